@@ -1,0 +1,209 @@
+// Command fenceproxy is a Redis proxy that adds durable, fenced locks.
+//
+// It listens for RESP clients, forwards every ordinary command to the
+// backend Redis, and serves the lock family (LOCK.ACQUIRE, LOCK.RENEW,
+// LOCK.RELEASE, FENCE.CHECK, LOCK.INFO) itself. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/commands"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// config is every setting, with its default filled in by flags.
+type config struct {
+	listen          string
+	backend         string
+	backendUser     string
+	backendPassword string
+	dataDir         string
+	minReplicas     int
+	replicaTimeout  time.Duration
+	metricsListen   string
+	maxClients      int
+	backendConns    int
+	lockConns       int
+	keyPrefix       string
+	cacheEntries    int
+	shutdownTimeout time.Duration
+	logLevel        string
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("fenceproxy", flag.ContinueOnError)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:7379", "`host:port` where RESP clients connect")
+	fs.StringVar(&c.backend, "backend", "127.0.0.1:6379", "the backend Redis master, `host:port`")
+	fs.StringVar(&c.backendUser, "backend-user", "", "ACL user for the backend (with the password from $FENCEPROXY_BACKEND_PASSWORD)")
+	fs.StringVar(&c.dataDir, "data-dir", "./fenceproxy-data", "`dir`ectory of the fence store; created if missing")
+	fs.IntVar(&c.minReplicas, "min-replicas", 1, "replicas that must acknowledge a lock write before it is granted")
+	fs.DurationVar(&c.replicaTimeout, "replica-timeout", 500*time.Millisecond, "how long a lock write waits for replica acknowledgements")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9121", "`host:port` for /metrics, /healthz and /readyz; empty disables")
+	fs.IntVar(&c.maxClients, "max-clients", 10000, "most client connections at once")
+	fs.IntVar(&c.backendConns, "backend-conns", 4, "pipelined connections to the master shared by all clients")
+	fs.IntVar(&c.lockConns, "lock-conns", 4, "connections to the master that run batched lock writes")
+	fs.StringVar(&c.keyPrefix, "key-prefix", "fenceproxy:lock:", "prefix of owner-record keys in Redis")
+	fs.IntVar(&c.cacheEntries, "token-cache", 65536, "resources whose newest token is cached in memory")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.backendPassword = os.Getenv("FENCEPROXY_BACKEND_PASSWORD")
+	switch {
+	case c.minReplicas < 0:
+		return c, errors.New("--min-replicas must be 0 or more")
+	case c.replicaTimeout < time.Millisecond:
+		return c, errors.New("--replica-timeout must be at least 1ms (Redis's WAIT 0 would block forever)")
+	case c.backendConns < 1 || c.lockConns < 1:
+		return c, errors.New("--backend-conns and --lock-conns must be at least 1")
+	case c.dataDir == "":
+		return c, errors.New("--data-dir must name a directory")
+	}
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "fenceproxy: %v\n", err)
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "fenceproxy: cannot start: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(logger)
+	m := metrics.New()
+
+	// The port first: it is the cheapest check and the likeliest clash.
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %v", cfg.listen, err)
+	}
+	defer ln.Close()
+
+	store, err := persist.Open(cfg.dataDir, persist.Options{
+		CacheEntries: cfg.cacheEntries,
+		ObserveSync:  func(d time.Duration) { m.FsyncSeconds.Observe(d.Seconds()) },
+		Logger:       logger,
+	})
+	if err != nil {
+		return fmt.Errorf("--data-dir %s: %v", cfg.dataDir, err)
+	}
+	defer store.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	be, err := cluster.Connect(ctx, cluster.Options{
+		Seeds:          strings.Split(cfg.backend, ","),
+		Username:       cfg.backendUser,
+		Password:       cfg.backendPassword,
+		PoolSize:       cfg.backendConns,
+		WriterConns:    cfg.lockConns,
+		MinReplicas:    cfg.minReplicas,
+		ReplicaTimeout: cfg.replicaTimeout,
+		ObserveReply:   func(d time.Duration) { m.PassthroughSeconds.Observe(d.Seconds()) },
+		Logger:         logger,
+	})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("--backend %s: %v", cfg.backend, err)
+	}
+	defer be.Close()
+	master := be.Masters()[0]
+	version := "7.0.0"
+	if info, err := master.Client.Info(ctx, "server").Result(); err == nil {
+		version = cluster.InfoField(info, "redis_version")
+	}
+	cancel()
+
+	handler := commands.NewHandler(commands.Options{
+		Backend: be,
+		Locks: locks.New(locks.Options{
+			Backend: be, Store: store, MinReplicas: cfg.minReplicas,
+			KeyPrefix: cfg.keyPrefix, Metrics: m, Logger: logger,
+		}),
+		Metrics:        m,
+		Logger:         logger,
+		RedisVersion:   version,
+		ReplicaTimeout: cfg.replicaTimeout,
+	})
+	srv := protocol.NewServer(handler, logger)
+	srv.MaxClients = cfg.maxClients
+	srv.OnConnect = func(delta int) { m.ConnectedClients.Add(float64(delta)) }
+
+	if cfg.metricsListen != "" {
+		ms, err := m.Listen(cfg.metricsListen, func() error {
+			if !master.Up() {
+				return errors.New("backend Redis unreachable")
+			}
+			if !store.Stats().Healthy {
+				return errors.New("fence store unhealthy")
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("--metrics-listen %s: %v", cfg.metricsListen, err)
+		}
+		defer ms.Close(context.Background())
+	}
+
+	replicas := master.Replicas()
+	logger.Info("fenceproxy ready",
+		"listen", ln.Addr().String(), "backend", master.Addr, "mode", be.Mode(),
+		"redis_version", version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
+		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
+		"data_dir", cfg.dataDir, "metrics", cfg.metricsListen)
+	if len(replicas) < cfg.minReplicas {
+		logger.Warn("fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS until enough replicas are online",
+			"replicas_seen", len(replicas), "min_replicas", cfg.minReplicas)
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case sig := <-sigs:
+		logger.Info("draining and shutting down", "signal", sig.String(), "clients", srv.Clients())
+		sctx, scancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+		defer scancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			logger.Warn("shutdown timed out; closed remaining clients", "err", err)
+		}
+		logger.Info("stopped")
+		return nil
+	case err := <-serveErr:
+		return fmt.Errorf("accepting clients: %v", err)
+	}
+}

@@ -1,0 +1,346 @@
+package backend
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// Replies a client gets when its request could not be carried through. They
+// are Redis-style so that clients' retry logic recognises them; neither names
+// the backend's address.
+const (
+	replyUnavailable = "-TRYAGAIN fenceproxy: Redis is unreachable, retry shortly\r\n"
+	replyLost        = "-ERR fenceproxy: lost the connection to Redis; the command may or may not have run\r\n"
+)
+
+// Options say how to reach a Redis node.
+type Options struct {
+	Addr        string
+	Username    string // with Password: AUTH username password
+	Password    string // empty: no AUTH
+	DialTimeout time.Duration
+	Logger      *slog.Logger
+	// ObserveReply, if set, is called with each request's round-trip time.
+	ObserveReply func(time.Duration)
+}
+
+// inflight is a request written (or about to be) and awaiting its reply.
+type inflight struct {
+	p     *protocol.Pending
+	start time.Time
+}
+
+// Conn is one pipelined connection to Redis, shared by many clients and
+// re-established in the background after it breaks.
+//
+// Lock order: Conn.mu only; no callback runs under it.
+type Conn struct {
+	opts Options
+
+	mu     sync.Mutex
+	nc     net.Conn // nil while disconnected
+	wbuf   []byte   // requests not yet written
+	queue  []inflight
+	head   int // queue[head:] await replies, in write order
+	closed bool
+
+	wake chan struct{} // the writer has work
+	done chan struct{} // closed by Close
+}
+
+// Dial connects to Redis and starts the connection's goroutines.
+func Dial(opts Options) (*Conn, error) {
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 2 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	c := &Conn{opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	nc, err := c.connect()
+	if err != nil {
+		return nil, err
+	}
+	c.nc = nc
+	go c.writeLoop()
+	go c.readLoop(nc)
+	return c, nil
+}
+
+// connect dials and authenticates one TCP connection.
+func (c *Conn) connect() (net.Conn, error) {
+	nc, err := net.DialTimeout("tcp", c.opts.Addr, c.opts.DialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetKeepAlive(true)
+	}
+	if c.opts.Password != "" {
+		args := [][]byte{[]byte("AUTH"), []byte(c.opts.Password)}
+		if c.opts.Username != "" {
+			args = [][]byte{[]byte("AUTH"), []byte(c.opts.Username), []byte(c.opts.Password)}
+		}
+		nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
+		if _, err := nc.Write(AppendCommand(nil, args)); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		reply, err := AppendReply(nil, bufio.NewReaderSize(nc, 512))
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		if string(reply) != "+OK\r\n" {
+			nc.Close()
+			return nil, fmt.Errorf("AUTH refused: %s", trimCRLF(reply))
+		}
+		nc.SetDeadline(time.Time{})
+	}
+	return nc, nil
+}
+
+// Do sends one request; its reply, or an error reply if Redis cannot be
+// reached, lands in p, and p.Done is called.
+func (c *Conn) Do(args [][]byte, p *protocol.Pending) {
+	c.mu.Lock()
+	if c.nc == nil {
+		c.mu.Unlock()
+		p.Buf = append(p.Buf, replyUnavailable...)
+		p.Done()
+		return
+	}
+	c.wbuf = AppendCommand(c.wbuf, args)
+	c.queue = append(c.queue, inflight{p, time.Now()})
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop sends whatever has accumulated since its last write, so that a
+// burst of requests from many clients leaves in one system call.
+func (c *Conn) writeLoop() {
+	var spare []byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		buf, nc := c.wbuf, c.nc
+		c.wbuf = spare[:0]
+		c.mu.Unlock()
+		if len(buf) == 0 || nc == nil {
+			spare = buf
+			continue
+		}
+		if _, err := nc.Write(buf); err != nil {
+			c.fail(nc, err)
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+		spare = buf
+	}
+}
+
+// readLoop copies each reply into the request at the head of the queue. It
+// alone completes queued requests, so a reply being read is never answered
+// twice; when the connection breaks it answers the rest with an error and
+// starts reconnecting.
+func (c *Conn) readLoop(nc net.Conn) {
+	rd := bufio.NewReaderSize(nc, 64<<10)
+	err := c.readReplies(nc, rd)
+	c.fail(nc, err)
+
+	c.mu.Lock()
+	lost := append([]inflight(nil), c.queue[c.head:]...)
+	clear(c.queue)
+	c.queue, c.head = c.queue[:0], 0
+	closed := c.closed
+	c.mu.Unlock()
+	for _, f := range lost {
+		f.p.Buf = append(f.p.Buf, replyLost...)
+		f.p.Done()
+	}
+	if !closed {
+		c.opts.Logger.Warn("lost backend connection; reconnecting", "addr", c.opts.Addr, "err", err, "requests_failed", len(lost))
+		c.reconnect()
+	}
+}
+
+func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
+	for {
+		if _, err := rd.Peek(1); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if c.head == len(c.queue) {
+			c.mu.Unlock()
+			return errors.New("reply with no request: stream out of step")
+		}
+		f := c.queue[c.head]
+		p := f.p
+		c.mu.Unlock()
+
+		start := len(p.Buf)
+		var err error
+		if p.Buf, err = AppendReply(p.Buf, rd); err != nil {
+			p.Buf = p.Buf[:start]
+			return err
+		}
+		c.mu.Lock()
+		c.queue[c.head] = inflight{}
+		c.head++
+		switch {
+		case c.head == len(c.queue):
+			c.queue, c.head = c.queue[:0], 0
+		case c.head >= 1024 && c.head > len(c.queue)/2:
+			// Always busy: slide the live part down so the slice stops growing.
+			n := copy(c.queue, c.queue[c.head:])
+			clear(c.queue[n:])
+			c.queue, c.head = c.queue[:n], 0
+		}
+		c.mu.Unlock()
+		if c.opts.ObserveReply != nil {
+			c.opts.ObserveReply(time.Since(f.start))
+		}
+		p.Done()
+	}
+}
+
+// fail takes nc out of service (if it is still current) so no new request is
+// queued on it; closing it makes readLoop give up and drain the queue.
+func (c *Conn) fail(nc net.Conn, cause error) {
+	c.mu.Lock()
+	if c.nc == nc {
+		c.nc = nil
+		c.wbuf = c.wbuf[:0]
+	}
+	c.mu.Unlock()
+	nc.Close()
+}
+
+func (c *Conn) reconnect() {
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-time.After(backoff):
+		}
+		nc, err := c.connect()
+		if err != nil {
+			backoff = min(backoff*2, 2*time.Second)
+			continue
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			nc.Close()
+			return
+		}
+		c.nc = nc
+		c.mu.Unlock()
+		c.opts.Logger.Info("backend connection restored", "addr", c.opts.Addr)
+		go c.readLoop(nc)
+		return
+	}
+}
+
+// Up reports whether the connection is established.
+func (c *Conn) Up() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nc != nil
+}
+
+// Close ends the connection; requests still in flight get an error reply.
+func (c *Conn) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	nc := c.nc
+	close(c.done)
+	c.mu.Unlock()
+	if nc != nil {
+		c.fail(nc, errors.New("closed"))
+	}
+}
+
+// AppendCommand appends args as a RESP multibulk request.
+func AppendCommand(b []byte, args [][]byte) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, a...)
+		b = append(b, '\r', '\n')
+	}
+	return b
+}
+
+func trimCRLF(b []byte) string {
+	if n := len(b); n >= 2 && b[n-2] == '\r' {
+		return string(b[:n-2])
+	}
+	return string(b)
+}
+
+// Pool is a fixed set of Conns to one node. Clients are spread over them;
+// one client always uses the same Conn so its requests stay in order.
+type Pool struct {
+	conns []*Conn
+}
+
+// NewPool dials size connections to the node.
+func NewPool(opts Options, size int) (*Pool, error) {
+	p := &Pool{}
+	for range max(size, 1) {
+		c, err := Dial(opts)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.conns = append(p.conns, c)
+	}
+	return p, nil
+}
+
+// Conn returns the connection for client number id.
+func (p *Pool) Conn(id int64) *Conn { return p.conns[uint64(id)%uint64(len(p.conns))] }
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// Up reports whether every connection of the pool is established.
+func (p *Pool) Up() bool {
+	for _, c := range p.conns {
+		if !c.Up() {
+			return false
+		}
+	}
+	return true
+}

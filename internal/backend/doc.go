@@ -1,0 +1,14 @@
+// Package backend carries client requests to a Redis server and their replies
+// back, byte for byte.
+//
+// A Pool holds a few long-lived connections to one Redis node. Each Conn is a
+// pipeline shared by many clients: requests are appended to one write buffer
+// and sent together by a writer goroutine, and a reader goroutine copies each
+// reply, exactly as Redis wrote it, into the Pending of the request at the
+// head of the queue. Many clients' requests thus travel in one write and one
+// read, which is where a proxy wins back the hop it adds.
+//
+// The go-redis client is not used here because it parses replies into Go
+// values, and a status reply and a bulk string become the same string: a proxy
+// must hand the client what Redis said.
+package backend

@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Backend is the Redis deployment fenceproxy fronts.
+type Backend interface {
+	// MasterForKey returns the master that owns key.
+	MasterForKey(key []byte) *Node
+	// Masters returns every master.
+	Masters() []*Node
+	// Mode is "standalone" or "cluster".
+	Mode() string
+	Close()
+}
+
+// Options describe how to reach the backend and what a lock write needs.
+type Options struct {
+	Seeds          []string
+	Username       string
+	Password       string
+	PoolSize       int
+	WriterConns    int
+	MinReplicas    int
+	ReplicaTimeout time.Duration
+	// ObserveReply, if set, gets each forwarded request's round-trip time.
+	ObserveReply func(time.Duration)
+	Logger       *slog.Logger
+}
+
+// Connect reaches the backend named by opts.Seeds and works out what it is.
+// It fails, with a message meant for the operator, if the backend cannot be
+// reached or is not something fenceproxy can front.
+func Connect(ctx context.Context, opts Options) (Backend, error) {
+	if len(opts.Seeds) != 1 {
+		return nil, fmt.Errorf("--backend names %d addresses; a standalone master is given as one address (Redis Cluster seeds are not supported yet)", len(opts.Seeds))
+	}
+	addr := opts.Seeds[0]
+	n, err := NewNode(ctx, NodeOptions{
+		Addr: addr, Username: opts.Username, Password: opts.Password,
+		PoolSize: opts.PoolSize, WriterConns: opts.WriterConns,
+		MinReplicas: opts.MinReplicas, ReplicaTimeout: opts.ReplicaTimeout,
+		ObserveReply: opts.ObserveReply, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	info, err := n.Client.Info(ctx, "server", "cluster").Result()
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("INFO on %s failed: %w", addr, err)
+	}
+	if parseInfo(info)["cluster_enabled"] == "1" {
+		n.Close()
+		return nil, fmt.Errorf("%s is a Redis Cluster node; fenceproxy does not front Redis Cluster yet", addr)
+	}
+	role, err := n.refreshReplicas(ctx)
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("INFO replication on %s failed: %w", addr, err)
+	}
+	if role != "master" {
+		n.Close()
+		return nil, fmt.Errorf("%s is a %s, not a master: point --backend at the master", addr, role)
+	}
+	s := &standalone{master: n, done: make(chan struct{})}
+	go s.watchReplicas(opts.Logger)
+	return s, nil
+}
+
+// standalone is one master and its replicas.
+type standalone struct {
+	master *Node
+	done   chan struct{}
+}
+
+func (s *standalone) MasterForKey([]byte) *Node { return s.master }
+func (s *standalone) Masters() []*Node          { return []*Node{s.master} }
+func (s *standalone) Mode() string              { return "standalone" }
+
+func (s *standalone) Close() {
+	close(s.done)
+	s.master.Close()
+}
+
+// watchReplicas keeps the replica list fresh for INFO and the log.
+func (s *standalone) watchReplicas(logger *slog.Logger) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	last := strings.Join(s.master.Replicas(), ",")
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := s.master.refreshReplicas(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if now := strings.Join(s.master.Replicas(), ","); now != last {
+			logger.Info("replicas changed", "master", s.master.Addr, "replicas", now)
+			last = now
+		}
+	}
+}
+
+// InfoField returns one field of an INFO reply, "" if absent.
+func InfoField(info, field string) string {
+	return parseInfo(info)[field]
+}

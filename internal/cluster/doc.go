@@ -1,0 +1,11 @@
+// Package cluster is fenceproxy's view of the Redis it fronts: which masters
+// exist, which master owns a key, which replicas each master has, and how a
+// lock write is made to wait for their acknowledgements.
+//
+// A Backend is either a standalone master with its replicas (today) or a
+// Redis Cluster (later: same interface, slot routing behind MasterForKey).
+// Each master is a Node with two ways in: a backend.Pool that forwards client
+// requests byte for byte, and a replicated writer that runs lock scripts in
+// batches, each batch followed by one WAIT on the same connection, so that one
+// round of replica acknowledgements covers every grant in the batch.
+package cluster

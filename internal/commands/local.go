@@ -1,0 +1,248 @@
+package commands
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// session is the per-connection state the proxy keeps itself.
+type session struct {
+	libName, libVer string
+}
+
+func sessionOf(c *protocol.Conn) *session {
+	s, _ := c.Session.(*session)
+	if s == nil {
+		s = &session{}
+		c.Session = s
+	}
+	return s
+}
+
+func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	switch len(args) {
+	case 1:
+		p.Buf = append(p.Buf, "+PONG\r\n"...)
+		p.Done()
+	case 2:
+		p.Buf = redcon.AppendBulk(p.Buf, args[1])
+		p.Done()
+	default:
+		replyError(p, "ERR wrong number of arguments for 'ping' command")
+	}
+}
+
+func (h *Handler) echo(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	p.Buf = redcon.AppendBulk(p.Buf, args[1])
+	p.Done()
+}
+
+func (h *Handler) quit(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	c.CloseAfterReply()
+	replyOK(p)
+}
+
+// hello speaks RESP2 only for now: HELLO 3 is refused with NOPROTO, which
+// makes go-redis, redis-py and others fall back to RESP2.
+func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	rest := args[1:]
+	if len(rest) > 0 {
+		ver, ok := parseInt(rest[0])
+		if !ok {
+			replyError(p, "ERR Protocol version is not an integer or out of range")
+			return
+		}
+		if ver < 2 || ver > 3 {
+			replyError(p, "NOPROTO unsupported protocol version")
+			return
+		}
+		if ver != 2 {
+			replyError(p, "NOPROTO sorry, this protocol version is not supported")
+			return
+		}
+		rest = rest[1:]
+	}
+	var name []byte
+	setName := false
+	for len(rest) > 0 {
+		opt := strings.ToLower(string(rest[0]))
+		switch {
+		case opt == "auth" && len(rest) >= 3:
+			if msg := checkAuth(rest[1], rest[2]); msg != "" {
+				replyError(p, msg)
+				return
+			}
+			rest = rest[3:]
+		case opt == "setname" && len(rest) >= 2:
+			if !validClientName(rest[1]) {
+				replyError(p, "ERR Client names cannot contain spaces, newlines or special characters.")
+				return
+			}
+			name, setName = rest[1], true
+			rest = rest[2:]
+		default:
+			replyError(p, "ERR Syntax error in HELLO option '"+string(rest[0])+"'")
+			return
+		}
+	}
+	if setName {
+		c.Name = string(name)
+	}
+	b := redcon.AppendArray(p.Buf, 14)
+	b = redcon.AppendBulkString(b, "server")
+	b = redcon.AppendBulkString(b, "redis")
+	b = redcon.AppendBulkString(b, "version")
+	b = redcon.AppendBulkString(b, h.opts.RedisVersion)
+	b = redcon.AppendBulkString(b, "proto")
+	b = redcon.AppendInt(b, 2)
+	b = redcon.AppendBulkString(b, "id")
+	b = redcon.AppendInt(b, c.ID)
+	b = redcon.AppendBulkString(b, "mode")
+	b = redcon.AppendBulkString(b, "standalone")
+	b = redcon.AppendBulkString(b, "role")
+	b = redcon.AppendBulkString(b, "master")
+	b = redcon.AppendBulkString(b, "modules")
+	b = redcon.AppendArray(b, 0)
+	p.Buf = b
+	p.Done()
+}
+
+// checkAuth answers AUTH the way a Redis with no password answers it: the
+// default user accepts any password, nobody else exists. fenceproxy's own
+// users arrive with the security work.
+func checkAuth(user, _ []byte) string {
+	if string(user) == "default" {
+		return ""
+	}
+	return "WRONGPASS invalid username-password pair or user is disabled."
+}
+
+func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	switch len(args) {
+	case 2:
+		replyError(p, "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+	case 3:
+		if msg := checkAuth(args[1], args[2]); msg != "" {
+			replyError(p, msg)
+			return
+		}
+		replyOK(p)
+	default:
+		replyError(p, "ERR syntax error")
+	}
+}
+
+func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	n, ok := parseInt(args[1])
+	switch {
+	case !ok:
+		replyError(p, "ERR value is not an integer or out of range")
+	case n != 0:
+		replyError(p, "ERR DB index is out of range")
+	default:
+		replyOK(p)
+	}
+}
+
+func (h *Handler) client(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	sub := strings.ToLower(string(args[1]))
+	switch {
+	case sub == "id" && len(args) == 2:
+		replyInt(p, c.ID)
+	case sub == "getname" && len(args) == 2:
+		if c.Name == "" {
+			replyNull(p)
+			return
+		}
+		p.Buf = redcon.AppendBulkString(p.Buf, c.Name)
+		p.Done()
+	case sub == "setname" && len(args) == 3:
+		if !validClientName(args[2]) {
+			replyError(p, "ERR Client names cannot contain spaces, newlines or special characters.")
+			return
+		}
+		c.Name = string(args[2])
+		replyOK(p)
+	case sub == "setinfo" && len(args) == 4:
+		s := sessionOf(c)
+		switch strings.ToLower(string(args[2])) {
+		case "lib-name":
+			s.libName = string(args[3])
+		case "lib-ver":
+			s.libVer = string(args[3])
+		default:
+			replyError(p, "ERR Unrecognized option '"+string(args[2])+"'")
+			return
+		}
+		replyOK(p)
+	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo":
+		replyError(p, "ERR wrong number of arguments for 'client|"+sub+"' command")
+	default:
+		replyError(p, "ERR fenceproxy: CLIENT "+strings.ToUpper(sub)+" is not supported by fenceproxy yet")
+	}
+}
+
+func validClientName(name []byte) bool {
+	for _, b := range name {
+		if b < '!' || b > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// refused lists commands that cannot run on a shared backend connection and
+// are not built yet, with what the client is told.
+var refused = map[string]string{
+	"subscribe":    "pub/sub is not supported by fenceproxy yet",
+	"psubscribe":   "pub/sub is not supported by fenceproxy yet",
+	"ssubscribe":   "pub/sub is not supported by fenceproxy yet",
+	"unsubscribe":  "pub/sub is not supported by fenceproxy yet",
+	"punsubscribe": "pub/sub is not supported by fenceproxy yet",
+	"sunsubscribe": "pub/sub is not supported by fenceproxy yet",
+	"multi":        "transactions are not supported by fenceproxy yet",
+	"exec":         "transactions are not supported by fenceproxy yet",
+	"discard":      "transactions are not supported by fenceproxy yet",
+	"watch":        "transactions are not supported by fenceproxy yet",
+	"unwatch":      "transactions are not supported by fenceproxy yet",
+	"blpop":        "blocking commands are not supported by fenceproxy yet",
+	"brpop":        "blocking commands are not supported by fenceproxy yet",
+	"brpoplpush":   "blocking commands are not supported by fenceproxy yet",
+	"blmove":       "blocking commands are not supported by fenceproxy yet",
+	"blmpop":       "blocking commands are not supported by fenceproxy yet",
+	"bzpopmin":     "blocking commands are not supported by fenceproxy yet",
+	"bzpopmax":     "blocking commands are not supported by fenceproxy yet",
+	"bzmpop":       "blocking commands are not supported by fenceproxy yet",
+	"wait":         "blocking commands are not supported by fenceproxy yet",
+	"waitaof":      "blocking commands are not supported by fenceproxy yet",
+	"monitor":      "MONITOR is not supported through fenceproxy; connect to Redis directly",
+	"sync":         "replication is not supported through fenceproxy; connect to Redis directly",
+	"psync":        "replication is not supported through fenceproxy; connect to Redis directly",
+	"replconf":     "replication is not supported through fenceproxy; connect to Redis directly",
+	"shutdown":     "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly",
+	"reset":        "RESET is not supported by fenceproxy yet",
+}
+
+func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *protocol.Pending) {
+	return func(h *Handler, c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+		replyError(p, "ERR fenceproxy: "+why)
+	}
+}
+
+// xread forwards XREAD and XREADGROUP unless they would block.
+func (h *Handler) xread(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	for _, a := range args[1:] {
+		if bytes.EqualFold(a, []byte("streams")) {
+			break
+		}
+		if bytes.EqualFold(a, []byte("block")) {
+			replyError(p, "ERR fenceproxy: blocking commands are not supported by fenceproxy yet")
+			return
+		}
+	}
+	h.forward(c, args, p)
+}

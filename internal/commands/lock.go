@@ -1,0 +1,254 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// Bounds on lock-family arguments. They keep owner records small and Redis
+// keys sane; every one is stated in the README.
+const (
+	MaxResourceLen = persist.MaxResourceLen // bytes
+	MaxOwnerLen    = 256                    // bytes
+	MaxTTL         = 30 * 24 * time.Hour    // longest lease
+	MaxWait        = 10 * time.Minute       // longest LOCK.ACQUIRE ... WAIT
+)
+
+// lockArgs are a lock request's validated arguments, copied out of the
+// connection's buffer so they outlive the request.
+type lockArgs struct {
+	resource, owner string
+	ttl, wait       time.Duration
+	token           uint64
+}
+
+func parseResource(b []byte) (string, string) {
+	if len(b) == 0 || len(b) > MaxResourceLen {
+		return "", fmt.Sprintf("ERR resource must be 1 to %d bytes", MaxResourceLen)
+	}
+	return string(b), ""
+}
+
+func parseOwner(b []byte) (string, string) {
+	if len(b) == 0 || len(b) > MaxOwnerLen {
+		return "", fmt.Sprintf("ERR owner must be 1 to %d bytes", MaxOwnerLen)
+	}
+	return string(b), ""
+}
+
+func parseMillis(b []byte, what string, lo int64, hi time.Duration) (time.Duration, string) {
+	n, ok := parseInt(b)
+	if !ok || n < lo || n > hi.Milliseconds() {
+		return 0, fmt.Sprintf("ERR %s must be an integer from %d to %d (milliseconds)", what, lo, hi.Milliseconds())
+	}
+	return time.Duration(n) * time.Millisecond, ""
+}
+
+// parseLock validates resource [owner [ttl-ms]] in order and stops at the
+// first bad one.
+func parseLock(args [][]byte) (a lockArgs, msg string) {
+	if a.resource, msg = parseResource(args[1]); msg != "" || len(args) < 3 {
+		return
+	}
+	if a.owner, msg = parseOwner(args[2]); msg != "" || len(args) < 4 {
+		return
+	}
+	a.ttl, msg = parseMillis(args[3], "ttl-ms", 1, MaxTTL)
+	return
+}
+
+// runLock serves a lock request on its own goroutine: it waits on Redis, its
+// replicas and the disk, while the connection goes on dispatching the rest of
+// the client's pipeline. The reply still leaves in order.
+func (h *Handler) runLock(p *protocol.Pending, timeout time.Duration, fn func(ctx context.Context) []byte) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+h.opts.ReplicaTimeout+10*time.Second)
+		defer cancel()
+		p.Buf = append(p.Buf, fn(ctx)...)
+		p.Done()
+	}()
+}
+
+func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	if len(args) != 4 && len(args) != 6 {
+		replyError(p, "ERR wrong number of arguments for 'lock.acquire' command")
+		return
+	}
+	a, msg := parseLock(args)
+	if msg == "" && len(args) == 6 {
+		if !strings.EqualFold(string(args[4]), "wait") {
+			msg = "ERR syntax error: expected WAIT timeout-ms after ttl-ms"
+		} else {
+			a.wait, msg = parseMillis(args[5], "WAIT timeout-ms", 0, MaxWait)
+		}
+	}
+	if msg != "" {
+		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+		replyError(p, msg)
+		return
+	}
+	h.runLock(p, a.wait, func(ctx context.Context) []byte {
+		start := time.Now()
+		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, a.ttl, a.wait)
+		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
+		switch {
+		case err == nil:
+			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+			return redcon.AppendInt(nil, int64(token))
+		case err == locks.ErrBusy:
+			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+			return []byte("$-1\r\n")
+		}
+		var nr *locks.NoReplicasError
+		if errors.As(err, &nr) {
+			h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
+			return redcon.AppendError(nil, fmt.Sprintf(
+				"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted))
+		}
+		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+		return h.lockError(err, "the lock may or may not be granted: retry with the same owner")
+	})
+}
+
+func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	a, msg := parseLock(args)
+	if msg != "" {
+		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+		replyError(p, msg)
+		return
+	}
+	h.runLock(p, 0, func(ctx context.Context) []byte {
+		token, err := h.opts.Locks.Renew(ctx, a.resource, a.owner, a.ttl)
+		switch {
+		case err == nil:
+			h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+			return redcon.AppendInt(nil, int64(token))
+		case err == locks.ErrNotHeld:
+			h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
+			return []byte("$-1\r\n")
+		}
+		var nr *locks.NoReplicasError
+		if errors.As(err, &nr) {
+			h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
+			return redcon.AppendError(nil, fmt.Sprintf(
+				"NOREPLICAS %d of %d required replicas acknowledged the renewal in time; the lease may be extended on the master only", nr.Acked, nr.Wanted))
+		}
+		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+		return h.lockError(err, "the lease may or may not be extended: retry")
+	})
+}
+
+func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	a, msg := parseLock(args)
+	if msg != "" {
+		h.opts.Metrics.Releases.WithLabelValues("error").Inc()
+		replyError(p, msg)
+		return
+	}
+	h.runLock(p, 0, func(ctx context.Context) []byte {
+		released, err := h.opts.Locks.Release(ctx, a.resource, a.owner)
+		switch {
+		case err != nil:
+			h.opts.Metrics.Releases.WithLabelValues("error").Inc()
+			return h.lockError(err, "the lock may or may not be released: retry")
+		case released:
+			h.opts.Metrics.Releases.WithLabelValues("released").Inc()
+			return []byte(":1\r\n")
+		default:
+			h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+			return []byte(":0\r\n")
+		}
+	})
+}
+
+func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	resource, msg := parseResource(args[1])
+	token, ok := parseInt(args[2])
+	if msg == "" && (!ok || token <= 0) {
+		msg = "ERR token must be a positive integer"
+	}
+	if msg != "" {
+		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
+		replyError(p, msg)
+		return
+	}
+	current, err := h.opts.Locks.FenceCheck(resource, uint64(token))
+	switch {
+	case err == locks.ErrNeverIssued:
+		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
+		replyError(p, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource")
+	case err != nil:
+		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
+		p.Buf = append(p.Buf, h.lockError(err, "retry")...)
+		p.Done()
+	case current:
+		h.opts.Metrics.FenceChecks.WithLabelValues("current").Inc()
+		replyInt(p, 1)
+	default:
+		h.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
+		replyInt(p, 0)
+	}
+}
+
+func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	resource, msg := parseResource(args[1])
+	if msg != "" {
+		replyError(p, msg)
+		return
+	}
+	h.runLock(p, 0, func(ctx context.Context) []byte {
+		info, err := h.opts.Locks.Info(ctx, resource)
+		if err != nil {
+			return h.lockError(err, "retry")
+		}
+		b := redcon.AppendArray(nil, 8)
+		b = redcon.AppendBulkString(b, "owner")
+		if info.Held {
+			b = redcon.AppendBulkString(b, info.Owner)
+		} else {
+			b = append(b, "$-1\r\n"...)
+		}
+		b = redcon.AppendBulkString(b, "token")
+		b = redcon.AppendInt(b, int64(info.Token))
+		b = redcon.AppendBulkString(b, "ttl-ms")
+		if info.Held {
+			b = redcon.AppendInt(b, info.LeaseLeft.Milliseconds())
+		} else {
+			b = redcon.AppendInt(b, -2)
+		}
+		b = redcon.AppendBulkString(b, "waiters")
+		b = redcon.AppendInt(b, int64(info.Waiters))
+		return b
+	})
+}
+
+// lockError turns a lock-manager failure into a reply that says what the
+// client can do, and logs the detail the client does not get.
+func (h *Handler) lockError(err error, unknownOutcome string) []byte {
+	var re redis.Error
+	switch {
+	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
+		return redcon.AppendError(nil, "ERR fenceproxy: lost contact with Redis; "+unknownOutcome)
+	case errors.Is(err, persist.ErrUnhealthy), errors.Is(err, persist.ErrClosed):
+		h.opts.Logger.Error("fence store cannot issue tokens", "err", err)
+		return redcon.AppendError(nil, "ERR fenceproxy: the fence store cannot write to disk; no token was issued (see the proxy's log)")
+	case errors.As(err, &re):
+		// Redis refused the script, e.g. WRONGTYPE when a client wrote over
+		// an owner record's key.
+		return redcon.AppendError(nil, re.Error())
+	}
+	h.opts.Logger.Error("lock command failed", "err", err)
+	return redcon.AppendError(nil, "ERR fenceproxy: internal error serving the lock command (see the proxy's log)")
+}

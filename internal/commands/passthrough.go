@@ -1,0 +1,17 @@
+package commands
+
+import (
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// forward sends the request to the master that owns its first key (with one
+// master, the master) on the connection this client always uses, so its
+// requests reach Redis in the order it sent them.
+func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	var key []byte
+	if len(args) > 1 {
+		key = args[1]
+	}
+	h.opts.Metrics.PassthroughCommands.Inc()
+	h.opts.Backend.MasterForKey(key).Pool.Conn(c.ID).Do(args, p)
+}

@@ -1,0 +1,138 @@
+package commands
+
+import (
+	"bytes"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// command is one entry of the table.
+type command struct {
+	// arity as Redis counts it: N means exactly N arguments with the name,
+	// -N means at least N.
+	arity int
+	serve func(h *Handler, c *protocol.Conn, args [][]byte, p *protocol.Pending)
+}
+
+// Options configure a Handler.
+type Options struct {
+	Backend cluster.Backend
+	Locks   *locks.Manager
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// RedisVersion is reported by HELLO (the backend's own version).
+	RedisVersion string
+	// ReplicaTimeout bounds one lock write's wait for acknowledgements.
+	ReplicaTimeout time.Duration
+}
+
+// Handler serves every client request; it implements protocol.Handler.
+type Handler struct {
+	opts Options
+}
+
+// NewHandler returns a Handler.
+func NewHandler(opts Options) *Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Handler{opts: opts}
+}
+
+var table map[string]command
+
+func init() {
+	table = map[string]command{
+		"ping":   {-1, (*Handler).ping},
+		"echo":   {2, (*Handler).echo},
+		"quit":   {-1, (*Handler).quit},
+		"hello":  {-1, (*Handler).hello},
+		"client": {-2, (*Handler).client},
+		"select": {2, (*Handler).selectDB},
+		"auth":   {-2, (*Handler).auth},
+
+		"lock.acquire": {-4, (*Handler).lockAcquire},
+		"lock.renew":   {4, (*Handler).lockRenew},
+		"lock.release": {3, (*Handler).lockRelease},
+		"fence.check":  {3, (*Handler).fenceCheck},
+		"lock.info":    {2, (*Handler).lockInfo},
+	}
+	for name, why := range refused {
+		table[name] = command{-1, refuse(why)}
+	}
+	table["xread"] = command{-4, (*Handler).xread}
+	table["xreadgroup"] = command{-7, (*Handler).xread}
+}
+
+// ServeCommand dispatches one request.
+func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	var lower [32]byte
+	name := args[0]
+	if len(name) <= len(lower) {
+		for i, b := range name {
+			if 'A' <= b && b <= 'Z' {
+				b += 'a' - 'A'
+			}
+			lower[i] = b
+		}
+		if cmd, ok := table[string(lower[:len(name)])]; ok {
+			if !arityOK(cmd.arity, len(args)) {
+				p.Buf = redcon.AppendError(p.Buf, "ERR wrong number of arguments for '"+string(lower[:len(name)])+"' command")
+				p.Done()
+				return
+			}
+			cmd.serve(h, c, args, p)
+			return
+		}
+	}
+	h.forward(c, args, p)
+}
+
+func arityOK(arity, n int) bool {
+	if arity >= 0 {
+		return n == arity
+	}
+	return n >= -arity
+}
+
+// Closed releases what a connection held.
+func (h *Handler) Closed(c *protocol.Conn) {}
+
+// reply helpers: each completes p.
+
+func replyError(p *protocol.Pending, msg string) {
+	p.Buf = redcon.AppendError(p.Buf, msg)
+	p.Done()
+}
+
+func replyOK(p *protocol.Pending) {
+	p.Buf = append(p.Buf, "+OK\r\n"...)
+	p.Done()
+}
+
+func replyInt(p *protocol.Pending, n int64) {
+	p.Buf = redcon.AppendInt(p.Buf, n)
+	p.Done()
+}
+
+func replyNull(p *protocol.Pending) {
+	p.Buf = append(p.Buf, "$-1\r\n"...)
+	p.Done()
+}
+
+// parseInt parses a Redis integer argument.
+func parseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 || bytes.IndexByte(b, ' ') >= 0 || b[0] == '+' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	return n, err == nil
+}

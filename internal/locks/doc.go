@@ -1,0 +1,31 @@
+// Package locks is fenceproxy's lock manager: it grants, renews and releases
+// leases on named resources and issues their fencing tokens.
+//
+// A grant takes three steps, in this order, before its reply is sent:
+//
+//  1. A Lua script on the resource's master sets the owner record (owner,
+//     token, lease) only if the resource is free or already the caller's:
+//     one atomic compare-and-set.
+//  2. WAIT on the same connection until --min-replicas replicas hold the
+//     record. On a shortfall the record is deleted again (compare-and-delete
+//     on owner and token) and the caller gets -NOREPLICAS: nothing granted.
+//  3. The token is recorded as the resource's newest in the fence store and
+//     fsynced (group-committed with concurrent grants).
+//
+// The token itself comes from the fence store's counter, which a durable
+// reservation keeps ahead of every token ever handed out, so tokens rise
+// even if Redis forgets every record. Requests for one resource are
+// serialized here, so token order equals grant order.
+//
+// Invariants:
+//
+//   - Every token a reply carries is strictly greater than every token
+//     replied before for that resource, except a same-owner retry, which
+//     gets the token it already holds.
+//   - A reply carrying a token is sent only after that token is synced to
+//     disk as the resource's newest, and after the owner record has the
+//     required replica acknowledgements.
+//   - Owner records are changed only by scripts that compare the owner (and
+//     for an undo, the token), so a stale holder never touches a newer lease.
+//   - A lapsed lease is never revived: renew needs the record to exist.
+package locks

@@ -1,0 +1,306 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
+)
+
+// Errors the command layer turns into replies.
+var (
+	// ErrBusy: another owner holds the resource.
+	ErrBusy = errors.New("locks: held by another owner")
+	// ErrNotHeld: the owner does not hold the resource (expired, released or taken).
+	ErrNotHeld = errors.New("locks: not held by this owner")
+	// ErrNeverIssued: FENCE.CHECK was given a token never issued for the resource.
+	ErrNeverIssued = errors.New("locks: token was never issued for this resource")
+)
+
+// NoReplicasError: fewer replicas than required acknowledged a lock write.
+type NoReplicasError struct{ Acked, Wanted int }
+
+func (e *NoReplicasError) Error() string {
+	return fmt.Sprintf("locks: %d of %d required replicas acknowledged", e.Acked, e.Wanted)
+}
+
+// Options configure a Manager.
+type Options struct {
+	Backend     cluster.Backend
+	Store       *persist.Store
+	MinReplicas int
+	// KeyPrefix starts every owner record's key; the resource follows in a
+	// hash tag, so all of one resource's keys share a Redis Cluster slot.
+	KeyPrefix string
+	Metrics   *metrics.Metrics
+	Logger    *slog.Logger
+}
+
+// Manager grants leases and issues fencing tokens. Safe for concurrent use.
+type Manager struct {
+	opts    Options
+	serial  serializer
+	waiting waitList
+}
+
+// New returns a Manager.
+func New(opts Options) *Manager {
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = "fenceproxy:lock:"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Manager{opts: opts}
+}
+
+// recordKey is the owner record's key: prefix{resource}.
+func (m *Manager) recordKey(resource string) string {
+	return m.opts.KeyPrefix + "{" + resource + "}"
+}
+
+// Acquire grants resource to owner for ttl and returns the fencing token. If
+// owner already holds it, the lease is re-armed and the same token returned.
+// If another owner holds it, Acquire waits up to wait for it to be freed and
+// then returns ErrBusy.
+func (m *Manager) Acquire(ctx context.Context, resource, owner string, ttl, wait time.Duration) (uint64, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, ttl)
+		if err != ErrBusy || wait <= 0 {
+			return token, err
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return 0, ErrBusy
+		}
+		// Sleep until a release here frees it, its lease runs out, or the wait ends.
+		sleep := remaining
+		if leaseLeft > 0 {
+			sleep = min(sleep, leaseLeft+time.Millisecond)
+		}
+		if err := m.waitFreed(ctx, resource, sleep); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (m *Manager) waitFreed(ctx context.Context, resource string, d time.Duration) error {
+	freed := m.waiting.add(resource)
+	m.opts.Metrics.LockWaiters.Inc()
+	defer func() {
+		m.waiting.done(resource, freed)
+		m.opts.Metrics.LockWaiters.Dec()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-freed:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// tryAcquire makes one attempt. On ErrBusy it also returns the holder's
+// remaining lease (0 if unknown).
+func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl time.Duration) (token uint64, leaseLeft time.Duration, err error) {
+	unlock := m.serial.lock(resource)
+	defer unlock()
+
+	newest, err := m.opts.Store.Newest([]byte(resource))
+	if err != nil {
+		return 0, 0, err
+	}
+	candidate, err := m.opts.Store.NextToken()
+	if err != nil {
+		return 0, 0, err
+	}
+	key := m.recordKey(resource)
+	node := m.opts.Backend.MasterForKey([]byte(key))
+	start := time.Now()
+	res := node.Write(ctx, cluster.ScriptCall{
+		Script: acquireScript,
+		Keys:   []string{key},
+		Args:   []any{owner, ttl.Milliseconds(), candidate, newest},
+	}, true)
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
+	if res.Err != nil {
+		return 0, 0, res.Err
+	}
+	kind, value, err := pair(res.Reply)
+	if err != nil {
+		return 0, 0, err
+	}
+	switch kind {
+	case 0:
+		return 0, time.Duration(value) * time.Millisecond, ErrBusy
+	case 1:
+		token = uint64(value) // the owner's existing grant, re-armed
+	case 2:
+		token = candidate
+	default:
+		return 0, 0, fmt.Errorf("locks: unexpected acquire reply %v", res.Reply)
+	}
+	if res.Acked < m.opts.MinReplicas {
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		if kind == 2 {
+			m.undo(ctx, node, key, owner, token)
+		}
+		// A re-armed existing grant stays as it was granted; only the
+		// extension may be missing on the replicas.
+		return 0, 0, &NoReplicasError{Acked: res.Acked, Wanted: m.opts.MinReplicas}
+	}
+	if token > newest {
+		if err := m.opts.Store.Record(persist.Grant{Resource: []byte(resource), Token: token}); err != nil {
+			if kind == 2 {
+				m.undo(ctx, node, key, owner, token)
+			}
+			return 0, 0, err
+		}
+	}
+	return token, 0, nil
+}
+
+// undo deletes a grant that will not be replied, if it is still in place.
+func (m *Manager) undo(ctx context.Context, node *cluster.Node, key, owner string, token uint64) {
+	res := node.Write(ctx, cluster.ScriptCall{
+		Script: undoScript,
+		Keys:   []string{key},
+		Args:   []any{owner, strconv.FormatUint(token, 10)},
+	}, false)
+	if res.Err != nil {
+		// The record stays until its lease runs out; it was never replied,
+		// and its token is below every later one.
+		m.opts.Logger.Warn("could not undo an unacknowledged grant; it expires with its lease", "err", res.Err)
+	}
+}
+
+// Renew re-arms owner's lease on resource to ttl and returns its token.
+func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration) (uint64, error) {
+	unlock := m.serial.lock(resource)
+	defer unlock()
+	newest, err := m.opts.Store.Newest([]byte(resource))
+	if err != nil {
+		return 0, err
+	}
+	key := m.recordKey(resource)
+	res := m.opts.Backend.MasterForKey([]byte(key)).Write(ctx, cluster.ScriptCall{
+		Script: renewScript,
+		Keys:   []string{key},
+		Args:   []any{owner, ttl.Milliseconds(), newest},
+	}, true)
+	if res.Err != nil {
+		return 0, res.Err
+	}
+	if res.Reply == nil {
+		return 0, ErrNotHeld
+	}
+	token, err := toInt(res.Reply)
+	if err != nil {
+		return 0, err
+	}
+	if res.Acked < m.opts.MinReplicas {
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		return 0, &NoReplicasError{Acked: res.Acked, Wanted: m.opts.MinReplicas}
+	}
+	return uint64(token), nil
+}
+
+// Release frees resource if owner holds it and reports whether it did.
+func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, error) {
+	unlock := m.serial.lock(resource)
+	defer unlock()
+	key := m.recordKey(resource)
+	res := m.opts.Backend.MasterForKey([]byte(key)).Write(ctx, cluster.ScriptCall{
+		Script: releaseScript,
+		Keys:   []string{key},
+		Args:   []any{owner},
+	}, false)
+	if res.Err != nil {
+		return false, res.Err
+	}
+	n, err := toInt(res.Reply)
+	if err != nil {
+		return false, err
+	}
+	if n == 1 {
+		m.waiting.wake(resource)
+	}
+	return n == 1, nil
+}
+
+// FenceCheck reports whether token is the newest issued for resource.
+func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
+	newest, err := m.opts.Store.Newest([]byte(resource))
+	if err != nil {
+		return false, err
+	}
+	if newest == 0 || token > newest {
+		return false, ErrNeverIssued
+	}
+	return token == newest, nil
+}
+
+// Info describes a resource's lock.
+type Info struct {
+	Owner     string // "" when free
+	Held      bool
+	Token     uint64        // newest token issued, 0 if none
+	LeaseLeft time.Duration // remaining lease; meaningful when Held
+	Waiters   int
+}
+
+// Info reads resource's owner record and newest token.
+func (m *Manager) Info(ctx context.Context, resource string) (Info, error) {
+	newest, err := m.opts.Store.Newest([]byte(resource))
+	if err != nil {
+		return Info{}, err
+	}
+	key := m.recordKey(resource)
+	node := m.opts.Backend.MasterForKey([]byte(key))
+	reply, err := infoScript.Run(ctx, node.Client, []string{key}).Slice()
+	if err != nil {
+		return Info{}, err
+	}
+	info := Info{Token: newest, Waiters: m.waiting.count(resource)}
+	if len(reply) == 3 {
+		if owner, ok := reply[0].(string); ok {
+			info.Owner, info.Held = owner, true
+			if pttl, ok := reply[2].(int64); ok && pttl > 0 {
+				info.LeaseLeft = time.Duration(pttl) * time.Millisecond
+			}
+		}
+	}
+	return info, nil
+}
+
+// pair decodes a script's {kind, value} reply.
+func pair(reply any) (kind, value int64, err error) {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 2 {
+		return 0, 0, fmt.Errorf("locks: unexpected script reply %v", reply)
+	}
+	if kind, err = toInt(arr[0]); err != nil {
+		return 0, 0, err
+	}
+	value, err = toInt(arr[1])
+	return kind, value, err
+}
+
+func toInt(v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("locks: unexpected script value %v", v)
+}

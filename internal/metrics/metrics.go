@@ -1,0 +1,141 @@
+// Package metrics defines fenceproxy's Prometheus metrics and serves them,
+// with health and readiness endpoints, over HTTP.
+//
+// Every metric is an aggregate: no label carries a resource, owner or key,
+// since those are unbounded (a hot-resource view belongs in a top-K, not in
+// label cardinality).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds every collector fenceproxy updates.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Acquires            *prometheus.CounterVec // result: granted, busy, noreplicas, error
+	AcquireSeconds      prometheus.Histogram
+	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, error
+	Releases            *prometheus.CounterVec // result: released, notheld, error
+	FenceChecks         *prometheus.CounterVec // result: current, stale, error
+	ReplicaAckSeconds   prometheus.Histogram
+	ReplicaShortfalls   prometheus.Counter
+	FsyncSeconds        prometheus.Histogram
+	PassthroughCommands prometheus.Counter
+	PassthroughSeconds  prometheus.Histogram
+	ConnectedClients    prometheus.Gauge
+	LockWaiters         prometheus.Gauge
+}
+
+// latencyBuckets span 50µs to about 3s.
+var latencyBuckets = prometheus.ExponentialBuckets(50e-6, 2, 17)
+
+// New creates the metrics in a registry of their own, with Go runtime and
+// process metrics beside them.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	f := func(c prometheus.Collector) { r.MustRegister(c) }
+	m := &Metrics{
+		Registry: r,
+		Acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_lock_acquires_total", Help: "LOCK.ACQUIRE requests by result.",
+		}, []string{"result"}),
+		AcquireSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fenceproxy_lock_acquire_seconds", Help: "LOCK.ACQUIRE latency, waiting included.", Buckets: latencyBuckets,
+		}),
+		Renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_lock_renewals_total", Help: "LOCK.RENEW requests by result.",
+		}, []string{"result"}),
+		Releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_lock_releases_total", Help: "LOCK.RELEASE requests by result.",
+		}, []string{"result"}),
+		FenceChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_fence_checks_total", Help: "FENCE.CHECK requests by result (stale: a newer token exists).",
+		}, []string{"result"}),
+		ReplicaAckSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fenceproxy_replica_ack_seconds", Help: "Time for a lock write and its WAIT for replica acknowledgements.", Buckets: latencyBuckets,
+		}),
+		ReplicaShortfalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_replica_shortfalls_total", Help: "Lock writes that fewer than --min-replicas replicas acknowledged in time.",
+		}),
+		FsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fenceproxy_fence_store_sync_seconds", Help: "Fence store synced-commit latency.", Buckets: latencyBuckets,
+		}),
+		PassthroughCommands: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_passthrough_commands_total", Help: "Commands forwarded to Redis.",
+		}),
+		PassthroughSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fenceproxy_passthrough_seconds", Help: "Forwarded command latency, proxy to Redis and back.", Buckets: latencyBuckets,
+		}),
+		ConnectedClients: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenceproxy_connected_clients", Help: "Open client connections.",
+		}),
+		LockWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenceproxy_lock_waiters", Help: "LOCK.ACQUIRE requests waiting for a resource.",
+		}),
+	}
+	f(m.Acquires)
+	f(m.AcquireSeconds)
+	f(m.Renewals)
+	f(m.Releases)
+	f(m.FenceChecks)
+	f(m.ReplicaAckSeconds)
+	f(m.ReplicaShortfalls)
+	f(m.FsyncSeconds)
+	f(m.PassthroughCommands)
+	f(m.PassthroughSeconds)
+	f(m.ConnectedClients)
+	f(m.LockWaiters)
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Server serves /metrics, /healthz (the process is up) and /readyz (health
+// returns nil: the backend and the fence store are usable).
+type Server struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Listen binds addr and starts serving in the background.
+func (m *Metrics) Listen(addr string, ready func() error) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // the listener closed under us; nothing to report to
+		}
+	}()
+	return s, nil
+}
+
+// Addr is where the server listens.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server.
+func (s *Server) Close(ctx context.Context) error { return s.srv.Shutdown(ctx) }

@@ -1,0 +1,93 @@
+// Package persist is fenceproxy's fence store: it issues fencing tokens and
+// remembers, for each resource, the newest token granted on it. It keeps both
+// in a Pebble database under --data-dir, so that neither kill -9 of fenceproxy
+// nor the loss of every Redis key can make a token go back.
+//
+// # The fencing invariant
+//
+// Every token NextToken returns is strictly greater than every token returned
+// before it, by this process or by any earlier process on the same directory.
+// Tokens are global (one counter for all resources), so per-resource
+// monotonicity follows: the lock manager asks for a fresh token on every grant.
+//
+// # Invariants
+//
+// The store keeps two keys families in Pebble:
+//
+//	m/bound       8-byte big-endian: the durable token bound
+//	t/<resource>  8-byte big-endian: newest token recorded for resource
+//
+// and, in memory, last (the counter) and bound (a copy of the synced m/bound).
+//
+//  1. No token above the durable bound. NextToken returns t only if t <= a value
+//     of m/bound whose pebble.Sync commit has returned success. m/bound only
+//     grows, so every token ever returned is <= the m/bound on disk.
+//  2. Open starts above the bound. Open reads m/bound = B, durably writes
+//     B+ReserveWindow, and sets last = B before it returns. By (1) every token
+//     an earlier process returned is <= B < every token this one returns.
+//     Within a process last is an atomic counter. (1) and (2) give the fencing
+//     invariant. When last reaches bound, the caller that crossed it writes a
+//     new bound (last+ReserveWindow) with pebble.Sync before returning: one
+//     fsync per ReserveWindow tokens, not one per token (Hi/Lo allocation).
+//  3. A Record is a max. t/<resource> is written with a Pebble merge operator
+//     whose result is the maximum of its operands, so the stored value is the
+//     max of every Record ever applied, whatever the order of concurrent
+//     commits or of WAL replay. Record returns nil only after its batch is
+//     synced; no read is needed and no lock is held across the commit, so
+//     concurrent Records share fsyncs (Pebble group-commits synced batches).
+//  4. Recorded <= issued. Record rejects a token above the last issued one, so
+//     every t/ value is <= m/bound and, by (2), below every later token.
+//  5. The cache never hides a Record. A cached entry starts as a value read
+//     from Pebble and is raised (max) by every Record after its sync. A Pebble
+//     read races with a Record only through a per-shard write epoch: a miss
+//     fills the cache only if no Record touched that shard during the read.
+//     So Newest(r) >= the token of every Record(r) that returned nil before
+//     Newest was called. (Newest may also see a Record still in flight: Pebble
+//     makes a batch visible before its fsync completes.)
+//  6. Fail-stop. If any synced commit fails (disk full, I/O error) or Pebble
+//     reports a fatal error, the failing call returns an error whose outcome
+//     is unknown (its write may or may not be on disk), the cache is not
+//     updated, and every later NextToken, Record and Newest returns
+//     ErrUnhealthy. After a failed fsync the page cache and Pebble's memtable
+//     may hold data that is not on disk; answering from them could regress a
+//     token after a crash. Restarting the process recovers: Open re-reserves
+//     above whatever bound did reach the disk.
+//
+// # What survives a crash
+//
+// Only what a successful pebble.Sync commit wrote:
+//
+//   - m/bound as of the last successful reservation (Open or a NextToken that
+//     crossed the bound). Tokens between the last one returned and that bound
+//     are skipped forever: a restart skips at most ReserveWindow tokens, so the
+//     2^63-1 tokens that fit a RESP integer last 2^43 restarts at the default.
+//   - t/<resource> for every Record that returned nil. A Record that returned
+//     an error or had not returned may or may not have survived.
+//   - Nothing in memory: the counter and the cache are rebuilt from disk.
+//
+// # Memory
+//
+// The newest-token cache is a sharded LRU bounded to Options.CacheEntries
+// entries, however many resources have ever been recorded. One entry costs
+// about 100 bytes plus the resource length (at most MaxResourceLen), so the
+// default 65536 entries take about 10 MB for 64-byte resources and at most
+// about 40 MB. Pebble adds its own block cache (8 MB) and memtables (4 MB each).
+//
+// # Rejected designs
+//
+// Read-max-write under a striped mutex released before the commit is wrong:
+// A reads 5 and writes 7, B reads 5 and writes 6, the commits land 7 then 6.
+// Holding the stripe across the synced commit is correct but serializes the
+// fsyncs of unrelated resources that share a stripe. The max merge operator
+// needs neither. One fsync per token (a synced counter) was dropped for (2).
+//
+// # Concurrency
+//
+// NextToken, Record, Newest and Stats are safe for concurrent use. Close must
+// not run concurrently with them; calls after Close return ErrClosed. Lock
+// order: reserveMu (token reservations) and the cache shard mutexes are never
+// held together; shard mutexes are leaves and are never held during I/O.
+//
+// The merge operator's name ("fenceproxy.max_u64_be.v1") is stored in the
+// database: Pebble refuses to open the directory with any other merger.
+package persist

@@ -1,0 +1,111 @@
+package persist
+
+import (
+	"io"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Record durably stores, for each grant, Resource's newest token =
+// max(stored, Token), in ONE Pebble batch committed with pebble.Sync, so
+// concurrent callers share fsyncs (Pebble group-commits synced batches). It
+// returns only after the sync; only then are the cache entries raised.
+//
+// Record is safe for concurrent use, including concurrent Records of the same
+// resource, in any order: the max is taken by a merge operator (invariant 3),
+// so no lock is held across the commit. Every token must be in
+// 1..Stats().LastIssued (ErrBadToken) and every resource 1..MaxResourceLen
+// bytes (ErrBadResource); nothing is written if one is not. An error after
+// the commit started (ErrUnhealthy) means the outcome is unknown.
+func (s *Store) Record(grants ...Grant) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	issued := min(s.last.Load(), s.bound.Load())
+	for _, g := range grants {
+		if err := checkResource(g.Resource); err != nil {
+			return err
+		}
+		if g.Token == 0 || g.Token > issued {
+			return ErrBadToken
+		}
+	}
+	if len(grants) == 0 {
+		return nil
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, g := range grants {
+		if err := b.Merge(tokenKey(g.Resource), encodeToken(g.Token), nil); err != nil {
+			return err
+		}
+	}
+	if err := s.commitSync(b); err != nil {
+		return err
+	}
+	for _, g := range grants {
+		s.cache.raise(g.Resource, g.Token)
+	}
+	return nil
+}
+
+// Newest returns the newest token recorded for resource, 0 if none. Cache
+// first, then Pebble (invariant 5).
+func (s *Store) Newest(resource []byte) (uint64, error) {
+	if err := checkResource(resource); err != nil {
+		return 0, err
+	}
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	t, epoch, ok := s.cache.get(resource)
+	if ok {
+		return t, nil
+	}
+	t, err := s.get(tokenKey(resource))
+	if err != nil {
+		return 0, err
+	}
+	// A failure while we read may have left unsynced data visible.
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	s.cache.fill(resource, t, epoch)
+	return t, nil
+}
+
+func checkResource(r []byte) error {
+	if len(r) == 0 || len(r) > MaxResourceLen {
+		return ErrBadResource
+	}
+	return nil
+}
+
+func tokenKey(resource []byte) []byte {
+	k := make([]byte, 0, 2+len(resource))
+	return append(append(k, "t/"...), resource...)
+}
+
+// maxMerger makes t/<resource> the maximum of every token merged into it.
+// Its name is stored in the database; never change it.
+var maxMerger = &pebble.Merger{
+	Name: "fenceproxy.max_u64_be.v1",
+	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
+		m := &maxValueMerger{}
+		return m, m.MergeNewer(value)
+	},
+}
+
+type maxValueMerger struct{ max uint64 }
+
+func (m *maxValueMerger) MergeNewer(value []byte) error {
+	t, err := decodeToken(value)
+	m.max = max(m.max, t)
+	return err
+}
+
+func (m *maxValueMerger) MergeOlder(value []byte) error { return m.MergeNewer(value) }
+
+func (m *maxValueMerger) Finish(bool) ([]byte, io.Closer, error) {
+	return encodeToken(m.max), nil, nil
+}

@@ -1,0 +1,264 @@
+package persist
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+const (
+	// MaxResourceLen is the longest resource the store accepts, in bytes.
+	MaxResourceLen = 512
+	// MaxToken is the largest token ever issued: tokens travel as RESP
+	// integers, which are signed 64-bit.
+	MaxToken = math.MaxInt64
+
+	defaultCacheEntries  = 65536
+	defaultReserveWindow = 1 << 20
+)
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// CacheEntries bounds the in-memory newest-token cache (LRU). Default 65536.
+	CacheEntries int
+	// ReserveWindow is how many tokens one durable reservation covers. Default 1<<20.
+	ReserveWindow uint64
+	// FS lets tests use vfs.NewCrashableMem(); nil means the real disk (vfs.Default).
+	FS vfs.FS
+	// ObserveSync, if set, is called with the duration of every synced Pebble
+	// commit (for an fsync-latency histogram). It must be cheap and safe for
+	// concurrent use.
+	ObserveSync func(time.Duration)
+	// Logger receives Pebble's messages and the store's own; nil discards them.
+	Logger *slog.Logger
+}
+
+// Grant is one (resource, token) pair for Record.
+type Grant struct {
+	Resource []byte
+	Token    uint64
+}
+
+// Stats is a snapshot for metrics and INFO.
+type Stats struct {
+	CacheEntries  int    // entries in the newest-token cache
+	CacheHits     uint64 // Newest calls answered from the cache
+	CacheMisses   uint64 // Newest calls that read Pebble
+	ReservedBound uint64 // durable token bound (m/bound)
+	LastIssued    uint64 // greatest token that may have been returned by NextToken
+	SyncedCommits uint64 // pebble.Sync commits made (Records + reservations); fsyncs may be fewer
+	Healthy       bool   // false after a failed sync (invariant 6)
+}
+
+// Store is the fence store. See the package doc for its invariants.
+type Store struct {
+	opts  Options
+	log   *slog.Logger
+	db    *pebble.DB
+	lock  *pebble.Lock
+	cache *cache
+
+	last  atomic.Uint64 // last token taken from the counter (may pass bound transiently)
+	bound atomic.Uint64 // synced m/bound
+
+	reserveMu sync.Mutex // serializes bound reservations (NextToken's slow path)
+
+	syncs  atomic.Uint64
+	broken atomic.Pointer[error] // set once by fail
+	closed atomic.Bool
+}
+
+// Open opens (creating if missing) the store in dir. It reloads the persisted
+// token bound and durably reserves a new window above it BEFORE returning, so
+// every token NextToken returns after Open is greater than every token any
+// earlier process could have returned. It returns a clear error if the dir
+// cannot be created, locked (ErrLocked: another fenceproxy holds it) or opened.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.CacheEntries <= 0 {
+		opts.CacheEntries = defaultCacheEntries
+	}
+	if opts.ReserveWindow == 0 {
+		opts.ReserveWindow = defaultReserveWindow
+	}
+	opts.ReserveWindow = min(opts.ReserveWindow, 1<<62)
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{opts: opts, log: opts.Logger, cache: newCache(opts.CacheEntries)}
+
+	// Create the directory ourselves (syncing every new parent, as Pebble
+	// would) so that we can take the lock first and name that failure.
+	if err := mkdirAllSynced(opts.FS, dir); err != nil {
+		return nil, fmt.Errorf("persist: create data dir %q: %w", dir, err)
+	}
+	lock, err := pebble.LockDirectory(dir, opts.FS)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrLocked, dir, err)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{
+		FS:                 opts.FS,
+		FormatMajorVersion: pebble.FormatNewest,
+		Merger:             maxMerger,
+		Lock:               lock,
+		Logger:             pebbleLogger{s},
+	})
+	if err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("persist: open pebble in %q: %w", dir, err)
+	}
+	s.db, s.lock = db, lock
+
+	prev, err := s.get(boundKey)
+	if err == nil {
+		s.last.Store(min(prev, MaxToken))
+		s.reserveMu.Lock()
+		err = s.reserveLocked(prev)
+		s.reserveMu.Unlock()
+	}
+	if err != nil {
+		_ = db.Close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("persist: reserve tokens in %q: %w", dir, err)
+	}
+	s.log.Info("fence store open", "dir", dir, "previous_bound", prev, "bound", s.bound.Load())
+	return s, nil
+}
+
+// Close closes Pebble and releases the directory lock. It must not run
+// concurrently with other methods.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return ErrClosed
+	}
+	err := s.db.Close()
+	if lerr := s.lock.Close(); err == nil {
+		err = lerr
+	}
+	if err != nil {
+		return fmt.Errorf("persist: close: %w", err)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the store's counters.
+func (s *Store) Stats() Stats {
+	st := s.cache.stats()
+	st.ReservedBound = s.bound.Load()
+	st.LastIssued = min(s.last.Load(), st.ReservedBound)
+	st.SyncedCommits = s.syncs.Load()
+	st.Healthy = s.broken.Load() == nil
+	return st
+}
+
+// usable returns nil if the store may serve a call.
+func (s *Store) usable() error {
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// fail makes the store refuse every later call (invariant 6). The first cause wins.
+func (s *Store) fail(cause error) error {
+	err := fmt.Errorf("%w: %w", ErrUnhealthy, cause)
+	if s.broken.CompareAndSwap(nil, &err) {
+		s.log.Error("fence store is now unhealthy; restart fenceproxy", "err", cause)
+	}
+	return *s.broken.Load()
+}
+
+// commitSync applies b with pebble.Sync and reports the outcome under
+// invariant 6: Pebble reports a failed commit through Logger.Fatalf (see
+// pebbleLogger), so after Apply returns we must also check s.broken. A
+// concurrent healthy commit may see the failure too and report it: an error
+// from commitSync means "outcome unknown", never "certainly not written".
+func (s *Store) commitSync(b *pebble.Batch) error {
+	start := time.Now()
+	err := s.db.Apply(b, pebble.Sync)
+	if s.opts.ObserveSync != nil {
+		s.opts.ObserveSync(time.Since(start))
+	}
+	s.syncs.Add(1)
+	if err != nil {
+		return s.fail(err)
+	}
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// get reads one 8-byte value; a missing key reads as 0.
+func (s *Store) get(key []byte) (uint64, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("persist: read %q: %w", key, err)
+	}
+	defer closer.Close()
+	return decodeToken(v)
+}
+
+// pebbleLogger routes Pebble's log to slog. Pebble calls Fatalf when a
+// commit fails (db.go: "pebble: fatal commit error") and then carries on; the
+// default logger would exit the process. We turn it into invariant 6 instead.
+type pebbleLogger struct{ s *Store }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.s.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.s.log.Warn(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	l.s.fail(fmt.Errorf("pebble: "+format, args...))
+}
+
+// mkdirAllSynced creates dir and any missing parents, then syncs the parent
+// of each directory it created so the new entries survive a crash.
+func mkdirAllSynced(fs vfs.FS, dir string) error {
+	if _, err := fs.Stat(dir); err == nil {
+		return nil
+	}
+	var parents []string
+	for p := fs.PathDir(dir); ; p = fs.PathDir(p) {
+		parents = append(parents, p)
+		if _, err := fs.Stat(p); err == nil || fs.PathDir(p) == p {
+			break
+		}
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range parents {
+		d, err := fs.OpenDir(p)
+		if err != nil {
+			return err
+		}
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

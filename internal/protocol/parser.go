@@ -1,0 +1,350 @@
+package protocol
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"math"
+)
+
+// Limits on what one request may claim before a byte of it is stored. The
+// defaults are Redis's own (proto-max-bulk-len 512 MB, PROTO_INLINE_MAX_SIZE
+// 64 KB); the argument count is bounded lower than Redis's INT_MAX because an
+// argument vector is allocated from it.
+type Limits struct {
+	MaxBulkLen   int64 // longest single argument, bytes
+	MaxArgs      int   // most arguments in one multibulk request
+	MaxInlineLen int   // longest inline request or header line, bytes
+}
+
+// DefaultLimits are Redis's defaults, with MaxArgs at 1M arguments.
+var DefaultLimits = Limits{
+	MaxBulkLen:   512 << 20,
+	MaxArgs:      1 << 20,
+	MaxInlineLen: 64 << 10,
+}
+
+// ProtocolError is a malformed request. Its text is the one Redis gives
+// (after "ERR "); the connection must be closed after replying, as Redis does,
+// because the rest of the stream can no longer be framed.
+type ProtocolError struct{ msg string }
+
+func (e *ProtocolError) Error() string { return "Protocol error: " + e.msg }
+
+var (
+	errTooBigInline     = &ProtocolError{"too big inline request"}
+	errUnbalancedQuotes = &ProtocolError{"unbalanced quotes in request"}
+	errTooBigMbulkCount = &ProtocolError{"too big mbulk count string"}
+	errInvalidMbulkLen  = &ProtocolError{"invalid multibulk length"}
+	errTooBigBulkCount  = &ProtocolError{"too big bulk count string"}
+	errInvalidBulkLen   = &ProtocolError{"invalid bulk length"}
+)
+
+// Reader parses client requests, multibulk or inline, from a buffered stream.
+//
+// Arguments returned by ReadCommand point into the Reader's own storage and
+// stay valid only until the next ReadCommand: whoever keeps one must copy it.
+type Reader struct {
+	rd     *bufio.Reader
+	limits Limits
+	args   [][]byte
+	arena  []byte
+	long   []byte
+}
+
+// NewReader returns a Reader over rd with the given limits.
+func NewReader(rd *bufio.Reader, limits Limits) *Reader {
+	return &Reader{rd: rd, limits: limits}
+}
+
+// Buffered reports how many bytes are already read from the socket but not
+// yet parsed: zero means the next ReadCommand will block on the network.
+func (r *Reader) Buffered() int { return r.rd.Buffered() }
+
+// ReadCommand returns the next non-empty request. Empty requests (a bare
+// newline, "*0", "*-1") are skipped as Redis skips them. A *ProtocolError
+// means the stream is unusable; any other error is the connection's.
+func (r *Reader) ReadCommand() ([][]byte, error) {
+	for {
+		b, err := r.rd.Peek(1)
+		if err != nil {
+			return nil, err
+		}
+		var args [][]byte
+		if b[0] == '*' {
+			args, err = r.readMultibulk()
+		} else {
+			args, err = r.readInline()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(args) > 0 {
+			return args, nil
+		}
+	}
+}
+
+// readLine returns one CRLF- or LF-terminated line without its terminator,
+// refusing lines longer than MaxInlineLen with tooBig. The line is valid until
+// the next read; a line longer than the socket buffer is gathered in r.long.
+func (r *Reader) readLine(tooBig error) ([]byte, error) {
+	line, err := r.rd.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		r.long = append(r.long[:0], line...)
+		for err == bufio.ErrBufferFull && len(r.long) <= r.limits.MaxInlineLen {
+			line, err = r.rd.ReadSlice('\n')
+			r.long = append(r.long, line...)
+		}
+		line = r.long
+	}
+	if len(line) > r.limits.MaxInlineLen+2 || err == bufio.ErrBufferFull {
+		return nil, tooBig
+	}
+	if err != nil {
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+func (r *Reader) readMultibulk() ([][]byte, error) {
+	line, err := r.readLine(errTooBigMbulkCount)
+	if err != nil {
+		return nil, err
+	}
+	count, ok := parseInt(line[1:])
+	if !ok || count > int64(r.limits.MaxArgs) {
+		return nil, errInvalidMbulkLen
+	}
+	if count <= 0 {
+		return nil, nil
+	}
+	r.args = r.args[:0]
+	r.arena = r.arena[:0]
+	// Arguments are appended to one arena and sliced out afterwards, so a
+	// request costs no allocation once the arena has grown to fit.
+	ends := make([]int, 0, min(count, 64))
+	for i := int64(0); i < count; i++ {
+		line, err := r.readLine(errTooBigBulkCount)
+		if err != nil {
+			return nil, err
+		}
+		if len(line) == 0 || line[0] != '$' {
+			got := "\\n"
+			if len(line) > 0 {
+				got = string(line[0])
+			}
+			return nil, &ProtocolError{"expected '$', got '" + got + "'"}
+		}
+		n, ok := parseInt(line[1:])
+		if !ok || n < 0 || n > r.limits.MaxBulkLen {
+			return nil, errInvalidBulkLen
+		}
+		if err := r.readBulk(int(n)); err != nil {
+			return nil, err
+		}
+		ends = append(ends, len(r.arena))
+	}
+	start := 0
+	for _, end := range ends {
+		r.args = append(r.args, r.arena[start:end:end])
+		start = end
+	}
+	return r.args, nil
+}
+
+// readBulk appends n bytes of payload to the arena and skips the two bytes
+// after it (Redis does not check that they are CRLF either). It grows the arena
+// as data arrives, so a header that claims 512 MB costs nothing until sent.
+func (r *Reader) readBulk(n int) error {
+	const chunk = 1 << 20
+	for n > 0 {
+		step := min(n, chunk)
+		at := len(r.arena)
+		r.arena = append(r.arena, make([]byte, step)...)
+		if _, err := io.ReadFull(r.rd, r.arena[at:]); err != nil {
+			return eofToUnexpected(err)
+		}
+		n -= step
+	}
+	if _, err := r.rd.Discard(2); err != nil {
+		return eofToUnexpected(err)
+	}
+	return nil
+}
+
+func eofToUnexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func (r *Reader) readInline() ([][]byte, error) {
+	line, err := r.readLine(errTooBigInline)
+	if err != nil {
+		return nil, err
+	}
+	r.args = r.args[:0]
+	r.arena = append(r.arena[:0], line...)
+	return splitArgs(r.arena, r.args)
+}
+
+// splitArgs splits an inline request the way Redis's sdssplitargs does:
+// spaces separate arguments; "double quotes" allow \n \r \t \b \a \\ \" and
+// \xHH escapes; 'single quotes' allow \'. A closing quote must be followed by
+// a space or the end. It rewrites line in place.
+func splitArgs(line []byte, args [][]byte) ([][]byte, error) {
+	p := 0
+	for {
+		for p < len(line) && isSpace(line[p]) {
+			p++
+		}
+		if p == len(line) {
+			return args, nil
+		}
+		start, w := p, p // w writes the unescaped argument over the input
+		inDouble, inSingle := false, false
+		for done := false; !done; {
+			switch {
+			case inDouble:
+				if p == len(line) {
+					return nil, errUnbalancedQuotes
+				}
+				c := line[p]
+				if c == '\\' && p+3 < len(line) && line[p+1] == 'x' && isHex(line[p+2]) && isHex(line[p+3]) {
+					line[w] = unhex(line[p+2])<<4 | unhex(line[p+3])
+					p += 3
+				} else if c == '\\' && p+1 < len(line) {
+					p++
+					line[w] = unescape(line[p])
+				} else if c == '"' {
+					if p+1 < len(line) && !isSpace(line[p+1]) {
+						return nil, errUnbalancedQuotes
+					}
+					done = true
+					p++
+					continue
+				} else {
+					line[w] = c
+				}
+				w++
+				p++
+			case inSingle:
+				if p == len(line) {
+					return nil, errUnbalancedQuotes
+				}
+				c := line[p]
+				if c == '\\' && p+1 < len(line) && line[p+1] == '\'' {
+					p++
+					line[w] = '\''
+				} else if c == '\'' {
+					if p+1 < len(line) && !isSpace(line[p+1]) {
+						return nil, errUnbalancedQuotes
+					}
+					done = true
+					p++
+					continue
+				} else {
+					line[w] = c
+				}
+				w++
+				p++
+			default:
+				if p == len(line) || isSpace(line[p]) {
+					done = true
+					continue
+				}
+				switch line[p] {
+				case '"':
+					inDouble = true
+				case '\'':
+					inSingle = true
+				default:
+					line[w] = line[p]
+					w++
+				}
+				p++
+			}
+		}
+		args = append(args, line[start:w:w])
+	}
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f' || c == 0
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	default:
+		return c - 'A' + 10
+	}
+}
+
+func unescape(c byte) byte {
+	switch c {
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	case 'b':
+		return '\b'
+	case 'a':
+		return '\a'
+	default:
+		return c
+	}
+}
+
+// parseInt parses a decimal integer the way Redis's string2ll does: no sign
+// but a leading '-', no spaces, no leading zeros, no empty string.
+func parseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	if len(b) > 1 && (b[0] == '0' || (b[0] == '-' && b[1] == '0')) {
+		return 0, false
+	}
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+		if len(b) == 0 {
+			return 0, false
+		}
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n > (math.MaxUint64-9)/10 {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	if neg {
+		if n > math.MaxInt64+1 {
+			return 0, false
+		}
+		return -int64(n), true
+	}
+	if n > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(n), true
+}

@@ -1,0 +1,53 @@
+package protocol
+
+import "sync"
+
+// Pending is the reply to one request, filled in by whoever serves it.
+//
+// The server appends RESP bytes to Buf and then calls Done exactly once, from
+// any goroutine. After Done, neither Buf nor the Pending may be touched: the
+// connection reuses both for a later request.
+type Pending struct {
+	Buf  []byte
+	done *sync.WaitGroup
+}
+
+// Done marks the reply complete.
+func (p *Pending) Done() { p.done.Done() }
+
+// maxRetainedReply is the largest reply buffer a connection keeps for reuse;
+// a larger one (a big GET, say) is dropped so idle connections stay small.
+const maxRetainedReply = 64 << 10
+
+// batch is the ordered list of replies a connection owes its client.
+type batch struct {
+	wg      sync.WaitGroup
+	replies []*Pending
+	n       int
+}
+
+// next returns the Pending for the next request, in order.
+func (b *batch) next() *Pending {
+	if b.n == len(b.replies) {
+		b.replies = append(b.replies, &Pending{done: &b.wg})
+	}
+	p := b.replies[b.n]
+	p.Buf = p.Buf[:0]
+	b.n++
+	b.wg.Add(1)
+	return p
+}
+
+// appendTo waits for every reply in the batch, appends them to out in order,
+// and empties the batch.
+func (b *batch) appendTo(out []byte) []byte {
+	b.wg.Wait()
+	for _, p := range b.replies[:b.n] {
+		out = append(out, p.Buf...)
+		if cap(p.Buf) > maxRetainedReply {
+			p.Buf = nil
+		}
+	}
+	b.n = 0
+	return out
+}

@@ -1,0 +1,172 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// exitWait bounds every wait for a process to exit after a signal.
+const exitWait = 10 * time.Second
+
+// proc is one started child process. Wait is always called, by the goroutine
+// started in startProc; done is closed when it returns.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // the result of cmd.Wait; read only after done is closed
+}
+
+// startProc starts bin with args, its stdout and stderr going to out, in a
+// process group of its own and with SIGKILL as its parent-death signal.
+//
+// Pdeathsig fires when the OS thread that forked the child exits, not when
+// the process does, so the goroutine that starts the child locks its thread
+// and keeps it until the child has been waited for.
+func startProc(bin string, args []string, dir string, out *os.File) (*proc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout = out
+	cmd.Stderr = out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// exited reports whether the process has exited and been waited for.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process group of p, which is p's own pid. It is a
+// no-op once p has exited, so a recycled pid is never signalled.
+func (p *proc) signal(sig syscall.Signal) {
+	if p.exited() {
+		return
+	}
+	_ = syscall.Kill(-p.pid(), sig)
+}
+
+// wait waits up to d for p to exit and reports whether it did.
+func (p *proc) wait(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// kill sends SIGKILL to p's group and waits for p to exit.
+func (p *proc) kill() error {
+	p.signal(syscall.SIGKILL)
+	if !p.wait(exitWait) {
+		return fmt.Errorf("testenv: pid %d did not exit within %v of SIGKILL", p.pid(), exitWait)
+	}
+	return nil
+}
+
+// exitCode is p's exit code, or -1 if it was ended by a signal. Only valid
+// after p has exited.
+func (p *proc) exitCode() int { return p.cmd.ProcessState.ExitCode() }
+
+// errExited is how waitReady reports that the process exited
+// before it became ready.
+var errExited = errors.New("testenv: process exited before it answered PING")
+
+// waitReady polls addr with PING until it answers +PONG, p exits, or the
+// deadline passes.
+func waitReady(p *proc, addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	var last error
+	for {
+		if p.exited() {
+			return fmt.Errorf("%w (%v)", errExited, p.cmd.ProcessState)
+		}
+		if last = ping(addr); last == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testenv: %s did not answer PING within %v: %v", addr, d, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ping sends one PING to addr and expects +PONG.
+func ping(addr string) error {
+	c, err := dialConn(addr, 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	reply, err := c.TryDo("PING")
+	if err != nil {
+		return err
+	}
+	if string(reply) != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", reply)
+	}
+	return nil
+}
+
+// portTaken reports whether the process could not bind its port.
+func portTaken(log string) bool {
+	l := strings.ToLower(log)
+	return strings.Contains(l, "address already in use")
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	b = bytes.TrimRight(b, "\n")
+	lines := bytes.Split(b, []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// dialable reports whether something accepts connections on addr.
+func dialable(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}

@@ -1,0 +1,257 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// redisWait bounds the wait for redis-server to answer PING and for a
+// replica's link to come up.
+const redisWait = 10 * time.Second
+
+// RedisOptions configures StartRedis.
+type RedisOptions struct {
+	// Args are extra redis-server arguments, appended after testenv's own
+	// (so a later "--save 60 1" overrides testenv's "--save ''").
+	Args []string
+}
+
+// Redis is one redis-server process on 127.0.0.1.
+type Redis struct {
+	Addr string // "127.0.0.1:Port"
+	Port int
+	Dir  string // its working dir: redis.log, and any RDB a replica received
+
+	bin    string
+	args   []string
+	master *Redis // the master it replicates, or nil
+
+	mu sync.Mutex
+	p  *proc
+}
+
+// StartRedis starts redis-server on 127.0.0.1:<free port> with no
+// persistence, its own temp dir and its log in that dir, and waits until it
+// answers PING (deadline 10s). t.Cleanup kills it.
+func StartRedis(t testing.TB, opts RedisOptions) *Redis {
+	t.Helper()
+	return startRedis(t, opts.Args, nil)
+}
+
+// StartReplica starts a redis-server replicating master and waits until its
+// master_link_status is up and master lists it as an online replica.
+func StartReplica(t testing.TB, master *Redis) *Redis {
+	t.Helper()
+	if master.master != nil {
+		t.Fatalf("testenv: StartReplica: %s is itself a replica; chained replicas are not supported", master.Addr)
+	}
+	return startRedis(t, nil, master)
+}
+
+func startRedis(t testing.TB, extra []string, master *Redis) *Redis {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found: apt-get install -y redis-server")
+	}
+	r := &Redis{Dir: t.TempDir(), bin: bin, master: master}
+	t.Cleanup(r.Kill) // after TempDir's cleanup is registered, so it runs first
+	for attempt := 1; ; attempt++ {
+		r.Port = FreePort(t)
+		r.Addr = fmt.Sprintf("127.0.0.1:%d", r.Port)
+		r.args = []string{
+			"--port", strconv.Itoa(r.Port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--daemonize", "no",
+			"--dir", r.Dir,
+			"--logfile", r.logPath(),
+			"--dbfilename", "dump.rdb",
+			// Redis 7 waits 5s before a diskless full sync by default.
+			"--repl-diskless-sync-delay", "0",
+			"--enable-debug-command", "local",
+		}
+		if master != nil {
+			r.args = append(r.args, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+		}
+		r.args = append(r.args, extra...)
+		err := r.start()
+		if err == nil {
+			break
+		}
+		if attempt < 3 && errors.Is(err, errPortTaken) {
+			continue
+		}
+		t.Fatalf("testenv: starting redis-server on %s: %v\n--- last lines of %s ---\n%s",
+			r.Addr, err, r.logPath(), tail(r.logPath(), 20))
+	}
+	if master != nil {
+		r.waitLinkUp(t)
+	}
+	return r
+}
+
+func (r *Redis) logPath() string { return filepath.Join(r.Dir, "redis.log") }
+
+var errPortTaken = errors.New("testenv: port already in use")
+
+// start runs redis-server with r.args and waits for PING.
+func (r *Redis) start() error {
+	// redis-server writes to its logfile, except for errors in its arguments,
+	// which go to stderr: send those to the same file.
+	out, err := os.OpenFile(r.logPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	p, err := startProc(r.bin, r.args, r.Dir, out)
+	out.Close()
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.p = p
+	r.mu.Unlock()
+	if err := waitReady(p, r.Addr, redisWait); err != nil {
+		_ = p.kill()
+		if log, _ := os.ReadFile(r.logPath()); portTaken(string(log)) {
+			return fmt.Errorf("%w: %v", errPortTaken, err)
+		}
+		return err
+	}
+	return nil
+}
+
+func (r *Redis) proc() *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.p
+}
+
+// Pid is the pid of the current redis-server process.
+func (r *Redis) Pid() int { return r.proc().pid() }
+
+// Kill sends SIGKILL and waits for the process to exit. It is a no-op if it
+// has already exited.
+func (r *Redis) Kill() {
+	if p := r.proc(); p != nil {
+		if err := p.kill(); err != nil {
+			panic(err) // a SIGKILLed process that does not exit: nothing sane to do
+		}
+	}
+}
+
+// Stop sends SIGSTOP: the process keeps its port but answers nothing.
+func (r *Redis) Stop() { r.proc().signal(syscall.SIGSTOP) }
+
+// Cont sends SIGCONT after Stop.
+func (r *Redis) Cont() { r.proc().signal(syscall.SIGCONT) }
+
+// Restart kills the process if it is running and starts redis-server again
+// on the same port with the same arguments and empty data. A replica
+// replicates its master again (a full resync) and Restart waits for its link
+// as StartReplica does. A restarted master's replicas reconnect on their own;
+// use WaitReplicas to wait for them.
+func (r *Redis) Restart(t testing.TB) {
+	t.Helper()
+	r.Kill()
+	// A replica keeps the RDB of its last full sync in Dir; a restart must
+	// not load it.
+	for _, name := range []string{"dump.rdb", "appendonlydir"} {
+		if err := os.RemoveAll(filepath.Join(r.Dir, name)); err != nil {
+			t.Fatalf("testenv: Restart: %v", err)
+		}
+	}
+	temps, _ := filepath.Glob(filepath.Join(r.Dir, "temp-*.rdb"))
+	for _, f := range temps {
+		os.Remove(f)
+	}
+	deadline := time.Now().Add(redisWait)
+	for {
+		err := r.start()
+		if err == nil {
+			break
+		}
+		if errors.Is(err, errPortTaken) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		t.Fatalf("testenv: restarting redis-server on %s: %v\n--- last lines of %s ---\n%s",
+			r.Addr, err, r.logPath(), tail(r.logPath(), 20))
+	}
+	if r.master != nil {
+		r.waitLinkUp(t)
+	}
+}
+
+// WaitReplicas waits (deadline 10s) until r, a master, lists at least n
+// replicas as online.
+func (r *Redis) WaitReplicas(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(redisWait)
+	var info string
+	for {
+		var err error
+		info, err = infoReplication(r.Addr)
+		if err == nil && strings.Count(info, ",state=online,") >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: %s did not list %d online replicas within %v (err %v):\n%s",
+				r.Addr, n, redisWait, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitLinkUp waits until replica r reports master_link_status:up and its
+// master lists it, by port, as online.
+func (r *Redis) waitLinkUp(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(redisWait)
+	online := regexp.MustCompile(`(?m)^slave\d+:ip=127\.0\.0\.1,port=` + strconv.Itoa(r.Port) + `,state=online,`)
+	var replicaInfo, masterInfo string
+	var err error
+	for {
+		replicaInfo, err = infoReplication(r.Addr)
+		if err == nil && strings.Contains(replicaInfo, "master_link_status:up") {
+			masterInfo, err = infoReplication(r.master.Addr)
+			if err == nil && online.MatchString(masterInfo) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: replica %s of %s not up within %v (err %v)\n--- replica INFO ---\n%s\n--- master INFO ---\n%s\n--- last lines of %s ---\n%s",
+				r.Addr, r.master.Addr, redisWait, err, replicaInfo, masterInfo, r.logPath(), tail(r.logPath(), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// infoReplication returns the text of INFO replication at addr.
+func infoReplication(addr string) (string, error) {
+	c, err := dialConn(addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	reply, err := c.TryDo("INFO", "replication")
+	if err != nil {
+		return "", err
+	}
+	body, ok := ParseBulk(reply)
+	if !ok {
+		return "", fmt.Errorf("INFO replied %q", reply)
+	}
+	return strings.ReplaceAll(string(body), "\r\n", "\n"), nil
+}
