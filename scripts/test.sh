@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# test.sh: install what the tests need, then run them all.
+#
+#   scripts/test.sh            vet, every test with the race detector, and a
+#                              short run of every fuzz target
+#   FUZZTIME=60s scripts/test.sh   fuzz longer
+#
+# The tests start their own redis-server processes on free loopback ports
+# and build fenceproxy themselves; nothing needs to be running first.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need_redis() {
+	command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null
+}
+if ! need_redis; then
+	if [[ $(id -u) -eq 0 ]]; then
+		echo "test: installing redis-server and redis-tools with apt-get"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -q >/dev/null
+		apt-get install -y -q redis-server redis-tools >/dev/null
+	else
+		echo "test: redis-server, redis-cli and redis-benchmark are needed: sudo apt-get install -y redis-server redis-tools" >&2
+		exit 1
+	fi
+fi
+command -v go >/dev/null || {
+	echo "test: Go is needed (https://go.dev/dl/, the version in go.mod)" >&2
+	exit 1
+}
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 15m ./...
+
+echo "== fuzz targets, ${FUZZTIME:=5s} each"
+# Each target is found by its name; the committed corpus under testdata/fuzz
+# runs as part of the ordinary tests above as well.
+while read -r file; do
+	pkg=./$(dirname "$file")
+	for target in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$file" | awk '{print $2}'); do
+		echo "-- $target ($pkg)"
+		go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg"
+	done
+done < <(grep -rlE '^func Fuzz' --include='*_test.go' internal cmd 2>/dev/null || true)
+echo "== all tests passed"
