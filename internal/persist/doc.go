@@ -12,7 +12,7 @@
 //
 // # Invariants
 //
-// The store keeps two keys families in Pebble:
+// The store keeps two key families in Pebble:
 //
 //	m/bound       8-byte big-endian: the durable token bound
 //	t/<resource>  8-byte big-endian: newest token recorded for resource

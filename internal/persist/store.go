@@ -228,8 +228,22 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 }
 
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	l.s.fail(fmt.Errorf("pebble: "+format, args...))
+	f := fatalError{msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			f.errs = append(f.errs, err) // keep the cause for errors.Is
+		}
+	}
+	l.s.fail(f)
 }
+
+type fatalError struct {
+	msg  string
+	errs []error
+}
+
+func (f fatalError) Error() string   { return f.msg }
+func (f fatalError) Unwrap() []error { return f.errs }
 
 // mkdirAllSynced creates dir and any missing parents, then syncs the parent
 // of each directory it created so the new entries survive a crash.
