@@ -43,6 +43,7 @@ type config struct {
 	cacheEntries    int
 	shutdownTimeout time.Duration
 	logLevel        string
+	pprof           bool
 }
 
 func parseFlags(args []string) (config, error) {
@@ -62,6 +63,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.cacheEntries, "token-cache", 65536, "resources whose newest token is cached in memory")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -163,7 +165,7 @@ func run(cfg config) error {
 	srv.OnConnect = func(delta int) { m.ConnectedClients.Add(float64(delta)) }
 
 	if cfg.metricsListen != "" {
-		ms, err := m.Listen(cfg.metricsListen, func() error {
+		ms, err := m.Listen(cfg.metricsListen, cfg.pprof, func() error {
 			if !master.Up() {
 				return errors.New("backend Redis unreachable")
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -138,6 +139,11 @@ func (c *Conn) writeLoop() {
 		case <-c.done:
 			return
 		}
+		// The wake-up made this goroutine the next to run, ahead of the
+		// client goroutines that the same network poll made ready. Yield
+		// once so they append their requests first and one write carries
+		// them all.
+		runtime.Gosched()
 		c.mu.Lock()
 		buf, nc := c.wbuf, c.nc
 		c.wbuf = spare[:0]

@@ -244,6 +244,8 @@ func (h *Handler) lockError(err error, unknownOutcome string) []byte {
 	case errors.Is(err, persist.ErrUnhealthy), errors.Is(err, persist.ErrClosed):
 		h.opts.Logger.Error("fence store cannot issue tokens", "err", err)
 		return redcon.AppendError(nil, "ERR fenceproxy: the fence store cannot write to disk; no token was issued (see the proxy's log)")
+	case errors.Is(err, persist.ErrExhausted):
+		return redcon.AppendError(nil, "ERR fenceproxy: the token space is exhausted; no token was issued")
 	case errors.As(err, &re):
 		// Redis refused the script, e.g. WRONGTYPE when a client wrote over
 		// an owner record's key.

@@ -9,15 +9,18 @@ import "github.com/redis/go-redis/v9"
 
 // acquireScript: KEYS[1] record; ARGV owner, ttl-ms, new token, newest token
 // known to the fence store. Returns {0, pttl} busy, {1, token} the owner's
-// existing grant (re-armed), {2, token} a new grant. An own record older than
-// the newest token (resurrected by a failover) is replaced, not re-armed.
+// existing grant (re-armed), {2, token} a new grant. The owner's own record is
+// re-armed only if its token lies between the newest recorded and the new
+// one; any other (resurrected by a failover, or written by a proxy with
+// another data dir) is replaced by a new grant, never handed out again.
 var acquireScript = redis.NewScript(`
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] then
   if cur[1] ~= ARGV[1] then
     return {0, redis.call('PTTL', KEYS[1])}
   end
-  if tonumber(cur[2]) >= tonumber(ARGV[4]) then
+  local t = tonumber(cur[2])
+  if t and t >= tonumber(ARGV[4]) and t < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, cur[2]}
   end

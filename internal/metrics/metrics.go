@@ -11,6 +11,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,8 +108,9 @@ type Server struct {
 	ln  net.Listener
 }
 
-// Listen binds addr and starts serving in the background.
-func (m *Metrics) Listen(addr string, ready func() error) (*Server, error) {
+// Listen binds addr and starts serving in the background. With profiling,
+// Go's profiler is served under /debug/pprof/ too.
+func (m *Metrics) Listen(addr string, profiling bool, ready func() error) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -125,6 +127,12 @@ func (m *Metrics) Listen(addr string, ready func() error) (*Server, error) {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
