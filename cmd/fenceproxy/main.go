@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/commands"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
@@ -106,6 +108,9 @@ func run(cfg config) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(logger)
+	// go-redis logs dial failures itself; they reach the operator through our
+	// own errors and log lines instead.
+	redis.SetLogger(quietRedisLogger{logger})
 	m := metrics.New()
 
 	// The port first: it is the cheapest check and the likeliest clash.
@@ -185,7 +190,7 @@ func run(cfg config) error {
 		"listen", ln.Addr().String(), "backend", master.Addr, "mode", be.Mode(),
 		"redis_version", version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
 		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
-		"data_dir", cfg.dataDir, "metrics", cfg.metricsListen)
+		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "metrics", cfg.metricsListen)
 	if len(replicas) < cfg.minReplicas {
 		logger.Warn("fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS until enough replicas are online",
 			"replicas_seen", len(replicas), "min_replicas", cfg.minReplicas)
@@ -208,4 +213,11 @@ func run(cfg config) error {
 	case err := <-serveErr:
 		return fmt.Errorf("accepting clients: %v", err)
 	}
+}
+
+// quietRedisLogger sends go-redis's internal messages to the debug log.
+type quietRedisLogger struct{ l *slog.Logger }
+
+func (q quietRedisLogger) Printf(_ context.Context, format string, v ...any) {
+	q.l.Debug("go-redis: " + fmt.Sprintf(format, v...))
 }

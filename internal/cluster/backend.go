@@ -66,7 +66,7 @@ func Connect(ctx context.Context, opts Options) (Backend, error) {
 	}
 	if role != "master" {
 		n.Close()
-		return nil, fmt.Errorf("%s is a %s, not a master: point --backend at the master", addr, role)
+		return nil, fmt.Errorf("%s is a replica, not a master: point --backend at the master", addr)
 	}
 	s := &standalone{master: n, done: make(chan struct{})}
 	go s.watchReplicas(opts.Logger)

@@ -130,7 +130,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("persist: reserve tokens in %q: %w", dir, err)
 	}
-	s.log.Info("fence store open", "dir", dir, "previous_bound", prev, "bound", s.bound.Load())
+	s.log.Debug("fence store open", "dir", dir, "previous_bound", prev, "bound", s.bound.Load())
 	return s, nil
 }
 
