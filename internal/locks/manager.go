@@ -46,7 +46,7 @@ type Options struct {
 type Manager struct {
 	opts    Options
 	serial  serializer
-	waiting waitList
+	waiting waitQueue
 }
 
 // New returns a Manager.
@@ -67,51 +67,55 @@ func (m *Manager) recordKey(resource string) string {
 
 // Acquire grants resource to owner for ttl and returns the fencing token. If
 // owner already holds it, the lease is re-armed and the same token returned.
-// If another owner holds it, Acquire waits up to wait for it to be freed and
-// then returns ErrBusy.
+// If another owner holds it, Acquire waits in line, first come first served,
+// up to wait for it to be freed, and then returns ErrBusy.
 func (m *Manager) Acquire(ctx context.Context, resource, owner string, ttl, wait time.Duration) (uint64, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, ttl)
-		if err != ErrBusy || wait <= 0 {
-			return token, err
-		}
-		remaining := time.Until(deadline)
-		if remaining <= 0 {
-			return 0, ErrBusy
-		}
-		// Sleep until a release here frees it, its lease runs out, or the wait ends.
-		sleep := remaining
-		if leaseLeft > 0 {
-			sleep = min(sleep, leaseLeft+time.Millisecond)
-		}
-		if err := m.waitFreed(ctx, resource, sleep); err != nil {
-			return 0, err
-		}
+	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, ttl, m.waiting.count(resource) > 0)
+	if err != ErrBusy || wait <= 0 {
+		return token, err
 	}
-}
-
-func (m *Manager) waitFreed(ctx context.Context, resource string, d time.Duration) error {
-	freed := m.waiting.add(resource)
+	deadline := time.Now().Add(wait)
+	w := m.waiting.join(resource)
 	m.opts.Metrics.LockWaiters.Inc()
 	defer func() {
-		m.waiting.done(resource, freed)
+		m.waiting.leave(resource, w)
 		m.opts.Metrics.LockWaiters.Dec()
 	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-freed:
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// Sleep until woken (a release here, or promotion to the head of
+		// the line), until the holder's lease runs out (the head only), or
+		// until the wait is over.
+		sleep := time.Until(deadline)
+		if sleep <= 0 {
+			return 0, ErrBusy
+		}
+		if m.waiting.isHead(resource, w) {
+			sleep = min(sleep, leaseLeft+time.Millisecond)
+		}
+		timer.Reset(sleep)
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		if !m.waiting.isHead(resource, w) {
+			continue
+		}
+		token, leaseLeft, err = m.tryAcquire(ctx, resource, owner, ttl, false)
+		if err != ErrBusy {
+			return token, err
+		}
 	}
-	return nil
 }
 
 // tryAcquire makes one attempt. On ErrBusy it also returns the holder's
 // remaining lease (0 if unknown).
-func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl time.Duration) (token uint64, leaseLeft time.Duration, err error) {
+// With othersWaiting, a free resource is not taken (the head of the line has
+// it); only the owner's own re-arm succeeds.
+func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl time.Duration, othersWaiting bool) (token uint64, leaseLeft time.Duration, err error) {
 	unlock := m.serial.lock(resource)
 	defer unlock()
 
@@ -129,7 +133,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	res := node.Write(ctx, cluster.ScriptCall{
 		Script: acquireScript,
 		Keys:   []string{key},
-		Args:   []any{owner, ttl.Milliseconds(), candidate, newest},
+		Args:   []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting},
 	}, true)
 	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
 	if res.Err != nil {
@@ -141,7 +145,13 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	}
 	switch kind {
 	case 0:
-		return 0, time.Duration(value) * time.Millisecond, ErrBusy
+		// The holder's remaining lease; if unknown (no expiry, or free but
+		// promised to the head of the line), look again soon.
+		left := time.Duration(value) * time.Millisecond
+		if left <= 0 {
+			left = 50 * time.Millisecond
+		}
+		return 0, left, ErrBusy
 	case 1:
 		token = uint64(value) // the owner's existing grant, re-armed
 	case 2:
@@ -152,7 +162,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	if res.Acked < m.opts.MinReplicas {
 		m.opts.Metrics.ReplicaShortfalls.Inc()
 		if kind == 2 {
-			m.undo(ctx, node, key, owner, token)
+			m.undo(ctx, node, resource, key, owner, token)
 		}
 		// A re-armed existing grant stays as it was granted; only the
 		// extension may be missing on the replicas.
@@ -161,7 +171,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	if token > newest {
 		if err := m.opts.Store.Record(persist.Grant{Resource: []byte(resource), Token: token}); err != nil {
 			if kind == 2 {
-				m.undo(ctx, node, key, owner, token)
+				m.undo(ctx, node, resource, key, owner, token)
 			}
 			return 0, 0, err
 		}
@@ -170,7 +180,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 }
 
 // undo deletes a grant that will not be replied, if it is still in place.
-func (m *Manager) undo(ctx context.Context, node *cluster.Node, key, owner string, token uint64) {
+func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) {
 	res := node.Write(ctx, cluster.ScriptCall{
 		Script: undoScript,
 		Keys:   []string{key},
@@ -180,7 +190,9 @@ func (m *Manager) undo(ctx context.Context, node *cluster.Node, key, owner strin
 		// The record stays until its lease runs out; it was never replied,
 		// and its token is below every later one.
 		m.opts.Logger.Warn("could not undo an unacknowledged grant; it expires with its lease", "err", res.Err)
+		return
 	}
+	m.waiting.wakeHead(resource)
 }
 
 // Renew re-arms owner's lease on resource to ttl and returns its token.
@@ -232,7 +244,7 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 		return false, err
 	}
 	if n == 1 {
-		m.waiting.wake(resource)
+		m.waiting.wakeHead(resource)
 	}
 	return n == 1, nil
 }

@@ -8,7 +8,8 @@ import "github.com/redis/go-redis/v9"
 // Replies are tables so the manager can tell the three outcomes apart.
 
 // acquireScript: KEYS[1] record; ARGV owner, ttl-ms, new token, newest token
-// known to the fence store. Returns {0, pttl} busy, {1, token} the owner's
+// known to the fence store, and "1" if others wait in line (then only the
+// owner's own re-arm is allowed: no barging). Returns {0, pttl} busy, {1, token} the owner's
 // existing grant (re-armed), {2, token} a new grant. The owner's own record is
 // re-armed only if its token lies between the newest recorded and the new
 // one; any other (resurrected by a failover, or written by a proxy with
@@ -24,6 +25,9 @@ if cur[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, cur[2]}
   end
+end
+if ARGV[5] == '1' then
+  return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

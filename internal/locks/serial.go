@@ -39,62 +39,81 @@ func (s *serializer) lock(resource string) (unlock func()) {
 	}
 }
 
-// waitList lets acquires that wait for a busy resource sleep until a release
-// made through this proxy frees it (expiries are caught by the sleeper's own
-// timer, set from the lease's remaining time).
-type waitList struct {
-	mu      sync.Mutex
-	entries map[string]*waitEntry
+// waitQueue keeps, per resource, the acquires waiting for it in arrival
+// order. Only the head waiter tries the lock: a release wakes it alone (no
+// herd), and when it leaves, by grant or by timeout, the next one becomes
+// head. While anyone waits, an acquire that does not wait may not take the
+// resource past them (see acquireScript's ARGV[5]).
+type waitQueue struct {
+	mu     sync.Mutex
+	queues map[string][]*waiter
 }
 
-type waitEntry struct {
-	freed   chan struct{}
-	waiters int
+type waiter struct {
+	wake chan struct{} // capacity 1: a pending wake-up is never lost
 }
 
-// add registers a waiter and returns the channel closed at the next release.
-func (w *waitList) add(resource string) <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.entries == nil {
-		w.entries = make(map[string]*waitEntry)
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
-	e := w.entries[resource]
-	if e == nil {
-		e = &waitEntry{freed: make(chan struct{})}
-		w.entries[resource] = e
-	}
-	e.waiters++
-	return e.freed
 }
 
-// done unregisters a waiter that stopped waiting.
-func (w *waitList) done(resource string, freed <-chan struct{}) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if e := w.entries[resource]; e != nil && e.freed == freed {
-		if e.waiters--; e.waiters == 0 {
-			delete(w.entries, resource)
+// join appends a waiter for resource.
+func (q *waitQueue) join(resource string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1)}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.queues == nil {
+		q.queues = make(map[string][]*waiter)
+	}
+	q.queues[resource] = append(q.queues[resource], w)
+	return w
+}
+
+// isHead reports whether w is first in line.
+func (q *waitQueue) isHead(resource string, w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.queues[resource]
+	return len(ws) > 0 && ws[0] == w
+}
+
+// leave removes w; if it was the head, the next waiter is woken to try.
+func (q *waitQueue) leave(resource string, w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.queues[resource]
+	for i, x := range ws {
+		if x != w {
+			continue
 		}
+		ws = append(ws[:i], ws[i+1:]...)
+		if len(ws) == 0 {
+			delete(q.queues, resource)
+			return
+		}
+		q.queues[resource] = ws
+		if i == 0 {
+			ws[0].signal()
+		}
+		return
 	}
 }
 
-// wake tells every waiter of resource that it was freed.
-func (w *waitList) wake(resource string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if e := w.entries[resource]; e != nil {
-		close(e.freed)
-		delete(w.entries, resource)
+// wakeHead tells the first waiter that the resource was freed.
+func (q *waitQueue) wakeHead(resource string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if ws := q.queues[resource]; len(ws) > 0 {
+		ws[0].signal()
 	}
 }
 
 // count returns how many acquires wait for resource.
-func (w *waitList) count(resource string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if e := w.entries[resource]; e != nil {
-		return e.waiters
-	}
-	return 0
+func (q *waitQueue) count(resource string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queues[resource])
 }
