@@ -28,18 +28,35 @@ type ScriptCall struct {
 	Args   []any
 }
 
-// WriteResult is what one replicated write produced.
-type WriteResult struct {
-	Reply any   // the script's reply; nil for a null reply
-	Err   error // the script's own error, or ErrOutcomeUnknown
-	Acked int   // replicas that acknowledged every write up to this one (WAIT's reply)
-}
-
-type writeOp struct {
+// Write is one replicated write in flight. Its script's reply comes first
+// (Reply), the replicas' acknowledgements after (Acks), so the caller can do
+// its own slow step, such as an fsync, while Redis waits for the replicas.
+type Write struct {
 	call     ScriptCall
 	wantAcks bool
-	res      WriteResult
-	done     chan struct{}
+
+	reply   any
+	err     error
+	replied chan struct{}
+
+	acked    int
+	ackErr   error
+	ackified chan struct{}
+}
+
+// Reply waits for the script's reply: nil for a null reply; the error is the
+// script's own (a redis.Error) or ErrOutcomeUnknown.
+func (w *Write) Reply() (any, error) {
+	<-w.replied
+	return w.reply, w.err
+}
+
+// Acks waits for WAIT: how many replicas acknowledged every write up to this
+// one. An error means the count is unknown (treat it as a shortfall whose
+// write may or may not stand).
+func (w *Write) Acks() (int, error) {
+	<-w.ackified
+	return w.acked, w.ackErr
 }
 
 // Node is one Redis master.
@@ -54,7 +71,7 @@ type Node struct {
 	replicaTimeout time.Duration
 	logger         *slog.Logger
 
-	writes chan *writeOp
+	writes chan *Write
 	done   chan struct{}
 	wg     sync.WaitGroup
 
@@ -110,7 +127,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		minReplicas:    opts.MinReplicas,
 		replicaTimeout: opts.ReplicaTimeout,
 		logger:         opts.Logger,
-		writes:         make(chan *writeOp, 4096),
+		writes:         make(chan *Write, 4096),
 		done:           make(chan struct{}),
 	}
 	for range max(opts.WriterConns, 1) {
@@ -120,20 +137,39 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 	return n, nil
 }
 
-// Write runs call on the node. If wantAcks, it returns only after WAIT has
-// reported how many replicas acknowledged it (compare Acked with the minimum
-// you need). Concurrent writes are batched: one pipeline, one WAIT.
-func (n *Node) Write(ctx context.Context, call ScriptCall, wantAcks bool) WriteResult {
-	op := &writeOp{call: call, wantAcks: wantAcks, done: make(chan struct{})}
+// Start queues call to run on the node. If wantAcks, a WAIT for the
+// minimum number of replicas follows it on the same connection. Concurrent
+// writes are batched: one pipeline of scripts, then one WAIT for them all.
+func (n *Node) Start(ctx context.Context, call ScriptCall, wantAcks bool) *Write {
+	w := &Write{call: call, wantAcks: wantAcks, replied: make(chan struct{}), ackified: make(chan struct{})}
 	select {
-	case n.writes <- op:
+	case n.writes <- w:
 	case <-n.done:
-		return WriteResult{Err: errors.New("cluster: node closed")}
+		w.fail(errors.New("cluster: node closed"))
 	case <-ctx.Done():
-		return WriteResult{Err: ctx.Err()}
+		w.fail(ctx.Err())
 	}
-	<-op.done // once queued, a write always completes: it may be running
-	return op.res
+	return w
+}
+
+func (w *Write) fail(err error) {
+	w.err, w.ackErr = err, err
+	close(w.replied)
+	close(w.ackified)
+}
+
+// Run runs call at once on a pooled connection, with no replica wait: for
+// writes whose loss in a failover is harmless (a release, an undo: the lease
+// merely runs out).
+func (n *Node) Run(ctx context.Context, call ScriptCall) (any, error) {
+	reply, err := call.Script.Run(ctx, n.Client, call.Keys, call.Args...).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil && !isRedisError(err) {
+		return nil, ErrOutcomeUnknown
+	}
+	return reply, err
 }
 
 // writeLoop owns one pinned connection and runs batches on it.
@@ -141,95 +177,91 @@ func (n *Node) writeLoop() {
 	defer n.wg.Done()
 	conn := n.Client.Conn()
 	defer conn.Close()
-	batch := make([]*writeOp, 0, maxWriteBatch)
+	batch := make([]*Write, 0, maxWriteBatch)
 	for {
 		select {
-		case op := <-n.writes:
-			batch = append(batch, op)
+		case w := <-n.writes:
+			batch = append(batch, w)
 		case <-n.done:
 			return
 		}
 	gather:
 		for len(batch) < maxWriteBatch {
 			select {
-			case op := <-n.writes:
-				batch = append(batch, op)
+			case w := <-n.writes:
+				batch = append(batch, w)
 			default:
 				break gather
 			}
 		}
 		n.runBatch(conn, batch)
-		for i, op := range batch {
-			close(op.done)
-			batch[i] = nil
-		}
+		clear(batch)
 		batch = batch[:0]
 	}
 }
 
-// runBatch sends every script of the batch and then one WAIT, on one
-// connection, so WAIT covers them all. Scripts go by EVALSHA; any that Redis
-// does not know yet (NOSCRIPT: it did not run) are sent again in full.
-func (n *Node) runBatch(conn *redis.Conn, batch []*writeOp) {
+// runBatch sends every script of the batch in one pipeline and hands out
+// their replies, then sends one WAIT, on the same connection, so it covers
+// them all. Scripts go by EVALSHA; any that Redis does not know yet (NOSCRIPT:
+// it did not run) are sent again in full.
+func (n *Node) runBatch(conn *redis.Conn, batch []*Write) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.replicaTimeout+5*time.Second)
 	defer cancel()
 	todo := batch
-	for attempt := 0; len(todo) > 0 && attempt < 2; attempt++ {
-		wantAcks := false
-		for _, op := range todo {
-			wantAcks = wantAcks || op.wantAcks
-		}
-		wait := wantAcks && n.minReplicas > 0
+	for attempt := 0; len(todo) > 0; attempt++ {
 		cmds, _ := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, op := range todo {
+			for _, w := range todo {
 				if attempt == 0 {
-					op.call.Script.EvalSha(ctx, p, op.call.Keys, op.call.Args...)
+					w.call.Script.EvalSha(ctx, p, w.call.Keys, w.call.Args...)
 				} else {
-					op.call.Script.Eval(ctx, p, op.call.Keys, op.call.Args...)
+					w.call.Script.Eval(ctx, p, w.call.Keys, w.call.Args...)
 				}
-			}
-			if wait {
-				p.Do(ctx, "WAIT", n.minReplicas, max(n.replicaTimeout.Milliseconds(), 1))
 			}
 			return nil
 		})
-		acked := 0
-		if wait {
-			acked64, err := cmds[len(cmds)-1].(*redis.Cmd).Int64()
-			if err != nil {
-				acked = -1
-			} else {
-				acked = int(acked64)
-			}
-		}
-		var again []*writeOp
-		for i, op := range todo {
-			cmd := cmds[i].(*redis.Cmd)
-			reply, err := cmd.Result()
+		var again []*Write
+		for i, w := range todo {
+			reply, err := cmds[i].(*redis.Cmd).Result()
 			switch {
 			case err == redis.Nil:
 				err = nil
 			case err != nil && attempt == 0 && strings.HasPrefix(err.Error(), "NOSCRIPT"):
-				again = append(again, op)
+				again = append(again, w)
 				continue
 			case err != nil && !isRedisError(err):
 				n.logger.Warn("lock write failed on the connection", "addr", n.Addr, "err", err)
 				err = ErrOutcomeUnknown
 			}
-			op.res = WriteResult{Reply: reply, Err: err}
-			if op.res.Err == nil && wait {
-				if acked < 0 {
-					op.res.Err = ErrOutcomeUnknown
-				}
-				op.res.Acked = acked
-			}
+			w.reply, w.err = reply, err
+			close(w.replied)
 		}
-		// A later round's WAIT also covers the writes of this one.
-		if len(again) > 0 {
-			todo = again
-			continue
+		todo = again
+	}
+
+	wait := false
+	for _, w := range batch {
+		if w.wantAcks && w.err == nil {
+			wait = true
+		} else {
+			close(w.ackified)
 		}
-		break
+	}
+	if !wait {
+		return
+	}
+	acked, err := 0, error(nil)
+	if n.minReplicas > 0 {
+		acked, err = conn.Do(ctx, "WAIT", n.minReplicas, max(n.replicaTimeout.Milliseconds(), 1)).Int()
+		if err != nil {
+			n.logger.Warn("WAIT failed on the connection", "addr", n.Addr, "err", err)
+			err = ErrOutcomeUnknown
+		}
+	}
+	for _, w := range batch {
+		if w.wantAcks && w.err == nil {
+			w.acked, w.ackErr = acked, err
+			close(w.ackified)
+		}
 	}
 }
 
@@ -277,6 +309,15 @@ func (n *Node) refreshReplicas(ctx context.Context) (role string, err error) {
 func (n *Node) Close() {
 	close(n.done)
 	n.wg.Wait()
+	for {
+		select {
+		case w := <-n.writes:
+			w.fail(errors.New("cluster: node closed"))
+			continue
+		default:
+		}
+		break
+	}
 	n.Pool.Close()
 	n.Client.Close()
 }

@@ -1,7 +1,7 @@
 // Package locks is fenceproxy's lock manager: it grants, renews and releases
 // leases on named resources and issues their fencing tokens.
 //
-// A grant takes three steps, in this order, before its reply is sent:
+// A grant takes three steps before its reply is sent:
 //
 //  1. A Lua script on the resource's master sets the owner record (owner,
 //     token, lease) only if the resource is free or already the caller's:
@@ -9,8 +9,13 @@
 //  2. WAIT on the same connection until --min-replicas replicas hold the
 //     record. On a shortfall the record is deleted again (compare-and-delete
 //     on owner and token) and the caller gets -NOREPLICAS: nothing granted.
-//  3. The token is recorded as the resource's newest in the fence store and
-//     fsynced (group-committed with concurrent grants).
+//  3. While step 2 is under way, the token is recorded as the resource's
+//     newest in the fence store and fsynced (group-committed with concurrent
+//     grants). The two slow waits, replicas and disk, overlap.
+//
+// If step 2 falls short after step 3, the store keeps as newest a token that
+// was never handed out. Older tokens then check as stale, which is safe: the
+// resource was free, so their leases had already ended.
 //
 // The token itself comes from the fence store's counter, which a durable
 // reservation keeps ahead of every token ever handed out, so tokens rise

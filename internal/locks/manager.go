@@ -130,16 +130,16 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	key := m.recordKey(resource)
 	node := m.opts.Backend.MasterForKey([]byte(key))
 	start := time.Now()
-	res := node.Write(ctx, cluster.ScriptCall{
+	write := node.Start(ctx, cluster.ScriptCall{
 		Script: acquireScript,
 		Keys:   []string{key},
 		Args:   []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting},
 	}, true)
-	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
-	if res.Err != nil {
-		return 0, 0, res.Err
+	reply, err := write.Reply()
+	if err != nil {
+		return 0, 0, err
 	}
-	kind, value, err := pair(res.Reply)
+	kind, value, err := pair(reply)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -157,17 +157,13 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	case 2:
 		token = candidate
 	default:
-		return 0, 0, fmt.Errorf("locks: unexpected acquire reply %v", res.Reply)
+		return 0, 0, fmt.Errorf("locks: unexpected acquire reply %v", reply)
 	}
-	if res.Acked < m.opts.MinReplicas {
-		m.opts.Metrics.ReplicaShortfalls.Inc()
-		if kind == 2 {
-			m.undo(ctx, node, resource, key, owner, token)
-		}
-		// A re-armed existing grant stays as it was granted; only the
-		// extension may be missing on the replicas.
-		return 0, 0, &NoReplicasError{Acked: res.Acked, Wanted: m.opts.MinReplicas}
-	}
+
+	// While Redis waits for the replicas, make the token durable. If the
+	// replicas then fall short, the store keeps a newest token that was never
+	// handed out: older tokens check as stale, which is safe (the resource
+	// was free, so their leases had ended), and later tokens are bigger still.
 	if token > newest {
 		if err := m.opts.Store.Record(persist.Grant{Resource: []byte(resource), Token: token}); err != nil {
 			if kind == 2 {
@@ -176,20 +172,36 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 			return 0, 0, err
 		}
 	}
+	acked, err := write.Acks()
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		// The grant may stand on the master; a retry by the same owner
+		// re-arms it and waits for the replicas again.
+		return 0, 0, err
+	}
+	if acked < m.opts.MinReplicas {
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		if kind == 2 {
+			m.undo(ctx, node, resource, key, owner, token)
+		}
+		// A re-armed existing grant stays as it was granted; only the
+		// extension may be missing on the replicas.
+		return 0, 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	}
 	return token, 0, nil
 }
 
 // undo deletes a grant that will not be replied, if it is still in place.
 func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) {
-	res := node.Write(ctx, cluster.ScriptCall{
+	_, err := node.Run(ctx, cluster.ScriptCall{
 		Script: undoScript,
 		Keys:   []string{key},
 		Args:   []any{owner, strconv.FormatUint(token, 10)},
-	}, false)
-	if res.Err != nil {
+	})
+	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
 		// and its token is below every later one.
-		m.opts.Logger.Warn("could not undo an unacknowledged grant; it expires with its lease", "err", res.Err)
+		m.opts.Logger.Warn("could not undo an unacknowledged grant; it expires with its lease", "err", err)
 		return
 	}
 	m.waiting.wakeHead(resource)
@@ -204,24 +216,29 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, err
 	}
 	key := m.recordKey(resource)
-	res := m.opts.Backend.MasterForKey([]byte(key)).Write(ctx, cluster.ScriptCall{
+	write := m.opts.Backend.MasterForKey([]byte(key)).Start(ctx, cluster.ScriptCall{
 		Script: renewScript,
 		Keys:   []string{key},
 		Args:   []any{owner, ttl.Milliseconds(), newest},
 	}, true)
-	if res.Err != nil {
-		return 0, res.Err
-	}
-	if res.Reply == nil {
-		return 0, ErrNotHeld
-	}
-	token, err := toInt(res.Reply)
+	reply, err := write.Reply()
 	if err != nil {
 		return 0, err
 	}
-	if res.Acked < m.opts.MinReplicas {
+	if reply == nil {
+		return 0, ErrNotHeld
+	}
+	token, err := toInt(reply)
+	if err != nil {
+		return 0, err
+	}
+	acked, err := write.Acks()
+	if err != nil {
+		return 0, err
+	}
+	if acked < m.opts.MinReplicas {
 		m.opts.Metrics.ReplicaShortfalls.Inc()
-		return 0, &NoReplicasError{Acked: res.Acked, Wanted: m.opts.MinReplicas}
+		return 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
 	return uint64(token), nil
 }
@@ -231,15 +248,17 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	unlock := m.serial.lock(resource)
 	defer unlock()
 	key := m.recordKey(resource)
-	res := m.opts.Backend.MasterForKey([]byte(key)).Write(ctx, cluster.ScriptCall{
+	// A release needs no replica acknowledgement: if a failover loses it,
+	// the lease merely runs out.
+	reply, err := m.opts.Backend.MasterForKey([]byte(key)).Run(ctx, cluster.ScriptCall{
 		Script: releaseScript,
 		Keys:   []string{key},
 		Args:   []any{owner},
-	}, false)
-	if res.Err != nil {
-		return false, res.Err
+	})
+	if err != nil {
+		return false, err
 	}
-	n, err := toInt(res.Reply)
+	n, err := toInt(reply)
 	if err != nil {
 		return false, err
 	}
