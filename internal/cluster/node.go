@@ -194,7 +194,12 @@ func (n *Node) writeLoop() {
 				break gather
 			}
 		}
-		n.runBatch(conn, batch)
+		if !n.runBatch(conn, batch) {
+			// go-redis leaves a pinned connection that failed in a bad state
+			// for good: take a fresh one, or every later batch fails too.
+			conn.Close()
+			conn = n.Client.Conn()
+		}
 		clear(batch)
 		batch = batch[:0]
 	}
@@ -203,8 +208,10 @@ func (n *Node) writeLoop() {
 // runBatch sends every script of the batch in one pipeline and hands out
 // their replies, then sends one WAIT, on the same connection, so it covers
 // them all. Scripts go by EVALSHA; any that Redis does not know yet (NOSCRIPT:
-// it did not run) are sent again in full.
-func (n *Node) runBatch(conn *redis.Conn, batch []*Write) {
+// it did not run) are sent again in full. It reports false if the
+// connection failed.
+func (n *Node) runBatch(conn *redis.Conn, batch []*Write) (healthy bool) {
+	healthy = true
 	ctx, cancel := context.WithTimeout(context.Background(), n.replicaTimeout+5*time.Second)
 	defer cancel()
 	todo := batch
@@ -229,7 +236,10 @@ func (n *Node) runBatch(conn *redis.Conn, batch []*Write) {
 				again = append(again, w)
 				continue
 			case err != nil && !isRedisError(err):
-				n.logger.Warn("lock write failed on the connection", "addr", n.Addr, "err", err)
+				if healthy {
+					n.logger.Warn("lock write failed on the connection", "addr", n.Addr, "err", err)
+				}
+				healthy = false
 				err = ErrOutcomeUnknown
 			}
 			w.reply, w.err = reply, err
@@ -247,13 +257,14 @@ func (n *Node) runBatch(conn *redis.Conn, batch []*Write) {
 		}
 	}
 	if !wait {
-		return
+		return healthy
 	}
 	acked, err := 0, error(nil)
 	if n.minReplicas > 0 {
 		acked, err = conn.Do(ctx, "WAIT", n.minReplicas, max(n.replicaTimeout.Milliseconds(), 1)).Int()
 		if err != nil {
 			n.logger.Warn("WAIT failed on the connection", "addr", n.Addr, "err", err)
+			healthy = healthy && isRedisError(err)
 			err = ErrOutcomeUnknown
 		}
 	}
@@ -263,6 +274,7 @@ func (n *Node) runBatch(conn *redis.Conn, batch []*Write) {
 			close(w.ackified)
 		}
 	}
+	return healthy
 }
 
 func isRedisError(err error) bool {

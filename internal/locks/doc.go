@@ -9,13 +9,14 @@
 //  2. WAIT on the same connection until --min-replicas replicas hold the
 //     record. On a shortfall the record is deleted again (compare-and-delete
 //     on owner and token) and the caller gets -NOREPLICAS: nothing granted.
-//  3. While step 2 is under way, the token is recorded as the resource's
-//     newest in the fence store and fsynced (group-committed with concurrent
-//     grants). The two slow waits, replicas and disk, overlap.
+//  3. The token is recorded as the resource's newest in the fence store and
+//     fsynced (group-committed with concurrent grants).
 //
-// If step 2 falls short after step 3, the store keeps as newest a token that
-// was never handed out. Older tokens then check as stale, which is safe: the
-// resource was free, so their leases had already ended.
+// Step 3 could overlap step 2 (the fsync while Redis waits for replicas), but
+// a grant refused in step 2 would then leave a never-issued token as the
+// newest, and FENCE.CHECK would call the previous token stale although no
+// newer one was issued. That was tried and dropped: the contract speaks of
+// tokens issued.
 //
 // The token itself comes from the fence store's counter, which a durable
 // reservation keeps ahead of every token ever handed out, so tokens rise

@@ -160,18 +160,6 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 		return 0, 0, fmt.Errorf("locks: unexpected acquire reply %v", reply)
 	}
 
-	// While Redis waits for the replicas, make the token durable. If the
-	// replicas then fall short, the store keeps a newest token that was never
-	// handed out: older tokens check as stale, which is safe (the resource
-	// was free, so their leases had ended), and later tokens are bigger still.
-	if token > newest {
-		if err := m.opts.Store.Record(persist.Grant{Resource: []byte(resource), Token: token}); err != nil {
-			if kind == 2 {
-				m.undo(ctx, node, resource, key, owner, token)
-			}
-			return 0, 0, err
-		}
-	}
 	acked, err := write.Acks()
 	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -187,6 +175,16 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 		// A re-armed existing grant stays as it was granted; only the
 		// extension may be missing on the replicas.
 		return 0, 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	}
+	// Only a grant that will be replied becomes the resource's newest token:
+	// FENCE.CHECK and LOCK.INFO speak of tokens issued, never of refused ones.
+	if token > newest {
+		if err := m.opts.Store.Record(persist.Grant{Resource: []byte(resource), Token: token}); err != nil {
+			if kind == 2 {
+				m.undo(ctx, node, resource, key, owner, token)
+			}
+			return 0, 0, err
+		}
 	}
 	return token, 0, nil
 }
