@@ -28,9 +28,8 @@ type ScriptCall struct {
 	Args   []any
 }
 
-// Write is one replicated write in flight. Its script's reply comes first
-// (Reply), the replicas' acknowledgements after (Acks), so the caller can do
-// its own slow step, such as an fsync, while Redis waits for the replicas.
+// Write is one replicated write in flight: the script's reply (Reply), then
+// the replicas' acknowledgements of it (Acks).
 type Write struct {
 	call     ScriptCall
 	wantAcks bool
@@ -205,17 +204,22 @@ func (n *Node) writeLoop() {
 	}
 }
 
-// runBatch sends every script of the batch in one pipeline and hands out
-// their replies, then sends one WAIT, on the same connection, so it covers
-// them all. Scripts go by EVALSHA; any that Redis does not know yet (NOSCRIPT:
-// it did not run) are sent again in full. It reports false if the
-// connection failed.
+// runBatch sends every script of the batch and then one WAIT in a single
+// pipeline on one connection, so the WAIT covers them all and the batch costs
+// one round trip. Scripts go by EVALSHA; any that Redis does not know yet
+// (NOSCRIPT: it did not run) are sent again in full, with a WAIT of their
+// own. It reports false if the connection failed.
 func (n *Node) runBatch(conn *redis.Conn, batch []*Write) (healthy bool) {
-	healthy = true
 	ctx, cancel := context.WithTimeout(context.Background(), n.replicaTimeout+5*time.Second)
 	defer cancel()
+	healthy = true
 	todo := batch
 	for attempt := 0; len(todo) > 0; attempt++ {
+		wait := false
+		for _, w := range todo {
+			wait = wait || w.wantAcks
+		}
+		wait = wait && n.minReplicas > 0
 		cmds, _ := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, w := range todo {
 				if attempt == 0 {
@@ -224,8 +228,21 @@ func (n *Node) runBatch(conn *redis.Conn, batch []*Write) (healthy bool) {
 					w.call.Script.Eval(ctx, p, w.call.Keys, w.call.Args...)
 				}
 			}
+			if wait {
+				p.Do(ctx, "WAIT", n.minReplicas, max(n.replicaTimeout.Milliseconds(), 1))
+			}
 			return nil
 		})
+		acked, ackErr := 0, error(nil)
+		if wait {
+			acked, ackErr = cmds[len(cmds)-1].(*redis.Cmd).Int()
+			if ackErr != nil {
+				if !isRedisError(ackErr) {
+					healthy = false
+				}
+				ackErr = ErrOutcomeUnknown
+			}
+		}
 		var again []*Write
 		for i, w := range todo {
 			reply, err := cmds[i].(*redis.Cmd).Result()
@@ -236,43 +253,23 @@ func (n *Node) runBatch(conn *redis.Conn, batch []*Write) (healthy bool) {
 				again = append(again, w)
 				continue
 			case err != nil && !isRedisError(err):
-				if healthy {
-					n.logger.Warn("lock write failed on the connection", "addr", n.Addr, "err", err)
-				}
 				healthy = false
 				err = ErrOutcomeUnknown
 			}
 			w.reply, w.err = reply, err
 			close(w.replied)
+			switch {
+			case err != nil:
+				w.ackErr = err
+			case w.wantAcks:
+				w.acked, w.ackErr = acked, ackErr
+			}
+			close(w.ackified)
 		}
 		todo = again
 	}
-
-	wait := false
-	for _, w := range batch {
-		if w.wantAcks && w.err == nil {
-			wait = true
-		} else {
-			close(w.ackified)
-		}
-	}
-	if !wait {
-		return healthy
-	}
-	acked, err := 0, error(nil)
-	if n.minReplicas > 0 {
-		acked, err = conn.Do(ctx, "WAIT", n.minReplicas, max(n.replicaTimeout.Milliseconds(), 1)).Int()
-		if err != nil {
-			n.logger.Warn("WAIT failed on the connection", "addr", n.Addr, "err", err)
-			healthy = healthy && isRedisError(err)
-			err = ErrOutcomeUnknown
-		}
-	}
-	for _, w := range batch {
-		if w.wantAcks && w.err == nil {
-			w.acked, w.ackErr = acked, err
-			close(w.ackified)
-		}
+	if !healthy {
+		n.logger.Warn("lock writes failed on the connection; replacing it", "addr", n.Addr)
 	}
 	return healthy
 }
