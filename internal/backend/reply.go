@@ -27,17 +27,25 @@ func appendReply(dst []byte, rd *bufio.Reader, depth int) ([]byte, error) {
 	if depth > maxReplyDepth {
 		return dst, ErrBadReply
 	}
+	start := len(dst)
 	line, err := rd.ReadSlice('\n')
-	if err != nil {
-		if err == bufio.ErrBufferFull {
+	for err == bufio.ErrBufferFull {
+		// A status or error line longer than the buffer (a script can
+		// return one of any size): gather it in dst.
+		dst = append(dst, line...)
+		if len(dst)-start > maxBulkReply {
 			return dst, ErrBadReply
 		}
+		line, err = rd.ReadSlice('\n')
+	}
+	if err != nil {
 		return dst, err
 	}
+	dst = append(dst, line...)
+	line = dst[start:]
 	if len(line) < 3 || line[len(line)-2] != '\r' {
 		return dst, ErrBadReply
 	}
-	dst = append(dst, line...)
 	switch line[0] {
 	case '+', '-', ':', '_', ',', '#', '(':
 		return dst, nil

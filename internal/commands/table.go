@@ -1,9 +1,7 @@
 package commands
 
 import (
-	"bytes"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -128,11 +126,6 @@ func replyNull(p *protocol.Pending) {
 	p.Done()
 }
 
-// parseInt parses a Redis integer argument.
-func parseInt(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 20 || bytes.IndexByte(b, ' ') >= 0 || b[0] == '+' {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	return n, err == nil
-}
+// parseInt parses an integer argument as Redis does (no leading zeros, no
+// sign but '-').
+func parseInt(b []byte) (int64, bool) { return protocol.ParseInt(b) }

@@ -89,6 +89,19 @@ func (r *Reader) ReadCommand() ([][]byte, error) {
 // refusing lines longer than MaxInlineLen with tooBig. The line is valid until
 // the next read; a line longer than the socket buffer is gathered in r.long.
 func (r *Reader) readLine(tooBig error) ([]byte, error) {
+	line, err := r.readRawLine(tooBig)
+	if err != nil {
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// readRawLine returns one line with its terminating LF (and CR, if any).
+func (r *Reader) readRawLine(tooBig error) ([]byte, error) {
 	line, err := r.rd.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
 		r.long = append(r.long[:0], line...)
@@ -104,20 +117,30 @@ func (r *Reader) readLine(tooBig error) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	line = line[:len(line)-1]
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
 	return line, nil
 }
 
+// readHeader reads a multibulk or bulk header line without its terminator
+// and says whether it ended in CRLF. Unlike an inline request, a header must:
+// Redis finds its end by the CR, so after a bare LF the number does not parse.
+func (r *Reader) readHeader(tooBig error) (line []byte, crlf bool, err error) {
+	raw, err := r.readRawLine(tooBig)
+	if err != nil {
+		return nil, false, err
+	}
+	if n := len(raw); n >= 2 && raw[n-2] == '\r' {
+		return raw[:n-2], true, nil
+	}
+	return raw[:len(raw)-1], false, nil
+}
+
 func (r *Reader) readMultibulk() ([][]byte, error) {
-	line, err := r.readLine(errTooBigMbulkCount)
+	line, crlf, err := r.readHeader(errTooBigMbulkCount)
 	if err != nil {
 		return nil, err
 	}
-	count, ok := parseInt(line[1:])
-	if !ok || count > int64(r.limits.MaxArgs) {
+	count, ok := ParseInt(line[1:])
+	if !ok || !crlf || count > int64(r.limits.MaxArgs) {
 		return nil, errInvalidMbulkLen
 	}
 	if count <= 0 {
@@ -129,19 +152,21 @@ func (r *Reader) readMultibulk() ([][]byte, error) {
 	// request costs no allocation once the arena has grown to fit.
 	ends := make([]int, 0, min(count, 64))
 	for i := int64(0); i < count; i++ {
-		line, err := r.readLine(errTooBigBulkCount)
+		line, crlf, err := r.readHeader(errTooBigBulkCount)
 		if err != nil {
 			return nil, err
 		}
 		if len(line) == 0 || line[0] != '$' {
-			got := "\\n"
-			if len(line) > 0 {
-				got = string(line[0])
+			// Redis names the offending byte as is, but its error replies
+			// turn CR and LF into spaces.
+			got := byte(' ')
+			if len(line) > 0 && line[0] != '\r' && line[0] != '\n' {
+				got = line[0]
 			}
-			return nil, &ProtocolError{"expected '$', got '" + got + "'"}
+			return nil, &ProtocolError{"expected '$', got '" + string([]byte{got}) + "'"}
 		}
-		n, ok := parseInt(line[1:])
-		if !ok || n < 0 || n > r.limits.MaxBulkLen {
+		n, ok := ParseInt(line[1:])
+		if !ok || !crlf || n < 0 || n > r.limits.MaxBulkLen {
 			return nil, errInvalidBulkLen
 		}
 		if err := r.readBulk(int(n)); err != nil {
@@ -204,6 +229,8 @@ func splitArgs(line []byte, args [][]byte) ([][]byte, error) {
 		for p < len(line) && isSpace(line[p]) {
 			p++
 		}
+		// (Between arguments any isspace() byte is skipped; an unquoted
+		// argument ends only at one of the bytes endsArg names.)
 		if p == len(line) {
 			return args, nil
 		}
@@ -255,7 +282,7 @@ func splitArgs(line []byte, args [][]byte) ([][]byte, error) {
 				w++
 				p++
 			default:
-				if p == len(line) || isSpace(line[p]) {
+				if p == len(line) || endsArg(line[p]) {
 					done = true
 					continue
 				}
@@ -275,8 +302,15 @@ func splitArgs(line []byte, args [][]byte) ([][]byte, error) {
 	}
 }
 
+// isSpace is C's isspace, which sdssplitargs uses to skip between arguments
+// and to check what follows a closing quote.
 func isSpace(c byte) bool {
-	return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f' || c == 0
+	return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f'
+}
+
+// endsArg reports whether c ends an unquoted argument in sdssplitargs.
+func endsArg(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == 0
 }
 
 func isHex(c byte) bool {
@@ -311,9 +345,9 @@ func unescape(c byte) byte {
 	}
 }
 
-// parseInt parses a decimal integer the way Redis's string2ll does: no sign
+// ParseInt parses a decimal integer the way Redis's string2ll does: no sign
 // but a leading '-', no spaces, no leading zeros, no empty string.
-func parseInt(b []byte) (int64, bool) {
+func ParseInt(b []byte) (int64, bool) {
 	if len(b) == 0 || len(b) > 20 {
 		return 0, false
 	}
