@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"strings"
+	"sync"
 
 	"github.com/tidwall/redcon"
 
@@ -12,6 +13,42 @@ import (
 // session is the per-connection state the proxy keeps itself.
 type session struct {
 	libName, libVer string
+
+	// running maps a resource to the completion of this connection's latest
+	// lock request for it; entries go away as requests finish.
+	mu      sync.Mutex
+	running map[string]chan struct{}
+}
+
+// chain registers a lock request for resource and returns the completion of
+// the one before it (nil if none) and its own, to close when done.
+func (s *session) chain(resource string) (prev, done chan struct{}) {
+	done = make(chan struct{})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running == nil {
+		s.running = make(map[string]chan struct{})
+	}
+	prev = s.running[resource]
+	s.running[resource] = done
+	return prev, done
+}
+
+func (s *session) unchain(resource string, done chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[resource] == done {
+		delete(s.running, resource)
+	}
+	close(done)
+}
+
+// busy reports whether a lock request for resource is still running.
+func (s *session) busy(resource string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.running[resource]
+	return ok
 }
 
 func sessionOf(c *protocol.Conn) *session {

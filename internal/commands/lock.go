@@ -71,9 +71,18 @@ func parseLock(args [][]byte) (a lockArgs, msg string) {
 
 // runLock serves a lock request on its own goroutine: it waits on Redis, its
 // replicas and the disk, while the connection goes on dispatching the rest of
-// the client's pipeline. The reply still leaves in order.
-func (h *Handler) runLock(p *protocol.Pending, timeout time.Duration, fn func(ctx context.Context) []byte) {
+// the client's pipeline. Requests of one connection for one resource still
+// run in the order sent (a pipelined ACQUIRE, RELEASE must not swap), while
+// requests for different resources run side by side. Replies leave in order
+// regardless.
+func (h *Handler) runLock(c *protocol.Conn, resource string, p *protocol.Pending, timeout time.Duration, fn func(ctx context.Context) []byte) {
+	s := sessionOf(c)
+	prev, done := s.chain(resource)
 	go func() {
+		defer s.unchain(resource, done)
+		if prev != nil {
+			<-prev
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout+h.opts.ReplicaTimeout+10*time.Second)
 		defer cancel()
 		p.Buf = append(p.Buf, fn(ctx)...)
@@ -99,7 +108,7 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 		replyError(p, msg)
 		return
 	}
-	h.runLock(p, a.wait, func(ctx context.Context) []byte {
+	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) []byte {
 		start := time.Now()
 		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, a.ttl, a.wait)
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
@@ -129,7 +138,7 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		replyError(p, msg)
 		return
 	}
-	h.runLock(p, 0, func(ctx context.Context) []byte {
+	h.runLock(c, a.resource, p, 0, func(ctx context.Context) []byte {
 		token, err := h.opts.Locks.Renew(ctx, a.resource, a.owner, a.ttl)
 		switch {
 		case err == nil:
@@ -157,7 +166,7 @@ func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 		replyError(p, msg)
 		return
 	}
-	h.runLock(p, 0, func(ctx context.Context) []byte {
+	h.runLock(c, a.resource, p, 0, func(ctx context.Context) []byte {
 		released, err := h.opts.Locks.Release(ctx, a.resource, a.owner)
 		switch {
 		case err != nil:
@@ -184,21 +193,33 @@ func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *protocol.Pendin
 		replyError(p, msg)
 		return
 	}
+	if sessionOf(c).busy(resource) {
+		// An earlier request of this client for the resource is still
+		// running (say, a pipelined ACQUIRE): check after it, not before.
+		h.runLock(c, resource, p, 0, func(context.Context) []byte {
+			return h.fenceCheckReply(resource, token)
+		})
+		return
+	}
+	p.Buf = append(p.Buf, h.fenceCheckReply(resource, token)...)
+	p.Done()
+}
+
+func (h *Handler) fenceCheckReply(resource string, token int64) []byte {
 	current, err := h.opts.Locks.FenceCheck(resource, uint64(token))
 	switch {
 	case err == locks.ErrNeverIssued:
 		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
-		replyError(p, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource")
+		return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource")
 	case err != nil:
 		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
-		p.Buf = append(p.Buf, h.lockError(err, "retry")...)
-		p.Done()
+		return h.lockError(err, "retry")
 	case current:
 		h.opts.Metrics.FenceChecks.WithLabelValues("current").Inc()
-		replyInt(p, 1)
+		return []byte(":1\r\n")
 	default:
 		h.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
-		replyInt(p, 0)
+		return []byte(":0\r\n")
 	}
 }
 
@@ -208,7 +229,7 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		replyError(p, msg)
 		return
 	}
-	h.runLock(p, 0, func(ctx context.Context) []byte {
+	h.runLock(c, resource, p, 0, func(ctx context.Context) []byte {
 		info, err := h.opts.Locks.Info(ctx, resource)
 		if err != nil {
 			return h.lockError(err, "retry")
