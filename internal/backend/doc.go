@@ -8,6 +8,12 @@
 // head of the queue. Many clients' requests thus travel in one write and one
 // read, which is where a proxy wins back the hop it adds.
 //
+// Tried and dropped: no writer goroutine, the first caller finding the
+// connection idle writing for everyone (fewer goroutine wake-ups). Measured
+// with redis-benchmark -c 50 on 2 cores it coalesced less and lost 20-50% at
+// -P 16. The writer instead yields once before each write so clients made
+// ready by the same network poll append first.
+//
 // The go-redis client is not used here because it parses replies into Go
 // values, and a status reply and a bulk string become the same string: a proxy
 // must hand the client what Redis said.
