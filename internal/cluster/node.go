@@ -28,7 +28,7 @@ type ScriptCall struct {
 	Args   []any
 }
 
-// Write is one replicated write in flight: the script's reply (Reply), then
+// Write is one replicated write in flight: its script's reply (Reply) and
 // the replicas' acknowledgements of it (Acks).
 type Write struct {
 	call     ScriptCall
@@ -70,9 +70,10 @@ type Node struct {
 	replicaTimeout time.Duration
 	logger         *slog.Logger
 
-	writes chan *Write
-	done   chan struct{}
-	wg     sync.WaitGroup
+	writes  chan *Write // lock writes that wait for replicas
+	unacked chan *Write // writes that do not (releases, undos)
+	done    chan struct{}
+	wg      sync.WaitGroup
 
 	mu       sync.Mutex
 	replicas []string
@@ -98,7 +99,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		Username:     opts.Username,
 		Password:     opts.Password,
 		Protocol:     2,
-		PoolSize:     opts.WriterConns + 4,
+		PoolSize:     2*opts.WriterConns + 4,
 		DialTimeout:  2 * time.Second,
 		ReadTimeout:  opts.ReplicaTimeout + 3*time.Second,
 		WriteTimeout: 3 * time.Second,
@@ -127,11 +128,13 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		replicaTimeout: opts.ReplicaTimeout,
 		logger:         opts.Logger,
 		writes:         make(chan *Write, 4096),
+		unacked:        make(chan *Write, 4096),
 		done:           make(chan struct{}),
 	}
 	for range max(opts.WriterConns, 1) {
-		n.wg.Add(1)
-		go n.writeLoop()
+		n.wg.Add(2)
+		go n.writeLoop(n.writes)
+		go n.writeLoop(n.unacked)
 	}
 	return n, nil
 }
@@ -141,8 +144,13 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 // writes are batched: one pipeline of scripts, then one WAIT for them all.
 func (n *Node) Start(ctx context.Context, call ScriptCall, wantAcks bool) *Write {
 	w := &Write{call: call, wantAcks: wantAcks, replied: make(chan struct{}), ackified: make(chan struct{})}
+	queue := n.writes
+	if !wantAcks {
+		// Kept apart so they never wait behind another batch's WAIT.
+		queue = n.unacked
+	}
 	select {
-	case n.writes <- w:
+	case queue <- w:
 	case <-n.done:
 		w.fail(errors.New("cluster: node closed"))
 	case <-ctx.Done():
@@ -157,29 +165,20 @@ func (w *Write) fail(err error) {
 	close(w.ackified)
 }
 
-// Run runs call at once on a pooled connection, with no replica wait: for
+// Run runs call with no replica wait, batched with other such writes: for
 // writes whose loss in a failover is harmless (a release, an undo: the lease
 // merely runs out).
 func (n *Node) Run(ctx context.Context, call ScriptCall) (any, error) {
-	reply, err := call.Script.Run(ctx, n.Client, call.Keys, call.Args...).Result()
-	if err == redis.Nil {
-		return nil, nil
-	}
-	if err != nil && !isRedisError(err) {
-		return nil, ErrOutcomeUnknown
-	}
-	return reply, err
+	return n.Start(ctx, call, false).Reply()
 }
 
-// writeLoop owns one pinned connection and runs batches on it.
-func (n *Node) writeLoop() {
+// writeLoop runs batches from queue.
+func (n *Node) writeLoop(queue chan *Write) {
 	defer n.wg.Done()
-	conn := n.Client.Conn()
-	defer conn.Close()
 	batch := make([]*Write, 0, maxWriteBatch)
 	for {
 		select {
-		case w := <-n.writes:
+		case w := <-queue:
 			batch = append(batch, w)
 		case <-n.done:
 			return
@@ -187,32 +186,26 @@ func (n *Node) writeLoop() {
 	gather:
 		for len(batch) < maxWriteBatch {
 			select {
-			case w := <-n.writes:
+			case w := <-queue:
 				batch = append(batch, w)
 			default:
 				break gather
 			}
 		}
-		if !n.runBatch(conn, batch) {
-			// go-redis leaves a pinned connection that failed in a bad state
-			// for good: take a fresh one, or every later batch fails too.
-			conn.Close()
-			conn = n.Client.Conn()
-		}
+		n.runBatch(batch)
 		clear(batch)
 		batch = batch[:0]
 	}
 }
 
 // runBatch sends every script of the batch and then one WAIT in a single
-// pipeline on one connection, so the WAIT covers them all and the batch costs
-// one round trip. Scripts go by EVALSHA; any that Redis does not know yet
-// (NOSCRIPT: it did not run) are sent again in full, with a WAIT of their
-// own. It reports false if the connection failed.
-func (n *Node) runBatch(conn *redis.Conn, batch []*Write) (healthy bool) {
+// pipeline, so the WAIT covers them all and the batch costs one round trip.
+// Scripts go by EVALSHA; any that Redis does not know yet (NOSCRIPT: it did
+// not run) are sent again in full, with a WAIT of their own.
+func (n *Node) runBatch(batch []*Write) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.replicaTimeout+5*time.Second)
 	defer cancel()
-	healthy = true
+	healthy := true
 	todo := batch
 	for attempt := 0; len(todo) > 0; attempt++ {
 		wait := false
@@ -220,7 +213,10 @@ func (n *Node) runBatch(conn *redis.Conn, batch []*Write) (healthy bool) {
 			wait = wait || w.wantAcks
 		}
 		wait = wait && n.minReplicas > 0
-		cmds, _ := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// A pipeline runs on one pooled connection, so its WAIT counts its
+		// own scripts; the pool checks a connection's health before handing
+		// it out, so a Redis restart costs no lock write an error.
+		cmds, _ := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, w := range todo {
 				if attempt == 0 {
 					w.call.Script.EvalSha(ctx, p, w.call.Keys, w.call.Args...)
@@ -269,9 +265,8 @@ func (n *Node) runBatch(conn *redis.Conn, batch []*Write) (healthy bool) {
 		todo = again
 	}
 	if !healthy {
-		n.logger.Warn("lock writes failed on the connection; replacing it", "addr", n.Addr)
+		n.logger.Warn("lock writes failed on the connection", "addr", n.Addr)
 	}
-	return healthy
 }
 
 func isRedisError(err error) bool {
@@ -318,14 +313,16 @@ func (n *Node) refreshReplicas(ctx context.Context) (role string, err error) {
 func (n *Node) Close() {
 	close(n.done)
 	n.wg.Wait()
-	for {
-		select {
-		case w := <-n.writes:
-			w.fail(errors.New("cluster: node closed"))
-			continue
-		default:
+	for _, queue := range []chan *Write{n.writes, n.unacked} {
+	drain:
+		for {
+			select {
+			case w := <-queue:
+				w.fail(errors.New("cluster: node closed"))
+			default:
+				break drain
+			}
 		}
-		break
 	}
 	n.Pool.Close()
 	n.Client.Close()

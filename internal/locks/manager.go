@@ -163,8 +163,6 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	acked, err := write.Acks()
 	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		// The grant may stand on the master; a retry by the same owner
-		// re-arms it and waits for the replicas again.
 		return 0, 0, err
 	}
 	if acked < m.opts.MinReplicas {
@@ -172,14 +170,10 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 		if kind == 2 {
 			m.undo(ctx, node, resource, key, owner, token)
 		}
-		// A re-armed existing grant stays as it was granted; only the
-		// extension may be missing on the replicas.
 		return 0, 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
-	// Only a grant that will be replied becomes the resource's newest token:
-	// FENCE.CHECK and LOCK.INFO speak of tokens issued, never of refused ones.
 	if token > newest {
-		if err := m.opts.Store.Record(persist.Grant{Resource: []byte(resource), Token: token}); err != nil {
+		if err := m.opts.Store.Record(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true}); err != nil {
 			if kind == 2 {
 				m.undo(ctx, node, resource, key, owner, token)
 			}

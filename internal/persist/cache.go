@@ -83,6 +83,11 @@ func (c *cache) fill(key []byte, token, epoch uint64) {
 		sh.moveToFrontLocked(e)
 		return
 	}
+	sh.insertLocked(string(key), token)
+}
+
+// insertLocked adds an entry, evicting the least recently used if full.
+func (sh *cacheShard) insertLocked(key string, token uint64) {
 	var e *centry
 	if len(sh.m) >= sh.cap {
 		e = sh.lru.prev // evict the least recently used and reuse its struct
@@ -91,15 +96,16 @@ func (c *cache) fill(key []byte, token, epoch uint64) {
 	} else {
 		e = new(centry)
 	}
-	e.key, e.token = string(key), token
+	e.key, e.token = key, token
 	sh.m[e.key] = e
 	sh.pushFrontLocked(e)
 }
 
 // raise records that a Record of token on key has synced. It raises an
-// existing entry but never creates one: the stored value may be higher than
-// token, and only a read can tell.
-func (c *cache) raise(key []byte, token uint64) {
+// existing entry but creates one only if exact (the caller knows the stored
+// value is now token): otherwise the stored value may be higher than token,
+// and only a read can tell.
+func (c *cache) raise(key []byte, token uint64, exact bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -107,6 +113,10 @@ func (c *cache) raise(key []byte, token uint64) {
 	if e := sh.m[string(key)]; e != nil {
 		e.token = max(e.token, token)
 		sh.moveToFrontLocked(e)
+		return
+	}
+	if exact {
+		sh.insertLocked(string(key), token)
 	}
 }
 

@@ -35,14 +35,14 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 func TestCacheFillLosesToConcurrentRaise(t *testing.T) {
 	c := newCache(3)
 	_, ep, _ := c.get([]byte("r")) // Newest misses, goes to Pebble, reads 5...
-	c.raise([]byte("r"), 9)        // ...meanwhile a Record of 9 syncs: no entry to raise
+	c.raise([]byte("r"), 9, false) // ...meanwhile a Record of 9 syncs: no entry to raise
 	c.fill([]byte("r"), 5, ep)     // the stale 5 must not be cached
 	if tok, _, ok := c.get([]byte("r")); ok {
 		t.Fatalf("stale fill cached %d", tok)
 	}
 	_, ep, _ = c.get([]byte("r"))
 	c.fill([]byte("r"), 9, ep)
-	c.raise([]byte("r"), 7) // raise never lowers
+	c.raise([]byte("r"), 7, false) // raise never lowers
 	if tok, _, _ := c.get([]byte("r")); tok != 9 {
 		t.Fatalf("cached %d, want 9", tok)
 	}
@@ -74,7 +74,7 @@ func TestLRUBound(t *testing.T) {
 		grants = grants[:0]
 		for j := i; j < i+batch; j++ {
 			want[j] = nextT(t, s)
-			grants = append(grants, Grant{name(j), want[j]})
+			grants = append(grants, Grant{Resource: name(j), Token: want[j]})
 		}
 		if err := s.Record(grants...); err != nil {
 			t.Fatal(err)
@@ -97,5 +97,18 @@ func TestLRUBound(t *testing.T) {
 	t.Logf("stats %+v", st)
 	if st.CacheEntries > entries || st.CacheEntries < entries*9/10 {
 		t.Fatalf("cache holds %d entries, want about %d", st.CacheEntries, entries)
+	}
+}
+
+// TestExactRaiseInserts: a Record the caller knows is above all before it
+// caches its token at once, so the next Newest needs no read; and a stale fill
+// racing it cannot lower it.
+func TestExactRaiseInserts(t *testing.T) {
+	c := newCache(3)
+	_, ep, _ := c.get([]byte("r"))
+	c.raise([]byte("r"), 9, true)
+	c.fill([]byte("r"), 5, ep)
+	if tok, _, ok := c.get([]byte("r")); !ok || tok != 9 {
+		t.Fatalf("after an exact raise of 9: cached %d, %v; want 9", tok, ok)
 	}
 }

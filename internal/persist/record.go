@@ -21,13 +21,9 @@ func (s *Store) Record(grants ...Grant) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	issued := min(s.last.Load(), s.bound.Load())
 	for _, g := range grants {
-		if err := checkResource(g.Resource); err != nil {
+		if err := s.check(g); err != nil {
 			return err
-		}
-		if g.Token == 0 || g.Token > issued {
-			return ErrBadToken
 		}
 	}
 	if len(grants) == 0 {
@@ -44,7 +40,7 @@ func (s *Store) Record(grants ...Grant) error {
 		return err
 	}
 	for _, g := range grants {
-		s.cache.raise(g.Resource, g.Token)
+		s.cache.raise(g.Resource, g.Token, g.AboveAll)
 	}
 	return nil
 }
@@ -72,6 +68,20 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 	}
 	s.cache.fill(resource, t, epoch)
 	return t, nil
+}
+
+// check validates a grant before anything is written.
+func (s *Store) check(g Grant) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if err := checkResource(g.Resource); err != nil {
+		return err
+	}
+	if g.Token == 0 || g.Token > min(s.last.Load(), s.bound.Load()) {
+		return ErrBadToken
+	}
+	return nil
 }
 
 func checkResource(r []byte) error {

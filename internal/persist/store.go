@@ -44,6 +44,13 @@ type Options struct {
 type Grant struct {
 	Resource []byte
 	Token    uint64
+	// AboveAll says the caller knows Token exceeds every token recorded for
+	// Resource before: it read Newest since its last Record of Resource and
+	// serializes its Records per resource (the lock manager does both). The
+	// stored value is then exactly Token, and the cache learns it without a
+	// read. Leave it false when unsure: the cache then only raises entries
+	// it already has.
+	AboveAll bool
 }
 
 // Stats is a snapshot for metrics and INFO.

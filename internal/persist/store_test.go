@@ -64,13 +64,13 @@ func TestRecordAndNewest(t *testing.T) {
 	long := strings.Repeat("x", MaxResourceLen)
 	t1, t2, t3 := nextT(t, s), nextT(t, s), nextT(t, s)
 
-	if err := s.Record(Grant{[]byte(bin), t2}, Grant{[]byte(long), t1}); err != nil {
+	if err := s.Record(Grant{Resource: []byte(bin), Token: t2}, Grant{Resource: []byte(long), Token: t1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Record(Grant{[]byte(bin), t1}); err != nil { // older: no effect
+	if err := s.Record(Grant{Resource: []byte(bin), Token: t1}); err != nil { // older: no effect
 		t.Fatal(err)
 	}
-	if err := s.Record(Grant{[]byte(long), t3}, Grant{[]byte(long), t2}); err != nil {
+	if err := s.Record(Grant{Resource: []byte(long), Token: t3}, Grant{Resource: []byte(long), Token: t2}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -88,7 +88,7 @@ func TestRecordAndNewest(t *testing.T) {
 	}
 	// A Record raises a cached entry.
 	t4 := nextT(t, s)
-	if err := s.Record(Grant{[]byte(bin), t4}); err != nil {
+	if err := s.Record(Grant{Resource: []byte(bin), Token: t4}); err != nil {
 		t.Fatal(err)
 	}
 	if got := newestT(t, s, bin); got != t4 {
@@ -100,17 +100,17 @@ func TestRejectsBadInput(t *testing.T) {
 	s := openT(t, "/data", Options{FS: vfs.NewMem()})
 	defer s.Close()
 	tok := nextT(t, s)
-	good := Grant{[]byte("r"), tok}
+	good := Grant{Resource: []byte("r"), Token: tok}
 	for _, c := range []struct {
 		name string
 		g    Grant
 		want error
 	}{
-		{"empty resource", Grant{nil, tok}, ErrBadResource},
-		{"oversized resource", Grant{bytes.Repeat([]byte("x"), MaxResourceLen+1), tok}, ErrBadResource},
-		{"token 0", Grant{[]byte("r"), 0}, ErrBadToken},
-		{"token not issued", Grant{[]byte("r"), tok + 1}, ErrBadToken},
-		{"token beyond bound", Grant{[]byte("r"), s.Stats().ReservedBound + 1}, ErrBadToken},
+		{"empty resource", Grant{Resource: nil, Token: tok}, ErrBadResource},
+		{"oversized resource", Grant{Resource: bytes.Repeat([]byte("x"), MaxResourceLen+1), Token: tok}, ErrBadResource},
+		{"token 0", Grant{Resource: []byte("r"), Token: 0}, ErrBadToken},
+		{"token not issued", Grant{Resource: []byte("r"), Token: tok + 1}, ErrBadToken},
+		{"token beyond bound", Grant{Resource: []byte("r"), Token: s.Stats().ReservedBound + 1}, ErrBadToken},
 	} {
 		// good comes first: nothing of a rejected call may be written.
 		mustIs(t, s.Record(good, c.g), c.want)
@@ -135,7 +135,7 @@ func TestClosed(t *testing.T) {
 	}
 	_, err := s.NextToken()
 	mustIs(t, err, ErrClosed)
-	mustIs(t, s.Record(Grant{[]byte("r"), tok}), ErrClosed)
+	mustIs(t, s.Record(Grant{Resource: []byte("r"), Token: tok}), ErrClosed)
 	_, err = s.Newest([]byte("r"))
 	mustIs(t, err, ErrClosed)
 	mustIs(t, s.Close(), ErrClosed)
