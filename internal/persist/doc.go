@@ -52,6 +52,7 @@
 //     may hold data that is not on disk; answering from them could regress a
 //     token after a crash. Restarting the process recovers: Open re-reserves
 //     above whatever bound did reach the disk.
+//
 // # What survives a crash
 //
 // Only what a successful pebble.Sync commit wrote:
