@@ -62,7 +62,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.backendConns, "backend-conns", 4, "pipelined connections to the master shared by all clients")
 	fs.IntVar(&c.lockConns, "lock-conns", 4, "connections to the master that run batched lock writes")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "fenceproxy:lock:", "prefix of owner-record keys in Redis")
-	fs.IntVar(&c.cacheEntries, "token-cache", 65536, "resources whose newest token is cached in memory")
+	fs.IntVar(&c.cacheEntries, "token-cache", 1<<18, "resources whose newest token is cached in memory")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on --metrics-listen")

@@ -31,6 +31,9 @@ type Options struct {
 	Logger      *slog.Logger
 	// ObserveReply, if set, is called with each request's round-trip time.
 	ObserveReply func(time.Duration)
+	// NoYield skips the writer's yield before each write (see writeLoop):
+	// for a connection fed by one goroutine, where there is nothing to wait for.
+	NoYield bool
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -143,7 +146,9 @@ func (c *Conn) writeLoop() {
 		// client goroutines that the same network poll made ready. Yield
 		// once so they append their requests first and one write carries
 		// them all.
-		runtime.Gosched()
+		if !c.opts.NoYield {
+			runtime.Gosched()
+		}
 		c.mu.Lock()
 		buf, nc := c.wbuf, c.nc
 		c.wbuf = spare[:0]

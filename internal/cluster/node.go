@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -13,50 +12,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 )
-
-// ErrOutcomeUnknown means the connection broke while a write was in flight:
-// it may or may not have been applied, and its acknowledgements are unknown.
-var ErrOutcomeUnknown = errors.New("cluster: connection to Redis lost; write outcome unknown")
-
-// maxWriteBatch bounds how many lock writes share one WAIT.
-const maxWriteBatch = 256
-
-// ScriptCall is one invocation of a Lua script.
-type ScriptCall struct {
-	Script *redis.Script
-	Keys   []string
-	Args   []any
-}
-
-// Write is one replicated write in flight: its script's reply (Reply) and
-// the replicas' acknowledgements of it (Acks).
-type Write struct {
-	call     ScriptCall
-	wantAcks bool
-
-	reply   any
-	err     error
-	replied chan struct{}
-
-	acked    int
-	ackErr   error
-	ackified chan struct{}
-}
-
-// Reply waits for the script's reply: nil for a null reply; the error is the
-// script's own (a redis.Error) or ErrOutcomeUnknown.
-func (w *Write) Reply() (any, error) {
-	<-w.replied
-	return w.reply, w.err
-}
-
-// Acks waits for WAIT: how many replicas acknowledged every write up to this
-// one. An error means the count is unknown (treat it as a shortfall whose
-// write may or may not stand).
-func (w *Write) Acks() (int, error) {
-	<-w.ackified
-	return w.acked, w.ackErr
-}
 
 // Node is one Redis master.
 type Node struct {
@@ -70,10 +25,11 @@ type Node struct {
 	replicaTimeout time.Duration
 	logger         *slog.Logger
 
-	writes  chan *Write // lock writes that wait for replicas
-	unacked chan *Write // writes that do not (releases, undos)
-	done    chan struct{}
-	wg      sync.WaitGroup
+	writes   chan *Write // lock writes that wait for replicas
+	unacked  chan *Write // writes that do not (releases, undos)
+	lockConn []*backend.Conn
+	done     chan struct{}
+	wg       sync.WaitGroup
 
 	mu       sync.Mutex
 	replicas []string
@@ -99,7 +55,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		Username:     opts.Username,
 		Password:     opts.Password,
 		Protocol:     2,
-		PoolSize:     2*opts.WriterConns + 4,
+		PoolSize:     4,
 		DialTimeout:  2 * time.Second,
 		ReadTimeout:  opts.ReplicaTimeout + 3*time.Second,
 		WriteTimeout: 3 * time.Second,
@@ -131,147 +87,22 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		unacked:        make(chan *Write, 4096),
 		done:           make(chan struct{}),
 	}
-	for range max(opts.WriterConns, 1) {
-		n.wg.Add(2)
-		go n.writeLoop(n.writes)
-		go n.writeLoop(n.unacked)
+	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, NoYield: true}
+	for i := range 2 * max(opts.WriterConns, 1) {
+		conn, err := backend.Dial(lockOpts)
+		if err != nil {
+			n.Close()
+			return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
+		}
+		n.lockConn = append(n.lockConn, conn)
+		queue := n.writes
+		if i%2 == 1 {
+			queue = n.unacked
+		}
+		n.wg.Add(1)
+		go n.writeLoop(queue, conn)
 	}
 	return n, nil
-}
-
-// Start queues call to run on the node. If wantAcks, a WAIT for the
-// minimum number of replicas follows it on the same connection. Concurrent
-// writes are batched: one pipeline of scripts, then one WAIT for them all.
-func (n *Node) Start(ctx context.Context, call ScriptCall, wantAcks bool) *Write {
-	w := &Write{call: call, wantAcks: wantAcks, replied: make(chan struct{}), ackified: make(chan struct{})}
-	queue := n.writes
-	if !wantAcks {
-		// Kept apart so they never wait behind another batch's WAIT.
-		queue = n.unacked
-	}
-	select {
-	case queue <- w:
-	case <-n.done:
-		w.fail(errors.New("cluster: node closed"))
-	case <-ctx.Done():
-		w.fail(ctx.Err())
-	}
-	return w
-}
-
-func (w *Write) fail(err error) {
-	w.err, w.ackErr = err, err
-	close(w.replied)
-	close(w.ackified)
-}
-
-// Run runs call with no replica wait, batched with other such writes: for
-// writes whose loss in a failover is harmless (a release, an undo: the lease
-// merely runs out).
-func (n *Node) Run(ctx context.Context, call ScriptCall) (any, error) {
-	return n.Start(ctx, call, false).Reply()
-}
-
-// writeLoop runs batches from queue.
-func (n *Node) writeLoop(queue chan *Write) {
-	defer n.wg.Done()
-	batch := make([]*Write, 0, maxWriteBatch)
-	for {
-		select {
-		case w := <-queue:
-			batch = append(batch, w)
-		case <-n.done:
-			return
-		}
-	gather:
-		for len(batch) < maxWriteBatch {
-			select {
-			case w := <-queue:
-				batch = append(batch, w)
-			default:
-				break gather
-			}
-		}
-		n.runBatch(batch)
-		clear(batch)
-		batch = batch[:0]
-	}
-}
-
-// runBatch sends every script of the batch and then one WAIT in a single
-// pipeline, so the WAIT covers them all and the batch costs one round trip.
-// Scripts go by EVALSHA; any that Redis does not know yet (NOSCRIPT: it did
-// not run) are sent again in full, with a WAIT of their own.
-func (n *Node) runBatch(batch []*Write) {
-	ctx, cancel := context.WithTimeout(context.Background(), n.replicaTimeout+5*time.Second)
-	defer cancel()
-	healthy := true
-	todo := batch
-	for attempt := 0; len(todo) > 0; attempt++ {
-		wait := false
-		for _, w := range todo {
-			wait = wait || w.wantAcks
-		}
-		wait = wait && n.minReplicas > 0
-		// A pipeline runs on one pooled connection, so its WAIT counts its
-		// own scripts; the pool checks a connection's health before handing
-		// it out, so a Redis restart costs no lock write an error.
-		cmds, _ := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, w := range todo {
-				if attempt == 0 {
-					w.call.Script.EvalSha(ctx, p, w.call.Keys, w.call.Args...)
-				} else {
-					w.call.Script.Eval(ctx, p, w.call.Keys, w.call.Args...)
-				}
-			}
-			if wait {
-				p.Do(ctx, "WAIT", n.minReplicas, max(n.replicaTimeout.Milliseconds(), 1))
-			}
-			return nil
-		})
-		acked, ackErr := 0, error(nil)
-		if wait {
-			acked, ackErr = cmds[len(cmds)-1].(*redis.Cmd).Int()
-			if ackErr != nil {
-				if !isRedisError(ackErr) {
-					healthy = false
-				}
-				ackErr = ErrOutcomeUnknown
-			}
-		}
-		var again []*Write
-		for i, w := range todo {
-			reply, err := cmds[i].(*redis.Cmd).Result()
-			switch {
-			case err == redis.Nil:
-				err = nil
-			case err != nil && attempt == 0 && strings.HasPrefix(err.Error(), "NOSCRIPT"):
-				again = append(again, w)
-				continue
-			case err != nil && !isRedisError(err):
-				healthy = false
-				err = ErrOutcomeUnknown
-			}
-			w.reply, w.err = reply, err
-			close(w.replied)
-			switch {
-			case err != nil:
-				w.ackErr = err
-			case w.wantAcks:
-				w.acked, w.ackErr = acked, ackErr
-			}
-			close(w.ackified)
-		}
-		todo = again
-	}
-	if !healthy {
-		n.logger.Warn("lock writes failed on the connection", "addr", n.Addr)
-	}
-}
-
-func isRedisError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
 }
 
 // Replicas returns the replicas last seen connected to this master.
@@ -313,12 +144,20 @@ func (n *Node) refreshReplicas(ctx context.Context) (role string, err error) {
 func (n *Node) Close() {
 	close(n.done)
 	n.wg.Wait()
+	for _, c := range n.lockConn {
+		c.Close()
+	}
+	// Writes still queued are answered through a closed connection: each
+	// gets the "unreachable" reply at once.
 	for _, queue := range []chan *Write{n.writes, n.unacked} {
+		if len(n.lockConn) == 0 {
+			break
+		}
 	drain:
 		for {
 			select {
 			case w := <-queue:
-				w.fail(errors.New("cluster: node closed"))
+				n.sendBatch(n.lockConn[0], []*Write{w})
 			default:
 				break drain
 			}

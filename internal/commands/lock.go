@@ -78,7 +78,7 @@ func parseLock(args [][]byte) (a lockArgs, msg string) {
 func (h *Handler) runLock(c *protocol.Conn, resource string, p *protocol.Pending, timeout time.Duration, fn func(ctx context.Context) []byte) {
 	s := sessionOf(c)
 	prev, done := s.chain(resource)
-	go func() {
+	h.workers.run(func() {
 		defer s.unchain(resource, done)
 		if prev != nil {
 			<-prev
@@ -87,7 +87,7 @@ func (h *Handler) runLock(c *protocol.Conn, resource string, p *protocol.Pending
 		defer cancel()
 		p.Buf = append(p.Buf, fn(ctx)...)
 		p.Done()
-	}()
+	})
 }
 
 func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
@@ -260,6 +260,8 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 func (h *Handler) lockError(err error, unknownOutcome string) []byte {
 	var re redis.Error
 	switch {
+	case errors.Is(err, cluster.ErrUnavailable):
+		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
 	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
 		return redcon.AppendError(nil, "ERR fenceproxy: lost contact with Redis; "+unknownOutcome)
 	case errors.Is(err, persist.ErrUnhealthy), errors.Is(err, persist.ErrClosed):

@@ -34,7 +34,8 @@ type Options struct {
 
 // Handler serves every client request; it implements protocol.Handler.
 type Handler struct {
-	opts Options
+	opts    Options
+	workers *workers
 }
 
 // NewHandler returns a Handler.
@@ -42,7 +43,7 @@ func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Handler{opts: opts}
+	return &Handler{opts: opts, workers: newWorkers()}
 }
 
 var table map[string]command

@@ -9,17 +9,21 @@
 //  2. WAIT on the same connection until --min-replicas replicas hold the
 //     record. On a shortfall the record is deleted again (compare-and-delete
 //     on owner and token) and the caller gets -NOREPLICAS: nothing granted.
-//  3. The token is recorded as the resource's newest in the fence store and
-//     fsynced (group-committed with concurrent grants).
+//  3. While step 2 is under way, the token is reserved in the fence store
+//     and fsynced (group-committed with concurrent grants); once the
+//     replicas have acknowledged, it is confirmed as the resource's newest
+//     (no second fsync: the reservation is durable). The two slow waits,
+//     replicas and disk, overlap: the script and its WAIT travel in one
+//     pipeline, and Redis answers the script before the WAIT.
 //
-// Steps 1 and 2 travel as one pipeline per batch of grants: one round trip,
-// one WAIT. Two designs that overlap step 3 with step 2 were tried and
-// dropped. Recording the token during step 2 leaves a never-issued newest
-// token when the replicas fall short, and FENCE.CHECK then calls the previous
-// holder stale. Reserving it during step 2 (persist.Store.Reserve, confirmed
-// after the acknowledgements) is correct but needs the script's reply before
-// the WAIT, a second round trip; measured with scripts/lockbench (50 clients,
-// 2 cores) it was 5-15% slower than doing the steps in order.
+// A refused grant's reservation is cancelled, so FENCE.CHECK and LOCK.INFO
+// only ever see tokens issued. Only a crash between a reservation and its
+// cancel can make a refused token count as issued, which errs on the safe
+// side. (Recording the token itself during step 2 was tried and dropped: a
+// refused grant then left a never-issued newest token, and FENCE.CHECK
+// called the previous holder stale. Reserving it with go-redis, which hands
+// back a pipeline's replies only all together, needed a second round trip
+// and was slower than no overlap at all.)
 //
 // The token itself comes from the fence store's counter, which a durable
 // reservation keeps ahead of every token ever handed out, so tokens rise

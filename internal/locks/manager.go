@@ -131,7 +131,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	node := m.opts.Backend.MasterForKey([]byte(key))
 	start := time.Now()
 	write := node.Start(ctx, cluster.ScriptCall{
-		Script: acquireScript,
+		Source: acquireScript,
 		Keys:   []string{key},
 		Args:   []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting},
 	}, true)
@@ -160,25 +160,40 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 		return 0, 0, fmt.Errorf("locks: unexpected acquire reply %v", reply)
 	}
 
+	// While Redis waits for the replicas, make the token durable as
+	// "reserved": it becomes the resource's newest only once they have
+	// acknowledged (persist's invariant 7), so a refused grant never shows.
+	record := token > newest
+	var reserveErr error
+	if record {
+		reserveErr = m.opts.Store.Reserve([]byte(resource), token)
+	}
 	acked, err := write.Acks()
 	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
-	if err != nil {
-		return 0, 0, err
-	}
-	if acked < m.opts.MinReplicas {
+	switch {
+	case err != nil:
+		// The grant may stand on the master; a retry by the same owner
+		// re-arms it and waits for the replicas again.
+	case acked < m.opts.MinReplicas:
 		m.opts.Metrics.ReplicaShortfalls.Inc()
-		if kind == 2 {
+		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	case reserveErr != nil:
+		err = reserveErr
+	case record:
+		// Serialized per resource and above the newest just read: exact.
+		err = m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true})
+	}
+	if err != nil {
+		if record && reserveErr == nil {
+			m.opts.Store.Cancel([]byte(resource))
+		}
+		// A new grant that will not be replied is undone. A re-armed
+		// existing one stays as it was granted; only its extension may be
+		// missing on the replicas.
+		if kind == 2 && !errors.Is(err, cluster.ErrOutcomeUnknown) {
 			m.undo(ctx, node, resource, key, owner, token)
 		}
-		return 0, 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
-	}
-	if token > newest {
-		if err := m.opts.Store.Record(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true}); err != nil {
-			if kind == 2 {
-				m.undo(ctx, node, resource, key, owner, token)
-			}
-			return 0, 0, err
-		}
+		return 0, 0, err
 	}
 	return token, 0, nil
 }
@@ -186,7 +201,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 // undo deletes a grant that will not be replied, if it is still in place.
 func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) {
 	_, err := node.Run(ctx, cluster.ScriptCall{
-		Script: undoScript,
+		Source: undoScript,
 		Keys:   []string{key},
 		Args:   []any{owner, strconv.FormatUint(token, 10)},
 	})
@@ -209,7 +224,7 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	key := m.recordKey(resource)
 	write := m.opts.Backend.MasterForKey([]byte(key)).Start(ctx, cluster.ScriptCall{
-		Script: renewScript,
+		Source: renewScript,
 		Keys:   []string{key},
 		Args:   []any{owner, ttl.Milliseconds(), newest},
 	}, true)
@@ -243,7 +258,7 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	// A release needs no replica acknowledgement: if a failover loses it,
 	// the lease merely runs out.
 	reply, err := m.opts.Backend.MasterForKey([]byte(key)).Run(ctx, cluster.ScriptCall{
-		Script: releaseScript,
+		Source: releaseScript,
 		Keys:   []string{key},
 		Args:   []any{owner},
 	})
@@ -289,7 +304,7 @@ func (m *Manager) Info(ctx context.Context, resource string) (Info, error) {
 	}
 	key := m.recordKey(resource)
 	node := m.opts.Backend.MasterForKey([]byte(key))
-	reply, err := infoScript.Run(ctx, node.Client, []string{key}).Slice()
+	reply, err := infoRead.Run(ctx, node.Client, []string{key}).Slice()
 	if err != nil {
 		return Info{}, err
 	}

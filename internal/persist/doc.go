@@ -52,6 +52,12 @@
 //     may hold data that is not on disk; answering from them could regress a
 //     token after a crash. Restarting the process recovers: Open re-reserves
 //     above whatever bound did reach the disk.
+//  7. A reservation counts after a crash. Reserve syncs p/<resource> before
+//     the caller knows whether the token will be issued; Confirm (no sync:
+//     the reservation already is durable) moves it to t/<resource>, Cancel
+//     drops it. Open folds every p/ left by a crash into t/ before serving,
+//     so a token that may have been replied is never forgotten. While the
+//     process lives, reads ignore p/: a cancelled token never counts.
 //
 // # What survives a crash
 //
@@ -61,8 +67,10 @@
 //     crossed the bound). Tokens between the last one returned and that bound
 //     are skipped forever: a restart skips at most ReserveWindow tokens, so the
 //     2^63-1 tokens that fit a RESP integer last 2^43 restarts at the default.
-//   - t/<resource> for every Record that returned nil. A Record that returned
-//     an error or had not returned may or may not have survived.
+//   - t/<resource> for every Record that returned nil, and for every Reserve
+//     that returned nil (as its p/ key, folded into t/ at the next Open). A
+//     call that returned an error or had not returned may or may not have
+//     survived.
 //   - Nothing in memory: the counter and the cache are rebuilt from disk.
 //
 // # Memory
@@ -70,8 +78,8 @@
 // The newest-token cache is a sharded LRU bounded to Options.CacheEntries
 // entries, however many resources have ever been recorded. One entry costs
 // about 100 bytes plus the resource length (at most MaxResourceLen), so the
-// default 65536 entries take about 10 MB for 64-byte resources and at most
-// about 40 MB. Pebble adds its own block cache (8 MB) and memtables (4 MB each).
+// default 262144 entries take about 42 MB for 64-byte resources and at most
+// about 160 MB. Pebble adds its own block cache (8 MB) and memtables (4 MB each).
 //
 // # Rejected designs
 //

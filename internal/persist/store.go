@@ -20,13 +20,13 @@ const (
 	// integers, which are signed 64-bit.
 	MaxToken = math.MaxInt64
 
-	defaultCacheEntries  = 65536
+	defaultCacheEntries  = 1 << 18
 	defaultReserveWindow = 1 << 20
 )
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
-	// CacheEntries bounds the in-memory newest-token cache (LRU). Default 65536.
+	// CacheEntries bounds the in-memory newest-token cache (LRU). Default 262144.
 	CacheEntries int
 	// ReserveWindow is how many tokens one durable reservation covers. Default 1<<20.
 	ReserveWindow uint64
@@ -125,6 +125,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s.db, s.lock = db, lock
 
+	folded, err := s.foldReservations()
+	if err != nil {
+		_ = db.Close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("persist: recover reservations in %q: %w", dir, err)
+	}
+	if folded > 0 {
+		s.log.Info("fence store: tokens reserved before a crash now count as issued", "resources", folded)
+	}
 	prev, err := s.get(boundKey)
 	if err == nil {
 		s.last.Store(min(prev, MaxToken))

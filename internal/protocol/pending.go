@@ -51,3 +51,8 @@ func (b *batch) appendTo(out []byte) []byte {
 	b.n = 0
 	return out
 }
+
+// NewPending returns a Pending whose Done calls wg.Done, for requests the
+// proxy makes on its own behalf (its lock scripts) rather than a client's.
+// The caller adds 1 to wg before handing it out.
+func NewPending(wg *sync.WaitGroup) *Pending { return &Pending{done: wg} }

@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// ErrOutcomeUnknown means the connection broke while a write was in flight:
+// it may or may not have been applied, and its acknowledgements are unknown.
+var ErrOutcomeUnknown = errors.New("cluster: connection to Redis lost; write outcome unknown")
+
+// ErrUnavailable means Redis could not be reached; the write was not sent.
+var ErrUnavailable = errors.New("cluster: Redis is unreachable; the write was not sent")
+
+// maxWriteBatch bounds how many lock writes share one WAIT.
+const maxWriteBatch = 256
+
+// ScriptCall is one invocation of a Lua script. It is sent with EVAL and its
+// full source every time, so a Redis that restarted or ran SCRIPT FLUSH
+// never answers NOSCRIPT; Redis caches the compiled script by its SHA-1.
+type ScriptCall struct {
+	Source string
+	Keys   []string
+	Args   []any
+}
+
+// Write is one lock write in flight. The script's reply (Reply) arrives
+// before the replicas' acknowledgements (Acks): the WAIT that counts them
+// travels right behind the script in the same pipeline, and Redis answers the
+// script as soon as it ran. A caller can do its own slow step, such as an
+// fsync, in between.
+type Write struct {
+	call     ScriptCall
+	wantAcks bool
+
+	reply   *protocol.Pending
+	replied sync.WaitGroup
+	ack     *ackWait // nil unless the batch sent a WAIT for this write
+	err     error    // set if the write was never sent
+}
+
+// ackWait is one WAIT shared by every write of a batch.
+type ackWait struct {
+	reply *protocol.Pending
+	done  sync.WaitGroup
+}
+
+// Reply waits for the script's reply: nil for a null reply; the error is the
+// script's own (a redis.Error), ErrOutcomeUnknown or ErrUnavailable.
+func (w *Write) Reply() (any, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	w.replied.Wait()
+	return decode(w.reply.Buf)
+}
+
+// Acks waits for WAIT: how many replicas acknowledged every write up to this
+// one. An error means the count is unknown (treat it as a shortfall whose
+// write may or may not stand). Without a WAIT (no acknowledgements asked,
+// or --min-replicas 0) it reports 0 at once.
+func (w *Write) Acks() (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.ack == nil {
+		return 0, nil
+	}
+	w.ack.done.Wait()
+	v, err := decode(w.ack.reply.Buf)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, ErrOutcomeUnknown
+	}
+	return int(n), nil
+}
+
+// decode turns a raw reply into a value, mapping the backend's own error
+// replies to this package's errors.
+func decode(raw []byte) (any, error) {
+	v, err := backend.ParseValue(raw)
+	switch {
+	case errors.Is(err, backend.ErrLost), errors.Is(err, backend.ErrBadReply):
+		return nil, ErrOutcomeUnknown
+	case errors.Is(err, backend.ErrUnavailable):
+		return nil, ErrUnavailable
+	}
+	return v, err
+}
+
+// Start queues call to run on the node. If wantAcks, a WAIT for the minimum
+// number of replicas follows it on the same connection. Concurrent writes
+// are batched: their scripts, then one WAIT for them all, in one write.
+func (n *Node) Start(ctx context.Context, call ScriptCall, wantAcks bool) *Write {
+	w := &Write{call: call, wantAcks: wantAcks}
+	w.replied.Add(1)
+	w.reply = protocol.NewPending(&w.replied)
+	queue := n.writes
+	if !wantAcks {
+		// Kept apart so they never wait behind another batch's WAIT.
+		queue = n.unacked
+	}
+	select {
+	case queue <- w:
+	case <-n.done:
+		w.err = errors.New("cluster: node closed")
+	case <-ctx.Done():
+		w.err = ctx.Err()
+	}
+	return w
+}
+
+// Run runs call with no replica wait: for writes whose loss in a failover is
+// harmless (a release, an undo: the lease merely runs out).
+func (n *Node) Run(ctx context.Context, call ScriptCall) (any, error) {
+	return n.Start(ctx, call, false).Reply()
+}
+
+// writeLoop sends batches from queue on conn. While one batch's WAIT is out
+// it sends nothing else (Redis would hold it behind the WAIT anyway), so the
+// writes that arrive meanwhile form the next batch: the busier the node, the
+// more grants share one round of acknowledgements.
+func (n *Node) writeLoop(queue chan *Write, conn *backend.Conn) {
+	defer n.wg.Done()
+	batch := make([]*Write, 0, maxWriteBatch)
+	for {
+		select {
+		case w := <-queue:
+			batch = append(batch, w)
+		case <-n.done:
+			return
+		}
+	gather:
+		for len(batch) < maxWriteBatch {
+			select {
+			case w := <-queue:
+				batch = append(batch, w)
+			default:
+				break gather
+			}
+		}
+		if ack := n.sendBatch(conn, batch); ack != nil {
+			ack.done.Wait()
+		}
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// sendBatch pipelines every script of the batch and, if any asks for
+// acknowledgements, one WAIT behind them. It returns that WAIT, if sent.
+func (n *Node) sendBatch(conn *backend.Conn, batch []*Write) *ackWait {
+	var ack *ackWait
+	for _, w := range batch {
+		if w.wantAcks && n.minReplicas > 0 {
+			// Ready before any script is sent: a caller may ask for the
+			// acknowledgements as soon as its script's reply is in.
+			ack = &ackWait{}
+			ack.done.Add(1)
+			ack.reply = protocol.NewPending(&ack.done)
+			break
+		}
+	}
+	for _, w := range batch {
+		if w.wantAcks {
+			w.ack = ack
+		}
+		conn.Do(evalArgs(w.call), w.reply)
+	}
+	if ack != nil {
+		conn.Do([][]byte{
+			[]byte("WAIT"),
+			strconv.AppendInt(nil, int64(n.minReplicas), 10),
+			strconv.AppendInt(nil, max(n.replicaTimeout.Milliseconds(), 1), 10),
+		}, ack.reply)
+	}
+	return ack
+}
+
+// evalArgs builds EVAL source numkeys key... arg...
+func evalArgs(c ScriptCall) [][]byte {
+	args := make([][]byte, 0, 3+len(c.Keys)+len(c.Args))
+	args = append(args, []byte("EVAL"), []byte(c.Source), strconv.AppendInt(nil, int64(len(c.Keys)), 10))
+	for _, k := range c.Keys {
+		args = append(args, []byte(k))
+	}
+	for _, a := range c.Args {
+		switch v := a.(type) {
+		case string:
+			args = append(args, []byte(v))
+		case []byte:
+			args = append(args, v)
+		case int64:
+			args = append(args, strconv.AppendInt(nil, v, 10))
+		case int:
+			args = append(args, strconv.AppendInt(nil, int64(v), 10))
+		case uint64:
+			args = append(args, strconv.AppendUint(nil, v, 10))
+		case bool:
+			if v {
+				args = append(args, []byte("1"))
+			} else {
+				args = append(args, []byte("0"))
+			}
+		default:
+			panic("cluster: unsupported script argument type")
+		}
+	}
+	return args
+}
