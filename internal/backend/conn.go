@@ -34,6 +34,11 @@ type Options struct {
 	// NoYield skips the writer's yield before each write (see writeLoop):
 	// for a connection fed by one goroutine, where there is nothing to wait for.
 	NoYield bool
+	// ReplyTimeout, if set, bounds how long a reply may take: past it the
+	// connection is taken as dead (a stopped or hung Redis) and every request
+	// on it gets the lost-connection reply. For connections that carry only
+	// requests of bounded duration (the proxy's lock scripts and WAITs).
+	ReplyTimeout time.Duration
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -124,6 +129,10 @@ func (c *Conn) Do(args [][]byte, p *protocol.Pending) {
 		return
 	}
 	c.wbuf = AppendCommand(c.wbuf, args)
+	if c.opts.ReplyTimeout > 0 && c.head == len(c.queue) {
+		// The reader may be blocked with no deadline: give it one.
+		c.nc.SetReadDeadline(time.Now().Add(c.opts.ReplyTimeout))
+	}
 	c.queue = append(c.queue, inflight{p, time.Now()})
 	c.mu.Unlock()
 	select {
@@ -215,6 +224,13 @@ func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 		c.mu.Lock()
 		c.queue[c.head] = inflight{}
 		c.head++
+		if c.opts.ReplyTimeout > 0 {
+			if c.head == len(c.queue) {
+				nc.SetReadDeadline(time.Time{}) // idle: wait for requests as long as it takes
+			} else {
+				nc.SetReadDeadline(time.Now().Add(c.opts.ReplyTimeout))
+			}
+		}
 		switch {
 		case c.head == len(c.queue):
 			c.queue, c.head = c.queue[:0], 0

@@ -41,7 +41,7 @@ type NodeOptions struct {
 	Username       string
 	Password       string
 	PoolSize       int // passthrough connections
-	WriterConns    int // connections running batched lock writes
+	WriterConns    int // connections for lock writes, of each kind (with and without WAIT)
 	MinReplicas    int
 	ReplicaTimeout time.Duration
 	ObserveReply   func(time.Duration)
@@ -55,7 +55,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		Username:     opts.Username,
 		Password:     opts.Password,
 		Protocol:     2,
-		PoolSize:     4,
+		PoolSize:     16,
 		DialTimeout:  2 * time.Second,
 		ReadTimeout:  opts.ReplicaTimeout + 3*time.Second,
 		WriteTimeout: 3 * time.Second,
@@ -87,7 +87,10 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		unacked:        make(chan *Write, 4096),
 		done:           make(chan struct{}),
 	}
-	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, NoYield: true}
+	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, NoYield: true,
+		// A lock script or WAIT slower than this means Redis is stopped or
+		// hung: fail the writes (outcome unknown) rather than hang clients.
+		ReplyTimeout: opts.ReplicaTimeout + 2*time.Second}
 	for i := range 2 * max(opts.WriterConns, 1) {
 		conn, err := backend.Dial(lockOpts)
 		if err != nil {

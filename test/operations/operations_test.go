@@ -247,3 +247,37 @@ func TestSigtermDrains(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestStoppedRedisDoesNotHangLocks: with Redis frozen (SIGSTOP), a lock
+// request gets an error within a bounded time instead of hanging, PING still
+// answers, and locks work again once Redis resumes.
+func TestStoppedRedisDoesNotHangLocks(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, MinReplicas: 0, ReplicaTimeout: 200 * time.Millisecond})
+	c := testenv.Dial(t, p.Addr)
+	c.SetTimeout(20 * time.Second)
+	if r := c.Do("LOCK.ACQUIRE", "frozen", "a", "60000"); r[0] != ':' {
+		t.Fatalf("LOCK.ACQUIRE before the freeze = %q", r)
+	}
+	redis.Stop()
+	defer redis.Cont()
+	r := c.Do("LOCK.ACQUIRE", "other", "a", "60000")
+	if !strings.HasPrefix(string(r), "-ERR fenceproxy: lost contact with Redis") {
+		t.Fatalf("LOCK.ACQUIRE with Redis frozen = %q, want a lost-contact error", r)
+	}
+	if r := testenv.Dial(t, p.Addr).Do("PING"); string(r) != "+PONG\r\n" {
+		t.Fatalf("PING with Redis frozen = %q", r)
+	}
+	redis.Cont()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = c.Do("LOCK.ACQUIRE", "other", "a", "60000")
+		if r[0] == ':' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LOCK.ACQUIRE 10s after Redis resumed = %q", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
