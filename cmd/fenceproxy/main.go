@@ -164,6 +164,7 @@ func run(cfg config) error {
 		Logger:         logger,
 		RedisVersion:   version,
 		ReplicaTimeout: cfg.replicaTimeout,
+		KeyPrefix:      cfg.keyPrefix,
 	})
 	srv := protocol.NewServer(handler, logger)
 	srv.MaxClients = cfg.maxClients

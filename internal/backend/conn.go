@@ -39,6 +39,10 @@ type Options struct {
 	// on it gets the lost-connection reply. For connections that carry only
 	// requests of bounded duration (the proxy's lock scripts and WAITs).
 	ReplyTimeout time.Duration
+	// NoReconnect leaves the connection down once it breaks: for a
+	// connection pinned to one client, whose state (MULTI, WATCH) a fresh
+	// connection would not have.
+	NoReconnect bool
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -195,7 +199,7 @@ func (c *Conn) readLoop(nc net.Conn) {
 		f.p.Buf = append(f.p.Buf, replyLost...)
 		f.p.Done()
 	}
-	if !closed {
+	if !closed && !c.opts.NoReconnect {
 		c.opts.Logger.Warn("lost backend connection; reconnecting", "addr", c.opts.Addr, "err", err, "requests_failed", len(lost))
 		c.reconnect()
 	}

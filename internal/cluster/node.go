@@ -33,6 +33,45 @@ type Node struct {
 
 	mu       sync.Mutex
 	replicas []string
+	idle     []*backend.Conn // pinned connections to reuse
+	pinOpts  backend.Options
+}
+
+// maxIdlePinned bounds the connections kept for reuse by Pinned.
+const maxIdlePinned = 16
+
+// Pinned returns a connection for one client alone (MULTI, WATCH, blocking
+// commands): an idle clean one if any, else a new one. It never reconnects
+// by itself: a client's transaction must not carry on over a fresh
+// connection.
+func (n *Node) Pinned() (*backend.Conn, error) {
+	n.mu.Lock()
+	for len(n.idle) > 0 {
+		c := n.idle[len(n.idle)-1]
+		n.idle = n.idle[:len(n.idle)-1]
+		if c.Up() {
+			n.mu.Unlock()
+			return c, nil
+		}
+		c.Close()
+	}
+	n.mu.Unlock()
+	return backend.Dial(n.pinOpts)
+}
+
+// Unpin gives back a pinned connection. Only a clean one (no MULTI, WATCH
+// or blocked command pending on it) is kept for reuse.
+func (n *Node) Unpin(c *backend.Conn, clean bool) {
+	if clean && c.Up() {
+		n.mu.Lock()
+		if len(n.idle) < maxIdlePinned {
+			n.idle = append(n.idle, c)
+			n.mu.Unlock()
+			return
+		}
+		n.mu.Unlock()
+	}
+	c.Close()
 }
 
 // NodeOptions configure a Node.
@@ -77,6 +116,10 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
 	}
 	n := &Node{
+		pinOpts: backend.Options{
+			Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
+			Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true,
+		},
 		Addr:           opts.Addr,
 		Pool:           pool,
 		Client:         client,
@@ -166,6 +209,12 @@ func (n *Node) Close() {
 			}
 		}
 	}
+	n.mu.Lock()
+	for _, c := range n.idle {
+		c.Close()
+	}
+	n.idle = nil
+	n.mu.Unlock()
 	n.Pool.Close()
 	n.Client.Close()
 }

@@ -2,11 +2,14 @@ package commands
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"sync"
 
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 )
 
@@ -14,10 +17,46 @@ import (
 type session struct {
 	libName, libVer string
 
+	// pinned is the client's own backend connection while it needs one
+	// (see pinned.go); inMulti and watching are the state that holds it.
+	pinned     *backend.Conn
+	pinnedNode *cluster.Node
+	inMulti    bool
+	watching   bool
+
 	// running maps a resource to the completion of this connection's latest
-	// lock request for it; entries go away as requests finish.
+	// lock request for it; entries go away as requests finish. cancels ends
+	// the lock requests in flight when the client goes away.
 	mu      sync.Mutex
 	running map[string]chan struct{}
+	cancels map[*context.CancelFunc]struct{}
+}
+
+// trackLock registers a running lock request's cancel function; the
+// returned func unregisters it.
+func (s *session) trackLock(cancel context.CancelFunc) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancels == nil {
+		s.cancels = make(map[*context.CancelFunc]struct{})
+	}
+	key := &cancel
+	s.cancels[key] = struct{}{}
+	return func() {
+		s.mu.Lock()
+		delete(s.cancels, key)
+		s.mu.Unlock()
+	}
+}
+
+// cancelLocks cancels every lock request of the connection still running:
+// a waiting acquire leaves the line.
+func (s *session) cancelLocks() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for cancel := range s.cancels {
+		(*cancel)()
+	}
 }
 
 // chain registers a lock request for resource and returns the completion of
@@ -241,21 +280,6 @@ var refused = map[string]string{
 	"unsubscribe":  "pub/sub is not supported by fenceproxy yet",
 	"punsubscribe": "pub/sub is not supported by fenceproxy yet",
 	"sunsubscribe": "pub/sub is not supported by fenceproxy yet",
-	"multi":        "transactions are not supported by fenceproxy yet",
-	"exec":         "transactions are not supported by fenceproxy yet",
-	"discard":      "transactions are not supported by fenceproxy yet",
-	"watch":        "transactions are not supported by fenceproxy yet",
-	"unwatch":      "transactions are not supported by fenceproxy yet",
-	"blpop":        "blocking commands are not supported by fenceproxy yet",
-	"brpop":        "blocking commands are not supported by fenceproxy yet",
-	"brpoplpush":   "blocking commands are not supported by fenceproxy yet",
-	"blmove":       "blocking commands are not supported by fenceproxy yet",
-	"blmpop":       "blocking commands are not supported by fenceproxy yet",
-	"bzpopmin":     "blocking commands are not supported by fenceproxy yet",
-	"bzpopmax":     "blocking commands are not supported by fenceproxy yet",
-	"bzmpop":       "blocking commands are not supported by fenceproxy yet",
-	"wait":         "blocking commands are not supported by fenceproxy yet",
-	"waitaof":      "blocking commands are not supported by fenceproxy yet",
 	"monitor":      "MONITOR is not supported through fenceproxy; connect to Redis directly",
 	"sync":         "replication is not supported through fenceproxy; connect to Redis directly",
 	"psync":        "replication is not supported through fenceproxy; connect to Redis directly",
@@ -277,7 +301,7 @@ func (h *Handler) xread(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 			break
 		}
 		if bytes.EqualFold(a, []byte("block")) {
-			replyError(p, "ERR fenceproxy: blocking commands are not supported by fenceproxy yet")
+			h.blocking(c, args, p)
 			return
 		}
 	}

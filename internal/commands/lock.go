@@ -85,6 +85,7 @@ func (h *Handler) runLock(c *protocol.Conn, resource string, p *protocol.Pending
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout+h.opts.ReplicaTimeout+10*time.Second)
 		defer cancel()
+		defer s.trackLock(cancel)()
 		p.Buf = append(p.Buf, fn(ctx)...)
 		p.Done()
 	})
@@ -107,6 +108,9 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
 		replyError(p, msg)
 		return
+	}
+	if a.wait > 0 {
+		c.MayBlock() // a client that leaves stops waiting and leaves the line
 	}
 	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) []byte {
 		start := time.Now()

@@ -30,6 +30,9 @@ type Options struct {
 	RedisVersion string
 	// ReplicaTimeout bounds one lock write's wait for acknowledgements.
 	ReplicaTimeout time.Duration
+	// KeyPrefix is the lock manager's key prefix; the proxy's own helper
+	// keys use it too.
+	KeyPrefix string
 }
 
 // Handler serves every client request; it implements protocol.Handler.
@@ -67,6 +70,14 @@ func init() {
 	for name, why := range refused {
 		table[name] = command{-1, refuse(why)}
 	}
+	table["multi"] = command{1, (*Handler).multi}
+	table["exec"] = command{1, (*Handler).execOrDiscard}
+	table["discard"] = command{1, (*Handler).execOrDiscard}
+	table["watch"] = command{-2, (*Handler).watch}
+	table["unwatch"] = command{1, (*Handler).unwatch}
+	for _, name := range blockingCommands {
+		table[name] = command{-1, (*Handler).blocking}
+	}
 	table["xread"] = command{-4, (*Handler).xread}
 	table["xreadgroup"] = command{-7, (*Handler).xread}
 }
@@ -82,9 +93,16 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *protocol.Pend
 			}
 			lower[i] = b
 		}
-		if cmd, ok := table[string(lower[:len(name)])]; ok {
+		lname := string(lower[:len(name)])
+		if s, _ := c.Session.(*session); s != nil && s.inMulti && !txControl(lname) {
+			// Inside MULTI Redis queues everything, arity errors and lock
+			// commands included (an unknown command makes EXEC abort).
+			h.sendPinned(s, args, p)
+			return
+		}
+		if cmd, ok := table[lname]; ok {
 			if !arityOK(cmd.arity, len(args)) {
-				p.Buf = redcon.AppendError(p.Buf, "ERR wrong number of arguments for '"+string(lower[:len(name)])+"' command")
+				p.Buf = redcon.AppendError(p.Buf, "ERR wrong number of arguments for '"+lname+"' command")
 				p.Done()
 				return
 			}
@@ -95,15 +113,22 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *protocol.Pend
 	h.forward(c, args, p)
 }
 
+// txControl names the commands a client in MULTI sends to the proxy rather
+// than to the transaction.
+func txControl(name string) bool {
+	switch name {
+	case "exec", "discard", "multi", "watch", "quit":
+		return true
+	}
+	return false
+}
+
 func arityOK(arity, n int) bool {
 	if arity >= 0 {
 		return n == arity
 	}
 	return n >= -arity
 }
-
-// Closed releases what a connection held.
-func (h *Handler) Closed(c *protocol.Conn) {}
 
 // reply helpers: each completes p.
 

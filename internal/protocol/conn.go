@@ -35,8 +35,16 @@ type Conn struct {
 	out             []byte
 	batch           batch
 	closeAfterReply bool
+	mayBlock        bool
 	closing         atomic.Bool
 }
+
+// MayBlock says a request of the current batch may wait indefinitely (a
+// blocking pop, LOCK.ACQUIRE ... WAIT). While the connection waits for such
+// a batch it watches the client, and if the client goes away it calls the
+// Handler's ClientGone, so the wait can be cancelled instead of holding a
+// backend connection or a place in a lock's line for nobody.
+func (c *Conn) MayBlock() { c.mayBlock = true }
 
 // CloseAfterReply asks for the connection to be closed once the replies
 // queued so far are written (QUIT, protocol errors).
@@ -72,7 +80,12 @@ func (c *Conn) writeBatch() error {
 	if c.batch.n == 0 {
 		return nil
 	}
+	if c.mayBlock {
+		c.mayBlock = false
+		c.awaitWatchingClient()
+	}
 	c.out = c.batch.appendTo(c.out[:0])
+	c.server.handler.BatchDone(c)
 	if c.server.WriteTimeout > 0 {
 		c.nc.SetWriteDeadline(time.Now().Add(c.server.WriteTimeout))
 	}
@@ -81,6 +94,42 @@ func (c *Conn) writeBatch() error {
 		c.out = nil
 	}
 	return err
+}
+
+// awaitWatchingClient waits for the batch while reading ahead, without
+// consuming, to notice the client closing its end.
+func (c *Conn) awaitWatchingClient() {
+	done := make(chan struct{})
+	go func() {
+		c.batch.wait()
+		c.nc.SetReadDeadline(time.Now()) // wake the Peek below; before close(done)
+		close(done)
+	}()
+	for {
+		err := c.rd.Peek() // buffered data stays for the next ReadCommand
+		select {
+		case <-done:
+			c.nc.SetReadDeadline(time.Time{})
+			return
+		default:
+		}
+		var ne net.Error
+		switch {
+		case err == nil, c.closing.Load():
+			// The client sent more (so it is there), or we are shutting
+			// down: just wait for the replies.
+		case errors.As(err, &ne) && ne.Timeout():
+			continue
+		default:
+			c.server.handler.ClientGone(c)
+		}
+		<-done
+		c.nc.SetReadDeadline(time.Time{})
+		if c.closing.Load() {
+			c.nc.SetReadDeadline(time.Now())
+		}
+		return
+	}
 }
 
 // interrupt makes a connection blocked in a read give up, for shutdown. A
@@ -98,4 +147,15 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		nc:         nc,
 		rd:         NewReader(bufio.NewReaderSize(nc, readBufferSize), s.Limits),
 	}
+}
+
+// WaitReplies waits until every request dispatched before current (the
+// request being served) has its reply. A Handler calls it before switching a
+// client to another backend connection, so requests sent before the switch
+// run first.
+func (c *Conn) WaitReplies(current *Pending) {
+	current.done = &c.batch.late
+	c.batch.late.Add(1)
+	c.batch.wg.Done() // current is now counted in late
+	c.batch.wg.Wait()
 }

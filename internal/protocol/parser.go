@@ -61,6 +61,13 @@ func NewReader(rd *bufio.Reader, limits Limits) *Reader {
 // yet parsed: zero means the next ReadCommand will block on the network.
 func (r *Reader) Buffered() int { return r.rd.Buffered() }
 
+// Peek waits until at least one byte is buffered (or the read fails)
+// without consuming anything: a way to notice the client closing.
+func (r *Reader) Peek() error {
+	_, err := r.rd.Peek(1)
+	return err
+}
+
 // ReadCommand returns the next non-empty request. Empty requests (a bare
 // newline, "*0", "*-1") are skipped as Redis skips them. A *ProtocolError
 // means the stream is unusable; any other error is the connection's.

@@ -21,9 +21,16 @@ const maxRetainedReply = 64 << 10
 
 // batch is the ordered list of replies a connection owes its client.
 type batch struct {
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // replies of the batch still to come
+	late    sync.WaitGroup // those moved out of wg by Conn.WaitReplies
 	replies []*Pending
 	n       int
+}
+
+// wait waits for every reply of the batch.
+func (b *batch) wait() {
+	b.wg.Wait()
+	b.late.Wait()
 }
 
 // next returns the Pending for the next request, in order.
@@ -33,6 +40,7 @@ func (b *batch) next() *Pending {
 	}
 	p := b.replies[b.n]
 	p.Buf = p.Buf[:0]
+	p.done = &b.wg
 	b.n++
 	b.wg.Add(1)
 	return p
@@ -41,7 +49,7 @@ func (b *batch) next() *Pending {
 // appendTo waits for every reply in the batch, appends them to out in order,
 // and empties the batch.
 func (b *batch) appendTo(out []byte) []byte {
-	b.wg.Wait()
+	b.wait()
 	for _, p := range b.replies[:b.n] {
 		out = append(out, p.Buf...)
 		if cap(p.Buf) > maxRetainedReply {

@@ -15,6 +15,13 @@ import (
 // be called exactly once, now or later from any goroutine.
 type Handler interface {
 	ServeCommand(c *Conn, args [][]byte, p *Pending)
+	// BatchDone is called on the connection's goroutine once every reply of
+	// a batch is in, before they are written.
+	BatchDone(c *Conn)
+	// ClientGone is called, from the connection's goroutine, when the client
+	// disconnects while a batch marked MayBlock is still waiting: cancel
+	// what waits for it. The batch's replies must still complete.
+	ClientGone(c *Conn)
 	// Closed is called once when a connection ends, after its last reply.
 	Closed(c *Conn)
 }
@@ -112,7 +119,7 @@ func (s *Server) accept(nc net.Conn) {
 }
 
 func (s *Server) release(c *Conn) {
-	c.batch.wg.Wait() // replies still owed by the backend must land before reuse
+	c.batch.wait() // replies still owed by the backend must land before reuse
 	c.nc.Close()
 	s.handler.Closed(c)
 	s.mu.Lock()

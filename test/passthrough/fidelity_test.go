@@ -610,12 +610,6 @@ func TestRefusedCommands(t *testing.T) {
 	proxy := testenv.Dial(t, pr.Proxy.Addr)
 	for _, cmd := range [][]string{
 		c("SUBSCRIBE", "ch"), c("PSUBSCRIBE", "ch*"), c("SSUBSCRIBE", "ch"), c("UNSUBSCRIBE"),
-		c("MULTI"), c("EXEC"), c("DISCARD"), c("WATCH", "k"),
-		c("BLPOP", "k", "0"), c("BRPOP", "k", "1"), c("BLMOVE", "a", "b", "LEFT", "LEFT", "0"), c("BZPOPMIN", "z", "0"),
-		c("WAIT", "0", "0"), c("WAIT", "1", "100"),
-		c("XREAD", "BLOCK", "0", "STREAMS", "st", "$"),
-		c("xread", "count", "1", "block", "10", "streams", "st", "0"),
-		c("XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "st", ">"),
 		c("MONITOR"),
 	} {
 		got := proxy.Do(cmd...)

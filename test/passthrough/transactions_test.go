@@ -1,0 +1,207 @@
+package passthrough
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// TestTransactionsLikeRedis: MULTI/EXEC/DISCARD/WATCH sequences, their
+// errors included, answer byte for byte as Redis does.
+func TestTransactionsLikeRedis(t *testing.T) {
+	pr := startPair(t)
+	proxy, direct := pr.conns(t)
+	for _, cmd := range [][]string{
+		c("EXEC"), c("DISCARD"), c("UNWATCH"),
+		c("MULTI"), c("SET", "tx", "1"), c("INCR", "tx"), c("GET", "tx"), c("EXEC"),
+		c("MULTI"), c("MULTI"), c("WATCH", "tx"), c("DISCARD"),
+		c("MULTI"), c("SET", "tx", "2"), c("INCR"), c("EXEC"), // a queuing error aborts EXEC
+		c("MULTI"), c("SET", "s", "x"), c("INCR", "s"), c("GET", "s"), c("EXEC"), // an exec error is an element
+		c("MULTI"), c("PING"), c("ECHO", "e"), c("EXEC"),
+		c("WATCH", "w"), c("MULTI"), c("SET", "w", "1"), c("EXEC"),
+		c("WATCH", "w"), c("UNWATCH"), c("MULTI"), c("GET", "w"), c("EXEC"),
+		c("MULTI"), c("EXEC"),
+	} {
+		same(t, proxy, direct, cmd...)
+	}
+	pr.alive(t)
+}
+
+// TestWatchConflictAborts: a write by another client to a watched key makes
+// EXEC return a null array, as on Redis.
+func TestWatchConflictAborts(t *testing.T) {
+	pr := startPair(t)
+	a := testenv.Dial(t, pr.Proxy.Addr)
+	b := testenv.Dial(t, pr.Proxy.Addr)
+	a.Do("SET", "balance", "10")
+	a.Do("WATCH", "balance")
+	b.Do("SET", "balance", "20") // another client, another connection
+	a.Do("MULTI")
+	a.Do("SET", "balance", "30")
+	if got := a.Do("EXEC"); string(got) != "*-1\r\n" {
+		t.Fatalf("EXEC after a conflicting write = %q, want *-1 (aborted)", got)
+	}
+	if got := a.Do("GET", "balance"); string(got) != "$2\r\n20\r\n" {
+		t.Fatalf("balance = %q, want the other client's 20", got)
+	}
+	// Without a conflict the same transaction commits.
+	a.Do("WATCH", "balance")
+	a.Do("MULTI")
+	a.Do("SET", "balance", "30")
+	if got := a.Do("EXEC"); string(got) != "*1\r\n+OK\r\n" {
+		t.Fatalf("EXEC without conflict = %q", got)
+	}
+}
+
+// TestPipelinedTransactionKeepsOrder: a pipeline that writes, then runs a
+// transaction reading that write, then reads again, sees every step in order
+// although the transaction runs on another backend connection.
+func TestPipelinedTransactionKeepsOrder(t *testing.T) {
+	pr := startPair(t)
+	proxy, direct := pr.conns(t)
+	cmds := [][]string{
+		c("SET", "o", "1"), c("MULTI"), c("INCR", "o"), c("INCR", "o"), c("EXEC"), c("INCR", "o"), c("GET", "o"),
+	}
+	for _, conn := range []*testenv.Conn{proxy, direct} {
+		for _, cmd := range cmds {
+			conn.Send(cmd...)
+		}
+		conn.Flush()
+	}
+	for _, cmd := range cmds {
+		got, err1 := proxy.ReadReply()
+		want, err2 := direct.ReadReply()
+		if err1 != nil || err2 != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: proxy %q (%v), redis %q (%v)", show(cmd), got, err1, want, err2)
+		}
+	}
+}
+
+// TestBlockingCommands: a blocking pop waits without stalling other clients
+// and gets the value pushed by another client; a timeout gives Redis's null.
+func TestBlockingCommands(t *testing.T) {
+	pr := startPair(t)
+	proxy, direct := pr.conns(t)
+	same(t, proxy, direct, "BLPOP", "empty", "0.1")
+	same(t, proxy, direct, "BZPOPMIN", "emptyz", "0.1")
+	same(t, proxy, direct, "XREAD", "BLOCK", "100", "STREAMS", "nostream", "$")
+
+	blocked := testenv.Dial(t, pr.Proxy.Addr)
+	blocked.Send("BRPOP", "jobs", "5")
+	blocked.Flush()
+	other := testenv.Dial(t, pr.Proxy.Addr)
+	start := time.Now()
+	for i := 0; i < 100; i++ { // others are served while it blocks
+		if got := other.Do("PING"); string(got) != "+PONG\r\n" {
+			t.Fatalf("PING while another client blocks = %q", got)
+		}
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("100 PINGs took %v while another client blocked", d)
+	}
+	other.Do("LPUSH", "jobs", "job-1")
+	got, err := blocked.ReadReply()
+	if err != nil || string(got) != "*2\r\n$4\r\njobs\r\n$5\r\njob-1\r\n" {
+		t.Fatalf("BRPOP after LPUSH = %q, %v", got, err)
+	}
+	// WAIT on a proxy without replicas behind it: 0 replicas, as Redis says.
+	if got := proxy.Do("WAIT", "0", "100"); string(got) != ":0\r\n" {
+		t.Fatalf("WAIT 0 100 = %q", got)
+	}
+}
+
+// backendClients counts the clients Redis A has.
+func backendClients(t *testing.T, addr string) int {
+	t.Helper()
+	conn := testenv.Dial(t, addr)
+	defer conn.Close()
+	list, ok := testenv.ParseBulk(conn.Do("CLIENT", "LIST"))
+	if !ok {
+		t.Fatal("CLIENT LIST: no bulk reply")
+	}
+	return strings.Count(string(list), "\n") - 1 // not this connection
+}
+
+// TestDisconnectLeavesNothingPinned: a client that disconnects while
+// blocked, inside MULTI, or while watching leaves no backend connection
+// behind (CLIENT LIST on Redis returns to its count before).
+func TestDisconnectLeavesNothingPinned(t *testing.T) {
+	pr := startPair(t)
+	warm := testenv.Dial(t, pr.Proxy.Addr)
+	warm.Do("PING")
+	// Let the proxy keep its reusable connections (up to 16 idle) out of the
+	// count: fill them first.
+	base := backendClients(t, pr.A.Addr)
+
+	for _, tc := range []struct {
+		name string
+		cmds [][]string
+	}{
+		{"blocked in BLPOP", [][]string{c("BLPOP", "never", "0")}},
+		{"inside MULTI", [][]string{c("MULTI"), c("SET", "x", "1")}},
+		{"watching", [][]string{c("WATCH", "x")}},
+		{"blocked in XREAD", [][]string{c("XREAD", "BLOCK", "0", "STREAMS", "nostream", "$")}},
+	} {
+		cl := testenv.Dial(t, pr.Proxy.Addr)
+		for _, cmd := range tc.cmds {
+			cl.Send(cmd...)
+		}
+		cl.Flush()
+		time.Sleep(100 * time.Millisecond)
+		if n := backendClients(t, pr.A.Addr); n <= base {
+			t.Fatalf("%s: Redis has %d clients, not more than the %d before: the command did not reach it on its own connection", tc.name, n, base)
+		}
+		cl.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for backendClients(t, pr.A.Addr) > base { // abandoned connections are closed, not kept for reuse
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: 5s after the client left, Redis still has %d clients (was %d)", tc.name, backendClients(t, pr.A.Addr), base)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// A MULTI left behind must not leak into the next client's requests.
+	if got := warm.Do("GET", "x"); string(got) != "$-1\r\n" {
+		t.Fatalf("GET x after an abandoned MULTI = %q, want null", got)
+	}
+	pr.alive(t)
+}
+
+// TestWaitingAcquireLeavesLineOnDisconnect: a client that disconnects while
+// waiting for a lock leaves the line at once.
+func TestWaitingAcquireLeavesLineOnDisconnect(t *testing.T) {
+	pr := startPair(t)
+	holder := testenv.Dial(t, pr.Proxy.Addr)
+	holder.Do("LOCK.ACQUIRE", "line", "holder", "30000")
+	w := testenv.Dial(t, pr.Proxy.Addr)
+	w.Send("LOCK.ACQUIRE", "line", "waiter", "30000", "WAIT", "20000")
+	w.Flush()
+	waiters := func() string {
+		parts, _ := testenv.SplitArray(holder.Do("LOCK.INFO", "line"))
+		return string(parts[7])
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for waiters() != ":1\r\n" {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never showed in LOCK.INFO")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.Close()
+	deadline = time.Now().Add(5 * time.Second)
+	for waiters() != ":0\r\n" {
+		if time.Now().After(deadline) {
+			t.Fatal("5s after the waiter disconnected it is still in line")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// And it is not granted the lock when the holder releases.
+	holder.Do("LOCK.RELEASE", "line", "holder")
+	parts, _ := testenv.SplitArray(holder.Do("LOCK.INFO", "line"))
+	if string(parts[1]) != "$-1\r\n" {
+		t.Fatalf("after release the lock went to %q, want nobody", parts[1])
+	}
+}
