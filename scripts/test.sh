@@ -45,4 +45,13 @@ while read -r file; do
 		go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg"
 	done
 done < <(grep -rlE '^func Fuzz' --include='*_test.go' internal cmd 2>/dev/null || true)
+# ---- client compatibility suites ----
+# Real clients (redis-py, ioredis, go-redis, rueidis, redis-cli, redis-benchmark)
+# against a real fenceproxy; test/clients/run.sh installs their packages and ends
+# with one `N passed, M failed` line. SKIP_CLIENT_SUITES=1 leaves them out.
+if [[ -z ${SKIP_CLIENT_SUITES:-} ]]; then
+	echo "== client compatibility suites"
+	test/clients/run.sh
+fi
+# ---- end client compatibility suites ----
 echo "== all tests passed"

@@ -39,6 +39,9 @@ type Options struct {
 	// on it gets the lost-connection reply. For connections that carry only
 	// requests of bounded duration (the proxy's lock scripts and WAITs).
 	ReplyTimeout time.Duration
+	// RESP3 makes the connection speak RESP3 (HELLO 3), for clients that
+	// asked for it: Redis then writes their replies in RESP3 itself.
+	RESP3 bool
 	// NoReconnect leaves the connection down once it breaks: for a
 	// connection pinned to one client, whose state (MULTI, WATCH) a fresh
 	// connection would not have.
@@ -98,28 +101,48 @@ func (c *Conn) connect() (net.Conn, error) {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
 	}
-	if c.opts.Password != "" {
-		args := [][]byte{[]byte("AUTH"), []byte(c.opts.Password)}
-		if c.opts.Username != "" {
-			args = [][]byte{[]byte("AUTH"), []byte(c.opts.Username), []byte(c.opts.Password)}
-		}
-		nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
-		if _, err := nc.Write(AppendCommand(nil, args)); err != nil {
-			nc.Close()
-			return nil, err
-		}
-		reply, err := AppendReply(nil, bufio.NewReaderSize(nc, 512))
-		if err != nil {
-			nc.Close()
-			return nil, err
-		}
-		if string(reply) != "+OK\r\n" {
-			nc.Close()
-			return nil, fmt.Errorf("AUTH refused: %s", trimCRLF(reply))
-		}
-		nc.SetDeadline(time.Time{})
+	if err := c.handshake(nc); err != nil {
+		nc.Close()
+		return nil, err
 	}
 	return nc, nil
+}
+
+// handshake authenticates and, for RESP3, switches the protocol: HELLO 3
+// (with AUTH inside when there is a password), or a plain AUTH.
+func (c *Conn) handshake(nc net.Conn) error {
+	var args [][]byte
+	switch {
+	case c.opts.RESP3:
+		args = [][]byte{[]byte("HELLO"), []byte("3")}
+		if c.opts.Password != "" {
+			user := c.opts.Username
+			if user == "" {
+				user = "default"
+			}
+			args = append(args, []byte("AUTH"), []byte(user), []byte(c.opts.Password))
+		}
+	case c.opts.Password != "" && c.opts.Username != "":
+		args = [][]byte{[]byte("AUTH"), []byte(c.opts.Username), []byte(c.opts.Password)}
+	case c.opts.Password != "":
+		args = [][]byte{[]byte("AUTH"), []byte(c.opts.Password)}
+	default:
+		return nil
+	}
+	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Write(AppendCommand(nil, args)); err != nil {
+		return err
+	}
+	// Only this reply is outstanding, so the reader takes nothing beyond it.
+	reply, err := AppendReply(nil, bufio.NewReaderSize(nc, 4096))
+	if err != nil {
+		return err
+	}
+	if len(reply) == 0 || reply[0] == '-' || (!c.opts.RESP3 && string(reply) != "+OK\r\n") {
+		return fmt.Errorf("%s refused: %s", args[0], trimCRLF(reply))
+	}
+	return nil
 }
 
 // Do sends one request; its reply, or an error reply if Redis cannot be

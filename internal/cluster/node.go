@@ -16,8 +16,10 @@ import (
 // Node is one Redis master.
 type Node struct {
 	Addr string
-	// Pool forwards clients' requests byte for byte.
-	Pool *backend.Pool
+	// Pool forwards clients' requests byte for byte; Pool3 does the same for
+	// clients that speak RESP3, over connections that do too.
+	Pool  *backend.Pool
+	Pool3 *backend.Pool
 	// Client runs the proxy's own commands (INFO, lock reads).
 	Client *redis.Client
 
@@ -33,7 +35,7 @@ type Node struct {
 
 	mu       sync.Mutex
 	replicas []string
-	idle     []*backend.Conn // pinned connections to reuse
+	idle     [2][]*backend.Conn // pinned connections to reuse, RESP2 and RESP3
 	pinOpts  backend.Options
 }
 
@@ -41,14 +43,15 @@ type Node struct {
 const maxIdlePinned = 16
 
 // Pinned returns a connection for one client alone (MULTI, WATCH, blocking
-// commands): an idle clean one if any, else a new one. It never reconnects
-// by itself: a client's transaction must not carry on over a fresh
-// connection.
-func (n *Node) Pinned() (*backend.Conn, error) {
+// commands), speaking RESP3 if resp3: an idle clean one if any, else a new
+// one. It never reconnects by itself: a client's transaction must not carry
+// on over a fresh connection.
+func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
+	i := protoIndex(resp3)
 	n.mu.Lock()
-	for len(n.idle) > 0 {
-		c := n.idle[len(n.idle)-1]
-		n.idle = n.idle[:len(n.idle)-1]
+	for len(n.idle[i]) > 0 {
+		c := n.idle[i][len(n.idle[i])-1]
+		n.idle[i] = n.idle[i][:len(n.idle[i])-1]
 		if c.Up() {
 			n.mu.Unlock()
 			return c, nil
@@ -56,22 +59,32 @@ func (n *Node) Pinned() (*backend.Conn, error) {
 		c.Close()
 	}
 	n.mu.Unlock()
-	return backend.Dial(n.pinOpts)
+	opts := n.pinOpts
+	opts.RESP3 = resp3
+	return backend.Dial(opts)
 }
 
 // Unpin gives back a pinned connection. Only a clean one (no MULTI, WATCH
 // or blocked command pending on it) is kept for reuse.
-func (n *Node) Unpin(c *backend.Conn, clean bool) {
+func (n *Node) Unpin(c *backend.Conn, resp3, clean bool) {
+	i := protoIndex(resp3)
 	if clean && c.Up() {
 		n.mu.Lock()
-		if len(n.idle) < maxIdlePinned {
-			n.idle = append(n.idle, c)
+		if len(n.idle[i]) < maxIdlePinned {
+			n.idle[i] = append(n.idle[i], c)
 			n.mu.Unlock()
 			return
 		}
 		n.mu.Unlock()
 	}
 	c.Close()
+}
+
+func protoIndex(resp3 bool) int {
+	if resp3 {
+		return 1
+	}
+	return 0
 }
 
 // NodeOptions configure a Node.
@@ -115,6 +128,15 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		client.Close()
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
 	}
+	pool3, err := backend.NewPool(backend.Options{
+		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
+		Logger: opts.Logger, ObserveReply: opts.ObserveReply, RESP3: true,
+	}, max(opts.PoolSize/2, 1))
+	if err != nil {
+		pool.Close()
+		client.Close()
+		return nil, fmt.Errorf("cannot speak RESP3 (HELLO 3) with Redis at %s: %w", opts.Addr, err)
+	}
 	n := &Node{
 		pinOpts: backend.Options{
 			Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
@@ -122,6 +144,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		},
 		Addr:           opts.Addr,
 		Pool:           pool,
+		Pool3:          pool3,
 		Client:         client,
 		minReplicas:    opts.MinReplicas,
 		replicaTimeout: opts.ReplicaTimeout,
@@ -210,12 +233,15 @@ func (n *Node) Close() {
 		}
 	}
 	n.mu.Lock()
-	for _, c := range n.idle {
-		c.Close()
+	for _, idle := range n.idle {
+		for _, c := range idle {
+			c.Close()
+		}
 	}
-	n.idle = nil
+	n.idle = [2][]*backend.Conn{}
 	n.mu.Unlock()
 	n.Pool.Close()
+	n.Pool3.Close()
 	n.Client.Close()
 }
 

@@ -16,13 +16,15 @@ import (
 // session is the per-connection state the proxy keeps itself.
 type session struct {
 	libName, libVer string
+	resp3           bool // the client switched to RESP3 with HELLO 3
 
 	// pinned is the client's own backend connection while it needs one
 	// (see pinned.go); inMulti and watching are the state that holds it.
-	pinned     *backend.Conn
-	pinnedNode *cluster.Node
-	inMulti    bool
-	watching   bool
+	pinned      *backend.Conn
+	pinnedNode  *cluster.Node
+	pinnedRESP3 bool
+	inMulti     bool
+	watching    bool
 
 	// running maps a resource to the completion of this connection's latest
 	// lock request for it; entries go away as requests finish. cancels ends
@@ -122,9 +124,12 @@ func (h *Handler) quit(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	replyOK(p)
 }
 
-// hello speaks RESP2 only for now: HELLO 3 is refused with NOPROTO, which
-// makes go-redis, redis-py and others fall back to RESP2.
+// hello negotiates the protocol. A client that asks for RESP3 gets it from
+// Redis itself: its requests then travel over connections that said HELLO 3
+// to Redis, so every reply is Redis's own RESP3.
 func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	s := sessionOf(c)
+	resp3 := s.resp3
 	rest := args[1:]
 	if len(rest) > 0 {
 		ver, ok := parseInt(rest[0])
@@ -136,10 +141,7 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 			replyError(p, "NOPROTO unsupported protocol version")
 			return
 		}
-		if ver != 2 {
-			replyError(p, "NOPROTO sorry, this protocol version is not supported")
-			return
-		}
+		resp3 = ver == 3
 		rest = rest[1:]
 	}
 	var name []byte
@@ -165,16 +167,30 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 			return
 		}
 	}
+	if resp3 != s.resp3 && s.pinned != nil {
+		replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open")
+		return
+	}
+	s.resp3 = resp3
 	if setName {
 		c.Name = string(name)
 	}
-	b := redcon.AppendArray(p.Buf, 14)
+	var b []byte
+	if resp3 {
+		b = append(p.Buf, "%7\r\n"...)
+	} else {
+		b = redcon.AppendArray(p.Buf, 14)
+	}
 	b = redcon.AppendBulkString(b, "server")
 	b = redcon.AppendBulkString(b, "redis")
 	b = redcon.AppendBulkString(b, "version")
 	b = redcon.AppendBulkString(b, h.opts.RedisVersion)
 	b = redcon.AppendBulkString(b, "proto")
-	b = redcon.AppendInt(b, 2)
+	if resp3 {
+		b = redcon.AppendInt(b, 3)
+	} else {
+		b = redcon.AppendInt(b, 2)
+	}
 	b = redcon.AppendBulkString(b, "id")
 	b = redcon.AppendInt(b, c.ID)
 	b = redcon.AppendBulkString(b, "mode")
@@ -231,7 +247,7 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 		replyInt(p, c.ID)
 	case sub == "getname" && len(args) == 2:
 		if c.Name == "" {
-			replyNull(p)
+			replyNull(c, p)
 			return
 		}
 		p.Buf = redcon.AppendBulkString(p.Buf, c.Name)

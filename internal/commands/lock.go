@@ -112,6 +112,7 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 	if a.wait > 0 {
 		c.MayBlock() // a client that leaves stops waiting and leaves the line
 	}
+	null := nullReply(c)
 	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) []byte {
 		start := time.Now()
 		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, a.ttl, a.wait)
@@ -122,7 +123,7 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 			return redcon.AppendInt(nil, int64(token))
 		case err == locks.ErrBusy:
 			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
-			return []byte("$-1\r\n")
+			return null
 		}
 		var nr *locks.NoReplicasError
 		if errors.As(err, &nr) {
@@ -142,6 +143,7 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		replyError(p, msg)
 		return
 	}
+	null := nullReply(c)
 	h.runLock(c, a.resource, p, 0, func(ctx context.Context) []byte {
 		token, err := h.opts.Locks.Renew(ctx, a.resource, a.owner, a.ttl)
 		switch {
@@ -150,7 +152,7 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 			return redcon.AppendInt(nil, int64(token))
 		case err == locks.ErrNotHeld:
 			h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
-			return []byte("$-1\r\n")
+			return null
 		}
 		var nr *locks.NoReplicasError
 		if errors.As(err, &nr) {
@@ -233,6 +235,7 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		replyError(p, msg)
 		return
 	}
+	null := nullReply(c)
 	h.runLock(c, resource, p, 0, func(ctx context.Context) []byte {
 		info, err := h.opts.Locks.Info(ctx, resource)
 		if err != nil {
@@ -243,7 +246,7 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		if info.Held {
 			b = redcon.AppendBulkString(b, info.Owner)
 		} else {
-			b = append(b, "$-1\r\n"...)
+			b = append(b, null...)
 		}
 		b = redcon.AppendBulkString(b, "token")
 		b = redcon.AppendInt(b, int64(info.Token))

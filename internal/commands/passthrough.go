@@ -17,5 +17,10 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *protocol.Pending) 
 		key = args[1]
 	}
 	h.opts.Metrics.PassthroughCommands.Inc()
-	h.opts.Backend.MasterForKey(key).Pool.Conn(c.ID).Do(args, p)
+	node := h.opts.Backend.MasterForKey(key)
+	if s, _ := c.Session.(*session); s != nil && s.resp3 {
+		node.Pool3.Conn(c.ID).Do(args, p)
+		return
+	}
+	node.Pool.Conn(c.ID).Do(args, p)
 }

@@ -35,12 +35,12 @@ func (h *Handler) pin(c *protocol.Conn, s *session, p *protocol.Pending) bool {
 	}
 	c.WaitReplies(p) // what the client sent before runs before the switch
 	node := h.opts.Backend.Masters()[0]
-	conn, err := node.Pinned()
+	conn, err := node.Pinned(s.resp3)
 	if err != nil {
 		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
 		return false
 	}
-	s.pinned, s.pinnedNode = conn, node
+	s.pinned, s.pinnedNode, s.pinnedRESP3 = conn, node, s.resp3
 	return true
 }
 
@@ -143,7 +143,7 @@ func (h *Handler) BatchDone(c *protocol.Conn) {
 	if s == nil || s.pinned == nil || s.inMulti || s.watching {
 		return
 	}
-	s.pinnedNode.Unpin(s.pinned, true)
+	s.pinnedNode.Unpin(s.pinned, s.pinnedRESP3, true)
 	s.pinned, s.pinnedNode = nil, nil
 }
 
@@ -168,7 +168,7 @@ func (h *Handler) Closed(c *protocol.Conn) {
 	}
 	s.cancelLocks()
 	if s.pinned != nil {
-		s.pinnedNode.Unpin(s.pinned, !s.inMulti && !s.watching)
+		s.pinnedNode.Unpin(s.pinned, s.pinnedRESP3, !s.inMulti && !s.watching)
 		s.pinned, s.pinnedNode = nil, nil
 	}
 }

@@ -147,9 +147,22 @@ func replyInt(p *protocol.Pending, n int64) {
 	p.Done()
 }
 
-func replyNull(p *protocol.Pending) {
-	p.Buf = append(p.Buf, "$-1\r\n"...)
+func replyNull(c *protocol.Conn, p *protocol.Pending) {
+	p.Buf = append(p.Buf, nullReply(c)...)
 	p.Done()
+}
+
+var (
+	null2 = []byte("$-1\r\n")
+	null3 = []byte("_\r\n")
+)
+
+// nullReply is the null of the client's protocol.
+func nullReply(c *protocol.Conn) []byte {
+	if s, _ := c.Session.(*session); s != nil && s.resp3 {
+		return null3
+	}
+	return null2
 }
 
 // parseInt parses an integer argument as Redis does (no leading zeros, no

@@ -205,3 +205,39 @@ func TestWaitingAcquireLeavesLineOnDisconnect(t *testing.T) {
 		t.Fatalf("after release the lock went to %q, want nobody", parts[1])
 	}
 }
+
+// TestRESP3LikeRedis: after HELLO 3 a client gets Redis's own RESP3 replies
+// (maps, doubles, nulls, booleans) byte for byte, transactions and blocking
+// commands included, and HELLO 2 switches back.
+func TestRESP3LikeRedis(t *testing.T) {
+	pr := startPair(t)
+	proxy, direct := pr.conns(t)
+	hp := proxy.Do("HELLO", "3")
+	hd := direct.Do("HELLO", "3")
+	if !bytes.HasPrefix(hp, []byte("%7\r\n")) || !bytes.HasPrefix(hd, []byte("%7\r\n")) {
+		t.Fatalf("HELLO 3: proxy %q, redis %q; want a 7-field map", hp, hd)
+	}
+	for _, cmd := range [][]string{
+		c("HSET", "h", "a", "1", "b", "2"), c("HGETALL", "h"), c("HGETALL", "none"),
+		c("ZADD", "z", "1.5", "m"), c("ZSCORE", "z", "m"), c("ZRANGE", "z", "0", "-1", "WITHSCORES"),
+		c("GET", "none"), c("SADD", "s", "x"), c("SMEMBERS", "s"), c("SISMEMBER", "s", "x"),
+		c("EVAL", "return {1, 'two', {3.5}}", "0"), c("EVAL", "return redis.setresp(3) or true", "0"),
+		c("CONFIG", "GET", "maxmemory"),
+		c("MULTI"), c("HGETALL", "h"), c("ZSCORE", "z", "m"), c("EXEC"),
+		c("BLPOP", "nolist", "0.05"),
+	} {
+		same(t, proxy, direct, cmd...)
+	}
+	// Back to RESP2 (the client ids in HELLO's reply differ, so compare the shape).
+	if got, want := proxy.Do("HELLO", "2"), direct.Do("HELLO", "2"); !bytes.HasPrefix(got, []byte("*14\r\n")) || !bytes.HasPrefix(want, []byte("*14\r\n")) {
+		t.Fatalf("HELLO 2 after HELLO 3: proxy %q, redis %q", got, want)
+	}
+	same(t, proxy, direct, "HGETALL", "h")
+	same(t, proxy, direct, "ZSCORE", "z", "m")
+	// The lock family speaks RESP3 nulls to a RESP3 client.
+	proxy.Do("HELLO", "3")
+	proxy.Do("LOCK.ACQUIRE", "r3", "a", "10000")
+	if got := proxy.Do("LOCK.ACQUIRE", "r3", "b", "10000"); string(got) != "_\r\n" {
+		t.Fatalf("busy LOCK.ACQUIRE over RESP3 = %q, want _", got)
+	}
+}

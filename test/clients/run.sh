@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# run.sh: the client compatibility suites, against a real fenceproxy.
+#
+#   test/clients/run.sh                 every suite: python node go cli
+#   SUITES="go cli" test/clients/run.sh only those
+#   FENCEPROXY_ADDR=host:port test/clients/run.sh   use a running proxy instead
+#
+# It builds fenceproxy, starts a Redis master + replica (scripts/redis-local.sh)
+# and the proxy (--min-replicas 1) in a temp dir, installs what each suite needs
+# from its registry if missing (redis-py into test/clients/python/.venv, ioredis
+# by `npm ci` in test/clients/node, go-redis/rueidis through go.mod), runs each
+# suite against FENCEPROXY_ADDR, and stops exactly what it started on exit.
+#
+# Every suite prints `PASS ...` / `FAIL <client>: <case>: <call> -> <reply>` lines
+# and one `<suite> totals: N passed, M failed` line; the last line here adds
+# them up as `N passed, M failed`. Exit status is non-zero on any failure.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+SUITES=${SUITES:-python node go cli}
+started=$(date +%s)
+
+die() {
+	echo "clients: $*" >&2
+	echo "0 passed, 1 failed"
+	exit 1
+}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-clients.XXXXXX")
+proxy_pid=
+cleanup() {
+	if [[ -n $proxy_pid ]] && kill -0 "$proxy_pid" 2>/dev/null; then
+		kill -TERM "$proxy_pid" 2>/dev/null
+		for _ in $(seq 50); do kill -0 "$proxy_pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$proxy_pid" 2>/dev/null || true
+		wait "$proxy_pid" 2>/dev/null || true
+	fi
+	[[ -d $tmp/redis ]] && scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- tools -----------------------------------------------------------------------
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null; then
+	[[ $(id -u) -eq 0 ]] || die "redis-server, redis-cli and redis-benchmark are needed: sudo apt-get install -y redis-server redis-tools"
+	echo "clients: installing redis-server and redis-tools with apt-get"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q >/dev/null && apt-get install -y -q redis-server redis-tools >/dev/null || die "apt-get install redis failed"
+fi
+
+want() { [[ " $SUITES " == *" $1 "* ]]; }
+
+# The Go suite's test binary compiles while everything else is set up.
+if want go; then
+	(go test -c -o "$tmp/clients.test" ./test/clients/go >"$tmp/go-build.log" 2>&1; echo $? >"$tmp/go-build.rc") &
+	go_build_pid=$!
+fi
+
+install_python() {
+	local venv=$here/python/.venv
+	if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c 'import redis' 2>/dev/null &&
+		[[ $("$venv/bin/python" -c 'import redis; print(redis.__version__)') == "$(sed -n 's/^redis==//p' "$here/python/requirements.txt")" ]]; then
+		return 0
+	fi
+	command -v python3 >/dev/null || { echo "clients: python3 is not installed"; return 1; }
+	if ! python3 -m venv --clear "$venv" >/dev/null 2>&1; then
+		if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+			echo "clients: installing python3-venv with apt-get"
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null 2>&1
+		fi
+		python3 -m venv --clear "$venv" || { echo "clients: python3 -m venv failed"; return 1; }
+	fi
+	echo "clients: pip install -r test/clients/python/requirements.txt"
+	"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$here/python/requirements.txt"
+}
+
+install_node() {
+	command -v node >/dev/null && command -v npm >/dev/null || { echo "clients: node and npm are needed"; return 1; }
+	if [[ -f $here/node/node_modules/ioredis/package.json ]] &&
+		[[ $here/node/node_modules/.package-lock.json -nt $here/node/package-lock.json ]]; then
+		return 0
+	fi
+	echo "clients: npm ci in test/clients/node"
+	(cd "$here/node" && npm ci --no-audit --no-fund --loglevel=error)
+}
+
+# ---- Redis and fenceproxy ----------------------------------------------------------
+if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
+	go build -o "$tmp/fenceproxy" ./cmd/fenceproxy || die "go build ./cmd/fenceproxy failed"
+	scripts/redis-local.sh start "$tmp/redis" >/dev/null || die "scripts/redis-local.sh start failed"
+	# shellcheck disable=SC1091
+	. "$tmp/redis/env"
+	for try in 1 2 3 4 5; do
+		port=$((20000 + RANDOM % 10000))
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+		"$tmp/fenceproxy" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data" \
+			--min-replicas 1 --metrics-listen '' >"$tmp/proxy.log" 2>&1 &
+		proxy_pid=$!
+		for _ in $(seq 100); do
+			[[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && break 2
+			kill -0 "$proxy_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$proxy_pid" 2>/dev/null; wait "$proxy_pid" 2>/dev/null; proxy_pid=
+	done
+	[[ -n $proxy_pid ]] || { cat "$tmp/proxy.log" >&2; die "fenceproxy did not start"; }
+	export FENCEPROXY_ADDR=127.0.0.1:$port
+	echo "clients: redis master $MASTER_ADDR replica $REPLICA_ADDR, fenceproxy $FENCEPROXY_ADDR (pid $proxy_pid)"
+fi
+
+# ---- suites --------------------------------------------------------------------------
+total_pass=0
+total_fail=0
+# suite NAME TIMEOUT CMD...: run CMD, show its output, add its totals line.
+suite() {
+	local name=$1 limit=$2 out=$tmp/$1.out rc line p f t0=$SECONDS
+	shift 2
+	echo "== $name"
+	timeout -k 5 "$limit" "$@" 2>&1 | tee "$out"
+	rc=${PIPESTATUS[0]}
+	line=$(grep -E "^$name totals: [0-9]+ passed, [0-9]+ failed$" "$out" | tail -1)
+	if [[ -n $line ]]; then
+		p=$(sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed/\1/' <<<"$line")
+		f=$(sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed/\2/' <<<"$line")
+		if [[ $rc -ne 0 && $f -eq 0 ]]; then
+			echo "FAIL $name: the suite exited $rc with no failed case"
+			f=1
+		fi
+	else
+		echo "FAIL $name: the suite ended (exit $rc$([[ $rc -eq 124 ]] && echo ", timed out after ${limit}s")) without its totals line"
+		p=0 f=1
+	fi
+	total_pass=$((total_pass + p))
+	total_fail=$((total_fail + f))
+	echo "-- $name: $p passed, $f failed in $((SECONDS - t0))s"
+}
+setup_failed() {
+	echo "FAIL $1: could not install its packages (see above)"
+	total_fail=$((total_fail + 1))
+}
+
+if want python; then
+	if install_python; then suite python 120 "$here/python/.venv/bin/python" -W ignore "$here/python/suite.py"; else setup_failed python; fi
+fi
+if want node; then
+	if install_node; then suite node 120 node "$here/node/suite.js"; else setup_failed node; fi
+fi
+if want go; then
+	wait "$go_build_pid"
+	if [[ $(cat "$tmp/go-build.rc" 2>/dev/null) == 0 ]]; then
+		suite go 120 "$tmp/clients.test" -test.count=1 -test.timeout=110s
+	else
+		cat "$tmp/go-build.log"
+		setup_failed go
+	fi
+fi
+if want cli; then
+	suite cli 180 "$here/cli.sh"
+fi
+
+if [[ -n $proxy_pid ]] && ! kill -0 "$proxy_pid" 2>/dev/null; then
+	echo "FAIL fenceproxy: the proxy died during the suites; its log:"
+	tail -n 30 "$tmp/proxy.log"
+	total_fail=$((total_fail + 1))
+fi
+echo "clients: suites [$SUITES] took $(($(date +%s) - started))s"
+echo "$total_pass passed, $total_fail failed"
+((total_fail == 0))
