@@ -91,6 +91,16 @@ func Dial(opts Options) (*Conn, error) {
 	return c, nil
 }
 
+// DialRaw dials and authenticates one connection (HELLO 3 if opts.RESP3)
+// and hands it over as it is: for a client that gets a stream from Redis
+// rather than one reply per request (pub/sub).
+func DialRaw(opts Options) (net.Conn, error) {
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 2 * time.Second
+	}
+	return (&Conn{opts: opts}).connect()
+}
+
 // connect dials and authenticates one TCP connection.
 func (c *Conn) connect() (net.Conn, error) {
 	nc, err := net.DialTimeout("tcp", c.opts.Addr, c.opts.DialTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +79,14 @@ func (n *Node) Unpin(c *backend.Conn, resp3, clean bool) {
 		n.mu.Unlock()
 	}
 	c.Close()
+}
+
+// Tunnel returns a raw connection for a client that will get a stream from
+// Redis (pub/sub), speaking RESP3 if resp3.
+func (n *Node) Tunnel(resp3 bool) (net.Conn, error) {
+	opts := n.pinOpts
+	opts.RESP3 = resp3
+	return backend.DialRaw(opts)
 }
 
 func protoIndex(resp3 bool) int {

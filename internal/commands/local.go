@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
 	"sync"
 
@@ -23,8 +24,10 @@ type session struct {
 	pinned      *backend.Conn
 	pinnedNode  *cluster.Node
 	pinnedRESP3 bool
-	inMulti     bool
-	watching    bool
+	// tunnel is the client's own Redis connection once it used pub/sub.
+	tunnel   net.Conn
+	inMulti  bool
+	watching bool
 
 	// running maps a resource to the completion of this connection's latest
 	// lock request for it; entries go away as requests finish. cancels ends
@@ -290,18 +293,12 @@ func validClientName(name []byte) bool {
 // refused lists commands that cannot run on a shared backend connection and
 // are not built yet, with what the client is told.
 var refused = map[string]string{
-	"subscribe":    "pub/sub is not supported by fenceproxy yet",
-	"psubscribe":   "pub/sub is not supported by fenceproxy yet",
-	"ssubscribe":   "pub/sub is not supported by fenceproxy yet",
-	"unsubscribe":  "pub/sub is not supported by fenceproxy yet",
-	"punsubscribe": "pub/sub is not supported by fenceproxy yet",
-	"sunsubscribe": "pub/sub is not supported by fenceproxy yet",
-	"monitor":      "MONITOR is not supported through fenceproxy; connect to Redis directly",
-	"sync":         "replication is not supported through fenceproxy; connect to Redis directly",
-	"psync":        "replication is not supported through fenceproxy; connect to Redis directly",
-	"replconf":     "replication is not supported through fenceproxy; connect to Redis directly",
-	"shutdown":     "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly",
-	"reset":        "RESET is not supported by fenceproxy yet",
+	"monitor":  "MONITOR is not supported through fenceproxy; connect to Redis directly",
+	"sync":     "replication is not supported through fenceproxy; connect to Redis directly",
+	"psync":    "replication is not supported through fenceproxy; connect to Redis directly",
+	"replconf": "replication is not supported through fenceproxy; connect to Redis directly",
+	"shutdown": "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly",
+	"reset":    "RESET is not supported by fenceproxy yet",
 }
 
 func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *protocol.Pending) {

@@ -8,7 +8,10 @@ import (
 // master, the master) on the connection this client always uses, so its
 // requests reach Redis in the order it sent them.
 func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
-	if s, _ := c.Session.(*session); s != nil && s.pinned != nil {
+	if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
+		h.sendTunnel(s, args, p)
+		return
+	} else if s != nil && s.pinned != nil {
 		h.sendPinned(s, args, p)
 		return
 	}

@@ -167,6 +167,7 @@ func (h *Handler) Closed(c *protocol.Conn) {
 		return
 	}
 	s.cancelLocks()
+	closeTunnel(s.tunnel)
 	if s.pinned != nil {
 		s.pinnedNode.Unpin(s.pinned, s.pinnedRESP3, !s.inMulti && !s.watching)
 		s.pinned, s.pinnedNode = nil, nil

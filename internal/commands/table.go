@@ -75,6 +75,9 @@ func init() {
 	table["discard"] = command{1, (*Handler).execOrDiscard}
 	table["watch"] = command{-2, (*Handler).watch}
 	table["unwatch"] = command{1, (*Handler).unwatch}
+	for _, name := range subscribeCommands {
+		table[name] = command{-1, (*Handler).subscribe}
+	}
 	for _, name := range blockingCommands {
 		table[name] = command{-1, (*Handler).blocking}
 	}
@@ -94,7 +97,10 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *protocol.Pend
 			lower[i] = b
 		}
 		lname := string(lower[:len(name)])
-		if s, _ := c.Session.(*session); s != nil && s.inMulti && !txControl(lname) {
+		if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
+			h.sendTunnel(s, args, p)
+			return
+		} else if s != nil && s.inMulti && !txControl(lname) {
 			// Inside MULTI Redis queues everything, arity errors and lock
 			// commands included (an unknown command makes EXEC abort).
 			h.sendPinned(s, args, p)

@@ -36,6 +36,7 @@ type Conn struct {
 	batch           batch
 	closeAfterReply bool
 	mayBlock        bool
+	writesTaken     bool
 	closing         atomic.Bool
 }
 
@@ -86,6 +87,12 @@ func (c *Conn) writeBatch() error {
 	}
 	c.out = c.batch.appendTo(c.out[:0])
 	c.server.handler.BatchDone(c)
+	if c.writesTaken {
+		if len(c.out) > 0 {
+			c.server.Logger.Error("bug: a reply for a connection whose writes were taken", "client", c.RemoteAddr)
+		}
+		return nil
+	}
 	if c.server.WriteTimeout > 0 {
 		c.nc.SetWriteDeadline(time.Now().Add(c.server.WriteTimeout))
 	}
@@ -158,4 +165,27 @@ func (c *Conn) WaitReplies(current *Pending) {
 	c.batch.late.Add(1)
 	c.batch.wg.Done() // current is now counted in late
 	c.batch.wg.Wait()
+}
+
+// TakeWrites hands the connection's write side to the caller for good: from
+// now on what the client reads is a stream the caller relays (pub/sub, where
+// Redis pushes messages no request asked for). The replies to requests sent
+// before current are written first, in order; current and every later
+// request must be completed with no bytes. Requests are still read and
+// dispatched as before.
+func (c *Conn) TakeWrites(current *Pending) net.Conn {
+	c.WaitReplies(current)
+	c.out = c.out[:0]
+	for _, p := range c.batch.replies[:c.batch.n] {
+		if p == current {
+			break
+		}
+		c.out = append(c.out, p.Buf...)
+		p.Buf = p.Buf[:0]
+	}
+	if len(c.out) > 0 {
+		c.nc.Write(c.out)
+	}
+	c.writesTaken = true
+	return c.nc
 }

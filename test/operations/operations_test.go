@@ -106,7 +106,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 func TestMetricsCountWhatHappened(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	replica := testenv.StartReplica(t, master)
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: time.Second})
 	c := testenv.Dial(t, p.Addr)
 
 	c.Do("SET", "k", "v")
@@ -218,7 +218,7 @@ func TestBackendOutage(t *testing.T) {
 func TestSigtermDrains(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	testenv.StartReplica(t, master)
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
 	c := testenv.Dial(t, p.Addr)
 	const n = 200
 	for i := 0; i < n; i++ {

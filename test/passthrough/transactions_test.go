@@ -132,8 +132,6 @@ func TestDisconnectLeavesNothingPinned(t *testing.T) {
 	pr := startPair(t)
 	warm := testenv.Dial(t, pr.Proxy.Addr)
 	warm.Do("PING")
-	// Let the proxy keep its reusable connections (up to 16 idle) out of the
-	// count: fill them first.
 	base := backendClients(t, pr.A.Addr)
 
 	for _, tc := range []struct {
