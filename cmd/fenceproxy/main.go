@@ -154,6 +154,17 @@ func run(cfg config) error {
 	}
 	cancel()
 
+	var srv *protocol.Server
+	startedAt := time.Now()
+	info := func() string {
+		st := store.Stats()
+		return fmt.Sprintf("fenceproxy_mode:%s\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nreplicas_seen:%d\r\n"+
+			"min_replicas:%d\r\nreplica_timeout_ms:%d\r\nfence_store_healthy:%d\r\ntoken_bound:%d\r\n"+
+			"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
+			be.Mode(), int(time.Since(startedAt).Seconds()), srv.Clients(), len(master.Replicas()),
+			cfg.minReplicas, cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
+			st.CacheEntries, st.CacheHits, st.CacheMisses)
+	}
 	handler := commands.NewHandler(commands.Options{
 		Backend: be,
 		Locks: locks.New(locks.Options{
@@ -165,8 +176,9 @@ func run(cfg config) error {
 		RedisVersion:   version,
 		ReplicaTimeout: cfg.replicaTimeout,
 		KeyPrefix:      cfg.keyPrefix,
+		Info:           info,
 	})
-	srv := protocol.NewServer(handler, logger)
+	srv = protocol.NewServer(handler, logger)
 	srv.MaxClients = cfg.maxClients
 	srv.OnConnect = func(delta int) { m.ConnectedClients.Add(float64(delta)) }
 
@@ -221,4 +233,11 @@ type quietRedisLogger struct{ l *slog.Logger }
 
 func (q quietRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	q.l.Debug("go-redis: " + fmt.Sprintf(format, v...))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

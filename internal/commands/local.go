@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tidwall/redcon"
 
@@ -176,7 +178,7 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	}
 	s.resp3 = resp3
 	if setName {
-		c.Name = string(name)
+		c.SetName(string(name))
 	}
 	var b []byte
 	if resp3 {
@@ -249,18 +251,18 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	case sub == "id" && len(args) == 2:
 		replyInt(p, c.ID)
 	case sub == "getname" && len(args) == 2:
-		if c.Name == "" {
+		if c.Name() == "" {
 			replyNull(c, p)
 			return
 		}
-		p.Buf = redcon.AppendBulkString(p.Buf, c.Name)
+		p.Buf = redcon.AppendBulkString(p.Buf, c.Name())
 		p.Done()
 	case sub == "setname" && len(args) == 3:
 		if !validClientName(args[2]) {
 			replyError(p, "ERR Client names cannot contain spaces, newlines or special characters.")
 			return
 		}
-		c.Name = string(args[2])
+		c.SetName(string(args[2]))
 		replyOK(p)
 	case sub == "setinfo" && len(args) == 4:
 		s := sessionOf(c)
@@ -274,11 +276,69 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 			return
 		}
 		replyOK(p)
-	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo":
+	case sub == "info" && len(args) == 2:
+		p.Buf = redcon.AppendBulkString(p.Buf, clientLine(c, sessionOf(c)))
+		p.Done()
+	case sub == "list" && len(args) == 2:
+		// The proxy's own clients: Redis's CLIENT LIST would show the
+		// proxy's shared connections, which are nobody's.
+		var b strings.Builder
+		c.Server().Each(func(o *protocol.Conn) {
+			b.WriteString(clientLine(o, nil))
+		})
+		p.Buf = redcon.AppendBulkString(p.Buf, b.String())
+		p.Done()
+	case (sub == "no-evict" || sub == "no-touch") && len(args) == 3:
+		// Accepted and without effect: the proxy's clients are not Redis's
+		// (no client eviction applies to them, and their reads already go
+		// over connections of the proxy).
+		switch strings.ToLower(string(args[2])) {
+		case "on", "off":
+			replyOK(p)
+		default:
+			replyError(p, "ERR syntax error")
+		}
+	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list":
 		replyError(p, "ERR wrong number of arguments for 'client|"+sub+"' command")
 	default:
-		replyError(p, "ERR fenceproxy: CLIENT "+strings.ToUpper(sub)+" is not supported by fenceproxy yet")
+		// TRACKING, CACHING, REPLY, KILL, PAUSE, UNPAUSE, ...: each would act
+		// on a connection that other clients share.
+		replyError(p, "ERR fenceproxy: CLIENT "+strings.ToUpper(sub)+" is not supported by fenceproxy")
 	}
+}
+
+// clientLine describes a client as CLIENT LIST does (the fields the proxy
+// knows), one line. s is the client's session if the caller may read it.
+func clientLine(c *protocol.Conn, s *session) string {
+	line := "id=" + strconv.FormatInt(c.ID, 10) + " addr=" + c.RemoteAddr + " laddr=" + c.LocalAddr +
+		" name=" + c.Name() + " age=" + strconv.FormatInt(int64(time.Since(c.Created).Seconds()), 10) + " db=0"
+	if s != nil {
+		proto := "2"
+		if s.resp3 {
+			proto = "3"
+		}
+		multi := "-1"
+		if s.inMulti {
+			multi = "0"
+		}
+		line += " multi=" + multi + " resp=" + proto + " lib-name=" + s.libName + " lib-ver=" + s.libVer
+	}
+	return line + "\n"
+}
+
+// reset is RESET: the connection's state back to a fresh one's.
+func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	s := sessionOf(c)
+	if s.pinned != nil {
+		c.WaitReplies(p)
+		s.pinnedNode.Unpin(s.pinned, s.pinnedRESP3, false) // it may hold MULTI or WATCH state
+		s.pinned, s.pinnedNode = nil, nil
+	}
+	s.inMulti, s.watching, s.resp3 = false, false, false
+	s.libName, s.libVer = "", ""
+	c.SetName("")
+	p.Buf = append(p.Buf, "+RESET\r\n"...)
+	p.Done()
 }
 
 func validClientName(name []byte) bool {
@@ -298,7 +358,6 @@ var refused = map[string]string{
 	"psync":    "replication is not supported through fenceproxy; connect to Redis directly",
 	"replconf": "replication is not supported through fenceproxy; connect to Redis directly",
 	"shutdown": "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly",
-	"reset":    "RESET is not supported by fenceproxy yet",
 }
 
 func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *protocol.Pending) {

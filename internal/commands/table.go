@@ -33,6 +33,9 @@ type Options struct {
 	// KeyPrefix is the lock manager's key prefix; the proxy's own helper
 	// keys use it too.
 	KeyPrefix string
+	// Info returns the body of INFO's "# fenceproxy" section, lines of
+	// field:value ending in CRLF.
+	Info func() string
 }
 
 // Handler serves every client request; it implements protocol.Handler.
@@ -60,6 +63,8 @@ func init() {
 		"client": {-2, (*Handler).client},
 		"select": {2, (*Handler).selectDB},
 		"auth":   {-2, (*Handler).auth},
+		"reset":  {1, (*Handler).reset},
+		"info":   {-1, (*Handler).info},
 
 		"lock.acquire": {-4, (*Handler).lockAcquire},
 		"lock.renew":   {4, (*Handler).lockRenew},

@@ -25,9 +25,12 @@ const (
 type Conn struct {
 	ID         int64
 	RemoteAddr string
-	Name       string
+	LocalAddr  string
+	Created    time.Time
 	// Session is the Handler's per-connection state.
 	Session any
+
+	name atomic.Pointer[string] // CLIENT SETNAME; read by CLIENT LIST from elsewhere
 
 	server          *Server
 	nc              net.Conn
@@ -150,6 +153,8 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 	return &Conn{
 		ID:         id,
 		RemoteAddr: nc.RemoteAddr().String(),
+		LocalAddr:  nc.LocalAddr().String(),
+		Created:    time.Now(),
 		server:     s,
 		nc:         nc,
 		rd:         NewReader(bufio.NewReaderSize(nc, readBufferSize), s.Limits),
@@ -189,3 +194,17 @@ func (c *Conn) TakeWrites(current *Pending) net.Conn {
 	c.writesTaken = true
 	return c.nc
 }
+
+// Name is the client's name (CLIENT SETNAME), "" if none.
+func (c *Conn) Name() string {
+	if p := c.name.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// SetName sets the client's name.
+func (c *Conn) SetName(name string) { c.name.Store(&name) }
+
+// Server returns the server the connection belongs to.
+func (c *Conn) Server() *Server { return c.server }

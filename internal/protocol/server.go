@@ -131,6 +131,20 @@ func (s *Server) release(c *Conn) {
 	s.wg.Done()
 }
 
+// Each calls fn for every open connection, in no order. fn must only read
+// the connection's immutable fields and its Name.
+func (s *Server) Each(fn func(c *Conn)) {
+	s.mu.Lock()
+	conns := make([]*Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		fn(c)
+	}
+}
+
 // Clients returns the number of open connections.
 func (s *Server) Clients() int {
 	s.mu.Lock()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh: the client compatibility suites, against a real fenceproxy.
 #
-#   test/clients/run.sh                 every suite: python node go cli
+#   test/clients/run.sh                 every suite: python node go cli java
 #   SUITES="go cli" test/clients/run.sh only those
 #   FENCEPROXY_ADDR=host:port test/clients/run.sh   use a running proxy instead
 #
@@ -18,7 +18,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
-SUITES=${SUITES:-python node go cli}
+SUITES=${SUITES:-python node go cli java}
 started=$(date +%s)
 
 die() {
@@ -84,6 +84,18 @@ install_node() {
 	fi
 	echo "clients: npm ci in test/clients/node"
 	(cd "$here/node" && npm ci --no-audit --no-fund --loglevel=error)
+}
+
+# The Java suite (Redisson, Jedis) builds with Maven into test/clients/java/target;
+# Maven caches what it fetches in ~/.m2 (the first build downloads about 20 MB).
+install_java() {
+	if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then
+		[[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null || { echo "clients: java 17 and mvn are needed: sudo apt-get install -y maven"; return 1; }
+		echo "clients: installing openjdk-17-jdk-headless and maven with apt-get"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven >/dev/null 2>&1 || return 1
+	fi
+	echo "clients: mvn package in test/clients/java"
+	(cd "$here/java" && mvn -q -B package -DskipTests) && [[ -s $here/java/target/classpath.txt ]]
 }
 
 # ---- Redis and fenceproxy ----------------------------------------------------------
@@ -158,6 +170,12 @@ if want go; then
 fi
 if want cli; then
 	suite cli 180 "$here/cli.sh"
+fi
+if want java; then
+	if install_java; then
+		suite java 150 java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+			-cp "$here/java/target/classes:$(cat "$here/java/target/classpath.txt")" fenceproxy.Suite
+	else setup_failed java; fi
 fi
 
 if [[ -n $proxy_pid ]] && ! kill -0 "$proxy_pid" 2>/dev/null; then

@@ -239,3 +239,55 @@ func TestRESP3LikeRedis(t *testing.T) {
 		t.Fatalf("busy LOCK.ACQUIRE over RESP3 = %q, want _", got)
 	}
 }
+
+// TestConnectionCommands: INFO carries Redis's sections and the proxy's;
+// CLIENT INFO/LIST describe the proxy's clients; RESET ends MULTI and RESP3.
+func TestConnectionCommands(t *testing.T) {
+	pr := startPair(t)
+	proxy := testenv.Dial(t, pr.Proxy.Addr)
+	info, _ := testenv.ParseBulk(proxy.Do("INFO"))
+	for _, want := range []string{"# Server\r\n", "redis_version:", "# fenceproxy\r\n", "token_bound:", "fence_store_healthy:1"} {
+		if !strings.Contains(string(info), want) {
+			t.Errorf("INFO lacks %q", want)
+		}
+	}
+	only, _ := testenv.ParseBulk(proxy.Do("INFO", "fenceproxy"))
+	if !strings.HasPrefix(string(only), "# fenceproxy\r\n") || strings.Contains(string(only), "redis_version") {
+		t.Errorf("INFO fenceproxy = %q", only)
+	}
+	proxy.Do("CLIENT", "SETNAME", "me")
+	ci, _ := testenv.ParseBulk(proxy.Do("CLIENT", "INFO"))
+	if !strings.Contains(string(ci), " name=me ") {
+		t.Errorf("CLIENT INFO = %q, want name=me", ci)
+	}
+	other := testenv.Dial(t, pr.Proxy.Addr)
+	other.Do("PING")
+	cl, _ := testenv.ParseBulk(proxy.Do("CLIENT", "LIST"))
+	if n := strings.Count(string(cl), "\n"); n < 2 || !strings.Contains(string(cl), " name=me ") {
+		t.Errorf("CLIENT LIST = %q, want this client (name=me) and the other", cl)
+	}
+	other.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		after, _ := testenv.ParseBulk(proxy.Do("CLIENT", "LIST"))
+		if strings.Count(string(after), "\n") == strings.Count(string(cl), "\n")-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CLIENT LIST still shows a closed client: %q", after)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	proxy.Do("HELLO", "3")
+	proxy.Do("MULTI")
+	proxy.Do("SET", "r", "1")
+	if got := proxy.Do("RESET"); string(got) != "+RESET\r\n" {
+		t.Fatalf("RESET = %q", got)
+	}
+	if got := proxy.Do("GET", "r"); string(got) != "$-1\r\n" {
+		t.Fatalf("GET after RESET (RESP2, transaction discarded) = %q", got)
+	}
+	if got := proxy.Do("CLIENT", "GETNAME"); string(got) != "$-1\r\n" {
+		t.Fatalf("CLIENT GETNAME after RESET = %q", got)
+	}
+}

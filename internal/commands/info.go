@@ -1,0 +1,53 @@
+package commands
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// info is INFO: Redis's own sections, with the proxy's "# fenceproxy"
+// section after them (INFO, INFO all/everything/default, INFO fenceproxy).
+func (h *Handler) info(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	var sections []string
+	ours, onlyOurs := len(args) == 1, len(args) > 1
+	for _, a := range args[1:] {
+		sec := strings.ToLower(string(a))
+		switch sec {
+		case "fenceproxy":
+			ours = true
+			continue
+		case "all", "everything", "default":
+			ours = true
+		}
+		onlyOurs = false
+		sections = append(sections, sec)
+	}
+	node := h.opts.Backend.Masters()[0]
+	h.workers.run(func() {
+		var text string
+		if !onlyOurs {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			var err error
+			text, err = node.Client.Info(ctx, sections...).Result()
+			cancel()
+			if err != nil {
+				p.Buf = redcon.AppendError(p.Buf, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+				p.Done()
+				return
+			}
+		}
+		if ours && h.opts.Info != nil {
+			if text != "" && !strings.HasSuffix(text, "\r\n\r\n") {
+				text = strings.TrimRight(text, "\r\n") + "\r\n\r\n"
+			}
+			text += "# fenceproxy\r\n" + h.opts.Info()
+		}
+		p.Buf = redcon.AppendBulkString(p.Buf, text)
+		p.Done()
+	})
+}
