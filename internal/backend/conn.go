@@ -149,8 +149,11 @@ func (c *Conn) handshake(nc net.Conn) error {
 	if err != nil {
 		return err
 	}
-	if len(reply) == 0 || reply[0] == '-' || (!c.opts.RESP3 && string(reply) != "+OK\r\n") {
-		return fmt.Errorf("%s refused: %s", args[0], trimCRLF(reply))
+	if len(reply) > 0 && reply[0] == '-' {
+		return RedisError(trimCRLF(reply[1:]))
+	}
+	if len(reply) == 0 || (!c.opts.RESP3 && string(reply) != "+OK\r\n") {
+		return fmt.Errorf("%s answered %q", args[0], trimCRLF(reply))
 	}
 	return nil
 }

@@ -89,6 +89,19 @@ func (n *Node) Tunnel(resp3 bool) (net.Conn, error) {
 	return backend.DialRaw(opts)
 }
 
+// CheckAuth asks Redis whether user and password are good, on a connection
+// of their own (the shared ones keep the proxy's credentials). The error is
+// Redis's own answer (a backend.RedisError) when it refuses them.
+func (n *Node) CheckAuth(user, password string) error {
+	opts := n.pinOpts
+	opts.Username, opts.Password = user, password
+	nc, err := backend.DialRaw(opts)
+	if err != nil {
+		return err
+	}
+	return nc.Close()
+}
+
 func protoIndex(resp3 bool) int {
 	if resp3 {
 		return 1

@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -155,7 +156,7 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 		opt := strings.ToLower(string(rest[0]))
 		switch {
 		case opt == "auth" && len(rest) >= 3:
-			if msg := checkAuth(rest[1], rest[2]); msg != "" {
+			if msg := h.checkAuth(rest[1], rest[2]); msg != "" {
 				replyError(p, msg)
 				return
 			}
@@ -208,29 +209,37 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	p.Done()
 }
 
-// checkAuth answers AUTH the way a Redis with no password answers it: the
-// default user accepts any password, nobody else exists. fenceproxy's own
-// users arrive with the security work.
-func checkAuth(user, _ []byte) string {
-	if string(user) == "default" {
+// checkAuth passes a client's credentials on to Redis (on a connection of
+// their own) and returns the error to reply, "" if Redis accepted them.
+// fenceproxy's own users arrive with the security work; until then Redis
+// decides, and a Redis with no password answers as it always does.
+func (h *Handler) checkAuth(user, password []byte) string {
+	err := h.opts.Backend.Masters()[0].CheckAuth(string(user), string(password))
+	var re backend.RedisError
+	switch {
+	case err == nil:
 		return ""
+	case errors.As(err, &re):
+		return string(re)
 	}
-	return "WRONGPASS invalid username-password pair or user is disabled."
+	return "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly"
 }
 
 func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	var msg string
 	switch len(args) {
 	case 2:
-		replyError(p, "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+		msg = h.checkAuth(nil, args[1])
 	case 3:
-		if msg := checkAuth(args[1], args[2]); msg != "" {
-			replyError(p, msg)
-			return
-		}
-		replyOK(p)
+		msg = h.checkAuth(args[1], args[2])
 	default:
-		replyError(p, "ERR syntax error")
+		msg = "ERR syntax error"
 	}
+	if msg != "" {
+		replyError(p, msg)
+		return
+	}
+	replyOK(p)
 }
 
 func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *protocol.Pending) {

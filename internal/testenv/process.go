@@ -124,7 +124,8 @@ func waitReady(p *proc, addr string, d time.Duration) error {
 	}
 }
 
-// ping sends one PING to addr and expects +PONG.
+// ping sends one PING to addr and expects +PONG (or -NOAUTH from a server
+// that requires a password: it is up and answering).
 func ping(addr string) error {
 	c, err := dialConn(addr, 500*time.Millisecond)
 	if err != nil {
@@ -135,7 +136,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if string(reply) != "+PONG\r\n" {
+	if string(reply) != "+PONG\r\n" && !strings.HasPrefix(string(reply), "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", reply)
 	}
 	return nil

@@ -281,3 +281,36 @@ func TestStoppedRedisDoesNotHangLocks(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestBackendWithPassword: fenceproxy reaches a Redis that requires a
+// password with its own credentials, and a client's AUTH is checked by
+// Redis itself (on a connection of its own), so wrong passwords get Redis's
+// answer and right ones +OK.
+func TestBackendWithPassword(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{Args: []string{"--requirepass", "s3cret"}})
+	t.Setenv("FENCEPROXY_BACKEND_PASSWORD", "s3cret")
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, MinReplicas: 0})
+	c := testenv.Dial(t, p.Addr)
+	for _, tc := range []struct {
+		cmd  []string
+		want string
+	}{
+		{[]string{"SET", "k", "v"}, "+OK\r\n"},
+		{[]string{"AUTH", "wrong"}, "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
+		{[]string{"AUTH", "s3cret"}, "+OK\r\n"},
+		{[]string{"AUTH", "default", "s3cret"}, "+OK\r\n"},
+		{[]string{"AUTH", "nobody", "s3cret"}, "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
+		{[]string{"HELLO", "2", "AUTH", "default", "wrong"}, "-WRONGPASS invalid username-password pair or user is disabled.\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+	} {
+		if got := c.Do(tc.cmd...); string(got) != tc.want {
+			t.Errorf("%v = %q, want %q", tc.cmd, got, tc.want)
+		}
+	}
+	if r := c.Do("LOCK.ACQUIRE", "pw", "o", "1000"); r[0] != ':' {
+		t.Fatalf("LOCK.ACQUIRE against a password-protected Redis = %q", r)
+	}
+	if r := c.Do("HELLO", "3", "AUTH", "default", "s3cret"); !strings.HasPrefix(string(r), "%7\r\n") {
+		t.Fatalf("HELLO 3 AUTH with the right password = %q", r)
+	}
+}

@@ -291,3 +291,44 @@ func TestConnectionCommands(t *testing.T) {
 		t.Fatalf("CLIENT GETNAME after RESET = %q", got)
 	}
 }
+
+// TestBackendDiesMidTransaction: when the connection a transaction runs on
+// dies, the client gets an error for the rest of it and EXEC aborts; nothing
+// of it is applied, and nothing is replayed over a new connection.
+func TestBackendDiesMidTransaction(t *testing.T) {
+	pr := startPair(t)
+	cl := testenv.Dial(t, pr.Proxy.Addr)
+	cl.Do("MULTI")
+	if got := cl.Do("SET", "half", "1"); string(got) != "+QUEUED\r\n" {
+		t.Fatalf("SET in MULTI = %q", got)
+	}
+	admin := testenv.Dial(t, pr.A.Addr)
+	list, _ := testenv.ParseBulk(admin.Do("CLIENT", "LIST"))
+	var id string
+	for _, line := range strings.Split(string(list), "\n") {
+		if strings.Contains(line, " multi=1 ") {
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "id="); ok {
+					id = v
+				}
+			}
+		}
+	}
+	if id == "" {
+		t.Fatalf("no backend connection in MULTI in CLIENT LIST:\n%s", list)
+	}
+	if got := admin.Do("CLIENT", "KILL", "ID", id); string(got) != ":1\r\n" {
+		t.Fatalf("CLIENT KILL ID %s = %q", id, got)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := cl.Do("SET", "half", "2"); !strings.HasPrefix(string(got), "-ERR fenceproxy: lost the connection to Redis") {
+		t.Errorf("SET after the transaction's connection died = %q, want a lost-transaction error", got)
+	}
+	if got := cl.Do("EXEC"); !strings.HasPrefix(string(got), "-EXECABORT") {
+		t.Errorf("EXEC after the transaction's connection died = %q, want -EXECABORT", got)
+	}
+	if got := cl.Do("GET", "half"); string(got) != "$-1\r\n" {
+		t.Fatalf("GET half = %q: part of a lost transaction was applied", got)
+	}
+	pr.alive(t)
+}

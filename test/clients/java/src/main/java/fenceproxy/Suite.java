@@ -74,6 +74,16 @@ public final class Suite {
 
     static String pkgVersion(Class<?> c, String dflt) {
         String v = c.getPackage() == null ? null : c.getPackage().getImplementationVersion();
+        if (v != null) return v;
+        String g = c == Jedis.class ? "redis.clients/jedis" : "org.redisson/redisson";
+        try (var in = c.getResourceAsStream("/META-INF/maven/" + g + "/pom.properties")) {
+            if (in != null) {
+                var p = new java.util.Properties();
+                p.load(in);
+                v = p.getProperty("version");
+            }
+        } catch (java.io.IOException ignored) {
+        }
         return v == null ? dflt : v;
     }
 
@@ -114,8 +124,9 @@ public final class Suite {
             err = "no result within " + CASE_SECONDS + "s (a reply that never came?)";
         } catch (java.util.concurrent.ExecutionException e) {
             Throwable c = e.getCause();
-            err = c instanceof Fail ? c.getMessage() : "unexpected " + show(c);
-            if (!(c instanceof Fail) && c.getCause() != null) err += " caused by " + show(c.getCause());
+            boolean named = c instanceof Fail || c instanceof ReplyError;
+            err = named ? c.getMessage() : "unexpected " + show(c);
+            if (!named && c.getCause() != null) err += " caused by " + show(c.getCause());
         } catch (InterruptedException e) {
             err = "interrupted";
         }
@@ -383,9 +394,24 @@ public final class Suite {
         }
     }
 
+    /** An error reply to a lock-family call, naming the call. */
+    static final class ReplyError extends RuntimeException {
+        final String call, error;
+
+        ReplyError(String call, String error) {
+            super(call + " -> error " + show(error));
+            this.call = call;
+            this.error = error;
+        }
+    }
+
     static Object send(Jedis j, Cmd c, Object... args) {
         String[] s = Arrays.stream(args).map(String::valueOf).toArray(String[]::new);
-        return j.sendCommand(c, s);
+        try {
+            return j.sendCommand(c, s);
+        } catch (JedisDataException e) {
+            throw new ReplyError(call(c, args), e.getMessage());
+        }
     }
 
     static String call(Cmd c, Object... args) {
@@ -425,9 +451,9 @@ public final class Suite {
     static void expectError(String call, Body b, String prefix) {
         try {
             b.run();
-        } catch (JedisDataException e) {
-            if (e.getMessage() == null || !e.getMessage().startsWith(prefix))
-                throw new Fail(call, "error " + e.getMessage(), "an error starting " + prefix);
+        } catch (ReplyError e) {
+            if (e.error == null || !e.error.startsWith(prefix))
+                throw new Fail(call, "error " + e.error, "an error starting " + prefix);
             return;
         } catch (Exception e) {
             throw new Fail(call, e, "an error starting " + prefix);
