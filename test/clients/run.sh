@@ -95,7 +95,13 @@ install_java() {
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven >/dev/null 2>&1 || return 1
 	fi
 	local cp=$here/java/target/classpath.txt
-	[[ -s $cp ]] && [[ -z $(find "$here/java/pom.xml" "$here/java/src" -newer "$cp" -print -quit) ]] && return 0
+	# Rebuild unless the build is newer than its sources and every jar it lists is still in the cache.
+	local jar fresh=
+	if [[ -s $cp ]] && [[ -z $(find "$here/java/pom.xml" "$here/java/src" -newer "$cp" -print -quit) ]]; then
+		fresh=1
+		for jar in $(tr ':' ' ' <"$cp"); do [[ -f $jar ]] || fresh=; done
+	fi
+	[[ -n $fresh ]] && return 0
 	echo "clients: mvn package in test/clients/java"
 	(cd "$here/java" && mvn -q -B package -DskipTests) && [[ -s $cp ]]
 }

@@ -154,7 +154,8 @@ public final class Suite {
                 .setTimeout(5000)
                 .setConnectTimeout(5000);
         if (!defaults) {
-            s.setConnectionMinimumIdleSize(2).setConnectionPoolSize(8)
+            // PING every 500 ms on every connection, pub/sub ones included (subscribed: `*2 pong ""`).
+            s.setConnectionMinimumIdleSize(2).setConnectionPoolSize(8).setPingConnectionInterval(500)
                     .setSubscriptionConnectionMinimumIdleSize(1).setSubscriptionConnectionPoolSize(4);
         }
         return Redisson.create(config);
@@ -337,6 +338,17 @@ public final class Suite {
                     ms < 0 ? "false" : "true after " + ms + " ms", "true within 3000 ms");
             s.release(2);
             expect("RSemaphore.availablePermits() after releases", s.availablePermits(), 2);
+        });
+
+        test(REDISSON, "RTopic publish/subscribe across clients, PINGs while subscribed", () -> {
+            org.redisson.api.RTopic sub = b.getTopic(key("topic"), StringCodec.INSTANCE);
+            java.util.concurrent.LinkedBlockingQueue<String> got = new java.util.concurrent.LinkedBlockingQueue<>();
+            int id = sub.addListener(String.class, (ch, msg) -> got.add(msg));
+            Thread.sleep(1500); // client b PINGs its subscribed connection every 500 ms
+            long n = a.getTopic(key("topic"), StringCodec.INSTANCE).publish("hello");
+            expect("RTopic.publish(hello) receivers", n, 1L);
+            expect("RTopic listener message", got.poll(3, TimeUnit.SECONDS), "hello");
+            sub.removeListener(id);
         });
 
         test(REDISSON, "RBucket basics", () -> {
