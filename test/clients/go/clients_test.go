@@ -1,13 +1,13 @@
 // Package clients_test is the Go client compatibility suite for fenceproxy:
-// go-redis v9 (with its default options, which send HELLO 3 first and must
-// fall back to RESP2, and with Protocol: 2) and rueidis (AlwaysRESP2,
-// DisableCache: the proxy speaks RESP2 only).
+// go-redis v9 (with its default options, which speak RESP3 after HELLO 3,
+// and with Protocol: 2) and rueidis (AlwaysRESP2, DisableCache: the proxy
+// does not support client-side caching's CLIENT TRACKING).
 //
 // It runs only when FENCEPROXY_ADDR names a running proxy (test/clients/run.sh
 // sets it); `go test ./...` without it skips. Each case prints
 // `PASS go: NAME` or `FAIL go <client>: NAME: CALL -> REPLY`, and the run ends
 // with `go totals: N passed, M failed`. Cases named `tx: ...` need
-// MULTI/EXEC/WATCH through the proxy. No pub/sub cases yet.
+// MULTI/EXEC/WATCH through the proxy; cases named `pubsub: ...` subscribe.
 package clients_test
 
 import (
@@ -43,8 +43,9 @@ func TestMain(m *testing.M) {
 	_, _ = rand.Read(b)
 	runID = hex.EncodeToString(b)
 	code := m.Run()
-	fmt.Println("go covered: go-redis v9 default options (HELLO 3 fallback) and Protocol 2: data commands, " +
-		"Pipelined, TxPipelined, Watch conflict, Do(LOCK.*), errors; rueidis: data commands, DoMulti, lock family via Arbitrary")
+	fmt.Println("go covered: go-redis v9 default options (RESP3) and Protocol 2: data commands, " +
+		"Pipelined, TxPipelined, Watch conflict, Do(LOCK.*), errors, pub/sub (Subscribe, PSubscribe, Lua PUBLISH, SSubscribe); " +
+		"rueidis: data commands, DoMulti, lock family via Arbitrary, Receive(SUBSCRIBE)")
 	fmt.Printf("go totals: %d passed, %d failed\n", passed.Load(), failedN.Load())
 	os.Exit(code)
 }
@@ -100,7 +101,7 @@ func TestGoRedisDefaultOptions(t *testing.T) {
 	const cl = "go-redis v9 (default options: HELLO 3 first)"
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	run(t, "handshake falls back to RESP2: PING, SET, GET, HGETALL", func(t *testing.T) {
+	run(t, "HELLO 3 handshake, then PING, SET, GET, HGETALL over RESP3", func(t *testing.T) {
 		ctx := ctxT(t)
 		if v, err := c.Ping(ctx).Result(); err != nil || v != "PONG" {
 			fail(t, cl, "PING", orErr(v, err), "PONG")
@@ -497,6 +498,207 @@ func TestRueidis(t *testing.T) {
 		})
 		if err != nil {
 			fail(t, cl, "Dedicated", err, nil)
+		}
+	})
+}
+
+// ---- pub/sub ---------------------------------------------------------------------
+
+const luaPublish = "return redis.call('PUBLISH', KEYS[1], ARGV[1])"
+
+// receiveMsg waits (bounded) for the next message on ps.
+func receiveMsg(t *testing.T, cl, call string, ps *redis.PubSub) *redis.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := ps.ReceiveMessage(ctx)
+	if err != nil {
+		fail(t, cl, call, err, "a message")
+	}
+	return m
+}
+
+func goRedisPubSub(t *testing.T, cl string, c, pub *redis.Client, tag string) {
+	k := func(n string) string { return key(tag, n) }
+	run(t, "pubsub: Subscribe, PSubscribe, ReceiveMessage from PUBLISH and Lua, Unsubscribe", func(t *testing.T) {
+		ctx := ctxT(t)
+		ch, pat, pch := k("ch"), k("pat:*"), k("pat:x")
+		ps := c.Subscribe(ctx, ch)
+		defer ps.Close()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := ps.Receive(rctx)
+		cancel()
+		if s, ok := v.(*redis.Subscription); err != nil || !ok || s.Kind != "subscribe" || s.Channel != ch || s.Count != 1 {
+			fail(t, cl, "Subscribe(ch) then Receive", orErr(v, err), "*Subscription{subscribe ch 1}")
+		}
+		if err := ps.PSubscribe(ctx, pat); err != nil {
+			fail(t, cl, "PSubscribe(pat)", err, nil)
+		}
+		if n, err := pub.Publish(ctx, ch, "hello").Result(); err != nil || n != 1 {
+			fail(t, cl, "PUBLISH ch hello (receivers)", orErr(n, err), 1)
+		}
+		if m := receiveMsg(t, cl, "ReceiveMessage after PUBLISH", ps); m.Channel != ch || m.Payload != "hello" || m.Pattern != "" {
+			fail(t, cl, "ReceiveMessage after PUBLISH", m, "{ch hello}")
+		}
+		// PSUBSCRIBE's confirmation may still be in flight: publish until the pattern counts.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n, err := pub.Publish(ctx, pch, "pm").Result()
+			if err != nil {
+				fail(t, cl, "PUBLISH pch pm", err, 1)
+			}
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				fail(t, cl, "PUBLISH pch pm (receivers, 5 s after PSubscribe)", n, 1)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if m := receiveMsg(t, cl, "ReceiveMessage after PUBLISH to the pattern", ps); m.Channel != pch || m.Pattern != pat || m.Payload != "pm" {
+			fail(t, cl, "ReceiveMessage after PUBLISH to the pattern", m, "{pat pch pm}")
+		}
+		if n, err := pub.Eval(ctx, luaPublish, []string{ch}, "from-lua").Int64(); err != nil || n != 1 {
+			fail(t, cl, "EVAL redis.call('PUBLISH', ch, 'from-lua')", orErr(n, err), 1)
+		}
+		if m := receiveMsg(t, cl, "ReceiveMessage after a PUBLISH from Lua", ps); m.Channel != ch || m.Payload != "from-lua" {
+			fail(t, cl, "ReceiveMessage after a PUBLISH from Lua", m, "{ch from-lua}")
+		}
+		if tok, err := c.Do(ctx, "LOCK.ACQUIRE", k("lock"), "o", 5000).Int64(); err != nil || tok <= 0 {
+			fail(t, cl, "Do(LOCK.ACQUIRE) on the client while subscribed", orErr(tok, err), "a token")
+		}
+		c.Do(ctx, "LOCK.RELEASE", k("lock"), "o")
+		if err := ps.Unsubscribe(ctx, ch); err != nil {
+			fail(t, cl, "Unsubscribe(ch)", err, nil)
+		}
+		if err := ps.PUnsubscribe(ctx, pat); err != nil {
+			fail(t, cl, "PUnsubscribe(pat)", err, nil)
+		}
+		deadline = time.Now().Add(5 * time.Second)
+		for {
+			n, err := pub.Publish(ctx, ch, "late").Result()
+			if err == nil && n == 0 {
+				break
+			}
+			if err != nil || time.Now().After(deadline) {
+				fail(t, cl, "PUBLISH ch late after Unsubscribe (receivers)", orErr(n, err), 0)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	run(t, "pubsub: SSubscribe + SPublish", func(t *testing.T) {
+		ctx := ctxT(t)
+		ch := k("sch")
+		ps := c.SSubscribe(ctx, ch)
+		defer ps.Close()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := ps.Receive(rctx)
+		cancel()
+		if s, ok := v.(*redis.Subscription); err != nil || !ok || s.Kind != "ssubscribe" || s.Channel != ch {
+			fail(t, cl, "SSubscribe(ch) then Receive", orErr(v, err), "*Subscription{ssubscribe ch 1}")
+		}
+		if n, err := pub.SPublish(ctx, ch, "sharded").Result(); err != nil || n != 1 {
+			fail(t, cl, "SPUBLISH ch sharded (receivers)", orErr(n, err), 1)
+		}
+		if m := receiveMsg(t, cl, "ReceiveMessage after SPUBLISH", ps); m.Channel != ch || m.Payload != "sharded" {
+			fail(t, cl, "ReceiveMessage after SPUBLISH", m, "{ch sharded}")
+		}
+		if err := ps.SUnsubscribe(ctx, ch); err != nil {
+			fail(t, cl, "SUnsubscribe(ch)", err, nil)
+		}
+	})
+}
+
+func TestGoRedisPubSubDefaultOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	pub := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	defer pub.Close()
+	goRedisPubSub(t, "go-redis v9 (default options: RESP3)", c, pub, "ps3")
+}
+
+func TestGoRedisPubSubProtocol2(t *testing.T) {
+	c, pub := goRedis(2), goRedis(2)
+	defer c.Close()
+	defer pub.Close()
+	goRedisPubSub(t, "go-redis v9 (Protocol: 2)", c, pub, "ps2")
+}
+
+func TestRueidisPubSub(t *testing.T) {
+	const cl = "rueidis (AlwaysRESP2, DisableCache)"
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:       []string{addr},
+		AlwaysRESP2:       true,
+		DisableCache:      true,
+		ForceSingleClient: true,
+		ConnWriteTimeout:  5 * time.Second,
+	})
+	if err != nil {
+		failedN.Add(1)
+		t.Fatalf("FAIL go %s: NewClient: %v", cl, err)
+	}
+	defer c.Close()
+	run(t, "pubsub: Receive(SUBSCRIBE) in a goroutine, PUBLISH and Lua messages arrive, then cancel", func(t *testing.T) {
+		ctx := ctxT(t)
+		ch := key("rue", "ps:ch")
+		msgs := make(chan rueidis.PubSubMessage, 16)
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Receive(rctx, c.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) { msgs <- m })
+		}()
+		// Receive returns only when it ends: wait until Redis counts the subscriber.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			arr, err := c.Do(ctx, c.B().PubsubNumsub().Channel(ch).Build()).ToArray()
+			if err != nil {
+				fail(t, cl, "PUBSUB NUMSUB ch", err, "[ch 1]")
+			}
+			if len(arr) == 2 {
+				if n, _ := arr[1].AsInt64(); n == 1 {
+					break
+				}
+			}
+			select {
+			case err := <-done:
+				fail(t, cl, "Receive(SUBSCRIBE ch) ended before a message", err, "still subscribed")
+			default:
+			}
+			if time.Now().After(deadline) {
+				fail(t, cl, "PUBSUB NUMSUB ch (5 s after Receive(SUBSCRIBE ch))", arr, "[ch 1]")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		wait := func(call, want string) {
+			select {
+			case m := <-msgs:
+				if m.Channel != ch || m.Message != want {
+					fail(t, cl, call, m, fmt.Sprintf("{%s %s}", ch, want))
+				}
+			case <-time.After(5 * time.Second):
+				fail(t, cl, call, "no message within 5 s", want)
+			}
+		}
+		if n, err := c.Do(ctx, c.B().Publish().Channel(ch).Message("hello").Build()).AsInt64(); err != nil || n != 1 {
+			fail(t, cl, "PUBLISH ch hello (receivers)", orErr(n, err), 1)
+		}
+		wait("Receive callback after PUBLISH", "hello")
+		if n, err := c.Do(ctx, c.B().Eval().Script(luaPublish).Numkeys(1).Key(ch).Arg("from-lua").Build()).AsInt64(); err != nil || n != 1 {
+			fail(t, cl, "EVAL redis.call('PUBLISH', ch, 'from-lua')", orErr(n, err), 1)
+		}
+		wait("Receive callback after a PUBLISH from Lua", "from-lua")
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				fail(t, cl, "Receive after cancel", err, "context.Canceled")
+			}
+		case <-time.After(5 * time.Second):
+			fail(t, cl, "Receive after cancel", "still running after 5 s", "context.Canceled")
+		}
+		if v, err := c.Do(ctx, c.B().Ping().Build()).ToString(); err != nil || v != "PONG" {
+			fail(t, cl, "PING after the subscription ended", orErr(v, err), "PONG")
 		}
 	})
 }

@@ -4,7 +4,7 @@
 // Run by test/clients/run.sh with FENCEPROXY_ADDR=host:port. Each case prints
 // `PASS node: NAME` or `FAIL node ioredis X: NAME: CALL -> REPLY`; the last line is
 // `node totals: N passed, M failed`. Cases named `tx: ...` need MULTI/EXEC/WATCH.
-// No pub/sub cases yet (pub/sub is not built).
+// Cases named `pubsub: ...` subscribe (the proxy tunnels that connection to Redis).
 
 const crypto = require('crypto');
 const Redis = require('ioredis');
@@ -242,6 +242,45 @@ test('tx: MULTI ... DISCARD', async () => {
   } finally { c.disconnect(); }
 });
 
+// Pub/sub: a dedicated subscriber connection; events are awaited with a bound.
+function nextEvent(emitter, event, call, ms = 5000) {
+  return new Promise((ok, no) => {
+    const timer = setTimeout(() => { emitter.removeListener(event, on); no(new Fail(call, `no '${event}' event within ${ms} ms`)); }, ms);
+    function on(...args) { clearTimeout(timer); emitter.removeListener(event, on); ok(args); }
+    emitter.on(event, on);
+  });
+}
+
+test("pubsub: subscribe/psubscribe on a dedicated connection, 'message'/'pmessage' from PUBLISH and Lua, unsubscribe", async () => {
+  const ch = key('ps:ch'), pat = key('ps:pat:*'), pch = key('ps:pat:x');
+  const sub = client();
+  try {
+    expect(`SUBSCRIBE ${ch}`, await sub.subscribe(ch), 1);
+    expect(`PSUBSCRIBE ${pat}`, await sub.psubscribe(pat), 2);
+    let ev = nextEvent(sub, 'message', `'message' after PUBLISH ${ch} hello`);
+    expect('PUBLISH from another connection (receivers)', await r2.publish(ch, 'hello'), 1);
+    expect("'message' (channel, message)", await ev, [ch, 'hello']);
+    ev = nextEvent(sub, 'pmessage', `'pmessage' after PUBLISH ${pch} pm`);
+    expect('PUBLISH to a pattern channel (receivers)', await r2.publish(pch, 'pm'), 1);
+    expect("'pmessage' (pattern, channel, message)", await ev, [pat, pch, 'pm']);
+    ev = nextEvent(sub, 'message', "'message' after a PUBLISH from Lua");
+    expect("EVAL redis.call('PUBLISH', ch, 'from-lua')",
+      await r.eval("return redis.call('PUBLISH', KEYS[1], ARGV[1])", 1, ch, 'from-lua'), 1);
+    expect("'message' from Lua (channel, message)", await ev, [ch, 'from-lua']);
+    ev = nextEvent(sub, 'pmessage', "'pmessage' after a PUBLISH from Lua");
+    expect("EVAL redis.call('PUBLISH', pch, 'lua-pm')",
+      await r.eval("return redis.call('PUBLISH', KEYS[1], ARGV[1])", 1, pch, 'lua-pm'), 1);
+    expect("'pmessage' from Lua (pattern, channel, message)", await ev, [pat, pch, 'lua-pm']);
+    const t = await r.call('LOCK.ACQUIRE', key('ps:lock'), 'o', 5000);
+    if (!(Number.isInteger(t) && t > 0)) throw new Fail('LOCK.ACQUIRE on r while another connection is subscribed', t, 'a token');
+    expect('LOCK.RELEASE', await r.call('LOCK.RELEASE', key('ps:lock'), 'o'), 1);
+    expect(`UNSUBSCRIBE ${ch}`, await sub.unsubscribe(ch), 1);
+    expect(`PUNSUBSCRIBE ${pat}`, await sub.punsubscribe(pat), 0);
+    expect('PUBLISH after unsubscribe (receivers)', await r2.publish(ch, 'late'), 0);
+    expect('PING on the connection after leaving subscriber mode', await sub.ping(), 'PONG');
+  } finally { sub.disconnect(); }
+});
+
 process.on('unhandledRejection', (e) => console.log(`note: unhandled rejection: ${fmt(e)}`));
 
 (async () => {
@@ -264,7 +303,8 @@ process.on('unhandledRejection', (e) => console.log(`note: unhandled rejection: 
   } catch (e) { console.log(`note: cleanup failed: ${e.message}`); }
   r.disconnect(); r2.disconnect();
   console.log('node covered: connect, strings, hashes, lists, sets, zsets, binary Buffers, scripts (defineCommand), ' +
-    'pipelines, lock family via call(), LOCK.ACQUIRE WAIT, bad input, transactions (tx:*)');
+    'pipelines, lock family via call(), LOCK.ACQUIRE WAIT, bad input, transactions (tx:*), ' +
+    'pub/sub (subscribe, psubscribe, message/pmessage from PUBLISH and Lua, unsubscribe)');
   console.log(`node totals: ${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 })();

@@ -6,7 +6,7 @@ Run by test/clients/run.sh with FENCEPROXY_ADDR=host:port. Each case prints
 `python totals: N passed, M failed` (run.sh adds up every suite's totals).
 
 Cases whose name starts with `tx:` need MULTI/EXEC/WATCH through the proxy.
-No pub/sub cases yet (pub/sub is not built).
+Cases named `pubsub ...` tunnel a connection to Redis (SUBSCRIBE and friends).
 """
 import os
 import sys
@@ -571,6 +571,82 @@ def _():
     r.execute_command("LOCK.RELEASE", key("tx7lock"), "o")
 
 
+# --- pub/sub ------------------------------------------------------------------------
+
+
+def wait_msg(ps, want_type, call, seconds=5):
+    """get_message until one of want_type arrives; the failure names what came instead."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        m = ps.get_message(timeout=0.2)
+        if m is None:
+            continue
+        if m["type"] == want_type:
+            return m
+        seen.append(m)
+    raise Fail(call, seen or "no message within %ds" % seconds, "a %r message" % want_type)
+
+
+def pubsub_flow(c, label):
+    ch = key(label + ":ch")
+    pat = key(label + ":pat:*")
+    pch = key(label + ":pat:x")
+    ps = c.pubsub()
+    try:
+        ps.subscribe(ch)
+        m = wait_msg(ps, "subscribe", "pubsub().subscribe(%s)" % ch)
+        expect("subscribe confirmation (channel, count)", (m["channel"], m["data"]), (ch.encode(), 1))
+        ps.psubscribe(pat)
+        m = wait_msg(ps, "psubscribe", "pubsub().psubscribe(%s)" % pat)
+        expect("psubscribe confirmation (pattern, count)", (m["channel"], m["data"]), (pat.encode(), 2))
+        expect("PUBLISH from another client (receivers)", r2.publish(ch, "hello"), 1)
+        m = wait_msg(ps, "message", "get_message after PUBLISH %s hello" % ch)
+        expect("message (channel, data)", (m["channel"], m["data"]), (ch.encode(), b"hello"))
+        expect("PUBLISH to a pattern's channel (receivers)", r2.publish(pch, "pm"), 1)
+        m = wait_msg(ps, "pmessage", "get_message after PUBLISH %s pm" % pch)
+        expect("pmessage (pattern, channel, data)", (m["pattern"], m["channel"], m["data"]), (pat.encode(), pch.encode(), b"pm"))
+        got = r2.eval("return redis.call('PUBLISH', KEYS[1], ARGV[1])", 1, ch, "from-lua")
+        expect("EVAL redis.call('PUBLISH', ch, 'from-lua')", got, 1)
+        m = wait_msg(ps, "message", "get_message after a PUBLISH from Lua")
+        expect("message from Lua (channel, data)", (m["channel"], m["data"]), (ch.encode(), b"from-lua"))
+        ps.ping()
+        m = wait_msg(ps, "pong", "pubsub().ping() while subscribed")
+        lk = c.lock(key(label + ":lock"), timeout=5)
+        expect("Lock.acquire on the main client while subscribed", lk.acquire(blocking=False), True)
+        expect("Lock.owned while subscribed", lk.owned(), True)
+        lk.release()
+        expect("Lock.locked after release", lk.locked(), False)
+        ps.unsubscribe(ch)
+        m = wait_msg(ps, "unsubscribe", "pubsub().unsubscribe(%s)" % ch)
+        expect("unsubscribe confirmation (channel, count)", (m["channel"], m["data"]), (ch.encode(), 1))
+        ps.punsubscribe(pat)
+        m = wait_msg(ps, "punsubscribe", "pubsub().punsubscribe(%s)" % pat)
+        expect("punsubscribe confirmation (pattern, count)", (m["channel"], m["data"]), (pat.encode(), 0))
+        expect("PUBLISH after unsubscribe (receivers)", r2.publish(ch, "late"), 0)
+        expect("PING on the main client afterwards", c.ping(), True)
+    finally:
+        ps.close()
+
+
+@case("pubsub (default options, RESP3): subscribe, psubscribe, PUBLISH, Lua PUBLISH, ping, Lock meanwhile, unsubscribe")
+def _():
+    c = redis.Redis(host=HOST, port=PORT, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        pubsub_flow(c, "ps3")
+    finally:
+        c.close()
+
+
+@case("pubsub (protocol=2): subscribe, psubscribe, PUBLISH, Lua PUBLISH, ping, Lock meanwhile, unsubscribe")
+def _():
+    c = client()
+    try:
+        pubsub_flow(c, "ps2")
+    finally:
+        c.close()
+
+
 # --- cleanup and totals -----------------------------------------------------------
 
 try:
@@ -582,6 +658,7 @@ except Exception as e:  # noqa: BLE001
 
 print("python covered: connect (default RESP3 and protocol=2), strings, hashes, lists, sets, zsets, "
       "binary values, scripts, pipelines, redis.lock.Lock (acquire/extend/release, contention, blocking "
-      "timeout), LOCK.ACQUIRE/RENEW/RELEASE/FENCE.CHECK/LOCK.INFO, bad input, transactions (tx:*)")
+      "timeout), LOCK.ACQUIRE/RENEW/RELEASE/FENCE.CHECK/LOCK.INFO, bad input, transactions (tx:*), "
+      "pub/sub (RESP3 and protocol=2: subscribe, psubscribe, Lua PUBLISH, ping, unsubscribe)")
 print("python totals: %d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)
