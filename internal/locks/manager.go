@@ -77,12 +77,14 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, ttl, wait
 	deadline := time.Now().Add(wait)
 	w := m.waiting.join(resource)
 	m.opts.Metrics.LockWaiters.Inc()
+	var granted time.Duration
 	defer func() {
-		m.waiting.leave(resource, w)
+		m.waiting.leave(resource, w, granted)
 		m.opts.Metrics.LockWaiters.Dec()
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	head := true // it just tried: the lease it saw is leaseLeft
 	for {
 		// Sleep until woken (a release here, or promotion to the head of
 		// the line), until the holder's lease runs out (the head only), or
@@ -91,21 +93,35 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, ttl, wait
 		if sleep <= 0 {
 			return 0, ErrBusy
 		}
-		if m.waiting.isHead(resource, w) {
+		if head {
 			sleep = min(sleep, leaseLeft+time.Millisecond)
 		}
 		timer.Reset(sleep)
+		woken := false
 		select {
 		case <-w.wake:
+			woken = true
 		case <-timer.C:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
-		if !m.waiting.isHead(resource, w) {
+		var freed bool
+		var hint time.Duration
+		head, freed, hint = m.waiting.news(resource, w)
+		if !head {
+			continue
+		}
+		if woken && !freed && hint > 0 {
+			// Promoted right after a grant: that holder's lease has only
+			// begun. Wait for its release or its end.
+			leaseLeft = hint
 			continue
 		}
 		token, leaseLeft, err = m.tryAcquire(ctx, resource, owner, ttl, false)
 		if err != ErrBusy {
+			if err == nil {
+				granted = ttl
+			}
 			return token, err
 		}
 	}

@@ -1,6 +1,9 @@
 package locks
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // serializer runs one operation at a time per resource. Its memory is
 // proportional to the resources with an operation in flight, not to every
@@ -51,6 +54,14 @@ type waitQueue struct {
 
 type waiter struct {
 	wake chan struct{} // capacity 1: a pending wake-up is never lost
+
+	// What the wake-up was about, under waitQueue.mu: freed by a release
+	// (try now), or promoted to head right after the previous head was
+	// granted the lock for leaseHint (no use trying before a release or
+	// that long). Trying needlessly would hold the resource's serializer
+	// and make the holder's release wait behind a doomed attempt.
+	freed     bool
+	leaseHint time.Duration
 }
 
 func (w *waiter) signal() {
@@ -72,16 +83,9 @@ func (q *waitQueue) join(resource string) *waiter {
 	return w
 }
 
-// isHead reports whether w is first in line.
-func (q *waitQueue) isHead(resource string, w *waiter) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	ws := q.queues[resource]
-	return len(ws) > 0 && ws[0] == w
-}
-
-// leave removes w; if it was the head, the next waiter is woken to try.
-func (q *waitQueue) leave(resource string, w *waiter) {
+// leave removes w; if it was the head, the next waiter is woken. granted is
+// the lease w was just granted, 0 if it leaves without the lock.
+func (q *waitQueue) leave(resource string, w *waiter, granted time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.queues[resource]
@@ -96,6 +100,7 @@ func (q *waitQueue) leave(resource string, w *waiter) {
 		}
 		q.queues[resource] = ws
 		if i == 0 {
+			ws[0].leaseHint = granted
 			ws[0].signal()
 		}
 		return
@@ -107,8 +112,21 @@ func (q *waitQueue) wakeHead(resource string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if ws := q.queues[resource]; len(ws) > 0 {
+		ws[0].freed = true
 		ws[0].signal()
 	}
+}
+
+// news reports whether w is first in line, and takes what its last wake-ups
+// said: the resource was freed, or a lease was just granted ahead of it.
+func (q *waitQueue) news(resource string, w *waiter) (head, freed bool, leaseHint time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.queues[resource]
+	head = len(ws) > 0 && ws[0] == w
+	freed, leaseHint = w.freed, w.leaseHint
+	w.freed, w.leaseHint = false, 0
+	return head, freed, leaseHint
 }
 
 // count returns how many acquires wait for resource.
