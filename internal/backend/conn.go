@@ -42,6 +42,9 @@ type Options struct {
 	// RESP3 makes the connection speak RESP3 (HELLO 3), for clients that
 	// asked for it: Redis then writes their replies in RESP3 itself.
 	RESP3 bool
+	// ReadBuffer sizes the reply reader; 0 means 64 KB, for connections
+	// shared by many clients. Replies longer than it still pass.
+	ReadBuffer int
 	// NoReconnect leaves the connection down once it breaks: for a
 	// connection pinned to one client, whose state (MULTI, WATCH) a fresh
 	// connection would not have.
@@ -221,7 +224,11 @@ func (c *Conn) writeLoop() {
 // twice; when the connection breaks it answers the rest with an error and
 // starts reconnecting.
 func (c *Conn) readLoop(nc net.Conn) {
-	rd := bufio.NewReaderSize(nc, 64<<10)
+	size := c.opts.ReadBuffer
+	if size <= 0 {
+		size = 64 << 10
+	}
+	rd := bufio.NewReaderSize(nc, size)
 	err := c.readReplies(nc, rd)
 	c.fail(nc, err)
 

@@ -163,6 +163,8 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		pinOpts: backend.Options{
 			Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
 			Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true,
+			// One client's connection: small, since thousands may block at once.
+			ReadBuffer: 4 << 10,
 		},
 		Addr:           opts.Addr,
 		Pool:           pool,

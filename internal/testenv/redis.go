@@ -60,6 +60,13 @@ func StartReplica(t testing.TB, master *Redis) *Redis {
 
 func startRedis(t testing.TB, extra []string, master *Redis) *Redis {
 	t.Helper()
+	return startRedisWith(t, func(int) []string { return extra }, master)
+}
+
+// startRedisWith is startRedis with the extra arguments chosen per attempt,
+// from that attempt's port (a cluster node picks its bus port there).
+func startRedisWith(t testing.TB, extraFor func(port int) []string, master *Redis) *Redis {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found: apt-get install -y redis-server")
@@ -85,7 +92,7 @@ func startRedis(t testing.TB, extra []string, master *Redis) *Redis {
 		if master != nil {
 			r.args = append(r.args, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
 		}
-		r.args = append(r.args, extra...)
+		r.args = append(r.args, extraFor(r.Port)...)
 		err := r.start()
 		if err == nil {
 			break
