@@ -42,6 +42,7 @@ type config struct {
 	backendConns    int
 	lockConns       int
 	keyPrefix       string
+	lockDelay       time.Duration
 	cacheEntries    int
 	shutdownTimeout time.Duration
 	logLevel        string
@@ -62,6 +63,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.backendConns, "backend-conns", 4, "pipelined connections to the master shared by all clients")
 	fs.IntVar(&c.lockConns, "lock-conns", 4, "connections to the master that run batched lock writes")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "fenceproxy:lock:", "prefix of owner-record keys in Redis")
+	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "after a lease runs out without a release, grant the resource to nobody for this long (0: off)")
 	fs.IntVar(&c.cacheEntries, "token-cache", 1<<18, "resources whose newest token is cached in memory")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -80,6 +82,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("--replica-timeout must be at least 1ms (Redis's WAIT 0 would block forever)")
 	case c.backendConns < 1 || c.lockConns < 1:
 		return c, errors.New("--backend-conns and --lock-conns must be at least 1")
+	case c.lockDelay < 0:
+		return c, errors.New("--lock-delay must be 0 or more")
 	case c.dataDir == "":
 		return c, errors.New("--data-dir must name a directory")
 	}
@@ -169,7 +173,7 @@ func run(cfg config) error {
 		Backend: be,
 		Locks: locks.New(locks.Options{
 			Backend: be, Store: store, MinReplicas: cfg.minReplicas,
-			KeyPrefix: cfg.keyPrefix, Metrics: m, Logger: logger,
+			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: m, Logger: logger,
 		}),
 		Metrics:        m,
 		Logger:         logger,

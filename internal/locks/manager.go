@@ -38,6 +38,10 @@ type Options struct {
 	// KeyPrefix starts every owner record's key; the resource follows in a
 	// hash tag, so all of one resource's keys share a Redis Cluster slot.
 	KeyPrefix string
+	// LockDelay keeps a resource whose lease ran out (no release: the
+	// holder crashed or paused) from being granted again for this long, so
+	// a holder that cannot be fenced has time to notice. 0 disables it.
+	LockDelay time.Duration
 	Metrics   *metrics.Metrics
 	Logger    *slog.Logger
 }
@@ -64,6 +68,9 @@ func New(opts Options) *Manager {
 func (m *Manager) recordKey(resource string) string {
 	return m.opts.KeyPrefix + "{" + resource + "}"
 }
+
+// keys are a resource's record and lock-delay guard, in one hash slot.
+func (m *Manager) keys(key string) []string { return []string{key, key + ":delay"} }
 
 // Acquire grants resource to owner for ttl and returns the fencing token. If
 // owner already holds it, the lease is re-armed and the same token returned.
@@ -148,8 +155,8 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	start := time.Now()
 	write := node.Start(ctx, cluster.ScriptCall{
 		Source: acquireScript,
-		Keys:   []string{key},
-		Args:   []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting},
+		Keys:   m.keys(key),
+		Args:   []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds()},
 	}, true)
 	reply, err := write.Reply()
 	if err != nil {
@@ -218,7 +225,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) {
 	_, err := node.Run(ctx, cluster.ScriptCall{
 		Source: undoScript,
-		Keys:   []string{key},
+		Keys:   m.keys(key),
 		Args:   []any{owner, strconv.FormatUint(token, 10)},
 	})
 	if err != nil {
@@ -241,8 +248,8 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	key := m.recordKey(resource)
 	write := m.opts.Backend.MasterForKey([]byte(key)).Start(ctx, cluster.ScriptCall{
 		Source: renewScript,
-		Keys:   []string{key},
-		Args:   []any{owner, ttl.Milliseconds(), newest},
+		Keys:   m.keys(key),
+		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds()},
 	}, true)
 	reply, err := write.Reply()
 	if err != nil {
@@ -275,7 +282,7 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	// the lease merely runs out.
 	reply, err := m.opts.Backend.MasterForKey([]byte(key)).Run(ctx, cluster.ScriptCall{
 		Source: releaseScript,
-		Keys:   []string{key},
+		Keys:   m.keys(key),
 		Args:   []any{owner},
 	})
 	if err != nil {

@@ -3,13 +3,17 @@ package locks
 import "github.com/redis/go-redis/v9"
 
 // The owner record is a hash {owner, token} at recordKey(resource), expiring
-// with the lease. Tokens travel as strings: Lua numbers are doubles.
+// with the lease. With a lock-delay, a guard key beside it (same hash tag)
+// outlives every lease by the delay; a clean release deletes both, so only a
+// lease that ran out leaves the guard standing, and nobody is granted the
+// resource until it is gone. Tokens travel as strings: Lua numbers are
+// doubles.
 //
 // Replies are tables so the manager can tell the three outcomes apart.
 
-// acquireScript: KEYS[1] record; ARGV owner, ttl-ms, new token, newest token
-// known to the fence store, and "1" if others wait in line (then only the
-// owner's own re-arm is allowed: no barging). Returns {0, pttl} busy, {1, token} the owner's
+// acquireScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, new
+// token, newest token known to the fence store, "1" if others wait in line
+// (then only the owner's own re-arm is allowed: no barging), lock-delay-ms. Returns {0, pttl} busy, {1, token} the owner's
 // existing grant (re-armed), {2, token} a new grant. The owner's own record is
 // re-armed only if its token lies between the newest recorded and the new
 // one; any other (resurrected by a failover, or written by a proxy with
@@ -23,7 +27,15 @@ if cur[1] then
   local t = tonumber(cur[2])
   if t and t >= tonumber(ARGV[4]) and t < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if tonumber(ARGV[6]) > 0 then
+      redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[6]))
+    end
     return {1, cur[2]}
+  end
+elseif tonumber(ARGV[6]) > 0 then
+  local left = redis.call('PTTL', KEYS[2])
+  if left > 0 then
+    return {0, left}
   end
 end
 if ARGV[5] == '1' then
@@ -31,37 +43,45 @@ if ARGV[5] == '1' then
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if tonumber(ARGV[6]) > 0 then
+  redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[6]))
+end
 return {2, ARGV[3]}
 `
 
-// renewScript: KEYS[1] record; ARGV owner, ttl-ms, newest token. Returns the
+// renewScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, newest
+// token, lock-delay-ms. Returns the
 // token, or nil if owner does not hold a current record (expired records are
 // gone, so a lapsed lease is never revived).
 const renewScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] and tonumber(cur[2]) >= tonumber(ARGV[3]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if tonumber(ARGV[4]) > 0 then
+    redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[4]))
+  end
   return cur[2]
 end
 return false
 `
 
-// releaseScript: KEYS[1] record; ARGV owner. Returns 1 if it deleted owner's
-// record, else 0.
+// releaseScript: KEYS[1] record, KEYS[2] guard; ARGV owner. Returns 1 if it
+// deleted owner's record (and the guard: a clean release applies no
+// lock-delay), else 0.
 const releaseScript = `
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[2])
   return 1
 end
 return 0
 `
 
-// undoScript: KEYS[1] record; ARGV owner, token. Deletes the record only if
-// it is exactly the grant being undone.
+// undoScript: KEYS[1] record, KEYS[2] guard; ARGV owner, token. Deletes the
+// record (and guard) only if it is exactly the grant being undone.
 const undoScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[2])
   return 1
 end
 return 0
