@@ -60,6 +60,16 @@ func (w *Write) Reply() (any, error) {
 	return decode(w.reply.Buf)
 }
 
+// Raw waits for the script's reply and returns its bytes as Redis wrote
+// them (or the proxy's own error reply if the write was lost or not sent).
+func (w *Write) Raw() ([]byte, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	w.replied.Wait()
+	return w.reply.Buf, nil
+}
+
 // Acks waits for WAIT: how many replicas acknowledged every write up to this
 // one. An error means the count is unknown (treat it as a shortfall whose
 // write may or may not stand). Without a WAIT (no acknowledgements asked,

@@ -284,3 +284,34 @@ func (h *Handler) lockError(err error, unknownOutcome string) []byte {
 	h.opts.Logger.Error("lock command failed", "err", err)
 	return redcon.AppendError(nil, "ERR fenceproxy: internal error serving the lock command (see the proxy's log)")
 }
+
+// fenceExec is FENCE.EXEC resource token command [arg ...]: the command runs
+// only if token is the newest issued for resource (see Manager.FencedExec).
+func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	resource, msg := parseResource(args[1])
+	token, ok := parseInt(args[2])
+	if msg == "" && (!ok || token <= 0) {
+		msg = "ERR token must be a positive integer"
+	}
+	if msg != "" {
+		replyError(p, msg)
+		return
+	}
+	command := make([][]byte, len(args)-3)
+	for i, a := range args[3:] {
+		command[i] = append([]byte(nil), a...) // outlives the request buffer
+	}
+	h.runLock(c, resource, p, 0, func(ctx context.Context) []byte {
+		reply, err := h.opts.Locks.FencedExec(ctx, resource, uint64(token), command)
+		switch {
+		case err == nil:
+			return reply
+		case err == locks.ErrStale:
+			h.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
+			return redcon.AppendError(nil, "STALE token "+strconv.FormatInt(token, 10)+" is older than the newest issued for this resource; the command was not run")
+		case err == locks.ErrNeverIssued:
+			return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource")
+		}
+		return h.lockError(err, "the command may or may not have run")
+	})
+}

@@ -70,6 +70,7 @@ func init() {
 		"lock.renew":   {4, (*Handler).lockRenew},
 		"lock.release": {3, (*Handler).lockRelease},
 		"fence.check":  {3, (*Handler).fenceCheck},
+		"fence.exec":   {-4, (*Handler).fenceExec},
 		"lock.info":    {2, (*Handler).lockInfo},
 	}
 	for name, why := range refused {

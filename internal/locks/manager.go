@@ -21,6 +21,8 @@ var (
 	ErrNotHeld = errors.New("locks: not held by this owner")
 	// ErrNeverIssued: FENCE.CHECK was given a token never issued for the resource.
 	ErrNeverIssued = errors.New("locks: token was never issued for this resource")
+	// ErrStale: a newer token than the caller's has been issued.
+	ErrStale = errors.New("locks: a newer token has been issued for this resource")
 )
 
 // NoReplicasError: fewer replicas than required acknowledged a lock write.
@@ -308,6 +310,34 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 		return false, ErrNeverIssued
 	}
 	return token == newest, nil
+}
+
+// FencedExec runs one command in Redis only if token is the newest token
+// issued for resource, and returns the command's reply as Redis wrote it.
+// The check and the command run while grants of the resource wait (its
+// serializer is held), so a stale holder's write can never land after a
+// newer grant. It protects only writes made through it.
+func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64, command [][]byte) ([]byte, error) {
+	unlock := m.serial.lock(resource)
+	defer unlock()
+	newest, err := m.opts.Store.Newest([]byte(resource))
+	switch {
+	case err != nil:
+		return nil, err
+	case newest == 0 || token > newest:
+		return nil, ErrNeverIssued
+	case token < newest:
+		return nil, ErrStale
+	}
+	args := make([]any, len(command))
+	for i, a := range command {
+		args[i] = a
+	}
+	var key []byte
+	if len(command) > 1 {
+		key = command[1]
+	}
+	return m.opts.Backend.MasterForKey(key).Start(ctx, cluster.ScriptCall{Source: execScript, Args: args}, false).Raw()
 }
 
 // Info describes a resource's lock.

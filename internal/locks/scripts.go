@@ -87,6 +87,11 @@ end
 return 0
 `
 
+// execScript runs the command in ARGV inside a script, so that it runs
+// whole with nothing between the fence check and it. pcall hands back the
+// command's own error as an error reply.
+const execScript = `return redis.pcall(unpack(ARGV))`
+
 // infoScript: KEYS[1] record. Returns {owner or false, token or false, pttl}.
 const infoScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
