@@ -29,7 +29,7 @@ func waiters(t *testing.T, c *testenv.Conn, resource string) int {
 func TestWaitersServedInArrivalOrder(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	testenv.StartReplica(t, master)
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
 	admin := testenv.Dial(t, p.Addr)
 	if r := admin.Do("LOCK.ACQUIRE", "fifo", "holder", "30000"); r[0] != ':' {
 		t.Fatalf("holder's acquire = %q", r)
