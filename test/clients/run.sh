@@ -116,7 +116,7 @@ if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 		port=$((20000 + RANDOM % 10000))
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
 		"$tmp/fenceproxy" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data" \
-			--min-replicas 1 --metrics-listen '' >"$tmp/proxy.log" 2>&1 &
+			--min-replicas 1 --replica-timeout 2s --metrics-listen '' >"$tmp/proxy.log" 2>&1 &
 		proxy_pid=$!
 		for _ in $(seq 100); do
 			[[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && break 2
