@@ -315,3 +315,30 @@ func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		return h.lockError(err, "the command may or may not have run")
 	})
 }
+
+// lockTop is LOCK.TOP [count]: the most contended resources, most first, as
+// [resource, contended-acquires, waiting-now] triples (default 10).
+func (h *Handler) lockTop(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	n := int64(10)
+	if len(args) > 2 {
+		replyError(p, "ERR wrong number of arguments for 'lock.top' command")
+		return
+	}
+	if len(args) == 2 {
+		var ok bool
+		if n, ok = parseInt(args[1]); !ok || n < 1 || n > 1024 {
+			replyError(p, "ERR count must be an integer from 1 to 1024")
+			return
+		}
+	}
+	top, waiters := h.opts.Locks.Top(int(n))
+	b := redcon.AppendArray(p.Buf, len(top))
+	for i, t := range top {
+		b = redcon.AppendArray(b, 3)
+		b = redcon.AppendBulkString(b, t.Resource)
+		b = redcon.AppendInt(b, int64(t.Count))
+		b = redcon.AppendInt(b, int64(waiters[i]))
+	}
+	p.Buf = b
+	p.Done()
+}

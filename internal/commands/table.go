@@ -71,6 +71,7 @@ func init() {
 		"lock.release": {3, (*Handler).lockRelease},
 		"fence.check":  {3, (*Handler).fenceCheck},
 		"fence.exec":   {-4, (*Handler).fenceExec},
+		"lock.top":     {-1, (*Handler).lockTop},
 		"lock.info":    {2, (*Handler).lockInfo},
 	}
 	for name, why := range refused {

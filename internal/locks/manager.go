@@ -53,7 +53,12 @@ type Manager struct {
 	opts    Options
 	serial  serializer
 	waiting waitQueue
+	hot     *topK
 }
+
+// topKSize bounds LOCK.TOP's memory: counters kept, whatever the number of
+// resources.
+const topKSize = 1024
 
 // New returns a Manager.
 func New(opts Options) *Manager {
@@ -63,7 +68,7 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Manager{opts: opts}
+	return &Manager{opts: opts, hot: newTopK(topKSize)}
 }
 
 // recordKey is the owner record's key: prefix{resource}.
@@ -80,6 +85,9 @@ func (m *Manager) keys(key string) []string { return []string{key, key + ":delay
 // up to wait for it to be freed, and then returns ErrBusy.
 func (m *Manager) Acquire(ctx context.Context, resource, owner string, ttl, wait time.Duration) (uint64, error) {
 	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, ttl, m.waiting.count(resource) > 0)
+	if err == ErrBusy {
+		m.hot.add(resource)
+	}
 	if err != ErrBusy || wait <= 0 {
 		return token, err
 	}
@@ -338,6 +346,17 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 		key = command[1]
 	}
 	return m.opts.Backend.MasterForKey(key).Start(ctx, cluster.ScriptCall{Source: execScript, Args: args}, false).Raw()
+}
+
+// Top returns the n resources whose acquires most often found them held
+// (approximate, from a bounded sketch), each with the acquires now waiting.
+func (m *Manager) Top(n int) (top []Contended, waiters []int) {
+	top = m.hot.top(n)
+	waiters = make([]int, len(top))
+	for i, c := range top {
+		waiters[i] = m.waiting.count(c.Resource)
+	}
+	return top, waiters
 }
 
 // Info describes a resource's lock.

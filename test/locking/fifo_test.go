@@ -136,3 +136,27 @@ func fmtInts(xs []int) string {
 	}
 	return b.String()
 }
+
+// TestLockTop: LOCK.TOP lists the most contended resources, most first,
+// with the acquires waiting on each now.
+func TestLockTop(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 0})
+	c := testenv.Dial(t, p.Addr)
+	c.Do("LOCK.ACQUIRE", "hot", "holder", "30000")
+	c.Do("LOCK.ACQUIRE", "warm", "holder", "30000")
+	for i := 0; i < 5; i++ {
+		c.Do("LOCK.ACQUIRE", "hot", "other", "1000")
+	}
+	c.Do("LOCK.ACQUIRE", "warm", "other", "1000")
+	want := "*2\r\n*3\r\n$3\r\nhot\r\n:5\r\n:0\r\n*3\r\n$4\r\nwarm\r\n:1\r\n:0\r\n"
+	if got := c.Do("LOCK.TOP"); string(got) != want {
+		t.Fatalf("LOCK.TOP = %q, want %q", got, want)
+	}
+	if got := c.Do("LOCK.TOP", "1"); !strings.HasPrefix(string(got), "*1\r\n*3\r\n$3\r\nhot\r\n") {
+		t.Fatalf("LOCK.TOP 1 = %q", got)
+	}
+	if got := c.Do("LOCK.TOP", "0"); !strings.HasPrefix(string(got), "-ERR") {
+		t.Fatalf("LOCK.TOP 0 = %q, want an error", got)
+	}
+}
