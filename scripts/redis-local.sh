@@ -17,31 +17,9 @@ usage() {
 	exit 2
 }
 
-die() {
-	echo "redis-local: $*" >&2
-	exit 1
-}
-
-need_redis() {
-	if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
-		return
-	fi
-	if [[ ${EUID} -eq 0 ]]; then
-		echo "redis-local: installing redis-server and redis-tools" >&2
-		apt-get update && apt-get install -y redis-server redis-tools
-	else
-		die "redis-server/redis-cli not found; install them: sudo apt-get install -y redis-server redis-tools"
-	fi
-}
-
-# port_in_use PORT: true if something accepts connections on 127.0.0.1:PORT.
-port_in_use() {
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-	if command -v ss >/dev/null; then
-		[[ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]] && return 0
-	fi
-	return 1
-}
+PROG=redis-local
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # free_port: print a port in 20000-29999 (below Linux's ephemeral range)
 # that nothing listens on.
