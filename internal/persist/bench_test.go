@@ -31,7 +31,7 @@ func BenchmarkRecordParallel(b *testing.B) {
 				for pb.Next() {
 					tok, err := s.NextToken()
 					if err == nil {
-						err = s.Record(Grant{Resource: names[rng.IntN(len(names))], Token: tok})
+						err = grant(s, Grant{Resource: names[rng.IntN(len(names))], Token: tok})
 					}
 					if err != nil {
 						b.Error(err)

@@ -69,7 +69,7 @@ func (c *cache) get(key []byte) (token, epoch uint64, ok bool) {
 }
 
 // fill caches token, read from Pebble, unless a raise ran on the shard since
-// get returned epoch: that Record may be newer than what was read, and its
+// get returned epoch: that Confirm may be newer than what was read, and its
 // raise found no entry to raise (invariant 5).
 func (c *cache) fill(key []byte, token, epoch uint64) {
 	sh := c.shard(key)
@@ -101,7 +101,7 @@ func (sh *cacheShard) insertLocked(key string, token uint64) {
 	sh.pushFrontLocked(e)
 }
 
-// raise records that a Record of token on key has synced. It raises an
+// raise records that a Confirm of token on key is done. It raises an
 // existing entry but creates one only if exact (the caller knows the stored
 // value is now token): otherwise the stored value may be higher than token,
 // and only a read can tell.

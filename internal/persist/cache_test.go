@@ -76,7 +76,7 @@ func TestLRUBound(t *testing.T) {
 			want[j] = nextT(t, s)
 			grants = append(grants, Grant{Resource: name(j), Token: want[j]})
 		}
-		if err := s.Record(grants...); err != nil {
+		if err := grant(s, grants...); err != nil {
 			t.Fatal(err)
 		}
 		for j := i; j < i+batch; j += 3 {

@@ -47,7 +47,7 @@ func TestConcurrentTokensAndRecords(t *testing.T) {
 				}
 				prev = tok
 				i := rng.IntN(resources)
-				if err := s.Record(Grant{Resource: names[i], Token: tok}); err != nil {
+				if err := grant(s, Grant{Resource: names[i], Token: tok}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -105,10 +105,10 @@ func TestConcurrentRecordsOneResource(t *testing.T) {
 				a, _ := s.NextToken()
 				b, _ := s.NextToken()
 				// The newer token first: a later batch carries an older token.
-				if err := s.Record(Grant{Resource: r, Token: b}); err != nil {
+				if err := grant(s, Grant{Resource: r, Token: b}); err != nil {
 					t.Error(err)
 				}
-				if err := s.Record(Grant{Resource: r, Token: a}); err != nil {
+				if err := grant(s, Grant{Resource: r, Token: a}); err != nil {
 					t.Error(err)
 				}
 				atomicMax(&top, b)
@@ -140,7 +140,7 @@ func TestRecordsShareFsyncs(t *testing.T) {
 			for n := 0; n < ops; n++ {
 				tok, err := s.NextToken()
 				if err == nil {
-					err = s.Record(Grant{Resource: []byte(fmt.Sprint(g)), Token: tok})
+					err = grant(s, Grant{Resource: []byte(fmt.Sprint(g)), Token: tok})
 				}
 				if err != nil {
 					t.Error(err)

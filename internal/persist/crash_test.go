@@ -58,7 +58,7 @@ func TestCrashKeepsSyncedState(t *testing.T) {
 					}
 					atomicMax(&returned, tok)
 					i := rng.IntN(resources)
-					if err := s.Record(Grant{Resource: names[i], Token: tok}); err != nil {
+					if err := grant(s, Grant{Resource: names[i], Token: tok}); err != nil {
 						t.Error(err)
 						return
 					}

@@ -16,6 +16,11 @@
 //
 //	m/bound       8-byte big-endian: the durable token bound
 //	t/<resource>  8-byte big-endian: newest token recorded for resource
+//	p/<resource>  8-byte big-endian: a token reserved, not yet confirmed
+//
+// A grant is recorded in two steps: Reserve syncs p/<resource> while the
+// caller waits for Redis's replicas, then Confirm writes t/<resource>
+// without a sync (or Cancel drops the reservation).
 //
 // and, in memory, last (the counter) and bound (a copy of the synced m/bound).
 //
@@ -29,25 +34,27 @@
 //     invariant. When last reaches bound, the caller that crossed it writes a
 //     new bound (last+ReserveWindow) with pebble.Sync before returning: one
 //     fsync per ReserveWindow tokens, not one per token (Hi/Lo allocation).
-//  3. A Record is a max. t/<resource> is written with a Pebble merge operator
+//  3. A record is a max. t/ and p/ are written with a Pebble merge operator
 //     whose result is the maximum of its operands, so the stored value is the
-//     max of every Record ever applied, whatever the order of concurrent
-//     commits or of WAL replay. Record returns nil only after its batch is
-//     synced; no read is needed and no lock is held across the commit, so
-//     concurrent Records share fsyncs (Pebble group-commits synced batches).
-//  4. Recorded <= issued. Record rejects a token above the last issued one, so
-//     every t/ value is <= m/bound and, by (2), below every later token.
-//  5. The cache never hides a Record. A cached entry starts as a value read
-//     from Pebble and is raised (max) by every Record after its sync. A Pebble
-//     read races with a Record only through a per-shard write epoch: a miss
-//     fills the cache only if no Record touched that shard during the read.
-//     So Newest(r) >= the token of every Record(r) that returned nil before
-//     Newest was called. (Newest may also see a Record still in flight: Pebble
-//     makes a batch visible before its fsync completes.)
+//     max of every write ever applied, whatever the order of concurrent
+//     commits or of WAL replay (a caller that vouches a token is above all
+//     before it, Grant.AboveAll, gets a plain Set, which reads faster).
+//     Reserve returns nil only after its batch is synced; no read is needed
+//     and no lock is held across the commit, so concurrent Reserves share
+//     fsyncs (Pebble group-commits synced batches).
+//  4. Recorded <= issued. Reserve and Confirm reject a token above the last
+//     issued one, so every t/ and p/ value is <= m/bound and, by (2), below
+//     every later token.
+//  5. The cache never hides a confirmed token. A cached entry starts as a
+//     value read from Pebble and is raised (max) by every Confirm. A Pebble
+//     read races with a Confirm only through a per-shard write epoch: a miss
+//     fills the cache only if no Confirm touched that shard during the read.
+//     So Newest(r) >= the token of every Confirm(r) that returned nil before
+//     Newest was called.
 //  6. Fail-stop. If any synced commit fails (disk full, I/O error) or Pebble
 //     reports a fatal error, the failing call returns an error whose outcome
 //     is unknown (its write may or may not be on disk), the cache is not
-//     updated, and every later NextToken, Record and Newest returns
+//     updated, and every later NextToken, Reserve, Confirm and Newest returns
 //     ErrUnhealthy. After a failed fsync the page cache and Pebble's memtable
 //     may hold data that is not on disk; answering from them could regress a
 //     token after a crash. Restarting the process recovers: Open re-reserves
@@ -67,10 +74,10 @@
 //     crossed the bound). Tokens between the last one returned and that bound
 //     are skipped forever: a restart skips at most ReserveWindow tokens, so the
 //     2^63-1 tokens that fit a RESP integer last 2^43 restarts at the default.
-//   - t/<resource> for every Record that returned nil, and for every Reserve
-//     that returned nil (as its p/ key, folded into t/ at the next Open). A
-//     call that returned an error or had not returned may or may not have
-//     survived.
+//   - For every Reserve that returned nil, its token: as t/ if its Confirm
+//     reached the disk (a later sync carries it), else as p/, folded into t/
+//     at the next Open. A call that returned an error or had not returned may
+//     or may not have survived.
 //   - Nothing in memory: the counter and the cache are rebuilt from disk.
 //
 // # Memory
@@ -91,7 +98,8 @@
 //
 // # Concurrency
 //
-// NextToken, Record, Newest and Stats are safe for concurrent use. Close must
+// NextToken, Reserve, Confirm, Cancel, Newest and Stats are safe for
+// concurrent use. Close must
 // not run concurrently with them; calls after Close return ErrClosed. Lock
 // order: reserveMu (token reservations) and the cache shard mutexes are never
 // held together; shard mutexes are leaves and are never held during I/O.

@@ -19,7 +19,7 @@ func TestRecordSyncFailureIsFailStop(t *testing.T) {
 	s := openT(t, "/data", Options{FS: failingWALFS(mem, &failing)})
 	r := []byte("r")
 	t1, t2 := nextT(t, s), nextT(t, s)
-	if err := s.Record(Grant{Resource: r, Token: t1}); err != nil {
+	if err := grant(s, Grant{Resource: r, Token: t1}); err != nil {
 		t.Fatal(err)
 	}
 	if got := newestT(t, s, "r"); got != t1 { // now cached
@@ -27,7 +27,7 @@ func TestRecordSyncFailureIsFailStop(t *testing.T) {
 	}
 
 	failing.Store(true)
-	err := s.Record(Grant{Resource: r, Token: t2})
+	err := grant(s, Grant{Resource: r, Token: t2})
 	mustIs(t, err, ErrUnhealthy)
 	if !errors.Is(err, errorfs.ErrInjected) {
 		t.Errorf("error %v does not carry the cause", err)
@@ -40,7 +40,7 @@ func TestRecordSyncFailureIsFailStop(t *testing.T) {
 	mustIs(t, err, ErrUnhealthy)
 	_, err = s.Newest(r)
 	mustIs(t, err, ErrUnhealthy)
-	mustIs(t, s.Record(Grant{Resource: r, Token: t1}), ErrUnhealthy)
+	mustIs(t, grant(s, Grant{Resource: r, Token: t1}), ErrUnhealthy)
 	if s.Stats().Healthy {
 		t.Fatal("Stats().Healthy after a failed sync")
 	}

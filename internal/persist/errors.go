@@ -14,7 +14,7 @@ var (
 	ErrExhausted = errors.New("persist: token space exhausted")
 	// ErrBadResource means a resource is empty or longer than MaxResourceLen.
 	ErrBadResource = errors.New("persist: resource must be 1 to 512 bytes")
-	// ErrBadToken means Record got token 0 or a token not issued yet.
+	// ErrBadToken means Reserve or Confirm got token 0 or a token not issued yet.
 	ErrBadToken = errors.New("persist: token was never issued")
 	// ErrCorrupt means a stored value is not an 8-byte token.
 	ErrCorrupt = errors.New("persist: corrupt stored value")

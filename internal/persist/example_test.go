@@ -20,8 +20,14 @@ func Example() {
 	defer s.Close()
 
 	tok, _ := s.NextToken()
-	if err := s.Record(persist.Grant{Resource: []byte("orders"), Token: tok}); err != nil {
+	// Durable before the grant is known to stand (Redis's replicas answer
+	// meanwhile); the newest only once it does.
+	if err := s.Reserve([]byte("orders"), tok); err != nil {
 		fmt.Println("no reply: outcome unknown:", err)
+		return
+	}
+	if err := s.Confirm(persist.Grant{Resource: []byte("orders"), Token: tok}); err != nil {
+		fmt.Println("no reply:", err)
 		return
 	}
 	newest, _ := s.Newest([]byte("orders"))

@@ -6,45 +6,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Record durably stores, for each grant, Resource's newest token =
-// max(stored, Token), in ONE Pebble batch committed with pebble.Sync, so
-// concurrent callers share fsyncs (Pebble group-commits synced batches). It
-// returns only after the sync; only then are the cache entries raised.
-//
-// Record is safe for concurrent use, including concurrent Records of the same
-// resource, in any order: the max is taken by a merge operator (invariant 3),
-// so no lock is held across the commit. Every token must be in
-// 1..Stats().LastIssued (ErrBadToken) and every resource 1..MaxResourceLen
-// bytes (ErrBadResource); nothing is written if one is not. An error after
-// the commit started (ErrUnhealthy) means the outcome is unknown.
-func (s *Store) Record(grants ...Grant) error {
-	if err := s.usable(); err != nil {
-		return err
-	}
-	for _, g := range grants {
-		if err := s.check(g); err != nil {
-			return err
-		}
-	}
-	if len(grants) == 0 {
-		return nil
-	}
-	b := s.db.NewBatch()
-	defer b.Close()
-	for _, g := range grants {
-		if err := putToken(b, g); err != nil {
-			return err
-		}
-	}
-	if err := s.commitSync(b); err != nil {
-		return err
-	}
-	for _, g := range grants {
-		s.cache.raise(g.Resource, g.Token, g.AboveAll)
-	}
-	return nil
-}
-
 // Newest returns the newest token recorded for resource, 0 if none. Cache
 // first, then Pebble (invariant 5).
 func (s *Store) Newest(resource []byte) (uint64, error) {

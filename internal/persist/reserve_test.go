@@ -65,7 +65,7 @@ func TestReservationSurvivesCrash(t *testing.T) {
 	must(s.Reserve(c, tc)) // refused, and a later sync carries the cancel
 	must(s.Cancel(c))
 	td, _ := s.NextToken()
-	must(s.Record(Grant{Resource: []byte("d"), Token: td}))
+	must(grant(s, Grant{Resource: []byte("d"), Token: td}))
 
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 	s2, err := Open("/data", Options{FS: crashed})

@@ -40,13 +40,13 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Grant is one (resource, token) pair for Record.
+// Grant is one (resource, token) pair for Confirm.
 type Grant struct {
 	Resource []byte
 	Token    uint64
 	// AboveAll says the caller knows Token exceeds every token recorded for
-	// Resource before: it read Newest since its last Record of Resource and
-	// serializes its Records per resource (the lock manager does both). The
+	// Resource before: it read Newest since its last Confirm of Resource and
+	// serializes its grants per resource (the lock manager does both). The
 	// stored value is then exactly Token, and the cache learns it without a
 	// read. Leave it false when unsure: the cache then only raises entries
 	// it already has.

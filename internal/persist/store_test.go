@@ -64,13 +64,13 @@ func TestRecordAndNewest(t *testing.T) {
 	long := strings.Repeat("x", MaxResourceLen)
 	t1, t2, t3 := nextT(t, s), nextT(t, s), nextT(t, s)
 
-	if err := s.Record(Grant{Resource: []byte(bin), Token: t2}, Grant{Resource: []byte(long), Token: t1}); err != nil {
+	if err := grant(s, Grant{Resource: []byte(bin), Token: t2}, Grant{Resource: []byte(long), Token: t1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Record(Grant{Resource: []byte(bin), Token: t1}); err != nil { // older: no effect
+	if err := grant(s, Grant{Resource: []byte(bin), Token: t1}); err != nil { // older: no effect
 		t.Fatal(err)
 	}
-	if err := s.Record(Grant{Resource: []byte(long), Token: t3}, Grant{Resource: []byte(long), Token: t2}); err != nil {
+	if err := grant(s, Grant{Resource: []byte(long), Token: t3}, Grant{Resource: []byte(long), Token: t2}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -88,7 +88,7 @@ func TestRecordAndNewest(t *testing.T) {
 	}
 	// A Record raises a cached entry.
 	t4 := nextT(t, s)
-	if err := s.Record(Grant{Resource: []byte(bin), Token: t4}); err != nil {
+	if err := grant(s, Grant{Resource: []byte(bin), Token: t4}); err != nil {
 		t.Fatal(err)
 	}
 	if got := newestT(t, s, bin); got != t4 {
@@ -113,7 +113,7 @@ func TestRejectsBadInput(t *testing.T) {
 		{"token beyond bound", Grant{Resource: []byte("r"), Token: s.Stats().ReservedBound + 1}, ErrBadToken},
 	} {
 		// good comes first: nothing of a rejected call may be written.
-		mustIs(t, s.Record(good, c.g), c.want)
+		mustIs(t, grant(s, good, c.g), c.want)
 		if c.want == ErrBadResource {
 			_, err := s.Newest(c.g.Resource)
 			mustIs(t, err, ErrBadResource)
@@ -122,7 +122,7 @@ func TestRejectsBadInput(t *testing.T) {
 	if got := newestT(t, s, "r"); got != 0 {
 		t.Fatalf("rejected Records wrote %d", got)
 	}
-	if err := s.Record(); err != nil {
+	if err := grant(s); err != nil {
 		t.Fatalf("empty Record: %v", err)
 	}
 }
@@ -135,7 +135,7 @@ func TestClosed(t *testing.T) {
 	}
 	_, err := s.NextToken()
 	mustIs(t, err, ErrClosed)
-	mustIs(t, s.Record(Grant{Resource: []byte("r"), Token: tok}), ErrClosed)
+	mustIs(t, grant(s, Grant{Resource: []byte("r"), Token: tok}), ErrClosed)
 	_, err = s.Newest([]byte("r"))
 	mustIs(t, err, ErrClosed)
 	mustIs(t, s.Close(), ErrClosed)
