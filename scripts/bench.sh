@@ -39,6 +39,10 @@ else
 fi
 readonly WAIT_SECS=15
 
+PROG=bench
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 log() { echo "bench: $*" >&2; }
 die() {
 	log "$*"
@@ -73,22 +77,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-port_in_use() {
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-free_port() {
-	local port i
-	for i in $(seq 100); do
-		port=$((20000 + RANDOM % 10000))
-		if ! port_in_use "$port"; then
-			echo "$port"
-			return
-		fi
-	done
-	die "no free port after $i tries"
-}
 
 need_tools() {
 	if ! command -v redis-benchmark >/dev/null || ! command -v redis-cli >/dev/null; then

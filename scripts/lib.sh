@@ -1,6 +1,9 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154 # dir and WAIT_SECS belong to the sourcing script
 # lib.sh: helpers shared by the scripts that start local Redis servers.
-# The sourcing script sets PROG (its name, for messages) first.
+# The sourcing script sets PROG (its name, for messages) first; start_redis
+# and stop_one use its dir (where pid and log files go) and WAIT_SECS, and
+# start_redis calls its fail on error.
 
 die() {
 	echo "${PROG:-script}: $*" >&2
@@ -28,4 +31,89 @@ port_in_use() {
 		[[ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]] && return 0
 	fi
 	return 1
+}
+
+# free_port [OFFSET...]: print a port in 20000-29999 (below Linux's ephemeral
+# range) that nothing listens on and that this run has not handed out yet
+# (the caller's ports array, if any), with PORT+OFFSET free as well for each
+# OFFSET (a cluster node's bus port).
+# shellcheck disable=SC2120 # the offsets are optional
+free_port() {
+	local port i off ok
+	for i in $(seq 100); do
+		port=$((20000 + RANDOM % 10000))
+		ok=1
+		[[ " ${ports[*]:-} " == *" $port "* ]] && ok=0
+		port_in_use "$port" && ok=0
+		for off in "$@"; do
+			port_in_use $((port + off)) && ok=0
+		done
+		if ((ok)); then
+			echo "$port"
+			return
+		fi
+	done
+	die "no free port found after $i tries"
+}
+
+# alive PIDFILE: true if the pid in PIDFILE is a running redis-server.
+alive() {
+	local pid
+	[[ -f $1 ]] || return 1
+	pid=$(<"$1")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	running "$pid" || return 1
+	grep -q redis-server "/proc/$pid/cmdline" 2>/dev/null || [[ "$(ps -o comm= -p "$pid" 2>/dev/null)" == redis* ]]
+}
+
+# running PID: true if PID exists and is not a zombie (a daemonized
+# redis-server is reparented, and its new parent may reap it late).
+running() {
+	kill -0 "$1" 2>/dev/null && [[ "$(ps -o stat= -p "$1" 2>/dev/null)" != Z* ]]
+}
+
+# start_redis NAME PORT [ARGS...]: start a daemonized redis-server on
+# 127.0.0.1:PORT with no persistence, its files in $dir, and wait up to
+# $WAIT_SECS for PING. On failure it calls the script's fail.
+start_redis() {
+	local name=$1 port=$2
+	shift 2
+	rm -f "$dir/$name.pid"
+	redis-server \
+		--port "$port" --bind 127.0.0.1 \
+		--save "" --appendonly no \
+		--dir "$dir" --dbfilename "$name.rdb" \
+		--daemonize yes --pidfile "$dir/$name.pid" \
+		--logfile "$dir/$name.log" \
+		--repl-diskless-sync-delay 0 \
+		"$@" >>"$dir/$name.out" 2>&1 || fail "$name: redis-server failed to start"
+	local i
+	for ((i = 0; i < WAIT_SECS * 10; i++)); do
+		if [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]] && [[ -s "$dir/$name.pid" ]]; then
+			return
+		fi
+		sleep 0.1
+	done
+	fail "$name did not answer PING on 127.0.0.1:$port within ${WAIT_SECS}s"
+}
+
+# stop_one NAME: SIGTERM the pid in $dir/NAME.pid, wait up to $WAIT_SECS,
+# then SIGKILL. Only a pid that is a running redis-server is signalled.
+stop_one() {
+	local name=$1 pidfile="$dir/$1.pid" pid i
+	if ! alive "$pidfile"; then
+		rm -f "$pidfile"
+		return
+	fi
+	pid=$(<"$pidfile")
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < WAIT_SECS * 10; i++)); do
+		running "$pid" || break
+		sleep 0.1
+	done
+	if running "$pid"; then
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$pidfile"
+	echo "stopped $name (pid $pid)"
 }

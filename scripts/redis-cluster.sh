@@ -25,53 +25,12 @@ PROG=redis-cluster
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# free_port: print a port in 20000-29999 (below Linux's ephemeral range)
-# that nothing listens on, whose bus port (+10000) is free too, and that this
-# run has not handed out already.
-free_port() {
-	local port i
-	for i in $(seq 100); do
-		port=$((20000 + RANDOM % 10000))
-		if [[ " ${ports[*]} " != *" $port "* ]] && ! port_in_use "$port" && ! port_in_use $((port + 10000)); then
-			echo "$port"
-			return
-		fi
-	done
-	die "no free port found after $i tries"
-}
-
-# alive PIDFILE: true if the pid in PIDFILE is a running redis-server.
-alive() {
-	local pid
-	[[ -f $1 ]] || return 1
-	pid=$(<"$1")
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	kill -0 "$pid" 2>/dev/null || return 1
-	grep -q redis-server "/proc/$pid/cmdline" 2>/dev/null || [[ "$(ps -o comm= -p "$pid" 2>/dev/null)" == redis* ]]
-}
-
-# start_one N PORT: start daemonized cluster node N on PORT and wait for PING.
+# start_one N PORT: start cluster node N on PORT and wait for PING.
 start_one() {
-	local name=node$1 port=$2
-	rm -f "$dir/$name.pid" "$dir/nodes-$1.conf"
-	redis-server \
-		--port "$port" --bind 127.0.0.1 \
-		--save "" --appendonly no \
-		--dir "$dir" --dbfilename "$name.rdb" \
-		--daemonize yes --pidfile "$dir/$name.pid" \
-		--logfile "$dir/$name.log" \
-		--repl-diskless-sync-delay 0 \
+	rm -f "$dir/nodes-$1.conf"
+	start_redis "node$1" "$2" \
 		--cluster-enabled yes --cluster-config-file "nodes-$1.conf" \
-		--cluster-node-timeout 1000 \
-		>>"$dir/$name.out" 2>&1 || fail "$name: redis-server failed to start"
-	local i
-	for ((i = 0; i < WAIT_SECS * 10; i++)); do
-		if [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]] && [[ -s "$dir/$name.pid" ]]; then
-			return
-		fi
-		sleep 0.1
-	done
-	fail "$name did not answer PING on 127.0.0.1:$port within ${WAIT_SECS}s"
+		--cluster-node-timeout 1000
 }
 
 # fail MSG: show the logs, stop whatever was started, exit 1.
@@ -115,7 +74,7 @@ do_start() {
 
 	ports=()
 	for ((n = 1; n <= NODES; n++)); do
-		ports+=("$(free_port)")
+		ports+=("$(free_port 10000)")
 		start_one "$n" "${ports[n - 1]}"
 	done
 
@@ -146,32 +105,6 @@ SEEDS=${seeds[*]}
 NODES=${addrs[*]}
 ENV
 	echo "SEEDS=${seeds[*]}"
-}
-
-# running PID: true if PID exists and is not a zombie (a daemonized
-# redis-server is reparented, and its new parent may reap it late).
-running() {
-	kill -0 "$1" 2>/dev/null && [[ "$(ps -o stat= -p "$1" 2>/dev/null)" != Z* ]]
-}
-
-# stop_one NAME: SIGTERM the pid in NAME.pid, wait up to WAIT_SECS, then SIGKILL.
-stop_one() {
-	local name=$1 pidfile="$dir/$1.pid" pid i
-	if ! alive "$pidfile"; then
-		rm -f "$pidfile"
-		return
-	fi
-	pid=$(<"$pidfile")
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < WAIT_SECS * 10; i++)); do
-		running "$pid" || break
-		sleep 0.1
-	done
-	if running "$pid"; then
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$pidfile"
-	echo "stopped $name (pid $pid)"
 }
 
 do_stop() {

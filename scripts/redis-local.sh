@@ -21,54 +21,6 @@ PROG=redis-local
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# free_port: print a port in 20000-29999 (below Linux's ephemeral range)
-# that nothing listens on.
-free_port() {
-	local port i
-	for i in $(seq 100); do
-		port=$((20000 + RANDOM % 10000))
-		if ! port_in_use "$port"; then
-			echo "$port"
-			return
-		fi
-	done
-	die "no free port found after $i tries"
-}
-
-# alive PIDFILE: true if the pid in PIDFILE is a running redis-server.
-alive() {
-	local pid
-	[[ -f $1 ]] || return 1
-	pid=$(<"$1")
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	kill -0 "$pid" 2>/dev/null || return 1
-	grep -q redis-server "/proc/$pid/cmdline" 2>/dev/null || [[ "$(ps -o comm= -p "$pid" 2>/dev/null)" == redis* ]]
-}
-
-# start_one NAME PORT [ARGS...]: start a daemonized redis-server and wait
-# for PING.
-start_one() {
-	local name=$1 port=$2
-	shift 2
-	rm -f "$dir/$name.pid"
-	redis-server \
-		--port "$port" --bind 127.0.0.1 \
-		--save "" --appendonly no \
-		--dir "$dir" --dbfilename "$name.rdb" \
-		--daemonize yes --pidfile "$dir/$name.pid" \
-		--logfile "$dir/$name.log" \
-		--repl-diskless-sync-delay 0 \
-		"$@" >>"$dir/$name.out" 2>&1 || fail "$name: redis-server failed to start"
-	local i
-	for ((i = 0; i < WAIT_SECS * 10; i++)); do
-		if [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]] && [[ -s "$dir/$name.pid" ]]; then
-			return
-		fi
-		sleep 0.1
-	done
-	fail "$name did not answer PING on 127.0.0.1:$port within ${WAIT_SECS}s"
-}
-
 # fail MSG: show the logs, stop whatever was started, exit 1.
 fail() {
 	echo "redis-local: $*" >&2
@@ -94,9 +46,9 @@ do_start() {
 
 	local mport rport
 	mport=$(free_port)
-	start_one master "$mport"
+	start_redis master "$mport"
 	rport=$(free_port)
-	start_one replica "$rport" --replicaof 127.0.0.1 "$mport"
+	start_redis replica "$rport" --replicaof 127.0.0.1 "$mport"
 
 	local i
 	for ((i = 0; i < WAIT_SECS * 10; i++)); do
@@ -115,26 +67,6 @@ MASTER_PORT=$mport
 REPLICA_PORT=$rport
 ENV
 	echo "master=127.0.0.1:$mport replica=127.0.0.1:$rport"
-}
-
-# stop_one NAME: SIGTERM the pid in NAME.pid, wait up to WAIT_SECS, then SIGKILL.
-stop_one() {
-	local name=$1 pidfile="$dir/$1.pid" pid i
-	if ! alive "$pidfile"; then
-		rm -f "$pidfile"
-		return
-	fi
-	pid=$(<"$pidfile")
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < WAIT_SECS * 10; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$pidfile"
-	echo "stopped $name (pid $pid)"
 }
 
 do_stop() {
