@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -170,4 +171,52 @@ func dialable(addr string) bool {
 	}
 	c.Close()
 	return true
+}
+
+// server is the process behind a Redis or a Proxy: started, replaced on
+// restart, and killed the same way for both.
+type server struct {
+	mu sync.Mutex
+	p  *proc
+}
+
+// launch starts bin with args (output appended to out, which it closes) and
+// waits up to wait for PING on addr. If that fails because the port was
+// taken (log tells), the error wraps errPortTaken.
+func (s *server) launch(bin string, args []string, dir string, out *os.File, addr string, wait time.Duration, log func() string) error {
+	pr, err := startProc(bin, args, dir, out)
+	out.Close()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.p = pr
+	s.mu.Unlock()
+	if err := waitReady(pr, addr, wait); err != nil {
+		_ = pr.kill()
+		if portTaken(log()) {
+			return fmt.Errorf("%w: %v", errPortTaken, err)
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *server) proc() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p
+}
+
+// Pid is the pid of the current process.
+func (s *server) Pid() int { return s.proc().pid() }
+
+// kill sends SIGKILL and waits for the process to exit; a no-op if it has
+// already exited.
+func (s *server) kill() {
+	if pr := s.proc(); pr != nil {
+		if err := pr.kill(); err != nil {
+			panic(err) // a SIGKILLed process that does not exit: nothing sane to do
+		}
+	}
 }

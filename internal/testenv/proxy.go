@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,8 +34,7 @@ type Proxy struct {
 	opts    ProxyOptions
 	logPath string
 
-	mu sync.Mutex
-	p  *proc
+	server
 }
 
 // StartProxy builds (once) and runs fenceproxy against opts.Backend, with its
@@ -102,42 +100,12 @@ func (p *Proxy) start() error {
 	}
 	args := p.args()
 	fmt.Fprintf(out, "--- testenv %s: %s %s\n", time.Now().Format(time.RFC3339Nano), p.bin, strings.Join(args, " "))
-	pr, err := startProc(p.bin, args, filepath.Dir(p.logPath), out)
-	out.Close()
-	if err != nil {
-		return err
-	}
-	p.mu.Lock()
-	p.p = pr
-	p.mu.Unlock()
-	if err := waitReady(pr, p.Addr, proxyWait); err != nil {
-		_ = pr.kill()
-		if portTaken(p.Log()) {
-			return fmt.Errorf("%w: %v", errPortTaken, err)
-		}
-		return err
-	}
-	return nil
+	return p.launch(p.bin, args, filepath.Dir(p.logPath), out, p.Addr, proxyWait, p.Log)
 }
-
-func (p *Proxy) proc() *proc {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.p
-}
-
-// Pid is the pid of the current fenceproxy process.
-func (p *Proxy) Pid() int { return p.proc().pid() }
 
 // Kill9 sends SIGKILL and waits for the process to exit. It is a no-op if it
 // has already exited.
-func (p *Proxy) Kill9() {
-	if pr := p.proc(); pr != nil {
-		if err := pr.kill(); err != nil {
-			panic(err)
-		}
-	}
-}
+func (p *Proxy) Kill9() { p.kill() }
 
 // Restart kills the process if it is running and starts fenceproxy again
 // with the same options, listen and metrics ports and data dir, appending to

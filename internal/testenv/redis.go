@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,8 +35,7 @@ type Redis struct {
 	args   []string
 	master *Redis // the master it replicates, or nil
 
-	mu sync.Mutex
-	p  *proc
+	server
 }
 
 // StartRedis starts redis-server on 127.0.0.1:<free port> with no
@@ -121,42 +119,15 @@ func (r *Redis) start() error {
 	if err != nil {
 		return err
 	}
-	p, err := startProc(r.bin, r.args, r.Dir, out)
-	out.Close()
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.p = p
-	r.mu.Unlock()
-	if err := waitReady(p, r.Addr, redisWait); err != nil {
-		_ = p.kill()
-		if log, _ := os.ReadFile(r.logPath()); portTaken(string(log)) {
-			return fmt.Errorf("%w: %v", errPortTaken, err)
-		}
-		return err
-	}
-	return nil
+	return r.launch(r.bin, r.args, r.Dir, out, r.Addr, redisWait, func() string {
+		log, _ := os.ReadFile(r.logPath())
+		return string(log)
+	})
 }
-
-func (r *Redis) proc() *proc {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.p
-}
-
-// Pid is the pid of the current redis-server process.
-func (r *Redis) Pid() int { return r.proc().pid() }
 
 // Kill sends SIGKILL and waits for the process to exit. It is a no-op if it
 // has already exited.
-func (r *Redis) Kill() {
-	if p := r.proc(); p != nil {
-		if err := p.kill(); err != nil {
-			panic(err) // a SIGKILLed process that does not exit: nothing sane to do
-		}
-	}
-}
+func (r *Redis) Kill() { r.kill() }
 
 // Stop sends SIGSTOP: the process keeps its port but answers nothing.
 func (r *Redis) Stop() { r.proc().signal(syscall.SIGSTOP) }
