@@ -149,7 +149,9 @@ func (c *Conn) flush() error {
 	return c.w.Flush()
 }
 
-// AppendCommand appends args to b as a RESP multibulk request.
+// AppendCommand appends args to b as a RESP multibulk request. It is kept
+// apart from backend.AppendCommand on purpose: the tests' client must not
+// share the encoder of the proxy it checks.
 func AppendCommand(b []byte, args ...string) []byte {
 	b = append(b, '*')
 	b = strconv.AppendInt(b, int64(len(args)), 10)
