@@ -218,7 +218,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	}
 	if err != nil {
 		if record && reserveErr == nil {
-			m.opts.Store.Cancel([]byte(resource))
+			m.opts.Store.Cancel([]byte(resource), token)
 		}
 		// A new grant that will not be replied is undone. A re-armed
 		// existing one stays as it was granted; only its extension may be

@@ -16,7 +16,8 @@
 //
 //	m/bound       8-byte big-endian: the durable token bound
 //	t/<resource>  8-byte big-endian: newest token recorded for resource
-//	p/<resource>  8-byte big-endian: a token reserved, not yet confirmed
+//	p/<token><resource>  empty: token (8-byte big-endian) reserved for
+//	                     resource, not yet confirmed or cancelled
 //
 // A grant is recorded in two steps: Reserve syncs p/<resource> while the
 // caller waits for Redis's replicas, then Confirm writes t/<resource>
@@ -34,7 +35,7 @@
 //     invariant. When last reaches bound, the caller that crossed it writes a
 //     new bound (last+ReserveWindow) with pebble.Sync before returning: one
 //     fsync per ReserveWindow tokens, not one per token (Hi/Lo allocation).
-//  3. A record is a max. t/ and p/ are written with a Pebble merge operator
+//  3. A record is a max. t/ is written with a Pebble merge operator
 //     whose result is the maximum of its operands, so the stored value is the
 //     max of every write ever applied, whatever the order of concurrent
 //     commits or of WAL replay (a caller that vouches a token is above all
@@ -59,7 +60,7 @@
 //     may hold data that is not on disk; answering from them could regress a
 //     token after a crash. Restarting the process recovers: Open re-reserves
 //     above whatever bound did reach the disk.
-//  7. A reservation counts after a crash. Reserve syncs p/<resource> before
+//  7. A reservation counts after a crash. Reserve syncs p/<token><resource> before
 //     the caller knows whether the token will be issued; Confirm (no sync:
 //     the reservation already is durable) moves it to t/<resource>, Cancel
 //     drops it. Open folds every p/ left by a crash into t/ before serving,

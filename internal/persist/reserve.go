@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -10,12 +11,18 @@ import (
 // will be replied at all is known only when Redis's replicas have answered.
 // Reserve, Confirm and Cancel let the fsync run while they answer:
 //
-//   - Reserve(resource, token) syncs "p/"+resource = token: token may be
+//   - Reserve(resource, token) syncs "p/"+token+resource: token may be
 //     issued. Reads ignore it while the process lives.
 //   - Confirm(grant) makes token the resource's newest ("t/") and drops the
 //     reservation, in one batch without a sync: the reservation already made
 //     the token durable.
-//   - Cancel(resource) drops the reservation, without a sync.
+//   - Cancel(resource, token) drops the reservation, without a sync.
+//
+// Each reservation has a key of its own. With one key per resource, two
+// overlapping grants of one resource would lose a token after a crash: B
+// reserves 536, A reserves 544, B's Confirm writes t/=536 and deletes p/,
+// A's Confirm is not yet synced when the process dies, and 544 (replied to
+// A) is gone. TestCrashKeepsSyncedState found exactly that.
 //
 // After a crash, Open folds every reservation left into "t/": a token that
 // may have been issued counts as issued (invariant 7). A grant refused for
@@ -24,8 +31,13 @@ import (
 
 var reservedPrefix = []byte("p/")
 
-func reservedKey(resource []byte) []byte {
-	return append(append(make([]byte, 0, len(reservedPrefix)+len(resource)), reservedPrefix...), resource...)
+// reservedKey is "p/", the token (8 bytes, big-endian), then the resource:
+// fixed-width before the resource, so any resource bytes parse back.
+func reservedKey(resource []byte, token uint64) []byte {
+	k := make([]byte, 0, len(reservedPrefix)+8+len(resource))
+	k = append(k, reservedPrefix...)
+	k = binary.BigEndian.AppendUint64(k, token)
+	return append(k, resource...)
 }
 
 // Reserve durably records that token may be issued for resource. It returns
@@ -36,7 +48,7 @@ func (s *Store) Reserve(resource []byte, token uint64) error {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.Merge(reservedKey(resource), encodeToken(token), nil); err != nil {
+	if err := b.Set(reservedKey(resource, token), nil, nil); err != nil {
 		return err
 	}
 	return s.commitSync(b)
@@ -53,7 +65,7 @@ func (s *Store) Confirm(g Grant) error {
 	if err := putToken(b, g); err != nil {
 		return err
 	}
-	if err := b.Delete(reservedKey(g.Resource), nil); err != nil {
+	if err := b.Delete(reservedKey(g.Resource, g.Token), nil); err != nil {
 		return err
 	}
 	if err := s.commitNoSync(b); err != nil {
@@ -63,14 +75,14 @@ func (s *Store) Confirm(g Grant) error {
 	return nil
 }
 
-// Cancel drops resource's reservation: its token was not issued.
-func (s *Store) Cancel(resource []byte) error {
+// Cancel drops the reservation of token for resource: it was not issued.
+func (s *Store) Cancel(resource []byte, token uint64) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.Delete(reservedKey(resource), nil); err != nil {
+	if err := b.Delete(reservedKey(resource, token), nil); err != nil {
 		return err
 	}
 	return s.commitNoSync(b)
@@ -102,17 +114,13 @@ func (s *Store) foldReservations() (int, error) {
 	defer b.Close()
 	n := 0
 	for it.First(); it.Valid(); it.Next() {
-		resource := it.Key()[len(reservedPrefix):]
-		v, err := it.ValueAndErr()
-		if err != nil {
+		k := it.Key()[len(reservedPrefix):]
+		if len(k) <= 8 {
 			it.Close()
-			return n, err
+			return n, fmt.Errorf("%w: reservation key %q", ErrCorrupt, it.Key())
 		}
-		if _, err := decodeToken(v); err != nil {
-			it.Close()
-			return n, fmt.Errorf("%w: reservation of %q", ErrCorrupt, resource)
-		}
-		if err := b.Merge(tokenKey(resource), append([]byte(nil), v...), nil); err != nil {
+		token, resource := k[:8], k[8:]
+		if err := b.Merge(tokenKey(resource), append([]byte(nil), token...), nil); err != nil {
 			it.Close()
 			return n, err
 		}

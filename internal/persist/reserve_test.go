@@ -32,7 +32,7 @@ func TestReserveConfirmCancel(t *testing.T) {
 	if err := s.Reserve(r, t2); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Cancel(r); err != nil {
+	if err := s.Cancel(r, t2); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := s.Newest(r); n != t1 {
@@ -63,7 +63,7 @@ func TestReservationSurvivesCrash(t *testing.T) {
 	must(s.Confirm(Grant{Resource: a, Token: ta}))
 	must(s.Reserve(b, tb)) // crash before its replicas answered
 	must(s.Reserve(c, tc)) // refused, and a later sync carries the cancel
-	must(s.Cancel(c))
+	must(s.Cancel(c, tc))
 	td, _ := s.NextToken()
 	must(grant(s, Grant{Resource: []byte("d"), Token: td}))
 
@@ -80,6 +80,44 @@ func TestReservationSurvivesCrash(t *testing.T) {
 		if n, _ := s2.Newest(tc.r); n != tc.want {
 			t.Errorf("after the crash Newest(%s) = %d, want %d", tc.r, n, tc.want)
 		}
+	}
+	s.Close()
+}
+
+// TestOverlappingReservationsOfOneResource: two grants of one resource in
+// flight at once (B's token older than A's). B's Confirm reaches the disk,
+// A's does not; A's token was replied, so it must survive the crash. With
+// one reservation key per resource B's Confirm deleted A's reservation too.
+func TestOverlappingReservationsOfOneResource(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s, err := Open("/data", Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := []byte("r")
+	tb, _ := s.NextToken()
+	ta, _ := s.NextToken()
+	must(s.Reserve(r, tb))
+	must(s.Reserve(r, ta))
+	must(s.Confirm(Grant{Resource: r, Token: tb}))
+	td, _ := s.NextToken() // a synced write that carries B's Confirm
+	must(s.Reserve([]byte("other"), td))
+	must(s.Confirm(Grant{Resource: r, Token: ta})) // not synced
+
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	s2, err := Open("/data", Options{FS: crashed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if n, _ := s2.Newest(r); n != ta {
+		t.Errorf("after the crash Newest(r) = %d, want %d (the later grant)", n, ta)
 	}
 	s.Close()
 }
