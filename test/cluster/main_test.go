@@ -1,0 +1,411 @@
+// Package cluster checks fenceproxy in front of a Redis Cluster: the client
+// sees one node. Every keyed command reaches the slot's owner, commands whose
+// keys span slots are split and merged (MGET, MSET, DEL, UNLINK, EXISTS,
+// TOUCH) or refused with Redis Cluster's own -CROSSSLOT, keyless commands
+// cover every master, and no -MOVED or -ASK ever reaches a client, also while
+// a master fails over or slots migrate. The lock family keeps its guarantees
+// across all of that (CONTRACT.md, "The guarantees").
+//
+// Every test starts its own cluster (testenv.StartCluster) and its own
+// fenceproxy, and compares what the proxy answers with what the owning node
+// answers when asked directly, byte for byte where Redis fixes the bytes.
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// replicaTimeout is --replica-timeout for every proxy that waits for
+// replicas: generous, so a loaded machine does not turn a slow
+// acknowledgement into -NOREPLICAS outside a failover.
+const replicaTimeout = 2 * time.Second
+
+// lockPrefix starts every owner record's key; the resource follows in a hash
+// tag (CONTRACT.md via the issue: fenceproxy:lock:{resource}).
+const lockPrefix = "fenceproxy:lock:"
+
+// crossSlotError is what Redis Cluster answers a command whose keys hash to
+// different slots. Tests read the real text from a node before relying on it
+// (crossSlotReference); this is only the fallback for messages.
+const crossSlotError = "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+
+// env is a cluster and a fenceproxy in front of it.
+type env struct {
+	cl    *testenv.Cluster
+	proxy *testenv.Proxy
+}
+
+// startEnv starts a cluster of 3 masters with replicasPerMaster replicas each
+// (negative: none) and a fenceproxy with --min-replicas minReplicas in front
+// of it.
+func startEnv(t *testing.T, replicasPerMaster, minReplicas int) *env {
+	t.Helper()
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{Masters: 3, ReplicasPerMaster: replicasPerMaster})
+	if replicasPerMaster > 0 {
+		waitReplicaAcks(t, cl)
+	}
+	opts := testenv.ProxyOptions{Backend: cl.Seeds(), MinReplicas: minReplicas}
+	if minReplicas > 0 {
+		opts.ReplicaTimeout = replicaTimeout
+	}
+	return &env{cl: cl, proxy: testenv.StartProxy(t, opts)}
+}
+
+// dial opens a raw connection to the proxy.
+func (e *env) dial(t *testing.T) *testenv.Conn {
+	t.Helper()
+	return testenv.Dial(t, e.proxy.Addr)
+}
+
+// slotTable is who owns every slot, read from one node's CLUSTER SLOTS.
+type slotTable struct {
+	owner [testenv.ClusterSlots]*testenv.Redis
+}
+
+// readSlots asks a live master for CLUSTER SLOTS and maps every slot to its
+// node. testenv has MasterForSlot, one connection per slot; the tests need
+// all 16384 at once.
+func readSlots(t *testing.T, cl *testenv.Cluster) *slotTable {
+	t.Helper()
+	byAddr := map[string]*testenv.Redis{}
+	for _, n := range cl.Nodes {
+		byAddr[n.Addr] = n
+	}
+	c := testenv.Dial(t, cl.Masters[0].Addr)
+	defer c.Close()
+	reply := c.Do("CLUSTER", "SLOTS")
+	entries, ok := testenv.SplitArray(reply)
+	if !ok {
+		t.Fatalf("CLUSTER SLOTS on %s: %q", cl.Masters[0].Addr, reply)
+	}
+	st := &slotTable{}
+	for _, e := range entries {
+		f, ok := testenv.SplitArray(e)
+		if !ok || len(f) < 3 {
+			t.Fatalf("CLUSTER SLOTS entry %q", e)
+		}
+		start, _ := testenv.ParseInt(f[0])
+		end, _ := testenv.ParseInt(f[1])
+		m, _ := testenv.SplitArray(f[2])
+		if len(m) < 2 {
+			t.Fatalf("CLUSTER SLOTS entry %q", e)
+		}
+		ip, _ := testenv.ParseBulk(m[0])
+		port, _ := testenv.ParseInt(m[1])
+		node := byAddr[fmt.Sprintf("%s:%d", ip, port)]
+		if node == nil {
+			t.Fatalf("CLUSTER SLOTS names %s:%d, not a node of this cluster", ip, port)
+		}
+		for s := start; s <= end; s++ {
+			st.owner[s] = node
+		}
+	}
+	for s, n := range st.owner {
+		if n == nil {
+			t.Fatalf("CLUSTER SLOTS leaves slot %d without an owner", s)
+		}
+	}
+	return st
+}
+
+// of returns the master that owns key.
+func (st *slotTable) of(key string) *testenv.Redis { return st.owner[testenv.KeySlot(key)] }
+
+// keysOn returns n distinct keys "prefix<i>" owned by node, each in its own
+// slot where possible.
+func (st *slotTable) keysOn(node *testenv.Redis, prefix string, n int) []string {
+	var out []string
+	seen := map[int]bool{}
+	for i := 0; len(out) < n && i < 1_000_000; i++ {
+		k := prefix + strconv.Itoa(i)
+		s := testenv.KeySlot(k)
+		if st.owner[s] == node && !seen[s] {
+			seen[s] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// resourcesOn is keysOn for lock resources: the owner record's slot decides.
+func (st *slotTable) resourcesOn(node *testenv.Redis, prefix string, n int) []string {
+	var out []string
+	for i := 0; len(out) < n && i < 1_000_000; i++ {
+		r := prefix + strconv.Itoa(i)
+		if st.owner[resourceSlot(r)] == node {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// resourceSlot is the slot of resource's owner record.
+func resourceSlot(resource string) int { return testenv.KeySlot(lockPrefix + "{" + resource + "}") }
+
+// keyInSlots returns a key "prefix<i>" whose slot is in slots, for i
+// starting at *next (advanced past the key returned).
+func keyInSlots(prefix string, slots map[int]bool, next *int) string {
+	for ; ; *next++ {
+		k := prefix + strconv.Itoa(*next)
+		if slots[testenv.KeySlot(k)] {
+			*next++
+			return k
+		}
+	}
+}
+
+// everySlotKeys returns one key per slot: keys[s] hashes to slot s.
+func everySlotKeys(prefix string) []string {
+	keys := make([]string, testenv.ClusterSlots)
+	left := testenv.ClusterSlots
+	for i := 0; left > 0; i++ {
+		k := prefix + strconv.Itoa(i)
+		if s := testenv.KeySlot(k); keys[s] == "" {
+			keys[s] = k
+			left--
+		}
+	}
+	return keys
+}
+
+// waitReplicaAcks waits (at most 10s per master) until a write on each
+// master is acknowledged by one replica: right after a full sync a replica
+// may not acknowledge until its first REPLCONF ACK, and a lock write then
+// would get -NOREPLICAS for a reason that has nothing to do with the proxy.
+func waitReplicaAcks(t *testing.T, cl *testenv.Cluster) {
+	t.Helper()
+	st := readSlots(t, cl)
+	for _, m := range cl.Masters {
+		key := st.keysOn(m, "cluster-test:warmup:", 1)[0]
+		c := testenv.Dial(t, m.Addr)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if got := c.Do("SET", key, "1"); string(got) != "+OK\r\n" {
+				t.Fatalf("SET %s on master %s: %q", key, m.Addr, got)
+			}
+			got := c.Do("WAIT", "1", "1000")
+			if string(got) == ":1\r\n" {
+				c.Do("DEL", key)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("WAIT 1 1000 on master %s: %q for 10s", m.Addr, got)
+			}
+		}
+		c.Close()
+	}
+}
+
+// nodeID is the cluster node id of n (CLUSTER MYID).
+func nodeID(t *testing.T, n *testenv.Redis) string {
+	t.Helper()
+	c := testenv.Dial(t, n.Addr)
+	defer c.Close()
+	reply := c.Do("CLUSTER", "MYID")
+	id, ok := testenv.ParseBulk(reply)
+	if !ok || len(id) != 40 {
+		t.Fatalf("CLUSTER MYID on %s: %q", n.Addr, reply)
+	}
+	return string(id)
+}
+
+// flushDirect empties every master and its script cache, bypassing the proxy.
+func flushDirect(t *testing.T, cl *testenv.Cluster) {
+	t.Helper()
+	for _, m := range cl.Masters {
+		c := testenv.Dial(t, m.Addr)
+		for _, cmd := range [][]string{{"FLUSHALL"}, {"SCRIPT", "FLUSH"}} {
+			if got := c.Do(cmd...); string(got) != "+OK\r\n" {
+				t.Fatalf("%s on %s: %q", show(cmd), m.Addr, got)
+			}
+		}
+		c.Close()
+	}
+}
+
+// redirect reports whether reply carries a cluster redirection anywhere: as
+// the reply itself, or as an element of an array (EXEC, a merged reply).
+func redirect(reply []byte) bool {
+	for _, code := range []string{"-MOVED ", "-ASK "} {
+		if bytes.HasPrefix(reply, []byte(code)) || bytes.Contains(reply, []byte("\r\n"+code)) {
+			return true
+		}
+	}
+	return false
+}
+
+// noRedirect fails the test if reply is or holds -MOVED or -ASK.
+func noRedirect(t *testing.T, what string, reply []byte) {
+	t.Helper()
+	if redirect(reply) {
+		t.Fatalf("%s: the proxy let a cluster redirection through: %s", what, clip(reply))
+	}
+}
+
+// lockInfo is LOCK.INFO's reply, field by field.
+type lockInfo struct {
+	owner   []byte // nil when free
+	token   int64
+	ttl     int64
+	waiters int64
+	raw     string
+}
+
+// parseInfo decodes LOCK.INFO's flat field/value array.
+func parseInfo(raw []byte) (lockInfo, error) {
+	li := lockInfo{raw: string(raw)}
+	elems, ok := testenv.SplitArray(raw)
+	if !ok || len(elems)%2 != 0 {
+		return li, fmt.Errorf("reply %q is not a flat array of field/value pairs", raw)
+	}
+	seen := map[string]bool{}
+	for i := 0; i < len(elems); i += 2 {
+		name, ok := testenv.ParseBulk(elems[i])
+		if !ok {
+			return li, fmt.Errorf("reply %q: field name %q is not a bulk string", raw, elems[i])
+		}
+		v := elems[i+1]
+		seen[string(name)] = true
+		switch string(name) {
+		case "owner":
+			if !testenv.IsNull(v) {
+				if li.owner, ok = testenv.ParseBulk(v); !ok {
+					return li, fmt.Errorf("reply %q: owner %q is neither bulk nor null", raw, v)
+				}
+			}
+		case "token", "ttl-ms", "waiters":
+			n, ok := testenv.ParseInt(v)
+			if !ok {
+				return li, fmt.Errorf("reply %q: %s %q is not an integer", raw, name, v)
+			}
+			switch string(name) {
+			case "token":
+				li.token = n
+			case "ttl-ms":
+				li.ttl = n
+			default:
+				li.waiters = n
+			}
+		}
+	}
+	for _, f := range []string{"owner", "token", "ttl-ms", "waiters"} {
+		if !seen[f] {
+			return li, fmt.Errorf("reply %q has no %q field", raw, f)
+		}
+	}
+	return li, nil
+}
+
+// info runs LOCK.INFO resource on c.
+func info(t *testing.T, c *testenv.Conn, resource string) lockInfo {
+	t.Helper()
+	raw := c.Do("LOCK.INFO", resource)
+	noRedirect(t, "LOCK.INFO "+resource, raw)
+	li, err := parseInfo(raw)
+	if err != nil {
+		t.Fatalf("LOCK.INFO %q: %v", resource, err)
+	}
+	return li
+}
+
+// token sends a LOCK.ACQUIRE and fails unless the reply is a positive
+// integer, which it returns.
+func token(t *testing.T, c *testenv.Conn, args ...string) int64 {
+	t.Helper()
+	got := c.Do(args...)
+	noRedirect(t, show(args), got)
+	n, ok := testenv.ParseInt(got)
+	if !ok || n <= 0 {
+		t.Fatalf("%s: reply %s, want a positive integer token", show(args), clip(got))
+	}
+	return n
+}
+
+// held is a lock taken before a disruption and never released.
+type held struct {
+	resource, owner string
+	token           int64
+}
+
+// takeHeld acquires each resource for owner "holder:<resource>" with a 60s
+// lease.
+func takeHeld(t *testing.T, c *testenv.Conn, resources []string) []held {
+	t.Helper()
+	var out []held
+	for _, r := range resources {
+		owner := "holder:" + r
+		out = append(out, held{r, owner, token(t, c, "LOCK.ACQUIRE", r, owner, "60000")})
+	}
+	return out
+}
+
+// checkHeld fails unless every lock in hs is still its holder's: another
+// owner is refused, LOCK.INFO names the holder and its token, and FENCE.CHECK
+// says the token is the newest.
+func checkHeld(t *testing.T, c *testenv.Conn, hs []held) {
+	t.Helper()
+	for _, h := range hs {
+		args := []string{"LOCK.ACQUIRE", h.resource, "intruder", "60000"}
+		if got := c.Do(args...); !testenv.IsNull(got) {
+			t.Errorf("%s: %s, want null: the lock granted to %q (token %d) was lost", show(args), clip(got), h.owner, h.token)
+			continue
+		}
+		li := info(t, c, h.resource)
+		if string(li.owner) != h.owner || li.token != h.token || li.ttl <= 0 {
+			t.Errorf("LOCK.INFO %q = %q, want owner %q, token %d, ttl-ms > 0", h.resource, li.raw, h.owner, h.token)
+		}
+		args = []string{"FENCE.CHECK", h.resource, strconv.FormatInt(h.token, 10)}
+		if got := c.Do(args...); string(got) != ":1\r\n" {
+			t.Errorf("%s: %s, want :1", show(args), clip(got))
+		}
+	}
+}
+
+// show renders a command for failure messages.
+func show(cmd []string) string {
+	var b []byte
+	for i, a := range cmd {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		if len(a) > 40 {
+			b = append(b, a[:40]...)
+			b = append(b, "…"...)
+			continue
+		}
+		b = append(b, a...)
+	}
+	return clip(b)
+}
+
+// clip quotes b, shortened to something readable in a failure message.
+func clip(b []byte) string {
+	const max = 300
+	if len(b) > max {
+		return strconv.Quote(string(b[:max])) + "…(" + strconv.Itoa(len(b)) + " bytes)"
+	}
+	return strconv.Quote(string(b))
+}
+
+// cmd is a command's arguments.
+func cmd(args ...string) []string { return args }
+
+// isErr reports whether reply is one error line starting with code.
+func isErr(reply []byte, code string) bool {
+	return bytes.HasPrefix(reply, []byte(code)) && bytes.Count(reply, []byte("\r\n")) == 1
+}
+
+// itoa formats an int64 as a command argument.
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// lines joins strings for messages.
+func lines(ss []string) string { return strings.Join(ss, "\n") }
