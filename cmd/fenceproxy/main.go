@@ -22,6 +22,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/commands"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
@@ -53,15 +54,15 @@ func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("fenceproxy", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7379", "`host:port` where RESP clients connect")
-	fs.StringVar(&c.backend, "backend", "127.0.0.1:6379", "the backend Redis master, `host:port`")
+	fs.StringVar(&c.backend, "backend", "127.0.0.1:6379", "the backend: a Redis master `host:port`, or seed nodes of a Redis Cluster, comma-separated (detected)")
 	fs.StringVar(&c.backendUser, "backend-user", "", "ACL user for the backend (with the password from $FENCEPROXY_BACKEND_PASSWORD)")
 	fs.StringVar(&c.dataDir, "data-dir", "./fenceproxy-data", "`dir`ectory of the fence store; created if missing")
 	fs.IntVar(&c.minReplicas, "min-replicas", 1, "replicas that must acknowledge a lock write before it is granted")
 	fs.DurationVar(&c.replicaTimeout, "replica-timeout", 500*time.Millisecond, "how long a lock write waits for replica acknowledgements")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9121", "`host:port` for /metrics, /healthz and /readyz; empty disables")
 	fs.IntVar(&c.maxClients, "max-clients", 10000, "most client connections at once")
-	fs.IntVar(&c.backendConns, "backend-conns", 4, "pipelined connections to the master shared by all clients")
-	fs.IntVar(&c.lockConns, "lock-conns", 4, "connections to the master that run batched lock writes")
+	fs.IntVar(&c.backendConns, "backend-conns", 4, "pipelined connections to each master shared by all clients")
+	fs.IntVar(&c.lockConns, "lock-conns", 4, "connections to each master that run batched lock writes")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "fenceproxy:lock:", "prefix of owner-record keys in Redis")
 	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "after a lease runs out without a release, grant the resource to nobody for this long (0: off)")
 	fs.IntVar(&c.cacheEntries, "token-cache", 1<<18, "resources whose newest token is cached in memory")
@@ -156,7 +157,17 @@ func run(cfg config) error {
 	if info, err := master.Client.Info(ctx, "server").Result(); err == nil {
 		version = cluster.InfoField(info, "redis_version")
 	}
+	// Where each command's keys are, from Redis's own COMMAND: slot routing
+	// in front of a cluster depends on it.
+	commandTable, err := master.Raw(ctx, "COMMAND")
+	var keyTable *keys.Table
+	if err == nil {
+		keyTable, err = keys.Load(commandTable)
+	}
 	cancel()
+	if err != nil && be.Mode() == "cluster" {
+		return fmt.Errorf("--backend %s: reading COMMAND (needed to route by slot): %v", cfg.backend, err)
+	}
 
 	var srv *protocol.Server
 	startedAt := time.Now()
@@ -165,12 +176,13 @@ func run(cfg config) error {
 		return fmt.Sprintf("fenceproxy_mode:%s\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nreplicas_seen:%d\r\n"+
 			"min_replicas:%d\r\nreplica_timeout_ms:%d\r\nfence_store_healthy:%d\r\ntoken_bound:%d\r\n"+
 			"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
-			be.Mode(), int(time.Since(startedAt).Seconds()), srv.Clients(), len(master.Replicas()),
+			be.Mode(), int(time.Since(startedAt).Seconds()), srv.Clients(), fewestReplicas(be),
 			cfg.minReplicas, cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
 			st.CacheEntries, st.CacheHits, st.CacheMisses)
 	}
 	handler := commands.NewHandler(commands.Options{
 		Backend: be,
+		Keys:    keyTable,
 		Locks: locks.New(locks.Options{
 			Backend: be, Store: store, MinReplicas: cfg.minReplicas,
 			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: m, Logger: logger,
@@ -188,8 +200,10 @@ func run(cfg config) error {
 
 	if cfg.metricsListen != "" {
 		ms, err := m.Listen(cfg.metricsListen, cfg.pprof, func() error {
-			if !master.Up() {
-				return errors.New("backend Redis unreachable")
+			for _, n := range be.Masters() {
+				if !n.Up() {
+					return fmt.Errorf("backend Redis master %s unreachable", n.Addr)
+				}
 			}
 			if !store.Stats().Healthy {
 				return errors.New("fence store unhealthy")
@@ -202,15 +216,18 @@ func run(cfg config) error {
 		defer ms.Close(context.Background())
 	}
 
-	replicas := master.Replicas()
+	var replicas []string
+	for _, n := range be.Masters() {
+		replicas = append(replicas, n.Replicas()...)
+	}
 	logger.Info("fenceproxy ready",
-		"listen", ln.Addr().String(), "backend", master.Addr, "mode", be.Mode(),
+		"listen", ln.Addr().String(), "backend", cfg.backend, "mode", be.Mode(), "masters", len(be.Masters()),
 		"redis_version", version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
 		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
 		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "metrics", cfg.metricsListen)
-	if len(replicas) < cfg.minReplicas {
-		logger.Warn("fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS until enough replicas are online",
-			"replicas_seen", len(replicas), "min_replicas", cfg.minReplicas)
+	if fewest := fewestReplicas(be); fewest < cfg.minReplicas {
+		logger.Warn("a master has fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS for its resources until enough replicas are online",
+			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)
 	}
 
 	serveErr := make(chan error, 1)
@@ -244,4 +261,16 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// fewestReplicas is the smallest number of replicas any master has: what
+// decides whether every resource can be granted under --min-replicas.
+func fewestReplicas(be cluster.Backend) int {
+	fewest := -1
+	for _, n := range be.Masters() {
+		if r := len(n.Replicas()); fewest < 0 || r < fewest {
+			fewest = r
+		}
+	}
+	return max(fewest, 0)
 }

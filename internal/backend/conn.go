@@ -16,9 +16,9 @@ import (
 
 // Replies a client gets when its request could not be carried through. They
 // are Redis-style so that clients' retry logic recognises them; neither names
-// the backend's address.
+// the backend's address. ReplyUnavailable means the request was not sent.
 const (
-	replyUnavailable = "-TRYAGAIN fenceproxy: Redis is unreachable, retry shortly\r\n"
+	ReplyUnavailable = "-TRYAGAIN fenceproxy: Redis is unreachable, retry shortly\r\n"
 	replyLost        = "-ERR fenceproxy: lost the connection to Redis; the command may or may not have run\r\n"
 )
 
@@ -164,19 +164,41 @@ func (c *Conn) handshake(nc net.Conn) error {
 // Do sends one request; its reply, or an error reply if Redis cannot be
 // reached, lands in p, and p.Done is called.
 func (c *Conn) Do(args [][]byte, p *protocol.Pending) {
+	c.enqueue(args, nil, false, p)
+}
+
+// DoEncoded sends a request already in RESP form (AppendCommand's output),
+// preceded by ASKING if asking, as Redis Cluster wants after an -ASK
+// redirect; only the request's own reply lands in p.
+func (c *Conn) DoEncoded(req []byte, asking bool, p *protocol.Pending) {
+	c.enqueue(nil, req, asking, p)
+}
+
+var askingRequest = []byte("*1\r\n$6\r\nASKING\r\n")
+
+func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *protocol.Pending) {
 	c.mu.Lock()
 	if c.nc == nil {
 		c.mu.Unlock()
-		p.Buf = append(p.Buf, replyUnavailable...)
+		p.Buf = append(p.Buf, ReplyUnavailable...)
 		p.Done()
 		return
 	}
-	c.wbuf = AppendCommand(c.wbuf, args)
 	if c.opts.ReplyTimeout > 0 && c.head == len(c.queue) {
 		// The reader may be blocked with no deadline: give it one.
 		c.nc.SetReadDeadline(time.Now().Add(c.opts.ReplyTimeout))
 	}
-	c.queue = append(c.queue, inflight{p, time.Now()})
+	now := time.Now()
+	if asking {
+		c.wbuf = append(c.wbuf, askingRequest...)
+		c.queue = append(c.queue, inflight{protocol.NewPendingFunc(func() {}), now})
+	}
+	if req != nil {
+		c.wbuf = append(c.wbuf, req...)
+	} else {
+		c.wbuf = AppendCommand(c.wbuf, args)
+	}
+	c.queue = append(c.queue, inflight{p, now})
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:

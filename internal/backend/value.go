@@ -54,7 +54,7 @@ func parseValue(b []byte, depth int) (any, []byte, error) {
 		return string(line), rest, nil
 	case '-':
 		switch msg := string(line); {
-		case msg+"\r\n" == replyUnavailable[1:]:
+		case msg+"\r\n" == ReplyUnavailable[1:]:
 			return nil, rest, ErrUnavailable
 		case msg+"\r\n" == replyLost[1:]:
 			return nil, rest, ErrLost

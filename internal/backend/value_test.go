@@ -20,7 +20,7 @@ func TestParseValue(t *testing.T) {
 		{"*2\r\n:0\r\n:-2\r\n", []any{int64(0), int64(-2)}, nil},
 		{"-WRONGTYPE Operation against a key\r\n", nil, RedisError("WRONGTYPE Operation against a key")},
 		{replyLost, nil, ErrLost},
-		{replyUnavailable, nil, ErrUnavailable},
+		{ReplyUnavailable, nil, ErrUnavailable},
 	}
 	for _, tc := range cases {
 		got, err := ParseValue([]byte(tc.raw))

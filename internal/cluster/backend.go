@@ -6,16 +6,22 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Backend is the Redis deployment fenceproxy fronts.
 type Backend interface {
-	// MasterForKey returns the master that owns key.
+	// MasterForKey returns the master that owns key; nil if, in a Redis
+	// Cluster, no master of its slot is reachable right now.
 	MasterForKey(key []byte) *Node
-	// Masters returns every master.
+	// Masters returns every master (in a cluster, ordered by first slot).
 	Masters() []*Node
 	// Mode is "standalone" or "cluster".
 	Mode() string
+	// Refresh asks for the topology to be read again soon (a no-op for a
+	// standalone master).
+	Refresh()
 	Close()
 }
 
@@ -37,8 +43,18 @@ type Options struct {
 // It fails, with a message meant for the operator, if the backend cannot be
 // reached or is not something fenceproxy can front.
 func Connect(ctx context.Context, opts Options) (Backend, error) {
+	if len(opts.Seeds) == 0 {
+		return nil, fmt.Errorf("--backend names no address")
+	}
+	mode, err := detect(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if mode == "cluster" {
+		return connectCluster(ctx, opts)
+	}
 	if len(opts.Seeds) != 1 {
-		return nil, fmt.Errorf("--backend names %d addresses; a standalone master is given as one address (Redis Cluster seeds are not supported yet)", len(opts.Seeds))
+		return nil, fmt.Errorf("--backend names %d addresses, but %s is not a Redis Cluster node: a standalone master is given as one address", len(opts.Seeds), opts.Seeds[0])
 	}
 	addr := opts.Seeds[0]
 	n, err := NewNode(ctx, NodeOptions{
@@ -49,15 +65,6 @@ func Connect(ctx context.Context, opts Options) (Backend, error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	info, err := n.Client.Info(ctx, "server", "cluster").Result()
-	if err != nil {
-		n.Close()
-		return nil, fmt.Errorf("INFO on %s failed: %w", addr, err)
-	}
-	if parseInfo(info)["cluster_enabled"] == "1" {
-		n.Close()
-		return nil, fmt.Errorf("%s is a Redis Cluster node; fenceproxy does not front Redis Cluster yet", addr)
 	}
 	role, err := n.refreshReplicas(ctx)
 	if err != nil {
@@ -73,6 +80,30 @@ func Connect(ctx context.Context, opts Options) (Backend, error) {
 	return s, nil
 }
 
+// detect asks the seeds, in order, whether they are Redis Cluster nodes:
+// the first that answers decides.
+func detect(ctx context.Context, opts Options) (string, error) {
+	var lastErr error
+	for _, addr := range opts.Seeds {
+		client := redis.NewClient(&redis.Options{
+			Addr: addr, Username: opts.Username, Password: opts.Password,
+			Protocol: 2, DialTimeout: 2 * time.Second, MaxRetries: -1,
+			DisableIdentity: true, PoolSize: 1, ContextTimeoutEnabled: true,
+		})
+		info, err := client.Info(ctx, "cluster").Result()
+		client.Close()
+		if err != nil {
+			lastErr = fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
+			continue
+		}
+		if parseInfo(info)["cluster_enabled"] == "1" {
+			return "cluster", nil
+		}
+		return "standalone", nil
+	}
+	return "", lastErr
+}
+
 // standalone is one master and its replicas.
 type standalone struct {
 	master *Node
@@ -82,6 +113,7 @@ type standalone struct {
 func (s *standalone) MasterForKey([]byte) *Node { return s.master }
 func (s *standalone) Masters() []*Node          { return []*Node{s.master} }
 func (s *standalone) Mode() string              { return "standalone" }
+func (s *standalone) Refresh()                  {}
 
 func (s *standalone) Close() {
 	close(s.done)

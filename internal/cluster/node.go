@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
 )
 
 // Node is one Redis master.
@@ -278,6 +279,27 @@ func parseInfo(info string) map[string]string {
 		}
 	}
 	return m
+}
+
+// Raw runs one request on a passthrough connection and returns the reply's
+// bytes as Redis wrote them (for the proxy's own reads, such as COMMAND).
+func (n *Node) Raw(ctx context.Context, args ...string) ([]byte, error) {
+	req := make([][]byte, len(args))
+	for i, a := range args {
+		req[i] = []byte(a)
+	}
+	done := make(chan struct{})
+	p := protocol.NewPendingFunc(func() { close(done) })
+	n.Pool.Conn(0).Do(req, p)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if len(p.Buf) > 0 && p.Buf[0] == '-' {
+		return nil, backend.RedisError(strings.TrimSpace(string(p.Buf[1:])))
+	}
+	return p.Buf, nil
 }
 
 // Up reports whether the node's passthrough connections are established.

@@ -128,6 +128,9 @@ func (n *Node) Start(ctx context.Context, call ScriptCall, wantAcks bool) *Write
 	return w
 }
 
+// Unsent returns a Write that failed before it was sent, with err.
+func Unsent(err error) *Write { return &Write{err: err} }
+
 // Run runs call with no replica wait: for writes whose loss in a failover is
 // harmless (a release, an undo: the lease merely runs out).
 func (n *Node) Run(ctx context.Context, call ScriptCall) (any, error) {

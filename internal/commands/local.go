@@ -31,6 +31,10 @@ type session struct {
 	tunnel   net.Conn
 	inMulti  bool
 	watching bool
+	// multiDeferred: in front of a Redis Cluster, MULTI was answered but
+	// not yet sent; it goes to the master of the first queued command's
+	// key, which is unknown until that command arrives.
+	multiDeferred bool
 
 	// running maps a resource to the completion of this connection's latest
 	// lock request for it; entries go away as requests finish. cancels ends

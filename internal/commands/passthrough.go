@@ -4,15 +4,19 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 )
 
-// forward sends the request to the master that owns its first key (with one
-// master, the master) on the connection this client always uses, so its
-// requests reach Redis in the order it sent them.
+// forward sends the request to the master on the connection this client
+// always uses, so its requests reach Redis in the order it sent them; in
+// front of a Redis Cluster, route picks the master by slot.
 func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
 		h.sendTunnel(s, args, p)
 		return
 	} else if s != nil && s.pinned != nil {
 		h.sendPinned(s, args, p)
+		return
+	}
+	if h.opts.Cluster != nil {
+		h.route(c, sessionOf(c), args, p)
 		return
 	}
 	var key []byte

@@ -1,8 +1,11 @@
 package commands
 
 import (
+	"bytes"
 	"sync"
 
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 )
 
@@ -27,14 +30,19 @@ const (
 	replyExecAbort = "EXECABORT Transaction discarded because of previous errors."
 )
 
-// pin gives the client a connection of its own, unless it has one. It
-// replies with an error and reports false if none can be had.
-func (h *Handler) pin(c *protocol.Conn, s *session, p *protocol.Pending) bool {
+// pin gives the client a connection of its own to the master for args,
+// unless it has one. It replies with an error and reports false if none can
+// be had.
+func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) bool {
 	if s.pinned != nil {
 		return true
 	}
 	c.WaitReplies(p) // what the client sent before runs before the switch
-	node := h.opts.Backend.Masters()[0]
+	node := h.nodeFor(args)
+	if node == nil {
+		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+		return false
+	}
 	conn, err := node.Pinned(s.resp3)
 	if err != nil {
 		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
@@ -42,6 +50,24 @@ func (h *Handler) pin(c *protocol.Conn, s *session, p *protocol.Pending) bool {
 	}
 	s.pinned, s.pinnedNode, s.pinnedRESP3 = conn, node, s.resp3
 	return true
+}
+
+// nodeFor returns the master for a request that needs a connection of the
+// client's own: in front of a Redis Cluster the master of its first key's
+// slot (or the first master for a keyless one), else the master.
+func (h *Handler) nodeFor(args [][]byte) *cluster.Node {
+	if h.opts.Cluster != nil {
+		if cmd := h.opts.Keys.Lookup(lowerName(args[0])); cmd != nil {
+			var buf [4]int
+			if at := cmd.Keys(buf[:0], args); len(at) > 0 {
+				return h.opts.Cluster.MasterForSlot(keys.SlotOf(args[at[0]]))
+			}
+		}
+	}
+	if m := h.opts.Backend.Masters(); len(m) > 0 {
+		return m[0]
+	}
+	return nil
 }
 
 // sendPinned forwards a request on the client's own connection.
@@ -53,13 +79,43 @@ func (h *Handler) sendPinned(s *session, args [][]byte, p *protocol.Pending) {
 		}
 	}
 	h.opts.Metrics.PassthroughCommands.Inc()
+	if h.opts.Cluster != nil {
+		s.pinned.Do(args, noRedirects(p))
+		return
+	}
 	s.pinned.Do(args, p)
+}
+
+// replyOtherMaster replaces a MOVED or ASK on a pinned connection: the
+// request's key lives on another master than the one the client's
+// transaction or blocking command is bound to.
+const replyOtherMaster = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than the transaction's; keep a transaction's keys in one slot with a {hash tag}\r\n"
+
+// noRedirects wraps p so that MOVED and ASK never reach the client.
+func noRedirects(p *protocol.Pending) *protocol.Pending {
+	start := len(p.Buf)
+	var sub *protocol.Pending
+	sub = protocol.NewPendingFunc(func() {
+		reply := sub.Buf[start:]
+		if bytes.HasPrefix(reply, []byte("-MOVED ")) || bytes.HasPrefix(reply, []byte("-ASK ")) {
+			sub.Buf = append(sub.Buf[:start], replyOtherMaster...)
+		}
+		p.Buf = sub.Buf
+		p.Done()
+	})
+	sub.Buf = p.Buf
+	return sub
 }
 
 func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	s := sessionOf(c)
 	if !s.inMulti {
-		if !h.pin(c, s, p) {
+		if h.opts.Cluster != nil && s.pinned == nil {
+			s.inMulti, s.multiDeferred = true, true
+			replyOK(p)
+			return
+		}
+		if !h.pin(c, s, args, p) {
 			return
 		}
 		s.inMulti = true
@@ -67,11 +123,34 @@ func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	h.sendPinned(s, args, p) // nested: Redis's own error
 }
 
+// beginMulti sends a deferred MULTI to the master of the first command
+// queued in the transaction. It reports false (having replied) if that
+// master cannot be reached.
+func (h *Handler) beginMulti(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) bool {
+	if !h.pin(c, s, args, p) {
+		s.inMulti, s.multiDeferred = false, false
+		return false
+	}
+	s.multiDeferred = false
+	s.pinned.Do([][]byte{[]byte("MULTI")}, protocol.NewPendingFunc(func() {}))
+	return true
+}
+
 // execOrDiscard ends a transaction (or, outside one, gets Redis's error).
 func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	s := sessionOf(c)
 	if !s.inMulti {
 		h.forward(c, args, p)
+		return
+	}
+	if s.multiDeferred { // nothing was queued: nothing reached Redis
+		s.inMulti, s.multiDeferred, s.watching = false, false, false
+		if len(args[0]) == 4 { // EXEC
+			p.Buf = append(p.Buf, "*0\r\n"...)
+			p.Done()
+		} else {
+			replyOK(p)
+		}
 		return
 	}
 	s.inMulti, s.watching = false, false
@@ -89,7 +168,7 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *protocol.Pen
 func (h *Handler) watch(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	s := sessionOf(c)
 	if !s.inMulti {
-		if !h.pin(c, s, p) {
+		if !h.pin(c, s, args, p) {
 			return
 		}
 		s.watching = true
@@ -113,7 +192,7 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		h.sendPinned(s, args, p) // queued, so it will not block
 		return
 	}
-	if !h.pin(c, s, p) {
+	if !h.pin(c, s, args, p) {
 		return
 	}
 	c.MayBlock()

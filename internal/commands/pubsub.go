@@ -29,7 +29,14 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		h.sendPinned(s, args, p) // queued: Redis decides
 		return
 	}
-	redis, err := h.opts.Backend.Masters()[0].Tunnel(s.resp3)
+	// In a Redis Cluster every node relays every PUBLISH, so SUBSCRIBE may
+	// go anywhere; SSUBSCRIBE must reach its shard channel's master.
+	node := h.nodeFor(args)
+	if node == nil {
+		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+		return
+	}
+	redis, err := node.Tunnel(s.resp3)
 	if err != nil {
 		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
 		return

@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
@@ -23,6 +24,11 @@ type command struct {
 // Options configure a Handler.
 type Options struct {
 	Backend cluster.Backend
+	// Cluster is Backend when it is a Redis Cluster, else nil.
+	Cluster *cluster.Cluster
+	// Keys finds a request's keys (from the backend's COMMAND); needed in
+	// front of a Redis Cluster.
+	Keys    *keys.Table
 	Locks   *locks.Manager
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
@@ -48,6 +54,9 @@ type Handler struct {
 func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if c, ok := opts.Backend.(*cluster.Cluster); ok {
+		opts.Cluster = c
 	}
 	return &Handler{opts: opts, workers: newWorkers()}
 }
@@ -110,6 +119,9 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *protocol.Pend
 		} else if s != nil && s.inMulti && !txControl(lname) {
 			// Inside MULTI Redis queues everything, arity errors and lock
 			// commands included (an unknown command makes EXEC abort).
+			if s.multiDeferred && !h.beginMulti(c, s, args, p) {
+				return
+			}
 			h.sendPinned(s, args, p)
 			return
 		}

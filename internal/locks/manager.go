@@ -161,9 +161,8 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 		return 0, 0, err
 	}
 	key := m.recordKey(resource)
-	node := m.opts.Backend.MasterForKey([]byte(key))
 	start := time.Now()
-	write := node.Start(ctx, cluster.ScriptCall{
+	node, write := m.start(ctx, key, cluster.ScriptCall{
 		Source: acquireScript,
 		Keys:   m.keys(key),
 		Args:   []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds()},
@@ -231,6 +230,40 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	return token, 0, nil
 }
 
+// start runs call on the master of key's slot. In front of a Redis Cluster
+// a script answered with MOVED, ASK, TRYAGAIN or CLUSTERDOWN, or not sent
+// because its master was unreachable, did not run: the topology is read
+// again and the call retried, within cluster.RetryWindow. (Retrying after
+// ASK rather than following it keeps a lock write and its WAIT on one
+// connection; the slot's migration ends soon.)
+func (m *Manager) start(ctx context.Context, key string, call cluster.ScriptCall, wantAcks bool) (*cluster.Node, *cluster.Write) {
+	began := time.Now()
+	pause := 10 * time.Millisecond
+	for {
+		node := m.opts.Backend.MasterForKey([]byte(key))
+		var w *cluster.Write
+		if node == nil {
+			w = cluster.Unsent(cluster.ErrUnavailable)
+		} else {
+			w = node.Start(ctx, call, wantAcks)
+		}
+		if m.opts.Backend.Mode() != "cluster" || time.Since(began) > cluster.RetryWindow {
+			return node, w
+		}
+		raw, err := w.Raw()
+		if !errors.Is(err, cluster.ErrUnavailable) && (err != nil || !cluster.Redirected(raw)) {
+			return node, w
+		}
+		m.opts.Backend.Refresh()
+		select {
+		case <-ctx.Done():
+			return node, w
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+	}
+}
+
 // undo deletes a grant that will not be replied, if it is still in place.
 func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) {
 	_, err := node.Run(ctx, cluster.ScriptCall{
@@ -256,7 +289,7 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, err
 	}
 	key := m.recordKey(resource)
-	write := m.opts.Backend.MasterForKey([]byte(key)).Start(ctx, cluster.ScriptCall{
+	_, write := m.start(ctx, key, cluster.ScriptCall{
 		Source: renewScript,
 		Keys:   m.keys(key),
 		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds()},
@@ -290,11 +323,12 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	key := m.recordKey(resource)
 	// A release needs no replica acknowledgement: if a failover loses it,
 	// the lease merely runs out.
-	reply, err := m.opts.Backend.MasterForKey([]byte(key)).Run(ctx, cluster.ScriptCall{
+	_, write := m.start(ctx, key, cluster.ScriptCall{
 		Source: releaseScript,
 		Keys:   m.keys(key),
 		Args:   []any{owner},
-	})
+	}, false)
+	reply, err := write.Reply()
 	if err != nil {
 		return false, err
 	}
@@ -345,7 +379,8 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 	if len(command) > 1 {
 		key = command[1]
 	}
-	return m.opts.Backend.MasterForKey(key).Start(ctx, cluster.ScriptCall{Source: execScript, Args: args}, false).Raw()
+	_, write := m.start(ctx, string(key), cluster.ScriptCall{Source: execScript, Args: args}, false)
+	return write.Raw()
 }
 
 // Top returns the n resources whose acquires most often found them held
@@ -376,6 +411,9 @@ func (m *Manager) Info(ctx context.Context, resource string) (Info, error) {
 	}
 	key := m.recordKey(resource)
 	node := m.opts.Backend.MasterForKey([]byte(key))
+	if node == nil {
+		return Info{}, cluster.ErrUnavailable
+	}
 	reply, err := infoRead.Run(ctx, node.Client, []string{key}).Slice()
 	if err != nil {
 		return Info{}, err

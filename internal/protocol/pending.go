@@ -10,10 +10,17 @@ import "sync"
 type Pending struct {
 	Buf  []byte
 	done *sync.WaitGroup
+	then func() // instead of done, for NewPendingFunc
 }
 
 // Done marks the reply complete.
-func (p *Pending) Done() { p.done.Done() }
+func (p *Pending) Done() {
+	if p.then != nil {
+		p.then()
+		return
+	}
+	p.done.Done()
+}
 
 // maxRetainedReply is the largest reply buffer a connection keeps for reuse;
 // a larger one (a big GET, say) is dropped so idle connections stay small.
@@ -64,3 +71,9 @@ func (b *batch) appendTo(out []byte) []byte {
 // proxy makes on its own behalf (its lock scripts) rather than a client's.
 // The caller adds 1 to wg before handing it out.
 func NewPending(wg *sync.WaitGroup) *Pending { return &Pending{done: wg} }
+
+// NewPendingFunc returns a Pending whose Done calls then, on the goroutine
+// that completes it (a backend reader: then must not block). The router uses
+// it to look at a reply before the client gets it (Redis Cluster's MOVED and
+// ASK, or the parts of a split request).
+func NewPendingFunc(then func()) *Pending { return &Pending{then: then} }

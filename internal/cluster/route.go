@@ -1,0 +1,189 @@
+package cluster
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// A request sent into the cluster follows its slot: an -MOVED reply updates
+// the view and the request goes again to the new master; -ASK sends it once
+// to the importing master, after ASKING; -TRYAGAIN (a multi-key request
+// during a slot migration), -CLUSTERDOWN (a failover under way) and a
+// master the proxy cannot reach are retried, with a growing pause, while the
+// topology is read again. A client therefore never sees MOVED or ASK, and
+// sees the others only when the cluster has not recovered within
+// RetryWindow. A reply lost with a broken connection is never retried: the
+// request may have run.
+const (
+	// RetryWindow bounds how long a request waits for the cluster to heal
+	// (a failover takes cluster-node-timeout plus about a second).
+	RetryWindow  = 5 * time.Second
+	maxRedirects = 16
+)
+
+// Request is one client request on its way through the cluster.
+type Request struct {
+	// Slot is the request's slot; -1 for a keyless request, which goes to
+	// the first master.
+	Slot int
+	// RESP3 sends it on connections that speak RESP3.
+	RESP3 bool
+	// ConnID picks the connection of a pool, so one client's requests to a
+	// master keep their order.
+	ConnID int64
+	// Encoded is the request in RESP (backend.AppendCommand): the client's
+	// argument buffers are reused once the request is dispatched, so a
+	// redirect must resend from a copy.
+	Encoded []byte
+}
+
+// Send forwards r and lands its reply, as Redis wrote it, in p.
+func (c *Cluster) Send(r Request, p *protocol.Pending) {
+	f := flightPool.Get().(*flight)
+	*f = flight{c: c, req: r, client: p, start: len(p.Buf), began: time.Now()}
+	f.sub = protocol.NewPendingFunc(f.replied)
+	f.send(c.target(r.Slot), false)
+}
+
+// target is the master of slot, or the first master for -1.
+func (c *Cluster) target(slot int) *Node {
+	if slot < 0 {
+		if m := c.Masters(); len(m) > 0 {
+			return m[0]
+		}
+		return nil
+	}
+	return c.MasterForSlot(slot)
+}
+
+var flightPool = sync.Pool{New: func() any { return new(flight) }}
+
+// flight is a Request in progress.
+type flight struct {
+	c      *Cluster
+	req    Request
+	client *protocol.Pending
+	sub    *protocol.Pending
+	start  int // len(client.Buf) before the reply
+	began  time.Time
+	tries  int
+	pause  time.Duration
+}
+
+func (f *flight) send(n *Node, asking bool) {
+	f.sub.Buf = f.client.Buf
+	if n == nil {
+		f.sub.Buf = append(f.sub.Buf, backend.ReplyUnavailable...)
+		f.replied()
+		return
+	}
+	pool := n.Pool
+	if f.req.RESP3 {
+		pool = n.Pool3
+	}
+	pool.Conn(f.req.ConnID).DoEncoded(f.req.Encoded, asking, f.sub)
+}
+
+// replied runs on a backend reader: it hands the reply over or, for a
+// redirect, sends the request again from a goroutine of its own.
+func (f *flight) replied() {
+	reply := f.sub.Buf[f.start:]
+	kind := redirectKind(reply)
+	if kind != notRedirect && f.tries < maxRedirects && time.Since(f.began) < RetryWindow {
+		f.tries++
+		f.client.Buf = f.sub.Buf[:f.start]
+		slot, addr := parseRedirect(reply)
+		go f.redirect(kind, slot, addr)
+		return
+	}
+	f.client.Buf = f.sub.Buf
+	p := f.client
+	*f = flight{}
+	flightPool.Put(f)
+	p.Done()
+}
+
+func (f *flight) redirect(kind redirect, slot int, addr string) {
+	if slot < 0 {
+		kind = retry
+	}
+	switch kind {
+	case moved:
+		f.c.Moved(slot, addr)
+		if n := f.c.MasterForSlot(slot); n != nil && n.Addr == addr {
+			f.send(n, false)
+			return
+		}
+		// A master the proxy has not connected to yet: wait for the refresh.
+	case ask:
+		if n, err := f.c.nodeIfKnown(addr); err == nil {
+			f.send(n, true)
+			return
+		}
+		f.c.Refresh()
+	default: // TRYAGAIN, CLUSTERDOWN, unreachable
+		f.c.Refresh()
+	}
+	f.pause = min(max(2*f.pause, 10*time.Millisecond), 250*time.Millisecond)
+	time.Sleep(f.pause)
+	f.send(f.c.target(f.req.Slot), false)
+}
+
+// nodeIfKnown returns the connected master at addr.
+func (c *Cluster) nodeIfKnown(addr string) (*Node, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[addr]; n != nil {
+		return n, nil
+	}
+	return nil, ErrUnavailable
+}
+
+type redirect int
+
+const (
+	notRedirect redirect = iota
+	moved
+	ask
+	retry
+)
+
+// redirectKind classifies an error reply that a request survives by going
+// elsewhere or again.
+func redirectKind(reply []byte) redirect {
+	if len(reply) < 4 || reply[0] != '-' {
+		return notRedirect
+	}
+	switch {
+	case bytes.HasPrefix(reply, []byte("-MOVED ")):
+		return moved
+	case bytes.HasPrefix(reply, []byte("-ASK ")):
+		return ask
+	case bytes.HasPrefix(reply, []byte("-TRYAGAIN")), bytes.HasPrefix(reply, []byte("-CLUSTERDOWN")):
+		return retry
+	}
+	return notRedirect
+}
+
+// Redirected reports whether an error reply from a master means the request
+// did not run there and may go again once the topology is known
+// (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, or the master was unreachable).
+func Redirected(reply []byte) bool { return redirectKind(reply) != notRedirect }
+
+// parseRedirect reads "-MOVED 3999 127.0.0.1:6381\r\n" (or -ASK).
+func parseRedirect(reply []byte) (slot int, addr string) {
+	f := bytes.Fields(reply)
+	if len(f) < 3 {
+		return -1, ""
+	}
+	slot, err := strconv.Atoi(string(f[1]))
+	if err != nil || slot < 0 || slot >= SlotCount {
+		return -1, ""
+	}
+	return slot, string(f[2])
+}

@@ -1,0 +1,206 @@
+package commands
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// Keyless commands about the whole keyspace, in front of a Redis Cluster:
+// they run on every master and the replies merge into what one node
+// holding every key would answer. DBSIZE is summed, KEYS concatenated,
+// FLUSHALL/FLUSHDB/SCRIPT FLUSH/SCRIPT LOAD/FUNCTION LOAD... answer the
+// first error or else the first master's reply, SCRIPT EXISTS is 1 only
+// where every master has the script (so a client that sees 1 can EVALSHA
+// whatever the slot). SCAN (below) walks the masters one after another.
+
+type broadcastRule struct {
+	sub   map[string]bool // subcommands that broadcast; nil: the command itself
+	merge merge
+}
+
+func (b broadcastRule) applies(args [][]byte) bool {
+	return b.sub == nil || (len(args) > 1 && b.sub[lowerName(args[1])])
+}
+
+var broadcasts = map[string]broadcastRule{
+	"dbsize":   {nil, mergeSum},
+	"keys":     {nil, mergeConcat},
+	"flushall": {nil, mergeOK},
+	"flushdb":  {nil, mergeOK},
+	"script":   {map[string]bool{"load": true, "flush": true, "exists": true}, mergeScript},
+	"function": {map[string]bool{"load": true, "delete": true, "flush": true, "restore": true}, mergeOK},
+}
+
+// broadcast sends args to every master and merges the replies into p.
+func (h *Handler) broadcast(c *protocol.Conn, s *session, args [][]byte, m merge, p *protocol.Pending) {
+	h.opts.Metrics.PassthroughCommands.Inc()
+	masters := h.opts.Cluster.Masters()
+	if len(masters) == 0 {
+		p.Buf = append(p.Buf, backend.ReplyUnavailable...)
+		p.Done()
+		return
+	}
+	parts := make([]*protocol.Pending, len(masters))
+	var mu sync.Mutex
+	left := len(masters)
+	for i := range masters {
+		parts[i] = protocol.NewPendingFunc(func() {
+			mu.Lock()
+			left--
+			last := left == 0
+			mu.Unlock()
+			if !last {
+				return
+			}
+			replies := make([][]byte, len(parts))
+			for i, part := range parts {
+				replies[i] = part.Buf
+			}
+			p.Buf = m(replies, nil, p.Buf)
+			p.Done()
+		})
+	}
+	resp3 := s != nil && s.resp3
+	for i, n := range masters {
+		pool := n.Pool
+		if resp3 {
+			pool = n.Pool3
+		}
+		pool.Conn(c.ID).Do(args, parts[i])
+	}
+}
+
+// mergeConcat joins arrays (KEYS).
+func mergeConcat(parts [][]byte, _ [][2]int, dst []byte) []byte {
+	if e := firstError(parts); e != nil {
+		return append(dst, e...)
+	}
+	var all [][]byte
+	for _, r := range parts {
+		elems, ok := backend.Elements(r)
+		if !ok {
+			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master\r\n"...)
+		}
+		all = append(all, elems...)
+	}
+	dst = append(dst, '*')
+	dst = strconv.AppendInt(dst, int64(len(all)), 10)
+	dst = append(dst, "\r\n"...)
+	for _, e := range all {
+		dst = append(dst, e...)
+	}
+	return dst
+}
+
+// mergeScript: SCRIPT EXISTS is the element-wise minimum (1 only if every
+// master has the script); SCRIPT LOAD and FLUSH the first error, else the
+// first reply.
+func mergeScript(parts [][]byte, _ [][2]int, dst []byte) []byte {
+	if e := firstError(parts); e != nil {
+		return append(dst, e...)
+	}
+	first, ok := backend.Elements(parts[0])
+	if !ok { // LOAD or FLUSH: not an array
+		return append(dst, parts[0]...)
+	}
+	exists := make([]bool, len(first))
+	for i := range exists {
+		exists[i] = true
+	}
+	for _, r := range parts {
+		elems, ok := backend.Elements(r)
+		if !ok || len(elems) != len(exists) {
+			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master\r\n"...)
+		}
+		for i, e := range elems {
+			if string(e) != ":1\r\n" {
+				exists[i] = false
+			}
+		}
+	}
+	dst = append(dst, '*')
+	dst = strconv.AppendInt(dst, int64(len(exists)), 10)
+	dst = append(dst, "\r\n"...)
+	for _, e := range exists {
+		if e {
+			dst = append(dst, ":1\r\n"...)
+		} else {
+			dst = append(dst, ":0\r\n"...)
+		}
+	}
+	return dst
+}
+
+// SCAN in front of a cluster walks the masters in slot order. The cursor a
+// client sees carries the master's position in its low scanNodeBits bits
+// and that master's own cursor above them; when a master's iteration ends
+// the cursor moves to the next master with cursor 0. Every key present for
+// the whole iteration is returned (at least once, as with Redis) as long as
+// the set of masters does not change meanwhile.
+const scanNodeBits = 10
+
+func (h *Handler) scan(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) {
+	h.opts.Metrics.PassthroughCommands.Inc()
+	if len(args) < 2 {
+		p.Buf = append(p.Buf, "-ERR wrong number of arguments for 'scan' command\r\n"...)
+		p.Done()
+		return
+	}
+	cursor, err := strconv.ParseUint(string(args[1]), 10, 64)
+	if err != nil {
+		p.Buf = append(p.Buf, "-ERR invalid cursor\r\n"...)
+		p.Done()
+		return
+	}
+	masters := h.opts.Cluster.Masters()
+	at := int(cursor & (1<<scanNodeBits - 1))
+	if at >= len(masters) {
+		p.Buf = append(p.Buf, "*2\r\n$1\r\n0\r\n*0\r\n"...)
+		p.Done()
+		return
+	}
+	req := append([][]byte{args[0], strconv.AppendUint(nil, cursor>>scanNodeBits, 10)}, args[2:]...)
+	var part *protocol.Pending
+	part = protocol.NewPendingFunc(func() {
+		p.Buf = scanReply(part.Buf, at, len(masters), p.Buf)
+		p.Done()
+	})
+	pool := masters[at].Pool
+	if s != nil && s.resp3 {
+		pool = masters[at].Pool3
+	}
+	pool.Conn(c.ID).Do(req, part)
+}
+
+// scanReply rewrites one master's SCAN reply with the client's cursor.
+func scanReply(reply []byte, at, masters int, dst []byte) []byte {
+	elems, ok := backend.Elements(reply)
+	if !ok || len(elems) != 2 {
+		return append(dst, reply...) // an error: Redis's own
+	}
+	v, err := backend.ParseValue(elems[0])
+	str, _ := v.(string)
+	next, perr := strconv.ParseUint(str, 10, 64)
+	if err != nil || perr != nil {
+		return append(dst, reply...)
+	}
+	switch {
+	case next == 0 && at+1 < masters:
+		next = uint64(at + 1)
+	case next == 0:
+	case next >= 1<<(64-scanNodeBits):
+		return append(dst, "-ERR fenceproxy: a Redis Cluster master's SCAN cursor is too large to carry\r\n"...)
+	default:
+		next = next<<scanNodeBits | uint64(at)
+	}
+	cur := strconv.AppendUint(nil, next, 10)
+	dst = append(dst, "*2\r\n$"...)
+	dst = strconv.AppendInt(dst, int64(len(cur)), 10)
+	dst = append(dst, "\r\n"...)
+	dst = append(dst, cur...)
+	dst = append(dst, "\r\n"...)
+	return append(dst, elems[1]...)
+}

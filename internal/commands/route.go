@@ -1,0 +1,328 @@
+package commands
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"strconv"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// In front of a Redis Cluster a client sees one node. A request goes to the
+// master of its keys' slot, the keys found by the backend's own COMMAND key
+// specifications (package keys). Requests whose keys span slots are split
+// per slot and merged where Redis's semantics allow (splitCommands, and
+// scripts known to treat each key alone); any other gets -CROSSSLOT, as
+// Redis Cluster answers. Keyless commands that concern the whole keyspace
+// run on every master (see broadcast); other keyless commands go to the
+// first master.
+
+const replyCrossSlot = "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+
+// splitCommands may be split per slot: each key is independent, and the
+// replies merge into what one node would have answered.
+var splitCommands = map[string]merge{
+	"mget":   mergeArrays,
+	"mset":   mergeOK,
+	"del":    mergeSum,
+	"unlink": mergeSum,
+	"exists": mergeSum,
+	"touch":  mergeSum,
+}
+
+// keywiseScripts are Lua scripts known to treat each of their keys alone,
+// with ARGV made of some leading arguments shared by all keys and then one
+// argument per key, and to return an array with one element per key. Split
+// per slot they give the same answer. The one here is Redisson's (3.44+)
+// watchdog renewal, which renews up to 100 locks of any slots in one EVAL.
+var keywiseScripts = map[string]keywiseScript{} // by SHA-1 of the body
+
+type keywiseScript struct {
+	body   string // sent with EVAL, so no master ever answers NOSCRIPT
+	shared int    // leading ARGV shared by every key
+}
+
+const redissonRenewal = "local result = {} " +
+	"for i = 1, #KEYS, 1 do " +
+	"if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then " +
+	"redis.call('pexpire', KEYS[i], ARGV[1]); " +
+	"table.insert(result, 1); " +
+	"else " +
+	"table.insert(result, 0); " +
+	"end; " +
+	"end; " +
+	"return result;"
+
+func init() {
+	keywiseScripts[sha1Hex(redissonRenewal)] = keywiseScript{body: redissonRenewal, shared: 1}
+}
+
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// route forwards a request in front of a Redis Cluster.
+func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) {
+	name := lowerName(args[0])
+	if b, ok := broadcasts[name]; ok {
+		if b.applies(args) {
+			h.broadcast(c, s, args, b.merge, p)
+			return
+		}
+	}
+	if name == "scan" {
+		h.scan(c, s, args, p)
+		return
+	}
+	slot := -1
+	var positions []int
+	if cmd := h.opts.Keys.Lookup(name); cmd != nil {
+		var buf [16]int
+		positions = cmd.Keys(buf[:0], args)
+	}
+	cross := false
+	for i, at := range positions {
+		sl := keys.SlotOf(args[at])
+		if i == 0 {
+			slot = sl
+		} else if sl != slot {
+			cross = true
+			break
+		}
+	}
+	if cross {
+		h.crossSlot(c, s, name, args, positions, p)
+		return
+	}
+	h.opts.Metrics.PassthroughCommands.Inc()
+	h.opts.Cluster.Send(cluster.Request{
+		Slot: slot, RESP3: s != nil && s.resp3, ConnID: c.ID,
+		Encoded: backend.AppendCommand(nil, args),
+	}, p)
+}
+
+// crossSlot serves a request whose keys span slots: split it if its
+// semantics allow, else answer as Redis Cluster does.
+func (h *Handler) crossSlot(c *protocol.Conn, s *session, name string, args [][]byte, positions []int, p *protocol.Pending) {
+	if m, ok := splitCommands[name]; ok {
+		stride := 1
+		if name == "mset" {
+			stride = 2
+		}
+		h.split(c, s, args, positions, 1, stride, nil, m, p)
+		return
+	}
+	if (name == "eval" || name == "evalsha") && len(args) >= 3 {
+		sha := string(args[1])
+		if name == "eval" {
+			sha = sha1Hex(sha)
+		}
+		if ks, ok := keywiseScripts[lowerHex(sha)]; ok {
+			n, ok := parseInt(args[2])
+			if ok && int(n) == len(positions) && len(args) == 3+2*int(n)+ks.shared {
+				h.splitScript(c, s, args, int(n), ks, p)
+				return
+			}
+		}
+	}
+	h.opts.Metrics.PassthroughCommands.Inc()
+	p.Buf = append(p.Buf, replyCrossSlot...)
+	p.Done()
+}
+
+func lowerHex(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'F' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// merge combines the replies of the parts of a split request (in the
+// order of the parts) into one reply; order maps each element of a merged
+// array to its part and its index there.
+type merge func(parts [][]byte, order [][2]int, dst []byte) []byte
+
+// group is the part of a split request bound for one slot.
+type group struct {
+	slot  int
+	items []int // indexes of the request's key groups, in request order
+}
+
+// split sends one request per slot: the command name (and any prefix
+// arguments up to first) followed by that slot's key groups (a key and the
+// stride-1 arguments after it), then merges the replies.
+func (h *Handler) split(c *protocol.Conn, s *session, args [][]byte, positions []int, first, stride int, tail [][]byte, m merge, p *protocol.Pending) {
+	bySlot := map[int]int{}
+	var groups []group
+	order := make([][2]int, len(positions))
+	for i, at := range positions {
+		sl := keys.SlotOf(args[at])
+		g, ok := bySlot[sl]
+		if !ok {
+			g = len(groups)
+			bySlot[sl] = g
+			groups = append(groups, group{slot: sl})
+		}
+		order[i] = [2]int{g, len(groups[g].items)}
+		groups[g].items = append(groups[g].items, at)
+	}
+	reqs := make([][]byte, len(groups))
+	for g, gr := range groups {
+		part := append([][]byte(nil), args[:first]...)
+		for _, at := range gr.items {
+			part = append(part, args[at:at+stride]...)
+		}
+		part = append(part, tail...)
+		reqs[g] = backend.AppendCommand(nil, part)
+	}
+	h.gather(c, s, groups, reqs, order, m, p)
+}
+
+// splitScript splits a keywise script call: EVAL body numkeys keys...
+// shared-args... per-key-args...
+func (h *Handler) splitScript(c *protocol.Conn, s *session, args [][]byte, n int, ks keywiseScript, p *protocol.Pending) {
+	keyArgs := args[3 : 3+n]
+	sharedArgs := args[3+n : 3+n+ks.shared]
+	perKey := args[3+n+ks.shared:]
+	prefix := [][]byte{[]byte("EVAL"), []byte(ks.body)}
+	bySlot := map[int]int{}
+	var groups []group
+	order := make([][2]int, n)
+	for i, k := range keyArgs {
+		sl := keys.SlotOf(k)
+		g, ok := bySlot[sl]
+		if !ok {
+			g = len(groups)
+			bySlot[sl] = g
+			groups = append(groups, group{slot: sl})
+		}
+		order[i] = [2]int{g, len(groups[g].items)}
+		groups[g].items = append(groups[g].items, i)
+	}
+	reqs := make([][]byte, len(groups))
+	for g, gr := range groups {
+		part := append([][]byte(nil), prefix...)
+		part = append(part, strconv.AppendInt(nil, int64(len(gr.items)), 10))
+		for _, i := range gr.items {
+			part = append(part, keyArgs[i])
+		}
+		part = append(part, sharedArgs...)
+		for _, i := range gr.items {
+			part = append(part, perKey[i])
+		}
+		reqs[g] = backend.AppendCommand(nil, part)
+	}
+	h.gather(c, s, groups, reqs, order, mergeArrays, p)
+}
+
+// gather sends each part to its slot and merges the replies into p.
+func (h *Handler) gather(c *protocol.Conn, s *session, groups []group, reqs [][]byte, order [][2]int, m merge, p *protocol.Pending) {
+	h.opts.Metrics.PassthroughCommands.Inc()
+	parts := make([]*protocol.Pending, len(groups))
+	var mu sync.Mutex
+	left := len(groups)
+	for g := range groups {
+		parts[g] = protocol.NewPendingFunc(func() {
+			mu.Lock()
+			left--
+			last := left == 0
+			mu.Unlock()
+			if !last {
+				return
+			}
+			replies := make([][]byte, len(parts))
+			for i, part := range parts {
+				replies[i] = part.Buf
+			}
+			p.Buf = m(replies, order, p.Buf)
+			p.Done()
+		})
+	}
+	resp3 := s != nil && s.resp3
+	for g, gr := range groups {
+		h.opts.Cluster.Send(cluster.Request{Slot: gr.slot, RESP3: resp3, ConnID: c.ID, Encoded: reqs[g]}, parts[g])
+	}
+}
+
+// firstError returns the first part's reply that is an error, if any.
+func firstError(parts [][]byte) []byte {
+	for _, r := range parts {
+		if len(r) > 0 && r[0] == '-' {
+			return r
+		}
+	}
+	return nil
+}
+
+// mergeArrays rebuilds one array, each element taken from its part.
+func mergeArrays(parts [][]byte, order [][2]int, dst []byte) []byte {
+	if e := firstError(parts); e != nil {
+		return append(dst, e...)
+	}
+	elems := make([][][]byte, len(parts))
+	for i, r := range parts {
+		var ok bool
+		if elems[i], ok = backend.Elements(r); !ok {
+			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master to part of a split request\r\n"...)
+		}
+	}
+	dst = append(dst, '*')
+	dst = strconv.AppendInt(dst, int64(len(order)), 10)
+	dst = append(dst, "\r\n"...)
+	for _, o := range order {
+		if o[1] >= len(elems[o[0]]) {
+			return append(dst[:0], "-ERR fenceproxy: short reply from a Redis Cluster master to part of a split request\r\n"...)
+		}
+		dst = append(dst, elems[o[0]][o[1]]...)
+	}
+	return dst
+}
+
+// mergeSum adds integer replies.
+func mergeSum(parts [][]byte, _ [][2]int, dst []byte) []byte {
+	if e := firstError(parts); e != nil {
+		return append(dst, e...)
+	}
+	var sum int64
+	for _, r := range parts {
+		v, err := backend.ParseValue(r)
+		n, ok := v.(int64)
+		if err != nil || !ok {
+			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master to part of a split request\r\n"...)
+		}
+		sum += n
+	}
+	dst = append(dst, ':')
+	dst = strconv.AppendInt(dst, sum, 10)
+	return append(dst, "\r\n"...)
+}
+
+// mergeOK answers the first error, or the first reply (+OK) if none.
+func mergeOK(parts [][]byte, _ [][2]int, dst []byte) []byte {
+	if e := firstError(parts); e != nil {
+		return append(dst, e...)
+	}
+	return append(dst, parts[0]...)
+}
+
+func lowerName(b []byte) string {
+	var lower [32]byte
+	if len(b) > len(lower) {
+		return string(b)
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
+	return string(lower[:len(b)])
+}
