@@ -4,6 +4,7 @@
 #   test/clients/run.sh                 every suite: python node go cli java
 #   SUITES="go cli" test/clients/run.sh only those
 #   FENCEPROXY_ADDR=host:port test/clients/run.sh   use a running proxy instead
+#   test/clients/run.sh --cluster       the same suites, the proxy fronting a Redis Cluster
 #
 # It builds fenceproxy, starts a Redis master + replica (scripts/redis-local.sh)
 # and the proxy (--min-replicas 1) in a temp dir, installs what each suite needs
@@ -14,10 +15,26 @@
 # Every suite prints `PASS ...` / `FAIL <client>: <case>: <call> -> <reply>` lines
 # and one `<suite> totals: N passed, M failed` line; the last line here adds
 # them up as `N passed, M failed`. Exit status is non-zero on any failure.
+#
+# --cluster: a 3-master/3-replica Redis Cluster (scripts/redis-cluster.sh) instead
+# of master + replica, and fenceproxy --backend naming its masters. The suites run
+# unchanged (every client in single-node mode: the proxy looks like one Redis) with
+# FENCEPROXY_CLUSTER=1 and FENCEPROXY_CLUSTER_SEEDS=host:port,... (the masters) in
+# their environment; the Java suite's main class is then fenceproxy.ClusterSuite
+# (Suite's cases plus keys spread over many slots: cross-slot MSET/MGET/DEL, CROSSSLOT,
+# Redisson's one-EVAL watchdog renewal of 30 locks in 30 slots). With FENCEPROXY_ADDR
+# and --cluster, the running proxy is taken to front a cluster.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
+cluster=0
+case "${1:-}" in
+"") ;;
+--cluster) cluster=1 ;;
+*) echo "usage: $0 [--cluster]" >&2; exit 2 ;;
+esac
+[[ $# -le 1 ]] || { echo "usage: $0 [--cluster]" >&2; exit 2; }
 SUITES=${SUITES:-python node go cli java}
 started=$(date +%s)
 
@@ -37,6 +54,7 @@ cleanup() {
 		wait "$proxy_pid" 2>/dev/null || true
 	fi
 	[[ -d $tmp/redis ]] && scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1
+	[[ -d $tmp/cluster ]] && scripts/redis-cluster.sh stop "$tmp/cluster" >/dev/null 2>&1
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -109,9 +127,16 @@ install_java() {
 # ---- Redis and fenceproxy ----------------------------------------------------------
 if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 	go build -o "$tmp/fenceproxy" ./cmd/fenceproxy || die "go build ./cmd/fenceproxy failed"
-	scripts/redis-local.sh start "$tmp/redis" >/dev/null || die "scripts/redis-local.sh start failed"
-	# shellcheck disable=SC1091
-	. "$tmp/redis/env"
+	if ((cluster)); then
+		scripts/redis-cluster.sh start "$tmp/cluster" >/dev/null || die "scripts/redis-cluster.sh start failed"
+		# shellcheck disable=SC1091
+		. "$tmp/cluster/env"
+		MASTER_ADDR=$SEEDS
+	else
+		scripts/redis-local.sh start "$tmp/redis" >/dev/null || die "scripts/redis-local.sh start failed"
+		# shellcheck disable=SC1091
+		. "$tmp/redis/env"
+	fi
 	for try in 1 2 3 4 5; do
 		port=$((20000 + RANDOM % 10000))
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
@@ -124,11 +149,19 @@ if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 			sleep 0.1
 		done
 		kill -KILL "$proxy_pid" 2>/dev/null; wait "$proxy_pid" 2>/dev/null; proxy_pid=
+		# In front of a cluster, only a port taken between the probe and the bind is worth another try.
+		((cluster)) && ! grep -qi 'address already in use' "$tmp/proxy.log" && break
 	done
-	[[ -n $proxy_pid ]] || { cat "$tmp/proxy.log" >&2; die "fenceproxy did not start"; }
+	[[ -n $proxy_pid ]] || { cat "$tmp/proxy.log" >&2; die "fenceproxy did not start$( ((cluster)) && echo " in front of the Redis Cluster $SEEDS")"; }
 	export FENCEPROXY_ADDR=127.0.0.1:$port
-	echo "clients: redis master $MASTER_ADDR replica $REPLICA_ADDR, fenceproxy $FENCEPROXY_ADDR (pid $proxy_pid)"
+	if ((cluster)); then
+		export FENCEPROXY_CLUSTER_SEEDS=$SEEDS
+		echo "clients: redis cluster masters $SEEDS (nodes $NODES), fenceproxy $FENCEPROXY_ADDR (pid $proxy_pid)"
+	else
+		echo "clients: redis master $MASTER_ADDR replica $REPLICA_ADDR, fenceproxy $FENCEPROXY_ADDR (pid $proxy_pid)"
+	fi
 fi
+((cluster)) && export FENCEPROXY_CLUSTER=1
 
 # ---- suites --------------------------------------------------------------------------
 total_pass=0
@@ -181,8 +214,10 @@ if want cli; then
 fi
 if want java; then
 	if install_java; then
+		java_main=fenceproxy.Suite
+		((cluster)) && java_main=fenceproxy.ClusterSuite
 		suite java 150 java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
-			-cp "$here/java/target/classes:$(cat "$here/java/target/classpath.txt")" fenceproxy.Suite
+			-cp "$here/java/target/classes:$(cat "$here/java/target/classpath.txt")" "$java_main"
 	else setup_failed java; fi
 fi
 
@@ -191,6 +226,6 @@ if [[ -n $proxy_pid ]] && ! kill -0 "$proxy_pid" 2>/dev/null; then
 	tail -n 30 "$tmp/proxy.log"
 	total_fail=$((total_fail + 1))
 fi
-echo "clients: suites [$SUITES] took $(($(date +%s) - started))s"
+echo "clients: suites [$SUITES]$( ((cluster)) && echo " (cluster)") took $(($(date +%s) - started))s"
 echo "$total_pass passed, $total_fail failed"
 ((total_fail == 0))
