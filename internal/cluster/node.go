@@ -281,16 +281,24 @@ func parseInfo(info string) map[string]string {
 	return m
 }
 
-// Raw runs one request on a passthrough connection and returns the reply's
-// bytes as Redis wrote them (for the proxy's own reads, such as COMMAND).
+// Raw runs one request on a connection of its own (not counted as client
+// traffic) and returns the reply's bytes as Redis wrote them: for the
+// proxy's own reads, such as COMMAND.
 func (n *Node) Raw(ctx context.Context, args ...string) ([]byte, error) {
 	req := make([][]byte, len(args))
 	for i, a := range args {
 		req[i] = []byte(a)
 	}
+	opts := n.pinOpts
+	opts.ObserveReply, opts.ReadBuffer = nil, 0
+	conn, err := backend.Dial(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
 	done := make(chan struct{})
 	p := protocol.NewPendingFunc(func() { close(done) })
-	n.Pool.Conn(0).Do(req, p)
+	conn.Do(req, p)
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -174,22 +174,23 @@ func plainUnits(n int) []unit {
 	var out []unit
 	for i := range n {
 		k := "plain:" + strconv.Itoa(i)
+		l, missing := "{"+k+"}:l", "{"+k+"}:missing" // in k's slot
 		out = append(out, unit{route: k, cmds: [][]string{
 			cmd("SET", k, "v"+strconv.Itoa(i)+"\x00\r\n"),
 			cmd("APPEND", k, "+"),
 			cmd("GET", k),
 			cmd("INCR", k),
-			cmd("RPUSH", k+":l", k),
-			cmd("LRANGE", k+":l", "0", "-1"),
-			cmd("GET", k+":l"),
-			cmd("GET", k+":missing"),
+			cmd("RPUSH", l, k),
+			cmd("LRANGE", l, "0", "-1"),
+			cmd("GET", l),
+			cmd("GET", missing),
 		}})
 	}
 	bin := allBytes()
 	out = append(out, unit{route: bin, cmds: [][]string{
 		cmd("SET", bin, "binary key"),
 		cmd("GET", bin),
-		cmd("HSET", bin+"x", "f", bin),
+		cmd("HSET", bin+"x", "f", bin), // the same hash tag, "|"
 		cmd("HGETALL", bin+"x"),
 		cmd("EXISTS", bin, bin+"x"),
 		cmd("DEL", bin, bin+"x"),
