@@ -166,7 +166,7 @@ func failoverScenario(t *testing.T, strict bool, disrupt func(t *testing.T, e *e
 		keys = append(keys, "kv:"+strconv.Itoa(i))
 	}
 	l := startLoad(t, loadOptions{
-		addr: e.proxy.Addr, lockWorkers: 40, resources: resources,
+		addr: e.proxy.Addr, lockWorkers: 50, resources: resources,
 		kvWorkers: 10, keys: keys, strict: strict,
 	})
 	defer l.Stop()

@@ -270,6 +270,9 @@ func TestFidelityCorpus(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s direct: %v", show(args), err)
 			}
+			if redirect(want) {
+				t.Fatalf("%s sent directly to the owner of slot %d: %s (a bug in the test: the unit's keys are not all in its route's slot)", show(args), testenv.KeySlot(u.route), clip(want))
+			}
 			if got := viaProxy[i][j]; !bytes.Equal(got, want) {
 				if diffs++; diffs <= 20 {
 					t.Errorf("%s (slot %d):\n proxy  %s\n redis  %s", show(args), testenv.KeySlot(u.route), clip(got), clip(want))

@@ -246,6 +246,10 @@ func (l *load) do(worker int, c *testenv.Conn, args ...string) ([]byte, outcome)
 			l.fail("worker %d: %s: %s after the proxy had recovered", worker, show(args), clip(reply))
 		}
 		l.mu.Lock()
+		if code == "" {
+			code, _, _ = strings.Cut(string(reply), " ")
+			code = strings.TrimSuffix(code, "\r\n") + " (not allowed)"
+		}
 		l.allowed[code]++
 		l.errs[worker]++
 		n := l.errs[worker]

@@ -27,7 +27,10 @@ func reshard(t *testing.T, seed, fromID, toID string, n int) {
 	defer cancel()
 	c := exec.CommandContext(ctx, cli, "--cluster", "reshard", seed,
 		"--cluster-from", fromID, "--cluster-to", toID,
-		"--cluster-slots", strconv.Itoa(n), "--cluster-yes")
+		"--cluster-slots", strconv.Itoa(n), "--cluster-yes",
+		// One key per MIGRATE: the slots stay half-moved longer, so more
+		// requests meet -ASK and -TRYAGAIN.
+		"--cluster-pipeline", "1")
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.WaitDelay = 5 * time.Second
 	out, err := c.CombinedOutput()
@@ -112,7 +115,9 @@ func TestReshardUnderLoad(t *testing.T) {
 	defer l.Stop()
 	l.waitOK(t, 300, 20*time.Second)
 
+	before, start := l.ok.Load(), time.Now()
 	reshard(t, src.Addr, srcID, dstID, nSlots)
+	t.Logf("the reshard took %v; %d requests succeeded meanwhile", time.Since(start).Round(time.Millisecond), l.ok.Load()-before)
 	e.cl.WaitHealthy(t)
 	after := readSlots(t, e.cl)
 	for s := range moving {

@@ -166,3 +166,51 @@ func TestScanDBSizeKeys(t *testing.T) {
 	}
 	expectKeys(t, "SCAN after FLUSHDB", scanAll(t, proxy, "COUNT", "100"), nil)
 }
+
+// TestKeylessBroadcast: SCRIPT LOAD, EXISTS and FLUSH through the proxy act
+// on every master (so EVALSHA works whatever slot its keys are in); PING is
+// answered.
+func TestKeylessBroadcast(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	proxy := e.dial(t)
+	const script = "return redis.call('GET', KEYS[1])"
+	const sha = "d3c21d0c2b9ca22f82737626a27bcaf5d288f99f"
+	if got := proxy.Do("PING"); string(got) != "+PONG\r\n" {
+		t.Fatalf("PING: %q", got)
+	}
+	if got := proxy.Do("SCRIPT", "LOAD", script); string(got) != "$40\r\n"+sha+"\r\n" {
+		t.Fatalf("SCRIPT LOAD: %q", got)
+	}
+	for _, m := range e.cl.Masters {
+		d := testenv.Dial(t, m.Addr)
+		if got := d.Do("SCRIPT", "EXISTS", sha); string(got) != "*1\r\n:1\r\n" {
+			t.Errorf("SCRIPT EXISTS on %s after SCRIPT LOAD via proxy: %q, want it loaded on every master", m.Addr, got)
+		}
+		k := st.keysOn(m, "sha:", 1)[0]
+		proxy.Do("SET", k, "v")
+		if got := proxy.Do("EVALSHA", sha, "1", k); string(got) != "$1\r\nv\r\n" {
+			t.Errorf("EVALSHA with key %s (on %s): %q", k, m.Addr, got)
+		}
+	}
+	if got := proxy.Do("SCRIPT", "EXISTS", sha, "0000000000000000000000000000000000000000"); string(got) != "*2\r\n:1\r\n:0\r\n" {
+		t.Errorf("SCRIPT EXISTS via proxy: %q", got)
+	}
+	// Loaded on one master only: not loaded for the client, who could not
+	// run it on the others.
+	testenv.Dial(t, e.cl.Masters[1].Addr).Do("SCRIPT", "FLUSH")
+	if got := proxy.Do("SCRIPT", "EXISTS", sha); string(got) != "*1\r\n:0\r\n" {
+		t.Errorf("SCRIPT EXISTS via proxy with the script missing on one master: %q, want *1 :0", got)
+	}
+	if got := proxy.Do("SCRIPT", "FLUSH"); string(got) != "+OK\r\n" {
+		t.Fatalf("SCRIPT FLUSH: %q", got)
+	}
+	for _, m := range e.cl.Masters {
+		if got := testenv.Dial(t, m.Addr).Do("SCRIPT", "EXISTS", sha); string(got) != "*1\r\n:0\r\n" {
+			t.Errorf("SCRIPT EXISTS on %s after SCRIPT FLUSH via proxy: %q", m.Addr, got)
+		}
+	}
+	if got := proxy.Do("EVALSHA", sha, "1", "any"); !isErr(got, "-NOSCRIPT") {
+		t.Errorf("EVALSHA after SCRIPT FLUSH: %q, want -NOSCRIPT", got)
+	}
+}
