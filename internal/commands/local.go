@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +27,7 @@ type session struct {
 	pinnedNode  *cluster.Node
 	pinnedRESP3 bool
 	// tunnel is the client's own Redis connection once it used pub/sub.
-	tunnel   net.Conn
+	tunnel   tunnel
 	inMulti  bool
 	watching bool
 	// multiDeferred: in front of a Redis Cluster, MULTI was answered but

@@ -23,26 +23,37 @@ var subscribeCommands = []string{
 	"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
 }
 
+// tunnel carries a subscribed client's requests to Redis; what Redis writes
+// back reaches the client by the tunnel's own goroutines.
+type tunnel interface {
+	send(args [][]byte)
+	close()
+}
+
 func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	s := sessionOf(c)
 	if s.inMulti {
 		h.sendPinned(s, args, p) // queued: Redis decides
 		return
 	}
-	// In a Redis Cluster every node relays every PUBLISH, so SUBSCRIBE may
-	// go anywhere; SSUBSCRIBE must reach its shard channel's master.
-	node := h.nodeFor(args)
-	if node == nil {
-		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+	if h.opts.Cluster != nil {
+		sub, err := h.newSubscriber(s.resp3)
+		if err != nil {
+			replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+			return
+		}
+		sub.start(c.TakeWrites(p))
+		s.tunnel = sub
+		h.sendTunnel(s, args, p)
 		return
 	}
-	redis, err := node.Tunnel(s.resp3)
+	redis, err := h.opts.Backend.Masters()[0].Tunnel(s.resp3)
 	if err != nil {
 		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
 		return
 	}
 	client := c.TakeWrites(p)
-	s.tunnel = redis
+	s.tunnel = rawTunnel{redis}
 	go func() {
 		io.Copy(client, redis)
 		// Redis closed (QUIT) or failed: the client must see the end too.
@@ -54,14 +65,23 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *protocol.Pending
 // sendTunnel passes a request through the tunnel; its reply comes from Redis.
 func (h *Handler) sendTunnel(s *session, args [][]byte, p *protocol.Pending) {
 	h.opts.Metrics.PassthroughCommands.Inc()
-	if _, err := s.tunnel.Write(backend.AppendCommand(nil, args)); err != nil {
-		s.tunnel.Close() // the copier ends and closes the client
-	}
+	s.tunnel.send(args)
 	p.Done()
 }
 
-func closeTunnel(t net.Conn) {
+// rawTunnel is a standalone master's connection, copied to the client as is.
+type rawTunnel struct{ net.Conn }
+
+func (t rawTunnel) send(args [][]byte) {
+	if _, err := t.Write(backend.AppendCommand(nil, args)); err != nil {
+		t.Close() // the copier ends and closes the client
+	}
+}
+
+func (t rawTunnel) close() { t.Close() }
+
+func closeTunnel(t tunnel) {
 	if t != nil {
-		t.Close()
+		t.close()
 	}
 }

@@ -1,0 +1,384 @@
+package commands
+
+import (
+	"bufio"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+)
+
+// subscriber is a subscribed client in front of a Redis Cluster. Its
+// SUBSCRIBE, PSUBSCRIBE and every other request go to one "home" connection
+// (every node relays every PUBLISH); its shard channels (SSUBSCRIBE) are
+// subscribed on a connection to each channel's master. Each connection's
+// reader copies whole messages to the client, one at a time.
+//
+// When a slot moves, its master drops the slot's shard subscribers with an
+// sunsubscribe message the client never asked for. The subscriber swallows
+// it and subscribes the channel again on the slot's new master (swallowing
+// that confirmation too), so the client keeps its messages without noticing.
+// The subscription counts in shard confirmations are rewritten to the
+// client's total, as one node would count them.
+type subscriber struct {
+	h      *Handler
+	resp3  bool
+	client net.Conn
+
+	wmu sync.Mutex // one whole message to the client at a time
+
+	mu       sync.Mutex
+	home     net.Conn
+	shards   map[*cluster.Node]net.Conn
+	channels map[string]*cluster.Node // shard channels the client holds
+	leaving  map[string]int           // SUNSUBSCRIBEs the client sent, not yet confirmed
+	moving   map[string]int           // our own re-SSUBSCRIBEs, confirmations to swallow
+	// asked holds, per shard connection, the channels of SSUBSCRIBEs sent
+	// and not yet confirmed, oldest first: an error reply (MOVED when the
+	// topology was stale) answers the oldest, which then goes again.
+	asked  map[net.Conn][][]string
+	closed bool
+}
+
+func (h *Handler) newSubscriber(resp3 bool) (*subscriber, error) {
+	m := h.opts.Cluster.Masters()
+	if len(m) == 0 {
+		return nil, cluster.ErrUnavailable
+	}
+	home, err := m[0].Tunnel(resp3)
+	if err != nil {
+		return nil, err
+	}
+	return &subscriber{
+		h: h, resp3: resp3, home: home,
+		shards:   make(map[*cluster.Node]net.Conn),
+		channels: make(map[string]*cluster.Node),
+		leaving:  make(map[string]int),
+		moving:   make(map[string]int),
+		asked:    make(map[net.Conn][][]string),
+	}, nil
+}
+
+func (s *subscriber) start(client net.Conn) {
+	s.client = client
+	go s.read(s.home, nil)
+}
+
+// send routes one request: shard (un)subscriptions to their channel's
+// master, everything else home.
+func (s *subscriber) send(args [][]byte) {
+	name := lowerName(args[0])
+	var conn net.Conn
+	var err error
+	switch {
+	case name == "ssubscribe" && len(args) > 1:
+		channels := make([]string, len(args)-1)
+		for i, ch := range args[1:] {
+			channels[i] = string(ch)
+		}
+		s.ssubscribe(channels, nil)
+		return
+	case name == "sunsubscribe" && len(args) > 1:
+		s.mu.Lock()
+		node := s.channels[string(args[1])]
+		for _, ch := range args[1:] {
+			s.leaving[string(ch)]++
+		}
+		s.mu.Unlock()
+		if node == nil {
+			node = s.h.opts.Cluster.MasterForSlot(keys.SlotOf(args[1]))
+		}
+		conn, err = s.shardConn(node)
+	case name == "sunsubscribe":
+		// Every master holding some of the client's shard channels answers
+		// for its own; with none, home answers that there are none.
+		s.mu.Lock()
+		var conns []net.Conn
+		for ch, node := range s.channels {
+			s.leaving[ch]++
+			if c := s.shards[node]; c != nil && !containsConn(conns, c) {
+				conns = append(conns, c)
+			}
+		}
+		s.mu.Unlock()
+		if len(conns) == 0 {
+			conns = []net.Conn{s.home}
+		}
+		for _, c := range conns {
+			s.write(c, args)
+		}
+		return
+	default:
+		conn = s.home
+	}
+	if err != nil || conn == nil {
+		s.close() // the client sees its connection end, as when Redis is lost
+		return
+	}
+	s.write(conn, args)
+}
+
+func containsConn(list []net.Conn, c net.Conn) bool {
+	for _, x := range list {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *subscriber) write(conn net.Conn, args [][]byte) {
+	if _, err := conn.Write(backend.AppendCommand(nil, args)); err != nil {
+		s.close()
+	}
+}
+
+// ssubscribe sends SSUBSCRIBE channels to the master of the first one's
+// slot (Redis answers CROSSSLOT if they span slots), avoiding the master
+// "not" that just let them go.
+func (s *subscriber) ssubscribe(channels []string, not *cluster.Node) {
+	node := s.h.opts.Cluster.MasterForSlot(keys.SlotOf([]byte(channels[0])))
+	if node == not {
+		node = nil
+	}
+	conn, err := s.shardConn(node)
+	if err != nil {
+		go s.resubscribe(channels, not)
+		return
+	}
+	args := [][]byte{[]byte("SSUBSCRIBE")}
+	for _, ch := range channels {
+		args = append(args, []byte(ch))
+	}
+	s.mu.Lock()
+	s.asked[conn] = append(s.asked[conn], channels)
+	s.mu.Unlock()
+	s.write(conn, args)
+}
+
+// resubscribe sends channels again once the topology names a master for
+// their slot other than not, within cluster.RetryWindow.
+func (s *subscriber) resubscribe(channels []string, not *cluster.Node) {
+	slot := keys.SlotOf([]byte(channels[0]))
+	deadline := time.Now().Add(cluster.RetryWindow)
+	for pause := 20 * time.Millisecond; time.Now().Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
+		s.h.opts.Cluster.Refresh()
+		time.Sleep(pause)
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return
+		}
+		if node := s.h.opts.Cluster.MasterForSlot(slot); node != nil && node != not {
+			s.ssubscribe(channels, not)
+			return
+		}
+	}
+	s.h.opts.Logger.Warn("could not follow shard channels to a new master; ending the client's subscription", "channels", channels)
+	s.close()
+}
+
+// shardConn returns the connection to node for shard channels, dialing it
+// (and starting its reader) on first use.
+func (s *subscriber) shardConn(node *cluster.Node) (net.Conn, error) {
+	if node == nil {
+		return nil, cluster.ErrUnavailable
+	}
+	s.mu.Lock()
+	c := s.shards[node]
+	s.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	c, err := node.Tunnel(s.resp3)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return nil, cluster.ErrUnavailable
+	}
+	if other := s.shards[node]; other != nil {
+		s.mu.Unlock()
+		c.Close()
+		return other, nil
+	}
+	s.shards[node] = c
+	s.mu.Unlock()
+	go s.read(c, node)
+	return c, nil
+}
+
+// read relays what one Redis connection writes until it ends; then the
+// client's connection ends too (Redis closed it: QUIT, or a failure).
+func (s *subscriber) read(conn net.Conn, node *cluster.Node) {
+	rd := bufio.NewReaderSize(conn, 16<<10)
+	var msg []byte
+	for {
+		var err error
+		msg, err = backend.AppendReply(msg[:0], rd)
+		if err != nil {
+			break
+		}
+		if node != nil {
+			msg = s.shardMessage(conn, msg, node)
+			if msg == nil {
+				continue
+			}
+		}
+		s.wmu.Lock()
+		_, err = s.client.Write(msg)
+		s.wmu.Unlock()
+		if err != nil {
+			break
+		}
+		if cap(msg) > 64<<10 {
+			msg = nil
+		}
+	}
+	s.mu.Lock()
+	retired := node != nil && s.shards[node] == conn && !s.closed && s.nodeRetired(node)
+	if retired {
+		delete(s.shards, node) // its channels moved; the rest carries on
+	}
+	s.mu.Unlock()
+	if !retired {
+		s.close()
+	}
+}
+
+// nodeRetired reports whether node no longer masters any slot of the
+// cluster (it failed over or lost its slots): its shard connection may end
+// without ending the client. Called with s.mu held.
+func (s *subscriber) nodeRetired(node *cluster.Node) bool {
+	for _, n := range s.h.opts.Cluster.Masters() {
+		if n == node {
+			return false
+		}
+	}
+	return true
+}
+
+// shardMessage looks at a message from a shard connection: it keeps the
+// channel map up to date, swallows what the client must not see (nil), and
+// rewrites the subscription count of confirmations.
+func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *cluster.Node) []byte {
+	if len(msg) > 0 && msg[0] == '-' && cluster.Redirected(msg) {
+		// The oldest SSUBSCRIBE met a slot that moved: send it again.
+		s.mu.Lock()
+		var channels []string
+		if q := s.asked[conn]; len(q) > 0 {
+			channels, s.asked[conn] = q[0], q[1:]
+		}
+		s.mu.Unlock()
+		if channels != nil {
+			go s.resubscribe(channels, node)
+			return nil
+		}
+		return msg
+	}
+	elems, ok := backend.Elements(msg)
+	if !ok || len(elems) != 3 {
+		return msg
+	}
+	kind, _ := bulkString(elems[0])
+	if kind != "ssubscribe" && kind != "sunsubscribe" {
+		return msg // smessage, or a reply the client asked for
+	}
+	ch, _ := bulkString(elems[1])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch kind {
+	case "ssubscribe":
+		s.channels[ch] = node
+		s.confirmed(conn, ch)
+		if s.moving[ch] > 0 {
+			s.moving[ch]--
+			return nil
+		}
+	case "sunsubscribe":
+		if s.leaving[ch] > 0 {
+			s.leaving[ch]--
+			if s.channels[ch] == node {
+				delete(s.channels, ch)
+			}
+			break
+		}
+		if s.channels[ch] != node {
+			return nil // an old master letting go of a channel already moved
+		}
+		// Unasked: the channel's slot left this master. Follow it.
+		delete(s.channels, ch)
+		s.moving[ch]++
+		go s.resubscribe([]string{ch}, node)
+		return nil
+	}
+	return rewriteCount(msg, elems, len(s.channels))
+}
+
+// confirmed strikes ch from the oldest SSUBSCRIBE on conn that names it.
+// Called with s.mu held.
+func (s *subscriber) confirmed(conn net.Conn, ch string) {
+	q := s.asked[conn]
+	for i, channels := range q {
+		for j, c := range channels {
+			if c != ch {
+				continue
+			}
+			channels = append(channels[:j:j], channels[j+1:]...)
+			if len(channels) == 0 {
+				s.asked[conn] = append(q[:i:i], q[i+1:]...)
+			} else {
+				q[i] = channels
+			}
+			return
+		}
+	}
+}
+
+// rewriteCount sets the count of a (un)subscribe confirmation.
+func rewriteCount(msg []byte, elems [][]byte, n int) []byte {
+	hdr := len(msg) - len(elems[0]) - len(elems[1]) - len(elems[2])
+	out := make([]byte, 0, len(msg)+8)
+	out = append(out, msg[:hdr]...)
+	out = append(out, elems[0]...)
+	out = append(out, elems[1]...)
+	out = append(out, ':')
+	out = strconv.AppendInt(out, int64(n), 10)
+	return append(out, "\r\n"...)
+}
+
+// bulkString reads a bulk or simple string element.
+func bulkString(raw []byte) (string, bool) {
+	v, err := backend.ParseValue(raw)
+	str, ok := v.(string)
+	return str, err == nil && ok
+}
+
+// close ends every Redis connection and the client's.
+func (s *subscriber) close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	conns := []net.Conn{s.home}
+	for _, c := range s.shards {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	if s.client != nil {
+		s.client.Close()
+	}
+}
