@@ -176,7 +176,7 @@ func failoverScenario(t *testing.T, strict bool, disrupt func(t *testing.T, e *e
 
 	recoverProbes(t, probes)
 	l.Settle()
-	l.waitOK(t, 500, 20*time.Second)
+	l.waitEveryWorker(t, 5, recoverWait)
 	l.Stop()
 	l.check(t)
 

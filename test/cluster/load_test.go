@@ -65,6 +65,7 @@ type load struct {
 	allowed   map[string]int // error code -> count
 	errs      []int          // per worker: error replies
 	okSettled []int          // per worker: successes of requests sent after Settle
+	dead      []bool         // per worker: its connection failed
 	kv        map[string]*kvState
 }
 
@@ -120,6 +121,7 @@ func startLoad(t *testing.T, opts loadOptions) *load {
 		stop:      make(chan struct{}),
 		allowed:   map[string]int{},
 		okSettled: make([]int, workers),
+		dead:      make([]bool, workers),
 		errs:      make([]int, workers),
 		kv:        map[string]*kvState{},
 	}
@@ -176,6 +178,33 @@ func (l *load) waitOK(t *testing.T, n int64, d time.Duration) {
 	}
 }
 
+// waitEveryWorker waits until every worker whose connection is alive has
+// had n requests succeed since Settle, at most d: the proxy serves every
+// connection it had before the disruption.
+func (l *load) waitEveryWorker(t *testing.T, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		var behind []string
+		l.mu.Lock()
+		for w, ok := range l.okSettled {
+			if ok < n && !l.dead[w] {
+				behind = append(behind, fmt.Sprintf("worker %d: %d", w, ok))
+			}
+		}
+		l.mu.Unlock()
+		if len(behind) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.Stop()
+			t.Fatalf("load: within %v of the proxy's recovery, these connections had fewer than %d successful requests: %s; failures so far:\n%s",
+				d, n, strings.Join(behind, ", "), lines(l.failureList(20)))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (l *load) stopped() bool {
 	select {
 	case <-l.stop:
@@ -226,6 +255,9 @@ func (l *load) do(worker int, c *testenv.Conn, args ...string) ([]byte, outcome)
 	after := settled != 0 && sent > settled
 	if err != nil {
 		l.fail("worker %d: %s: connection failed: %v (the proxy must keep serving its clients' connections)", worker, show(args), err)
+		l.mu.Lock()
+		l.dead[worker] = true
+		l.mu.Unlock()
 		return reply, dead
 	}
 	if redirect(reply) {

@@ -128,7 +128,7 @@ func TestReshardUnderLoad(t *testing.T) {
 
 	recoverProbes(t, probes)
 	l.Settle()
-	l.waitOK(t, 500, 20*time.Second)
+	l.waitEveryWorker(t, 5, recoverWait)
 	l.Stop()
 	l.check(t)
 
