@@ -19,8 +19,9 @@
 # --cluster: a 3-master/3-replica Redis Cluster (scripts/redis-cluster.sh) and
 # fenceproxy --backend naming its masters (--min-replicas 1), then, alternating:
 #   - redis-benchmark --cluster straight at the cluster (its 50 clients spread over
-#     the masters, each on keys of its node's slots) vs plain redis-benchmark at the
-#     proxy, -t set,get at -P 1 and -P 16, each twice, the better run counts;
+#     the masters, each on keys of its node's slots, one thread per master) vs plain
+#     redis-benchmark (one thread) at the proxy, -t set,get at -P 1 and -P 16, each
+#     twice, the better run counts;
 #   - MSET of 10 random keys (so across slots; the proxy splits it) at -P 1 and
 #     -P 16 through the proxy only: the cluster answers such an MSET with CROSSSLOT;
 #   - scripts/lockbench against the proxy: fenceproxy distinct and hot, and the
@@ -309,7 +310,9 @@ main_cluster() {
 	go build -o "$tmp/lockbench" ./scripts/lockbench
 
 	cluster_started=1
-	scripts/redis-cluster.sh start "$tmp/cluster" >&2
+	# A second try: a node's bus port (port + 10000, in 30000-39999) can be taken by
+	# an outgoing connection's ephemeral port between the check and the bind.
+	scripts/redis-cluster.sh start "$tmp/cluster" >&2 || scripts/redis-cluster.sh start "$tmp/cluster" >&2
 	# shellcheck disable=SC1091
 	source "$tmp/cluster/env"
 	local seed=${SEEDS%%,*}
@@ -356,7 +359,8 @@ main_cluster() {
 	done
 	row "lock distinct vs recipe via proxy" distinct/redis-via-proxy distinct/fenceproxy
 	row "lock hot (handoffs/s)" "-" hot/fenceproxy
-	echo "(cluster: redis-benchmark --cluster at the masters; MSET across slots only through the proxy (the cluster says CROSSSLOT);"
+	echo "(cluster: redis-benchmark --cluster at the masters (it runs a thread per master; against the proxy, one thread; its"
+	echo " rates move in steps of about n per 0.25 s); MSET across slots only through the proxy (the cluster says CROSSSLOT);"
 	echo " recipe via proxy: lockbench -system redis (SET NX PX + Lua release) through the same proxy; hot: latency is the acquire wait;"
 	echo " errors: recipe ${errs[distinct/redis-via-proxy]:-0}, fenceproxy ${errs[distinct/fenceproxy]:-0}+${errs[hot/fenceproxy]:-0} (distinct+hot))"
 

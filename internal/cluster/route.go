@@ -45,9 +45,18 @@ type Request struct {
 // Send forwards r and lands its reply, as Redis wrote it, in p.
 func (c *Cluster) Send(r Request, p *protocol.Pending) {
 	f := flightPool.Get().(*flight)
-	*f = flight{c: c, req: r, client: p, start: len(p.Buf), began: time.Now()}
-	f.sub = protocol.NewPendingFunc(f.replied)
+	f.c, f.req, f.client, f.start, f.began = c, r, p, len(p.Buf), time.Now()
 	f.send(c.target(r.Slot), false)
+}
+
+// Forward is Send for a request given as arguments: it encodes them into a
+// buffer it reuses.
+func (c *Cluster) Forward(slot int, resp3 bool, connID int64, args [][]byte, p *protocol.Pending) {
+	f := flightPool.Get().(*flight)
+	f.buf = backend.AppendCommand(f.buf[:0], args)
+	f.c, f.client, f.start, f.began = c, p, len(p.Buf), time.Now()
+	f.req = Request{Slot: slot, RESP3: resp3, ConnID: connID, Encoded: f.buf}
+	f.send(c.target(slot), false)
 }
 
 // target is the master of slot, or the first master for -1.
@@ -61,15 +70,25 @@ func (c *Cluster) target(slot int) *Node {
 	return c.MasterForSlot(slot)
 }
 
-var flightPool = sync.Pool{New: func() any { return new(flight) }}
+var flightPool sync.Pool
 
-// flight is a Request in progress.
+func init() {
+	flightPool.New = func() any {
+		f := new(flight)
+		f.sub = protocol.NewPendingFunc(f.replied)
+		return f
+	}
+}
+
+// flight is a Request in progress. Flights are reused: sub (whose Done is
+// f.replied) and buf live as long as the flight.
 type flight struct {
 	c      *Cluster
 	req    Request
 	client *protocol.Pending
 	sub    *protocol.Pending
-	start  int // len(client.Buf) before the reply
+	buf    []byte // Forward's encoding of the request
+	start  int    // len(client.Buf) before the reply
 	began  time.Time
 	tries  int
 	pause  time.Duration
@@ -103,7 +122,10 @@ func (f *flight) replied() {
 	}
 	f.client.Buf = f.sub.Buf
 	p := f.client
-	*f = flight{}
+	f.c, f.req, f.client, f.sub.Buf, f.tries, f.pause = nil, Request{}, nil, nil, 0, 0
+	if cap(f.buf) > 64<<10 {
+		f.buf = nil
+	}
 	flightPool.Put(f)
 	p.Done()
 }

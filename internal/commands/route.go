@@ -68,20 +68,21 @@ func sha1Hex(s string) string {
 
 // route forwards a request in front of a Redis Cluster.
 func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) {
-	name := lowerName(args[0])
-	if b, ok := broadcasts[name]; ok {
+	var lower [32]byte
+	name := lowerInto(lower[:0], args[0])
+	if b, ok := broadcasts[string(name)]; ok {
 		if b.applies(args) {
 			h.broadcast(c, s, args, b.merge, p)
 			return
 		}
 	}
-	if name == "scan" {
+	if string(name) == "scan" {
 		h.scan(c, s, args, p)
 		return
 	}
 	slot := -1
 	var positions []int
-	if cmd := h.opts.Keys.Lookup(name); cmd != nil {
+	if cmd := h.opts.Keys.LookupBytes(args[0]); cmd != nil {
 		var buf [16]int
 		positions = cmd.Keys(buf[:0], args)
 	}
@@ -96,14 +97,11 @@ func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *protocol
 		}
 	}
 	if cross {
-		h.crossSlot(c, s, name, args, positions, p)
+		h.crossSlot(c, s, string(name), args, positions, p)
 		return
 	}
 	h.opts.Metrics.PassthroughCommands.Inc()
-	h.opts.Cluster.Send(cluster.Request{
-		Slot: slot, RESP3: s != nil && s.resp3, ConnID: c.ID,
-		Encoded: backend.AppendCommand(nil, args),
-	}, p)
+	h.opts.Cluster.Forward(slot, s != nil && s.resp3, c.ID, args, p)
 }
 
 // crossSlot serves a request whose keys span slots: split it if its
@@ -311,6 +309,18 @@ func mergeOK(parts [][]byte, _ [][2]int, dst []byte) []byte {
 		return append(dst, e...)
 	}
 	return append(dst, parts[0]...)
+}
+
+// lowerInto appends b in lower case to dst (for map lookups that do not
+// allocate).
+func lowerInto(dst, b []byte) []byte {
+	for _, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
 
 func lowerName(b []byte) string {
