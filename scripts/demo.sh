@@ -4,6 +4,9 @@
 #   scripts/demo.sh          build, start Redis (master + replica) and fenceproxy,
 #                            run a scripted redis-cli session, stop everything
 #   scripts/demo.sh --keep   the same, but leave it all running to play with
+#   scripts/demo.sh --cluster [--keep]
+#                            the same in front of a Redis Cluster (3 masters,
+#                            3 replicas) instead of one master
 #   scripts/demo.sh stop     stop what a --keep run left running
 #
 # State lives under ./tmp/demo (pids, logs) and ./tmp/demo-data (the fence
@@ -15,6 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 readonly STATE=./tmp/demo
 readonly REDIS_DIR=$STATE/redis
+readonly CLUSTER_DIR=$STATE/cluster
 readonly DATA_DIR=./tmp/demo-data
 readonly PIDFILE=$STATE/fenceproxy.pid
 readonly LOG=$STATE/fenceproxy.log
@@ -58,22 +62,26 @@ stop_all() {
 		echo "stopped fenceproxy (pid $pid)"
 	fi
 	rm -f "$PIDFILE" "$STATE/env"
-	scripts/redis-local.sh stop "$REDIS_DIR"
+	[[ -d $REDIS_DIR ]] && scripts/redis-local.sh stop "$REDIS_DIR"
+	[[ -d $CLUSTER_DIR ]] && scripts/redis-cluster.sh stop "$CLUSTER_DIR"
+	return 0
 }
 
 if [[ ${1:-} == stop ]]; then
 	stop_all
 	exit 0
 fi
-keep=false
-case ${1:-} in
---keep) keep=true ;;
-"") ;;
-*)
-	echo "usage: $0 [--keep] | stop" >&2
-	exit 2
-	;;
-esac
+keep=false cluster=false
+for arg in "$@"; do
+	case $arg in
+	--keep) keep=true ;;
+	--cluster) cluster=true ;;
+	*)
+		echo "usage: $0 [--cluster] [--keep] | stop" >&2
+		exit 2
+		;;
+	esac
+done
 
 if proxy_alive; then
 	echo "demo: already running (pid $(<"$PIDFILE")); run: scripts/demo.sh stop" >&2
@@ -100,17 +108,26 @@ if [[ -z $bin ]]; then
 	bin=./bin/fenceproxy
 fi
 
-echo "== starting Redis master + replica"
-scripts/redis-local.sh start "$REDIS_DIR"
-# shellcheck source=/dev/null
-source "$REDIS_DIR/env"
+if [[ $cluster == true ]]; then
+	echo "== starting a Redis Cluster: 3 masters, 3 replicas"
+	scripts/redis-cluster.sh start "$CLUSTER_DIR"
+	# shellcheck source=/dev/null
+	source "$CLUSTER_DIR/env"
+	BACKEND=$SEEDS
+else
+	echo "== starting Redis master + replica"
+	scripts/redis-local.sh start "$REDIS_DIR"
+	# shellcheck source=/dev/null
+	source "$REDIS_DIR/env"
+	BACKEND=$MASTER_ADDR
+fi
 
 port=$(pick_port 7379)
 metrics_port=$(pick_port 9121)
-echo "== starting fenceproxy on 127.0.0.1:$port (backend $MASTER_ADDR, metrics 127.0.0.1:$metrics_port)"
+echo "== starting fenceproxy on 127.0.0.1:$port (backend $BACKEND, metrics 127.0.0.1:$metrics_port)"
 nohup "$bin" \
 	--listen "127.0.0.1:$port" \
-	--backend "$MASTER_ADDR" \
+	--backend "$BACKEND" \
 	--data-dir "$DATA_DIR" \
 	--min-replicas 1 \
 	--replica-timeout 500ms \
@@ -168,6 +185,16 @@ cli SET greeting hello
 cli GET greeting
 check "the value just set" reply_is '"hello"'
 
+if [[ $cluster == true ]]; then
+	echo
+	echo "== in front of a cluster, keys in many slots still look like one Redis"
+	cli MSET user:1 ann user:2 bob user:3 cy
+	cli MGET user:1 user:2 user:3
+	check "all three values, in order" reply_is $'1) "ann"\n2) "bob"\n3) "cy"'
+	cli DEL user:1 user:2 user:3
+	check "3 keys deleted across the masters" reply_is "(integer) 3"
+fi
+
 echo
 echo "== worker-a takes the lock; the reply is its fencing token"
 cli LOCK.ACQUIRE orders:42 worker-a 5000
@@ -217,7 +244,7 @@ if [[ $keep == true ]]; then
 Everything is still running:
   fenceproxy   redis-cli -p $port          (log: $LOG)
   metrics      curl -s http://127.0.0.1:$metrics_port/metrics
-  redis        master $MASTER_ADDR, replica $REPLICA_ADDR
+  redis        $BACKEND
 Stop it all:   scripts/demo.sh stop
 MSG
 fi

@@ -9,8 +9,9 @@
 # log and nodes-N.conf, and env, a shell-sourceable file:
 #   SEEDS=127.0.0.1:PORT,...   the masters, for fenceproxy --backend
 #   NODES=127.0.0.1:PORT,...   all six nodes
-# Each node's cluster bus is on its port + 10000 (Redis's default), so both
-# must be free. No persistence: --save "" --appendonly no.
+# Each node's cluster bus gets a free port of its own (--cluster-port), also
+# below Linux's ephemeral range: Redis's default, port + 10000, would land in
+# it and clash with outgoing connections. No persistence.
 set -euo pipefail
 
 readonly WAIT_SECS=20
@@ -25,12 +26,12 @@ PROG=redis-cluster
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# start_one N PORT: start cluster node N on PORT and wait for PING.
+# start_one N PORT BUSPORT: start cluster node N on PORT and wait for PING.
 start_one() {
 	rm -f "$dir/nodes-$1.conf"
 	start_redis "node$1" "$2" \
 		--cluster-enabled yes --cluster-config-file "nodes-$1.conf" \
-		--cluster-node-timeout 1000
+		--cluster-port "$3" --cluster-node-timeout 1000
 }
 
 # fail MSG: show the logs, stop whatever was started, exit 1.
@@ -73,9 +74,13 @@ do_start() {
 	rm -f "$dir"/*.rdb "$dir"/nodes-*.conf "$dir/env" "$dir/create.out"
 
 	ports=()
+	local bus
 	for ((n = 1; n <= NODES; n++)); do
-		ports+=("$(free_port 10000)")
-		start_one "$n" "${ports[n - 1]}"
+		ports+=("$(free_port)")
+		bus=$(free_port)
+		ports+=("$bus") # handed out: free_port skips it from now on
+		start_one "$n" "${ports[-2]}" "$bus"
+		unset 'ports[-1]'
 	done
 
 	local addrs=() port
