@@ -310,8 +310,8 @@ main_cluster() {
 	go build -o "$tmp/lockbench" ./scripts/lockbench
 
 	cluster_started=1
-	# A second try: a node's bus port (port + 10000, in 30000-39999) can be taken by
-	# an outgoing connection's ephemeral port between the check and the bind.
+	# A second try: a port redis-cluster.sh found free can still be taken before
+	# the node binds it.
 	scripts/redis-cluster.sh start "$tmp/cluster" >&2 || scripts/redis-cluster.sh start "$tmp/cluster" >&2
 	# shellcheck disable=SC1091
 	source "$tmp/cluster/env"

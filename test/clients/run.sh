@@ -130,8 +130,8 @@ install_java() {
 if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 	go build -o "$tmp/fenceproxy" ./cmd/fenceproxy || die "go build ./cmd/fenceproxy failed"
 	if ((cluster)); then
-		# A second try: a node's bus port (port + 10000, in 30000-39999) can be taken by
-		# an outgoing connection's ephemeral port between the check and the bind.
+		# A second try: a port redis-cluster.sh found free can still be taken before
+		# the node binds it.
 		scripts/redis-cluster.sh start "$tmp/cluster" >/dev/null ||
 			scripts/redis-cluster.sh start "$tmp/cluster" >/dev/null || die "scripts/redis-cluster.sh start failed (twice)"
 		# shellcheck disable=SC1091
