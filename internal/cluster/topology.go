@@ -54,6 +54,7 @@ type Cluster struct {
 type view struct {
 	slots   [SlotCount]*Node // nil: no master reachable for the slot
 	masters []*Node          // ordered by their first slot
+	first   map[*Node]int    // each master's first slot
 }
 
 // connectCluster builds the topology from the seeds and connects to every
@@ -96,6 +97,14 @@ func (c *Cluster) MasterForSlot(slot int) *Node { return c.view.Load().slots[slo
 
 // Masters returns the masters, ordered by their first slot.
 func (c *Cluster) Masters() []*Node { return c.view.Load().masters }
+
+// SlotOn returns a slot that n masters (its first), or -1.
+func (c *Cluster) SlotOn(n *Node) int {
+	if slot, ok := c.view.Load().first[n]; ok {
+		return slot
+	}
+	return -1
+}
 
 // Mode is "cluster".
 func (c *Cluster) Mode() string { return "cluster" }
@@ -205,10 +214,10 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	}
 	// Masters in order of their first slot: stable across refreshes, so a
 	// SCAN cursor (which names a master by position) stays meaningful.
-	seen := make(map[*Node]bool)
-	for _, n := range nv.slots {
-		if n != nil && !seen[n] {
-			seen[n] = true
+	nv.first = make(map[*Node]int)
+	for slot, n := range nv.slots {
+		if _, seen := nv.first[n]; n != nil && !seen {
+			nv.first[n] = slot
 			nv.masters = append(nv.masters, n)
 		}
 	}

@@ -39,6 +39,7 @@ type session struct {
 	// lock request for it; entries go away as requests finish. cancels ends
 	// the lock requests in flight when the client goes away.
 	mu      sync.Mutex
+	waiting []*backend.Conn // WAIT's connections to every master of a cluster
 	running map[string]chan struct{}
 	cancels map[*context.CancelFunc]struct{}
 }

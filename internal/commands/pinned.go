@@ -2,8 +2,10 @@ package commands
 
 import (
 	"bytes"
+	"strconv"
 	"sync"
 
+	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
@@ -192,12 +194,17 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		h.sendPinned(s, args, p) // queued, so it will not block
 		return
 	}
+	isWait := len(args[0]) == 4
+	if isWait && h.opts.Cluster != nil {
+		h.waitEveryMaster(c, s, args, p)
+		return
+	}
 	if !h.pin(c, s, args, p) {
 		return
 	}
 	c.MayBlock()
-	if len(args[0]) == 4 { // WAIT
-		h.waitPrelude(s)
+	if isWait {
+		h.waitPrelude(s, h.opts.KeyPrefix+"wait-offset")
 	}
 	h.sendPinned(s, args, p)
 }
@@ -207,12 +214,84 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 // writes went over shared connections. One write of our own on the pinned
 // connection just before WAIT has a replication offset past all of them, so
 // WAIT then covers them.
-func (h *Handler) waitPrelude(s *session) {
-	var done sync.WaitGroup
-	done.Add(1)
-	s.pinned.Do([][]byte{
-		[]byte("SET"), []byte(h.opts.KeyPrefix + "wait-offset"), []byte("1"), []byte("PX"), []byte("1"),
-	}, protocol.NewPending(&done)) // its reply is not the client's
+func (h *Handler) waitPrelude(s *session, key string) {
+	writePrelude(s.pinned, key)
+}
+
+func writePrelude(conn *backend.Conn, key string) {
+	conn.Do([][]byte{
+		[]byte("SET"), []byte(key), []byte("1"), []byte("PX"), []byte("1"),
+	}, protocol.NewPendingFunc(func() {})) // its reply is not the client's
+}
+
+// waitEveryMaster is WAIT in front of a Redis Cluster: the client's writes
+// went to every master, so WAIT runs on each (after a write of our own in a
+// slot of that master, as in waitPrelude) and the answer is the smallest
+// count: every write of the client reached at least that many replicas of
+// its master. The connections are the client's own while it waits.
+func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) {
+	c.WaitReplies(p)
+	masters := h.opts.Cluster.Masters()
+	conns := make([]*backend.Conn, 0, len(masters))
+	for _, n := range masters {
+		conn, err := n.Pinned(s.resp3)
+		if err != nil {
+			for i, c := range conns {
+				masters[i].Unpin(c, s.resp3, true)
+			}
+			replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+			return
+		}
+		conns = append(conns, conn)
+	}
+	s.mu.Lock()
+	s.waiting = conns
+	s.mu.Unlock()
+	c.MayBlock()
+	parts := make([]*protocol.Pending, len(conns))
+	var mu sync.Mutex
+	left := len(conns)
+	for i := range conns {
+		parts[i] = protocol.NewPendingFunc(func() {
+			mu.Lock()
+			left--
+			last := left == 0
+			mu.Unlock()
+			if !last {
+				return
+			}
+			s.mu.Lock()
+			s.waiting = nil
+			s.mu.Unlock()
+			least := int64(-1)
+			var bad []byte
+			for i, part := range parts {
+				v, err := backend.ParseValue(part.Buf)
+				n, ok := v.(int64)
+				if (err != nil || !ok) && bad == nil {
+					bad = part.Buf
+				}
+				if ok && (least < 0 || n < least) {
+					least = n
+				}
+				masters[i].Unpin(conns[i], s.resp3, err == nil)
+			}
+			if bad != nil {
+				p.Buf = append(p.Buf, bad...)
+			} else {
+				p.Buf = append(p.Buf, ':')
+				p.Buf = strconv.AppendInt(p.Buf, least, 10)
+				p.Buf = append(p.Buf, "\r\n"...)
+			}
+			p.Done()
+		})
+	}
+	h.opts.Metrics.PassthroughCommands.Inc()
+	for i, conn := range conns {
+		slot := h.opts.Cluster.SlotOn(masters[i])
+		writePrelude(conn, h.opts.KeyPrefix+"wait-offset"+keys.TagForSlot(slot))
+		conn.Do(args, parts[i])
+	}
 }
 
 // BatchDone gives back a connection the client no longer needs once every
@@ -236,6 +315,11 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 	if s.pinned != nil {
 		s.pinned.Close()
 	}
+	s.mu.Lock()
+	for _, c := range s.waiting {
+		c.Close()
+	}
+	s.mu.Unlock()
 	s.cancelLocks()
 }
 

@@ -310,3 +310,12 @@ func TestKeysNoAlloc(t *testing.T) {
 		}
 	}
 }
+
+func TestTagForSlot(t *testing.T) {
+	for slot := 0; slot < Slots; slot++ {
+		tag := TagForSlot(slot)
+		if got := SlotOf([]byte("prefix" + tag + "suffix")); got != slot {
+			t.Fatalf("TagForSlot(%d) = %q, whose slot is %d", slot, tag, got)
+		}
+	}
+}

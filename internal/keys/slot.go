@@ -1,5 +1,10 @@
 package keys
 
+import (
+	"strconv"
+	"sync"
+)
+
 // Slots is the number of hash slots of Redis Cluster.
 const Slots = 16384
 
@@ -51,3 +56,24 @@ var crc16Table = func() (t [256]uint16) {
 	}
 	return t
 }()
+
+// TagForSlot returns a short hash tag, "{" + tag + "}", whose slot is slot:
+// for keys the proxy writes on a given master of its own accord.
+func TagForSlot(slot int) string {
+	tagsOnce.Do(func() {
+		left := Slots
+		for i := 0; left > 0; i++ {
+			tag := strconv.Itoa(i)
+			if s := SlotOf([]byte(tag)); slotTags[s] == "" {
+				slotTags[s] = "{" + tag + "}"
+				left--
+			}
+		}
+	})
+	return slotTags[slot&(Slots-1)]
+}
+
+var (
+	tagsOnce sync.Once
+	slotTags [Slots]string
+)

@@ -1,0 +1,35 @@
+package cluster
+
+import (
+	"testing"
+)
+
+// TestWaitCoversEveryMaster: a client's writes go to every master, so WAIT
+// must count the replicas of each. With one replica per master WAIT 1
+// answers 1; once one master's replica is gone, WAIT 1 answers 0 although
+// the other masters' replicas acknowledged.
+func TestWaitCoversEveryMaster(t *testing.T) {
+	e := startEnv(t, 1, 0)
+	st := readSlots(t, e.cl)
+	c := e.dial(t)
+	for _, m := range e.cl.Masters {
+		k := st.keysOn(m, "wait:", 1)[0]
+		if got := c.Do("SET", k, "v"); string(got) != "+OK\r\n" {
+			t.Fatalf("SET %s: %q", k, got)
+		}
+	}
+	if got := c.Do("WAIT", "1", "5000"); string(got) != ":1\r\n" {
+		t.Fatalf("WAIT 1 5000 with a replica per master: %q, want :1", got)
+	}
+
+	// Stop the replica of the last master (SIGSTOP: it stays in the
+	// cluster but acknowledges nothing).
+	victim := e.cl.Replicas[len(e.cl.Replicas)-1]
+	victim.Stop()
+	defer victim.Cont()
+	k := st.keysOn(e.cl.Masters[0], "wait:", 1)[0]
+	c.Do("SET", k, "again")
+	if got := c.Do("WAIT", "1", "300"); string(got) != ":0\r\n" {
+		t.Fatalf("WAIT 1 300 with one master's replica stopped: %q, want :0", got)
+	}
+}
