@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"math/rand/v2"
 	"strconv"
 	"sync"
 
@@ -12,7 +13,8 @@ import (
 // they run on every master and the replies merge into what one node
 // holding every key would answer. DBSIZE is summed, KEYS concatenated,
 // FLUSHALL/FLUSHDB/SCRIPT FLUSH/SCRIPT LOAD/FUNCTION LOAD... answer the
-// first error or else the first master's reply, SCRIPT EXISTS is 1 only
+// first error or else the first master's reply, RANDOMKEY a key of a master
+// picked at random, SCRIPT EXISTS is 1 only
 // where every master has the script (so a client that sees 1 can EVALSHA
 // whatever the slot). SCAN (below) walks the masters one after another.
 
@@ -32,6 +34,9 @@ var broadcasts = map[string]broadcastRule{
 	"flushdb":  {nil, mergeOK},
 	"script":   {map[string]bool{"load": true, "flush": true, "exists": true}, mergeScript},
 	"function": {map[string]bool{"load": true, "delete": true, "flush": true, "restore": true}, mergeOK},
+	// RANDOMKEY: one master's key, the master picked at random, so a
+	// cluster whose first master is empty still answers a key.
+	"randomkey": {nil, mergeRandom},
 }
 
 // broadcast sends args to every master and merges the replies into p.
@@ -71,6 +76,22 @@ func (h *Handler) broadcast(c *protocol.Conn, s *session, args [][]byte, m merge
 		}
 		pool.Conn(c.ID).Do(args, parts[i])
 	}
+}
+
+// mergeRandom answers one non-null reply, starting the search at a random
+// master.
+func mergeRandom(parts [][]byte, _ [][2]int, dst []byte) []byte {
+	if e := firstError(parts); e != nil {
+		return append(dst, e...)
+	}
+	at := rand.IntN(len(parts))
+	for i := range parts {
+		r := parts[(at+i)%len(parts)]
+		if r[0] == '$' && r[1] != '-' {
+			return append(dst, r...)
+		}
+	}
+	return append(dst, parts[0]...) // all empty: Redis's own null
 }
 
 // mergeConcat joins arrays (KEYS).

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
 // TestWaitCoversEveryMaster: a client's writes go to every master, so WAIT
@@ -31,5 +33,24 @@ func TestWaitCoversEveryMaster(t *testing.T) {
 	c.Do("SET", k, "again")
 	if got := c.Do("WAIT", "1", "300"); string(got) != ":0\r\n" {
 		t.Fatalf("WAIT 1 300 with one master's replica stopped: %q, want :0", got)
+	}
+}
+
+// TestRandomKeyFindsKeysOnAnyMaster: with every key on one master,
+// RANDOMKEY through the proxy still answers one of them, never null.
+func TestRandomKeyFindsKeysOnAnyMaster(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	c := e.dial(t)
+	if got := c.Do("RANDOMKEY"); string(got) != "$-1\r\n" {
+		t.Fatalf("RANDOMKEY on an empty cluster: %q, want a null", got)
+	}
+	k := st.keysOn(e.cl.Masters[len(e.cl.Masters)-1], "rk:", 1)[0]
+	c.Do("SET", k, "v")
+	for range 20 {
+		got := c.Do("RANDOMKEY")
+		if b, ok := testenv.ParseBulk(got); !ok || string(b) != k {
+			t.Fatalf("RANDOMKEY with one key on the last master: %q, want %q", got, k)
+		}
 	}
 }
