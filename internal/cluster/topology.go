@@ -253,7 +253,10 @@ func (c *Cluster) readSlots(ctx context.Context) ([]shard, string, error) {
 	c.mu.Unlock()
 	var lastErr error
 	for _, addr := range candidates {
-		shards, err := c.slotsFrom(ctx, addr)
+		// A hung node (stopped, or swapping) must not hold up the others.
+		one, cancel := context.WithTimeout(ctx, time.Second)
+		shards, err := c.slotsFrom(one, addr)
+		cancel()
 		if err == nil {
 			return shards, addr, nil
 		}

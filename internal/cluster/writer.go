@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 
@@ -84,7 +85,10 @@ func (w *Write) Acks() (int, error) {
 	w.ack.done.Wait()
 	v, err := decode(w.ack.reply.Buf)
 	if err != nil {
-		return 0, err
+		// Besides a lost connection, Redis itself may end WAIT with an
+		// error: -UNBLOCKED when its master steps down (CLUSTER FAILOVER).
+		// Either way the count is unknown.
+		return 0, fmt.Errorf("%w (WAIT: %v)", ErrOutcomeUnknown, err)
 	}
 	n, ok := v.(int64)
 	if !ok {
