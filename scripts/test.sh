@@ -48,10 +48,13 @@ done < <(grep -rlE '^func Fuzz' --include='*_test.go' internal cmd 2>/dev/null |
 # ---- client compatibility suites ----
 # Real clients (redis-py, ioredis, go-redis, rueidis, redis-cli, redis-benchmark)
 # against a real fenceproxy; test/clients/run.sh installs their packages and ends
-# with one `N passed, M failed` line. SKIP_CLIENT_SUITES=1 leaves them out.
+# with one `N passed, M failed` line; --cluster runs them again with fenceproxy
+# in front of a 3+3 Redis Cluster. SKIP_CLIENT_SUITES=1 leaves them out.
 if [[ -z ${SKIP_CLIENT_SUITES:-} ]]; then
 	echo "== client compatibility suites"
 	test/clients/run.sh
+	echo "== client compatibility suites, in front of a Redis Cluster"
+	test/clients/run.sh --cluster
 fi
 # ---- end client compatibility suites ----
 echo "== all tests passed"
