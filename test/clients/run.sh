@@ -23,9 +23,10 @@
 # their environment; the Java suite's main class is then fenceproxy.ClusterSuite
 # (Suite's cases plus keys spread over many slots: cross-slot MSET/MGET/DEL, CROSSSLOT,
 # Redisson's one-EVAL watchdog renewal of 30 locks in 30 slots). With FENCEPROXY_ADDR
-# and --cluster, the running proxy is taken to front a cluster. A few cases of the
-# other suites test what a Redis Cluster itself does differently (see xfail_re below):
-# in cluster mode their FAIL lines are listed as XFAIL and not counted as failures.
+# and --cluster, the running proxy is taken to front a cluster. The suites keep
+# each run's keys under one hash tag, so their multi-key commands and transactions
+# are valid on a cluster; where Redis Cluster itself answers differently (PUBLISH
+# counts only its own node's subscribers) they accept both answers.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -171,34 +172,6 @@ fi
 # ---- suites --------------------------------------------------------------------------
 total_pass=0
 total_fail=0
-total_xfail=0
-# Cluster mode only: FAIL lines (ERE) that show Redis Cluster's own behaviour, not the
-# proxy's, and why. Only a case's first failure is visible, so each stays narrow.
-xfail_re=(
-	"EVAL redis\.call\('PUBLISH', ch, 'from-lua'\) -> 0 \(want 1\)"
-	": sets: .*SINTER.*(ClusterCrossSlotError|CROSSSLOT)"
-	": tx: .*(ClusterCrossSlotError|CROSSSLOT|EXECABORT)"
-)
-xfail_why=(
-	"PUBLISH counts only the subscribers of the node it runs on (here, from Lua, the channel key's master), as in any Redis Cluster"
-	"SINTER of two keys in two slots gets CROSSSLOT, as from Redis Cluster"
-	"a MULTI over keys in two slots is refused (CROSSSLOT, or EXECABORT after a queued command's error when the slots are on two masters), as by Redis Cluster"
-)
-# xfail NAME OUT: print an XFAIL line for each FAIL line of suite NAME in OUT that
-# xfail_re expects, and the count last.
-xfail() {
-	local name=$1 out=$2 l i n=0
-	while IFS= read -r l; do
-		for i in "${!xfail_re[@]}"; do
-			if [[ $l =~ ${xfail_re[i]} ]]; then
-				echo "XFAIL $name (cluster: ${xfail_why[i]}): ${l#*FAIL }"
-				n=$((n + 1))
-				break
-			fi
-		done
-	done < <(grep -E "(^|[[:space:]])FAIL $name " "$out")
-	echo "$n"
-}
 # suite NAME TIMEOUT CMD...: run CMD, show its output, add its totals line.
 suite() {
 	local name=$1 limit=$2 out=$tmp/$1.out rc line p f t0=$SECONDS
@@ -213,15 +186,6 @@ suite() {
 		if [[ $rc -ne 0 && $f -eq 0 ]]; then
 			echo "FAIL $name: the suite exited $rc with no failed case"
 			f=1
-		fi
-		if ((cluster && f > 0)); then
-			local xf
-			xf=$(xfail "$name" "$out")
-			sed '$d' <<<"$xf"
-			xf=$(tail -n 1 <<<"$xf")
-			((xf > f)) && xf=$f
-			f=$((f - xf))
-			total_xfail=$((total_xfail + xf))
 		fi
 	else
 		echo "FAIL $name: the suite ended (exit $rc$([[ $rc -eq 124 ]] && echo ", timed out after ${limit}s")) without its totals line"
@@ -268,7 +232,6 @@ if [[ -n $proxy_pid ]] && ! kill -0 "$proxy_pid" 2>/dev/null; then
 	tail -n 30 "$tmp/proxy.log"
 	total_fail=$((total_fail + 1))
 fi
-((total_xfail == 0)) || echo "clients: $total_xfail failed case(s) expected in cluster mode (XFAIL above), not counted"
 echo "clients: suites [$SUITES]$( ((cluster)) && echo " (cluster)") took $(($(date +%s) - started))s"
 echo "$total_pass passed, $total_fail failed"
 ((total_fail == 0))

@@ -50,7 +50,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func key(client, name string) string { return "clients:go:" + runID + ":" + client + ":" + name }
+// key names a case's key; one hash tag per run and client, so a case's keys
+// share a slot and multi-key commands and transactions are valid in front of
+// a Redis Cluster too.
+func key(client, name string) string { return "clients:go:{" + runID + ":" + client + "}:" + name }
+
+// published is what a test expects PUBLISH to have counted: in front of a
+// Redis Cluster (run.sh --cluster) PUBLISH counts only the subscribers of the
+// node it runs on, so 0 is as good as 1 there; delivery is checked apart.
+func published(n int64) int64 {
+	if n == 0 && os.Getenv("FENCEPROXY_CLUSTER") == "1" {
+		return 1
+	}
+	return n
+}
 
 // fail reports CALL -> REPLY for CLIENT and stops the case.
 func fail(t *testing.T, client, call string, reply any, want any) {
@@ -558,7 +571,7 @@ func goRedisPubSub(t *testing.T, cl string, c, pub *redis.Client, tag string) {
 		if m := receiveMsg(t, cl, "ReceiveMessage after PUBLISH to the pattern", ps); m.Channel != pch || m.Pattern != pat || m.Payload != "pm" {
 			fail(t, cl, "ReceiveMessage after PUBLISH to the pattern", m, "{pat pch pm}")
 		}
-		if n, err := pub.Eval(ctx, luaPublish, []string{ch}, "from-lua").Int64(); err != nil || n != 1 {
+		if n, err := pub.Eval(ctx, luaPublish, []string{ch}, "from-lua").Int64(); err != nil || published(n) != 1 {
 			fail(t, cl, "EVAL redis.call('PUBLISH', ch, 'from-lua')", orErr(n, err), 1)
 		}
 		if m := receiveMsg(t, cl, "ReceiveMessage after a PUBLISH from Lua", ps); m.Channel != ch || m.Payload != "from-lua" {
@@ -684,7 +697,7 @@ func TestRueidisPubSub(t *testing.T) {
 			fail(t, cl, "PUBLISH ch hello (receivers)", orErr(n, err), 1)
 		}
 		wait("Receive callback after PUBLISH", "hello")
-		if n, err := c.Do(ctx, c.B().Eval().Script(luaPublish).Numkeys(1).Key(ch).Arg("from-lua").Build()).AsInt64(); err != nil || n != 1 {
+		if n, err := c.Do(ctx, c.B().Eval().Script(luaPublish).Numkeys(1).Key(ch).Arg("from-lua").Build()).AsInt64(); err != nil || published(n) != 1 {
 			fail(t, cl, "EVAL redis.call('PUBLISH', ch, 'from-lua')", orErr(n, err), 1)
 		}
 		wait("Receive callback after a PUBLISH from Lua", "from-lua")
