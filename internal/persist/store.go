@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -112,13 +113,18 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", ErrLocked, dir, err)
 	}
-	db, err := pebble.Open(dir, &pebble.Options{
+	popts := &pebble.Options{
 		FS:                 opts.FS,
 		FormatMajorVersion: pebble.FormatNewest,
 		Merger:             maxMerger,
 		Lock:               lock,
 		Logger:             pebbleLogger{s},
-	})
+	}
+	// Most acquires of a resource new to the cache ask for a key that is not
+	// on disk at all (a resource never locked before): Bloom filters let
+	// Pebble answer that without reading data blocks.
+	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("persist: open pebble in %q: %w", dir, err)
