@@ -173,10 +173,10 @@ func run(cfg config) error {
 	startedAt := time.Now()
 	info := func() string {
 		st := store.Stats()
-		return fmt.Sprintf("fenceproxy_mode:%s\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nreplicas_seen:%d\r\n"+
+		return fmt.Sprintf("fenceproxy_mode:%s\r\nmasters:%d\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nreplicas_seen:%d\r\n"+
 			"min_replicas:%d\r\nreplica_timeout_ms:%d\r\nfence_store_healthy:%d\r\ntoken_bound:%d\r\n"+
 			"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
-			be.Mode(), int(time.Since(startedAt).Seconds()), srv.Clients(), fewestReplicas(be),
+			be.Mode(), len(be.Masters()), int(time.Since(startedAt).Seconds()), srv.Clients(), fewestReplicas(be),
 			cfg.minReplicas, cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
 			st.CacheEntries, st.CacheHits, st.CacheMisses)
 	}
