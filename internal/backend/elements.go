@@ -14,7 +14,8 @@ func Elements(raw []byte) (elems [][]byte, ok bool) {
 	if !ok || n < 0 {
 		return nil, false
 	}
-	elems = make([][]byte, 0, n)
+	// n comes from the wire: every element takes at least 3 bytes.
+	elems = make([][]byte, 0, min(n, len(rest)/3))
 	for range n {
 		size, ok := replySize(rest, 0)
 		if !ok {

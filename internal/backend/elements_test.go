@@ -33,3 +33,24 @@ func TestElements(t *testing.T) {
 		}
 	}
 }
+
+// FuzzElements: Elements never panics, and what it splits reassembles into
+// the input behind the array's header.
+func FuzzElements(f *testing.F) {
+	for _, s := range []string{"*0\r\n", "*2\r\n$1\r\na\r\n:1\r\n", "*1\r\n*1\r\n%1\r\n+k\r\n_\r\n", ">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n", "*1\r\n$-1\r\n", "*3\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		elems, ok := Elements(raw)
+		if !ok {
+			return
+		}
+		var body []byte
+		for _, e := range elems {
+			body = append(body, e...)
+		}
+		if !bytes.HasSuffix(raw, body) || bytes.IndexByte(raw[:len(raw)-len(body)], '\n') != len(raw)-len(body)-1 {
+			t.Fatalf("Elements(%q) = %q: not the input after one header line", raw, elems)
+		}
+	})
+}
