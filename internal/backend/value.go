@@ -41,7 +41,7 @@ func parseValue(b []byte, depth int) (any, []byte, error) {
 	if depth > maxReplyDepth || len(b) < 3 {
 		return nil, nil, ErrBadReply
 	}
-	end := 0
+	end := 1 // after the type byte
 	for end < len(b)-1 && !(b[end] == '\r' && b[end+1] == '\n') {
 		end++
 	}
@@ -84,7 +84,7 @@ func parseValue(b []byte, depth int) (any, []byte, error) {
 		if n < 0 {
 			return nil, rest, nil
 		}
-		arr := make([]any, 0, n)
+		arr := make([]any, 0, min(n, len(rest)/3)) // n is from the wire
 		for i := 0; i < n; i++ {
 			v, r, err := parseValue(rest, depth+1)
 			if err != nil {

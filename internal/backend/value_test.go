@@ -34,3 +34,14 @@ func TestParseValue(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseValue: ParseValue never panics nor allocates by a count it was
+// sent rather than the bytes it has.
+func FuzzParseValue(f *testing.F) {
+	for _, s := range []string{"+OK\r\n", ":1\r\n", "$3\r\nabc\r\n", "*2\r\n:1\r\n$-1\r\n", "*1\r\n-ERR x\r\n", "*10000000000000\r\n", "$-1\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ParseValue(raw)
+	})
+}
