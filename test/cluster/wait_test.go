@@ -54,3 +54,30 @@ func TestRandomKeyFindsKeysOnAnyMaster(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionStraysToAnotherMaster: a transaction is bound to the master
+// of its first queued key; a key on another master is refused at queue time
+// (never a MOVED reaching the client) and EXEC aborts, as on Redis Cluster.
+func TestTransactionStraysToAnotherMaster(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	a := st.keysOn(e.cl.Masters[0], "tx:", 1)[0]
+	b := st.keysOn(e.cl.Masters[1], "tx:", 1)[0]
+	c := e.dial(t)
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"MULTI"}, "+OK\r\n"},
+		{[]string{"SET", a, "1"}, "+QUEUED\r\n"},
+		{[]string{"SET", b, "1"}, "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than the transaction's; keep a transaction's keys in one slot with a {hash tag}\r\n"},
+		{[]string{"EXEC"}, "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+		{[]string{"EXISTS", a}, ":0\r\n"},
+		{[]string{"MULTI"}, "+OK\r\n"},
+		{[]string{"EXEC"}, "*0\r\n"},
+	} {
+		if got := c.Do(step.args...); string(got) != step.want {
+			t.Fatalf("%v: %q, want %q", step.args, got, step.want)
+		}
+	}
+}
