@@ -1,20 +1,39 @@
 #!/usr/bin/env bash
-# bench.sh: fenceproxy against direct Redis, on this machine, in one run.
+# bench.sh: fenceproxy against direct Redis and its peers, on this machine, in one run.
 #
-#   scripts/bench.sh           the full run (under 4 minutes)
-#   scripts/bench.sh --quick   small counts, 2 s lock runs (under a minute)
+#   scripts/bench.sh           the full run (about 5 minutes)
+#   scripts/bench.sh --quick   small counts, 2 s lock runs, no memory section (about 2 minutes)
+#   scripts/bench.sh --scale   the full run, with 10 million resources instead of 1 million
+#                              in the memory section (adds 10-15 minutes here)
 #   scripts/bench.sh --cluster [--quick]   fenceproxy in front of a Redis Cluster
 #
-# Builds ./bin/fenceproxy, starts a Redis master + replica (scripts/redis-local.sh)
-# and fenceproxy (--min-replicas 1) in a temp dir, then, alternating the systems:
-#   - redis-benchmark -c 50 -t set,get at -P 1 and -P 16, direct vs through the
-#     proxy, each twice; the better run of each counts;
-#   - scripts/lockbench distinct mode (acquire+release cycles on random resources)
-#     for the Redis recipe, the fenced Redis recipe (Lua SET NX + INCR, WAIT 1)
-#     and fenceproxy; hot mode (one resource, 50 clients) for the fenced recipe
-#     and fenceproxy.
-# Prints every raw result line, then a table. Everything it started is stopped
-# on exit. Loopback only.
+# Installs what is missing from Debian's packages when run as root (redis-server,
+# redis-tools, nutcracker, etcd-server), builds ./bin/fenceproxy and the harnesses,
+# and starts, in a temp dir, all on loopback: a Redis master + replica
+# (scripts/redis-local.sh), fenceproxy in front of it (--min-replicas 1: every
+# grant fsynced and acknowledged by the replica), twemproxy (nutcracker) in front
+# of the same master, and a one-node etcd 3.4. Then, alternating the systems in
+# each round (A B C, A B C) so that the machine's noise hits all alike:
+#   - passthrough: redis-benchmark -c 50 -t set,get at -P 1 and -P 16 against
+#     direct Redis, twemproxy and fenceproxy, two rounds;
+#   - locks, distinct resources: 50 clients loop acquire+release of random
+#     resources (of 100,000): scripts/lockbench for the Redis recipe (SET NX PX,
+#     Lua compare-and-delete), the fenced Redis recipe (Lua SET NX + INCR, then
+#     WAIT 1) and fenceproxy (LOCK.ACQUIRE/LOCK.RELEASE); scripts/etcdbench for
+#     etcd's concurrency.Mutex; two rounds (one with --quick);
+#   - hot lock: the same harnesses, 50 clients on one resource: the fenced recipe
+#     polling every 1-3 ms, etcd Mutex.Lock, fenceproxy LOCK.ACQUIRE ... WAIT;
+#   - memory (not with --quick): fenceproxy's RSS with 10,000 idle clients
+#     (scripts/idleclients, against the proxy above), and the RSS of a fresh
+#     fenceproxy after 1M (--scale: 10M) distinct resources were locked once
+#     (scripts/lockload: 64 connections, pipelined LOCK.ACQUIRE, 2 s leases).
+#     That proxy runs with --min-replicas 0 (fsync, no replica wait) so the load
+#     is bounded by the proxy, not by WAIT.
+# Each figure is the better of the rounds (the higher rate; its latencies with
+# it). Prints every raw result line, then one table per section, and writes
+# docs/bench/latest.tsv and docs/bench/latest.svg (--quick: docs/bench/quick.*;
+# --cluster writes no file). Everything it started is stopped by pid on exit,
+# also on failure.
 #
 # --cluster: a 3-master/3-replica Redis Cluster (scripts/redis-cluster.sh) and
 # fenceproxy --backend naming its masters (--min-replicas 1), then, alternating:
@@ -28,25 +47,27 @@
 #     plain Redis recipe (SET NX PX + Lua release) through the same proxy for scale
 #     (lockbench speaks to one node, so no lock figure is taken straight from the cluster).
 # A redis-benchmark run that gets error replies is reported as FAIL and the script
-# exits non-zero after the table.
+# exits non-zero after the tables.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
-	echo "usage: $0 [--quick] [--cluster]" >&2
+	echo "usage: $0 [--quick | --scale] [--cluster]" >&2
 	exit 2
 }
 
-quick=0 cluster=0
+quick=0 cluster=0 scale=0
 for arg in "$@"; do
 	case $arg in
 	--quick) quick=1 ;;
 	--cluster) cluster=1 ;;
+	--scale) scale=1 ;;
 	*) usage ;;
 	esac
 done
 [[ $# -le 2 ]] || usage
+((!(quick && scale))) || usage
 
 readonly CLIENTS=50
 if ((quick)); then
@@ -54,7 +75,15 @@ if ((quick)); then
 else
 	readonly N_P1=100000 N_P16=500000 LOCK_DUR=5s LOCK_REPS=2 RB_REPS=2
 fi
+readonly IDLE_CLIENTS=10000
+if ((scale)); then
+	readonly LOAD_N=10000000 LOAD_TIMEOUT=30m
+else
+	readonly LOAD_N=1000000 LOAD_TIMEOUT=5m
+fi
 readonly WAIT_SECS=15
+# Targets (issue 5), drawn in the plot: RSS with 10,000 idle clients, and after 10M resources.
+readonly TARGET_IDLE_MIB=200 TARGET_LOAD_MIB=256
 
 PROG=bench
 # shellcheck source=scripts/lib.sh
@@ -70,19 +99,34 @@ tmp=""
 proxy_pid=""
 redis_started=0
 cluster_started=0
+# Other processes this run started: "name pid" each, stopped by pid on exit.
+others=()
+ports=()
+
+# stop_pid NAME PID: SIGTERM, up to 10 s, then SIGKILL; only our own child.
+stop_pid() {
+	local name=$1 pid=$2 i
+	kill -0 "$pid" 2>/dev/null || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	log "stopped $name (pid $pid)"
+}
 
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	if [[ -n $proxy_pid ]] && kill -0 "$proxy_pid" 2>/dev/null; then
-		kill -TERM "$proxy_pid" 2>/dev/null || true
-		local i
-		for ((i = 0; i < 100; i++)); do
-			kill -0 "$proxy_pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$proxy_pid" 2>/dev/null || true
-		wait "$proxy_pid" 2>/dev/null || true
+	local entry
+	for entry in "${others[@]}"; do
+		# shellcheck disable=SC2086
+		stop_pid $entry
+	done
+	if [[ -n $proxy_pid ]]; then
+		stop_pid fenceproxy "$proxy_pid"
 	fi
 	if ((redis_started)); then
 		scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true
@@ -99,16 +143,36 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# need_tools [PKG:COMMAND...]: redis-benchmark, redis-cli, go, and each COMMAND
+# (from Debian package PKG), installed with apt-get when root.
 need_tools() {
-	if ! command -v redis-benchmark >/dev/null || ! command -v redis-cli >/dev/null; then
+	local want=("redis-tools:redis-benchmark" "redis-tools:redis-cli" "redis-server:redis-server" "$@")
+	local pkgs=() w
+	for w in "${want[@]}"; do
+		command -v "${w#*:}" >/dev/null || pkgs+=("${w%%:*}")
+	done
+	if ((${#pkgs[@]} > 0)); then
+		# shellcheck disable=SC2207
+		pkgs=($(printf '%s\n' "${pkgs[@]}" | sort -u))
 		if [[ ${EUID} -eq 0 ]]; then
-			log "installing redis-tools"
-			apt-get update && apt-get install -y redis-tools
+			log "installing ${pkgs[*]}"
+			# Debian's etcd-server would start a system etcd where there is an
+			# init system; this run starts its own on other ports either way.
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" >&2
 		else
-			die "redis-benchmark not found; install it: sudo apt-get install -y redis-tools"
+			die "missing commands; install them: sudo apt-get install -y ${pkgs[*]}"
 		fi
 	fi
 	command -v go >/dev/null || die "go not found"
+}
+
+# raise_nofile N: raise the open-file limit to at least N (root may raise the hard limit).
+raise_nofile() {
+	local need=$1
+	if (($(ulimit -n) < need)); then
+		ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	fi
+	(($(ulimit -n) >= need)) || log "open-file limit $(ulimit -n) < $need: the idle-client test may fail"
 }
 
 proxy_alive() {
@@ -122,26 +186,100 @@ check_proxy() {
 	exit 1
 }
 
-start_proxy() {
-	local port i
-	port=$(free_port)
-	PROXY_ADDR=127.0.0.1:$port
-	./bin/fenceproxy --listen "$PROXY_ADDR" --backend "${SEEDS:-$MASTER_ADDR}" \
-		--data-dir "$tmp/data" --min-replicas 1 --metrics-listen '' \
-		>"$tmp/fenceproxy.log" 2>&1 &
-	proxy_pid=$!
+# wait_ping ADDR PID NAME LOG: wait until ADDR answers PING, or die.
+wait_ping() {
+	local addr=$1 pid=$2 name=$3 logf=$4 i
 	for ((i = 0; i < WAIT_SECS * 10; i++)); do
-		check_proxy
-		if [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]]; then
+		if ! kill -0 "$pid" 2>/dev/null; then
+			tail -n 20 "$logf" >&2 || true
+			die "$name (pid $pid) exited at start"
+		fi
+		if [[ "$(redis-cli -h "${addr%:*}" -p "${addr##*:}" ping 2>/dev/null)" == PONG ]]; then
 			return
 		fi
 		sleep 0.1
 	done
-	die "fenceproxy did not answer PING on $PROXY_ADDR within ${WAIT_SECS}s"
+	die "$name did not answer PING on $addr within ${WAIT_SECS}s"
 }
 
-# Results: best[key]=rps and lat[key]="p50 p99", key = TEST/P/TARGET or lock key.
-declare -A best=() lat=() errs=()
+start_proxy() {
+	local port
+	port=$(free_port)
+	PROXY_ADDR=127.0.0.1:$port
+	./bin/fenceproxy --listen "$PROXY_ADDR" --backend "${SEEDS:-$MASTER_ADDR}" \
+		--data-dir "$tmp/data" --min-replicas 1 --metrics-listen '' \
+		--max-clients $((IDLE_CLIENTS + 1000)) \
+		>"$tmp/fenceproxy.log" 2>&1 &
+	proxy_pid=$!
+	wait_ping "$PROXY_ADDR" "$proxy_pid" fenceproxy "$tmp/fenceproxy.log"
+}
+
+# start_twemproxy: nutcracker in the foreground (so $! is its pid), one pool in
+# front of the master, stats on a loopback port.
+start_twemproxy() {
+	local port sport
+	port=$(free_port)
+	ports+=("$port")
+	sport=$(free_port)
+	TWEM_ADDR=127.0.0.1:$port
+	cat >"$tmp/nutcracker.yml" <<YML
+bench:
+  listen: $TWEM_ADDR
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  preconnect: true
+  auto_eject_hosts: false
+  timeout: 5000
+  servers:
+   - $MASTER_ADDR:1
+YML
+	nutcracker -c "$tmp/nutcracker.yml" -s "$sport" -a 127.0.0.1 -v 4 >"$tmp/nutcracker.log" 2>&1 &
+	TWEM_PID=$!
+	others+=("twemproxy $TWEM_PID")
+	wait_ping "$TWEM_ADDR" "$TWEM_PID" twemproxy "$tmp/nutcracker.log"
+}
+
+# start_etcd: a one-node etcd on loopback, its data in the temp dir.
+start_etcd() {
+	local cport pport i
+	cport=$(free_port)
+	ports+=("$cport")
+	pport=$(free_port)
+	ETCD_ADDR=127.0.0.1:$cport
+	etcd --name bench --data-dir "$tmp/etcd" \
+		--listen-client-urls "http://$ETCD_ADDR" --advertise-client-urls "http://$ETCD_ADDR" \
+		--listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+		--initial-cluster "bench=http://127.0.0.1:$pport" --initial-cluster-state new \
+		--logger zap --log-level warn >"$tmp/etcd.log" 2>&1 &
+	ETCD_PID=$!
+	others+=("etcd $ETCD_PID")
+	for ((i = 0; i < WAIT_SECS * 10; i++)); do
+		kill -0 "$ETCD_PID" 2>/dev/null || {
+			tail -n 20 "$tmp/etcd.log" >&2
+			die "etcd exited at start"
+		}
+		if etcd_healthy "$cport"; then
+			return
+		fi
+		sleep 0.1
+	done
+	die "etcd not healthy on $ETCD_ADDR within ${WAIT_SECS}s"
+}
+
+etcd_healthy() {
+	local out
+	out=$(
+		exec 2>/dev/null
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+		printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+		timeout 2 cat <&3
+	) 2>/dev/null || return 1
+	[[ $out == *'"health":"true"'* ]]
+}
+
+# Results: best[key]=rate and lat[key]="p50 p99", key = TEST/P/TARGET or lock key.
+declare -A best=() lat=() errs=() extra=()
 # redis-benchmark runs that got error replies, one line each.
 rb_failed=()
 
@@ -195,19 +333,36 @@ field() {
 	echo "?"
 }
 
-# lb KEY SYSTEM ADDR [-hot]: one lockbench run, recorded under KEY.
+# lb KEY SYSTEM ADDR [-hot]: one lockbench run (etcdbench for SYSTEM etcd), recorded under KEY.
 lb() {
 	local key=$1 system=$2 addr=$3 out line
 	shift 3
-	out=$("$tmp/lockbench" -system "$system" -addr "$addr" -clients "$CLIENTS" \
-		-duration "$LOCK_DUR" -resources 100000 "$@" 2>&1) ||
-		die "lockbench $system $* failed: $out"
+	if [[ $system == etcd ]]; then
+		out=$("$tmp/etcdbench" -endpoints "$addr" -clients "$CLIENTS" \
+			-duration "$LOCK_DUR" -resources 100000 "$@" 2>&1) ||
+			die "etcdbench $* failed: $out"
+	else
+		out=$("$tmp/lockbench" -system "$system" -addr "$addr" -clients "$CLIENTS" \
+			-duration "$LOCK_DUR" -resources 100000 "$@" 2>&1) ||
+			die "lockbench $system $* failed: $out"
+	fi
 	echo "$out"
 	line=$(grep '^RESULT ' <<<"$out" | tail -n 1)
 	[[ -n $line ]] || die "lockbench $system printed no RESULT line"
 	record "$key" "$(field "$line" ops_per_sec)" "$(field "$line" p50_ms)" "$(field "$line" p99_ms)"
 	errs[$key]=$((${errs[$key]:-0} + $(field "$line" errors)))
+	if [[ $* == *-hot* ]]; then
+		local ov
+		ov=$(field "$line" overlaps)
+		[[ $ov == 0 || $ov == "?" ]] || extra[$key]="${extra[$key]:-} overlaps=$ov"
+	fi
 }
+
+# rss_mib PID: VmRSS of PID in MiB.
+rss_mib() {
+	awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"
+}
+
 ratio() {
 	awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && a != "" && b != "") printf "%.2f", a / b; else printf "-" }'
 }
@@ -227,22 +382,48 @@ row() {
 		"$(num "$p")" "$(printf '%s/%s' $pl)" "$(ratio "$p" "$b")"
 }
 
+
+# tsv SECTION TEST SYSTEM KEY UNIT: one results line from best/lat/errs[KEY].
+tsv() {
+	local v=${best[$4]:-} l=${lat[$4]:-"- -"}
+	[[ -n $v ]] || v=-
+	# shellcheck disable=SC2086
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$v" "$5" $l "${errs[$4]:-0}" >>"$tsv_tmp"
+}
+
+# cell KEY: "rate p50/p99" of KEY for a table.
+cell() {
+	local l=${lat[$1]:-"- -"}
+	# shellcheck disable=SC2086
+	printf '%9s %13s' "$(num "${best[$1]:-}")" "$(printf '%s/%s' $l)"
+}
+
 main() {
-	need_tools
+	need_tools nutcracker:nutcracker etcd-server:etcd
+	raise_nofile $((IDLE_CLIENTS + 2000))
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
 	local t0=$SECONDS
 
-	log "building ./bin/fenceproxy and lockbench"
+	log "building ./bin/fenceproxy and the harnesses"
 	mkdir -p bin
 	go build -o ./bin/fenceproxy ./cmd/fenceproxy
-	go build -o "$tmp/lockbench" ./scripts/lockbench
+	local tool
+	for tool in lockbench idleclients lockload svgplot; do
+		go build -o "$tmp/$tool" "./scripts/$tool"
+	done
+	# Its own module: the etcd client's dependencies stay out of fenceproxy's go.mod.
+	(cd scripts/etcdbench && go build -o "$tmp/etcdbench" .)
 
 	redis_started=1
 	scripts/redis-local.sh start "$tmp/redis" >&2
 	# shellcheck disable=SC1091
 	source "$tmp/redis/env"
+	ports+=("$MASTER_PORT" "$REPLICA_PORT")
 	start_proxy
-	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR, fenceproxy $PROXY_ADDR (pid $proxy_pid)"
+	start_twemproxy
+	start_etcd
+	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR, fenceproxy $PROXY_ADDR (pid $proxy_pid)," \
+		"twemproxy $TWEM_ADDR (pid $TWEM_PID), etcd $ETCD_ADDR (pid $ETCD_PID)"
 
 	local rep p n
 	for p in 1 16; do
@@ -250,7 +431,7 @@ main() {
 		((p == 1)) || n=$N_P16
 		for ((rep = 1; rep <= RB_REPS; rep++)); do
 			rb direct "$MASTER_ADDR" "$p" "$n"
-			check_proxy
+			rb twemproxy "$TWEM_ADDR" "$p" "$n"
 			rb proxy "$PROXY_ADDR" "$p" "$n"
 			check_proxy
 		done
@@ -259,36 +440,110 @@ main() {
 	for ((rep = 1; rep <= LOCK_REPS; rep++)); do
 		lb distinct/redis redis "$MASTER_ADDR"
 		lb distinct/redis-fenced redis-fenced "$MASTER_ADDR"
+		lb distinct/etcd etcd "$ETCD_ADDR"
 		lb distinct/fenceproxy fenceproxy "$PROXY_ADDR"
 		check_proxy
 		lb hot/redis-fenced redis-fenced "$MASTER_ADDR" -hot
+		lb hot/etcd etcd "$ETCD_ADDR" -hot
 		lb hot/fenceproxy fenceproxy "$PROXY_ADDR" -hot
 		check_proxy
 	done
 
+	local idle_line="" load_line="" load_before=""
+	if ((!quick)); then
+		log "memory: $IDLE_CLIENTS idle clients on fenceproxy (pid $proxy_pid)"
+		idle_line=$("$tmp/idleclients" -addr "$PROXY_ADDR" -pid "$proxy_pid" -n "$IDLE_CLIENTS" 2>&1) ||
+			die "idleclients failed: $idle_line"
+		echo "$idle_line"
+		idle_line=$(grep '^RESULT ' <<<"$idle_line")
+		check_proxy
+
+		# A fresh proxy, so its memory is what the resources cost.
+		local lport lpid
+		lport=$(free_port)
+		./bin/fenceproxy --listen "127.0.0.1:$lport" --backend "$MASTER_ADDR" \
+			--data-dir "$tmp/data-load" --min-replicas 0 --metrics-listen '' \
+			>"$tmp/fenceproxy-load.log" 2>&1 &
+		lpid=$!
+		others+=("fenceproxy-load $lpid")
+		wait_ping "127.0.0.1:$lport" "$lpid" "fenceproxy (load)" "$tmp/fenceproxy-load.log"
+		load_before=$(rss_mib "$lpid")
+		log "memory: locking $LOAD_N distinct resources once through a fresh fenceproxy --min-replicas 0 (pid $lpid, RSS ${load_before} MiB)"
+		load_line=$("$tmp/lockload" -addr "127.0.0.1:$lport" -pid "$lpid" -n "$LOAD_N" \
+			-timeout "$LOAD_TIMEOUT" 2>&1) || die "lockload failed: $load_line"
+		echo "$load_line"
+		load_line=$(grep '^RESULT ' <<<"$load_line")
+		kill -0 "$lpid" 2>/dev/null || die "fenceproxy (load) died: $(tail -n 5 "$tmp/fenceproxy-load.log")"
+		stop_pid fenceproxy-load "$lpid"
+	fi
+
 	local mode=full
 	((quick)) && mode=quick
+	((scale)) && mode="full, --scale"
+	local when
+	when=$(date -u '+%Y-%m-%d %H:%M UTC')
 	echo
-	echo "== fenceproxy bench ($mode; $CLIENTS clients; redis-benchmark n=$N_P1 at -P 1, n=$N_P16 at -P 16, best of $RB_REPS; locks ${LOCK_DUR} x $LOCK_REPS, best run; $(nproc) cores)"
-	# shellcheck disable=SC2059
-	printf "$row_fmt" test "direct/recipe" "p50/p99 ms" fenceproxy "p50/p99 ms" ratio
+	echo "== fenceproxy bench ($mode; $when; $(nproc) cores shared by every process; loopback; $CLIENTS clients;"
+	echo "   each figure is the better of $RB_REPS rounds (redis-benchmark) / $LOCK_REPS round(s) of ${LOCK_DUR} (locks), systems alternating in each round)"
+	echo
+	echo "-- passthrough: redis-benchmark -c $CLIENTS, n=$N_P1 at -P 1, n=$N_P16 at -P 16 (req/s, p50/p99 ms)"
+	printf '%-11s %23s %23s %23s %8s %8s %8s\n' test "direct Redis" twemproxy fenceproxy fp/direct fp/twem twem/dir
 	local t
 	for p in 1 16; do
 		for t in SET GET; do
-			row "$t -P $p (req/s)" "$t/$p/direct" "$t/$p/proxy"
+			printf '%-11s %23s %23s %23s %8s %8s %8s\n' "$t -P $p" "$(cell "$t/$p/direct")" "$(cell "$t/$p/twemproxy")" \
+				"$(cell "$t/$p/proxy")" "$(ratio "${best[$t/$p/proxy]:-}" "${best[$t/$p/direct]:-}")" \
+				"$(ratio "${best[$t/$p/proxy]:-}" "${best[$t/$p/twemproxy]:-}")" \
+				"$(ratio "${best[$t/$p/twemproxy]:-}" "${best[$t/$p/direct]:-}")"
 		done
 	done
-	row "lock distinct vs redis (cycles/s)" distinct/redis distinct/fenceproxy
-	row "lock distinct vs fenced (cycles/s)" distinct/redis-fenced distinct/fenceproxy
-	row "lock hot vs fenced (handoffs/s)" hot/redis-fenced hot/fenceproxy
-	echo "(hot: latency is the acquire wait; errors: redis ${errs[distinct/redis]:-0}, redis-fenced ${errs[distinct/redis-fenced]:-0}+${errs[hot/redis-fenced]:-0}, fenceproxy ${errs[distinct/fenceproxy]:-0}+${errs[hot/fenceproxy]:-0} (distinct+hot))"
+
+	local -A label=(
+		[redis]="Redis SET NX PX + Lua release"
+		[redis-fenced]="Redis fenced: Lua SET NX+INCR, WAIT 1"
+		[etcd]="etcd 3.4 concurrency.Mutex"
+		[fenceproxy]="fenceproxy LOCK.* (fsync, 1 replica)"
+	)
+	local s
 	echo
-	echo "lock ratio fenceproxy/redis-fenced: distinct $(ratio "${best[distinct/fenceproxy]:-}" "${best[distinct/redis-fenced]:-}")," \
-		"hot $(ratio "${best[hot/fenceproxy]:-}" "${best[hot/redis-fenced]:-}")" \
-		"(fenceproxy/redis plain: distinct $(ratio "${best[distinct/fenceproxy]:-}" "${best[distinct/redis]:-}"))"
+	echo "-- locks, distinct resources: $CLIENTS clients, acquire+release of random resources (of 100,000)"
+	printf '%-40s %10s %8s %8s %7s %14s\n' system cycles/s p50_ms p99_ms errors fenceproxy/this
+	for s in redis redis-fenced etcd fenceproxy; do
+		# shellcheck disable=SC2086
+		printf '%-40s %10s %8s %8s %7s %14s\n' "${label[$s]}" "$(num "${best[distinct/$s]:-}")" \
+			${lat[distinct/$s]:-- -} "${errs[distinct/$s]:-0}" \
+			"$(ratio "${best[distinct/fenceproxy]:-}" "${best[distinct/$s]:-}")"
+	done
+	echo
+	echo "-- hot lock: $CLIENTS clients contending for one resource (latency: the wait to acquire)"
+	local -A hlabel=(
+		[redis-fenced]="Redis fenced recipe, polling 1-3 ms"
+		[etcd]="etcd Mutex.Lock (FIFO)"
+		[fenceproxy]="fenceproxy LOCK.ACQUIRE WAIT (FIFO)"
+	)
+	printf '%-40s %10s %8s %8s %7s %14s\n' system handoffs/s p50_ms p99_ms errors fenceproxy/this
+	for s in redis-fenced etcd fenceproxy; do
+		# shellcheck disable=SC2086
+		printf '%-40s %10s %8s %8s %7s %14s%s\n' "${hlabel[$s]}" "$(num "${best[hot/$s]:-}")" \
+			${lat[hot/$s]:-- -} "${errs[hot/$s]:-0}" \
+			"$(ratio "${best[hot/fenceproxy]:-}" "${best[hot/$s]:-}")" "${extra[hot/$s]:-}"
+	done
+
+	if ((!quick)); then
+		echo
+		echo "-- memory: fenceproxy VmRSS (targets: <= $TARGET_IDLE_MIB MiB with 10,000 idle clients, <= $TARGET_LOAD_MIB MiB after 10M resources)"
+		printf '%-58s %10s\n' "" "RSS MiB"
+		printf '%-58s %10s\n' "proxy above, before the idle clients (after the runs above)" "$(field "$idle_line" rss_before_mib)"
+		printf '%-58s %10s\n' "with $(field "$idle_line" accepted)/$IDLE_CLIENTS idle clients accepted and answering PING" "$(field "$idle_line" rss_mib)"
+		printf '%-58s %10s\n' "fresh proxy (--min-replicas 0), at start" "$load_before"
+		printf '%-58s %10s\n' "  after $LOAD_N distinct resources locked once" "$(field "$load_line" rss_mib)"
+		printf '%-58s %10s\n' "  the same, $(field "$load_line" granted) granted, peak (VmHWM)" "$(field "$load_line" hwm_mib)"
+		echo "load: $(field "$load_line" per_sec) resources/s over $(field "$load_line" seconds) s (64 connections, pipelined 256 deep, 2 s leases, fsync, no replica wait); errors $(field "$load_line" errors)"
+	fi
 
 	local cpu
 	cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$proxy_pid/stat" 2>/dev/null || echo "?")
+	echo
 	echo "fenceproxy CPU: ${cpu}s user+sys over a $((SECONDS - t0))s run"
 	local warn
 	warn=$(grep -cE 'level=(WARN|ERROR)' "$tmp/fenceproxy.log" || true)
@@ -296,6 +551,52 @@ main() {
 	if ((warn > 0)); then
 		grep -E 'level=(WARN|ERROR)' "$tmp/fenceproxy.log" | head -n 10
 	fi
+
+	# The machine-readable results and the plot.
+	local out=docs/bench/latest
+	((quick)) && out=docs/bench/quick
+	mkdir -p docs/bench
+	tsv_tmp="$tmp/results.tsv"
+	{
+		echo "# title: fenceproxy bench ($mode), $when, $(nproc) cores shared, loopback, $CLIENTS clients, better of $RB_REPS/$LOCK_REPS rounds"
+		echo "# written by scripts/bench.sh; value is the better round's rate (unit), p50/p99 in ms are that round's"
+		printf 'section\ttest\tsystem\tvalue\tunit\tp50_ms\tp99_ms\terrors\n'
+	} >"$tsv_tmp"
+	local sys
+	for p in 1 16; do
+		for t in SET GET; do
+			for sys in direct twemproxy proxy; do
+				local name=$sys
+				[[ $sys == direct ]] && name="direct Redis"
+				[[ $sys == proxy ]] && name=fenceproxy
+				tsv passthrough "$t -P $p" "$name" "$t/$p/$sys" req/s
+			done
+		done
+	done
+	tsv distinct "acquire+release" "Redis SET NX PX" distinct/redis cycles/s
+	tsv distinct "acquire+release" "Redis fenced (WAIT 1)" distinct/redis-fenced cycles/s
+	tsv distinct "acquire+release" "etcd Mutex" distinct/etcd cycles/s
+	tsv distinct "acquire+release" fenceproxy distinct/fenceproxy cycles/s
+	tsv hot "handoffs" "Redis fenced (WAIT 1)" hot/redis-fenced handoffs/s
+	tsv hot "handoffs" "etcd Mutex" hot/etcd handoffs/s
+	tsv hot "handoffs" fenceproxy hot/fenceproxy handoffs/s
+	if ((!quick)); then
+		local idle_t="$IDLE_CLIENTS idle clients" load_t="after $((LOAD_N / 1000000))M resources"
+		{
+			printf 'scale\tbefore idle clients\tfenceproxy\t%s\tMiB\t-\t-\t0\n' "$(field "$idle_line" rss_before_mib)"
+			printf 'scale\t%s\tfenceproxy\t%s\tMiB\t-\t-\t%s\n' "$idle_t" "$(field "$idle_line" rss_mib)" \
+				$((IDLE_CLIENTS - $(field "$idle_line" accepted)))
+			printf 'scale\t%s\ttarget\t%s\tMiB\t-\t-\t0\n' "$idle_t" "$TARGET_IDLE_MIB"
+			printf 'scale\tfresh proxy\tfenceproxy\t%s\tMiB\t-\t-\t0\n' "$load_before"
+			printf 'scale\t%s\tfenceproxy\t%s\tMiB\t-\t-\t%s\n' "$load_t" "$(field "$load_line" rss_mib)" "$(field "$load_line" errors)"
+			printf 'scale\t%s\ttarget\t%s\tMiB\t-\t-\t0\n' "$load_t" "$TARGET_LOAD_MIB"
+			printf 'load\tdistinct resources locked\tfenceproxy\t%s\tresources/s\t-\t-\t%s\n' \
+				"$(field "$load_line" per_sec)" "$(field "$load_line" errors)"
+		} >>"$tsv_tmp"
+	fi
+	cp "$tsv_tmp" "$out.tsv"
+	"$tmp/svgplot" -in "$out.tsv" -out "$out.svg"
+	echo "results: $out.tsv, plot: $out.svg"
 }
 
 # main_cluster: the --cluster run (see the top of this file).

@@ -1,0 +1,157 @@
+// Command idleclients measures what idle client connections cost a server:
+// it reads the server's resident memory, opens N connections, checks each is
+// really accepted (PING answered with +PONG on every one), reads the resident
+// memory again while they sit idle, then closes them.
+//
+//	go run ./scripts/idleclients -addr 127.0.0.1:7379 -pid PID [-n 10000]
+//
+// It prints one RESULT line: clients=N accepted=N rss_before_mib=…
+// rss_mib=… (VmRSS of PID with the clients open) hwm_mib=… (VmHWM).
+// The caller raises the open-file limit (ulimit -n) for both sides.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:7379", "`host:port` of the server")
+	pid := flag.Int("pid", 0, "the server's process id (its /proc/PID/status is read)")
+	n := flag.Int("n", 10000, "idle connections to open")
+	par := flag.Int("parallel", 100, "connections opened at once")
+	settle := flag.Duration("settle", 2*time.Second, "idle time before memory is read")
+	flag.Parse()
+	if err := run(*addr, *pid, *n, *par, *settle); err != nil {
+		fmt.Fprintf(os.Stderr, "idleclients: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr string, pid, n, par int, settle time.Duration) error {
+	if pid <= 0 || n < 1 || n > 100000 || par < 1 {
+		return errors.New("need -pid > 0, -n in 1..100000, -parallel >= 1")
+	}
+	before, _, err := rss(pid)
+	if err != nil {
+		return err
+	}
+	conns := make([]net.Conn, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		failed   int
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, par)
+	)
+	t0 := time.Now()
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			c, err := open(addr)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = fmt.Errorf("connection %d: %w", i, err)
+				}
+				return
+			}
+			conns[i] = c
+		}(i)
+	}
+	wg.Wait()
+	opened := time.Since(t0)
+	time.Sleep(settle)
+	after, hwm, err := rss(pid)
+	if err != nil {
+		return err
+	}
+	// Every connection must still be alive and answering after the wait.
+	alive := 0
+	for _, c := range conns {
+		if c != nil && ping(c, bufio.NewReader(c)) == nil {
+			alive++
+		}
+	}
+	fmt.Printf("RESULT clients=%d accepted=%d alive_after=%d open_s=%.2f rss_before_mib=%.1f rss_mib=%.1f hwm_mib=%.1f\n",
+		n, n-failed, alive, opened.Seconds(), mib(before), mib(after), mib(hwm))
+	if firstErr != nil {
+		fmt.Printf("ERROR_SAMPLE %v\n", firstErr)
+	}
+	return nil
+}
+
+// open dials addr and checks the server answers PING on the new connection.
+func open(addr string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if err := ping(c, bufio.NewReader(c)); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func ping(c net.Conn, r *bufio.Reader) error {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// rss returns VmRSS and VmHWM of pid in KiB.
+func rss(pid int) (cur, peak int64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			cur = v
+		case "VmHWM:":
+			peak = v
+		}
+	}
+	if cur == 0 {
+		return 0, 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	}
+	return cur, peak, nil
+}
+
+func mib(kib int64) float64 { return float64(kib) / 1024 }
