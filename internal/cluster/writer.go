@@ -21,11 +21,13 @@ var ErrUnavailable = errors.New("cluster: Redis is unreachable; the write was no
 // maxWriteBatch bounds how many lock writes share one WAIT.
 const maxWriteBatch = 256
 
-// ScriptCall is one invocation of a Lua script. It is sent with EVAL and its
-// full source every time, so a Redis that restarted or ran SCRIPT FLUSH
-// never answers NOSCRIPT; Redis caches the compiled script by its SHA-1.
+// ScriptCall is one invocation of a Lua script: with EVALSHA if SHA (the
+// hex SHA-1 of Source) is set, else with EVAL and the whole source. A caller
+// that sets SHA resends with EVAL when Redis answers NOSCRIPT (it restarted
+// or ran SCRIPT FLUSH): the script did not run.
 type ScriptCall struct {
 	Source string
+	SHA    string
 	Keys   []string
 	Args   []any
 }
@@ -202,10 +204,15 @@ func (n *Node) sendBatch(conn *backend.Conn, batch []*Write) *ackWait {
 	return ack
 }
 
-// evalArgs builds EVAL source numkeys key... arg...
+// evalArgs builds EVAL source (or EVALSHA sha) numkeys key... arg...
 func evalArgs(c ScriptCall) [][]byte {
 	args := make([][]byte, 0, 3+len(c.Keys)+len(c.Args))
-	args = append(args, []byte("EVAL"), []byte(c.Source), strconv.AppendInt(nil, int64(len(c.Keys)), 10))
+	if c.SHA != "" {
+		args = append(args, []byte("EVALSHA"), []byte(c.SHA))
+	} else {
+		args = append(args, []byte("EVAL"), []byte(c.Source))
+	}
+	args = append(args, strconv.AppendInt(nil, int64(len(c.Keys)), 10))
 	for _, k := range c.Keys {
 		args = append(args, []byte(k))
 	}

@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -164,6 +165,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	start := time.Now()
 	node, write := m.start(ctx, key, cluster.ScriptCall{
 		Source: acquireScript,
+		SHA:    acquireSHA,
 		Keys:   m.keys(key),
 		Args:   []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds()},
 	}, true)
@@ -230,12 +232,15 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 	return token, 0, nil
 }
 
-// start runs call on the master of key's slot. In front of a Redis Cluster
-// a script answered with MOVED, ASK, TRYAGAIN or CLUSTERDOWN, or not sent
-// because its master was unreachable, did not run: the topology is read
-// again and the call retried, within cluster.RetryWindow. (Retrying after
-// ASK rather than following it keeps a lock write and its WAIT on one
-// connection; the slot's migration ends soon.)
+// start runs call on the master of key's slot, by EVALSHA when call has a
+// SHA: one that meets NOSCRIPT (Redis restarted or flushed its scripts; the
+// script did not run) goes again at once with EVAL and its source. In front
+// of a Redis Cluster a script answered with MOVED, ASK, TRYAGAIN or
+// CLUSTERDOWN, or not sent because its master was unreachable, did not run
+// either: the topology is read again and the call retried, within
+// cluster.RetryWindow. (Retrying after ASK rather than following it keeps a
+// lock write and its WAIT on one connection; the slot's migration ends
+// soon.)
 func (m *Manager) start(ctx context.Context, key string, call cluster.ScriptCall, wantAcks bool) (*cluster.Node, *cluster.Write) {
 	began := time.Now()
 	pause := 10 * time.Millisecond
@@ -247,10 +252,14 @@ func (m *Manager) start(ctx context.Context, key string, call cluster.ScriptCall
 		} else {
 			w = node.Start(ctx, call, wantAcks)
 		}
+		raw, err := w.Raw()
+		if err == nil && call.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
+			call.SHA = ""
+			continue
+		}
 		if m.opts.Backend.Mode() != "cluster" || time.Since(began) > cluster.RetryWindow {
 			return node, w
 		}
-		raw, err := w.Raw()
 		if !errors.Is(err, cluster.ErrUnavailable) && (err != nil || !cluster.Redirected(raw)) {
 			return node, w
 		}
@@ -291,6 +300,7 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	key := m.recordKey(resource)
 	_, write := m.start(ctx, key, cluster.ScriptCall{
 		Source: renewScript,
+		SHA:    renewSHA,
 		Keys:   m.keys(key),
 		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds()},
 	}, true)
@@ -325,6 +335,7 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	// the lease merely runs out.
 	_, write := m.start(ctx, key, cluster.ScriptCall{
 		Source: releaseScript,
+		SHA:    releaseSHA,
 		Keys:   m.keys(key),
 		Args:   []any{owner},
 	}, false)

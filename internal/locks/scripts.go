@@ -1,6 +1,11 @@
 package locks
 
-import "github.com/redis/go-redis/v9"
+import (
+	"crypto/sha1"
+	"encoding/hex"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The owner record is a hash {owner, token} at recordKey(resource), expiring
 // with the lease. With a lock-delay, a guard key beside it (same hash tag)
@@ -97,6 +102,19 @@ const infoScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 return {cur[1], cur[2], redis.call('PTTL', KEYS[1])}
 `
+
+// The hot scripts go by EVALSHA (see Manager.start): an EVAL sends about a
+// kilobyte of source that Redis hashes on every call.
+var (
+	acquireSHA = sha1Hex(acquireScript)
+	renewSHA   = sha1Hex(renewScript)
+	releaseSHA = sha1Hex(releaseScript)
+)
+
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
 
 // infoRead runs infoScript through go-redis: a read needs no batching.
 var infoRead = redis.NewScript(infoScript)
