@@ -78,17 +78,36 @@ func parseLock(args [][]byte) (a lockArgs, msg string) {
 func (h *Handler) runLock(c *protocol.Conn, resource string, p *protocol.Pending, timeout time.Duration, fn func(ctx context.Context) []byte) {
 	s := sessionOf(c)
 	prev, done := s.chain(resource)
-	h.workers.run(func() {
+	task := func() {
 		defer s.unchain(resource, done)
-		if prev != nil {
-			<-prev
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout+h.opts.ReplicaTimeout+10*time.Second)
 		defer cancel()
 		defer s.trackLock(cancel)()
 		p.Buf = append(p.Buf, fn(ctx)...)
 		p.Done()
-	})
+	}
+	switch {
+	case timeout > 0:
+		// It may wait for a long time: never on one of the bounded
+		// workers (see workers).
+		if prev != nil {
+			go func() {
+				<-prev
+				h.waiters.run(task)
+			}()
+		} else {
+			h.waiters.run(task)
+		}
+	case prev != nil:
+		// It waits for the connection's previous request for the
+		// resource before it takes a worker.
+		go func() {
+			<-prev
+			h.workers.run(task)
+		}()
+	default:
+		h.workers.run(task)
+	}
 }
 
 func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pending) {

@@ -47,7 +47,8 @@ type Options struct {
 // Handler serves every client request; it implements protocol.Handler.
 type Handler struct {
 	opts    Options
-	workers *workers
+	workers *workers // lock requests that do not wait for the lock
+	waiters *workers // LOCK.ACQUIRE … WAIT, which may wait long
 }
 
 // NewHandler returns a Handler.
@@ -58,7 +59,7 @@ func NewHandler(opts Options) *Handler {
 	if c, ok := opts.Backend.(*cluster.Cluster); ok {
 		opts.Cluster = c
 	}
-	return &Handler{opts: opts, workers: newWorkers()}
+	return &Handler{opts: opts, workers: newWorkers(maxWorkers), waiters: newWorkers(0)}
 }
 
 var table map[string]command
