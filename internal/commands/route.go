@@ -117,7 +117,7 @@ func (h *Handler) crossSlot(c *protocol.Conn, s *session, name string, args [][]
 		if name == "mset" {
 			stride = 2
 		}
-		h.split(c, s, args, positions, 1, stride, nil, m, p)
+		h.split(c, s, args, positions, 1, stride, m, p)
 		return
 	}
 	if (name == "eval" || name == "evalsha") && len(args) >= 3 {
@@ -156,18 +156,16 @@ type merge func(parts [][]byte, order [][2]int, dst []byte) []byte
 // group is the part of a split request bound for one slot.
 type group struct {
 	slot  int
-	items []int // indexes of the request's key groups, in request order
+	items []int // indexes of its keys among the request's, in request order
 }
 
-// split sends one request per slot: the command name (and any prefix
-// arguments up to first) followed by that slot's key groups (a key and the
-// stride-1 arguments after it), then merges the replies.
-func (h *Handler) split(c *protocol.Conn, s *session, args [][]byte, positions []int, first, stride int, tail [][]byte, m merge, p *protocol.Pending) {
+// groupBySlot groups n keys by slot, groups in order of first appearance;
+// order[i] is key i's group and its place in it.
+func groupBySlot(n int, key func(i int) []byte) (groups []group, order [][2]int) {
 	bySlot := map[int]int{}
-	var groups []group
-	order := make([][2]int, len(positions))
-	for i, at := range positions {
-		sl := keys.SlotOf(args[at])
+	order = make([][2]int, n)
+	for i := range n {
+		sl := keys.SlotOf(key(i))
 		g, ok := bySlot[sl]
 		if !ok {
 			g = len(groups)
@@ -175,15 +173,23 @@ func (h *Handler) split(c *protocol.Conn, s *session, args [][]byte, positions [
 			groups = append(groups, group{slot: sl})
 		}
 		order[i] = [2]int{g, len(groups[g].items)}
-		groups[g].items = append(groups[g].items, at)
+		groups[g].items = append(groups[g].items, i)
 	}
+	return groups, order
+}
+
+// split sends one request per slot: the command name (and any prefix
+// arguments up to first) followed by that slot's key groups (a key and the
+// stride-1 arguments after it), then merges the replies.
+func (h *Handler) split(c *protocol.Conn, s *session, args [][]byte, positions []int, first, stride int, m merge, p *protocol.Pending) {
+	groups, order := groupBySlot(len(positions), func(i int) []byte { return args[positions[i]] })
 	reqs := make([][]byte, len(groups))
 	for g, gr := range groups {
 		part := append([][]byte(nil), args[:first]...)
-		for _, at := range gr.items {
+		for _, i := range gr.items {
+			at := positions[i]
 			part = append(part, args[at:at+stride]...)
 		}
-		part = append(part, tail...)
 		reqs[g] = backend.AppendCommand(nil, part)
 	}
 	h.gather(c, s, groups, reqs, order, m, p)
@@ -196,20 +202,7 @@ func (h *Handler) splitScript(c *protocol.Conn, s *session, args [][]byte, n int
 	sharedArgs := args[3+n : 3+n+ks.shared]
 	perKey := args[3+n+ks.shared:]
 	prefix := [][]byte{[]byte("EVAL"), []byte(ks.body)}
-	bySlot := map[int]int{}
-	var groups []group
-	order := make([][2]int, n)
-	for i, k := range keyArgs {
-		sl := keys.SlotOf(k)
-		g, ok := bySlot[sl]
-		if !ok {
-			g = len(groups)
-			bySlot[sl] = g
-			groups = append(groups, group{slot: sl})
-		}
-		order[i] = [2]int{g, len(groups[g].items)}
-		groups[g].items = append(groups[g].items, i)
-	}
+	groups, order := groupBySlot(n, func(i int) []byte { return keyArgs[i] })
 	reqs := make([][]byte, len(groups))
 	for g, gr := range groups {
 		part := append([][]byte(nil), prefix...)
