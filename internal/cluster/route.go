@@ -117,6 +117,18 @@ func (f *flight) replied() {
 		f.tries++
 		f.client.Buf = f.sub.Buf[:f.start]
 		slot, addr := parseRedirect(reply)
+		if (kind == moved || kind == ask) && slot >= 0 {
+			// To a master already connected: resend from here, so that a
+			// client's requests redirected together keep their order (this
+			// reader sees their replies in order).
+			if n, err := f.c.nodeIfKnown(addr); err == nil {
+				if kind == moved {
+					f.c.Moved(slot, addr)
+				}
+				f.send(n, kind == ask)
+				return
+			}
+		}
 		go f.redirect(kind, slot, addr)
 		return
 	}
