@@ -122,10 +122,14 @@ func (f *flight) replied() {
 			// client's requests redirected together keep their order (this
 			// reader sees their replies in order).
 			if n, err := f.c.nodeIfKnown(addr); err == nil {
-				if kind == moved {
-					f.c.Moved(slot, addr)
-				}
+				// Resend before the view changes: a request the client
+				// sends later, routed by the new view, queues behind it.
+				// (f may be done and reused once sent: keep what we need.)
+				c, isMoved := f.c, kind == moved
 				f.send(n, kind == ask)
+				if isMoved {
+					c.Moved(slot, addr)
+				}
 				return
 			}
 		}
