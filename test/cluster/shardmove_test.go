@@ -124,3 +124,34 @@ func splitAddr(addr string) (host, port string) {
 	}
 	return addr, ""
 }
+
+// TestRedirectedPipelineKeepsOrder: a key's slot moves behind the proxy's
+// back, then one client pipelines INCR, GET, INCR, GET... on it. Every
+// request meets MOVED and goes again; they must still run in the order sent:
+// each GET sees the INCR just before it.
+func TestRedirectedPipelineKeepsOrder(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	c := e.dial(t)
+	k := st.keysOn(e.cl.Masters[0], "order:", 1)[0]
+	if got := c.Do("SET", k, "0"); string(got) != "+OK\r\n" {
+		t.Fatalf("SET: %q", got)
+	}
+	migrateSlot(t, e.cl, testenv.KeySlot(k), e.cl.Masters[0], e.cl.Masters[2])
+	const n = 200
+	for range n {
+		c.Send("INCR", k)
+		c.Send("GET", k)
+	}
+	c.Flush()
+	for i := 1; i <= n; i++ {
+		incr, err := c.ReadReply()
+		if err != nil || string(incr) != fmt.Sprintf(":%d\r\n", i) {
+			t.Fatalf("INCR #%d: %q, %v", i, incr, err)
+		}
+		get, err := c.ReadReply()
+		if want := fmt.Sprintf("$%d\r\n%d\r\n", len(fmt.Sprint(i)), i); err != nil || string(get) != want {
+			t.Fatalf("GET after INCR #%d: %q, %v; want %q (requests ran out of order)", i, get, err, want)
+		}
+	}
+}
