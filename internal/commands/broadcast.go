@@ -14,7 +14,8 @@ import (
 // holding every key would answer. DBSIZE is summed, KEYS concatenated,
 // FLUSHALL/FLUSHDB/SCRIPT FLUSH/SCRIPT LOAD/FUNCTION LOAD... answer the
 // first error or else the first master's reply, RANDOMKEY a key of a master
-// picked at random, SCRIPT EXISTS is 1 only
+// picked at random, PUBSUB counts and lists every master's subscribers,
+// SCRIPT EXISTS is 1 only
 // where every master has the script (so a client that sees 1 can EVALSHA
 // whatever the slot). SCAN (below) walks the masters one after another.
 
@@ -37,6 +38,9 @@ var broadcasts = map[string]broadcastRule{
 	// RANDOMKEY: one master's key, the master picked at random, so a
 	// cluster whose first master is empty still answers a key.
 	"randomkey": {nil, mergeRandom},
+	// PUBSUB: each node knows only its own subscribers (and a shard
+	// channel lives on its slot's master), so ask them all.
+	"pubsub": {map[string]bool{"channels": true, "shardchannels": true, "numsub": true, "shardnumsub": true, "numpat": true}, mergePubsub},
 }
 
 // broadcast sends args to every master and merges the replies into p.
@@ -92,6 +96,67 @@ func mergeRandom(parts [][]byte, _ [][2]int, dst []byte) []byte {
 		}
 	}
 	return append(dst, parts[0]...) // all empty: Redis's own null
+}
+
+// mergePubsub merges PUBSUB replies: NUMPAT summed, NUMSUB and SHARDNUMSUB
+// summed per channel, CHANNELS and SHARDCHANNELS joined without repeats.
+func mergePubsub(parts [][]byte, order [][2]int, dst []byte) []byte {
+	if e := firstError(parts); e != nil {
+		return append(dst, e...)
+	}
+	if parts[0][0] == ':' { // NUMPAT
+		return mergeSum(parts, order, dst)
+	}
+	first, ok := backend.Elements(parts[0])
+	if !ok {
+		return append(dst, parts[0]...)
+	}
+	lists := make([][][]byte, len(parts))
+	for i, r := range parts {
+		if lists[i], ok = backend.Elements(r); !ok {
+			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master\r\n"...)
+		}
+	}
+	if len(first) > 0 && len(first)%2 == 0 && first[1][0] == ':' { // NUMSUB: name, count, ...
+		counts := make([]int64, len(first)/2)
+		for _, l := range lists {
+			if len(l) != len(first) {
+				return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master\r\n"...)
+			}
+			for j := range counts {
+				v, _ := backend.ParseValue(l[2*j+1])
+				n, _ := v.(int64)
+				counts[j] += n
+			}
+		}
+		dst = append(dst, '*')
+		dst = strconv.AppendInt(dst, int64(len(first)), 10)
+		dst = append(dst, "\r\n"...)
+		for j, n := range counts {
+			dst = append(dst, first[2*j]...)
+			dst = append(dst, ':')
+			dst = strconv.AppendInt(dst, n, 10)
+			dst = append(dst, "\r\n"...)
+		}
+		return dst
+	}
+	seen := map[string]bool{} // CHANNELS: the union
+	var all [][]byte
+	for _, l := range lists {
+		for _, e := range l {
+			if !seen[string(e)] {
+				seen[string(e)] = true
+				all = append(all, e)
+			}
+		}
+	}
+	dst = append(dst, '*')
+	dst = strconv.AppendInt(dst, int64(len(all)), 10)
+	dst = append(dst, "\r\n"...)
+	for _, e := range all {
+		dst = append(dst, e...)
+	}
+	return dst
 }
 
 // mergeConcat joins arrays (KEYS).

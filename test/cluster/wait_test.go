@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
@@ -79,5 +80,44 @@ func TestTransactionStraysToAnotherMaster(t *testing.T) {
 		if got := c.Do(step.args...); string(got) != step.want {
 			t.Fatalf("%v: %q, want %q", step.args, got, step.want)
 		}
+	}
+}
+
+// TestPubsubCountsEveryMaster: PUBSUB through the proxy counts the
+// subscribers of every master, as one node holding them all would.
+func TestPubsubCountsEveryMaster(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	// One subscriber through the proxy, one straight on the last master.
+	viaProxy := e.dial(t)
+	viaProxy.Do("SUBSCRIBE", "ps:news")
+	direct := testenv.Dial(t, e.cl.Masters[len(e.cl.Masters)-1].Addr)
+	direct.Do("SUBSCRIBE", "ps:news")
+	direct2 := testenv.Dial(t, e.cl.Masters[1].Addr)
+	direct2.Do("PSUBSCRIBE", "ps:*")
+	var shards []string
+	for _, m := range e.cl.Masters[:2] {
+		ch := st.keysOn(m, "ps:shard:", 1)[0]
+		shards = append(shards, ch)
+		s := e.dial(t)
+		s.Do("SSUBSCRIBE", ch)
+	}
+	c := e.dial(t)
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"PUBSUB", "NUMSUB", "ps:news", "ps:none"}, "*4\r\n$7\r\nps:news\r\n:2\r\n$7\r\nps:none\r\n:0\r\n"},
+		{[]string{"PUBSUB", "CHANNELS", "ps:n*"}, "*1\r\n$7\r\nps:news\r\n"},
+		{[]string{"PUBSUB", "NUMPAT"}, ":1\r\n"},
+		{[]string{"PUBSUB", "SHARDNUMSUB", shards[0]}, fmt.Sprintf("*2\r\n$%d\r\n%s\r\n:1\r\n", len(shards[0]), shards[0])},
+	} {
+		if got := c.Do(step.args...); string(got) != step.want {
+			t.Fatalf("%v: %q, want %q", step.args, got, step.want)
+		}
+	}
+	got, ok := testenv.SplitArray(c.Do("PUBSUB", "SHARDCHANNELS", "ps:shard:*"))
+	if !ok || len(got) != 2 {
+		t.Fatalf("PUBSUB SHARDCHANNELS: %q, want both shard channels", got)
 	}
 }
