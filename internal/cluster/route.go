@@ -49,25 +49,34 @@ func (c *Cluster) Send(r Request, p *protocol.Pending) {
 	f.send(c.target(r.Slot), false)
 }
 
-// Forward is Send for a request given as arguments: it encodes them into a
-// buffer it reuses.
-func (c *Cluster) Forward(slot int, resp3 bool, connID int64, args [][]byte, p *protocol.Pending) {
+// Forward is Send for a request given as arguments, to n (from Route): it
+// encodes them into a buffer it reuses.
+func (c *Cluster) Forward(n *Node, slot int, resp3 bool, connID int64, args [][]byte, p *protocol.Pending) {
 	f := flightPool.Get().(*flight)
 	f.buf = backend.AppendCommand(f.buf[:0], args)
 	f.c, f.client, f.start, f.began = c, p, len(p.Buf), time.Now()
 	f.req = Request{Slot: slot, RESP3: resp3, ConnID: connID, Encoded: f.buf}
-	f.send(c.target(slot), false)
+	f.send(n, false)
+}
+
+// Route returns the master for slot (-1: the first master) and the epoch
+// of the view it was read from, both from one reading.
+func (c *Cluster) Route(slot int) (*Node, uint64) {
+	v := c.view.Load()
+	return v.target(slot), v.epoch
 }
 
 // target is the master of slot, or the first master for -1.
-func (c *Cluster) target(slot int) *Node {
+func (c *Cluster) target(slot int) *Node { return c.view.Load().target(slot) }
+
+func (v *view) target(slot int) *Node {
 	if slot < 0 {
-		if m := c.Masters(); len(m) > 0 {
-			return m[0]
+		if len(v.masters) > 0 {
+			return v.masters[0]
 		}
 		return nil
 	}
-	return c.MasterForSlot(slot)
+	return v.slots[slot]
 }
 
 var flightPool sync.Pool

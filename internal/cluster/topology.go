@@ -52,6 +52,7 @@ type Cluster struct {
 
 // view is one reading of the topology.
 type view struct {
+	epoch   uint64           // grows with every change
 	slots   [SlotCount]*Node // nil: no master reachable for the slot
 	masters []*Node          // ordered by their first slot
 	first   map[*Node]int    // each master's first slot
@@ -98,6 +99,12 @@ func (c *Cluster) MasterForSlot(slot int) *Node { return c.view.Load().slots[slo
 // Masters returns the masters, ordered by their first slot.
 func (c *Cluster) Masters() []*Node { return c.view.Load().masters }
 
+// Epoch numbers the current view of the slots; it grows whenever a slot
+// changes master. A client whose requests were routed by an older view waits
+// for their replies before sending more: a request of the new view must not
+// overtake one of the old that is still being redirected.
+func (c *Cluster) Epoch() uint64 { return c.view.Load().epoch }
+
 // SlotOn returns a slot that n masters (its first), or -1.
 func (c *Cluster) SlotOn(n *Node) int {
 	if slot, ok := c.view.Load().first[n]; ok {
@@ -132,6 +139,7 @@ func (c *Cluster) Moved(slot int, addr string) {
 			}
 			nv := *old
 			nv.slots[slot] = n
+			nv.epoch = old.epoch + 1
 			if c.view.CompareAndSwap(old, &nv) {
 				break
 			}
@@ -221,7 +229,16 @@ func (c *Cluster) refresh(ctx context.Context) error {
 			nv.masters = append(nv.masters, n)
 		}
 	}
-	old := c.view.Swap(&nv)
+	// Publish only a change: a new view makes pipelining clients wait for
+	// their requests routed by the old one (see Epoch).
+	old := c.view.Load()
+	if old == nil || old.slots != nv.slots {
+		nv.epoch = 1
+		if old != nil {
+			nv.epoch = old.epoch + 1
+		}
+		c.view.Store(&nv)
+	}
 	if old == nil || !sameMasters(old.masters, nv.masters) {
 		c.log.Info("Redis Cluster topology", "masters", addrs(nv.masters), "read_from", from)
 	}

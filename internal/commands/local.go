@@ -34,6 +34,9 @@ type session struct {
 	// not yet sent; it goes to the master of the first queued command's
 	// key, which is unknown until that command arrives.
 	multiDeferred bool
+	// viewEpoch is the cluster's slot view (Cluster.Epoch) this client's
+	// requests were last routed by.
+	viewEpoch uint64
 
 	// running maps a resource to the completion of this connection's latest
 	// lock request for it; entries go away as requests finish. cancels ends

@@ -72,11 +72,13 @@ func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *protocol
 	name := lowerInto(lower[:0], args[0])
 	if b, ok := broadcasts[string(name)]; ok {
 		if b.applies(args) {
+			h.afterViewChange(c, s, p)
 			h.broadcast(c, s, args, b.merge, p)
 			return
 		}
 	}
 	if string(name) == "scan" {
+		h.afterViewChange(c, s, p)
 		h.scan(c, s, args, p)
 		return
 	}
@@ -102,11 +104,37 @@ func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *protocol
 		}
 	}
 	if cross {
+		h.afterViewChange(c, s, p)
 		h.crossSlot(c, s, string(name), args, positions, p)
 		return
 	}
 	h.opts.Metrics.PassthroughCommands.Inc()
-	h.opts.Cluster.Forward(slot, s != nil && s.resp3, c.ID, args, p)
+	node, epoch := h.opts.Cluster.Route(slot)
+	if epoch != s.viewEpoch {
+		// A slot changed master since this client's last request: the
+		// requests routed by the old view, and their redirects, finish
+		// first, so this one cannot overtake them.
+		if s.viewEpoch != 0 {
+			c.WaitReplies(p)
+			node, epoch = h.opts.Cluster.Route(slot)
+		}
+		s.viewEpoch = epoch
+	}
+	h.opts.Cluster.Forward(node, slot, s != nil && s.resp3, c.ID, args, p)
+}
+
+// afterViewChange makes a request wait, if a slot changed master since the
+// client's last request, for the requests routed by the old view (and their
+// redirects): a request must not overtake one the client sent before it.
+// (The single-slot path in route does the same from one reading of the
+// view.)
+func (h *Handler) afterViewChange(c *protocol.Conn, s *session, p *protocol.Pending) {
+	if e := h.opts.Cluster.Epoch(); e != s.viewEpoch {
+		if s.viewEpoch != 0 {
+			c.WaitReplies(p)
+		}
+		s.viewEpoch = h.opts.Cluster.Epoch()
+	}
 }
 
 // crossSlot serves a request whose keys span slots: split it if its
