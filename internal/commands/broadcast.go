@@ -3,7 +3,8 @@ package commands
 import (
 	"math/rand/v2"
 	"strconv"
-	"sync"
+
+	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
@@ -52,26 +53,10 @@ func (h *Handler) broadcast(c *protocol.Conn, s *session, args [][]byte, m merge
 		p.Done()
 		return
 	}
-	parts := make([]*protocol.Pending, len(masters))
-	var mu sync.Mutex
-	left := len(masters)
-	for i := range masters {
-		parts[i] = protocol.NewPendingFunc(func() {
-			mu.Lock()
-			left--
-			last := left == 0
-			mu.Unlock()
-			if !last {
-				return
-			}
-			replies := make([][]byte, len(parts))
-			for i, part := range parts {
-				replies[i] = part.Buf
-			}
-			p.Buf = m(replies, nil, p.Buf)
-			p.Done()
-		})
-	}
+	parts := fanIn(len(masters), func(replies [][]byte) {
+		p.Buf = m(replies, nil, p.Buf)
+		p.Done()
+	})
 	resp3 := s != nil && s.resp3
 	for i, n := range masters {
 		pool := n.Pool
@@ -101,27 +86,22 @@ func mergeRandom(parts [][]byte, _ [][2]int, dst []byte) []byte {
 // mergePubsub merges PUBSUB replies: NUMPAT summed, NUMSUB and SHARDNUMSUB
 // summed per channel, CHANNELS and SHARDCHANNELS joined without repeats.
 func mergePubsub(parts [][]byte, order [][2]int, dst []byte) []byte {
-	if e := firstError(parts); e != nil {
-		return append(dst, e...)
-	}
-	if parts[0][0] == ':' { // NUMPAT
+	if len(parts[0]) > 0 && parts[0][0] == ':' { // NUMPAT
 		return mergeSum(parts, order, dst)
 	}
-	first, ok := backend.Elements(parts[0])
-	if !ok {
-		return append(dst, parts[0]...)
-	}
-	lists := make([][][]byte, len(parts))
-	for i, r := range parts {
-		if lists[i], ok = backend.Elements(r); !ok {
-			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master\r\n"...)
+	lists, bad := arrays(parts)
+	if bad != nil {
+		if parts[0][0] == '%' { // RESP3 NUMSUB is a map: the first master's
+			return append(dst, parts[0]...)
 		}
+		return append(dst, bad...)
 	}
+	first := lists[0]
 	if len(first) > 0 && len(first)%2 == 0 && first[1][0] == ':' { // NUMSUB: name, count, ...
 		counts := make([]int64, len(first)/2)
 		for _, l := range lists {
 			if len(l) != len(first) {
-				return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master\r\n"...)
+				return append(dst, replyBadPart...)
 			}
 			for j := range counts {
 				v, _ := backend.ParseValue(l[2*j+1])
@@ -129,14 +109,10 @@ func mergePubsub(parts [][]byte, order [][2]int, dst []byte) []byte {
 				counts[j] += n
 			}
 		}
-		dst = append(dst, '*')
-		dst = strconv.AppendInt(dst, int64(len(first)), 10)
-		dst = append(dst, "\r\n"...)
+		dst = redcon.AppendArray(dst, len(first))
 		for j, n := range counts {
 			dst = append(dst, first[2*j]...)
-			dst = append(dst, ':')
-			dst = strconv.AppendInt(dst, n, 10)
-			dst = append(dst, "\r\n"...)
+			dst = redcon.AppendInt(dst, n)
 		}
 		return dst
 	}
@@ -150,32 +126,26 @@ func mergePubsub(parts [][]byte, order [][2]int, dst []byte) []byte {
 			}
 		}
 	}
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(len(all)), 10)
-	dst = append(dst, "\r\n"...)
-	for _, e := range all {
-		dst = append(dst, e...)
-	}
-	return dst
+	return appendElements(dst, all)
 }
 
 // mergeConcat joins arrays (KEYS).
 func mergeConcat(parts [][]byte, _ [][2]int, dst []byte) []byte {
-	if e := firstError(parts); e != nil {
-		return append(dst, e...)
+	lists, bad := arrays(parts)
+	if bad != nil {
+		return append(dst, bad...)
 	}
 	var all [][]byte
-	for _, r := range parts {
-		elems, ok := backend.Elements(r)
-		if !ok {
-			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master\r\n"...)
-		}
-		all = append(all, elems...)
+	for _, l := range lists {
+		all = append(all, l...)
 	}
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(len(all)), 10)
-	dst = append(dst, "\r\n"...)
-	for _, e := range all {
+	return appendElements(dst, all)
+}
+
+// appendElements appends an array of elements already in RESP.
+func appendElements(dst []byte, elems [][]byte) []byte {
+	dst = redcon.AppendArray(dst, len(elems))
+	for _, e := range elems {
 		dst = append(dst, e...)
 	}
 	return dst
@@ -184,37 +154,24 @@ func mergeConcat(parts [][]byte, _ [][2]int, dst []byte) []byte {
 // mergeScript: SCRIPT EXISTS is the element-wise minimum (1 only if every
 // master has the script); SCRIPT LOAD and FLUSH the first error, else the
 // first reply.
-func mergeScript(parts [][]byte, _ [][2]int, dst []byte) []byte {
-	if e := firstError(parts); e != nil {
-		return append(dst, e...)
+func mergeScript(parts [][]byte, order [][2]int, dst []byte) []byte {
+	if len(parts[0]) > 0 && parts[0][0] != '*' { // LOAD or FLUSH
+		return mergeOK(parts, order, dst)
 	}
-	first, ok := backend.Elements(parts[0])
-	if !ok { // LOAD or FLUSH: not an array
-		return append(dst, parts[0]...)
+	lists, bad := arrays(parts)
+	if bad != nil {
+		return append(dst, bad...)
 	}
-	exists := make([]bool, len(first))
-	for i := range exists {
-		exists[i] = true
-	}
-	for _, r := range parts {
-		elems, ok := backend.Elements(r)
-		if !ok || len(elems) != len(exists) {
-			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master\r\n"...)
+	dst = redcon.AppendArray(dst, len(lists[0]))
+	for i := range lists[0] {
+		all := true
+		for _, l := range lists {
+			all = all && i < len(l) && string(l[i]) == ":1\r\n"
 		}
-		for i, e := range elems {
-			if string(e) != ":1\r\n" {
-				exists[i] = false
-			}
-		}
-	}
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(len(exists)), 10)
-	dst = append(dst, "\r\n"...)
-	for _, e := range exists {
-		if e {
-			dst = append(dst, ":1\r\n"...)
+		if all {
+			dst = redcon.AppendInt(dst, 1)
 		} else {
-			dst = append(dst, ":0\r\n"...)
+			dst = redcon.AppendInt(dst, 0)
 		}
 	}
 	return dst
@@ -282,11 +239,7 @@ func scanReply(reply []byte, at, masters int, dst []byte) []byte {
 	default:
 		next = next<<scanNodeBits | uint64(at)
 	}
-	cur := strconv.AppendUint(nil, next, 10)
-	dst = append(dst, "*2\r\n$"...)
-	dst = strconv.AppendInt(dst, int64(len(cur)), 10)
-	dst = append(dst, "\r\n"...)
-	dst = append(dst, cur...)
-	dst = append(dst, "\r\n"...)
+	dst = redcon.AppendArray(dst, 2)
+	dst = redcon.AppendBulk(dst, strconv.AppendUint(nil, next, 10))
 	return append(dst, elems[1]...)
 }

@@ -2,8 +2,8 @@ package commands
 
 import (
 	"bytes"
-	"strconv"
-	"sync"
+
+	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
@@ -248,44 +248,30 @@ func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p
 	s.waiting = conns
 	s.mu.Unlock()
 	c.MayBlock()
-	parts := make([]*protocol.Pending, len(conns))
-	var mu sync.Mutex
-	left := len(conns)
-	for i := range conns {
-		parts[i] = protocol.NewPendingFunc(func() {
-			mu.Lock()
-			left--
-			last := left == 0
-			mu.Unlock()
-			if !last {
-				return
+	parts := fanIn(len(conns), func(replies [][]byte) {
+		s.mu.Lock()
+		s.waiting = nil
+		s.mu.Unlock()
+		least := int64(-1)
+		var bad []byte
+		for i, r := range replies {
+			v, err := backend.ParseValue(r)
+			n, ok := v.(int64)
+			if !ok && bad == nil {
+				bad = r // an error (Redis's, or a lost connection)
 			}
-			s.mu.Lock()
-			s.waiting = nil
-			s.mu.Unlock()
-			least := int64(-1)
-			var bad []byte
-			for i, part := range parts {
-				v, err := backend.ParseValue(part.Buf)
-				n, ok := v.(int64)
-				if (err != nil || !ok) && bad == nil {
-					bad = part.Buf
-				}
-				if ok && (least < 0 || n < least) {
-					least = n
-				}
-				masters[i].Unpin(conns[i], s.resp3, err == nil)
+			if ok && (least < 0 || n < least) {
+				least = n
 			}
-			if bad != nil {
-				p.Buf = append(p.Buf, bad...)
-			} else {
-				p.Buf = append(p.Buf, ':')
-				p.Buf = strconv.AppendInt(p.Buf, least, 10)
-				p.Buf = append(p.Buf, "\r\n"...)
-			}
-			p.Done()
-		})
-	}
+			masters[i].Unpin(conns[i], s.resp3, err == nil)
+		}
+		if bad != nil {
+			p.Buf = append(p.Buf, bad...)
+		} else {
+			p.Buf = redcon.AppendInt(p.Buf, least)
+		}
+		p.Done()
+	})
 	h.opts.Metrics.PassthroughCommands.Inc()
 	for i, conn := range conns {
 		slot := h.opts.Cluster.SlotOn(masters[i])

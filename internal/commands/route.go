@@ -4,7 +4,9 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strconv"
-	"sync"
+	"sync/atomic"
+
+	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
@@ -250,31 +252,41 @@ func (h *Handler) splitScript(c *protocol.Conn, s *session, args [][]byte, n int
 // gather sends each part to its slot and merges the replies into p.
 func (h *Handler) gather(c *protocol.Conn, s *session, groups []group, reqs [][]byte, order [][2]int, m merge, p *protocol.Pending) {
 	h.opts.Metrics.PassthroughCommands.Inc()
-	parts := make([]*protocol.Pending, len(groups))
-	var mu sync.Mutex
-	left := len(groups)
-	for g := range groups {
-		parts[g] = protocol.NewPendingFunc(func() {
-			mu.Lock()
-			left--
-			last := left == 0
-			mu.Unlock()
-			if !last {
-				return
-			}
-			replies := make([][]byte, len(parts))
-			for i, part := range parts {
-				replies[i] = part.Buf
-			}
-			p.Buf = m(replies, order, p.Buf)
-			p.Done()
-		})
-	}
+	parts := fanIn(len(groups), func(replies [][]byte) {
+		p.Buf = m(replies, order, p.Buf)
+		p.Done()
+	})
 	resp3 := s != nil && s.resp3
 	for g, gr := range groups {
 		h.opts.Cluster.Send(cluster.Request{Slot: gr.slot, RESP3: resp3, ConnID: c.ID, Encoded: reqs[g]}, parts[g])
 	}
 }
+
+// fanIn returns n Pendings for the parts of one client request sent to
+// several masters; when the last of them is done, done gets their replies
+// in part order.
+func fanIn(n int, done func(replies [][]byte)) []*protocol.Pending {
+	parts := make([]*protocol.Pending, n)
+	var left atomic.Int32
+	left.Store(int32(n))
+	for i := range parts {
+		parts[i] = protocol.NewPendingFunc(func() {
+			if left.Add(-1) != 0 {
+				return
+			}
+			replies := make([][]byte, n)
+			for i, part := range parts {
+				replies[i] = part.Buf
+			}
+			done(replies)
+		})
+	}
+	return parts
+}
+
+// replyBadPart answers a split request when a master's reply to its part
+// is not what that command returns.
+const replyBadPart = "-ERR fenceproxy: unexpected reply from a Redis Cluster master to part of a request\r\n"
 
 // firstError returns the first part's reply that is an error, if any.
 func firstError(parts [][]byte) []byte {
@@ -286,26 +298,37 @@ func firstError(parts [][]byte) []byte {
 	return nil
 }
 
-// mergeArrays rebuilds one array, each element taken from its part.
-func mergeArrays(parts [][]byte, order [][2]int, dst []byte) []byte {
+// arrays splits every part's array reply into its elements. If a part is
+// an error (Redis's own) or not an array, reply is what the client gets
+// instead.
+func arrays(parts [][]byte) (lists [][][]byte, reply []byte) {
 	if e := firstError(parts); e != nil {
-		return append(dst, e...)
+		return nil, e
 	}
-	elems := make([][][]byte, len(parts))
+	lists = make([][][]byte, len(parts))
 	for i, r := range parts {
 		var ok bool
-		if elems[i], ok = backend.Elements(r); !ok {
-			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master to part of a split request\r\n"...)
+		if lists[i], ok = backend.Elements(r); !ok {
+			return nil, []byte(replyBadPart)
 		}
 	}
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(len(order)), 10)
-	dst = append(dst, "\r\n"...)
+	return lists, nil
+}
+
+// mergeArrays rebuilds one array, each element taken from its part.
+func mergeArrays(parts [][]byte, order [][2]int, dst []byte) []byte {
+	lists, bad := arrays(parts)
+	if bad != nil {
+		return append(dst, bad...)
+	}
 	for _, o := range order {
-		if o[1] >= len(elems[o[0]]) {
-			return append(dst[:0], "-ERR fenceproxy: short reply from a Redis Cluster master to part of a split request\r\n"...)
+		if o[1] >= len(lists[o[0]]) {
+			return append(dst, replyBadPart...)
 		}
-		dst = append(dst, elems[o[0]][o[1]]...)
+	}
+	dst = redcon.AppendArray(dst, len(order))
+	for _, o := range order {
+		dst = append(dst, lists[o[0]][o[1]]...)
 	}
 	return dst
 }
@@ -320,13 +343,11 @@ func mergeSum(parts [][]byte, _ [][2]int, dst []byte) []byte {
 		v, err := backend.ParseValue(r)
 		n, ok := v.(int64)
 		if err != nil || !ok {
-			return append(dst, "-ERR fenceproxy: unexpected reply from a Redis Cluster master to part of a split request\r\n"...)
+			return append(dst, replyBadPart...)
 		}
 		sum += n
 	}
-	dst = append(dst, ':')
-	dst = strconv.AppendInt(dst, sum, 10)
-	return append(dst, "\r\n"...)
+	return redcon.AppendInt(dst, sum)
 }
 
 // mergeOK answers the first error, or the first reply (+OK) if none.
