@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -132,6 +134,13 @@ func (n *Node) Start(ctx context.Context, call ScriptCall, wantAcks bool) *Write
 		w.err = ctx.Err()
 	}
 	return w
+}
+
+// ScriptSHA is the name Redis gives a script: the hex SHA-1 of its source,
+// for EVALSHA and SCRIPT EXISTS.
+func ScriptSHA(source string) string {
+	sum := sha1.Sum([]byte(source))
+	return hex.EncodeToString(sum[:])
 }
 
 // Unsent returns a Write that failed before it was sent, with err.

@@ -44,8 +44,8 @@ func TestScanReply(t *testing.T) {
 		want        string
 	}{
 		{"*2\r\n$2\r\n17\r\n*1\r\n$1\r\nk\r\n", 1, 3, "*2\r\n$5\r\n17409\r\n*1\r\n$1\r\nk\r\n"}, // 17<<10 | 1
-		{"*2\r\n$1\r\n0\r\n*0\r\n", 1, 3, "*2\r\n$1\r\n2\r\n*0\r\n"},                          // next master
-		{"*2\r\n$1\r\n0\r\n*0\r\n", 2, 3, "*2\r\n$1\r\n0\r\n*0\r\n"},                          // done
+		{"*2\r\n$1\r\n0\r\n*0\r\n", 1, 3, "*2\r\n$1\r\n2\r\n*0\r\n"},                            // next master
+		{"*2\r\n$1\r\n0\r\n*0\r\n", 2, 3, "*2\r\n$1\r\n0\r\n*0\r\n"},                            // done
 		{"-ERR invalid cursor\r\n", 0, 3, "-ERR invalid cursor\r\n"},
 	} {
 		if got := string(scanReply([]byte(tc.reply), tc.at, tc.masters, nil)); got != tc.want {

@@ -59,7 +59,7 @@ func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *protocol.P
 // slot (or the first master for a keyless one), else the master.
 func (h *Handler) nodeFor(args [][]byte) *cluster.Node {
 	if h.opts.Cluster != nil {
-		if cmd := h.opts.Keys.Lookup(lowerName(args[0])); cmd != nil {
+		if cmd := h.opts.Keys.LookupBytes(args[0]); cmd != nil {
 			var buf [4]int
 			if at := cmd.Keys(buf[:0], args); len(at) > 0 {
 				return h.opts.Cluster.MasterForSlot(keys.SlotOf(args[at[0]]))

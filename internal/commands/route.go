@@ -1,8 +1,6 @@
 package commands
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"strconv"
 	"sync/atomic"
 
@@ -60,12 +58,7 @@ const redissonRenewal = "local result = {} " +
 	"return result;"
 
 func init() {
-	keywiseScripts[sha1Hex(redissonRenewal)] = keywiseScript{body: redissonRenewal, shared: 1}
-}
-
-func sha1Hex(s string) string {
-	sum := sha1.Sum([]byte(s))
-	return hex.EncodeToString(sum[:])
+	keywiseScripts[cluster.ScriptSHA(redissonRenewal)] = keywiseScript{body: redissonRenewal, shared: 1}
 }
 
 // route forwards a request in front of a Redis Cluster.
@@ -153,9 +146,9 @@ func (h *Handler) crossSlot(c *protocol.Conn, s *session, name string, args [][]
 	if (name == "eval" || name == "evalsha") && len(args) >= 3 {
 		sha := string(args[1])
 		if name == "eval" {
-			sha = sha1Hex(sha)
+			sha = cluster.ScriptSHA(sha)
 		}
-		if ks, ok := keywiseScripts[lowerHex(sha)]; ok {
+		if ks, ok := keywiseScripts[lowerName([]byte(sha))]; ok {
 			n, ok := parseInt(args[2])
 			if ok && int(n) == len(positions) && len(args) == 3+2*int(n)+ks.shared {
 				h.splitScript(c, s, args, int(n), ks, p)
@@ -166,16 +159,6 @@ func (h *Handler) crossSlot(c *protocol.Conn, s *session, name string, args [][]
 	h.opts.Metrics.PassthroughCommands.Inc()
 	p.Buf = append(p.Buf, replyCrossSlot...)
 	p.Done()
-}
-
-func lowerHex(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'F' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
 
 // merge combines the replies of the parts of a split request (in the
@@ -370,16 +353,8 @@ func lowerInto(dst, b []byte) []byte {
 	return dst
 }
 
+// lowerName is b in lower case (a command or subcommand name).
 func lowerName(b []byte) string {
-	var lower [32]byte
-	if len(b) > len(lower) {
-		return string(b)
-	}
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		lower[i] = c
-	}
-	return string(lower[:len(b)])
+	var buf [32]byte
+	return string(lowerInto(buf[:0], b))
 }

@@ -107,13 +107,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *protocol.Pend
 	var lower [32]byte
 	name := args[0]
 	if len(name) <= len(lower) {
-		for i, b := range name {
-			if 'A' <= b && b <= 'Z' {
-				b += 'a' - 'A'
-			}
-			lower[i] = b
-		}
-		lname := string(lower[:len(name)])
+		lname := string(lowerInto(lower[:0], name))
 		if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
 			h.sendTunnel(s, args, p)
 			return

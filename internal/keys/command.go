@@ -1,5 +1,11 @@
 package keys
 
+import (
+	"math"
+
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
 // Command is one command or subcommand of a Table: its name, flags and where
 // its keys are. A nil *Command is valid and has no keys.
 type Command struct {
@@ -231,21 +237,15 @@ func (s *keySpec) appendKeys(dst []int, args [][]byte) []int {
 	return dst
 }
 
-// parseCount parses a non-negative count the way Redis's string2ll does:
-// decimal digits, no sign, no leading zeros, no spaces. Counts that do not
-// fit in an int are reported as not ok.
+// parseCount parses a non-negative count the way Redis's string2ll does
+// (protocol.ParseInt: decimal digits, no leading zeros, no spaces). A count
+// above MaxInt32, more than any request's arguments, is not ok.
 func parseCount(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 18 || (b[0] == '0' && len(b) > 1) {
+	n, ok := protocol.ParseInt(b)
+	if !ok || n < 0 || n > math.MaxInt32 {
 		return 0, false
 	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
+	return int(n), true
 }
 
 // sortInts sorts a short slice in place (insertion sort: a handful of

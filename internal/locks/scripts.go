@@ -1,10 +1,9 @@
 package locks
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
-
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
 )
 
 // The owner record is a hash {owner, token} at recordKey(resource), expiring
@@ -106,15 +105,10 @@ return {cur[1], cur[2], redis.call('PTTL', KEYS[1])}
 // The hot scripts go by EVALSHA (see Manager.start): an EVAL sends about a
 // kilobyte of source that Redis hashes on every call.
 var (
-	acquireSHA = sha1Hex(acquireScript)
-	renewSHA   = sha1Hex(renewScript)
-	releaseSHA = sha1Hex(releaseScript)
+	acquireSHA = cluster.ScriptSHA(acquireScript)
+	renewSHA   = cluster.ScriptSHA(renewScript)
+	releaseSHA = cluster.ScriptSHA(releaseScript)
 )
-
-func sha1Hex(s string) string {
-	sum := sha1.Sum([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
 
 // infoRead runs infoScript through go-redis: a read needs no batching.
 var infoRead = redis.NewScript(infoScript)
