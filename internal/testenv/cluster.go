@@ -388,7 +388,7 @@ func clusterText(addr string, args ...string) (string, error) {
 	}
 	body, ok := ParseBulk(reply)
 	if !ok {
-		return "", fmt.Errorf("%s replied %q", fmtCommand(args), reply)
+		return "", fmt.Errorf("%s replied %q", ShowCommand(args), reply)
 	}
 	return strings.ReplaceAll(string(body), "\r\n", "\n"), nil
 }

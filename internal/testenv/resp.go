@@ -78,7 +78,7 @@ func (c *Conn) Do(args ...string) []byte {
 	c.t.Helper()
 	reply, err := c.TryDo(args...)
 	if err != nil {
-		c.t.Fatalf("testenv: %s: %v", fmtCommand(args), err)
+		c.t.Fatalf("testenv: %s: %v", ShowCommand(args), err)
 	}
 	return reply
 }
@@ -99,7 +99,7 @@ func (c *Conn) TryDo(args ...string) ([]byte, error) {
 func (c *Conn) Send(args ...string) {
 	c.t.Helper()
 	if err := c.send(args); err != nil {
-		c.t.Fatalf("testenv: Send %s: %v", fmtCommand(args), err)
+		c.t.Fatalf("testenv: Send %s: %v", ShowCommand(args), err)
 	}
 }
 
@@ -333,13 +333,4 @@ func parseWhole(reply []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return reply, true
-}
-
-func fmtCommand(args []string) string {
-	const max = 60
-	s := fmt.Sprintf("%q", args)
-	if len(s) > max {
-		s = s[:max] + "…"
-	}
-	return s
 }

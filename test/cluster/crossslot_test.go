@@ -97,9 +97,9 @@ func TestCrossSlotSplitMerge(t *testing.T) {
 	check := func(args []string, want string) {
 		t.Helper()
 		got := proxy.Do(args...)
-		noRedirect(t, show(args), got)
+		noRedirect(t, testenv.ShowCommand(args), got)
 		if string(got) != want {
-			t.Errorf("%s via proxy:\n got  %s\n want %s", show(args), clip(got), clip([]byte(want)))
+			t.Errorf("%s via proxy:\n got  %s\n want %s", testenv.ShowCommand(args), testenv.ShowReply(got), testenv.ShowReply([]byte(want)))
 		}
 	}
 
@@ -134,7 +134,7 @@ func TestCrossSlotSplitMerge(t *testing.T) {
 	check(args, "+OK\r\n")
 	for k, v := range last {
 		if got := d.on(t, st, k, "GET", k); string(got) != fmt.Sprintf("$%d\r\n%s\r\n", len(v), v) {
-			t.Errorf("GET %s on its master after MSET via proxy: %s, want %q", k, clip(got), v)
+			t.Errorf("GET %s on its master after MSET via proxy: %s, want %q", k, testenv.ShowReply(got), v)
 		}
 	}
 }
@@ -211,11 +211,11 @@ func TestCrossSlotPipeline(t *testing.T) {
 	for i, r := range reqs {
 		got, err := proxy.ReadReply()
 		if err != nil {
-			t.Fatalf("reply %d (%s): %v", i, show(r.args), err)
+			t.Fatalf("reply %d (%s): %v", i, testenv.ShowCommand(r.args), err)
 		}
-		noRedirect(t, show(r.args), got)
+		noRedirect(t, testenv.ShowCommand(r.args), got)
 		if string(got) != r.want {
-			t.Fatalf("pipelined reply %d (%s):\n got  %s\n want %s", i, show(r.args), clip(got), clip([]byte(r.want)))
+			t.Fatalf("pipelined reply %d (%s):\n got  %s\n want %s", i, testenv.ShowCommand(r.args), testenv.ShowReply(got), testenv.ShowReply([]byte(r.want)))
 		}
 	}
 }
@@ -263,7 +263,7 @@ func TestCrossSlotRefused(t *testing.T) {
 			cmd("BLPOP", k1, k2, "0.1"),
 		} {
 			if got := proxy.Do(args...); string(got) != want {
-				t.Errorf("%s via proxy: %s, want %q", show(args), clip(got), want)
+				t.Errorf("%s via proxy: %s, want %q", testenv.ShowCommand(args), testenv.ShowReply(got), want)
 			}
 		}
 	}

@@ -33,7 +33,7 @@ func openProbes(t *testing.T, e *env, st *slotTable) []probe {
 		c.SetTimeout(loadConnTimeout)
 		p := probe{c: c, key: st.keysOn(m, "probe:", 1)[0], resource: st.resourcesOn(m, "probe:", 1)[0]}
 		if got := c.Do("SET", p.key, "before"); string(got) != "+OK\r\n" {
-			t.Fatalf("probe %d: SET %s: %s", i, p.key, clip(got))
+			t.Fatalf("probe %d: SET %s: %s", i, p.key, testenv.ShowReply(got))
 		}
 		ps = append(ps, p)
 	}
@@ -52,7 +52,7 @@ func recoverProbes(t *testing.T, ps []probe) {
 		for attempt := 0; ; attempt++ {
 			if time.Now().After(deadline) {
 				t.Fatalf("probe %d (key %s, resource %s): the proxy did not serve it within %v of the cluster being healthy; last reply %s",
-					i, p.key, p.resource, recoverWait, clip(last))
+					i, p.key, p.resource, recoverWait, testenv.ShowReply(last))
 			}
 			owner := fmt.Sprintf("probe-%d-%d", i, attempt)
 			v := "after-" + owner
@@ -69,23 +69,23 @@ func recoverProbes(t *testing.T, ps []probe) {
 			for _, s := range steps {
 				got, err := p.c.TryDo(s.args...)
 				if err != nil {
-					t.Fatalf("probe %d: %s: the connection failed: %v (the proxy must keep serving it)", i, show(s.args), err)
+					t.Fatalf("probe %d: %s: the connection failed: %v (the proxy must keep serving it)", i, testenv.ShowCommand(s.args), err)
 				}
-				noRedirect(t, show(s.args), got)
+				noRedirect(t, testenv.ShowCommand(s.args), got)
 				last = got
 				if got[0] == '-' {
 					if !allowed(got) {
-						t.Fatalf("probe %d: %s: %s", i, show(s.args), clip(got))
+						t.Fatalf("probe %d: %s: %s", i, testenv.ShowCommand(s.args), testenv.ShowReply(got))
 					}
 					ok = false
 					break
 				}
 				if s.want == "" { // LOCK.ACQUIRE: a token
 					if n, isInt := testenv.ParseInt(got); !isInt || n <= 0 {
-						t.Fatalf("probe %d: %s: %s, want a token (nobody else uses this resource)", i, show(s.args), clip(got))
+						t.Fatalf("probe %d: %s: %s, want a token (nobody else uses this resource)", i, testenv.ShowCommand(s.args), testenv.ShowReply(got))
 					}
 				} else if string(got) != s.want {
-					t.Fatalf("probe %d: %s: %s, want %q", i, show(s.args), clip(got), s.want)
+					t.Fatalf("probe %d: %s: %s, want %q", i, testenv.ShowCommand(s.args), testenv.ShowReply(got), s.want)
 				}
 			}
 			if ok {

@@ -234,11 +234,11 @@ func TestFidelityCorpus(t *testing.T) {
 		testenv.Dial(t, m.Addr).Do("SET", st.keysOn(m, "preexisting:", 1)[0], "x")
 	}
 	if got := proxy.Do("FLUSHALL"); string(got) != "+OK\r\n" {
-		t.Fatalf("FLUSHALL via proxy: %s", clip(got))
+		t.Fatalf("FLUSHALL via proxy: %s", testenv.ShowReply(got))
 	}
 	for _, m := range e.cl.Masters {
 		if got := testenv.Dial(t, m.Addr).Do("DBSIZE"); string(got) != ":0\r\n" {
-			t.Fatalf("DBSIZE on %s after FLUSHALL via proxy: %s, want :0 (FLUSHALL goes to every master)", m.Addr, clip(got))
+			t.Fatalf("DBSIZE on %s after FLUSHALL via proxy: %s, want :0 (FLUSHALL goes to every master)", m.Addr, testenv.ShowReply(got))
 		}
 	}
 
@@ -248,9 +248,9 @@ func TestFidelityCorpus(t *testing.T) {
 		for _, c := range u.cmds {
 			got, err := proxy.TryDo(c...)
 			if err != nil {
-				t.Fatalf("%s via proxy: %v", show(c), err)
+				t.Fatalf("%s via proxy: %v", testenv.ShowCommand(c), err)
 			}
-			noRedirect(t, show(c), got)
+			noRedirect(t, testenv.ShowCommand(c), got)
 			replies = append(replies, got)
 		}
 		viaProxy = append(viaProxy, replies)
@@ -268,14 +268,14 @@ func TestFidelityCorpus(t *testing.T) {
 		for j, args := range u.cmds {
 			want, err := c.TryDo(args...)
 			if err != nil {
-				t.Fatalf("%s direct: %v", show(args), err)
+				t.Fatalf("%s direct: %v", testenv.ShowCommand(args), err)
 			}
 			if redirect(want) {
-				t.Fatalf("%s sent directly to the owner of slot %d: %s (a bug in the test: the unit's keys are not all in its route's slot)", show(args), testenv.KeySlot(u.route), clip(want))
+				t.Fatalf("%s sent directly to the owner of slot %d: %s (a bug in the test: the unit's keys are not all in its route's slot)", testenv.ShowCommand(args), testenv.KeySlot(u.route), testenv.ShowReply(want))
 			}
 			if got := viaProxy[i][j]; !bytes.Equal(got, want) {
 				if diffs++; diffs <= 20 {
-					t.Errorf("%s (slot %d):\n proxy  %s\n redis  %s", show(args), testenv.KeySlot(u.route), clip(got), clip(want))
+					t.Errorf("%s (slot %d):\n proxy  %s\n redis  %s", testenv.ShowCommand(args), testenv.KeySlot(u.route), testenv.ShowReply(got), testenv.ShowReply(want))
 				}
 			}
 		}
@@ -291,7 +291,7 @@ func TestFidelityCorpus(t *testing.T) {
 		sum += n
 	}
 	if want := ":" + itoa(sum) + "\r\n"; string(dbsize) != want {
-		t.Errorf("DBSIZE via proxy = %s, want %q (the sum over the masters)", clip(dbsize), want)
+		t.Errorf("DBSIZE via proxy = %s, want %q (the sum over the masters)", testenv.ShowReply(dbsize), want)
 	}
 }
 
@@ -321,7 +321,7 @@ func TestEverySlot(t *testing.T) {
 				noRedirect(t, what, got)
 				if string(got) != want(s) {
 					if bad++; bad <= 10 {
-						t.Errorf("%s %s (slot %d): %s, want %q", what, keys[s], s, clip(got), want(s))
+						t.Errorf("%s %s (slot %d): %s, want %q", what, keys[s], s, testenv.ShowReply(got), want(s))
 					}
 				}
 			}
@@ -348,14 +348,14 @@ func TestEverySlot(t *testing.T) {
 			t.Fatalf("GET %s on its owner: %v", k, err)
 		}
 		if string(got) != bulk(s) {
-			t.Fatalf("GET %s (slot %d) on its owner %s: %s, want %q: the proxy wrote it elsewhere", k, s, st.owner[s].Addr, clip(got), bulk(s))
+			t.Fatalf("GET %s (slot %d) on its owner %s: %s, want %q: the proxy wrote it elsewhere", k, s, st.owner[s].Addr, testenv.ShowReply(got), bulk(s))
 		}
 	}
 	if got := proxy.Do("DBSIZE"); string(got) != ":16384\r\n" {
-		t.Errorf("DBSIZE via proxy = %s, want :16384", clip(got))
+		t.Errorf("DBSIZE via proxy = %s, want :16384", testenv.ShowReply(got))
 	}
 	pipeline("DEL", func(s int) []string { return cmd("DEL", keys[s]) }, func(int) string { return ":1\r\n" })
 	if got := proxy.Do("DBSIZE"); string(got) != ":0\r\n" {
-		t.Errorf("DBSIZE via proxy after deleting every key = %s, want :0", clip(got))
+		t.Errorf("DBSIZE via proxy after deleting every key = %s, want :0", testenv.ShowReply(got))
 	}
 }

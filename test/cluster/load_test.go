@@ -254,14 +254,14 @@ func (l *load) do(worker int, c *testenv.Conn, args ...string) ([]byte, outcome)
 	settled := l.settled.Load()
 	after := settled != 0 && sent > settled
 	if err != nil {
-		l.fail("worker %d: %s: connection failed: %v (the proxy must keep serving its clients' connections)", worker, show(args), err)
+		l.fail("worker %d: %s: connection failed: %v (the proxy must keep serving its clients' connections)", worker, testenv.ShowCommand(args), err)
 		l.mu.Lock()
 		l.dead[worker] = true
 		l.mu.Unlock()
 		return reply, dead
 	}
 	if redirect(reply) {
-		l.fail("worker %d: %s: redirection reached the client: %s", worker, show(args), clip(reply))
+		l.fail("worker %d: %s: redirection reached the client: %s", worker, testenv.ShowCommand(args), testenv.ShowReply(reply))
 		return reply, errored
 	}
 	if len(reply) > 0 && reply[0] == '-' {
@@ -273,9 +273,9 @@ func (l *load) do(worker int, c *testenv.Conn, args ...string) ([]byte, outcome)
 		}
 		switch {
 		case code == "":
-			l.fail("worker %d: %s: %s is not an error a client may get from a cluster that is failing over", worker, show(args), clip(reply))
+			l.fail("worker %d: %s: %s is not an error a client may get from a cluster that is failing over", worker, testenv.ShowCommand(args), testenv.ShowReply(reply))
 		case after:
-			l.fail("worker %d: %s: %s after the proxy had recovered", worker, show(args), clip(reply))
+			l.fail("worker %d: %s: %s after the proxy had recovered", worker, testenv.ShowCommand(args), testenv.ShowReply(reply))
 		}
 		l.mu.Lock()
 		if code == "" {
@@ -287,7 +287,7 @@ func (l *load) do(worker int, c *testenv.Conn, args ...string) ([]byte, outcome)
 		n := l.errs[worker]
 		l.mu.Unlock()
 		if n == maxErrorsPerWorker {
-			l.fail("worker %d: %d error replies: the proxy is not recovering (last: %s: %s)", worker, n, show(args), clip(reply))
+			l.fail("worker %d: %d error replies: the proxy is not recovering (last: %s: %s)", worker, n, testenv.ShowCommand(args), testenv.ShowReply(reply))
 		}
 		return reply, errored
 	}
@@ -320,7 +320,7 @@ func (l *load) lockWorker(w int, c *testenv.Conn) {
 		}
 		tok, ok := testenv.ParseInt(reply)
 		if !ok || tok <= 0 {
-			l.fail("worker %d: LOCK.ACQUIRE %s %s: %s, want a token or null", w, res, owner, clip(reply))
+			l.fail("worker %d: LOCK.ACQUIRE %s %s: %s, want a token or null", w, res, owner, testenv.ShowReply(reply))
 			continue
 		}
 		if tok <= floor {
@@ -345,7 +345,7 @@ func (l *load) lockWorker(w int, c *testenv.Conn) {
 				continue
 			}
 			if string(reply) != ":1\r\n" && (!erred || string(reply) != ":0\r\n") {
-				l.fail("worker %d: LOCK.RELEASE %s %s right after its grant (token %d): %s, want :1 (the acknowledged grant was lost)", w, res, owner, tok, clip(reply))
+				l.fail("worker %d: LOCK.RELEASE %s %s right after its grant (token %d): %s, want :1 (the acknowledged grant was lost)", w, res, owner, tok, testenv.ShowReply(reply))
 			}
 			break
 		}
@@ -375,7 +375,7 @@ func (l *load) kvWorker(w int, c *testenv.Conn, keys []string) {
 				l.sleep(errorBackoff)
 				continue
 			case string(reply) != "+OK\r\n":
-				l.fail("worker %d: SET %s: %s, want +OK", w, key, clip(reply))
+				l.fail("worker %d: SET %s: %s, want +OK", w, key, testenv.ShowReply(reply))
 			}
 			l.mu.Lock()
 			st.acked, st.want, st.maybe = true, v, nil
@@ -413,7 +413,7 @@ func (l *load) checkValue(key string, reply []byte) error {
 	if !isNull {
 		b, ok := testenv.ParseBulk(reply)
 		if !ok {
-			return fmt.Errorf("reply %s is neither a bulk string nor null", clip(reply))
+			return fmt.Errorf("reply %s is neither a bulk string nor null", testenv.ShowReply(reply))
 		}
 		got = string(b)
 	}
@@ -421,7 +421,7 @@ func (l *load) checkValue(key string, reply []byte) error {
 		if isNull || strings.HasPrefix(got, key+"=") {
 			return nil
 		}
-		return fmt.Errorf("%s: a value this key was never given", clip(reply))
+		return fmt.Errorf("%s: a value this key was never given", testenv.ShowReply(reply))
 	}
 	if isNull && !st.acked {
 		return nil
@@ -435,9 +435,9 @@ func (l *load) checkValue(key string, reply []byte) error {
 		}
 	}
 	if !st.acked {
-		return fmt.Errorf("%s, want null or one of %q", clip(reply), st.maybe)
+		return fmt.Errorf("%s, want null or one of %q", testenv.ShowReply(reply), st.maybe)
 	}
-	return fmt.Errorf("%s, want the last acknowledged value %q (or one of %q, written with an unknown outcome)", clip(reply), st.want, st.maybe)
+	return fmt.Errorf("%s, want the last acknowledged value %q (or one of %q, written with an unknown outcome)", testenv.ShowReply(reply), st.want, st.maybe)
 }
 
 // check fails the test with what the workers saw: failures, too few
@@ -480,8 +480,8 @@ func (l *load) checkFinal(t *testing.T, c *testenv.Conn) {
 		}
 	}
 	for r, top := range l.book.snapshot() {
-		if li := info(t, c, r); li.token < top {
-			t.Errorf("LOCK.INFO %q: token %d, but %d was granted (%s)", r, li.token, top, li.raw)
+		if li := info(t, c, r); li.Token < top {
+			t.Errorf("LOCK.INFO %q: token %d, but %d was granted (%s)", r, li.Token, top, li.Raw)
 		}
 	}
 }

@@ -225,7 +225,7 @@ func flushDirect(t *testing.T, cl *testenv.Cluster) {
 		c := testenv.Dial(t, m.Addr)
 		for _, cmd := range [][]string{{"FLUSHALL"}, {"SCRIPT", "FLUSH"}} {
 			if got := c.Do(cmd...); string(got) != "+OK\r\n" {
-				t.Fatalf("%s on %s: %q", show(cmd), m.Addr, got)
+				t.Fatalf("%s on %s: %q", testenv.ShowCommand(cmd), m.Addr, got)
 			}
 		}
 		c.Close()
@@ -247,70 +247,19 @@ func redirect(reply []byte) bool {
 func noRedirect(t *testing.T, what string, reply []byte) {
 	t.Helper()
 	if redirect(reply) {
-		t.Fatalf("%s: the proxy let a cluster redirection through: %s", what, clip(reply))
+		t.Fatalf("%s: the proxy let a cluster redirection through: %s", what, testenv.ShowReply(reply))
 	}
 }
 
-// lockInfo is LOCK.INFO's reply, field by field.
-type lockInfo struct {
-	owner   []byte // nil when free
-	token   int64
-	ttl     int64
-	waiters int64
-	raw     string
-}
-
-// parseInfo decodes LOCK.INFO's flat field/value array.
-func parseInfo(raw []byte) (lockInfo, error) {
-	li := lockInfo{raw: string(raw)}
-	elems, ok := testenv.SplitArray(raw)
-	if !ok || len(elems)%2 != 0 {
-		return li, fmt.Errorf("reply %q is not a flat array of field/value pairs", raw)
-	}
-	seen := map[string]bool{}
-	for i := 0; i < len(elems); i += 2 {
-		name, ok := testenv.ParseBulk(elems[i])
-		if !ok {
-			return li, fmt.Errorf("reply %q: field name %q is not a bulk string", raw, elems[i])
-		}
-		v := elems[i+1]
-		seen[string(name)] = true
-		switch string(name) {
-		case "owner":
-			if !testenv.IsNull(v) {
-				if li.owner, ok = testenv.ParseBulk(v); !ok {
-					return li, fmt.Errorf("reply %q: owner %q is neither bulk nor null", raw, v)
-				}
-			}
-		case "token", "ttl-ms", "waiters":
-			n, ok := testenv.ParseInt(v)
-			if !ok {
-				return li, fmt.Errorf("reply %q: %s %q is not an integer", raw, name, v)
-			}
-			switch string(name) {
-			case "token":
-				li.token = n
-			case "ttl-ms":
-				li.ttl = n
-			default:
-				li.waiters = n
-			}
-		}
-	}
-	for _, f := range []string{"owner", "token", "ttl-ms", "waiters"} {
-		if !seen[f] {
-			return li, fmt.Errorf("reply %q has no %q field", raw, f)
-		}
-	}
-	return li, nil
-}
+// lockInfo is a LOCK.INFO reply, field by field.
+type lockInfo = testenv.LockInfo
 
 // info runs LOCK.INFO resource on c.
 func info(t *testing.T, c *testenv.Conn, resource string) lockInfo {
 	t.Helper()
 	raw := c.Do("LOCK.INFO", resource)
 	noRedirect(t, "LOCK.INFO "+resource, raw)
-	li, err := parseInfo(raw)
+	li, err := testenv.ParseLockInfo(raw)
 	if err != nil {
 		t.Fatalf("LOCK.INFO %q: %v", resource, err)
 	}
@@ -322,10 +271,10 @@ func info(t *testing.T, c *testenv.Conn, resource string) lockInfo {
 func token(t *testing.T, c *testenv.Conn, args ...string) int64 {
 	t.Helper()
 	got := c.Do(args...)
-	noRedirect(t, show(args), got)
+	noRedirect(t, testenv.ShowCommand(args), got)
 	n, ok := testenv.ParseInt(got)
 	if !ok || n <= 0 {
-		t.Fatalf("%s: reply %s, want a positive integer token", show(args), clip(got))
+		t.Fatalf("%s: reply %s, want a positive integer token", testenv.ShowCommand(args), testenv.ShowReply(got))
 	}
 	return n
 }
@@ -356,44 +305,18 @@ func checkHeld(t *testing.T, c *testenv.Conn, hs []held) {
 	for _, h := range hs {
 		args := []string{"LOCK.ACQUIRE", h.resource, "intruder", "60000"}
 		if got := c.Do(args...); !testenv.IsNull(got) {
-			t.Errorf("%s: %s, want null: the lock granted to %q (token %d) was lost", show(args), clip(got), h.owner, h.token)
+			t.Errorf("%s: %s, want null: the lock granted to %q (token %d) was lost", testenv.ShowCommand(args), testenv.ShowReply(got), h.owner, h.token)
 			continue
 		}
 		li := info(t, c, h.resource)
-		if string(li.owner) != h.owner || li.token != h.token || li.ttl <= 0 {
-			t.Errorf("LOCK.INFO %q = %q, want owner %q, token %d, ttl-ms > 0", h.resource, li.raw, h.owner, h.token)
+		if string(li.Owner) != h.owner || li.Token != h.token || li.TTL <= 0 {
+			t.Errorf("LOCK.INFO %q = %q, want owner %q, token %d, ttl-ms > 0", h.resource, li.Raw, h.owner, h.token)
 		}
 		args = []string{"FENCE.CHECK", h.resource, strconv.FormatInt(h.token, 10)}
 		if got := c.Do(args...); string(got) != ":1\r\n" {
-			t.Errorf("%s: %s, want :1", show(args), clip(got))
+			t.Errorf("%s: %s, want :1", testenv.ShowCommand(args), testenv.ShowReply(got))
 		}
 	}
-}
-
-// show renders a command for failure messages.
-func show(cmd []string) string {
-	var b []byte
-	for i, a := range cmd {
-		if i > 0 {
-			b = append(b, ' ')
-		}
-		if len(a) > 40 {
-			b = append(b, a[:40]...)
-			b = append(b, "…"...)
-			continue
-		}
-		b = append(b, a...)
-	}
-	return clip(b)
-}
-
-// clip quotes b, shortened to something readable in a failure message.
-func clip(b []byte) string {
-	const max = 300
-	if len(b) > max {
-		return strconv.Quote(string(b[:max])) + "…(" + strconv.Itoa(len(b)) + " bytes)"
-	}
-	return strconv.Quote(string(b))
 }
 
 // cmd is a command's arguments.

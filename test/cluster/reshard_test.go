@@ -143,7 +143,7 @@ func TestReshardUnderLoad(t *testing.T) {
 		direct := d.Do("GET", k)
 		if string(got) != want || string(direct) != want {
 			if bad++; bad <= 10 {
-				t.Errorf("GET %s after the reshard: via proxy %s, on %s directly %s; want %q", k, clip(got), dst.Addr, clip(direct), want)
+				t.Errorf("GET %s after the reshard: via proxy %s, on %s directly %s; want %q", k, testenv.ShowReply(got), dst.Addr, testenv.ShowReply(direct), want)
 			}
 		}
 	}

@@ -37,14 +37,14 @@ func acquireRetry(t *testing.T, c *testenv.Conn, resource, owner string) int64 {
 		args := cmd("LOCK.ACQUIRE", resource, owner, "60000")
 		got, err := c.TryDo(args...)
 		if err != nil {
-			t.Fatalf("%s: %v", show(args), err)
+			t.Fatalf("%s: %v", testenv.ShowCommand(args), err)
 		}
-		noRedirect(t, show(args), got)
+		noRedirect(t, testenv.ShowCommand(args), got)
 		if n, ok := testenv.ParseInt(got); ok && n > 0 {
 			return n
 		}
 		if !allowed(got) || time.Now().After(deadline) {
-			t.Fatalf("%s: %s, want a token (Redis lost every record, so the resource is free)", show(args), clip(got))
+			t.Fatalf("%s: %s, want a token (Redis lost every record, so the resource is free)", testenv.ShowCommand(args), testenv.ShowReply(got))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -104,8 +104,8 @@ func TestWholeClusterRestart(t *testing.T) {
 			if got := c.Do("FENCE.CHECK", r, itoa(tok)); string(got) != ":1\r\n" {
 				t.Errorf("%s: FENCE.CHECK %s %d (the new token): %q, want :1", phase, r, tok, got)
 			}
-			if li := info(t, c, r); string(li.owner) != owner || li.token != tok {
-				t.Errorf("%s: LOCK.INFO %s = %q, want owner %q and token %d", phase, r, li.raw, owner, tok)
+			if li := info(t, c, r); string(li.Owner) != owner || li.Token != tok {
+				t.Errorf("%s: LOCK.INFO %s = %q, want owner %q and token %d", phase, r, li.Raw, owner, tok)
 			}
 			old[r] = tok
 		}

@@ -25,26 +25,26 @@ func scanAll(t *testing.T, c *testenv.Conn, extra ...string) map[string]int {
 		}
 		args := append([]string{"SCAN", cursor}, extra...)
 		reply := c.Do(args...)
-		noRedirect(t, show(args), reply)
+		noRedirect(t, testenv.ShowCommand(args), reply)
 		parts, ok := testenv.SplitArray(reply)
 		if !ok || len(parts) != 2 {
-			t.Fatalf("%s: %s, want [cursor, keys]", show(args), clip(reply))
+			t.Fatalf("%s: %s, want [cursor, keys]", testenv.ShowCommand(args), testenv.ShowReply(reply))
 		}
 		next, ok := testenv.ParseBulk(parts[0])
 		if !ok {
-			t.Fatalf("%s: cursor %q is not a bulk string", show(args), parts[0])
+			t.Fatalf("%s: cursor %q is not a bulk string", testenv.ShowCommand(args), parts[0])
 		}
 		if _, err := strconv.ParseUint(string(next), 10, 64); err != nil {
-			t.Fatalf("%s: cursor %q is not an unsigned integer, as Redis's is", show(args), next)
+			t.Fatalf("%s: cursor %q is not an unsigned integer, as Redis's is", testenv.ShowCommand(args), next)
 		}
 		elems, ok := testenv.SplitArray(parts[1])
 		if !ok {
-			t.Fatalf("%s: keys %s are not an array", show(args), clip(parts[1]))
+			t.Fatalf("%s: keys %s are not an array", testenv.ShowCommand(args), testenv.ShowReply(parts[1]))
 		}
 		for _, el := range elems {
 			k, ok := testenv.ParseBulk(el)
 			if !ok {
-				t.Fatalf("%s: element %q is not a bulk string", show(args), el)
+				t.Fatalf("%s: element %q is not a bulk string", testenv.ShowCommand(args), el)
 			}
 			seen[string(k)]++
 		}
@@ -114,7 +114,7 @@ func TestScanDBSizeKeys(t *testing.T) {
 	}
 
 	if got := proxy.Do("DBSIZE"); string(got) != ":3000\r\n" {
-		t.Errorf("DBSIZE = %s, want :3000 (the sum over the masters)", clip(got))
+		t.Errorf("DBSIZE = %s, want :3000 (the sum over the masters)", testenv.ShowReply(got))
 	}
 	expectKeys(t, "SCAN COUNT 100", scanAll(t, proxy, "COUNT", "100"), keys)
 	expectKeys(t, "SCAN (default COUNT)", scanAll(t, proxy), keys)
@@ -124,7 +124,7 @@ func TestScanDBSizeKeys(t *testing.T) {
 	reply := proxy.Do("KEYS", "*")
 	elems, ok := testenv.SplitArray(reply)
 	if !ok {
-		t.Fatalf("KEYS *: %s", clip(reply))
+		t.Fatalf("KEYS *: %s", testenv.ShowReply(reply))
 	}
 	seen := map[string]int{}
 	for _, el := range elems {
@@ -152,7 +152,7 @@ func TestScanDBSizeKeys(t *testing.T) {
 	expectKeys(t, "SCAN TYPE hash", scanAll(t, proxy, "COUNT", "100", "TYPE", "hash"), hashes)
 	expectKeys(t, "SCAN MATCH scan:1* TYPE string", scanAll(t, proxy, "MATCH", "scan:1*", "COUNT", "50", "TYPE", "string"), ones)
 	if got := proxy.Do("DBSIZE"); string(got) != ":3040\r\n" {
-		t.Errorf("DBSIZE = %s, want :3040", clip(got))
+		t.Errorf("DBSIZE = %s, want :3040", testenv.ShowReply(got))
 	}
 
 	// FLUSHDB through the proxy empties every master.

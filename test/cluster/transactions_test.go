@@ -49,9 +49,9 @@ func TestMultiExec(t *testing.T) {
 		flushDirect(t, e.cl)
 		want := run(testenv.Dial(t, m.Addr))
 		for i := range script {
-			noRedirect(t, show(script[i]), []byte(got[i]))
+			noRedirect(t, testenv.ShowCommand(script[i]), []byte(got[i]))
 			if got[i] != want[i] {
-				t.Errorf("%s on %s's slot:\n proxy  %q\n redis  %q", show(script[i]), m.Addr, got[i], want[i])
+				t.Errorf("%s on %s's slot:\n proxy  %q\n redis  %q", testenv.ShowCommand(script[i]), m.Addr, got[i], want[i])
 			}
 		}
 	}

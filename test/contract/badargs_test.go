@@ -3,6 +3,8 @@ package contract_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
 // TestBadArguments: "Bad input gets a clear error, never a crash, a hang, or
@@ -112,13 +114,13 @@ func TestBadArguments(t *testing.T) {
 		expectErr(t, c, "-ERR", args...)
 		expect(t, c, replyPong, "PING")
 		after := info(t, c, r)
-		if string(after.owner) != holder || after.token != tok || after.ttl <= 0 || after.ttl > before.ttl {
+		if string(after.Owner) != holder || after.Token != tok || after.TTL <= 0 || after.TTL > before.TTL {
 			t.Fatalf("after the rejected %s: LOCK.INFO %q is %q, want owner %q, token %d and the lease not re-armed (ttl-ms was %d)",
-				cmdString(args), r, after.raw, holder, tok, before.ttl)
+				testenv.ShowCommand(args), r, after.Raw, holder, tok, before.TTL)
 		}
 		li := info(t, c, free)
-		if li.ownerRaw != replyNull || li.token != freeTok {
-			t.Fatalf("after the rejected %s: LOCK.INFO %q is %q, want still free with token %d", cmdString(args), free, li.raw, freeTok)
+		if li.OwnerRaw != replyNull || li.Token != freeTok {
+			t.Fatalf("after the rejected %s: LOCK.INFO %q is %q, want still free with token %d", testenv.ShowCommand(args), free, li.Raw, freeTok)
 		}
 	}
 	expect(t, c, replyOne, "FENCE.CHECK", r, itoa(tok))

@@ -228,8 +228,8 @@ func TestTokensNeverRegressAcrossRedisDataLoss(t *testing.T) {
 		expect(t, c, replyZero, "FENCE.CHECK", r, itoa(old[r]))
 		expect(t, c, replyOne, "FENCE.CHECK", r, itoa(tok))
 		li := expectHeld(t, c, r, "new", tok)
-		if li.token != tok {
-			t.Fatalf("LOCK.INFO %q: %q, want token %d", r, li.raw, tok)
+		if li.Token != tok {
+			t.Fatalf("LOCK.INFO %q: %q, want token %d", r, li.Raw, tok)
 		}
 		// The old holder lost its lease with the data: it cannot renew,
 		// release or take the lock back.
@@ -280,11 +280,11 @@ func TestNoReplicas(t *testing.T) {
 					// "nothing was granted": no token was issued, so the
 					// newest issued is still the one before, and it is
 					// still current.
-					if li.token != before {
-						t.Errorf("LOCK.INFO %q after -NOREPLICAS: %q, want token %d (the newest issued; the refused grant issued nothing)", r, li.raw, before)
-						if li.token > before {
-							if got := c.Do("FENCE.CHECK", r, itoa(li.token)); !strings.HasPrefix(string(got), "-ERR") {
-								t.Errorf("FENCE.CHECK %q %d (the refused grant's token, never replied): reply %q, want -ERR (never issued)", r, li.token, got)
+					if li.Token != before {
+						t.Errorf("LOCK.INFO %q after -NOREPLICAS: %q, want token %d (the newest issued; the refused grant issued nothing)", r, li.Raw, before)
+						if li.Token > before {
+							if got := c.Do("FENCE.CHECK", r, itoa(li.Token)); !strings.HasPrefix(string(got), "-ERR") {
+								t.Errorf("FENCE.CHECK %q %d (the refused grant's token, never replied): reply %q, want -ERR (never issued)", r, li.Token, got)
 							}
 						}
 					}
@@ -360,7 +360,7 @@ func TestTokenOrderEqualsGrantOrder(t *testing.T) {
 				}
 				reply, err := c.TryDo(args...)
 				if err != nil {
-					fail(fmt.Errorf("%s: %v", cmdString(args), err))
+					fail(fmt.Errorf("%s: %v", testenv.ShowCommand(args), err))
 					return
 				}
 				if testenv.IsNull(reply) {
@@ -368,11 +368,11 @@ func TestTokenOrderEqualsGrantOrder(t *testing.T) {
 				}
 				tok, ok := testenv.ParseInt(reply)
 				if !ok {
-					fail(fmt.Errorf("%s: reply %q, want a token or null", cmdString(args), reply))
+					fail(fmt.Errorf("%s: reply %q, want a token or null", testenv.ShowCommand(args), reply))
 					return
 				}
 				if h := holding.Add(1); h != 1 {
-					fail(fmt.Errorf("%s: granted token %d while %d other contender(s) held %q", cmdString(args), tok, h-1, r))
+					fail(fmt.Errorf("%s: granted token %d while %d other contender(s) held %q", testenv.ShowCommand(args), tok, h-1, r))
 				}
 				mu.Lock()
 				order = append(order, tok)
@@ -409,8 +409,8 @@ func TestTokenOrderEqualsGrantOrder(t *testing.T) {
 	t.Logf("%d grants of %q in order", len(order), r)
 	c := e.dial(t)
 	li := expectFree(t, c, r)
-	if li.token != order[len(order)-1] {
-		t.Fatalf("LOCK.INFO %q: %q, want token %d (the last grant)", r, li.raw, order[len(order)-1])
+	if li.Token != order[len(order)-1] {
+		t.Fatalf("LOCK.INFO %q: %q, want token %d (the last grant)", r, li.Raw, order[len(order)-1])
 	}
 }
 
@@ -446,8 +446,8 @@ func TestCleanRestartKeepsTokens(t *testing.T) {
 		t.Fatalf("LOCK.ACQUIRE %q bob after a clean restart: token %d, want > %d", held, tok, heldTok)
 	}
 	li := expectFree(t, c, freed)
-	if li.token != freedTok {
-		t.Fatalf("LOCK.INFO %q after a clean restart: %q, want token %d", freed, li.raw, freedTok)
+	if li.Token != freedTok {
+		t.Fatalf("LOCK.INFO %q after a clean restart: %q, want token %d", freed, li.Raw, freedTok)
 	}
 	expect(t, c, replyOne, "FENCE.CHECK", freed, itoa(freedTok))
 	if tok := token(t, c, "LOCK.ACQUIRE", freed, "new", "60000"); tok <= freedTok {

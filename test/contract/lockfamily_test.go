@@ -47,7 +47,7 @@ func result(t *testing.T, ch <-chan acquireResult, d time.Duration, what string)
 // waitWaiters waits until LOCK.INFO resource reports n waiters.
 func waitWaiters(t *testing.T, c *testenv.Conn, resource string, n int64) {
 	t.Helper()
-	waitInfo(t, c, resource, 5*time.Second, "showing the waiter(s)", func(li lockInfo) bool { return li.waiters == n })
+	waitInfo(t, c, resource, 5*time.Second, "showing the waiter(s)", func(li lockInfo) bool { return li.Waiters == n })
 }
 
 // TestLockFamily covers each clause of CONTRACT.md "The lock family" on one
@@ -60,8 +60,8 @@ func TestLockFamily(t *testing.T) {
 		r := resName(t, "r")
 		tok := token(t, c, "LOCK.ACQUIRE", r, "alice", "10000")
 		li := expectHeld(t, c, r, "alice", tok)
-		if li.ttl > 10000 || li.waiters != 0 {
-			t.Fatalf("LOCK.INFO %q after a 10000ms grant: %q, want 0 < ttl-ms <= 10000 and waiters 0", r, li.raw)
+		if li.TTL > 10000 || li.Waiters != 0 {
+			t.Fatalf("LOCK.INFO %q after a 10000ms grant: %q, want 0 < ttl-ms <= 10000 and waiters 0", r, li.Raw)
 		}
 		expect(t, c, replyOne, "FENCE.CHECK", r, itoa(tok))
 	})
@@ -75,13 +75,13 @@ func TestLockFamily(t *testing.T) {
 		before := expectHeld(t, c, r, "alice", tok)
 		expect(t, c, ":"+itoa(tok)+"\r\n", "LOCK.ACQUIRE", r, "alice", "2000")
 		after := expectHeld(t, c, r, "alice", tok)
-		if after.ttl <= before.ttl {
-			t.Fatalf("LOCK.ACQUIRE %q alice 2000 (retry) did not re-arm the lease: ttl-ms %d before, %d after", r, before.ttl, after.ttl)
+		if after.TTL <= before.TTL {
+			t.Fatalf("LOCK.ACQUIRE %q alice 2000 (retry) did not re-arm the lease: ttl-ms %d before, %d after", r, before.TTL, after.TTL)
 		}
 		// A retry with a longer ttl re-arms to that ttl.
 		expect(t, c, ":"+itoa(tok)+"\r\n", "LOCK.ACQUIRE", r, "alice", "60000")
-		if li := expectHeld(t, c, r, "alice", tok); li.ttl <= 2000 {
-			t.Fatalf("LOCK.ACQUIRE %q alice 60000 (retry): LOCK.INFO %q, want ttl-ms > 2000", r, li.raw)
+		if li := expectHeld(t, c, r, "alice", tok); li.TTL <= 2000 {
+			t.Fatalf("LOCK.ACQUIRE %q alice 60000 (retry): LOCK.INFO %q, want ttl-ms > 2000", r, li.Raw)
 		}
 	})
 
@@ -119,8 +119,8 @@ func TestLockFamily(t *testing.T) {
 			t.Fatalf("LOCK.RELEASE %q holder (while a waiter waited): reply %q, want %q", r, rr, replyOne)
 		}
 		li := expectHeld(t, c, r, "waiter", n)
-		if li.waiters != 0 {
-			t.Fatalf("LOCK.INFO %q after the waiter was granted: %q, want waiters 0", r, li.raw)
+		if li.Waiters != 0 {
+			t.Fatalf("LOCK.INFO %q after the waiter was granted: %q, want waiters 0", r, li.Raw)
 		}
 		expect(t, c, replyZero, "FENCE.CHECK", r, itoa(tok))
 	})
@@ -136,8 +136,8 @@ func TestLockFamily(t *testing.T) {
 			t.Fatalf("LOCK.ACQUIRE %q waiter 30000 WAIT 300: null after only %v, want after the 300ms wait", r, el)
 		}
 		li := expectHeld(t, c, r, "holder", tok)
-		if li.waiters != 0 {
-			t.Fatalf("LOCK.INFO %q after the wait timed out: %q, want waiters 0", r, li.raw)
+		if li.Waiters != 0 {
+			t.Fatalf("LOCK.INFO %q after the wait timed out: %q, want waiters 0", r, li.Raw)
 		}
 	})
 
@@ -213,7 +213,7 @@ func TestLockFamily(t *testing.T) {
 			t.Errorf("LOCK.ACQUIRE %q newcomer 30000, sent right after the release while \"waiter\" was queued: reply %q, want %q (the next waiter is granted)", r, newReply, replyNull)
 		}
 		if n, ok := testenv.ParseInt(got.reply); !ok || n <= tok {
-			t.Errorf("LOCK.ACQUIRE %q waiter 30000 WAIT 10000 (queued before the release): reply %q, want a token > %d; LOCK.INFO now %q", r, got.reply, tok, info(t, c, r).raw)
+			t.Errorf("LOCK.ACQUIRE %q waiter 30000 WAIT 10000 (queued before the release): reply %q, want a token > %d; LOCK.INFO now %q", r, got.reply, tok, info(t, c, r).Raw)
 		}
 	})
 
@@ -222,8 +222,8 @@ func TestLockFamily(t *testing.T) {
 		r := resName(t, "r")
 		tok := token(t, c, "LOCK.ACQUIRE", r, "alice", "150")
 		li := waitFree(t, c, r, 5*time.Second)
-		if li.ttl != -2 || li.token != tok {
-			t.Fatalf("LOCK.INFO %q after the lease ran out: %q, want ttl-ms -2 and token %d", r, li.raw, tok)
+		if li.TTL != -2 || li.Token != tok {
+			t.Fatalf("LOCK.INFO %q after the lease ran out: %q, want ttl-ms -2 and token %d", r, li.Raw, tok)
 		}
 		expect(t, c, replyNull, "LOCK.RENEW", r, "alice", "10000")
 		expectFree(t, c, r)
@@ -250,8 +250,8 @@ func TestLockFamily(t *testing.T) {
 		before := expectHeld(t, c, r, "alice", tok)
 		expect(t, c, ":"+itoa(tok)+"\r\n", "LOCK.RENEW", r, "alice", "60000")
 		after := expectHeld(t, c, r, "alice", tok)
-		if after.ttl <= before.ttl || after.ttl <= 2000 {
-			t.Fatalf("LOCK.RENEW %q alice 60000: ttl-ms %d before, %d after, want re-armed to about 60000", r, before.ttl, after.ttl)
+		if after.TTL <= before.TTL || after.TTL <= 2000 {
+			t.Fatalf("LOCK.RENEW %q alice 60000: ttl-ms %d before, %d after, want re-armed to about 60000", r, before.TTL, after.TTL)
 		}
 	})
 
@@ -271,8 +271,8 @@ func TestLockFamily(t *testing.T) {
 		tok := token(t, c, "LOCK.ACQUIRE", r, "alice", "10000")
 		expect(t, c, replyOne, "LOCK.RELEASE", r, "alice")
 		li := expectFree(t, c, r)
-		if li.token != tok {
-			t.Fatalf("LOCK.INFO %q after release: %q, want token %d (newest issued)", r, li.raw, tok)
+		if li.Token != tok {
+			t.Fatalf("LOCK.INFO %q after release: %q, want token %d (newest issued)", r, li.Raw, tok)
 		}
 		expect(t, c, replyZero, "LOCK.RELEASE", r, "alice")
 		expect(t, c, replyNull, "LOCK.RENEW", r, "alice", "10000")
@@ -334,19 +334,19 @@ func TestLockFamily(t *testing.T) {
 		c := e.dial(t)
 		never := resName(t, "never-locked")
 		li := info(t, c, never)
-		if li.ownerRaw != replyNull || li.token != 0 || li.ttl != -2 || li.waiters != 0 {
-			t.Fatalf("LOCK.INFO %q (never locked): %q, want owner null, token 0, ttl-ms -2, waiters 0", never, li.raw)
+		if li.OwnerRaw != replyNull || li.Token != 0 || li.TTL != -2 || li.Waiters != 0 {
+			t.Fatalf("LOCK.INFO %q (never locked): %q, want owner null, token 0, ttl-ms -2, waiters 0", never, li.Raw)
 		}
 		r := resName(t, "r")
 		tok := token(t, c, "LOCK.ACQUIRE", r, "alice", "5000")
 		li = expectHeld(t, c, r, "alice", tok)
-		if li.ttl > 5000 || li.waiters != 0 {
-			t.Fatalf("LOCK.INFO %q (held, ttl 5000): %q, want 0 < ttl-ms <= 5000, waiters 0", r, li.raw)
+		if li.TTL > 5000 || li.Waiters != 0 {
+			t.Fatalf("LOCK.INFO %q (held, ttl 5000): %q, want 0 < ttl-ms <= 5000, waiters 0", r, li.Raw)
 		}
 		expect(t, c, replyOne, "LOCK.RELEASE", r, "alice")
 		li = info(t, c, r)
-		if li.ownerRaw != replyNull || li.token != tok || li.ttl != -2 || li.waiters != 0 {
-			t.Fatalf("LOCK.INFO %q (released): %q, want owner null, token %d, ttl-ms -2, waiters 0", r, li.raw, tok)
+		if li.OwnerRaw != replyNull || li.Token != tok || li.TTL != -2 || li.Waiters != 0 {
+			t.Fatalf("LOCK.INFO %q (released): %q, want owner null, token %d, ttl-ms -2, waiters 0", r, li.Raw, tok)
 		}
 	})
 
@@ -419,8 +419,8 @@ func TestLockFamily(t *testing.T) {
 				continue
 			}
 			li := info(t, c, r)
-			if li.ownerRaw != replyNull || li.token != 0 {
-				t.Fatalf("LOCK.INFO %q (never locked, but similar to a locked binary resource): %q, want owner null, token 0", r, li.raw)
+			if li.OwnerRaw != replyNull || li.Token != 0 {
+				t.Fatalf("LOCK.INFO %q (never locked, but similar to a locked binary resource): %q, want owner null, token 0", r, li.Raw)
 			}
 		}
 		for i, r := range resources {

@@ -7,7 +7,6 @@
 package contract_test
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,25 +61,11 @@ func (e *env) dial(t *testing.T) *testenv.Conn {
 	return testenv.Dial(t, e.proxy.Addr)
 }
 
-// cmdString renders a command for failure messages, quoting binary bytes
-// and cutting long arguments.
-func cmdString(args []string) string {
-	parts := make([]string, len(args))
-	for i, a := range args {
-		if len(a) > 24 {
-			parts[i] = fmt.Sprintf("%q…(%d bytes)", a[:24], len(a))
-		} else {
-			parts[i] = strconv.Quote(a)
-		}
-	}
-	return strings.Join(parts, " ")
-}
-
 // expect sends args and fails unless the reply is exactly want.
 func expect(t *testing.T, c *testenv.Conn, want string, args ...string) {
 	t.Helper()
 	if got := c.Do(args...); string(got) != want {
-		t.Fatalf("%s: reply %q, want %q", cmdString(args), got, want)
+		t.Fatalf("%s: reply %q, want %q", testenv.ShowCommand(args), got, want)
 	}
 }
 
@@ -90,7 +75,7 @@ func expectErr(t *testing.T, c *testenv.Conn, prefix string, args ...string) str
 	t.Helper()
 	got := string(c.Do(args...))
 	if !strings.HasPrefix(got, prefix) || !strings.HasSuffix(got, "\r\n") || strings.Count(got, "\r\n") != 1 {
-		t.Fatalf("%s: reply %q, want one error line starting with %q", cmdString(args), got, prefix)
+		t.Fatalf("%s: reply %q, want one error line starting with %q", testenv.ShowCommand(args), got, prefix)
 	}
 	return got
 }
@@ -102,7 +87,7 @@ func token(t *testing.T, c *testenv.Conn, args ...string) int64 {
 	got := c.Do(args...)
 	n, ok := testenv.ParseInt(got)
 	if !ok || n <= 0 {
-		t.Fatalf("%s: reply %q, want a positive integer token", cmdString(args), got)
+		t.Fatalf("%s: reply %q, want a positive integer token", testenv.ShowCommand(args), got)
 	}
 	return n
 }
@@ -110,22 +95,15 @@ func token(t *testing.T, c *testenv.Conn, args ...string) int64 {
 // itoa formats a token as a command argument.
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// lockInfo is LOCK.INFO's reply, field by field.
-type lockInfo struct {
-	owner    []byte // nil when the owner is null
-	ownerRaw string // the owner element's raw reply
-	token    int64
-	ttl      int64
-	waiters  int64
-	raw      string
-}
+// lockInfo is a LOCK.INFO reply, field by field.
+type lockInfo = testenv.LockInfo
 
 // info runs LOCK.INFO resource and decodes the four contract fields.
 func info(t *testing.T, c *testenv.Conn, resource string) lockInfo {
 	t.Helper()
 	li, err := tryInfo(c, resource)
 	if err != nil {
-		t.Fatalf("%s: %v", cmdString([]string{"LOCK.INFO", resource}), err)
+		t.Fatalf("%s: %v", testenv.ShowCommand([]string{"LOCK.INFO", resource}), err)
 	}
 	return li
 }
@@ -136,49 +114,7 @@ func tryInfo(c *testenv.Conn, resource string) (lockInfo, error) {
 	if err != nil {
 		return lockInfo{}, err
 	}
-	li := lockInfo{raw: string(raw)}
-	elems, ok := testenv.SplitArray(raw)
-	if !ok || len(elems)%2 != 0 {
-		return li, fmt.Errorf("reply %q is not a flat array of field/value pairs", raw)
-	}
-	seen := map[string]bool{}
-	for i := 0; i < len(elems); i += 2 {
-		name, ok := testenv.ParseBulk(elems[i])
-		if !ok {
-			return li, fmt.Errorf("reply %q: field name %q is not a bulk string", raw, elems[i])
-		}
-		v := elems[i+1]
-		seen[string(name)] = true
-		switch string(name) {
-		case "owner":
-			li.ownerRaw = string(v)
-			if testenv.IsNull(v) {
-				break
-			}
-			if li.owner, ok = testenv.ParseBulk(v); !ok {
-				return li, fmt.Errorf("reply %q: owner %q is neither bulk nor null", raw, v)
-			}
-		case "token", "ttl-ms", "waiters":
-			n, ok := testenv.ParseInt(v)
-			if !ok {
-				return li, fmt.Errorf("reply %q: %s %q is not an integer", raw, name, v)
-			}
-			switch string(name) {
-			case "token":
-				li.token = n
-			case "ttl-ms":
-				li.ttl = n
-			default:
-				li.waiters = n
-			}
-		}
-	}
-	for _, f := range []string{"owner", "token", "ttl-ms", "waiters"} {
-		if !seen[f] {
-			return li, fmt.Errorf("reply %q has no %q field", raw, f)
-		}
-	}
-	return li, nil
+	return testenv.ParseLockInfo(raw)
 }
 
 // waitInfo polls LOCK.INFO resource (every 10ms, at most d) until cond
@@ -192,7 +128,7 @@ func waitInfo(t *testing.T, c *testenv.Conn, resource string, d time.Duration, w
 			return li
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("LOCK.INFO %q: not %s within %v; last reply %q", resource, what, d, li.raw)
+			t.Fatalf("LOCK.INFO %q: not %s within %v; last reply %q", resource, what, d, li.Raw)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -201,7 +137,7 @@ func waitInfo(t *testing.T, c *testenv.Conn, resource string, d time.Duration, w
 // waitFree waits until resource has no owner (its lease ran out).
 func waitFree(t *testing.T, c *testenv.Conn, resource string, d time.Duration) lockInfo {
 	t.Helper()
-	return waitInfo(t, c, resource, d, "free", func(li lockInfo) bool { return li.owner == nil })
+	return waitInfo(t, c, resource, d, "free", func(li lockInfo) bool { return li.Owner == nil })
 }
 
 // expectFree fails unless LOCK.INFO shows resource free: null owner,
@@ -209,8 +145,8 @@ func waitFree(t *testing.T, c *testenv.Conn, resource string, d time.Duration) l
 func expectFree(t *testing.T, c *testenv.Conn, resource string) lockInfo {
 	t.Helper()
 	li := info(t, c, resource)
-	if li.ownerRaw != replyNull || li.ttl != -2 {
-		t.Fatalf("LOCK.INFO %q: reply %q, want owner %q and ttl-ms -2 (free)", resource, li.raw, replyNull)
+	if li.OwnerRaw != replyNull || li.TTL != -2 {
+		t.Fatalf("LOCK.INFO %q: reply %q, want owner %q and ttl-ms -2 (free)", resource, li.Raw, replyNull)
 	}
 	return li
 }
@@ -219,8 +155,8 @@ func expectFree(t *testing.T, c *testenv.Conn, resource string) lockInfo {
 func expectHeld(t *testing.T, c *testenv.Conn, resource, owner string, tok int64) lockInfo {
 	t.Helper()
 	li := info(t, c, resource)
-	if li.owner == nil || string(li.owner) != owner || li.token != tok || li.ttl <= 0 {
-		t.Fatalf("LOCK.INFO %q: reply %q, want owner %q, token %d, ttl-ms > 0", resource, li.raw, owner, tok)
+	if li.Owner == nil || string(li.Owner) != owner || li.Token != tok || li.TTL <= 0 {
+		t.Fatalf("LOCK.INFO %q: reply %q, want owner %q, token %d, ttl-ms > 0", resource, li.Raw, owner, tok)
 	}
 	return li
 }

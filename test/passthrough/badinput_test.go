@@ -93,7 +93,7 @@ func compareBad(t *testing.T, pr *pair, in []byte) {
 	got, gotClosed := exchange(t, pr.Proxy.Addr, in, closeWait)
 	want, wantClosed := exchange(t, pr.B.Addr, in, closeWait)
 	if !bytes.Equal(got, want) {
-		t.Errorf("reply:\n proxy  %s\n redis  %s", clip(got), clip(want))
+		t.Errorf("reply:\n proxy  %s\n redis  %s", testenv.ShowReply(got), testenv.ShowReply(want))
 	}
 	if gotClosed != wantClosed {
 		t.Errorf("closed: proxy %v, redis %v", gotClosed, wantClosed)
@@ -144,7 +144,7 @@ func TestBadInputRandomGarbage(t *testing.T) {
 		}
 		got, _ := exchange(t, pr.Proxy.Addr, b, 150*time.Millisecond)
 		if err := wellFormed(got); err != nil {
-			t.Errorf("garbage %d %q: reply %q is not RESP: %v", i, b, clip(got), err)
+			t.Errorf("garbage %d %q: reply %q is not RESP: %v", i, b, testenv.ShowReply(got), err)
 		}
 	}
 	pr.alive(t)
@@ -169,7 +169,7 @@ func oneReply(b []byte, depth int) (int, error) {
 	}
 	end := bytes.Index(b, []byte("\r\n"))
 	if end < 1 {
-		return 0, fmt.Errorf("no CRLF-terminated line in %q", clip(b))
+		return 0, fmt.Errorf("no CRLF-terminated line in %q", testenv.ShowReply(b))
 	}
 	line := b[:end]
 	switch line[0] {
@@ -188,7 +188,7 @@ func oneReply(b []byte, depth int) (int, error) {
 		}
 		total := end + 2 + n + 2
 		if len(b) < total || string(b[total-2:total]) != "\r\n" {
-			return 0, fmt.Errorf("short bulk %q", clip(b))
+			return 0, fmt.Errorf("short bulk %q", testenv.ShowReply(b))
 		}
 		return total, nil
 	case '*':
@@ -292,7 +292,7 @@ func TestInlineSplitLikeRedis(t *testing.T) {
 		want := untilPong(t, pr.B.Addr, in)
 		if !bytes.Equal(got, want) {
 			if failures++; failures <= 10 {
-				t.Errorf("inline %q:\n proxy  %s\n redis  %s", tail, clip(got), clip(want))
+				t.Errorf("inline %q:\n proxy  %s\n redis  %s", tail, testenv.ShowReply(got), testenv.ShowReply(want))
 			}
 		}
 	}

@@ -364,7 +364,7 @@ func TestFidelityLongSimpleReplies(t *testing.T) {
 			got := untilPong(t, pr.Proxy.Addr, raw)
 			want := untilPong(t, pr.B.Addr, raw)
 			if !bytes.Equal(got, want) {
-				t.Errorf("EVAL %q:\n proxy  %s\n redis  %s", script, clip(got), clip(want))
+				t.Errorf("EVAL %q:\n proxy  %s\n redis  %s", script, testenv.ShowReply(got), testenv.ShowReply(want))
 			}
 		}
 	}
@@ -466,14 +466,14 @@ func TestFidelityPipeline(t *testing.T) {
 	for i, cmd := range cmds {
 		got, err := proxy.ReadReply()
 		if err != nil {
-			t.Fatalf("reply %d (%s) via proxy: %v", i, show(cmd), err)
+			t.Fatalf("reply %d (%s) via proxy: %v", i, testenv.ShowCommand(cmd), err)
 		}
 		want, err := direct.ReadReply()
 		if err != nil {
-			t.Fatalf("reply %d (%s) direct: %v", i, show(cmd), err)
+			t.Fatalf("reply %d (%s) direct: %v", i, testenv.ShowCommand(cmd), err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Fatalf("reply %d (%s):\n proxy  %s\n redis  %s", i, show(cmd), clip(got), clip(want))
+			t.Fatalf("reply %d (%s):\n proxy  %s\n redis  %s", i, testenv.ShowCommand(cmd), testenv.ShowReply(got), testenv.ShowReply(want))
 		}
 	}
 	same(t, proxy, direct, "PING", "after the pipeline")
@@ -561,20 +561,20 @@ func TestLocalCommands(t *testing.T) {
 		got, ok1 := testenv.SplitArray(proxy.Do(args...))
 		want, ok2 := testenv.SplitArray(direct.Do(args...))
 		if !ok1 || !ok2 || len(got) != len(want) || len(got) != 14 {
-			t.Fatalf("%s: proxy %d elements, redis %d", show(args), len(got), len(want))
+			t.Fatalf("%s: proxy %d elements, redis %d", testenv.ShowCommand(args), len(got), len(want))
 		}
 		for i := 0; i < len(got); i += 2 {
 			if !bytes.Equal(got[i], want[i]) {
-				t.Errorf("%s field %d: proxy %q, redis %q", show(args), i/2, got[i], want[i])
+				t.Errorf("%s field %d: proxy %q, redis %q", testenv.ShowCommand(args), i/2, got[i], want[i])
 			}
 			if string(got[i]) == "$2\r\nid\r\n" {
 				if n, ok := testenv.ParseInt(got[i+1]); !ok || n != id {
-					t.Errorf("%s id: %q, want :%d (CLIENT ID)", show(args), got[i+1], id)
+					t.Errorf("%s id: %q, want :%d (CLIENT ID)", testenv.ShowCommand(args), got[i+1], id)
 				}
 				continue
 			}
 			if !bytes.Equal(got[i+1], want[i+1]) {
-				t.Errorf("%s %q: proxy %q, redis %q", show(args), got[i], got[i+1], want[i+1])
+				t.Errorf("%s %q: proxy %q, redis %q", testenv.ShowCommand(args), got[i], got[i+1], want[i+1])
 			}
 		}
 	}
@@ -612,10 +612,10 @@ func TestRefusedCommands(t *testing.T) {
 	} {
 		got := proxy.Do(cmd...)
 		if !bytes.HasPrefix(got, []byte("-ERR fenceproxy:")) {
-			t.Errorf("%s: %q, want -ERR fenceproxy: …", show(cmd), got)
+			t.Errorf("%s: %q, want -ERR fenceproxy: …", testenv.ShowCommand(cmd), got)
 		}
 		if got := proxy.Do("PING"); string(got) != "+PONG\r\n" {
-			t.Fatalf("after %s: PING answered %q", show(cmd), got)
+			t.Fatalf("after %s: PING answered %q", testenv.ShowCommand(cmd), got)
 		}
 	}
 	// XREAD without BLOCK is an ordinary command; a key named "block" is not the option.

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -52,14 +51,14 @@ func same(t *testing.T, proxy, direct *testenv.Conn, cmd ...string) []byte {
 	t.Helper()
 	got, err := proxy.TryDo(cmd...)
 	if err != nil {
-		t.Fatalf("%s via proxy: %v (got %s)", show(cmd), err, clip(got))
+		t.Fatalf("%s via proxy: %v (got %s)", testenv.ShowCommand(cmd), err, testenv.ShowReply(got))
 	}
 	want, err := direct.TryDo(cmd...)
 	if err != nil {
-		t.Fatalf("%s direct: %v (got %s)", show(cmd), err, clip(want))
+		t.Fatalf("%s direct: %v (got %s)", testenv.ShowCommand(cmd), err, testenv.ShowReply(want))
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("%s:\n proxy  %s\n redis  %s", show(cmd), clip(got), clip(want))
+		t.Errorf("%s:\n proxy  %s\n redis  %s", testenv.ShowCommand(cmd), testenv.ShowReply(got), testenv.ShowReply(want))
 	}
 	return got
 }
@@ -113,29 +112,4 @@ func exchange(t *testing.T, addr string, raw []byte, wait time.Duration) (got []
 		}
 	}
 	return got, false
-}
-
-func show(cmd []string) string {
-	var b []byte
-	for i, a := range cmd {
-		if i > 0 {
-			b = append(b, ' ')
-		}
-		if len(a) > 40 {
-			b = append(b, a[:40]...)
-			b = append(b, "…"...)
-			continue
-		}
-		b = append(b, a...)
-	}
-	return clip(b)
-}
-
-// clip quotes b, shortened to something readable in a failure message.
-func clip(b []byte) string {
-	const max = 300
-	if len(b) > max {
-		return strconv.Quote(string(b[:max])) + "…(" + strconv.Itoa(len(b)) + " bytes)"
-	}
-	return strconv.Quote(string(b))
 }

@@ -52,7 +52,7 @@ func TestPubSubLikeRedis(t *testing.T) {
 		got, want := readN(t, subP, st.replies), readN(t, subD, st.replies)
 		for i := range want {
 			if !bytes.Equal(got[i], want[i]) {
-				t.Errorf("%s reply %d: proxy %q, redis %q", show(st.cmd), i, got[i], want[i])
+				t.Errorf("%s reply %d: proxy %q, redis %q", testenv.ShowCommand(st.cmd), i, got[i], want[i])
 			}
 		}
 	}

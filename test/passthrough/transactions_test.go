@@ -75,7 +75,7 @@ func TestPipelinedTransactionKeepsOrder(t *testing.T) {
 		got, err1 := proxy.ReadReply()
 		want, err2 := direct.ReadReply()
 		if err1 != nil || err2 != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s: proxy %q (%v), redis %q (%v)", show(cmd), got, err1, want, err2)
+			t.Fatalf("%s: proxy %q (%v), redis %q (%v)", testenv.ShowCommand(cmd), got, err1, want, err2)
 		}
 	}
 }

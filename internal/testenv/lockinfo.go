@@ -1,0 +1,61 @@
+package testenv
+
+import "fmt"
+
+// LockInfo is a LOCK.INFO reply, field by field.
+type LockInfo struct {
+	Owner    []byte // nil when free
+	OwnerRaw string // the owner element as the proxy wrote it (a null's exact bytes)
+	Token    int64
+	TTL      int64 // ttl-ms
+	Waiters  int64
+	Raw      string // the whole reply
+}
+
+// ParseLockInfo decodes LOCK.INFO's flat field/value array; every field of
+// the contract must be there.
+func ParseLockInfo(raw []byte) (LockInfo, error) {
+	li := LockInfo{Raw: string(raw)}
+	elems, ok := SplitArray(raw)
+	if !ok || len(elems)%2 != 0 {
+		return li, fmt.Errorf("reply %q is not a flat array of field/value pairs", raw)
+	}
+	seen := map[string]bool{}
+	for i := 0; i < len(elems); i += 2 {
+		name, ok := ParseBulk(elems[i])
+		if !ok {
+			return li, fmt.Errorf("reply %q: field name %q is not a bulk string", raw, elems[i])
+		}
+		v := elems[i+1]
+		seen[string(name)] = true
+		switch string(name) {
+		case "owner":
+			li.OwnerRaw = string(v)
+			if IsNull(v) {
+				break
+			}
+			if li.Owner, ok = ParseBulk(v); !ok {
+				return li, fmt.Errorf("reply %q: owner %q is neither bulk nor null", raw, v)
+			}
+		case "token", "ttl-ms", "waiters":
+			n, ok := ParseInt(v)
+			if !ok {
+				return li, fmt.Errorf("reply %q: %s %q is not an integer", raw, name, v)
+			}
+			switch string(name) {
+			case "token":
+				li.Token = n
+			case "ttl-ms":
+				li.TTL = n
+			default:
+				li.Waiters = n
+			}
+		}
+	}
+	for _, f := range []string{"owner", "token", "ttl-ms", "waiters"} {
+		if !seen[f] {
+			return li, fmt.Errorf("reply %q has no %q field", raw, f)
+		}
+	}
+	return li, nil
+}
