@@ -17,10 +17,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/scripts/internal/procmem"
 )
 
 func main() {
@@ -40,7 +41,7 @@ func run(addr string, pid, n, par int, settle time.Duration) error {
 	if pid <= 0 || n < 1 || n > 100000 || par < 1 {
 		return errors.New("need -pid > 0, -n in 1..100000, -parallel >= 1")
 	}
-	before, _, err := rss(pid)
+	before, _, err := procmem.RSS(pid)
 	if err != nil {
 		return err
 	}
@@ -81,7 +82,7 @@ func run(addr string, pid, n, par int, settle time.Duration) error {
 	wg.Wait()
 	opened := time.Since(t0)
 	time.Sleep(settle)
-	after, hwm, err := rss(pid)
+	after, hwm, err := procmem.RSS(pid)
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,7 @@ func run(addr string, pid, n, par int, settle time.Duration) error {
 		}
 	}
 	fmt.Printf("RESULT clients=%d accepted=%d alive_after=%d open_s=%.2f rss_before_mib=%.1f rss_mib=%.1f hwm_mib=%.1f\n",
-		n, n-failed, alive, opened.Seconds(), mib(before), mib(after), mib(hwm))
+		n, n-failed, alive, opened.Seconds(), procmem.MiB(before), procmem.MiB(after), procmem.MiB(hwm))
 	if firstErr != nil {
 		fmt.Printf("ERROR_SAMPLE %v\n", firstErr)
 	}
@@ -128,30 +129,3 @@ func ping(c net.Conn, r *bufio.Reader) error {
 	}
 	return nil
 }
-
-// rss returns VmRSS and VmHWM of pid in KiB.
-func rss(pid int) (cur, peak int64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			cur = v
-		case "VmHWM:":
-			peak = v
-		}
-	}
-	if cur == 0 {
-		return 0, 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-	}
-	return cur, peak, nil
-}
-
-func mib(kib int64) float64 { return float64(kib) / 1024 }

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/scripts/internal/procmem"
 )
 
 type config struct {
@@ -134,16 +136,16 @@ func run(c *config) error {
 	fmt.Fprintf(&b, "RESULT resources=%d granted=%d refused=%d errors=%d seconds=%.1f per_sec=%.0f",
 		c.n, granted.Load(), refused.Load(), errs.Load(), secs, float64(done)/secs)
 	if c.pid > 0 {
-		cur, hwm, err := rss(c.pid)
+		cur, hwm, err := procmem.RSS(c.pid)
 		if err != nil {
 			return err
 		}
 		time.Sleep(c.settle)
-		settled, _, err := rss(c.pid)
+		settled, _, err := procmem.RSS(c.pid)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, " rss_mib=%.1f hwm_mib=%.1f rss_settled_mib=%.1f", mib(cur), mib(hwm), mib(settled))
+		fmt.Fprintf(&b, " rss_mib=%.1f hwm_mib=%.1f rss_settled_mib=%.1f", procmem.MiB(cur), procmem.MiB(hwm), procmem.MiB(settled))
 	}
 	fmt.Println(b.String())
 	if e := firstErr.Load(); e != nil {
@@ -190,30 +192,3 @@ func readReply(r *bufio.Reader) (kind byte, rest string, err error) {
 	}
 	return kind, rest, nil
 }
-
-// rss returns VmRSS and VmHWM of pid in KiB.
-func rss(pid int) (cur, peak int64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			cur = v
-		case "VmHWM:":
-			peak = v
-		}
-	}
-	if cur == 0 {
-		return 0, 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-	}
-	return cur, peak, nil
-}
-
-func mib(kib int64) float64 { return float64(kib) / 1024 }
