@@ -82,11 +82,6 @@ func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *protocol
 	if cmd := h.opts.Keys.LookupBytes(args[0]); cmd != nil {
 		var buf [16]int
 		positions = cmd.Keys(buf[:0], args)
-		if len(positions) > 1 && string(name) == "migrate" && len(args[positions[0]]) == 0 {
-			// MIGRATE host port "" db timeout KEYS k...: the empty key
-			// is a placeholder (its key spec is marked incomplete).
-			positions = positions[1:]
-		}
 	}
 	cross := false
 	for i, at := range positions {

@@ -149,11 +149,25 @@ func (c *Command) Keys(dst []int, args [][]byte) []int {
 		return c.legacyKeys(dst, args)
 	}
 	start := len(dst)
+	incomplete := false
 	for i := range c.specs {
 		dst = c.specs[i].appendKeys(dst, args)
+		incomplete = incomplete || c.specs[i].incomplete
 	}
 	if len(c.specs) > 1 {
 		sortInts(dst[start:])
+	}
+	if incomplete && len(dst)-start > 1 {
+		// An empty key beside others is a placeholder (MIGRATE host port ""
+		// db timeout KEYS a b), as Redis's own getkeys code treats it.
+		kept := start
+		for _, at := range dst[start:] {
+			if len(args[at]) > 0 {
+				dst[kept] = at
+				kept++
+			}
+		}
+		dst = dst[:kept]
 	}
 	return dst
 }

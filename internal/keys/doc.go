@@ -34,9 +34,10 @@
 //     destination of SORT ... STORE dst is not returned. Routing by the
 //     sorted key is still right; the node itself answers CROSSSLOT if dst is
 //     in another slot.
-//   - A spec flagged incomplete (MIGRATE's KEYS list) is applied as it
-//     stands: MIGRATE host port "" db timeout KEYS a b yields the empty key
-//     placeholder at index 3 as well as a and b.
+//   - For a command with a spec flagged incomplete (MIGRATE's KEYS list),
+//     an empty key found beside others is a placeholder and left out, as
+//     Redis's own code does: MIGRATE host port "" db timeout KEYS a b yields
+//     a and b.
 //   - Keys of specs flagged not_key (the shard channels of SPUBLISH,
 //     SSUBSCRIBE, SUNSUBSCRIBE) are returned, because Redis Cluster routes
 //     them by slot too; COMMAND GETKEYS leaves them out. Command.NotKey
