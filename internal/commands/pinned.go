@@ -204,20 +204,16 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 	}
 	c.MayBlock()
 	if isWait {
-		h.waitPrelude(s, h.opts.KeyPrefix+"wait-offset")
+		writePrelude(s.pinned, h.opts.KeyPrefix+"wait-offset")
 	}
 	h.sendPinned(s, args, p)
 }
 
-// waitPrelude makes WAIT mean what it means on Redis. WAIT counts the
+// writePrelude makes WAIT mean what it means on Redis. WAIT counts the
 // replicas that acknowledged this connection's last write, but the client's
 // writes went over shared connections. One write of our own on the pinned
 // connection just before WAIT has a replication offset past all of them, so
 // WAIT then covers them.
-func (h *Handler) waitPrelude(s *session, key string) {
-	writePrelude(s.pinned, key)
-}
-
 func writePrelude(conn *backend.Conn, key string) {
 	conn.Do([][]byte{
 		[]byte("SET"), []byte(key), []byte("1"), []byte("PX"), []byte("1"),
@@ -226,7 +222,7 @@ func writePrelude(conn *backend.Conn, key string) {
 
 // waitEveryMaster is WAIT in front of a Redis Cluster: the client's writes
 // went to every master, so WAIT runs on each (after a write of our own in a
-// slot of that master, as in waitPrelude) and the answer is the smallest
+// slot of that master, as in writePrelude) and the answer is the smallest
 // count: every write of the client reached at least that many replicas of
 // its master. The connections are the client's own while it waits.
 func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) {

@@ -3,6 +3,7 @@ package commands
 import (
 	"bufio"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -100,7 +101,7 @@ func (s *subscriber) send(args [][]byte) {
 		var conns []net.Conn
 		for ch, node := range s.channels {
 			s.leaving[ch]++
-			if c := s.shards[node]; c != nil && !containsConn(conns, c) {
+			if c := s.shards[node]; c != nil && !slices.Contains(conns, c) {
 				conns = append(conns, c)
 			}
 		}
@@ -120,15 +121,6 @@ func (s *subscriber) send(args [][]byte) {
 		return
 	}
 	s.write(conn, args)
-}
-
-func containsConn(list []net.Conn, c net.Conn) bool {
-	for _, x := range list {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *subscriber) write(conn net.Conn, args [][]byte) {
