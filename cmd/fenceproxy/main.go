@@ -44,6 +44,10 @@ type config struct {
 	lockConns       int
 	keyPrefix       string
 	lockDelay       time.Duration
+	maxWaiters      int
+	slowWaitMs      int
+	slowHeldMs      int
+	slowLogLen      int
 	cacheEntries    int
 	shutdownTimeout time.Duration
 	logLevel        string
@@ -65,6 +69,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.lockConns, "lock-conns", 4, "connections to each master that run batched lock writes")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "fenceproxy:lock:", "prefix of owner-record keys in Redis")
 	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "after a lease runs out without a release, grant the resource to nobody for this long (0: off)")
+	fs.IntVar(&c.maxWaiters, "max-waiters", 10000, "LOCK.ACQUIRE ... WAIT requests that may wait for one resource at once; more get -QUEUEFULL (0: no waiting)")
+	fs.IntVar(&c.slowWaitMs, "slowlock-log-slower-than", 100, "log an acquire that waited longer than this many `ms` in LOCK.SLOWLOG (-1: never)")
+	fs.IntVar(&c.slowHeldMs, "slowlock-held-longer-than", 30000, "log a lease released after being held longer than this many `ms` in LOCK.SLOWLOG (-1: never); an expired lease is always logged")
+	fs.IntVar(&c.slowLogLen, "slowlock-log-max-len", 128, "LOCK.SLOWLOG entries kept")
 	fs.IntVar(&c.cacheEntries, "token-cache", 1<<18, "resources whose newest token is cached in memory")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -85,6 +93,12 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("--backend-conns and --lock-conns must be at least 1")
 	case c.lockDelay < 0:
 		return c, errors.New("--lock-delay must be 0 or more")
+	case c.maxWaiters < 0:
+		return c, errors.New("--max-waiters must be 0 or more")
+	case c.slowWaitMs < -1 || c.slowHeldMs < -1:
+		return c, errors.New("--slowlock-log-slower-than and --slowlock-held-longer-than must be -1 (never) or more")
+	case c.slowLogLen < 0:
+		return c, errors.New("--slowlock-log-max-len must be 0 or more")
 	case c.dataDir == "":
 		return c, errors.New("--data-dir must name a directory")
 	}
@@ -186,6 +200,8 @@ func run(cfg config) error {
 		Locks: locks.New(locks.Options{
 			Backend: be, Store: store, MinReplicas: cfg.minReplicas,
 			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: m, Logger: logger,
+			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
+			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
 		}),
 		Metrics:        m,
 		Logger:         logger,
@@ -255,6 +271,9 @@ type quietRedisLogger struct{ l *slog.Logger }
 func (q quietRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	q.l.Debug("go-redis: " + fmt.Sprintf(format, v...))
 }
+
+// msFlag turns a millisecond flag into a duration; -1 (never) stays negative.
+func msFlag(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 func boolInt(b bool) int {
 	if b {

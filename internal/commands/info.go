@@ -10,19 +10,24 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 )
 
-// info is INFO: Redis's own sections, with the proxy's "# fenceproxy"
-// section after them (INFO, INFO all/everything/default, INFO fenceproxy).
+// info is INFO: Redis's own sections, with the proxy's "# fenceproxy" and
+// "# locks" sections after them (INFO, INFO all/everything/default, INFO
+// fenceproxy, INFO locks).
 func (h *Handler) info(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	var sections []string
 	ours, onlyOurs := len(args) == 1, len(args) > 1
+	lockSec := len(args) == 1
 	for _, a := range args[1:] {
 		sec := strings.ToLower(string(a))
 		switch sec {
 		case "fenceproxy":
 			ours = true
 			continue
+		case "locks":
+			lockSec = true
+			continue
 		case "all", "everything", "default":
-			ours = true
+			ours, lockSec = true, true
 		}
 		onlyOurs = false
 		sections = append(sections, sec)
@@ -46,6 +51,12 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 				text = strings.TrimRight(text, "\r\n") + "\r\n\r\n"
 			}
 			text += "# fenceproxy\r\n" + h.opts.Info()
+		}
+		if lockSec && h.opts.Locks != nil {
+			if text != "" && !strings.HasSuffix(text, "\r\n\r\n") {
+				text = strings.TrimRight(text, "\r\n") + "\r\n\r\n"
+			}
+			text += "# locks\r\n" + h.locksInfo()
 		}
 		p.Buf = redcon.AppendBulkString(p.Buf, text)
 		p.Done()

@@ -132,9 +132,10 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 		c.MayBlock() // a client that leaves stops waiting and leaves the line
 	}
 	null := nullReply(c)
+	addr := c.RemoteAddr
 	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) []byte {
 		start := time.Now()
-		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, a.ttl, a.wait)
+		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, addr, a.ttl, a.wait)
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		switch {
 		case err == nil:
@@ -143,6 +144,11 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 		case err == locks.ErrBusy:
 			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
 			return null
+		}
+		var qf *locks.QueueFullError
+		if errors.As(err, &qf) {
+			h.opts.Metrics.Acquires.WithLabelValues("queuefull").Inc()
+			return queueFullReply(qf)
 		}
 		var nr *locks.NoReplicasError
 		if errors.As(err, &nr) {
@@ -260,7 +266,7 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		if err != nil {
 			return h.lockError(err, "retry")
 		}
-		b := redcon.AppendArray(nil, 8)
+		b := redcon.AppendArray(nil, 14)
 		b = redcon.AppendBulkString(b, "owner")
 		if info.Held {
 			b = redcon.AppendBulkString(b, info.Owner)
@@ -277,7 +283,7 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		}
 		b = redcon.AppendBulkString(b, "waiters")
 		b = redcon.AppendInt(b, int64(info.Waiters))
-		return b
+		return appendLockInfoMore(b, info, null)
 	})
 }
 

@@ -83,6 +83,7 @@ func init() {
 		"fence.exec":   {-4, (*Handler).fenceExec},
 		"lock.top":     {-1, (*Handler).lockTop},
 		"lock.info":    {2, (*Handler).lockInfo},
+		"lock.slowlog": {-2, (*Handler).lockSlowlog},
 	}
 	for name, why := range refused {
 		table[name] = command{-1, refuse(why)}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
@@ -25,6 +26,14 @@ var (
 	// ErrStale: a newer token than the caller's has been issued.
 	ErrStale = errors.New("locks: a newer token has been issued for this resource")
 )
+
+// QueueFullError: a LOCK.ACQUIRE ... WAIT found Max acquires already waiting
+// for the resource (--max-waiters); it was refused at once.
+type QueueFullError struct{ Max int }
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("locks: %d acquires already wait for this resource", e.Max)
+}
 
 // NoReplicasError: fewer replicas than required acknowledged a lock write.
 type NoReplicasError struct{ Acked, Wanted int }
@@ -45,16 +54,31 @@ type Options struct {
 	// holder crashed or paused) from being granted again for this long, so
 	// a holder that cannot be fenced has time to notice. 0 disables it.
 	LockDelay time.Duration
-	Metrics   *metrics.Metrics
-	Logger    *slog.Logger
+	// MaxWaiters bounds the acquires waiting in line for one resource; one
+	// more that would wait gets a QueueFullError at once. 0 allows no
+	// waiting at all.
+	MaxWaiters int
+	// SlowWait: an acquire that waited in line longer goes into the
+	// slow-lock log (negative: never). SlowHeld: a lease released after
+	// being held longer does (negative: never). A lease that runs out
+	// without a release always does.
+	SlowWait, SlowHeld time.Duration
+	// SlowLogLen bounds the slow-lock log's entries kept (0 keeps none;
+	// entries are still logged and counted).
+	SlowLogLen int
+	Metrics    *metrics.Metrics
+	Logger     *slog.Logger
 }
 
 // Manager grants leases and issues fencing tokens. Safe for concurrent use.
 type Manager struct {
-	opts    Options
-	serial  serializer
-	waiting waitQueue
-	hot     *topK
+	opts       Options
+	serial     serializer
+	waiting    waitQueue
+	hot        *topK
+	leases     leases
+	slow       *slowLog
+	waitersNow atomic.Int64 // acquires waiting in line, all resources
 }
 
 // topKSize bounds LOCK.TOP's memory: counters kept, whatever the number of
@@ -69,7 +93,12 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Manager{opts: opts, hot: newTopK(topKSize)}
+	m := &Manager{opts: opts, hot: newTopK(topKSize), slow: newSlowLog(opts.SlowLogLen, opts.Logger)}
+	m.leases.byRes = make(map[string]*lease)
+	m.leases.kick = make(chan struct{}, 1)
+	m.leases.onChange = func(n int) { opts.Metrics.LocksHeld.Set(float64(n)) }
+	go m.sweep() // for the life of the process, like the Manager itself
+	return m
 }
 
 // recordKey is the owner record's key: prefix{resource}.
@@ -83,22 +112,35 @@ func (m *Manager) keys(key string) []string { return []string{key, key + ":delay
 // Acquire grants resource to owner for ttl and returns the fencing token. If
 // owner already holds it, the lease is re-armed and the same token returned.
 // If another owner holds it, Acquire waits in line, first come first served,
-// up to wait for it to be freed, and then returns ErrBusy.
-func (m *Manager) Acquire(ctx context.Context, resource, owner string, ttl, wait time.Duration) (uint64, error) {
-	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, ttl, m.waiting.count(resource) > 0)
+// up to wait for it to be freed, and then returns ErrBusy; if MaxWaiters
+// already wait, it returns a QueueFullError at once. clientAddr (the
+// client's ip:port) is kept in the owner record for LOCK.INFO and the
+// slow-lock log.
+func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr string, ttl, wait time.Duration) (uint64, error) {
+	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, clientAddr, ttl, m.waiting.count(resource) > 0)
 	if err == ErrBusy {
 		m.hot.add(resource)
 	}
 	if err != ErrBusy || wait <= 0 {
 		return token, err
 	}
-	deadline := time.Now().Add(wait)
-	w := m.waiting.join(resource)
+	start := time.Now()
+	deadline := start.Add(wait)
+	w := m.waiting.join(resource, m.opts.MaxWaiters)
+	if w == nil {
+		return 0, &QueueFullError{Max: m.opts.MaxWaiters}
+	}
 	m.opts.Metrics.LockWaiters.Inc()
+	m.waitersNow.Add(1)
 	var granted time.Duration
 	defer func() {
 		m.waiting.leave(resource, w, granted)
 		m.opts.Metrics.LockWaiters.Dec()
+		m.waitersNow.Add(-1)
+		if waited := time.Since(start); m.opts.SlowWait >= 0 && waited > m.opts.SlowWait {
+			m.slowEntry(SlowEntry{Time: time.Now(), Duration: waited, Kind: SlowWait,
+				Resource: resource, Token: token, ClientAddr: clientAddr})
+		}
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -135,7 +177,7 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, ttl, wait
 			leaseLeft = hint
 			continue
 		}
-		token, leaseLeft, err = m.tryAcquire(ctx, resource, owner, ttl, false)
+		token, leaseLeft, err = m.tryAcquire(ctx, resource, owner, clientAddr, ttl, false)
 		if err != ErrBusy {
 			if err == nil {
 				granted = ttl
@@ -149,7 +191,7 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner string, ttl, wait
 // remaining lease (0 if unknown).
 // With othersWaiting, a free resource is not taken (the head of the line has
 // it); only the owner's own re-arm succeeds.
-func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl time.Duration, othersWaiting bool) (token uint64, leaseLeft time.Duration, err error) {
+func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool) (token uint64, leaseLeft time.Duration, err error) {
 	unlock := m.serial.lock(resource)
 	defer unlock()
 
@@ -167,7 +209,8 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 		Source: acquireScript,
 		SHA:    acquireSHA,
 		Keys:   m.keys(key),
-		Args:   []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds()},
+		Args: []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds(),
+			start.UnixMilli(), clientAddr},
 	}, true)
 	reply, err := write.Reply()
 	if err != nil {
@@ -228,6 +271,13 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner string, ttl ti
 			m.undo(ctx, node, resource, key, owner, token)
 		}
 		return 0, 0, err
+	}
+	if kind == 2 {
+		if old := m.leases.granted(resource, token, start, start.Add(ttl), clientAddr); old != nil {
+			m.logExpired(old)
+		}
+	} else {
+		m.leases.rearmed(resource, token, start.Add(ttl))
 	}
 	return token, 0, nil
 }
@@ -298,11 +348,12 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, err
 	}
 	key := m.recordKey(resource)
+	now := time.Now()
 	_, write := m.start(ctx, key, cluster.ScriptCall{
 		Source: renewScript,
 		SHA:    renewSHA,
 		Keys:   m.keys(key),
-		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds()},
+		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli()},
 	}, true)
 	reply, err := write.Reply()
 	if err != nil {
@@ -323,6 +374,7 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		m.opts.Metrics.ReplicaShortfalls.Inc()
 		return 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
+	m.leases.rearmed(resource, uint64(token), now.Add(ttl))
 	return uint64(token), nil
 }
 
@@ -343,14 +395,30 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	if err != nil {
 		return false, err
 	}
-	n, err := toInt(reply)
-	if err != nil {
-		return false, err
+	rec, ok := reply.([]any)
+	if !ok {
+		if _, err := toInt(reply); err != nil {
+			return false, err
+		}
+		return false, nil // 0: not owner's
 	}
-	if n == 1 {
-		m.waiting.wakeHead(resource)
+	m.waiting.wakeHead(resource)
+	now := time.Now()
+	var token uint64
+	var acquired int64
+	var addr string
+	if len(rec) == 3 {
+		if t, err := toInt(rec[0]); err == nil {
+			token = uint64(t)
+		}
+		acquired, _ = toInt(rec[1]) // 0 if an older record lacks it
+		addr, _ = rec[2].(string)
 	}
-	return n == 1, nil
+	m.leases.released(resource, token)
+	if held := now.Sub(time.UnixMilli(acquired)); acquired > 0 && m.opts.SlowHeld >= 0 && held > m.opts.SlowHeld {
+		m.slowEntry(SlowEntry{Time: now, Duration: held, Kind: SlowHeld, Resource: resource, Token: token, ClientAddr: addr})
+	}
+	return true, nil
 }
 
 // FenceCheck reports whether token is the newest issued for resource.
@@ -412,6 +480,11 @@ type Info struct {
 	Token     uint64        // newest token issued, 0 if none
 	LeaseLeft time.Duration // remaining lease; meaningful when Held
 	Waiters   int
+	// When the holder's token was granted and its lease last armed, and the
+	// client address it was granted for: zero when free, or unknown for a
+	// record written before these were kept.
+	Acquired, Renewed time.Time
+	ClientAddr        string
 }
 
 // Info reads resource's owner record and newest token.
@@ -430,7 +503,7 @@ func (m *Manager) Info(ctx context.Context, resource string) (Info, error) {
 		return Info{}, err
 	}
 	info := Info{Token: newest, Waiters: m.waiting.count(resource)}
-	if len(reply) == 3 {
+	if len(reply) >= 3 {
 		if owner, ok := reply[0].(string); ok {
 			info.Owner, info.Held = owner, true
 			if pttl, ok := reply[2].(int64); ok && pttl > 0 {
@@ -438,7 +511,52 @@ func (m *Manager) Info(ctx context.Context, resource string) (Info, error) {
 			}
 		}
 	}
+	if info.Held && len(reply) == 6 {
+		info.Acquired = unixMilli(reply[3])
+		info.Renewed = unixMilli(reply[4])
+		info.ClientAddr, _ = reply[5].(string)
+	}
 	return info, nil
+}
+
+// unixMilli reads a record's time field; zero if absent or malformed.
+func unixMilli(v any) time.Time {
+	s, _ := v.(string)
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// slowEntry adds e to the slow-lock log and counts it.
+func (m *Manager) slowEntry(e SlowEntry) {
+	m.opts.Metrics.SlowLockEntries.WithLabelValues(e.Kind).Inc()
+	m.slow.add(e)
+}
+
+// SlowLog returns up to n slow-lock log entries, newest first (n < 0: all).
+func (m *Manager) SlowLog(n int) []SlowEntry { return m.slow.get(n) }
+
+// SlowLogLen is the number of slow-lock log entries kept.
+func (m *Manager) SlowLogLen() int { return m.slow.len() }
+
+// SlowLogReset empties the slow-lock log.
+func (m *Manager) SlowLogReset() { m.slow.reset() }
+
+// Stats is what INFO's "# locks" section shows of the manager.
+type Stats struct {
+	Held      int    // leases granted through this proxy not yet seen to end (at most maxTracked)
+	Untracked uint64 // grants not tracked because maxTracked were
+	Waiters   int64  // acquires waiting in line, all resources
+	SlowLen   int
+	Options   Options
+}
+
+// Stats returns the manager's current figures and settings.
+func (m *Manager) Stats() Stats {
+	held, untracked := m.leases.counts()
+	return Stats{Held: held, Untracked: untracked, Waiters: m.waitersNow.Load(), SlowLen: m.slow.len(), Options: m.opts}
 }
 
 // pair decodes a script's {kind, value} reply.

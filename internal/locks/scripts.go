@@ -6,8 +6,15 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 )
 
-// The owner record is a hash {owner, token} at recordKey(resource), expiring
-// with the lease. With a lock-delay, a guard key beside it (same hash tag)
+// The owner record is a hash at recordKey(resource), expiring with the
+// lease: owner, token, and since LOCK.INFO's acquired-at and client-addr,
+// acquired (unix ms of the grant of this token, by the granting proxy's
+// clock), renewed (unix ms the lease was last armed: the grant, a renewal or
+// a same-owner re-acquire) and addr (ip:port of the client connection the
+// grant was made for). Records written before those fields existed lack
+// them; every script and reader treats a missing one as unknown. They ride in
+// the scripts that already run (no extra round trip), so they are right for
+// a lock granted through another fenceproxy or before a restart. With a lock-delay, a guard key beside it (same hash tag)
 // outlives every lease by the delay; a clean release deletes both, so only a
 // lease that ran out leaves the guard standing, and nobody is granted the
 // resource until it is gone. Tokens travel as strings: Lua numbers are
@@ -17,7 +24,8 @@ import (
 
 // acquireScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, new
 // token, newest token known to the fence store, "1" if others wait in line
-// (then only the owner's own re-arm is allowed: no barging), lock-delay-ms. Returns {0, pttl} busy, {1, token} the owner's
+// (then only the owner's own re-arm is allowed: no barging), lock-delay-ms,
+// now (unix ms), client addr. Returns {0, pttl} busy, {1, token} the owner's
 // existing grant (re-armed), {2, token} a new grant. The owner's own record is
 // re-armed only if its token lies between the newest recorded and the new
 // one; any other (resurrected by a failover, or written by a proxy with
@@ -30,6 +38,7 @@ if cur[1] then
   end
   local t = tonumber(cur[2])
   if t and t >= tonumber(ARGV[4]) and t < tonumber(ARGV[3]) then
+    redis.call('HSET', KEYS[1], 'renewed', ARGV[7])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     if tonumber(ARGV[6]) > 0 then
       redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[6]))
@@ -45,7 +54,7 @@ end
 if ARGV[5] == '1' then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', ARGV[3])
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', ARGV[3], 'acquired', ARGV[7], 'renewed', ARGV[7], 'addr', ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if tonumber(ARGV[6]) > 0 then
   redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[6]))
@@ -54,12 +63,13 @@ return {2, ARGV[3]}
 `
 
 // renewScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, newest
-// token, lock-delay-ms. Returns the
+// token, lock-delay-ms, now (unix ms). Returns the
 // token, or nil if owner does not hold a current record (expired records are
 // gone, so a lapsed lease is never revived).
 const renewScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] and tonumber(cur[2]) >= tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[1], 'renewed', ARGV[5])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if tonumber(ARGV[4]) > 0 then
     redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[4]))
@@ -69,13 +79,15 @@ end
 return false
 `
 
-// releaseScript: KEYS[1] record, KEYS[2] guard; ARGV owner. Returns 1 if it
-// deleted owner's record (and the guard: a clean release applies no
-// lock-delay), else 0.
+// releaseScript: KEYS[1] record, KEYS[2] guard; ARGV owner. If it deleted
+// owner's record (and the guard: a clean release applies no lock-delay) it
+// returns the record's {token, acquired, addr} (false for a field an older
+// record lacks), for the slow-lock log; else 0.
 const releaseScript = `
-if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'addr')
+if cur[1] == ARGV[1] then
   redis.call('DEL', KEYS[1], KEYS[2])
-  return 1
+  return {cur[2], cur[3], cur[4]}
 end
 return 0
 `
@@ -96,10 +108,11 @@ return 0
 // command's own error as an error reply.
 const execScript = `return redis.pcall(unpack(ARGV))`
 
-// infoScript: KEYS[1] record. Returns {owner or false, token or false, pttl}.
+// infoScript: KEYS[1] record. Returns {owner, token, pttl, acquired,
+// renewed, addr}, false for a field not there (free, or an older record).
 const infoScript = `
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-return {cur[1], cur[2], redis.call('PTTL', KEYS[1])}
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'renewed', 'addr')
+return {cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[3], cur[4], cur[5]}
 `
 
 // The hot scripts go by EVALSHA (see Manager.start): an EVAL sends about a

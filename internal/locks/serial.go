@@ -71,14 +71,17 @@ func (w *waiter) signal() {
 	}
 }
 
-// join appends a waiter for resource.
-func (q *waitQueue) join(resource string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1)}
+// join appends a waiter for resource, or returns nil if max already wait.
+func (q *waitQueue) join(resource string, max int) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if len(q.queues[resource]) >= max {
+		return nil
+	}
 	if q.queues == nil {
 		q.queues = make(map[string][]*waiter)
 	}
+	w := &waiter{wake: make(chan struct{}, 1)}
 	q.queues[resource] = append(q.queues[resource], w)
 	return w
 }

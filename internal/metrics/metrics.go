@@ -17,13 +17,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics holds every collector fenceproxy updates.
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Acquires            *prometheus.CounterVec // result: granted, busy, noreplicas, error
+	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, error
 	AcquireSeconds      prometheus.Histogram
 	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, error
 	Releases            *prometheus.CounterVec // result: released, notheld, error
@@ -35,6 +36,9 @@ type Metrics struct {
 	PassthroughSeconds  prometheus.Histogram
 	ConnectedClients    prometheus.Gauge
 	LockWaiters         prometheus.Gauge
+	LocksHeld           prometheus.Gauge
+	LockExpirations     prometheus.Counter
+	SlowLockEntries     *prometheus.CounterVec // kind: wait, held, expired
 }
 
 // latencyBuckets span 50µs to about 3s.
@@ -83,6 +87,15 @@ func New() *Metrics {
 		LockWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenceproxy_lock_waiters", Help: "LOCK.ACQUIRE requests waiting for a resource.",
 		}),
+		LocksHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fenceproxy_locks_held", Help: "Leases granted through this proxy and not yet seen released or expired (at most 65536 tracked).",
+		}),
+		LockExpirations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_lock_expirations_total", Help: "Leases granted through this proxy that ran out without a release.",
+		}),
+		SlowLockEntries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_slowlock_entries_total", Help: "Slow-lock log entries by kind (wait: waited over --slowlock-log-slower-than; held: released after over --slowlock-held-longer-than; expired).",
+		}, []string{"kind"}),
 	}
 	f(m.Acquires)
 	f(m.AcquireSeconds)
@@ -96,6 +109,9 @@ func New() *Metrics {
 	f(m.PassthroughSeconds)
 	f(m.ConnectedClients)
 	f(m.LockWaiters)
+	f(m.LocksHeld)
+	f(m.LockExpirations)
+	f(m.SlowLockEntries)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -147,3 +163,19 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Close stops the server.
 func (s *Server) Close(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Count reads a counter's (or gauge's) current value, for INFO: the metrics
+// are the one record of what was counted.
+func Count(c prometheus.Metric) uint64 {
+	var d dto.Metric
+	if c.Write(&d) != nil {
+		return 0
+	}
+	switch {
+	case d.Counter != nil:
+		return uint64(d.Counter.GetValue())
+	case d.Gauge != nil:
+		return uint64(max(d.Gauge.GetValue(), 0))
+	}
+	return 0
+}

@@ -9,13 +9,18 @@ type LockInfo struct {
 	Token    int64
 	TTL      int64 // ttl-ms
 	Waiters  int64
-	Raw      string // the whole reply
+	// Beyond the contract's four (absent: -1, -1, nil): acquired-at and
+	// renewed-at (unix ms, -1 when free or unknown), client-addr (nil when
+	// free or unknown).
+	AcquiredAt, RenewedAt int64
+	ClientAddr            []byte
+	Raw                   string // the whole reply
 }
 
 // ParseLockInfo decodes LOCK.INFO's flat field/value array; every field of
 // the contract must be there.
 func ParseLockInfo(raw []byte) (LockInfo, error) {
-	li := LockInfo{Raw: string(raw)}
+	li := LockInfo{Raw: string(raw), AcquiredAt: -1, RenewedAt: -1}
 	elems, ok := SplitArray(raw)
 	if !ok || len(elems)%2 != 0 {
 		return li, fmt.Errorf("reply %q is not a flat array of field/value pairs", raw)
@@ -37,7 +42,14 @@ func ParseLockInfo(raw []byte) (LockInfo, error) {
 			if li.Owner, ok = ParseBulk(v); !ok {
 				return li, fmt.Errorf("reply %q: owner %q is neither bulk nor null", raw, v)
 			}
-		case "token", "ttl-ms", "waiters":
+		case "client-addr":
+			if IsNull(v) {
+				break
+			}
+			if li.ClientAddr, ok = ParseBulk(v); !ok {
+				return li, fmt.Errorf("reply %q: client-addr %q is neither bulk nor null", raw, v)
+			}
+		case "token", "ttl-ms", "waiters", "acquired-at", "renewed-at":
 			n, ok := ParseInt(v)
 			if !ok {
 				return li, fmt.Errorf("reply %q: %s %q is not an integer", raw, name, v)
@@ -47,6 +59,10 @@ func ParseLockInfo(raw []byte) (LockInfo, error) {
 				li.Token = n
 			case "ttl-ms":
 				li.TTL = n
+			case "acquired-at":
+				li.AcquiredAt = n
+			case "renewed-at":
+				li.RenewedAt = n
 			default:
 				li.Waiters = n
 			}

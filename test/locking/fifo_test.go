@@ -16,12 +16,11 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 func waiters(t *testing.T, c *testenv.Conn, resource string) int {
 	t.Helper()
-	parts, ok := testenv.SplitArray(c.Do("LOCK.INFO", resource))
-	if !ok || len(parts) != 8 {
-		t.Fatalf("LOCK.INFO %s: unexpected reply", resource)
+	li, err := testenv.ParseLockInfo(c.Do("LOCK.INFO", resource))
+	if err != nil {
+		t.Fatalf("LOCK.INFO %s: %v", resource, err)
 	}
-	n, _ := testenv.ParseInt(parts[7])
-	return int(n)
+	return int(li.Waiters)
 }
 
 // TestWaitersServedInArrivalOrder: five clients queue behind a holder one
