@@ -23,7 +23,8 @@ import (
 // entry each. Every change to a resource's entry happens under that
 // resource's serializer, which is also what the sweeper holds while it
 // checks Redis, so a release racing the lease's end is never reported as an
-// expiry.
+// expiry. Lock order: a resource's serializer, then leases.mu (never the
+// other way round).
 type leases struct {
 	mu        sync.Mutex
 	byRes     map[string]*lease
