@@ -30,6 +30,17 @@
 // even if Redis forgets every record. Requests for one resource are
 // serialized here, so token order equals grant order.
 //
+// Waiting is first come, first served and bounded: at most
+// Options.MaxWaiters acquires wait per resource, a release wakes only the
+// head of the line, and only the head ever tries (serial.go).
+//
+// What operators see: the owner record also carries when its token was
+// granted, when the lease was last armed and the client it was granted for
+// (scripts.go), so LOCK.INFO is right whichever proxy asks. The proxy
+// remembers the leases it granted (bounded, leases.go) to notice one that
+// runs out unreleased, and keeps a slow-lock log of long waits, long holds
+// and expiries (slowlog.go).
+//
 // Invariants:
 //
 //   - Every token a reply carries is strictly greater than every token
