@@ -48,6 +48,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	logLevel        string
 	pprof           bool
+	limits          limits
 }
 
 func parseFlags(args []string) (config, error) {
@@ -69,7 +70,11 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
+	c.limits.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.limits.check(); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
@@ -196,6 +201,8 @@ func run(cfg config) error {
 	})
 	srv = protocol.NewServer(handler, logger)
 	srv.MaxClients = cfg.maxClients
+	cfg.limits.apply(srv)
+	srv.OnLimitClose = func(reason string) { m.ClientsClosed.WithLabelValues(reason).Inc() }
 	srv.OnConnect = func(delta int) { m.ConnectedClients.Add(float64(delta)) }
 
 	if cfg.metricsListen != "" {

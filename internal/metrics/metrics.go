@@ -34,6 +34,7 @@ type Metrics struct {
 	PassthroughCommands prometheus.Counter
 	PassthroughSeconds  prometheus.Histogram
 	ConnectedClients    prometheus.Gauge
+	ClientsClosed       *prometheus.CounterVec // reason: output-buffer-normal, output-buffer-pubsub, query-buffer, idle-timeout
 	LockWaiters         prometheus.Gauge
 }
 
@@ -80,6 +81,9 @@ func New() *Metrics {
 		ConnectedClients: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenceproxy_connected_clients", Help: "Open client connections.",
 		}),
+		ClientsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_clients_closed_total", Help: "Clients the proxy disconnected for a limit, by reason.",
+		}, []string{"reason"}),
 		LockWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenceproxy_lock_waiters", Help: "LOCK.ACQUIRE requests waiting for a resource.",
 		}),
@@ -95,6 +99,7 @@ func New() *Metrics {
 	f(m.PassthroughCommands)
 	f(m.PassthroughSeconds)
 	f(m.ConnectedClients)
+	f(m.ClientsClosed)
 	f(m.LockWaiters)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

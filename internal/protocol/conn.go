@@ -3,6 +3,7 @@ package protocol
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,11 @@ type Conn struct {
 	mayBlock        bool
 	writesTaken     bool
 	closing         atomic.Bool
+	// reading is true while serve waits for the client's next request: the
+	// only time the idle timeout runs (see idleReader).
+	reading   bool
+	idleArmed bool      // a read deadline for the idle timeout is set
+	outbound  *outbound // the write side once taken (TakeWrites)
 }
 
 // MayBlock says a request of the current batch may wait indefinitely (a
@@ -58,20 +64,41 @@ func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }
 func (c *Conn) serve() {
 	defer c.server.release(c)
 	for {
+		c.reading = true
 		args, err := c.rd.ReadCommand()
+		c.reading = false
+		if c.idleArmed && err == nil {
+			// Cleared here rather than in idleReader, so that the reads of
+			// awaitWatchingClient keep the deadline its waker sets.
+			c.idleArmed = false
+			c.nc.SetReadDeadline(time.Time{})
+			if c.closing.Load() {
+				c.nc.SetReadDeadline(time.Now())
+			}
+		}
 		if err != nil {
 			var perr *ProtocolError
-			if errors.As(err, &perr) {
+			var ne net.Error
+			switch {
+			case errors.As(err, &perr):
 				p := c.batch.next()
 				p.Buf = redcon.AppendError(p.Buf, "ERR "+perr.Error())
 				p.Done()
 				c.server.logProtocolError(c, perr)
+			case err == ErrQueryBufferLimit:
+				// Redis closes at once, with no reply: the rest of the
+				// request would still be on its way.
+				c.server.limitClosed(c, closeQuery, "closing client that reached max query buffer length",
+					"client_query_buffer_limit", c.server.Limits.MaxQueryBuf)
+			case c.idleArmed && errors.As(err, &ne) && ne.Timeout() && !c.closing.Load():
+				c.server.limitClosed(c, closeIdle, "closing idle client", "timeout", c.server.IdleTimeout)
 			}
 			c.writeBatch()
 			return
 		}
 		c.server.handler.ServeCommand(c, args, c.batch.next())
-		if c.closeAfterReply || c.batch.n >= maxBatch || c.rd.Buffered() == 0 {
+		over := c.batch.out != nil && c.batch.out.over() // stop reading: it is closed anyway
+		if over || c.closeAfterReply || c.batch.n >= maxBatch || c.rd.Buffered() == 0 {
 			if err := c.writeBatch(); err != nil || c.closeAfterReply || c.closing.Load() {
 				return
 			}
@@ -79,7 +106,9 @@ func (c *Conn) serve() {
 	}
 }
 
-// writeBatch waits for every queued reply and writes them in one call.
+// writeBatch waits for every queued reply and writes them in one call. A
+// client whose replies go over the normal class's output limit is closed
+// (with an error returned) instead.
 func (c *Conn) writeBatch() error {
 	if c.batch.n == 0 {
 		return nil
@@ -96,14 +125,76 @@ func (c *Conn) writeBatch() error {
 		}
 		return nil
 	}
-	if c.server.WriteTimeout > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(c.server.WriteTimeout))
+	if o := c.batch.out; o != nil {
+		if n := o.bytes.Swap(0); n > o.hard {
+			return c.overLimit(&errOutputLimit{"normal", "hard", o.crossed.Load()})
+		}
 	}
-	_, err := c.nc.Write(c.out)
+	err := c.write()
 	if cap(c.out) > maxRetainedOutput {
 		c.out = nil
 	}
+	var le *errOutputLimit
+	if errors.As(err, &le) {
+		return c.overLimit(le)
+	}
 	return err
+}
+
+// write writes c.out. Replies produced and not yet written are the client's
+// output buffer; while this goroutine writes, it reads no more requests, so
+// the buffer only shrinks. Over the normal class's soft limit, the write
+// has SoftFor to bring it back under the limit, or the client is closed.
+func (c *Conn) write() error {
+	buf := c.out
+	lim := c.server.NormalOutput
+	var end time.Time // WriteTimeout, for the whole batch
+	if c.server.WriteTimeout > 0 {
+		end = time.Now().Add(c.server.WriteTimeout)
+	}
+	if lim.Soft == 0 || int64(len(buf)) <= lim.Soft {
+		if !end.IsZero() {
+			c.nc.SetWriteDeadline(end)
+		}
+		_, err := c.nc.Write(buf)
+		return err
+	}
+	softEnd := time.Now().Add(lim.SoftFor)
+	for {
+		deadline, soft := end, int64(len(buf)) > lim.Soft
+		if soft && (deadline.IsZero() || softEnd.Before(deadline)) {
+			deadline = softEnd
+		}
+		c.nc.SetWriteDeadline(deadline)
+		n, err := c.nc.Write(buf)
+		buf = buf[n:]
+		var ne net.Error
+		switch {
+		case err == nil:
+			c.nc.SetWriteDeadline(end)
+			return nil
+		case deadline.Equal(softEnd) && errors.As(err, &ne) && ne.Timeout():
+			if int64(len(buf)) > lim.Soft {
+				return &errOutputLimit{"normal", "soft", int64(len(buf))}
+			}
+			// Back under the soft limit in time: the rest may take as long
+			// as it takes.
+		default:
+			return err
+		}
+	}
+}
+
+// overLimit closes the connection for going over an output limit.
+func (c *Conn) overLimit(e *errOutputLimit) error {
+	reason := closeOutputNormal
+	if e.class == "pubsub" {
+		reason = closeOutputPubSub
+	}
+	c.server.limitClosed(c, reason, "closing client for overcoming output buffer limits",
+		"class", e.class, "limit", e.which, "output_buffer_bytes", e.bytes)
+	c.nc.Close()
+	return e
 }
 
 // awaitWatchingClient waits for the batch while reading ahead, without
@@ -150,15 +241,44 @@ func (c *Conn) interrupt() {
 }
 
 func newConn(s *Server, nc net.Conn, id int64) *Conn {
-	return &Conn{
+	c := &Conn{
 		ID:         id,
 		RemoteAddr: nc.RemoteAddr().String(),
 		LocalAddr:  nc.LocalAddr().String(),
 		Created:    time.Now(),
 		server:     s,
 		nc:         nc,
-		rd:         NewReader(bufio.NewReaderSize(nc, readBufferSize), s.Limits),
 	}
+	var src io.Reader = nc
+	if s.IdleTimeout > 0 {
+		src = idleReader{c}
+	}
+	c.rd = NewReader(bufio.NewReaderSize(src, readBufferSize), s.Limits)
+	if s.NormalOutput.Hard > 0 {
+		c.batch.out = &outCount{hard: s.NormalOutput.Hard}
+	}
+	return c
+}
+
+// idleReader reads the client's socket for a server with an idle timeout
+// (Redis's timeout): while the connection waits for a request, every read
+// gets a deadline IdleTimeout away, so a deadline passes only after that
+// long without a byte. A connection waiting for a blocked request's reply
+// (BLPOP, LOCK.ACQUIRE ... WAIT) or relaying pub/sub is not idle, as Redis
+// exempts blocked and subscribed clients.
+type idleReader struct{ c *Conn }
+
+func (r idleReader) Read(b []byte) (int, error) {
+	c := r.c
+	if c.reading && !c.writesTaken {
+		c.nc.SetReadDeadline(time.Now().Add(c.server.IdleTimeout))
+		c.idleArmed = true
+		if c.closing.Load() {
+			// interrupt may have set its deadline just before ours.
+			c.nc.SetReadDeadline(time.Now())
+		}
+	}
+	return c.nc.Read(b)
 }
 
 // WaitReplies waits until every request dispatched before current (the
@@ -188,11 +308,12 @@ func (c *Conn) TakeWrites(current *Pending) net.Conn {
 		c.out = append(c.out, p.Buf...)
 		p.Buf = p.Buf[:0]
 	}
+	c.outbound = newOutbound(c)
 	if len(c.out) > 0 {
-		c.nc.Write(c.out)
+		c.outbound.Write(c.out)
 	}
 	c.writesTaken = true
-	return c.nc
+	return c.outbound
 }
 
 // Name is the client's name (CLIENT SETNAME), "" if none.

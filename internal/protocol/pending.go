@@ -1,6 +1,9 @@
 package protocol
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Pending is the reply to one request, filled in by whoever serves it.
 //
@@ -10,7 +13,8 @@ import "sync"
 type Pending struct {
 	Buf  []byte
 	done *sync.WaitGroup
-	then func() // instead of done, for NewPendingFunc
+	then func()    // instead of done, for NewPendingFunc
+	out  *outCount // the connection's output count, if it has a hard limit
 }
 
 // Done marks the reply complete.
@@ -18,6 +22,9 @@ func (p *Pending) Done() {
 	if p.then != nil {
 		p.then()
 		return
+	}
+	if p.out != nil {
+		p.out.add(p)
 	}
 	p.done.Done()
 }
@@ -32,7 +39,30 @@ type batch struct {
 	late    sync.WaitGroup // those moved out of wg by Conn.WaitReplies
 	replies []*Pending
 	n       int
+	out     *outCount // nil unless the normal class has a hard limit
 }
+
+// outCount adds up the bytes of a batch's completed replies, so a
+// connection notices its output buffer crossing the hard limit while the
+// replies still arrive, not only once they are all in.
+type outCount struct {
+	bytes   atomic.Int64
+	crossed atomic.Int64 // the count when it first went over, for the log
+	hard    int64
+}
+
+// add counts p's reply. Past the hard limit the reply is dropped at once:
+// the connection is going to be closed without it, and the proxy must not
+// hold what a client that does not read would make it hold.
+func (o *outCount) add(p *Pending) {
+	if n := o.bytes.Add(int64(len(p.Buf))); n > o.hard {
+		o.crossed.CompareAndSwap(0, n)
+		p.Buf = nil
+	}
+}
+
+// over reports whether the batch's replies went over the hard limit.
+func (o *outCount) over() bool { return o.bytes.Load() > o.hard }
 
 // wait waits for every reply of the batch.
 func (b *batch) wait() {
@@ -48,6 +78,7 @@ func (b *batch) next() *Pending {
 	p := b.replies[b.n]
 	p.Buf = p.Buf[:0]
 	p.done = &b.wg
+	p.out = b.out
 	b.n++
 	b.wg.Add(1)
 	return p
