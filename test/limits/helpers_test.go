@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,3 +114,23 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
+// runFails runs the binary with args and returns its exit code and stderr.
+func runFails(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(testenv.BuildProxy(t), args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(patience):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("fenceproxy %v did not exit; stderr: %s", args, stderr.String())
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
+}
