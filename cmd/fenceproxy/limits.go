@@ -76,3 +76,12 @@ func (f memoryFlag) Set(s string) error {
 	*f.p = n
 	return nil
 }
+
+// limitsInfo is the "# fenceproxy" INFO section's lines for the client
+// limits, named as Redis's configuration names them.
+func limitsInfo(srv *protocol.Server) string {
+	return fmt.Sprintf("maxclients:%d\r\ntimeout:%d\r\nclient_output_buffer_limit:normal %s pubsub %s\r\n"+
+		"client_query_buffer_limit:%d\r\nproto_max_bulk_len:%d\r\n",
+		srv.MaxClients, int64(srv.IdleTimeout/time.Second), srv.NormalOutput, srv.PubSubOutput,
+		srv.Limits.MaxQueryBuf, srv.Limits.MaxBulkLen)
+}

@@ -183,7 +183,7 @@ func run(cfg config) error {
 			"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
 			be.Mode(), len(be.Masters()), int(time.Since(startedAt).Seconds()), srv.Clients(), fewestReplicas(be),
 			cfg.minReplicas, cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
-			st.CacheEntries, st.CacheHits, st.CacheMisses)
+			st.CacheEntries, st.CacheHits, st.CacheMisses) + limitsInfo(srv)
 	}
 	handler := commands.NewHandler(commands.Options{
 		Backend: be,

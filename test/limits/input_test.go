@@ -174,3 +174,32 @@ func TestIdleTimeout(t *testing.T) {
 		t.Errorf("message after the idle period = %q, %v", r, err)
 	}
 }
+
+// TestLimitFlagsAsRedisParsesThem: the limits take redis.conf's syntax and
+// units, several classes in one value (semicolons allowed) or the flag
+// repeated, and INFO fenceproxy shows them in bytes and seconds.
+func TestLimitFlagsAsRedisParsesThem(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, Args: []string{
+		"--client-output-buffer-limit", "normal 1gb 512MB 30; replica 256mb 64mb 60",
+		"--client-output-buffer-limit", "pubsub 64kb 1k 5",
+		"--client-query-buffer-limit", "2G", "--proto-max-bulk-len", "100mb", "--timeout", "7",
+	}})
+	info := string(testenv.Dial(t, p.Addr).Do("INFO", "fenceproxy"))
+	for _, want := range []string{
+		"\r\nclient_output_buffer_limit:normal 1073741824 536870912 30 pubsub 65536 1000 5\r\n",
+		"\r\nclient_query_buffer_limit:2000000000\r\n",
+		"\r\nproto_max_bulk_len:104857600\r\n",
+		"\r\ntimeout:7\r\n",
+		"\r\nmaxclients:10000\r\n",
+	} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO fenceproxy lacks %q:\n%s", strings.TrimSpace(want), info)
+		}
+	}
+	defaults := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr})
+	info = string(testenv.Dial(t, defaults.Addr).Do("INFO", "fenceproxy"))
+	if want := "\r\nclient_output_buffer_limit:normal 0 0 0 pubsub 33554432 8388608 60\r\n"; !strings.Contains(info, want) {
+		t.Errorf("INFO fenceproxy with Redis's defaults lacks %q:\n%s", strings.TrimSpace(want), info)
+	}
+}
