@@ -134,8 +134,7 @@ func (c *Conn) writeBatch() error {
 	if cap(c.out) > maxRetainedOutput {
 		c.out = nil
 	}
-	var le *errOutputLimit
-	if errors.As(err, &le) {
+	if le, ok := err.(*errOutputLimit); ok {
 		return c.overLimit(le)
 	}
 	return err
