@@ -16,6 +16,9 @@ const (
 	// maxBatch bounds how many replies a connection holds before it writes,
 	// so a client streaming a huge pipeline still sees replies as it goes.
 	maxBatch = 1024
+	// maxBatchBytes is the reply bytes after which a batch is written
+	// before more requests are read.
+	maxBatchBytes = 1 << 20
 	// maxRetainedOutput is the largest output buffer kept between batches.
 	maxRetainedOutput = 256 << 10
 )
@@ -97,8 +100,10 @@ func (c *Conn) serve() {
 			return
 		}
 		c.server.handler.ServeCommand(c, args, c.batch.next())
-		over := c.batch.out != nil && c.batch.out.over() // stop reading: it is closed anyway
-		if over || c.closeAfterReply || c.batch.n >= maxBatch || c.rd.Buffered() == 0 {
+		// A batch whose replies are already big is written before more is
+		// read: a client that does not read then holds about maxBatchBytes
+		// of replies (plus those in flight), not maxBatch big ones.
+		if c.batch.out.full() || c.closeAfterReply || c.batch.n >= maxBatch || c.rd.Buffered() == 0 {
 			if err := c.writeBatch(); err != nil || c.closeAfterReply || c.closing.Load() {
 				return
 			}
@@ -119,16 +124,16 @@ func (c *Conn) writeBatch() error {
 	}
 	c.out = c.batch.appendTo(c.out[:0])
 	c.server.handler.BatchDone(c)
+	o := c.batch.out
+	produced := o.bytes.Swap(0)
 	if c.writesTaken {
 		if len(c.out) > 0 {
 			c.server.Logger.Error("bug: a reply for a connection whose writes were taken", "client", c.RemoteAddr)
 		}
 		return nil
 	}
-	if o := c.batch.out; o != nil {
-		if n := o.bytes.Swap(0); n > o.hard {
-			return c.overLimit(&errOutputLimit{"normal", "hard", o.crossed.Load()})
-		}
+	if o.hard > 0 && produced > o.hard {
+		return c.overLimit(&errOutputLimit{"normal", "hard", o.crossed.Load()})
 	}
 	err := c.write()
 	if cap(c.out) > maxRetainedOutput {
@@ -253,9 +258,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		src = idleReader{c}
 	}
 	c.rd = NewReader(bufio.NewReaderSize(src, readBufferSize), s.Limits)
-	if s.NormalOutput.Hard > 0 {
-		c.batch.out = &outCount{hard: s.NormalOutput.Hard}
-	}
+	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	return c
 }
 

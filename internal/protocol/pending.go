@@ -14,7 +14,7 @@ type Pending struct {
 	Buf  []byte
 	done *sync.WaitGroup
 	then func()    // instead of done, for NewPendingFunc
-	out  *outCount // the connection's output count, if it has a hard limit
+	out  *outCount // the connection's output count; nil for NewPending's
 }
 
 // Done marks the reply complete.
@@ -39,30 +39,41 @@ type batch struct {
 	late    sync.WaitGroup // those moved out of wg by Conn.WaitReplies
 	replies []*Pending
 	n       int
-	out     *outCount // nil unless the normal class has a hard limit
+	out     *outCount
 }
 
-// outCount adds up the bytes of a batch's completed replies, so a
-// connection notices its output buffer crossing the hard limit while the
-// replies still arrive, not only once they are all in.
+// outCount adds up the bytes of a batch's completed replies while they
+// arrive, so a connection notices its output buffer crossing the hard limit
+// (or growing past maxBatchBytes) without waiting for all of them.
 type outCount struct {
 	bytes   atomic.Int64
 	crossed atomic.Int64 // the count when it first went over, for the log
-	hard    int64
+	hard    int64        // the normal class's hard limit; 0: none
+	flushAt int64        // write the batch once this much is in
 }
 
 // add counts p's reply. Past the hard limit the reply is dropped at once:
 // the connection is going to be closed without it, and the proxy must not
 // hold what a client that does not read would make it hold.
 func (o *outCount) add(p *Pending) {
-	if n := o.bytes.Add(int64(len(p.Buf))); n > o.hard {
+	if n := o.bytes.Add(int64(len(p.Buf))); o.hard > 0 && n > o.hard {
 		o.crossed.CompareAndSwap(0, n)
 		p.Buf = nil
 	}
 }
 
-// over reports whether the batch's replies went over the hard limit.
-func (o *outCount) over() bool { return o.bytes.Load() > o.hard }
+// full reports whether the batch should be written (or, over the hard
+// limit, the connection closed) before another request is read.
+func (o *outCount) full() bool { return o.bytes.Load() >= o.flushAt }
+
+// newOutCount returns the count for a connection with the given hard limit.
+func newOutCount(hard int64) *outCount {
+	o := &outCount{hard: hard, flushAt: maxBatchBytes}
+	if hard > 0 && hard < maxBatchBytes {
+		o.flushAt = hard + 1
+	}
+	return o
+}
 
 // wait waits for every reply of the batch.
 func (b *batch) wait() {

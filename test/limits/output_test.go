@@ -85,32 +85,33 @@ func TestClientThatNeverReadsIsDisconnected(t *testing.T) {
 		t.Errorf("the proxy's log does not say why the client was closed:\n%s", p.Log())
 	}
 	others(t, p.Addr, 2, 50)
-	if n := metric(t, p, "fenceproxy_connected_clients"); n != 1 {
-		t.Errorf("fenceproxy_connected_clients = %v after the slow client's disconnection, want 1", n)
-	}
+	// The others have hung up too; the proxy notices as it reads.
+	eventually(t, "fenceproxy_connected_clients never fell back to 1", func() bool {
+		return metric(t, p, "fenceproxy_connected_clients") == 1
+	})
 }
 
 // TestClientThatNeverReadsHoldsBoundedMemory: with the default normal class
 // (no limit, as in Redis) a client that never reads is not disconnected,
 // but the proxy stops reading its requests while its replies cannot be
-// written, so it holds one batch of replies, not the gigabyte its pipeline
-// asks for; other clients on the same backend connection are unaffected.
+// written, so it holds one batch of replies (at most 1024), not the 1.25 GB
+// its pipeline asks for; other clients on the same backend connection are
+// served meanwhile.
 func TestClientThatNeverReadsHoldsBoundedMemory(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, Args: []string{"--backend-conns", "1"}})
 	c := testenv.Dial(t, p.Addr)
-	c.Do("SET", "big", bigValue)
+	c.Do("SET", "big", strings.Repeat("v", 64<<10))
 
 	slow, _ := rawDial(t, p.Addr)
-	pipelineGETs(slow, "big", 4000)
+	pipelineGETs(slow, "big", 20000)
 	others(t, p.Addr, 4, 200)
-	// Once the proxy has stopped, its memory no longer grows; sample it
-	// after the others are done, when the slow client has had all that
-	// time to make it grow.
+	// Sampled after the others are done: the slow client has had all that
+	// time to make the proxy grow.
 	peak := peakRSS(t, p.Pid())
 	t.Logf("proxy peak RSS: %d MiB", peak>>10)
-	const bound = 400 << 10 // KiB; the pipeline's replies are 1000 MiB
-	if peak > bound {
+	const bound = 600 << 10 // KiB; one batch is 64 MiB of replies, all of them 1250 MiB
+	if peak > bound && !raceBuild {
 		t.Errorf("proxy peak RSS %d MiB with a client that never reads; want under %d MiB", peak>>10, bound>>10)
 	}
 	if !stillOpen(slow) {
