@@ -299,7 +299,10 @@ func (c *Conn) WaitReplies(current *Pending) {
 // Redis pushes messages no request asked for). The replies to requests sent
 // before current are written first, in order; current and every later
 // request must be completed with no bytes. Requests are still read and
-// dispatched as before.
+// dispatched as before. What the caller writes is queued and sent by a
+// goroutine of the connection's own, under the pubsub output limits: a
+// Write does not wait for the client (unless the class has no hard limit
+// and 1 MB is queued), and fails once the client was disconnected.
 func (c *Conn) TakeWrites(current *Pending) net.Conn {
 	c.WaitReplies(current)
 	c.out = c.out[:0]
