@@ -35,6 +35,10 @@ func others(t *testing.T, addr string, clients, rounds int) {
 	errs := make(chan error, clients)
 	for i := range clients {
 		c := testenv.Dial(t, addr)
+		// They may wait behind the slow client's replies on the shared
+		// backend connection (bandwidth, not a stall): no deadline but
+		// patience.
+		c.SetTimeout(patience)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -141,6 +145,7 @@ func TestSubscriberThatNeverReadsIsDisconnected(t *testing.T) {
 	}
 	slow, _ := subscribe()
 	_, fast := subscribe()
+	fast.SetTimeout(patience)
 
 	// The publisher waits for the reading subscriber after each round, so
 	// that one's output buffer stays far under the limit; the other's grows
