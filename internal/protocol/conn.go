@@ -16,6 +16,8 @@ const (
 	// maxBatch bounds how many replies a connection holds before it writes,
 	// so a client streaming a huge pipeline still sees replies as it goes.
 	maxBatch = 1024
+	// minBatch is where a connection's batch window starts (see window).
+	minBatch = 64
 	// maxBatchBytes is the reply bytes after which a batch is written
 	// before more requests are read.
 	maxBatchBytes = 1 << 20
@@ -50,6 +52,14 @@ type Conn struct {
 	reading   bool
 	idleArmed bool      // a read deadline for the idle timeout is set
 	outbound  *outbound // the write side once taken (TakeWrites)
+	// window is how many requests a batch may hold: it starts at minBatch
+	// and doubles, up to maxBatch, while batches' replies are small, and
+	// shrinks to what fits maxBatchBytes when they are big. Replies' sizes
+	// are not known when requests are dispatched, so this is what keeps a
+	// pipeline of big GETs from putting maxBatch big replies in flight on
+	// a shared backend connection (and in memory, if the client does not
+	// read them).
+	window int
 }
 
 // MayBlock says a request of the current batch may wait indefinitely (a
@@ -101,9 +111,8 @@ func (c *Conn) serve() {
 		}
 		c.server.handler.ServeCommand(c, args, c.batch.next())
 		// A batch whose replies are already big is written before more is
-		// read: a client that does not read then holds about maxBatchBytes
-		// of replies (plus those in flight), not maxBatch big ones.
-		if c.batch.out.full() || c.closeAfterReply || c.batch.n >= maxBatch || c.rd.Buffered() == 0 {
+		// read, as is one as long as the window.
+		if c.batch.out.full() || c.closeAfterReply || c.batch.n >= c.window || c.rd.Buffered() == 0 {
 			if err := c.writeBatch(); err != nil || c.closeAfterReply || c.closing.Load() {
 				return
 			}
@@ -122,10 +131,12 @@ func (c *Conn) writeBatch() error {
 		c.mayBlock = false
 		c.awaitWatchingClient()
 	}
+	n := c.batch.n
 	c.out = c.batch.appendTo(c.out[:0])
 	c.server.handler.BatchDone(c)
 	o := c.batch.out
 	produced := o.bytes.Swap(0)
+	c.window = nextWindow(c.window, n, produced)
 	if c.writesTaken {
 		if len(c.out) > 0 {
 			c.server.Logger.Error("bug: a reply for a connection whose writes were taken", "client", c.RemoteAddr)
@@ -143,6 +154,22 @@ func (c *Conn) writeBatch() error {
 		return c.overLimit(le)
 	}
 	return err
+}
+
+// nextWindow is the batch window after a batch of n requests whose replies
+// took produced bytes.
+func nextWindow(window, n int, produced int64) int {
+	fits := maxBatch
+	if produced > 0 {
+		fits = int(min(int64(maxBatch), int64(maxBatchBytes)*int64(n)/produced))
+	}
+	switch {
+	case fits < window:
+		return max(fits, 1)
+	case n >= window: // a full batch of small replies: grow
+		return min(2*window, fits)
+	}
+	return window
 }
 
 // write writes c.out. Replies produced and not yet written are the client's
@@ -252,6 +279,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		Created:    time.Now(),
 		server:     s,
 		nc:         nc,
+		window:     minBatch,
 	}
 	var src io.Reader = nc
 	if s.IdleTimeout > 0 {

@@ -80,3 +80,24 @@ func TestQueryBufferLimitParser(t *testing.T) {
 		}
 	}
 }
+
+func TestNextWindow(t *testing.T) {
+	for _, tc := range []struct {
+		window, n int
+		produced  int64
+		want      int
+	}{
+		{64, 64, 64 * 5, 128},        // a full batch of small replies: doubles
+		{1024, 1024, 1024 * 5, 1024}, // capped at maxBatch
+		{64, 10, 10 * 5, 64},         // a short batch of small replies: stays
+		{64, 64, 64 << 18, 4},        // 256 KB replies: 4 fit in maxBatchBytes
+		{64, 1, 10 << 20, 1},         // one reply over maxBatchBytes: one at a time
+		{1, 1, 5, 2},                 // and grows back
+		{512, 512, 512 << 11, 512},   // 2 KB replies: 512 fit, no more
+		{1024, 3, 0, 1024},           // no bytes (writes taken): unchanged
+	} {
+		if got := nextWindow(tc.window, tc.n, tc.produced); got != tc.want {
+			t.Errorf("nextWindow(%d, %d, %d) = %d, want %d", tc.window, tc.n, tc.produced, got, tc.want)
+		}
+	}
+}

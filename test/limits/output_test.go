@@ -98,9 +98,9 @@ func TestClientThatNeverReadsIsDisconnected(t *testing.T) {
 // TestClientThatNeverReadsHoldsBoundedMemory: with the default normal class
 // (no limit, as in Redis) a client that never reads is not disconnected,
 // but the proxy stops reading its requests while its replies cannot be
-// written, so it holds one batch of replies (at most 1024), not the 1.25 GB
-// its pipeline asks for; other clients on the same backend connection are
-// served meanwhile.
+// written, so it holds one batch of replies (a batch of big replies is
+// short: about 1 MB), not the 1.25 GB its pipeline asks for; other clients
+// on the same backend connection are served meanwhile.
 func TestClientThatNeverReadsHoldsBoundedMemory(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, Args: []string{"--backend-conns", "1"}})
@@ -114,13 +114,14 @@ func TestClientThatNeverReadsHoldsBoundedMemory(t *testing.T) {
 	// time to make the proxy grow.
 	peak := peakRSS(t, p.Pid())
 	t.Logf("proxy peak RSS: %d MiB", peak>>10)
-	const bound = 600 << 10 // KiB; one batch is 64 MiB of replies, all of them 1250 MiB
+	const bound = 100 << 10 // KiB; all the replies are 1250 MiB, the proxy's own needs about 30
 	if peak > bound && !raceBuild {
 		t.Errorf("proxy peak RSS %d MiB with a client that never reads; want under %d MiB", peak>>10, bound>>10)
 	}
-	if !stillOpen(slow) {
-		t.Errorf("the slow client was disconnected with no output limit set")
-	}
+	// Still connected (it and c), though its socket holds unread replies.
+	eventually(t, "fenceproxy_connected_clients never settled at 2", func() bool {
+		return metric(t, p, "fenceproxy_connected_clients") == 2
+	})
 	if n := closedFor(t, p, "output-buffer-normal"); n != 0 {
 		t.Errorf("clients closed for output buffer = %v with no limit", n)
 	}
