@@ -16,8 +16,9 @@ const (
 	// maxBatch bounds how many replies a connection holds before it writes,
 	// so a client streaming a huge pipeline still sees replies as it goes.
 	maxBatch = 1024
-	// minBatch is where a connection's batch window starts (see window).
-	minBatch = 64
+	// probeBatch is where a batch waits for its replies so far, to learn
+	// their size (see serve).
+	probeBatch = 64
 	// maxBatchBytes is the reply bytes after which a batch is written
 	// before more requests are read.
 	maxBatchBytes = 1 << 20
@@ -52,13 +53,11 @@ type Conn struct {
 	reading   bool
 	idleArmed bool      // a read deadline for the idle timeout is set
 	outbound  *outbound // the write side once taken (TakeWrites)
-	// window is how many requests a batch may hold: it starts at minBatch
-	// and doubles, up to maxBatch, while batches' replies are small, and
-	// shrinks to what fits maxBatchBytes when they are big. Replies' sizes
-	// are not known when requests are dispatched, so this is what keeps a
-	// pipeline of big GETs from putting maxBatch big replies in flight on
-	// a shared backend connection (and in memory, if the client does not
-	// read them).
+	// window is how many requests a batch may hold: maxBatch, shrunk to
+	// what fits maxBatchBytes after a batch of big replies, and doubling
+	// back while they are small. With outCount.full, it keeps a pipeline of
+	// big GETs from putting maxBatch big replies in flight on a shared
+	// backend connection (and in memory, if the client does not read).
 	window int
 }
 
@@ -110,10 +109,18 @@ func (c *Conn) serve() {
 			return
 		}
 		c.server.handler.ServeCommand(c, args, c.batch.next())
-		// A batch whose replies are already big is written before more is
-		// read, as is one as long as the window.
-		if c.batch.out.full() || c.closeAfterReply || c.batch.n >= c.window || c.rd.Buffered() == 0 {
-			if err := c.writeBatch(); err != nil || c.closeAfterReply || c.closing.Load() {
+		if c.batch.n == probeBatch && !c.mayBlock && !c.writesTaken {
+			// Requests are dispatched faster than the first reply comes
+			// back: learn how big they are before putting a whole window
+			// in flight. A pipeline of small replies goes on (one round
+			// trip later), one of big GETs is written now.
+			c.batch.wait()
+		}
+		// A batch whose replies are big is written before more is read,
+		// as is one as long as the window.
+		if c.batch.out.full(c.window) || c.closeAfterReply || c.batch.n >= c.window || c.rd.Buffered() == 0 {
+			// Shutting down, requests already read are still served.
+			if err := c.writeBatch(); err != nil || c.closeAfterReply || (c.closing.Load() && c.rd.Buffered() == 0) {
 				return
 			}
 		}
@@ -135,7 +142,7 @@ func (c *Conn) writeBatch() error {
 	c.out = c.batch.appendTo(c.out[:0])
 	c.server.handler.BatchDone(c)
 	o := c.batch.out
-	produced := o.bytes.Swap(0)
+	produced := o.reset()
 	c.window = nextWindow(c.window, n, produced)
 	if c.writesTaken {
 		if len(c.out) > 0 {
@@ -279,7 +286,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		Created:    time.Now(),
 		server:     s,
 		nc:         nc,
-		window:     minBatch,
+		window:     maxBatch,
 	}
 	var src io.Reader = nc
 	if s.IdleTimeout > 0 {

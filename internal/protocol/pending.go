@@ -47,6 +47,7 @@ type batch struct {
 // (or growing past maxBatchBytes) without waiting for all of them.
 type outCount struct {
 	bytes   atomic.Int64
+	replies atomic.Int64 // how many replies the bytes are of
 	crossed atomic.Int64 // the count when it first went over, for the log
 	hard    int64        // the normal class's hard limit; 0: none
 	flushAt int64        // write the batch once this much is in
@@ -56,15 +57,31 @@ type outCount struct {
 // the connection is going to be closed without it, and the proxy must not
 // hold what a client that does not read would make it hold.
 func (o *outCount) add(p *Pending) {
+	o.replies.Add(1)
 	if n := o.bytes.Add(int64(len(p.Buf))); o.hard > 0 && n > o.hard {
 		o.crossed.CompareAndSwap(0, n)
 		p.Buf = nil
 	}
 }
 
-// full reports whether the batch should be written (or, over the hard
-// limit, the connection closed) before another request is read.
-func (o *outCount) full() bool { return o.bytes.Load() >= o.flushAt }
+// full reports whether a batch should be written (or, over the hard
+// limit, the connection closed) before another request is read: its
+// replies so far reach flushAt, or, at their average size, a batch as long
+// as window would pass maxBatchBytes.
+func (o *outCount) full(window int) bool {
+	b := o.bytes.Load()
+	if b >= o.flushAt {
+		return true
+	}
+	done := o.replies.Load()
+	return done > 0 && b*int64(window) >= maxBatchBytes*done
+}
+
+// reset starts the count of a new batch and returns the last one's bytes.
+func (o *outCount) reset() int64 {
+	o.replies.Store(0)
+	return o.bytes.Swap(0)
+}
 
 // newOutCount returns the count for a connection with the given hard limit.
 func newOutCount(hard int64) *outCount {
