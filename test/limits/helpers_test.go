@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -108,11 +107,6 @@ func rawDial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 }
 
 func logHas(p *testenv.Proxy, s string) bool { return strings.Contains(p.Log(), s) }
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
 
 // runFails runs the binary with args and returns its exit code and stderr.
 func runFails(t *testing.T, args ...string) (int, string) {
