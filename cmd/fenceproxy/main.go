@@ -52,6 +52,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	logLevel        string
 	pprof           bool
+	limits          limits
 }
 
 func parseFlags(args []string) (config, error) {
@@ -77,7 +78,11 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
+	c.limits.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.limits.check(); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
@@ -192,7 +197,7 @@ func run(cfg config) error {
 			"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
 			be.Mode(), len(be.Masters()), int(time.Since(startedAt).Seconds()), srv.Clients(), fewestReplicas(be),
 			cfg.minReplicas, cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
-			st.CacheEntries, st.CacheHits, st.CacheMisses)
+			st.CacheEntries, st.CacheHits, st.CacheMisses) + limitsInfo(srv)
 	}
 	handler := commands.NewHandler(commands.Options{
 		Backend: be,
@@ -212,6 +217,8 @@ func run(cfg config) error {
 	})
 	srv = protocol.NewServer(handler, logger)
 	srv.MaxClients = cfg.maxClients
+	cfg.limits.apply(srv)
+	srv.OnLimitClose = func(reason string) { m.ClientsClosed.WithLabelValues(reason).Inc() }
 	srv.OnConnect = func(delta int) { m.ConnectedClients.Add(float64(delta)) }
 
 	if cfg.metricsListen != "" {

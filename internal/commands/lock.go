@@ -297,7 +297,7 @@ func (h *Handler) lockError(err error, unknownOutcome string) []byte {
 	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
 		return redcon.AppendError(nil, "ERR fenceproxy: lost contact with Redis; "+unknownOutcome)
 	case errors.Is(err, persist.ErrUnhealthy), errors.Is(err, persist.ErrClosed):
-		h.opts.Logger.Error("fence store cannot issue tokens", "err", err)
+		storeErrorLog.error(h.opts.Logger, "fence store cannot issue tokens", "err", err)
 		return redcon.AppendError(nil, "ERR fenceproxy: the fence store cannot write to disk; no token was issued (see the proxy's log)")
 	case errors.Is(err, persist.ErrExhausted):
 		return redcon.AppendError(nil, "ERR fenceproxy: the token space is exhausted; no token was issued")

@@ -35,6 +35,7 @@ type Metrics struct {
 	PassthroughCommands prometheus.Counter
 	PassthroughSeconds  prometheus.Histogram
 	ConnectedClients    prometheus.Gauge
+	ClientsClosed       *prometheus.CounterVec // reason: output-buffer-normal, output-buffer-pubsub, query-buffer, idle-timeout
 	LockWaiters         prometheus.Gauge
 	LocksHeld           prometheus.Gauge
 	LockExpirations     prometheus.Counter
@@ -84,6 +85,9 @@ func New() *Metrics {
 		ConnectedClients: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenceproxy_connected_clients", Help: "Open client connections.",
 		}),
+		ClientsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_clients_closed_total", Help: "Clients the proxy disconnected for a limit, by reason.",
+		}, []string{"reason"}),
 		LockWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fenceproxy_lock_waiters", Help: "LOCK.ACQUIRE requests waiting for a resource.",
 		}),
@@ -108,6 +112,7 @@ func New() *Metrics {
 	f(m.PassthroughCommands)
 	f(m.PassthroughSeconds)
 	f(m.ConnectedClients)
+	f(m.ClientsClosed)
 	f(m.LockWaiters)
 	f(m.LocksHeld)
 	f(m.LockExpirations)

@@ -3,6 +3,7 @@ package protocol
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,12 @@ const (
 	// maxBatch bounds how many replies a connection holds before it writes,
 	// so a client streaming a huge pipeline still sees replies as it goes.
 	maxBatch = 1024
+	// probeBatch is where a batch waits for its replies so far, to learn
+	// their size (see serve).
+	probeBatch = 64
+	// maxBatchBytes is the reply bytes after which a batch is written
+	// before more requests are read.
+	maxBatchBytes = 1 << 20
 	// maxRetainedOutput is the largest output buffer kept between batches.
 	maxRetainedOutput = 256 << 10
 )
@@ -41,6 +48,17 @@ type Conn struct {
 	mayBlock        bool
 	writesTaken     bool
 	closing         atomic.Bool
+	// reading is true while serve waits for the client's next request: the
+	// only time the idle timeout runs (see idleReader).
+	reading   bool
+	idleArmed bool      // a read deadline for the idle timeout is set
+	outbound  *outbound // the write side once taken (TakeWrites)
+	// window is how many requests a batch may hold: maxBatch, shrunk to
+	// what fits maxBatchBytes after a batch of big replies, and doubling
+	// back while they are small. With outCount.full, it keeps a pipeline of
+	// big GETs from putting maxBatch big replies in flight on a shared
+	// backend connection (and in memory, if the client does not read).
+	window int
 }
 
 // MayBlock says a request of the current batch may wait indefinitely (a
@@ -58,28 +76,60 @@ func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }
 func (c *Conn) serve() {
 	defer c.server.release(c)
 	for {
+		c.reading = true
 		args, err := c.rd.ReadCommand()
+		c.reading = false
+		if c.idleArmed && err == nil {
+			// Cleared here rather than in idleReader, so that the reads of
+			// awaitWatchingClient keep the deadline its waker sets.
+			c.idleArmed = false
+			c.nc.SetReadDeadline(time.Time{})
+			if c.closing.Load() {
+				c.nc.SetReadDeadline(time.Now())
+			}
+		}
 		if err != nil {
 			var perr *ProtocolError
-			if errors.As(err, &perr) {
+			var ne net.Error
+			switch {
+			case errors.As(err, &perr):
 				p := c.batch.next()
 				p.Buf = redcon.AppendError(p.Buf, "ERR "+perr.Error())
 				p.Done()
 				c.server.logProtocolError(c, perr)
+			case err == ErrQueryBufferLimit:
+				// Redis closes at once, with no reply: the rest of the
+				// request would still be on its way.
+				c.server.limitClosed(c, closeQuery, "closing client that reached max query buffer length",
+					"client_query_buffer_limit", c.server.Limits.MaxQueryBuf)
+			case c.idleArmed && errors.As(err, &ne) && ne.Timeout() && !c.closing.Load():
+				c.server.limitClosed(c, closeIdle, "closing idle client", "timeout", c.server.IdleTimeout)
 			}
 			c.writeBatch()
 			return
 		}
 		c.server.handler.ServeCommand(c, args, c.batch.next())
-		if c.closeAfterReply || c.batch.n >= maxBatch || c.rd.Buffered() == 0 {
-			if err := c.writeBatch(); err != nil || c.closeAfterReply || c.closing.Load() {
+		if c.batch.n == probeBatch && !c.mayBlock && !c.writesTaken {
+			// Requests are dispatched faster than the first reply comes
+			// back: learn how big they are before putting a whole window
+			// in flight. A pipeline of small replies goes on (one round
+			// trip later), one of big GETs is written now.
+			c.batch.wait()
+		}
+		// A batch whose replies are big is written before more is read,
+		// as is one as long as the window.
+		if c.batch.out.full(c.window) || c.closeAfterReply || c.batch.n >= c.window || c.rd.Buffered() == 0 {
+			// Shutting down, requests already read are still served.
+			if err := c.writeBatch(); err != nil || c.closeAfterReply || (c.closing.Load() && c.rd.Buffered() == 0) {
 				return
 			}
 		}
 	}
 }
 
-// writeBatch waits for every queued reply and writes them in one call.
+// writeBatch waits for every queued reply and writes them in one call. A
+// client whose replies go over the normal class's output limit is closed
+// (with an error returned) instead.
 func (c *Conn) writeBatch() error {
 	if c.batch.n == 0 {
 		return nil
@@ -88,22 +138,101 @@ func (c *Conn) writeBatch() error {
 		c.mayBlock = false
 		c.awaitWatchingClient()
 	}
+	n := c.batch.n
 	c.out = c.batch.appendTo(c.out[:0])
 	c.server.handler.BatchDone(c)
+	o := c.batch.out
+	produced := o.reset()
+	c.window = nextWindow(c.window, n, produced)
 	if c.writesTaken {
 		if len(c.out) > 0 {
 			c.server.Logger.Error("bug: a reply for a connection whose writes were taken", "client", c.RemoteAddr)
 		}
 		return nil
 	}
-	if c.server.WriteTimeout > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(c.server.WriteTimeout))
+	if o.hard > 0 && produced > o.hard {
+		return c.overLimit(&errOutputLimit{"normal", "hard", o.crossed.Load()})
 	}
-	_, err := c.nc.Write(c.out)
+	err := c.write()
 	if cap(c.out) > maxRetainedOutput {
 		c.out = nil
 	}
+	if le, ok := err.(*errOutputLimit); ok {
+		return c.overLimit(le)
+	}
 	return err
+}
+
+// nextWindow is the batch window after a batch of n requests whose replies
+// took produced bytes.
+func nextWindow(window, n int, produced int64) int {
+	fits := maxBatch
+	if produced > 0 {
+		fits = int(min(int64(maxBatch), int64(maxBatchBytes)*int64(n)/produced))
+	}
+	switch {
+	case fits < window:
+		return max(fits, 1)
+	case n >= window: // a full batch of small replies: grow
+		return min(2*window, fits)
+	}
+	return window
+}
+
+// write writes c.out. Replies produced and not yet written are the client's
+// output buffer; while this goroutine writes, it reads no more requests, so
+// the buffer only shrinks. Over the normal class's soft limit, the write
+// has SoftFor to bring it back under the limit, or the client is closed.
+func (c *Conn) write() error {
+	buf := c.out
+	lim := c.server.NormalOutput
+	var end time.Time // WriteTimeout, for the whole batch
+	if c.server.WriteTimeout > 0 {
+		end = time.Now().Add(c.server.WriteTimeout)
+	}
+	if lim.Soft == 0 || int64(len(buf)) <= lim.Soft {
+		if !end.IsZero() {
+			c.nc.SetWriteDeadline(end)
+		}
+		_, err := c.nc.Write(buf)
+		return err
+	}
+	softEnd := time.Now().Add(lim.SoftFor)
+	for {
+		deadline, soft := end, int64(len(buf)) > lim.Soft
+		if soft && (deadline.IsZero() || softEnd.Before(deadline)) {
+			deadline = softEnd
+		}
+		c.nc.SetWriteDeadline(deadline)
+		n, err := c.nc.Write(buf)
+		buf = buf[n:]
+		var ne net.Error
+		switch {
+		case err == nil:
+			c.nc.SetWriteDeadline(end)
+			return nil
+		case deadline.Equal(softEnd) && errors.As(err, &ne) && ne.Timeout():
+			if int64(len(buf)) > lim.Soft {
+				return &errOutputLimit{"normal", "soft", int64(len(buf))}
+			}
+			// Back under the soft limit in time: the rest may take as long
+			// as it takes.
+		default:
+			return err
+		}
+	}
+}
+
+// overLimit closes the connection for going over an output limit.
+func (c *Conn) overLimit(e *errOutputLimit) error {
+	reason := closeOutputNormal
+	if e.class == "pubsub" {
+		reason = closeOutputPubSub
+	}
+	c.server.limitClosed(c, reason, "closing client for overcoming output buffer limits",
+		"class", e.class, "limit", e.which, "output_buffer_bytes", e.bytes)
+	c.nc.Close()
+	return e
 }
 
 // awaitWatchingClient waits for the batch while reading ahead, without
@@ -150,15 +279,43 @@ func (c *Conn) interrupt() {
 }
 
 func newConn(s *Server, nc net.Conn, id int64) *Conn {
-	return &Conn{
+	c := &Conn{
 		ID:         id,
 		RemoteAddr: nc.RemoteAddr().String(),
 		LocalAddr:  nc.LocalAddr().String(),
 		Created:    time.Now(),
 		server:     s,
 		nc:         nc,
-		rd:         NewReader(bufio.NewReaderSize(nc, readBufferSize), s.Limits),
+		window:     maxBatch,
 	}
+	var src io.Reader = nc
+	if s.IdleTimeout > 0 {
+		src = idleReader{c}
+	}
+	c.rd = NewReader(bufio.NewReaderSize(src, readBufferSize), s.Limits)
+	c.batch.out = newOutCount(s.NormalOutput.Hard)
+	return c
+}
+
+// idleReader reads the client's socket for a server with an idle timeout
+// (Redis's timeout): while the connection waits for a request, every read
+// gets a deadline IdleTimeout away, so a deadline passes only after that
+// long without a byte. A connection waiting for a blocked request's reply
+// (BLPOP, LOCK.ACQUIRE ... WAIT) or relaying pub/sub is not idle, as Redis
+// exempts blocked and subscribed clients.
+type idleReader struct{ c *Conn }
+
+func (r idleReader) Read(b []byte) (int, error) {
+	c := r.c
+	if c.reading && !c.writesTaken {
+		c.nc.SetReadDeadline(time.Now().Add(c.server.IdleTimeout))
+		c.idleArmed = true
+		if c.closing.Load() {
+			// interrupt may have set its deadline just before ours.
+			c.nc.SetReadDeadline(time.Now())
+		}
+	}
+	return c.nc.Read(b)
 }
 
 // WaitReplies waits until every request dispatched before current (the
@@ -177,7 +334,10 @@ func (c *Conn) WaitReplies(current *Pending) {
 // Redis pushes messages no request asked for). The replies to requests sent
 // before current are written first, in order; current and every later
 // request must be completed with no bytes. Requests are still read and
-// dispatched as before.
+// dispatched as before. What the caller writes is queued and sent by a
+// goroutine of the connection's own, under the pubsub output limits: a
+// Write does not wait for the client (unless the class has no hard limit
+// and 1 MB is queued), and fails once the client was disconnected.
 func (c *Conn) TakeWrites(current *Pending) net.Conn {
 	c.WaitReplies(current)
 	c.out = c.out[:0]
@@ -188,11 +348,12 @@ func (c *Conn) TakeWrites(current *Pending) net.Conn {
 		c.out = append(c.out, p.Buf...)
 		p.Buf = p.Buf[:0]
 	}
+	c.outbound = newOutbound(c)
 	if len(c.out) > 0 {
-		c.nc.Write(c.out)
+		c.outbound.Write(c.out)
 	}
 	c.writesTaken = true
-	return c.nc
+	return c.outbound
 }
 
 // Name is the client's name (CLIENT SETNAME), "" if none.

@@ -11,4 +11,19 @@
 // synchronously and parses without limits, so this package keeps redcon for
 // what it does well, encoding replies (redcon.AppendBulk and friends), and
 // owns the read loop.
+//
+// # Limits
+//
+// A client gets Redis's limits, with Redis's names. Its output buffer is the
+// reply bytes produced for it and not yet written: for an ordinary client,
+// the batch being collected and written (counted as replies arrive, so the
+// hard limit is seen before the whole batch is in; past it the rest is
+// dropped); for a subscriber, the queue of its stream (see outbound). A
+// connection reads no requests while it writes, so a client that never reads
+// holds one batch at most, even with no limit: TCP pushes back on it, and
+// backend readers never block on a client, since they only fill Pending
+// buffers. Requests are bounded while read (Limits, with the query buffer
+// limit counted over all of a request's arguments), and the idle timeout
+// runs only while a connection waits for a request, so blocked and
+// subscribed clients are never idle.
 package protocol

@@ -15,6 +15,9 @@ type Limits struct {
 	MaxBulkLen   int64 // longest single argument, bytes
 	MaxArgs      int   // most arguments in one multibulk request
 	MaxInlineLen int   // longest inline request or header line, bytes
+	// MaxQueryBuf bounds the bytes of one request's arguments held while it
+	// is read (Redis's client-query-buffer-limit); 0 means no bound.
+	MaxQueryBuf int64
 }
 
 // DefaultLimits are Redis's defaults, with MaxArgs at 1M arguments.
@@ -22,6 +25,7 @@ var DefaultLimits = Limits{
 	MaxBulkLen:   512 << 20,
 	MaxArgs:      1 << 20,
 	MaxInlineLen: 64 << 10,
+	MaxQueryBuf:  1 << 30,
 }
 
 // ProtocolError is a malformed request. Its text is the one Redis gives
@@ -39,6 +43,15 @@ var (
 	errTooBigBulkCount  = &ProtocolError{"too big bulk count string"}
 	errInvalidBulkLen   = &ProtocolError{"invalid bulk length"}
 )
+
+// ErrQueryBufferLimit means a request's arguments outgrew Limits.MaxQueryBuf.
+// Redis closes such a client without a reply (and logs it), and so does the
+// server.
+var ErrQueryBufferLimit = errors.New("protocol: request over the query buffer limit")
+
+// maxRetainedArena is the largest argument arena a Reader keeps between
+// requests.
+const maxRetainedArena = 1 << 20
 
 // Reader parses client requests, multibulk or inline, from a buffered stream.
 //
@@ -155,6 +168,11 @@ func (r *Reader) readMultibulk() ([][]byte, error) {
 	}
 	r.args = r.args[:0]
 	r.arena = r.arena[:0]
+	if cap(r.arena) > maxRetainedArena {
+		// One big request must not pin its memory for the client's life
+		// (Redis likewise shrinks an idle client's query buffer).
+		r.arena = nil
+	}
 	// Arguments are appended to one arena and sliced out afterwards, so a
 	// request costs no allocation once the arena has grown to fit.
 	ends := make([]int, 0, min(count, 64))
@@ -197,6 +215,11 @@ func (r *Reader) readBulk(n int) error {
 	for n > 0 {
 		step := min(n, chunk)
 		at := len(r.arena)
+		if r.limits.MaxQueryBuf > 0 && int64(at+step) > r.limits.MaxQueryBuf {
+			// Checked before the chunk is allocated: a request that cannot
+			// fit never holds more than the limit.
+			return ErrQueryBufferLimit
+		}
 		r.arena = append(r.arena, make([]byte, step)...)
 		if _, err := io.ReadFull(r.rd, r.arena[at:]); err != nil {
 			return eofToUnexpected(err)

@@ -1,6 +1,9 @@
 package protocol
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Pending is the reply to one request, filled in by whoever serves it.
 //
@@ -10,7 +13,8 @@ import "sync"
 type Pending struct {
 	Buf  []byte
 	done *sync.WaitGroup
-	then func() // instead of done, for NewPendingFunc
+	then func()    // instead of done, for NewPendingFunc
+	out  *outCount // the connection's output count; nil for NewPending's
 }
 
 // Done marks the reply complete.
@@ -18,6 +22,9 @@ func (p *Pending) Done() {
 	if p.then != nil {
 		p.then()
 		return
+	}
+	if p.out != nil {
+		p.out.add(p)
 	}
 	p.done.Done()
 }
@@ -32,6 +39,57 @@ type batch struct {
 	late    sync.WaitGroup // those moved out of wg by Conn.WaitReplies
 	replies []*Pending
 	n       int
+	out     *outCount
+}
+
+// outCount adds up the bytes of a batch's completed replies while they
+// arrive, so a connection notices its output buffer crossing the hard limit
+// (or growing past maxBatchBytes) without waiting for all of them.
+type outCount struct {
+	bytes   atomic.Int64
+	replies atomic.Int64 // how many replies the bytes are of
+	crossed atomic.Int64 // the count when it first went over, for the log
+	hard    int64        // the normal class's hard limit; 0: none
+	flushAt int64        // write the batch once this much is in
+}
+
+// add counts p's reply. Past the hard limit the reply is dropped at once:
+// the connection is going to be closed without it, and the proxy must not
+// hold what a client that does not read would make it hold.
+func (o *outCount) add(p *Pending) {
+	o.replies.Add(1)
+	if n := o.bytes.Add(int64(len(p.Buf))); o.hard > 0 && n > o.hard {
+		o.crossed.CompareAndSwap(0, n)
+		p.Buf = nil
+	}
+}
+
+// full reports whether a batch should be written (or, over the hard
+// limit, the connection closed) before another request is read: its
+// replies so far reach flushAt, or, at their average size, a batch as long
+// as window would pass maxBatchBytes.
+func (o *outCount) full(window int) bool {
+	b := o.bytes.Load()
+	if b >= o.flushAt {
+		return true
+	}
+	done := o.replies.Load()
+	return done > 0 && b*int64(window) >= maxBatchBytes*done
+}
+
+// reset starts the count of a new batch and returns the last one's bytes.
+func (o *outCount) reset() int64 {
+	o.replies.Store(0)
+	return o.bytes.Swap(0)
+}
+
+// newOutCount returns the count for a connection with the given hard limit.
+func newOutCount(hard int64) *outCount {
+	o := &outCount{hard: hard, flushAt: maxBatchBytes}
+	if hard > 0 && hard < maxBatchBytes {
+		o.flushAt = hard + 1
+	}
+	return o
 }
 
 // wait waits for every reply of the batch.
@@ -48,6 +106,7 @@ func (b *batch) next() *Pending {
 	p := b.replies[b.n]
 	p.Buf = p.Buf[:0]
 	p.done = &b.wg
+	p.out = b.out
 	b.n++
 	b.wg.Add(1)
 	return p

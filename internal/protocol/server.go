@@ -33,9 +33,19 @@ type Server struct {
 	MaxClients int
 	// WriteTimeout bounds one write to a client; 0 means none.
 	WriteTimeout time.Duration
-	Logger       *slog.Logger
+	// NormalOutput and PubSubOutput are Redis's client-output-buffer-limit
+	// for ordinary and subscribed clients (see OutputLimit).
+	NormalOutput OutputLimit
+	PubSubOutput OutputLimit
+	// IdleTimeout closes a client idle that long (Redis's timeout); 0 means
+	// never. Blocked and subscribed clients are not idle.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
 	// OnConnect, if set, is called with +1 and -1 as connections come and go.
 	OnConnect func(delta int)
+	// OnLimitClose, if set, is called with a Close* reason each time the
+	// server closes a client for a limit.
+	OnLimitClose func(reason string)
 
 	handler Handler
 	nextID  atomic.Int64
@@ -47,6 +57,7 @@ type Server struct {
 	wg       sync.WaitGroup
 
 	lastProtoLog atomic.Int64
+	lastLimitLog [closeReasons]atomic.Int64
 }
 
 // NewServer returns a Server with Redis's default limits.
@@ -55,11 +66,13 @@ func NewServer(h Handler, logger *slog.Logger) *Server {
 		logger = slog.Default()
 	}
 	return &Server{
-		Limits:     DefaultLimits,
-		MaxClients: 10000,
-		Logger:     logger,
-		handler:    h,
-		conns:      make(map[*Conn]struct{}),
+		Limits:       DefaultLimits,
+		MaxClients:   10000,
+		NormalOutput: DefaultNormalOutput,
+		PubSubOutput: DefaultPubSubOutput,
+		Logger:       logger,
+		handler:      h,
+		conns:        make(map[*Conn]struct{}),
 	}
 }
 
@@ -120,6 +133,9 @@ func (s *Server) accept(nc net.Conn) {
 
 func (s *Server) release(c *Conn) {
 	c.batch.wait() // replies still owed by the backend must land before reuse
+	if c.outbound != nil {
+		c.outbound.closeNow()
+	}
 	c.nc.Close()
 	s.handler.Closed(c)
 	s.mu.Lock()
@@ -186,5 +202,36 @@ func (s *Server) logProtocolError(c *Conn, err error) {
 	now := time.Now().Unix()
 	if last := s.lastProtoLog.Load(); last != now && s.lastProtoLog.CompareAndSwap(last, now) {
 		s.Logger.Warn("closing client after protocol error", "client", c.RemoteAddr, "err", err)
+	}
+}
+
+// Reasons the server closes a client, indexing closeReasonNames.
+const (
+	closeOutputNormal = iota
+	closeOutputPubSub
+	closeQuery
+	closeIdle
+	closeReasons
+)
+
+var closeReasonNames = [closeReasons]string{CloseOutputNormal, CloseOutputPubSub, CloseQueryBuffer, CloseIdle}
+
+// limitClosed reports that c is being closed for a limit: counted every
+// time, logged at most once a second per reason (a flood of clients over a
+// limit must not flood the log). Idle clients are logged at debug level, as
+// Redis logs them at verbose: closing them is routine.
+func (s *Server) limitClosed(c *Conn, reason int, msg string, attrs ...any) {
+	if s.OnLimitClose != nil {
+		s.OnLimitClose(closeReasonNames[reason])
+	}
+	level := slog.LevelWarn
+	if reason == closeIdle {
+		level = slog.LevelDebug
+	}
+	now := time.Now().Unix()
+	last := &s.lastLimitLog[reason]
+	if l := last.Load(); l != now && last.CompareAndSwap(l, now) {
+		attrs = append([]any{"client", c.RemoteAddr, "id", c.ID, "name", c.Name()}, attrs...)
+		s.Logger.Log(context.Background(), level, msg, attrs...)
 	}
 }
