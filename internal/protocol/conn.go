@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync/atomic"
@@ -33,7 +34,8 @@ type Conn struct {
 	name atomic.Pointer[string] // CLIENT SETNAME; read by CLIENT LIST from elsewhere
 
 	server          *Server
-	nc              net.Conn
+	nc              net.Conn // a *tls.Conn for a TLS client
+	raw             net.Conn // the TCP connection under nc (nc itself in plaintext)
 	rd              *Reader
 	out             []byte
 	batch           batch
@@ -57,6 +59,9 @@ func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }
 // serve is the connection's whole life: read, dispatch, reply, repeat.
 func (c *Conn) serve() {
 	defer c.server.release(c)
+	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
+		return
+	}
 	for {
 		args, err := c.rd.ReadCommand()
 		if err != nil {
@@ -77,6 +82,29 @@ func (c *Conn) serve() {
 			}
 		}
 	}
+}
+
+// handshake completes a TLS client's handshake within the server's
+// HandshakeTimeout and reports whether it succeeded. A client that speaks
+// plain RESP to the TLS port is told so in plain text before the close, so
+// redis-cli shows why instead of an unexplained disconnect.
+func (c *Conn) handshake(tc *tls.Conn) bool {
+	if d := c.server.HandshakeTimeout; d > 0 {
+		c.raw.SetDeadline(time.Now().Add(d))
+	}
+	if err := tc.Handshake(); err != nil {
+		var notTLS tls.RecordHeaderError
+		if errors.As(err, &notTLS) && notTLS.Conn != nil {
+			notTLS.Conn.Write([]byte("-ERR fenceproxy: this port speaks TLS; connect with TLS (redis-cli --tls)\r\n"))
+		}
+		c.server.logHandshakeError(c, err)
+		return false
+	}
+	c.raw.SetDeadline(time.Time{})
+	if c.closing.Load() { // Shutdown's interrupt may have been undone above
+		return false
+	}
+	return true
 }
 
 // writeBatch waits for every queued reply and writes them in one call.
@@ -157,6 +185,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		Created:    time.Now(),
 		server:     s,
 		nc:         nc,
+		raw:        nc,
 		rd:         NewReader(bufio.NewReaderSize(nc, readBufferSize), s.Limits),
 	}
 }

@@ -1,0 +1,41 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"strings"
+	"syscall"
+)
+
+// tlsHint returns what to change when err looks like a TLS mismatch between
+// the proxy and Redis, appended to the start-up error so the operator
+// reads the fix beside the cause; "" otherwise. withTLS says whether the
+// proxy dialled with TLS.
+func tlsHint(err error, withTLS bool) string {
+	if !withTLS {
+		// Redis's TLS port drops a client whose first bytes are not a
+		// TLS handshake.
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return " (if Redis speaks TLS on this port, add --backend-tls)"
+		}
+		return ""
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var badName x509.HostnameError
+	var notTLS tls.RecordHeaderError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &unknownCA):
+		return " (Redis's certificate is not signed by a CA the proxy trusts: check --backend-tls-ca-cert-file)"
+	case errors.As(err, &badName):
+		return " (Redis's certificate does not name this host: set --backend-tls-server-name to a name it holds)"
+	case errors.As(err, &notTLS):
+		return " (Redis does not speak TLS on this port: remove --backend-tls, or use its tls-port)"
+	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"),
+		strings.Contains(msg, "unknown certificate authority"):
+		return " (Redis wants a client certificate it trusts: check --backend-tls-cert-file and --backend-tls-key-file)"
+	}
+	return ""
+}
