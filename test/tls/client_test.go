@@ -192,7 +192,7 @@ func TestSilentClientsDoNotBlock(t *testing.T) {
 		// silent client would be refused for want of a slot, not timed out.
 		waitClients(t, p, 0)
 		silent := testenv.Dial(t, p.Addr)
-		waitClients(t, p, 1) // the silent client holds the only slot
+		waitClients(t, p, 1)                // the silent client holds the only slot
 		silent.SetTimeout(30 * time.Second) // only a bound against hanging
 		if reply, err := silent.ReadReply(); !errors.Is(err, io.EOF) {
 			t.Fatalf("silent client: %q, %v; want the proxy to close it after the handshake timeout", reply, err)
