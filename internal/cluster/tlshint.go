@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 )
@@ -25,6 +26,7 @@ func tlsHint(err error, withTLS bool) string {
 	var unknownCA x509.UnknownAuthorityError
 	var badName x509.HostnameError
 	var notTLS tls.RecordHeaderError
+	var netErr net.Error
 	msg := err.Error()
 	switch {
 	case errors.As(err, &unknownCA):
@@ -33,6 +35,10 @@ func tlsHint(err error, withTLS bool) string {
 		return " (Redis's certificate does not name this host: set --backend-tls-server-name to a name it holds)"
 	case errors.As(err, &notTLS):
 		return " (Redis does not speak TLS on this port: remove --backend-tls, or use its tls-port)"
+	case errors.As(err, &netErr) && netErr.Timeout():
+		// A plaintext Redis waits for the end of a line that the
+		// handshake's binary bytes may never hold.
+		return " (no answer to the TLS handshake: does Redis speak TLS on this port?)"
 	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"),
 		strings.Contains(msg, "unknown certificate authority"):
 		return " (Redis wants a client certificate it trusts: check --backend-tls-cert-file and --backend-tls-key-file)"
