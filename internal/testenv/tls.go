@@ -398,3 +398,93 @@ func StartTLSProxy(t testing.TB, certs *Certs, plaintext bool, opts ProxyOptions
 			p.Addr, err, p.logPath, tail(p.logPath, 20))
 	}
 }
+
+// StartTLSCluster starts a Redis Cluster of masters*(1+replicasPerMaster)
+// nodes that speak only TLS, clients, cluster bus and replication alike
+// (--port 0, --tls-cluster yes, --tls-replication yes), creates it with
+// redis-cli --tls --cluster create, and waits (20s) until every node
+// reports cluster_state:ok and every master has its replicas online. It
+// returns the nodes (Addr is each one's TLS address) in start order.
+// Nothing else of Cluster (WaitHealthy, MasterForSlot) works on them.
+func StartTLSCluster(t testing.TB, certs *Certs, masters, replicasPerMaster int) []*Redis {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli not found: apt-get install -y redis-tools")
+	}
+	var nodes []*Redis
+	for range masters * (1 + replicasPerMaster) {
+		nodes = append(nodes, StartTLSRedis(t, certs, nil,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "1000",
+			"--cluster-port", strconv.Itoa(FreePort(t)),
+			"--tls-cluster", "yes"))
+	}
+	args := []string{"--tls", "--cacert", certs.CAFile, "--cert", certs.ClientCert, "--key", certs.ClientKey,
+		"--cluster", "create"}
+	for _, n := range nodes {
+		args = append(args, n.Addr)
+	}
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
+	logPath := filepath.Join(t.TempDir(), "cluster-create.log")
+	out, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := startProc(cli, args, filepath.Dir(logPath), out)
+	out.Close()
+	if err != nil {
+		t.Fatalf("testenv: StartTLSCluster: %v", err)
+	}
+	if !p.wait(clusterWait) || p.exitCode() != 0 {
+		_ = p.kill()
+		t.Fatalf("testenv: StartTLSCluster: redis-cli --cluster create failed\n%s", tail(logPath, 30))
+	}
+	cfg := certs.ClientConfig(t, true)
+	deadline := time.Now().Add(clusterWait)
+	for {
+		err := tlsClusterHealthy(nodes, cfg, replicasPerMaster)
+		if err == nil {
+			return nodes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: TLS cluster not healthy within %v: %v", clusterWait, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tlsClusterHealthy(nodes []*Redis, cfg *tls.Config, replicasPerMaster int) error {
+	for _, n := range nodes {
+		c, err := TryDialTLS(n.Addr, cfg)
+		if err != nil {
+			return err
+		}
+		info, err := c.TryDo("INFO")
+		c.Close()
+		if err != nil {
+			return err
+		}
+		s := string(info)
+		if !strings.Contains(s, "cluster_enabled:1") {
+			return fmt.Errorf("%s: not a cluster node", n.Addr)
+		}
+		if strings.Contains(s, "role:master") && strings.Count(s, ",state=online,") != replicasPerMaster {
+			return fmt.Errorf("%s: replicas not all online", n.Addr)
+		}
+		c, err = TryDialTLS(n.Addr, cfg)
+		if err != nil {
+			return err
+		}
+		ci, err := c.TryDo("CLUSTER", "INFO")
+		c.Close()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(ci), "cluster_state:ok") {
+			return fmt.Errorf("%s: cluster_state is not ok", n.Addr)
+		}
+	}
+	return nil
+}

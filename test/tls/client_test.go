@@ -51,6 +51,8 @@ func TestClientOverTLS(t *testing.T) {
 	if reply, err := c.ReadReply(); err != nil || string(reply) != "*2\r\n$4\r\nlist\r\n$1\r\nx\r\n" {
 		t.Fatalf("BLPOP over TLS = %q, %v", reply, err)
 	}
+	// The read deadlines that watched it left the TLS connection usable.
+	do(t, c, "+PONG\r\n", "PING")
 
 	// Pub/sub hands the client's TLS connection to a copier.
 	sub := testenv.DialTLS(t, p.Addr, certs.ClientConfig(t, true))
