@@ -42,6 +42,10 @@ func tlsHint(err error, withTLS bool) string {
 	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"),
 		strings.Contains(msg, "unknown certificate authority"):
 		return " (Redis wants a client certificate it trusts: check --backend-tls-cert-file and --backend-tls-key-file)"
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		// In TLS 1.3 Redis judges the client's certificate after the
+		// client's handshake is done; its alert may be lost to the reset.
+		return " (Redis closed the connection after the TLS handshake: if it wants client certificates (tls-auth-clients), check --backend-tls-cert-file and --backend-tls-key-file)"
 	}
 	return ""
 }
