@@ -92,6 +92,12 @@ func (c *Conn) handshake(tc *tls.Conn) bool {
 	if d := c.server.HandshakeTimeout; d > 0 {
 		c.raw.SetDeadline(time.Now().Add(d))
 	}
+	// Shutdown's interrupt (a read deadline of now) may have come before
+	// the deadline above replaced it: a client still handshaking has
+	// nothing to drain.
+	if c.closing.Load() {
+		return false
+	}
 	if err := tc.Handshake(); err != nil {
 		var notTLS tls.RecordHeaderError
 		if errors.As(err, &notTLS) && notTLS.Conn != nil {
