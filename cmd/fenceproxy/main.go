@@ -53,6 +53,7 @@ type config struct {
 	logLevel        string
 	pprof           bool
 	limits          limits
+	tls             tlsFlags
 }
 
 func parseFlags(args []string) (config, error) {
@@ -79,6 +80,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
 	c.limits.register(fs)
+	c.tls.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -107,7 +109,7 @@ func parseFlags(args []string) (config, error) {
 	case c.dataDir == "":
 		return c, errors.New("--data-dir must name a directory")
 	}
-	return c, nil
+	return c, c.tls.check(c.listen)
 }
 
 func main() {
@@ -138,11 +140,25 @@ func run(cfg config) error {
 	m := metrics.New()
 
 	// The port first: it is the cheapest check and the likeliest clash.
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("--listen %s: %v", cfg.listen, err)
+	var ln net.Listener
+	if cfg.listen != "" { // "" with --tls-listen: TLS clients only
+		var err error
+		if ln, err = net.Listen("tcp", cfg.listen); err != nil {
+			return fmt.Errorf("--listen %s: %v", cfg.listen, err)
+		}
+		defer ln.Close()
 	}
-	defer ln.Close()
+	tlsLn, tlsCfg, err := cfg.tls.open(logger)
+	if err != nil {
+		return err
+	}
+	if tlsLn != nil {
+		defer tlsLn.Close()
+	}
+	backendTLS, err := cfg.tls.backendConfig()
+	if err != nil {
+		return err
+	}
 
 	store, err := persist.Open(cfg.dataDir, persist.Options{
 		CacheEntries: cfg.cacheEntries,
@@ -165,6 +181,7 @@ func run(cfg config) error {
 		ReplicaTimeout: cfg.replicaTimeout,
 		ObserveReply:   func(d time.Duration) { m.PassthroughSeconds.Observe(d.Seconds()) },
 		Logger:         logger,
+		TLS:            backendTLS,
 	})
 	if err != nil {
 		cancel()
@@ -220,6 +237,7 @@ func run(cfg config) error {
 	cfg.limits.apply(srv)
 	srv.OnLimitClose = func(reason string) { m.ClientsClosed.WithLabelValues(reason).Inc() }
 	srv.OnConnect = func(delta int) { m.ConnectedClients.Add(float64(delta)) }
+	srv.HandshakeTimeout = cfg.tls.handshakeTimeout
 
 	if cfg.metricsListen != "" {
 		ms, err := m.Listen(cfg.metricsListen, cfg.pprof, func() error {
@@ -244,7 +262,7 @@ func run(cfg config) error {
 		replicas = append(replicas, n.Replicas()...)
 	}
 	logger.Info("fenceproxy ready",
-		"listen", ln.Addr().String(), "backend", cfg.backend, "mode", be.Mode(), "masters", len(be.Masters()),
+		"listen", addrOf(ln), "tls_listen", addrOf(tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "mode", be.Mode(), "masters", len(be.Masters()),
 		"redis_version", version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
 		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
 		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "metrics", cfg.metricsListen)
@@ -253,8 +271,13 @@ func run(cfg config) error {
 			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)
 	}
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	serveErr := make(chan error, 2)
+	if ln != nil {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
+	if tlsLn != nil {
+		go func() { serveErr <- srv.ServeTLS(tlsLn, tlsCfg) }()
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	select {

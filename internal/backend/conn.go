@@ -2,6 +2,7 @@ package backend
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,9 @@ type Options struct {
 	// connection pinned to one client, whose state (MULTI, WATCH) a fresh
 	// connection would not have.
 	NoReconnect bool
+	// TLS, if set, wraps every connection in TLS with this configuration
+	// (see ForAddr for the name the certificate is checked against).
+	TLS *tls.Config
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -113,6 +117,11 @@ func (c *Conn) connect() (net.Conn, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
+	}
+	if c.opts.TLS != nil {
+		if nc, err = tlsHandshake(nc, c.opts.TLS, c.opts.Addr, c.opts.DialTimeout); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.handshake(nc); err != nil {
 		nc.Close()

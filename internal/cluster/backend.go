@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -37,6 +38,10 @@ type Options struct {
 	// ObserveReply, if set, gets each forwarded request's round-trip time.
 	ObserveReply func(time.Duration)
 	Logger       *slog.Logger
+	// TLS, if set, is used for every connection to every node: the shared
+	// and pinned connections, pub/sub tunnels, and the go-redis clients
+	// that read INFO and CLUSTER SLOTS.
+	TLS *tls.Config
 }
 
 // Connect reaches the backend named by opts.Seeds and works out what it is.
@@ -61,7 +66,7 @@ func Connect(ctx context.Context, opts Options) (Backend, error) {
 		Addr: addr, Username: opts.Username, Password: opts.Password,
 		PoolSize: opts.PoolSize, WriterConns: opts.WriterConns,
 		MinReplicas: opts.MinReplicas, ReplicaTimeout: opts.ReplicaTimeout,
-		ObserveReply: opts.ObserveReply, Logger: opts.Logger,
+		ObserveReply: opts.ObserveReply, Logger: opts.Logger, TLS: opts.TLS,
 	})
 	if err != nil {
 		return nil, err
@@ -89,11 +94,12 @@ func detect(ctx context.Context, opts Options) (string, error) {
 			Addr: addr, Username: opts.Username, Password: opts.Password,
 			Protocol: 2, DialTimeout: 2 * time.Second, MaxRetries: -1,
 			DisableIdentity: true, PoolSize: 1, ContextTimeoutEnabled: true,
+			TLSConfig: opts.TLS,
 		})
 		info, err := client.Info(ctx, "cluster").Result()
 		client.Close()
 		if err != nil {
-			lastErr = fmt.Errorf("cannot reach Redis at %s: %w", addr, err)
+			lastErr = fmt.Errorf("cannot reach Redis at %s: %w%s", addr, err, tlsHint(err, opts.TLS != nil))
 			continue
 		}
 		if parseInfo(info)["cluster_enabled"] == "1" {

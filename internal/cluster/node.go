@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -121,6 +122,7 @@ type NodeOptions struct {
 	ReplicaTimeout time.Duration
 	ObserveReply   func(time.Duration)
 	Logger         *slog.Logger
+	TLS            *tls.Config // nil: plaintext
 }
 
 // NewNode connects to the master at opts.Addr.
@@ -138,14 +140,15 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		MaxRetries:            -1,
 		DisableIdentity:       true,
 		ContextTimeoutEnabled: true,
+		TLSConfig:             opts.TLS,
 	})
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w%s", opts.Addr, err, tlsHint(err, opts.TLS != nil))
 	}
 	pool, err := backend.NewPool(backend.Options{
 		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
-		Logger: opts.Logger, ObserveReply: opts.ObserveReply,
+		Logger: opts.Logger, ObserveReply: opts.ObserveReply, TLS: opts.TLS,
 	}, opts.PoolSize)
 	if err != nil {
 		client.Close()
@@ -153,7 +156,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 	}
 	pool3, err := backend.NewPool(backend.Options{
 		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
-		Logger: opts.Logger, ObserveReply: opts.ObserveReply, RESP3: true,
+		Logger: opts.Logger, ObserveReply: opts.ObserveReply, RESP3: true, TLS: opts.TLS,
 	}, max(opts.PoolSize/2, 1))
 	if err != nil {
 		pool.Close()
@@ -163,7 +166,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 	n := &Node{
 		pinOpts: backend.Options{
 			Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
-			Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true,
+			Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true, TLS: opts.TLS,
 			// One client's connection: small, since thousands may block at once.
 			ReadBuffer: 4 << 10,
 		},
@@ -178,7 +181,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		unacked:        make(chan *Write, 4096),
 		done:           make(chan struct{}),
 	}
-	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, NoYield: true,
+	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, NoYield: true, TLS: opts.TLS,
 		// A lock script or WAIT slower than this means Redis is stopped or
 		// hung: fail the writes (outcome unknown) rather than hang clients.
 		ReplyTimeout: opts.ReplicaTimeout + 2*time.Second}

@@ -296,7 +296,7 @@ func (c *Cluster) slotsFrom(ctx context.Context, addr string) ([]shard, error) {
 		client = redis.NewClient(&redis.Options{
 			Addr: addr, Username: c.opts.Username, Password: c.opts.Password,
 			Protocol: 2, DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
-			MaxRetries: -1, DisableIdentity: true, PoolSize: 1,
+			MaxRetries: -1, DisableIdentity: true, PoolSize: 1, TLSConfig: c.opts.TLS,
 		})
 		defer client.Close()
 	}
@@ -343,7 +343,7 @@ func (c *Cluster) node(ctx context.Context, addr string) (*Node, error) {
 		Addr: addr, Username: c.opts.Username, Password: c.opts.Password,
 		PoolSize: c.opts.PoolSize, WriterConns: c.opts.WriterConns,
 		MinReplicas: c.opts.MinReplicas, ReplicaTimeout: c.opts.ReplicaTimeout,
-		ObserveReply: c.opts.ObserveReply, Logger: c.opts.Logger,
+		ObserveReply: c.opts.ObserveReply, Logger: c.opts.Logger, TLS: c.opts.TLS,
 	})
 	if err != nil {
 		return nil, err

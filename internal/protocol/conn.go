@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -40,7 +41,8 @@ type Conn struct {
 	name atomic.Pointer[string] // CLIENT SETNAME; read by CLIENT LIST from elsewhere
 
 	server          *Server
-	nc              net.Conn
+	nc              net.Conn // a *tls.Conn for a TLS client
+	raw             net.Conn // the TCP connection under nc (nc itself in plaintext)
 	rd              *Reader
 	out             []byte
 	batch           batch
@@ -75,6 +77,9 @@ func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }
 // serve is the connection's whole life: read, dispatch, reply, repeat.
 func (c *Conn) serve() {
 	defer c.server.release(c)
+	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
+		return
+	}
 	for {
 		c.reading = true
 		args, err := c.rd.ReadCommand()
@@ -125,6 +130,35 @@ func (c *Conn) serve() {
 			}
 		}
 	}
+}
+
+// handshake completes a TLS client's handshake within the server's
+// HandshakeTimeout and reports whether it succeeded. A client that speaks
+// plain RESP to the TLS port is told so in plain text before the close, so
+// redis-cli shows why instead of an unexplained disconnect.
+func (c *Conn) handshake(tc *tls.Conn) bool {
+	if d := c.server.HandshakeTimeout; d > 0 {
+		c.raw.SetDeadline(time.Now().Add(d))
+	}
+	// Shutdown's interrupt (a read deadline of now) may have come before
+	// the deadline above replaced it: a client still handshaking has
+	// nothing to drain.
+	if c.closing.Load() {
+		return false
+	}
+	if err := tc.Handshake(); err != nil {
+		var notTLS tls.RecordHeaderError
+		if errors.As(err, &notTLS) && notTLS.Conn != nil {
+			notTLS.Conn.Write([]byte("-ERR fenceproxy: this port speaks TLS; connect with TLS (redis-cli --tls)\r\n"))
+		}
+		c.server.logHandshakeError(c, err)
+		return false
+	}
+	c.raw.SetDeadline(time.Time{})
+	if c.closing.Load() { // Shutdown's interrupt may have been undone above
+		return false
+	}
+	return true
 }
 
 // writeBatch waits for every queued reply and writes them in one call. A
@@ -287,6 +321,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		server:     s,
 		nc:         nc,
 		window:     maxBatch,
+		raw:        nc,
 	}
 	var src io.Reader = nc
 	if s.IdleTimeout > 0 {

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -46,18 +47,22 @@ type Server struct {
 	// OnLimitClose, if set, is called with a Close* reason each time the
 	// server closes a client for a limit.
 	OnLimitClose func(reason string)
+	// HandshakeTimeout bounds a TLS client's handshake (see ServeTLS): a
+	// client that never finishes it does not keep its slot for longer.
+	HandshakeTimeout time.Duration
 
 	handler Handler
 	nextID  atomic.Int64
 
 	mu       sync.Mutex
-	ln       net.Listener
+	lns      []net.Listener
 	conns    map[*Conn]struct{}
 	shutdown bool
 	wg       sync.WaitGroup
 
 	lastProtoLog atomic.Int64
 	lastLimitLog [closeReasons]atomic.Int64
+	lastTLSLog   atomic.Int64
 }
 
 // NewServer returns a Server with Redis's default limits.
@@ -66,23 +71,37 @@ func NewServer(h Handler, logger *slog.Logger) *Server {
 		logger = slog.Default()
 	}
 	return &Server{
-		Limits:       DefaultLimits,
-		MaxClients:   10000,
-		NormalOutput: DefaultNormalOutput,
-		PubSubOutput: DefaultPubSubOutput,
-		Logger:       logger,
-		handler:      h,
-		conns:        make(map[*Conn]struct{}),
+		Limits:           DefaultLimits,
+		MaxClients:       10000,
+		NormalOutput:     DefaultNormalOutput,
+		PubSubOutput:     DefaultPubSubOutput,
+		HandshakeTimeout: 10 * time.Second,
+		Logger:           logger,
+		handler:          h,
+		conns:            make(map[*Conn]struct{}),
 	}
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("protocol: server closed")
 
-// Serve accepts connections on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error {
+// Serve accepts connections on ln until Shutdown. A Server may serve
+// several listeners at once, each from its own Serve or ServeTLS.
+func (s *Server) Serve(ln net.Listener) error { return s.serve(ln, nil) }
+
+// ServeTLS is Serve for clients that speak TLS with cfg. The handshake runs
+// on the connection's own goroutine, bounded by HandshakeTimeout, so a slow
+// or silent client never holds up the accept loop.
+func (s *Server) ServeTLS(ln net.Listener, cfg *tls.Config) error { return s.serve(ln, cfg) }
+
+func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 	s.mu.Lock()
-	s.ln = ln
+	if s.shutdown {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
 	for {
 		nc, err := ln.Accept()
@@ -100,16 +119,21 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		s.accept(nc)
+		s.accept(nc, cfg)
 	}
 }
 
-func (s *Server) accept(nc net.Conn) {
-	if tc, ok := nc.(*net.TCPConn); ok {
+func (s *Server) accept(raw net.Conn, cfg *tls.Config) {
+	if tc, ok := raw.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
 	}
+	nc := raw
+	if cfg != nil {
+		nc = tls.Server(raw, cfg) // the handshake waits for the first read
+	}
 	c := newConn(s, nc, s.nextID.Add(1))
+	c.raw = raw
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -118,8 +142,13 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	if s.MaxClients > 0 && len(s.conns) >= s.MaxClients {
 		s.mu.Unlock()
-		nc.Write([]byte("-ERR max number of clients reached\r\n"))
-		nc.Close()
+		// Over TLS the error could only be written after a handshake, which
+		// must not run on the accept loop: the client is just dropped, as
+		// Redis drops it.
+		if cfg == nil {
+			nc.Write([]byte("-ERR max number of clients reached\r\n"))
+		}
+		raw.Close()
 		return
 	}
 	s.conns[c] = struct{}{}
@@ -174,8 +203,8 @@ func (s *Server) Clients() int {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutdown = true
-	if s.ln != nil {
-		s.ln.Close()
+	for _, ln := range s.lns {
+		ln.Close()
 	}
 	for c := range s.conns {
 		c.interrupt()
@@ -189,10 +218,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		s.mu.Lock()
 		for c := range s.conns {
-			c.nc.Close()
+			// The raw connection: closing a TLS one would first try to
+			// send close_notify to a client that may not be reading.
+			c.raw.Close()
 		}
 		s.mu.Unlock()
 		return ctx.Err()
+	}
+}
+
+// logHandshakeError logs at most one failed TLS handshake a second.
+func (s *Server) logHandshakeError(c *Conn, err error) {
+	now := time.Now().Unix()
+	if last := s.lastTLSLog.Load(); last != now && s.lastTLSLog.CompareAndSwap(last, now) {
+		s.Logger.Warn("closing client after failed TLS handshake", "client", c.RemoteAddr, "err", err)
 	}
 }
 
