@@ -125,6 +125,13 @@ func parseCommand(v value, depth int) (*Command, error) {
 			}
 		}
 	}
+	if len(e) > 6 && e[6].kind == '*' {
+		for _, f := range e[6].elems {
+			if f.isString() {
+				c.acl = append(c.acl, strings.TrimPrefix(strings.ToLower(f.str), "@"))
+			}
+		}
+	}
 	if len(e) > 8 && e[8].kind == '*' {
 		for _, sv := range e[8].elems {
 			s := parseSpec(sv)
@@ -174,6 +181,10 @@ func parseSpec(v value) keySpec {
 				s.notKey = true
 			case equalFold([]byte(f.str), "incomplete"):
 				s.incomplete = true
+			case equalFold([]byte(f.str), "access"):
+				s.read = true
+			case equalFold([]byte(f.str), "insert"), equalFold([]byte(f.str), "delete"), equalFold([]byte(f.str), "update"):
+				s.write = true
 			}
 		}
 	}
