@@ -102,6 +102,9 @@ func (u *User) CanKey(key []byte, read, write bool) bool {
 	return false
 }
 
+// AllChannels reports allchannels (or &*).
+func (u *User) AllChannels() bool { return u.allChannels }
+
 // CanChannel reports whether u may use channel. A PSUBSCRIBE pattern
 // (literal true) must equal one of u's channel patterns, as Redis 7.0
 // requires; a channel must match one.

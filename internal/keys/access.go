@@ -39,7 +39,7 @@ func (c *Command) Subcommands() []*Command {
 
 // KeyRefs appends to dst the request's keys with their access flags, spec
 // by spec (not sorted; a key named by two specs appears twice). It finds
-// the same keys as Keys. A command that has to use the legacy triple has no
+// the same keys as Keys, except the shard channels of not_key specs. A command that has to use the legacy triple has no
 // flags to read, so its keys are marked both Read and Write: a user needs
 // full access to them, the safe side. Like Keys it never panics and
 // allocates nothing beyond growing dst.
@@ -65,6 +65,9 @@ func (c *Command) KeyRefs(dst []KeyRef, args [][]byte) []KeyRef {
 	incomplete := false
 	for i := range c.specs {
 		s := &c.specs[i]
+		if s.notKey {
+			continue // shard channels: ACLs check them as channels
+		}
 		incomplete = incomplete || s.incomplete
 		first, last, ok := s.span(args)
 		if !ok {
