@@ -118,10 +118,8 @@ func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *protocol.Pending
 func (h *Handler) permitted(u *auth.User, s *session, args [][]byte, outer bool) string {
 	var lower [32]byte
 	lname := lowerInto(lower[:0], args[0])
-	if len(lname) <= len(lower) && outer {
-		if cmd, ok := table[string(lname)]; ok && isLockFamily(string(lname)) {
-			return h.permittedLock(u, s, string(lname), cmd, args)
-		}
+	if outer && isLockFamily(string(lname)) {
+		return h.permittedLock(u, s, string(lname), table[string(lname)], args)
 	}
 	cmd := h.opts.Keys.LookupBytes(args[0])
 	sub := cmd.Sub(args)
