@@ -71,10 +71,16 @@ func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *protocol.Pending
 	name := lowerInto(lower[:0], args[0])
 	switch string(name) {
 	case "auth", "hello":
-		if s.tunnel != nil {
+		switch {
+		case s.tunnel != nil:
 			// The connection is a tunnel to Redis now: AUTH would go to
 			// Redis, and the client's credentials never do.
-			replyError(p, "ERR fenceproxy: AUTH and HELLO cannot be used on a connection in pub/sub mode; authenticate before subscribing")
+			h.refuse(s, p, "ERR fenceproxy: AUTH and HELLO cannot be used on a connection in pub/sub mode; authenticate before subscribing")
+			return false
+		case s.inMulti:
+			// Queued, it would run in Redis at EXEC.
+			s.txDenied = true
+			replyError(p, "ERR fenceproxy: AUTH and HELLO cannot be part of a transaction; authenticate before MULTI")
 			return false
 		}
 		return true
@@ -89,6 +95,10 @@ func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		return false
 	}
 	if string(name) == "acl" {
+		if s.tunnel != nil {
+			h.refuse(s, p, "ERR fenceproxy: ACL is not available on a connection in pub/sub mode")
+			return false
+		}
 		h.acl(c, s, u, args, p)
 		return false
 	}
@@ -107,8 +117,22 @@ func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		reason = "channel"
 	}
 	h.authm.Denials.WithLabelValues(reason).Inc()
-	replyError(p, msg)
+	h.refuse(s, p, msg)
 	return false
+}
+
+// refuse replies msg to a refused request. On a pub/sub connection Redis
+// writes every reply (the tunnel copies its bytes), so a reply of the
+// proxy's own could not be placed in order; there the request becomes one
+// that Redis refuses in order without running anything, an unknown
+// command carrying msg: the client reads "-ERR unknown command
+// 'fenceproxy.refused', with args beginning with: '<msg>'".
+func (h *Handler) refuse(s *session, p *protocol.Pending, msg string) {
+	if s.tunnel != nil {
+		h.sendTunnel(s, [][]byte{[]byte("fenceproxy.refused"), []byte(msg)}, p)
+		return
+	}
+	replyError(p, msg)
 }
 
 // permitted returns the NOPERM reply for a request u may not make, "" if

@@ -135,6 +135,31 @@ func TestAuthFlow(t *testing.T) {
 	expect(t, h, "_\r\n", "GET", "tenant-b:nothing") // RESP3 null: the protocol switched
 	expect(t, h, replyWrongPass, "HELLO", "2", "AUTH", "bob", "wrong")
 
+	// AUTH never reaches Redis, not from inside a transaction (where it
+	// would be queued) nor from a pub/sub connection (a tunnel to Redis).
+	expect(t, h, "+OK\r\n", "MULTI")
+	if got := string(h.Do("AUTH", "alice", alicePass)); !strings.HasPrefix(got, "-ERR fenceproxy: AUTH and HELLO cannot be part of a transaction") {
+		t.Fatalf("AUTH in MULTI: %q", got)
+	}
+	if got := string(h.Do("EXEC")); !strings.HasPrefix(got, "-EXECABORT") {
+		t.Fatalf("EXEC after AUTH in MULTI: %q", got)
+	}
+	expect(t, h, "$3\r\nbob\r\n", "ACL", "WHOAMI")
+	sub := e.as(t, "bob", bobPass)
+	expect(t, sub, replyNoPermCh, "SUBSCRIBE", "news.1") // bob has no channels (resetchannels, Redis 7.0's default)
+	sub = e.as(t, "erin", erinPass)
+	expect(t, sub, "*3\r\n$9\r\nsubscribe\r\n$6\r\nnews.1\r\n:1\r\n", "SUBSCRIBE", "news.1")
+	// Subscribed, Redis writes every reply; a refusal comes from it, in
+	// order, as an unknown command that carries the NOPERM text.
+	expect(t, sub, "-ERR unknown command 'fenceproxy.refused', with args beginning with: '"+
+		strings.TrimSuffix(replyNoPermCh[1:], "\r\n")+"' \r\n", "SUBSCRIBE", "other")
+	if got := string(sub.Do("ACL", "WHOAMI")); !strings.Contains(got, "fenceproxy: ACL is not available on a connection in pub/sub mode") {
+		t.Fatalf("ACL WHOAMI while subscribed: %q", got)
+	}
+	if got := string(sub.Do("AUTH", "alice", alicePass)); !strings.Contains(got, "fenceproxy: AUTH and HELLO cannot be used on a connection in pub/sub mode") {
+		t.Fatalf("AUTH while subscribed: %q", got)
+	}
+
 	// Other ACL subcommands are refused with a pointer to the file.
 	a := e.as(t, "alice", alicePass)
 	got := string(a.Do("ACL", "SETUSER", "mallory", "on", ">x", "~*", "+@all"))
