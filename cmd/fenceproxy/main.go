@@ -195,6 +195,10 @@ func run(cfg config) error {
 		}
 		logger.Info("client authentication on", "users", strings.Join(acl.Users(), ","),
 			"default_needs_password", acl.Initial() == nil)
+		if names := acl.ScriptingUsers(); len(names) > 0 {
+			logger.Warn("users confined to key patterns may run scripts, which reach keys beyond their patterns; deny them -@scripting",
+				"users", strings.Join(names, ","))
+		}
 	}
 
 	var srv *protocol.Server

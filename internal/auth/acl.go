@@ -140,6 +140,26 @@ func (a *ACL) Users() []string {
 	return names
 }
 
+// ScriptingUsers names the enabled users confined to key patterns who may
+// still run scripts, which can reach keys beyond those patterns (see the
+// package doc).
+func (a *ACL) ScriptingUsers() []string {
+	var names []string
+	for _, name := range a.Users() {
+		u := a.users[name]
+		if !u.enabled || u.allKeys {
+			continue
+		}
+		for _, cmd := range []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"} {
+			if u.CanRun(cmd) {
+				names = append(names, name)
+				break
+			}
+		}
+	}
+	return names
+}
+
 // User returns a user by name, nil if there is none.
 func (a *ACL) User(name string) *User { return a.users[name] }
 

@@ -21,6 +21,8 @@ var testCommands = []Command{
 	{"acl|whoami", []string{"slow"}},
 	{"ping", []string{"fast", "connection"}},
 	{"publish", []string{"pubsub", "fast"}},
+	{"eval", []string{"slow", "scripting"}},
+	{"evalsha", []string{"slow", "scripting"}},
 }
 
 func compile(t *testing.T, text, requirepass string) *ACL {
@@ -165,5 +167,12 @@ func TestCheckAllocations(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { a.Authenticate(user, pass) }); n != 0 {
 		t.Fatalf("Authenticate allocates %v times, want 0", n)
+	}
+}
+
+func TestScriptingUsers(t *testing.T) {
+	a := compile(t, "user a on ~x +@all\nuser b on ~x +@all -@scripting\nuser c on allkeys +@all\nuser d off ~x +@all\nuser e on ~x -@all +evalsha\n", "")
+	if got := strings.Join(a.ScriptingUsers(), ","); got != "a,e" {
+		t.Fatalf("ScriptingUsers = %q, want a,e", got)
 	}
 }

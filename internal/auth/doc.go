@@ -33,10 +33,16 @@
 //
 //   - ACL SETUSER, ACL LOAD, ACL SAVE: the users are the file's, fixed for
 //     the process's life; one source of truth an operator can review.
-//   - Selectors ("(~x +get)"), "<pass" removal, "!hash", key-pattern
-//     resets per selector: refused at start, never half-applied.
+//   - Selectors ("(~x +get)"), first-argument rules ("+select|0"),
+//     sanitize-payload: refused at start, never half-applied or ignored.
 //   - Scripts: Redis checks each command a script runs against the calling
 //     user; fenceproxy's backend connections run scripts as the proxy's own
 //     backend user, so EVAL, EVALSHA and FCALL are checked only on the keys
-//     they declare. Deny @scripting to users confined to key patterns.
+//     they declare. Deny @scripting to users confined to key patterns
+//     (ScriptingUsers names those who are not, for a warning at start).
+//
+// Redis's aclfile has no comments; '#' lines are fenceproxy's addition.
+// Everything else a Redis 7.0 aclfile of these rules says means the same
+// here, and the tests compare the replies with a redis-server given the
+// same file.
 package auth

@@ -69,6 +69,9 @@ func (t *Table) Lookup(lowerName string) *Command { return t.cmds[lowerName] }
 // LookupBytes is Lookup for a command name as the client sent it, in any
 // case. It does not allocate.
 func (t *Table) LookupBytes(name []byte) *Command {
+	if t == nil {
+		return nil // no table (COMMAND could not be read): no command is known
+	}
 	var buf [maxName]byte
 	lower, ok := toLower(buf[:0], name)
 	if !ok {
