@@ -10,6 +10,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
 // aclHandler is a Handler with Redis 7.0's command table (the keys
@@ -131,4 +132,62 @@ func BenchmarkAuthorize(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestACLKeyRefsMatchRedis compares the keys and flags aclKeyRefs computes
+// for SET, BITFIELD and SORT with COMMAND GETKEYSANDFLAGS of a live
+// redis-server (Redis's own setGetKeys, bitfieldGetKeys, sortGetKeys), and
+// keeps the rest on the key specs (MIGRATE's placeholder).
+func TestACLKeyRefsMatchRedis(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := testenv.Dial(t, r.Addr)
+	kt, err := keys.Load(c.Do("COMMAND"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"SET k v", "SET k v GET", "set k v get EX 10", "SET k v EX 10 NX", "SET k GET",
+		"BITFIELD k GET u8 0", "BITFIELD k GET u8 0 OVERFLOW SAT GET i4 1", "BITFIELD k SET u8 0 1",
+		"BITFIELD k INCRBY u8 0 1", "BITFIELD k GET u8", "BITFIELD k NOSUCH", "BITFIELD k",
+		"SORT k", "SORT k STORE d", "SORT k LIMIT 0 1 STORE d", "SORT k STORE d STORE e", "SORT k BY store STORE d",
+		"SORT k GET store", "SORT k STORE", "SORT_RO k", "SORT_RO k LIMIT 0 1 ALPHA",
+		"MIGRATE h 1 k 0 10", "MIGRATE h 1 \"\" 0 10 KEYS a b",
+	} {
+		var a [][]byte
+		for _, w := range strings.Split(line, " ") {
+			a = append(a, []byte(strings.Trim(w, `"`)))
+		}
+		cmd := kt.LookupBytes(a[0])
+		var got []string
+		for _, k := range aclKeyRefs(cmd, cmd.Sub(a).Name(), nil, a) {
+			got = append(got, refMode(string(a[k.Pos]), k.Read, k.Write))
+		}
+		req := append([]string{"COMMAND", "GETKEYSANDFLAGS"}, strings.Split(strings.ReplaceAll(line, `""`, ""), " ")...)
+		reply := c.Do(req...)
+		var want []string
+		if elems, ok := testenv.SplitArray(reply); ok {
+			for _, e := range elems {
+				pair, _ := testenv.SplitArray(e)
+				key, _ := testenv.ParseBulk(pair[0])
+				flags := strings.ToLower(string(pair[1]))
+				want = append(want, refMode(string(key), strings.Contains(flags, "access"),
+					strings.Contains(flags, "insert") || strings.Contains(flags, "delete") || strings.Contains(flags, "update")))
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: aclKeyRefs %q, GETKEYSANDFLAGS %q (%q)", line, got, want, reply)
+		}
+	}
+}
+
+func refMode(key string, read, write bool) string {
+	switch {
+	case read && write:
+		return key + ":RW"
+	case read:
+		return key + ":R"
+	case write:
+		return key + ":W"
+	}
+	return key + ":-"
 }
