@@ -330,6 +330,12 @@ func (h *Handler) permittedLock(u *auth.User, s *session, name string, cmd comma
 		return replyNoPermKey
 	}
 	if name == "fence.exec" {
+		switch lowerName(args[3]) {
+		case "auth", "hello", "acl":
+			// Redis would refuse them in a script anyway; a client's
+			// credentials must not travel to it as the script's arguments.
+			return "ERR fenceproxy: FENCE.EXEC cannot run AUTH, HELLO or ACL"
+		}
 		return h.permitted(u, s, args[3:], false)
 	}
 	return ""

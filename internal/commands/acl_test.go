@@ -103,6 +103,7 @@ func TestPermitted(t *testing.T) {
 		{[]string{"FENCE.EXEC", "tenant-a:r", "1", "FLUSHALL"}, noPermCommand("flushall")},
 		{[]string{"FENCE.EXEC", "tenant-a:r", "1", "LOCK.ACQUIRE", "tenant-a:x", "o", "1"}, noPermCommand("lock.acquire")},
 		{[]string{"LOCK.TOP"}, ""},
+		{[]string{"FENCE.EXEC", "tenant-a:r", "1", "auth", "alice", "secret"}, "ERR fenceproxy: FENCE.EXEC cannot run AUTH, HELLO or ACL"},
 		{[]string{"SPUBLISH", "ch", "m"}, replyNoPermChan},
 	} {
 		if got := h.permitted(u, s, args(c.req...), true); got != c.want {
