@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/commands"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
@@ -54,6 +55,8 @@ type config struct {
 	pprof           bool
 	limits          limits
 	tls             tlsFlags
+	aclFile         string // fenceproxy's own client users (internal/auth)
+	requirepass     string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -81,6 +84,8 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
 	c.limits.register(fs)
 	c.tls.register(fs)
+	fs.StringVar(&c.aclFile, "aclfile", "", "`file` of client users in Redis ACL syntax (\"user <name> <rules>\" per line); turns on client authentication")
+	fs.StringVar(&c.requirepass, "requirepass", "", "password of the \"default\" client user (prefer $FENCEPROXY_REQUIREPASS: flags show in ps); turns on client authentication")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -91,6 +96,9 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.backendPassword = os.Getenv("FENCEPROXY_BACKEND_PASSWORD")
+	if c.requirepass == "" {
+		c.requirepass = os.Getenv("FENCEPROXY_REQUIREPASS")
+	}
 	switch {
 	case c.minReplicas < 0:
 		return c, errors.New("--min-replicas must be 0 or more")
@@ -138,6 +146,15 @@ func run(cfg config) error {
 	// own errors and log lines instead.
 	redis.SetLogger(quietRedisLogger{logger})
 	m := metrics.New()
+	// The ACL file first: a typo in it stops the start before anything
+	// else is touched.
+	var aclSpecs []auth.UserSpec
+	if cfg.aclFile != "" {
+		var err error
+		if aclSpecs, err = auth.ParseFile(cfg.aclFile); err != nil {
+			return fmt.Errorf("--aclfile: %v", err)
+		}
+	}
 
 	// The port first: it is the cheapest check and the likeliest clash.
 	var ln net.Listener
@@ -204,6 +221,21 @@ func run(cfg config) error {
 	if err != nil && be.Mode() == "cluster" {
 		return fmt.Errorf("--backend %s: reading COMMAND (needed to route by slot): %v", cfg.backend, err)
 	}
+	var acl *auth.ACL
+	if cfg.aclFile != "" || cfg.requirepass != "" {
+		if err != nil {
+			return fmt.Errorf("--backend %s: reading COMMAND (needed to check ACL users' commands and keys): %v", cfg.backend, err)
+		}
+		if acl, err = auth.Compile(aclSpecs, cfg.requirepass, commands.ACLCommands(keyTable)); err != nil {
+			return fmt.Errorf("--aclfile: %v", err)
+		}
+		logger.Info("client authentication on", "users", strings.Join(acl.Users(), ","),
+			"default_needs_password", acl.Initial() == nil)
+		if names := acl.ScriptingUsers(); len(names) > 0 {
+			logger.Warn("users confined to key patterns may run scripts, which reach keys beyond their patterns; deny them -@scripting",
+				"users", strings.Join(names, ","))
+		}
+	}
 
 	var srv *protocol.Server
 	startedAt := time.Now()
@@ -231,6 +263,7 @@ func run(cfg config) error {
 		ReplicaTimeout: cfg.replicaTimeout,
 		KeyPrefix:      cfg.keyPrefix,
 		Info:           info,
+		ACL:            acl,
 	})
 	srv = protocol.NewServer(handler, logger)
 	srv.MaxClients = cfg.maxClients

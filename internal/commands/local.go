@@ -11,8 +11,10 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 )
 
@@ -37,6 +39,15 @@ type session struct {
 	// viewEpoch is the cluster's slot view (Cluster.Epoch) this client's
 	// requests were last routed by.
 	viewEpoch uint64
+
+	// With authentication on (acl.go): the connection's user (nil: not
+	// authenticated), whether it was set since the connection began or
+	// RESET, a transaction with a refused command (EXEC aborts), and
+	// scratch space for a request's keys.
+	user     *auth.User
+	authInit bool
+	txDenied bool
+	keyRefs  []keys.KeyRef
 
 	// running maps a resource to the completion of this connection's latest
 	// lock request for it; entries go away as requests finish. cancels ends
@@ -157,16 +168,13 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 		resp3 = ver == 3
 		rest = rest[1:]
 	}
-	var name []byte
+	var name, user, password []byte
 	setName := false
 	for len(rest) > 0 {
 		opt := strings.ToLower(string(rest[0]))
 		switch {
 		case opt == "auth" && len(rest) >= 3:
-			if msg := h.checkAuth(rest[1], rest[2]); msg != "" {
-				replyError(p, msg)
-				return
-			}
+			user, password = rest[1], rest[2]
 			rest = rest[3:]
 		case opt == "setname" && len(rest) >= 2:
 			if !validClientName(rest[1]) {
@@ -179,6 +187,21 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 			replyError(p, "ERR Syntax error in HELLO option '"+string(rest[0])+"'")
 			return
 		}
+	}
+	if user != nil {
+		msg := ""
+		if h.opts.ACL != nil {
+			msg = h.authenticate(s, user, password)
+		} else {
+			msg = h.checkAuth(user, password)
+		}
+		if msg != "" {
+			replyError(p, msg)
+			return
+		}
+	} else if h.opts.ACL != nil && h.userOf(s) == nil {
+		replyError(p, replyHelloNoAuth)
+		return
 	}
 	if resp3 != s.resp3 && s.pinned != nil {
 		replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open")
@@ -232,13 +255,20 @@ func (h *Handler) checkAuth(user, password []byte) string {
 	return "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly"
 }
 
+// auth is AUTH [user] password: checked by fenceproxy's own users when
+// authentication is on (never forwarded), else by Redis as before.
 func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	check := h.checkAuth
+	if h.opts.ACL != nil {
+		s := sessionOf(c)
+		check = func(user, password []byte) string { return h.authenticate(s, user, password) }
+	}
 	var msg string
 	switch len(args) {
 	case 2:
-		msg = h.checkAuth(nil, args[1])
+		msg = check(nil, args[1])
 	case 3:
-		msg = h.checkAuth(args[1], args[2])
+		msg = check(args[1], args[2])
 	default:
 		msg = "ERR syntax error"
 	}
@@ -351,6 +381,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 		s.pinned, s.pinnedNode = nil, nil
 	}
 	s.inMulti, s.watching, s.resp3 = false, false, false
+	s.user, s.authInit, s.txDenied = nil, false, false // back to the initial user, as Redis
 	s.libName, s.libVer = "", ""
 	c.SetName("")
 	p.Buf = append(p.Buf, "+RESET\r\n"...)

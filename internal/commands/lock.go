@@ -131,6 +131,7 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 	if a.wait > 0 {
 		c.MayBlock() // a client that leaves stops waiting and leaves the line
 	}
+	a.owner = h.lockOwner(c, a.owner)
 	null := nullReply(c)
 	addr := c.RemoteAddr
 	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) []byte {
@@ -168,6 +169,7 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		replyError(p, msg)
 		return
 	}
+	a.owner = h.lockOwner(c, a.owner)
 	null := nullReply(c)
 	h.runLock(c, a.resource, p, 0, func(ctx context.Context) []byte {
 		token, err := h.opts.Locks.Renew(ctx, a.resource, a.owner, a.ttl)
@@ -197,6 +199,7 @@ func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 		replyError(p, msg)
 		return
 	}
+	a.owner = h.lockOwner(c, a.owner)
 	h.runLock(c, a.resource, p, 0, func(ctx context.Context) []byte {
 		released, err := h.opts.Locks.Release(ctx, a.resource, a.owner)
 		switch {
@@ -261,6 +264,7 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		return
 	}
 	null := nullReply(c)
+	prefix := h.holderPrefix(c)
 	h.runLock(c, resource, p, 0, func(ctx context.Context) []byte {
 		info, err := h.opts.Locks.Info(ctx, resource)
 		if err != nil {
@@ -269,7 +273,7 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		b := redcon.AppendArray(nil, 14)
 		b = redcon.AppendBulkString(b, "owner")
 		if info.Held {
-			b = redcon.AppendBulkString(b, info.Owner)
+			b = redcon.AppendBulkString(b, visibleOwner(prefix, info.Owner))
 		} else {
 			b = append(b, null...)
 		}
@@ -326,11 +330,16 @@ func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *protocol.Pending
 	for i, a := range args[3:] {
 		command[i] = append([]byte(nil), a...) // outlives the request buffer
 	}
+	prefix := h.holderPrefix(c)
 	h.runLock(c, resource, p, 0, func(ctx context.Context) []byte {
-		reply, err := h.opts.Locks.FencedExec(ctx, resource, uint64(token), command)
+		reply, err := h.opts.Locks.FencedExecAs(ctx, resource, uint64(token), command, prefix)
 		switch {
 		case err == nil:
 			return reply
+		case err == locks.ErrOtherHolder:
+			return redcon.AppendError(nil, "NOPERM fenceproxy: this resource's lock is held by another user; the command was not run")
+		case err == locks.ErrLeaseOver:
+			return redcon.AppendError(nil, "ERR fenceproxy: token "+strconv.FormatInt(token, 10)+" has no current lease; with authentication on, FENCE.EXEC runs only while the caller's user holds the lock; the command was not run")
 		case err == locks.ErrStale:
 			h.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
 			return redcon.AppendError(nil, "STALE token "+strconv.FormatInt(token, 10)+" is older than the newest issued for this resource; the command was not run")
@@ -356,7 +365,13 @@ func (h *Handler) lockTop(c *protocol.Conn, args [][]byte, p *protocol.Pending) 
 			return
 		}
 	}
-	top, waiters := h.opts.Locks.Top(int(n))
+	var top []locks.Contended
+	var waiters []int
+	if h.opts.ACL != nil {
+		top, waiters = h.visibleTop(c, int(n))
+	} else {
+		top, waiters = h.opts.Locks.Top(int(n))
+	}
 	b := redcon.AppendArray(p.Buf, len(top))
 	for i, t := range top {
 		b = redcon.AppendArray(b, 3)

@@ -80,7 +80,12 @@ func (h *Handler) lockSlowlog(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 				return
 			}
 		}
-		entries := lm.SlowLog(int(n))
+		var entries []locks.SlowEntry
+		if h.opts.ACL != nil {
+			entries = h.visibleSlowLog(c, int(n))
+		} else {
+			entries = lm.SlowLog(int(n))
+		}
 		null := nullReply(c)
 		b := redcon.AppendArray(p.Buf, len(entries))
 		for _, e := range entries {

@@ -145,6 +145,19 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *protocol.Pen
 		h.forward(c, args, p)
 		return
 	}
+	if s.txDenied {
+		// A command of the transaction was refused by the user's ACL:
+		// Redis aborts such a transaction at EXEC, and so does the proxy.
+		s.txDenied = false
+		if len(args[0]) == 4 { // EXEC
+			if !s.multiDeferred && s.pinned.Up() {
+				s.pinned.Do([][]byte{[]byte("DISCARD")}, protocol.NewPendingFunc(func() {}))
+			}
+			s.inMulti, s.multiDeferred, s.watching = false, false, false
+			replyError(p, replyExecAbort)
+			return
+		}
+	}
 	if s.multiDeferred { // nothing was queued: nothing reached Redis
 		s.inMulti, s.multiDeferred, s.watching = false, false, false
 		if len(args[0]) == 4 { // EXEC

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
@@ -42,6 +43,10 @@ type Options struct {
 	// Info returns the body of INFO's "# fenceproxy" section, lines of
 	// field:value ending in CRLF.
 	Info func() string
+	// ACL, when not nil, turns on fenceproxy's own client authentication
+	// and per-user permissions (see acl.go); nil keeps everyone "default"
+	// with every permission, at no cost.
+	ACL *auth.ACL
 }
 
 // Handler serves every client request; it implements protocol.Handler.
@@ -49,6 +54,7 @@ type Handler struct {
 	opts    Options
 	workers *workers // lock requests that do not wait for the lock
 	waiters *workers // LOCK.ACQUIRE … WAIT, which may wait long
+	authm   *metrics.Auth
 }
 
 // NewHandler returns a Handler.
@@ -59,7 +65,11 @@ func NewHandler(opts Options) *Handler {
 	if c, ok := opts.Backend.(*cluster.Cluster); ok {
 		opts.Cluster = c
 	}
-	return &Handler{opts: opts, workers: newWorkers(maxWorkers), waiters: newWorkers(0)}
+	h := &Handler{opts: opts, workers: newWorkers(maxWorkers), waiters: newWorkers(0)}
+	if opts.ACL != nil {
+		h.authm = opts.Metrics.NewAuth()
+	}
+	return h
 }
 
 var table map[string]command
@@ -105,6 +115,9 @@ func init() {
 
 // ServeCommand dispatches one request.
 func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+	if h.opts.ACL != nil && !h.authorize(c, args, p) {
+		return
+	}
 	var lower [32]byte
 	name := args[0]
 	if len(name) <= len(lower) {

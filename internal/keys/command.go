@@ -12,6 +12,7 @@ type Command struct {
 	name      string
 	arity     int
 	flagNames []string
+	acl       []string // ACL categories, lower case without '@'
 	movable   bool
 	notKey    bool
 
@@ -47,6 +48,8 @@ type keySpec struct {
 	fk         fkKind
 	notKey     bool // the "keys" are shard channels
 	incomplete bool // Redis's own getkeys code finds keys this spec misses (MIGRATE)
+	read       bool // flag ACCESS: the command reads the key's value (ACL %R)
+	write      bool // flags INSERT, DELETE or UPDATE (ACL %W)
 	pos        int
 	keyword    string
 
@@ -192,8 +195,20 @@ func (c *Command) legacyKeys(dst []int, args [][]byte) []int {
 // (db.c, Redis 7.0), with the partial-result rule: a spec that does not fit
 // the request adds nothing.
 func (s *keySpec) appendKeys(dst []int, args [][]byte) []int {
+	first, last, ok := s.span(args)
+	if !ok {
+		return dst
+	}
+	for i := first; i <= last; i += s.keyStep {
+		dst = append(dst, i)
+	}
+	return dst
+}
+
+// span is where one spec's keys are in args: from first to last, every
+// keyStep; ok is false when the spec does not fit the request.
+func (s *keySpec) span(args [][]byte) (first, last int, ok bool) {
 	argc := len(args)
-	first := 0
 	switch s.bs {
 	case bsIndex:
 		first = s.pos
@@ -217,10 +232,9 @@ func (s *keySpec) appendKeys(dst []int, args [][]byte) []int {
 			}
 		}
 		if first == 0 {
-			return dst
+			return 0, 0, false
 		}
 	}
-	var last int
 	switch s.fk {
 	case fkRange:
 		switch {
@@ -233,22 +247,19 @@ func (s *keySpec) appendKeys(dst []int, args [][]byte) []int {
 		}
 	case fkKeynum:
 		if s.keyNumIdx >= argc-first {
-			return dst
+			return 0, 0, false
 		}
 		n, ok := parseCount(args[first+s.keyNumIdx])
 		if !ok || n > argc {
-			return dst
+			return 0, 0, false
 		}
 		first += s.firstKey
 		last = first + n - 1
 	}
 	if first >= argc || last >= argc || last < first {
-		return dst
+		return 0, 0, false
 	}
-	for i := first; i <= last; i += s.keyStep {
-		dst = append(dst, i)
-	}
-	return dst
+	return first, last, true
 }
 
 // parseCount parses a non-negative count the way Redis's string2ll does

@@ -69,6 +69,9 @@ func (t *Table) Lookup(lowerName string) *Command { return t.cmds[lowerName] }
 // LookupBytes is Lookup for a command name as the client sent it, in any
 // case. It does not allocate.
 func (t *Table) LookupBytes(name []byte) *Command {
+	if t == nil {
+		return nil // no table (COMMAND could not be read): no command is known
+	}
 	var buf [maxName]byte
 	lower, ok := toLower(buf[:0], name)
 	if !ok {
@@ -125,6 +128,13 @@ func parseCommand(v value, depth int) (*Command, error) {
 			}
 		}
 	}
+	if len(e) > 6 && e[6].kind == '*' {
+		for _, f := range e[6].elems {
+			if f.isString() {
+				c.acl = append(c.acl, strings.TrimPrefix(strings.ToLower(f.str), "@"))
+			}
+		}
+	}
 	if len(e) > 8 && e[8].kind == '*' {
 		for _, sv := range e[8].elems {
 			s := parseSpec(sv)
@@ -174,6 +184,10 @@ func parseSpec(v value) keySpec {
 				s.notKey = true
 			case equalFold([]byte(f.str), "incomplete"):
 				s.incomplete = true
+			case equalFold([]byte(f.str), "access"):
+				s.read = true
+			case equalFold([]byte(f.str), "insert"), equalFold([]byte(f.str), "delete"), equalFold([]byte(f.str), "update"):
+				s.write = true
 			}
 		}
 	}

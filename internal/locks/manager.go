@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,11 @@ var (
 	ErrNeverIssued = errors.New("locks: token was never issued for this resource")
 	// ErrStale: a newer token than the caller's has been issued.
 	ErrStale = errors.New("locks: a newer token has been issued for this resource")
+	// ErrOtherHolder: FencedExecAs found the resource held by an owner
+	// outside the caller's prefix (another user's lock).
+	ErrOtherHolder = errors.New("locks: the resource is held by another user")
+	// ErrLeaseOver: FencedExecAs found no current lease for the token.
+	ErrLeaseOver = errors.New("locks: the token's lease is over")
 )
 
 // QueueFullError: a LOCK.ACQUIRE ... WAIT found Max acquires already waiting
@@ -439,6 +445,18 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 // serializer is held), so a stale holder's write can never land after a
 // newer grant. It protects only writes made through it.
 func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64, command [][]byte) ([]byte, error) {
+	return m.FencedExecAs(ctx, resource, token, command, "")
+}
+
+// FencedExecAs is FencedExec that, when holderPrefix is not empty, also
+// requires the resource's current lease to carry token and an owner that
+// starts with holderPrefix: with client authentication on, owners are
+// stored as "<user>\x00<owner>", and a lock is its user's alone, so another
+// user holding a copy of the token cannot write with it (ErrOtherHolder),
+// nor can anyone once the lease is over (ErrLeaseOver: nobody holds the
+// token then, so no user can be said to own it). The record is read while
+// the resource's grants wait, so no grant slips in between.
+func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint64, command [][]byte, holderPrefix string) ([]byte, error) {
 	unlock := m.serial.lock(resource)
 	defer unlock()
 	newest, err := m.opts.Store.Newest([]byte(resource))
@@ -450,6 +468,17 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 	case token < newest:
 		return nil, ErrStale
 	}
+	if holderPrefix != "" {
+		owner, held, err := m.holder(ctx, resource, token)
+		switch {
+		case err != nil:
+			return nil, err
+		case !held:
+			return nil, ErrLeaseOver
+		case !strings.HasPrefix(owner, holderPrefix):
+			return nil, ErrOtherHolder
+		}
+	}
 	args := make([]any, len(command))
 	for i, a := range command {
 		args[i] = a
@@ -460,6 +489,26 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 	}
 	_, write := m.start(ctx, string(key), cluster.ScriptCall{Source: execScript, Args: args}, false)
 	return write.Raw()
+}
+
+// holder reads resource's owner record: its owner, and whether a lease
+// with token is current.
+func (m *Manager) holder(ctx context.Context, resource string, token uint64) (owner string, held bool, err error) {
+	key := m.recordKey(resource)
+	node := m.opts.Backend.MasterForKey([]byte(key))
+	if node == nil {
+		return "", false, cluster.ErrUnavailable
+	}
+	reply, err := infoRead.Run(ctx, node.Client, []string{key}).Slice()
+	if err != nil {
+		return "", false, err
+	}
+	if len(reply) < 3 { // a free resource; a record has 3 fields or, since LOCK.INFO's times, 6
+		return "", false, nil
+	}
+	owner, ok := reply[0].(string)
+	t, _ := reply[1].(string)
+	return owner, ok && t == strconv.FormatUint(token, 10), nil
 }
 
 // Top returns the n resources whose acquires most often found them held
