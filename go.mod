@@ -9,6 +9,8 @@ require (
 	github.com/tidwall/redcon v1.6.4
 )
 
+require github.com/anishathalye/porcupine v1.3.1
+
 require (
 	github.com/DataDog/zstd v1.5.7 // indirect
 	github.com/RaduBerinde/axisds v0.1.0 // indirect
