@@ -27,9 +27,34 @@ func (v Violation) String() string {
 type Report struct {
 	Violations []Violation
 	Grants     int // acquires answered with a token
+	// StaleRefused counts FENCE.CHECK answered 0 and FENCE.EXEC answered
+	// -STALE: how often the stale-holder path was exercised.
+	StaleRefused int
+	// Survived counts renewals answered with the token, and LOCK.INFO
+	// naming the owner, of grants replied before a proxy kill -9 or a
+	// failover and called after it: how often lost-grant was exercised
+	// with a positive outcome.
+	Survived int
 	// Linearizability is the porcupine result over the lock model: "ok",
 	// "illegal" (also a violation), or "unknown" (the search timed out).
 	Linearizability string
+}
+
+// ByCheck counts the violations per check, e.g. "lease-overlap=3 stale-release=1".
+func (r Report) ByCheck() string {
+	n := map[string]int{}
+	for _, v := range r.Violations {
+		n[v.Check]++
+	}
+	names := make([]string, 0, len(n))
+	for k := range n {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for i, k := range names {
+		names[i] = fmt.Sprintf("%s=%d", k, n[k])
+	}
+	return strings.Join(names, " ")
 }
 
 // Lease is the interval in which an owner certainly held a resource.
@@ -80,6 +105,7 @@ func CheckHistory(h *History) Report {
 	c.dataOrder()
 	c.counters()
 	rep := Report{Violations: c.violations, Grants: c.grants}
+	rep.StaleRefused, rep.Survived = c.exercised()
 	rep.Linearizability = c.linearizability(&rep)
 	return rep
 }
@@ -148,6 +174,39 @@ func (c *checker) newestBefore(r string, t int64) (int64, *Op) {
 		}
 	}
 	return m, nil
+}
+
+// exercised counts what Report.StaleRefused and Report.Survived describe.
+func (c *checker) exercised() (stale, survived int) {
+	for r, ops := range c.byRes {
+		for _, op := range ops {
+			if op.Outcome == Zero && op.Kind == Check || op.Outcome == Stale {
+				stale++
+			}
+			var owner string
+			switch {
+			case op.Kind == Renew && op.Outcome == OK:
+				owner = op.Owner
+			case op.Kind == Info && op.Outcome == OK && op.InfoOwner != "":
+				owner = op.InfoOwner
+			default:
+				continue
+			}
+			for _, l := range c.leases[r] {
+				if l.Grant.Owner != owner {
+					continue
+				}
+				for _, f := range c.faults {
+					if (f.Kind == ProxyKill || f.Kind == MasterFailover) && l.Grant.End < f.Start && f.End < op.Start {
+						survived++
+						break
+					}
+				}
+				break
+			}
+		}
+	}
+	return stale, survived
 }
 
 // tokenOrder: guarantee 1 in real-time order. A grant whose reply arrived
