@@ -37,7 +37,8 @@ type Report struct {
 	Survived int
 	// Linearizability is the porcupine result over the lock model: "ok",
 	// "illegal" (also a violation), or "unknown" (the search timed out).
-	Linearizability string
+	Linearizability      string
+	LinearizabilityNotes []string // which resources timed out
 }
 
 // ByCheck counts the violations per check, e.g. "lease-overlap=3 stale-release=1".

@@ -1,9 +1,12 @@
 package fault
 
 import (
+	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The checker must be able to fail: each test below feeds it a
@@ -242,5 +245,31 @@ func TestViolationNamesOps(t *testing.T) {
 	rep := CheckHistory(b.h)
 	if len(rep.Violations) == 0 || !strings.Contains(rep.Violations[0].String(), "acquire r B") {
 		t.Fatalf("violation text does not show the ops: %v", rep.Violations)
+	}
+}
+
+// TestCheckFile checks a history written by a run ($FAULT_HISTORY), to
+// inspect or re-check one after changing the checker.
+func TestCheckFile(t *testing.T) {
+	path := os.Getenv("FAULT_HISTORY")
+	if path == "" {
+		t.Skip("set FAULT_HISTORY to a history JSON file written by TestFault")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h History
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	rep := CheckHistory(&h)
+	t.Logf("%s: %d ops, grants=%d linearizability=%s (%v) violations=%d %s", path, len(h.Ops), rep.Grants, rep.Linearizability, time.Since(began).Round(time.Millisecond), len(rep.Violations), rep.ByCheck())
+	for i, v := range rep.Violations {
+		if i == 20 {
+			break
+		}
+		t.Error(v)
 	}
 }

@@ -103,6 +103,17 @@ func TestFault(t *testing.T) {
 	e.h = NewHistory(seed) // the clock starts with the workload
 
 	stop := make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	written := false
+	t.Cleanup(func() {
+		// A helper's t.Fatalf (a process that would not restart) ends
+		// the test early: stop the clients and keep the evidence.
+		halt()
+		if t.Failed() && !written {
+			t.Logf("fault: seed=%d; history so far written to %s", seed, e.writeHistory(os.Getenv("FAULT_OUT")))
+		}
+	})
 	var workers, async sync.WaitGroup
 	for i := range *flagClients {
 		workers.Add(1)
@@ -124,7 +135,7 @@ func TestFault(t *testing.T) {
 	if d := time.Duration(int64(duration) - e.h.Now()); d > 0 {
 		time.Sleep(d)
 	}
-	close(stop)
+	halt()
 	waitGroup(t, &workers, 30*time.Second, "clients")
 	waitGroup(t, &async, 30*time.Second, "paused holders and slow clients")
 	e.snapshotData("end")
@@ -139,8 +150,12 @@ func TestFault(t *testing.T) {
 	line := fmt.Sprintf("fault: seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d faults=%d (%s) linearizability=%s violations=%d",
 		seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, len(e.h.Faults), strings.Join(kinds, " "), rep.Linearizability, len(rep.Violations))
 	t.Log(line)
+	for _, n := range rep.LinearizabilityNotes {
+		t.Logf("fault: linearizability: %s", n)
+	}
 	if out := os.Getenv("FAULT_OUT"); out != "" || len(rep.Violations) > 0 {
 		path := e.writeHistory(out)
+		written = true
 		t.Logf("fault: history written to %s", path)
 	}
 	if len(rep.Violations) > 0 {
@@ -244,9 +259,6 @@ func (c *client) do(kind Kind, res, owner string, token, ttl int64, args ...stri
 	}
 	c.fresh = false
 	op := c.e.h.Begin(c.id, kind, res, owner, token, ttl, args)
-	if kind == Exec {
-		args[len(args)-1] = strconv.FormatInt(token, 10) + ":" + strconv.Itoa(op.ID)
-	}
 	reply, err := c.conn.TryDo(args...)
 	c.e.h.Finish(op, reply, err)
 	if err != nil {
@@ -310,6 +322,9 @@ func (e *env) lockClient(id int, stop <-chan struct{}) {
 			}
 			op := c.do(Acquire, r, owner, 0, ttl, args...)
 			retryOwner = ""
+			if op != nil && (op.Outcome == NotRun || op.Outcome == Unknown) {
+				time.Sleep(20 * time.Millisecond) // Redis or the proxy is down: back off a little
+			}
 			switch {
 			case op == nil:
 			case op.Outcome == OK:
@@ -574,13 +589,11 @@ func (e *env) pausedHolder(n int, r string, extra time.Duration) {
 		}
 	}()
 	send := func(kind Kind, token int64, args ...string) *Op {
-		op := e.h.Begin(id, kind, r, owner, token, 0, args)
+		var opTTL int64
 		if kind == Acquire {
-			op.TTL = ttl
+			opTTL = ttl
 		}
-		if kind == Exec {
-			args[len(args)-1] = i64(token) + ":" + strconv.Itoa(op.ID)
-		}
+		op := e.h.Begin(id, kind, r, owner, token, opTTL, args)
 		fmt.Fprintf(stdin, "{\"addr\":%q,\"args\":[%s]}\n", e.proxyAddr(), quoteAll(args))
 		return op
 	}
@@ -681,6 +694,10 @@ func (e *env) slowClient(n int, pause time.Duration) {
 		time.Sleep(pause)
 		reply, err := c.conn.ReadReply()
 		e.h.Finish(op, reply, err)
+		if b, ok := testenv.ParseBulk(reply); err == nil && !(ok && len(b) == 64<<10) && !testenv.IsNull(reply) && !strings.HasPrefix(string(reply), "-") {
+			// A reply out of order or cut would show here.
+			e.t.Errorf("fault: slow client: GET %s = %s, want the 64 KiB value (or null after a data loss)", key, testenv.ShowReply(reply))
+		}
 		if err != nil {
 			for _, rest := range ops[i+1:] {
 				e.h.Finish(rest, nil, err)
@@ -708,8 +725,7 @@ func (e *env) cutPipelines(n, choice int) {
 		ops = append(ops, acq)
 		buf = testenv.AppendCommand(buf, acq.Args...)
 		if tok := e.newestSeen(r); tok > 0 {
-			ex := e.h.Begin(id, Exec, r, owner, tok, 0, nil)
-			ex.Args = []string{"FENCE.EXEC", r, i64(tok), "RPUSH", dataKey(r), i64(tok) + ":" + strconv.Itoa(ex.ID)}
+			ex := e.h.Begin(id, Exec, r, owner, tok, 0, []string{"FENCE.EXEC", r, i64(tok), "RPUSH", dataKey(r), ""})
 			ops = append(ops, ex)
 			buf = testenv.AppendCommand(buf, ex.Args...)
 		}

@@ -59,6 +59,7 @@ const (
 	Refused     Outcome = "noreplicas"   // acquire or renew answered -NOREPLICAS: nothing granted
 	Stale       Outcome = "stale"        // exec answered -STALE: not run
 	NeverIssued Outcome = "never-issued" // check or exec: -ERR token N was never issued
+	NotRun      Outcome = "not-run"      // a lock op answered -TRYAGAIN (Redis unreachable): the proxy did not send it
 	Unknown     Outcome = "unknown"      // no reply, or an error that leaves the outcome open
 )
 
@@ -175,10 +176,15 @@ func NewHistory(seed uint64) *History { return &History{base: time.Now(), Seed: 
 func (h *History) Now() int64 { return int64(time.Since(h.base)) }
 
 // Begin records the start of an op and returns it; Finish completes it.
+// The last argument of an Exec, if empty, is set to "token:op-id", the
+// item its fenced RPUSH appends to the data list.
 func (h *History) Begin(client int, kind Kind, resource, owner string, token, ttl int64, args []string) *Op {
 	op := &Op{Client: client, Kind: kind, Resource: resource, Owner: owner, Token: token, TTL: ttl, Args: args, End: Never, Outcome: Unknown}
 	h.mu.Lock()
 	op.ID = len(h.Ops)
+	if kind == Exec && len(args) > 0 && args[len(args)-1] == "" {
+		args[len(args)-1] = strconv.FormatInt(token, 10) + ":" + strconv.Itoa(op.ID)
+	}
 	h.Ops = append(h.Ops, op)
 	op.Start = h.Now()
 	h.mu.Unlock()
@@ -232,6 +238,10 @@ func Classify(k Kind, reply []byte) (Outcome, int64, string) {
 			return Stale, 0, ""
 		case strings.HasPrefix(r, "-ERR token ") && strings.Contains(r, "was never issued") && (k == Check || k == Exec):
 			return NeverIssued, 0, ""
+		case strings.HasPrefix(r, "-TRYAGAIN fenceproxy: Redis is unreachable") && (k == Acquire || k == Renew || k == Release || k == Exec):
+			// The lock manager answers this only when the write was not
+			// sent (cluster.ErrUnavailable): nothing happened.
+			return NotRun, 0, ""
 		}
 		// Every other error (lost contact with Redis, Redis unreachable,
 		// loading) leaves the outcome open.

@@ -40,8 +40,9 @@ import (
 const unknownWindow = 10 * time.Second
 
 type lockInput struct {
-	op   *Op
-	wipe bool
+	op    *Op
+	wipe  bool
+	crash bool // a proxy crash came after the op started
 }
 
 type lockState struct {
@@ -75,9 +76,17 @@ func lockStep(st, in, _ any) []any {
 			}
 			return nil
 		default: // unknown, or refused before a proxy crash
-			return []any{s,
+			next := []any{s,
+				// granted, its reply lost: the newest token is now one nobody saw
 				lockState{holder: op.Owner, newest: s.newest, exact: false},
-				lockState{holder: s.holder, holderTok: s.holderTok, newest: s.newest, exact: false}}
+				// the record was written but the token not confirmed (the WAIT's
+				// outcome was lost): X's retry confirms it
+				lockState{holder: op.Owner, newest: s.newest, exact: s.exact}}
+			if i.crash {
+				// a crash between reserving the token and cancelling it
+				next = append(next, lockState{holder: s.holder, holderTok: s.holderTok, newest: s.newest, exact: false})
+			}
+			return next
 		}
 	case Renew:
 		if op.Outcome == Null {
@@ -94,7 +103,11 @@ func lockStep(st, in, _ any) []any {
 			return []any{s}
 		}
 		if s.holderTok == 0 && above(t) {
-			return []any{lockState{holder: op.Owner, holderTok: t, newest: t, exact: true}}
+			// X's grant whose reply was lost; a renewal does not confirm
+			// its token, so the newest stays as it was.
+			n := s
+			n.holderTok = t
+			return []any{n}
 		}
 		return nil
 	case Release:
@@ -191,7 +204,8 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 				ret = op.ErrAt + int64(unknownWindow)
 			}
 		}
-		out = append(out, porcupine.Operation{ClientId: op.Client, Input: lockInput{op: op}, Call: op.Start, Output: op.Outcome, Return: ret})
+		in := lockInput{op: op, crash: c.proxyCrashAfter(op.Start)}
+		out = append(out, porcupine.Operation{ClientId: op.Client, Input: in, Call: op.Start, Output: op.Outcome, Return: ret})
 	}
 	for _, f := range c.faults {
 		if f.Kind.LosesData() {
@@ -203,7 +217,7 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 }
 
 // linearizationBudget bounds the porcupine search over all resources.
-var linearizationBudget = 30 * time.Second
+var linearizationBudget = 20 * time.Second
 
 // linearizability runs porcupine per resource; an illegal history is a
 // violation, a search that runs out of time is reported as "unknown".
@@ -229,6 +243,13 @@ func (c *checker) linearizability(rep *Report) string {
 			if result == "ok" {
 				result = "unknown"
 			}
+			unknown := 0
+			for _, o := range ops {
+				if in := o.Input.(lockInput); !in.wipe && in.op.Outcome == Unknown {
+					unknown++
+				}
+			}
+			rep.LinearizabilityNotes = append(rep.LinearizabilityNotes, fmt.Sprintf("%s: search timed out (%d ops, %d with unknown outcome)", r, len(ops), unknown))
 		}
 	}
 	return result
