@@ -77,6 +77,7 @@ type Lease struct {
 //	forgotten-token   a token already replied is never called "never issued"
 //	stale-release     a release answered 1 never frees a lease another owner certainly held
 //	lost-grant        while an owner certainly holds a lease, its RENEW is not null, its RELEASE not 0, and LOCK.INFO shows it
+//	revived-lease     a RENEW that starts after the lease certainly ran out is answered null
 //	replica-stop      no grant or renewal is acknowledged while the only replica is stopped
 //	data-order        the tokens in a fenced data list never go backwards
 //	exec-landed       a FENCE.EXEC answered -STALE (or never issued) never appears in the data
@@ -102,6 +103,7 @@ func CheckHistory(h *History) Report {
 	c.falseStale()
 	c.staleRelease()
 	c.lostGrant()
+	c.revivedLease()
 	c.replicaStop()
 	c.dataOrder()
 	c.counters()
@@ -483,6 +485,46 @@ func (c *checker) lostGrant() {
 						c.fail("lost-grant", []*Op{l.Grant, op}, "%q: LOCK.INFO names %q while %q (token %d) certainly held it", r, op.InfoOwner, l.Grant.Owner, l.Grant.Result)
 					}
 				}
+			}
+		}
+	}
+}
+
+// revivedLease: an expired lease is never revived. A lease can last no
+// longer than ttl after the reply of the last acquire or renewal of its
+// owner that may have re-armed it (answered with the token, -NOREPLICAS,
+// which leaves the re-arm on the master, or with an unknown outcome,
+// bounded like the model's). A RENEW answered with a token that started
+// later (plus the clock slack) revived it.
+func (c *checker) revivedLease() {
+	for _, ops := range c.byRes {
+		byOwner := map[string][]*Op{}
+		for _, o := range ops {
+			if o.Owner != "" {
+				byOwner[o.Owner] = append(byOwner[o.Owner], o)
+			}
+		}
+		for _, own := range byOwner {
+			var bound int64 // the latest the lease can have lasted to, so far
+			for _, o := range own {
+				if o.Kind == Renew && o.Outcome == OK && bound > 0 && o.Start > bound+slack(o.TTL) {
+					c.fail("revived-lease", []*Op{o}, "%q: %q's lease ran out by %.3fms at the latest, and this renewal revived it", o.Resource, o.Owner, ms(bound))
+				}
+				if (o.Kind != Acquire && o.Kind != Renew) || (o.Outcome != OK && o.Outcome != Refused && o.Outcome != Unknown) {
+					continue
+				}
+				end := o.End
+				if !o.Known() {
+					end = Never
+					if o.ErrAt > 0 {
+						end = o.ErrAt + int64(unknownWindow)
+					}
+				}
+				if end == Never {
+					bound = Never - int64(1e12) // no bound
+					continue
+				}
+				bound = max(bound, end+o.TTL*1e6)
 			}
 		}
 	}

@@ -231,6 +231,20 @@ func TestCheckerLostGrant(t *testing.T) {
 	})
 }
 
+func TestCheckerRevivedLease(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.renew(1, "A", 100, 50, 51, OK, 10) // runs out by 151ms at the latest
+	b.renew(1, "A", 100, 300, 301, OK, 10)
+	expect(t, b, "revived-lease")
+	// -NOREPLICAS re-arms on the master: no revival.
+	b = newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.renew(1, "A", 100, 50, 251, Refused, 0)
+	b.renew(1, "A", 100, 300, 301, OK, 10)
+	expect(t, b)
+}
+
 func TestCheckerCounter(t *testing.T) {
 	b := newHist()
 	b.add(5, Incr, "", "", 0, 0, 0, 1, OK, 1)

@@ -369,6 +369,10 @@ func (e *env) lockClient(id int, stop <-chan struct{}) {
 			e.h.AddPause(Pause{Client: id, Start: start, End: e.h.Now()})
 			c.do(Check, h.res, h.owner, h.token, 0, "FENCE.CHECK", h.res, i64(h.token))
 			fenced(h)
+			if rng.IntN(2) == 0 {
+				// An expired lease must not come back.
+				c.do(Renew, h.res, h.owner, 0, h.ttl, "LOCK.RENEW", h.res, h.owner, i64(h.ttl))
+			}
 			c.do(Release, h.res, h.owner, 0, 0, "LOCK.RELEASE", h.res, h.owner)
 			h = nil
 		}

@@ -16,6 +16,16 @@
 //
 // The suite itself is fault_test.go; checker_test.go feeds the checker
 // hand-written bad histories and asserts each is reported.
+//
+//	go test ./test/fault/                        30s of workload and faults (CI)
+//	go test ./test/fault/ -timeout 30m -fault.duration=10m -fault.seed=N
+//
+// Flags: -fault.duration (default 30s), -fault.seed (default 0: pick one
+// and print it; the same seed replays the same fault schedule and client
+// choices, as far as timing allows), -fault.clients (lock clients, default
+// 16). $FAULT_OUT: a directory to write the history JSON to after every
+// run (it is written to the temp dir anyway when the run fails).
+// $FAULT_HISTORY: a history file for TestCheckFile to check again.
 package fault
 
 import (
