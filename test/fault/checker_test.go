@@ -1,0 +1,289 @@
+package fault
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checker must be able to fail: each test below feeds it a
+// hand-written history that breaks one guarantee and asserts the break is
+// reported (and, for the good history, that nothing is).
+
+// hist builds a history by hand; times are in milliseconds.
+type hist struct{ h *History }
+
+func newHist() *hist { return &hist{h: &History{}} }
+
+func (b *hist) add(client int, kind Kind, res, owner string, token, ttl int64, start, end int64, out Outcome, result int64) *Op {
+	op := &Op{ID: len(b.h.Ops), Client: client, Kind: kind, Resource: res, Owner: owner, Token: token, TTL: ttl,
+		Start: start * 1e6, End: end * 1e6, Outcome: out, Result: result}
+	if end < 0 {
+		op.End = Never
+		op.ErrAt = start*1e6 + 1
+	}
+	op.Args = []string{string(kind), res, owner, strconv.FormatInt(token, 10)}
+	b.h.Ops = append(b.h.Ops, op)
+	return op
+}
+
+func (b *hist) acquire(c int, owner string, ttl, start, end int64, out Outcome, tok int64) *Op {
+	return b.add(c, Acquire, "r", owner, 0, ttl, start, end, out, tok)
+}
+func (b *hist) renew(c int, owner string, ttl, start, end int64, out Outcome, tok int64) *Op {
+	return b.add(c, Renew, "r", owner, 0, ttl, start, end, out, tok)
+}
+func (b *hist) release(c int, owner string, start, end int64, out Outcome) *Op {
+	res := int64(0)
+	if out == OK {
+		res = 1
+	}
+	return b.add(c, Release, "r", owner, 0, 0, start, end, out, res)
+}
+func (b *hist) check(c int, tok, start, end int64, out Outcome) *Op {
+	return b.add(c, Check, "r", "", tok, 0, start, end, out, 0)
+}
+func (b *hist) exec(c int, tok, start, end int64, out Outcome) *Op {
+	return b.add(c, Exec, "r", "", tok, 0, start, end, out, 0)
+}
+func (b *hist) fault(k FaultKind, start, end int64) {
+	b.h.Faults = append(b.h.Faults, Fault{Kind: k, Start: start * 1e6, End: end * 1e6})
+}
+func (b *hist) snapshot(ops ...*Op) {
+	s := Snapshot{Resource: "r", At: 1e12}
+	for _, op := range ops {
+		s.Items = append(s.Items, strconv.FormatInt(op.Token, 10)+":"+strconv.Itoa(op.ID))
+	}
+	b.h.Snapshots = append(b.h.Snapshots, s)
+}
+
+// expect runs the checker and fails unless exactly the named checks
+// reported (each at least once).
+func expect(t *testing.T, b *hist, want ...string) Report {
+	t.Helper()
+	rep := CheckHistory(b.h)
+	got := map[string]bool{}
+	for _, v := range rep.Violations {
+		got[v.Check] = true
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("check %q did not report; violations: %v", w, rep.Violations)
+		}
+		delete(got, w)
+	}
+	for g := range got {
+		t.Errorf("unexpected violation %q: %v", g, rep.Violations)
+	}
+	return rep
+}
+
+// good is a legal history: A holds, fences, releases; B takes over; A's
+// stale token is refused; plus a proxy kill that A's lease survives.
+func good() (*hist, map[string]*Op) {
+	b := newHist()
+	m := map[string]*Op{}
+	m["a"] = b.acquire(1, "A", 1000, 0, 1, OK, 10)
+	b.fault(ProxyKill, 2, 20)
+	m["arenew"] = b.renew(1, "A", 1000, 30, 31, OK, 10)
+	m["acheck"] = b.check(1, 10, 32, 33, OK)
+	m["aexec"] = b.exec(1, 10, 34, 35, OK)
+	m["arel"] = b.release(1, "A", 36, 37, OK)
+	m["b"] = b.acquire(2, "B", 1000, 38, 39, OK, 12)
+	m["astale"] = b.check(1, 10, 40, 41, Zero)
+	m["aexecstale"] = b.exec(1, 10, 42, 43, Stale)
+	m["arel2"] = b.release(1, "A", 44, 45, Zero)
+	m["bexec"] = b.exec(2, 12, 46, 47, OK)
+	m["bnull"] = b.acquire(1, "C", 1000, 48, 49, Null, 0)
+	m["brenew"] = b.renew(2, "B", 1000, 50, 51, OK, 12)
+	m["brel"] = b.release(2, "B", 52, 53, OK)
+	b.snapshot(m["aexec"], m["bexec"])
+	return b, m
+}
+
+func TestCheckerGoodHistory(t *testing.T) {
+	b, _ := good()
+	rep := expect(t, b)
+	if rep.Linearizability != "ok" || rep.Grants != 2 {
+		t.Errorf("linearizability %q grants %d, want ok and 2", rep.Linearizability, rep.Grants)
+	}
+}
+
+func TestCheckerOverlappingLeases(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 1000, 0, 1, OK, 10)
+	b.acquire(2, "B", 1000, 10, 11, OK, 12) // A's lease runs to 1000ms
+	expect(t, b, "lease-overlap")
+}
+
+func TestCheckerDataLossExcusesOverlap(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 1000, 0, 1, OK, 10)
+	b.fault(MasterKill, 5, 50)
+	b.acquire(2, "B", 1000, 60, 61, OK, 12)
+	expect(t, b)
+	// ...but not a regressing token.
+	b.acquire(3, "C", 1000, 2000, 2001, OK, 11)
+	expect(t, b, "token-order", "linearizability")
+}
+
+func TestCheckerRegressingToken(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.release(1, "A", 2, 3, OK)
+	b.acquire(2, "B", 100, 4, 5, OK, 7)
+	expect(t, b, "token-order", "linearizability")
+}
+
+func TestCheckerTokenReused(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.release(1, "A", 2, 3, OK)
+	b.acquire(2, "B", 100, 4, 5, OK, 10)
+	expect(t, b, "token-order", "token-owner", "linearizability")
+}
+
+func TestCheckerStaleReleaseAnsweredOne(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.acquire(2, "B", 1000, 200, 201, OK, 12) // A's lease ran out at 100ms
+	b.release(1, "A", 300, 301, OK)
+	expect(t, b, "stale-release", "linearizability")
+}
+
+func TestCheckerStaleExecLanding(t *testing.T) {
+	t.Run("answered", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 100, 0, 1, OK, 10)
+		b.acquire(2, "B", 1000, 200, 201, OK, 12)
+		b.exec(1, 10, 300, 301, OK)
+		expect(t, b, "stale-exec", "linearizability")
+	})
+	t.Run("refused but in the data", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 100, 0, 1, OK, 10)
+		b.acquire(2, "B", 1000, 200, 201, OK, 12)
+		bx := b.exec(2, 12, 210, 211, OK)
+		ax := b.exec(1, 10, 300, 301, Stale)
+		b.snapshot(bx, ax)
+		expect(t, b, "data-order", "exec-landed", "stale-exec")
+	})
+	t.Run("reply lost, landed after a newer write", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 100, 0, 1, OK, 10)
+		b.acquire(2, "B", 1000, 200, 201, OK, 12)
+		bx := b.exec(2, 12, 210, 211, OK)
+		ax := b.exec(1, 10, 300, -1, Unknown)
+		b.snapshot(bx, ax)
+		expect(t, b, "data-order", "stale-exec")
+	})
+}
+
+func TestCheckerStaleCheckAnsweredOne(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.acquire(2, "B", 1000, 200, 201, OK, 12)
+	b.check(1, 10, 300, 301, OK)
+	expect(t, b, "stale-check", "linearizability")
+}
+
+func TestCheckerFalseStale(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.check(1, 10, 3, 4, Zero) // no newer token was ever asked for
+	expect(t, b, "false-stale", "linearizability")
+}
+
+func TestCheckerGrantWhileReplicaStopped(t *testing.T) {
+	b := newHist()
+	b.fault(ReplicaStop, 100, 500)
+	b.acquire(1, "A", 1000, 200, 300, OK, 10)
+	expect(t, b, "replica-stop")
+}
+
+func TestCheckerLostGrant(t *testing.T) {
+	for _, k := range []FaultKind{ProxyKill, MasterFailover} {
+		t.Run(string(k), func(t *testing.T) {
+			b := newHist()
+			b.acquire(1, "A", 1000, 0, 1, OK, 10)
+			b.fault(k, 10, 50)
+			b.renew(1, "A", 1000, 60, 61, Null, 0)
+			expect(t, b, "lost-grant")
+		})
+	}
+	t.Run("info", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 1000, 0, 1, OK, 10)
+		b.fault(ProxyKill, 10, 50)
+		op := b.add(3, Info, "r", "", 0, 0, 60, 61, OK, 10)
+		op.InfoOwner = ""
+		expect(t, b, "lost-grant")
+	})
+	t.Run("data loss excuses it", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 1000, 0, 1, OK, 10)
+		b.fault(RedisFlush, 10, 50)
+		b.renew(1, "A", 1000, 60, 61, Null, 0)
+		expect(t, b)
+	})
+}
+
+func TestCheckerRevivedLease(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.renew(1, "A", 100, 50, 51, OK, 10) // runs out by 151ms at the latest
+	b.renew(1, "A", 100, 300, 301, OK, 10)
+	expect(t, b, "revived-lease")
+	// -NOREPLICAS re-arms on the master: no revival.
+	b = newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.renew(1, "A", 100, 50, 251, Refused, 0)
+	b.renew(1, "A", 100, 300, 301, OK, 10)
+	expect(t, b)
+}
+
+func TestCheckerCounter(t *testing.T) {
+	b := newHist()
+	b.add(5, Incr, "", "", 0, 0, 0, 1, OK, 1)
+	b.add(5, Incr, "", "", 0, 0, 2, 3, OK, 3)
+	expect(t, b, "counter")
+}
+
+func TestViolationNamesOps(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 1000, 0, 1, OK, 10)
+	b.acquire(2, "B", 1000, 10, 11, OK, 12)
+	rep := CheckHistory(b.h)
+	if len(rep.Violations) == 0 || !strings.Contains(rep.Violations[0].String(), "acquire r B") {
+		t.Fatalf("violation text does not show the ops: %v", rep.Violations)
+	}
+}
+
+// TestCheckFile checks a history written by a run ($FAULT_HISTORY), to
+// inspect or re-check one after changing the checker.
+func TestCheckFile(t *testing.T) {
+	path := os.Getenv("FAULT_HISTORY")
+	if path == "" {
+		t.Skip("set FAULT_HISTORY to a history JSON file written by TestFault")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h History
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	rep := CheckHistory(&h)
+	t.Logf("%s: %d ops, grants=%d linearizability=%s (%v) violations=%d %s", path, len(h.Ops), rep.Grants, rep.Linearizability, time.Since(began).Round(time.Millisecond), len(rep.Violations), rep.ByCheck())
+	for i, v := range rep.Violations {
+		if i == 20 {
+			break
+		}
+		t.Error(v)
+	}
+}

@@ -1,0 +1,750 @@
+package fault
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+var (
+	flagDuration = flag.Duration("fault.duration", 30*time.Second, "how long the fault suite's workload runs (faults included)")
+	flagSeed     = flag.Uint64("fault.seed", 0, "seed of the fault schedule and the clients' choices; 0 picks one (printed)")
+	flagClients  = flag.Int("fault.clients", 16, "lock clients (4 data clients run beside them)")
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// Settings of the workload.
+const (
+	nResources     = 6
+	dataClients    = 4
+	opTimeout      = 3 * time.Second        // every op's deadline; WAIT is at most 400ms
+	replicaTimeout = 300 * time.Millisecond // --replica-timeout: well below the replica stops, so a refused grant is answered while the replica is still stopped
+)
+
+var ttls = []int64{150, 300, 800, 2000}
+
+// env is the system under test and the run's shared state.
+type env struct {
+	t               *testing.T
+	h               *History
+	seed            uint64
+	master, replica *testenv.Redis
+	proxy           *testenv.Proxy
+	dataDir         string
+	addr            atomic.Pointer[string]
+	resources       []string
+	holderBin       string
+
+	mu     sync.Mutex
+	newest map[string]int64 // biggest token any reply carried, per resource
+}
+
+func (e *env) proxyAddr() string { return *e.addr.Load() }
+
+func (e *env) setProxy(p *testenv.Proxy) {
+	e.proxy = p
+	a := p.Addr
+	e.addr.Store(&a)
+}
+
+func (e *env) noteToken(r string, tok int64) {
+	e.mu.Lock()
+	e.newest[r] = max(e.newest[r], tok)
+	e.mu.Unlock()
+}
+
+func (e *env) newestSeen(r string) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.newest[r]
+}
+
+func dataKey(r string) string { return "data:" + r }
+
+// TestFault runs the workload under a seeded schedule of faults, then
+// checks the history (check.go). -fault.duration and -fault.seed make it
+// longer or replay a schedule.
+func TestFault(t *testing.T) {
+	seed := *flagSeed
+	if seed == 0 {
+		seed = rand.Uint64()%1_000_000 + 1
+	}
+	duration := *flagDuration
+	t.Logf("fault: seed=%d duration=%v (replay with -fault.seed=%d -fault.duration=%v)", seed, duration, seed, duration)
+
+	e := &env{t: t, seed: seed, h: NewHistory(seed), newest: map[string]int64{}}
+	for i := range nResources {
+		e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
+	}
+	began := time.Now()
+	e.holderBin = buildHolder(t)
+	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
+	e.replica = testenv.StartReplica(t, e.master)
+	e.dataDir = filepath.Join(t.TempDir(), "data")
+	e.setProxy(testenv.StartProxy(t, e.proxyOptions()))
+	plan := planFaults(seed, duration)
+	t.Logf("fault: set up in %v", time.Since(began).Round(time.Millisecond))
+	e.h = NewHistory(seed) // the clock starts with the workload
+
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	written := false
+	t.Cleanup(func() {
+		// A helper's t.Fatalf (a process that would not restart) ends
+		// the test early: stop the clients and keep the evidence.
+		halt()
+		if t.Failed() && !written {
+			t.Logf("fault: seed=%d; history so far written to %s", seed, e.writeHistory(os.Getenv("FAULT_OUT")))
+		}
+	})
+	var workers, async sync.WaitGroup
+	for i := range *flagClients {
+		workers.Add(1)
+		go func() { defer workers.Done(); e.lockClient(i, stop) }()
+	}
+	for i := range dataClients {
+		workers.Add(1)
+		go func() { defer workers.Done(); e.dataClient(500+i, stop) }()
+	}
+
+	counts := map[FaultKind]int{}
+	for n, p := range plan {
+		if d := time.Duration(p.At - e.h.Now()); d > 0 {
+			time.Sleep(d)
+		}
+		counts[p.Kind]++
+		e.inject(n, p, &async)
+	}
+	if d := time.Duration(int64(duration) - e.h.Now()); d > 0 {
+		time.Sleep(d)
+	}
+	halt()
+	waitGroup(t, &workers, 30*time.Second, "clients")
+	waitGroup(t, &async, 30*time.Second, "paused holders and slow clients")
+	e.snapshotData("end")
+	t.Logf("fault: workload done in %v", time.Since(began).Round(time.Millisecond))
+
+	rep := CheckHistory(e.h)
+	t.Logf("fault: checked in %v", time.Since(began).Round(time.Millisecond))
+	var kinds []string
+	for _, k := range AllFaults {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, counts[k]))
+	}
+	line := fmt.Sprintf("fault: seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d faults=%d (%s) linearizability=%s violations=%d",
+		seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, len(e.h.Faults), strings.Join(kinds, " "), rep.Linearizability, len(rep.Violations))
+	t.Log(line)
+	for _, n := range rep.LinearizabilityNotes {
+		t.Logf("fault: linearizability: %s", n)
+	}
+	if out := os.Getenv("FAULT_OUT"); out != "" || len(rep.Violations) > 0 {
+		path := e.writeHistory(out)
+		written = true
+		t.Logf("fault: history written to %s", path)
+	}
+	if len(rep.Violations) > 0 {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s\nreplay: go test ./test/fault/ -run TestFault -fault.seed=%d -fault.duration=%v\nfault schedule:\n", line, seed, duration)
+		for _, f := range e.h.sortedFaults() {
+			fmt.Fprintf(&b, "\t%s\n", f)
+		}
+		fmt.Fprintf(&b, "violations by check: %s\n", rep.ByCheck())
+		for i, v := range rep.Violations {
+			if i == 20 {
+				fmt.Fprintf(&b, "... and %d more violations (see the history file)\n", len(rep.Violations)-20)
+				break
+			}
+			fmt.Fprintf(&b, "%s\n", v)
+		}
+		t.Error(b.String())
+	}
+	if rep.Grants == 0 {
+		t.Errorf("no lock was granted in the whole run: the workload did not run")
+	}
+}
+
+func (e *env) proxyOptions() testenv.ProxyOptions {
+	return testenv.ProxyOptions{Backend: e.master.Addr, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
+}
+
+// writeHistory writes the history as JSON into dir ($FAULT_OUT), or into
+// the system temp dir, which outlives the test unlike t.TempDir.
+func (e *env) writeHistory(dir string) string {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Errorf("fault: %v", err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("fenceproxy-fault-seed%d-%s.json", e.seed, time.Now().Format("20060102T150405")))
+	if err := e.h.WriteFile(path); err != nil {
+		e.t.Errorf("fault: writing the history: %v", err)
+	}
+	return path
+}
+
+func waitGroup(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("fault: %s did not stop within %v", what, d)
+	}
+}
+
+// buildHolder builds the paused-holder program (./holder).
+func buildHolder(t *testing.T) string {
+	bin := filepath.Join(t.TempDir(), "holder")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./holder").CombinedOutput()
+	if err != nil {
+		t.Fatalf("fault: building ./holder: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// ---- clients ----
+
+// client is one connection of the workload; do records every op.
+type client struct {
+	e     *env
+	id    int
+	conn  *testenv.Conn
+	addr  string
+	fresh bool // connected anew since the last op
+}
+
+// dial connects to the current proxy; false if it is not reachable now.
+func (c *client) dial() bool {
+	addr := c.e.proxyAddr()
+	if c.conn != nil && c.addr == addr {
+		return true
+	}
+	if c.conn != nil {
+		c.conn.Close()
+	}
+	conn, err := testenv.TryDial(addr, opTimeout)
+	if err != nil {
+		c.conn = nil
+		return false
+	}
+	c.conn, c.addr, c.fresh = conn, addr, true
+	return true
+}
+
+// do sends args and records the op; nil if no connection could be made
+// (nothing was sent).
+func (c *client) do(kind Kind, res, owner string, token, ttl int64, args ...string) *Op {
+	if !c.dial() {
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	}
+	c.fresh = false
+	op := c.e.h.Begin(c.id, kind, res, owner, token, ttl, args)
+	reply, err := c.conn.TryDo(args...)
+	c.e.h.Finish(op, reply, err)
+	if err != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+	if (kind == Acquire || kind == Renew) && op.Outcome == OK {
+		c.e.noteToken(res, op.Result)
+	}
+	return op
+}
+
+func (c *client) close() {
+	if c.conn != nil {
+		c.conn.Close()
+	}
+}
+
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// held is a lock a client believes it holds.
+type held struct {
+	res, owner string
+	token, ttl int64
+}
+
+// lockClient acquires (sometimes with WAIT), renews, checks, fences
+// writes, releases, reads LOCK.INFO and now and then pauses beyond its
+// lease before using its token again, on the hot resources.
+func (e *env) lockClient(id int, stop <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(e.seed, uint64(id)))
+	c := &client{e: e, id: id}
+	defer c.close()
+	var h *held
+	n, retryOwner, retries := 0, "", 0
+	fenced := func(h *held) {
+		c.do(Exec, h.res, h.owner, h.token, 0, "FENCE.EXEC", h.res, i64(h.token), "RPUSH", dataKey(h.res), "")
+	}
+	for !stopped(stop) {
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		if h == nil {
+			r := e.resources[rng.IntN(len(e.resources))]
+			owner := retryOwner
+			if owner == "" {
+				owner = fmt.Sprintf("c%d-%d", id, n)
+				n++
+			}
+			ttl := ttls[rng.IntN(len(ttls))]
+			args := []string{"LOCK.ACQUIRE", r, owner, i64(ttl)}
+			if rng.IntN(2) == 0 {
+				args = append(args, "WAIT", strconv.Itoa(rng.IntN(400)))
+			}
+			op := c.do(Acquire, r, owner, 0, ttl, args...)
+			retryOwner = ""
+			if op != nil && (op.Outcome == NotRun || op.Outcome == Unknown) {
+				time.Sleep(20 * time.Millisecond) // Redis or the proxy is down: back off a little
+			}
+			switch {
+			case op == nil:
+			case op.Outcome == OK:
+				h = &held{res: r, owner: owner, token: op.Result, ttl: ttl}
+				retries = 0
+			case op.Outcome == Unknown && retries < 2:
+				// A retry with the same owner is safe: it re-arms the grant
+				// if the lost reply carried one.
+				retryOwner, retries = owner, retries+1
+			default:
+				retries = 0
+			}
+			continue
+		}
+		if c.fresh {
+			// Reconnected (the proxy was killed or replaced): the lease
+			// must still be there.
+			c.do(Renew, h.res, h.owner, 0, h.ttl, "LOCK.RENEW", h.res, h.owner, i64(h.ttl))
+			continue
+		}
+		switch x := rng.IntN(100); {
+		case x < 30:
+			if op := c.do(Renew, h.res, h.owner, 0, h.ttl, "LOCK.RENEW", h.res, h.owner, i64(h.ttl)); op != nil && op.Outcome == Null {
+				h = nil
+			}
+		case x < 48:
+			c.do(Check, h.res, h.owner, h.token, 0, "FENCE.CHECK", h.res, i64(h.token))
+		case x < 75:
+			fenced(h)
+		case x < 88:
+			c.do(Release, h.res, h.owner, 0, 0, "LOCK.RELEASE", h.res, h.owner)
+			h = nil
+		case x < 94:
+			r := e.resources[rng.IntN(len(e.resources))]
+			c.do(Info, r, "", 0, 0, "LOCK.INFO", r)
+		default:
+			// A pause (a GC, a slow disk) that may outlast the lease; then
+			// the holder carries on with its possibly stale token.
+			d := time.Duration(rng.Int64N(2*h.ttl)) * time.Millisecond
+			start := e.h.Now()
+			time.Sleep(d)
+			e.h.AddPause(Pause{Client: id, Start: start, End: e.h.Now()})
+			c.do(Check, h.res, h.owner, h.token, 0, "FENCE.CHECK", h.res, i64(h.token))
+			fenced(h)
+			if rng.IntN(2) == 0 {
+				// An expired lease must not come back.
+				c.do(Renew, h.res, h.owner, 0, h.ttl, "LOCK.RENEW", h.res, h.owner, i64(h.ttl))
+			}
+			c.do(Release, h.res, h.owner, 0, 0, "LOCK.RELEASE", h.res, h.owner)
+			h = nil
+		}
+	}
+}
+
+// dataClient reads and writes ordinary keys and INCRs its own counter.
+func (e *env) dataClient(id int, stop <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(e.seed, uint64(id)))
+	c := &client{e: e, id: id}
+	defer c.close()
+	ctr := "ctr:" + strconv.Itoa(id)
+	for !stopped(stop) {
+		time.Sleep(time.Duration(1000+rng.IntN(5000)) * time.Microsecond)
+		k := fmt.Sprintf("kv:%d:%d", id, rng.IntN(16))
+		switch rng.IntN(3) {
+		case 0:
+			c.do(Incr, "", "", 0, 0, "INCR", ctr)
+		case 1:
+			c.do(Set, "", "", 0, 0, "SET", k, strconv.Itoa(rng.IntN(1_000_000)))
+		default:
+			c.do(Get, "", "", 0, 0, "GET", k)
+		}
+	}
+}
+
+// ---- faults ----
+
+// planned is one fault of the schedule, all its choices drawn up front.
+type planned struct {
+	Kind FaultKind
+	At   int64         // offset from the start of the run
+	D    time.Duration // its own length: downtime, stop, extra pause
+	N    int           // a choice: resource index, connections
+}
+
+// planFaults draws the schedule from the seed: every fault kind once per
+// round, rounds shuffled, 1.5-3.5s apart, from 2s in until 3s before the
+// end.
+func planFaults(seed uint64, d time.Duration) []planned {
+	rng := rand.New(rand.NewPCG(seed, 0xfa017))
+	var plan []planned
+	at := 2 * time.Second
+	for {
+		round := append([]FaultKind(nil), AllFaults...)
+		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		for _, k := range round {
+			if at > d-3*time.Second {
+				return plan
+			}
+			p := planned{Kind: k, At: int64(at), N: rng.IntN(1000)}
+			switch k {
+			case ProxyKill:
+				p.D = time.Duration(rng.IntN(300)) * time.Millisecond
+			case MasterFailover:
+				p.D = time.Duration(rng.IntN(200)) * time.Millisecond
+			case MasterKill:
+				p.D = time.Duration(100+rng.IntN(700)) * time.Millisecond
+			case ReplicaStop:
+				p.D = time.Duration(700+rng.IntN(1300)) * time.Millisecond
+			case PausedHolder:
+				p.D = time.Duration(100+rng.IntN(600)) * time.Millisecond
+			case SlowClient:
+				p.D = time.Duration(10+rng.IntN(40)) * time.Millisecond
+			}
+			plan = append(plan, p)
+			at += 1500*time.Millisecond + time.Duration(rng.IntN(2000))*time.Millisecond
+		}
+	}
+}
+
+// inject runs fault n of the plan from the test goroutine; the paused
+// holder and the slow client run on in goroutines of their own.
+func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
+	t := e.t
+	f := Fault{Kind: p.Kind, At: p.At}
+	switch p.Kind {
+	case ProxyKill:
+		f.Start = e.h.Now()
+		e.proxy.Kill9()
+		time.Sleep(p.D)
+		e.proxy.Restart(t)
+		f.End = e.h.Now()
+		f.Note = "down " + p.D.String()
+	case MasterFailover:
+		e.snapshotData("before " + string(p.Kind))
+		f.Start = e.h.Now()
+		oldMaster, promoted := e.master, e.replica
+		oldMaster.Kill()
+		time.Sleep(p.D)
+		e.proxy.Kill9()
+		promoted.Promote(t)
+		oldMaster.Restart(t) // empty; it becomes the new replica
+		oldMaster.Follow(t, promoted)
+		e.master, e.replica = promoted, oldMaster
+		opts := e.proxyOptions()
+		e.setProxy(testenv.StartProxy(t, opts))
+		f.End = e.h.Now()
+		f.Note = "new master " + promoted.Addr
+	case MasterKill:
+		e.snapshotData("before " + string(p.Kind))
+		f.Start = e.h.Now()
+		e.master.Kill()
+		time.Sleep(p.D)
+		e.master.Restart(t)
+		e.master.WaitReplicas(t, 1)
+		f.End = e.h.Now()
+	case RedisFlush:
+		e.snapshotData("before " + string(p.Kind))
+		c := testenv.Dial(t, e.master.Addr)
+		f.Start = e.h.Now()
+		if r := c.Do("FLUSHALL"); string(r) != "+OK\r\n" {
+			t.Fatalf("fault: FLUSHALL = %q", r)
+		}
+		f.End = e.h.Now()
+		c.Close()
+	case ReplicaStop:
+		e.replica.Stop()
+		f.Start = e.h.Now()
+		time.Sleep(p.D)
+		f.End = e.h.Now()
+		e.replica.Cont()
+		f.Note = "stopped " + p.D.String()
+	case PausedHolder:
+		r := e.resources[p.N%len(e.resources)]
+		f.Start = e.h.Now()
+		async.Add(1)
+		go func() { defer async.Done(); e.pausedHolder(n, r, p.D) }()
+		f.End = f.Start
+		f.Note = r
+	case SlowClient:
+		f.Start = e.h.Now()
+		async.Add(1)
+		go func() { defer async.Done(); e.slowClient(n, p.D) }()
+		f.End = f.Start
+	case CutPipeline:
+		f.Start = e.h.Now()
+		e.cutPipelines(n, p.N)
+		f.End = e.h.Now()
+	}
+	e.h.AddFault(f)
+}
+
+// snapshotData reads every fenced data list straight from the master.
+func (e *env) snapshotData(why string) {
+	c, err := testenv.TryDial(e.master.Addr, 5*time.Second)
+	if err != nil {
+		e.t.Logf("fault: cannot read the data lists (%s): %v", why, err)
+		return
+	}
+	defer c.Close()
+	for _, r := range e.resources {
+		at := e.h.Now()
+		reply, err := c.TryDo("LRANGE", dataKey(r), "0", "-1")
+		if err != nil {
+			e.t.Logf("fault: LRANGE %s (%s): %v", dataKey(r), why, err)
+			return
+		}
+		elems, ok := testenv.SplitArray(reply)
+		if !ok {
+			e.t.Errorf("fault: LRANGE %s = %s", dataKey(r), testenv.ShowReply(reply))
+			return
+		}
+		s := Snapshot{Resource: r, At: at}
+		for _, el := range elems {
+			b, _ := testenv.ParseBulk(el)
+			s.Items = append(s.Items, string(b))
+		}
+		e.h.AddSnapshot(s)
+	}
+}
+
+// pausedHolder: a separate holder process acquires r with a 300ms lease
+// and is SIGSTOPped; meanwhile another owner (the usurper) takes r; past
+// the lease plus extra, the holder's FENCE.CHECK, FENCE.EXEC and
+// LOCK.RELEASE with its stale token are queued on its stdin and it is
+// SIGCONTed. The usurper then renews (its lease must have survived the
+// stale release) and releases.
+func (e *env) pausedHolder(n int, r string, extra time.Duration) {
+	id := 1000 + n
+	owner := fmt.Sprintf("holder-%d", n)
+	const ttl = 300
+	cmd := exec.Command(e.holderBin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err1 := cmd.StdinPipe()
+	stdout, err2 := cmd.StdoutPipe()
+	if err := errors.Join(err1, err2, cmd.Start()); err != nil {
+		e.t.Errorf("fault: starting the holder: %v", err)
+		return
+	}
+	done := make(chan struct{})
+	defer func() {
+		stdin.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}()
+	lines := make(chan string, 8)
+	go func() {
+		defer close(done)
+		buf := make([]byte, 0, 4096)
+		one := make([]byte, 1)
+		for {
+			if _, err := stdout.Read(one); err != nil {
+				close(lines)
+				cmd.Wait()
+				return
+			}
+			if one[0] == '\n' {
+				lines <- string(buf)
+				buf = buf[:0]
+				continue
+			}
+			buf = append(buf, one[0])
+		}
+	}()
+	send := func(kind Kind, token int64, args ...string) *Op {
+		var opTTL int64
+		if kind == Acquire {
+			opTTL = ttl
+		}
+		op := e.h.Begin(id, kind, r, owner, token, opTTL, args)
+		fmt.Fprintf(stdin, "{\"addr\":%q,\"args\":[%s]}\n", e.proxyAddr(), quoteAll(args))
+		return op
+	}
+	recv := func(op *Op) {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				e.h.Finish(op, nil, errors.New("holder exited"))
+				return
+			}
+			reply, err := parseHolderLine(l)
+			e.h.Finish(op, reply, err)
+		case <-time.After(15 * time.Second):
+			e.h.Finish(op, nil, errors.New("holder: no reply in 15s"))
+		}
+	}
+	acq := send(Acquire, 0, "LOCK.ACQUIRE", r, owner, strconv.Itoa(ttl), "WAIT", "2000")
+	recv(acq)
+	if acq.Outcome != OK {
+		return
+	}
+	e.noteToken(r, acq.Result)
+	tok := acq.Result
+
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGSTOP)
+	pauseStart := e.h.Now()
+	u := &client{e: e, id: 2000 + n}
+	defer u.close()
+	usurper := fmt.Sprintf("usurper-%d", n)
+	uop := u.do(Acquire, r, usurper, 0, 3000, "LOCK.ACQUIRE", r, usurper, "3000", "WAIT", "3000")
+	if wake := time.Duration(pauseStart) + (ttl*time.Millisecond + extra) - time.Duration(e.h.Now()); wake > 0 {
+		time.Sleep(wake)
+	}
+	ops := []*Op{
+		send(Check, tok, "FENCE.CHECK", r, i64(tok)),
+		send(Exec, tok, "FENCE.EXEC", r, i64(tok), "RPUSH", dataKey(r), ""),
+		send(Release, 0, "LOCK.RELEASE", r, owner),
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	e.h.AddPause(Pause{Client: id, Start: pauseStart, End: e.h.Now()})
+	for _, op := range ops {
+		recv(op)
+	}
+	if uop != nil && uop.Outcome == OK {
+		u.do(Renew, r, usurper, 0, 3000, "LOCK.RENEW", r, usurper, "3000")
+		u.do(Release, r, usurper, 0, 0, "LOCK.RELEASE", r, usurper)
+	}
+}
+
+func quoteAll(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = strconv.Quote(a)
+	}
+	return strings.Join(q, ",")
+}
+
+// parseHolderLine decodes {"reply": "..."} or {"err": "..."}.
+func parseHolderLine(l string) ([]byte, error) {
+	var v struct {
+		Reply string `json:"reply"`
+		Err   string `json:"err"`
+	}
+	if err := json.Unmarshal([]byte(l), &v); err != nil {
+		return nil, fmt.Errorf("holder wrote %q: %v", l, err)
+	}
+	if v.Err != "" {
+		return nil, errors.New(v.Err)
+	}
+	return []byte(v.Reply), nil
+}
+
+// slowClient pipelines 40 GETs of a 64 KiB value and reads the replies
+// one at a time with a pause between them, so the proxy's writes to it
+// back up; everyone else must go on being served.
+func (e *env) slowClient(n int, pause time.Duration) {
+	c := &client{e: e, id: 3000 + n}
+	defer c.close()
+	key := "slow:" + strconv.Itoa(n)
+	if op := c.do(Set, "", "", 0, 0, "SET", key, strings.Repeat("x", 64<<10)); op == nil || op.Outcome != OK || c.conn == nil {
+		return
+	}
+	var buf []byte
+	ops := make([]*Op, 40)
+	for i := range ops {
+		ops[i] = e.h.Begin(c.id, Get, "", "", 0, 0, []string{"GET", key})
+		buf = testenv.AppendCommand(buf, "GET", key)
+	}
+	nc := c.conn.NetConn()
+	nc.SetWriteDeadline(time.Now().Add(opTimeout))
+	if _, err := nc.Write(buf); err != nil {
+		for _, op := range ops {
+			e.h.Finish(op, nil, err)
+		}
+		return
+	}
+	for i, op := range ops {
+		time.Sleep(pause)
+		reply, err := c.conn.ReadReply()
+		e.h.Finish(op, reply, err)
+		if b, ok := testenv.ParseBulk(reply); err == nil && !(ok && len(b) == 64<<10) && !testenv.IsNull(reply) && !strings.HasPrefix(string(reply), "-") {
+			// A reply out of order or cut would show here.
+			e.t.Errorf("fault: slow client: GET %s = %s, want the 64 KiB value (or null after a data loss)", key, testenv.ShowReply(reply))
+		}
+		if err != nil {
+			for _, rest := range ops[i+1:] {
+				e.h.Finish(rest, nil, err)
+			}
+			return
+		}
+	}
+}
+
+// cutPipelines opens a few connections, each writing an acquire, a fenced
+// write with the newest token seen for the resource, and half a release,
+// and closes them at once: outcomes unknown.
+func (e *env) cutPipelines(n, choice int) {
+	for i := range 1 + choice%4 {
+		r := e.resources[(choice+i)%len(e.resources)]
+		owner := fmt.Sprintf("cut-%d-%d", n, i)
+		id := 4000 + n*10 + i
+		conn, err := testenv.TryDial(e.proxyAddr(), opTimeout)
+		if err != nil {
+			continue
+		}
+		var buf []byte
+		var ops []*Op
+		acq := e.h.Begin(id, Acquire, r, owner, 0, 500, []string{"LOCK.ACQUIRE", r, owner, "500"})
+		ops = append(ops, acq)
+		buf = testenv.AppendCommand(buf, acq.Args...)
+		if tok := e.newestSeen(r); tok > 0 {
+			ex := e.h.Begin(id, Exec, r, owner, tok, 0, []string{"FENCE.EXEC", r, i64(tok), "RPUSH", dataKey(r), ""})
+			ops = append(ops, ex)
+			buf = testenv.AppendCommand(buf, ex.Args...)
+		}
+		rel := testenv.AppendCommand(nil, "LOCK.RELEASE", r, owner)
+		buf = append(buf, rel[:len(rel)/2]...)
+		nc := conn.NetConn()
+		nc.SetWriteDeadline(time.Now().Add(opTimeout))
+		_, werr := nc.Write(buf)
+		conn.Close()
+		cut := errors.New("connection cut mid-pipeline")
+		if werr != nil {
+			cut = werr
+		}
+		for _, op := range ops {
+			e.h.Finish(op, nil, cut)
+		}
+	}
+}
