@@ -304,6 +304,10 @@ func run(cfg config) error {
 			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)
 	}
 
+	// Signals before the first accept: a client that is answered may send
+	// SIGTERM at once, and must find it handled (drain, exit 0).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	serveErr := make(chan error, 2)
 	if ln != nil {
 		go func() { serveErr <- srv.Serve(ln) }()
@@ -311,8 +315,6 @@ func run(cfg config) error {
 	if tlsLn != nil {
 		go func() { serveErr <- srv.ServeTLS(tlsLn, tlsCfg) }()
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	select {
 	case sig := <-sigs:
 		logger.Info("draining and shutting down", "signal", sig.String(), "clients", srv.Clients())
