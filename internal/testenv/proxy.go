@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -168,4 +169,28 @@ func (p *Proxy) cleanup(t testing.TB) {
 	if t.Failed() {
 		t.Logf("testenv: last lines of fenceproxy log %s:\n%s", p.logPath, tail(p.logPath, 40))
 	}
+}
+
+// StartFails runs the fenceproxy binary with args, expecting it to refuse to
+// start, and returns its exit code and stderr. A binary still running after
+// 30 s is killed and fails the test: every start-up error must end the
+// process.
+func StartFails(t testing.TB, args ...string) (exitCode int, stderr string) {
+	t.Helper()
+	cmd := exec.Command(BuildProxy(t), args...)
+	var out strings.Builder
+	cmd.Stderr = &out
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("fenceproxy %v did not exit; stderr: %s", args, out.String())
+	}
+	return cmd.ProcessState.ExitCode(), out.String()
 }

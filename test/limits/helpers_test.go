@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,24 +106,3 @@ func rawDial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 }
 
 func logHas(p *testenv.Proxy, s string) bool { return strings.Contains(p.Log(), s) }
-
-// runFails runs the binary with args and returns its exit code and stderr.
-func runFails(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(testenv.BuildProxy(t), args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(patience):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("fenceproxy %v did not exit; stderr: %s", args, stderr.String())
-	}
-	return cmd.ProcessState.ExitCode(), stderr.String()
-}

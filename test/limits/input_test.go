@@ -86,7 +86,7 @@ func TestBadLimitFlags(t *testing.T) {
 		{[]string{"--proto-max-bulk-len", "lots"}, "is not a memory size"},
 		{[]string{"--timeout", "-1"}, "--timeout must be 0"},
 	} {
-		code, stderr := runFails(t, tc.args...)
+		code, stderr := testenv.StartFails(t, tc.args...)
 		if code == 0 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("fenceproxy %q: exit %d, stderr %q; want non-zero and %q", tc.args, code, stderr, tc.want)
 		}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,27 +17,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// runFails runs the binary with args and returns its exit code and stderr.
-func runFails(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(testenv.BuildProxy(t), args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("fenceproxy %v did not exit; stderr: %s", args, stderr.String())
-	}
-	return cmd.ProcessState.ExitCode(), stderr.String()
-}
 
 // TestStartupFailsClearly: each unusable setting stops the start with a
 // non-zero exit and one line on stderr naming the flag.
@@ -68,7 +46,7 @@ func TestStartupFailsClearly(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", t.TempDir()}, tc.args...)
-			code, stderr := runFails(t, args...)
+			code, stderr := testenv.StartFails(t, args...)
 			if code == 0 {
 				t.Fatalf("exit code 0, want non-zero; stderr: %q", stderr)
 			}
@@ -83,7 +61,7 @@ func TestStartupFailsClearly(t *testing.T) {
 func TestDataDirHeldByAnotherProxy(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, MinReplicas: 0})
-	code, stderr := runFails(t, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--backend", redis.Addr, "--data-dir", p.DataDir)
+	code, stderr := testenv.StartFails(t, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--backend", redis.Addr, "--data-dir", p.DataDir)
 	if code == 0 || !strings.Contains(stderr, "--data-dir") {
 		t.Fatalf("second proxy on one data dir: exit %d, stderr %q; want a refusal naming --data-dir", code, stderr)
 	}

@@ -2,35 +2,12 @@ package tls_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
-
-// runFails runs the binary with args and returns its exit code and stderr.
-func runFails(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(testenv.BuildProxy(t), args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("fenceproxy %v did not exit; stderr: %s", args, stderr.String())
-	}
-	return cmd.ProcessState.ExitCode(), stderr.String()
-}
 
 // TestStartupErrors: every unusable TLS setting, and every TLS mismatch
 // with Redis, stops the start with a non-zero exit and one line on stderr
@@ -89,7 +66,7 @@ func TestStartupErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", t.TempDir()}, tc.args...)
-			code, stderr := runFails(t, args...)
+			code, stderr := testenv.StartFails(t, args...)
 			if code == 0 {
 				t.Fatalf("exit code 0, want non-zero; stderr: %q", stderr)
 			}
