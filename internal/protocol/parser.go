@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"math"
@@ -42,6 +43,10 @@ var (
 	errInvalidMbulkLen  = &ProtocolError{"invalid multibulk length"}
 	errTooBigBulkCount  = &ProtocolError{"too big bulk count string"}
 	errInvalidBulkLen   = &ProtocolError{"invalid bulk length"}
+	// Redis never answers an inline request holding a NUL (strchr stops at
+	// it, so the newline is never found and the client waits forever);
+	// refusing it is the closest behaviour that does not hang.
+	errInlineNUL = &ProtocolError{"NUL byte in inline request (send binary arguments in a multibulk request)"}
 )
 
 // ErrQueryBufferLimit means a request's arguments outgrew Limits.MaxQueryBuf.
@@ -253,7 +258,15 @@ func (r *Reader) readInline() ([][]byte, error) {
 // spaces separate arguments; "double quotes" allow \n \r \t \b \a \\ \" and
 // \xHH escapes; 'single quotes' allow \'. A closing quote must be followed by
 // a space or the end. It rewrites line in place.
+//
+// A line holding a NUL byte is refused: sdssplitargs sees a C string, and an
+// argument ending at a NUL that is not skipped as a space would otherwise
+// make the loop below append empty arguments forever (a client could take
+// all memory with one short line).
 func splitArgs(line []byte, args [][]byte) ([][]byte, error) {
+	if bytes.IndexByte(line, 0) >= 0 {
+		return nil, errInlineNUL
+	}
 	p := 0
 	for {
 		for p < len(line) && isSpace(line[p]) {

@@ -97,6 +97,8 @@ func FuzzReader(f *testing.F) {
 		"*1\r\n$4\r\nPINGxy*1\r\n$4\r\nPING\r\n",
 		"*2\r\n$3\r\nGET\r\n",
 		"\n\n*1\n$4\nPING\n",
+		"P\x00\x00\xff\xff\n", // once looped forever appending empty arguments
+		"*1\r\n$3\r\na\x00b\r\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -18,6 +18,7 @@ func readOne(t *testing.T, in string, limits Limits) ([][]byte, error) {
 // TestShouldFail lists requests that must be refused with Redis's own
 // protocol error text (after "ERR ").
 func TestShouldFail(t *testing.T) {
+	const nulInline = "NUL byte in inline request (send binary arguments in a multibulk request)"
 	lim := Limits{MaxBulkLen: 512 << 20, MaxArgs: 1 << 20, MaxInlineLen: 64 << 10}
 	long := strings.Repeat("x", 70<<10)
 	digits := strings.Repeat("1", 70<<10)
@@ -55,6 +56,15 @@ func TestShouldFail(t *testing.T) {
 		{"SET 'k'v x\r\n", "unbalanced quotes in request"},
 		{"SET \"k\\\"\r\n", "unbalanced quotes in request"},
 		{"SET 'k\\'\r\n", "unbalanced quotes in request"},
+		// A NUL in an inline request: found by FuzzReader, where
+		// "P\x00\x00\n" made the splitter append empty arguments until the
+		// process ran out of memory.
+		{"P\x00\x00\xff\xff\n", nulInline},
+		{"GET a\x00\r\n", nulInline},
+		{"SET k a\x00b\r\n", nulInline},
+		{"\x00\r\n", nulInline},
+		{"SET \"k\x00\" v\r\n", nulInline},
+		{"SET 'k' \x00\r\n", nulInline},
 	} {
 		args, err := readOne(t, tc.in, lim)
 		var perr *ProtocolError
@@ -172,7 +182,8 @@ func TestSplitArgs(t *testing.T) {
 		{"\"q\"\va", []string{"q", "a"}}, // \v counts as space after a closing quote
 		{"\v\f a", []string{"a"}},        // and as leading space
 		// sdssplitargs ends an unquoted argument only at ' ', \n, \r, \t
-		// or NUL; \v and \f stay inside it.
+		// or NUL (a NUL is refused before splitting: see TestShouldFail);
+		// \v and \f stay inside it.
 		{"a\vb c\fd", []string{"a\vb", "c\fd"}},
 		{"ax\v", []string{"ax\v"}},
 	} {
