@@ -373,6 +373,9 @@ func drawPanel(b *strings.Builder, th theme, c config, p panel, ss []series, x, 
 	}
 	for t := math.Ceil(tmin/xstep) * xstep; t <= tmax; t += xstep {
 		xx := xs(t)
+		if xx < px+24 || xx > px+pw-24 {
+			continue // its label would run into the y axis labels or off the panel
+		}
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", xx, py, xx, py+ph, th.grid)
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="10" text-anchor="middle" fill="%s">%s</text>`+"\n", xx, py+ph+13, th.dim, time.Unix(int64(t), 0).UTC().Format("15:04:05"))
 	}
