@@ -124,7 +124,7 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 		}
 	}
 	if msg != "" {
-		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+		h.opts.Metrics.Acquires.WithLabelValues("invalid").Inc()
 		replyError(p, msg)
 		return
 	}
@@ -165,7 +165,7 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	a, msg := parseLock(args)
 	if msg != "" {
-		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+		h.opts.Metrics.Renewals.WithLabelValues("invalid").Inc()
 		replyError(p, msg)
 		return
 	}
@@ -195,7 +195,7 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	a, msg := parseLock(args)
 	if msg != "" {
-		h.opts.Metrics.Releases.WithLabelValues("error").Inc()
+		h.opts.Metrics.Releases.WithLabelValues("invalid").Inc()
 		replyError(p, msg)
 		return
 	}
@@ -223,7 +223,7 @@ func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *protocol.Pendin
 		msg = "ERR token must be a positive integer"
 	}
 	if msg != "" {
-		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
+		h.opts.Metrics.FenceChecks.WithLabelValues("invalid").Inc()
 		replyError(p, msg)
 		return
 	}
@@ -243,7 +243,9 @@ func (h *Handler) fenceCheckReply(resource string, token int64) []byte {
 	current, err := h.opts.Locks.FenceCheck(resource, uint64(token))
 	switch {
 	case err == locks.ErrNeverIssued:
-		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
+		// The caller's mistake, not a failure of the proxy: kept apart
+		// from "error" so that dashboards of backend errors stay quiet.
+		h.opts.Metrics.FenceChecks.WithLabelValues("invalid").Inc()
 		return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource")
 	case err != nil:
 		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()

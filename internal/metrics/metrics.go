@@ -24,11 +24,11 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, error
+	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, invalid (bad arguments), error
 	AcquireSeconds      prometheus.Histogram
-	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, error
-	Releases            *prometheus.CounterVec // result: released, notheld, error
-	FenceChecks         *prometheus.CounterVec // result: current, stale, error
+	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, invalid, error
+	Releases            *prometheus.CounterVec // result: released, notheld, invalid, error
+	FenceChecks         *prometheus.CounterVec // result: current, stale, invalid (bad or never-issued token), error (the proxy could not answer)
 	ReplicaAckSeconds   prometheus.Histogram
 	ReplicaShortfalls   prometheus.Counter
 	FsyncSeconds        prometheus.Histogram
@@ -117,6 +117,19 @@ func New() *Metrics {
 	f(m.LocksHeld)
 	f(m.LockExpirations)
 	f(m.SlowLockEntries)
+	// Every result from the start, at 0: a rate over a series that appears
+	// only with its first event shows nothing before it, and dashboards of
+	// errors would look empty rather than quiet.
+	for vec, results := range map[*prometheus.CounterVec][]string{
+		m.Acquires:    {"granted", "busy", "queuefull", "noreplicas", "invalid", "error"},
+		m.Renewals:    {"renewed", "lost", "noreplicas", "invalid", "error"},
+		m.Releases:    {"released", "notheld", "invalid", "error"},
+		m.FenceChecks: {"current", "stale", "invalid", "error"},
+	} {
+		for _, r := range results {
+			vec.WithLabelValues(r)
+		}
+	}
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -91,7 +91,8 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	c.Do("GET", "k")
 	tok := c.Do("LOCK.ACQUIRE", "r", "a", "10000")
 	c.Do("LOCK.ACQUIRE", "r", "b", "10000")                      // busy
-	c.Do("LOCK.ACQUIRE", "r", "b", "0")                          // error
+	c.Do("LOCK.ACQUIRE", "r", "b", "0")                          // invalid
+	c.Do("FENCE.CHECK", "r", "99999999")                         // invalid: never issued
 	c.Do("LOCK.RENEW", "r", "a", "10000")                        // renewed
 	c.Do("LOCK.RENEW", "r", "b", "10000")                        // lost
 	c.Do("FENCE.CHECK", "r", strings.TrimSpace(string(tok[1:]))) // current
@@ -112,7 +113,10 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	for _, want := range []string{
 		`fenceproxy_lock_acquires_total{result="granted"} 2`,
 		`fenceproxy_lock_acquires_total{result="busy"} 1`,
-		`fenceproxy_lock_acquires_total{result="error"} 1`,
+		`fenceproxy_lock_acquires_total{result="invalid"} 1`,
+		`fenceproxy_lock_acquires_total{result="error"} 0`, // the caller's mistakes are not errors
+		`fenceproxy_fence_checks_total{result="invalid"} 1`,
+		`fenceproxy_fence_checks_total{result="error"} 0`,
 		`fenceproxy_lock_acquires_total{result="noreplicas"} 1`,
 		`fenceproxy_lock_renewals_total{result="renewed"} 1`,
 		`fenceproxy_lock_renewals_total{result="lost"} 1`,
