@@ -49,19 +49,6 @@ redis_started=0
 started=()
 ports=()
 
-stop_pid() {
-	local name=$1 pid=$2 i
-	kill -0 "$pid" 2>/dev/null || return 0
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < 100; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-	log "stopped $name (pid $pid)"
-}
-
 cleanup() {
 	local rc=$? i
 	trap - EXIT INT TERM

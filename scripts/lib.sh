@@ -10,6 +10,21 @@ die() {
 	exit 1
 }
 
+# stop_pid NAME PID: SIGTERM a child this script started, wait up to 10 s,
+# then SIGKILL; logs with the sourcing script's log.
+stop_pid() {
+	local name=$1 pid=$2 i
+	kill -0 "$pid" 2>/dev/null || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	log "stopped $name (pid $pid)"
+}
+
 # need_redis: make sure redis-server and redis-cli exist, installing them
 # with apt-get when root.
 need_redis() {
