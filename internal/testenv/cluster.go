@@ -14,8 +14,10 @@ import (
 )
 
 // clusterWait bounds StartCluster (creating the cluster and waiting for it to
-// become healthy) and each WaitHealthy.
-const clusterWait = 20 * time.Second
+// become healthy) and each WaitHealthy. Generous for the same reason as
+// proxyWait: on a crowded machine a node can miss the 1 s node timeout at
+// start, be marked failed, and take a while to be seen again.
+const clusterWait = 45 * time.Second
 
 // ClusterSlots is the number of hash slots of Redis Cluster.
 const ClusterSlots = 16384

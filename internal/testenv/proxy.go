@@ -13,8 +13,10 @@ import (
 	"time"
 )
 
-// proxyWait bounds the wait for fenceproxy to answer PING.
-const proxyWait = 15 * time.Second
+// proxyWait bounds the wait for fenceproxy to answer PING. Generous: it only
+// ends a hang, and a -race build starting on a crowded 2-core machine has
+// been seen to need more than 15 s.
+const proxyWait = 40 * time.Second
 
 // ProxyOptions configures StartProxy.
 type ProxyOptions struct {
