@@ -469,13 +469,13 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 		return nil, ErrStale
 	}
 	if holderPrefix != "" {
-		owner, held, err := m.holder(ctx, resource, token)
+		rec, held, err := m.readRecord(ctx, resource)
 		switch {
 		case err != nil:
 			return nil, err
-		case !held:
+		case !held || rec.Token != strconv.FormatUint(token, 10):
 			return nil, ErrLeaseOver
-		case !strings.HasPrefix(owner, holderPrefix):
+		case !strings.HasPrefix(rec.Owner, holderPrefix):
 			return nil, ErrOtherHolder
 		}
 	}
@@ -491,24 +491,42 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	return write.Raw()
 }
 
-// holder reads resource's owner record: its owner, and whether a lease
-// with token is current.
-func (m *Manager) holder(ctx context.Context, resource string, token uint64) (owner string, held bool, err error) {
+// record is an owner record as infoScript reads it.
+type record struct {
+	Owner     string // "" when there is no record (the resource is free)
+	Token     string // the holder's token, as stored
+	LeaseLeft time.Duration
+	// Kept since LOCK.INFO's times; zero in older records.
+	Acquired, Renewed time.Time
+	ClientAddr        string
+}
+
+// readRecord reads resource's owner record from its master: the one place
+// that knows infoScript's reply (owner, token, pttl, then acquired-at,
+// renewed-at and client-addr, absent from records older than those).
+func (m *Manager) readRecord(ctx context.Context, resource string) (rec record, held bool, err error) {
 	key := m.recordKey(resource)
 	node := m.opts.Backend.MasterForKey([]byte(key))
 	if node == nil {
-		return "", false, cluster.ErrUnavailable
+		return rec, false, cluster.ErrUnavailable
 	}
 	reply, err := infoRead.Run(ctx, node.Client, []string{key}).Slice()
-	if err != nil {
-		return "", false, err
+	if err != nil || len(reply) < 3 {
+		return rec, false, err
 	}
-	if len(reply) < 3 { // a free resource; a record has 3 fields or, since LOCK.INFO's times, 6
-		return "", false, nil
+	if rec.Owner, held = reply[0].(string); !held {
+		return rec, false, nil
 	}
-	owner, ok := reply[0].(string)
-	t, _ := reply[1].(string)
-	return owner, ok && t == strconv.FormatUint(token, 10), nil
+	rec.Token, _ = reply[1].(string)
+	if pttl, ok := reply[2].(int64); ok && pttl > 0 {
+		rec.LeaseLeft = time.Duration(pttl) * time.Millisecond
+	}
+	if len(reply) == 6 {
+		rec.Acquired = unixMilli(reply[3])
+		rec.Renewed = unixMilli(reply[4])
+		rec.ClientAddr, _ = reply[5].(string)
+	}
+	return rec, true, nil
 }
 
 // Top returns the n resources whose acquires most often found them held
@@ -542,28 +560,14 @@ func (m *Manager) Info(ctx context.Context, resource string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	key := m.recordKey(resource)
-	node := m.opts.Backend.MasterForKey([]byte(key))
-	if node == nil {
-		return Info{}, cluster.ErrUnavailable
-	}
-	reply, err := infoRead.Run(ctx, node.Client, []string{key}).Slice()
+	rec, held, err := m.readRecord(ctx, resource)
 	if err != nil {
 		return Info{}, err
 	}
-	info := Info{Token: newest, Waiters: m.waiting.count(resource)}
-	if len(reply) >= 3 {
-		if owner, ok := reply[0].(string); ok {
-			info.Owner, info.Held = owner, true
-			if pttl, ok := reply[2].(int64); ok && pttl > 0 {
-				info.LeaseLeft = time.Duration(pttl) * time.Millisecond
-			}
-		}
-	}
-	if info.Held && len(reply) == 6 {
-		info.Acquired = unixMilli(reply[3])
-		info.Renewed = unixMilli(reply[4])
-		info.ClientAddr, _ = reply[5].(string)
+	info := Info{Token: newest, Waiters: m.waiting.count(resource), Held: held}
+	if held {
+		info.Owner, info.LeaseLeft = rec.Owner, rec.LeaseLeft
+		info.Acquired, info.Renewed, info.ClientAddr = rec.Acquired, rec.Renewed, rec.ClientAddr
 	}
 	return info, nil
 }
