@@ -3,6 +3,8 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,4 +197,18 @@ func StartFails(t testing.TB, args ...string) (exitCode int, stderr string) {
 		t.Fatalf("fenceproxy %v did not exit; stderr: %s", args, out.String())
 	}
 	return cmd.ProcessState.ExitCode(), out.String()
+}
+
+// HTTPGet fetches url (the proxy's /metrics, /healthz, /readyz) and returns
+// its status and body; a request that fails fails the test.
+func HTTPGet(t testing.TB, url string) (status int, body string) {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -121,7 +121,7 @@ func TestFenceStoreDiskFull(t *testing.T) {
 	if most := int(time.Since(start)/time.Second) + 3; lines > most {
 		t.Errorf("%d log lines for the fence store's failure within %v, want at most one a second", lines, time.Since(start))
 	}
-	if code, body := httpGet(t, "http://"+p.MetricsAddr+"/readyz"); code != 503 || !strings.Contains(body, "fence store") {
+	if code, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/readyz"); code != 503 || !strings.Contains(body, "fence store") {
 		t.Errorf("/readyz with the fence store failed = %d %q, want 503 naming the fence store", code, body)
 	}
 	if r := c.Do("SET", "k", "v"); string(r) != "+OK\r\n" {

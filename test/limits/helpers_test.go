@@ -9,7 +9,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,23 +23,11 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // measure of how fast it happens.
 const patience = 30 * time.Second
 
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // metric returns the value of the sample named exactly name (labels
 // included) on the proxy's /metrics, 0 if absent.
 func metric(t *testing.T, p *testenv.Proxy, name string) float64 {
 	t.Helper()
-	_, body := httpGet(t, "http://"+p.MetricsAddr+"/metrics")
+	_, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/metrics")
 	for line := range strings.Lines(body) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)

@@ -83,7 +83,7 @@ func TestBackendOutage(t *testing.T) {
 			t.Errorf("%s with Redis down = %q, want a retryable error", testenv.ShowCommand(cmd), r)
 		}
 	}
-	if code, body := httpGet(t, "http://"+p.MetricsAddr+"/readyz"); code != 503 {
+	if code, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/readyz"); code != 503 {
 		t.Errorf("/readyz with Redis down = %d %q, want 503", code, body)
 	}
 	if r := c.Do("PING"); string(r) != "+PONG\r\n" {
@@ -111,7 +111,7 @@ func TestBackendOutage(t *testing.T) {
 	}
 	// Every shared connection reconnects on its own backoff (at most 2s).
 	eventually(t, "/readyz never answered 200 after recovery", func() bool {
-		code, _ := httpGet(t, "http://"+p.MetricsAddr+"/readyz")
+		code, _ := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/readyz")
 		return code == 200
 	})
 }

@@ -1,8 +1,6 @@
 package locking
 
 import (
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,16 +160,8 @@ func TestDisconnectedWaiterLeavesLine(t *testing.T) {
 // scrape returns the proxy's /metrics text.
 func scrape(t *testing.T, p *testenv.Proxy) string {
 	t.Helper()
-	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("reading /metrics: %v", err)
-	}
-	return string(b)
+	_, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/metrics")
+	return body
 }
 
 // infoField returns field's value from an INFO reply ("" if absent).

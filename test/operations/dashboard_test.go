@@ -2,8 +2,6 @@ package operations
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -126,14 +124,9 @@ func TestGrafanaDashboard(t *testing.T) {
 	} {
 		c.Do(args...)
 	}
-	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/metrics")
 	var series []string // sample lines
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if line != "" && !strings.HasPrefix(line, "#") {
 			series = append(series, line)
 		}
@@ -175,7 +168,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	// Metrics with no panel yet: reported, not failed (a branch adding a
 	// metric need not add its panel in the same change).
 	var unused []string
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if name, ok := strings.CutPrefix(line, "# TYPE fenceproxy_"); ok {
 			name = "fenceproxy_" + strings.Fields(name)[0]
 			if !used[name] {

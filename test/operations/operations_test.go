@@ -3,9 +3,7 @@
 package operations
 
 import (
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -67,18 +65,6 @@ func TestDataDirHeldByAnotherProxy(t *testing.T) {
 	}
 }
 
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // TestMetricsCountWhatHappened drives every result the metrics promise and
 // reads them back from /metrics.
 func TestMetricsCountWhatHappened(t *testing.T) {
@@ -106,7 +92,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	}
 	replica.Cont()
 
-	code, body := httpGet(t, "http://"+p.MetricsAddr+"/metrics")
+	code, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/metrics")
 	if code != 200 {
 		t.Fatalf("/metrics status %d", code)
 	}
@@ -138,10 +124,10 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	if strings.Contains(body, `resource="`) || strings.Contains(body, "r3") {
 		t.Errorf("/metrics carries a per-resource label")
 	}
-	if code, _ := httpGet(t, "http://"+p.MetricsAddr+"/healthz"); code != 200 {
+	if code, _ := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/healthz"); code != 200 {
 		t.Errorf("/healthz = %d", code)
 	}
-	if code, _ := httpGet(t, "http://"+p.MetricsAddr+"/readyz"); code != 200 {
+	if code, _ := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/readyz"); code != 200 {
 		t.Errorf("/readyz = %d with Redis up", code)
 	}
 }
@@ -171,7 +157,7 @@ func TestBackendOutage(t *testing.T) {
 	if !strings.HasPrefix(string(r), "-TRYAGAIN") {
 		t.Fatalf("GET with Redis down = %q, want -TRYAGAIN", r)
 	}
-	if code, _ := httpGet(t, "http://"+p.MetricsAddr+"/readyz"); code != 503 {
+	if code, _ := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/readyz"); code != 503 {
 		t.Errorf("/readyz = %d with Redis down, want 503", code)
 	}
 	if r := c.Do("PING"); string(r) != "+PONG\r\n" {

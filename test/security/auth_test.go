@@ -2,8 +2,6 @@ package security_test
 
 import (
 	"bytes"
-	"io"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -290,20 +288,15 @@ func TestSecretsStayOut(t *testing.T) {
 	expect(t, c, "+OK\r\n", "AUTH", defaultPass)
 	info := string(c.Do("INFO"))
 	list := string(c.Do("CLIENT", "LIST"))
-	resp, err := http.Get("http://" + e.proxy.MetricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(metrics), "fenceproxy_auth_failures_total 5") {
-		t.Errorf("/metrics should count the 5 failed authentications:\n%s", grepLines(string(metrics), "fenceproxy_auth"))
+	_, metrics := testenv.HTTPGet(t, "http://"+e.proxy.MetricsAddr+"/metrics")
+	if !strings.Contains(metrics, "fenceproxy_auth_failures_total 5") {
+		t.Errorf("/metrics should count the 5 failed authentications:\n%s", grepLines(metrics, "fenceproxy_auth"))
 	}
 	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(e.proxy.Pid()) + "/cmdline")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for what, text := range map[string]string{"log": e.proxy.Log(), "INFO": info, "CLIENT LIST": list, "/metrics": string(metrics), "command line": string(cmdline)} {
+	for what, text := range map[string]string{"log": e.proxy.Log(), "INFO": info, "CLIENT LIST": list, "/metrics": metrics, "command line": string(cmdline)} {
 		for _, pw := range []string{defaultPass, alicePass, bobPass, carolPass, erinPass, disPass} {
 			if strings.Contains(text, pw) {
 				t.Errorf("the proxy's %s contains a password", what)
