@@ -6,10 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 )
 
 // leases remembers the leases this proxy granted and has not yet seen end,
@@ -203,8 +199,11 @@ func (m *Manager) checkLease(l *lease) {
 	if !current {
 		return // released or replaced meanwhile
 	}
-	key := m.recordKey(l.resource)
-	left, alive, err := m.leaseLeft(key, l.token)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	rec, held, err := m.readRecord(ctx, l.resource)
+	cancel()
+	left := rec.LeaseLeft
+	alive := held && rec.Token == strconv.FormatUint(l.token, 10) && left > 0
 	m.leases.mu.Lock()
 	if err != nil || alive {
 		// Alive, or unknown (Redis unreachable: look again shortly).
@@ -220,31 +219,6 @@ func (m *Manager) checkLease(l *lease) {
 	m.leases.changedLocked()
 	m.leases.mu.Unlock()
 	m.logExpired(l)
-}
-
-// leaseLeft reads whether the record of key still carries token, and its
-// remaining lease.
-func (m *Manager) leaseLeft(key string, token uint64) (time.Duration, bool, error) {
-	node := m.opts.Backend.MasterForKey([]byte(key))
-	if node == nil {
-		return 0, false, cluster.ErrUnavailable
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var tok *redis.StringCmd
-	var pttl *redis.DurationCmd
-	_, err := node.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		tok = p.HGet(ctx, key, "token")
-		pttl = p.PTTL(ctx, key)
-		return nil
-	})
-	if err != nil && err != redis.Nil {
-		return 0, false, err
-	}
-	if tok.Val() != strconv.FormatUint(token, 10) || pttl.Val() <= 0 {
-		return 0, false, nil
-	}
-	return pttl.Val(), true, nil
 }
 
 func (m *Manager) logExpired(l *lease) {
