@@ -197,7 +197,10 @@ func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *protocol.Pendi
 		// The reader may be blocked with no deadline: give it one.
 		c.nc.SetReadDeadline(time.Now().Add(c.opts.ReplyTimeout))
 	}
-	now := time.Now()
+	var now time.Time // only for ObserveReply: a clock read per request shows at -P 16
+	if c.opts.ObserveReply != nil {
+		now = time.Now()
+	}
 	if asking {
 		c.wbuf = append(c.wbuf, askingRequest...)
 		c.queue = append(c.queue, inflight{protocol.NewPendingFunc(func() {}), now})
@@ -284,45 +287,62 @@ func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 		if _, err := rd.Peek(1); err != nil {
 			return err
 		}
+		// One clock read per read from Redis: the replies it brought
+		// arrived together. (A clock read per reply was 5% of the proxy's
+		// CPU at -P 16.)
+		now := time.Now()
 		c.mu.Lock()
 		if c.head == len(c.queue) {
 			c.mu.Unlock()
 			return errors.New("reply with no request: stream out of step")
 		}
 		f := c.queue[c.head]
-		p := f.p
 		c.mu.Unlock()
-
-		start := len(p.Buf)
-		var err error
-		if p.Buf, err = AppendReply(p.Buf, rd); err != nil {
-			p.Buf = p.Buf[:start]
-			return err
-		}
-		c.mu.Lock()
-		c.queue[c.head] = inflight{}
-		c.head++
-		if c.opts.ReplyTimeout > 0 {
-			if c.head == len(c.queue) {
-				nc.SetReadDeadline(time.Time{}) // idle: wait for requests as long as it takes
-			} else {
-				nc.SetReadDeadline(time.Now().Add(c.opts.ReplyTimeout))
+		for {
+			p := f.p
+			start := len(p.Buf)
+			var err error
+			if p.Buf, err = AppendReply(p.Buf, rd); err != nil {
+				p.Buf = p.Buf[:start]
+				return err
 			}
+			// One critical section retires this request and, if its reply
+			// is already buffered, takes the next one: pipelined replies
+			// cost one lock each, not two.
+			c.mu.Lock()
+			c.queue[c.head] = inflight{}
+			c.head++
+			if c.opts.ReplyTimeout > 0 {
+				if c.head == len(c.queue) {
+					nc.SetReadDeadline(time.Time{}) // idle: wait for requests as long as it takes
+				} else {
+					nc.SetReadDeadline(time.Now().Add(c.opts.ReplyTimeout))
+				}
+			}
+			switch {
+			case c.head == len(c.queue):
+				c.queue, c.head = c.queue[:0], 0
+			case c.head >= 1024 && c.head > len(c.queue)/2:
+				// Always busy: slide the live part down so the slice stops growing.
+				n := copy(c.queue, c.queue[c.head:])
+				clear(c.queue[n:])
+				c.queue, c.head = c.queue[:n], 0
+			}
+			next := c.head < len(c.queue) && rd.Buffered() > 0
+			var nf inflight
+			if next {
+				nf = c.queue[c.head]
+			}
+			c.mu.Unlock()
+			if c.opts.ObserveReply != nil {
+				c.opts.ObserveReply(now.Sub(f.start))
+			}
+			p.Done()
+			if !next {
+				break
+			}
+			f = nf
 		}
-		switch {
-		case c.head == len(c.queue):
-			c.queue, c.head = c.queue[:0], 0
-		case c.head >= 1024 && c.head > len(c.queue)/2:
-			// Always busy: slide the live part down so the slice stops growing.
-			n := copy(c.queue, c.queue[c.head:])
-			clear(c.queue[n:])
-			c.queue, c.head = c.queue[:n], 0
-		}
-		c.mu.Unlock()
-		if c.opts.ObserveReply != nil {
-			c.opts.ObserveReply(time.Since(f.start))
-		}
-		p.Done()
 	}
 }
 
