@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -55,6 +56,14 @@ type Conn struct {
 	reading   bool
 	idleArmed bool      // a read deadline for the idle timeout is set
 	outbound  *outbound // the write side once taken (TakeWrites)
+	// rawConn writes to a plaintext client's socket without blocking, for
+	// a batch written by its last reply (writeLater); nil over TLS.
+	rawConn  syscall.RawConn
+	rawWrite rawWrite
+	// later is true while a batch is left to its last reply to write;
+	// laterDone then brings the outcome of that write.
+	later     bool
+	laterDone chan error
 	// window is how many requests a batch may hold: maxBatch, shrunk to
 	// what fits maxBatchBytes after a batch of big replies, and doubling
 	// back while they are small. With outCount.full, it keeps a pipeline of
@@ -84,6 +93,9 @@ func (c *Conn) serve() {
 		c.reading = true
 		args, err := c.rd.ReadCommand()
 		c.reading = false
+		if c.later && c.awaitLater() != nil {
+			return
+		}
 		if c.idleArmed && err == nil {
 			// Cleared here rather than in idleReader, so that the reads of
 			// awaitWatchingClient keep the deadline its waker sets.
@@ -124,6 +136,9 @@ func (c *Conn) serve() {
 		// A batch whose replies are big is written before more is read,
 		// as is one as long as the window.
 		if c.batch.out.full(c.window) || c.closeAfterReply || c.batch.n >= c.window || c.rd.Buffered() == 0 {
+			if c.writeLater() {
+				continue
+			}
 			// Shutting down, requests already read are still served.
 			if err := c.writeBatch(); err != nil || c.closeAfterReply || (c.closing.Load() && c.rd.Buffered() == 0) {
 				return
@@ -329,6 +344,12 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 	}
 	c.rd = NewReader(bufio.NewReaderSize(src, readBufferSize), s.Limits)
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
+	c.batch.conn = c
+	c.batch.left.Store(1)
+	if tc, ok := nc.(*net.TCPConn); ok && rawWriteSupported {
+		c.rawConn, _ = tc.SyscallConn()
+		c.laterDone = make(chan error, 1)
+	}
 	return c
 }
 

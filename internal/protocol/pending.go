@@ -11,10 +11,11 @@ import (
 // any goroutine. After Done, neither Buf nor the Pending may be touched: the
 // connection reuses both for a later request.
 type Pending struct {
-	Buf  []byte
-	done *sync.WaitGroup
-	then func()    // instead of done, for NewPendingFunc
-	out  *outCount // the connection's output count; nil for NewPending's
+	Buf   []byte
+	done  *sync.WaitGroup
+	then  func()    // instead of done, for NewPendingFunc
+	out   *outCount // the connection's output count; nil for NewPending's
+	batch *batch    // the batch it is a reply of; nil for NewPending's
 }
 
 // Done marks the reply complete.
@@ -26,7 +27,18 @@ func (p *Pending) Done() {
 	if p.out != nil {
 		p.out.add(p)
 	}
+	b := p.batch
+	if b == nil {
+		p.done.Done()
+		return
+	}
+	// left reaches 0 only for a batch its connection left to be written by
+	// whoever completes it (see Conn.writeLater): this is that one.
+	last := b.left.Add(-1) == 0
 	p.done.Done()
+	if last {
+		b.conn.finishLater()
+	}
 }
 
 // maxRetainedReply is the largest reply buffer a connection keeps for reuse;
@@ -40,6 +52,11 @@ type batch struct {
 	replies []*Pending
 	n       int
 	out     *outCount
+	// left is the replies still to come, plus 1 while the connection's
+	// goroutine holds the batch (it always does, except while a batch is
+	// left to its last reply to write: see Conn.writeLater).
+	left atomic.Int64
+	conn *Conn
 }
 
 // outCount adds up the bytes of a batch's completed replies while they
@@ -107,8 +124,10 @@ func (b *batch) next() *Pending {
 	p.Buf = p.Buf[:0]
 	p.done = &b.wg
 	p.out = b.out
+	p.batch = b
 	b.n++
 	b.wg.Add(1)
+	b.left.Add(1)
 	return p
 }
 
