@@ -211,13 +211,34 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	}
 	key := m.recordKey(resource)
 	start := time.Now()
-	node, write := m.start(ctx, key, cluster.ScriptCall{
+	call := cluster.ScriptCall{
 		Source: acquireScript,
 		SHA:    acquireSHA,
 		Keys:   m.keys(key),
 		Args: []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds(),
 			start.UnixMilli(), clientAddr},
-	}, true)
+	}
+	if othersWaiting {
+		// Someone is in line, so only the owner's own re-arm can succeed,
+		// and nearly always this is a newcomer about to be told busy. Ask
+		// without a WAIT first: a busy answer wrote nothing to acknowledge,
+		// and its WAIT would hold up, on the same connection, the grant to
+		// the head of the line (on a hot lock that was one WAIT round
+		// trip in every handoff). A re-arm runs again below, with its WAIT.
+		_, probe := m.start(ctx, key, call, false)
+		reply, err := probe.Reply()
+		if err != nil {
+			return 0, 0, err
+		}
+		kind, value, err := pair(reply)
+		if err != nil {
+			return 0, 0, err
+		}
+		if kind == 0 {
+			return 0, busyLease(value), ErrBusy
+		}
+	}
+	node, write := m.start(ctx, key, call, true)
 	reply, err := write.Reply()
 	if err != nil {
 		return 0, 0, err
@@ -228,13 +249,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	}
 	switch kind {
 	case 0:
-		// The holder's remaining lease; if unknown (no expiry, or free but
-		// promised to the head of the line), look again soon.
-		left := time.Duration(value) * time.Millisecond
-		if left <= 0 {
-			left = 50 * time.Millisecond
-		}
-		return 0, left, ErrBusy
+		return 0, busyLease(value), ErrBusy
 	case 1:
 		token = uint64(value) // the owner's existing grant, re-armed
 	case 2:
@@ -286,6 +301,16 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		m.leases.rearmed(resource, token, start.Add(ttl))
 	}
 	return token, 0, nil
+}
+
+// busyLease is the holder's remaining lease from a busy acquire's reply
+// (ms); if unknown (no expiry, or free but promised to the head of the
+// line), the caller looks again soon.
+func busyLease(ms int64) time.Duration {
+	if left := time.Duration(ms) * time.Millisecond; left > 0 {
+		return left
+	}
+	return 50 * time.Millisecond
 }
 
 // start runs call on the master of key's slot, by EVALSHA when call has a

@@ -235,3 +235,57 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("--max-waiters 0: a WAIT acquire of a held resource = %q, want %q", r, want0)
 	}
 }
+
+// commandCalls is how many times the Redis at addr ran cmd (lower case).
+func commandCalls(t *testing.T, addr, cmd string) int64 {
+	t.Helper()
+	c := testenv.Dial(t, addr)
+	defer c.Close()
+	text, _ := testenv.ParseBulk(c.Do("INFO", "commandstats"))
+	for _, line := range strings.Split(string(text), "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestNewcomerToALineSendsNoWait: while someone waits in line, a newcomer's
+// LOCK.ACQUIRE can only be told busy (or be the holder's own re-arm), so it
+// asks Redis without a WAIT: a WAIT there would hold up the next grant on
+// the same connection, once per handoff of a hot lock. The holder's re-arm
+// still waits for its replica: with the replica stopped it is refused.
+func TestNewcomerToALineSendsNoWait(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 300 * time.Millisecond})
+	admin := testenv.Dial(t, p.Addr)
+	waitFor(t, 20*time.Second, "a grant acknowledged by the replica", func() bool {
+		r := admin.Do("LOCK.ACQUIRE", "line", "holder", "60000")
+		return r[0] == ':'
+	})
+	queue(t, p.Addr, admin, "line", 1)
+
+	before := commandCalls(t, master.Addr, "wait")
+	if r := admin.Do("LOCK.ACQUIRE", "line", "newcomer", "60000"); string(r) != "$-1\r\n" && string(r) != "_\r\n" {
+		t.Fatalf("newcomer's LOCK.ACQUIRE = %q, want a null reply (busy)", r)
+	}
+	if d := commandCalls(t, master.Addr, "wait") - before; d != 0 {
+		t.Errorf("a newcomer told busy sent %d WAITs to Redis, want 0", d)
+	}
+
+	before = commandCalls(t, master.Addr, "wait")
+	if r := admin.Do("LOCK.ACQUIRE", "line", "holder", "60000"); r[0] != ':' {
+		t.Fatalf("holder's re-arm while someone waits = %q, want its token", r)
+	}
+	if d := commandCalls(t, master.Addr, "wait") - before; d < 1 {
+		t.Errorf("the holder's re-arm sent %d WAITs, want at least 1: it must be acknowledged", d)
+	}
+
+	replica.Stop()
+	t.Cleanup(replica.Cont)
+	if r := admin.Do("LOCK.ACQUIRE", "line", "holder", "60000"); !strings.HasPrefix(string(r), "-NOREPLICAS") {
+		t.Fatalf("holder's re-arm with the replica stopped = %q, want -NOREPLICAS", r)
+	}
+}
