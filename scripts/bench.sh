@@ -275,7 +275,43 @@ record() {
 	if [[ -z ${best[$key]:-} ]] || awk -v a="$rate" -v b="${best[$key]}" 'BEGIN { exit !(a > b) }'; then
 		best[$key]=$rate
 		lat[$key]="$3 $4"
+		cpu[$key]=$run_cpu
 	fi
+}
+
+# Where each run's CPU time goes, from /proc, in clock ticks: the whole
+# machine's busy time (every core: user, nice, system, irq, softirq) and
+# that of the Redis master, its replica and the system in the middle
+# (fenceproxy, twemproxy or etcd). What is left is the load generator's,
+# the kernel's share of the network stack, and the rest of the machine.
+declare -A cpu_pid=() # master, replica: set by main once Redis runs
+declare -A cpu=()     # KEY -> "total master replica middle rest" in us per op, of the best run
+run_cpu=""
+hz=$(getconf CLK_TCK)
+
+pid_ticks() {
+	[[ -n $1 ]] || {
+		echo 0
+		return
+	}
+	awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# cpu_snap MIDDLE_PID: "busy master replica middle" ticks now.
+cpu_snap() {
+	echo "$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat) $(pid_ticks "${cpu_pid[master]:-}")" \
+		"$(pid_ticks "${cpu_pid[replica]:-}") $(pid_ticks "$1")"
+}
+
+# cpu_per_op BEFORE AFTER OPS: "total master replica middle rest", us per op.
+cpu_per_op() {
+	awk -v a="$1" -v b="$2" -v ops="$3" -v hz="$hz" 'BEGIN {
+		split(a, x, " "); split(b, y, " ")
+		if (ops + 0 <= 0) { print "-"; exit }
+		us = 1e6 / hz / ops
+		t = (y[1] - x[1]) * us; m = (y[2] - x[2]) * us; r = (y[3] - x[3]) * us; p = (y[4] - x[4]) * us
+		printf "%.1f %.1f %.1f %.1f %.1f", t, m, r, p, t - m - r - p
+	}'
 }
 
 # rb TARGET ADDR PIPELINE N [TESTS [ARGS...]]: one redis-benchmark run (-t TESTS,
@@ -285,9 +321,15 @@ record() {
 rb() {
 	local target=$1 addr=$2 p=$3 n=$4 tests=${5:-set,get} out line test rps p50 p99 err
 	shift $(($# < 5 ? $# : 5))
-	local rc=0
+	local rc=0 middle="" before
+	[[ $target == twemproxy ]] && middle=${TWEM_PID:-}
+	[[ $target == proxy ]] && middle=$proxy_pid
+	before=$(cpu_snap "$middle")
 	out=$(redis-benchmark -h "${addr%:*}" -p "${addr##*:}" -c "$CLIENTS" -n "$n" \
 		-r 100000 -t "$tests" -P "$p" --csv "$@" 2>"$tmp/rb.err") || rc=$?
+	# Per test only when the run had one test: CPU is measured per run.
+	run_cpu=""
+	[[ $tests == *,* ]] || run_cpu=$(cpu_per_op "$before" "$(cpu_snap "$middle")" "$n")
 	# redis-benchmark 7.0 exits 1 at the first error reply ("Error from server: ...").
 	err=$(grep -m 1 -h 'Error from server' - "$tmp/rb.err" <<<"$out" || true)
 	((rc == 0)) || [[ -n $err ]] ||
@@ -321,8 +363,11 @@ field() {
 
 # lb KEY SYSTEM ADDR [-hot]: one lockbench run (etcdbench for SYSTEM etcd), recorded under KEY.
 lb() {
-	local key=$1 system=$2 addr=$3 out line
+	local key=$1 system=$2 addr=$3 out line middle="" before after
 	shift 3
+	[[ $system == etcd ]] && middle=${ETCD_PID:-}
+	[[ $system == fenceproxy ]] && middle=$proxy_pid
+	before=$(cpu_snap "$middle")
 	if [[ $system == etcd ]]; then
 		out=$("$tmp/etcdbench" -endpoints "$addr" -clients "$CLIENTS" \
 			-duration "$LOCK_DUR" -resources 100000 "$@" 2>&1) ||
@@ -332,9 +377,11 @@ lb() {
 			-duration "$LOCK_DUR" -resources 100000 "$@" 2>&1) ||
 			die "lockbench $system $* failed: $out"
 	fi
+	after=$(cpu_snap "$middle")
 	echo "$out"
 	line=$(grep '^RESULT ' <<<"$out" | tail -n 1)
 	[[ -n $line ]] || die "lockbench $system printed no RESULT line"
+	run_cpu=$(cpu_per_op "$before" "$after" "$(field "$line" ops)")
 	record "$key" "$(field "$line" ops_per_sec)" "$(field "$line" p50_ms)" "$(field "$line" p99_ms)"
 	errs[$key]=$((${errs[$key]:-0} + $(field "$line" errors)))
 	if [[ $* == *-hot* ]]; then
@@ -405,21 +452,26 @@ main() {
 	# shellcheck disable=SC1091
 	source "$tmp/redis/env"
 	ports+=("$MASTER_PORT" "$REPLICA_PORT")
+	cpu_pid[master]=$(cat "$tmp/redis/master.pid")
+	cpu_pid[replica]=$(cat "$tmp/redis/replica.pid")
 	start_proxy
 	start_twemproxy
 	start_etcd
 	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR, fenceproxy $PROXY_ADDR (pid $proxy_pid)," \
 		"twemproxy $TWEM_ADDR (pid $TWEM_PID), etcd $ETCD_ADDR (pid $ETCD_PID)"
 
-	local rep p n
+	local rep p n t
 	for p in 1 16; do
 		n=$N_P1
 		((p == 1)) || n=$N_P16
 		for ((rep = 1; rep <= RB_REPS; rep++)); do
-			rb direct "$MASTER_ADDR" "$p" "$n"
-			rb twemproxy "$TWEM_ADDR" "$p" "$n"
-			rb proxy "$PROXY_ADDR" "$p" "$n"
-			check_proxy
+			# One test per run, so that each has its own CPU figures.
+			for t in set get; do
+				rb direct "$MASTER_ADDR" "$p" "$n" "$t"
+				rb twemproxy "$TWEM_ADDR" "$p" "$n" "$t"
+				rb proxy "$PROXY_ADDR" "$p" "$n" "$t"
+				check_proxy
+			done
 		done
 	done
 
@@ -513,6 +565,31 @@ main() {
 		printf '%-40s %10s %8s %8s %7s %14s%s\n' "${hlabel[$s]}" "$(num "${best[hot/$s]:-}")" \
 			${lat[hot/$s]:-- -} "${errs[hot/$s]:-0}" \
 			"$(ratio "${best[hot/fenceproxy]:-}" "${best[hot/$s]:-}")" "${extra[hot/$s]:-}"
+	done
+
+	echo
+	echo "-- where the CPU goes: us of CPU time per request (passthrough) or per lock cycle / handoff, in the better"
+	echo "   round; total = every core's busy time; rest = load generator, kernel network stack, anything else"
+	printf '%-44s %8s %8s %8s %8s %8s %11s\n' run total master replica middle rest cores_busy
+	local k c
+	for p in 1 16; do
+		for t in SET GET; do
+			for s in direct twemproxy proxy; do
+				k="$t/$p/$s"
+				c=${cpu[$k]:-}
+				[[ -n $c && $c != - ]] || continue
+				# shellcheck disable=SC2086
+				printf '%-44s %8s %8s %8s %8s %8s %11s\n' "$t -P $p $s" $c \
+					"$(awk -v t="${c%% *}" -v r="${best[$k]}" 'BEGIN { printf "%.2f", t * r / 1e6 }')"
+			done
+		done
+	done
+	for k in distinct/redis distinct/redis-fenced distinct/etcd distinct/fenceproxy hot/redis-fenced hot/etcd hot/fenceproxy; do
+		c=${cpu[$k]:-}
+		[[ -n $c && $c != - ]] || continue
+		# shellcheck disable=SC2086
+		printf '%-44s %8s %8s %8s %8s %8s %11s\n' "lock $k" $c \
+			"$(awk -v t="${c%% *}" -v r="${best[$k]}" 'BEGIN { printf "%.2f", t * r / 1e6 }')"
 	done
 
 	if ((!quick)); then
