@@ -198,34 +198,19 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr strin
 // With othersWaiting, a free resource is not taken (the head of the line has
 // it); only the owner's own re-arm succeeds.
 func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool) (token uint64, leaseLeft time.Duration, err error) {
-	unlock := m.serial.lock(resource)
-	defer unlock()
-
-	newest, err := m.opts.Store.Newest([]byte(resource))
-	if err != nil {
-		return 0, 0, err
-	}
-	candidate, err := m.opts.Store.NextToken()
-	if err != nil {
-		return 0, 0, err
-	}
-	key := m.recordKey(resource)
-	start := time.Now()
-	call := cluster.ScriptCall{
-		Source: acquireScript,
-		SHA:    acquireSHA,
-		Keys:   m.keys(key),
-		Args: []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			start.UnixMilli(), clientAddr},
-	}
 	if othersWaiting {
 		// Someone is in line, so only the owner's own re-arm can succeed,
 		// and nearly always this is a newcomer about to be told busy. Ask
-		// without a WAIT first: a busy answer wrote nothing to acknowledge,
-		// and its WAIT would hold up, on the same connection, the grant to
-		// the head of the line (on a hot lock that was one WAIT round
-		// trip in every handoff). A re-arm runs again below, with its WAIT.
-		_, probe := m.start(ctx, key, call, false)
+		// without a WAIT, and outside the resource's serial section: a
+		// busy answer wrote nothing to acknowledge, and neither its WAIT
+		// nor its round trip should hold up the grant to the head of the
+		// line (on a hot lock, that was in every handoff). A re-arm runs
+		// again below, serialized and with its WAIT.
+		call, _, _, _, err := m.acquireCall(resource, owner, clientAddr, ttl, true)
+		if err != nil {
+			return 0, 0, err
+		}
+		_, probe := m.start(ctx, call.Keys[0], call, false)
 		reply, err := probe.Reply()
 		if err != nil {
 			return 0, 0, err
@@ -238,6 +223,14 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 			return 0, busyLease(value), ErrBusy
 		}
 	}
+
+	unlock := m.serial.lock(resource)
+	defer unlock()
+	call, newest, candidate, start, err := m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting)
+	if err != nil {
+		return 0, 0, err
+	}
+	key := call.Keys[0]
 	node, write := m.start(ctx, key, call, true)
 	reply, err := write.Reply()
 	if err != nil {
@@ -301,6 +294,27 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		m.leases.rearmed(resource, token, start.Add(ttl))
 	}
 	return token, 0, nil
+}
+
+// acquireCall builds one acquire attempt's script call: it reads the
+// resource's newest token and takes a fresh candidate.
+func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool) (call cluster.ScriptCall, newest, candidate uint64, start time.Time, err error) {
+	if newest, err = m.opts.Store.Newest([]byte(resource)); err != nil {
+		return call, 0, 0, start, err
+	}
+	if candidate, err = m.opts.Store.NextToken(); err != nil {
+		return call, 0, 0, start, err
+	}
+	key := m.recordKey(resource)
+	start = time.Now()
+	call = cluster.ScriptCall{
+		Source: acquireScript,
+		SHA:    acquireSHA,
+		Keys:   m.keys(key),
+		Args: []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds(),
+			start.UnixMilli(), clientAddr},
+	}
+	return call, newest, candidate, start, nil
 }
 
 // busyLease is the holder's remaining lease from a busy acquire's reply
