@@ -210,12 +210,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		if err != nil {
 			return 0, 0, err
 		}
-		_, probe := m.start(ctx, call.Keys[0], call, false)
-		reply, err := probe.Reply()
-		if err != nil {
-			return 0, 0, err
-		}
-		kind, value, err := pair(reply)
+		_, _, kind, value, err := m.sendAcquire(ctx, call, false)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -231,12 +226,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		return 0, 0, err
 	}
 	key := call.Keys[0]
-	node, write := m.start(ctx, key, call, true)
-	reply, err := write.Reply()
-	if err != nil {
-		return 0, 0, err
-	}
-	kind, value, err := pair(reply)
+	node, write, kind, value, err := m.sendAcquire(ctx, call, true)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -248,7 +238,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	case 2:
 		token = candidate
 	default:
-		return 0, 0, fmt.Errorf("locks: unexpected acquire reply %v", reply)
+		return 0, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", kind)
 	}
 
 	// While Redis waits for the replicas, make the token durable as
@@ -315,6 +305,19 @@ func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Durat
 			start.UnixMilli(), clientAddr},
 	}
 	return call, newest, candidate, start, nil
+}
+
+// sendAcquire runs an acquire attempt (see start) and reads its reply: kind
+// 0 busy (value: the holder's lease left, ms), 1 re-armed, 2 granted (value:
+// the token). With wantAcks, write.Acks then gives the replicas' count.
+func (m *Manager) sendAcquire(ctx context.Context, call cluster.ScriptCall, wantAcks bool) (node *cluster.Node, write *cluster.Write, kind, value int64, err error) {
+	node, write = m.start(ctx, call.Keys[0], call, wantAcks)
+	reply, err := write.Reply()
+	if err != nil {
+		return node, write, 0, 0, err
+	}
+	kind, value, err = pair(reply)
+	return node, write, kind, value, err
 }
 
 // busyLease is the holder's remaining lease from a busy acquire's reply

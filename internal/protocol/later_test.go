@@ -175,29 +175,7 @@ func TestLaterWriteOverHardLimit(t *testing.T) {
 // another goroutine, as the backend completes them: the path where the
 // completing goroutine writes the batch.
 func BenchmarkServeLater(b *testing.B) {
-	s := NewServer(laterNowHandler{}, slog.New(slog.DiscardHandler))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.Shutdown(context.Background())
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	req := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
-	reply := make([]byte, 5)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := nc.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(nc, reply); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchServe(b, laterNowHandler{}, func(*Server) {})
 }
 
 // laterNowHandler completes each reply from one long-lived goroutine, with
@@ -224,28 +202,7 @@ func (laterNowHandler) Closed(*Conn)                                 {}
 // completes, written by that goroutine, allocates nothing (counted, not
 // timed).
 func TestLaterWriteAllocations(t *testing.T) {
-	s := NewServer(laterNowHandler{}, slog.New(slog.DiscardHandler))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.Shutdown(context.Background())
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	req := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
-	reply := make([]byte, 5)
-	roundTrip := func() {
-		if _, err := nc.Write(req); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(nc, reply); err != nil {
-			t.Fatal(err)
-		}
-	}
+	roundTrip := dialServer(t, laterNowHandler{}, func(*Server) {})
 	for range 100 {
 		roundTrip()
 	}

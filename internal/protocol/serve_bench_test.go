@@ -23,29 +23,39 @@ func (okHandler) Closed(*Conn)     {}
 // benchServe measures one request and its reply over loopback, one at a
 // time, on a server set up by configure. allocs/op counts the server's
 // allocations as well as the client's.
-func benchServe(b *testing.B, configure func(*Server)) {
-	s := NewServer(okHandler{}, slog.New(slog.DiscardHandler))
+func benchServe(b *testing.B, h Handler, configure func(*Server)) {
+	roundTrip := dialServer(b, h, configure)
+	b.ReportAllocs()
+	for b.Loop() {
+		roundTrip()
+	}
+}
+
+// dialServer starts a server with h on loopback, set up by configure, and
+// returns a function that sends one GET on a connection to it and reads its
+// 5-byte reply; the server stops when the test ends.
+func dialServer(tb testing.TB, h Handler, configure func(*Server)) func() {
+	s := NewServer(h, slog.New(slog.DiscardHandler))
 	configure(s)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	go s.Serve(ln)
-	defer s.Shutdown(context.Background())
+	tb.Cleanup(func() { s.Shutdown(context.Background()) })
 	nc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer nc.Close()
+	tb.Cleanup(func() { nc.Close() })
 	req := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
 	reply := make([]byte, 5)
-	b.ReportAllocs()
-	for b.Loop() {
+	return func() {
 		if _, err := nc.Write(req); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		if _, err := io.ReadFull(nc, reply); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 }

@@ -10,9 +10,9 @@ import (
 // soft output limits, an idle timeout): the limits must cost next to
 // nothing per request.
 func BenchmarkServeRoundTrip(b *testing.B) {
-	b.Run("defaults", func(b *testing.B) { benchServe(b, func(*Server) {}) })
+	b.Run("defaults", func(b *testing.B) { benchServe(b, okHandler{}, func(*Server) {}) })
 	b.Run("limits", func(b *testing.B) {
-		benchServe(b, func(s *Server) {
+		benchServe(b, okHandler{}, func(s *Server) {
 			s.NormalOutput = OutputLimit{Hard: 1 << 20, Soft: 512 << 10, SoftFor: time.Minute}
 			s.IdleTimeout = time.Minute
 		})
