@@ -7,7 +7,10 @@
 // later from another goroutine, e.g. when the backend replies), then wait for
 // the whole batch and write it with a single system call. A pipeline of N
 // requests thus has N requests in flight to the backend at once, and its
-// replies still leave in order. redcon's own server loop runs its handler
+// replies still leave in order. A batch that ends because the client has sent
+// nothing more (every unpipelined request) is instead written by whoever
+// completes its last reply, while the connection's goroutine is already back
+// in its read (see later.go): one goroutine wake-up fewer per request. redcon's own server loop runs its handler
 // synchronously and parses without limits, so this package keeps redcon for
 // what it does well, encoding replies (redcon.AppendBulk and friends), and
 // owns the read loop.
