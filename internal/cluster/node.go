@@ -246,6 +246,7 @@ func (n *Node) Close() {
 	}
 	// Writes still queued are answered through a closed connection: each
 	// gets the "unreachable" reply at once.
+	var scratch []byte
 	for _, queue := range []chan *Write{n.writes, n.unacked} {
 		if len(n.lockConn) == 0 {
 			break
@@ -254,7 +255,7 @@ func (n *Node) Close() {
 		for {
 			select {
 			case w := <-queue:
-				n.sendBatch(n.lockConn[0], []*Write{w})
+				n.sendBatch(n.lockConn[0], []*Write{w}, &scratch)
 			default:
 				break drain
 			}

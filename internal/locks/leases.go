@@ -191,8 +191,8 @@ func (m *Manager) sweep() {
 // where this proxy could not see (another fenceproxy) or Redis started it a
 // little late: it is tracked again until its new end.
 func (m *Manager) checkLease(l *lease) {
-	unlock := m.serial.lock(l.resource)
-	defer unlock()
+	turn := m.serial.lock(l.resource)
+	defer m.serial.unlock(l.resource, turn)
 	m.leases.mu.Lock()
 	current := m.leases.byRes[l.resource] == l
 	m.leases.mu.Unlock()

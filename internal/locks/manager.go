@@ -219,8 +219,8 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		}
 	}
 
-	unlock := m.serial.lock(resource)
-	defer unlock()
+	turn := m.serial.lock(resource)
+	defer m.serial.unlock(resource, turn)
 	call, newest, candidate, start, err := m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting)
 	if err != nil {
 		return 0, 0, err
@@ -389,8 +389,8 @@ func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, o
 
 // Renew re-arms owner's lease on resource to ttl and returns its token.
 func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration) (uint64, error) {
-	unlock := m.serial.lock(resource)
-	defer unlock()
+	turn := m.serial.lock(resource)
+	defer m.serial.unlock(resource, turn)
 	newest, err := m.opts.Store.Newest([]byte(resource))
 	if err != nil {
 		return 0, err
@@ -428,8 +428,8 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 
 // Release frees resource if owner holds it and reports whether it did.
 func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, error) {
-	unlock := m.serial.lock(resource)
-	defer unlock()
+	turn := m.serial.lock(resource)
+	defer m.serial.unlock(resource, turn)
 	key := m.recordKey(resource)
 	// A release needs no replica acknowledgement: if a failover loses it,
 	// the lease merely runs out.
@@ -499,8 +499,8 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 // token then, so no user can be said to own it). The record is read while
 // the resource's grants wait, so no grant slips in between.
 func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint64, command [][]byte, holderPrefix string) ([]byte, error) {
-	unlock := m.serial.lock(resource)
-	defer unlock()
+	turn := m.serial.lock(resource)
+	defer m.serial.unlock(resource, turn)
 	newest, err := m.opts.Store.Newest([]byte(resource))
 	switch {
 	case err != nil:

@@ -18,27 +18,40 @@ type serialEntry struct {
 	refs int
 }
 
-// lock waits for the resource's turn; the returned func ends it.
-func (s *serializer) lock(resource string) (unlock func()) {
+// serialEntries recycles entries (with their channels) of resources whose
+// last operation ended: most resources are locked once and forgotten, and a
+// fresh entry per operation was three allocations of every lock cycle.
+var serialEntries = sync.Pool{New: func() any { return &serialEntry{turn: make(chan struct{}, 1)} }}
+
+// lock waits for the resource's turn; pass what it returns to unlock.
+func (s *serializer) lock(resource string) *serialEntry {
 	s.mu.Lock()
 	if s.entries == nil {
 		s.entries = make(map[string]*serialEntry)
 	}
 	e := s.entries[resource]
 	if e == nil {
-		e = &serialEntry{turn: make(chan struct{}, 1)}
+		e = serialEntries.Get().(*serialEntry)
 		s.entries[resource] = e
 	}
 	e.refs++
 	s.mu.Unlock()
 	e.turn <- struct{}{}
-	return func() {
-		<-e.turn
-		s.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(s.entries, resource)
-		}
-		s.mu.Unlock()
+	return e
+}
+
+// unlock ends the turn lock gave.
+func (s *serializer) unlock(resource string, e *serialEntry) {
+	<-e.turn
+	s.mu.Lock()
+	e.refs--
+	done := e.refs == 0
+	if done {
+		delete(s.entries, resource)
+	}
+	s.mu.Unlock()
+	if done {
+		serialEntries.Put(e) // its channel is empty: the token was taken back above
 	}
 }
 
