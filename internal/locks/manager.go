@@ -206,7 +206,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// nor its round trip should hold up the grant to the head of the
 		// line (on a hot lock, that was in every handoff). A re-arm runs
 		// again below, serialized and with its WAIT.
-		call, _, _, _, err := m.acquireCall(resource, owner, clientAddr, ttl, true)
+		call, _, _, _, err := m.acquireCall(resource, owner, clientAddr, ttl, true, false)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -221,12 +221,20 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	call, newest, candidate, start, err := m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting)
+	call, newest, candidate, start, err := m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, false)
 	if err != nil {
 		return 0, 0, err
 	}
 	key := call.Keys[0]
 	node, write, kind, value, err := m.sendAcquire(ctx, call, true)
+	if err == nil && kind == 3 {
+		// The owner's own record, and its newest token was not cached:
+		// read it and ask again (nothing was written).
+		if call, newest, candidate, start, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true); err != nil {
+			return 0, 0, err
+		}
+		node, write, kind, value, err = m.sendAcquire(ctx, call, true)
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -286,11 +294,25 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	return token, 0, nil
 }
 
-// acquireCall builds one acquire attempt's script call: it reads the
-// resource's newest token and takes a fresh candidate.
-func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool) (call cluster.ScriptCall, newest, candidate uint64, start time.Time, err error) {
-	if newest, err = m.opts.Store.Newest([]byte(resource)); err != nil {
+// acquireCall builds one acquire attempt's script call with a fresh
+// candidate token. It passes the resource's newest token if the fence
+// store has it cached, or if readNewest (then from disk); else it passes
+// "unknown" (newest is then 0), and the script answers kind 3 should the
+// owner's own record need judging by it.
+func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (call cluster.ScriptCall, newest, candidate uint64, start time.Time, err error) {
+	var newestArg any = ""
+	known := false
+	if readNewest {
+		newest, err = m.opts.Store.Newest([]byte(resource))
+		known = true
+	} else {
+		newest, known, err = m.opts.Store.NewestCached([]byte(resource))
+	}
+	if err != nil {
 		return call, 0, 0, start, err
+	}
+	if known {
+		newestArg = newest
 	}
 	if candidate, err = m.opts.Store.NextToken(); err != nil {
 		return call, 0, 0, start, err
@@ -301,7 +323,7 @@ func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Durat
 		Source: acquireScript,
 		SHA:    acquireSHA,
 		Keys:   m.keys(key),
-		Args: []any{owner, ttl.Milliseconds(), candidate, newest, othersWaiting, m.opts.LockDelay.Milliseconds(),
+		Args: []any{owner, ttl.Milliseconds(), candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
 			start.UnixMilli(), clientAddr},
 	}
 	return call, newest, candidate, start, nil
@@ -309,7 +331,7 @@ func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Durat
 
 // sendAcquire runs an acquire attempt (see start) and reads its reply: kind
 // 0 busy (value: the holder's lease left, ms), 1 re-armed, 2 granted (value:
-// the token). With wantAcks, write.Acks then gives the replicas' count.
+// the token), 3 the newest token is needed (see acquireScript). With wantAcks, write.Acks then gives the replicas' count.
 func (m *Manager) sendAcquire(ctx context.Context, call cluster.ScriptCall, wantAcks bool) (node *cluster.Node, write *cluster.Write, kind, value int64, err error) {
 	node, write = m.start(ctx, call.Keys[0], call, wantAcks)
 	reply, err := write.Reply()

@@ -23,18 +23,25 @@ import (
 // Replies are tables so the manager can tell the three outcomes apart.
 
 // acquireScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, new
-// token, newest token known to the fence store, "1" if others wait in line
-// (then only the owner's own re-arm is allowed: no barging), lock-delay-ms,
-// now (unix ms), client addr. Returns {0, pttl} busy, {1, token} the owner's
-// existing grant (re-armed), {2, token} a new grant. The owner's own record is
-// re-armed only if its token lies between the newest recorded and the new
-// one; any other (resurrected by a failover, or written by a proxy with
-// another data dir) is replaced by a new grant, never handed out again.
+// token, newest token known to the fence store ("" if the caller did not
+// read it), "1" if others wait in line (then only the owner's own re-arm is
+// allowed: no barging), lock-delay-ms, now (unix ms), client addr. Returns
+// {0, pttl} busy, {1, token} the owner's existing grant (re-armed), {2,
+// token} a new grant, {3, 0} the owner's own record is there but the newest
+// token is needed to judge it (ask again with it; nothing was written). The
+// owner's own record is re-armed only if its token lies between the newest
+// recorded and the new one; any other (resurrected by a failover, or written
+// by a proxy with another data dir) is replaced by a new grant, never handed
+// out again. Only that judgement needs the newest token: a new grant's token
+// is above every token ever issued.
 const acquireScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] then
   if cur[1] ~= ARGV[1] then
     return {0, redis.call('PTTL', KEYS[1])}
+  end
+  if ARGV[4] == '' then
+    return {3, 0}
   end
   local t = tonumber(cur[2])
   if t and t >= tonumber(ARGV[4]) and t < tonumber(ARGV[3]) then

@@ -91,3 +91,19 @@ func (m *maxValueMerger) MergeOlder(value []byte) error { return m.MergeNewer(va
 func (m *maxValueMerger) Finish(bool) ([]byte, io.Closer, error) {
 	return encodeToken(m.max), nil, nil
 }
+
+// NewestCached is Newest when the resource's newest token is in the cache,
+// without reading the disk; ok is false when it is not. A lock manager
+// granting a resource it has not seen lately needs no newest token at all
+// (every token it issues is above all), so it asks here first: a disk read
+// for every new resource was an eighth of the proxy's CPU on lock cycles.
+func (s *Store) NewestCached(resource []byte) (token uint64, ok bool, err error) {
+	if err := checkResource(resource); err != nil {
+		return 0, false, err
+	}
+	if err := s.usable(); err != nil {
+		return 0, false, err
+	}
+	token, _, ok = s.cache.get(resource)
+	return token, ok, nil
+}

@@ -121,3 +121,41 @@ func TestOverlappingReservationsOfOneResource(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestNewestCached: it answers only from the cache (a resource never read
+// nor confirmed is not known), never a token below what Newest says, and
+// it knows a confirmed token at once.
+func TestNewestCached(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, Options{})
+	r := []byte("cached")
+	if _, ok, err := s.NewestCached(r); ok || err != nil {
+		t.Fatalf("NewestCached of a resource never seen: ok %v, err %v; want not known", ok, err)
+	}
+	tok := nextT(t, s)
+	if err := s.Reserve(r, tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Confirm(Grant{Resource: r, Token: tok, AboveAll: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok, err := s.NewestCached(r); !ok || err != nil || n != tok {
+		t.Fatalf("NewestCached after Confirm = %d, %v, %v; want %d, known", n, ok, err, tok)
+	}
+	s.Close()
+
+	s = openT(t, dir, Options{})
+	defer s.Close()
+	if _, ok, _ := s.NewestCached(r); ok {
+		t.Fatal("NewestCached after a restart knows a token it never read")
+	}
+	if n := newestT(t, s, string(r)); n != tok {
+		t.Fatalf("Newest after a restart = %d, want %d", n, tok)
+	}
+	if n, ok, _ := s.NewestCached(r); !ok || n != tok {
+		t.Fatalf("NewestCached after Newest read it = %d, %v; want %d, known", n, ok, tok)
+	}
+	if _, _, err := s.NewestCached([]byte("")); err == nil {
+		t.Fatal("NewestCached of an empty resource name: no error")
+	}
+}
