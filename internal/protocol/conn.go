@@ -93,6 +93,9 @@ func (c *Conn) serve() {
 		c.reading = true
 		args, err := c.rd.ReadCommand()
 		c.reading = false
+		// A batch left to its last reply (writeLater's continue below)
+		// is always awaited here, before anything else: serve never
+		// returns with one in flight.
 		if c.later && c.awaitLater() != nil {
 			return
 		}
@@ -135,8 +138,11 @@ func (c *Conn) serve() {
 		}
 		// A batch whose replies are big is written before more is read,
 		// as is one as long as the window.
-		if c.batch.out.full(c.window) || c.closeAfterReply || c.batch.n >= c.window || c.rd.Buffered() == 0 {
-			if c.writeLater() {
+		full := c.batch.out.full(c.window) || c.batch.n >= c.window
+		if full || c.closeAfterReply || c.rd.Buffered() == 0 {
+			// A batch that ends only because the client has sent
+			// nothing more may be left to its last reply (later.go).
+			if !full && !c.closeAfterReply && c.writeLater() {
 				continue
 			}
 			// Shutting down, requests already read are still served.
@@ -187,29 +193,52 @@ func (c *Conn) writeBatch() error {
 		c.mayBlock = false
 		c.awaitWatchingClient()
 	}
-	n := c.batch.n
-	c.out = c.batch.appendTo(c.out[:0])
-	c.server.handler.BatchDone(c)
-	o := c.batch.out
-	produced := o.reset()
-	c.window = nextWindow(c.window, n, produced)
+	if err := c.collect(); err != nil {
+		return err
+	}
 	if c.writesTaken {
 		if len(c.out) > 0 {
 			c.server.Logger.Error("bug: a reply for a connection whose writes were taken", "client", c.RemoteAddr)
 		}
 		return nil
 	}
+	return c.flush()
+}
+
+// collect waits for every reply of the batch, puts them in c.out in order
+// and ends the batch (BatchDone, the next window). A batch over the normal
+// class's hard output limit closes the client instead, and its error is
+// returned.
+func (c *Conn) collect() error {
+	n := c.batch.n
+	c.out = c.batch.appendTo(c.out[:0])
+	c.server.handler.BatchDone(c)
+	o := c.batch.out
+	produced := o.reset()
+	c.window = nextWindow(c.window, n, produced)
 	if o.hard > 0 && produced > o.hard {
 		return c.overLimit(&errOutputLimit{"normal", "hard", o.crossed.Load()})
 	}
+	return nil
+}
+
+// flush writes c.out (see write); past an output limit it closes the
+// client, and the error says which.
+func (c *Conn) flush() error {
 	err := c.write()
-	if cap(c.out) > maxRetainedOutput {
-		c.out = nil
-	}
+	c.dropBigOut()
 	if le, ok := err.(*errOutputLimit); ok {
 		return c.overLimit(le)
 	}
 	return err
+}
+
+// dropBigOut lets go of an output buffer grown past what is kept between
+// batches.
+func (c *Conn) dropBigOut() {
+	if cap(c.out) > maxRetainedOutput {
+		c.out = nil
+	}
 }
 
 // nextWindow is the batch window after a batch of n requests whose replies

@@ -21,13 +21,12 @@ package protocol
 // every batch that needs it (blocking commands, QUIT, TakeWrites,
 // shutdown, the idle timeout, TLS) on the plain path.
 
-// writeLater leaves the current batch to its last reply if it can, and
-// reports whether it did. If every reply is already in, it does not: the
-// caller writes the batch itself, as usual.
+// writeLater leaves the current batch, which ended because the client has
+// sent nothing more, to its last reply if it can, and reports whether it
+// did. If every reply is already in, it does not: the caller writes the
+// batch itself, as usual.
 func (c *Conn) writeLater() bool {
-	if c.rawConn == nil || c.mayBlock || c.closeAfterReply || c.writesTaken || c.closing.Load() ||
-		c.server.IdleTimeout > 0 || c.rd.Buffered() > 0 || c.batch.n == 0 ||
-		c.batch.n >= c.window || c.batch.out.full(c.window) {
+	if c.rawConn == nil || c.mayBlock || c.writesTaken || c.closing.Load() || c.server.IdleTimeout > 0 {
 		return false
 	}
 	if c.batch.left.Add(-1) == 0 {
@@ -38,56 +37,36 @@ func (c *Conn) writeLater() bool {
 	return true
 }
 
-// finishLater writes a batch left by writeLater. It runs on the goroutine
-// that completed the batch's last reply, which must not block: a write the
-// socket does not take at once is handed to a goroutine of its own.
+// finishLater writes a batch left by writeLater, as writeBatch would. It
+// runs on the goroutine that completed the batch's last reply, which must
+// not block: what the socket does not take at once, or what must be paced
+// by the soft output limit, is written by a goroutine of its own.
 func (c *Conn) finishLater() {
-	n := c.batch.n
-	c.out = c.batch.appendTo(c.out[:0]) // every reply is in: no wait
-	c.server.handler.BatchDone(c)
-	o := c.batch.out
-	produced := o.reset()
-	c.window = nextWindow(c.window, n, produced)
-	if o.hard > 0 && produced > o.hard {
-		c.laterDone <- c.overLimit(&errOutputLimit{"normal", "hard", o.crossed.Load()})
+	if err := c.collect(); err != nil {
+		c.doneLater(err)
 		return
 	}
 	if lim := c.server.NormalOutput; lim.Soft == 0 || int64(len(c.out)) <= lim.Soft {
 		written, err := c.writeNow(c.out)
-		if err != nil {
-			c.nc.Close() // the reader's next read fails, and the connection ends
-			c.laterDone <- err
-			return
-		}
-		if written == len(c.out) {
-			c.doneLater()
+		if err != nil || written == len(c.out) {
+			c.dropBigOut()
+			c.doneLater(err)
 			return
 		}
 		c.out = c.out[written:]
 	}
-	go func() {
-		err := c.write()
-		if le, ok := err.(*errOutputLimit); ok {
-			err = c.overLimit(le)
-		} else if err != nil {
-			c.nc.Close()
-		}
-		if err != nil {
-			c.laterDone <- err
-			return
-		}
-		c.doneLater()
-	}()
+	go func() { c.doneLater(c.flush()) }()
 }
 
-// doneLater ends a batch left to its last reply: the connection's goroutine
-// holds the batch again.
-func (c *Conn) doneLater() {
-	if cap(c.out) > maxRetainedOutput {
-		c.out = nil
+// doneLater ends a batch left to its last reply with the outcome of its
+// write: the connection's goroutine holds the batch again. A failed write
+// closes the socket, so that goroutine's read ends too.
+func (c *Conn) doneLater(err error) {
+	if err != nil {
+		c.nc.Close()
 	}
 	c.batch.left.Store(1)
-	c.laterDone <- nil
+	c.laterDone <- err
 }
 
 // awaitLater waits until the batch left to its last reply is written, and

@@ -161,9 +161,6 @@ func (s *Server) accept(raw net.Conn, cfg *tls.Config) {
 }
 
 func (s *Server) release(c *Conn) {
-	if c.later {
-		c.awaitLater()
-	}
 	c.batch.wait() // replies still owed by the backend must land before reuse
 	if c.outbound != nil {
 		c.outbound.closeNow()
