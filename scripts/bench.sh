@@ -314,6 +314,16 @@ cpu_per_op() {
 	}'
 }
 
+# cpu_row LABEL KEY: one line of the CPU table, if KEY's best run has figures;
+# cores busy is total us per op times the rate.
+cpu_row() {
+	local c=${cpu[$2]:-}
+	[[ -n $c && $c != - ]] || return 0
+	# shellcheck disable=SC2086
+	printf '%-44s %8s %8s %8s %8s %8s %11s\n' "$1" $c \
+		"$(awk -v t="${c%% *}" -v r="${best[$2]}" 'BEGIN { printf "%.2f", t * r / 1e6 }')"
+}
+
 # rb TARGET ADDR PIPELINE N [TESTS [ARGS...]]: one redis-benchmark run (-t TESTS,
 # default set,get; ARGS such as --cluster go to redis-benchmark), recorded per test
 # under its first word (SET, GET, MSET). A run with error replies is not recorded
@@ -571,25 +581,16 @@ main() {
 	echo "-- where the CPU goes: us of CPU time per request (passthrough) or per lock cycle / handoff, in the better"
 	echo "   round; total = every core's busy time; rest = load generator, kernel network stack, anything else"
 	printf '%-44s %8s %8s %8s %8s %8s %11s\n' run total master replica middle rest cores_busy
-	local k c
+	local k
 	for p in 1 16; do
 		for t in SET GET; do
 			for s in direct twemproxy proxy; do
-				k="$t/$p/$s"
-				c=${cpu[$k]:-}
-				[[ -n $c && $c != - ]] || continue
-				# shellcheck disable=SC2086
-				printf '%-44s %8s %8s %8s %8s %8s %11s\n' "$t -P $p $s" $c \
-					"$(awk -v t="${c%% *}" -v r="${best[$k]}" 'BEGIN { printf "%.2f", t * r / 1e6 }')"
+				cpu_row "$t -P $p $s" "$t/$p/$s"
 			done
 		done
 	done
 	for k in distinct/redis distinct/redis-fenced distinct/etcd distinct/fenceproxy hot/redis-fenced hot/etcd hot/fenceproxy; do
-		c=${cpu[$k]:-}
-		[[ -n $c && $c != - ]] || continue
-		# shellcheck disable=SC2086
-		printf '%-44s %8s %8s %8s %8s %8s %11s\n' "lock $k" $c \
-			"$(awk -v t="${c%% *}" -v r="${best[$k]}" 'BEGIN { printf "%.2f", t * r / 1e6 }')"
+		cpu_row "lock $k" "$k"
 	done
 
 	if ((!quick)); then
