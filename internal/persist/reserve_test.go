@@ -123,8 +123,8 @@ func TestOverlappingReservationsOfOneResource(t *testing.T) {
 }
 
 // TestNewestCached: it answers only from the cache (a resource never read
-// nor confirmed is not known), never a token below what Newest says, and
-// it knows a confirmed token at once.
+// nor confirmed is not known, also after a restart), knows a confirmed
+// token at once, and knows what Newest read from disk.
 func TestNewestCached(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, Options{})
