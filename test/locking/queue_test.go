@@ -261,9 +261,10 @@ func TestNewcomerToALineSendsNoWait(t *testing.T) {
 	replica := testenv.StartReplica(t, master)
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 300 * time.Millisecond})
 	admin := testenv.Dial(t, p.Addr)
+	var held []byte
 	waitFor(t, 20*time.Second, "a grant acknowledged by the replica", func() bool {
-		r := admin.Do("LOCK.ACQUIRE", "line", "holder", "60000")
-		return r[0] == ':'
+		held = admin.Do("LOCK.ACQUIRE", "line", "holder", "60000")
+		return held[0] == ':'
 	})
 	queue(t, p.Addr, admin, "line", 1)
 
@@ -276,8 +277,8 @@ func TestNewcomerToALineSendsNoWait(t *testing.T) {
 	}
 
 	before = commandCalls(t, master.Addr, "wait")
-	if r := admin.Do("LOCK.ACQUIRE", "line", "holder", "60000"); r[0] != ':' {
-		t.Fatalf("holder's re-arm while someone waits = %q, want its token", r)
+	if r := admin.Do("LOCK.ACQUIRE", "line", "holder", "60000"); string(r) != string(held) {
+		t.Fatalf("holder's re-arm while someone waits = %q, want its token %q (CONTRACT: the same token again)", r, held)
 	}
 	if d := commandCalls(t, master.Addr, "wait") - before; d < 1 {
 		t.Errorf("the holder's re-arm sent %d WAITs, want at least 1: it must be acknowledged", d)
