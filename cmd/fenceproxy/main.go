@@ -34,6 +34,7 @@ import (
 type config struct {
 	listen          string
 	backend         string
+	sentinel        sentinelFlags
 	backendUser     string
 	backendPassword string
 	dataDir         string
@@ -64,6 +65,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("fenceproxy", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7379", "`host:port` where RESP clients connect")
 	fs.StringVar(&c.backend, "backend", "127.0.0.1:6379", "the backend: a Redis master `host:port`, or seed nodes of a Redis Cluster, comma-separated (detected)")
+	c.sentinel.register(fs)
 	fs.StringVar(&c.backendUser, "backend-user", "", "ACL user for the backend (with the password from $FENCEPROXY_BACKEND_PASSWORD)")
 	fs.StringVar(&c.dataDir, "data-dir", "./fenceproxy-data", "`dir`ectory of the fence store; created if missing")
 	fs.IntVar(&c.minReplicas, "min-replicas", 1, "replicas that must acknowledge a lock write before it is granted")
@@ -94,6 +96,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.sentinel.check(fs); err != nil {
+		return c, err
 	}
 	c.backendPassword = os.Getenv("FENCEPROXY_BACKEND_PASSWORD")
 	if c.requirepass == "" {
@@ -187,8 +192,17 @@ func run(cfg config) error {
 	}
 	defer store.Close()
 
+	sentinelOpts, err := cfg.sentinel.options(&cfg.tls)
+	if err != nil {
+		return err
+	}
+	backendFlag := "--backend " + cfg.backend
+	if sentinelOpts != nil {
+		backendFlag = cfg.sentinel.String()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	be, err := cluster.Connect(ctx, cluster.Options{
+		Sentinel:       sentinelOpts,
 		Seeds:          strings.Split(cfg.backend, ","),
 		Username:       cfg.backendUser,
 		Password:       cfg.backendPassword,
@@ -202,9 +216,12 @@ func run(cfg config) error {
 	})
 	if err != nil {
 		cancel()
-		return fmt.Errorf("--backend %s: %v", cfg.backend, err)
+		return fmt.Errorf("%s: %v", backendFlag, err)
 	}
 	defer be.Close()
+	if sentinelOpts != nil {
+		cfg.backend = be.Masters()[0].Addr // for the log: the master Sentinel named at start
+	}
 	master := be.Masters()[0]
 	version := "7.0.0"
 	if info, err := master.Client.Info(ctx, "server").Result(); err == nil {
@@ -219,12 +236,12 @@ func run(cfg config) error {
 	}
 	cancel()
 	if err != nil && be.Mode() == "cluster" {
-		return fmt.Errorf("--backend %s: reading COMMAND (needed to route by slot): %v", cfg.backend, err)
+		return fmt.Errorf("%s: reading COMMAND (needed to route by slot): %v", backendFlag, err)
 	}
 	var acl *auth.ACL
 	if cfg.aclFile != "" || cfg.requirepass != "" {
 		if err != nil {
-			return fmt.Errorf("--backend %s: reading COMMAND (needed to check ACL users' commands and keys): %v", cfg.backend, err)
+			return fmt.Errorf("%s: reading COMMAND (needed to check ACL users' commands and keys): %v", backendFlag, err)
 		}
 		if acl, err = auth.Compile(aclSpecs, cfg.requirepass, commands.ACLCommands(keyTable)); err != nil {
 			return fmt.Errorf("--aclfile: %v", err)
@@ -278,6 +295,9 @@ func run(cfg config) error {
 				if !n.Up() {
 					return fmt.Errorf("backend Redis master %s unreachable", n.Addr)
 				}
+				if n.Refusal() != "" {
+					return fmt.Errorf("backend Redis %s is not the master now; nothing is sent to it", n.Addr)
+				}
 			}
 			if !store.Stats().Healthy {
 				return errors.New("fence store unhealthy")
@@ -295,7 +315,7 @@ func run(cfg config) error {
 		replicas = append(replicas, n.Replicas()...)
 	}
 	logger.Info("fenceproxy ready",
-		"listen", addrOf(ln), "tls_listen", addrOf(tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "mode", be.Mode(), "masters", len(be.Masters()),
+		"listen", addrOf(ln), "tls_listen", addrOf(tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "sentinel", cfg.sentinel.addrs, "mode", be.Mode(), "masters", len(be.Masters()),
 		"redis_version", version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
 		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
 		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "metrics", cfg.metricsListen)

@@ -1,0 +1,82 @@
+// Package sentinel_test checks that fenceproxy follows a standalone
+// master's failover and never writes to a node that is not the master:
+// with Redis Sentinel (--sentinel, --master-name), the proxy follows
+// +switch-master without a restart and sends nothing to an old master that
+// comes back empty; without Sentinel, a backend that reports itself a
+// replica gets nothing, and clients are told why.
+//
+// Every test runs real redis-server and redis-sentinel processes
+// (testenv.StartSentinels) and the real binary.
+package sentinel_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// replicaTimeout is --replica-timeout: generous, so a loaded machine does
+// not turn a slow acknowledgement into -NOREPLICAS.
+const replicaTimeout = 2 * time.Second
+
+// until retries do (every 50ms, at most d) until it reports true, and
+// fails the test with what's last reply otherwise.
+func until(t *testing.T, d time.Duration, what string, do func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ok, last := do()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within %v; last: %s", what, d, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// acquire takes resource for owner through c and returns the token.
+func acquire(t *testing.T, c *testenv.Conn, resource, owner string) int64 {
+	t.Helper()
+	r := c.Do("LOCK.ACQUIRE", resource, owner, "60000")
+	tok, ok := testenv.ParseInt(r)
+	if !ok || tok <= 0 {
+		t.Fatalf("LOCK.ACQUIRE %s %s = %s, want a token", resource, owner, testenv.ShowReply(r))
+	}
+	return tok
+}
+
+// dbsize is the number of keys in a Redis, read directly.
+func dbsize(t *testing.T, r *testenv.Redis) int64 {
+	t.Helper()
+	c := testenv.Dial(t, r.Addr)
+	defer c.Close()
+	n, ok := testenv.ParseInt(c.Do("DBSIZE"))
+	if !ok {
+		t.Fatalf("DBSIZE on %s failed", r.Addr)
+	}
+	return n
+}
+
+// role is ROLE's first element, read directly.
+func role(t *testing.T, r *testenv.Redis) string {
+	t.Helper()
+	c := testenv.Dial(t, r.Addr)
+	defer c.Close()
+	parts, ok := testenv.SplitArray(c.Do("ROLE"))
+	if !ok || len(parts) == 0 {
+		t.Fatalf("ROLE on %s failed", r.Addr)
+	}
+	b, _ := testenv.ParseBulk(parts[0])
+	return string(b)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func isError(r []byte) bool { return strings.HasPrefix(string(r), "-") }
