@@ -99,7 +99,12 @@ func (s *sentinels) master(ctx context.Context) (addr string, usable bool, err e
 		}
 	}
 	if best < 0 {
-		return "", false, fmt.Errorf("no Sentinel named a master %q: %w", s.opts.MasterName, errors.Join(errs...))
+		// One line: it may be the reason fenceproxy does not start.
+		msgs := make([]string, len(errs))
+		for i, err := range errs {
+			msgs[i] = err.Error()
+		}
+		return "", false, fmt.Errorf("no Sentinel named a master %q: %s", s.opts.MasterName, strings.Join(msgs, "; "))
 	}
 	return views[best].addr, views[best].usable, nil
 }
