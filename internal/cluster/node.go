@@ -56,7 +56,7 @@ type Node struct {
 	confirm   func(ctx context.Context, addr string) error
 	changed   func()
 	confirmed atomic.Bool   // confirm agreed since the last broken connection
-	probe     *redis.Client // reads ROLE and INFO past the gate
+	probe     *redis.Client // reads INFO replication past the gate
 
 	mu       sync.Mutex
 	replicas []string
@@ -307,7 +307,10 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 			if err != nil {
 				return err
 			}
-			role, _ := fields[0].(string)
+			var role string
+			if len(fields) > 0 {
+				role, _ = fields[0].(string)
+			}
 			return n.admit(role)
 		}
 	}

@@ -183,6 +183,10 @@ func TestFault(t *testing.T) {
 	if rep.Grants == 0 {
 		t.Errorf("no lock was granted in the whole run: the workload did not run")
 	}
+	// The proxy itself, not a restart, must have moved to each new master.
+	if followed := strings.Count(e.proxy.Log(), "following the Sentinel failover"); followed < counts[MasterFailover] {
+		t.Errorf("fault: the proxy's log shows %d followed failovers for %d master-failover faults", followed, counts[MasterFailover])
+	}
 }
 
 func (e *env) proxyOptions() testenv.ProxyOptions {

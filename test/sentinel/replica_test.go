@@ -69,6 +69,9 @@ func TestDemotedBackendGetsNothing(t *testing.T) {
 	if r := direct.Do("EXISTS", "k", "n", "fenced", "in-tx"); string(r) != ":0\r\n" {
 		t.Fatalf("EXISTS k n fenced in-tx on the demoted backend = %s, want 0", testenv.ShowReply(r))
 	}
+	if status, body := testenv.HTTPGet(t, "http://"+proxy.MetricsAddr+"/readyz"); status != 503 {
+		t.Errorf("/readyz with a demoted backend = %d %q, want 503", status, body)
+	}
 	if !strings.Contains(proxy.Log(), "reports itself a replica") {
 		t.Errorf("the proxy's log does not say the backend is a replica")
 	}
