@@ -131,7 +131,7 @@ func TestOldMasterBackEmptyGetsNothing(t *testing.T) {
 		t.Fatalf("the old master was reconfigured (role %q) before the check: inconclusive, the check needs it still a master", got)
 	}
 	if n := dbsize(t, master); n != 0 {
-		keys := testenv.Dial(t, master.Addr).Do("KEYS", "*")
+		keys := direct(t, master, "KEYS", "*")
 		t.Fatalf("the old master, back empty while Sentinel names another, holds %d keys written through the proxy: %s", n, testenv.ShowReply(keys))
 	}
 	rc := testenv.Dial(t, replica.Addr)

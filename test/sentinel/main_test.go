@@ -11,7 +11,6 @@ package sentinel_test
 
 import (
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 const replicaTimeout = 2 * time.Second
 
 // until retries do (every 50ms, at most d) until it reports true, and
-// fails the test with what's last reply otherwise.
+// fails the test with the last reply otherwise.
 func until(t *testing.T, d time.Duration, what string, do func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -52,24 +51,28 @@ func acquire(t *testing.T, c *testenv.Conn, resource, owner string) int64 {
 	return tok
 }
 
-// dbsize is the number of keys in a Redis, read directly.
-func dbsize(t *testing.T, r *testenv.Redis) int64 {
+// direct sends one command straight to r, not through the proxy.
+func direct(t *testing.T, r *testenv.Redis, args ...string) []byte {
 	t.Helper()
 	c := testenv.Dial(t, r.Addr)
 	defer c.Close()
-	n, ok := testenv.ParseInt(c.Do("DBSIZE"))
+	return c.Do(args...)
+}
+
+// dbsize is the number of keys in r.
+func dbsize(t *testing.T, r *testenv.Redis) int64 {
+	t.Helper()
+	n, ok := testenv.ParseInt(direct(t, r, "DBSIZE"))
 	if !ok {
 		t.Fatalf("DBSIZE on %s failed", r.Addr)
 	}
 	return n
 }
 
-// role is ROLE's first element, read directly.
+// role is the first element of r's ROLE.
 func role(t *testing.T, r *testenv.Redis) string {
 	t.Helper()
-	c := testenv.Dial(t, r.Addr)
-	defer c.Close()
-	parts, ok := testenv.SplitArray(c.Do("ROLE"))
+	parts, ok := testenv.SplitArray(direct(t, r, "ROLE"))
 	if !ok || len(parts) == 0 {
 		t.Fatalf("ROLE on %s failed", r.Addr)
 	}
@@ -79,4 +82,3 @@ func role(t *testing.T, r *testenv.Redis) string {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-func isError(r []byte) bool { return strings.HasPrefix(string(r), "-") }
