@@ -81,4 +81,3 @@ func role(t *testing.T, r *testenv.Redis) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
