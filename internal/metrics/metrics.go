@@ -3,7 +3,8 @@
 //
 // Every metric is an aggregate: no label carries a resource, owner or key,
 // since those are unbounded (a hot-resource view belongs in a top-K, not in
-// label cardinality).
+// label cardinality). The one exception is the master label of the
+// per-master memory-policy series (masters.go): masters are few.
 package metrics
 
 import (

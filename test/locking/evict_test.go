@@ -1,6 +1,8 @@
 package locking
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,6 +78,13 @@ func TestEvictingPolicyRefusesLocks(t *testing.T) {
 	}
 	if strings.Contains(string(r), "127.0.0.1") {
 		t.Fatalf("the refusal %q names the backend's address", r)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown := strings.TrimSuffix(string(r), "\r\n"); !strings.Contains(string(readme), "\n"+shown+"\n") {
+		t.Errorf("README.md does not show the refusal as a client gets it: %q", shown)
 	}
 	if got := c.Do("LOCK.ACQUIRE", "ev", "a", "10000", "WAIT", "100"); !refusedFor(got, "allkeys-lru") {
 		t.Fatalf("LOCK.ACQUIRE ... WAIT on an allkeys-lru master = %q, want the same refusal", got)
