@@ -92,33 +92,34 @@ func (n *Node) refreshMemory(ctx context.Context) {
 // It fails only when Redis could not be asked at all.
 func readMemory(ctx context.Context, client *redis.Client) (MemoryPolicy, error) {
 	r := MemoryPolicy{MaxMemory: -1, EvictedKeys: -1}
-	var refused []string
-	info, err := client.Info(ctx, "memory").Result()
-	switch {
-	case err == nil:
-		f := parseInfo(info)
-		r.Policy = f["maxmemory_policy"]
-		r.MaxMemory = intField(f["maxmemory"])
-		if r.Policy == "" {
-			refused = append(refused, "INFO memory has no maxmemory_policy")
-		}
-	case isRedisError(err):
-		refused = append(refused, "INFO memory: "+err.Error())
-	default:
-		return r, err
+	sources := []struct {
+		name        string
+		read        func() (map[string]string, error)
+		policy, max string // the fields' names
+	}{
+		{"INFO memory", func() (map[string]string, error) {
+			info, err := client.Info(ctx, "memory").Result()
+			return parseInfo(info), err
+		}, "maxmemory_policy", "maxmemory"},
+		{"CONFIG GET", func() (map[string]string, error) {
+			return client.ConfigGet(ctx, "maxmemory*").Result()
+		}, "maxmemory-policy", "maxmemory"},
 	}
-	if r.Policy == "" {
-		cfg, err := client.ConfigGet(ctx, "maxmemory*").Result()
+	var refused []string
+	for _, src := range sources {
+		f, err := src.read()
 		switch {
-		case err == nil && cfg["maxmemory-policy"] != "":
-			r.Policy = cfg["maxmemory-policy"]
-			r.MaxMemory = intField(cfg["maxmemory"])
+		case err == nil && f[src.policy] != "":
+			r.Policy, r.MaxMemory = f[src.policy], intField(f[src.max])
 		case err == nil:
-			refused = append(refused, "CONFIG GET names no maxmemory-policy")
+			refused = append(refused, src.name+" names no "+src.policy)
 		case isRedisError(err):
-			refused = append(refused, "CONFIG GET: "+err.Error())
+			refused = append(refused, src.name+": "+err.Error())
 		default:
 			return r, err
+		}
+		if r.Policy != "" {
+			break
 		}
 	}
 	if r.Policy == "" {

@@ -130,6 +130,9 @@ type NodeOptions struct {
 
 // NewNode connects to the master at opts.Addr.
 func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	client := redis.NewClient(&redis.Options{
 		Addr:         opts.Addr,
 		Username:     opts.Username,

@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/ratelog"
 )
 
@@ -37,7 +38,7 @@ var evictableGrantLog ratelog.EverySecond
 // does, is refused as well. The holder learns now, and why, instead of
 // working on in a lease that may already be gone; releases stay allowed.
 func (m *Manager) evictionGuard(resource string) (risky bool, err error) {
-	node := m.opts.Backend.MasterForKey([]byte(m.recordKey(resource)))
+	node := m.masterOf(resource)
 	if node == nil {
 		return false, nil // the write meets the unreachable master and says so
 	}
@@ -51,12 +52,22 @@ func (m *Manager) evictionGuard(resource string) (risky bool, err error) {
 	return true, nil
 }
 
+// masterOf is the master of resource's owner record. Only a cluster routes
+// by key: a standalone backend is asked without building the key, which
+// would cost every grant an allocation.
+func (m *Manager) masterOf(resource string) *cluster.Node {
+	if m.opts.Backend.Mode() != "cluster" {
+		return m.opts.Backend.MasterForKey(nil)
+	}
+	return m.opts.Backend.MasterForKey([]byte(m.recordKey(resource)))
+}
+
 // evictableGranted counts and logs a grant or renewal made under
 // --allow-evictable-locks on a master whose policy can evict it.
 func (m *Manager) evictableGranted(resource string, token uint64) {
 	m.opts.Metrics.EvictableGrants.Inc()
 	policy := "unknown"
-	if node := m.opts.Backend.MasterForKey([]byte(m.recordKey(resource))); node != nil {
+	if node := m.masterOf(resource); node != nil {
 		if p := node.Memory().Policy; p != "" {
 			policy = p
 		}
