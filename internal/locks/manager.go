@@ -74,6 +74,10 @@ type Options struct {
 	SlowLogLen int
 	Metrics    *metrics.Metrics
 	Logger     *slog.Logger
+
+	// AllowEvictable grants even on a master whose maxmemory-policy can
+	// evict owner records (counted and logged; see evict.go).
+	AllowEvictable bool
 }
 
 // Manager grants leases and issues fencing tokens. Safe for concurrent use.
@@ -198,6 +202,10 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr strin
 // With othersWaiting, a free resource is not taken (the head of the line has
 // it); only the owner's own re-arm succeeds.
 func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool) (token uint64, leaseLeft time.Duration, err error) {
+	evictable, err := m.evictionGuard(resource)
+	if err != nil {
+		return 0, 0, err
+	}
 	if othersWaiting {
 		// Someone is in line, so only the owner's own re-arm can succeed,
 		// and nearly always this is a newcomer about to be told busy. Ask
@@ -290,6 +298,9 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		}
 	} else {
 		m.leases.rearmed(resource, token, start.Add(ttl))
+	}
+	if evictable {
+		m.evictableGranted(resource, token)
 	}
 	return token, 0, nil
 }
@@ -411,6 +422,10 @@ func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, o
 
 // Renew re-arms owner's lease on resource to ttl and returns its token.
 func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration) (uint64, error) {
+	evictable, err := m.evictionGuard(resource)
+	if err != nil {
+		return 0, err
+	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
 	newest, err := m.opts.Store.Newest([]byte(resource))
@@ -445,6 +460,9 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
 	m.leases.rearmed(resource, uint64(token), now.Add(ttl))
+	if evictable {
+		m.evictableGranted(resource, uint64(token))
+	}
 	return uint64(token), nil
 }
 
