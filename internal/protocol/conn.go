@@ -61,8 +61,8 @@ type Conn struct {
 	// without blocking, for a batch held over a partial request (held.go);
 	// nil over TLS.
 	rawConn  syscall.RawConn
-	rawWrite rawWrite
-	rawRead  rawRead
+	rawWrite rawIO
+	rawRead  rawIO
 	// heldInput is the bytes read without blocking while the current batch
 	// was held over a partial request (see endHeldBatch).
 	heldInput int

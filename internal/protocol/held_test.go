@@ -346,18 +346,7 @@ func TestBlockedRequestAnsweredBeforeRest(t *testing.T) {
 func TestHeldBatchAllocations(t *testing.T) {
 	for name, h := range map[string]Handler{"at once": okHandler{}, "later": laterNowHandler{}} {
 		t.Run(name, func(t *testing.T) {
-			s := NewServer(h, slog.New(slog.DiscardHandler))
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go s.Serve(ln)
-			t.Cleanup(func() { s.Shutdown(context.Background()) })
-			nc, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
+			nc := connectServer(t, h, func(*Server) {})
 			first := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$3\r\nGET")
 			rest := []byte("\r\n$1\r\nk\r\n")
 			reply := make([]byte, 5)

@@ -6,9 +6,7 @@ package protocol
 // batch held over a partial request is written before every read.
 const rawIOSupported = false
 
-type rawWrite struct{}
-
-type rawRead struct{}
+type rawIO struct{}
 
 func (c *Conn) writeNow(b []byte) (int, error) { return 0, nil }
 
