@@ -68,9 +68,11 @@ type Authority struct {
 
 	// Touched by Start and then by the loop's goroutine only.
 	joined      bool
-	conflicted  bool // a conflict was seen since start
-	cleanRounds int  // rounds without a conflict since the last one
-	scanned     bool // the records were scanned while the Redis bound was missing
+	conflicted  bool              // a conflict was seen since start
+	cleanRounds int               // rounds without a conflict since the last one
+	scanned     bool              // the records were scanned while the Redis bound was missing
+	firstSeen   map[string]string // a predecessor's member -> its score when first seen
+	liveRuns    map[string]bool   // run ids taken for predecessors but seen renewing
 	lastErr     string
 	lastErrAt   time.Time
 }
@@ -95,14 +97,16 @@ func New(opts Options) *Authority {
 		opts.KeyPrefix = "fenceproxy:lock:"
 	}
 	a := &Authority{
-		opts:     opts,
-		id:       opts.ID,
-		boundKey: opts.KeyPrefix + "{authority}:bound",
-		liveKey:  opts.KeyPrefix + "{authority}:live",
-		validFor: 2 * opts.Interval,
-		kick:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		exited:   make(chan struct{}),
+		opts:      opts,
+		id:        opts.ID,
+		boundKey:  opts.KeyPrefix + "{authority}:bound",
+		liveKey:   opts.KeyPrefix + "{authority}:live",
+		validFor:  2 * opts.Interval,
+		kick:      make(chan struct{}, 1),
+		firstSeen: map[string]string{},
+		liveRuns:  map[string]bool{},
+		done:      make(chan struct{}),
+		exited:    make(chan struct{}),
 	}
 	if a.id == "" {
 		a.id = opts.Store.ID()
@@ -204,6 +208,13 @@ func (a *Authority) loop() {
 	}
 }
 
+// heartbeat is what one round read from Redis.
+type heartbeat struct {
+	members    map[string]string // live member -> its score, as Redis wrote it
+	bound      uint64            // 0: missing
+	store, run string            // who raised the bound last
+}
+
 // round is one heartbeat: write this member, read the others and the
 // bound, then join, adopt or rewrite the bound as invariant 2 says, and
 // publish what lock commands may do.
@@ -220,15 +231,25 @@ func (a *Authority) round(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errHeartbeat, err)
 	}
-	members, bound, writer, err := parseHeartbeat(reply)
+	hb, err := parseHeartbeat(reply)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errHeartbeat, err)
 	}
-	a.redisBound.Store(bound)
-	if bound > 0 {
+	a.redisBound.Store(hb.bound)
+	if hb.bound > 0 {
 		a.scanned = false
 	}
-	if c := a.classify(members); c != nil {
+	c, liveCopy := a.classify(hb.members)
+	if liveCopy {
+		// A "predecessor" renewed its member: it is a live copy of this
+		// directory, and what this store copied from it is out of date.
+		a.opts.Logger.Error("a process this fence store took for its predecessor is alive: the data dir was copied from a live fenceproxy; tokens up to the bound in Redis are no longer honoured")
+		if err := a.opts.Store.Adopt(max(hb.bound, a.opts.Store.SyncedBound())); err != nil {
+			a.refuse(c)
+			return fmt.Errorf("adopting the bound after finding a live copy of the data dir: %w", err)
+		}
+	}
+	if c != nil {
 		a.conflicted, a.cleanRounds = true, 0
 		a.refuse(c)
 		return nil
@@ -241,12 +262,12 @@ func (a *Authority) round(ctx context.Context) error {
 			a.refuse(nil)
 			return nil
 		}
-		if err := a.join(ctx, bound, writer); err != nil {
+		if err := a.join(ctx, hb); err != nil {
 			a.refuse(nil)
 			return err
 		}
 		a.joined = true
-	} else if err := a.reconcile(ctx, bound, writer); err != nil {
+	} else if err := a.reconcile(ctx, hb); err != nil {
 		a.refuse(nil)
 		return err
 	}
@@ -254,14 +275,32 @@ func (a *Authority) round(ctx context.Context) error {
 	return nil
 }
 
+// foreign reports whether the Redis bound says tokens may have been issued
+// without this store (invariant 2): it is above the store's synced bound
+// (read after it), or another store or a process other than this one and
+// its dead predecessors raised it.
+func (a *Authority) foreign(hb heartbeat, synced uint64) bool {
+	if hb.bound > synced {
+		return true
+	}
+	store := a.opts.Store
+	return hb.bound > 0 && (hb.store != store.ID() || hb.run != store.Run() && !a.predecessor(hb.run))
+}
+
+// predecessor reports whether run is a process that opened this directory
+// before and has not been seen alive since.
+func (a *Authority) predecessor(run string) bool {
+	return a.opts.Store.PreviousRun(run) && !a.liveRuns[run]
+}
+
 // join adopts whatever the Redis bound (or, when it is missing, the
 // owner records) says was issued without this store, then joins it.
-func (a *Authority) join(ctx context.Context, bound uint64, writer string) error {
+func (a *Authority) join(ctx context.Context, hb heartbeat) error {
 	store := a.opts.Store
 	synced := store.SyncedBound()
 	var foreign uint64
 	switch {
-	case bound == 0:
+	case hb.bound == 0:
 		found, err := a.scanRecords(ctx)
 		if err != nil {
 			return fmt.Errorf("reading the owner records' tokens (the token bound is missing in Redis): %w", err)
@@ -270,13 +309,13 @@ func (a *Authority) join(ctx context.Context, bound uint64, writer string) error
 		if found > synced {
 			foreign = found
 		}
-	case bound > synced || writer != store.ID():
-		foreign = bound
+	case a.foreign(hb, synced):
+		foreign = hb.bound
 	}
 	if foreign > 0 {
 		a.opts.Logger.Warn("the token bound in Redis (or an owner record) is above this fence store's, or was written by another store: "+
 			"the data dir is new, empty or restored, or another fenceproxy ran; tokens up to it are no longer honoured",
-			"foreign", foreign, "local_bound", synced, "store_id", store.ID(), "written_by", writer)
+			"foreign", foreign, "local_bound", synced, "store_id", store.ID(), "written_by", hb.store)
 	}
 	if err := store.Join(foreign, a.shareBound); err != nil {
 		return fmt.Errorf("joining the fence store to Redis's token bound: %w", err)
@@ -286,24 +325,22 @@ func (a *Authority) join(ctx context.Context, bound uint64, writer string) error
 	return nil
 }
 
-// reconcile compares the Redis bound with the store's (read after it:
-// every bound this store shared was synced before) and adopts a foreign
-// one or rewrites a lower or missing one.
-func (a *Authority) reconcile(ctx context.Context, bound uint64, writer string) error {
+// reconcile adopts a foreign Redis bound and rewrites a lower or missing
+// one.
+func (a *Authority) reconcile(ctx context.Context, hb heartbeat) error {
 	store := a.opts.Store
 	synced := store.SyncedBound()
-	if bound > synced || (bound > 0 && writer != store.ID()) {
-		a.opts.Logger.Warn("another fence store raised the token bound in Redis while this one was not live: tokens up to it are no longer honoured",
-			"redis_bound", bound, "local_bound", synced, "written_by", writer)
-		if err := store.Adopt(bound); err != nil {
+	if a.foreign(hb, synced) {
+		a.opts.Logger.Warn("another fence store (or a copy of this one) raised the token bound in Redis while this one was not live: "+
+			"tokens up to it are no longer honoured", "redis_bound", hb.bound, "local_bound", synced, "written_by", hb.store)
+		if err := store.Adopt(hb.bound); err != nil {
 			return fmt.Errorf("adopting the token bound in Redis: %w", err)
 		}
 		synced = store.SyncedBound()
-	}
-	if bound >= synced && writer == store.ID() {
+	} else if hb.bound >= synced {
 		return nil
 	}
-	if bound == 0 && !a.scanned {
+	if hb.bound == 0 && !a.scanned {
 		// Redis lost its data (or the key was deleted): any record left
 		// (a Redis Cluster's other masters) may carry a foreign token.
 		found, err := a.scanRecords(ctx)
@@ -320,8 +357,8 @@ func (a *Authority) reconcile(ctx context.Context, bound uint64, writer string) 
 	if _, err := a.shareBound(synced); err != nil {
 		// Serving goes on: the local bound still holds every token.
 		a.logError(fmt.Errorf("rewriting the token bound in Redis: %w", err))
-	} else if bound < synced {
-		a.opts.Logger.Info("token bound rewritten in Redis", "was", bound, "bound", synced)
+	} else if hb.bound < synced {
+		a.opts.Logger.Info("token bound rewritten in Redis", "was", hb.bound, "bound", synced)
 	}
 	return nil
 }
@@ -338,7 +375,7 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 	w := node.Start(ctx, cluster.ScriptCall{
 		Source: shareScript,
 		Keys:   []string{a.boundKey},
-		Args:   []any{strconv.FormatUint(b, 10), a.opts.Store.ID()},
+		Args:   []any{strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run()},
 	}, true)
 	reply, err := w.Reply()
 	if err != nil {
@@ -359,11 +396,12 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 	return got, nil
 }
 
-// classify applies invariant 4 to the live members.
-func (a *Authority) classify(members []string) *ConflictError {
-	var c *ConflictError
+// classify applies invariant 4 to the live members. liveCopy is set when
+// a member taken for a dead predecessor has renewed since it was first
+// seen: it is alive, on a copy of this directory.
+func (a *Authority) classify(members map[string]string) (c *ConflictError, liveCopy bool) {
 	myStore := a.opts.Store.ID()
-	for _, m := range members {
+	for m, score := range members {
 		if m == a.member {
 			continue
 		}
@@ -372,8 +410,12 @@ func (a *Authority) classify(members []string) *ConflictError {
 		case !ok:
 			continue // not written by fenceproxy
 		case id != a.id:
-		case store == myStore && a.opts.Store.PreviousRun(run):
-			continue // a dead predecessor on this directory
+		case store == myStore && a.predecessor(run):
+			if first, seen := a.firstSeen[m]; !seen || first == score {
+				a.firstSeen[m] = score
+				continue // a dead predecessor on this directory
+			}
+			a.liveRuns[run], liveCopy = true, true
 		case store != myStore:
 			continue // a peer of this authority (a tier)
 		}
@@ -387,7 +429,10 @@ func (a *Authority) classify(members []string) *ConflictError {
 			c.Stores = append(c.Stores, store)
 		}
 	}
-	return c
+	if c != nil {
+		slices.Sort(c.Stores)
+	}
+	return c, liveCopy
 }
 
 // refuse publishes a status that admits no lock command: a conflict, or
@@ -425,24 +470,27 @@ func splitMember(m string) (store, run, id string, ok bool) {
 	return parts[0], parts[1], parts[2], true
 }
 
-// parseHeartbeat reads heartbeatScript's {members, bound, store}.
-func parseHeartbeat(reply []any) (members []string, bound uint64, writer string, err error) {
-	if len(reply) != 3 {
-		return nil, 0, "", fmt.Errorf("unexpected heartbeat reply %v", reply)
+// parseHeartbeat reads heartbeatScript's {members with scores, bound,
+// store, run}.
+func parseHeartbeat(reply []any) (hb heartbeat, err error) {
+	if len(reply) != 4 {
+		return hb, fmt.Errorf("unexpected heartbeat reply %v", reply)
 	}
 	list, _ := reply[0].([]any)
-	for _, m := range list {
-		if s, ok := m.(string); ok {
-			members = append(members, s)
-		}
+	hb.members = make(map[string]string, len(list)/2)
+	for i := 0; i+1 < len(list); i += 2 {
+		m, _ := list[i].(string)
+		score, _ := list[i+1].(string)
+		hb.members[m] = score
 	}
 	if reply[1] != nil {
-		if bound, err = toUint(reply[1]); err != nil {
-			return nil, 0, "", fmt.Errorf("the token bound in Redis (%s) is not a token: %w", "bound", err)
+		if hb.bound, err = toUint(reply[1]); err != nil {
+			return hb, fmt.Errorf("the token bound in Redis is not a token: %w", err)
 		}
 	}
-	writer, _ = reply[2].(string)
-	return members, bound, writer, nil
+	hb.store, _ = reply[2].(string)
+	hb.run, _ = reply[3].(string)
+	return hb, nil
 }
 
 func toUint(v any) (uint64, error) {

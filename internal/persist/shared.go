@@ -30,14 +30,17 @@ import (
 //     floor, to every resource at once and to no owner: holders of older
 //     tokens are stale, and their next acquire gets a token above all.
 //
-// The store's id (m/id) names it on the backend; the id of the process
-// that last reserved on it (m/run) lets the next process on the same
-// directory tell its dead predecessors from a live copy of the directory.
+// The store's id (m/id) names it on the backend; the run ids of the last
+// processes that opened it (m/run) let the next process on the same
+// directory tell its dead predecessors from a live copy of the directory
+// (a copy has the same id). A directory whose inode changed since it was
+// last opened (m/dir) was copied or restored: it knows no predecessor.
 
 var (
 	floorKey = []byte("m/floor")
 	idKey    = []byte("m/id")
 	runKey   = []byte("m/run")
+	dirKey   = []byte("m/dir")
 )
 
 // ErrNotShared means a Shared store has not (yet) had a reservation's bound
@@ -53,10 +56,16 @@ func (s *Store) Run() string { return s.run }
 
 // PreviousRun reports whether run is the run id of one of the last
 // keptRuns processes that opened this directory. Only one process holds a
-// directory at a time (ErrLocked), so such a process has ended.
+// directory at a time (ErrLocked), so such a process has ended. A copied
+// directory (Copied) has no previous run: the process that wrote its run
+// ids may live on, on the original.
 func (s *Store) PreviousRun(run string) bool {
-	return run != "" && run != s.run && slices.Contains(strings.Split(s.runs, ","), run)
+	return !s.copied && run != "" && run != s.run && slices.Contains(strings.Split(s.runs, ","), run)
 }
+
+// Copied reports whether the directory is not the one the store was last
+// opened in (its inode changed: a copy, a restored backup).
+func (s *Store) Copied() bool { return s.copied }
 
 // SyncedBound is m/bound as last synced: never below a bound this store
 // has shared.
@@ -142,6 +151,7 @@ func (s *Store) putMeta(b *pebble.Batch) error {
 		b.Set(floorKey, encodeToken(s.floorNext), nil),
 		b.Set(idKey, []byte(s.id), nil),
 		b.Set(runKey, []byte(s.runs), nil),
+		b.Set(dirKey, []byte(s.dirID), nil),
 	)
 }
 
@@ -161,7 +171,7 @@ func (s *Store) syncMetaLocked() error {
 
 // loadMeta reads the bound, floor and identity at Open (making an id for a
 // directory that has none) and sets the counter; it returns the bound.
-func (s *Store) loadMeta() (bound uint64, err error) {
+func (s *Store) loadMeta(dir string) (bound uint64, err error) {
 	if bound, err = s.get(boundKey); err != nil {
 		return 0, err
 	}
@@ -178,6 +188,15 @@ func (s *Store) loadMeta() (bound uint64, err error) {
 	prev, err := s.getString(runKey)
 	if err != nil {
 		return 0, err
+	}
+	s.dirID = dirIdentity(s.opts.FS, dir)
+	was, err := s.getString(dirKey)
+	if err != nil {
+		return 0, err
+	}
+	if s.copied = was != "" && s.dirID != "" && was != s.dirID; s.copied {
+		s.log.Warn("fence store: the data dir was copied or restored since it was last used (its inode changed); "+
+			"its previous processes may live on elsewhere", "dir", dir, "id", s.id)
 	}
 	s.run = randomID()
 	runs := []string{s.run}

@@ -94,9 +94,11 @@ type Store struct {
 	share     func(uint64) (uint64, error) // set by Join when Shared
 	joined    bool                         // Join succeeded (always true unless Shared)
 
-	id   string // the store's id (m/id), made with the directory
-	run  string // this process's run id
-	runs string // m/run: the last keptRuns run ids on this directory, this one first
+	id     string // the store's id (m/id), made with the directory
+	run    string // this process's run id
+	runs   string // m/run: the last keptRuns run ids on this directory, this one first
+	dirID  string // the directory's inode (m/dir), "" if unknown
+	copied bool   // m/dir named another inode: a copied or restored directory
 
 	syncs  atomic.Uint64
 	broken atomic.Pointer[error] // set once by fail
@@ -160,7 +162,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if folded > 0 {
 		s.log.Info("fence store: tokens reserved before a crash now count as issued", "resources", folded)
 	}
-	prev, err := s.loadMeta()
+	prev, err := s.loadMeta(dir)
 	if err == nil {
 		s.reserveMu.Lock()
 		if opts.Shared {
