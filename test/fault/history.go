@@ -117,14 +117,14 @@ func (o Outcome) String() string { return string(o) }
 type FaultKind string
 
 const (
-	ProxyKill      FaultKind = "proxy-kill"      // kill -9 of fenceproxy, restart on the same data dir
-	MasterFailover FaultKind = "master-failover" // SIGKILL of the master, its replica promoted, the proxy restarted on it
-	MasterKill     FaultKind = "master-kill"     // SIGKILL of the master, restarted empty with no replica to promote: data loss
-	RedisFlush     FaultKind = "redis-flush"     // FLUSHALL on the master: data loss
-	ReplicaStop    FaultKind = "replica-stop"    // SIGSTOP of the replica, SIGCONT later: no grant may be acknowledged meanwhile
-	PausedHolder   FaultKind = "paused-holder"   // a holder process SIGSTOPped beyond its lease, then resumed with its stale token
-	SlowClient     FaultKind = "slow-client"     // a client that reads a pipeline's replies slowly
-	CutPipeline    FaultKind = "cut-pipeline"    // half a pipeline written, then the connection closed
+	ProxyKill      FaultKind = "proxy-kill"       // kill -9 of fenceproxy, restart on the same data dir
+	MasterFailover FaultKind = "master-failover"  // SIGKILL of the master, its replica promoted, the proxy restarted on it
+	MasterKill     FaultKind = "master-kill"      // SIGKILL of the master, restarted empty with no replica to promote: data loss
+	RedisFlush     FaultKind = "redis-flush"      // FLUSHALL on the master: data loss
+	ReplicaStop    FaultKind = "replica-stop"     // SIGSTOP of the replica, SIGCONT later: no grant may be acknowledged meanwhile
+	PausedHolder   FaultKind = "paused-holder"    // a holder process SIGSTOPped beyond its lease, then resumed with its stale token
+	SlowClient     FaultKind = "slow-client"      // a client that reads a pipeline's replies slowly
+	CutPipeline    FaultKind = "cut-pipeline"     // half a pipeline written, then the connection closed
 	DataDirWipe    FaultKind = "data-dir-wipe"    // kill -9 of fenceproxy, its data dir emptied, restarted: the fence store lost
 	DataDirRestore FaultKind = "data-dir-restore" // kill -9 of fenceproxy, its data dir replaced by an earlier copy, restarted
 )

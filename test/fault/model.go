@@ -45,7 +45,7 @@ type lockInput struct {
 	op     *Op
 	wipe   bool
 	forget bool // the fence store was lost
-	crash bool // a proxy crash came after the op started
+	crash  bool // a proxy crash came after the op started
 }
 
 type lockState struct {
