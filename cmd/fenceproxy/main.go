@@ -59,6 +59,7 @@ type config struct {
 	tls             tlsFlags
 	aclFile         string // fenceproxy's own client users (internal/auth)
 	requirepass     string
+	allowEvictable  bool // --allow-evictable-locks
 }
 
 func parseFlags(args []string) (config, error) {
@@ -84,6 +85,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Uint64Var(&c.tokenFloor, "token-floor", 0, "no token at or below `N` is ever issued or honoured (after restoring a data dir while Redis also lost its data); kept in the data dir")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.allowEvictable, "allow-evictable-locks", false, "grant locks even on a Redis master whose maxmemory-policy can evict their records (each such grant is logged and counted); without it they are refused")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
 	c.limits.register(fs)
 	c.tls.register(fs)
@@ -271,7 +273,7 @@ func run(cfg config) error {
 			"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
 			be.Mode(), len(be.Masters()), int(time.Since(startedAt).Seconds()), srv.Clients(), fewestReplicas(be),
 			cfg.minReplicas, cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
-			st.CacheEntries, st.CacheHits, st.CacheMisses) + tokens.Info() + limitsInfo(srv)
+			st.CacheEntries, st.CacheHits, st.CacheMisses) + tokens.Info() + limitsInfo(srv) + memoryInfo(be, cfg.allowEvictable, m)
 	}
 	handler := commands.NewHandler(commands.Options{
 		Backend: be,
@@ -281,7 +283,8 @@ func run(cfg config) error {
 			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: m, Logger: logger,
 			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
 			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
-			Admit: tokens.Admit,
+			AllowEvictable: cfg.allowEvictable,
+			Admit:          tokens.Admit,
 		}),
 		Metrics:        m,
 		Logger:         logger,
@@ -298,6 +301,7 @@ func run(cfg config) error {
 	srv.OnConnect = func(delta int) { m.ConnectedClients.Add(float64(delta)) }
 	srv.HandshakeTimeout = cfg.tls.handshakeTimeout
 
+	m.WatchMasters(func() []metrics.MasterMemory { return mastersMemory(be) })
 	if cfg.metricsListen != "" {
 		ms, err := m.Listen(cfg.metricsListen, cfg.pprof, func() error {
 			for _, n := range be.Masters() {
@@ -329,6 +333,8 @@ func run(cfg config) error {
 		logger.Warn("a master has fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS for its resources until enough replicas are online",
 			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)
 	}
+
+	warnEvictable(logger, be, cfg.allowEvictable)
 
 	// Signals before the first accept: a client that is answered may send
 	// SIGTERM at once, and must find it handled (drain, exit 0).

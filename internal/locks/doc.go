@@ -30,6 +30,11 @@
 // even if Redis forgets every record. Requests for one resource are
 // serialized here, so token order equals grant order.
 //
+// Before it writes, each acquire attempt and each renewal checks the
+// resource's master's last maxmemory-policy reading (evict.go): Redis may
+// evict an owner record under any policy but noeviction, so such a master
+// gets no grants unless Options.AllowEvictable, and then each is counted.
+//
 // Waiting is first come, first served and bounded: at most
 // Options.MaxWaiters acquires wait per resource, a release wakes only the
 // head of the line, and only the head ever tries (serial.go).

@@ -72,12 +72,16 @@ type Options struct {
 	// SlowLogLen bounds the slow-lock log's entries kept (0 keeps none;
 	// entries are still logged and counted).
 	SlowLogLen int
+	Metrics    *metrics.Metrics
+	Logger     *slog.Logger
+
+	// AllowEvictable grants even on a master whose maxmemory-policy can
+	// evict owner records (counted and logged; see evict.go).
+	AllowEvictable bool
 	// Admit, if set, is asked before every command that issues or judges
 	// tokens (acquire, renew, FENCE.CHECK, FENCE.EXEC); its error refuses
 	// the command (see authority.go).
-	Admit   func() error
-	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	Admit func() error
 }
 
 // Manager grants leases and issues fencing tokens. Safe for concurrent use.
@@ -202,6 +206,10 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr strin
 // With othersWaiting, a free resource is not taken (the head of the line has
 // it); only the owner's own re-arm succeeds.
 func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool) (token uint64, leaseLeft time.Duration, err error) {
+	evictable, err := m.evictionGuard(resource)
+	if err != nil {
+		return 0, 0, err
+	}
 	if othersWaiting {
 		// Someone is in line, so only the owner's own re-arm can succeed,
 		// and nearly always this is a newcomer about to be told busy. Ask
@@ -304,6 +312,9 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		}
 	} else {
 		m.leases.rearmed(resource, token, start.Add(ttl))
+	}
+	if evictable {
+		m.evictableGranted(resource, token)
 	}
 	return token, 0, nil
 }
@@ -431,6 +442,10 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	if err := m.admit(); err != nil {
 		return 0, err
 	}
+	evictable, err := m.evictionGuard(resource)
+	if err != nil {
+		return 0, err
+	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
 	newest, err := m.opts.Store.Newest([]byte(resource))
@@ -465,6 +480,9 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
 	m.leases.rearmed(resource, uint64(token), now.Add(ttl))
+	if evictable {
+		m.evictableGranted(resource, uint64(token))
+	}
 	return uint64(token), nil
 }
 
