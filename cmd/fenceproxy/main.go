@@ -230,6 +230,22 @@ func run(cfg config) error {
 	if err != nil && be.Mode() == "cluster" {
 		return fmt.Errorf("--backend %s: reading COMMAND (needed to route by slot): %v", cfg.backend, err)
 	}
+	var acl *auth.ACL
+	if cfg.aclFile != "" || cfg.requirepass != "" {
+		if err != nil {
+			return fmt.Errorf("--backend %s: reading COMMAND (needed to check ACL users' commands and keys): %v", cfg.backend, err)
+		}
+		if acl, err = auth.Compile(aclSpecs, cfg.requirepass, commands.ACLCommands(keyTable)); err != nil {
+			return fmt.Errorf("--aclfile: %v", err)
+		}
+		logger.Info("client authentication on", "users", strings.Join(acl.Users(), ","),
+			"default_needs_password", acl.Initial() == nil)
+		if names := acl.ScriptingUsers(); len(names) > 0 {
+			logger.Warn("users confined to key patterns may run scripts, which reach keys beyond their patterns; deny them -@scripting",
+				"users", strings.Join(names, ","))
+		}
+	}
+
 	// The token authority before any lock command: its first heartbeat
 	// round finds another fenceproxy live on this backend, or joins the
 	// fence store to the token bound kept in Redis.
@@ -248,22 +264,6 @@ func run(cfg config) error {
 		st := tokens.Stats()
 		return metrics.AuthorityStats{StoreID: st.StoreID, RedisBound: st.RedisBound, Floor: st.Floor, Conflict: len(st.Others) > 0, Confirmed: st.Confirmed}
 	})
-	var acl *auth.ACL
-	if cfg.aclFile != "" || cfg.requirepass != "" {
-		if err != nil {
-			return fmt.Errorf("--backend %s: reading COMMAND (needed to check ACL users' commands and keys): %v", cfg.backend, err)
-		}
-		if acl, err = auth.Compile(aclSpecs, cfg.requirepass, commands.ACLCommands(keyTable)); err != nil {
-			return fmt.Errorf("--aclfile: %v", err)
-		}
-		logger.Info("client authentication on", "users", strings.Join(acl.Users(), ","),
-			"default_needs_password", acl.Initial() == nil)
-		if names := acl.ScriptingUsers(); len(names) > 0 {
-			logger.Warn("users confined to key patterns may run scripts, which reach keys beyond their patterns; deny them -@scripting",
-				"users", strings.Join(names, ","))
-		}
-	}
-
 	var srv *protocol.Server
 	startedAt := time.Now()
 	info := func() string {
@@ -328,7 +328,7 @@ func run(cfg config) error {
 		"listen", addrOf(ln), "tls_listen", addrOf(tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "mode", be.Mode(), "masters", len(be.Masters()),
 		"redis_version", version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
 		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
-		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "fence_store_id", store.ID(), "metrics", cfg.metricsListen)
+		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "fence_store_id", store.ID(), "token_floor", store.Floor(), "metrics", cfg.metricsListen)
 	if fewest := fewestReplicas(be); fewest < cfg.minReplicas {
 		logger.Warn("a master has fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS for its resources until enough replicas are online",
 			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)

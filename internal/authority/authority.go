@@ -320,7 +320,7 @@ func (a *Authority) join(ctx context.Context, hb heartbeat) error {
 	if err := store.Join(foreign, a.shareBound); err != nil {
 		return fmt.Errorf("joining the fence store to Redis's token bound: %w", err)
 	}
-	a.opts.Logger.Info("token authority joined", "store_id", store.ID(), "authority_id", a.id,
+	a.opts.Logger.Debug("token authority joined", "store_id", store.ID(), "authority_id", a.id,
 		"bound", store.Stats().ReservedBound, "floor", store.Floor())
 	return nil
 }
