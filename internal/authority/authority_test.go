@@ -59,6 +59,24 @@ func (su *setup) start(t *testing.T, store *persist.Store) *Authority {
 	return a
 }
 
+// killed runs an authority on the store in dir and leaves it as kill -9
+// would: its store closed, its member still live for a minute.
+func (su *setup) killed(t *testing.T, dir string) *Authority {
+	t.Helper()
+	s := openStore(t, dir)
+	a := New(Options{Backend: su.be, Store: s, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	testenv.Dial(t, su.redis.Addr).Do("ZADD", a.liveKey, liveUntil(time.Minute), a.member)
+	s.Close()
+	return a
+}
+
+// liveUntil is a heartbeat score d from now.
+func liveUntil(d time.Duration) string { return strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10) }
+
 // waitFor polls cond (a bound against hangs, not a timing assertion).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -112,19 +130,8 @@ func TestConflictBetweenStores(t *testing.T) {
 func TestPredecessorAndCopy(t *testing.T) {
 	su := newSetup(t)
 	dir := filepath.Join(t.TempDir(), "data")
+	su.killed(t, dir)
 	s := openStore(t, dir)
-	a := New(Options{Backend: su.be, Store: s, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
-	// As if killed: its member is still live.
-	direct := testenv.Dial(t, su.redis.Addr)
-	ms := time.Now().Add(time.Minute).UnixMilli()
-	direct.Do("ZADD", a.liveKey, strconv.FormatInt(ms, 10), a.member)
-	s.Close()
-
-	s = openStore(t, dir)
 	if err := su.start(t, s).Admit(); err != nil {
 		t.Fatalf("a restart on the same directory while the killed predecessor's member lives: Admit = %v", err)
 	}
@@ -153,23 +160,14 @@ func TestPredecessorAndCopy(t *testing.T) {
 func TestPredecessorSeenAlive(t *testing.T) {
 	su := newSetup(t)
 	dir := filepath.Join(t.TempDir(), "data")
-	s := openStore(t, dir)
-	a := New(Options{Backend: su.be, Store: s, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
+	a := su.killed(t, dir)
 	direct := testenv.Dial(t, su.redis.Addr)
-	score := func(d time.Duration) string { return strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10) }
-	direct.Do("ZADD", a.liveKey, score(time.Minute), a.member)
-	s.Close()
-
-	s = openStore(t, dir)
+	s := openStore(t, dir)
 	b := su.start(t, s)
 	if err := b.Admit(); err != nil {
 		t.Fatalf("restart beside a dead predecessor's member: %v", err)
 	}
-	direct.Do("ZADD", a.liveKey, score(2*time.Second), a.member) // it renews: alive
+	direct.Do("ZADD", a.liveKey, liveUntil(2*time.Second), a.member) // it renews: alive
 	waitFor(t, "the renewing predecessor seen as a live copy", func() bool {
 		c := conflict(b)
 		return c != nil && c.Copy
