@@ -81,7 +81,8 @@ type Authority struct {
 type status struct {
 	joined     bool
 	conflict   *ConflictError
-	validUntil time.Time // lock commands are admitted before it (monotonic)
+	shortfall  *NoReplicasError // why the store could not join, if for want of replicas
+	validUntil time.Time        // lock commands are admitted before it (monotonic)
 }
 
 // New returns an Authority; Start runs its first round.
@@ -148,6 +149,8 @@ func (a *Authority) Admit() error {
 	switch {
 	case st.conflict != nil:
 		return st.conflict
+	case !st.joined && st.shortfall != nil:
+		return st.shortfall
 	case !st.joined || time.Now().After(st.validUntil):
 		return ErrUnconfirmed
 	}
@@ -229,6 +232,7 @@ func (a *Authority) round(ctx context.Context) error {
 	reply, err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
 		a.member, a.liveFor.Milliseconds(), maxMembers).Slice()
 	if err != nil {
+		a.opts.Backend.Refresh() // in front of a cluster, the slot may have moved
 		return fmt.Errorf("%w: %w", errHeartbeat, err)
 	}
 	hb, err := parseHeartbeat(reply)
@@ -263,7 +267,9 @@ func (a *Authority) round(ctx context.Context) error {
 			return nil
 		}
 		if err := a.join(ctx, hb); err != nil {
-			a.refuse(nil)
+			st := &status{}
+			errors.As(err, &st.shortfall)
+			a.publish(st)
 			return err
 		}
 		a.joined = true
@@ -390,7 +396,7 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 		return 0, err
 	}
 	if acked < a.opts.MinReplicas {
-		return 0, fmt.Errorf("%d of %d required replicas acknowledged the token bound", acked, a.opts.MinReplicas)
+		return 0, &NoReplicasError{Acked: acked, Wanted: a.opts.MinReplicas}
 	}
 	a.redisBound.Store(got)
 	return got, nil

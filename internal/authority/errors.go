@@ -12,6 +12,15 @@ import (
 // written to Redis. Retry shortly.
 var ErrUnconfirmed = errors.New("authority: the token authority is not confirmed on Redis right now")
 
+// NoReplicasError means a token bound reached the master but fewer
+// replicas than --min-replicas acknowledged it in time: no token of its
+// window is issued.
+type NoReplicasError struct{ Acked, Wanted int }
+
+func (e *NoReplicasError) Error() string {
+	return fmt.Sprintf("authority: %d of %d required replicas acknowledged the token bound", e.Acked, e.Wanted)
+}
+
 // ConflictError means another token authority is live on the backend.
 type ConflictError struct {
 	// Stores are the other live members' fence store ids.

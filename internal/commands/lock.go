@@ -307,9 +307,13 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 func (h *Handler) lockError(err error, unknownOutcome string) []byte {
 	var re redis.Error
 	var conflict *authority.ConflictError
+	var shortfall *authority.NoReplicasError
 	switch {
 	case errors.As(err, &conflict):
 		return redcon.AppendError(nil, "ERR fenceproxy: "+conflict.Reason())
+	case errors.As(err, &shortfall):
+		return redcon.AppendError(nil, fmt.Sprintf("NOREPLICAS %d of %d required replicas acknowledged the token bound (a new window of tokens) in time; nothing was done",
+			shortfall.Acked, shortfall.Wanted))
 	case errors.Is(err, authority.ErrUnconfirmed), errors.Is(err, persist.ErrNotShared):
 		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: this proxy is not confirmed as the backend's token authority right now "+
 			"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly")

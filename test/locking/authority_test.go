@@ -294,3 +294,20 @@ func TestTokenFloorFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestNoReplicaAtStart: with --min-replicas 1 and the only replica stopped
+// when the proxy starts, the token bound cannot be acknowledged: acquires
+// get -NOREPLICAS (nothing granted), as a grant would, and are served once
+// the replica is back.
+func TestNoReplicaAtStart(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	replica.Stop()
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	c := testenv.Dial(t, p.Addr)
+	if r := c.Do("LOCK.ACQUIRE", "nr", "a", "60000"); !strings.HasPrefix(string(r), "-NOREPLICAS") {
+		t.Fatalf("LOCK.ACQUIRE with the replica stopped since the start = %s, want -NOREPLICAS", testenv.ShowReply(r))
+	}
+	replica.Cont()
+	served(t, p.Addr, "nr", "a")
+}
