@@ -20,7 +20,7 @@ import (
 
 const (
 	// DefaultInterval is the time between heartbeat rounds.
-	DefaultInterval = time.Second
+	DefaultInterval = 500 * time.Millisecond
 	// MinInterval and MaxInterval bound Options.Interval.
 	MinInterval = 50 * time.Millisecond
 	MaxInterval = 10 * time.Second
@@ -242,6 +242,15 @@ func (a *Authority) round(ctx context.Context) error {
 	a.redisBound.Store(hb.bound)
 	if hb.bound > 0 {
 		a.scanned = false
+	}
+	if !a.joined && a.foreign(hb, a.opts.Store.SyncedBound()) {
+		// Learn a foreign bound at once, even while another authority is
+		// live: should Redis lose it before this store joins, the store's
+		// floor (synced) still holds it. Before joining, Adopt only raises
+		// the floor; nothing is written to Redis.
+		if err := a.opts.Store.Adopt(hb.bound); err != nil {
+			return fmt.Errorf("adopting the token bound in Redis: %w", err)
+		}
 	}
 	c, liveCopy := a.classify(hb.members)
 	if liveCopy {

@@ -113,6 +113,12 @@ func TestConflictBetweenStores(t *testing.T) {
 	if _, err := s2.NextToken(); !errors.Is(err, persist.ErrNotShared) {
 		t.Fatalf("the second store issued a token while in conflict: %v", err)
 	}
+	// It learnt the first store's bound at once (should Redis lose it, its
+	// floor still holds it), and wrote nothing to Redis.
+	if s2.Floor() <= s1.SyncedBound() || a2.Stats().RedisBound != s1.SyncedBound() {
+		t.Fatalf("the second store's floor %d, Redis bound %d; want the floor above the first store's bound %d, Redis unchanged",
+			s2.Floor(), a2.Stats().RedisBound, s1.SyncedBound())
+	}
 	waitFor(t, "a conflict seen by the first store", func() bool {
 		c := conflict(a1)
 		return c != nil && len(c.Stores) == 1 && c.Stores[0] == s2.ID()

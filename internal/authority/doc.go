@@ -31,7 +31,10 @@
 //     means tokens up to it may have been issued without this store (its
 //     directory is new, empty or restored, or another store ran), so the
 //     store adopts it (persist.Store.Adopt: the floor goes above it; older
-//     tokens are stale, never current). When the Redis bound is missing
+//     tokens are stale, never current). A store not joined yet adopts it
+//     at its first round, even while another authority is live (only its
+//     floor rises; nothing is written to Redis), so that Redis losing its
+//     copy before the join cannot take it away. When the Redis bound is missing
 //     at Join (a first start, or Redis lost its data), the owner records
 //     are scanned for their tokens instead, and one above the store's
 //     bound is adopted. A lower or missing Redis bound is rewritten from
