@@ -336,3 +336,22 @@ func TestCopiedDirectory(t *testing.T) {
 		t.Fatalf("the copy reopened in place: Copied %v, PreviousRun %v; want false, true", c.Copied(), c.PreviousRun(run))
 	}
 }
+
+// TestForeignBoundMetWhileCrossing: the reservation a NextToken makes when
+// it crosses the bound finds a higher bound on the backend (another store
+// wrote it): that very call returns a token above it, not the one it drew.
+func TestForeignBoundMetWhileCrossing(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{Shared: true, ReserveWindow: 4})
+	defer s.Close()
+	b := &backendCopy{}
+	joinT(t, s, 0, b)
+	for range 4 {
+		nextT(t, s) // the whole first window
+	}
+	b.mu.Lock()
+	b.bound = 1000
+	b.mu.Unlock()
+	if tok := nextT(t, s); tok <= 1001 || tok > b.get() {
+		t.Fatalf("the call that met a backend bound of 1000 returned %d (floor %d, backend bound %d)", tok, s.Floor(), b.get())
+	}
+}

@@ -36,20 +36,21 @@ func (s *Store) nextTokenSlow(t uint64) (uint64, error) {
 		if !s.joined {
 			return 0, ErrNotShared
 		}
-		if t > s.floor.Load() && t <= s.bound.Load() {
-			return t, nil // another caller reserved while we waited
-		}
-		if t > MaxToken {
+		floor, bound := s.floor.Load(), s.bound.Load()
+		switch {
+		case t > floor && t <= bound:
+			return t, nil // covered: by another caller's reservation, or by ours below
+		case t > MaxToken:
 			return 0, ErrExhausted
-		}
-		if t > s.floor.Load() {
-			// Cover every token other callers have already taken, plus a window.
+		case t <= floor:
+			t = s.last.Add(1) // below a floor raised meanwhile: never issued
+		default:
+			// Cover every token other callers have already taken, plus a
+			// window (which may raise the floor: then t is looked at again).
 			if err := s.reserveLocked(s.last.Load()); err != nil {
 				return 0, err
 			}
-			return t, nil
 		}
-		t = s.last.Add(1) // below a floor raised meanwhile: never issued
 	}
 }
 
