@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/authority"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
@@ -305,7 +306,17 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 // client can do, and logs the detail the client does not get.
 func (h *Handler) lockError(err error, unknownOutcome string) []byte {
 	var re redis.Error
+	var conflict *authority.ConflictError
+	var shortfall *authority.NoReplicasError
 	switch {
+	case errors.As(err, &conflict):
+		return redcon.AppendError(nil, "ERR fenceproxy: "+conflict.Reason())
+	case errors.As(err, &shortfall):
+		return redcon.AppendError(nil, fmt.Sprintf("NOREPLICAS %d of %d required replicas acknowledged the token bound (a new window of tokens) in time; nothing was done",
+			shortfall.Acked, shortfall.Wanted))
+	case errors.Is(err, authority.ErrUnconfirmed), errors.Is(err, persist.ErrNotShared):
+		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: this proxy is not confirmed as the backend's token authority right now "+
+			"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly")
 	case errors.Is(err, cluster.ErrUnavailable):
 		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
 	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):

@@ -57,4 +57,10 @@
 //   - Owner records are changed only by scripts that compare the owner (and
 //     for an undo, the token), so a stale holder never touches a newer lease.
 //   - A lapsed lease is never revived: renew needs the record to exist.
+//   - One token authority (authority.go): commands that issue or judge
+//     tokens run only while Options.Admit says no other fenceproxy with
+//     another fence store is live on the backend; no token below the
+//     store's floor is current, and a record carrying a token this store
+//     never issued, at or above the candidate, is adopted before any grant
+//     of its resource, so no grant gets a lower token nor overwrites it.
 package locks
