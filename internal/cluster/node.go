@@ -58,6 +58,8 @@ type Node struct {
 	confirmed atomic.Bool   // confirm agreed since the last broken connection
 	probe     *redis.Client // reads INFO replication past the gate
 
+	memory atomic.Pointer[MemoryPolicy] // see memory.go
+
 	mu       sync.Mutex
 	replicas []string
 	idle     [2][]*backend.Conn // pinned connections to reuse, RESP2 and RESP3
@@ -277,6 +279,9 @@ type NodeOptions struct {
 // NewNode connects to the master at opts.Addr. A guarded node fails with an
 // error wrapping ErrNotMaster if it is not the master.
 func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	n := &Node{
 		Addr:           opts.Addr,
 		minReplicas:    opts.MinReplicas,
@@ -395,6 +400,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		n.wg.Add(1)
 		go n.writeLoop(queue, conn)
 	}
+	n.refreshMemory(ctx) // before the node is published: no lock write meets an unread policy
 	return n, nil
 }
 

@@ -162,7 +162,8 @@ func (s *standalone) Close() {
 }
 
 // watch checks the master every roleCheckEvery and whenever asked, and
-// keeps the replica list fresh for INFO and the log.
+// keeps the replica list and the memory policy fresh for INFO, the log and
+// the lock path.
 func (s *standalone) watch() {
 	defer s.wg.Done()
 	t := time.NewTicker(roleCheckEvery)
@@ -178,6 +179,7 @@ func (s *standalone) watch() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		err := s.checkMaster(ctx)
+		s.master.Load().refreshMemory(ctx)
 		cancel()
 		// One line per change of trouble, not one a second.
 		if msg := errText(err); msg != lastErr {

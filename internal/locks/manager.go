@@ -74,6 +74,14 @@ type Options struct {
 	SlowLogLen int
 	Metrics    *metrics.Metrics
 	Logger     *slog.Logger
+
+	// AllowEvictable grants even on a master whose maxmemory-policy can
+	// evict owner records (counted and logged; see evict.go).
+	AllowEvictable bool
+	// Admit, if set, is asked before every command that issues or judges
+	// tokens (acquire, renew, FENCE.CHECK, FENCE.EXEC); its error refuses
+	// the command (see authority.go).
+	Admit func() error
 }
 
 // Manager grants leases and issues fencing tokens. Safe for concurrent use.
@@ -198,6 +206,10 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr strin
 // With othersWaiting, a free resource is not taken (the head of the line has
 // it); only the owner's own re-arm succeeds.
 func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool) (token uint64, leaseLeft time.Duration, err error) {
+	evictable, err := m.evictionGuard(resource)
+	if err != nil {
+		return 0, 0, err
+	}
 	if othersWaiting {
 		// Someone is in line, so only the owner's own re-arm can succeed,
 		// and nearly always this is a newcomer about to be told busy. Ask
@@ -227,6 +239,16 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	}
 	key := call.Keys[0]
 	node, write, kind, value, err := m.sendAcquire(ctx, call, true)
+	if err == nil && kind == kindTokenAhead {
+		// A record carries a token this store never issued (see
+		// authority.go): adopt it, then ask again above it.
+		if err = m.adoptRecordToken(value); err == nil {
+			call, newest, candidate, start, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true)
+		}
+		if err == nil {
+			node, write, kind, value, err = m.sendAcquire(ctx, call, true)
+		}
+	}
 	if err == nil && kind == 3 {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
@@ -291,6 +313,9 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	} else {
 		m.leases.rearmed(resource, token, start.Add(ttl))
 	}
+	if evictable {
+		m.evictableGranted(resource, token)
+	}
 	return token, 0, nil
 }
 
@@ -302,6 +327,9 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (call cluster.ScriptCall, newest, candidate uint64, start time.Time, err error) {
 	var newestArg any = ""
 	known := false
+	if err = m.admit(); err != nil {
+		return call, 0, 0, start, err
+	}
 	if readNewest {
 		newest, err = m.opts.Store.Newest([]byte(resource))
 		known = true
@@ -411,6 +439,13 @@ func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, o
 
 // Renew re-arms owner's lease on resource to ttl and returns its token.
 func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration) (uint64, error) {
+	if err := m.admit(); err != nil {
+		return 0, err
+	}
+	evictable, err := m.evictionGuard(resource)
+	if err != nil {
+		return 0, err
+	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
 	newest, err := m.opts.Store.Newest([]byte(resource))
@@ -445,6 +480,9 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
 	m.leases.rearmed(resource, uint64(token), now.Add(ttl))
+	if evictable {
+		m.evictableGranted(resource, uint64(token))
+	}
 	return uint64(token), nil
 }
 
@@ -493,11 +531,14 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 
 // FenceCheck reports whether token is the newest issued for resource.
 func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
+	if err := m.admit(); err != nil {
+		return false, err
+	}
 	newest, err := m.opts.Store.Newest([]byte(resource))
 	if err != nil {
 		return false, err
 	}
-	if newest == 0 || token > newest {
+	if m.neverIssued(token, newest) {
 		return false, ErrNeverIssued
 	}
 	return token == newest, nil
@@ -521,13 +562,16 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 // token then, so no user can be said to own it). The record is read while
 // the resource's grants wait, so no grant slips in between.
 func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint64, command [][]byte, holderPrefix string) ([]byte, error) {
+	if err := m.admit(); err != nil {
+		return nil, err
+	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
 	newest, err := m.opts.Store.Newest([]byte(resource))
 	switch {
 	case err != nil:
 		return nil, err
-	case newest == 0 || token > newest:
+	case m.neverIssued(token, newest):
 		return nil, ErrNeverIssued
 	case token < newest:
 		return nil, ErrStale

@@ -28,7 +28,10 @@ import (
 // allowed: no barging), lock-delay-ms, now (unix ms), client addr. Returns
 // {0, pttl} busy, {1, token} the owner's existing grant (re-armed), {2,
 // token} a new grant, {3, 0} the owner's own record is there but the newest
-// token is needed to judge it (ask again with it; nothing was written). The
+// token is needed to judge it (ask again with it; nothing was written),
+// {4, token} a record, anyone's, carries a token at or above the new one:
+// this store never issued it (kindTokenAhead, authority.go; nothing was
+// written). The
 // owner's own record is re-armed only if its token lies between the newest
 // recorded and the new one; any other (resurrected by a failover, or written
 // by a proxy with another data dir) is replaced by a new grant, never handed
@@ -36,6 +39,9 @@ import (
 // is above every token ever issued.
 const acquireScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if cur[2] and tonumber(cur[2]) and tonumber(cur[2]) >= tonumber(ARGV[3]) then
+  return {4, cur[2]}
+end
 if cur[1] then
   if cur[1] ~= ARGV[1] then
     return {0, redis.call('PTTL', KEYS[1])}
