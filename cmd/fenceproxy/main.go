@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -209,6 +210,7 @@ func run(cfg config) error {
 	if sentinelOpts != nil {
 		backendFlag = cfg.sentinel.String()
 	}
+	var tokensRef atomic.Pointer[authority.Authority]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	be, err := cluster.Connect(ctx, cluster.Options{
 		Sentinel:       sentinelOpts,
@@ -222,6 +224,13 @@ func run(cfg config) error {
 		ObserveReply:   func(d time.Duration) { m.PassthroughSeconds.Observe(d.Seconds()) },
 		Logger:         logger,
 		TLS:            backendTLS,
+		// After a failover the token authority's heartbeat goes to the
+		// new master at once (the authority starts after the backend).
+		OnMasterChange: func() {
+			if a := tokensRef.Load(); a != nil {
+				a.Recheck()
+			}
+		},
 	})
 	if err != nil {
 		cancel()
@@ -274,9 +283,10 @@ func run(cfg config) error {
 	aerr := tokens.Start(actx)
 	acancel()
 	if aerr != nil {
-		return fmt.Errorf("--backend %s: %v", cfg.backend, aerr)
+		return fmt.Errorf("%s: %v", backendFlag, aerr)
 	}
 	defer tokens.Close()
+	tokensRef.Store(tokens)
 	m.RegisterAuthority(func() metrics.AuthorityStats {
 		st := tokens.Stats()
 		return metrics.AuthorityStats{StoreID: st.StoreID, RedisBound: st.RedisBound, Floor: st.Floor, Conflict: len(st.Others) > 0, Confirmed: st.Confirmed}

@@ -44,6 +44,12 @@ type Options struct {
 	// Sentinel, if set, names the backend instead of Seeds: the master
 	// these Redis Sentinels name, followed through failovers.
 	Sentinel *SentinelOptions
+	// OnMasterChange, if set, is called (without waiting for it) when a
+	// standalone backend starts serving from a new master after a failover,
+	// or from its master again after refusing it: for what the proxy keeps
+	// on the master (the token authority's heartbeat) to be written there
+	// at once.
+	OnMasterChange func()
 }
 
 // Connect reaches the backend named by opts.Seeds (or, with opts.Sentinel,

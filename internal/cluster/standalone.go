@@ -233,6 +233,7 @@ func (s *standalone) checkMaster(ctx context.Context) error {
 	case n.Refusal() != "" && usable && sentinelErr == nil:
 		s.log.Info("the Redis master is a master again; serving", "addr", n.Addr)
 		n.Allow()
+		s.masterChanged()
 	}
 	return sentinelErr
 }
@@ -254,7 +255,14 @@ func (s *standalone) follow(ctx context.Context, old *Node, addr string) error {
 	s.log.Info("following the Sentinel failover: serving from the new master", "master", n.Addr, "old", old.Addr,
 		"replicas", strings.Join(n.Replicas(), ","))
 	s.retire(old)
+	s.masterChanged()
 	return nil
+}
+
+func (s *standalone) masterChanged() {
+	if s.opts.OnMasterChange != nil {
+		s.opts.OnMasterChange()
+	}
 }
 
 // retire closes old after retireGrace (or at Close, if sooner).

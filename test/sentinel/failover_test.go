@@ -61,13 +61,13 @@ func TestFailoverFollowedWithoutRestart(t *testing.T) {
 
 	for i, old := range tokens {
 		res, owner := "fo:"+strconv.Itoa(i), "owner-"+strconv.Itoa(i)
-		if r := c.Do("LOCK.ACQUIRE", res, "intruder", "60000"); !testenv.IsNull(r) {
+		if r := retried(t, c, "LOCK.ACQUIRE", res, "intruder", "60000"); !testenv.IsNull(r) {
 			t.Fatalf("%s: another owner got an acknowledged lock after the failover: %s", res, testenv.ShowReply(r))
 		}
-		if r := c.Do("LOCK.ACQUIRE", res, owner, "60000"); string(r) != ":"+itoa(old)+"\r\n" {
+		if r := retried(t, c, "LOCK.ACQUIRE", res, owner, "60000"); string(r) != ":"+itoa(old)+"\r\n" {
 			t.Fatalf("%s: the holder's retry after the failover = %s, want its token %d", res, testenv.ShowReply(r), old)
 		}
-		if r := c.Do("LOCK.RELEASE", res, owner); string(r) != ":1\r\n" {
+		if r := retried(t, c, "LOCK.RELEASE", res, owner); string(r) != ":1\r\n" {
 			t.Fatalf("%s: release = %s", res, testenv.ShowReply(r))
 		}
 		if tok := acquire(t, c, res, "next"); tok <= old {

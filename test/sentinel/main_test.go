@@ -11,6 +11,7 @@ package sentinel_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,10 +41,25 @@ func until(t *testing.T, d time.Duration, what string, do func() (bool, string))
 	}
 }
 
+// retried sends args through c again while the reply is -TRYAGAIN (at
+// most 15s): right after a failover lock commands wait for the proxy's
+// token authority to write its heartbeat to the new master.
+func retried(t *testing.T, c *testenv.Conn, args ...string) []byte {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := c.Do(args...)
+		if !strings.HasPrefix(string(r), "-TRYAGAIN ") || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // acquire takes resource for owner through c and returns the token.
 func acquire(t *testing.T, c *testenv.Conn, resource, owner string) int64 {
 	t.Helper()
-	r := c.Do("LOCK.ACQUIRE", resource, owner, "60000")
+	r := retried(t, c, "LOCK.ACQUIRE", resource, owner, "60000")
 	tok, ok := testenv.ParseInt(r)
 	if !ok || tok <= 0 {
 		t.Fatalf("LOCK.ACQUIRE %s %s = %s, want a token", resource, owner, testenv.ShowReply(r))

@@ -57,7 +57,7 @@ func TestSentinelTLS(t *testing.T) {
 		}
 		return string(r) == "+OK\r\n", testenv.ShowReply(r)
 	})
-	c.Do("LOCK.RELEASE", "r", "owner")
+	retried(t, c, "LOCK.RELEASE", "r", "owner")
 	if next := acquire(t, c, "r", "next"); next <= tok {
 		t.Fatalf("token after the failover %d, want above %d", next, tok)
 	}

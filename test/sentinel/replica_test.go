@@ -82,7 +82,7 @@ func TestDemotedBackendGetsNothing(t *testing.T) {
 		r := c.Do("SET", "k", "v")
 		return string(r) == "+OK\r\n", testenv.ShowReply(r)
 	})
-	if r := c.Do("LOCK.ACQUIRE", "held", "owner", "60000"); string(r) != ":"+itoa(held)+"\r\n" {
+	if r := retried(t, c, "LOCK.ACQUIRE", "held", "owner", "60000"); string(r) != ":"+itoa(held)+"\r\n" {
 		t.Fatalf("the holder's retry once the backend is a master again = %s, want %d", testenv.ShowReply(r), held)
 	}
 	if tok := acquire(t, c, "new", "owner"); tok <= held {
