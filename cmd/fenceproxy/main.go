@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ import (
 type config struct {
 	listen          string
 	backend         string
+	sentinel        sentinelFlags
 	backendUser     string
 	backendPassword string
 	dataDir         string
@@ -67,6 +69,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("fenceproxy", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7379", "`host:port` where RESP clients connect")
 	fs.StringVar(&c.backend, "backend", "127.0.0.1:6379", "the backend: a Redis master `host:port`, or seed nodes of a Redis Cluster, comma-separated (detected)")
+	c.sentinel.register(fs)
 	fs.StringVar(&c.backendUser, "backend-user", "", "ACL user for the backend (with the password from $FENCEPROXY_BACKEND_PASSWORD)")
 	fs.StringVar(&c.dataDir, "data-dir", "./fenceproxy-data", "`dir`ectory of the fence store; created if missing")
 	fs.IntVar(&c.minReplicas, "min-replicas", 1, "replicas that must acknowledge a lock write before it is granted")
@@ -99,6 +102,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.sentinel.check(fs); err != nil {
+		return c, err
 	}
 	c.backendPassword = os.Getenv("FENCEPROXY_BACKEND_PASSWORD")
 	if c.requirepass == "" {
@@ -196,8 +202,18 @@ func run(cfg config) error {
 	}
 	defer store.Close()
 
+	sentinelOpts, err := cfg.sentinel.options(&cfg.tls)
+	if err != nil {
+		return err
+	}
+	backendFlag := "--backend " + cfg.backend
+	if sentinelOpts != nil {
+		backendFlag = cfg.sentinel.String()
+	}
+	var tokensRef atomic.Pointer[authority.Authority]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	be, err := cluster.Connect(ctx, cluster.Options{
+		Sentinel:       sentinelOpts,
 		Seeds:          strings.Split(cfg.backend, ","),
 		Username:       cfg.backendUser,
 		Password:       cfg.backendPassword,
@@ -208,12 +224,22 @@ func run(cfg config) error {
 		ObserveReply:   func(d time.Duration) { m.PassthroughSeconds.Observe(d.Seconds()) },
 		Logger:         logger,
 		TLS:            backendTLS,
+		// After a failover the token authority's heartbeat goes to the
+		// new master at once (the authority starts after the backend).
+		OnMasterChange: func() {
+			if a := tokensRef.Load(); a != nil {
+				a.Recheck()
+			}
+		},
 	})
 	if err != nil {
 		cancel()
-		return fmt.Errorf("--backend %s: %v", cfg.backend, err)
+		return fmt.Errorf("%s: %v", backendFlag, err)
 	}
 	defer be.Close()
+	if sentinelOpts != nil {
+		cfg.backend = be.Masters()[0].Addr // for the log: the master Sentinel named at start
+	}
 	master := be.Masters()[0]
 	version := "7.0.0"
 	if info, err := master.Client.Info(ctx, "server").Result(); err == nil {
@@ -228,12 +254,12 @@ func run(cfg config) error {
 	}
 	cancel()
 	if err != nil && be.Mode() == "cluster" {
-		return fmt.Errorf("--backend %s: reading COMMAND (needed to route by slot): %v", cfg.backend, err)
+		return fmt.Errorf("%s: reading COMMAND (needed to route by slot): %v", backendFlag, err)
 	}
 	var acl *auth.ACL
 	if cfg.aclFile != "" || cfg.requirepass != "" {
 		if err != nil {
-			return fmt.Errorf("--backend %s: reading COMMAND (needed to check ACL users' commands and keys): %v", cfg.backend, err)
+			return fmt.Errorf("%s: reading COMMAND (needed to check ACL users' commands and keys): %v", backendFlag, err)
 		}
 		if acl, err = auth.Compile(aclSpecs, cfg.requirepass, commands.ACLCommands(keyTable)); err != nil {
 			return fmt.Errorf("--aclfile: %v", err)
@@ -257,9 +283,10 @@ func run(cfg config) error {
 	aerr := tokens.Start(actx)
 	acancel()
 	if aerr != nil {
-		return fmt.Errorf("--backend %s: %v", cfg.backend, aerr)
+		return fmt.Errorf("%s: %v", backendFlag, aerr)
 	}
 	defer tokens.Close()
+	tokensRef.Store(tokens)
 	m.RegisterAuthority(func() metrics.AuthorityStats {
 		st := tokens.Stats()
 		return metrics.AuthorityStats{StoreID: st.StoreID, RedisBound: st.RedisBound, Floor: st.Floor, Conflict: len(st.Others) > 0, Confirmed: st.Confirmed}
@@ -308,6 +335,9 @@ func run(cfg config) error {
 				if !n.Up() {
 					return fmt.Errorf("backend Redis master %s unreachable", n.Addr)
 				}
+				if n.Refusal() != "" {
+					return fmt.Errorf("backend Redis %s is not the master now; nothing is sent to it", n.Addr)
+				}
 			}
 			if !store.Stats().Healthy {
 				return errors.New("fence store unhealthy")
@@ -325,7 +355,7 @@ func run(cfg config) error {
 		replicas = append(replicas, n.Replicas()...)
 	}
 	logger.Info("fenceproxy ready",
-		"listen", addrOf(ln), "tls_listen", addrOf(tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "mode", be.Mode(), "masters", len(be.Masters()),
+		"listen", addrOf(ln), "tls_listen", addrOf(tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "sentinel", cfg.sentinel.addrs, "mode", be.Mode(), "masters", len(be.Masters()),
 		"redis_version", version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
 		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
 		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "fence_store_id", store.ID(), "token_floor", store.Floor(), "metrics", cfg.metricsListen)

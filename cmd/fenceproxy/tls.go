@@ -26,6 +26,7 @@ type tlsFlags struct {
 	handshakeTimeout time.Duration
 
 	backend           bool
+	sentinel          bool // TLS to the Sentinels too, with the backend's files
 	backendCAFile     string
 	backendCertFile   string
 	backendKeyFile    string
@@ -40,6 +41,7 @@ func (f *tlsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.authClients, "tls-auth-clients", "", "client certificates: yes (required), optional (verified if sent) or no; default yes with --tls-ca-cert-file, else no")
 	fs.DurationVar(&f.handshakeTimeout, "tls-handshake-timeout", 10*time.Second, "how long a TLS client may take to finish its handshake")
 	fs.BoolVar(&f.backend, "backend-tls", false, "speak TLS to every backend node")
+	fs.BoolVar(&f.sentinel, "sentinel-tls", false, "speak TLS to the --sentinel Sentinels, with the --backend-tls-... CA, certificate and server name")
 	fs.StringVar(&f.backendCAFile, "backend-tls-ca-cert-file", "", "PEM `file` of the CA(s) that sign Redis's certificates (default: the system's)")
 	fs.StringVar(&f.backendCertFile, "backend-tls-cert-file", "", "PEM `file` with the client certificate shown to Redis (for its tls-auth-clients)")
 	fs.StringVar(&f.backendKeyFile, "backend-tls-key-file", "", "PEM `file` with the private key of --backend-tls-cert-file")
@@ -75,7 +77,7 @@ func (f *tlsFlags) check(listen string) error {
 	}
 	backendFlags := f.backendCAFile != "" || f.backendCertFile != "" || f.backendKeyFile != "" || f.backendServerName != ""
 	switch {
-	case backendFlags && !f.backend:
+	case backendFlags && !f.backend && !f.sentinel:
 		return errors.New("--backend-tls-... flags are given but --backend-tls is not: add --backend-tls to speak TLS to Redis")
 	case (f.backendCertFile == "") != (f.backendKeyFile == ""):
 		return errors.New("--backend-tls-cert-file and --backend-tls-key-file go together")
@@ -155,6 +157,21 @@ func (f *tlsFlags) backendConfig() (*tls.Config, error) {
 	if !f.backend {
 		return nil, nil
 	}
+	return f.redisConfig()
+}
+
+// sentinelConfig is the TLS configuration for connections to the
+// Sentinels, nil without --sentinel-tls.
+func (f *tlsFlags) sentinelConfig() (*tls.Config, error) {
+	if !f.sentinel {
+		return nil, nil
+	}
+	return f.redisConfig()
+}
+
+// redisConfig is the client side of TLS to Redis and its Sentinels, from
+// the --backend-tls-... files.
+func (f *tlsFlags) redisConfig() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.backendServerName}
 	if f.backendCAFile != "" {
 		cas, err := loadCAs(f.backendCAFile)

@@ -53,6 +53,20 @@ type Options struct {
 	// TLS, if set, wraps every connection in TLS with this configuration
 	// (see ForAddr for the name the certificate is checked against).
 	TLS *tls.Config
+	// Admit, if set, is asked before every connection (the first and each
+	// reconnection) goes into service, with the role that Redis reports on
+	// it (ROLE's first element: "master", "slave", "sentinel"). If it
+	// returns an error, the connection is dropped and the dial fails (a
+	// Conn keeps trying to reconnect). The server behind an address can
+	// change while the proxy is away (a master restarted empty, or demoted):
+	// this is where that is caught before anything is sent.
+	Admit func(role string) error
+	// OnBreak, if set, is called after an established connection breaks
+	// (not after Close).
+	OnBreak func()
+	// Gate, if set, is shared by every connection to the node: while it is
+	// closed, requests get its reply and are not sent.
+	Gate *Gate
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -127,7 +141,44 @@ func (c *Conn) connect() (net.Conn, error) {
 		nc.Close()
 		return nil, err
 	}
+	if c.opts.Admit != nil {
+		role, err := c.role(nc)
+		if err == nil {
+			err = c.opts.Admit(role)
+		}
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	return nc, nil
+}
+
+var roleRequest = []byte("*1\r\n$4\r\nROLE\r\n")
+
+// role asks the server on nc for its role, before the connection carries
+// anything else.
+func (c *Conn) role(nc net.Conn) (string, error) {
+	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Write(roleRequest); err != nil {
+		return "", err
+	}
+	// Only this reply is outstanding, so the reader takes nothing beyond it.
+	reply, err := AppendReply(nil, bufio.NewReaderSize(nc, 4096))
+	if err != nil {
+		return "", err
+	}
+	v, err := ParseValue(reply)
+	if err != nil {
+		return "", fmt.Errorf("ROLE: %w", err)
+	}
+	if fields, ok := v.([]any); ok && len(fields) > 0 {
+		if role, ok := fields[0].(string); ok {
+			return role, nil
+		}
+	}
+	return "", fmt.Errorf("ROLE answered %q", trimCRLF(reply))
 }
 
 // handshake authenticates and, for RESP3, switches the protocol: HELLO 3
@@ -186,6 +237,11 @@ func (c *Conn) DoEncoded(req []byte, asking bool, p *protocol.Pending) {
 var askingRequest = []byte("*1\r\n$6\r\nASKING\r\n")
 
 func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *protocol.Pending) {
+	if refusal := c.opts.Gate.refusal(); refusal != nil {
+		p.Buf = append(p.Buf, refusal...)
+		p.Done()
+		return
+	}
 	c.mu.Lock()
 	if c.nc == nil {
 		c.mu.Unlock()
@@ -275,6 +331,9 @@ func (c *Conn) readLoop(nc net.Conn) {
 	for _, f := range lost {
 		f.p.Buf = append(f.p.Buf, replyLost...)
 		f.p.Done()
+	}
+	if !closed && c.opts.OnBreak != nil {
+		c.opts.OnBreak()
 	}
 	if !closed && !c.opts.NoReconnect {
 		c.opts.Logger.Warn("lost backend connection; reconnecting", "addr", c.opts.Addr, "err", err, "requests_failed", len(lost))

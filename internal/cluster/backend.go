@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,8 +19,8 @@ type Backend interface {
 	Masters() []*Node
 	// Mode is "standalone" or "cluster".
 	Mode() string
-	// Refresh asks for the topology to be read again soon (a no-op for a
-	// standalone master).
+	// Refresh asks for the topology (for a standalone master: its role,
+	// and which master Sentinel names) to be read again soon.
 	Refresh()
 	Close()
 }
@@ -42,12 +41,25 @@ type Options struct {
 	// and pinned connections, pub/sub tunnels, and the go-redis clients
 	// that read INFO and CLUSTER SLOTS.
 	TLS *tls.Config
+	// Sentinel, if set, names the backend instead of Seeds: the master
+	// these Redis Sentinels name, followed through failovers.
+	Sentinel *SentinelOptions
+	// OnMasterChange, if set, is called (without waiting for it) when a
+	// standalone backend starts serving from a new master after a failover,
+	// or from its master again after refusing it: for what the proxy keeps
+	// on the master (the token authority's heartbeat) to be written there
+	// at once.
+	OnMasterChange func()
 }
 
-// Connect reaches the backend named by opts.Seeds and works out what it is.
-// It fails, with a message meant for the operator, if the backend cannot be
-// reached or is not something fenceproxy can front.
+// Connect reaches the backend named by opts.Seeds (or, with opts.Sentinel,
+// the master those Sentinels name) and works out what it is. It fails, with
+// a message meant for the operator, if the backend cannot be reached or is
+// not something fenceproxy can front.
 func Connect(ctx context.Context, opts Options) (Backend, error) {
+	if opts.Sentinel != nil {
+		return connectSentinel(ctx, opts)
+	}
 	if len(opts.Seeds) == 0 {
 		return nil, fmt.Errorf("--backend names no address")
 	}
@@ -61,28 +73,7 @@ func Connect(ctx context.Context, opts Options) (Backend, error) {
 	if len(opts.Seeds) != 1 {
 		return nil, fmt.Errorf("--backend names %d addresses, but %s is not a Redis Cluster node: a standalone master is given as one address", len(opts.Seeds), opts.Seeds[0])
 	}
-	addr := opts.Seeds[0]
-	n, err := NewNode(ctx, NodeOptions{
-		Addr: addr, Username: opts.Username, Password: opts.Password,
-		PoolSize: opts.PoolSize, WriterConns: opts.WriterConns,
-		MinReplicas: opts.MinReplicas, ReplicaTimeout: opts.ReplicaTimeout,
-		ObserveReply: opts.ObserveReply, Logger: opts.Logger, TLS: opts.TLS,
-	})
-	if err != nil {
-		return nil, err
-	}
-	role, err := n.refreshReplicas(ctx)
-	if err != nil {
-		n.Close()
-		return nil, fmt.Errorf("INFO replication on %s failed: %w", addr, err)
-	}
-	if role != "master" {
-		n.Close()
-		return nil, fmt.Errorf("%s is a replica, not a master: point --backend at the master", addr)
-	}
-	s := &standalone{master: n, done: make(chan struct{})}
-	go s.watchReplicas(opts.Logger)
-	return s, nil
+	return connectStandalone(ctx, opts, opts.Seeds[0])
 }
 
 // detect asks the seeds, in order, whether they are Redis Cluster nodes:
@@ -108,48 +99,6 @@ func detect(ctx context.Context, opts Options) (string, error) {
 		return "standalone", nil
 	}
 	return "", lastErr
-}
-
-// standalone is one master and its replicas.
-type standalone struct {
-	master *Node
-	done   chan struct{}
-}
-
-func (s *standalone) MasterForKey([]byte) *Node { return s.master }
-func (s *standalone) Masters() []*Node          { return []*Node{s.master} }
-func (s *standalone) Mode() string              { return "standalone" }
-func (s *standalone) Refresh()                  {}
-
-func (s *standalone) Close() {
-	close(s.done)
-	s.master.Close()
-}
-
-// watchReplicas keeps the replica list and the memory policy fresh for
-// INFO, the log and the lock path.
-func (s *standalone) watchReplicas(logger *slog.Logger) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	last := strings.Join(s.master.Replicas(), ",")
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := s.master.refreshReplicas(ctx)
-		s.master.refreshMemory(ctx)
-		cancel()
-		if err != nil {
-			continue
-		}
-		if now := strings.Join(s.master.Replicas(), ","); now != last {
-			logger.Info("replicas changed", "master", s.master.Addr, "replicas", now)
-			last = now
-		}
-	}
 }
 
 // InfoField returns one field of an INFO reply, "" if absent.

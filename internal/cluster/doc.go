@@ -6,6 +6,18 @@
 // Cluster (Cluster: a slot map read from CLUSTER SLOTS and kept fresh, and
 // Send, which carries a request to its slot's master through MOVED, ASK,
 // TRYAGAIN and failovers).
+// A standalone master is given by --backend or named by Redis Sentinel
+// (sentinel.go: the Sentinel with the newest config-epoch decides; a
+// +switch-master announcement or the check every second swaps in the new
+// master's Node without a restart).
+//
+// A standalone master's Node is guarded, so that nothing is ever written to
+// a node that is not the master: each connection to it asks ROLE before it
+// carries anything (and, with Sentinel, after one broke, the Sentinels must
+// still name it: an old master restarted empty reports itself a master),
+// and while it is not the master a gate shared by all its connections
+// answers every request with an error instead of sending it.
+//
 // Each master is a Node with two ways in: a backend.Pool that forwards client
 // requests byte for byte, and a replicated writer that runs lock scripts in
 // batches, each batch followed by one WAIT on the same connection, so that one

@@ -66,7 +66,7 @@ func (n *Node) Memory() MemoryPolicy {
 // unreachable master fails anyway, and a blip must not turn a known policy
 // into an unknown one); Redis refusing both ways of asking makes it unknown.
 func (n *Node) refreshMemory(ctx context.Context) {
-	reading, err := readMemory(ctx, n.Client)
+	reading, err := readMemory(ctx, n.probe) // past the gate: a refusing node's policy is still worth knowing
 	if err != nil {
 		return
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +19,17 @@ import (
 )
 
 // Node is one Redis master.
+//
+// A Node of a standalone backend is guarded (NodeOptions.NotMaster): it is
+// written to only while it is known to be the master. Every connection to
+// it, the first and each reconnection, asks ROLE before it carries anything
+// (and, with Sentinel, the Sentinels must name it); while it is found not
+// to be a master its gate is closed: every request gets NotMaster's reply
+// instead of being sent, and the connections handed to single clients
+// (pinned ones, pub/sub tunnels) are closed. Its owner opens the gate again
+// once the node is a master (Allow).
+//
+// Lock order: Node.mu only.
 type Node struct {
 	Addr string
 	// Pool forwards clients' requests byte for byte; Pool3 does the same for
@@ -36,14 +48,30 @@ type Node struct {
 	lockConn []*backend.Conn
 	done     chan struct{}
 	wg       sync.WaitGroup
+	closing  sync.Once
+
+	// The guard; notMaster is "" for an unguarded node (Redis Cluster).
+	gate      backend.Gate
+	notMaster string
+	confirm   func(ctx context.Context, addr string) error
+	changed   func()
+	confirmed atomic.Bool   // confirm agreed since the last broken connection
+	probe     *redis.Client // reads INFO replication past the gate
 
 	memory atomic.Pointer[MemoryPolicy] // see memory.go
 
 	mu       sync.Mutex
 	replicas []string
 	idle     [2][]*backend.Conn // pinned connections to reuse, RESP2 and RESP3
+	handed   map[any]func()     // pinned connections and tunnels in clients' hands: their Close
+	closed   bool
 	pinOpts  backend.Options
 }
+
+// ErrNotMaster means a guarded node was found not to be the master when a
+// connection to it was opened (it reports itself a replica, or Sentinel
+// names another master): the connection was dropped with nothing sent.
+var ErrNotMaster = errors.New("cluster: the Redis node is not the master")
 
 // maxIdlePinned bounds the connections kept for reuse by Pinned.
 const maxIdlePinned = 16
@@ -53,12 +81,16 @@ const maxIdlePinned = 16
 // one. It never reconnects by itself: a client's transaction must not carry
 // on over a fresh connection.
 func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
+	if n.Refusal() != "" {
+		return nil, ErrNotMaster
+	}
 	i := protoIndex(resp3)
 	n.mu.Lock()
 	for len(n.idle[i]) > 0 {
 		c := n.idle[i][len(n.idle[i])-1]
 		n.idle[i] = n.idle[i][:len(n.idle[i])-1]
 		if c.Up() {
+			n.handed[c] = c.Close
 			n.mu.Unlock()
 			return c, nil
 		}
@@ -67,32 +99,136 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 	n.mu.Unlock()
 	opts := n.pinOpts
 	opts.RESP3 = resp3
-	return backend.Dial(opts)
+	c, err := backend.Dial(opts)
+	if err != nil {
+		return nil, err
+	}
+	if !n.hand(c, c.Close) {
+		return nil, ErrUnavailable
+	}
+	return c, nil
 }
 
 // Unpin gives back a pinned connection. Only a clean one (no MULTI, WATCH
 // or blocked command pending on it) is kept for reuse.
 func (n *Node) Unpin(c *backend.Conn, resp3, clean bool) {
 	i := protoIndex(resp3)
-	if clean && c.Up() {
-		n.mu.Lock()
-		if len(n.idle[i]) < maxIdlePinned {
-			n.idle[i] = append(n.idle[i], c)
-			n.mu.Unlock()
-			return
-		}
+	n.mu.Lock()
+	delete(n.handed, c)
+	if clean && c.Up() && !n.closed && len(n.idle[i]) < maxIdlePinned {
+		n.idle[i] = append(n.idle[i], c)
 		n.mu.Unlock()
+		return
 	}
+	n.mu.Unlock()
 	c.Close()
 }
 
 // Tunnel returns a raw connection for a client that will get a stream from
 // Redis (pub/sub), speaking RESP3 if resp3.
 func (n *Node) Tunnel(resp3 bool) (net.Conn, error) {
+	if n.Refusal() != "" {
+		return nil, ErrNotMaster
+	}
 	opts := n.pinOpts
 	opts.RESP3 = resp3
-	return backend.DialRaw(opts)
+	nc, err := backend.DialRaw(opts)
+	if err != nil {
+		return nil, err
+	}
+	t := &tunnel{Conn: nc, n: n}
+	if !n.hand(t, func() { t.Conn.Close() }) {
+		return nil, ErrUnavailable
+	}
+	return t, nil
 }
+
+// tunnel is a pub/sub connection in a client's hands; closing it tells the
+// node it is gone.
+type tunnel struct {
+	net.Conn
+	n *Node
+}
+
+func (t *tunnel) Close() error {
+	t.n.mu.Lock()
+	delete(t.n.handed, t)
+	t.n.mu.Unlock()
+	return t.Conn.Close()
+}
+
+// hand records c as in a client's hands, so that a step-down closes it; it
+// closes c and reports false if the node is closed or refusing already.
+func (n *Node) hand(c any, close func()) bool {
+	n.mu.Lock()
+	if n.closed || n.Refusal() != "" {
+		n.mu.Unlock()
+		close()
+		return false
+	}
+	n.handed[c] = close
+	n.mu.Unlock()
+	return true
+}
+
+// Refusal is the error reply every request to the node gets now instead of
+// being sent (it was found not to be the master), "" while it is written to.
+func (n *Node) Refusal() string { return n.gate.Reason() }
+
+// Refuse closes the node's gate with its NotMaster reply (reason, if not
+// empty) and closes every pinned connection and tunnel in clients' hands:
+// a client in MULTI, blocked, or subscribed must see that its connection
+// ended rather than carry on with a node that stepped down. Requests
+// already on the shared connections get their replies.
+func (n *Node) Refuse(reason string) {
+	if reason == "" {
+		reason = n.notMaster
+	}
+	n.mu.Lock()
+	n.gate.Close(reason)
+	handed := n.handed
+	n.handed = make(map[any]func())
+	n.mu.Unlock()
+	for _, close := range handed {
+		close()
+	}
+}
+
+// Allow opens the node's gate: it is the master again.
+func (n *Node) Allow() {
+	n.confirmed.Store(true)
+	n.gate.Open()
+}
+
+// admit is asked before each new connection to a guarded node carries
+// anything; role is what the node answered to ROLE on it.
+func (n *Node) admit(role string) error {
+	if role != "master" {
+		n.Refuse("")
+		n.changed()
+		return fmt.Errorf("%w: %s reports itself a %s (ROLE)", ErrNotMaster, n.Addr, role)
+	}
+	if n.confirm == nil || n.confirmed.Load() {
+		return nil
+	}
+	// The node's connections broke since Sentinel last named it: the
+	// server behind the address may be an old master restarted empty.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := n.confirm(ctx, n.Addr)
+	if errors.Is(err, ErrNotMaster) {
+		n.Refuse("")
+		n.changed()
+	}
+	if err == nil {
+		n.confirmed.Store(true)
+	}
+	return err
+}
+
+// Role reads the node's role (INFO replication) and records the replicas
+// connected to it; past the gate, so it also works on a refusing node.
+func (n *Node) Role(ctx context.Context) (string, error) { return n.refreshReplicas(ctx) }
 
 // CheckAuth asks Redis whether user and password are good, on a connection
 // of their own (the shared ones keep the proxy's credentials). The error is
@@ -100,6 +236,7 @@ func (n *Node) Tunnel(resp3 bool) (net.Conn, error) {
 func (n *Node) CheckAuth(user, password string) error {
 	opts := n.pinOpts
 	opts.Username, opts.Password = user, password
+	opts.Admit = nil // ROLE is the proxy's question, not the client's user's
 	nc, err := backend.DialRaw(opts)
 	if err != nil {
 		return err
@@ -126,12 +263,61 @@ type NodeOptions struct {
 	ObserveReply   func(time.Duration)
 	Logger         *slog.Logger
 	TLS            *tls.Config // nil: plaintext
+	// NotMaster, if set, guards the node (see Node): the error reply (no
+	// "-", no CRLF) every request gets while it is not the master.
+	NotMaster string
+	// Confirm, if set, must agree (nil error) before a guarded node's
+	// connections reopen after one broke: it asks Sentinel whether addr is
+	// still the master. It returns an error wrapping ErrNotMaster when
+	// Sentinel names another, any other when it cannot tell.
+	Confirm func(ctx context.Context, addr string) error
+	// Changed, if set, is told (without waiting) when a connection found a
+	// guarded node not to be the master.
+	Changed func()
 }
 
-// NewNode connects to the master at opts.Addr.
+// NewNode connects to the master at opts.Addr. A guarded node fails with an
+// error wrapping ErrNotMaster if it is not the master.
 func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	n := &Node{
+		Addr:           opts.Addr,
+		minReplicas:    opts.MinReplicas,
+		replicaTimeout: opts.ReplicaTimeout,
+		logger:         opts.Logger,
+		writes:         make(chan *Write, 4096),
+		unacked:        make(chan *Write, 4096),
+		done:           make(chan struct{}),
+		handed:         make(map[any]func()),
+		notMaster:      opts.NotMaster,
+		confirm:        opts.Confirm,
+		changed:        opts.Changed,
+	}
+	if n.changed == nil {
+		n.changed = func() {}
+	}
+	// Every connection below shares these: ROLE (and Sentinel) before a
+	// connection is used, the gate on every request.
+	var admit func(string) error
+	var onBreak func()
+	var gate *backend.Gate
+	var onConnect func(context.Context, *redis.Conn) error
+	if opts.NotMaster != "" {
+		admit, gate = n.admit, &n.gate
+		onBreak = func() { n.confirmed.Store(false) }
+		onConnect = func(ctx context.Context, cn *redis.Conn) error {
+			fields, err := cn.Do(ctx, "ROLE").Slice()
+			if err != nil {
+				return err
+			}
+			var role string
+			if len(fields) > 0 {
+				role, _ = fields[0].(string)
+			}
+			return n.admit(role)
+		}
 	}
 	client := redis.NewClient(&redis.Options{
 		Addr:         opts.Addr,
@@ -147,50 +333,59 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		DisableIdentity:       true,
 		ContextTimeoutEnabled: true,
 		TLSConfig:             opts.TLS,
+		OnConnect:             onConnect,
 	})
-	if err := client.Ping(ctx).Err(); err != nil {
+	n.Client, n.probe = client, client
+	if gate != nil {
+		client.AddHook(gateHook{gate})
+		// The guard's own reads must pass a closed gate and a node that is
+		// not the master: that is what they look for.
+		n.probe = redis.NewClient(&redis.Options{
+			Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
+			Protocol: 2, PoolSize: 1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second,
+			MaxRetries: -1, DisableIdentity: true, ContextTimeoutEnabled: true, TLSConfig: opts.TLS,
+		})
+	}
+	closeClients := func() {
+		if n.probe != client {
+			n.probe.Close()
+		}
 		client.Close()
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		closeClients()
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w%s", opts.Addr, err, tlsHint(err, opts.TLS != nil))
 	}
-	pool, err := backend.NewPool(backend.Options{
+	shared := backend.Options{
 		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
 		Logger: opts.Logger, ObserveReply: opts.ObserveReply, TLS: opts.TLS,
-	}, opts.PoolSize)
+		Admit: admit, OnBreak: onBreak, Gate: gate,
+	}
+	pool, err := backend.NewPool(shared, opts.PoolSize)
 	if err != nil {
-		client.Close()
+		closeClients()
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
 	}
-	pool3, err := backend.NewPool(backend.Options{
-		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
-		Logger: opts.Logger, ObserveReply: opts.ObserveReply, RESP3: true, TLS: opts.TLS,
-	}, max(opts.PoolSize/2, 1))
+	shared.RESP3 = true
+	pool3, err := backend.NewPool(shared, max(opts.PoolSize/2, 1))
 	if err != nil {
 		pool.Close()
-		client.Close()
+		closeClients()
 		return nil, fmt.Errorf("cannot speak RESP3 (HELLO 3) with Redis at %s: %w", opts.Addr, err)
 	}
-	n := &Node{
-		pinOpts: backend.Options{
-			Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
-			Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true, TLS: opts.TLS,
-			// One client's connection: small, since thousands may block at once.
-			ReadBuffer: 4 << 10,
-		},
-		Addr:           opts.Addr,
-		Pool:           pool,
-		Pool3:          pool3,
-		Client:         client,
-		minReplicas:    opts.MinReplicas,
-		replicaTimeout: opts.ReplicaTimeout,
-		logger:         opts.Logger,
-		writes:         make(chan *Write, 4096),
-		unacked:        make(chan *Write, 4096),
-		done:           make(chan struct{}),
+	n.Pool, n.Pool3 = pool, pool3
+	n.pinOpts = backend.Options{
+		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
+		Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true, TLS: opts.TLS,
+		// One client's connection: small, since thousands may block at once.
+		ReadBuffer: 4 << 10,
+		Admit:      admit, Gate: gate,
 	}
 	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, NoYield: true, TLS: opts.TLS,
 		// A lock script or WAIT slower than this means Redis is stopped or
 		// hung: fail the writes (outcome unknown) rather than hang clients.
-		ReplyTimeout: opts.ReplicaTimeout + 2*time.Second}
+		ReplyTimeout: opts.ReplicaTimeout + 2*time.Second,
+		Admit:        admit, OnBreak: onBreak, Gate: gate}
 	for i := range 2 * max(opts.WriterConns, 1) {
 		conn, err := backend.Dial(lockOpts)
 		if err != nil {
@@ -218,7 +413,7 @@ func (n *Node) Replicas() []string {
 
 // refreshReplicas reads INFO replication and records the connected replicas.
 func (n *Node) refreshReplicas(ctx context.Context) (role string, err error) {
-	info, err := n.Client.Info(ctx, "replication").Result()
+	info, err := n.probe.Info(ctx, "replication").Result()
 	if err != nil {
 		return "", err
 	}
@@ -244,8 +439,19 @@ func (n *Node) refreshReplicas(ctx context.Context) (role string, err error) {
 	return fields["role"], nil
 }
 
-// Close stops the node's writers and closes its connections.
-func (n *Node) Close() {
+// Close stops the node's writers and closes its connections, the pinned
+// ones and tunnels in clients' hands too. Closing twice is harmless.
+func (n *Node) Close() { n.closing.Do(n.close) }
+
+func (n *Node) close() {
+	n.mu.Lock()
+	n.closed = true
+	handed := n.handed
+	n.handed = nil
+	n.mu.Unlock()
+	for _, close := range handed {
+		close()
+	}
 	close(n.done)
 	n.wg.Wait()
 	for _, c := range n.lockConn {
@@ -276,9 +482,43 @@ func (n *Node) Close() {
 	}
 	n.idle = [2][]*backend.Conn{}
 	n.mu.Unlock()
-	n.Pool.Close()
-	n.Pool3.Close()
+	if n.Pool != nil {
+		n.Pool.Close()
+		n.Pool3.Close()
+	}
+	if n.probe != n.Client {
+		n.probe.Close()
+	}
 	n.Client.Close()
+}
+
+// gateHook refuses the go-redis client's commands (lock reads) while the
+// node's gate is closed, with the gate's reply as a Redis error. INFO passes:
+// it tells the operator what the node is.
+type gateHook struct{ g *backend.Gate }
+
+func (h gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if r := h.g.Reason(); r != "" && cmd.Name() != "info" {
+			cmd.SetErr(backend.RedisError(r))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if r := h.g.Reason(); r != "" {
+			for _, cmd := range cmds {
+				cmd.SetErr(backend.RedisError(r))
+			}
+			return backend.RedisError(r)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func parseInfo(info string) map[string]string {

@@ -302,6 +302,15 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 	})
 }
 
+// masterRefusal is why a standalone master is sent nothing now (it is not
+// the master: see cluster.Node), "" if it is served.
+func (h *Handler) masterRefusal() string {
+	if h.opts.Backend.Mode() != "standalone" {
+		return ""
+	}
+	return h.opts.Backend.Masters()[0].Refusal()
+}
+
 // lockError turns a lock-manager failure into a reply that says what the
 // client can do, and logs the detail the client does not get.
 func (h *Handler) lockError(err error, unknownOutcome string) []byte {
@@ -315,6 +324,10 @@ func (h *Handler) lockError(err error, unknownOutcome string) []byte {
 		return redcon.AppendError(nil, fmt.Sprintf("NOREPLICAS %d of %d required replicas acknowledged the token bound (a new window of tokens) in time; nothing was done",
 			shortfall.Acked, shortfall.Wanted))
 	case errors.Is(err, authority.ErrUnconfirmed), errors.Is(err, persist.ErrNotShared):
+		if r := h.masterRefusal(); r != "" {
+			// The heartbeat is late because the master refuses it: say why.
+			return redcon.AppendError(nil, r)
+		}
 		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: this proxy is not confirmed as the backend's token authority right now "+
 			"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly")
 	case errors.Is(err, cluster.ErrUnavailable):

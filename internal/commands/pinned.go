@@ -47,11 +47,21 @@ func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *protocol.P
 	}
 	conn, err := node.Pinned(s.resp3)
 	if err != nil {
-		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+		replyError(p, unreachable(node))
 		return false
 	}
 	s.pinned, s.pinnedNode, s.pinnedRESP3 = conn, node, s.resp3
 	return true
+}
+
+// unreachable is the error reply for a request that could not get a
+// connection to node: why the proxy refuses to send anything to it (it is
+// not the master), or else that it cannot be reached.
+func unreachable(node *cluster.Node) string {
+	if r := node.Refusal(); r != "" {
+		return r
+	}
+	return "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly"
 }
 
 // nodeFor returns the master for a request that needs a connection of the

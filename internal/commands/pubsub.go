@@ -47,9 +47,10 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		h.sendTunnel(s, args, p)
 		return
 	}
-	redis, err := h.opts.Backend.Masters()[0].Tunnel(s.resp3)
+	master := h.opts.Backend.Masters()[0]
+	redis, err := master.Tunnel(s.resp3)
 	if err != nil {
-		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+		replyError(p, unreachable(master))
 		return
 	}
 	client := c.TakeWrites(p)

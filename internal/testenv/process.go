@@ -211,6 +211,13 @@ func (s *server) proc() *proc {
 // Pid is the pid of the current process.
 func (s *server) Pid() int { return s.proc().pid() }
 
+// Stop sends SIGSTOP: the process keeps its port but does nothing, for
+// instance hears no announcement, until Cont.
+func (s *server) Stop() { s.proc().signal(syscall.SIGSTOP) }
+
+// Cont sends SIGCONT after Stop.
+func (s *server) Cont() { s.proc().signal(syscall.SIGCONT) }
+
 // kill sends SIGKILL and waits for the process to exit; a no-op if it has
 // already exited.
 func (s *server) kill() {

@@ -22,7 +22,8 @@ const proxyWait = 40 * time.Second
 
 // ProxyOptions configures StartProxy.
 type ProxyOptions struct {
-	Backend        string        // --backend; required
+	Backend        string        // --backend; required unless Sentinels is set
+	Sentinels      *Sentinels    // --sentinel and --master-name (Sentinels.Args) instead of --backend
 	DataDir        string        // --data-dir; a temp dir if empty
 	MinReplicas    int           // --min-replicas
 	ReplicaTimeout time.Duration // --replica-timeout; the binary's default if zero
@@ -54,8 +55,8 @@ func StartProxy(t testing.TB, opts ProxyOptions) *Proxy {
 
 func startProxy(t testing.TB, bin string, opts ProxyOptions) *Proxy {
 	t.Helper()
-	if opts.Backend == "" {
-		t.Fatalf("testenv: StartProxy: ProxyOptions.Backend is required")
+	if opts.Backend == "" && opts.Sentinels == nil {
+		t.Fatalf("testenv: StartProxy: ProxyOptions.Backend (or Sentinels) is required")
 	}
 	logDir := t.TempDir()
 	if opts.DataDir == "" {
@@ -84,13 +85,17 @@ func startProxy(t testing.TB, bin string, opts ProxyOptions) *Proxy {
 }
 
 func (p *Proxy) args() []string {
-	args := []string{
-		"--listen", p.Addr,
-		"--backend", p.opts.Backend,
+	args := []string{"--listen", p.Addr}
+	if p.opts.Sentinels != nil {
+		args = append(args, p.opts.Sentinels.Args()...)
+	} else {
+		args = append(args, "--backend", p.opts.Backend)
+	}
+	args = append(args,
 		"--data-dir", p.DataDir,
 		"--min-replicas", strconv.Itoa(p.opts.MinReplicas),
 		"--metrics-listen", p.MetricsAddr,
-	}
+	)
 	if p.opts.ReplicaTimeout != 0 {
 		args = append(args, "--replica-timeout", p.opts.ReplicaTimeout.String())
 	}

@@ -26,6 +26,14 @@ func (r *Redis) Promote(t testing.TB) {
 	r.master = nil
 }
 
+// Promoted records that replica r was made a master by someone else (Redis
+// Sentinel, after its master failed): a later Restart starts it as an
+// (empty) master.
+func (r *Redis) Promoted() {
+	r.args = withoutReplicaOf(r.args)
+	r.master = nil
+}
+
 // Follow makes r, a master, a replica of master with REPLICAOF, and waits
 // (deadline 10s) until the link is up and master lists r as online, as
 // StartReplica does. A later Restart starts r as master's replica again.

@@ -357,8 +357,8 @@ type TLSProxy struct {
 // certificate. Restart is not supported on it.
 func StartTLSProxy(t testing.TB, certs *Certs, plaintext bool, opts ProxyOptions) *TLSProxy {
 	t.Helper()
-	if opts.Backend == "" {
-		t.Fatalf("testenv: StartTLSProxy: ProxyOptions.Backend is required")
+	if opts.Backend == "" && opts.Sentinels == nil {
+		t.Fatalf("testenv: StartTLSProxy: ProxyOptions.Backend (or Sentinels) is required")
 	}
 	bin := BuildProxy(t)
 	logDir := t.TempDir()

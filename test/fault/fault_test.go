@@ -35,6 +35,10 @@ const (
 	dataClients    = 4
 	opTimeout      = 3 * time.Second        // every op's deadline; WAIT is at most 400ms
 	replicaTimeout = 300 * time.Millisecond // --replica-timeout: well below the replica stops, so a refused grant is answered while the replica is still stopped
+	// sentinelDownAfter is Sentinel's down-after-milliseconds: above a
+	// master-kill's downtime (at most 800ms, plus the restart), so only a
+	// master-failover makes Sentinel promote the replica.
+	sentinelDownAfter = 2500 * time.Millisecond
 )
 
 var ttls = []int64{150, 300, 800, 2000}
@@ -45,6 +49,7 @@ type env struct {
 	h               *History
 	seed            uint64
 	master, replica *testenv.Redis
+	sentinels       *testenv.Sentinels // name the master; the proxy follows them
 	proxy           *testenv.Proxy
 	dataDir         string
 	backup          string // a copy of dataDir taken while the proxy was down
@@ -97,6 +102,7 @@ func TestFault(t *testing.T) {
 	e.holderBin = buildHolder(t)
 	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
 	e.replica = testenv.StartReplica(t, e.master)
+	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter})
 	e.dataDir = filepath.Join(t.TempDir(), "data")
 	e.backup = filepath.Join(t.TempDir(), "backup")
 	e.setProxy(testenv.StartProxy(t, e.proxyOptions()))
@@ -186,10 +192,14 @@ func TestFault(t *testing.T) {
 	if rep.Grants == 0 {
 		t.Errorf("no lock was granted in the whole run: the workload did not run")
 	}
+	// The proxy itself, not a restart, must have moved to each new master.
+	if followed := strings.Count(e.proxy.Log(), "following the Sentinel failover"); followed < counts[MasterFailover] {
+		t.Errorf("fault: the proxy's log shows %d followed failovers for %d master-failover faults", followed, counts[MasterFailover])
+	}
 }
 
 func (e *env) proxyOptions() testenv.ProxyOptions {
-	return testenv.ProxyOptions{Backend: e.master.Addr, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
+	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
 }
 
 // writeHistory writes the history as JSON into dir ($FAULT_OUT), or into
@@ -437,7 +447,7 @@ func planFaults(seed uint64, d time.Duration) []planned {
 			case ProxyKill, DataDirWipe, DataDirRestore:
 				p.D = time.Duration(rng.IntN(300)) * time.Millisecond
 			case MasterFailover:
-				p.D = time.Duration(rng.IntN(200)) * time.Millisecond
+				p.D = time.Duration(rng.IntN(1500)) * time.Millisecond
 			case MasterKill:
 				p.D = time.Duration(100+rng.IntN(700)) * time.Millisecond
 			case ReplicaStop:
@@ -481,20 +491,23 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.End = e.h.Now()
 		f.Note = "down " + p.D.String()
 	case MasterFailover:
+		// Sentinel promotes the replica and the proxy follows it by
+		// itself, without a restart. The old master comes back empty at
+		// its address and stays a master for D before it is made the new
+		// master's replica: the proxy must send it nothing meanwhile (a
+		// fenced write it took would be lost with its data).
 		e.snapshotData("before " + string(p.Kind))
 		f.Start = e.h.Now()
 		oldMaster, promoted := e.master, e.replica
 		oldMaster.Kill()
-		time.Sleep(p.D)
-		e.proxy.Kill9()
-		promoted.Promote(t)
-		oldMaster.Restart(t) // empty; it becomes the new replica
-		oldMaster.Follow(t, promoted)
+		e.sentinels.WaitMaster(t, promoted.Addr)
+		promoted.Promoted()
 		e.master, e.replica = promoted, oldMaster
-		opts := e.proxyOptions()
-		e.setProxy(testenv.StartProxy(t, opts))
+		oldMaster.Restart(t)
+		time.Sleep(p.D)
+		oldMaster.Follow(t, promoted)
 		f.End = e.h.Now()
-		f.Note = "new master " + promoted.Addr
+		f.Note = "new master " + promoted.Addr + " named by Sentinel; old master back empty for " + p.D.String()
 	case MasterKill:
 		e.snapshotData("before " + string(p.Kind))
 		f.Start = e.h.Now()
@@ -503,6 +516,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		e.master.Restart(t)
 		e.master.WaitReplicas(t, 1)
 		f.End = e.h.Now()
+		e.checkSentinelMaster()
 	case RedisFlush:
 		e.snapshotData("before " + string(p.Kind))
 		c := testenv.Dial(t, e.master.Addr)
@@ -537,6 +551,15 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.End = e.h.Now()
 	}
 	e.h.AddFault(f)
+}
+
+// checkSentinelMaster fails the run if Sentinel names another master than
+// the suite's: only master-failover should make it fail over (see
+// sentinelDownAfter), and the suite's own view of the roles must hold.
+func (e *env) checkSentinelMaster() {
+	if named, err := e.sentinels.Master(0); err != nil || named != e.master.Addr {
+		e.t.Fatalf("fault: Sentinel names %q (err %v) as the master, the suite %s: a failover it did not plan", named, err, e.master.Addr)
+	}
 }
 
 // backupDataDir replaces the backup with a copy of the data dir; the

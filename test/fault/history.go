@@ -118,7 +118,7 @@ type FaultKind string
 
 const (
 	ProxyKill      FaultKind = "proxy-kill"       // kill -9 of fenceproxy, restart on the same data dir
-	MasterFailover FaultKind = "master-failover"  // SIGKILL of the master, its replica promoted, the proxy restarted on it
+	MasterFailover FaultKind = "master-failover"  // SIGKILL of the master, its replica promoted by Sentinel and followed by the proxy (not restarted), the old master back empty
 	MasterKill     FaultKind = "master-kill"      // SIGKILL of the master, restarted empty with no replica to promote: data loss
 	RedisFlush     FaultKind = "redis-flush"      // FLUSHALL on the master: data loss
 	ReplicaStop    FaultKind = "replica-stop"     // SIGSTOP of the replica, SIGCONT later: no grant may be acknowledged meanwhile
@@ -144,9 +144,10 @@ func (k FaultKind) LosesData() bool { return k == MasterKill || k == RedisFlush 
 // leases are not promised across it.
 func (k FaultKind) LosesFenceStore() bool { return k == DataDirWipe || k == DataDirRestore }
 
-// KillsProxy reports whether the fault kills fenceproxy with kill -9.
+// KillsProxy reports whether the fault kills fenceproxy with kill -9. A
+// master-failover does not: the proxy follows Sentinel to the new master.
 func (k FaultKind) KillsProxy() bool {
-	return k == ProxyKill || k == MasterFailover || k.LosesFenceStore()
+	return k == ProxyKill || k.LosesFenceStore()
 }
 
 // Fault is one injected fault, as it happened.
