@@ -24,9 +24,9 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, invalid (bad arguments), error
+	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, late (undone: too little lease left to reply), invalid (bad arguments), error
 	AcquireSeconds      prometheus.Histogram
-	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, invalid, error
+	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, late, invalid, error
 	Releases            *prometheus.CounterVec // result: released, notheld, invalid, error
 	FenceChecks         *prometheus.CounterVec // result: current, stale, invalid (bad or never-issued token), error (the proxy could not answer)
 	ReplicaAckSeconds   prometheus.Histogram
@@ -121,8 +121,8 @@ func New() *Metrics {
 	// only with its first event shows nothing before it, and dashboards of
 	// errors would look empty rather than quiet.
 	for vec, results := range map[*prometheus.CounterVec][]string{
-		m.Acquires:    {"granted", "busy", "queuefull", "noreplicas", "invalid", "error"},
-		m.Renewals:    {"renewed", "lost", "noreplicas", "invalid", "error"},
+		m.Acquires:    {"granted", "busy", "queuefull", "noreplicas", "late", "invalid", "error"},
+		m.Renewals:    {"renewed", "lost", "noreplicas", "late", "invalid", "error"},
 		m.Releases:    {"released", "notheld", "invalid", "error"},
 		m.FenceChecks: {"current", "stale", "invalid", "error"},
 	} {

@@ -70,6 +70,9 @@ type Conn struct {
 	// big GETs from putting maxBatch big replies in flight on a shared
 	// backend connection (and in memory, if the client does not read).
 	window int
+	// readAt is when the last read from the client returned bytes
+	// (monotonic): see ReadAt.
+	readAt time.Time
 }
 
 // MayBlock says a request of the current batch may wait indefinitely (a
@@ -78,6 +81,12 @@ type Conn struct {
 // Handler's ClientGone, so the wait can be cancelled instead of holding a
 // backend connection or a place in a lock's line for nobody.
 func (c *Conn) MayBlock() { c.mayBlock = true }
+
+// ReadAt is when the bytes of the request being served were read from the
+// client (the monotonic clock, taken once per read of the socket, however
+// many requests that read brought): when it was received, for a Handler
+// that counts from it, as a lease does. Call it only from ServeCommand.
+func (c *Conn) ReadAt() time.Time { return c.readAt }
 
 // CloseAfterReply asks for the connection to be closed once the replies
 // queued so far are written (QUIT, protocol errors).
@@ -371,7 +380,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 	if s.IdleTimeout > 0 {
 		src = idleReader{c}
 	}
-	c.rd = NewReader(bufio.NewReaderSize(src, readBufferSize), s.Limits)
+	c.rd = NewReader(bufio.NewReaderSize(readClock{c, src}, readBufferSize), s.Limits)
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)
@@ -401,6 +410,20 @@ func (r idleReader) Read(b []byte) (int, error) {
 		}
 	}
 	return c.nc.Read(b)
+}
+
+// readClock notes in readAt when each read of the client returns bytes.
+type readClock struct {
+	c   *Conn
+	src io.Reader
+}
+
+func (r readClock) Read(b []byte) (int, error) {
+	n, err := r.src.Read(b)
+	if n > 0 {
+		r.c.readAt = time.Now()
+	}
+	return n, err
 }
 
 // WaitReplies waits until every request dispatched before current (the

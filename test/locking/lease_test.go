@@ -1,0 +1,280 @@
+package locking
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// Guarantee 5 of the contract: no reply promises a lease that is over, and
+// no reply carries a token FENCE.CHECK would call never issued; an outcome
+// fenceproxy cannot know counts as issued. These tests make each of those
+// replies happen on real processes: a replica stopped under a grant's WAIT,
+// the proxy's Redis connections cut, the master or the proxy stopped.
+
+// recordKey is the owner record of resource under the default key prefix.
+func recordKey(resource string) string { return "fenceproxy:lock:{" + resource + "}" }
+
+// waitWaits waits until n clients of master are blocked in WAIT (flags b,
+// not merely last ran one): the proxy's lock writes, sent and waiting for a
+// stopped replica.
+func waitWaits(t *testing.T, master *testenv.Conn, n int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, strconv.Itoa(n)+" lock writes in WAIT on the master", func() bool {
+		blocked := 0
+		for _, l := range strings.Split(string(master.Do("CLIENT", "LIST")), "\n") {
+			if strings.Contains(l, " flags=b ") && strings.Contains(l, " cmd=wait ") {
+				blocked++
+			}
+		}
+		return blocked >= n
+	})
+}
+
+// waitGone waits until the master no longer holds key: the lease is over
+// in Redis.
+func waitGone(t *testing.T, master *testenv.Conn, key string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, key+" expired on the master", func() bool {
+		n, _ := testenv.ParseInt(master.Do("EXISTS", key))
+		return n == 0
+	})
+}
+
+// acquireAsync sends args on a connection of its own and returns the reply
+// when it comes.
+func acquireAsync(t *testing.T, addr string, args ...string) chan reply {
+	c := testenv.Dial(t, addr)
+	c.SetTimeout(30 * time.Second)
+	out := make(chan reply, 1)
+	go func() {
+		r, err := c.TryDo(args...)
+		out <- reply{reply: r, err: err}
+	}()
+	return out
+}
+
+func await(t *testing.T, ch chan reply, what string) []byte {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.reply
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no reply within 30s", what)
+	}
+	return nil
+}
+
+// checkNoContradiction is the reviewer's check after an unknown outcome:
+// the earlier holder's token is never current again once a newer owner's
+// record may stand, and no token the newer owner's renewal replies is
+// called never issued.
+func checkNoContradiction(t *testing.T, c *testenv.Conn, r string, stale int64, owner string) {
+	t.Helper()
+	var renewed []byte
+	waitFor(t, 10*time.Second, "the proxy reconnected to Redis", func() bool {
+		renewed = c.Do("LOCK.RENEW", r, owner, "10000")
+		return !strings.HasPrefix(string(renewed), "-TRYAGAIN fenceproxy: Redis is unreachable")
+	})
+	if tok, ok := testenv.ParseInt(renewed); ok {
+		if got := c.Do("FENCE.CHECK", r, strconv.FormatInt(tok, 10)); string(got) != ":1\r\n" {
+			t.Errorf("LOCK.RENEW %s %s replied token %d, then FENCE.CHECK of it = %q, want 1", r, owner, tok, got)
+		}
+	} else if !testenv.IsNull(renewed) {
+		t.Errorf("LOCK.RENEW %s %s = %q, want the token or null", r, owner, renewed)
+	}
+	if got := c.Do("FENCE.CHECK", r, strconv.FormatInt(stale, 10)); string(got) != ":0\r\n" {
+		t.Errorf("FENCE.CHECK of the expired holder's token %d after another owner's grant of unknown outcome = %q, want 0 (its record may stand)", stale, got)
+	}
+	if got := c.Do("FENCE.EXEC", r, strconv.FormatInt(stale, 10), "SET", "fenced:"+r, "stale"); !strings.HasPrefix(string(got), "-STALE") {
+		t.Errorf("the expired holder's FENCE.EXEC = %q, want -STALE", got)
+	}
+}
+
+// TestCutDuringWaitCountsAsIssued is the outside review's scenario: A's
+// lease has run out, B's grant waits in WAIT for a stopped replica, and
+// the proxy's connections to Redis are cut. B is told the outcome is
+// unknown, and its record {B, token} stays in Redis. From then on B's
+// token must count as issued: B's renewal may reply it, FENCE.CHECK calls
+// it current, and A's token is stale.
+func TestCutDuringWaitCountsAsIssued(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 10 * time.Second})
+	c := testenv.Dial(t, p.Addr)
+	c.SetTimeout(20 * time.Second)
+	m := testenv.Dial(t, master.Addr)
+	const r = "cut/wait"
+
+	a, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", r, "A", "100"))
+	if !ok {
+		t.Fatal("A got no token")
+	}
+	waitGone(t, m, recordKey(r))
+
+	replica.Stop()
+	b := acquireAsync(t, p.Addr, "LOCK.ACQUIRE", r, "B", "60000")
+	waitWaits(t, m, 1)
+	if got := string(m.Do("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")); !strings.HasPrefix(got, ":") {
+		t.Fatalf("CLIENT KILL = %q", got)
+	}
+	got := await(t, b, "B's LOCK.ACQUIRE")
+	if _, isToken := testenv.ParseInt(got); isToken || !strings.Contains(string(got), "may or may not") {
+		t.Fatalf("B's LOCK.ACQUIRE whose WAIT was cut = %q, want the may-or-may-not-be-granted error", got)
+	}
+	replica.Cont()
+	master.WaitReplicas(t, 1)
+	if n, _ := testenv.ParseInt(m.Do("EXISTS", recordKey(r))); n != 1 {
+		t.Fatalf("B's record is not in Redis (EXISTS = %d): the scenario did not happen", n)
+	}
+	checkNoContradiction(t, c, r, a, "B")
+}
+
+// TestLostScriptReplyCountsAsIssued: the grant's script itself is left
+// unanswered (the master stopped past the lock connection's reply
+// timeout, and it runs the script once resumed), so the proxy cannot know
+// whether it granted. Its token must count as issued all the same.
+func TestLostScriptReplyCountsAsIssued(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	// The lock connections give up on a reply after the replica timeout
+	// plus 2s.
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond})
+	c := testenv.Dial(t, p.Addr)
+	c.SetTimeout(20 * time.Second)
+	m := testenv.Dial(t, master.Addr)
+	const r = "cut/script"
+
+	a, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", r, "A", "100"))
+	if !ok {
+		t.Fatal("A got no token")
+	}
+	waitGone(t, m, recordKey(r))
+
+	master.Stop()
+	got, err := c.TryDo("LOCK.ACQUIRE", r, "B", "60000")
+	master.Cont()
+	if err != nil {
+		t.Fatalf("B's LOCK.ACQUIRE: %v", err)
+	}
+	if _, isToken := testenv.ParseInt(got); isToken || !strings.Contains(string(got), "may or may not") {
+		t.Fatalf("B's LOCK.ACQUIRE with the master stopped = %q, want the may-or-may-not-be-granted error", got)
+	}
+	// The master ran the script it had read once it was resumed.
+	waitFor(t, 10*time.Second, "B's record in Redis", func() bool {
+		owner, _ := testenv.ParseBulk(m.Do("HGET", recordKey(r), "owner"))
+		return string(owner) == "B"
+	})
+	checkNoContradiction(t, c, r, a, "B")
+}
+
+// TestLateGrantIsUndone: with the replica stopped for longer than the
+// lease (and --replica-timeout above it), a grant's acknowledgements come
+// after its lease ran out in Redis. It must be answered -TRYAGAIN and
+// leave nothing held: another owner gets the resource at once.
+func TestLateGrantIsUndone(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 10 * time.Second})
+	c := testenv.Dial(t, p.Addr)
+	c.SetTimeout(20 * time.Second)
+	m := testenv.Dial(t, master.Addr)
+	const r = "late/grant"
+
+	replica.Stop()
+	b := acquireAsync(t, p.Addr, "LOCK.ACQUIRE", r, "B", "300")
+	waitWaits(t, m, 1)
+	waitGone(t, m, recordKey(r)) // B's lease is over in Redis
+	replica.Cont()
+	if got := await(t, b, "B's LOCK.ACQUIRE"); !strings.HasPrefix(string(got), "-TRYAGAIN") {
+		t.Fatalf("a grant acknowledged after its lease ran out = %q, want -TRYAGAIN", got)
+	}
+	master.WaitReplicas(t, 1)
+	tok, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", r, "C", "10000"))
+	if !ok {
+		t.Fatal("C got no token right after the late grant was refused: something is held")
+	}
+	if li := lockInfo(t, c, r); string(li.Owner) != "C" || li.Token != tok {
+		t.Fatalf("LOCK.INFO after C's grant: owner %q token %d, want C and %d", li.Owner, li.Token, tok)
+	}
+}
+
+// TestLateRenewalIsRefused: the same for LOCK.RENEW. Its re-arm cannot be
+// undone, but it must not be replied as a fresh lease.
+func TestLateRenewalIsRefused(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 10 * time.Second})
+	c := testenv.Dial(t, p.Addr)
+	c.SetTimeout(20 * time.Second)
+	m := testenv.Dial(t, master.Addr)
+	const r = "late/renew"
+
+	if _, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", r, "A", "300")); !ok {
+		t.Fatal("A got no token")
+	}
+	replica.Stop()
+	renew := acquireAsync(t, p.Addr, "LOCK.RENEW", r, "A", "300")
+	waitWaits(t, m, 1)
+	waitGone(t, m, recordKey(r))
+	replica.Cont()
+	if got := await(t, renew, "A's LOCK.RENEW"); !strings.HasPrefix(string(got), "-TRYAGAIN") {
+		t.Fatalf("a renewal acknowledged after its lease ran out = %q, want -TRYAGAIN", got)
+	}
+}
+
+// TestProxyStoppedPastTheLease: requests the proxy had read when it was
+// SIGSTOPped (they wait in WAIT for a stopped replica, so they certainly
+// had) are answered only after their leases ran out in Redis. Every one
+// must get -TRYAGAIN, and nothing stays held.
+func TestProxyStoppedPastTheLease(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 10 * time.Second,
+		Args: []string{"--lock-conns", "4"}})
+	c := testenv.Dial(t, p.Addr)
+	c.SetTimeout(30 * time.Second)
+	m := testenv.Dial(t, master.Addr)
+	// The renewal first, while A's lease is still on.
+	resources := []string{"stop/renewed", "stop/0", "stop/1", "stop/2"}
+	renewed := resources[0]
+	if got := c.Do("LOCK.ACQUIRE", renewed, "A", "300"); got[0] != ':' {
+		t.Fatalf("A's LOCK.ACQUIRE = %q, want a token", got)
+	}
+
+	replica.Stop()
+	var replies []chan reply
+	for i, r := range resources {
+		// One at a time, each on a lock connection of its own, each seen
+		// waiting on the master: read by the proxy before it stops.
+		args := []string{"LOCK.ACQUIRE", r, "B", "300"}
+		if r == renewed {
+			args = []string{"LOCK.RENEW", r, "A", "300"}
+		}
+		replies = append(replies, acquireAsync(t, p.Addr, args...))
+		waitWaits(t, m, i+1)
+	}
+	p.Stop()
+	replica.Cont()
+	for _, r := range resources {
+		waitGone(t, m, recordKey(r))
+	}
+	p.Cont()
+	for i, ch := range replies {
+		if got := await(t, ch, resources[i]); !strings.HasPrefix(string(got), "-TRYAGAIN") {
+			t.Errorf("%s: reply after the proxy was stopped past the lease = %q, want -TRYAGAIN", resources[i], got)
+		}
+	}
+	master.WaitReplicas(t, 1)
+	for _, r := range resources {
+		if li := lockInfo(t, c, r); li.Owner != nil {
+			t.Errorf("LOCK.INFO %s after the late replies: held by %q, want free", r, li.Owner)
+		}
+	}
+}
