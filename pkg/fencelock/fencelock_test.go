@@ -180,16 +180,16 @@ func TestLeaseCountedFromSend(t *testing.T) {
 	p.Stop()
 	defer p.Cont()
 	sentAt := hook.last("LOCK.ACQUIRE")
-	var cancelled time.Time
-	stopWatch := context.AfterFunc(res.l.Context(), func() { cancelled = time.Now() })
+	at := make(chan time.Time, 1)
+	stopWatch := context.AfterFunc(res.l.Context(), func() { at <- time.Now() })
 	defer stopWatch()
+	var cancelled time.Time
 	select {
-	case <-res.l.Context().Done():
+	case cancelled = <-at:
 	case <-time.After(2 * ttl):
 		t.Fatal("the lock's context was not cancelled although no renewal could get through")
 	}
-	time.Sleep(10 * time.Millisecond) // the AfterFunc's own goroutine
-	if limit := sentAt.Add(ttl); cancelled.IsZero() || cancelled.After(limit) {
+	if limit := sentAt.Add(ttl); cancelled.After(limit) {
 		t.Fatalf("the context ended %v after the acquire was sent, past its lease of %v (counted from the reply, not the send)",
 			cancelled.Sub(sentAt), ttl)
 	}

@@ -71,6 +71,46 @@ func await(t *testing.T, ch chan reply, what string) []byte {
 	return nil
 }
 
+// leaseSetup is a master with one replica and a proxy with --min-replicas
+// 1 and replicaTimeout, with a connection to each (m to the master).
+type leaseSetup struct {
+	master, replica *testenv.Redis
+	p               *testenv.Proxy
+	c, m            *testenv.Conn
+}
+
+func newLeaseSetup(t *testing.T, replicaTimeout time.Duration, args ...string) leaseSetup {
+	t.Helper()
+	var e leaseSetup
+	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
+	e.replica = testenv.StartReplica(t, e.master)
+	e.p = testenv.StartProxy(t, testenv.ProxyOptions{Backend: e.master.Addr, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: args})
+	e.c = testenv.Dial(t, e.p.Addr)
+	e.c.SetTimeout(30 * time.Second)
+	e.m = testenv.Dial(t, e.master.Addr)
+	return e
+}
+
+// expiredHolder has A acquire r for 100ms and waits until the lease ran
+// out in Redis; it returns A's token.
+func (e leaseSetup) expiredHolder(t *testing.T, r string) int64 {
+	t.Helper()
+	a, ok := testenv.ParseInt(e.c.Do("LOCK.ACQUIRE", r, "A", "100"))
+	if !ok {
+		t.Fatal("A got no token")
+	}
+	waitGone(t, e.m, recordKey(r))
+	return a
+}
+
+// expectUnknown fails unless got is the may-or-may-not-be-granted error.
+func expectUnknown(t *testing.T, got []byte, what string) {
+	t.Helper()
+	if _, isToken := testenv.ParseInt(got); isToken || !strings.Contains(string(got), "may or may not") {
+		t.Fatalf("%s = %q, want the may-or-may-not-be-granted error", what, got)
+	}
+}
+
 // checkNoContradiction is the reviewer's check after an unknown outcome:
 // the earlier holder's token is never current again once a newer owner's
 // record may stand, and no token the newer owner's renewal replies is
@@ -104,36 +144,23 @@ func checkNoContradiction(t *testing.T, c *testenv.Conn, r string, stale int64, 
 // token must count as issued: B's renewal may reply it, FENCE.CHECK calls
 // it current, and A's token is stale.
 func TestCutDuringWaitCountsAsIssued(t *testing.T) {
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	replica := testenv.StartReplica(t, master)
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 10 * time.Second})
-	c := testenv.Dial(t, p.Addr)
-	c.SetTimeout(20 * time.Second)
-	m := testenv.Dial(t, master.Addr)
+	e := newLeaseSetup(t, 10*time.Second)
 	const r = "cut/wait"
+	a := e.expiredHolder(t, r)
 
-	a, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", r, "A", "100"))
-	if !ok {
-		t.Fatal("A got no token")
-	}
-	waitGone(t, m, recordKey(r))
-
-	replica.Stop()
-	b := acquireAsync(t, p.Addr, "LOCK.ACQUIRE", r, "B", "60000")
-	waitWaits(t, m, 1)
-	if got := string(m.Do("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")); !strings.HasPrefix(got, ":") {
+	e.replica.Stop()
+	b := acquireAsync(t, e.p.Addr, "LOCK.ACQUIRE", r, "B", "60000")
+	waitWaits(t, e.m, 1)
+	if got := string(e.m.Do("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")); !strings.HasPrefix(got, ":") {
 		t.Fatalf("CLIENT KILL = %q", got)
 	}
-	got := await(t, b, "B's LOCK.ACQUIRE")
-	if _, isToken := testenv.ParseInt(got); isToken || !strings.Contains(string(got), "may or may not") {
-		t.Fatalf("B's LOCK.ACQUIRE whose WAIT was cut = %q, want the may-or-may-not-be-granted error", got)
-	}
-	replica.Cont()
-	master.WaitReplicas(t, 1)
-	if n, _ := testenv.ParseInt(m.Do("EXISTS", recordKey(r))); n != 1 {
+	expectUnknown(t, await(t, b, "B's LOCK.ACQUIRE"), "B's LOCK.ACQUIRE whose WAIT was cut")
+	e.replica.Cont()
+	e.master.WaitReplicas(t, 1)
+	if n, _ := testenv.ParseInt(e.m.Do("EXISTS", recordKey(r))); n != 1 {
 		t.Fatalf("B's record is not in Redis (EXISTS = %d): the scenario did not happen", n)
 	}
-	checkNoContradiction(t, c, r, a, "B")
+	checkNoContradiction(t, e.c, r, a, "B")
 }
 
 // TestLostScriptReplyCountsAsIssued: the grant's script itself is left
@@ -141,37 +168,25 @@ func TestCutDuringWaitCountsAsIssued(t *testing.T) {
 // timeout, and it runs the script once resumed), so the proxy cannot know
 // whether it granted. Its token must count as issued all the same.
 func TestLostScriptReplyCountsAsIssued(t *testing.T) {
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	testenv.StartReplica(t, master)
 	// The lock connections give up on a reply after the replica timeout
 	// plus 2s.
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond})
-	c := testenv.Dial(t, p.Addr)
-	c.SetTimeout(20 * time.Second)
-	m := testenv.Dial(t, master.Addr)
+	e := newLeaseSetup(t, 100*time.Millisecond)
 	const r = "cut/script"
+	a := e.expiredHolder(t, r)
 
-	a, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", r, "A", "100"))
-	if !ok {
-		t.Fatal("A got no token")
-	}
-	waitGone(t, m, recordKey(r))
-
-	master.Stop()
-	got, err := c.TryDo("LOCK.ACQUIRE", r, "B", "60000")
-	master.Cont()
+	e.master.Stop()
+	got, err := e.c.TryDo("LOCK.ACQUIRE", r, "B", "60000")
+	e.master.Cont()
 	if err != nil {
 		t.Fatalf("B's LOCK.ACQUIRE: %v", err)
 	}
-	if _, isToken := testenv.ParseInt(got); isToken || !strings.Contains(string(got), "may or may not") {
-		t.Fatalf("B's LOCK.ACQUIRE with the master stopped = %q, want the may-or-may-not-be-granted error", got)
-	}
+	expectUnknown(t, got, "B's LOCK.ACQUIRE with the master stopped")
 	// The master ran the script it had read once it was resumed.
 	waitFor(t, 10*time.Second, "B's record in Redis", func() bool {
-		owner, _ := testenv.ParseBulk(m.Do("HGET", recordKey(r), "owner"))
+		owner, _ := testenv.ParseBulk(e.m.Do("HGET", recordKey(r), "owner"))
 		return string(owner) == "B"
 	})
-	checkNoContradiction(t, c, r, a, "B")
+	checkNoContradiction(t, e.c, r, a, "B")
 }
 
 // TestLateGrantIsUndone: with the replica stopped for longer than the
@@ -179,12 +194,8 @@ func TestLostScriptReplyCountsAsIssued(t *testing.T) {
 // after its lease ran out in Redis. It must be answered -TRYAGAIN and
 // leave nothing held: another owner gets the resource at once.
 func TestLateGrantIsUndone(t *testing.T) {
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	replica := testenv.StartReplica(t, master)
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 10 * time.Second})
-	c := testenv.Dial(t, p.Addr)
-	c.SetTimeout(20 * time.Second)
-	m := testenv.Dial(t, master.Addr)
+	e := newLeaseSetup(t, 10*time.Second)
+	master, replica, p, c, m := e.master, e.replica, e.p, e.c, e.m
 	const r = "late/grant"
 
 	replica.Stop()
@@ -208,12 +219,8 @@ func TestLateGrantIsUndone(t *testing.T) {
 // TestLateRenewalIsRefused: the same for LOCK.RENEW. Its re-arm cannot be
 // undone, but it must not be replied as a fresh lease.
 func TestLateRenewalIsRefused(t *testing.T) {
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	replica := testenv.StartReplica(t, master)
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 10 * time.Second})
-	c := testenv.Dial(t, p.Addr)
-	c.SetTimeout(20 * time.Second)
-	m := testenv.Dial(t, master.Addr)
+	e := newLeaseSetup(t, 10*time.Second)
+	replica, p, c, m := e.replica, e.p, e.c, e.m
 	const r = "late/renew"
 
 	if _, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", r, "A", "300")); !ok {
@@ -234,13 +241,8 @@ func TestLateRenewalIsRefused(t *testing.T) {
 // had) are answered only after their leases ran out in Redis. Every one
 // must get -TRYAGAIN, and nothing stays held.
 func TestProxyStoppedPastTheLease(t *testing.T) {
-	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	replica := testenv.StartReplica(t, master)
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: 10 * time.Second,
-		Args: []string{"--lock-conns", "4"}})
-	c := testenv.Dial(t, p.Addr)
-	c.SetTimeout(30 * time.Second)
-	m := testenv.Dial(t, master.Addr)
+	e := newLeaseSetup(t, 10*time.Second, "--lock-conns", "4")
+	master, replica, p, c, m := e.master, e.replica, e.p, e.c, e.m
 	// The renewal first, while A's lease is still on.
 	resources := []string{"stop/renewed", "stop/0", "stop/1", "stop/2"}
 	renewed := resources[0]
