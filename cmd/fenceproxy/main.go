@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
+	"github.com/fenceproxy/fenceproxy/internal/authority"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/commands"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
@@ -51,6 +52,7 @@ type config struct {
 	slowHeldMs      int
 	slowLogLen      int
 	cacheEntries    int
+	tokenFloor      uint64
 	shutdownTimeout time.Duration
 	logLevel        string
 	pprof           bool
@@ -58,6 +60,7 @@ type config struct {
 	tls             tlsFlags
 	aclFile         string // fenceproxy's own client users (internal/auth)
 	requirepass     string
+	allowEvictable  bool // --allow-evictable-locks
 }
 
 func parseFlags(args []string) (config, error) {
@@ -81,8 +84,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.slowHeldMs, "slowlock-held-longer-than", 30000, "log a lease released after being held longer than this many `ms` in LOCK.SLOWLOG (-1: never); an expired lease is always logged")
 	fs.IntVar(&c.slowLogLen, "slowlock-log-max-len", 128, "LOCK.SLOWLOG entries kept")
 	fs.IntVar(&c.cacheEntries, "token-cache", 1<<18, "resources whose newest token is cached in memory")
+	fs.Uint64Var(&c.tokenFloor, "token-floor", 0, "no token at or below `N` is ever issued or honoured (after restoring a data dir while Redis also lost its data); kept in the data dir")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.allowEvictable, "allow-evictable-locks", false, "grant locks even on a Redis master whose maxmemory-policy can evict their records (each such grant is logged and counted); without it they are refused")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
 	c.limits.register(fs)
 	c.tls.register(fs)
@@ -120,6 +125,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("--slowlock-log-max-len must be 0 or more")
 	case c.dataDir == "":
 		return c, errors.New("--data-dir must name a directory")
+	case c.tokenFloor >= persist.MaxToken:
+		return c, fmt.Errorf("--token-floor must be from 0 to %d", uint64(persist.MaxToken)-1)
 	}
 	return c, c.tls.check(c.listen)
 }
@@ -185,6 +192,8 @@ func run(cfg config) error {
 		CacheEntries: cfg.cacheEntries,
 		ObserveSync:  func(d time.Duration) { m.FsyncSeconds.Observe(d.Seconds()) },
 		Logger:       logger,
+		Shared:       true, // its bound is kept in Redis too (internal/authority)
+		TokenFloor:   cfg.tokenFloor,
 	})
 	if err != nil {
 		return fmt.Errorf("--data-dir %s: %v", cfg.dataDir, err)
@@ -241,6 +250,24 @@ func run(cfg config) error {
 		}
 	}
 
+	// The token authority before any lock command: its first heartbeat
+	// round finds another fenceproxy live on this backend, or joins the
+	// fence store to the token bound kept in Redis.
+	tokens := authority.New(authority.Options{
+		Backend: be, Store: store, KeyPrefix: cfg.keyPrefix,
+		MinReplicas: cfg.minReplicas, ReplicaTimeout: cfg.replicaTimeout, Logger: logger,
+	})
+	actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
+	aerr := tokens.Start(actx)
+	acancel()
+	if aerr != nil {
+		return fmt.Errorf("--backend %s: %v", cfg.backend, aerr)
+	}
+	defer tokens.Close()
+	m.RegisterAuthority(func() metrics.AuthorityStats {
+		st := tokens.Stats()
+		return metrics.AuthorityStats{StoreID: st.StoreID, RedisBound: st.RedisBound, Floor: st.Floor, Conflict: len(st.Others) > 0, Confirmed: st.Confirmed}
+	})
 	var srv *protocol.Server
 	startedAt := time.Now()
 	info := func() string {
@@ -250,7 +277,7 @@ func run(cfg config) error {
 			"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
 			be.Mode(), len(be.Masters()), int(time.Since(startedAt).Seconds()), srv.Clients(), fewestReplicas(be),
 			cfg.minReplicas, cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
-			st.CacheEntries, st.CacheHits, st.CacheMisses) + limitsInfo(srv)
+			st.CacheEntries, st.CacheHits, st.CacheMisses) + tokens.Info() + limitsInfo(srv) + memoryInfo(be, cfg.allowEvictable, m)
 	}
 	handler := commands.NewHandler(commands.Options{
 		Backend: be,
@@ -260,6 +287,8 @@ func run(cfg config) error {
 			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: m, Logger: logger,
 			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
 			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
+			AllowEvictable:    cfg.allowEvictable,
+			Admit:             tokens.Admit,
 			LeaseSafetyMargin: cfg.leaseMargin,
 		}),
 		Metrics:        m,
@@ -277,6 +306,7 @@ func run(cfg config) error {
 	srv.OnConnect = func(delta int) { m.ConnectedClients.Add(float64(delta)) }
 	srv.HandshakeTimeout = cfg.tls.handshakeTimeout
 
+	m.WatchMasters(func() []metrics.MasterMemory { return mastersMemory(be) })
 	if cfg.metricsListen != "" {
 		ms, err := m.Listen(cfg.metricsListen, cfg.pprof, func() error {
 			for _, n := range be.Masters() {
@@ -303,11 +333,13 @@ func run(cfg config) error {
 		"listen", addrOf(ln), "tls_listen", addrOf(tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "mode", be.Mode(), "masters", len(be.Masters()),
 		"redis_version", version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
 		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
-		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "metrics", cfg.metricsListen)
+		"data_dir", cfg.dataDir, "token_bound", store.Stats().ReservedBound, "fence_store_id", store.ID(), "token_floor", store.Floor(), "metrics", cfg.metricsListen)
 	if fewest := fewestReplicas(be); fewest < cfg.minReplicas {
 		logger.Warn("a master has fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS for its resources until enough replicas are online",
 			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)
 	}
+
+	warnEvictable(logger, be, cfg.allowEvictable)
 
 	// Signals before the first accept: a client that is answered may send
 	// SIGTERM at once, and must find it handled (drain, exit 0).

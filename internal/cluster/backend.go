@@ -126,7 +126,8 @@ func (s *standalone) Close() {
 	s.master.Close()
 }
 
-// watchReplicas keeps the replica list fresh for INFO and the log.
+// watchReplicas keeps the replica list and the memory policy fresh for
+// INFO, the log and the lock path.
 func (s *standalone) watchReplicas(logger *slog.Logger) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -139,6 +140,7 @@ func (s *standalone) watchReplicas(logger *slog.Logger) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := s.master.refreshReplicas(ctx)
+		s.master.refreshMemory(ctx)
 		cancel()
 		if err != nil {
 			continue

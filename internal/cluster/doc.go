@@ -10,4 +10,9 @@
 // requests byte for byte, and a replicated writer that runs lock scripts in
 // batches, each batch followed by one WAIT on the same connection, so that one
 // round of replica acknowledgements covers every grant in the batch.
+//
+// Each Node also keeps its master's last maxmemory-policy reading
+// (memory.go), read at connect, on topology refreshes and periodically, so
+// the lock path can refuse grants that Redis could evict without asking
+// Redis first.
 package cluster

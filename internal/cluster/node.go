@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,8 @@ type Node struct {
 	lockConn []*backend.Conn
 	done     chan struct{}
 	wg       sync.WaitGroup
+
+	memory atomic.Pointer[MemoryPolicy] // see memory.go
 
 	mu       sync.Mutex
 	replicas []string
@@ -127,6 +130,9 @@ type NodeOptions struct {
 
 // NewNode connects to the master at opts.Addr.
 func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	client := redis.NewClient(&redis.Options{
 		Addr:         opts.Addr,
 		Username:     opts.Username,
@@ -199,6 +205,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		n.wg.Add(1)
 		go n.writeLoop(queue, conn)
 	}
+	n.refreshMemory(ctx) // before the node is published: no lock write meets an unread policy
 	return n, nil
 }
 

@@ -245,6 +245,7 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	c.retire(owners)
 	for _, n := range nv.masters {
 		n.refreshReplicas(ctx)
+		n.refreshMemory(ctx)
 	}
 	if firstErr != nil && len(nv.masters) == 0 {
 		return firstErr

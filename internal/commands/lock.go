@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/authority"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
@@ -176,6 +177,10 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 			return redcon.AppendError(nil, fmt.Sprintf(
 				"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted))
 		}
+		if reply, ok := evictableReply(err, "nothing was granted"); ok {
+			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
+			return reply
+		}
 		if err == locks.ErrLate {
 			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
 			return []byte(replyLateGrant)
@@ -210,6 +215,10 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 			h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
 			return redcon.AppendError(nil, fmt.Sprintf(
 				"NOREPLICAS %d of %d required replicas acknowledged the renewal in time; the lease may be extended on the master only", nr.Acked, nr.Wanted))
+		}
+		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
+			h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
+			return reply
 		}
 		if err == locks.ErrLate {
 			h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
@@ -325,13 +334,23 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 // client can do, and logs the detail the client does not get.
 func (h *Handler) lockError(err error, unknownOutcome string) []byte {
 	var re redis.Error
+	var conflict *authority.ConflictError
+	var shortfall *authority.NoReplicasError
 	switch {
+	case errors.As(err, &conflict):
+		return redcon.AppendError(nil, "ERR fenceproxy: "+conflict.Reason())
+	case errors.As(err, &shortfall):
+		return redcon.AppendError(nil, fmt.Sprintf("NOREPLICAS %d of %d required replicas acknowledged the token bound (a new window of tokens) in time; nothing was done",
+			shortfall.Acked, shortfall.Wanted))
+	case errors.Is(err, authority.ErrUnconfirmed), errors.Is(err, persist.ErrNotShared):
+		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: this proxy is not confirmed as the backend's token authority right now "+
+			"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly")
 	case errors.Is(err, cluster.ErrUnavailable):
 		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
 	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
 		return redcon.AppendError(nil, "ERR fenceproxy: lost contact with Redis; "+unknownOutcome)
 	case errors.Is(err, persist.ErrUnhealthy), errors.Is(err, persist.ErrClosed):
-		storeErrorLog.error(h.opts.Logger, "fence store cannot issue tokens", "err", err)
+		storeErrorLog.Error(h.opts.Logger, "fence store cannot issue tokens", "err", err)
 		return redcon.AppendError(nil, "ERR fenceproxy: the fence store cannot write to disk; no token was issued (see the proxy's log)")
 	case errors.Is(err, persist.ErrExhausted):
 		return redcon.AppendError(nil, "ERR fenceproxy: the token space is exhausted; no token was issued")

@@ -46,6 +46,11 @@
 // even if Redis forgets every record. Requests for one resource are
 // serialized here, so token order equals grant order.
 //
+// Before it writes, each acquire attempt and each renewal checks the
+// resource's master's last maxmemory-policy reading (evict.go): Redis may
+// evict an owner record under any policy but noeviction, so such a master
+// gets no grants unless Options.AllowEvictable, and then each is counted.
+//
 // Waiting is first come, first served and bounded: at most
 // Options.MaxWaiters acquires wait per resource, a release wakes only the
 // head of the line, and only the head ever tries (serial.go).
@@ -72,4 +77,10 @@
 //   - Owner records are changed only by scripts that compare the owner (and
 //     for an undo, the token), so a stale holder never touches a newer lease.
 //   - A lapsed lease is never revived: renew needs the record to exist.
+//   - One token authority (authority.go): commands that issue or judge
+//     tokens run only while Options.Admit says no other fenceproxy with
+//     another fence store is live on the backend; no token below the
+//     store's floor is current, and a record carrying a token this store
+//     never issued, at or above the candidate, is adopted before any grant
+//     of its resource, so no grant gets a lower token nor overwrites it.
 package locks

@@ -77,13 +77,21 @@ type Options struct {
 	// SlowLogLen bounds the slow-lock log's entries kept (0 keeps none;
 	// entries are still logged and counted).
 	SlowLogLen int
+	Metrics    *metrics.Metrics
+	Logger     *slog.Logger
+
+	// AllowEvictable grants even on a master whose maxmemory-policy can
+	// evict owner records (counted and logged; see evict.go).
+	AllowEvictable bool
+	// Admit, if set, is asked before every command that issues or judges
+	// tokens (acquire, renew, FENCE.CHECK, FENCE.EXEC); its error refuses
+	// the command (see authority.go).
+	Admit func() error
 	// LeaseSafetyMargin is the part of a lease (0 to 1) that a reply must
 	// still leave, after the time since the request was received and a
 	// clock-drift allowance (see replyBy); a grant or renewal that would
 	// leave less is answered ErrLate instead. 0 only requires some lease.
 	LeaseSafetyMargin float64
-	Metrics           *metrics.Metrics
-	Logger            *slog.Logger
 }
 
 // Manager grants leases and issues fencing tokens. Safe for concurrent use.
@@ -218,6 +226,10 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	if leaseFrom.IsZero() {
 		leaseFrom = time.Now()
 	}
+	evictable, err := m.evictionGuard(resource)
+	if err != nil {
+		return 0, 0, err
+	}
 	if othersWaiting {
 		// Someone is in line, so only the owner's own re-arm can succeed,
 		// and nearly always this is a newcomer about to be told busy. Ask
@@ -247,6 +259,16 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	}
 	key := call.Keys[0]
 	node, write, kind, value, err := m.sendAcquire(ctx, call, true)
+	if err == nil && kind == kindTokenAhead {
+		// A record carries a token this store never issued (see
+		// authority.go): adopt it, then ask again above it.
+		if err = m.adoptRecordToken(value); err == nil {
+			call, newest, candidate, start, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true)
+		}
+		if err == nil {
+			node, write, kind, value, err = m.sendAcquire(ctx, call, true)
+		}
+	}
 	if err == nil && kind == 3 {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
@@ -310,6 +332,9 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		}
 	} else {
 		m.leases.rearmed(resource, token, start.Add(ttl))
+	}
+	if evictable {
+		m.evictableGranted(resource, token)
 	}
 	return token, 0, nil
 }
@@ -381,6 +406,9 @@ func (m *Manager) countIssued(resource string, token uint64) {
 func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (call cluster.ScriptCall, newest, candidate uint64, start time.Time, err error) {
 	var newestArg any = ""
 	known := false
+	if err = m.admit(); err != nil {
+		return call, 0, 0, start, err
+	}
 	if readNewest {
 		newest, err = m.opts.Store.Newest([]byte(resource))
 		known = true
@@ -500,6 +528,13 @@ func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, o
 // error) the holder counts its lease as ending at the earlier of its
 // previous end and ttl from when it sent the renewal.
 func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration, received time.Time) (uint64, error) {
+	if err := m.admit(); err != nil {
+		return 0, err
+	}
+	evictable, err := m.evictionGuard(resource)
+	if err != nil {
+		return 0, err
+	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
 	newest, err := m.opts.Store.Newest([]byte(resource))
@@ -534,6 +569,9 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
 	m.leases.rearmed(resource, uint64(token), now.Add(ttl))
+	if evictable {
+		m.evictableGranted(resource, uint64(token))
+	}
 	if time.Now().After(m.replyBy(received, ttl)) {
 		return 0, ErrLate
 	}
@@ -585,11 +623,14 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 
 // FenceCheck reports whether token is the newest issued for resource.
 func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
+	if err := m.admit(); err != nil {
+		return false, err
+	}
 	newest, err := m.opts.Store.Newest([]byte(resource))
 	if err != nil {
 		return false, err
 	}
-	if newest == 0 || token > newest {
+	if m.neverIssued(token, newest) {
 		return false, ErrNeverIssued
 	}
 	return token == newest, nil
@@ -613,13 +654,16 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 // token then, so no user can be said to own it). The record is read while
 // the resource's grants wait, so no grant slips in between.
 func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint64, command [][]byte, holderPrefix string) ([]byte, error) {
+	if err := m.admit(); err != nil {
+		return nil, err
+	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
 	newest, err := m.opts.Store.Newest([]byte(resource))
 	switch {
 	case err != nil:
 		return nil, err
-	case newest == 0 || token > newest:
+	case m.neverIssued(token, newest):
 		return nil, ErrNeverIssued
 	case token < newest:
 		return nil, ErrStale

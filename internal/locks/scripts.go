@@ -28,18 +28,23 @@ import (
 // allowed: no barging), lock-delay-ms, now (unix ms), client addr. Returns
 // {0, pttl} busy, {1, token} the owner's existing grant (re-armed), {2,
 // token} a new grant, {3, 0} the owner's own record is there but the newest
-// token is needed to judge it (ask again with it; nothing was written). The
-// owner's own record is re-armed only if its token is the newest the fence
-// store knows as issued: a token above it was never issued (a grant whose
-// reservation was cancelled, or whose outcome was lost in a crash before it
-// was recorded) and one below it is stale (a record resurrected by a
-// failover, or written by a proxy with another data dir). Such a record is
-// replaced by a new grant, its token never handed out. Tokens are compared
-// as the strings they are stored as: exact, where Lua's doubles are not
-// above 2^53. Only that judgement needs the newest token: a new grant's
-// token is above every token ever issued.
+// token is needed to judge it (ask again with it; nothing was written),
+// {4, token} a record, anyone's, carries a token at or above the new one:
+// this store never issued it (kindTokenAhead, authority.go; nothing was
+// written). The owner's own record is re-armed only if its token is the
+// newest the fence store knows as issued: a token above it was never
+// issued (a grant whose reservation was cancelled, or whose outcome was
+// lost in a crash before it was recorded) and one below it is stale (a
+// record resurrected by a failover, or written by a proxy with another
+// data dir). Such a record is replaced by a new grant, its token never
+// handed out. Tokens are compared as the strings they are stored as:
+// exact, where Lua's doubles are not above 2^53. Only that judgement needs
+// the newest token: a new grant's token is above every token ever issued.
 const acquireScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if cur[2] and tonumber(cur[2]) and tonumber(cur[2]) >= tonumber(ARGV[3]) then
+  return {4, cur[2]}
+end
 if cur[1] then
   if cur[1] ~= ARGV[1] then
     return {0, redis.call('PTTL', KEYS[1])}

@@ -3,7 +3,8 @@
 //
 // Every metric is an aggregate: no label carries a resource, owner or key,
 // since those are unbounded (a hot-resource view belongs in a top-K, not in
-// label cardinality).
+// label cardinality). The one exception is the master label of the
+// per-master memory-policy series (masters.go): masters are few.
 package metrics
 
 import (
@@ -24,9 +25,9 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, late (undone: too little lease left to reply), invalid (bad arguments), error
+	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, evictable (refused: see EvictableGrants), late (undone: too little lease left to reply), invalid (bad arguments), error
 	AcquireSeconds      prometheus.Histogram
-	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, late, invalid, error
+	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, evictable, late, invalid, error
 	Releases            *prometheus.CounterVec // result: released, notheld, invalid, error
 	FenceChecks         *prometheus.CounterVec // result: current, stale, invalid (bad or never-issued token), error (the proxy could not answer)
 	ReplicaAckSeconds   prometheus.Histogram
@@ -40,6 +41,7 @@ type Metrics struct {
 	LocksHeld           prometheus.Gauge
 	LockExpirations     prometheus.Counter
 	SlowLockEntries     *prometheus.CounterVec // kind: wait, held, expired
+	EvictableGrants     prometheus.Counter     // grants and renewals made under --allow-evictable-locks
 }
 
 // latencyBuckets span 50µs to about 3s.
@@ -100,6 +102,9 @@ func New() *Metrics {
 		SlowLockEntries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_slowlock_entries_total", Help: "Slow-lock log entries by kind (wait: waited over --slowlock-log-slower-than; held: released after over --slowlock-held-longer-than; expired).",
 		}, []string{"kind"}),
+		EvictableGrants: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_evictable_lock_grants_total", Help: "Lock grants and renewals made under --allow-evictable-locks on a Redis master whose maxmemory-policy can evict owner records.",
+		}),
 	}
 	f(m.Acquires)
 	f(m.AcquireSeconds)
@@ -117,12 +122,13 @@ func New() *Metrics {
 	f(m.LocksHeld)
 	f(m.LockExpirations)
 	f(m.SlowLockEntries)
+	f(m.EvictableGrants)
 	// Every result from the start, at 0: a rate over a series that appears
 	// only with its first event shows nothing before it, and dashboards of
 	// errors would look empty rather than quiet.
 	for vec, results := range map[*prometheus.CounterVec][]string{
-		m.Acquires:    {"granted", "busy", "queuefull", "noreplicas", "late", "invalid", "error"},
-		m.Renewals:    {"renewed", "lost", "noreplicas", "late", "invalid", "error"},
+		m.Acquires:    {"granted", "busy", "queuefull", "noreplicas", "evictable", "late", "invalid", "error"},
+		m.Renewals:    {"renewed", "lost", "noreplicas", "evictable", "late", "invalid", "error"},
 		m.Releases:    {"released", "notheld", "invalid", "error"},
 		m.FenceChecks: {"current", "stale", "invalid", "error"},
 	} {

@@ -1,7 +1,10 @@
 // Package persist is fenceproxy's fence store: it issues fencing tokens and
 // remembers, for each resource, the newest token granted on it. It keeps both
 // in a Pebble database under --data-dir, so that neither kill -9 of fenceproxy
-// nor the loss of every Redis key can make a token go back.
+// nor the loss of every Redis key can make a token go back. A Shared store
+// (Options.Shared, as fenceproxy opens it) also keeps its bound on the
+// backend, so that losing the directory alone (an empty, new or restored
+// --data-dir) cannot either: see shared.go and internal/authority.
 //
 // # The fencing invariant
 //
@@ -15,6 +18,10 @@
 // The store keeps two key families in Pebble:
 //
 //	m/bound       8-byte big-endian: the durable token bound
+//	m/floor       8-byte big-endian: the token floor (invariant 8)
+//	m/id          the store's id: random, made with the directory
+//	m/run         the run ids of the last processes that opened it
+//	m/dir         the directory's inode when it was last opened
 //	t/<resource>  8-byte big-endian: newest token recorded for resource
 //	p/<token><resource>  empty: token (8-byte big-endian) reserved for
 //	                     resource, not yet confirmed or cancelled
@@ -66,10 +73,30 @@
 //     drops it. Open folds every p/ left by a crash into t/ before serving,
 //     so a token that may have been replied is never forgotten. While the
 //     process lives, reads ignore p/: a cancelled token never counts.
+//  8. The floor is a token issued to every resource and to no owner. Adopt
+//     (a token or bound issued without this store: a new, empty or
+//     restored directory, another store on the backend) and
+//     Options.TokenFloor raise m/floor, synced, before it is published and
+//     the counter raised to it; it never falls. NextToken returns only
+//     tokens above it and Newest is never below it, so every token below
+//     it is stale, never current again, and none at or below it is issued
+//     after Adopt returns (a call already past its counter increment may
+//     still return one: it is stale at once, the safe side). The floor
+//     itself was replied to nobody; the lock manager calls it never issued.
+//  9. A Shared store issues nothing before Join, and publishes a bound only
+//     after it is synced locally AND the backend's copy holds it (Join's
+//     share function, with WAIT in fenceproxy). So every token returned is
+//     at most both copies' bound, and losing one copy loses no bound. A
+//     backend copy found above a new bound was written by another store:
+//     the floor goes above it (8) and the reservation is made again. A
+//     failed share refuses tokens (ErrNotShared) without making the store
+//     unhealthy: the next NextToken tries again.
 //
 // # What survives a crash
 //
-// Only what a successful pebble.Sync commit wrote:
+// Only what a successful pebble.Sync commit wrote (and, for a Shared store,
+// the bound on the backend, which the next Join adopts when it is above
+// the directory's):
 //
 //   - m/bound as of the last successful reservation (Open or a NextToken that
 //     crossed the bound). Tokens between the last one returned and that bound
@@ -79,7 +106,14 @@
 //     reached the disk (a later sync carries it), else as p/, folded into t/
 //     at the next Open. A call that returned an error or had not returned may
 //     or may not have survived.
+//   - m/floor as of the last successful Adopt or reservation.
 //   - Nothing in memory: the counter and the cache are rebuilt from disk.
+//
+// What survives the loss of the whole directory: with a Shared store, the
+// bound on the backend (every new token is above it, every older one is
+// stale); without one, or with the backend's copy lost too, nothing, and
+// tokens may regress (Options.TokenFloor, above every token issued, is the
+// operator's way out).
 //
 // # Memory
 //
@@ -99,8 +133,9 @@
 //
 // # Concurrency
 //
-// NextToken, Reserve, Confirm, Cancel, Newest and Stats are safe for
-// concurrent use. Close must
+// NextToken, Reserve, Confirm, Cancel, Newest, Adopt, Join and Stats are
+// safe for concurrent use. Join's share function runs under reserveMu and
+// must not call back into the store. Close must
 // not run concurrently with them; calls after Close return ErrClosed. Lock
 // order: reserveMu (token reservations) and the cache shard mutexes are never
 // held together; shard mutexes are leaves and are never held during I/O.

@@ -6,8 +6,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Newest returns the newest token recorded for resource, 0 if none. Cache
-// first, then Pebble (invariant 5).
+// Newest returns the newest token recorded for resource, 0 if none, or the
+// floor if that is higher (invariant 8). Cache first, then Pebble
+// (invariant 5).
 func (s *Store) Newest(resource []byte) (uint64, error) {
 	if err := checkResource(resource); err != nil {
 		return 0, err
@@ -17,7 +18,7 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 	}
 	t, epoch, ok := s.cache.get(resource)
 	if ok {
-		return t, nil
+		return max(t, s.floor.Load()), nil
 	}
 	t, err := s.get(tokenKey(resource))
 	if err != nil {
@@ -28,7 +29,7 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 		return 0, err
 	}
 	s.cache.fill(resource, t, epoch)
-	return t, nil
+	return max(t, s.floor.Load()), nil
 }
 
 // check validates a grant before anything is written.
@@ -105,5 +106,5 @@ func (s *Store) NewestCached(resource []byte) (token uint64, ok bool, err error)
 		return 0, false, err
 	}
 	token, _, ok = s.cache.get(resource)
-	return token, ok, nil
+	return max(token, s.floor.Load()), ok, nil
 }

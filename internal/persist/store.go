@@ -39,6 +39,14 @@ type Options struct {
 	ObserveSync func(time.Duration)
 	// Logger receives Pebble's messages and the store's own; nil discards them.
 	Logger *slog.Logger
+	// Shared says the store's bound is also kept on a backend (Redis): Open
+	// then reserves nothing, and no token is issued until Join has written
+	// a window's bound there too (see shared.go).
+	Shared bool
+	// TokenFloor: no token at or below it is ever issued, nor judged
+	// current (an operator's --token-floor, after restoring a backup). It
+	// raises the persisted floor; a smaller value than the floor is a no-op.
+	TokenFloor uint64
 }
 
 // Grant is one (resource, token) pair for Confirm.
@@ -59,7 +67,9 @@ type Stats struct {
 	CacheEntries  int    // entries in the newest-token cache
 	CacheHits     uint64 // Newest calls answered from the cache
 	CacheMisses   uint64 // Newest calls that read Pebble
-	ReservedBound uint64 // durable token bound (m/bound)
+	ReservedBound uint64 // bound of the tokens NextToken may return now (synced, and shared if Options.Shared)
+	SyncedBound   uint64 // m/bound as last synced; above ReservedBound while a reservation is being shared
+	Floor         uint64 // the token floor (invariant 8): no token at or below it is issued or current
 	LastIssued    uint64 // greatest token that may have been returned by NextToken
 	SyncedCommits uint64 // pebble.Sync commits made (Records + reservations); fsyncs may be fewer
 	Healthy       bool   // false after a failed sync (invariant 6)
@@ -73,10 +83,22 @@ type Store struct {
 	lock  *pebble.Lock
 	cache *cache
 
-	last  atomic.Uint64 // last token taken from the counter (may pass bound transiently)
-	bound atomic.Uint64 // synced m/bound
+	last   atomic.Uint64 // last token taken from the counter (may pass bound transiently)
+	bound  atomic.Uint64 // published bound: synced as m/bound, and shared if Shared
+	synced atomic.Uint64 // m/bound as last synced (>= bound)
+	floor  atomic.Uint64 // published floor: synced as m/floor (invariant 8)
 
 	reserveMu sync.Mutex // serializes bound reservations (NextToken's slow path)
+	// Guarded by reserveMu:
+	floorNext uint64                       // the floor the next reservation writes
+	share     func(uint64) (uint64, error) // set by Join when Shared
+	joined    bool                         // Join succeeded (always true unless Shared)
+
+	id     string // the store's id (m/id), made with the directory
+	run    string // this process's run id
+	runs   string // m/run: the last keptRuns run ids on this directory, this one first
+	dirID  string // the directory's inode (m/dir), "" if unknown
+	copied bool   // m/dir named another inode: a copied or restored directory
 
 	syncs  atomic.Uint64
 	broken atomic.Pointer[error] // set once by fail
@@ -140,11 +162,16 @@ func Open(dir string, opts Options) (*Store, error) {
 	if folded > 0 {
 		s.log.Info("fence store: tokens reserved before a crash now count as issued", "resources", folded)
 	}
-	prev, err := s.get(boundKey)
+	prev, err := s.loadMeta(dir)
 	if err == nil {
-		s.last.Store(min(prev, MaxToken))
 		s.reserveMu.Lock()
-		err = s.reserveLocked(prev)
+		if opts.Shared {
+			// Nothing is issued before Join; a raised floor is kept now.
+			err = s.syncMetaLocked()
+		} else {
+			s.joined = true
+			err = s.reserveLocked(max(prev, s.floorNext))
+		}
 		s.reserveMu.Unlock()
 	}
 	if err != nil {
@@ -152,7 +179,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("persist: reserve tokens in %q: %w", dir, err)
 	}
-	s.log.Debug("fence store open", "dir", dir, "previous_bound", prev, "bound", s.bound.Load())
+	s.log.Debug("fence store open", "dir", dir, "id", s.id, "previous_bound", prev, "bound", s.bound.Load(), "floor", s.floor.Load())
 	return s, nil
 }
 
@@ -176,6 +203,8 @@ func (s *Store) Close() error {
 func (s *Store) Stats() Stats {
 	st := s.cache.stats()
 	st.ReservedBound = s.bound.Load()
+	st.SyncedBound = s.synced.Load()
+	st.Floor = s.floor.Load()
 	st.LastIssued = min(s.last.Load(), st.ReservedBound)
 	st.SyncedCommits = s.syncs.Load()
 	st.Healthy = s.broken.Load() == nil

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"errors"
-	"io"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -52,14 +51,21 @@ type Conn struct {
 	writesTaken     bool
 	closing         atomic.Bool
 	// reading is true while serve waits for the client's next request: the
-	// only time the idle timeout runs (see idleReader).
+	// only time the idle timeout runs and a held batch is ended (see
+	// clientReader).
 	reading   bool
 	idleArmed bool      // a read deadline for the idle timeout is set
 	outbound  *outbound // the write side once taken (TakeWrites)
 	// rawConn writes to a plaintext client's socket without blocking, for
-	// a batch written by its last reply (writeLater); nil over TLS.
+	// a batch written by its last reply (writeLater), and reads from it
+	// without blocking, for a batch held over a partial request (held.go);
+	// nil over TLS.
 	rawConn  syscall.RawConn
-	rawWrite rawWrite
+	rawWrite rawIO
+	rawRead  rawIO
+	// heldInput is the bytes read without blocking while the current batch
+	// was held over a partial request (see endHeldBatch).
+	heldInput int
 	// later is true while a batch is left to its last reply to write;
 	// laterDone then brings the outcome of that write.
 	later     bool
@@ -102,20 +108,16 @@ func (c *Conn) serve() {
 		c.reading = true
 		args, err := c.rd.ReadCommand()
 		c.reading = false
-		// A batch left to its last reply (writeLater's continue below)
-		// is always awaited here, before anything else: serve never
-		// returns with one in flight.
+		// A batch left to its last reply (writeLater's continue below,
+		// or endHeldBatch during the read) is always awaited here, before
+		// anything else: serve never returns with one in flight.
 		if c.later && c.awaitLater() != nil {
 			return
 		}
 		if c.idleArmed && err == nil {
-			// Cleared here rather than in idleReader, so that the reads of
-			// awaitWatchingClient keep the deadline its waker sets.
-			c.idleArmed = false
-			c.nc.SetReadDeadline(time.Time{})
-			if c.closing.Load() {
-				c.nc.SetReadDeadline(time.Now())
-			}
+			// Cleared here rather than in clientReader, so that the reads
+			// of awaitWatchingClient keep the deadline its waker sets.
+			c.disarmIdle()
 		}
 		if err != nil {
 			var perr *ProtocolError
@@ -137,7 +139,11 @@ func (c *Conn) serve() {
 			c.writeBatch()
 			return
 		}
-		c.server.handler.ServeCommand(c, args, c.batch.next())
+		p := c.batch.next()
+		if c.batch.n == 1 {
+			c.heldInput = 0
+		}
+		c.server.handler.ServeCommand(c, args, p)
 		if c.batch.n == probeBatch && !c.mayBlock && !c.writesTaken {
 			// Requests are dispatched faster than the first reply comes
 			// back: learn how big they are before putting a whole window
@@ -146,7 +152,10 @@ func (c *Conn) serve() {
 			c.batch.wait()
 		}
 		// A batch whose replies are big is written before more is read,
-		// as is one as long as the window.
+		// as is one as long as the window. One that ends with bytes still
+		// buffered goes on: they are most often the rest of a pipeline, and
+		// if they are only part of a request, the batch is written before
+		// the read of its rest would wait for the client (held.go).
 		full := c.batch.out.full(c.window) || c.batch.n >= c.window
 		if full || c.closeAfterReply || c.rd.Buffered() == 0 {
 			// A batch that ends only because the client has sent
@@ -200,7 +209,7 @@ func (c *Conn) writeBatch() error {
 	}
 	if c.mayBlock {
 		c.mayBlock = false
-		c.awaitWatchingClient()
+		c.awaitWatchingClient(c.rd.Peek) // buffered data stays for the next ReadCommand
 	}
 	if err := c.collect(); err != nil {
 		return err
@@ -322,17 +331,18 @@ func (c *Conn) overLimit(e *errOutputLimit) error {
 	return e
 }
 
-// awaitWatchingClient waits for the batch while reading ahead, without
-// consuming, to notice the client closing its end.
-func (c *Conn) awaitWatchingClient() {
+// awaitWatchingClient waits for the batch while watching the client to
+// notice it closing its end: watch waits until the client sends a byte
+// (which it must keep) or its read fails.
+func (c *Conn) awaitWatchingClient(watch func() error) {
 	done := make(chan struct{})
 	go func() {
 		c.batch.wait()
-		c.nc.SetReadDeadline(time.Now()) // wake the Peek below; before close(done)
+		c.nc.SetReadDeadline(time.Now()) // wake the watch below; before close(done)
 		close(done)
 	}()
 	for {
-		err := c.rd.Peek() // buffered data stays for the next ReadCommand
+		err := watch()
 		select {
 		case <-done:
 			c.nc.SetReadDeadline(time.Time{})
@@ -376,32 +386,41 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		window:     maxBatch,
 		raw:        nc,
 	}
-	var src io.Reader = nc
-	if s.IdleTimeout > 0 {
-		src = idleReader{c}
-	}
-	c.rd = NewReader(bufio.NewReaderSize(readClock{c, src}, readBufferSize), s.Limits)
+	c.rd = NewReader(bufio.NewReaderSize(readClock{clientReader{c}}, readBufferSize), s.Limits)
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)
-	if tc, ok := nc.(*net.TCPConn); ok && rawWriteSupported {
+	if tc, ok := nc.(*net.TCPConn); ok && rawIOSupported {
 		c.rawConn, _ = tc.SyscallConn()
 		c.laterDone = make(chan error, 1)
 	}
 	return c
 }
 
-// idleReader reads the client's socket for a server with an idle timeout
-// (Redis's timeout): while the connection waits for a request, every read
-// gets a deadline IdleTimeout away, so a deadline passes only after that
-// long without a byte. A connection waiting for a blocked request's reply
-// (BLPOP, LOCK.ACQUIRE ... WAIT) or relaying pub/sub is not idle, as Redis
-// exempts blocked and subscribed clients.
-type idleReader struct{ c *Conn }
+// clientReader is what a connection's Reader reads: the client's socket
+// (or TLS stream). While the connection waits for a request, a read first
+// ends a batch held over a partial request (see endHeldBatch), so that no
+// reply waits for the client, and then, for a server with an idle timeout
+// (Redis's timeout), gets a deadline IdleTimeout away, so a deadline passes
+// only after that long without a byte, even in the middle of a request, as
+// Redis counts a client's idle time from its last read. A connection
+// waiting for a blocked request's reply (BLPOP, LOCK.ACQUIRE ... WAIT) or
+// relaying pub/sub is not idle, as Redis exempts blocked and subscribed
+// clients.
+type clientReader struct{ c *Conn }
 
-func (r idleReader) Read(b []byte) (int, error) {
+func (r clientReader) Read(b []byte) (int, error) {
 	c := r.c
-	if c.reading && !c.writesTaken {
+	if !c.reading {
+		return c.nc.Read(b)
+	}
+	// While a batch is left to its last reply, another goroutine owns it.
+	if !c.later && c.batch.n > 0 {
+		if n, err := c.endHeldBatch(b); n > 0 || err != nil {
+			return n, err
+		}
+	}
+	if c.server.IdleTimeout > 0 && !c.writesTaken {
 		c.nc.SetReadDeadline(time.Now().Add(c.server.IdleTimeout))
 		c.idleArmed = true
 		if c.closing.Load() {
@@ -412,18 +431,25 @@ func (r idleReader) Read(b []byte) (int, error) {
 	return c.nc.Read(b)
 }
 
-// readClock notes in readAt when each read of the client returns bytes.
-type readClock struct {
-	c   *Conn
-	src io.Reader
-}
+// readClock notes in readAt when each read of the client (every byte the
+// Reader gets comes through clientReader) returns bytes.
+type readClock struct{ src clientReader }
 
 func (r readClock) Read(b []byte) (int, error) {
 	n, err := r.src.Read(b)
 	if n > 0 {
-		r.c.readAt = time.Now()
+		r.src.c.readAt = time.Now()
 	}
 	return n, err
+}
+
+// disarmIdle clears the idle timeout's read deadline (keeping shutdown's).
+func (c *Conn) disarmIdle() {
+	c.idleArmed = false
+	c.nc.SetReadDeadline(time.Time{})
+	if c.closing.Load() {
+		c.nc.SetReadDeadline(time.Now())
+	}
 }
 
 // WaitReplies waits until every request dispatched before current (the

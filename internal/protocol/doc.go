@@ -10,10 +10,29 @@
 // replies still leave in order. A batch that ends because the client has sent
 // nothing more (every unpipelined request) is instead written by whoever
 // completes its last reply, while the connection's goroutine is already back
-// in its read (see later.go): one goroutine wake-up fewer per request. redcon's own server loop runs its handler
-// synchronously and parses without limits, so this package keeps redcon for
-// what it does well, encoding replies (redcon.AppendBulk and friends), and
-// owns the read loop.
+// in its read (see later.go): one goroutine wake-up fewer per request.
+// redcon's own server loop runs its handler synchronously and parses
+// without limits, so this package keeps redcon for what it does well,
+// encoding replies (redcon.AppendBulk and friends), and owns the read loop.
+//
+// # When a batch is written
+//
+// Every complete request is answered without waiting for more bytes from
+// the client, as Redis answers it; requests that arrive together still
+// share one write. A batch is written (all of it, replies in request order)
+// as soon as one of these holds:
+//
+//   - the client has sent nothing more: the read buffer is empty after a
+//     request (every unpipelined request, the end of most pipelines);
+//   - what is buffered is only part of a request (PING\r\nPI, a multibulk
+//     header without its arguments, a big argument on its way) or no
+//     request at all (an empty line, which is skipped as Redis skips it),
+//     and the socket holds no more bytes: the batch is written before the
+//     read that would wait for the client (see held.go), or after 1 MB more
+//     read without waiting, for a client streaming a huge request;
+//   - it is full: window requests, or replies past maxBatchBytes;
+//   - the client asked to be closed (QUIT), sent a malformed request, or
+//     the server shuts down.
 //
 // # Limits
 //
@@ -28,5 +47,7 @@
 // buffers. Requests are bounded while read (Limits, with the query buffer
 // limit counted over all of a request's arguments), and the idle timeout
 // runs only while a connection waits for a request, so blocked and
-// subscribed clients are never idle.
+// subscribed clients are never idle, even with part of their next request
+// sent. It counts from the last byte read, as Redis counts from a client's
+// last read, so a request that trickles in is not idle while bytes come.
 package protocol

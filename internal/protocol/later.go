@@ -22,9 +22,10 @@ package protocol
 // shutdown, the idle timeout, TLS) on the plain path.
 
 // writeLater leaves the current batch, which ended because the client has
-// sent nothing more, to its last reply if it can, and reports whether it
-// did. If every reply is already in, it does not: the caller writes the
-// batch itself, as usual.
+// sent nothing more (or, in endHeldBatch, nothing more yet of the request
+// under way), to its last reply if it can, and reports whether it did. If
+// every reply is already in, it does not: the caller writes the batch
+// itself, as usual.
 func (c *Conn) writeLater() bool {
 	if c.rawConn == nil || c.mayBlock || c.writesTaken || c.closing.Load() || c.server.IdleTimeout > 0 {
 		return false

@@ -35,6 +35,22 @@ func benchServe(b *testing.B, h Handler, configure func(*Server)) {
 // returns a function that sends one GET on a connection to it and reads its
 // 5-byte reply; the server stops when the test ends.
 func dialServer(tb testing.TB, h Handler, configure func(*Server)) func() {
+	nc := connectServer(tb, h, configure)
+	req := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+	reply := make([]byte, 5)
+	return func() {
+		if _, err := nc.Write(req); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := io.ReadFull(nc, reply); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// connectServer starts a server with h on loopback, set up by configure,
+// and returns a connection to it; both end with the test.
+func connectServer(tb testing.TB, h Handler, configure func(*Server)) net.Conn {
 	s := NewServer(h, slog.New(slog.DiscardHandler))
 	configure(s)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,14 +64,5 @@ func dialServer(tb testing.TB, h Handler, configure func(*Server)) func() {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { nc.Close() })
-	req := []byte("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
-	reply := make([]byte, 5)
-	return func() {
-		if _, err := nc.Write(req); err != nil {
-			tb.Fatal(err)
-		}
-		if _, err := io.ReadFull(nc, reply); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	return nc
 }

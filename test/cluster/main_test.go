@@ -33,6 +33,33 @@ const replicaTimeout = 2 * time.Second
 // tag (CONTRACT.md via the issue: fenceproxy:lock:{resource}).
 const lockPrefix = "fenceproxy:lock:"
 
+// The token authority's keys (internal/authority): the proxy keeps them
+// in Redis from its start (its heartbeat writes them again within a second
+// of a flush), on the master of their slot. Counts of a client's keys
+// leave them out.
+var authorityKeys = []string{lockPrefix + "{authority}:bound", lockPrefix + "{authority}:live"}
+
+func isAuthorityKey(k string) bool { return k == authorityKeys[0] || k == authorityKeys[1] }
+
+// clientKeysOn lists the keys on the node at addr (KEYS *) but the token
+// authority's.
+func clientKeysOn(t *testing.T, addr string) []string {
+	t.Helper()
+	c := testenv.Dial(t, addr)
+	defer c.Close()
+	elems, ok := testenv.SplitArray(c.Do("KEYS", "*"))
+	if !ok {
+		t.Fatalf("KEYS * on %s: not an array", addr)
+	}
+	var keys []string
+	for _, el := range elems {
+		if k, _ := testenv.ParseBulk(el); !isAuthorityKey(string(k)) {
+			keys = append(keys, string(k))
+		}
+	}
+	return keys
+}
+
 // crossSlotError is what Redis Cluster answers a command whose keys hash to
 // different slots. Tests read the real text from a node before relying on it
 // (crossSlotReference); this is only the fallback for messages.

@@ -297,7 +297,7 @@ func (c *checker) computeLeases(r string) []Lease {
 			}
 		}
 		for _, f := range c.faults {
-			if f.Kind.LosesData() && f.End >= g.Start {
+			if (f.Kind.LosesData() || f.Kind.LosesFenceStore()) && f.End >= g.Start {
 				cut = min(cut, f.Start)
 			}
 		}
@@ -440,6 +440,11 @@ func (c *checker) proxyStopDuring(s, e int64) bool {
 // couldIssue reports whether an acquire of r that started by t could have
 // issued a token above tok.
 func (c *checker) couldIssue(r string, tok, t int64) bool {
+	for _, f := range c.faults {
+		if f.Kind.LosesFenceStore() && f.Start < t {
+			return true // its floor: a token above all, issued to every resource
+		}
+	}
 	ix := c.issuers[r]
 	i := sort.Search(len(ix.start), func(i int) bool { return ix.start[i] > t })
 	if i == 0 {
@@ -483,7 +488,7 @@ func (c *checker) indexIssuers() {
 
 func (c *checker) proxyCrashAfter(t int64) bool {
 	for _, f := range c.faults {
-		if (f.Kind == ProxyKill || f.Kind == MasterFailover) && f.End >= t {
+		if f.Kind.KillsProxy() && f.End >= t {
 			return true
 		}
 	}

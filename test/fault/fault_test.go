@@ -49,6 +49,7 @@ type env struct {
 	master, replica *testenv.Redis
 	proxy           *testenv.Proxy
 	dataDir         string
+	backup          string // a copy of dataDir taken while the proxy was down
 	addr            atomic.Pointer[string]
 	resources       []string
 	holderBin       string
@@ -110,7 +111,15 @@ func TestFault(t *testing.T) {
 	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
 	e.replica = testenv.StartReplica(t, e.master)
 	e.dataDir = filepath.Join(t.TempDir(), "data")
+	e.backup = filepath.Join(t.TempDir(), "backup")
 	e.setProxy(testenv.StartProxy(t, e.proxyOptions()))
+	// A first backup for data-dir-restore, taken while the proxy is
+	// stopped (each proxy-kill takes a newer one while the proxy is down).
+	if _, err := e.proxy.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	e.backupDataDir()
+	e.proxy.Restart(t)
 	plan := planFaults(seed, duration)
 	t.Logf("fault: set up in %v", time.Since(began).Round(time.Millisecond))
 	e.h = NewHistory(seed) // the clock starts with the workload
@@ -478,7 +487,7 @@ func planFaults(seed uint64, d time.Duration) []planned {
 			}
 			p := planned{Kind: k, At: int64(at), N: rng.IntN(1000)}
 			switch k {
-			case ProxyKill:
+			case ProxyKill, DataDirWipe, DataDirRestore:
 				p.D = time.Duration(rng.IntN(300)) * time.Millisecond
 			case MasterFailover:
 				p.D = time.Duration(rng.IntN(200)) * time.Millisecond
@@ -511,6 +520,20 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 	case ProxyKill:
 		f.Start = e.h.Now()
 		e.proxy.Kill9()
+		e.backupDataDir() // a crash image, as a backup of a killed proxy's dir would be
+		time.Sleep(p.D)
+		e.proxy.Restart(t)
+		f.End = e.h.Now()
+		f.Note = "down " + p.D.String()
+	case DataDirWipe, DataDirRestore:
+		f.Start = e.h.Now()
+		e.proxy.Kill9()
+		if err := os.RemoveAll(e.dataDir); err != nil {
+			t.Fatalf("fault: %v", err)
+		}
+		if p.Kind == DataDirRestore {
+			copyDir(t, e.backup, e.dataDir)
+		}
 		time.Sleep(p.D)
 		e.proxy.Restart(t)
 		f.End = e.h.Now()
@@ -696,6 +719,21 @@ func tcpQueues(pick func(local, remote int) (int, bool), tx bool) map[int]int64 
 		out[key] = n
 	}
 	return out
+}
+
+// backupDataDir replaces the backup with a copy of the data dir; the
+// proxy must be down.
+func (e *env) backupDataDir() {
+	if err := os.RemoveAll(e.backup); err != nil {
+		e.t.Fatalf("fault: %v", err)
+	}
+	copyDir(e.t, e.dataDir, e.backup)
+}
+
+func copyDir(t *testing.T, from, to string) {
+	if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
+		t.Fatalf("fault: cp -a %s %s: %v: %s", from, to, err, out)
+	}
 }
 
 // snapshotData reads every fenced data list straight from the master.

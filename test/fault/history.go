@@ -133,24 +133,39 @@ func (o Outcome) String() string { return string(o) }
 type FaultKind string
 
 const (
-	ProxyKill      FaultKind = "proxy-kill"      // kill -9 of fenceproxy, restart on the same data dir
-	MasterFailover FaultKind = "master-failover" // SIGKILL of the master, its replica promoted, the proxy restarted on it
-	MasterKill     FaultKind = "master-kill"     // SIGKILL of the master, restarted empty with no replica to promote: data loss
-	RedisFlush     FaultKind = "redis-flush"     // FLUSHALL on the master: data loss
-	ReplicaStop    FaultKind = "replica-stop"    // SIGSTOP of the replica, SIGCONT later: no grant may be acknowledged meanwhile
-	PausedHolder   FaultKind = "paused-holder"   // a holder process SIGSTOPped beyond its lease, then resumed with its stale token
-	SlowClient     FaultKind = "slow-client"     // a client that reads a pipeline's replies slowly
-	CutPipeline    FaultKind = "cut-pipeline"    // half a pipeline written, then the connection closed
-	LockConnKill   FaultKind = "lock-conn-kill"  // the replica stopped, then CLIENT KILL of the proxy's connections to the master mid-WAIT
-	ProxyStop      FaultKind = "proxy-stop"      // SIGSTOP of fenceproxy for longer than the short ttls, then SIGCONT
+	ProxyKill      FaultKind = "proxy-kill"       // kill -9 of fenceproxy, restart on the same data dir
+	MasterFailover FaultKind = "master-failover"  // SIGKILL of the master, its replica promoted, the proxy restarted on it
+	MasterKill     FaultKind = "master-kill"      // SIGKILL of the master, restarted empty with no replica to promote: data loss
+	RedisFlush     FaultKind = "redis-flush"      // FLUSHALL on the master: data loss
+	ReplicaStop    FaultKind = "replica-stop"     // SIGSTOP of the replica, SIGCONT later: no grant may be acknowledged meanwhile
+	PausedHolder   FaultKind = "paused-holder"    // a holder process SIGSTOPped beyond its lease, then resumed with its stale token
+	SlowClient     FaultKind = "slow-client"      // a client that reads a pipeline's replies slowly
+	CutPipeline    FaultKind = "cut-pipeline"     // half a pipeline written, then the connection closed
+	DataDirWipe    FaultKind = "data-dir-wipe"    // kill -9 of fenceproxy, its data dir emptied, restarted: the fence store lost
+	DataDirRestore FaultKind = "data-dir-restore" // kill -9 of fenceproxy, its data dir replaced by an earlier copy, restarted
+	LockConnKill   FaultKind = "lock-conn-kill"   // the replica stopped, then CLIENT KILL of the proxy's connections to the master mid-WAIT
+	ProxyStop      FaultKind = "proxy-stop"       // SIGSTOP of fenceproxy for longer than the short ttls, then SIGCONT
 )
 
 // AllFaults lists every fault kind in a fixed order.
-var AllFaults = []FaultKind{ProxyKill, MasterFailover, MasterKill, RedisFlush, ReplicaStop, PausedHolder, SlowClient, CutPipeline, LockConnKill, ProxyStop}
+var AllFaults = []FaultKind{ProxyKill, MasterFailover, MasterKill, RedisFlush, ReplicaStop, PausedHolder, SlowClient, CutPipeline,
+	DataDirWipe, DataDirRestore, LockConnKill, ProxyStop}
 
 // LosesData reports whether the fault may make Redis forget owner records
 // (the documented failure mode the lease checks leave out).
 func (k FaultKind) LosesData() bool { return k == MasterKill || k == RedisFlush }
+
+// LosesFenceStore reports whether the fault makes the fence store forget
+// what it issued (guarantee 6): tokens still only rise, but every token
+// issued before may be called stale from then on (the store's floor is a
+// token issued to every resource and to no owner), so holders re-acquire:
+// leases are not promised across it.
+func (k FaultKind) LosesFenceStore() bool { return k == DataDirWipe || k == DataDirRestore }
+
+// KillsProxy reports whether the fault kills fenceproxy with kill -9.
+func (k FaultKind) KillsProxy() bool {
+	return k == ProxyKill || k == MasterFailover || k.LosesFenceStore()
+}
 
 // Fault is one injected fault, as it happened.
 type Fault struct {
@@ -273,6 +288,11 @@ func Classify(k Kind, reply []byte) (Outcome, int64, string) {
 			return Stale, 0, ""
 		case strings.HasPrefix(r, "-ERR token ") && strings.Contains(r, "was never issued") && (k == Check || k == Exec):
 			return NeverIssued, 0, ""
+		case strings.HasPrefix(r, "-ERR fenceproxy: another fenceproxy "), strings.HasPrefix(r, "-TRYAGAIN fenceproxy: this proxy is not confirmed as the backend's token authority"),
+			strings.HasPrefix(r, "-NOREPLICAS") && strings.Contains(r, "acknowledged the token bound"):
+			// Refused before anything was done: another token authority
+			// is live on the backend, or this one is not confirmed yet.
+			return NotRun, 0, ""
 		case strings.HasPrefix(r, "-TRYAGAIN fenceproxy: Redis is unreachable") && (k == Acquire || k == Renew || k == Release || k == Exec):
 			// The lock manager answers this only when the write was not
 			// sent (cluster.ErrUnavailable): nothing happened.

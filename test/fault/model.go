@@ -25,6 +25,8 @@ import (
 //	FENCE.CHECK t -> 1 / 0 / never issued: t is / is below / is above the newest
 //	FENCE.EXEC t -> ran / -STALE / never issued: likewise
 //	data loss        the holder is forgotten, the newest token is not
+//	fence store lost the newest token becomes a lower bound (the floor: a
+//	                 token issued to every resource and to no owner)
 //
 // An operation with an unknown outcome may have taken effect or not; an
 // acquire may also have left its token counted as issued without taking
@@ -44,8 +46,9 @@ import (
 const unknownWindow = 10 * time.Second
 
 type lockInput struct {
-	op   *Op
-	wipe bool
+	op     *Op
+	wipe   bool
+	forget bool // the fence store was lost
 }
 
 type lockState struct {
@@ -60,6 +63,10 @@ func lockStep(st, in, _ any) []any {
 	i := in.(lockInput)
 	if i.wipe {
 		return []any{lockState{newest: s.newest, exact: s.exact}}
+	}
+	if i.forget {
+		s.exact = false
+		return []any{s}
 	}
 	op := i.op
 	free := lockState{newest: s.newest, exact: s.exact}
@@ -173,8 +180,11 @@ var lockModel = (&porcupine.NondeterministicModel{
 	Equal: func(a, b any) bool { return a.(lockState) == b.(lockState) },
 	DescribeOperation: func(in, _ any) string {
 		i := in.(lockInput)
-		if i.wipe {
+		switch {
+		case i.wipe:
 			return "data loss"
+		case i.forget:
+			return "fence store lost"
 		}
 		return i.op.String()
 	},
@@ -218,6 +228,9 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 		if f.Kind.LosesData() {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{wipe: true}, Call: f.Start, Return: f.End})
 		}
+		if f.Kind.LosesFenceStore() {
+			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{forget: true}, Call: f.Start, Return: f.End})
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Call < out[j].Call })
 	return out
@@ -252,7 +265,7 @@ func (c *checker) linearizability(rep *Report) string {
 			}
 			unknown := 0
 			for _, o := range ops {
-				if in := o.Input.(lockInput); !in.wipe && in.op.Outcome == Unknown {
+				if in := o.Input.(lockInput); in.op != nil && in.op.Outcome == Unknown {
 					unknown++
 				}
 			}

@@ -1,7 +1,9 @@
 package limits
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +204,76 @@ func TestLimitFlagsAsRedisParsesThem(t *testing.T) {
 	if want := "\r\nclient_output_buffer_limit:normal 0 0 0 pubsub 33554432 8388608 60\r\n"; !strings.Contains(info, want) {
 		t.Errorf("INFO fenceproxy with Redis's defaults lacks %q:\n%s", strings.TrimSpace(want), info)
 	}
+}
+
+// TestIdleTimeoutMidRequest: with a timeout of 1 s, fenceproxy and Redis
+// alike keep a client that sends a request a byte at a time, slower than
+// nothing at all but faster than the timeout, and a client blocked in BLPOP
+// with part of its next request sent (blocked clients are not idle, and its
+// BLPOP is answered without the rest); a client that stops in the middle of
+// a request is closed.
+func TestIdleTimeoutMidRequest(t *testing.T) {
+	backend := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: backend.Addr, Args: []string{"--timeout", "1"}})
+	redis := testenv.StartRedis(t, testenv.RedisOptions{Args: []string{"--timeout", "1"}})
+	for name, addr := range map[string]string{"fenceproxy": p.Addr, "redis": redis.Addr} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			trickler, trickled := rawDial(t, addr)
+			blocked, blockedReplies := rawDial(t, addr)
+			stopped, _ := rawDial(t, addr)
+			trickler.Write([]byte("*3\r\n$3\r\nSET\r\n$7\r\ntrickle\r\n$20\r\n"))
+			blocked.Write([]byte("BLPOP idle-partial 0\r\nPI"))
+			stopped.Write([]byte("*1\r\n$4\r\nPI"))
+			done := make(chan error, 1)
+			go func() {
+				// 20 bytes 200 ms apart: 4 s, four times the timeout.
+				for range 20 {
+					time.Sleep(200 * time.Millisecond)
+					if _, err := trickler.Write([]byte("x")); err != nil {
+						done <- err
+						return
+					}
+				}
+				_, err := trickler.Write([]byte("\r\n"))
+				done <- err
+			}()
+
+			// The stopped client was quiet no longer than the blocked one:
+			// once it is closed, the blocked one was idle as long.
+			if got := drainUntilClosed(t, stopped); len(got) != 0 {
+				t.Errorf("the client stopped mid-request got %q before its close", got)
+			}
+			if !stillOpen(blocked) {
+				t.Fatal("the client blocked in BLPOP, with part of its next request sent, was closed")
+			}
+			if r := testenv.Dial(t, addr).Do("RPUSH", "idle-partial", "x"); string(r) != ":1\r\n" {
+				t.Fatalf("RPUSH = %q", r)
+			}
+			blocked.SetReadDeadline(time.Now().Add(patience))
+			want := "*2\r\n$12\r\nidle-partial\r\n$1\r\nx\r\n"
+			if got, err := readN(blockedReplies, len(want)); err != nil || got != want {
+				t.Fatalf("BLPOP after the push = %q, %v", got, err)
+			}
+			blocked.Write([]byte("NG\r\n"))
+			if got, err := readN(blockedReplies, len("+PONG\r\n")); err != nil || got != "+PONG\r\n" {
+				t.Fatalf("the rest of the request after the BLPOP: %q, %v", got, err)
+			}
+
+			if err := <-done; err != nil {
+				t.Fatalf("the client sending a byte every 200 ms: %v", err)
+			}
+			trickler.SetReadDeadline(time.Now().Add(patience))
+			if got, err := readN(trickled, len("+OK\r\n")); err != nil || got != "+OK\r\n" {
+				t.Fatalf("the request sent a byte every 200 ms: %q, %v", got, err)
+			}
+		})
+	}
+}
+
+// readN reads exactly n bytes.
+func readN(rd *bufio.Reader, n int) (string, error) {
+	b := make([]byte, n)
+	_, err := io.ReadFull(rd, b)
+	return string(b), err
 }

@@ -225,7 +225,10 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("after the release waiter %d got %q, want a token for waiter 0", got.who, got.reply)
 	}
 
-	p0 := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 0, Args: []string{"--max-waiters", "0"}})
+	// On a Redis of its own: a second fenceproxy with another fence store
+	// refuses lock commands while the first is live on the same backend.
+	master0 := testenv.StartRedis(t, testenv.RedisOptions{})
+	p0 := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master0.Addr, MinReplicas: 0, Args: []string{"--max-waiters", "0"}})
 	c0 := testenv.Dial(t, p0.Addr)
 	if r := c0.Do("LOCK.ACQUIRE", "zero", "a", "60000", "WAIT", "1000"); r[0] != ':' {
 		t.Fatalf("--max-waiters 0: a WAIT acquire of a free resource = %q, want a token", r)

@@ -1,0 +1,610 @@
+package authority
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
+)
+
+const (
+	// DefaultInterval is the time between heartbeat rounds.
+	DefaultInterval = 500 * time.Millisecond
+	// MinInterval and MaxInterval bound Options.Interval.
+	MinInterval = 50 * time.Millisecond
+	MaxInterval = 10 * time.Second
+	// maxMembers bounds the live members one round reads.
+	maxMembers = 64
+	// roundTimeout bounds one round, a scan of the owner records included.
+	roundTimeout = 30 * time.Second
+)
+
+// Options configure an Authority.
+type Options struct {
+	Backend cluster.Backend
+	// Store is the fence store, opened with persist.Options.Shared.
+	Store *persist.Store
+	// KeyPrefix is the owner records' --key-prefix: the authority's keys
+	// live under it, so proxies with other prefixes (other namespaces of
+	// resources) are not each other's conflict.
+	KeyPrefix string
+	// MinReplicas must acknowledge a shared bound (WAIT); ReplicaTimeout
+	// bounds that wait and is part of the grace that covers a grant in
+	// flight (invariant 3).
+	MinReplicas    int
+	ReplicaTimeout time.Duration
+	// Interval between heartbeat rounds; DefaultInterval if zero, clamped
+	// to [MinInterval, MaxInterval].
+	Interval time.Duration
+	// ID names the token authority in the heartbeat: the store's id if
+	// empty (a tier of fenceproxy nodes will pass the tier's id).
+	ID     string
+	Logger *slog.Logger
+}
+
+// Authority is this process's seat as the backend's token authority. Safe
+// for concurrent use; Admit is cheap enough for every lock command.
+type Authority struct {
+	opts               Options
+	id                 string
+	boundKey, liveKey  string
+	member             string
+	validFor, liveFor  time.Duration
+	status             atomic.Pointer[status]
+	redisBound         atomic.Uint64
+	kick, done, exited chan struct{}
+	stopOnce           sync.Once
+
+	// Touched by Start and then by the loop's goroutine only.
+	joined      bool
+	conflicted  bool              // a conflict was seen since start
+	cleanRounds int               // rounds without a conflict since the last one
+	scanned     bool              // the records were scanned while the Redis bound was missing
+	firstSeen   map[string]string // a predecessor's member -> its score when first seen
+	liveRuns    map[string]bool   // run ids taken for predecessors but seen renewing
+	lastErr     string
+	lastErrAt   time.Time
+}
+
+// status is what the last round found.
+type status struct {
+	joined     bool
+	conflict   *ConflictError
+	shortfall  *NoReplicasError // why the store could not join, if for want of replicas
+	validUntil time.Time        // lock commands are admitted before it (monotonic)
+}
+
+// New returns an Authority; Start runs its first round.
+func New(opts Options) *Authority {
+	if opts.Interval == 0 {
+		opts.Interval = DefaultInterval
+	}
+	opts.Interval = min(max(opts.Interval, MinInterval), MaxInterval)
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = "fenceproxy:lock:"
+	}
+	a := &Authority{
+		opts:      opts,
+		id:        opts.ID,
+		boundKey:  opts.KeyPrefix + "{authority}:bound",
+		liveKey:   opts.KeyPrefix + "{authority}:live",
+		validFor:  2 * opts.Interval,
+		kick:      make(chan struct{}, 1),
+		firstSeen: map[string]string{},
+		liveRuns:  map[string]bool{},
+		done:      make(chan struct{}),
+		exited:    make(chan struct{}),
+	}
+	if a.id == "" {
+		a.id = opts.Store.ID()
+	}
+	// The grace: a grant admitted just before validFor ran out may still
+	// be waiting for its replicas, and clocks drift.
+	a.liveFor = a.validFor + opts.ReplicaTimeout + time.Second
+	a.member = opts.Store.ID() + "/" + opts.Store.Run() + "/" + a.id
+	a.status.Store(&status{})
+	return a
+}
+
+// errHeartbeat marks a round that could not run its heartbeat at all.
+var errHeartbeat = errors.New("heartbeat")
+
+// Start runs the first heartbeat round, and joins the fence store if no
+// other authority is live, before it returns; then it keeps beating until
+// Close. It fails only if the heartbeat cannot run at all (the message
+// says why); a conflict or a bound that cannot be written yet leaves lock
+// commands refused (Admit) until a later round succeeds.
+func (a *Authority) Start(ctx context.Context) error {
+	err := a.round(ctx)
+	if errors.Is(err, errHeartbeat) {
+		return fmt.Errorf("writing the token authority's heartbeat (%s): %w", a.liveKey, errors.Unwrap(err))
+	}
+	if err != nil {
+		a.logError(err)
+	}
+	go a.loop()
+	return nil
+}
+
+// Admit returns nil if lock commands may issue or judge tokens now: the
+// last round found no other live authority, the store has joined, and the
+// round is recent (invariant 3). Otherwise a *ConflictError or
+// ErrUnconfirmed.
+func (a *Authority) Admit() error {
+	st := a.status.Load()
+	switch {
+	case st.conflict != nil:
+		return st.conflict
+	case !st.joined && st.shortfall != nil:
+		return st.shortfall
+	case !st.joined || time.Now().After(st.validUntil):
+		return ErrUnconfirmed
+	}
+	return nil
+}
+
+// Recheck asks for a round now, without waiting for it: for the backend
+// to call when its master changed (a failover), so that a bound the new
+// master lacks is rewritten at once.
+func (a *Authority) Recheck() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the heartbeat and takes this process's member off the live
+// set, so another process need not wait for it to expire.
+func (a *Authority) Close() {
+	a.stopOnce.Do(func() {
+		close(a.done)
+		<-a.exited
+		a.status.Store(&status{})
+		if node := a.opts.Backend.MasterForKey([]byte(a.liveKey)); node != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = leaveScript.Run(ctx, node.Client, []string{a.liveKey}, a.member).Err()
+			cancel()
+		}
+	})
+}
+
+func (a *Authority) loop() {
+	defer close(a.exited)
+	t := time.NewTimer(a.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.done:
+			return
+		case <-t.C:
+		case <-a.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
+		err := a.round(ctx)
+		cancel()
+		next := a.opts.Interval
+		if err != nil {
+			a.logError(err)
+			next /= 4 // soon again: lock commands wait for a good round
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next)
+	}
+}
+
+// heartbeat is what one round read from Redis.
+type heartbeat struct {
+	members    map[string]string // live member -> its score, as Redis wrote it
+	bound      uint64            // 0: missing
+	store, run string            // who raised the bound last
+}
+
+// round is one heartbeat: write this member, read the others and the
+// bound, then join, adopt or rewrite the bound as invariant 2 says, and
+// publish what lock commands may do.
+func (a *Authority) round(ctx context.Context) error {
+	began := time.Now()
+	// A round that cannot beat leaves the status alone: what the last
+	// good round admitted runs out by itself (validUntil).
+	node := a.opts.Backend.MasterForKey([]byte(a.liveKey))
+	if node == nil {
+		return fmt.Errorf("%w: %w", errHeartbeat, cluster.ErrUnavailable)
+	}
+	reply, err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
+		a.member, a.liveFor.Milliseconds(), maxMembers).Slice()
+	if err != nil {
+		a.opts.Backend.Refresh() // in front of a cluster, the slot may have moved
+		return fmt.Errorf("%w: %w", errHeartbeat, err)
+	}
+	hb, err := parseHeartbeat(reply)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errHeartbeat, err)
+	}
+	a.redisBound.Store(hb.bound)
+	if hb.bound > 0 {
+		a.scanned = false
+	}
+	if !a.joined && a.foreign(hb, a.opts.Store.SyncedBound()) {
+		// Learn a foreign bound at once, even while another authority is
+		// live: should Redis lose it before this store joins, the store's
+		// floor (synced) still holds it. Before joining, Adopt only raises
+		// the floor; nothing is written to Redis.
+		if err := a.opts.Store.Adopt(hb.bound); err != nil {
+			return fmt.Errorf("adopting the token bound in Redis: %w", err)
+		}
+	}
+	c, liveCopy := a.classify(hb.members)
+	if liveCopy {
+		// A "predecessor" renewed its member: it is a live copy of this
+		// directory, and what this store copied from it is out of date.
+		a.opts.Logger.Error("a process this fence store took for its predecessor is alive: the data dir was copied from a live fenceproxy; tokens up to the bound in Redis are no longer honoured")
+		if err := a.opts.Store.Adopt(max(hb.bound, a.opts.Store.SyncedBound())); err != nil {
+			a.refuse(c)
+			return fmt.Errorf("adopting the bound after finding a live copy of the data dir: %w", err)
+		}
+	}
+	if c != nil {
+		a.conflicted, a.cleanRounds = true, 0
+		a.refuse(c)
+		return nil
+	}
+	a.cleanRounds++
+	if !a.joined {
+		if a.conflicted && a.cleanRounds < 2 {
+			// The other member may only be missing for a moment (its
+			// master failed over): look once more before joining.
+			a.refuse(nil)
+			return nil
+		}
+		if err := a.join(ctx, hb); err != nil {
+			st := &status{}
+			errors.As(err, &st.shortfall)
+			a.publish(st)
+			return err
+		}
+		a.joined = true
+	} else if err := a.reconcile(ctx, hb); err != nil {
+		a.refuse(nil)
+		return err
+	}
+	a.publish(&status{joined: true, validUntil: began.Add(a.validFor)})
+	return nil
+}
+
+// foreign reports whether the Redis bound says tokens may have been issued
+// without this store (invariant 2): it is above the store's synced bound
+// (read after it), or another store or a process other than this one and
+// its dead predecessors raised it.
+func (a *Authority) foreign(hb heartbeat, synced uint64) bool {
+	if hb.bound > synced {
+		return true
+	}
+	store := a.opts.Store
+	return hb.bound > 0 && (hb.store != store.ID() || hb.run != store.Run() && !a.predecessor(hb.run))
+}
+
+// predecessor reports whether run is a process that opened this directory
+// before and has not been seen alive since.
+func (a *Authority) predecessor(run string) bool {
+	return a.opts.Store.PreviousRun(run) && !a.liveRuns[run]
+}
+
+// join adopts whatever the Redis bound (or, when it is missing, the
+// owner records) says was issued without this store, then joins it.
+func (a *Authority) join(ctx context.Context, hb heartbeat) error {
+	store := a.opts.Store
+	synced := store.SyncedBound()
+	var foreign uint64
+	switch {
+	case hb.bound == 0:
+		found, err := a.scanRecords(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the owner records' tokens (the token bound is missing in Redis): %w", err)
+		}
+		a.scanned = true
+		if found > synced {
+			foreign = found
+		}
+	case a.foreign(hb, synced):
+		foreign = hb.bound
+	}
+	if foreign > 0 {
+		a.opts.Logger.Warn("the token bound in Redis (or an owner record) is above this fence store's, or was written by another store: "+
+			"the data dir is new, empty or restored, or another fenceproxy ran; tokens up to it are no longer honoured",
+			"foreign", foreign, "local_bound", synced, "store_id", store.ID(), "written_by", hb.store)
+	}
+	if err := store.Join(foreign, a.shareBound); err != nil {
+		return fmt.Errorf("joining the fence store to Redis's token bound: %w", err)
+	}
+	a.opts.Logger.Debug("token authority joined", "store_id", store.ID(), "authority_id", a.id,
+		"bound", store.Stats().ReservedBound, "floor", store.Floor())
+	return nil
+}
+
+// reconcile adopts a foreign Redis bound and rewrites a lower or missing
+// one.
+func (a *Authority) reconcile(ctx context.Context, hb heartbeat) error {
+	store := a.opts.Store
+	synced := store.SyncedBound()
+	if a.foreign(hb, synced) {
+		a.opts.Logger.Warn("another fence store (or a copy of this one) raised the token bound in Redis while this one was not live: "+
+			"tokens up to it are no longer honoured", "redis_bound", hb.bound, "local_bound", synced, "written_by", hb.store)
+		if err := store.Adopt(hb.bound); err != nil {
+			return fmt.Errorf("adopting the token bound in Redis: %w", err)
+		}
+		synced = store.SyncedBound()
+	} else if hb.bound >= synced {
+		return nil
+	}
+	if hb.bound == 0 && !a.scanned {
+		// Redis lost its data (or the key was deleted): any record left
+		// (a Redis Cluster's other masters) may carry a foreign token.
+		found, err := a.scanRecords(ctx)
+		if err == nil {
+			a.scanned = true
+			if found > synced {
+				if err := store.Adopt(found); err != nil {
+					return fmt.Errorf("adopting an owner record's token: %w", err)
+				}
+				synced = store.SyncedBound()
+			}
+		}
+	}
+	if _, err := a.shareBound(synced); err != nil {
+		// Serving goes on: the local bound still holds every token.
+		a.logError(fmt.Errorf("rewriting the token bound in Redis: %w", err))
+	} else if hb.bound < synced {
+		a.opts.Logger.Info("token bound rewritten in Redis", "was", hb.bound, "bound", synced)
+	}
+	return nil
+}
+
+// shareBound raises the Redis bound to b with a WAIT for --min-replicas,
+// and returns the bound there after it (persist's Join share function).
+func (a *Authority) shareBound(b uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.ReplicaTimeout+5*time.Second)
+	defer cancel()
+	node := a.opts.Backend.MasterForKey([]byte(a.boundKey))
+	if node == nil {
+		return 0, cluster.ErrUnavailable
+	}
+	w := node.Start(ctx, cluster.ScriptCall{
+		Source: shareScript,
+		Keys:   []string{a.boundKey},
+		Args:   []any{strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run()},
+	}, true)
+	reply, err := w.Reply()
+	if err != nil {
+		return 0, err
+	}
+	got, err := toUint(reply)
+	if err != nil {
+		return 0, err
+	}
+	acked, err := w.Acks()
+	if err != nil {
+		return 0, err
+	}
+	if acked < a.opts.MinReplicas {
+		return 0, &NoReplicasError{Acked: acked, Wanted: a.opts.MinReplicas}
+	}
+	a.redisBound.Store(got)
+	return got, nil
+}
+
+// classify applies invariant 4 to the live members. liveCopy is set when
+// a member taken for a dead predecessor has renewed since it was first
+// seen: it is alive, on a copy of this directory.
+func (a *Authority) classify(members map[string]string) (c *ConflictError, liveCopy bool) {
+	myStore := a.opts.Store.ID()
+	for m, score := range members {
+		if m == a.member {
+			continue
+		}
+		store, run, id, ok := splitMember(m)
+		switch {
+		case !ok:
+			continue // not written by fenceproxy
+		case id != a.id:
+		case store == myStore && a.predecessor(run):
+			if first, seen := a.firstSeen[m]; !seen || first == score {
+				a.firstSeen[m] = score
+				continue // a dead predecessor on this directory
+			}
+			a.liveRuns[run], liveCopy = true, true
+		case store != myStore:
+			continue // a peer of this authority (a tier)
+		}
+		if c == nil {
+			c = &ConflictError{}
+		}
+		if store == myStore {
+			c.Copy = true
+		}
+		if !slices.Contains(c.Stores, store) {
+			c.Stores = append(c.Stores, store)
+		}
+	}
+	if c != nil {
+		slices.Sort(c.Stores)
+	}
+	return c, liveCopy
+}
+
+// refuse publishes a status that admits no lock command: a conflict, or
+// (c nil) nothing confirmed.
+func (a *Authority) refuse(c *ConflictError) {
+	a.publish(&status{joined: a.joined, conflict: c})
+}
+
+// publish makes st what Admit sees, and logs a conflict's start and end.
+func (a *Authority) publish(st *status) {
+	prev := a.status.Swap(st)
+	was, is := prev.conflict != nil, st.conflict != nil
+	switch {
+	case is && (!was || !slices.Equal(prev.conflict.Stores, st.conflict.Stores)):
+		a.opts.Logger.Error("lock commands refused: "+st.conflict.Reason(), "other_stores", strings.Join(st.conflict.Stores, ","))
+	case was && !is && st.joined:
+		a.opts.Logger.Info("no other token authority is live on this backend: lock commands are served again")
+	}
+}
+
+// logError logs a failed round, once per distinct error and then at most
+// every 30 s.
+func (a *Authority) logError(err error) {
+	if msg := err.Error(); msg != a.lastErr || time.Since(a.lastErrAt) > 30*time.Second {
+		a.lastErr, a.lastErrAt = msg, time.Now()
+		a.opts.Logger.Warn("token authority: lock commands wait for a good heartbeat round", "err", err)
+	}
+}
+
+func splitMember(m string) (store, run, id string, ok bool) {
+	parts := strings.SplitN(m, "/", 3)
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+// parseHeartbeat reads heartbeatScript's {members with scores, bound,
+// store, run}.
+func parseHeartbeat(reply []any) (hb heartbeat, err error) {
+	if len(reply) != 4 {
+		return hb, fmt.Errorf("unexpected heartbeat reply %v", reply)
+	}
+	list, _ := reply[0].([]any)
+	hb.members = make(map[string]string, len(list)/2)
+	for i := 0; i+1 < len(list); i += 2 {
+		m, _ := list[i].(string)
+		score, _ := list[i+1].(string)
+		hb.members[m] = score
+	}
+	if reply[1] != nil {
+		if hb.bound, err = toUint(reply[1]); err != nil {
+			return hb, fmt.Errorf("the token bound in Redis is not a token: %w", err)
+		}
+	}
+	hb.store, _ = reply[2].(string)
+	hb.run, _ = reply[3].(string)
+	return hb, nil
+}
+
+func toUint(v any) (uint64, error) {
+	switch v := v.(type) {
+	case string:
+		return strconv.ParseUint(v, 10, 64)
+	case int64:
+		if v >= 0 {
+			return uint64(v), nil
+		}
+	}
+	return 0, fmt.Errorf("unexpected value %v", v)
+}
+
+// Stats is what INFO and the metrics show.
+type Stats struct {
+	StoreID, AuthorityID string
+	RedisBound           uint64 // the bound last read from or written to Redis (0: missing)
+	Floor                uint64 // the store's token floor
+	Joined               bool
+	Confirmed            bool     // Admit would admit a lock command now
+	Others               []string // other live stores' ids while in conflict
+}
+
+// Stats returns a snapshot.
+func (a *Authority) Stats() Stats {
+	st := a.status.Load()
+	s := Stats{
+		StoreID: a.opts.Store.ID(), AuthorityID: a.id,
+		RedisBound: a.redisBound.Load(), Floor: a.opts.Store.Floor(),
+		Joined: st.joined, Confirmed: a.Admit() == nil,
+	}
+	if st.conflict != nil {
+		s.Others = st.conflict.Stores
+	}
+	return s
+}
+
+// Info is the token authority's lines of INFO's fenceproxy section.
+func (a *Authority) Info() string {
+	s := a.Stats()
+	return fmt.Sprintf("fence_store_id:%s\r\ntoken_authority_id:%s\r\ntoken_authority_confirmed:%d\r\n"+
+		"token_authority_conflict:%d\r\ntoken_authority_others:%s\r\ntoken_bound_redis:%d\r\ntoken_floor:%d\r\n",
+		s.StoreID, s.AuthorityID, b2i(s.Confirmed), b2i(len(s.Others) > 0), strings.Join(s.Others, ","), s.RedisBound, s.Floor)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// globEscape quotes Redis glob metacharacters.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// scanRecords returns the largest token in any owner record on any
+// master (SCAN, then the records' tokens in pipelines of one batch each).
+func (a *Authority) scanRecords(ctx context.Context) (uint64, error) {
+	pattern := globEscape(a.opts.KeyPrefix) + "{*}"
+	var best uint64
+	for _, n := range a.opts.Backend.Masters() {
+		var cursor uint64
+		for {
+			keys, next, err := n.Client.ScanType(ctx, cursor, pattern, 1000, "hash").Result()
+			if err != nil {
+				return 0, err
+			}
+			if len(keys) > 0 {
+				cmds := make([]*redis.StringCmd, len(keys))
+				_, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for i, k := range keys {
+						cmds[i] = p.HGet(ctx, k, "token")
+					}
+					return nil
+				})
+				if err != nil && !errors.Is(err, redis.Nil) {
+					return 0, err
+				}
+				for _, c := range cmds {
+					if t, err := c.Uint64(); err == nil {
+						best = max(best, t)
+					}
+				}
+			}
+			if next == 0 {
+				break
+			}
+			cursor = next
+		}
+	}
+	return best, nil
+}

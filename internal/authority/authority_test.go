@@ -1,0 +1,236 @@
+package authority
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const interval = 50 * time.Millisecond
+
+// setup is one Redis with a backend connection to it.
+type setup struct {
+	redis *testenv.Redis
+	be    cluster.Backend
+}
+
+func newSetup(t *testing.T) *setup {
+	t.Helper()
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{r.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close)
+	return &setup{redis: r, be: be}
+}
+
+func openStore(t *testing.T, dir string) *persist.Store {
+	t.Helper()
+	s, err := persist.Open(dir, persist.Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// start runs an authority for store; t.Cleanup closes both.
+func (su *setup) start(t *testing.T, store *persist.Store) *Authority {
+	t.Helper()
+	a := New(Options{Backend: su.be, Store: store, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); store.Close() })
+	return a
+}
+
+// killed runs an authority on the store in dir and leaves it as kill -9
+// would: its store closed, its member still live for a minute.
+func (su *setup) killed(t *testing.T, dir string) *Authority {
+	t.Helper()
+	s := openStore(t, dir)
+	a := New(Options{Backend: su.be, Store: s, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	testenv.Dial(t, su.redis.Addr).Do("ZADD", a.liveKey, liveUntil(time.Minute), a.member)
+	s.Close()
+	return a
+}
+
+// liveUntil is a heartbeat score d from now.
+func liveUntil(d time.Duration) string { return strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10) }
+
+// waitFor polls cond (a bound against hangs, not a timing assertion).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within 20s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func conflict(a *Authority) *ConflictError {
+	var c *ConflictError
+	if errors.As(a.Admit(), &c) {
+		return c
+	}
+	return nil
+}
+
+// TestConflictBetweenStores: two stores on one backend see each other and
+// both refuse; once one leaves, the other admits again.
+func TestConflictBetweenStores(t *testing.T) {
+	su := newSetup(t)
+	s1, s2 := openStore(t, t.TempDir()), openStore(t, t.TempDir())
+	a1 := su.start(t, s1)
+	if err := a1.Admit(); err != nil {
+		t.Fatalf("a lone authority: Admit = %v", err)
+	}
+	a2 := su.start(t, s2)
+	if c := conflict(a2); c == nil || c.Copy || len(c.Stores) != 1 || c.Stores[0] != s1.ID() {
+		t.Fatalf("the second store right after Start: Admit = %v, want a conflict naming %s", a2.Admit(), s1.ID())
+	}
+	if _, err := s2.NextToken(); !errors.Is(err, persist.ErrNotShared) {
+		t.Fatalf("the second store issued a token while in conflict: %v", err)
+	}
+	// It learnt the first store's bound at once (should Redis lose it, its
+	// floor still holds it), and wrote nothing to Redis.
+	if s2.Floor() <= s1.SyncedBound() || a2.Stats().RedisBound != s1.SyncedBound() {
+		t.Fatalf("the second store's floor %d, Redis bound %d; want the floor above the first store's bound %d, Redis unchanged",
+			s2.Floor(), a2.Stats().RedisBound, s1.SyncedBound())
+	}
+	waitFor(t, "a conflict seen by the first store", func() bool {
+		c := conflict(a1)
+		return c != nil && len(c.Stores) == 1 && c.Stores[0] == s2.ID()
+	})
+	if st := a1.Stats(); st.Confirmed || len(st.Others) != 1 {
+		t.Fatalf("Stats during the conflict: %+v", st)
+	}
+	a2.Close()
+	waitFor(t, "the first store admitting again", func() bool { return a1.Admit() == nil })
+}
+
+// TestPredecessorAndCopy: a process on the same directory after a kill (its
+// member still live) serves at once; a live copy of the directory is a
+// conflict for both.
+func TestPredecessorAndCopy(t *testing.T) {
+	su := newSetup(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	su.killed(t, dir)
+	s := openStore(t, dir)
+	if err := su.start(t, s).Admit(); err != nil {
+		t.Fatalf("a restart on the same directory while the killed predecessor's member lives: Admit = %v", err)
+	}
+	if s.Floor() != 0 {
+		t.Fatalf("a restart raised the floor to %d", s.Floor())
+	}
+
+	copyDir := filepath.Join(t.TempDir(), "copy")
+	if out, err := exec.Command("cp", "-a", dir, copyDir).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	twin := openStore(t, copyDir)
+	if twin.ID() != s.ID() {
+		t.Fatal("a copy of the directory has another id")
+	}
+	at := su.start(t, twin)
+	if c := conflict(at); c == nil || !c.Copy {
+		t.Fatalf("a copy of a live store's directory: Admit = %v, want a conflict naming a copy", at.Admit())
+	}
+}
+
+// TestPredecessorSeenAlive: a member taken for a dead predecessor (a
+// block-level copy of the directory keeps its inode, so nothing else
+// tells) that renews is a live copy: a conflict while it lives, and the
+// store's floor goes above the bound in Redis.
+func TestPredecessorSeenAlive(t *testing.T) {
+	su := newSetup(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	a := su.killed(t, dir)
+	direct := testenv.Dial(t, su.redis.Addr)
+	s := openStore(t, dir)
+	b := su.start(t, s)
+	if err := b.Admit(); err != nil {
+		t.Fatalf("restart beside a dead predecessor's member: %v", err)
+	}
+	direct.Do("ZADD", a.liveKey, liveUntil(2*time.Second), a.member) // it renews: alive
+	waitFor(t, "the renewing predecessor seen as a live copy", func() bool {
+		c := conflict(b)
+		return c != nil && c.Copy
+	})
+	if s.Floor() == 0 {
+		t.Fatal("finding a live copy did not raise the floor")
+	}
+	waitFor(t, "lock commands admitted once the copy's member expired", func() bool { return b.Admit() == nil })
+}
+
+// TestJoinAdoptsRecordTokens: with no bound in Redis (a first start, or
+// Redis lost it) a store adopts the highest token in the owner records
+// and writes the bound.
+func TestJoinAdoptsRecordTokens(t *testing.T) {
+	su := newSetup(t)
+	direct := testenv.Dial(t, su.redis.Addr)
+	direct.Do("HSET", "fenceproxy:lock:{a}", "owner", "x", "token", "5000")
+	direct.Do("HSET", "fenceproxy:lock:{b}", "owner", "y", "token", "70")
+	direct.Do("SET", "fenceproxy:lock:{a}:delay", "1")
+	s := openStore(t, t.TempDir())
+	a := su.start(t, s)
+	if s.Floor() != 5001 {
+		t.Fatalf("floor after joining beside a record with token 5000 = %d, want 5001", s.Floor())
+	}
+	if tok, err := s.NextToken(); err != nil || tok <= 5001 {
+		t.Fatalf("NextToken = %d, %v", tok, err)
+	}
+	if st := a.Stats(); st.RedisBound != s.SyncedBound() || st.Floor != 5001 {
+		t.Fatalf("Stats = %+v, want the Redis bound %d and floor 5001", st, s.SyncedBound())
+	}
+}
+
+// TestBoundRewrittenAfterLoss: Redis loses the bound while the store runs;
+// a round writes it again.
+func TestBoundRewrittenAfterLoss(t *testing.T) {
+	su := newSetup(t)
+	s := openStore(t, t.TempDir())
+	a := su.start(t, s)
+	direct := testenv.Dial(t, su.redis.Addr)
+	direct.Do("FLUSHALL")
+	want := strconv.FormatUint(s.SyncedBound(), 10)
+	waitFor(t, "the bound rewritten", func() bool {
+		b, _ := testenv.ParseBulk(direct.Do("HGET", a.boundKey, "bound"))
+		return string(b) == want
+	})
+	if s.Floor() != 0 {
+		t.Fatalf("a store whose backend lost the bound raised its floor to %d", s.Floor())
+	}
+}
+
+// TestHeartbeatLapse: while Redis answers nothing, the last round's
+// admission runs out by itself; it comes back with Redis.
+func TestHeartbeatLapse(t *testing.T) {
+	su := newSetup(t)
+	a := su.start(t, openStore(t, t.TempDir()))
+	su.redis.Stop()
+	waitFor(t, "lock commands refused with Redis stopped", func() bool { return errors.Is(a.Admit(), ErrUnconfirmed) })
+	su.redis.Cont()
+	waitFor(t, "lock commands admitted again", func() bool { return a.Admit() == nil })
+}

@@ -1,0 +1,71 @@
+// Package authority keeps fenceproxy's token authority honest on the
+// backend: it shares the fence store's token bound with Redis, so that
+// losing either copy alone never makes a token go back, and it finds a
+// second token authority (another fenceproxy with another fence store, or
+// on a copy of this one) live in front of the same Redis, and refuses lock
+// commands while it lasts.
+//
+// # What is kept in Redis
+//
+// Two keys, under the lock records' --key-prefix and one hash tag, so that
+// on a Redis Cluster both live on one master (neither can be mistaken for
+// an owner record, whose keys end in "}"):
+//
+//	<prefix>{authority}:bound  hash: bound (the highest token bound any
+//	                           fence store reserved), store (the id of the
+//	                           store that raised it last)
+//	<prefix>{authority}:live   sorted set: one member per live process,
+//	                           "<store id>/<run id>/<authority id>", scored
+//	                           by when it stops serving (Redis TIME, ms)
+//
+// # Invariants
+//
+//  1. The bound only rises. shareScript raises it to a new window's bound
+//     (never lowers it) and a WAIT for --min-replicas follows on the same
+//     connection; the fence store publishes the window only after both,
+//     and after its own sync (persist's invariant 9). So every token ever
+//     returned is at most the local bound and at most the bound in Redis.
+//  2. A store that is behind adopts. At Join, and at every heartbeat after
+//     it, the bound in Redis is compared with the store's synced bound,
+//     read after it: a Redis bound above it, or raised by another store,
+//     means tokens up to it may have been issued without this store (its
+//     directory is new, empty or restored, or another store ran), so the
+//     store adopts it (persist.Store.Adopt: the floor goes above it; older
+//     tokens are stale, never current). A store not joined yet adopts it
+//     at its first round, even while another authority is live (only its
+//     floor rises; nothing is written to Redis), so that Redis losing its
+//     copy before the join cannot take it away. When the Redis bound is missing
+//     at Join (a first start, or Redis lost its data), the owner records
+//     are scanned for their tokens instead, and one above the store's
+//     bound is adopted. A lower or missing Redis bound is rewritten from
+//     the store's.
+//  3. One authority at a time. Lock commands (those that issue or judge
+//     tokens) are admitted only while the last heartbeat round found no
+//     other live authority and began less than validFor ago (monotonic
+//     clock); a round writes this process's member with a score of Redis
+//     TIME + validFor + grace, where grace covers a grant in flight (the
+//     replica timeout) and clock drift. So when another process sees the
+//     member expired, this one has stopped granting; a paused process
+//     stops by itself. A store waiting to Join needs a clean round (two
+//     after a conflict) and joins before its first token.
+//  4. Conflict rules. A live member with another authority id is a
+//     conflict: both processes see each other and both refuse. One with
+//     this store's id and a run id of a process that opened this
+//     directory before is a dead predecessor (the directory lock held it):
+//     ignored, so a restart after kill -9 serves at once. One with this
+//     store's id and any other run id runs on a copy of the directory: a
+//     conflict. (A tier of fenceproxy nodes will share one authority id;
+//     a member with this authority id and another store id is then a peer.)
+//
+// LOCK.RELEASE and LOCK.INFO are not refused: a release compares the
+// owner and touches no token, and INFO is how an operator looks.
+//
+// # What survives what
+//
+// The fence store lost alone (an empty, new or restored data dir): the
+// bound in Redis puts every new token above every one issued, and the
+// floor makes every older token stale. Redis's data lost alone: the local
+// bound does, and the heartbeat rewrites the Redis bound within a round.
+// Both lost at once: tokens may go back; --token-floor (above every token
+// issued) is the operator's way out.
+package authority
