@@ -42,6 +42,7 @@ type config struct {
 	dataDir         string
 	minReplicas     int
 	replicaTimeout  time.Duration
+	leaseMargin     float64
 	metricsListen   string
 	maxClients      int
 	backendConns    int
@@ -74,6 +75,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.dataDir, "data-dir", "./fenceproxy-data", "`dir`ectory of the fence store; created if missing")
 	fs.IntVar(&c.minReplicas, "min-replicas", 1, "replicas that must acknowledge a lock write before it is granted")
 	fs.DurationVar(&c.replicaTimeout, "replica-timeout", 500*time.Millisecond, "how long a lock write waits for replica acknowledgements")
+	fs.Float64Var(&c.leaseMargin, "lease-safety-margin", 0.1, "the `fraction` of a lease (0 to 0.9) that a grant's or renewal's reply must still leave, after the time since the request was received and Redlock's drift allowance (1% + 2ms); a later one is undone and answered -TRYAGAIN")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9121", "`host:port` for /metrics, /healthz and /readyz; empty disables")
 	fs.IntVar(&c.maxClients, "max-clients", 10000, "most client connections at once")
 	fs.IntVar(&c.backendConns, "backend-conns", 4, "pipelined connections to each master shared by all clients")
@@ -115,6 +117,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("--min-replicas must be 0 or more")
 	case c.replicaTimeout < time.Millisecond:
 		return c, errors.New("--replica-timeout must be at least 1ms (Redis's WAIT 0 would block forever)")
+	case !(c.leaseMargin >= 0 && c.leaseMargin <= 0.9):
+		return c, errors.New("--lease-safety-margin must be a fraction from 0 to 0.9 (0.1: a reply leaves at least a tenth of the lease)")
 	case c.backendConns < 1 || c.lockConns < 1:
 		return c, errors.New("--backend-conns and --lock-conns must be at least 1")
 	case c.lockDelay < 0:
@@ -310,8 +314,9 @@ func run(cfg config) error {
 			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: m, Logger: logger,
 			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
 			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
-			AllowEvictable: cfg.allowEvictable,
-			Admit:          tokens.Admit,
+			AllowEvictable:    cfg.allowEvictable,
+			Admit:             tokens.Admit,
+			LeaseSafetyMargin: cfg.leaseMargin,
 		}),
 		Metrics:        m,
 		Logger:         logger,

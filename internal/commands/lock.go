@@ -111,6 +111,24 @@ func (h *Handler) runLock(c *protocol.Conn, resource string, p *protocol.Pending
 	}
 }
 
+// The replies to a grant or renewal that could not be answered while
+// enough of its lease was left (locks.ErrLate). A late renewal's re-arm
+// cannot be undone, so its holder is told how to count its lease.
+const (
+	replyLateGrant   = "-TRYAGAIN fenceproxy: the lock could not be granted with enough of its lease left; nothing was granted (a lease this owner already held stands as it was), retry\r\n"
+	replyLateRenewal = "-TRYAGAIN fenceproxy: the renewal could not be confirmed with enough of its lease left; count the lease as ending at the earlier of its previous end and ttl-ms from this request, and retry\r\n"
+)
+
+// receivedAt is when the request being served was read from the client:
+// a lease is counted from it. (A connection that never read, as in unit
+// tests, counts from now.)
+func receivedAt(c *protocol.Conn) time.Time {
+	if t := c.ReadAt(); !t.IsZero() {
+		return t
+	}
+	return time.Now()
+}
+
 func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	if len(args) != 4 && len(args) != 6 {
 		replyError(p, "ERR wrong number of arguments for 'lock.acquire' command")
@@ -135,9 +153,10 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 	a.owner = h.lockOwner(c, a.owner)
 	null := nullReply(c)
 	addr := c.RemoteAddr
+	received := receivedAt(c)
 	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) []byte {
 		start := time.Now()
-		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, addr, a.ttl, a.wait)
+		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, addr, a.ttl, a.wait, received)
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		switch {
 		case err == nil:
@@ -162,6 +181,10 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
 			return reply
 		}
+		if err == locks.ErrLate {
+			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+			return []byte(replyLateGrant)
+		}
 		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
 		return h.lockError(err, "the lock may or may not be granted: retry with the same owner")
 	})
@@ -176,8 +199,9 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 	}
 	a.owner = h.lockOwner(c, a.owner)
 	null := nullReply(c)
+	received := receivedAt(c)
 	h.runLock(c, a.resource, p, 0, func(ctx context.Context) []byte {
-		token, err := h.opts.Locks.Renew(ctx, a.resource, a.owner, a.ttl)
+		token, err := h.opts.Locks.Renew(ctx, a.resource, a.owner, a.ttl, received)
 		switch {
 		case err == nil:
 			h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
@@ -195,6 +219,10 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
 			h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
 			return reply
+		}
+		if err == locks.ErrLate {
+			h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
+			return []byte(replyLateRenewal)
 		}
 		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
 		return h.lockError(err, "the lease may or may not be extended: retry")

@@ -55,5 +55,5 @@ func newBenchManager(be cluster.Backend, store *persist.Store) *Manager {
 }
 
 func acquireForBench(ctx context.Context, m *Manager, r string) (uint64, error) {
-	return m.Acquire(ctx, r, "owner", "127.0.0.1:50000", 10*time.Second, 0)
+	return m.Acquire(ctx, r, "owner", "127.0.0.1:50000", 10*time.Second, 0, time.Now())
 }

@@ -16,10 +16,26 @@
 //     replicas and disk, overlap: the script and its WAIT travel in one
 //     pipeline, and Redis answers the script before the WAIT.
 //
-// A refused grant's reservation is cancelled, so FENCE.CHECK and LOCK.INFO
-// only ever see tokens issued. Only a crash between a reservation and its
-// cancel can make a refused token count as issued, which errs on the safe
-// side. (Recording the token itself during step 2 was tried and dropped: a
+// Before the reply, the time left of the lease is checked (replyBy): it
+// runs from when the request was read, or for a grant after waiting in
+// line from the attempt that made it, and the reply must leave at least
+// Options.LeaseSafetyMargin of it after Redlock's drift allowance. A grant
+// too late for that is undone and answered ErrLate, as a renewal is (a
+// re-arm cannot be undone: the lease stands as Redis has it).
+//
+// A refused grant's reservation is cancelled only once the undo script has
+// shown that the master holds no record of it, so FENCE.CHECK and LOCK.INFO
+// see tokens issued and no others. An outcome that cannot be known (the
+// connection lost during the script's reply or its WAIT, WAIT ended with an
+// error, an undo that could not run) counts as issued: the token is
+// recorded as the newest (reserved and confirmed after the fact if the
+// script's reply itself was lost), because the record may stand in Redis
+// and nothing answered later may contradict it. That can end the current
+// holder's lease early: if the lost write found the resource held, its
+// holder's token is called stale all the same and its renewals answer
+// null. Only a crash between a reservation and its cancel can make a
+// refused token count as issued, which errs on the safe side. (Recording
+// the token itself during step 2 was tried and dropped: a
 // refused grant then left a never-issued newest token, and FENCE.CHECK
 // called the previous holder stale. Reserving it with go-redis, which hands
 // back a pipeline's replies only all together, needed a second round trip
@@ -53,7 +69,11 @@
 //     gets the token it already holds.
 //   - A reply carrying a token is sent only after that token is synced to
 //     disk as the resource's newest, and after the owner record has the
-//     required replica acknowledgements.
+//     required replica acknowledgements, and only while at least the safety
+//     margin of its lease is left.
+//   - The scripts honour an owner record (re-arm, renew) only if its token
+//     is the newest the fence store knows as issued, so no reply carries a
+//     token FENCE.CHECK would call never issued.
 //   - Owner records are changed only by scripts that compare the owner (and
 //     for an undo, the token), so a stale holder never touches a newer lease.
 //   - A lapsed lease is never revived: renew needs the record to exist.

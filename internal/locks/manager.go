@@ -31,6 +31,11 @@ var (
 	ErrOtherHolder = errors.New("locks: the resource is held by another user")
 	// ErrLeaseOver: FencedExecAs found no current lease for the token.
 	ErrLeaseOver = errors.New("locks: the token's lease is over")
+	// ErrLate: a grant or renewal was done, but its reply could no longer
+	// leave the client Options.LeaseSafetyMargin of the lease (see
+	// replyBy). A new grant has been undone; a re-armed lease stands as
+	// Redis has it, and its holder counts it as before the request.
+	ErrLate = errors.New("locks: the lease could not be replied with enough of it left")
 )
 
 // QueueFullError: a LOCK.ACQUIRE ... WAIT found Max acquires already waiting
@@ -82,6 +87,11 @@ type Options struct {
 	// tokens (acquire, renew, FENCE.CHECK, FENCE.EXEC); its error refuses
 	// the command (see authority.go).
 	Admit func() error
+	// LeaseSafetyMargin is the part of a lease (0 to 1) that a reply must
+	// still leave, after the time since the request was received and a
+	// clock-drift allowance (see replyBy); a grant or renewal that would
+	// leave less is answered ErrLate instead. 0 only requires some lease.
+	LeaseSafetyMargin float64
 }
 
 // Manager grants leases and issues fencing tokens. Safe for concurrent use.
@@ -130,8 +140,14 @@ func (m *Manager) keys(key string) []string { return []string{key, key + ":delay
 // already wait, it returns a QueueFullError at once. clientAddr (the
 // client's ip:port) is kept in the owner record for LOCK.INFO and the
 // slow-lock log.
-func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr string, ttl, wait time.Duration) (uint64, error) {
-	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, clientAddr, ttl, m.waiting.count(resource) > 0)
+//
+// received is when the request was read from the client: the lease is
+// counted from it, and a grant that can no longer be replied with
+// LeaseSafetyMargin of it left is undone and answered ErrLate. A grant
+// after waiting in line is counted from the attempt that made it instead
+// (Redis armed the lease then, long after the request arrived).
+func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr string, ttl, wait time.Duration, received time.Time) (uint64, error) {
+	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, clientAddr, ttl, m.waiting.count(resource) > 0, received)
 	if err == ErrBusy {
 		m.hot.add(resource)
 	}
@@ -191,7 +207,7 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr strin
 			leaseLeft = hint
 			continue
 		}
-		token, leaseLeft, err = m.tryAcquire(ctx, resource, owner, clientAddr, ttl, false)
+		token, leaseLeft, err = m.tryAcquire(ctx, resource, owner, clientAddr, ttl, false, time.Time{})
 		if err != ErrBusy {
 			if err == nil {
 				granted = ttl
@@ -204,8 +220,12 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr strin
 // tryAcquire makes one attempt. On ErrBusy it also returns the holder's
 // remaining lease (0 if unknown).
 // With othersWaiting, a free resource is not taken (the head of the line has
-// it); only the owner's own re-arm succeeds.
-func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool) (token uint64, leaseLeft time.Duration, err error) {
+// it); only the owner's own re-arm succeeds. The lease is counted from
+// leaseFrom (zero: from this attempt).
+func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool, leaseFrom time.Time) (token uint64, leaseLeft time.Duration, err error) {
+	if leaseFrom.IsZero() {
+		leaseFrom = time.Now()
+	}
 	evictable, err := m.evictionGuard(resource)
 	if err != nil {
 		return 0, 0, err
@@ -258,6 +278,10 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		node, write, kind, value, err = m.sendAcquire(ctx, call, true)
 	}
 	if err != nil {
+		if errors.Is(err, cluster.ErrOutcomeUnknown) {
+			// The script's reply was lost: it may have granted candidate.
+			m.countIssued(resource, candidate)
+		}
 		return 0, 0, err
 	}
 	switch kind {
@@ -283,28 +307,24 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:
-		// The grant may stand on the master; a retry by the same owner
-		// re-arms it and waits for the replicas again.
+		// The grant may stand on the master, with or without its
+		// replicas: its token counts as issued (abandon). A retry by the
+		// same owner re-arms it and waits for the replicas again.
 	case acked < m.opts.MinReplicas:
 		m.opts.Metrics.ReplicaShortfalls.Inc()
 		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	case reserveErr != nil:
 		err = reserveErr
+	case time.Now().After(m.replyBy(leaseFrom, ttl)):
+		// As late as it can be: after the replicas and the fsync, just
+		// before the reply.
+		err = ErrLate
 	case record:
 		// Serialized per resource and above the newest just read: exact.
 		err = m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true})
 	}
 	if err != nil {
-		if record && reserveErr == nil {
-			m.opts.Store.Cancel([]byte(resource), token)
-		}
-		// A new grant that will not be replied is undone. A re-armed
-		// existing one stays as it was granted; only its extension may be
-		// missing on the replicas.
-		if kind == 2 && !errors.Is(err, cluster.ErrOutcomeUnknown) {
-			m.undo(ctx, node, resource, key, owner, token)
-		}
-		return 0, 0, err
+		return 0, 0, m.abandon(ctx, node, resource, key, owner, token, kind == 2, record && reserveErr == nil, err)
 	}
 	if kind == 2 {
 		if old := m.leases.granted(resource, token, start, start.Add(ttl), clientAddr); old != nil {
@@ -317,6 +337,65 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		m.evictableGranted(resource, token)
 	}
 	return token, 0, nil
+}
+
+// replyBy is the latest moment a reply may promise a lease of ttl counted
+// from from: by Redlock's validity rule the client may count on ttl, less
+// the time elapsed and a clock-drift allowance of 1% of ttl plus 2 ms (Redis
+// arms leases to the millisecond, by its own clock), and that must leave at
+// least LeaseSafetyMargin of ttl. A ttl too short for any of it to remain
+// (a few ms) can never be replied.
+func (m *Manager) replyBy(from time.Time, ttl time.Duration) time.Time {
+	drift := ttl/100 + 2*time.Millisecond
+	return from.Add(ttl - drift - time.Duration(m.opts.LeaseSafetyMargin*float64(ttl)))
+}
+
+// abandon settles an acquire attempt that will not be replied with its
+// token, err saying why, and returns the error to reply. A new grant is
+// undone (compare-and-delete) unless its outcome is already unknown. Its
+// reserved token is cancelled only when the master certainly holds no
+// record of it; otherwise the token counts as issued (the safe side:
+// nothing answered later may contradict a record that may exist), and a
+// refusal becomes an unknown outcome, since "nothing was granted" would not
+// be known to be true. A re-arm of the owner's own grant cannot be undone:
+// the lease stands as Redis has it, with the token issued long before.
+func (m *Manager) abandon(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64, newGrant, reserved bool, err error) error {
+	if !newGrant {
+		return err
+	}
+	unknown := errors.Is(err, cluster.ErrOutcomeUnknown)
+	gone := !unknown && m.undo(ctx, node, resource, key, owner, token)
+	if reserved {
+		if gone {
+			m.opts.Store.Cancel([]byte(resource), token)
+		} else if cerr := m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true}); cerr != nil {
+			// Fail-stop: the reservation is on disk, so the token
+			// still counts as issued after the restart.
+			m.opts.Logger.Warn("could not record a token whose grant may stand", "err", cerr)
+		}
+	}
+	var nr *NoReplicasError
+	if !gone && (err == ErrLate || errors.As(err, &nr)) {
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+	}
+	return err
+}
+
+// countIssued records token as resource's newest although no reply carried
+// it: a write whose reply was lost may have put it in an owner record, and
+// such an outcome counts as issued. One fsync, only on a lost connection;
+// reserving before every attempt would cost one on busy attempts too. Were
+// the process to die before this sync, the record's token would still
+// never be honoured (the scripts honour only the newest token issued, and
+// a restart issues tokens above it).
+func (m *Manager) countIssued(resource string, token uint64) {
+	err := m.opts.Store.Reserve([]byte(resource), token)
+	if err == nil {
+		err = m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true})
+	}
+	if err != nil {
+		m.opts.Logger.Warn("could not record the token of a grant whose outcome is unknown", "err", err)
+	}
 }
 
 // acquireCall builds one acquire attempt's script call with a fresh
@@ -421,24 +500,34 @@ func (m *Manager) start(ctx context.Context, key string, call cluster.ScriptCall
 	}
 }
 
-// undo deletes a grant that will not be replied, if it is still in place.
-func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) {
-	_, err := node.Run(ctx, cluster.ScriptCall{
+// undo deletes a grant that will not be replied, if it is still in place,
+// and reports whether the master certainly holds no record of it now
+// (deleted, or already gone: it expired).
+func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) bool {
+	reply, err := node.Run(ctx, cluster.ScriptCall{
 		Source: undoScript,
 		Keys:   m.keys(key),
 		Args:   []any{owner, strconv.FormatUint(token, 10)},
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
-		// and its token is below every later one.
+		// and its token counts as issued.
 		m.opts.Logger.Warn("could not undo an unacknowledged grant; it expires with its lease", "err", err)
-		return
+		return false
 	}
-	m.waiting.wakeHead(resource)
+	if n, _ := reply.(int64); n == 1 {
+		m.waiting.wakeHead(resource)
+	}
+	return true
 }
 
 // Renew re-arms owner's lease on resource to ttl and returns its token.
-func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration) (uint64, error) {
+// The lease is counted from received (when the request was read), with the
+// same safety margin as a grant: a renewal that cannot be replied in time
+// gets ErrLate. A re-arm cannot be undone, so after ErrLate (and after any
+// error) the holder counts its lease as ending at the earlier of its
+// previous end and ttl from when it sent the renewal.
+func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration, received time.Time) (uint64, error) {
 	if err := m.admit(); err != nil {
 		return 0, err
 	}
@@ -482,6 +571,9 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	m.leases.rearmed(resource, uint64(token), now.Add(ttl))
 	if evictable {
 		m.evictableGranted(resource, uint64(token))
+	}
+	if time.Now().After(m.replyBy(received, ttl)) {
+		return 0, ErrLate
 	}
 	return uint64(token), nil
 }

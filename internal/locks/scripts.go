@@ -31,12 +31,15 @@ import (
 // token is needed to judge it (ask again with it; nothing was written),
 // {4, token} a record, anyone's, carries a token at or above the new one:
 // this store never issued it (kindTokenAhead, authority.go; nothing was
-// written). The
-// owner's own record is re-armed only if its token lies between the newest
-// recorded and the new one; any other (resurrected by a failover, or written
-// by a proxy with another data dir) is replaced by a new grant, never handed
-// out again. Only that judgement needs the newest token: a new grant's token
-// is above every token ever issued.
+// written). The owner's own record is re-armed only if its token is the
+// newest the fence store knows as issued: a token above it was never
+// issued (a grant whose reservation was cancelled, or whose outcome was
+// lost in a crash before it was recorded) and one below it is stale (a
+// record resurrected by a failover, or written by a proxy with another
+// data dir). Such a record is replaced by a new grant, its token never
+// handed out. Tokens are compared as the strings they are stored as:
+// exact, where Lua's doubles are not above 2^53. Only that judgement needs
+// the newest token: a new grant's token is above every token ever issued.
 const acquireScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[2] and tonumber(cur[2]) and tonumber(cur[2]) >= tonumber(ARGV[3]) then
@@ -49,8 +52,8 @@ if cur[1] then
   if ARGV[4] == '' then
     return {3, 0}
   end
-  local t = tonumber(cur[2])
-  if t and t >= tonumber(ARGV[4]) and t < tonumber(ARGV[3]) then
+  -- only the newest token issued is honoured (see above)
+  if cur[2] == ARGV[4] then
     redis.call('HSET', KEYS[1], 'renewed', ARGV[7])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     if tonumber(ARGV[6]) > 0 then
@@ -78,10 +81,11 @@ return {2, ARGV[3]}
 // renewScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, newest
 // token, lock-delay-ms, now (unix ms). Returns the
 // token, or nil if owner does not hold a current record (expired records are
-// gone, so a lapsed lease is never revived).
+// gone, so a lapsed lease is never revived) whose token is the newest issued
+// (as acquireScript's re-arm: a record with any other token is not honoured).
 const renewScript = `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] == ARGV[1] and tonumber(cur[2]) >= tonumber(ARGV[3]) then
+if cur[1] == ARGV[1] and cur[2] == ARGV[3] then
   redis.call('HSET', KEYS[1], 'renewed', ARGV[5])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if tonumber(ARGV[4]) > 0 then

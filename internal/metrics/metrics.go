@@ -25,9 +25,9 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, evictable (refused: see EvictableGrants), invalid (bad arguments), error
+	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, evictable (refused: see EvictableGrants), late (undone: too little lease left to reply), invalid (bad arguments), error
 	AcquireSeconds      prometheus.Histogram
-	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, evictable, invalid, error
+	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, evictable, late, invalid, error
 	Releases            *prometheus.CounterVec // result: released, notheld, invalid, error
 	FenceChecks         *prometheus.CounterVec // result: current, stale, invalid (bad or never-issued token), error (the proxy could not answer)
 	ReplicaAckSeconds   prometheus.Histogram
@@ -127,8 +127,8 @@ func New() *Metrics {
 	// only with its first event shows nothing before it, and dashboards of
 	// errors would look empty rather than quiet.
 	for vec, results := range map[*prometheus.CounterVec][]string{
-		m.Acquires:    {"granted", "busy", "queuefull", "noreplicas", "evictable", "invalid", "error"},
-		m.Renewals:    {"renewed", "lost", "noreplicas", "evictable", "invalid", "error"},
+		m.Acquires:    {"granted", "busy", "queuefull", "noreplicas", "evictable", "late", "invalid", "error"},
+		m.Renewals:    {"renewed", "lost", "noreplicas", "evictable", "late", "invalid", "error"},
 		m.Releases:    {"released", "notheld", "invalid", "error"},
 		m.FenceChecks: {"current", "stale", "invalid", "error"},
 	} {

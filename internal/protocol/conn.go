@@ -76,6 +76,9 @@ type Conn struct {
 	// big GETs from putting maxBatch big replies in flight on a shared
 	// backend connection (and in memory, if the client does not read).
 	window int
+	// readAt is when the last read from the client returned bytes
+	// (monotonic): see ReadAt.
+	readAt time.Time
 }
 
 // MayBlock says a request of the current batch may wait indefinitely (a
@@ -84,6 +87,12 @@ type Conn struct {
 // Handler's ClientGone, so the wait can be cancelled instead of holding a
 // backend connection or a place in a lock's line for nobody.
 func (c *Conn) MayBlock() { c.mayBlock = true }
+
+// ReadAt is when the bytes of the request being served were read from the
+// client (the monotonic clock, taken once per read of the socket, however
+// many requests that read brought): when it was received, for a Handler
+// that counts from it, as a lease does. Call it only from ServeCommand.
+func (c *Conn) ReadAt() time.Time { return c.readAt }
 
 // CloseAfterReply asks for the connection to be closed once the replies
 // queued so far are written (QUIT, protocol errors).
@@ -377,7 +386,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		window:     maxBatch,
 		raw:        nc,
 	}
-	c.rd = NewReader(bufio.NewReaderSize(clientReader{c}, readBufferSize), s.Limits)
+	c.rd = NewReader(bufio.NewReaderSize(readClock{clientReader{c}}, readBufferSize), s.Limits)
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)
@@ -420,6 +429,18 @@ func (r clientReader) Read(b []byte) (int, error) {
 		}
 	}
 	return c.nc.Read(b)
+}
+
+// readClock notes in readAt when each read of the client (every byte the
+// Reader gets comes through clientReader) returns bytes.
+type readClock struct{ src clientReader }
+
+func (r readClock) Read(b []byte) (int, error) {
+	n, err := r.src.Read(b)
+	if n > 0 {
+		r.src.c.readAt = time.Now()
+	}
+	return n, err
 }
 
 // disarmIdle clears the idle timeout's read deadline (keeping shutdown's).

@@ -117,6 +117,13 @@ func (p *Proxy) start() error {
 // has already exited.
 func (p *Proxy) Kill9() { p.kill() }
 
+// Stop sends SIGSTOP: the process keeps its port and connections, and the
+// kernel still accepts clients' bytes, but it reads and answers nothing.
+func (p *Proxy) Stop() { p.proc().signal(syscall.SIGSTOP) }
+
+// Cont sends SIGCONT after Stop.
+func (p *Proxy) Cont() { p.proc().signal(syscall.SIGCONT) }
+
 // Restart kills the process if it is running and starts fenceproxy again
 // with the same options, listen and metrics ports and data dir, appending to
 // the same log.

@@ -14,6 +14,16 @@
 // writing. Pass Token with every write the resource can check, or use
 // FencedExec for state kept in the same Redis: a paused process may run on
 // after its lease, and only the token can stop its writes.
+//
+// The lease is counted as Redlock counts its validity: from when this
+// client sent the request (the only moment it knows to be before the lease
+// began), less a clock-drift allowance of 1% of the ttl plus 2 ms; Deadline
+// says until when. fenceproxy replies only while its own count, from when it
+// received the request, leaves a safety margin. A reply that leaves this
+// client's count less than a renewal interval (a grant after waiting in
+// line, whose lease began only when it was granted; a request that waited
+// for a paused proxy) is renewed at once, and the lease counted from that
+// renewal.
 package fencelock
 
 import (
@@ -55,7 +65,18 @@ type Lock struct {
 	stop   chan struct{}
 	done   chan struct{}
 	once   sync.Once
+
+	mu      sync.Mutex
+	expires time.Time // see Deadline
 }
+
+// drift is Redlock's clock-drift allowance for a lease of ttl: the lease is
+// counted as ttl less it.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// leaseFrom is when a lease of ttl ends if it began when its request was
+// sent.
+func leaseFrom(sent time.Time, ttl time.Duration) time.Time { return sent.Add(ttl - drift(ttl)) }
 
 // TryLock acquires resource for ttl if it is free now.
 func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
@@ -77,11 +98,14 @@ func (c *Client) acquire(ctx context.Context, resource string, ttl, wait time.Du
 	if wait > 0 {
 		args = append(args, "WAIT", wait.Milliseconds())
 	}
+	sent := time.Now()
 	token, err := c.rdb.Do(ctx, args...).Int64()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, ErrNotAcquired
 	case err != nil:
+		// -TRYAGAIN among them: the grant came too late to leave a
+		// usable lease, and nothing is held.
 		return nil, fmt.Errorf("fencelock: LOCK.ACQUIRE %s: %w", resource, err)
 	}
 	lctx, cancel := context.WithCancelCause(context.Background())
@@ -89,42 +113,96 @@ func (c *Client) acquire(ctx context.Context, resource string, ttl, wait time.Du
 		Resource: resource, Owner: owner, Token: token,
 		client: c, ttl: ttl, ctx: lctx, cancel: cancel,
 		stop: make(chan struct{}), done: make(chan struct{}),
+		expires: leaseFrom(sent, ttl),
 	}
-	go l.keepRenewed(time.Now().Add(ttl))
+	if time.Until(l.expires) < l.interval() {
+		// Too little is left by this client's count to wait for the
+		// first renewal: renew now, and count from this renewal.
+		sent = time.Now()
+		n, err := c.rdb.Do(ctx, "LOCK.RENEW", resource, owner, ttl.Milliseconds()).Int64()
+		switch {
+		case err == nil && n == token:
+			l.expires = leaseFrom(sent, ttl)
+		case err == nil, errors.Is(err, redis.Nil):
+			cancel(ErrLost)
+			return nil, fmt.Errorf("%w: the lease ran out before the grant could be used", ErrNotAcquired)
+		default:
+			// It may be held: give it back rather than leave it to run out.
+			l.client.rdb.Do(context.Background(), "LOCK.RELEASE", resource, owner)
+			cancel(ErrLost)
+			return nil, fmt.Errorf("fencelock: LOCK.RENEW %s right after a late grant: %w", resource, err)
+		}
+	}
+	go l.keepRenewed()
 	return l, nil
 }
+
+// Deadline is when the lease ends by this client's count, if no renewal
+// gets through before then: from when the request that last armed it was
+// sent, less the drift allowance.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expires
+}
+
+// interval is how often the lease is renewed.
+func (l *Lock) interval() time.Duration { return max(l.ttl/3, time.Millisecond) }
 
 // Context is cancelled, with ErrLost as its cause, the moment the lease is
 // known lost or can no longer be renewed; and after Unlock.
 func (l *Lock) Context() context.Context { return l.ctx }
 
-// keepRenewed renews every ttl/3 until stopped or lost. expires is when the
-// lease runs out if no renewal gets through.
-func (l *Lock) keepRenewed(expires time.Time) {
+// keepRenewed renews every ttl/3 until stopped or lost. The lease's end by
+// this client's count cancels Context by itself (lapse), however long a
+// renewal hangs.
+func (l *Lock) keepRenewed() {
 	defer close(l.done)
-	interval := max(l.ttl/3, time.Millisecond)
+	lapse := time.AfterFunc(time.Until(l.Deadline()), func() {
+		l.cancel(fmt.Errorf("%w: the lease ran out by this client's count before a renewal got through", ErrLost))
+	})
+	defer lapse.Stop()
+	interval := l.interval()
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.stop:
 			return
+		case <-l.ctx.Done():
+			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		ctx, cancel := context.WithTimeout(l.ctx, interval)
+		sent := time.Now()
 		token, err := l.client.rdb.Do(ctx, "LOCK.RENEW", l.Resource, l.Owner, l.ttl.Milliseconds()).Int64()
 		cancel()
 		switch {
 		case err == nil && token == l.Token:
-			expires = time.Now().Add(l.ttl)
+			l.mu.Lock()
+			l.expires = leaseFrom(sent, l.ttl)
+			l.mu.Unlock()
+			lapse.Reset(time.Until(l.Deadline()))
 		case errors.Is(err, redis.Nil), err == nil:
 			l.cancel(ErrLost) // gone, or (impossibly) another token
 			return
-		case time.Until(expires) < interval:
-			// Renewals keep failing and the lease is about to run out:
-			// assume it did.
-			l.cancel(fmt.Errorf("%w: renewals failing: %v", ErrLost, err))
-			return
+		default:
+			// -TRYAGAIN, -NOREPLICAS or no answer: the lease may have been
+			// re-armed from this request or not at all, so it lasts at
+			// least until the earlier of the two ends.
+			l.mu.Lock()
+			if e := leaseFrom(sent, l.ttl); e.Before(l.expires) {
+				l.expires = e
+				lapse.Reset(time.Until(e))
+			}
+			left := time.Until(l.expires)
+			l.mu.Unlock()
+			if left < interval {
+				// Renewals keep failing and the lease is about to run
+				// out: assume it did.
+				l.cancel(fmt.Errorf("%w: renewals failing: %v", ErrLost, err))
+				return
+			}
 		}
 		t.Reset(interval)
 	}

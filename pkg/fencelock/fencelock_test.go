@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,4 +95,132 @@ func TestLostLeaseCancelsContext(t *testing.T) {
 		t.Fatalf("old Unlock = %v, want ErrLost", err)
 	}
 	next.Unlock(ctx)
+}
+
+// sendTimes is a go-redis hook that notes when each command is handed to
+// the connection (after fencelock's own clock read, so never before it).
+type sendTimes struct {
+	mu   sync.Mutex
+	sent []sent
+}
+
+type sent struct {
+	name string
+	at   time.Time
+}
+
+func (s *sendTimes) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *sendTimes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (s *sendTimes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.mu.Lock()
+		s.sent = append(s.sent, sent{strings.ToUpper(cmd.Name()), time.Now()})
+		s.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+// last is when name was last sent (zero if never).
+func (s *sendTimes) last(name string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.sent) - 1; i >= 0; i-- {
+		if s.sent[i].name == name {
+			return s.sent[i].at
+		}
+	}
+	return time.Time{}
+}
+
+func hooked(t *testing.T) (*fencelock.Client, *sendTimes, *testenv.Proxy, *redis.Client) {
+	t.Helper()
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: r.Addr, MinReplicas: 0})
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, Protocol: 2, ReadTimeout: 20 * time.Second, PoolSize: 4})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil { // connected before any stop
+		t.Fatal(err)
+	}
+	hook := &sendTimes{}
+	rdb.AddHook(hook)
+	return fencelock.New(rdb), hook, p, rdb
+}
+
+// TestLeaseCountedFromSend: the lease runs from when the client sent the
+// request, not from the reply. The proxy is stopped while the request
+// waits unread (it then grants a whole lease from when it reads it), and
+// stopped again right after the grant so that no renewal gets through: the
+// lock's context must end by the time the request was sent plus the ttl,
+// not a ttl after the late reply.
+func TestLeaseCountedFromSend(t *testing.T) {
+	c, hook, p, _ := hooked(t)
+	const ttl = 6 * time.Second
+	p.Stop()
+	type result struct {
+		l   *fencelock.Lock
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.TryLock(context.Background(), "late-reply", ttl)
+		done <- result{l, err}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for hook.last("LOCK.ACQUIRE").IsZero() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(ttl / 3) // the reply comes this much later than the send
+	p.Cont()
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("TryLock = %v", res.err)
+	}
+	p.Stop()
+	defer p.Cont()
+	sentAt := hook.last("LOCK.ACQUIRE")
+	at := make(chan time.Time, 1)
+	stopWatch := context.AfterFunc(res.l.Context(), func() { at <- time.Now() })
+	defer stopWatch()
+	var cancelled time.Time
+	select {
+	case cancelled = <-at:
+	case <-time.After(2 * ttl):
+		t.Fatal("the lock's context was not cancelled although no renewal could get through")
+	}
+	if limit := sentAt.Add(ttl); cancelled.After(limit) {
+		t.Fatalf("the context ended %v after the acquire was sent, past its lease of %v (counted from the reply, not the send)",
+			cancelled.Sub(sentAt), ttl)
+	}
+	if d := res.l.Deadline(); d.After(sentAt.Add(ttl)) {
+		t.Fatalf("Deadline is %v after the send, beyond the ttl %v", d.Sub(sentAt), ttl)
+	}
+}
+
+// TestWaitedGrantRenewsAtOnce: a Lock that waited in line most of its ttl
+// got a lease that began at the grant; counted from its send, almost
+// nothing is left. It must renew at once and count from that renewal.
+func TestWaitedGrantRenewsAtOnce(t *testing.T) {
+	c, hook, _, rdb := hooked(t)
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	if err := rdb.Do(ctx, "LOCK.ACQUIRE", "waited", "other", 900).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Lock(ctx, "waited", ttl, 5*time.Second)
+	if err != nil {
+		t.Fatalf("Lock = %v", err)
+	}
+	defer l.Unlock(ctx)
+	acq, ren := hook.last("LOCK.ACQUIRE"), hook.last("LOCK.RENEW")
+	if ren.Before(acq) {
+		t.Fatal("a grant that waited longer than its ttl was not renewed at once")
+	}
+	if l.Context().Err() != nil {
+		t.Fatalf("the lease was given up: %v", context.Cause(l.Context()))
+	}
+	if d := l.Deadline(); d.After(ren.Add(ttl)) || !d.After(acq.Add(ttl)) {
+		t.Fatalf("Deadline %v after the acquire's send, %v after the renewal's: want it counted from the renewal", d.Sub(acq), d.Sub(ren))
+	}
 }

@@ -308,6 +308,14 @@ func TestLockFamily(t *testing.T) {
 		}
 		expect(t, c, replyOne, "FENCE.CHECK", r, itoa(t2))
 		expect(t, c, replyZero, "FENCE.CHECK", r, itoa(t1))
+		// A token issued for another resource: below this resource's
+		// newest it cannot be told from a stale one (0); above it, it
+		// cannot have been issued for it (-ERR).
+		other := resName(t, "other")
+		t3 := token(t, c, "LOCK.ACQUIRE", other, "carol", "10000")
+		expect(t, c, replyZero, "FENCE.CHECK", other, itoa(t1))
+		expectErr(t, c, "-ERR token "+itoa(t3)+" was never issued", "FENCE.CHECK", r, itoa(t3))
+		expect(t, c, replyOne, "LOCK.RELEASE", other, "carol")
 		// Never issued for this resource: above the newest, on a resource
 		// never locked, or not a positive integer.
 		for _, bad := range [][]string{

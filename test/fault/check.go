@@ -39,6 +39,10 @@ type Report struct {
 	// "illegal" (also a violation), or "unknown" (the search timed out).
 	Linearizability      string
 	LinearizabilityNotes []string // which resources timed out
+	// LeaseUsed is the largest share of its lease that a grant or renewal
+	// checked by late-lease had used up, by the client's count, when its
+	// reply arrived (above 1 is a violation).
+	LeaseUsed float64
 }
 
 // ByCheck counts the violations per check, e.g. "lease-overlap=3 stale-release=1".
@@ -74,7 +78,8 @@ type Lease struct {
 //	stale-check       FENCE.CHECK answers 1 only if no bigger token was replied before it started
 //	stale-exec        FENCE.EXEC runs only if no bigger token was replied before it started
 //	false-stale       FENCE.CHECK 0 / FENCE.EXEC -STALE only if some grant could have issued a bigger token
-//	forgotten-token   a token already replied is never called "never issued"
+//	unissued-token    a token already replied (by an acquire or a renewal) is never called "never issued"
+//	late-lease        a grant or renewal is replied while its lease, counted from the call, is still on
 //	stale-release     a release answered 1 never frees a lease another owner certainly held
 //	lost-grant        while an owner certainly holds a lease, its RENEW is not null, its RELEASE not 0, and LOCK.INFO shows it
 //	revived-lease     a RENEW that starts after the lease certainly ran out is answered null
@@ -101,13 +106,14 @@ func CheckHistory(h *History) Report {
 	c.leaseOverlap()
 	c.staleFence()
 	c.falseStale()
+	c.lateLease()
 	c.staleRelease()
 	c.lostGrant()
 	c.revivedLease()
 	c.replicaStop()
 	c.dataOrder()
 	c.counters()
-	rep := Report{Violations: c.violations, Grants: c.grants}
+	rep := Report{Violations: c.violations, Grants: c.grants, LeaseUsed: c.leaseUsed}
 	rep.StaleRefused, rep.Survived = c.exercised()
 	rep.Linearizability = c.linearizability(&rep)
 	return rep
@@ -124,6 +130,7 @@ type checker struct {
 	issuers    map[string]issuerIndex
 	faults     []Fault
 	violations []Violation
+	leaseUsed  float64
 }
 
 func newChecker(h *History) *checker {
@@ -352,17 +359,25 @@ func (c *checker) staleFence() {
 // issued; some acquire that started before must have been able to issue it
 // (answered a bigger token, or with an unknown outcome, or -NOREPLICAS
 // before a proxy crash, which may leave its reserved token counted as
-// issued). And a token already replied is never "never issued".
+// issued). And guarantee 5: a token a reply carried, of a grant or a
+// renewal (which must only ever name a token the fence store has issued),
+// is never "never issued" afterwards (unissued-token).
 func (c *checker) falseStale() {
 	for r, ops := range c.byRes {
+		var replied []*Op
+		for _, o := range ops {
+			if (o.Kind == Acquire || o.Kind == Renew) && o.Outcome == OK {
+				replied = append(replied, o)
+			}
+		}
 		for _, op := range ops {
 			if op.Kind != Check && op.Kind != Exec {
 				continue
 			}
 			if op.Outcome == NeverIssued {
-				for _, g := range c.grantsBy[r] {
+				for _, g := range replied {
 					if g.Result == op.Token && g.End < op.Start {
-						c.fail("forgotten-token", []*Op{g, op}, "%q: token %d was replied, then called never issued", r, op.Token)
+						c.fail("unissued-token", []*Op{g, op}, "%q: token %d was replied to a %s, then called never issued", r, op.Token, g.Kind)
 						break
 					}
 				}
@@ -377,6 +392,49 @@ func (c *checker) falseStale() {
 			}
 		}
 	}
+}
+
+// lateLease: guarantee 5, no reply promises a lease that is over. A
+// grant or a renewal answered with a token must arrive while its lease,
+// counted from the call's start as its client counts it, is still on:
+// End <= Start + ttl. fenceproxy counts from when it read the request and
+// replies only while --lease-safety-margin of the lease is left, which
+// covers the loopback's own delays on either side. Left out: an acquire
+// with WAIT, whose lease runs from the attempt that granted it, not from
+// the call; and an op in flight across a proxy stop that the stopped proxy
+// may not have read (its bytes waited in the kernel, and its lease began
+// only when they were read): the fault lists in ReadBefore the ops it
+// certainly had read, and those are held to the rule.
+func (c *checker) lateLease() {
+	readBefore := map[int]bool{}
+	for _, f := range c.faults {
+		for _, id := range f.ReadBefore {
+			readBefore[id] = true
+		}
+	}
+	for _, op := range c.ops {
+		if (op.Kind != Acquire && op.Kind != Renew) || op.Outcome != OK || op.TTL <= 0 || (op.Kind == Acquire && op.waited()) {
+			continue
+		}
+		if !readBefore[op.ID] && c.proxyStopDuring(op.Start, op.End) {
+			continue
+		}
+		c.leaseUsed = max(c.leaseUsed, float64(op.End-op.Start)/float64(op.TTL*1e6))
+		if over := op.End - (op.Start + op.TTL*1e6); over > 0 {
+			c.fail("late-lease", []*Op{op}, "%q: token %d replied %.3fms after its %dms lease, counted from the call, was over",
+				op.Resource, op.Result, ms(over), op.TTL)
+		}
+	}
+}
+
+// proxyStopDuring reports whether a proxy stop overlapped [s, e].
+func (c *checker) proxyStopDuring(s, e int64) bool {
+	for _, f := range c.faults {
+		if f.Kind == ProxyStop && f.Start <= e && f.End >= s {
+			return true
+		}
+	}
+	return false
 }
 
 // couldIssue reports whether an acquire of r that started by t could have
@@ -417,7 +475,7 @@ func (c *checker) indexIssuers() {
 			if a.Outcome == OK {
 				m = max(m, a.Result)
 			}
-			if a.Outcome == Unknown || (a.Outcome == Refused && c.proxyCrashAfter(a.Start)) {
+			if a.Outcome == Unknown || (a.refused() && c.proxyCrashAfter(a.Start)) {
 				unk = true
 			}
 			ix.start = append(ix.start, a.Start)
@@ -471,7 +529,9 @@ func (c *checker) staleRelease() {
 // lostGrant: an acknowledged grant is not lost while Redis keeps its data
 // (proxy kill -9 and failover to the acknowledging replica included): while
 // the owner certainly holds the lease for the whole call, its RENEW is not
-// null, its RELEASE not 0, and LOCK.INFO names it.
+// null, its RELEASE not 0, and LOCK.INFO names it. (A RENEW may be null
+// after another owner's acquire of unknown outcome: see
+// unknownGrantOfOther.)
 func (c *checker) lostGrant() {
 	for r, ops := range c.byRes {
 		for _, op := range ops {
@@ -480,7 +540,7 @@ func (c *checker) lostGrant() {
 			}
 			switch {
 			case op.Kind == Renew && op.Outcome == Null, op.Kind == Release && op.Outcome == Zero:
-				if l := c.heldThroughout(r, op.Owner, false, op.Start, op.End); l != nil {
+				if l := c.heldThroughout(r, op.Owner, false, op.Start, op.End); l != nil && !(op.Kind == Renew && c.unknownGrantOfOther(r, op.Owner, l.Begin, op.End)) {
 					c.fail("lost-grant", []*Op{l.Grant, op}, "%q: %q's lease (token %d, certain until %.3fms) was not found", r, op.Owner, l.Grant.Result, ms(l.End))
 				}
 			case op.Kind == Info && op.Outcome == OK:
@@ -493,6 +553,23 @@ func (c *checker) lostGrant() {
 			}
 		}
 	}
+}
+
+// unknownGrantOfOther reports whether an acquire of r by another owner
+// than owner, whose outcome its client was told is unknown, may have taken
+// effect within [s, e]. Its token counts as issued (guarantee 5) even if
+// it found r held: the holder's token is then no longer the newest, and
+// its renewal is answered null while its record still stands.
+func (c *checker) unknownGrantOfOther(r, owner string, s, e int64) bool {
+	for _, o := range c.byRes[r] {
+		if o.Kind != Acquire || o.Owner == owner || o.Outcome != Unknown || o.Start > e {
+			continue
+		}
+		if o.ErrAt == 0 || o.ErrAt+int64(unknownWindow) >= s {
+			return true
+		}
+	}
+	return false
 }
 
 // revivedLease: an expired lease is never revived. A lease can last no
@@ -515,7 +592,7 @@ func (c *checker) revivedLease() {
 				if o.Kind == Renew && o.Outcome == OK && bound > 0 && o.Start > bound+slack(o.TTL) {
 					c.fail("revived-lease", []*Op{o}, "%q: %q's lease ran out by %.3fms at the latest, and this renewal revived it", o.Resource, o.Owner, ms(bound))
 				}
-				if (o.Kind != Acquire && o.Kind != Renew) || (o.Outcome != OK && o.Outcome != Refused && o.Outcome != Unknown) {
+				if (o.Kind != Acquire && o.Kind != Renew) || (o.Outcome != OK && !o.refused() && o.Outcome != Unknown) {
 					continue
 				}
 				end := o.End
@@ -535,12 +612,13 @@ func (c *checker) revivedLease() {
 	}
 }
 
-// replicaStop: with --min-replicas 1 and the one replica stopped, no
-// acquire or renewal that started after SIGSTOP and was answered before
-// SIGCONT can carry a token: nothing could acknowledge it.
+// replicaStop: with --min-replicas 1 and the one replica stopped (a
+// replica-stop, or a lock-conn-kill, which stops it too), no acquire or
+// renewal that started after SIGSTOP and was answered before SIGCONT can
+// carry a token: nothing could acknowledge it.
 func (c *checker) replicaStop() {
 	for _, f := range c.faults {
-		if f.Kind != ReplicaStop {
+		if f.Kind != ReplicaStop && f.Kind != LockConnKill {
 			continue
 		}
 		for _, op := range c.ops {

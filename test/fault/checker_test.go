@@ -245,6 +245,79 @@ func TestCheckerRevivedLease(t *testing.T) {
 	expect(t, b)
 }
 
+// TestCheckerLateLease: a grant or renewal replied after its lease,
+// counted from the call, was over (the outside review's replica stopped
+// longer than the ttl, or the proxy stopped after reading the request).
+func TestCheckerLateLease(t *testing.T) {
+	t.Run("grant", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 300, 0, 400, OK, 10)
+		expect(t, b, "late-lease")
+	})
+	t.Run("renewal", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 300, 0, 1, OK, 10)
+		b.renew(1, "A", 300, 100, 500, OK, 10)
+		expect(t, b, "late-lease")
+	})
+	t.Run("read before the proxy stopped", func(t *testing.T) {
+		b := newHist()
+		op := b.acquire(1, "A", 300, 0, 700, OK, 10)
+		b.fault(ProxyStop, 50, 650)
+		b.h.Faults[0].ReadBefore = []int{op.ID}
+		expect(t, b, "late-lease")
+	})
+	t.Run("maybe unread while the proxy was stopped", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 300, 0, 700, OK, 10)
+		b.fault(ProxyStop, 50, 650)
+		expect(t, b)
+	})
+	t.Run("after waiting in line", func(t *testing.T) {
+		b := newHist()
+		op := b.acquire(1, "A", 300, 0, 700, OK, 10)
+		op.Args = append(op.Args, "WAIT", "1000")
+		expect(t, b)
+	})
+	t.Run("refused as late", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 300, 0, 700, Late, 0)
+		b.acquire(2, "B", 300, 710, 711, OK, 11)
+		expect(t, b)
+	})
+}
+
+// TestCheckerUnissuedToken: the outside review's history. B's acquire has
+// an unknown outcome; B's renewal then replies a token that FENCE.CHECK
+// calls never issued.
+func TestCheckerUnissuedToken(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.acquire(2, "B", 10000, 200, -1, Unknown, 0)
+	b.renew(2, "B", 10000, 300, 301, OK, 12)
+	b.check(3, 12, 302, 303, NeverIssued)
+	expect(t, b, "unissued-token")
+	// The same for a grant's token.
+	b = newHist()
+	b.acquire(1, "A", 100, 0, 1, OK, 10)
+	b.check(3, 10, 2, 3, NeverIssued)
+	expect(t, b, "unissued-token", "linearizability")
+}
+
+// TestCheckerUnknownGrantEndsHolderEarly: another owner's acquire of
+// unknown outcome counts as issued, so the holder's renewal may be null
+// while its record (and its release) still stands: neither lost-grant nor
+// the model may call that a violation.
+func TestCheckerUnknownGrantEndsHolderEarly(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 1000, 0, 1, OK, 10)
+	b.acquire(2, "B", 10000, 10, -1, Unknown, 0)
+	b.check(1, 10, 15, 16, Zero)
+	b.renew(1, "A", 1000, 20, 21, Null, 0)
+	b.release(1, "A", 30, 31, OK)
+	expect(t, b)
+}
+
 func TestCheckerCounter(t *testing.T) {
 	b := newHist()
 	b.add(5, Incr, "", "", 0, 0, 0, 1, OK, 1)

@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +61,17 @@ type env struct {
 
 	mu     sync.Mutex
 	newest map[string]int64 // biggest token any reply carried, per resource
+
+	flightMu sync.Mutex
+	inFlight map[int]flight // by client id: its request written, its reply not yet read
+}
+
+// flight is one op whose request a client has written in full and whose
+// reply it awaits.
+type flight struct {
+	op   *Op
+	port int   // the client's local port
+	sent int64 // when the write returned
 }
 
 func (e *env) proxyAddr() string { return *e.addr.Load() }
@@ -94,7 +107,7 @@ func TestFault(t *testing.T) {
 	duration := *flagDuration
 	t.Logf("fault: seed=%d duration=%v (replay with -fault.seed=%d -fault.duration=%v)", seed, duration, seed, duration)
 
-	e := &env{t: t, seed: seed, h: NewHistory(seed), newest: map[string]int64{}}
+	e := &env{t: t, seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
 	for i := range nResources {
 		e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
 	}
@@ -162,8 +175,14 @@ func TestFault(t *testing.T) {
 	for _, k := range AllFaults {
 		kinds = append(kinds, fmt.Sprintf("%s=%d", k, counts[k]))
 	}
-	line := fmt.Sprintf("fault: seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d faults=%d (%s) linearizability=%s violations=%d",
-		seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, len(e.h.Faults), strings.Join(kinds, " "), rep.Linearizability, len(rep.Violations))
+	late := 0
+	for _, op := range e.h.Ops {
+		if op.Outcome == Late {
+			late++
+		}
+	}
+	line := fmt.Sprintf("fault: seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
+		seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(kinds, " "), rep.Linearizability, len(rep.Violations))
 	t.Log(line)
 	for _, n := range rep.LinearizabilityNotes {
 		t.Logf("fault: linearizability: %s", n)
@@ -278,7 +297,7 @@ func (c *client) do(kind Kind, res, owner string, token, ttl int64, args ...stri
 	}
 	c.fresh = false
 	op := c.e.h.Begin(c.id, kind, res, owner, token, ttl, args)
-	reply, err := c.conn.TryDo(args...)
+	reply, err := c.send(op, args)
 	c.e.h.Finish(op, reply, err)
 	if err != nil {
 		c.conn.Close()
@@ -288,6 +307,30 @@ func (c *client) do(kind Kind, res, owner string, token, ttl int64, args ...stri
 		c.e.noteToken(res, op.Result)
 	}
 	return op
+}
+
+// send writes the request, notes it in flight (for a proxy stop to tell
+// whether the proxy had read it), and reads the reply.
+func (c *client) send(op *Op, args []string) ([]byte, error) {
+	nc := c.conn.NetConn()
+	nc.SetWriteDeadline(time.Now().Add(opTimeout))
+	if _, err := nc.Write(testenv.AppendCommand(nil, args...)); err != nil {
+		return nil, err
+	}
+	port := 0
+	if a, ok := nc.LocalAddr().(*net.TCPAddr); ok {
+		port = a.Port
+	}
+	e := c.e
+	e.flightMu.Lock()
+	e.inFlight[c.id] = flight{op: op, port: port, sent: e.h.Now()}
+	e.flightMu.Unlock()
+	defer func() {
+		e.flightMu.Lock()
+		delete(e.inFlight, c.id)
+		e.flightMu.Unlock()
+	}()
+	return c.conn.ReadReply()
 }
 
 func (c *client) close() {
@@ -349,6 +392,16 @@ func (e *env) lockClient(id int, stop <-chan struct{}) {
 			case op.Outcome == OK:
 				h = &held{res: r, owner: owner, token: op.Result, ttl: ttl}
 				retries = 0
+			case op.Outcome == Unknown && retries < 2 && rng.IntN(2) == 0:
+				// The outside review's step: the owner renews the grant it
+				// may or may not have. A token replied now must be one
+				// FENCE.CHECK calls issued (unissued-token).
+				if rop := c.do(Renew, r, owner, 0, ttl, "LOCK.RENEW", r, owner, i64(ttl)); rop != nil && rop.Outcome == OK {
+					h = &held{res: r, owner: owner, token: rop.Result, ttl: ttl}
+					retries = 0
+				} else {
+					retryOwner, retries = owner, retries+1
+				}
 			case op.Outcome == Unknown && retries < 2:
 				// A retry with the same owner is safe: it re-arms the grant
 				// if the lost reply carried one.
@@ -456,6 +509,11 @@ func planFaults(seed uint64, d time.Duration) []planned {
 				p.D = time.Duration(100+rng.IntN(600)) * time.Millisecond
 			case SlowClient:
 				p.D = time.Duration(10+rng.IntN(40)) * time.Millisecond
+			case LockConnKill:
+				p.D = time.Duration(400+rng.IntN(800)) * time.Millisecond
+			case ProxyStop:
+				// Longer than the short ttls (150, 300ms).
+				p.D = time.Duration(400+rng.IntN(600)) * time.Millisecond
 			}
 			plan = append(plan, p)
 			at += 1500*time.Millisecond + time.Duration(rng.IntN(2000))*time.Millisecond
@@ -549,6 +607,38 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.Start = e.h.Now()
 		e.cutPipelines(n, p.N)
 		f.End = e.h.Now()
+	case LockConnKill:
+		// Grants wait in WAIT for the stopped replica when the proxy's
+		// connections to the master are cut: their outcome is unknown,
+		// and their tokens must count as issued.
+		e.replica.Stop()
+		f.Start = e.h.Now()
+		before := 100*time.Millisecond + time.Duration(p.N)*(p.D-200*time.Millisecond)/1000
+		time.Sleep(before)
+		c, err := testenv.TryDial(e.master.Addr, opTimeout)
+		if err != nil {
+			t.Fatalf("fault: dialing the master: %v", err)
+		}
+		killed, err := c.TryDo("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+		c.Close()
+		if err != nil {
+			t.Fatalf("fault: CLIENT KILL: %v", err)
+		}
+		f.Note = "CLIENT KILL -> " + testenv.ShowReply(killed) + " after " + before.String()
+		time.Sleep(p.D - before)
+		f.End = e.h.Now()
+		e.replica.Cont()
+	case ProxyStop:
+		f.Start = e.h.Now()
+		e.proxy.Stop()
+		if err := waitStopped(e.proxy.Pid()); err != nil {
+			t.Fatalf("fault: %v", err)
+		}
+		f.ReadBefore = e.readByStoppedProxy()
+		time.Sleep(p.D)
+		f.End = e.h.Now()
+		e.proxy.Cont()
+		f.Note = fmt.Sprintf("stopped %v, %d requests in flight read before", p.D, len(f.ReadBefore))
 	}
 	e.h.AddFault(f)
 }
@@ -560,6 +650,98 @@ func (e *env) checkSentinelMaster() {
 	if named, err := e.sentinels.Master(0); err != nil || named != e.master.Addr {
 		e.t.Fatalf("fault: Sentinel names %q (err %v) as the master, the suite %s: a failover it did not plan", named, err, e.master.Addr)
 	}
+}
+
+// waitStopped waits until every thread of pid is stopped (state T), so
+// that it reads nothing more.
+func waitStopped(pid int) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		all := len(tasks) > 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			if err != nil {
+				continue // the thread exited
+			}
+			// "pid (comm) S ...": the state follows the last ')'.
+			if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				all = false
+			}
+		}
+		if all {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fenceproxy (pid %d) not stopped 5s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// readByStoppedProxy returns the ops in flight whose request the stopped
+// proxy had read in full: written before this call, every byte of it
+// acknowledged by the proxy's side (the client socket's send queue empty)
+// and none left unread there (the proxy socket's receive queue empty). The
+// two queues are read one after the other, send side first: bytes only
+// move from the first to the second, and a stopped proxy takes none out.
+func (e *env) readByStoppedProxy() []int {
+	_, portS, _ := net.SplitHostPort(e.proxyAddr())
+	proxyPort, _ := strconv.Atoi(portS)
+	at := e.h.Now()
+	e.flightMu.Lock()
+	var flights []flight
+	for _, f := range e.inFlight {
+		if f.sent < at {
+			flights = append(flights, f)
+		}
+	}
+	e.flightMu.Unlock()
+	sendQ := tcpQueues(func(local, remote int) (int, bool) { return local, remote == proxyPort }, true)
+	recvQ := tcpQueues(func(local, remote int) (int, bool) { return remote, local == proxyPort }, false)
+	var ids []int
+	for _, f := range flights {
+		s, ok1 := sendQ[f.port]
+		r, ok2 := recvQ[f.port]
+		if ok1 && ok2 && s == 0 && r == 0 {
+			ids = append(ids, f.op.ID)
+		}
+	}
+	sort.Ints(ids)
+	return ids
+}
+
+// tcpQueues reads /proc/net/tcp: for each socket that pick accepts, keyed
+// by the client port pick returns, its send queue (tx) or receive queue.
+func tcpQueues(pick func(local, remote int) (int, bool), tx bool) map[int]int64 {
+	out := map[int]int64{}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return out
+	}
+	port := func(addr string) int {
+		_, p, _ := strings.Cut(addr, ":")
+		n, _ := strconv.ParseInt(p, 16, 32)
+		return int(n)
+	}
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) < 5 || f[3] != "01" { // ESTABLISHED
+			continue
+		}
+		key, ok := pick(port(f[1]), port(f[2]))
+		if !ok {
+			continue
+		}
+		txS, rxS, _ := strings.Cut(f[4], ":")
+		q := rxS
+		if tx {
+			q = txS
+		}
+		n, _ := strconv.ParseInt(q, 16, 64)
+		out[key] = n
+	}
+	return out
 }
 
 // backupDataDir replaces the backup with a copy of the data dir; the

@@ -6,8 +6,9 @@
 // guarantees of CONTRACT.md: tokens never regress, acknowledged leases of
 // two owners never overlap, stale tokens are refused, a stale release never
 // frees a newer owner's lease, acknowledged grants survive a proxy crash and
-// a failover to a replica that acknowledged them, and no fenced write with
-// a stale token lands.
+// a failover to a replica that acknowledged them, no fenced write with a
+// stale token lands, no lease is replied after it ended, and no reply names
+// a token the fence store calls never issued.
 //
 // Times in a history are nanoseconds on the test process's monotonic clock
 // since the run began. An operation whose reply never came (connection
@@ -67,6 +68,7 @@ const (
 	Null        Outcome = "null"         // acquire: held by another; renew: not held
 	Zero        Outcome = "zero"         // release: not held; check: stale
 	Refused     Outcome = "noreplicas"   // acquire or renew answered -NOREPLICAS: nothing granted
+	Late        Outcome = "late"         // acquire or renew answered -TRYAGAIN for want of lease left: undone (a re-arm stands), like Refused
 	Stale       Outcome = "stale"        // exec answered -STALE: not run
 	NeverIssued Outcome = "never-issued" // check or exec: -ERR token N was never issued
 	NotRun      Outcome = "not-run"      // a lock op answered -TRYAGAIN (Redis unreachable): the proxy did not send it
@@ -94,6 +96,20 @@ type Op struct {
 	Result int64 `json:"result,omitempty"`
 	// InfoOwner is the owner LOCK.INFO reported ("" when free).
 	InfoOwner string `json:"info_owner,omitempty"`
+}
+
+// refused reports whether a grant or renewal was answered with a refusal
+// that leaves nothing granted (a re-armed lease stands as it was).
+func (o *Op) refused() bool { return o.Outcome == Refused || o.Outcome == Late }
+
+// waited reports whether the op is a LOCK.ACQUIRE ... WAIT.
+func (o *Op) waited() bool {
+	for _, a := range o.Args {
+		if strings.EqualFold(a, "WAIT") {
+			return true
+		}
+	}
+	return false
 }
 
 // Known reports whether the op's reply arrived.
@@ -127,11 +143,13 @@ const (
 	CutPipeline    FaultKind = "cut-pipeline"     // half a pipeline written, then the connection closed
 	DataDirWipe    FaultKind = "data-dir-wipe"    // kill -9 of fenceproxy, its data dir emptied, restarted: the fence store lost
 	DataDirRestore FaultKind = "data-dir-restore" // kill -9 of fenceproxy, its data dir replaced by an earlier copy, restarted
+	LockConnKill   FaultKind = "lock-conn-kill"   // the replica stopped, then CLIENT KILL of the proxy's connections to the master mid-WAIT
+	ProxyStop      FaultKind = "proxy-stop"       // SIGSTOP of fenceproxy for longer than the short ttls, then SIGCONT
 )
 
 // AllFaults lists every fault kind in a fixed order.
 var AllFaults = []FaultKind{ProxyKill, MasterFailover, MasterKill, RedisFlush, ReplicaStop, PausedHolder, SlowClient, CutPipeline,
-	DataDirWipe, DataDirRestore}
+	DataDirWipe, DataDirRestore, LockConnKill, ProxyStop}
 
 // LosesData reports whether the fault may make Redis forget owner records
 // (the documented failure mode the lease checks leave out).
@@ -157,6 +175,10 @@ type Fault struct {
 	Start int64     `json:"start"` // when its first action began
 	End   int64     `json:"end"`   // when the system was whole again (e.g. the replica resynced)
 	Note  string    `json:"note,omitempty"`
+	// ReadBefore (proxy-stop): the ops in flight whose request the
+	// stopped proxy had certainly read in full (the kernel held none of
+	// its bytes unread); see check.go's lateLease.
+	ReadBefore []int `json:"read_before,omitempty"`
 }
 
 func (f Fault) String() string {
@@ -260,6 +282,9 @@ func Classify(k Kind, reply []byte) (Outcome, int64, string) {
 		switch {
 		case strings.HasPrefix(r, "-NOREPLICAS") && (k == Acquire || k == Renew):
 			return Refused, 0, ""
+		case strings.HasPrefix(r, "-TRYAGAIN fenceproxy: the lock could not be granted with enough of its lease left") && k == Acquire,
+			strings.HasPrefix(r, "-TRYAGAIN fenceproxy: the renewal could not be confirmed with enough of its lease left") && k == Renew:
+			return Late, 0, ""
 		case strings.HasPrefix(r, "-STALE") && k == Exec:
 			return Stale, 0, ""
 		case strings.HasPrefix(r, "-ERR token ") && strings.Contains(r, "was never issued") && (k == Check || k == Exec):

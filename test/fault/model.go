@@ -29,8 +29,12 @@ import (
 //	                 token issued to every resource and to no owner)
 //
 // An operation with an unknown outcome may have taken effect or not; an
-// acquire may also have left its token counted as issued without a holder
-// (a crash between reserving it and cancelling it). Ops that cannot change
+// acquire may also have left its token counted as issued without taking
+// the lock (an outcome the proxy could not know counts as issued, even if
+// the lost write found the resource held; or a crash between reserving a
+// refused grant's token and cancelling it). The holder then keeps its
+// record but not the newest token: its renewal may be answered null while
+// its release still finds the record. Ops that cannot change
 // the state or constrain it (a null acquire, a refused one, an unknown
 // check) are left out. An unknown op's effect is bounded to unknownWindow
 // after its client gave up: the proxy runs a request it has read within
@@ -45,7 +49,6 @@ type lockInput struct {
 	op     *Op
 	wipe   bool
 	forget bool // the fence store was lost
-	crash  bool // a proxy crash came after the op started
 }
 
 type lockState struct {
@@ -86,18 +89,21 @@ func lockStep(st, in, _ any) []any {
 			next := []any{s,
 				// granted, its reply lost: the newest token is now one nobody saw
 				lockState{holder: op.Owner, newest: s.newest, exact: false},
-				// the record was written but the token not confirmed (the WAIT's
-				// outcome was lost): X's retry confirms it
-				lockState{holder: op.Owner, newest: s.newest, exact: s.exact}}
-			if i.crash {
-				// a crash between reserving the token and cancelling it
-				next = append(next, lockState{holder: s.holder, holderTok: s.holderTok, newest: s.newest, exact: false})
-			}
+				// the record was written but its token never recorded (the proxy
+				// died before it could): the record is never honoured
+				lockState{holder: op.Owner, newest: s.newest, exact: s.exact},
+				// its token counted as issued without taking the lock
+				lockState{holder: s.holder, holderTok: s.holderTok, newest: s.newest, exact: false}}
 			return next
 		}
 	case Renew:
 		if op.Outcome == Null {
 			if s.holder == op.Owner {
+				if !s.exact {
+					// a newer token may have been counted as issued: the
+					// record stands, unhonoured, until its lease ends
+					return []any{free, s}
+				}
 				return []any{free}
 			}
 			return []any{s}
@@ -110,8 +116,9 @@ func lockStep(st, in, _ any) []any {
 			return []any{s}
 		}
 		if s.holderTok == 0 && above(t) {
-			// X's grant whose reply was lost; a renewal does not confirm
-			// its token, so the newest stays as it was.
+			// X's grant whose reply was lost. (The proxy renews only the
+			// newest token issued; the model keeps the newest a lower
+			// bound, which is looser and still sound.)
 			n := s
 			n.holderTok = t
 			return []any{n}
@@ -194,7 +201,7 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 		keep := false
 		switch op.Kind {
 		case Acquire:
-			keep = op.Outcome == OK || op.Outcome == Unknown || (op.Outcome == Refused && c.proxyCrashAfter(op.Start))
+			keep = op.Outcome == OK || op.Outcome == Unknown || (op.refused() && c.proxyCrashAfter(op.Start))
 		case Renew:
 			keep = op.Outcome == OK || op.Outcome == Null
 		case Release:
@@ -214,7 +221,7 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 				ret = op.ErrAt + int64(unknownWindow)
 			}
 		}
-		in := lockInput{op: op, crash: c.proxyCrashAfter(op.Start)}
+		in := lockInput{op: op}
 		out = append(out, porcupine.Operation{ClientId: op.Client, Input: in, Call: op.Start, Output: op.Outcome, Return: ret})
 	}
 	for _, f := range c.faults {
