@@ -128,17 +128,38 @@ var errHeartbeat = errors.New("heartbeat")
 // Close. It fails only if the heartbeat cannot run at all (the message
 // says why); a conflict or a bound that cannot be written yet leaves lock
 // commands refused (Admit) until a later round succeeds.
+//
+// A round that fails otherwise is tried again, every quarter interval, for
+// up to startPatience (bounded by ctx): at start a replica is often still
+// catching up and cannot acknowledge the bound yet, and a proxy that
+// answers lock commands -NOREPLICAS for its first moments, with replicas
+// about to be in sync, only makes every client retry.
 func (a *Authority) Start(ctx context.Context) error {
-	err := a.round(ctx)
-	if errors.Is(err, errHeartbeat) {
-		return fmt.Errorf("writing the token authority's heartbeat (%s): %w", a.liveKey, errors.Unwrap(err))
-	}
-	if err != nil {
-		a.logError(err)
+	giveUp := time.Now().Add(startPatience)
+	for {
+		err := a.round(ctx)
+		if errors.Is(err, errHeartbeat) {
+			return fmt.Errorf("writing the token authority's heartbeat (%s): %w", a.liveKey, errors.Unwrap(err))
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(giveUp) || ctx.Err() != nil {
+			a.logError(err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(a.opts.Interval / 4):
+		}
 	}
 	go a.loop()
 	return nil
 }
+
+// startPatience bounds how long Start retries a first round that failed
+// for a reason that may pass by itself (a replica not yet in sync).
+const startPatience = 3 * time.Second
 
 // Admit returns nil if lock commands may issue or judge tokens now: the
 // last round found no other live authority, the store has joined, and the
