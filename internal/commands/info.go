@@ -8,12 +8,13 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // info is INFO: Redis's own sections, with the proxy's "# fenceproxy" and
 // "# locks" sections after them (INFO, INFO all/everything/default, INFO
 // fenceproxy, INFO locks).
-func (h *Handler) info(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	var sections []string
 	ours, onlyOurs := len(args) == 1, len(args) > 1
 	lockSec := len(args) == 1
