@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -42,8 +43,7 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			text, err = node.Client.Info(ctx, sections...).Result()
 			cancel()
 			if err != nil {
-				p.Buf = redcon.AppendError(p.Buf, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
-				p.Done()
+				replyErr(p, backend.ErrUnavailable)
 				return
 			}
 		}
