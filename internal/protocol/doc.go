@@ -60,6 +60,6 @@
 // error value becomes RESP bytes (appendErr): an error that knows its
 // reply (resp.CodedError) gets it, any other is logged and answered
 // "-ERR fenceproxy: internal error (see the proxy's log)", so that no Go
-// error text, address or secret reaches a client. Completing a slot
-// allocates nothing.
+// error text, address or secret reaches a client. Completing a slot with
+// bytes allocates nothing.
 package protocol

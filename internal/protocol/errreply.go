@@ -7,8 +7,8 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
-// replyInternal is the reply to an error that does not know its own: the
-// client learns that the proxy failed, the log says how.
+// The reply to an error that does not know its own: the client learns that
+// the proxy failed, the log says how.
 const (
 	internalCode = "ERR"
 	internalMsg  = "fenceproxy: internal error (see the proxy's log)"
