@@ -9,22 +9,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// set runs SET key 1 on conn of n's pool and returns the reply.
+// set runs SET key 1 on conn of n's pool and returns the reply as a client
+// would read it (a refusal, which is the reply's Err, as its error reply).
 func set(t *testing.T, n *Node, key string) string {
 	t.Helper()
 	done := make(chan struct{})
-	p := protocol.NewPendingFunc(func() { close(done) })
+	p := resp.NewReplyFunc(func() { close(done) })
 	n.Pool.Conn(0).Do([][]byte{[]byte("SET"), []byte(key), []byte("1")}, p)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("SET %s: no reply within 5s", key)
+	}
+	var re resp.Error
+	if errors.As(p.Err, &re) {
+		return string(resp.AppendError(nil, re.Code, re.Msg))
+	} else if p.Err != nil {
+		t.Fatalf("SET %s: %v", key, p.Err)
 	}
 	return string(p.Buf)
 }
@@ -64,7 +71,7 @@ func TestGuardedNodeRefusesAReplica(t *testing.T) {
 	master.Kill()
 	master.Restart(t) // a replica of other again
 	deadline := time.Now().Add(10 * time.Second)
-	for n.Refusal() == "" {
+	for n.Refusal() == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("the node still serves a replica after 10s")
 		}
@@ -115,7 +122,7 @@ func TestGuardedNodeAsksSentinelAfterABreak(t *testing.T) {
 	sent.WaitMaster(t, replica.Addr)
 	master.Restart(t)
 	deadline := time.Now().Add(10 * time.Second)
-	for n.Refusal() == "" {
+	for n.Refusal() == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("the node did not refuse the old master within 10s")
 		}

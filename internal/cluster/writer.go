@@ -12,15 +12,16 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // ErrOutcomeUnknown means the connection broke while a write was in flight:
 // it may or may not have been applied, and its acknowledgements are unknown.
 var ErrOutcomeUnknown = errors.New("cluster: connection to Redis lost; write outcome unknown")
 
-// ErrUnavailable means Redis could not be reached; the write was not sent.
-var ErrUnavailable = errors.New("cluster: Redis is unreachable; the write was not sent")
+// ErrUnavailable means Redis could not be reached; the request was not
+// sent. It is the backend's own error: a reply that never left carries it.
+var ErrUnavailable = backend.ErrUnavailable
 
 // maxWriteBatch bounds how many lock writes share one WAIT.
 const maxWriteBatch = 256
@@ -45,7 +46,7 @@ type Write struct {
 	call     ScriptCall
 	wantAcks bool
 
-	reply   *protocol.Pending
+	reply   *resp.Reply
 	replied sync.WaitGroup
 	ack     *ackWait // nil unless the batch sent a WAIT for this write
 	err     error    // set if the write was never sent
@@ -53,28 +54,30 @@ type Write struct {
 
 // ackWait is one WAIT shared by every write of a batch.
 type ackWait struct {
-	reply *protocol.Pending
+	reply *resp.Reply
 	done  sync.WaitGroup
 }
 
 // Reply waits for the script's reply: nil for a null reply; the error is the
-// script's own (a redis.Error), ErrOutcomeUnknown or ErrUnavailable.
+// script's own (a resp.Error), ErrOutcomeUnknown, ErrUnavailable or a
+// refused node's error.
 func (w *Write) Reply() (any, error) {
 	if w.err != nil {
 		return nil, w.err
 	}
 	w.replied.Wait()
-	return decode(w.reply.Buf)
+	return decode(w.reply)
 }
 
 // Raw waits for the script's reply and returns its bytes as Redis wrote
-// them (or the proxy's own error reply if the write was lost or not sent).
+// them, or the error that kept it from Redis (ErrUnavailable: not sent;
+// backend.ErrLost: it may have run; a refused node's error).
 func (w *Write) Raw() ([]byte, error) {
 	if w.err != nil {
 		return nil, w.err
 	}
 	w.replied.Wait()
-	return w.reply.Buf, nil
+	return w.reply.Buf, w.reply.Err
 }
 
 // Acks waits for WAIT: how many replicas acknowledged every write up to this
@@ -89,7 +92,7 @@ func (w *Write) Acks() (int, error) {
 		return 0, nil
 	}
 	w.ack.done.Wait()
-	v, err := decode(w.ack.reply.Buf)
+	v, err := decode(w.ack.reply)
 	if err != nil {
 		// Besides a lost connection, Redis itself may end WAIT with an
 		// error: -UNBLOCKED when its master steps down (CLUSTER FAILOVER).
@@ -103,15 +106,18 @@ func (w *Write) Acks() (int, error) {
 	return int(n), nil
 }
 
-// decode turns a raw reply into a value, mapping the backend's own error
-// replies to this package's errors.
-func decode(raw []byte) (any, error) {
-	v, err := backend.ParseValue(raw)
-	switch {
-	case errors.Is(err, backend.ErrLost), errors.Is(err, backend.ErrBadReply):
+// decode turns a reply into a value; a lost connection (or a reply that
+// is not RESP) makes the write's outcome unknown.
+func decode(r *resp.Reply) (any, error) {
+	if r.Err != nil {
+		if errors.Is(r.Err, backend.ErrLost) {
+			return nil, ErrOutcomeUnknown
+		}
+		return nil, r.Err
+	}
+	v, err := resp.Parse(r.Buf)
+	if errors.Is(err, resp.ErrBadReply) {
 		return nil, ErrOutcomeUnknown
-	case errors.Is(err, backend.ErrUnavailable):
-		return nil, ErrUnavailable
 	}
 	return v, err
 }
@@ -122,7 +128,7 @@ func decode(raw []byte) (any, error) {
 func (n *Node) Start(ctx context.Context, call ScriptCall, wantAcks bool) *Write {
 	w := &Write{call: call, wantAcks: wantAcks}
 	w.replied.Add(1)
-	w.reply = protocol.NewPending(&w.replied)
+	w.reply = resp.NewReply(&w.replied)
 	queue := n.writes
 	if !wantAcks {
 		// Kept apart so they never wait behind another batch's WAIT.
@@ -197,7 +203,7 @@ func (n *Node) sendBatch(conn *backend.Conn, batch []*Write, scratch *[]byte) *a
 			// acknowledgements as soon as its script's reply is in.
 			ack = &ackWait{}
 			ack.done.Add(1)
-			ack.reply = protocol.NewPending(&ack.done)
+			ack.reply = resp.NewReply(&ack.done)
 			break
 		}
 	}

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // TestAppendEval: a script call encodes to exactly the RESP request that
-// its arguments, spelled out, give through backend.AppendCommand.
+// its arguments, spelled out, give through resp.AppendCommand.
 func TestAppendEval(t *testing.T) {
 	cases := []struct {
 		call ScriptCall
@@ -24,7 +24,7 @@ func TestAppendEval(t *testing.T) {
 		for i, a := range c.want {
 			args[i] = []byte(a)
 		}
-		want := backend.AppendCommand(nil, args)
+		want := resp.AppendCommand(nil, args)
 		if got := appendEval([]byte("junk"), c.call); !bytes.Equal(got[4:], want) || string(got[:4]) != "junk" {
 			t.Errorf("appendEval(%+v) = %q, want %q after what was there", c.call, got, want)
 		}
