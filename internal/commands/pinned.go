@@ -31,6 +31,10 @@ var blockingCommands = []string{
 const (
 	replyTxLost    = "ERR fenceproxy: lost the connection to Redis; the transaction was discarded"
 	replyExecAbort = "EXECABORT Transaction discarded because of previous errors."
+	// Redis's own answers to MULTI and WATCH inside MULTI, for a
+	// transaction whose MULTI has not reached Redis yet (multiDeferred).
+	replyNestedMulti  = "ERR MULTI calls can not be nested"
+	replyWatchInMulti = "ERR WATCH inside MULTI is not allowed"
 )
 
 // pin gives the client a connection of its own to the master for args,
@@ -133,6 +137,10 @@ func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		}
 		s.inMulti = true
 	}
+	if s.multiDeferred {
+		replyError(p, replyNestedMulti) // no connection yet to ask Redis on
+		return
+	}
 	h.sendPinned(s, args, p) // nested: Redis's own error
 }
 
@@ -198,6 +206,9 @@ func (h *Handler) watch(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			return
 		}
 		s.watching = true
+	} else if s.multiDeferred {
+		replyError(p, replyWatchInMulti)
+		return
 	}
 	h.sendPinned(s, args, p) // inside MULTI: Redis's own error
 }

@@ -57,6 +57,45 @@ func TestMultiExec(t *testing.T) {
 	}
 }
 
+// TestMultiMisuse: a MULTI inside MULTI and a WATCH inside MULTI get
+// Redis's own errors, before and after the transaction's first command
+// (in front of a cluster MULTI reaches a master only with that command),
+// and the transaction carries on as on the master directly.
+func TestMultiMisuse(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	m := e.cl.Masters[1]
+	k := "{" + st.keysOn(m, "tx", 1)[0] + "}:a"
+	script := [][]string{
+		cmd("MULTI"),
+		cmd("MULTI"),
+		cmd("WATCH", k),
+		cmd("SET", k, "1"),
+		cmd("MULTI"),
+		cmd("WATCH", k),
+		cmd("EXEC"),
+		cmd("MULTI"),
+		cmd("WATCH", k),
+		cmd("EXEC"),
+		cmd("PING"),
+	}
+	run := func(c *testenv.Conn) []string {
+		var out []string
+		for _, args := range script {
+			out = append(out, string(c.Do(args...)))
+		}
+		return out
+	}
+	got := run(e.dial(t))
+	flushDirect(t, e.cl)
+	want := run(testenv.Dial(t, m.Addr))
+	for i := range script {
+		if got[i] != want[i] {
+			t.Errorf("%s:\n proxy  %q\n redis  %q", testenv.ShowCommand(script[i]), got[i], want[i])
+		}
+	}
+}
+
 // TestBlockingPop: BLPOP through the proxy blocks on the key's master and is
 // woken by an LPUSH sent through another proxy connection.
 func TestBlockingPop(t *testing.T) {
