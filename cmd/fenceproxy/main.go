@@ -25,7 +25,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/authority"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/commands"
-	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
@@ -249,17 +248,10 @@ func run(cfg config) error {
 	if info, err := master.Client.Info(ctx, "server").Result(); err == nil {
 		version = cluster.InfoField(info, "redis_version")
 	}
-	// Where each command's keys are, from Redis's own COMMAND: slot routing
-	// in front of a cluster depends on it.
-	commandTable, err := master.Raw(ctx, "COMMAND")
-	var keyTable *keys.Table
-	if err == nil {
-		keyTable, err = keys.Load(commandTable)
-	}
 	cancel()
-	if err != nil && be.Mode() == "cluster" {
-		return fmt.Errorf("%s: reading COMMAND (needed to route by slot): %v", backendFlag, err)
-	}
+	// Where each command's keys are, from Redis's own COMMAND (read by
+	// Connect, which fails without it in front of a cluster).
+	keyTable, err := be.Keys()
 	var acl *auth.ACL
 	if cfg.aclFile != "" || cfg.requirepass != "" {
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
-	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
@@ -22,24 +21,22 @@ import (
 // session is the per-connection state the proxy keeps itself.
 type session struct {
 	libName, libVer string
-	resp3           bool // the client switched to RESP3 with HELLO 3
+	// backend is the client as the backend's Forwarder knows it: its id,
+	// its protocol (RESP3: the client switched with HELLO 3) and what the
+	// Forwarder keeps between its requests.
+	backend cluster.Client
 
 	// pinned is the client's own backend connection while it needs one
 	// (see pinned.go); inMulti and watching are the state that holds it.
-	pinned      *backend.Conn
-	pinnedNode  *cluster.Node
-	pinnedRESP3 bool
-	// tunnel is the client's own Redis connection once it used pub/sub.
-	tunnel   tunnel
+	pinned *cluster.Pinned
+	// tunnel is the client's own way to Redis once it used pub/sub.
+	tunnel   cluster.Tunnel
 	inMulti  bool
 	watching bool
 	// multiDeferred: in front of a Redis Cluster, MULTI was answered but
 	// not yet sent; it goes to the master of the first queued command's
 	// key, which is unknown until that command arrives.
 	multiDeferred bool
-	// viewEpoch is the cluster's slot view (Cluster.Epoch) this client's
-	// requests were last routed by.
-	viewEpoch uint64
 
 	// With authentication on (acl.go): the connection's user (nil: not
 	// authenticated), whether it was set since the connection began or
@@ -54,7 +51,6 @@ type session struct {
 	// lock request for it; entries go away as requests finish. cancels ends
 	// the lock requests in flight when the client goes away.
 	mu      sync.Mutex
-	waiting []*backend.Conn // WAIT's connections to every master of a cluster
 	running map[string]chan struct{}
 	cancels map[*context.CancelFunc]struct{}
 }
@@ -117,10 +113,11 @@ func (s *session) busy(resource string) bool {
 	return ok
 }
 
+// sessionOf is c's session, made on first use: the one way to it.
 func sessionOf(c *protocol.Conn) *session {
 	s, _ := c.Session.(*session)
 	if s == nil {
-		s = &session{}
+		s = &session{backend: cluster.Client{ID: c.ID, Conn: c}}
 		c.Session = s
 	}
 	return s
@@ -154,7 +151,7 @@ func (h *Handler) quit(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // to Redis, so every reply is Redis's own RESP3.
 func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	resp3 := s.resp3
+	resp3 := s.backend.RESP3
 	rest := args[1:]
 	if len(rest) > 0 {
 		ver, ok := parseInt(rest[0])
@@ -204,11 +201,11 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, replyHelloNoAuth)
 		return
 	}
-	if resp3 != s.resp3 && s.pinned != nil {
+	if resp3 != s.backend.RESP3 && s.pinned != nil {
 		replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open")
 		return
 	}
-	s.resp3 = resp3
+	s.backend.RESP3 = resp3
 	if setName {
 		c.SetName(string(name))
 	}
@@ -361,7 +358,7 @@ func clientLine(c *protocol.Conn, s *session) string {
 		" name=" + c.Name() + " age=" + strconv.FormatInt(int64(time.Since(c.Created).Seconds()), 10) + " db=0"
 	if s != nil {
 		proto := "2"
-		if s.resp3 {
+		if s.backend.RESP3 {
 			proto = "3"
 		}
 		multi := "-1"
@@ -378,10 +375,10 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if s.pinned != nil {
 		c.WaitReplies(p)
-		s.pinnedNode.Unpin(s.pinned, s.pinnedRESP3, false) // it may hold MULTI or WATCH state
-		s.pinned, s.pinnedNode = nil, nil
+		s.pinned.Release(false) // it may hold MULTI or WATCH state
+		s.pinned = nil
 	}
-	s.inMulti, s.watching, s.resp3 = false, false, false
+	s.inMulti, s.watching, s.backend.RESP3 = false, false, false
 	s.user, s.authInit, s.txDenied = nil, false, false // back to the initial user, as Redis
 	s.libName, s.libVer = "", ""
 	c.SetName("")

@@ -25,11 +25,11 @@ type command struct {
 
 // Options configure a Handler.
 type Options struct {
+	// Backend is the Redis fronted: requests the proxy does not answer go
+	// to its Forwarder.
 	Backend cluster.Backend
-	// Cluster is Backend when it is a Redis Cluster, else nil.
-	Cluster *cluster.Cluster
-	// Keys finds a request's keys (from the backend's COMMAND); needed in
-	// front of a Redis Cluster.
+	// Keys finds a request's keys (from the backend's COMMAND), for the
+	// ACL's key patterns.
 	Keys    *keys.Table
 	Locks   *locks.Manager
 	Metrics *metrics.Metrics
@@ -62,9 +62,6 @@ type Handler struct {
 func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if c, ok := opts.Backend.(*cluster.Cluster); ok {
-		opts.Cluster = c
 	}
 	h := &Handler{opts: opts, workers: newWorkers(maxWorkers), waiters: newWorkers(0)}
 	if opts.ACL != nil {
@@ -123,10 +120,10 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	name := args[0]
 	if len(name) <= len(lower) {
 		lname := string(lowerInto(lower[:0], name))
-		if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
+		if s := sessionOf(c); s.tunnel != nil {
 			h.sendTunnel(s, args, p)
 			return
-		} else if s != nil && s.inMulti && !txControl(lname) {
+		} else if s.inMulti && !txControl(lname) {
 			// Inside MULTI Redis queues everything, arity errors and lock
 			// commands included (an unknown command makes EXEC abort).
 			if s.multiDeferred && !h.beginMulti(c, s, args, p) {
@@ -202,7 +199,7 @@ var (
 
 // nullReply is the null of the client's protocol.
 func nullReply(c *protocol.Conn) []byte {
-	if s, _ := c.Session.(*session); s != nil && s.resp3 {
+	if sessionOf(c).backend.RESP3 {
 		return null3
 	}
 	return null2
