@@ -2,126 +2,16 @@ package commands
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/auth"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
-	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
-
-// session is the per-connection state the proxy keeps itself.
-type session struct {
-	libName, libVer string
-	// backend is the client as the backend's Forwarder knows it: its id,
-	// its protocol (RESP3: the client switched with HELLO 3) and what the
-	// Forwarder keeps between its requests.
-	backend cluster.Client
-
-	// pinned is the client's own backend connection while it needs one
-	// (see pinned.go); inMulti and watching are the state that holds it.
-	pinned *cluster.Pinned
-	// tunnel is the client's own way to Redis once it used pub/sub.
-	tunnel   cluster.Tunnel
-	inMulti  bool
-	watching bool
-	// multiDeferred: in front of a Redis Cluster, MULTI was answered but
-	// not yet sent; it goes to the master of the first queued command's
-	// key, which is unknown until that command arrives.
-	multiDeferred bool
-
-	// With authentication on (acl.go): the connection's user (nil: not
-	// authenticated), whether it was set since the connection began or
-	// RESET, a transaction with a refused command (EXEC aborts), and
-	// scratch space for a request's keys.
-	user     *auth.User
-	authInit bool
-	txDenied bool
-	keyRefs  []keys.KeyRef
-
-	// running maps a resource to the completion of this connection's latest
-	// lock request for it; entries go away as requests finish. cancels ends
-	// the lock requests in flight when the client goes away.
-	mu      sync.Mutex
-	running map[string]chan struct{}
-	cancels map[*context.CancelFunc]struct{}
-}
-
-// trackLock registers a running lock request's cancel function; the
-// returned func unregisters it.
-func (s *session) trackLock(cancel context.CancelFunc) func() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cancels == nil {
-		s.cancels = make(map[*context.CancelFunc]struct{})
-	}
-	key := &cancel
-	s.cancels[key] = struct{}{}
-	return func() {
-		s.mu.Lock()
-		delete(s.cancels, key)
-		s.mu.Unlock()
-	}
-}
-
-// cancelLocks cancels every lock request of the connection still running:
-// a waiting acquire leaves the line.
-func (s *session) cancelLocks() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for cancel := range s.cancels {
-		(*cancel)()
-	}
-}
-
-// chain registers a lock request for resource and returns the completion of
-// the one before it (nil if none) and its own, to close when done.
-func (s *session) chain(resource string) (prev, done chan struct{}) {
-	done = make(chan struct{})
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.running == nil {
-		s.running = make(map[string]chan struct{})
-	}
-	prev = s.running[resource]
-	s.running[resource] = done
-	return prev, done
-}
-
-func (s *session) unchain(resource string, done chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.running[resource] == done {
-		delete(s.running, resource)
-	}
-	close(done)
-}
-
-// busy reports whether a lock request for resource is still running.
-func (s *session) busy(resource string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.running[resource]
-	return ok
-}
-
-// sessionOf is c's session, made on first use: the one way to it.
-func sessionOf(c *protocol.Conn) *session {
-	s, _ := c.Session.(*session)
-	if s == nil {
-		s = &session{backend: cluster.Client{ID: c.ID, Conn: c}}
-		c.Session = s
-	}
-	return s
-}
 
 func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	switch len(args) {
@@ -201,7 +91,7 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, replyHelloNoAuth)
 		return
 	}
-	if resp3 != s.backend.RESP3 && s.pinned != nil {
+	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
 		replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open")
 		return
 	}
@@ -312,9 +202,9 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s := sessionOf(c)
 		switch strings.ToLower(string(args[2])) {
 		case "lib-name":
-			s.libName = string(args[3])
+			s.lib.name = string(args[3])
 		case "lib-ver":
-			s.libVer = string(args[3])
+			s.lib.ver = string(args[3])
 		default:
 			replyError(p, "ERR Unrecognized option '"+string(args[2])+"'")
 			return
@@ -362,10 +252,10 @@ func clientLine(c *protocol.Conn, s *session) string {
 			proto = "3"
 		}
 		multi := "-1"
-		if s.inMulti {
+		if s.tx.inMulti {
 			multi = "0"
 		}
-		line += " multi=" + multi + " resp=" + proto + " lib-name=" + s.libName + " lib-ver=" + s.libVer
+		line += " multi=" + multi + " resp=" + proto + " lib-name=" + s.lib.name + " lib-ver=" + s.lib.ver
 	}
 	return line + "\n"
 }
@@ -373,14 +263,14 @@ func clientLine(c *protocol.Conn, s *session) string {
 // reset is RESET: the connection's state back to a fresh one's.
 func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if s.pinned != nil {
+	if s.tx.pinned != nil {
 		c.WaitReplies(p)
-		s.pinned.Release(false) // it may hold MULTI or WATCH state
-		s.pinned = nil
+		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
-	s.inMulti, s.watching, s.backend.RESP3 = false, false, false
-	s.user, s.authInit, s.txDenied = nil, false, false // back to the initial user, as Redis
-	s.libName, s.libVer = "", ""
+	s.tx = txState{} // a MULTI not yet sent too
+	s.backend.RESP3 = false
+	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis
+	s.lib = libInfo{}
 	c.SetName("")
 	p.Buf = append(p.Buf, "+RESET\r\n"...)
 	p.Done()

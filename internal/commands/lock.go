@@ -79,12 +79,12 @@ func parseLock(args [][]byte) (a lockArgs, msg string) {
 // regardless.
 func (h *Handler) runLock(c *protocol.Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context) ([]byte, error)) {
 	s := sessionOf(c)
-	prev, done := s.chain(resource)
+	prev, done := s.lockRequests.chain(resource)
 	task := func() {
-		defer s.unchain(resource, done)
+		defer s.lockRequests.unchain(resource, done)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout+h.opts.ReplicaTimeout+10*time.Second)
 		defer cancel()
-		defer s.trackLock(cancel)()
+		defer s.lockRequests.track(cancel)()
 		reply, err := fn(ctx)
 		p.Buf, p.Err = append(p.Buf, reply...), err
 		p.Done()
@@ -266,7 +266,7 @@ func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, msg)
 		return
 	}
-	if sessionOf(c).busy(resource) {
+	if sessionOf(c).lockRequests.busy(resource) {
 		// An earlier request of this client for the resource is still
 		// running (say, a pipelined ACQUIRE): check after it, not before.
 		h.runLock(c, resource, p, 0, func(context.Context) ([]byte, error) {

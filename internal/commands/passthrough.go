@@ -13,7 +13,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	switch {
 	case s.tunnel != nil:
 		h.sendTunnel(s, args, p)
-	case s.pinned != nil:
+	case s.tx.pinned != nil:
 		h.sendPinned(s, args, p)
 	default:
 		h.opts.Metrics.PassthroughCommands.Inc()

@@ -7,13 +7,14 @@ import (
 
 // Commands that need a backend connection of the client's own: MULTI/EXEC
 // and WATCH keep state on the connection, and a blocking command would stall
-// every client sharing it. Such a client is pinned to a connection from
-// cluster.Node.Pinned until its state is gone (EXEC, DISCARD, UNWATCH) and
-// its batch is answered, then the connection goes back for reuse. While
-// pinned, every forwarded request of the client takes that connection, so
-// its requests keep their order. A pinned connection never reconnects by
-// itself: after it breaks, the transaction is reported lost, never carried
-// on half-applied over a fresh connection.
+// every client sharing it. Such a client is pinned to a connection the
+// backend gives it (Forwarder.Pin: the master of the request's key) until
+// its state is gone (EXEC, DISCARD, UNWATCH) and its batch is answered,
+// then the connection goes back for reuse. While pinned, every forwarded
+// request of the client takes that connection, so its requests keep their
+// order. A pinned connection never reconnects by itself: after it breaks,
+// the transaction is reported lost, never carried on half-applied over a
+// fresh connection. WAIT is the backend's too (Forwarder.WaitReplicas).
 
 // blockingCommands wait in Redis for data (or, WAIT, for replicas).
 var blockingCommands = []string{
@@ -25,7 +26,7 @@ const (
 	replyTxLost    = "ERR fenceproxy: lost the connection to Redis; the transaction was discarded"
 	replyExecAbort = "EXECABORT Transaction discarded because of previous errors."
 	// Redis's own answers to MULTI and WATCH inside MULTI, for a
-	// transaction whose MULTI has not reached Redis yet (multiDeferred).
+	// transaction whose MULTI has not reached Redis yet (txState.deferred).
 	replyNestedMulti  = "ERR MULTI calls can not be nested"
 	replyWatchInMulti = "ERR WATCH inside MULTI is not allowed"
 )
@@ -34,7 +35,7 @@ const (
 // unless it has one. It replies with an error and reports false if none can
 // be had.
 func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) bool {
-	if s.pinned != nil {
+	if s.tx.pinned != nil {
 		return true
 	}
 	c.WaitReplies(p) // what the client sent before runs before the switch
@@ -43,38 +44,38 @@ func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply
 		replyErr(p, err)
 		return false
 	}
-	s.pinned = pinned
+	s.tx.pinned = pinned
 	return true
 }
 
 // sendPinned forwards a request on the client's own connection.
 func (h *Handler) sendPinned(s *session, args [][]byte, p *resp.Reply) {
-	if !s.pinned.Up() {
-		if s.inMulti || s.watching {
+	if !s.tx.pinned.Up() {
+		if s.tx.inMulti || s.tx.watching {
 			replyError(p, replyTxLost)
 			return
 		}
 	}
 	h.opts.Metrics.PassthroughCommands.Inc()
-	s.pinned.Do(args, p)
+	s.tx.pinned.Do(args, p)
 }
 
 func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if !s.inMulti {
-		if s.pinned == nil && h.opts.Backend.RoutesByKey() {
+	if !s.tx.inMulti {
+		if s.tx.pinned == nil && h.opts.Backend.RoutesByKey() {
 			// The transaction's master is its first command's: MULTI
 			// goes there with that command (beginMulti).
-			s.inMulti, s.multiDeferred = true, true
+			s.tx.inMulti, s.tx.deferred = true, true
 			replyOK(p)
 			return
 		}
 		if !h.pin(c, s, args, p) {
 			return
 		}
-		s.inMulti = true
+		s.tx.inMulti = true
 	}
-	if s.multiDeferred {
+	if s.tx.deferred {
 		replyError(p, replyNestedMulti) // no connection yet to ask Redis on
 		return
 	}
@@ -86,36 +87,36 @@ func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // master cannot be reached.
 func (h *Handler) beginMulti(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) bool {
 	if !h.pin(c, s, args, p) {
-		s.inMulti, s.multiDeferred = false, false
+		s.tx.inMulti, s.tx.deferred = false, false
 		return false
 	}
-	s.multiDeferred = false
-	s.pinned.Do([][]byte{[]byte("MULTI")}, resp.NewReplyFunc(func() {}))
+	s.tx.deferred = false
+	s.tx.pinned.Do([][]byte{[]byte("MULTI")}, resp.NewReplyFunc(func() {}))
 	return true
 }
 
 // execOrDiscard ends a transaction (or, outside one, gets Redis's error).
 func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if !s.inMulti {
+	if !s.tx.inMulti {
 		h.forward(c, args, p)
 		return
 	}
-	if s.txDenied {
+	if s.tx.denied {
 		// A command of the transaction was refused by the user's ACL:
 		// Redis aborts such a transaction at EXEC, and so does the proxy.
-		s.txDenied = false
+		s.tx.denied = false
 		if len(args[0]) == 4 { // EXEC
-			if !s.multiDeferred && s.pinned.Up() {
-				s.pinned.Do([][]byte{[]byte("DISCARD")}, resp.NewReplyFunc(func() {}))
+			if !s.tx.deferred && s.tx.pinned.Up() {
+				s.tx.pinned.Do([][]byte{[]byte("DISCARD")}, resp.NewReplyFunc(func() {}))
 			}
-			s.inMulti, s.multiDeferred, s.watching = false, false, false
+			s.tx.inMulti, s.tx.deferred, s.tx.watching = false, false, false
 			replyError(p, replyExecAbort)
 			return
 		}
 	}
-	if s.multiDeferred { // nothing was queued: nothing reached Redis
-		s.inMulti, s.multiDeferred, s.watching = false, false, false
+	if s.tx.deferred { // nothing was queued: nothing reached Redis
+		s.tx.inMulti, s.tx.deferred, s.tx.watching = false, false, false
 		if len(args[0]) == 4 { // EXEC
 			p.Buf = append(p.Buf, "*0\r\n"...)
 			p.Done()
@@ -124,8 +125,8 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 		}
 		return
 	}
-	s.inMulti, s.watching = false, false
-	if !s.pinned.Up() {
+	s.tx.inMulti, s.tx.watching = false, false
+	if !s.tx.pinned.Up() {
 		if len(args[0]) == 4 { // EXEC
 			replyError(p, replyExecAbort)
 		} else {
@@ -138,12 +139,12 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 
 func (h *Handler) watch(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if !s.inMulti {
+	if !s.tx.inMulti {
 		if !h.pin(c, s, args, p) {
 			return
 		}
-		s.watching = true
-	} else if s.multiDeferred {
+		s.tx.watching = true
+	} else if s.tx.deferred {
 		replyError(p, replyWatchInMulti)
 		return
 	}
@@ -152,8 +153,8 @@ func (h *Handler) watch(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 
 func (h *Handler) unwatch(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if !s.inMulti {
-		s.watching = false
+	if !s.tx.inMulti {
+		s.tx.watching = false
 	}
 	h.forward(c, args, p)
 }
@@ -162,7 +163,7 @@ func (h *Handler) unwatch(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // connection, with the client watched so a disconnect ends the wait.
 func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if s.inMulti {
+	if s.tx.inMulti {
 		h.sendPinned(s, args, p) // queued, so it will not block
 		return
 	}
@@ -182,40 +183,34 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // BatchDone gives back a connection the client no longer needs once every
 // reply of its batch is in.
 func (h *Handler) BatchDone(c *protocol.Conn) {
-	s, _ := c.Session.(*session)
-	if s == nil || s.pinned == nil || s.inMulti || s.watching {
+	s := sessionOf(c)
+	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching {
 		return
 	}
-	s.pinned.Release(true)
-	s.pinned = nil
+	s.tx.pinned.Release(true)
+	s.tx.pinned = nil
 }
 
 // ClientGone ends what waits for a client that went away: its blocked
 // command (by closing its connection, which Redis sees) and its lock waits.
 func (h *Handler) ClientGone(c *protocol.Conn) {
-	s, _ := c.Session.(*session)
-	if s == nil {
-		return
-	}
-	if s.pinned != nil {
-		s.pinned.Close()
+	s := sessionOf(c)
+	if s.tx.pinned != nil {
+		s.tx.pinned.Close()
 	}
 	s.backend.Gone()
-	s.cancelLocks()
+	s.lockRequests.cancelAll()
 }
 
 // Closed releases what a connection held.
 func (h *Handler) Closed(c *protocol.Conn) {
-	s, _ := c.Session.(*session)
-	if s == nil {
-		return
-	}
-	s.cancelLocks()
+	s := sessionOf(c)
+	s.lockRequests.cancelAll()
 	if s.tunnel != nil {
 		s.tunnel.Close()
 	}
-	if s.pinned != nil {
-		s.pinned.Release(!s.inMulti && !s.watching)
-		s.pinned = nil
+	if s.tx.pinned != nil {
+		s.tx.pinned.Release(!s.tx.inMulti && !s.tx.watching)
+		s.tx.pinned = nil
 	}
 }

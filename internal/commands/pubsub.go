@@ -22,7 +22,7 @@ var subscribeCommands = []string{
 
 func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if s.inMulti {
+	if s.tx.inMulti {
 		h.sendPinned(s, args, p) // queued: Redis decides
 		return
 	}

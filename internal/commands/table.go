@@ -123,10 +123,10 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		if s := sessionOf(c); s.tunnel != nil {
 			h.sendTunnel(s, args, p)
 			return
-		} else if s.inMulti && !txControl(lname) {
+		} else if s.tx.inMulti && !txControl(lname) {
 			// Inside MULTI Redis queues everything, arity errors and lock
 			// commands included (an unknown command makes EXEC abort).
-			if s.multiDeferred && !h.beginMulti(c, s, args, p) {
+			if s.tx.deferred && !h.beginMulti(c, s, args, p) {
 				return
 			}
 			h.sendPinned(s, args, p)

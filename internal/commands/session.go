@@ -1,0 +1,138 @@
+package commands
+
+import (
+	"context"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/internal/auth"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// session is the per-connection state the proxy keeps itself, one part
+// per concern. It is reached only through sessionOf. Its parts belong to
+// the connection's goroutine (ServeCommand and the Handler's callbacks),
+// except where a part says otherwise.
+type session struct {
+	// backend is the client as the backend's Forwarder knows it: its id,
+	// its protocol (RESP3: the client switched with HELLO 3) and what the
+	// Forwarder keeps between its requests (the cluster view its requests
+	// were routed by, a WAIT's connections).
+	backend cluster.Client
+	lib     libInfo
+	tx      txState
+	// tunnel is the client's own way to Redis once it used pub/sub
+	// (pubsub.go); it lasts as long as the connection.
+	tunnel       cluster.Tunnel
+	auth         authState
+	lockRequests connLockRequests
+}
+
+// sessionOf is c's session, made on first use: the one way to it.
+// ServeCommand makes it, so the Handler's callbacks (BatchDone, possibly
+// on another goroutine) only read it.
+func sessionOf(c *protocol.Conn) *session {
+	s, _ := c.Session.(*session)
+	if s == nil {
+		s = &session{backend: cluster.Client{ID: c.ID, Conn: c}}
+		c.Session = s
+	}
+	return s
+}
+
+// libInfo is what CLIENT SETINFO said, for CLIENT INFO.
+type libInfo struct{ name, ver string }
+
+// txState is the client's own backend connection while it needs one (see
+// pinned.go) and the state that holds it. BatchDone gives the connection
+// back from whichever goroutine completes the batch.
+type txState struct {
+	pinned   *cluster.Pinned
+	inMulti  bool
+	watching bool
+	// deferred: MULTI was answered but not yet sent, because the backend
+	// routes by key (a Redis Cluster): it goes to the master of the first
+	// queued command's key, which is unknown until that command arrives.
+	deferred bool
+	// denied: a command of the transaction was refused by the user's ACL;
+	// EXEC aborts, as Redis does.
+	denied bool
+}
+
+// authState is, with authentication on (acl.go), the connection's user
+// (nil: not authenticated) and whether it was set since the connection
+// began or RESET; keyRefs is scratch space for a request's keys.
+type authState struct {
+	user    *auth.User
+	userSet bool
+	keyRefs []keys.KeyRef
+}
+
+// connLockRequests are the connection's lock requests in flight. running
+// maps a resource to the completion of the latest request for it; entries
+// go away as requests finish. cancels ends the requests in flight when the
+// client goes away. Lock workers use it too: mu guards it.
+type connLockRequests struct {
+	mu      sync.Mutex
+	running map[string]chan struct{}
+	cancels map[*context.CancelFunc]struct{}
+}
+
+// track registers a running lock request's cancel function; the returned
+// func unregisters it.
+func (l *connLockRequests) track(cancel context.CancelFunc) func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancels == nil {
+		l.cancels = make(map[*context.CancelFunc]struct{})
+	}
+	key := &cancel
+	l.cancels[key] = struct{}{}
+	return func() {
+		l.mu.Lock()
+		delete(l.cancels, key)
+		l.mu.Unlock()
+	}
+}
+
+// cancelAll cancels every lock request of the connection still running: a
+// waiting acquire leaves the line.
+func (l *connLockRequests) cancelAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for cancel := range l.cancels {
+		(*cancel)()
+	}
+}
+
+// chain registers a lock request for resource and returns the completion of
+// the one before it (nil if none) and its own, to close when done.
+func (l *connLockRequests) chain(resource string) (prev, done chan struct{}) {
+	done = make(chan struct{})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running == nil {
+		l.running = make(map[string]chan struct{})
+	}
+	prev = l.running[resource]
+	l.running[resource] = done
+	return prev, done
+}
+
+func (l *connLockRequests) unchain(resource string, done chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running[resource] == done {
+		delete(l.running, resource)
+	}
+	close(done)
+}
+
+// busy reports whether a lock request for resource is still running.
+func (l *connLockRequests) busy(resource string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.running[resource]
+	return ok
+}
