@@ -146,10 +146,10 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 }
 
 // txControl names the commands a client in MULTI sends to the proxy rather
-// than to the transaction.
+// than to the transaction (Redis runs them at once too; RESET discards it).
 func txControl(name string) bool {
 	switch name {
-	case "exec", "discard", "multi", "watch", "quit":
+	case "exec", "discard", "multi", "watch", "quit", "reset":
 		return true
 	}
 	return false

@@ -60,7 +60,8 @@ func TestMultiExec(t *testing.T) {
 // TestMultiMisuse: a MULTI inside MULTI and a WATCH inside MULTI get
 // Redis's own errors, before and after the transaction's first command
 // (in front of a cluster MULTI reaches a master only with that command),
-// and the transaction carries on as on the master directly.
+// and the transaction carries on as on the master directly; RESET ends a
+// transaction whose MULTI was not sent yet.
 func TestMultiMisuse(t *testing.T) {
 	e := startEnv(t, -1, 0)
 	st := readSlots(t, e.cl)
@@ -76,6 +77,12 @@ func TestMultiMisuse(t *testing.T) {
 		cmd("EXEC"),
 		cmd("MULTI"),
 		cmd("WATCH", k),
+		cmd("EXEC"),
+		cmd("MULTI"), // RESET ends it, MULTI not yet sent
+		cmd("RESET"),
+		cmd("WATCH", k),
+		cmd("MULTI"),
+		cmd("INCR", k),
 		cmd("EXEC"),
 		cmd("PING"),
 	}
