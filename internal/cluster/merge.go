@@ -197,4 +197,3 @@ func mergeScript(parts [][]byte, order [][2]int, dst []byte) []byte {
 	}
 	return dst
 }
-

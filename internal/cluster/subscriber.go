@@ -35,8 +35,8 @@ type subscriber struct {
 	home     net.Conn
 	shards   map[*Node]net.Conn
 	channels map[string]*Node // shard channels the client holds
-	leaving  map[string]int           // SUNSUBSCRIBEs the client sent, not yet confirmed
-	moving   map[string]int           // our own re-SSUBSCRIBEs, confirmations to swallow
+	leaving  map[string]int   // SUNSUBSCRIBEs the client sent, not yet confirmed
+	moving   map[string]int   // our own re-SSUBSCRIBEs, confirmations to swallow
 	// asked holds, per shard connection, the channels of SSUBSCRIBEs sent
 	// and not yet confirmed, oldest first: an error reply (MOVED when the
 	// topology was stale) answers the oldest, which then goes again.
