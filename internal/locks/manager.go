@@ -238,73 +238,71 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// nor its round trip should hold up the grant to the head of the
 		// line (on a hot lock, that was in every handoff). A re-arm runs
 		// again below, serialized and with its WAIT.
-		call, _, _, _, err := m.acquireCall(resource, owner, clientAddr, ttl, true, false)
+		a, err := m.acquireCall(resource, owner, clientAddr, ttl, true, false)
 		if err != nil {
 			return 0, 0, err
 		}
-		_, _, kind, value, err := m.sendAcquire(ctx, call, false)
-		if err != nil {
+		if err := m.sendAcquire(ctx, &a, false); err != nil {
 			return 0, 0, err
 		}
-		if kind == 0 {
-			return 0, busyLease(value), ErrBusy
+		if a.kind == kindBusy {
+			return 0, busyLease(a.value), ErrBusy
 		}
 	}
 
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	call, newest, candidate, start, err := m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, false)
+	a, err := m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, false)
 	if err != nil {
 		return 0, 0, err
 	}
-	key := call.Keys[0]
-	node, write, kind, value, err := m.sendAcquire(ctx, call, true)
-	if err == nil && kind == kindTokenAhead {
+	err = m.sendAcquire(ctx, &a, true)
+	if err == nil && a.kind == kindTokenAhead {
 		// A record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
-		if err = m.adoptRecordToken(value); err == nil {
-			call, newest, candidate, start, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true)
+		if err = m.adoptRecordToken(a.value); err == nil {
+			a, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true)
 		}
 		if err == nil {
-			node, write, kind, value, err = m.sendAcquire(ctx, call, true)
+			err = m.sendAcquire(ctx, &a, true)
 		}
 	}
-	if err == nil && kind == 3 {
+	if err == nil && a.kind == kindNeedNewest {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
-		if call, newest, candidate, start, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true); err != nil {
+		if a, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true); err != nil {
 			return 0, 0, err
 		}
-		node, write, kind, value, err = m.sendAcquire(ctx, call, true)
+		err = m.sendAcquire(ctx, &a, true)
 	}
 	if err != nil {
 		if errors.Is(err, cluster.ErrOutcomeUnknown) {
 			// The script's reply was lost: it may have granted candidate.
-			m.countIssued(resource, candidate)
+			m.countIssued(resource, a.candidate)
 		}
 		return 0, 0, err
 	}
-	switch kind {
-	case 0:
-		return 0, busyLease(value), ErrBusy
-	case 1:
-		token = uint64(value) // the owner's existing grant, re-armed
-	case 2:
-		token = candidate
+	switch a.kind {
+	case kindBusy:
+		return 0, busyLease(a.value), ErrBusy
+	case kindRearmed:
+		token = uint64(a.value) // the owner's existing grant, re-armed
+	case kindGranted:
+		token = a.candidate
 	default:
-		return 0, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", kind)
+		return 0, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", a.kind)
 	}
 
 	// While Redis waits for the replicas, make the token durable as
 	// "reserved": it becomes the resource's newest only once they have
 	// acknowledged (persist's invariant 7), so a refused grant never shows.
-	record := token > newest
+	record := token > a.newest
 	var reserveErr error
 	if record {
 		reserveErr = m.opts.Store.Reserve([]byte(resource), token)
 	}
-	acked, err := write.Acks()
-	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
+	acked, err := a.write.Acks()
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(a.start).Seconds())
 	switch {
 	case err != nil:
 		// The grant may stand on the master, with or without its
@@ -324,14 +322,14 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		err = m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true})
 	}
 	if err != nil {
-		return 0, 0, m.abandon(ctx, node, resource, key, owner, token, kind == 2, record && reserveErr == nil, err)
+		return 0, 0, m.abandon(ctx, &a, resource, owner, token, record && reserveErr == nil, err)
 	}
-	if kind == 2 {
-		if old := m.leases.granted(resource, token, start, start.Add(ttl), clientAddr); old != nil {
+	if a.kind == kindGranted {
+		if old := m.leases.granted(resource, token, a.start, a.start.Add(ttl), clientAddr); old != nil {
 			m.logExpired(old)
 		}
 	} else {
-		m.leases.rearmed(resource, token, start.Add(ttl))
+		m.leases.rearmed(resource, token, a.start.Add(ttl))
 	}
 	if evictable {
 		m.evictableGranted(resource, token)
@@ -359,12 +357,12 @@ func (m *Manager) replyBy(from time.Time, ttl time.Duration) time.Time {
 // refusal becomes an unknown outcome, since "nothing was granted" would not
 // be known to be true. A re-arm of the owner's own grant cannot be undone:
 // the lease stands as Redis has it, with the token issued long before.
-func (m *Manager) abandon(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64, newGrant, reserved bool, err error) error {
-	if !newGrant {
+func (m *Manager) abandon(ctx context.Context, a *attempt, resource, owner string, token uint64, reserved bool, err error) error {
+	if a.kind != kindGranted {
 		return err
 	}
 	unknown := errors.Is(err, cluster.ErrOutcomeUnknown)
-	gone := !unknown && m.undo(ctx, node, resource, key, owner, token)
+	gone := !unknown && m.undo(ctx, a, resource, owner, token)
 	if reserved {
 		if gone {
 			m.opts.Store.Cancel([]byte(resource), token)
@@ -398,55 +396,68 @@ func (m *Manager) countIssued(resource string, token uint64) {
 	}
 }
 
+// attempt is one run of acquireScript: what it offered and what came back.
+type attempt struct {
+	call cluster.ScriptCall
+	// newest is the resource's newest token the call carried (0 when it
+	// carried "unknown"); candidate the fresh token it offers a new grant.
+	newest, candidate uint64
+	start             time.Time // when the call was built: a new lease runs from it
+	node              *cluster.Node
+	write             *cluster.Write
+	kind              replyKind
+	value             int64
+}
+
 // acquireCall builds one acquire attempt's script call with a fresh
 // candidate token. It passes the resource's newest token if the fence
 // store has it cached, or if readNewest (then from disk); else it passes
-// "unknown" (newest is then 0), and the script answers kind 3 should the
-// owner's own record need judging by it.
-func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (call cluster.ScriptCall, newest, candidate uint64, start time.Time, err error) {
+// "unknown" (newest is then 0), and the script answers kindNeedNewest
+// should the owner's own record need judging by it.
+func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (a attempt, err error) {
 	var newestArg any = ""
 	known := false
 	if err = m.admit(); err != nil {
-		return call, 0, 0, start, err
+		return a, err
 	}
 	if readNewest {
-		newest, err = m.opts.Store.Newest([]byte(resource))
+		a.newest, err = m.opts.Store.Newest([]byte(resource))
 		known = true
 	} else {
-		newest, known, err = m.opts.Store.NewestCached([]byte(resource))
+		a.newest, known, err = m.opts.Store.NewestCached([]byte(resource))
 	}
 	if err != nil {
-		return call, 0, 0, start, err
+		return a, err
 	}
 	if known {
-		newestArg = newest
+		newestArg = a.newest
 	}
-	if candidate, err = m.opts.Store.NextToken(); err != nil {
-		return call, 0, 0, start, err
+	if a.candidate, err = m.opts.Store.NextToken(); err != nil {
+		return a, err
 	}
 	key := m.recordKey(resource)
-	start = time.Now()
-	call = cluster.ScriptCall{
+	a.start = time.Now()
+	a.call = cluster.ScriptCall{
 		Source: acquireScript,
 		SHA:    acquireSHA,
 		Keys:   m.keys(key),
-		Args: []any{owner, ttl.Milliseconds(), candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			start.UnixMilli(), clientAddr},
+		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
+			a.start.UnixMilli(), clientAddr},
 	}
-	return call, newest, candidate, start, nil
+	return a, nil
 }
 
-// sendAcquire runs an acquire attempt (see start) and reads its reply: kind
-// 0 busy (value: the holder's lease left, ms), 1 re-armed, 2 granted (value:
-// the token), 3 the newest token is needed (see acquireScript). With wantAcks, write.Acks then gives the replicas' count.
-func (m *Manager) sendAcquire(ctx context.Context, call cluster.ScriptCall, wantAcks bool) (node *cluster.Node, write *cluster.Write, kind, value int64, err error) {
-	node, write = m.start(ctx, call.Keys[0], call, wantAcks)
-	reply, err := write.Reply()
+// sendAcquire runs a's call (see start) and reads its reply into a.kind
+// and a.value. With wantAcks, a.write.Acks then gives the replicas' count.
+func (m *Manager) sendAcquire(ctx context.Context, a *attempt, wantAcks bool) error {
+	a.node, a.write = m.start(ctx, a.call.Keys[0], a.call, wantAcks)
+	reply, err := a.write.Reply()
 	if err != nil {
-		return node, write, 0, 0, err
+		return err
 	}
-	kind, value, err = pair(reply)
-	return node, write, kind, value, err
+	kind, value, err := pair(reply)
+	a.kind, a.value = replyKind(kind), value
+	return err
 }
 
 // busyLease is the holder's remaining lease from a busy acquire's reply
@@ -503,10 +514,10 @@ func (m *Manager) start(ctx context.Context, key string, call cluster.ScriptCall
 // undo deletes a grant that will not be replied, if it is still in place,
 // and reports whether the master certainly holds no record of it now
 // (deleted, or already gone: it expired).
-func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) bool {
-	reply, err := node.Run(ctx, cluster.ScriptCall{
+func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, token uint64) bool {
+	reply, err := a.node.Run(ctx, cluster.ScriptCall{
 		Source: undoScript,
-		Keys:   m.keys(key),
+		Keys:   a.call.Keys,
 		Args:   []any{owner, strconv.FormatUint(token, 10)},
 	})
 	if err != nil {
