@@ -310,7 +310,7 @@ func run(cfg config) error {
 		Backend: be,
 		Keys:    keyTable,
 		Locks: locks.New(locks.Options{
-			Backend: be, Store: store, MinReplicas: cfg.minReplicas,
+			Backend: be, Store: locks.PersistStore(store), MinReplicas: cfg.minReplicas,
 			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: m, Logger: logger,
 			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
 			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),

@@ -13,7 +13,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
-	"github.com/fenceproxy/fenceproxy/internal/persist"
 )
 
 // Errors the command layer turns into replies.
@@ -55,8 +54,10 @@ func (e *NoReplicasError) Error() string {
 
 // Options configure a Manager.
 type Options struct {
-	Backend     cluster.Backend
-	Store       *persist.Store
+	Backend cluster.Backend
+	// Store issues the tokens and records each resource's newest
+	// (PersistStore for the fence store under --data-dir).
+	Store       TokenStore
 	MinReplicas int
 	// KeyPrefix starts every owner record's key; the resource follows in a
 	// hash tag, so all of one resource's keys share a Redis Cluster slot.
@@ -299,7 +300,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	record := token > a.newest
 	var reserveErr error
 	if record {
-		reserveErr = m.opts.Store.Reserve([]byte(resource), token)
+		reserveErr = m.opts.Store.Reserve(resource, token)
 	}
 	acked, err := a.write.Acks()
 	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(a.start).Seconds())
@@ -319,7 +320,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		err = ErrLate
 	case record:
 		// Serialized per resource and above the newest just read: exact.
-		err = m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true})
+		err = m.opts.Store.Confirm(resource, token)
 	}
 	if err != nil {
 		return 0, 0, m.abandon(ctx, &a, resource, owner, token, record && reserveErr == nil, err)
@@ -365,8 +366,8 @@ func (m *Manager) abandon(ctx context.Context, a *attempt, resource, owner strin
 	gone := !unknown && m.undo(ctx, a, resource, owner, token)
 	if reserved {
 		if gone {
-			m.opts.Store.Cancel([]byte(resource), token)
-		} else if cerr := m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true}); cerr != nil {
+			m.opts.Store.Cancel(resource, token)
+		} else if cerr := m.opts.Store.Confirm(resource, token); cerr != nil {
 			// Fail-stop: the reservation is on disk, so the token
 			// still counts as issued after the restart.
 			m.opts.Logger.Warn("could not record a token whose grant may stand", "err", cerr)
@@ -387,9 +388,9 @@ func (m *Manager) abandon(ctx context.Context, a *attempt, resource, owner strin
 // never be honoured (the scripts honour only the newest token issued, and
 // a restart issues tokens above it).
 func (m *Manager) countIssued(resource string, token uint64) {
-	err := m.opts.Store.Reserve([]byte(resource), token)
+	err := m.opts.Store.Reserve(resource, token)
 	if err == nil {
-		err = m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true})
+		err = m.opts.Store.Confirm(resource, token)
 	}
 	if err != nil {
 		m.opts.Logger.Warn("could not record the token of a grant whose outcome is unknown", "err", err)
@@ -421,10 +422,10 @@ func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Durat
 		return a, err
 	}
 	if readNewest {
-		a.newest, err = m.opts.Store.Newest([]byte(resource))
+		a.newest, err = m.opts.Store.Newest(resource)
 		known = true
 	} else {
-		a.newest, known, err = m.opts.Store.NewestCached([]byte(resource))
+		a.newest, known, err = m.opts.Store.NewestCached(resource)
 	}
 	if err != nil {
 		return a, err
@@ -548,7 +549,7 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	newest, err := m.opts.Store.Newest([]byte(resource))
+	newest, err := m.opts.Store.Newest(resource)
 	if err != nil {
 		return 0, err
 	}
@@ -637,7 +638,7 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 	if err := m.admit(); err != nil {
 		return false, err
 	}
-	newest, err := m.opts.Store.Newest([]byte(resource))
+	newest, err := m.opts.Store.Newest(resource)
 	if err != nil {
 		return false, err
 	}
@@ -670,7 +671,7 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	newest, err := m.opts.Store.Newest([]byte(resource))
+	newest, err := m.opts.Store.Newest(resource)
 	switch {
 	case err != nil:
 		return nil, err
@@ -767,7 +768,7 @@ type Info struct {
 
 // Info reads resource's owner record and newest token.
 func (m *Manager) Info(ctx context.Context, resource string) (Info, error) {
-	newest, err := m.opts.Store.Newest([]byte(resource))
+	newest, err := m.opts.Store.Newest(resource)
 	if err != nil {
 		return Info{}, err
 	}
