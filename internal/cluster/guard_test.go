@@ -5,10 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
@@ -27,6 +29,32 @@ func set(t *testing.T, n *Node, key string) string {
 		t.Fatalf("SET %s: no reply within 5s", key)
 	}
 	return string(p.Buf)
+}
+
+// lockScript runs script once on one of n's lock connections, served as
+// the lock writer serves them (ServeLockWrites: once per node), and
+// returns the reply.
+func lockScript(t *testing.T, n *Node, script string) string {
+	t.Helper()
+	replies := make(chan string, 1)
+	var once sync.Once
+	n.ServeLockWrites(func(conn *backend.Conn, acked bool) {
+		once.Do(func() {
+			done := make(chan struct{})
+			p := protocol.NewPendingFunc(func() { close(done) })
+			conn.Do([][]byte{[]byte("EVAL"), []byte(script), []byte("0")}, p)
+			<-done
+			replies <- string(p.Buf)
+		})
+		<-n.Closed()
+	})
+	select {
+	case r := <-replies:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatalf("EVAL on a lock connection: no reply within 5s")
+		return ""
+	}
 }
 
 func dbsize(t *testing.T, addr string) string {
@@ -76,8 +104,8 @@ func TestGuardedNodeRefusesAReplica(t *testing.T) {
 	if r := set(t, n, "after"); !strings.HasPrefix(r, "-READONLY fenceproxy:") {
 		t.Fatalf("SET through a refusing node = %q", r)
 	}
-	if _, err := n.Run(ctx, ScriptCall{Source: "return redis.call('SET', 'scripted', '1')"}); err == nil || !strings.Contains(err.Error(), "READONLY fenceproxy") {
-		t.Fatalf("a lock script through a refusing node: err %v", err)
+	if r := lockScript(t, n, "return redis.call('SET', 'scripted', '1')"); !strings.HasPrefix(r, "-READONLY fenceproxy:") {
+		t.Fatalf("a lock script through a refusing node's lock connection = %q", r)
 	}
 	if err := n.Client.Set(ctx, "client", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "READONLY fenceproxy") {
 		t.Fatalf("the go-redis client through a refusing node: err %v", err)

@@ -1,7 +1,6 @@
 package locks
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -54,7 +53,8 @@ func (e *NoReplicasError) Error() string {
 
 // Options configure a Manager.
 type Options struct {
-	Backend cluster.Backend
+	// Scripts runs the lock scripts on Redis (a Writer).
+	Scripts ScriptRunner
 	// Store issues the tokens and records each resource's newest
 	// (PersistStore for the fence store under --data-dir).
 	Store       TokenStore
@@ -227,7 +227,8 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	if leaseFrom.IsZero() {
 		leaseFrom = time.Now()
 	}
-	evictable, err := m.evictionGuard(resource)
+	key := m.recordKey(resource)
+	evictable, err := m.evictionGuard(key)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -239,7 +240,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// nor its round trip should hold up the grant to the head of the
 		// line (on a hot lock, that was in every handoff). A re-arm runs
 		// again below, serialized and with its WAIT.
-		a, err := m.acquireCall(resource, owner, clientAddr, ttl, true, false)
+		a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, true, false)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -253,7 +254,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	a, err := m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, false)
+	a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, false)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -262,7 +263,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// A record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
 		if err = m.adoptRecordToken(a.value); err == nil {
-			a, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true)
+			a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true)
 		}
 		if err == nil {
 			err = m.sendAcquire(ctx, &a, true)
@@ -271,7 +272,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	if err == nil && a.kind == kindNeedNewest {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
-		if a, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true); err != nil {
+		if a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true); err != nil {
 			return 0, 0, err
 		}
 		err = m.sendAcquire(ctx, &a, true)
@@ -333,7 +334,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		m.leases.rearmed(resource, token, a.start.Add(ttl))
 	}
 	if evictable {
-		m.evictableGranted(resource, token)
+		m.evictableGranted(key, resource, token)
 	}
 	return token, 0, nil
 }
@@ -399,13 +400,12 @@ func (m *Manager) countIssued(resource string, token uint64) {
 
 // attempt is one run of acquireScript: what it offered and what came back.
 type attempt struct {
-	call cluster.ScriptCall
+	call ScriptCall
 	// newest is the resource's newest token the call carried (0 when it
 	// carried "unknown"); candidate the fresh token it offers a new grant.
 	newest, candidate uint64
 	start             time.Time // when the call was built: a new lease runs from it
-	node              *cluster.Node
-	write             *cluster.Write
+	write             *Write
 	kind              replyKind
 	value             int64
 }
@@ -415,7 +415,7 @@ type attempt struct {
 // store has it cached, or if readNewest (then from disk); else it passes
 // "unknown" (newest is then 0), and the script answers kindNeedNewest
 // should the owner's own record need judging by it.
-func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (a attempt, err error) {
+func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (a attempt, err error) {
 	var newestArg any = ""
 	known := false
 	if err = m.admit(); err != nil {
@@ -436,9 +436,8 @@ func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Durat
 	if a.candidate, err = m.opts.Store.NextToken(); err != nil {
 		return a, err
 	}
-	key := m.recordKey(resource)
 	a.start = time.Now()
-	a.call = cluster.ScriptCall{
+	a.call = ScriptCall{
 		Source: acquireScript,
 		SHA:    acquireSHA,
 		Keys:   m.keys(key),
@@ -448,10 +447,10 @@ func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Durat
 	return a, nil
 }
 
-// sendAcquire runs a's call (see start) and reads its reply into a.kind
-// and a.value. With wantAcks, a.write.Acks then gives the replicas' count.
+// sendAcquire runs a's call and reads its reply into a.kind and a.value.
+// With wantAcks, a.write.Acks then gives the replicas' count.
 func (m *Manager) sendAcquire(ctx context.Context, a *attempt, wantAcks bool) error {
-	a.node, a.write = m.start(ctx, a.call.Keys[0], a.call, wantAcks)
+	a.write = m.opts.Scripts.Start(ctx, a.call.Keys[0], a.call, wantAcks)
 	reply, err := a.write.Reply()
 	if err != nil {
 		return err
@@ -471,52 +470,11 @@ func busyLease(ms int64) time.Duration {
 	return 50 * time.Millisecond
 }
 
-// start runs call on the master of key's slot, by EVALSHA when call has a
-// SHA: one that meets NOSCRIPT (Redis restarted or flushed its scripts; the
-// script did not run) goes again at once with EVAL and its source. In front
-// of a Redis Cluster a script answered with MOVED, ASK, TRYAGAIN or
-// CLUSTERDOWN, or not sent because its master was unreachable, did not run
-// either: the topology is read again and the call retried, within
-// cluster.RetryWindow. (Retrying after ASK rather than following it keeps a
-// lock write and its WAIT on one connection; the slot's migration ends
-// soon.)
-func (m *Manager) start(ctx context.Context, key string, call cluster.ScriptCall, wantAcks bool) (*cluster.Node, *cluster.Write) {
-	began := time.Now()
-	pause := 10 * time.Millisecond
-	for {
-		node := m.opts.Backend.MasterForKey([]byte(key))
-		var w *cluster.Write
-		if node == nil {
-			w = cluster.Unsent(cluster.ErrUnavailable)
-		} else {
-			w = node.Start(ctx, call, wantAcks)
-		}
-		raw, err := w.Raw()
-		if err == nil && call.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
-			call.SHA = ""
-			continue
-		}
-		if m.opts.Backend.Mode() != "cluster" || time.Since(began) > cluster.RetryWindow {
-			return node, w
-		}
-		if !errors.Is(err, cluster.ErrUnavailable) && (err != nil || !cluster.Redirected(raw)) {
-			return node, w
-		}
-		m.opts.Backend.Refresh()
-		select {
-		case <-ctx.Done():
-			return node, w
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 250*time.Millisecond)
-	}
-}
-
 // undo deletes a grant that will not be replied, if it is still in place,
 // and reports whether the master certainly holds no record of it now
 // (deleted, or already gone: it expired).
 func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, token uint64) bool {
-	reply, err := a.node.Run(ctx, cluster.ScriptCall{
+	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, ScriptCall{
 		Source: undoScript,
 		Keys:   a.call.Keys,
 		Args:   []any{owner, strconv.FormatUint(token, 10)},
@@ -543,7 +501,8 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	if err := m.admit(); err != nil {
 		return 0, err
 	}
-	evictable, err := m.evictionGuard(resource)
+	key := m.recordKey(resource)
+	evictable, err := m.evictionGuard(key)
 	if err != nil {
 		return 0, err
 	}
@@ -553,9 +512,8 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	if err != nil {
 		return 0, err
 	}
-	key := m.recordKey(resource)
 	now := time.Now()
-	_, write := m.start(ctx, key, cluster.ScriptCall{
+	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
 		Source: renewScript,
 		SHA:    renewSHA,
 		Keys:   m.keys(key),
@@ -582,7 +540,7 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	m.leases.rearmed(resource, uint64(token), now.Add(ttl))
 	if evictable {
-		m.evictableGranted(resource, uint64(token))
+		m.evictableGranted(key, resource, uint64(token))
 	}
 	if time.Now().After(m.replyBy(received, ttl)) {
 		return 0, ErrLate
@@ -597,7 +555,7 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	key := m.recordKey(resource)
 	// A release needs no replica acknowledgement: if a failover loses it,
 	// the lease merely runs out.
-	_, write := m.start(ctx, key, cluster.ScriptCall{
+	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
 		Source: releaseScript,
 		SHA:    releaseSHA,
 		Keys:   m.keys(key),
@@ -699,7 +657,7 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	if len(command) > 1 {
 		key = command[1]
 	}
-	_, write := m.start(ctx, string(key), cluster.ScriptCall{Source: execScript, Args: args}, false)
+	write := m.opts.Scripts.Start(ctx, string(key), ScriptCall{Source: execScript, Args: args}, false)
 	return write.Raw()
 }
 
@@ -718,13 +676,16 @@ type record struct {
 // renewed-at and client-addr, absent from records older than those).
 func (m *Manager) readRecord(ctx context.Context, resource string) (rec record, held bool, err error) {
 	key := m.recordKey(resource)
-	node := m.opts.Backend.MasterForKey([]byte(key))
-	if node == nil {
-		return rec, false, cluster.ErrUnavailable
-	}
-	reply, err := infoRead.Run(ctx, node.Client, []string{key}).Slice()
-	if err != nil || len(reply) < 3 {
+	v, err := m.opts.Scripts.Read(ctx, key, ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{key}})
+	if err != nil {
 		return rec, false, err
+	}
+	reply, ok := v.([]any)
+	if !ok {
+		return rec, false, fmt.Errorf("locks: unexpected record reply %v", v)
+	}
+	if len(reply) < 3 {
+		return rec, false, nil
 	}
 	if rec.Owner, held = reply[0].(string); !held {
 		return rec, false, nil

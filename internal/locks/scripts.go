@@ -1,10 +1,6 @@
 package locks
 
-import (
-	"github.com/redis/go-redis/v9"
-
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
-)
+import "github.com/fenceproxy/fenceproxy/internal/cluster"
 
 // The owner record is a hash at recordKey(resource), expiring with the
 // lease: owner, token, and since LOCK.INFO's acquired-at and client-addr,
@@ -156,13 +152,12 @@ local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'renewed'
 return {cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[3], cur[4], cur[5]}
 `
 
-// The hot scripts go by EVALSHA (see Manager.start): an EVAL sends about a
-// kilobyte of source that Redis hashes on every call.
+// The hot scripts go by EVALSHA (see Writer.Start): an EVAL sends about a
+// kilobyte of source that Redis hashes on every call. So does infoScript,
+// which runs through go-redis (Writer.Read: a read needs no batching).
 var (
 	acquireSHA = cluster.ScriptSHA(acquireScript)
 	renewSHA   = cluster.ScriptSHA(renewScript)
 	releaseSHA = cluster.ScriptSHA(releaseScript)
+	infoSHA    = cluster.ScriptSHA(infoScript)
 )
-
-// infoRead runs infoScript through go-redis: a read needs no batching.
-var infoRead = redis.NewScript(infoScript)
