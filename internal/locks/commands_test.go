@@ -50,33 +50,12 @@ func TestRenewOutcomes(t *testing.T) {
 		{name: "newest unreadable", store: func(s *memTokens) { s.failNewest = persist.ErrUnhealthy }, wantErr: errIs(persist.ErrUnhealthy)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			scripts := newFakeScripts(t, tc.replies...)
-			if tc.scripts != nil {
-				tc.scripts(scripts)
-			}
-			f := holding(t, scripts, tc.opts)
-			if tc.store != nil {
-				tc.store(f.tokens)
-			}
-			received := time.Now()
-			if tc.late {
-				received = received.Add(-time.Hour)
-			}
+			f, received := arrange(t, holding, setup{tc.opts, tc.store, tc.scripts, tc.replies, nil, tc.late})
 			token, err := f.m.Renew(context.Background(), "r", owner, ttl, received)
-			switch {
-			case tc.wantErr == nil && err != nil:
-				t.Fatalf("Renew: %v", err)
-			case tc.wantErr != nil && !tc.wantErr(err):
-				t.Fatalf("Renew: err %v, not the one expected", err)
-			case token != tc.want:
-				t.Fatalf("Renew = %d, want %d", token, tc.want)
-			}
-			if got := scripts.names(); !slices.Equal(got, tc.calls) {
-				t.Errorf("sent %q, want %q", got, tc.calls)
-			}
+			f.checkOutcome(t, "Renew", token, err, tc.want, tc.wantErr, tc.calls)
 			if len(tc.calls) > 0 {
 				// owner, ttl, newest, lock-delay, now
-				if args := scripts.sent()[0].args; args[0] != owner || args[1] != "10000" || args[2] != "5" {
+				if args := f.scripts.sent()[0].args; args[0] != owner || args[1] != "10000" || args[2] != "5" {
 					t.Errorf("renew args %q", args)
 				}
 			}

@@ -76,6 +76,55 @@ func errContains(s string) func(error) bool {
 
 var errNotAdmitted = errors.New("not the token authority")
 
+// setup is how a table case sets up a fixture: its options, the store's
+// state and failures, the runner's policy, the scripts' replies in order,
+// and whether the request was read long ago (no lease can be replied in
+// time then).
+type setup struct {
+	opts    func(*Options)
+	store   func(*memTokens)
+	scripts func(*fakeScripts)
+	replies []reply
+	undos   []reply
+	late    bool
+}
+
+// arrange builds the fixture s describes on base and returns when its
+// request was read.
+func arrange(t *testing.T, base func(*testing.T, *fakeScripts, func(*Options)) *fixture, s setup) (*fixture, time.Time) {
+	scripts := newFakeScripts(t, s.replies...)
+	scripts.undos = s.undos
+	if s.scripts != nil {
+		s.scripts(scripts)
+	}
+	f := base(t, scripts, s.opts)
+	if s.store != nil {
+		s.store(f.tokens)
+	}
+	received := time.Now()
+	if s.late {
+		received = received.Add(-time.Hour)
+	}
+	return f, received
+}
+
+// checkOutcome checks a command's token or error (wantErr nil: none) and
+// the calls it sent.
+func (f *fixture) checkOutcome(t *testing.T, op string, token uint64, err error, want uint64, wantErr func(error) bool, calls []string) {
+	t.Helper()
+	switch {
+	case wantErr == nil && err != nil:
+		t.Fatalf("%s: %v", op, err)
+	case wantErr != nil && !wantErr(err):
+		t.Fatalf("%s: err %v, not the one expected", op, err)
+	case token != want:
+		t.Fatalf("%s = %d, want %d", op, token, want)
+	}
+	if got := f.scripts.names(); !slices.Equal(got, calls) {
+		t.Errorf("sent %q, want %q", got, calls)
+	}
+}
+
 // counted is a counter's value.
 func counted(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
@@ -255,31 +304,9 @@ func TestAcquireOutcomes(t *testing.T) {
 			wantErr: errContains("unexpected script reply"), calls: []string{"acquire+acks"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			scripts := newFakeScripts(t, tc.replies...)
-			scripts.undos = tc.undos
-			if tc.scripts != nil {
-				tc.scripts(scripts)
-			}
-			f := newFixture(t, scripts, tc.opts)
-			if tc.store != nil {
-				tc.store(f.tokens)
-			}
-			received := time.Now()
-			if tc.late {
-				received = received.Add(-time.Hour)
-			}
+			f, received := arrange(t, newFixture, setup{tc.opts, tc.store, tc.scripts, tc.replies, tc.undos, tc.late})
 			token, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, received)
-			switch {
-			case tc.wantErr == nil && err != nil:
-				t.Fatalf("Acquire: %v", err)
-			case tc.wantErr != nil && !tc.wantErr(err):
-				t.Fatalf("Acquire: err %v, not the one expected", err)
-			case token != tc.want:
-				t.Fatalf("Acquire = %d, want %d", token, tc.want)
-			}
-			if got := scripts.names(); !slices.Equal(got, tc.calls) {
-				t.Errorf("sent %q, want %q", got, tc.calls)
-			}
+			f.checkOutcome(t, "Acquire", token, err, tc.want, tc.wantErr, tc.calls)
 			if !slices.Equal(f.tokens.log, tc.log) {
 				t.Errorf("fence store saw %q, want %q", f.tokens.log, tc.log)
 			}
