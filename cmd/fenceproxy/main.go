@@ -340,7 +340,7 @@ func run(cfg config) error {
 				if !n.Up() {
 					return fmt.Errorf("backend Redis master %s unreachable", n.Addr)
 				}
-				if n.Refusal() != "" {
+				if n.Refusal() != nil {
 					return fmt.Errorf("backend Redis %s is not the master now; nothing is sent to it", n.Addr)
 				}
 			}

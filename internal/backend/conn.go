@@ -8,19 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
-)
-
-// Replies a client gets when its request could not be carried through. They
-// are Redis-style so that clients' retry logic recognises them; neither names
-// the backend's address. ReplyUnavailable means the request was not sent.
-const (
-	ReplyUnavailable = "-TRYAGAIN fenceproxy: Redis is unreachable, retry shortly\r\n"
-	replyLost        = "-ERR fenceproxy: lost the connection to Redis; the command may or may not have run\r\n"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Options say how to reach a Redis node.
@@ -37,7 +28,7 @@ type Options struct {
 	NoYield bool
 	// ReplyTimeout, if set, bounds how long a reply may take: past it the
 	// connection is taken as dead (a stopped or hung Redis) and every request
-	// on it gets the lost-connection reply. For connections that carry only
+	// on it fails with ErrLost. For connections that carry only
 	// requests of bounded duration (the proxy's lock scripts and WAITs).
 	ReplyTimeout time.Duration
 	// RESP3 makes the connection speak RESP3 (HELLO 3), for clients that
@@ -65,13 +56,13 @@ type Options struct {
 	// (not after Close).
 	OnBreak func()
 	// Gate, if set, is shared by every connection to the node: while it is
-	// closed, requests get its reply and are not sent.
+	// closed, requests get its refusal and are not sent.
 	Gate *Gate
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
 type inflight struct {
-	p     *protocol.Pending
+	p     *resp.Reply
 	start time.Time
 }
 
@@ -165,11 +156,11 @@ func (c *Conn) role(nc net.Conn) (string, error) {
 		return "", err
 	}
 	// Only this reply is outstanding, so the reader takes nothing beyond it.
-	reply, err := AppendReply(nil, bufio.NewReaderSize(nc, 4096))
+	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 4096))
 	if err != nil {
 		return "", err
 	}
-	v, err := ParseValue(reply)
+	v, err := resp.Parse(reply)
 	if err != nil {
 		return "", fmt.Errorf("ROLE: %w", err)
 	}
@@ -204,16 +195,16 @@ func (c *Conn) handshake(nc net.Conn) error {
 	}
 	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
 	defer nc.SetDeadline(time.Time{})
-	if _, err := nc.Write(AppendCommand(nil, args)); err != nil {
+	if _, err := nc.Write(resp.AppendCommand(nil, args)); err != nil {
 		return err
 	}
 	// Only this reply is outstanding, so the reader takes nothing beyond it.
-	reply, err := AppendReply(nil, bufio.NewReaderSize(nc, 4096))
+	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 4096))
 	if err != nil {
 		return err
 	}
-	if len(reply) > 0 && reply[0] == '-' {
-		return RedisError(trimCRLF(reply[1:]))
+	if re, ok := resp.ErrorReply(reply); ok {
+		return re
 	}
 	if len(reply) == 0 || (!c.opts.RESP3 && string(reply) != "+OK\r\n") {
 		return fmt.Errorf("%s answered %q", args[0], trimCRLF(reply))
@@ -221,31 +212,31 @@ func (c *Conn) handshake(nc net.Conn) error {
 	return nil
 }
 
-// Do sends one request; its reply, or an error reply if Redis cannot be
-// reached, lands in p, and p.Done is called.
-func (c *Conn) Do(args [][]byte, p *protocol.Pending) {
+// Do sends one request; its reply lands in p (or its failure in p.Err:
+// ErrUnavailable, ErrLost, the Gate's refusal), and p.Done is called.
+func (c *Conn) Do(args [][]byte, p *resp.Reply) {
 	c.enqueue(args, nil, false, p)
 }
 
 // DoEncoded sends a request already in RESP form (AppendCommand's output),
 // preceded by ASKING if asking, as Redis Cluster wants after an -ASK
 // redirect; only the request's own reply lands in p.
-func (c *Conn) DoEncoded(req []byte, asking bool, p *protocol.Pending) {
+func (c *Conn) DoEncoded(req []byte, asking bool, p *resp.Reply) {
 	c.enqueue(nil, req, asking, p)
 }
 
 var askingRequest = []byte("*1\r\n$6\r\nASKING\r\n")
 
-func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *protocol.Pending) {
-	if refusal := c.opts.Gate.refusal(); refusal != nil {
-		p.Buf = append(p.Buf, refusal...)
+func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *resp.Reply) {
+	if err := c.opts.Gate.Refusal(); err != nil {
+		p.Err = err
 		p.Done()
 		return
 	}
 	c.mu.Lock()
 	if c.nc == nil {
 		c.mu.Unlock()
-		p.Buf = append(p.Buf, ReplyUnavailable...)
+		p.Err = ErrUnavailable
 		p.Done()
 		return
 	}
@@ -259,12 +250,12 @@ func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *protocol.Pendi
 	}
 	if asking {
 		c.wbuf = append(c.wbuf, askingRequest...)
-		c.queue = append(c.queue, inflight{protocol.NewPendingFunc(func() {}), now})
+		c.queue = append(c.queue, inflight{resp.NewReplyFunc(func() {}), now})
 	}
 	if req != nil {
 		c.wbuf = append(c.wbuf, req...)
 	} else {
-		c.wbuf = AppendCommand(c.wbuf, args)
+		c.wbuf = resp.AppendCommand(c.wbuf, args)
 	}
 	c.queue = append(c.queue, inflight{p, now})
 	c.mu.Unlock()
@@ -311,7 +302,7 @@ func (c *Conn) writeLoop() {
 
 // readLoop copies each reply into the request at the head of the queue. It
 // alone completes queued requests, so a reply being read is never answered
-// twice; when the connection breaks it answers the rest with an error and
+// twice; when the connection breaks it fails the rest with ErrLost and
 // starts reconnecting.
 func (c *Conn) readLoop(nc net.Conn) {
 	size := c.opts.ReadBuffer
@@ -329,7 +320,7 @@ func (c *Conn) readLoop(nc net.Conn) {
 	closed := c.closed
 	c.mu.Unlock()
 	for _, f := range lost {
-		f.p.Buf = append(f.p.Buf, replyLost...)
+		f.p.Err = ErrLost
 		f.p.Done()
 	}
 	if !closed && c.opts.OnBreak != nil {
@@ -364,7 +355,7 @@ func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 			p := f.p
 			start := len(p.Buf)
 			var err error
-			if p.Buf, err = AppendReply(p.Buf, rd); err != nil {
+			if p.Buf, err = resp.AppendReply(p.Buf, rd); err != nil {
 				p.Buf = p.Buf[:start]
 				return err
 			}
@@ -454,7 +445,7 @@ func (c *Conn) Up() bool {
 	return c.nc != nil
 }
 
-// Close ends the connection; requests still in flight get an error reply.
+// Close ends the connection; requests still in flight fail with ErrLost.
 func (c *Conn) Close() {
 	c.mu.Lock()
 	if c.closed {
@@ -468,21 +459,6 @@ func (c *Conn) Close() {
 	if nc != nil {
 		c.fail(nc, errors.New("closed"))
 	}
-}
-
-// AppendCommand appends args as a RESP multibulk request.
-func AppendCommand(b []byte, args [][]byte) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, '\r', '\n')
-		b = append(b, a...)
-		b = append(b, '\r', '\n')
-	}
-	return b
 }
 
 func trimCRLF(b []byte) string {

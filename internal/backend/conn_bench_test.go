@@ -7,13 +7,13 @@ import (
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
-// getRoundTrip sends GET over conn with a reused Pending and waits for it:
+// getRoundTrip sends GET over conn with a reused Reply and waits for it:
 // what forwarding one request costs the proxy's backend side.
-func getRoundTrip(conn *backend.Conn, p *protocol.Pending, wg *sync.WaitGroup, args [][]byte) {
+func getRoundTrip(conn *backend.Conn, p *resp.Reply, wg *sync.WaitGroup, args [][]byte) {
 	p.Buf = p.Buf[:0]
 	wg.Add(1)
 	conn.Do(args, p)
@@ -31,7 +31,7 @@ func TestForwardAllocations(t *testing.T) {
 	}
 	defer conn.Close()
 	var wg sync.WaitGroup
-	p := protocol.NewPending(&wg)
+	p := resp.NewReply(&wg)
 	args := [][]byte{[]byte("GET"), []byte("k")}
 	for range 100 { // grow the buffers
 		getRoundTrip(conn, p, &wg, args)
@@ -50,7 +50,7 @@ func BenchmarkForwardGET(b *testing.B) {
 	}
 	defer conn.Close()
 	var wg sync.WaitGroup
-	p := protocol.NewPending(&wg)
+	p := resp.NewReply(&wg)
 	args := [][]byte{[]byte("GET"), []byte("k")}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,45 +1,45 @@
 package backend
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
 
 // Gate stops every request to one node at once, without closing its
 // connections: for a node that must not be written to for now (it reports
 // itself a replica, or Sentinel names another master). Every Conn whose
-// Options name the Gate answers each request with the Gate's reply while it
-// is closed, and sends nothing.
+// Options name the Gate completes each request with the Gate's refusal as
+// its Err while it is closed, and sends nothing.
 //
 // A Gate is checked when a request is queued; a request already queued or
 // written goes on as before.
 type Gate struct {
-	reply atomic.Pointer[[]byte] // nil while open
+	refusal atomic.Pointer[refusal] // nil while open
 }
 
-// Close makes every request get reply, an error reply without its "-" and
-// CRLF, e.g. "READONLY fenceproxy: ...".
+// refusal holds a closed Gate's error, made once so that refusing a
+// request allocates nothing.
+type refusal struct{ err error }
+
+// Close makes every request get reply, an error reply's text without its
+// "-" and CRLF, e.g. "READONLY fenceproxy: ...", as a resp.Error.
 func (g *Gate) Close(reply string) {
-	b := []byte("-" + reply + "\r\n")
-	g.reply.Store(&b)
+	g.refusal.Store(&refusal{resp.NewError(reply)})
 }
 
 // Open lets requests through again.
-func (g *Gate) Open() { g.reply.Store(nil) }
+func (g *Gate) Open() { g.refusal.Store(nil) }
 
-// Reason is the reply of a closed Gate (as given to Close), "" if it is open.
-func (g *Gate) Reason() string {
-	if b := g.reply.Load(); b != nil {
-		return string((*b)[1 : len(*b)-2])
-	}
-	return ""
-}
-
-// refusal is the reply to give instead of sending, nil if the gate is open
-// (or there is none).
-func (g *Gate) refusal() []byte {
+// Refusal is the error every request gets while the Gate is closed (a
+// resp.Error made from Close's reply), nil while it is open or if there is
+// no Gate.
+func (g *Gate) Refusal() error {
 	if g == nil {
 		return nil
 	}
-	if b := g.reply.Load(); b != nil {
-		return *b
+	if r := g.refusal.Load(); r != nil {
+		return r.err
 	}
 	return nil
 }

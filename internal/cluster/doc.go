@@ -15,7 +15,15 @@
 // carries anything (and, with Sentinel, after one broke, the Sentinels must
 // still name it: an old master restarted empty reports itself a master),
 // and while it is not the master a gate shared by all its connections
-// answers every request with an error instead of sending it.
+// answers every request with an error instead of sending it (its refusal, a
+// resp.Error, in the request's resp.Reply.Err).
+//
+// Failures travel as errors, never as reply text: a request no master could
+// take gets ErrUnavailable (the backend's own) in its Reply's Err, a broken
+// connection backend.ErrLost; the client's reply is written from them by the
+// connection that owes it. Redis's own MOVED, ASK, TRYAGAIN and CLUSTERDOWN
+// are Redis's bytes: Send reads them to follow the slot, and the client
+// never sees MOVED or ASK.
 //
 // Each master is a Node with two ways in: a backend.Pool that forwards client
 // requests byte for byte, and connections kept for lock writes, which the

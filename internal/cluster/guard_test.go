@@ -11,46 +11,60 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// set runs SET key 1 on conn of n's pool and returns the reply.
+// set runs SET key 1 on conn of n's pool and returns the reply as a client
+// would read it (clientReads).
 func set(t *testing.T, n *Node, key string) string {
 	t.Helper()
 	done := make(chan struct{})
-	p := protocol.NewPendingFunc(func() { close(done) })
+	p := resp.NewReplyFunc(func() { close(done) })
 	n.Pool.Conn(0).Do([][]byte{[]byte("SET"), []byte(key), []byte("1")}, p)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("SET %s: no reply within 5s", key)
 	}
+	return clientReads(t, p, "SET "+key)
+}
+
+// clientReads is p's reply as a client would read it: a refusal, which is
+// the reply's Err, as its error reply.
+func clientReads(t *testing.T, p *resp.Reply, what string) string {
+	t.Helper()
+	var re resp.Error
+	if errors.As(p.Err, &re) {
+		return string(resp.AppendError(nil, re.Code, re.Msg))
+	} else if p.Err != nil {
+		t.Fatalf("%s: %v", what, p.Err)
+	}
 	return string(p.Buf)
 }
 
 // lockScript runs script once on one of n's lock connections, served as
 // the lock writer serves them (ServeLockWrites: once per node), and
-// returns the reply.
+// returns the reply as a client would read it (clientReads).
 func lockScript(t *testing.T, n *Node, script string) string {
 	t.Helper()
-	replies := make(chan string, 1)
+	replies := make(chan *resp.Reply, 1)
 	var once sync.Once
 	n.ServeLockWrites(func(conn *backend.Conn, acked bool) {
 		once.Do(func() {
 			done := make(chan struct{})
-			p := protocol.NewPendingFunc(func() { close(done) })
+			p := resp.NewReplyFunc(func() { close(done) })
 			conn.Do([][]byte{[]byte("EVAL"), []byte(script), []byte("0")}, p)
 			<-done
-			replies <- string(p.Buf)
+			replies <- p
 		})
 		<-n.Closed()
 	})
 	select {
-	case r := <-replies:
-		return r
+	case p := <-replies:
+		return clientReads(t, p, "EVAL on a lock connection")
 	case <-time.After(5 * time.Second):
 		t.Fatalf("EVAL on a lock connection: no reply within 5s")
 		return ""
@@ -92,7 +106,7 @@ func TestGuardedNodeRefusesAReplica(t *testing.T) {
 	master.Kill()
 	master.Restart(t) // a replica of other again
 	deadline := time.Now().Add(10 * time.Second)
-	for n.Refusal() == "" {
+	for n.Refusal() == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("the node still serves a replica after 10s")
 		}
@@ -143,7 +157,7 @@ func TestGuardedNodeAsksSentinelAfterABreak(t *testing.T) {
 	sent.WaitMaster(t, replica.Addr)
 	master.Restart(t)
 	deadline := time.Now().Add(10 * time.Second)
-	for n.Refusal() == "" {
+	for n.Refusal() == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("the node did not refuse the old master within 10s")
 		}

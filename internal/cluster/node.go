@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Node is one Redis master.
@@ -25,7 +25,7 @@ import (
 // it, the first and each reconnection, asks ROLE before it carries anything
 // (and, with Sentinel, the Sentinels must name it); while it is found not
 // to be a master its gate is closed: every request gets NotMaster's reply
-// instead of being sent, and the connections handed to single clients
+// (as its Err, a resp.Error) instead of being sent, and the connections handed to single clients
 // (pinned ones, pub/sub tunnels) are closed. Its owner opens the gate again
 // once the node is a master (Allow).
 //
@@ -79,7 +79,7 @@ const maxIdlePinned = 16
 // one. It never reconnects by itself: a client's transaction must not carry
 // on over a fresh connection.
 func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
-	if n.Refusal() != "" {
+	if n.Refusal() != nil {
 		return nil, ErrNotMaster
 	}
 	i := protoIndex(resp3)
@@ -125,7 +125,7 @@ func (n *Node) Unpin(c *backend.Conn, resp3, clean bool) {
 // Tunnel returns a raw connection for a client that will get a stream from
 // Redis (pub/sub), speaking RESP3 if resp3.
 func (n *Node) Tunnel(resp3 bool) (net.Conn, error) {
-	if n.Refusal() != "" {
+	if n.Refusal() != nil {
 		return nil, ErrNotMaster
 	}
 	opts := n.pinOpts
@@ -159,7 +159,7 @@ func (t *tunnel) Close() error {
 // closes c and reports false if the node is closed or refusing already.
 func (n *Node) hand(c any, close func()) bool {
 	n.mu.Lock()
-	if n.closed || n.Refusal() != "" {
+	if n.closed || n.Refusal() != nil {
 		n.mu.Unlock()
 		close()
 		return false
@@ -169,9 +169,10 @@ func (n *Node) hand(c any, close func()) bool {
 	return true
 }
 
-// Refusal is the error reply every request to the node gets now instead of
-// being sent (it was found not to be the master), "" while it is written to.
-func (n *Node) Refusal() string { return n.gate.Reason() }
+// Refusal is the error every request to the node gets now instead of being
+// sent (it was found not to be the master): a resp.Error with NotMaster's
+// reply; nil while the node is written to.
+func (n *Node) Refusal() error { return n.gate.Refusal() }
 
 // Refuse closes the node's gate with its NotMaster reply (reason, if not
 // empty) and closes every pinned connection and tunnel in clients' hands:
@@ -230,7 +231,7 @@ func (n *Node) Role(ctx context.Context) (string, error) { return n.refreshRepli
 
 // CheckAuth asks Redis whether user and password are good, on a connection
 // of their own (the shared ones keep the proxy's credentials). The error is
-// Redis's own answer (a backend.RedisError) when it refuses them.
+// Redis's own answer (a resp.Error) when it refuses them.
 func (n *Node) CheckAuth(user, password string) error {
 	opts := n.pinOpts
 	opts.Username, opts.Password = user, password
@@ -498,17 +499,17 @@ func (n *Node) close() {
 }
 
 // gateHook refuses the go-redis client's commands (lock reads) while the
-// node's gate is closed, with the gate's reply as a Redis error. INFO passes:
-// it tells the operator what the node is.
+// node's gate is closed, with the gate's refusal (a resp.Error). INFO
+// passes: it tells the operator what the node is.
 type gateHook struct{ g *backend.Gate }
 
 func (h gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if r := h.g.Reason(); r != "" && cmd.Name() != "info" {
-			cmd.SetErr(backend.RedisError(r))
-			return cmd.Err()
+		if err := h.g.Refusal(); err != nil && cmd.Name() != "info" {
+			cmd.SetErr(err)
+			return err
 		}
 		return next(ctx, cmd)
 	}
@@ -516,11 +517,11 @@ func (h gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if r := h.g.Reason(); r != "" {
+		if err := h.g.Refusal(); err != nil {
 			for _, cmd := range cmds {
-				cmd.SetErr(backend.RedisError(r))
+				cmd.SetErr(err)
 			}
-			return backend.RedisError(r)
+			return err
 		}
 		return next(ctx, cmds)
 	}
@@ -539,7 +540,8 @@ func parseInfo(info string) map[string]string {
 
 // Raw runs one request on a connection of its own (not counted as client
 // traffic) and returns the reply's bytes as Redis wrote them: for the
-// proxy's own reads, such as COMMAND.
+// proxy's own reads, such as COMMAND. An error reply is returned as the
+// error (a resp.Error).
 func (n *Node) Raw(ctx context.Context, args ...string) ([]byte, error) {
 	req := make([][]byte, len(args))
 	for i, a := range args {
@@ -553,15 +555,18 @@ func (n *Node) Raw(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	defer conn.Close()
 	done := make(chan struct{})
-	p := protocol.NewPendingFunc(func() { close(done) })
+	p := resp.NewReplyFunc(func() { close(done) })
 	conn.Do(req, p)
 	select {
 	case <-done:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	if len(p.Buf) > 0 && p.Buf[0] == '-' {
-		return nil, backend.RedisError(strings.TrimSpace(string(p.Buf[1:])))
+	if p.Err != nil {
+		return nil, p.Err
+	}
+	if re, ok := resp.ErrorReply(p.Buf); ok {
+		return nil, re
 	}
 	return p.Buf, nil
 }

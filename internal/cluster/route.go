@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // A request sent into the cluster follows its slot: an -MOVED reply updates
@@ -36,14 +36,16 @@ type Request struct {
 	// ConnID picks the connection of a pool, so one client's requests to a
 	// master keep their order.
 	ConnID int64
-	// Encoded is the request in RESP (backend.AppendCommand): the client's
+	// Encoded is the request in RESP (resp.AppendCommand): the client's
 	// argument buffers are reused once the request is dispatched, so a
 	// redirect must resend from a copy.
 	Encoded []byte
 }
 
-// Send forwards r and lands its reply, as Redis wrote it, in p.
-func (c *Cluster) Send(r Request, p *protocol.Pending) {
+// Send forwards r and lands its reply, as Redis wrote it, in p (or, if no
+// master could take it within RetryWindow, backend.ErrUnavailable in p.Err;
+// backend.ErrLost if its connection broke).
+func (c *Cluster) Send(r Request, p *resp.Reply) {
 	f := flightPool.Get().(*flight)
 	f.c, f.req, f.client, f.start, f.began = c, r, p, len(p.Buf), time.Now()
 	f.send(c.target(r.Slot), false)
@@ -51,9 +53,9 @@ func (c *Cluster) Send(r Request, p *protocol.Pending) {
 
 // Forward is Send for a request given as arguments, to n (from Route): it
 // encodes them into a buffer it reuses.
-func (c *Cluster) Forward(n *Node, slot int, resp3 bool, connID int64, args [][]byte, p *protocol.Pending) {
+func (c *Cluster) Forward(n *Node, slot int, resp3 bool, connID int64, args [][]byte, p *resp.Reply) {
 	f := flightPool.Get().(*flight)
-	f.buf = backend.AppendCommand(f.buf[:0], args)
+	f.buf = resp.AppendCommand(f.buf[:0], args)
 	f.c, f.client, f.start, f.began = c, p, len(p.Buf), time.Now()
 	f.req = Request{Slot: slot, RESP3: resp3, ConnID: connID, Encoded: f.buf}
 	f.send(n, false)
@@ -84,7 +86,7 @@ var flightPool sync.Pool
 func init() {
 	flightPool.New = func() any {
 		f := new(flight)
-		f.sub = protocol.NewPendingFunc(f.replied)
+		f.sub = resp.NewReplyFunc(f.replied)
 		return f
 	}
 }
@@ -94,8 +96,8 @@ func init() {
 type flight struct {
 	c      *Cluster
 	req    Request
-	client *protocol.Pending
-	sub    *protocol.Pending
+	client *resp.Reply
+	sub    *resp.Reply
 	buf    []byte // Forward's encoding of the request
 	start  int    // len(client.Buf) before the reply
 	began  time.Time
@@ -104,9 +106,9 @@ type flight struct {
 }
 
 func (f *flight) send(n *Node, asking bool) {
-	f.sub.Buf = f.client.Buf
+	f.sub.Buf, f.sub.Err = f.client.Buf, nil
 	if n == nil {
-		f.sub.Buf = append(f.sub.Buf, backend.ReplyUnavailable...)
+		f.sub.Err = backend.ErrUnavailable
 		f.replied()
 		return
 	}
@@ -122,6 +124,9 @@ func (f *flight) send(n *Node, asking bool) {
 func (f *flight) replied() {
 	reply := f.sub.Buf[f.start:]
 	kind := redirectKind(reply)
+	if f.sub.Err == backend.ErrUnavailable {
+		kind = retry // not sent: the master could not be reached
+	}
 	if kind != notRedirect && f.tries < maxRedirects && time.Since(f.began) < RetryWindow {
 		f.tries++
 		f.client.Buf = f.sub.Buf[:f.start]
@@ -145,9 +150,9 @@ func (f *flight) replied() {
 		go f.redirect(kind, slot, addr)
 		return
 	}
-	f.client.Buf = f.sub.Buf
+	f.client.Buf, f.client.Err = f.sub.Buf, f.sub.Err
 	p := f.client
-	f.c, f.req, f.client, f.sub.Buf, f.tries, f.pause = nil, Request{}, nil, nil, 0, 0
+	f.c, f.req, f.client, f.sub.Buf, f.sub.Err, f.tries, f.pause = nil, Request{}, nil, nil, nil, 0, 0
 	if cap(f.buf) > 64<<10 {
 		f.buf = nil
 	}
@@ -218,8 +223,9 @@ func redirectKind(reply []byte) redirect {
 }
 
 // Redirected reports whether an error reply from a master means the request
-// did not run there and may go again once the topology is known
-// (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, or the master was unreachable).
+// did not run there and may go again once the topology is known (MOVED,
+// ASK, TRYAGAIN, CLUSTERDOWN). A master that could not be reached is an
+// error instead (ErrUnavailable).
 func Redirected(reply []byte) bool { return redirectKind(reply) != notRedirect }
 
 // parseRedirect reads "-MOVED 3999 127.0.0.1:6381\r\n" (or -ASK).

@@ -13,7 +13,6 @@ func TestRedirects(t *testing.T) {
 		{"-ASK 16383 10.0.0.2:7000\r\n", ask, 16383, "10.0.0.2:7000"},
 		{"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", retry, -1, ""},
 		{"-CLUSTERDOWN The cluster is down\r\n", retry, -1, ""},
-		{"-TRYAGAIN fenceproxy: Redis is unreachable, retry shortly\r\n", retry, -1, ""},
 		{"-MOVED 99999 127.0.0.1:1\r\n", moved, -1, ""}, // out of range: retried, never indexed
 		{"-ERR MOVED is not an error here\r\n", notRedirect, -1, ""},
 		{"+MOVED 1 a:1\r\n", notRedirect, -1, ""},

@@ -224,12 +224,12 @@ func (s *standalone) checkMaster(ctx context.Context) error {
 		// reconnection asks ROLE before it is used.
 		return errors.Join(sentinelErr, fmt.Errorf("INFO replication on %s: %w", n.Addr, err))
 	case role != "master":
-		if n.Refusal() == "" {
+		if n.Refusal() == nil {
 			s.log.Warn("the Redis master reports itself a replica: fenceproxy sends it nothing (no writes, no lock commands) until it is a master again",
 				"addr", n.Addr, "role", role, "sentinel", s.sentinel != nil)
 			n.Refuse("")
 		}
-	case n.Refusal() != "" && usable && sentinelErr == nil:
+	case n.Refusal() != nil && usable && sentinelErr == nil:
 		s.log.Info("the Redis master is a master again; serving", "addr", n.Addr)
 		n.Allow()
 		s.masterChanged()
@@ -241,7 +241,7 @@ func (s *standalone) checkMaster(ctx context.Context) error {
 // in old's place. Nothing more is sent to old from the start; if addr
 // cannot be used yet, the next check tries again.
 func (s *standalone) follow(ctx context.Context, old *Node, addr string) error {
-	if old.Refusal() == "" {
+	if old.Refusal() == nil {
 		s.log.Warn("Sentinel names a new master; nothing more is sent to the old one", "old", old.Addr, "new", addr,
 			"master_name", s.opts.Sentinel.MasterName)
 		old.Refuse("")

@@ -10,6 +10,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Client authentication and ACL users (package auth). With Options.ACL nil
@@ -64,7 +65,7 @@ func (h *Handler) userOf(s *session) *auth.User {
 
 // authorize checks a request against the connection's user. It reports
 // whether the request may go on; if not, it has replied.
-func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *protocol.Pending) bool {
+func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *resp.Reply) bool {
 	s := sessionOf(c)
 	u := h.userOf(s)
 	var lower [32]byte
@@ -127,7 +128,7 @@ func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *protocol.Pending
 // that Redis refuses in order without running anything, an unknown
 // command carrying msg: the client reads "-ERR unknown command
 // 'fenceproxy.refused', with args beginning with: '<msg>'".
-func (h *Handler) refuse(s *session, p *protocol.Pending, msg string) {
+func (h *Handler) refuse(s *session, p *resp.Reply, msg string) {
 	if s.tunnel != nil {
 		h.sendTunnel(s, [][]byte{[]byte("fenceproxy.refused"), []byte(msg)}, p)
 		return
@@ -343,7 +344,7 @@ func (h *Handler) permittedLock(u *auth.User, s *session, name string, cmd comma
 
 // acl answers ACL with authentication on: WHOAMI here, and the rest
 // refused, since users live in --aclfile.
-func (h *Handler) acl(c *protocol.Conn, s *session, u *auth.User, args [][]byte, p *protocol.Pending) {
+func (h *Handler) acl(c *protocol.Conn, s *session, u *auth.User, args [][]byte, p *resp.Reply) {
 	sub := ""
 	if len(args) > 1 {
 		sub = lowerName(args[1])

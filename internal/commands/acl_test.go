@@ -10,6 +10,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
@@ -214,7 +215,7 @@ func FuzzAuthorize(f *testing.F) {
 		c := &protocol.Conn{}
 		s := sessionOf(c)
 		s.user, s.authInit = h.opts.ACL.User("alice"), true
-		p := protocol.NewPendingFunc(func() {})
+		p := resp.NewReplyFunc(func() {})
 		if h.authorize(c, req, p) {
 			if len(p.Buf) != 0 {
 				t.Fatalf("%q allowed with a reply %q", line, p.Buf)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Keyless commands about the whole keyspace, in front of a Redis Cluster:
@@ -45,18 +46,14 @@ var broadcasts = map[string]broadcastRule{
 }
 
 // broadcast sends args to every master and merges the replies into p.
-func (h *Handler) broadcast(c *protocol.Conn, s *session, args [][]byte, m merge, p *protocol.Pending) {
+func (h *Handler) broadcast(c *protocol.Conn, s *session, args [][]byte, m merge, p *resp.Reply) {
 	h.opts.Metrics.PassthroughCommands.Inc()
 	masters := h.opts.Cluster.Masters()
 	if len(masters) == 0 {
-		p.Buf = append(p.Buf, backend.ReplyUnavailable...)
-		p.Done()
+		replyErr(p, backend.ErrUnavailable)
 		return
 	}
-	parts := fanIn(len(masters), func(replies [][]byte) {
-		p.Buf = m(replies, nil, p.Buf)
-		p.Done()
-	})
+	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, m) })
 	resp3 := s != nil && s.resp3
 	for i, n := range masters {
 		pool := n.Pool
@@ -104,7 +101,7 @@ func mergePubsub(parts [][]byte, order [][2]int, dst []byte) []byte {
 				return append(dst, replyBadPart...)
 			}
 			for j := range counts {
-				v, _ := backend.ParseValue(l[2*j+1])
+				v, _ := resp.Parse(l[2*j+1])
 				n, _ := v.(int64)
 				counts[j] += n
 			}
@@ -185,7 +182,7 @@ func mergeScript(parts [][]byte, order [][2]int, dst []byte) []byte {
 // the set of masters does not change meanwhile.
 const scanNodeBits = 10
 
-func (h *Handler) scan(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) {
+func (h *Handler) scan(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) {
 	h.opts.Metrics.PassthroughCommands.Inc()
 	if len(args) < 2 {
 		p.Buf = append(p.Buf, "-ERR wrong number of arguments for 'scan' command\r\n"...)
@@ -206,8 +203,12 @@ func (h *Handler) scan(c *protocol.Conn, s *session, args [][]byte, p *protocol.
 		return
 	}
 	req := append([][]byte{args[0], strconv.AppendUint(nil, cursor>>scanNodeBits, 10)}, args[2:]...)
-	var part *protocol.Pending
-	part = protocol.NewPendingFunc(func() {
+	var part *resp.Reply
+	part = resp.NewReplyFunc(func() {
+		if part.Err != nil {
+			replyErr(p, part.Err)
+			return
+		}
 		p.Buf = scanReply(part.Buf, at, len(masters), p.Buf)
 		p.Done()
 	})
@@ -220,11 +221,11 @@ func (h *Handler) scan(c *protocol.Conn, s *session, args [][]byte, p *protocol.
 
 // scanReply rewrites one master's SCAN reply with the client's cursor.
 func scanReply(reply []byte, at, masters int, dst []byte) []byte {
-	elems, ok := backend.Elements(reply)
+	elems, ok := resp.Elements(reply)
 	if !ok || len(elems) != 2 {
 		return append(dst, reply...) // an error: Redis's own
 	}
-	v, err := backend.ParseValue(elems[0])
+	v, err := resp.Parse(elems[0])
 	str, _ := v.(string)
 	next, perr := strconv.ParseUint(str, 10, 64)
 	if err != nil || perr != nil {

@@ -7,13 +7,15 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // info is INFO: Redis's own sections, with the proxy's "# fenceproxy" and
 // "# locks" sections after them (INFO, INFO all/everything/default, INFO
 // fenceproxy, INFO locks).
-func (h *Handler) info(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	var sections []string
 	ours, onlyOurs := len(args) == 1, len(args) > 1
 	lockSec := len(args) == 1
@@ -41,8 +43,7 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 			text, err = node.Client.Info(ctx, sections...).Result()
 			cancel()
 			if err != nil {
-				p.Buf = redcon.AppendError(p.Buf, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
-				p.Done()
+				replyErr(p, backend.ErrUnavailable)
 				return
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // session is the per-connection state the proxy keeps itself.
@@ -67,7 +68,7 @@ func sessionOf(c *protocol.Conn) *session {
 	return s
 }
 
-func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	switch len(args) {
 	case 1:
 		p.Buf = append(p.Buf, "+PONG\r\n"...)
@@ -80,12 +81,12 @@ func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	}
 }
 
-func (h *Handler) echo(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) echo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	p.Buf = redcon.AppendBulk(p.Buf, args[1])
 	p.Done()
 }
 
-func (h *Handler) quit(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) quit(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	c.CloseAfterReply()
 	replyOK(p)
 }
@@ -93,7 +94,7 @@ func (h *Handler) quit(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 // hello negotiates the protocol. A client that asks for RESP3 gets it from
 // Redis itself: its requests then travel over connections that said HELLO 3
 // to Redis, so every reply is Redis's own RESP3.
-func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	resp3 := s.resp3
 	rest := args[1:]
@@ -187,19 +188,19 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 // decides, and a Redis with no password answers as it always does.
 func (h *Handler) checkAuth(user, password []byte) string {
 	err := h.opts.Backend.Masters()[0].CheckAuth(string(user), string(password))
-	var re backend.RedisError
+	var re resp.Error
 	switch {
 	case err == nil:
 		return ""
 	case errors.As(err, &re):
-		return string(re)
+		return re.Error()
 	}
 	return "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly"
 }
 
 // auth is AUTH [user] password: checked by fenceproxy's own users when
 // authentication is on (never forwarded), else by Redis as before.
-func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	check := h.checkAuth
 	if h.opts.ACL != nil {
 		s := sessionOf(c)
@@ -221,7 +222,7 @@ func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	replyOK(p)
 }
 
-func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	n, ok := parseInt(args[1])
 	switch {
 	case !ok:
@@ -233,7 +234,7 @@ func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 	}
 }
 
-func (h *Handler) client(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	sub := strings.ToLower(string(args[1]))
 	switch {
 	case sub == "id" && len(args) == 2:
@@ -315,7 +316,7 @@ func clientLine(c *protocol.Conn, s *session) string {
 }
 
 // reset is RESET: the connection's state back to a fresh one's.
-func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if s.pinned != nil {
 		c.WaitReplies(p)
@@ -349,14 +350,14 @@ var refused = map[string]string{
 	"shutdown": "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly",
 }
 
-func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *protocol.Pending) {
-	return func(h *Handler, c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
+	return func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, "ERR fenceproxy: "+why)
 	}
 }
 
 // xread forwards XREAD and XREADGROUP unless they would block.
-func (h *Handler) xread(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) xread(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	for _, a := range args[1:] {
 		if bytes.EqualFold(a, []byte("streams")) {
 			break

@@ -16,6 +16,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Bounds on lock-family arguments. They keep owner records small and Redis
@@ -72,11 +73,12 @@ func parseLock(args [][]byte) (a lockArgs, msg string) {
 
 // runLock serves a lock request off the connection's goroutine, after the
 // connection's earlier requests for resource (locks.Runner: the lock path's
-// concurrency policy); fn's reply completes p. timeout is how long the
-// request may wait for the lock.
-func (h *Handler) runLock(c *protocol.Conn, resource string, p *protocol.Pending, timeout time.Duration, fn func(ctx context.Context) []byte) {
+// concurrency policy); fn's reply, or its error, completes p. timeout is how
+// long the request may wait for the lock.
+func (h *Handler) runLock(c *protocol.Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context) ([]byte, error)) {
 	h.runner.Run(&sessionOf(c).lockRequests, resource, timeout, func(ctx context.Context) {
-		p.Buf = append(p.Buf, fn(ctx)...)
+		reply, err := fn(ctx)
+		p.Buf, p.Err = append(p.Buf, reply...), err
 		p.Done()
 	})
 }
@@ -99,7 +101,7 @@ func receivedAt(c *protocol.Conn) time.Time {
 	return time.Now()
 }
 
-func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if len(args) != 4 && len(args) != 6 {
 		replyError(p, "ERR wrong number of arguments for 'lock.acquire' command")
 		return
@@ -124,43 +126,43 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 	null := nullReply(c)
 	addr := c.RemoteAddr
 	received := receivedAt(c)
-	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) []byte {
+	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) ([]byte, error) {
 		start := time.Now()
 		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, addr, a.ttl, a.wait, received)
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		switch {
 		case err == nil:
 			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-			return redcon.AppendInt(nil, int64(token))
+			return redcon.AppendInt(nil, int64(token)), nil
 		case err == locks.ErrBusy:
 			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
-			return null
+			return null, nil
 		}
 		var qf *locks.QueueFullError
 		if errors.As(err, &qf) {
 			h.opts.Metrics.Acquires.WithLabelValues("queuefull").Inc()
-			return queueFullReply(qf)
+			return queueFullReply(qf), nil
 		}
 		var nr *locks.NoReplicasError
 		if errors.As(err, &nr) {
 			h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
 			return redcon.AppendError(nil, fmt.Sprintf(
-				"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted))
+				"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted)), nil
 		}
 		if reply, ok := evictableReply(err, "nothing was granted"); ok {
 			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
-			return reply
+			return reply, nil
 		}
 		if err == locks.ErrLate {
 			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
-			return []byte(replyLateGrant)
+			return []byte(replyLateGrant), nil
 		}
 		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-		return h.lockError(err, "the lock may or may not be granted: retry with the same owner")
+		return nil, h.lockError(err, "the lock may or may not be granted: retry with the same owner")
 	})
 }
 
-func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	a, msg := parseLock(args)
 	if msg != "" {
 		h.opts.Metrics.Renewals.WithLabelValues("invalid").Inc()
@@ -170,36 +172,36 @@ func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *protocol.Pending
 	a.owner = h.lockOwner(c, a.owner)
 	null := nullReply(c)
 	received := receivedAt(c)
-	h.runLock(c, a.resource, p, 0, func(ctx context.Context) []byte {
+	h.runLock(c, a.resource, p, 0, func(ctx context.Context) ([]byte, error) {
 		token, err := h.opts.Locks.Renew(ctx, a.resource, a.owner, a.ttl, received)
 		switch {
 		case err == nil:
 			h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
-			return redcon.AppendInt(nil, int64(token))
+			return redcon.AppendInt(nil, int64(token)), nil
 		case err == locks.ErrNotHeld:
 			h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
-			return null
+			return null, nil
 		}
 		var nr *locks.NoReplicasError
 		if errors.As(err, &nr) {
 			h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
 			return redcon.AppendError(nil, fmt.Sprintf(
-				"NOREPLICAS %d of %d required replicas acknowledged the renewal in time; the lease may be extended on the master only", nr.Acked, nr.Wanted))
+				"NOREPLICAS %d of %d required replicas acknowledged the renewal in time; the lease may be extended on the master only", nr.Acked, nr.Wanted)), nil
 		}
 		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
 			h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
-			return reply
+			return reply, nil
 		}
 		if err == locks.ErrLate {
 			h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
-			return []byte(replyLateRenewal)
+			return []byte(replyLateRenewal), nil
 		}
 		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
-		return h.lockError(err, "the lease may or may not be extended: retry")
+		return nil, h.lockError(err, "the lease may or may not be extended: retry")
 	})
 }
 
-func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	a, msg := parseLock(args)
 	if msg != "" {
 		h.opts.Metrics.Releases.WithLabelValues("invalid").Inc()
@@ -207,23 +209,23 @@ func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *protocol.Pendi
 		return
 	}
 	a.owner = h.lockOwner(c, a.owner)
-	h.runLock(c, a.resource, p, 0, func(ctx context.Context) []byte {
+	h.runLock(c, a.resource, p, 0, func(ctx context.Context) ([]byte, error) {
 		released, err := h.opts.Locks.Release(ctx, a.resource, a.owner)
 		switch {
 		case err != nil:
 			h.opts.Metrics.Releases.WithLabelValues("error").Inc()
-			return h.lockError(err, "the lock may or may not be released: retry")
+			return nil, h.lockError(err, "the lock may or may not be released: retry")
 		case released:
 			h.opts.Metrics.Releases.WithLabelValues("released").Inc()
-			return []byte(":1\r\n")
+			return []byte(":1\r\n"), nil
 		default:
 			h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
-			return []byte(":0\r\n")
+			return []byte(":0\r\n"), nil
 		}
 	})
 }
 
-func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
 	token, ok := parseInt(args[2])
 	if msg == "" && (!ok || token <= 0) {
@@ -237,36 +239,37 @@ func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *protocol.Pendin
 	if sessionOf(c).lockRequests.Busy(resource) {
 		// An earlier request of this client for the resource is still
 		// running (say, a pipelined ACQUIRE): check after it, not before.
-		h.runLock(c, resource, p, 0, func(context.Context) []byte {
+		h.runLock(c, resource, p, 0, func(context.Context) ([]byte, error) {
 			return h.fenceCheckReply(resource, token)
 		})
 		return
 	}
-	p.Buf = append(p.Buf, h.fenceCheckReply(resource, token)...)
+	reply, err := h.fenceCheckReply(resource, token)
+	p.Buf, p.Err = append(p.Buf, reply...), err
 	p.Done()
 }
 
-func (h *Handler) fenceCheckReply(resource string, token int64) []byte {
+func (h *Handler) fenceCheckReply(resource string, token int64) ([]byte, error) {
 	current, err := h.opts.Locks.FenceCheck(resource, uint64(token))
 	switch {
 	case err == locks.ErrNeverIssued:
 		// The caller's mistake, not a failure of the proxy: kept apart
 		// from "error" so that dashboards of backend errors stay quiet.
 		h.opts.Metrics.FenceChecks.WithLabelValues("invalid").Inc()
-		return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource")
+		return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource"), nil
 	case err != nil:
 		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
-		return h.lockError(err, "retry")
+		return nil, h.lockError(err, "retry")
 	case current:
 		h.opts.Metrics.FenceChecks.WithLabelValues("current").Inc()
-		return []byte(":1\r\n")
+		return []byte(":1\r\n"), nil
 	default:
 		h.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
-		return []byte(":0\r\n")
+		return []byte(":0\r\n"), nil
 	}
 }
 
-func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
 	if msg != "" {
 		replyError(p, msg)
@@ -274,10 +277,10 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 	}
 	null := nullReply(c)
 	prefix := h.holderPrefix(c)
-	h.runLock(c, resource, p, 0, func(ctx context.Context) []byte {
+	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
 		info, err := h.opts.Locks.Info(ctx, resource)
 		if err != nil {
-			return h.lockError(err, "retry")
+			return nil, h.lockError(err, "retry")
 		}
 		b := redcon.AppendArray(nil, 14)
 		b = redcon.AppendBulkString(b, "owner")
@@ -296,59 +299,67 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 		}
 		b = redcon.AppendBulkString(b, "waiters")
 		b = redcon.AppendInt(b, int64(info.Waiters))
-		return appendLockInfoMore(b, info, null)
+		return appendLockInfoMore(b, info, null), nil
 	})
 }
 
 // masterRefusal is why a standalone master is sent nothing now (it is not
-// the master: see cluster.Node), "" if it is served.
-func (h *Handler) masterRefusal() string {
+// the master: see cluster.Node), nil if it is served.
+func (h *Handler) masterRefusal() error {
 	if h.opts.Backend.Mode() != "standalone" {
-		return ""
+		return nil
 	}
 	return h.opts.Backend.Masters()[0].Refusal()
 }
 
-// lockError turns a lock-manager failure into a reply that says what the
+// lockError turns a lock-manager failure into the error value the client
+// is answered with (its reply is written by protocol), saying what the
 // client can do, and logs the detail the client does not get.
-func (h *Handler) lockError(err error, unknownOutcome string) []byte {
+func (h *Handler) lockError(err error, unknownOutcome string) error {
 	var re redis.Error
+	var coded resp.CodedError
 	var conflict *authority.ConflictError
 	var shortfall *authority.NoReplicasError
 	switch {
 	case errors.As(err, &conflict):
-		return redcon.AppendError(nil, "ERR fenceproxy: "+conflict.Reason())
+		return resp.Error{Code: "ERR", Msg: "fenceproxy: " + conflict.Reason()}
 	case errors.As(err, &shortfall):
-		return redcon.AppendError(nil, fmt.Sprintf("NOREPLICAS %d of %d required replicas acknowledged the token bound (a new window of tokens) in time; nothing was done",
-			shortfall.Acked, shortfall.Wanted))
+		return resp.Error{Code: "NOREPLICAS", Msg: fmt.Sprintf(
+			"%d of %d required replicas acknowledged the token bound (a new window of tokens) in time; nothing was done",
+			shortfall.Acked, shortfall.Wanted)}
 	case errors.Is(err, authority.ErrUnconfirmed), errors.Is(err, persist.ErrNotShared):
-		if r := h.masterRefusal(); r != "" {
+		if r := h.masterRefusal(); r != nil {
 			// The heartbeat is late because the master refuses it: say why.
-			return redcon.AppendError(nil, r)
+			return r
 		}
-		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: this proxy is not confirmed as the backend's token authority right now "+
-			"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly")
+		return resp.Error{Code: "TRYAGAIN", Msg: "fenceproxy: this proxy is not confirmed as the backend's token authority right now " +
+			"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly"}
 	case errors.Is(err, cluster.ErrUnavailable):
-		return redcon.AppendError(nil, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+		return cluster.ErrUnavailable
 	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
-		return redcon.AppendError(nil, "ERR fenceproxy: lost contact with Redis; "+unknownOutcome)
+		return resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with Redis; " + unknownOutcome}
 	case errors.Is(err, persist.ErrUnhealthy), errors.Is(err, persist.ErrClosed):
 		storeErrorLog.Error(h.opts.Logger, "fence store cannot issue tokens", "err", err)
-		return redcon.AppendError(nil, "ERR fenceproxy: the fence store cannot write to disk; no token was issued (see the proxy's log)")
+		return resp.Error{Code: "ERR", Msg: "fenceproxy: the fence store cannot write to disk; no token was issued (see the proxy's log)"}
 	case errors.Is(err, persist.ErrExhausted):
-		return redcon.AppendError(nil, "ERR fenceproxy: the token space is exhausted; no token was issued")
+		return resp.Error{Code: "ERR", Msg: "fenceproxy: the token space is exhausted; no token was issued"}
+	case errors.As(err, &coded):
+		// An error that knows its reply: Redis refused the script (a
+		// resp.Error, e.g. WRONGTYPE when a client wrote over an owner
+		// record's key), a refused node, the connection lost under
+		// FENCE.EXEC's command (backend.ErrLost).
+		return coded
 	case errors.As(err, &re):
-		// Redis refused the script, e.g. WRONGTYPE when a client wrote over
-		// an owner record's key.
-		return redcon.AppendError(nil, re.Error())
+		// Redis refused a lock read, which goes through go-redis.
+		return resp.NewError(re.Error())
 	}
 	h.opts.Logger.Error("lock command failed", "err", err)
-	return redcon.AppendError(nil, "ERR fenceproxy: internal error serving the lock command (see the proxy's log)")
+	return resp.Error{Code: "ERR", Msg: "fenceproxy: internal error serving the lock command (see the proxy's log)"}
 }
 
 // fenceExec is FENCE.EXEC resource token command [arg ...]: the command runs
 // only if token is the newest issued for resource (see Manager.FencedExec).
-func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
 	token, ok := parseInt(args[2])
 	if msg == "" && (!ok || token <= 0) {
@@ -363,28 +374,28 @@ func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *protocol.Pending
 		command[i] = append([]byte(nil), a...) // outlives the request buffer
 	}
 	prefix := h.holderPrefix(c)
-	h.runLock(c, resource, p, 0, func(ctx context.Context) []byte {
+	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
 		reply, err := h.opts.Locks.FencedExecAs(ctx, resource, uint64(token), command, prefix)
 		switch {
 		case err == nil:
-			return reply
+			return reply, nil
 		case err == locks.ErrOtherHolder:
-			return redcon.AppendError(nil, "NOPERM fenceproxy: this resource's lock is held by another user; the command was not run")
+			return redcon.AppendError(nil, "NOPERM fenceproxy: this resource's lock is held by another user; the command was not run"), nil
 		case err == locks.ErrLeaseOver:
-			return redcon.AppendError(nil, "ERR fenceproxy: token "+strconv.FormatInt(token, 10)+" has no current lease; with authentication on, FENCE.EXEC runs only while the caller's user holds the lock; the command was not run")
+			return redcon.AppendError(nil, "ERR fenceproxy: token "+strconv.FormatInt(token, 10)+" has no current lease; with authentication on, FENCE.EXEC runs only while the caller's user holds the lock; the command was not run"), nil
 		case err == locks.ErrStale:
 			h.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
-			return redcon.AppendError(nil, "STALE token "+strconv.FormatInt(token, 10)+" is older than the newest issued for this resource; the command was not run")
+			return redcon.AppendError(nil, "STALE token "+strconv.FormatInt(token, 10)+" is older than the newest issued for this resource; the command was not run"), nil
 		case err == locks.ErrNeverIssued:
-			return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource")
+			return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource"), nil
 		}
-		return h.lockError(err, "the command may or may not have run")
+		return nil, h.lockError(err, "the command may or may not have run")
 	})
 }
 
 // lockTop is LOCK.TOP [count]: the most contended resources, most first, as
 // [resource, contended-acquires, waiting-now] triples (default 10).
-func (h *Handler) lockTop(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) lockTop(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	n := int64(10)
 	if len(args) > 2 {
 		replyError(p, "ERR wrong number of arguments for 'lock.top' command")

@@ -10,6 +10,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // What operators see of the lock family: LOCK.INFO's fields beyond the
@@ -63,7 +64,7 @@ var slowlogHelp = []string{
 
 // lockSlowlog is LOCK.SLOWLOG GET [count] | LEN | RESET | HELP, shaped like
 // Redis's SLOWLOG.
-func (h *Handler) lockSlowlog(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) lockSlowlog(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	sub := strings.ToLower(string(args[1]))
 	lm := h.opts.Locks
 	switch {

@@ -2,12 +2,13 @@ package commands
 
 import (
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // forward sends the request to the master on the connection this client
 // always uses, so its requests reach Redis in the order it sent them; in
 // front of a Redis Cluster, route picks the master by slot.
-func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
 		h.sendTunnel(s, args, p)
 		return

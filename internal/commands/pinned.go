@@ -9,6 +9,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Commands that need a backend connection of the client's own: MULTI/EXEC
@@ -35,33 +36,33 @@ const (
 // pin gives the client a connection of its own to the master for args,
 // unless it has one. It replies with an error and reports false if none can
 // be had.
-func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) bool {
+func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) bool {
 	if s.pinned != nil {
 		return true
 	}
 	c.WaitReplies(p) // what the client sent before runs before the switch
 	node := h.nodeFor(args)
 	if node == nil {
-		replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+		replyErr(p, backend.ErrUnavailable)
 		return false
 	}
 	conn, err := node.Pinned(s.resp3)
 	if err != nil {
-		replyError(p, unreachable(node))
+		replyErr(p, unreachable(node))
 		return false
 	}
 	s.pinned, s.pinnedNode, s.pinnedRESP3 = conn, node, s.resp3
 	return true
 }
 
-// unreachable is the error reply for a request that could not get a
-// connection to node: why the proxy refuses to send anything to it (it is
-// not the master), or else that it cannot be reached.
-func unreachable(node *cluster.Node) string {
-	if r := node.Refusal(); r != "" {
-		return r
+// unreachable is the error for a request that could not get a connection
+// to node: why the proxy refuses to send anything to it (it is not the
+// master), or else that it cannot be reached.
+func unreachable(node *cluster.Node) error {
+	if err := node.Refusal(); err != nil {
+		return err
 	}
-	return "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly"
+	return backend.ErrUnavailable
 }
 
 // nodeFor returns the master for a request that needs a connection of the
@@ -83,7 +84,7 @@ func (h *Handler) nodeFor(args [][]byte) *cluster.Node {
 }
 
 // sendPinned forwards a request on the client's own connection.
-func (h *Handler) sendPinned(s *session, args [][]byte, p *protocol.Pending) {
+func (h *Handler) sendPinned(s *session, args [][]byte, p *resp.Reply) {
 	if !s.pinned.Up() {
 		if s.inMulti || s.watching {
 			replyError(p, replyTxLost)
@@ -104,22 +105,22 @@ func (h *Handler) sendPinned(s *session, args [][]byte, p *protocol.Pending) {
 const replyOtherMaster = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than the transaction's; keep a transaction's keys in one slot with a {hash tag}\r\n"
 
 // noRedirects wraps p so that MOVED and ASK never reach the client.
-func noRedirects(p *protocol.Pending) *protocol.Pending {
+func noRedirects(p *resp.Reply) *resp.Reply {
 	start := len(p.Buf)
-	var sub *protocol.Pending
-	sub = protocol.NewPendingFunc(func() {
+	var sub *resp.Reply
+	sub = resp.NewReplyFunc(func() {
 		reply := sub.Buf[start:]
 		if bytes.HasPrefix(reply, []byte("-MOVED ")) || bytes.HasPrefix(reply, []byte("-ASK ")) {
 			sub.Buf = append(sub.Buf[:start], replyOtherMaster...)
 		}
-		p.Buf = sub.Buf
+		p.Buf, p.Err = sub.Buf, sub.Err
 		p.Done()
 	})
 	sub.Buf = p.Buf
 	return sub
 }
 
-func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if !s.inMulti {
 		if h.opts.Cluster != nil && s.pinned == nil {
@@ -138,18 +139,18 @@ func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 // beginMulti sends a deferred MULTI to the master of the first command
 // queued in the transaction. It reports false (having replied) if that
 // master cannot be reached.
-func (h *Handler) beginMulti(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) bool {
+func (h *Handler) beginMulti(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) bool {
 	if !h.pin(c, s, args, p) {
 		s.inMulti, s.multiDeferred = false, false
 		return false
 	}
 	s.multiDeferred = false
-	s.pinned.Do([][]byte{[]byte("MULTI")}, protocol.NewPendingFunc(func() {}))
+	s.pinned.Do([][]byte{[]byte("MULTI")}, resp.NewReplyFunc(func() {}))
 	return true
 }
 
 // execOrDiscard ends a transaction (or, outside one, gets Redis's error).
-func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if !s.inMulti {
 		h.forward(c, args, p)
@@ -161,7 +162,7 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *protocol.Pen
 		s.txDenied = false
 		if len(args[0]) == 4 { // EXEC
 			if !s.multiDeferred && s.pinned.Up() {
-				s.pinned.Do([][]byte{[]byte("DISCARD")}, protocol.NewPendingFunc(func() {}))
+				s.pinned.Do([][]byte{[]byte("DISCARD")}, resp.NewReplyFunc(func() {}))
 			}
 			s.inMulti, s.multiDeferred, s.watching = false, false, false
 			replyError(p, replyExecAbort)
@@ -190,7 +191,7 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *protocol.Pen
 	h.sendPinned(s, args, p)
 }
 
-func (h *Handler) watch(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) watch(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if !s.inMulti {
 		if !h.pin(c, s, args, p) {
@@ -201,7 +202,7 @@ func (h *Handler) watch(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
 	h.sendPinned(s, args, p) // inside MULTI: Redis's own error
 }
 
-func (h *Handler) unwatch(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) unwatch(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if !s.inMulti {
 		s.watching = false
@@ -211,7 +212,7 @@ func (h *Handler) unwatch(c *protocol.Conn, args [][]byte, p *protocol.Pending) 
 
 // blocking serves a command that may wait in Redis: on the client's own
 // connection, with the client watched so a disconnect ends the wait.
-func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if s.inMulti {
 		h.sendPinned(s, args, p) // queued, so it will not block
@@ -240,7 +241,7 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *protocol.Pending)
 func writePrelude(conn *backend.Conn, key string) {
 	conn.Do([][]byte{
 		[]byte("SET"), []byte(key), []byte("1"), []byte("PX"), []byte("1"),
-	}, protocol.NewPendingFunc(func() {})) // its reply is not the client's
+	}, resp.NewReplyFunc(func() {})) // its reply is not the client's
 }
 
 // waitEveryMaster is WAIT in front of a Redis Cluster: the client's writes
@@ -248,7 +249,7 @@ func writePrelude(conn *backend.Conn, key string) {
 // slot of that master, as in writePrelude) and the answer is the smallest
 // count: every write of the client reached at least that many replicas of
 // its master. The connections are the client's own while it waits.
-func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) {
+func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) {
 	c.WaitReplies(p)
 	masters := h.opts.Cluster.Masters()
 	conns := make([]*backend.Conn, 0, len(masters))
@@ -258,7 +259,7 @@ func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p
 			for i, c := range conns {
 				masters[i].Unpin(c, s.resp3, true)
 			}
-			replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+			replyErr(p, backend.ErrUnavailable)
 			return
 		}
 		conns = append(conns, conn)
@@ -267,14 +268,18 @@ func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p
 	s.waiting = conns
 	s.mu.Unlock()
 	c.MayBlock()
-	parts := fanIn(len(conns), func(replies [][]byte) {
+	parts := fanIn(len(conns), func(replies []*resp.Reply) {
 		s.mu.Lock()
 		s.waiting = nil
 		s.mu.Unlock()
 		least := int64(-1)
-		var bad []byte
+		var bad *resp.Reply
 		for i, r := range replies {
-			v, err := backend.ParseValue(r)
+			var v any
+			err := r.Err
+			if err == nil {
+				v, err = resp.Parse(r.Buf)
+			}
 			n, ok := v.(int64)
 			if !ok && bad == nil {
 				bad = r // an error (Redis's, or a lost connection)
@@ -284,9 +289,12 @@ func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p
 			}
 			masters[i].Unpin(conns[i], s.resp3, err == nil)
 		}
-		if bad != nil {
-			p.Buf = append(p.Buf, bad...)
-		} else {
+		switch {
+		case bad != nil && bad.Err != nil:
+			p.Err = bad.Err
+		case bad != nil:
+			p.Buf = append(p.Buf, bad.Buf...)
+		default:
 			p.Buf = redcon.AppendInt(p.Buf, least)
 		}
 		p.Done()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Pub/sub. A subscribed client reads a stream: Redis pushes its messages,
@@ -30,7 +31,7 @@ type tunnel interface {
 	close()
 }
 
-func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if s.inMulti {
 		h.sendPinned(s, args, p) // queued: Redis decides
@@ -39,7 +40,7 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *protocol.Pending
 	if h.opts.Cluster != nil {
 		sub, err := h.newSubscriber(s.resp3)
 		if err != nil {
-			replyError(p, "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+			replyErr(p, backend.ErrUnavailable)
 			return
 		}
 		sub.start(c.TakeWrites(p))
@@ -50,7 +51,7 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *protocol.Pending
 	master := h.opts.Backend.Masters()[0]
 	redis, err := master.Tunnel(s.resp3)
 	if err != nil {
-		replyError(p, unreachable(master))
+		replyErr(p, unreachable(master))
 		return
 	}
 	client := c.TakeWrites(p)
@@ -64,7 +65,7 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *protocol.Pending
 }
 
 // sendTunnel passes a request through the tunnel; its reply comes from Redis.
-func (h *Handler) sendTunnel(s *session, args [][]byte, p *protocol.Pending) {
+func (h *Handler) sendTunnel(s *session, args [][]byte, p *resp.Reply) {
 	h.opts.Metrics.PassthroughCommands.Inc()
 	s.tunnel.send(args)
 	p.Done()
@@ -74,7 +75,7 @@ func (h *Handler) sendTunnel(s *session, args [][]byte, p *protocol.Pending) {
 type rawTunnel struct{ net.Conn }
 
 func (t rawTunnel) send(args [][]byte) {
-	if _, err := t.Write(backend.AppendCommand(nil, args)); err != nil {
+	if _, err := t.Write(resp.AppendCommand(nil, args)); err != nil {
 		t.Close() // the copier ends and closes the client
 	}
 }

@@ -6,10 +6,10 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // In front of a Redis Cluster a client sees one node. A request goes to the
@@ -62,7 +62,7 @@ func init() {
 }
 
 // route forwards a request in front of a Redis Cluster.
-func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *protocol.Pending) {
+func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) {
 	var lower [32]byte
 	name := lowerInto(lower[:0], args[0])
 	if b, ok := broadcasts[string(name)]; ok {
@@ -118,7 +118,7 @@ func (h *Handler) route(c *protocol.Conn, s *session, args [][]byte, p *protocol
 // redirects): a request must not overtake one the client sent before it.
 // (The single-slot path in route does the same from one reading of the
 // view.)
-func (h *Handler) afterViewChange(c *protocol.Conn, s *session, p *protocol.Pending) {
+func (h *Handler) afterViewChange(c *protocol.Conn, s *session, p *resp.Reply) {
 	if e := h.opts.Cluster.Epoch(); e != s.viewEpoch {
 		if s.viewEpoch != 0 {
 			c.WaitReplies(p)
@@ -129,7 +129,7 @@ func (h *Handler) afterViewChange(c *protocol.Conn, s *session, p *protocol.Pend
 
 // crossSlot serves a request whose keys span slots: split it if its
 // semantics allow, else answer as Redis Cluster does.
-func (h *Handler) crossSlot(c *protocol.Conn, s *session, name string, args [][]byte, positions []int, p *protocol.Pending) {
+func (h *Handler) crossSlot(c *protocol.Conn, s *session, name string, args [][]byte, positions []int, p *resp.Reply) {
 	if m, ok := splitCommands[name]; ok {
 		stride := 1
 		if name == "mset" {
@@ -189,7 +189,7 @@ func groupBySlot(n int, key func(i int) []byte) (groups []group, order [][2]int)
 // split sends one request per slot: the command name (and any prefix
 // arguments up to first) followed by that slot's key groups (a key and the
 // stride-1 arguments after it), then merges the replies.
-func (h *Handler) split(c *protocol.Conn, s *session, args [][]byte, positions []int, first, stride int, m merge, p *protocol.Pending) {
+func (h *Handler) split(c *protocol.Conn, s *session, args [][]byte, positions []int, first, stride int, m merge, p *resp.Reply) {
 	groups, order := groupBySlot(len(positions), func(i int) []byte { return args[positions[i]] })
 	reqs := make([][]byte, len(groups))
 	for g, gr := range groups {
@@ -198,14 +198,14 @@ func (h *Handler) split(c *protocol.Conn, s *session, args [][]byte, positions [
 			at := positions[i]
 			part = append(part, args[at:at+stride]...)
 		}
-		reqs[g] = backend.AppendCommand(nil, part)
+		reqs[g] = resp.AppendCommand(nil, part)
 	}
 	h.gather(c, s, groups, reqs, order, m, p)
 }
 
 // splitScript splits a keywise script call: EVAL body numkeys keys...
 // shared-args... per-key-args...
-func (h *Handler) splitScript(c *protocol.Conn, s *session, args [][]byte, n int, ks keywiseScript, p *protocol.Pending) {
+func (h *Handler) splitScript(c *protocol.Conn, s *session, args [][]byte, n int, ks keywiseScript, p *resp.Reply) {
 	keyArgs := args[3 : 3+n]
 	sharedArgs := args[3+n : 3+n+ks.shared]
 	perKey := args[3+n+ks.shared:]
@@ -222,44 +222,52 @@ func (h *Handler) splitScript(c *protocol.Conn, s *session, args [][]byte, n int
 		for _, i := range gr.items {
 			part = append(part, perKey[i])
 		}
-		reqs[g] = backend.AppendCommand(nil, part)
+		reqs[g] = resp.AppendCommand(nil, part)
 	}
 	h.gather(c, s, groups, reqs, order, mergeArrays, p)
 }
 
 // gather sends each part to its slot and merges the replies into p.
-func (h *Handler) gather(c *protocol.Conn, s *session, groups []group, reqs [][]byte, order [][2]int, m merge, p *protocol.Pending) {
+func (h *Handler) gather(c *protocol.Conn, s *session, groups []group, reqs [][]byte, order [][2]int, m merge, p *resp.Reply) {
 	h.opts.Metrics.PassthroughCommands.Inc()
-	parts := fanIn(len(groups), func(replies [][]byte) {
-		p.Buf = m(replies, order, p.Buf)
-		p.Done()
-	})
+	parts := fanIn(len(groups), func(replies []*resp.Reply) { mergeInto(p, replies, order, m) })
 	resp3 := s != nil && s.resp3
 	for g, gr := range groups {
 		h.opts.Cluster.Send(cluster.Request{Slot: gr.slot, RESP3: resp3, ConnID: c.ID, Encoded: reqs[g]}, parts[g])
 	}
 }
 
-// fanIn returns n Pendings for the parts of one client request sent to
-// several masters; when the last of them is done, done gets their replies
-// in part order.
-func fanIn(n int, done func(replies [][]byte)) []*protocol.Pending {
-	parts := make([]*protocol.Pending, n)
+// fanIn returns n Replies for the parts of one client request sent to
+// several masters; when the last of them is done, done gets them in part
+// order.
+func fanIn(n int, done func(parts []*resp.Reply)) []*resp.Reply {
+	parts := make([]*resp.Reply, n)
 	var left atomic.Int32
 	left.Store(int32(n))
 	for i := range parts {
-		parts[i] = protocol.NewPendingFunc(func() {
-			if left.Add(-1) != 0 {
-				return
+		parts[i] = resp.NewReplyFunc(func() {
+			if left.Add(-1) == 0 {
+				done(parts)
 			}
-			replies := make([][]byte, n)
-			for i, part := range parts {
-				replies[i] = part.Buf
-			}
-			done(replies)
 		})
 	}
 	return parts
+}
+
+// mergeInto answers p with the merge of the parts' replies, or, if a part
+// got none (its master could not be reached, or the connection broke with
+// it), with the first such part's error: the request did not run whole.
+func mergeInto(p *resp.Reply, parts []*resp.Reply, order [][2]int, m merge) {
+	replies := make([][]byte, len(parts))
+	for i, part := range parts {
+		if part.Err != nil {
+			replyErr(p, part.Err)
+			return
+		}
+		replies[i] = part.Buf
+	}
+	p.Buf = m(replies, order, p.Buf)
+	p.Done()
 }
 
 // replyBadPart answers a split request when a master's reply to its part
@@ -286,7 +294,7 @@ func arrays(parts [][]byte) (lists [][][]byte, reply []byte) {
 	lists = make([][][]byte, len(parts))
 	for i, r := range parts {
 		var ok bool
-		if lists[i], ok = backend.Elements(r); !ok {
+		if lists[i], ok = resp.Elements(r); !ok {
 			return nil, []byte(replyBadPart)
 		}
 	}
@@ -318,7 +326,7 @@ func mergeSum(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	}
 	var sum int64
 	for _, r := range parts {
-		v, err := backend.ParseValue(r)
+		v, err := resp.Parse(r)
 		n, ok := v.(int64)
 		if err != nil || !ok {
 			return append(dst, replyBadPart...)

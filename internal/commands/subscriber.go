@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // subscriber is a subscribed client in front of a Redis Cluster. Its
@@ -124,7 +124,7 @@ func (s *subscriber) send(args [][]byte) {
 }
 
 func (s *subscriber) write(conn net.Conn, args [][]byte) {
-	if _, err := conn.Write(backend.AppendCommand(nil, args)); err != nil {
+	if _, err := conn.Write(resp.AppendCommand(nil, args)); err != nil {
 		s.close()
 	}
 }
@@ -215,7 +215,7 @@ func (s *subscriber) read(conn net.Conn, node *cluster.Node) {
 	var msg []byte
 	for {
 		var err error
-		msg, err = backend.AppendReply(msg[:0], rd)
+		msg, err = resp.AppendReply(msg[:0], rd)
 		if err != nil {
 			break
 		}
@@ -276,7 +276,7 @@ func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *cluster.Node)
 		}
 		return msg
 	}
-	elems, ok := backend.Elements(msg)
+	elems, ok := resp.Elements(msg)
 	if !ok || len(elems) != 3 {
 		return msg
 	}
@@ -349,7 +349,7 @@ func rewriteCount(msg []byte, elems [][]byte, n int) []byte {
 
 // bulkString reads a bulk or simple string element.
 func bulkString(raw []byte) (string, bool) {
-	v, err := backend.ParseValue(raw)
+	v, err := resp.Parse(raw)
 	str, ok := v.(string)
 	return str, err == nil && ok
 }

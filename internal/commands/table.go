@@ -12,6 +12,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // command is one entry of the table.
@@ -19,7 +20,7 @@ type command struct {
 	// arity as Redis counts it: N means exactly N arguments with the name,
 	// -N means at least N.
 	arity int
-	serve func(h *Handler, c *protocol.Conn, args [][]byte, p *protocol.Pending)
+	serve func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply)
 }
 
 // Options configure a Handler.
@@ -113,7 +114,7 @@ func init() {
 }
 
 // ServeCommand dispatches one request.
-func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *protocol.Pending) {
+func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if h.opts.ACL != nil && !h.authorize(c, args, p) {
 		return
 	}
@@ -165,22 +166,30 @@ func arityOK(arity, n int) bool {
 
 // reply helpers: each completes p.
 
-func replyError(p *protocol.Pending, msg string) {
+func replyError(p *resp.Reply, msg string) {
 	p.Buf = redcon.AppendError(p.Buf, msg)
 	p.Done()
 }
 
-func replyOK(p *protocol.Pending) {
+// replyErr answers err, an error value that becomes the client's reply
+// where it is written (protocol): one of the backend's failures, a refused
+// node's error.
+func replyErr(p *resp.Reply, err error) {
+	p.Err = err
+	p.Done()
+}
+
+func replyOK(p *resp.Reply) {
 	p.Buf = append(p.Buf, "+OK\r\n"...)
 	p.Done()
 }
 
-func replyInt(p *protocol.Pending, n int64) {
+func replyInt(p *resp.Reply, n int64) {
 	p.Buf = redcon.AppendInt(p.Buf, n)
 	p.Done()
 }
 
-func replyNull(c *protocol.Conn, p *protocol.Pending) {
+func replyNull(c *protocol.Conn, p *resp.Reply) {
 	p.Buf = append(p.Buf, nullReply(c)...)
 	p.Done()
 }
@@ -200,4 +209,4 @@ func nullReply(c *protocol.Conn) []byte {
 
 // parseInt parses an integer argument as Redis does (no leading zeros, no
 // sign but '-').
-func parseInt(b []byte) (int64, bool) { return protocol.ParseInt(b) }
+func parseInt(b []byte) (int64, bool) { return resp.ParseInt(b) }

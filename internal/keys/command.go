@@ -3,7 +3,7 @@ package keys
 import (
 	"math"
 
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Command is one command or subcommand of a Table: its name, flags and where
@@ -263,10 +263,10 @@ func (s *keySpec) span(args [][]byte) (first, last int, ok bool) {
 }
 
 // parseCount parses a non-negative count the way Redis's string2ll does
-// (protocol.ParseInt: decimal digits, no leading zeros, no spaces). A count
+// (resp.ParseInt: decimal digits, no leading zeros, no spaces). A count
 // above MaxInt32, more than any request's arguments, is not ok.
 func parseCount(b []byte) (int, bool) {
-	n, ok := protocol.ParseInt(b)
+	n, ok := resp.ParseInt(b)
 	if !ok || n < 0 || n > math.MaxInt32 {
 		return 0, false
 	}

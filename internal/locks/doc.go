@@ -78,8 +78,11 @@
 //     comes after the script's reply. Writer (writer.go) is fenceproxy's:
 //     for each master it serves the lock connections the cluster Node
 //     hands it (Node.ServeLockWrites) with batched writers, one WAIT per
-//     batch, and it owns the NOSCRIPT and cluster-redirect retries. The
-//     token authority (internal/authority) sends its bound through it too.
+//     batch, and it owns the NOSCRIPT and cluster-redirect retries. A
+//     failure on the way (not sent, connection lost, a refused node)
+//     arrives as the reply slot's typed error (resp.Reply's Err), never
+//     as reply text. The token authority (internal/authority) sends its
+//     bound through it too.
 //
 // acquireScript's replies are named kinds (kindBusy, kindRearmed,
 // kindGranted, kindNeedNewest, kindTokenAhead: scripts.go), and one

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // The two fakes below stand at the Manager's seams (ScriptRunner,
@@ -130,9 +130,9 @@ func (r reply) write() *Write {
 	if r.err != nil {
 		return Unsent(r.err)
 	}
-	w := &Write{reply: &protocol.Pending{Buf: []byte(r.raw)}}
+	w := &Write{reply: &resp.Reply{Buf: []byte(r.raw)}}
 	if r.acks != "" {
-		w.ack = &ackWait{reply: &protocol.Pending{Buf: []byte(r.acks)}}
+		w.ack = &ackWait{reply: &resp.Reply{Buf: []byte(r.acks)}}
 	}
 	return w
 }

@@ -22,11 +22,13 @@ import (
 //     reports a script that did not run as run, nor retries one that may
 //     have run.
 //   - Every error of a Write is the script's own (Redis refused it: a
-//     redis.Error), cluster.ErrUnavailable (it was not sent: nothing
-//     happened), cluster.ErrOutcomeUnknown (the connection was lost with
-//     it or its WAIT in flight: it may or may not have run, on any number
-//     of replicas), or the context's error (it was not sent). An Acks
-//     error is always an unknown outcome.
+//     resp.Error), cluster.ErrUnavailable (it was not sent: nothing
+//     happened), a refused node's error (a resp.Error with its NotMaster
+//     reply: it was not sent), cluster.ErrOutcomeUnknown (the connection
+//     was lost with it or its WAIT in flight: it may or may not have run,
+//     on any number of replicas; Raw reports that as backend.ErrLost), or
+//     the context's error (it was not sent). An Acks error is always an
+//     unknown outcome.
 //   - RunAfter runs call, with no WAIT, on the master that ran prev (an
 //     undo goes where its grant went, not where the key is now).
 //   - Read runs a read-only script on key's master, no WAIT.

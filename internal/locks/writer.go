@@ -15,7 +15,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // maxWriteBatch bounds how many lock writes share one WAIT.
@@ -46,7 +46,7 @@ type Write struct {
 	wantAcks bool
 	node     *cluster.Node // the master it went to; nil if none was reachable
 
-	reply   *protocol.Pending
+	reply   *resp.Reply
 	replied sync.WaitGroup
 	ack     *ackWait // nil unless the batch sent a WAIT for this write
 	err     error    // set, before replied is done, if the write was never sent
@@ -54,7 +54,7 @@ type Write struct {
 
 // ackWait is one WAIT shared by every write of a batch.
 type ackWait struct {
-	reply *protocol.Pending
+	reply *resp.Reply
 	done  sync.WaitGroup
 }
 
@@ -68,23 +68,25 @@ func (w *Write) fail(err error) {
 }
 
 // Reply waits for the script's reply: nil for a null reply; the error is the
-// script's own (a redis.Error), ErrOutcomeUnknown or ErrUnavailable.
+// script's own (a resp.Error), cluster.ErrOutcomeUnknown,
+// cluster.ErrUnavailable or a refused node's error.
 func (w *Write) Reply() (any, error) {
 	w.replied.Wait()
 	if w.err != nil {
 		return nil, w.err
 	}
-	return decode(w.reply.Buf)
+	return decode(w.reply)
 }
 
 // Raw waits for the script's reply and returns its bytes as Redis wrote
-// them (or the proxy's own error reply if the write was lost or not sent).
+// them, or the error that kept it from Redis (cluster.ErrUnavailable: not
+// sent; backend.ErrLost: it may have run; a refused node's error).
 func (w *Write) Raw() ([]byte, error) {
 	w.replied.Wait()
 	if w.err != nil {
 		return nil, w.err
 	}
-	return w.reply.Buf, nil
+	return w.reply.Buf, w.reply.Err
 }
 
 // Acks waits for WAIT: how many replicas acknowledged every write up to this
@@ -100,7 +102,7 @@ func (w *Write) Acks() (int, error) {
 		return 0, nil
 	}
 	w.ack.done.Wait()
-	v, err := decode(w.ack.reply.Buf)
+	v, err := decode(w.ack.reply)
 	if err != nil {
 		// Besides a lost connection, Redis itself may end WAIT with an
 		// error: -UNBLOCKED when its master steps down (CLUSTER FAILOVER).
@@ -114,15 +116,18 @@ func (w *Write) Acks() (int, error) {
 	return int(n), nil
 }
 
-// decode turns a raw reply into a value, mapping the backend's own error
-// replies to this package's errors.
-func decode(raw []byte) (any, error) {
-	v, err := backend.ParseValue(raw)
-	switch {
-	case errors.Is(err, backend.ErrLost), errors.Is(err, backend.ErrBadReply):
+// decode turns a reply into a value; a lost connection (or a reply that
+// is not RESP) makes the write's outcome unknown.
+func decode(r *resp.Reply) (any, error) {
+	if r.Err != nil {
+		if errors.Is(r.Err, backend.ErrLost) {
+			return nil, cluster.ErrOutcomeUnknown
+		}
+		return nil, r.Err
+	}
+	v, err := resp.Parse(r.Buf)
+	if errors.Is(err, resp.ErrBadReply) {
 		return nil, cluster.ErrOutcomeUnknown
-	case errors.Is(err, backend.ErrUnavailable):
-		return nil, cluster.ErrUnavailable
 	}
 	return v, err
 }
@@ -246,7 +251,7 @@ func (wr *Writer) StartOn(ctx context.Context, node *cluster.Node, call ScriptCa
 	}
 	w := &Write{call: call, wantAcks: wantAcks, node: node}
 	w.replied.Add(1)
-	w.reply = protocol.NewPending(&w.replied)
+	w.reply = resp.NewReply(&w.replied)
 	wr.writers(node).queue(ctx, w)
 	return w
 }
@@ -383,7 +388,7 @@ func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, scratch *[]byte)
 			// acknowledgements as soon as its script's reply is in.
 			ack = &ackWait{}
 			ack.done.Add(1)
-			ack.reply = protocol.NewPending(&ack.done)
+			ack.reply = resp.NewReply(&ack.done)
 			break
 		}
 	}

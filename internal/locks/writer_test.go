@@ -11,11 +11,12 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
 // TestAppendEval: a script call encodes to exactly the RESP request that
-// its arguments, spelled out, give through backend.AppendCommand.
+// its arguments, spelled out, give through resp.AppendCommand.
 func TestAppendEval(t *testing.T) {
 	cases := []struct {
 		call ScriptCall
@@ -31,7 +32,7 @@ func TestAppendEval(t *testing.T) {
 		for i, a := range c.want {
 			args[i] = []byte(a)
 		}
-		want := backend.AppendCommand(nil, args)
+		want := resp.AppendCommand(nil, args)
 		if got := appendEval([]byte("junk"), c.call); !bytes.Equal(got[4:], want) || string(got[:4]) != "junk" {
 			t.Errorf("appendEval(%+v) = %q, want %q after what was there", c.call, got, want)
 		}
@@ -182,16 +183,45 @@ func TestWriterNodeClosed(t *testing.T) {
 	}
 }
 
-// TestDecode: the backend's own replies for a write that was not sent or
-// was lost become this package's errors.
+// TestDecode: a write's reply becomes a value or this package's errors:
+// a write that was lost (or answered with what is not RESP) has an
+// unknown outcome; any other error of the reply (not sent, a refused
+// node) and Redis's own error replies pass through as they are.
 func TestDecode(t *testing.T) {
-	if _, err := decode([]byte(backend.ReplyUnavailable)); !errors.Is(err, cluster.ErrUnavailable) {
-		t.Errorf("unreachable: %v", err)
+	refused := resp.NewError("READONLY fenceproxy: not the master")
+	cases := []struct {
+		name    string
+		reply   resp.Reply
+		want    any
+		wantErr error
+	}{
+		{"an integer", resp.Reply{Buf: []byte(":5\r\n")}, int64(5), nil},
+		{"a null", resp.Reply{Buf: []byte("$-1\r\n")}, nil, nil},
+		{"not sent", resp.Reply{Err: backend.ErrUnavailable}, nil, cluster.ErrUnavailable},
+		{"lost", resp.Reply{Err: backend.ErrLost}, nil, cluster.ErrOutcomeUnknown},
+		{"a refused node", resp.Reply{Err: refused}, nil, refused},
+		{"not RESP", resp.Reply{Buf: []byte("not RESP")}, nil, cluster.ErrOutcomeUnknown},
+		{"Redis refused the script", resp.Reply{Buf: []byte("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n")},
+			nil, resp.Error{Code: "WRONGTYPE", Msg: "Operation against a key holding the wrong kind of value"}},
 	}
-	if _, err := decode([]byte("not RESP")); !errors.Is(err, cluster.ErrOutcomeUnknown) {
-		t.Errorf("a malformed reply: %v", err)
+	for _, c := range cases {
+		v, err := decode(&c.reply)
+		if v != c.want || !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
+			t.Errorf("%s: decode = %v, %v; want %v, %v", c.name, v, err, c.want, c.wantErr)
+		}
 	}
-	if v, err := decode([]byte(":5\r\n")); v != int64(5) || err != nil {
-		t.Errorf("an integer: %v, %v", v, err)
+}
+
+// TestRawKeepsTheReplysError: Raw hands over the reply's bytes, or the
+// error that kept it from Redis as it is (FENCE.EXEC answers a lost
+// connection with backend.ErrLost's own reply).
+func TestRawKeepsTheReplysError(t *testing.T) {
+	w := &Write{reply: &resp.Reply{Err: backend.ErrLost}}
+	if raw, err := w.Raw(); raw != nil || err != backend.ErrLost {
+		t.Errorf("lost: Raw = %q, %v", raw, err)
+	}
+	w = &Write{reply: &resp.Reply{Buf: []byte("+OK\r\n")}}
+	if raw, err := w.Raw(); string(raw) != "+OK\r\n" || err != nil {
+		t.Errorf("a reply: Raw = %q, %v", raw, err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 const (
@@ -456,10 +458,16 @@ func (c *Conn) disarmIdle() {
 // request being served) has its reply. A Handler calls it before switching a
 // client to another backend connection, so requests sent before the switch
 // run first.
-func (c *Conn) WaitReplies(current *Pending) {
-	current.done = &c.batch.late
-	c.batch.late.Add(1)
-	c.batch.wg.Done() // current is now counted in late
+func (c *Conn) WaitReplies(current *resp.Reply) {
+	s := c.batch.replies[c.batch.n-1]
+	if s.reply != current {
+		panic("protocol: WaitReplies with a reply that is not the current request's")
+	}
+	if !s.late {
+		s.late = true
+		c.batch.late.Add(1)
+		c.batch.wg.Done() // current is now counted in late
+	}
 	c.batch.wg.Wait()
 }
 
@@ -472,10 +480,11 @@ func (c *Conn) WaitReplies(current *Pending) {
 // goroutine of the connection's own, under the pubsub output limits: a
 // Write does not wait for the client (unless the class has no hard limit
 // and 1 MB is queued), and fails once the client was disconnected.
-func (c *Conn) TakeWrites(current *Pending) net.Conn {
+func (c *Conn) TakeWrites(current *resp.Reply) net.Conn {
 	c.WaitReplies(current)
 	c.out = c.out[:0]
-	for _, p := range c.batch.replies[:c.batch.n] {
+	for _, s := range c.batch.replies[:c.batch.n] {
+		p := s.reply
 		if p == current {
 			break
 		}

@@ -43,11 +43,23 @@
 // dropped); for a subscriber, the queue of its stream (see outbound). A
 // connection reads no requests while it writes, so a client that never reads
 // holds one batch at most, even with no limit: TCP pushes back on it, and
-// backend readers never block on a client, since they only fill Pending
-// buffers. Requests are bounded while read (Limits, with the query buffer
+// backend readers never block on a client, since they only fill reply
+// slots. Requests are bounded while read (Limits, with the query buffer
 // limit counted over all of a request's arguments), and the idle timeout
 // runs only while a connection waits for a request, so blocked and
 // subscribed clients are never idle, even with part of their next request
 // sent. It counts from the last byte read, as Redis counts from a client's
 // last read, so a request that trickles in is not idle while bytes come.
+//
+// # Replies and errors
+//
+// Each request is answered through a resp.Reply, the slot of its place in
+// the batch: the Handler (or whoever it hands the slot to) puts the reply's
+// bytes in Buf, or an error value in Err, and calls Done. Done tells the
+// batch (slot.Complete), which is where, and the only place where, an
+// error value becomes RESP bytes (appendErr): an error that knows its
+// reply (resp.CodedError) gets it, any other is logged and answered
+// "-ERR fenceproxy: internal error (see the proxy's log)", so that no Go
+// error text, address or secret reaches a client. Completing a slot with
+// bytes allocates nothing.
 package protocol

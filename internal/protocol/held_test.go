@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
@@ -33,7 +34,7 @@ func newEchoHandler(later, blocking bool) *echoHandler {
 	return &echoHandler{later: later, blocking: blocking, release: make(chan struct{}), gone: make(chan struct{})}
 }
 
-func (h *echoHandler) ServeCommand(c *Conn, args [][]byte, p *Pending) {
+func (h *echoHandler) ServeCommand(c *Conn, args [][]byte, p *resp.Reply) {
 	reply := echoReply(args)
 	switch {
 	case h.blocking && string(args[0]) == "BLOCK":

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // laterHandler answers each request from another goroutine, after a short
@@ -20,7 +22,7 @@ import (
 // reply (writeLater). "BIG n" answers a bulk string of n bytes.
 type laterHandler struct{}
 
-func (laterHandler) ServeCommand(_ *Conn, args [][]byte, p *Pending) {
+func (laterHandler) ServeCommand(_ *Conn, args [][]byte, p *resp.Reply) {
 	var reply []byte
 	if strings.EqualFold(string(args[0]), "big") {
 		n, _ := strconv.Atoi(string(args[1]))
@@ -182,7 +184,7 @@ func BenchmarkServeLater(b *testing.B) {
 // no delay and no allocation.
 type laterNowHandler struct{}
 
-var laterQueue = make(chan *Pending, 16)
+var laterQueue = make(chan *resp.Reply, 16)
 
 func init() {
 	go func() {
@@ -193,10 +195,10 @@ func init() {
 	}()
 }
 
-func (laterNowHandler) ServeCommand(_ *Conn, _ [][]byte, p *Pending) { laterQueue <- p }
-func (laterNowHandler) BatchDone(*Conn)                              {}
-func (laterNowHandler) ClientGone(*Conn)                             {}
-func (laterNowHandler) Closed(*Conn)                                 {}
+func (laterNowHandler) ServeCommand(_ *Conn, _ [][]byte, p *resp.Reply) { laterQueue <- p }
+func (laterNowHandler) BatchDone(*Conn)                                 {}
+func (laterNowHandler) ClientGone(*Conn)                                {}
+func (laterNowHandler) Closed(*Conn)                                    {}
 
 // TestLaterWriteAllocations: a request whose reply another goroutine
 // completes, written by that goroutine, allocates nothing (counted, not

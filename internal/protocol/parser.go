@@ -5,7 +5,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"math"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Limits on what one request may claim before a byte of it is stored. The
@@ -164,7 +165,7 @@ func (r *Reader) readMultibulk() ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	count, ok := ParseInt(line[1:])
+	count, ok := resp.ParseInt(line[1:])
 	if !ok || !crlf || count > int64(r.limits.MaxArgs) {
 		return nil, errInvalidMbulkLen
 	}
@@ -195,7 +196,7 @@ func (r *Reader) readMultibulk() ([][]byte, error) {
 			}
 			return nil, &ProtocolError{"expected '$', got '" + string([]byte{got}) + "'"}
 		}
-		n, ok := ParseInt(line[1:])
+		n, ok := resp.ParseInt(line[1:])
 		if !ok || !crlf || n < 0 || n > r.limits.MaxBulkLen {
 			return nil, errInvalidBulkLen
 		}
@@ -386,42 +387,4 @@ func unescape(c byte) byte {
 	default:
 		return c
 	}
-}
-
-// ParseInt parses a decimal integer the way Redis's string2ll does: no sign
-// but a leading '-', no spaces, no leading zeros, no empty string.
-func ParseInt(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, false
-	}
-	if len(b) > 1 && (b[0] == '0' || (b[0] == '-' && b[1] == '0')) {
-		return 0, false
-	}
-	neg := b[0] == '-'
-	if neg {
-		b = b[1:]
-		if len(b) == 0 {
-			return 0, false
-		}
-	}
-	var n uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if n > (math.MaxUint64-9)/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(c-'0')
-	}
-	if neg {
-		if n > math.MaxInt64+1 {
-			return 0, false
-		}
-		return -int64(n), true
-	}
-	if n > math.MaxInt64 {
-		return 0, false
-	}
-	return int64(n), true
 }

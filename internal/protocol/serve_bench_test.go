@@ -6,13 +6,15 @@ import (
 	"log/slog"
 	"net"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // okHandler answers every request +OK at once: what is left is the
 // connection's own cost (read, dispatch, batch, write).
 type okHandler struct{}
 
-func (okHandler) ServeCommand(_ *Conn, _ [][]byte, p *Pending) {
+func (okHandler) ServeCommand(_ *Conn, _ [][]byte, p *resp.Reply) {
 	p.Buf = append(p.Buf, "+OK\r\n"...)
 	p.Done()
 }

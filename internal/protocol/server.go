@@ -9,13 +9,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Handler serves requests. ServeCommand runs on the connection's goroutine;
 // args are valid only until it returns (copy what you keep), and p.Done must
-// be called exactly once, now or later from any goroutine.
+// be called exactly once, now or later from any goroutine, with the reply's
+// bytes in p.Buf or an error value in p.Err (written to the client as its
+// reply: see appendErr).
 type Handler interface {
-	ServeCommand(c *Conn, args [][]byte, p *Pending)
+	ServeCommand(c *Conn, args [][]byte, p *resp.Reply)
 	// BatchDone is called on the connection's goroutine once every reply of
 	// a batch is in, before they are written.
 	BatchDone(c *Conn)
@@ -63,6 +67,7 @@ type Server struct {
 	lastProtoLog atomic.Int64
 	lastLimitLog [closeReasons]atomic.Int64
 	lastTLSLog   atomic.Int64
+	lastErrLog   atomic.Int64
 }
 
 // NewServer returns a Server with Redis's default limits.

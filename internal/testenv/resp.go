@@ -3,31 +3,24 @@ package testenv
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
-)
 
-// Limits on what ReadReply accepts, so a broken server cannot make a test
-// allocate without bound or recurse forever.
-const (
-	maxLine  = 64 << 10  // a +, -, :, … line or a length header
-	maxBulk  = 512 << 20 // Redis's proto-max-bulk-len default
-	maxCount = 1 << 24   // elements of one aggregate
-	maxDepth = 64        // nesting of aggregates
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // DefaultTimeout is a Conn's deadline for each operation.
 const DefaultTimeout = 5 * time.Second
 
-// ErrProtocol is returned by ReadReply when the bytes received are not one
-// well-formed RESP2/RESP3 reply.
-var ErrProtocol = errors.New("testenv: malformed RESP reply")
+// ErrProtocol is returned (wrapped) by ReadReply when the bytes received
+// are not one well-formed RESP2/RESP3 reply. It is resp.ErrBadReply: the
+// reply is framed by the proxy's own codec (package resp), the one reader
+// of RESP in the tree. That does not let a framing bug through unseen:
+// tests compare the bytes it frames with literal replies of their own.
+var ErrProtocol = resp.ErrBadReply
 
 // Conn is a raw RESP client for tests that compare reply bytes exactly. It
 // does not interpret replies: Do and ReadReply return exactly the bytes of
@@ -125,14 +118,15 @@ func (c *Conn) WriteRaw(b []byte) {
 }
 
 // ReadReply reads the raw bytes of one full reply, nested aggregates and a
-// leading RESP3 attribute included. It returns io.EOF if the connection
-// was closed cleanly before the reply began, io.ErrUnexpectedEOF if it was
-// closed in the middle, a net.Error with Timeout() true if the deadline
-// passed, and ErrProtocol (wrapped) for bytes that are not RESP.
-// RESP3 streamed strings and aggregates ($? and *?) are not supported.
+// leading RESP3 attribute included (resp.AppendReply). It returns io.EOF
+// if the connection was closed cleanly before the reply began,
+// io.ErrUnexpectedEOF if it was closed in the middle, a net.Error with
+// Timeout() true if the deadline passed, and ErrProtocol (wrapped) for
+// bytes that are not RESP. RESP3 streamed strings and aggregates ($? and
+// *?) are not supported.
 func (c *Conn) ReadReply() ([]byte, error) {
 	c.nc.SetReadDeadline(time.Now().Add(c.timeout))
-	return readReply(c.r, nil, 0)
+	return resp.AppendReply(nil, c.r)
 }
 
 // Close closes the connection; later calls do nothing.
@@ -150,8 +144,9 @@ func (c *Conn) flush() error {
 }
 
 // AppendCommand appends args to b as a RESP multibulk request. It is kept
-// apart from backend.AppendCommand on purpose: the tests' client must not
-// share the encoder of the proxy it checks.
+// apart from resp.AppendCommand on purpose: the tests' client must not
+// share the encoder of the proxy it checks (a request the proxy could not
+// read would otherwise go unnoticed).
 func AppendCommand(b []byte, args ...string) []byte {
 	b = append(b, '*')
 	b = strconv.AppendInt(b, int64(len(args)), 10)
@@ -164,105 +159,6 @@ func AppendCommand(b []byte, args ...string) []byte {
 		b = append(b, '\r', '\n')
 	}
 	return b
-}
-
-// readReply appends one reply read from r to out.
-func readReply(r *bufio.Reader, out []byte, depth int) ([]byte, error) {
-	if depth > maxDepth {
-		return out, fmt.Errorf("%w: nested deeper than %d", ErrProtocol, maxDepth)
-	}
-	line, err := readLine(r)
-	out = append(out, line...)
-	if err != nil {
-		if err == io.EOF && (depth > 0 || len(out) > 0) {
-			err = io.ErrUnexpectedEOF
-		}
-		return out, err
-	}
-	if len(line) < 3 {
-		return out, fmt.Errorf("%w: empty line %q", ErrProtocol, out)
-	}
-	body := line[1 : len(line)-2]
-	switch line[0] {
-	case '+', '-', ':', '_', ',', '#', '(':
-		return out, nil
-
-	case '$', '!', '=':
-		n, err := parseLen(body, line[0] == '$')
-		if err != nil || n > maxBulk {
-			return out, fmt.Errorf("%w: bad length in %q", ErrProtocol, line)
-		}
-		if n < 0 {
-			return out, nil // $-1: null bulk
-		}
-		start := len(out)
-		out = append(out, make([]byte, n+2)...)
-		if _, err := io.ReadFull(r, out[start:]); err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return out, err
-		}
-		if !bytes.HasSuffix(out, []byte("\r\n")) {
-			return out, fmt.Errorf("%w: bulk of %d bytes not followed by CRLF", ErrProtocol, n)
-		}
-		return out, nil
-
-	case '*', '~', '>', '%', '|':
-		n, err := parseLen(body, line[0] == '*')
-		if err != nil || n > maxCount {
-			return out, fmt.Errorf("%w: bad count in %q", ErrProtocol, line)
-		}
-		if n < 0 {
-			return out, nil // *-1: null array
-		}
-		if line[0] == '%' || line[0] == '|' {
-			n *= 2
-		}
-		for range n {
-			if out, err = readReply(r, out, depth+1); err != nil {
-				return out, err
-			}
-		}
-		if line[0] == '|' {
-			// An attribute annotates the reply that follows it.
-			return readReply(r, out, depth+1)
-		}
-		return out, nil
-	}
-	return out, fmt.Errorf("%w: unknown type byte %q", ErrProtocol, line[0])
-}
-
-// readLine reads through the next "\r\n".
-func readLine(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		frag, err := r.ReadSlice('\n')
-		line = append(line, frag...)
-		if len(line) > maxLine {
-			return line, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, maxLine)
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			return line, err
-		}
-		if len(line) < 2 || line[len(line)-2] != '\r' {
-			return line, fmt.Errorf("%w: line not ended by CRLF: %q", ErrProtocol, line)
-		}
-		return line, nil
-	}
-}
-
-// parseLen parses a length or count: a non-negative decimal, or -1 where
-// null is allowed.
-func parseLen(b []byte, nullOK bool) (int, error) {
-	n, err := strconv.Atoi(string(b))
-	if err != nil || n < -1 || (n == -1 && !nullOK) || b[0] == '+' || (len(b) > 1 && b[0] == '0') {
-		return 0, fmt.Errorf("bad length %q", b)
-	}
-	return n, nil
 }
 
 // ParseInt returns N for a reply that is exactly ":N\r\n".
@@ -286,51 +182,20 @@ func IsNull(reply []byte) bool {
 // ParseBulk returns the payload of a reply that is exactly one non-null bulk
 // string.
 func ParseBulk(reply []byte) ([]byte, bool) {
-	if len(reply) < 1 || reply[0] != '$' {
-		return nil, false
-	}
-	if _, ok := parseWhole(reply); !ok {
+	if len(reply) < 1 || reply[0] != '$' || IsNull(reply) || !whole(reply) {
 		return nil, false
 	}
 	hdr := bytes.IndexByte(reply, '\n')
-	n, err := parseLen(reply[1:hdr-1], true)
-	if err != nil || n < 0 {
-		return nil, false
-	}
 	return reply[hdr+1 : len(reply)-2], true
 }
 
 // SplitArray returns the raw bytes of each element of a reply that is
 // exactly one non-null RESP2 array (or RESP3 set or push), e.g. to read
 // LOCK.INFO's field/value pairs.
-func SplitArray(reply []byte) ([][]byte, bool) {
-	if len(reply) < 1 || (reply[0] != '*' && reply[0] != '~' && reply[0] != '>') || IsNull(reply) {
-		return nil, false
-	}
-	if _, ok := parseWhole(reply); !ok {
-		return nil, false
-	}
-	r := bufio.NewReader(bytes.NewReader(reply))
-	hdr, _ := readLine(r)
-	n, _ := parseLen(hdr[1:len(hdr)-2], true)
-	elems := make([][]byte, 0, n)
-	for range n {
-		e, err := readReply(r, nil, 1)
-		if err != nil {
-			return nil, false
-		}
-		elems = append(elems, e)
-	}
-	return elems, true
-}
+func SplitArray(reply []byte) ([][]byte, bool) { return resp.Elements(reply) }
 
-// parseWhole reports whether reply is exactly one well-formed reply; the
-// slice is reply itself (non-nil) when it is.
-func parseWhole(reply []byte) ([]byte, bool) {
-	r := bufio.NewReader(bytes.NewReader(reply))
-	got, err := readReply(r, nil, 0)
-	if err != nil || len(got) != len(reply) {
-		return nil, false
-	}
-	return reply, true
+// whole reports whether reply is exactly one well-formed reply.
+func whole(reply []byte) bool {
+	n, ok := resp.Size(reply)
+	return ok && n == len(reply)
 }

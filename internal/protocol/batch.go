@@ -3,39 +3,41 @@ package protocol
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
-// Pending is the reply to one request, filled in by whoever serves it.
-//
-// The server appends RESP bytes to Buf and then calls Done exactly once, from
-// any goroutine. After Done, neither Buf nor the Pending may be touched: the
-// connection reuses both for a later request.
-type Pending struct {
-	Buf   []byte
-	done  *sync.WaitGroup
-	then  func()    // instead of done, for NewPendingFunc
-	out   *outCount // the connection's output count; nil for NewPending's
-	batch *batch    // the batch it is a reply of; nil for NewPending's
+// slot is one reply of a batch: the resp.Reply handed to the Handler for
+// one request, which tells the slot when it is done (Complete).
+type slot struct {
+	reply *resp.Reply
+	batch *batch
+	// late is true once WaitReplies moved the reply from batch.wg to
+	// batch.late.
+	late bool
 }
 
-// Done marks the reply complete.
-func (p *Pending) Done() {
-	if p.then != nil {
-		p.then()
-		return
+// Complete is the end of every reply to a client: an error value becomes
+// its bytes here (see appendErr), the reply is counted against the output
+// limits, and the batch learns that one more is in. It runs on whichever
+// goroutine completes the reply (the connection's own, a backend reader, a
+// lock worker), and allocates nothing for a reply of bytes.
+func (s *slot) Complete(r *resp.Reply) {
+	b := s.batch
+	if r.Err != nil {
+		// The slot holds this request's reply only: nothing else to keep.
+		r.Buf = b.conn.server.appendErr(r.Buf[:0], r.Err)
+		r.Err = nil
 	}
-	if p.out != nil {
-		p.out.add(p)
-	}
-	b := p.batch
-	if b == nil {
-		p.done.Done()
-		return
+	b.out.add(r)
+	wg := &b.wg
+	if s.late {
+		wg = &b.late
 	}
 	// left reaches 0 only for a batch its connection left to be written by
 	// whoever completes it (see Conn.writeLater): this is that one.
 	last := b.left.Add(-1) == 0
-	p.done.Done()
+	wg.Done()
 	if last {
 		b.conn.finishLater()
 	}
@@ -49,7 +51,7 @@ const maxRetainedReply = 64 << 10
 type batch struct {
 	wg      sync.WaitGroup // replies of the batch still to come
 	late    sync.WaitGroup // those moved out of wg by Conn.WaitReplies
-	replies []*Pending
+	replies []*slot
 	n       int
 	out     *outCount
 	// left is the replies still to come, plus 1 while the connection's
@@ -73,7 +75,7 @@ type outCount struct {
 // add counts p's reply. Past the hard limit the reply is dropped at once:
 // the connection is going to be closed without it, and the proxy must not
 // hold what a client that does not read would make it hold.
-func (o *outCount) add(p *Pending) {
+func (o *outCount) add(p *resp.Reply) {
 	o.replies.Add(1)
 	if n := o.bytes.Add(int64(len(p.Buf))); o.hard > 0 && n > o.hard {
 		o.crossed.CompareAndSwap(0, n)
@@ -115,16 +117,17 @@ func (b *batch) wait() {
 	b.late.Wait()
 }
 
-// next returns the Pending for the next request, in order.
-func (b *batch) next() *Pending {
+// next returns the reply slot for the next request, in order.
+func (b *batch) next() *resp.Reply {
 	if b.n == len(b.replies) {
-		b.replies = append(b.replies, &Pending{done: &b.wg})
+		s := &slot{batch: b}
+		s.reply = resp.NewReplyTo(s)
+		b.replies = append(b.replies, s)
 	}
-	p := b.replies[b.n]
-	p.Buf = p.Buf[:0]
-	p.done = &b.wg
-	p.out = b.out
-	p.batch = b
+	s := b.replies[b.n]
+	s.late = false
+	p := s.reply
+	p.Buf, p.Err = p.Buf[:0], nil
 	b.n++
 	b.wg.Add(1)
 	b.left.Add(1)
@@ -135,7 +138,8 @@ func (b *batch) next() *Pending {
 // and empties the batch.
 func (b *batch) appendTo(out []byte) []byte {
 	b.wait()
-	for _, p := range b.replies[:b.n] {
+	for _, s := range b.replies[:b.n] {
+		p := s.reply
 		out = append(out, p.Buf...)
 		if cap(p.Buf) > maxRetainedReply {
 			p.Buf = nil
@@ -144,14 +148,3 @@ func (b *batch) appendTo(out []byte) []byte {
 	b.n = 0
 	return out
 }
-
-// NewPending returns a Pending whose Done calls wg.Done, for requests the
-// proxy makes on its own behalf (its lock scripts) rather than a client's.
-// The caller adds 1 to wg before handing it out.
-func NewPending(wg *sync.WaitGroup) *Pending { return &Pending{done: wg} }
-
-// NewPendingFunc returns a Pending whose Done calls then, on the goroutine
-// that completes it (a backend reader: then must not block). The router uses
-// it to look at a reply before the client gets it (Redis Cluster's MOVED and
-// ASK, or the parts of a split request).
-func NewPendingFunc(then func()) *Pending { return &Pending{then: then} }
