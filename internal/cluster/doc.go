@@ -65,10 +65,11 @@
 // # Nodes
 //
 // Each master is a Node with two ways in: pools of shared connections that
-// forward client requests byte for byte, and a replicated writer that runs
-// lock scripts in batches, each batch followed by one WAIT on the same
-// connection, so that one round of replica acknowledgements covers every
-// grant in the batch.
+// forward client requests byte for byte, and connections kept for lock
+// writes, which the Node dials, guards and closes but hands to the lock
+// writer to serve (Node.ServeLockWrites; the writer, internal/locks, runs
+// lock scripts in batches, each followed by one WAIT on the same
+// connection).
 //
 // Each Node also keeps its master's last maxmemory-policy reading
 // (memory.go), read at connect, on topology refreshes and periodically, so

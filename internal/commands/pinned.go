@@ -199,13 +199,13 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 		s.tx.pinned.Close()
 	}
 	s.backend.Gone()
-	s.lockRequests.cancelAll()
+	s.lockRequests.CancelAll()
 }
 
 // Closed releases what a connection held.
 func (h *Handler) Closed(c *protocol.Conn) {
 	s := sessionOf(c)
-	s.lockRequests.cancelAll()
+	s.lockRequests.CancelAll()
 	if s.tunnel != nil {
 		s.tunnel.Close()
 	}

@@ -1,12 +1,10 @@
 package commands
 
 import (
-	"context"
-	"sync"
-
 	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 )
 
@@ -26,7 +24,10 @@ type session struct {
 	// (pubsub.go); it lasts as long as the connection.
 	tunnel       cluster.Tunnel
 	auth         authState
-	lockRequests connLockRequests
+	// lockRequests are the connection's lock requests in flight
+	// (locks.Runner), ended when the client goes away; lock workers use
+	// them too.
+	lockRequests locks.ConnRequests
 }
 
 // sessionOf is c's session, made on first use: the one way to it.
@@ -67,72 +68,4 @@ type authState struct {
 	user    *auth.User
 	userSet bool
 	keyRefs []keys.KeyRef
-}
-
-// connLockRequests are the connection's lock requests in flight. running
-// maps a resource to the completion of the latest request for it; entries
-// go away as requests finish. cancels ends the requests in flight when the
-// client goes away. Lock workers use it too: mu guards it.
-type connLockRequests struct {
-	mu      sync.Mutex
-	running map[string]chan struct{}
-	cancels map[*context.CancelFunc]struct{}
-}
-
-// track registers a running lock request's cancel function; the returned
-// func unregisters it.
-func (l *connLockRequests) track(cancel context.CancelFunc) func() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.cancels == nil {
-		l.cancels = make(map[*context.CancelFunc]struct{})
-	}
-	key := &cancel
-	l.cancels[key] = struct{}{}
-	return func() {
-		l.mu.Lock()
-		delete(l.cancels, key)
-		l.mu.Unlock()
-	}
-}
-
-// cancelAll cancels every lock request of the connection still running: a
-// waiting acquire leaves the line.
-func (l *connLockRequests) cancelAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for cancel := range l.cancels {
-		(*cancel)()
-	}
-}
-
-// chain registers a lock request for resource and returns the completion of
-// the one before it (nil if none) and its own, to close when done.
-func (l *connLockRequests) chain(resource string) (prev, done chan struct{}) {
-	done = make(chan struct{})
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.running == nil {
-		l.running = make(map[string]chan struct{})
-	}
-	prev = l.running[resource]
-	l.running[resource] = done
-	return prev, done
-}
-
-func (l *connLockRequests) unchain(resource string, done chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.running[resource] == done {
-		delete(l.running, resource)
-	}
-	close(done)
-}
-
-// busy reports whether a lock request for resource is still running.
-func (l *connLockRequests) busy(resource string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, ok := l.running[resource]
-	return ok
 }
