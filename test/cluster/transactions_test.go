@@ -38,21 +38,29 @@ func TestMultiExec(t *testing.T) {
 			cmd("NOSUCHCOMMAND"),
 			cmd("EXEC"),
 		}
-		run := func(c *testenv.Conn) []string {
-			var out []string
-			for _, args := range script {
-				out = append(out, string(c.Do(args...)))
-			}
-			return out
+		sameAsMaster(t, e, m, script)
+	}
+}
+
+// sameAsMaster runs script on one proxy connection, then (after a flush)
+// on one connection to m, whose slots its keys are in, and compares every
+// reply.
+func sameAsMaster(t *testing.T, e *env, m *testenv.Redis, script [][]string) {
+	t.Helper()
+	run := func(c *testenv.Conn) []string {
+		var out []string
+		for _, args := range script {
+			out = append(out, string(c.Do(args...)))
 		}
-		got := run(e.dial(t))
-		flushDirect(t, e.cl)
-		want := run(testenv.Dial(t, m.Addr))
-		for i := range script {
-			noRedirect(t, testenv.ShowCommand(script[i]), []byte(got[i]))
-			if got[i] != want[i] {
-				t.Errorf("%s on %s's slot:\n proxy  %q\n redis  %q", testenv.ShowCommand(script[i]), m.Addr, got[i], want[i])
-			}
+		return out
+	}
+	got := run(e.dial(t))
+	flushDirect(t, e.cl)
+	want := run(testenv.Dial(t, m.Addr))
+	for i := range script {
+		noRedirect(t, testenv.ShowCommand(script[i]), []byte(got[i]))
+		if got[i] != want[i] {
+			t.Errorf("%s on %s's slot:\n proxy  %q\n redis  %q", testenv.ShowCommand(script[i]), m.Addr, got[i], want[i])
 		}
 	}
 }
@@ -86,21 +94,7 @@ func TestMultiMisuse(t *testing.T) {
 		cmd("EXEC"),
 		cmd("PING"),
 	}
-	run := func(c *testenv.Conn) []string {
-		var out []string
-		for _, args := range script {
-			out = append(out, string(c.Do(args...)))
-		}
-		return out
-	}
-	got := run(e.dial(t))
-	flushDirect(t, e.cl)
-	want := run(testenv.Dial(t, m.Addr))
-	for i := range script {
-		if got[i] != want[i] {
-			t.Errorf("%s:\n proxy  %q\n redis  %q", testenv.ShowCommand(script[i]), got[i], want[i])
-		}
-	}
+	sameAsMaster(t, e, m, script)
 }
 
 // TestBlockingPop: BLPOP through the proxy blocks on the key's master and is
