@@ -327,7 +327,7 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 		c.Close()
 	}
 	s.mu.Unlock()
-	s.cancelLocks()
+	s.lockRequests.CancelAll()
 }
 
 // Closed releases what a connection held.
@@ -336,7 +336,7 @@ func (h *Handler) Closed(c *protocol.Conn) {
 	if s == nil {
 		return
 	}
-	s.cancelLocks()
+	s.lockRequests.CancelAll()
 	closeTunnel(s.tunnel)
 	if s.pinned != nil {
 		s.pinnedNode.Unpin(s.pinned, s.pinnedRESP3, !s.inMulti && !s.watching)

@@ -45,10 +45,9 @@ type Options struct {
 
 // Handler serves every client request; it implements protocol.Handler.
 type Handler struct {
-	opts    Options
-	workers *workers // lock requests that do not wait for the lock
-	waiters *workers // LOCK.ACQUIRE … WAIT, which may wait long
-	authm   *metrics.Auth
+	opts   Options
+	runner *locks.Runner // where lock requests (and INFO) run
+	authm  *metrics.Auth
 }
 
 // NewHandler returns a Handler.
@@ -59,7 +58,7 @@ func NewHandler(opts Options) *Handler {
 	if c, ok := opts.Backend.(*cluster.Cluster); ok {
 		opts.Cluster = c
 	}
-	h := &Handler{opts: opts, workers: newWorkers(maxWorkers), waiters: newWorkers(0)}
+	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout)}
 	if opts.ACL != nil {
 		h.authm = opts.Metrics.NewAuth()
 	}
