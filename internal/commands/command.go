@@ -62,18 +62,12 @@ func (h *Handler) command(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	switch {
 	case len(args) == 1, sub == "info" && len(args) == 2:
-		h.askRedis(c, args, p, func(reply, dst []byte) []byte {
-			elems, ok := resp.Elements(reply)
-			if !ok {
-				return append(dst, reply...)
-			}
-			dst = redcon.AppendArray(dst, len(elems)+len(ownCommands))
-			dst = append(dst, reply[len(reply)-sizeOf(elems):]...)
+		h.askRedis(c, args, p, withMore(len(ownCommands), func(dst []byte) []byte {
 			for _, e := range ownCommands {
 				dst = e.appendInfo(dst, resp3)
 			}
 			return dst
-		})
+		}))
 	case sub == "info":
 		h.commandInfo(c, args, p, resp3)
 	case sub == "count" && len(args) == 2:
@@ -90,18 +84,12 @@ func (h *Handler) command(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			h.forward(c, args, p) // Redis's syntax error
 			return
 		}
-		h.askRedis(c, args, p, func(reply, dst []byte) []byte {
-			elems, ok := resp.Elements(reply)
-			if !ok {
-				return append(dst, reply...)
-			}
-			dst = redcon.AppendArray(dst, len(elems)+len(names))
-			dst = append(dst, reply[len(reply)-sizeOf(elems):]...)
+		h.askRedis(c, args, p, withMore(len(names), func(dst []byte) []byte {
 			for _, n := range names {
 				dst = redcon.AppendBulkString(dst, n)
 			}
 			return dst
-		})
+		}))
 	case sub == "docs":
 		h.commandDocs(c, args, p, resp3)
 	default:
@@ -263,6 +251,20 @@ func (h *Handler) askRedis(c *protocol.Conn, args [][]byte, p *resp.Reply, rewri
 		pool = masters[0].Pool3
 	}
 	pool.Conn(c.ID).Do(args, parts[0])
+}
+
+// withMore is a rewrite for askRedis that answers Redis's array with
+// n more elements after its own, those add appends.
+func withMore(n int, add func(dst []byte) []byte) func(reply, dst []byte) []byte {
+	return func(reply, dst []byte) []byte {
+		elems, ok := resp.Elements(reply)
+		if !ok {
+			return append(dst, reply...)
+		}
+		dst = redcon.AppendArray(dst, len(elems)+n)
+		dst = append(dst, reply[len(reply)-sizeOf(elems):]...)
+		return add(dst)
+	}
 }
 
 // sizeOf is the bytes of elems together.
