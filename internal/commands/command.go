@@ -237,20 +237,25 @@ func (h *Handler) askRedis(c *protocol.Conn, args [][]byte, p *resp.Reply, rewri
 		replyErr(p, backend.ErrUnavailable)
 		return
 	}
-	parts := fanIn(1, func(replies []*resp.Reply) {
-		mergeInto(p, replies, nil, func(parts [][]byte, _ [][2]int, dst []byte) []byte {
-			if r := parts[0]; len(r) == 0 || r[0] == '-' || r[0] == '!' {
-				return append(dst, r...)
-			}
-			return rewrite(parts[0], dst)
-		})
+	// Redis's reply lands in a buffer of its own, read while p's grows.
+	var redis *resp.Reply
+	redis = resp.NewReplyFunc(func() {
+		switch r := redis.Buf; {
+		case redis.Err != nil:
+			p.Err = redis.Err
+		case len(r) == 0 || r[0] == '-' || r[0] == '!':
+			p.Buf = append(p.Buf, r...)
+		default:
+			p.Buf = rewrite(r, p.Buf)
+		}
+		p.Done()
 	})
 	h.opts.Metrics.PassthroughCommands.Inc()
 	pool := masters[0].Pool
 	if sessionOf(c).resp3 {
 		pool = masters[0].Pool3
 	}
-	pool.Conn(c.ID).Do(args, parts[0])
+	pool.Conn(c.ID).Do(args, redis)
 }
 
 // withMore is a rewrite for askRedis that answers Redis's array with
