@@ -22,12 +22,6 @@ import (
 // itself: after it breaks, the transaction is reported lost, never carried
 // on half-applied over a fresh connection.
 
-// blockingCommands wait in Redis for data (or, WAIT, for replicas).
-var blockingCommands = []string{
-	"blpop", "brpop", "brpoplpush", "blmove", "blmpop",
-	"bzpopmin", "bzpopmax", "bzmpop", "wait", "waitaof",
-}
-
 const (
 	replyTxLost    = "ERR fenceproxy: lost the connection to Redis; the transaction was discarded"
 	replyExecAbort = "EXECABORT Transaction discarded because of previous errors."
