@@ -1,24 +1,49 @@
-// Package commands is fenceproxy's command table: what each request name
-// means and who answers it.
+// Package commands is fenceproxy's command table and dispatch: what each
+// request name means and who answers it.
 //
-// Three kinds of command live here:
+// The table (table.go) is one declarative list of every command the proxy
+// does more with than forward it. An entry gives its name, arity, flags
+// (Redis's write/readonly/admin/fast, and the proxy's own: lock family,
+// runs at once inside MULTI, blocks in Redis, opens a pub/sub tunnel), the
+// argument naming a lock resource and whether the command changes that
+// resource's lease, a refusal text, the serve function, and for a lock
+// command its result counter and INFO lines. Everything that has to know a
+// command reads it from its entry:
+//
+//   - ServeCommand: the lookup, arity errors, what runs at once inside
+//     MULTI rather than being queued;
+//   - the ACL checks (acl.go): a lock command's resource against the user's
+//     key patterns, read, and written for the commands that change a lease;
+//   - the ACL universe (ACLCommands): the proxy's own commands with their
+//     categories, which the flags give as Redis's do (@write, @read, @fast
+//     or @slow, @admin and @dangerous) plus @lock;
+//   - COMMAND (command.go): the proxy's own commands described beside
+//     Redis's, in Redis 7's shapes (INFO, DOCS, COUNT, LIST);
+//   - INFO's "# locks" section and the counters' results (lockobs.go).
+//
+// A new lock command is its entry, its serve function and what the lock
+// manager does for it.
+//
+// Four kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's
 //     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/INFO/LIST,
 //     SELECT 0, RESET, AUTH, INFO's own sections);
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
-//     FENCE.EXEC, LOCK.INFO, ...), served by the lock manager;
-//   - everything else, forwarded to Redis, reply bytes untouched.
+//     FENCE.EXEC, LOCK.INFO, LOCK.TOP, LOCK.SLOWLOG), served by the lock
+//     manager;
+//   - commands that need a backend connection of the client's own: MULTI,
+//     EXEC, WATCH and blocking commands keep the one Forwarder.Pin gave
+//     them while their state lasts (pinned.go); pub/sub makes the
+//     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe); WAIT
+//     goes to every master (Forwarder.WaitReplicas);
+//   - everything else, forwarded to Redis, reply bytes untouched. MONITOR,
+//     replication and SHUTDOWN are refused with a clear error.
 //
 // Forwarding does not know the topology: forward hands a request to the
 // backend's Forwarder (package cluster), which picks the connection of a
 // standalone master or, in front of a Redis Cluster, the slot's master, and
-// splits, merges, broadcasts and follows redirects itself. What stays here
-// is the client's state: a client that needs a connection of its own keeps
-// the one Forwarder.Pin gave it while its MULTI/EXEC, WATCH or blocking
-// command lasts (pinned.go), and one that used pub/sub has a tunnel to
-// Redis for the rest of its connection (pubsub.go). WAIT goes to every
-// master (Forwarder.WaitReplicas).
+// splits, merges, broadcasts and follows redirects itself.
 //
 // Each connection's state is a session (session.go), one part per concern
 // (what the Forwarder keeps of the client, CLIENT SETINFO, the transaction,
@@ -29,8 +54,4 @@
 // or one the proxy builds), or with an error value in Err (the backend's
 // failures, a refused node, lockError's answer for a lock-manager failure),
 // which protocol writes as the client's reply.
-//
-// What cannot run on a shared backend connection and has no connection of
-// its own here (MONITOR, replication, SHUTDOWN) is refused with a clear
-// error, never forwarded where it would answer wrongly.
 package commands

@@ -285,22 +285,6 @@ func validClientName(name []byte) bool {
 	return true
 }
 
-// refused lists commands that cannot run on a shared backend connection and
-// are not built yet, with what the client is told.
-var refused = map[string]string{
-	"monitor":  "MONITOR is not supported through fenceproxy; connect to Redis directly",
-	"sync":     "replication is not supported through fenceproxy; connect to Redis directly",
-	"psync":    "replication is not supported through fenceproxy; connect to Redis directly",
-	"replconf": "replication is not supported through fenceproxy; connect to Redis directly",
-	"shutdown": "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly",
-}
-
-func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
-	return func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply) {
-		replyError(p, "ERR fenceproxy: "+why)
-	}
-}
-
 // xread forwards XREAD and XREADGROUP unless they would block.
 func (h *Handler) xread(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	for _, a := range args[1:] {

@@ -16,12 +16,6 @@ import (
 // the transaction is reported lost, never carried on half-applied over a
 // fresh connection. WAIT is the backend's too (Forwarder.WaitReplicas).
 
-// blockingCommands wait in Redis for data (or, WAIT, for replicas).
-var blockingCommands = []string{
-	"blpop", "brpop", "brpoplpush", "blmove", "blmpop",
-	"bzpopmin", "bzpopmax", "bzmpop", "wait", "waitaof",
-}
-
 const (
 	replyTxLost    = "ERR fenceproxy: lost the connection to Redis; the transaction was discarded"
 	replyExecAbort = "EXECABORT Transaction discarded because of previous errors."

@@ -16,10 +16,6 @@ import (
 // commands in subscribed mode. The tunnel lasts as long as the client's
 // connection: clients keep pub/sub on connections of its own.
 
-var subscribeCommands = []string{
-	"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
-}
-
 func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if s.tx.inMulti {

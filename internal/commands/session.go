@@ -22,8 +22,8 @@ type session struct {
 	tx      txState
 	// tunnel is the client's own way to Redis once it used pub/sub
 	// (pubsub.go); it lasts as long as the connection.
-	tunnel       cluster.Tunnel
-	auth         authState
+	tunnel cluster.Tunnel
+	auth   authState
 	// lockRequests are the connection's lock requests in flight
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.
