@@ -75,7 +75,10 @@ type Client struct {
 	// requests were last routed by (see Cluster.Epoch); 0 before the first.
 	view uint64
 
-	mu      sync.Mutex      // guards waiting: Gone runs while a WAIT's reply may be coming in
+	// mu guards waiting: Gone runs while a WAIT's reply may be coming in.
+	// Lock order: Client.mu, then a backend Conn's (Gone closes them under
+	// it, so that none is closed once it went back to the node).
+	mu      sync.Mutex
 	waiting []*backend.Conn // WAIT's connections, while it waits
 }
 
