@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
 // Which goroutine runs what (docs/lock-order.md): ServeCommand runs on the
@@ -73,4 +74,33 @@ func nullOrInt(n int) string {
 	}
 	s := strconv.Itoa(n)
 	return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n"
+}
+
+// TestClusterWaitThenHello: in front of a Redis Cluster, WAIT takes a
+// connection of its own on every master, and gives them back when the last
+// reply is in, on a backend reader. A HELLO 3 pipelined behind the WAIT is
+// served meanwhile on the connection's goroutine. The connections must go
+// back as what they are (RESP2, as taken), not as what the client speaks by
+// the time WAIT ends: a RESP2 connection handed to a RESP3 client later
+// answers it in RESP2.
+func TestClusterWaitThenHello(t *testing.T) {
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{})
+	p := startProxy(t, proxyOptions{seeds: []string{cl.Masters[0].Addr}})
+	c := p.dial(t)
+	c.Send("WAIT", "0", "1000")
+	c.Send("HELLO", "3")
+	c.Flush()
+	if r, err := c.ReadReply(); err != nil || !bytes.HasPrefix(r, []byte(":")) {
+		t.Fatalf("WAIT: %q, %v", r, err)
+	}
+	if r, err := c.ReadReply(); err != nil || !bytes.HasPrefix(r, []byte("%")) {
+		t.Fatalf("HELLO 3: %q, %v", r, err)
+	}
+	// Each master's connection for RESP3 clients is the one WAIT gave back
+	// (if any): a blocking pop that times out answers RESP3's null on it.
+	for _, key := range []string{"{a}", "{b}", "{c}", "{d}", "{e}"} {
+		if got := string(c.Do("BLPOP", key+"list", "0.01")); got != "_\r\n" {
+			t.Errorf("BLPOP %slist timing out, to a RESP3 client: got %q, want RESP3's null _", key, got)
+		}
+	}
 }
