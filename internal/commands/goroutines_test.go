@@ -84,7 +84,7 @@ func nullOrInt(n int) string {
 // the time WAIT ends: a RESP2 connection handed to a RESP3 client later
 // answers it in RESP2.
 func TestClusterWaitThenHello(t *testing.T) {
-	cl := testenv.StartCluster(t, testenv.ClusterOptions{})
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{ReplicasPerMaster: -1})
 	p := startProxy(t, proxyOptions{seeds: []string{cl.Masters[0].Addr}})
 	c := p.dial(t)
 	c.Send("WAIT", "0", "1000")

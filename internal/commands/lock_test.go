@@ -242,14 +242,15 @@ func TestLockErrors(t *testing.T) {
 	t.Logf("LOCK.ACQUIRE with Redis stopped: %q", got)
 }
 
-// waitFor polls cond for up to 10 s (only to end a hang: cond normally
-// holds within milliseconds).
+// waitFor polls cond for up to 30 s (only to end a hang: cond normally
+// holds within milliseconds, or a second for what the proxy rereads every
+// second).
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if cond() {
 			return
 		}
 	}
-	t.Fatal("condition not met within 10s")
+	t.Fatal("condition not met within 30s")
 }
