@@ -47,8 +47,9 @@ type proxy struct {
 
 	store       *persist.Store
 	be          cluster.Backend
-	backendFlag string // how errors name the backend: the flags that chose it
-	version     string // the backend's redis_version, reported by HELLO
+	backendFlag string        // how errors name the backend: the flags that chose it
+	version     string        // the backend's redis_version, reported by HELLO
+	lockWrites  *locks.Writer // the lock scripts' batched writer, for the manager and the authority
 	tokens      atomic.Pointer[authority.Authority]
 	srv         *protocol.Server
 	startedAt   time.Time // when it began to serve, for INFO's uptime
@@ -238,7 +239,6 @@ func (p *proxy) connectBackend(ctx context.Context, backendTLS *tls.Config) erro
 		Password:       cfg.backendPassword,
 		PoolSize:       cfg.backendConns,
 		WriterConns:    cfg.lockConns,
-		MinReplicas:    cfg.minReplicas,
 		ReplicaTimeout: cfg.replicaTimeout,
 		ObserveReply:   func(d time.Duration) { p.metrics.PassthroughSeconds.Observe(d.Seconds()) },
 		Logger:         p.logger,
@@ -305,12 +305,14 @@ func (p *proxy) compileACL(specs []auth.UserSpec, keyTable *keys.Table) (*auth.A
 	return acl, nil
 }
 
-// startAuthority starts the token authority, before any lock command: its
-// first heartbeat round finds another fenceproxy live on this backend, or
-// joins the fence store to the token bound kept in Redis.
+// startAuthority starts the lock-script writer and the token authority,
+// before any lock command: the authority's first heartbeat round finds
+// another fenceproxy live on this backend, or joins the fence store to the
+// token bound kept in Redis.
 func (p *proxy) startAuthority() error {
+	p.lockWrites = locks.NewWriter(locks.WriterOptions{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
 	tokens := authority.New(authority.Options{
-		Backend: p.be, Store: p.store, KeyPrefix: p.cfg.keyPrefix,
+		Backend: p.be, Writer: p.lockWrites, Store: p.store, KeyPrefix: p.cfg.keyPrefix,
 		MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout, Logger: p.logger,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), authorityTimeout)
@@ -336,7 +338,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		Backend: p.be,
 		Keys:    keyTable,
 		Locks: locks.New(locks.Options{
-			Backend: p.be, Store: p.store, MinReplicas: cfg.minReplicas,
+			Scripts: p.lockWrites, Store: locks.PersistStore(p.store), MinReplicas: cfg.minReplicas,
 			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: p.metrics, Logger: p.logger,
 			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
 			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),

@@ -1,32 +1,50 @@
-// Package commands is fenceproxy's command table: what each request name
-// means and who answers it.
+// Package commands is fenceproxy's command table and dispatch: what each
+// request name means and who answers it.
 //
-// Four kinds of command live here:
+// The table (table.go) is one declarative list of every command the proxy
+// does more with than forward it. An entry gives its name, arity, flags
+// (Redis's write/readonly/admin/fast, and the proxy's own: lock family,
+// runs at once inside MULTI, blocks in Redis, opens a pub/sub tunnel), the
+// argument naming a lock resource and whether the command changes that
+// resource's lease, a refusal text, the serve function, and for a lock
+// command its result counter and INFO lines. Everything that has to know a
+// command reads it from its entry:
+//
+//   - ServeCommand: the lookup, arity errors, what runs at once inside
+//     MULTI rather than being queued;
+//   - the ACL checks (acl.go): a lock command's resource against the user's
+//     key patterns, read, and written for the commands that change a lease;
+//   - the ACL universe (ACLCommands): the proxy's own commands with their
+//     categories, which the flags give as Redis's do (@write, @read, @fast
+//     or @slow, @admin and @dangerous) plus @lock;
+//   - COMMAND (command.go): the proxy's own commands described beside
+//     Redis's, in Redis 7's shapes (INFO, DOCS, COUNT, LIST);
+//   - INFO's "# locks" section and the counters' results (lockobs.go).
+//
+// A new lock command is its entry, its serve function and what the lock
+// manager does for it.
+//
+// Four kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's
 //     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
 //     INFO/LIST, SELECT 0, RESET, QUIT), or the proxy (INFO adds its own
-//     sections to Redis's); AUTH too when fenceproxy's own users are on
-//     (acl.go);
+//     sections to Redis's, COMMAND its own commands); AUTH too when
+//     fenceproxy's own users are on (acl.go);
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
 //     FENCE.EXEC, LOCK.INFO, LOCK.TOP, LOCK.SLOWLOG), served by the lock
-//     manager on workers (workers.go), so the connection goes on
-//     dispatching while a lock request waits on Redis, its replicas and the
-//     disk;
+//     manager;
 //   - commands that need a backend connection of the client's own: MULTI,
-//     EXEC, DISCARD, WATCH and blocking commands (BLPOP, WAIT, XREAD BLOCK,
-//     ...) on a connection pinned to the client (pinned.go), pub/sub on a
-//     Redis connection whose stream is relayed to the client (pubsub.go;
-//     subscriber.go in front of a Redis Cluster);
+//     EXEC, WATCH (pinned.go), blocking commands (pinned.go), pub/sub
+//     (pubsub.go; subscriber.go in front of a Redis Cluster), forwarded on
+//     it;
 //   - everything else, forwarded to the master that owns it, reply bytes
-//     untouched (passthrough.go); in front of a Redis Cluster, routed by
+//     untouched (passthrough.go); in front of a Redis Cluster routed by
 //     slot, split per slot and merged where Redis's semantics allow
-//     (route.go), or run on every master (broadcast.go).
-//
-// What cannot work through a proxy that shares its backend connections
-// (MONITOR, replication, SHUTDOWN, the CLIENT subcommands that would act
-// on a connection other clients share) is refused with an error that says what to do instead,
-// never forwarded where it would answer wrongly.
+//     (route.go), or run on every master (broadcast.go). MONITOR,
+//     replication, SHUTDOWN and the CLIENT subcommands that would act on a
+//     connection other clients share are refused with an error that says
+//     what to do instead.
 //
 // A request is answered through its resp.Reply: with bytes (Redis's reply,
 // or one the proxy builds), or with an error value in Err (the backend's
@@ -36,7 +54,8 @@
 // The Handler's per-connection state is its session (local.go). Most of it
 // is touched only while a request of that connection is served or its batch
 // ends (BatchDone, ClientGone, Closed), which protocol never runs at the
-// same time (see its Handler interface); the parts that lock workers and
-// backend readers reach while the connection goes on serving are under
-// session.mu. The lock order is in docs/lock-order.md.
+// same time (see its Handler interface); what lock requests and backend
+// readers reach while the connection goes on serving is under session.mu,
+// or captured when the request is served. The lock order is in
+// docs/lock-order.md.
 package commands

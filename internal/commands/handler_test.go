@@ -284,3 +284,50 @@ func TestACL(t *testing.T) {
 		{[]string{"QUIT"}, "+OK\r\n"},
 	})
 }
+
+// TestCommand: COMMAND answers Redis's commands and the proxy's own, in the
+// client's protocol.
+func TestCommand(t *testing.T) {
+	p, master := startStandalone(t, proxyOptions{}, false)
+	c := p.dial(t)
+	redis := testenv.Dial(t, master.Addr)
+	own := int64(len(ownCommands))
+	if got, want := wantInt(t, c, "COMMAND", "COUNT"), wantInt(t, redis, "COMMAND", "COUNT")+own; got != want {
+		t.Errorf("COMMAND COUNT: %d, want Redis's plus %d = %d", got, own, want)
+	}
+	all, ok := testenv.SplitArray(c.Do("COMMAND"))
+	if !ok || int64(len(all)) != wantInt(t, c, "COMMAND", "COUNT") {
+		t.Errorf("COMMAND: %d entries, want COMMAND COUNT's", len(all))
+	}
+	info := string(c.Do("COMMAND", "INFO", "lock.acquire", "get", "nosuchcommand"))
+	unknown := strings.TrimPrefix(string(redis.Do("COMMAND", "INFO", "nosuchcommand")), "*1\r\n") // Redis's null for it
+	if !strings.HasPrefix(info, "*3\r\n*10\r\n$12\r\nlock.acquire\r\n:-4\r\n") || !strings.Contains(info, "$3\r\nget\r\n:2\r\n") || !strings.HasSuffix(info, "\r\n"+unknown) {
+		t.Errorf("COMMAND INFO lock.acquire get nosuchcommand: %q", info)
+	}
+	if got := string(c.Do("COMMAND", "INFO", "FENCE.CHECK")); !strings.HasPrefix(got, "*1\r\n*10\r\n$11\r\nfence.check\r\n:3\r\n") {
+		t.Errorf("COMMAND INFO FENCE.CHECK: %q", got)
+	}
+	for _, req := range [][]string{{"COMMAND", "LIST"}, {"COMMAND", "LIST", "FILTERBY", "PATTERN", "LOCK.*"}, {"COMMAND", "LIST", "FILTERBY", "ACLCAT", "lock"}} {
+		if got := string(c.Do(req...)); !strings.Contains(got, "$12\r\nlock.acquire\r\n") {
+			t.Errorf("%s lacks lock.acquire: %.200q", testenv.ShowCommand(req), got)
+		}
+	}
+	if got := string(c.Do("COMMAND", "LIST", "FILTERBY", "MODULE", "x")); strings.Contains(got, "lock.") {
+		t.Errorf("COMMAND LIST FILTERBY MODULE x: %q", got)
+	}
+	wantPrefix(t, c, "-ERR", "COMMAND", "LIST", "FILTERBY", "BOGUS", "x")
+	docs := string(c.Do("COMMAND", "DOCS", "LOCK.ACQUIRE"))
+	if !strings.HasPrefix(docs, "*2\r\n$12\r\nlock.acquire\r\n") || !strings.Contains(docs, "summary") {
+		t.Errorf("COMMAND DOCS LOCK.ACQUIRE: %q", docs)
+	}
+	wantPrefix(t, c, "*", "COMMAND", "DOCS")
+	wantPrefix(t, c, "*", "COMMAND", "GETKEYS", "GET", "k")
+	// RESP3: maps where Redis 7 answers maps.
+	wantPrefix(t, c, "%7\r\n", "HELLO", "3")
+	if got := string(c.Do("COMMAND", "DOCS", "lock.release")); !strings.HasPrefix(got, "%1\r\n$12\r\nlock.release\r\n%") {
+		t.Errorf("COMMAND DOCS over RESP3: %q", got)
+	}
+	if got := string(c.Do("COMMAND", "INFO", "lock.release")); !strings.HasPrefix(got, "*1\r\n*10\r\n$12\r\nlock.release\r\n:3\r\n~") {
+		t.Errorf("COMMAND INFO over RESP3: %q", got)
+	}
+}

@@ -65,8 +65,7 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 	defer cancel()
 	m := metrics.New()
 	be, err := cluster.Connect(ctx, cluster.Options{
-		Seeds: po.seeds, PoolSize: 2, WriterConns: 1,
-		MinReplicas: po.minReplicas, ReplicaTimeout: time.Second, Logger: logger,
+		Seeds: po.seeds, PoolSize: 2, WriterConns: 1, ReplicaTimeout: time.Second, Logger: logger,
 	})
 	if err != nil {
 		t.Fatalf("connecting to %v: %v", po.seeds, err)
@@ -95,7 +94,8 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 		Backend: be,
 		Keys:    kt,
 		Locks: locks.New(locks.Options{
-			Backend: be, Store: store, MinReplicas: po.minReplicas, Metrics: m, Logger: logger,
+			Scripts: locks.NewWriter(locks.WriterOptions{Backend: be, MinReplicas: po.minReplicas, ReplicaTimeout: time.Second}),
+			Store:   locks.PersistStore(store), MinReplicas: po.minReplicas, Metrics: m, Logger: logger,
 			MaxWaiters: 2, SlowLogLen: 16, SlowWait: 0, SlowHeld: 0,
 		}),
 		Metrics:        m,

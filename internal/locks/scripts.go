@@ -1,10 +1,6 @@
 package locks
 
-import (
-	"github.com/redis/go-redis/v9"
-
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
-)
+import "github.com/fenceproxy/fenceproxy/internal/cluster"
 
 // The owner record is a hash at recordKey(resource), expiring with the
 // lease: owner, token, and since LOCK.INFO's acquired-at and client-addr,
@@ -20,7 +16,7 @@ import (
 // resource until it is gone. Tokens travel as strings: Lua numbers are
 // doubles.
 //
-// Replies are tables so the manager can tell the three outcomes apart.
+// Replies are tables so the manager can tell the outcomes apart.
 
 // acquireScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, new
 // token, newest token known to the fence store ("" if the caller did not
@@ -78,6 +74,30 @@ end
 return {2, ARGV[3]}
 `
 
+// replyKind is the first element of acquireScript's {kind, value} reply.
+type replyKind int64
+
+// acquireScript's reply kinds; the value that comes with each is named
+// after the colon.
+const (
+	// kindBusy: value, the holder's lease left (ms; -1 or -2 if unknown).
+	// Another owner holds the resource, its lock-delay guard stands, or it
+	// is free but others wait in line for it. Nothing was written.
+	kindBusy replyKind = 0
+	// kindRearmed: value, the owner's token. The owner's own current grant
+	// was re-armed.
+	kindRearmed replyKind = 1
+	// kindGranted: value, the candidate token. A new grant.
+	kindGranted replyKind = 2
+	// kindNeedNewest: the owner's own record is there, but judging it needs
+	// the resource's newest token, which the call did not carry. Nothing
+	// was written: ask again with it.
+	kindNeedNewest replyKind = 3
+	// kindTokenAhead: value, the record's token, at or above the candidate
+	// (see authority.go). Nothing was written.
+	kindTokenAhead replyKind = 4
+)
+
 // renewScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, newest
 // token, lock-delay-ms, now (unix ms). Returns the
 // token, or nil if owner does not hold a current record (expired records are
@@ -132,13 +152,12 @@ local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'renewed'
 return {cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[3], cur[4], cur[5]}
 `
 
-// The hot scripts go by EVALSHA (see Manager.start): an EVAL sends about a
-// kilobyte of source that Redis hashes on every call.
+// The hot scripts go by EVALSHA (see Writer.Start): an EVAL sends about a
+// kilobyte of source that Redis hashes on every call. So does infoScript,
+// which runs through go-redis (Writer.Read: a read needs no batching).
 var (
 	acquireSHA = cluster.ScriptSHA(acquireScript)
 	renewSHA   = cluster.ScriptSHA(renewScript)
 	releaseSHA = cluster.ScriptSHA(releaseScript)
+	infoSHA    = cluster.ScriptSHA(infoScript)
 )
-
-// infoRead runs infoScript through go-redis: a read needs no batching.
-var infoRead = redis.NewScript(infoScript)

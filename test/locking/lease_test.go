@@ -205,7 +205,13 @@ func TestLateGrantIsUndone(t *testing.T) {
 	const r = "late/grant"
 
 	replica.Stop()
-	b := acquireAsync(t, p.Addr, "LOCK.ACQUIRE", r, "B", "300")
+	b := acquireAsync(t, p.Addr, "LOCK.ACQUIRE", r, "B", "1000")
+	// B's record first: the token authority's heartbeat may be in WAIT
+	// too, and waitGone alone would pass before B's script ran.
+	waitFor(t, 10*time.Second, "B's record on the master", func() bool {
+		n, _ := testenv.ParseInt(m.Do("EXISTS", recordKey(r)))
+		return n == 1
+	})
 	waitWaits(t, m, 1)
 	waitGone(t, m, recordKey(r)) // B's lease is over in Redis
 	replica.Cont()
