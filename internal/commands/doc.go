@@ -27,19 +27,35 @@
 // Four kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's
-//     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME, SELECT 0);
+//     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
+//     INFO/LIST, SELECT 0, RESET, QUIT), or the proxy (INFO adds its own
+//     sections to Redis's, COMMAND its own commands); AUTH too when
+//     fenceproxy's own users are on (acl.go);
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
 //     FENCE.EXEC, LOCK.INFO, LOCK.TOP, LOCK.SLOWLOG), served by the lock
 //     manager;
 //   - commands that need a backend connection of the client's own: MULTI,
 //     EXEC, WATCH (pinned.go), blocking commands (pinned.go), pub/sub
-//     (pubsub.go), forwarded on it;
+//     (pubsub.go; subscriber.go in front of a Redis Cluster), forwarded on
+//     it;
 //   - everything else, forwarded to the master that owns it, reply bytes
-//     untouched. MONITOR, replication and SHUTDOWN are refused with a clear
-//     error.
+//     untouched (passthrough.go); in front of a Redis Cluster routed by
+//     slot, split per slot and merged where Redis's semantics allow
+//     (route.go), or run on every master (broadcast.go). MONITOR,
+//     replication, SHUTDOWN and the CLIENT subcommands that would act on a
+//     connection other clients share are refused with an error that says
+//     what to do instead.
 //
 // A request is answered through its resp.Reply: with bytes (Redis's reply,
 // or one the proxy builds), or with an error value in Err (the backend's
 // failures, a refused node, lockError's answer for a lock-manager failure),
 // which protocol writes as the client's reply.
+//
+// The Handler's per-connection state is its session (local.go). Most of it
+// is touched only while a request of that connection is served or its batch
+// ends (BatchDone, ClientGone, Closed), which protocol never runs at the
+// same time (see its Handler interface); what lock requests and backend
+// readers reach while the connection goes on serving is under session.mu,
+// or captured when the request is served. The lock order is in
+// docs/lock-order.md.
 package commands

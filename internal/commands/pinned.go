@@ -247,11 +247,14 @@ func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p
 	c.WaitReplies(p)
 	masters := h.opts.Cluster.Masters()
 	conns := make([]*backend.Conn, 0, len(masters))
+	// The connections go back (on a backend reader) as what they were
+	// taken as, whatever a HELLO pipelined behind the WAIT does to s.
+	resp3 := s.resp3
 	for _, n := range masters {
-		conn, err := n.Pinned(s.resp3)
+		conn, err := n.Pinned(resp3)
 		if err != nil {
 			for i, c := range conns {
-				masters[i].Unpin(c, s.resp3, true)
+				masters[i].Unpin(c, resp3, true)
 			}
 			replyErr(p, backend.ErrUnavailable)
 			return
@@ -281,7 +284,7 @@ func (h *Handler) waitEveryMaster(c *protocol.Conn, s *session, args [][]byte, p
 			if ok && (least < 0 || n < least) {
 				least = n
 			}
-			masters[i].Unpin(conns[i], s.resp3, err == nil)
+			masters[i].Unpin(conns[i], resp3, err == nil)
 		}
 		switch {
 		case bad != nil && bad.Err != nil:

@@ -190,6 +190,14 @@ func groupBySlot(n int, key func(i int) []byte) (groups []group, order [][2]int)
 // arguments up to first) followed by that slot's key groups (a key and the
 // stride-1 arguments after it), then merges the replies.
 func (h *Handler) split(c *protocol.Conn, s *session, args [][]byte, positions []int, first, stride int, m merge, p *resp.Reply) {
+	for _, at := range positions {
+		if at+stride > len(args) {
+			// MSET k v k: a key without its value. One Redis says so;
+			// slicing on would read past the request's arguments.
+			replyError(p, "ERR wrong number of arguments for '"+lowerName(args[0])+"' command")
+			return
+		}
+	}
 	groups, order := groupBySlot(len(positions), func(i int) []byte { return args[positions[i]] })
 	reqs := make([][]byte, len(groups))
 	for g, gr := range groups {

@@ -30,8 +30,9 @@ const (
 )
 
 // Conn is one client connection. Its exported fields belong to the Handler,
-// which may read and write them from the connection's own goroutine (that is,
-// inside ServeCommand); other goroutines must not touch them.
+// which may read and write them from its methods (ServeCommand, BatchDone,
+// ClientGone, Closed: never two at once, see Handler); other goroutines must
+// not touch them.
 type Conn struct {
 	ID         int64
 	RemoteAddr string
@@ -228,7 +229,8 @@ func (c *Conn) writeBatch() error {
 // collect waits for every reply of the batch, puts them in c.out in order
 // and ends the batch (BatchDone, the next window). A batch over the normal
 // class's hard output limit closes the client instead, and its error is
-// returned.
+// returned. It runs on the connection's goroutine (writeBatch) or on the
+// one that completed a batch left to its last reply (finishLater).
 func (c *Conn) collect() error {
 	n := c.batch.n
 	c.out = c.batch.appendTo(c.out[:0])
