@@ -29,7 +29,7 @@ import (
 // (pinned ones, pub/sub tunnels) are closed. Its owner opens the gate again
 // once the node is a master (Allow).
 //
-// Lock order: Node.mu only.
+// Lock order: Node.mu, then a backend Conn's mu (docs/lock-order.md).
 type Node struct {
 	Addr string
 	// pools forward clients' requests byte for byte: [0] for clients that

@@ -83,6 +83,13 @@ func init() {
 // it if a table allows, else answer as Redis Cluster does.
 func (c *Cluster) crossSlot(cl *Client, name string, args [][]byte, positions []int, p *resp.Reply) {
 	if r, ok := splits[name]; ok {
+		if !r.complete(args, positions) {
+			// MSET k v k: one Redis says so; slicing on would read past
+			// the request's arguments.
+			p.Buf = resp.AppendError(p.Buf, "ERR", "wrong number of arguments for '"+name+"' command")
+			p.Done()
+			return
+		}
 		groups, order := groupBySlot(len(positions), func(i int) []byte { return args[positions[i]] })
 		c.gather(cl, groups, r.parts(args, positions, groups), order, r.merge, p)
 		return
@@ -144,6 +151,17 @@ func groupBySlot(n int, key func(i int) []byte) (groups []group, order [][2]int)
 		groups[g].items = append(groups[g].items, i)
 	}
 	return groups, order
+}
+
+// complete reports whether every key (at positions among args) has the
+// arguments its stride says go with it: MSET k v k has not.
+func (r splitRule) complete(args [][]byte, positions []int) bool {
+	for _, at := range positions {
+		if at+r.stride > len(args) {
+			return false
+		}
+	}
+	return true
 }
 
 // parts encodes one request per group: the command name followed by the

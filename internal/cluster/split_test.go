@@ -101,6 +101,9 @@ func TestSplitParts(t *testing.T) {
 		{argv("DEL", "{x}", "{y}"), []int{1, 2}, [][]string{{"DEL", "{x}"}, {"DEL", "{y}"}}},
 	} {
 		r := splits[strings.ToLower(string(tc.args[0]))]
+		if !r.complete(tc.args, tc.positions) {
+			t.Fatalf("%q: not complete", tc.args)
+		}
 		groups, _ := groupBySlot(len(tc.positions), func(i int) []byte { return tc.args[tc.positions[i]] })
 		reqs := r.parts(tc.args, tc.positions, groups)
 		if len(reqs) != len(tc.want) {
@@ -111,6 +114,17 @@ func TestSplitParts(t *testing.T) {
 				t.Errorf("%s part %d: %q, want %q", tc.args[0], i, got, tc.want[i])
 			}
 		}
+	}
+}
+
+// TestSplitIncomplete: a key without the arguments its stride needs (MSET
+// k v k, the last key's value missing) is caught before any part is built.
+func TestSplitIncomplete(t *testing.T) {
+	if splits["mset"].complete(argv("MSET", "{a}k", "1", "{b}k"), []int{1, 3}) {
+		t.Error("MSET {a}k 1 {b}k is complete, want the missing value caught")
+	}
+	if !splits["del"].complete(argv("DEL", "{a}k", "{b}k"), []int{1, 2}) {
+		t.Error("DEL {a}k {b}k is incomplete")
 	}
 }
 

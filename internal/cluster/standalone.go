@@ -91,7 +91,7 @@ func connectSentinel(ctx context.Context, opts Options) (*standalone, error) {
 	}
 	n, err := s.connectMaster(ctx, addr)
 	if errors.Is(err, ErrNotMaster) {
-		err = fmt.Errorf("Sentinel names %s as the master of %q, but it is not the master now (a failover under way? retry shortly): %v",
+		err = fmt.Errorf("the Sentinels name %s as the master of %q, but it is not the master now (a failover under way? retry shortly): %v",
 			addr, opts.Sentinel.MasterName, err)
 	}
 	if err != nil {

@@ -83,7 +83,7 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 				end++
 			}
 			c.Close()
-			return nil, fmt.Errorf("Redis Cluster slots %d-%d have no reachable master (is the cluster created and ok? redis-cli --cluster check %s)", slot, end, opts.Seeds[0])
+			return nil, fmt.Errorf("slots %d-%d of the Redis Cluster have no reachable master (is the cluster created and ok? redis-cli --cluster check %s)", slot, end, opts.Seeds[0])
 		}
 	}
 	var err error
@@ -310,7 +310,11 @@ func (c *Cluster) slotsFrom(ctx context.Context, addr string) ([]shard, error) {
 		})
 		defer client.Close()
 	}
-	slots, err := client.ClusterSlots(ctx).Result()
+	// CLUSTER SLOTS, sent as is: go-redis deprecates its ClusterSlots for
+	// CLUSTER SHARDS, which only Redis 7.0 and later answer.
+	cmd := redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
+	_ = client.Process(ctx, cmd)
+	slots, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}

@@ -22,11 +22,14 @@ func waitOn(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]
 		return
 	}
 	conns := make([]*backend.Conn, 0, len(masters))
+	// The connections go back (on a backend reader) as what they were
+	// taken as, whatever a HELLO pipelined behind the WAIT does to cl.
+	resp3 := cl.RESP3
 	for _, n := range masters {
-		conn, err := n.Pinned(cl.RESP3)
+		conn, err := n.Pinned(resp3)
 		if err != nil {
 			for i, c := range conns {
-				masters[i].Unpin(c, cl.RESP3, true)
+				masters[i].Unpin(c, resp3, true)
 			}
 			p.Err = unreachable(n)
 			p.Done()
@@ -34,7 +37,6 @@ func waitOn(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]
 		}
 		conns = append(conns, conn)
 	}
-	resp3 := cl.RESP3
 	cl.mu.Lock()
 	cl.waiting = conns
 	cl.mu.Unlock()

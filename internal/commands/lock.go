@@ -33,7 +33,6 @@ const (
 type lockArgs struct {
 	resource, owner string
 	ttl, wait       time.Duration
-	token           uint64
 }
 
 func parseResource(b []byte) (string, string) {
