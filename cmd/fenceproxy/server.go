@@ -262,24 +262,18 @@ func (p *proxy) connectBackend(ctx context.Context, backendTLS *tls.Config) erro
 	return nil
 }
 
-// readBackend reads the first master's version and, from Redis's own
-// COMMAND, where each command's keys are: slot routing in front of a
-// cluster depends on it, and so do ACL users' key patterns. Without it a
-// standalone proxy still serves (keyTable nil).
+// readBackend reads the first master's version and where each command's
+// keys are (Backend.Keys, read from Redis's own COMMAND by Connect, which
+// fails without it in front of a cluster: slot routing depends on it): ACL
+// users' key patterns depend on it too. Without it a standalone proxy
+// still serves (keyTable nil).
 func (p *proxy) readBackend(ctx context.Context) (*keys.Table, error) {
 	master := p.be.Masters()[0]
 	p.version = "7.0.0"
 	if info, err := master.Client.Info(ctx, "server").Result(); err == nil {
 		p.version = cluster.InfoField(info, "redis_version")
 	}
-	commandTable, err := master.Raw(ctx, "COMMAND")
-	var keyTable *keys.Table
-	if err == nil {
-		keyTable, err = keys.Load(commandTable)
-	}
-	if err != nil && p.be.Mode() == "cluster" {
-		return nil, fmt.Errorf("%s: reading COMMAND (needed to route by slot): %v", p.backendFlag, err)
-	}
+	keyTable, err := p.be.Keys()
 	if err != nil && (p.cfg.aclFile != "" || p.cfg.requirepass != "") {
 		return nil, fmt.Errorf("%s: reading COMMAND (needed to check ACL users' commands and keys): %v", p.backendFlag, err)
 	}

@@ -40,6 +40,7 @@ type Cluster struct {
 	opts Options
 	log  *slog.Logger
 	view atomic.Pointer[view]
+	keys *keys.Table // where each command's keys are: routing depends on it
 
 	mu    sync.Mutex       // guards nodes and known
 	nodes map[string]*Node // connected masters, by address
@@ -85,6 +86,11 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("slots %d-%d of the Redis Cluster have no reachable master (is the cluster created and ok? redis-cli --cluster check %s)", slot, end, opts.Seeds[0])
 		}
 	}
+	var err error
+	if c.keys, err = readKeys(ctx, v.masters[0]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("reading COMMAND (needed to route by slot): %v", err)
+	}
 	c.wg.Add(1)
 	go c.refreshLoop()
 	return c, nil
@@ -115,6 +121,9 @@ func (c *Cluster) SlotOn(n *Node) int {
 
 // Mode is "cluster".
 func (c *Cluster) Mode() string { return "cluster" }
+
+// Keys is where each command has its keys (read at connect).
+func (c *Cluster) Keys() (*keys.Table, error) { return c.keys, nil }
 
 // Refresh asks for the topology to be read again soon; it does not wait.
 func (c *Cluster) Refresh() {

@@ -34,6 +34,20 @@ func TestCluster(t *testing.T) {
 	t.Run("resp3", func(t *testing.T) { clusterRESP3(t, p) })
 }
 
+// redissonWatchdog is the renewal script as Redisson (3.44+) sends it,
+// written out here rather than taken from the proxy's table: a slip in
+// that copy changes its SHA, and the split test below then fails.
+const redissonWatchdog = "local result = {} " +
+	"for i = 1, #KEYS, 1 do " +
+	"if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then " +
+	"redis.call('pexpire', KEYS[i], ARGV[1]); " +
+	"table.insert(result, 1); " +
+	"else " +
+	"table.insert(result, 0); " +
+	"end; " +
+	"end; " +
+	"return result;"
+
 func clusterSplit(t *testing.T, p *testProxy) {
 	c := p.dial(t)
 	run(t, c, []exchange{
@@ -54,7 +68,7 @@ func clusterSplit(t *testing.T, p *testProxy) {
 	run(t, c, []exchange{
 		{[]string{"HSET", "{a}lock", "owner-a", "1"}, ":1\r\n"},
 		{[]string{"HSET", "{c}lock", "owner-c", "1"}, ":1\r\n"},
-		{[]string{"EVAL", redissonRenewal, "3", "{a}lock", "{b}lock", "{c}lock", "30000", "owner-a", "owner-b", "owner-c"}, "*3\r\n:1\r\n:0\r\n:1\r\n"},
+		{[]string{"EVAL", redissonWatchdog, "3", "{a}lock", "{b}lock", "{c}lock", "30000", "owner-a", "owner-b", "owner-c"}, "*3\r\n:1\r\n:0\r\n:1\r\n"},
 		{[]string{"EVAL", "return 1", "2", "{a}x", "{b}x"}, "-CROSSSLOT Keys in request don't hash to the same slot\r\n"},
 	})
 	// A pipeline of split requests keeps its order.
