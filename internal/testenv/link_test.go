@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -238,4 +240,26 @@ func TestLinkUpstreamDown(t *testing.T) {
 	if got := string(again.Do("PING")); got != "+PONG\r\n" {
 		t.Fatalf("PING after the upstream came back = %q", got)
 	}
+}
+
+// Sentinels that reach every Redis through a Link name the Links, before
+// and after a failover, so a proxy that follows them reaches Redis through
+// the Links too; the replica's link to its master is up all along.
+func TestSentinelsThroughLinks(t *testing.T) {
+	master := StartRedis(t, RedisOptions{})
+	replica := StartReplica(t, master)
+	ml, rl := StartLink(t, master.Addr), StartLink(t, replica.Addr)
+	master.AnnounceVia(t, ml)
+	replica.AnnounceVia(t, rl)
+	s := StartSentinels(t, master, SentinelOptions{MasterPort: ml.Port()})
+	s.WaitMaster(t, ml.Addr)
+	reply, err := s.do(s.Addrs[0], "SENTINEL", "REPLICAS", s.MasterName)
+	if err != nil || !strings.Contains(string(reply), strconv.Itoa(rl.Port())) {
+		t.Fatalf("SENTINEL REPLICAS = %s (err %v), want the replica's Link port %d", ShowReply(reply), err, rl.Port())
+	}
+	master.Kill()
+	s.WaitMaster(t, rl.Addr)
+	replica.Promoted()
+	master.Restart(t)
+	master.Follow(t, replica) // waits for the replica's announced port in INFO
 }
