@@ -111,6 +111,7 @@ func CheckHistory(h *History) Report {
 	c.lostGrant()
 	c.revivedLease()
 	c.replicaStop()
+	c.redisPartition()
 	c.dataOrder()
 	c.counters()
 	rep := Report{Violations: c.violations, Grants: c.grants, LeaseUsed: c.leaseUsed}

@@ -52,6 +52,7 @@ type env struct {
 	seed            uint64
 	master, replica *testenv.Redis
 	sentinels       *testenv.Sentinels // name the master; the proxy follows them
+	links           redisLinks         // in front of each Redis; the proxy and Sentinel reach it through them
 	proxy           *testenv.Proxy
 	dataDir         string
 	backup          string // a copy of dataDir taken while the proxy was down
@@ -115,7 +116,8 @@ func TestFault(t *testing.T) {
 	e.holderBin = buildHolder(t)
 	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
 	e.replica = testenv.StartReplica(t, e.master)
-	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter})
+	e.linkRedis()
+	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter, MasterPort: e.links[e.master].Port()})
 	e.dataDir = filepath.Join(t.TempDir(), "data")
 	e.backup = filepath.Join(t.TempDir(), "backup")
 	e.setProxy(testenv.StartProxy(t, e.proxyOptions()))
@@ -489,7 +491,7 @@ func planFaults(seed uint64, d time.Duration) []planned {
 	var plan []planned
 	at := 2 * time.Second
 	for {
-		round := append([]FaultKind(nil), AllFaults...)
+		round := selectedFaults()
 		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		for _, k := range round {
 			if at > d-3*time.Second {
@@ -558,7 +560,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.Start = e.h.Now()
 		oldMaster, promoted := e.master, e.replica
 		oldMaster.Kill()
-		e.sentinels.WaitMaster(t, promoted.Addr)
+		e.sentinels.WaitMaster(t, e.named(promoted))
 		promoted.Promoted()
 		e.master, e.replica = promoted, oldMaster
 		oldMaster.Restart(t)
@@ -628,6 +630,9 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		time.Sleep(p.D - before)
 		f.End = e.h.Now()
 		e.replica.Cont()
+	case RedisPartition:
+		e.redisPartition(p) // records a Fault per phase
+		return
 	case ProxyStop:
 		f.Start = e.h.Now()
 		e.proxy.Stop()
@@ -647,8 +652,8 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 // the suite's: only master-failover should make it fail over (see
 // sentinelDownAfter), and the suite's own view of the roles must hold.
 func (e *env) checkSentinelMaster() {
-	if named, err := e.sentinels.Master(0); err != nil || named != e.master.Addr {
-		e.t.Fatalf("fault: Sentinel names %q (err %v) as the master, the suite %s: a failover it did not plan", named, err, e.master.Addr)
+	if named, err := e.sentinels.Master(0); err != nil || named != e.named(e.master) {
+		e.t.Fatalf("fault: Sentinel names %q (err %v) as the master, the suite %s: a failover it did not plan", named, err, e.named(e.master))
 	}
 }
 
