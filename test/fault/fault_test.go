@@ -53,6 +53,7 @@ type env struct {
 	master, replica *testenv.Redis
 	sentinels       *testenv.Sentinels // name the master; the proxy follows them
 	links           redisLinks         // in front of each Redis; the proxy and Sentinel reach it through them
+	tier            *tier              // TestFaultTier's nodes; nil in TestFault
 	proxy           *testenv.Proxy
 	dataDir         string
 	backup          string // a copy of dataDir taken while the proxy was down
@@ -274,7 +275,7 @@ type client struct {
 
 // dial connects to the current proxy; false if it is not reachable now.
 func (c *client) dial() bool {
-	addr := c.e.proxyAddr()
+	addr := c.e.clientAddr(c.id)
 	if c.conn != nil && c.addr == addr {
 		return true
 	}
