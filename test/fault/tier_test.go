@@ -119,7 +119,7 @@ func (e *env) startTier() *tier {
 		opts.Args = append(opts.Args, "--node-id", tr.ids[i], "--raft-listen", tr.raftAddr[i], "--peers", strings.Join(peers, ","))
 		tr.nodes = append(tr.nodes, testenv.StartProxy(t, opts))
 	}
-	tr.waitLeader(t, -1)
+	tr.waitFormed(t, 0, 1, 2)
 	return tr
 }
 
@@ -201,10 +201,13 @@ func (tr *tier) waitLeader(t *testing.T, skip int) int {
 	}
 }
 
-// waitRejoined waits until node i follows the current leader and, where
-// INFO says, has applied what the leader had committed when the wait
-// began: a wiped node has caught up before another disk may go.
-func (tr *tier) waitRejoined(t *testing.T, i int) {
+// waitFormed waits until each node of which follows the current leader,
+// counts every node in its configuration (tier_peers, where INFO has it)
+// and has applied what the leader had committed when the wait began
+// (tier_commit_index, tier_applied_index, where INFO has them): the tier
+// is whole before the next fault, and a wiped node has caught up before
+// another disk may go.
+func (tr *tier) waitFormed(t *testing.T, which ...int) {
 	t.Helper()
 	l := tr.waitLeader(t, -1)
 	var target int64
@@ -212,16 +215,19 @@ func (tr *tier) waitRejoined(t *testing.T, i int) {
 		target, _ = strconv.ParseInt(li.fields["tier_commit_index"], 10, 64)
 	}
 	deadline := time.Now().Add(tierWait)
-	for {
-		ti, ok := tr.info(i)
-		applied, _ := strconv.ParseInt(ti.fields["tier_applied_index"], 10, 64)
-		if ok && (i == l || ti.leaderID == tr.ids[l]) && applied >= target {
-			return
+	for _, i := range which {
+		for {
+			ti, ok := tr.info(i)
+			applied, _ := strconv.ParseInt(ti.fields["tier_applied_index"], 10, 64)
+			members, known := ti.fields["tier_peers"]
+			if ok && (i == l || ti.leaderID == tr.ids[l]) && applied >= target && (!known || members == strconv.Itoa(tierNodes)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fault: node %s not caught up within %v (INFO tier: %v; leader %s commit index %d)", tr.ids[i], tierWait, ti.fields, tr.ids[l], target)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fault: node %s did not rejoin within %v (INFO tier: %v; leader %s commit index %d)", tr.ids[i], tierWait, ti.fields, tr.ids[l], target)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -329,7 +335,7 @@ func (e *env) injectTier(p planned) {
 		}
 		time.Sleep(p.D)
 		node.Restart(t)
-		tr.waitRejoined(t, victim)
+		tr.waitFormed(t, victim)
 		f.End = e.h.Now()
 		f.Note = fmt.Sprintf("%s: %s %s wiped, down %v, rejoined", p.Kind, role, tr.ids[victim], p.D)
 	case TierLeaderStop:
@@ -350,10 +356,18 @@ func (e *env) injectTier(p planned) {
 		}
 		tr.cutNode(t, victim, how, drop)
 		f.Start = e.h.Now()
-		time.Sleep(p.D)
+		next := ""
+		if how == "both" && victim == leader {
+			// The majority must elect a new leader; a tier whose Raft
+			// traffic bypasses the Links would keep the old one.
+			next = " (" + tr.ids[tr.waitLeader(t, victim)] + " led meanwhile)"
+		}
+		if d := time.Duration(f.Start + int64(p.D) - e.h.Now()); d > 0 {
+			time.Sleep(d)
+		}
 		f.End = e.h.Now()
 		tr.heal(t)
-		f.Note = fmt.Sprintf("%s: %s %s cut (%s, drop=%v) for %v", p.Kind, role, tr.ids[victim], how, drop, p.D)
+		f.Note = fmt.Sprintf("%s: %s %s cut (%s, drop=%v) for %v%s", p.Kind, role, tr.ids[victim], how, drop, time.Duration(f.End-f.Start), next)
 	}
 	e.h.AddFault(f)
 }
@@ -440,5 +454,41 @@ func TestFaultTier(t *testing.T) {
 	}
 	if rep.Grants == 0 {
 		t.Errorf("no lock was granted in the whole run: the workload did not run")
+	}
+}
+
+// TestTierLinksCarryRaft proves the harness's premise: the Links are on
+// every Raft path of the tier. Three times, the leader's Raft traffic is
+// cut both ways: the other two must elect a new leader (bounded wait), and
+// after the heal all three agree on one. A tier that dials the addresses
+// of its replicated configuration (one node's --peers, the bootstrapper's)
+// instead of its own --peers bypasses some Links: the first leader can be
+// cut off, a later one cannot, and this test fails.
+func TestTierLinksCarryRaft(t *testing.T) {
+	if !tierSupported(t) {
+		t.Skip("fenceproxy has no --peers yet")
+	}
+	e := &env{t: t, h: NewHistory(1), newest: map[string]int64{}, inFlight: map[int]flight{}}
+	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
+	e.replica = testenv.StartReplica(t, e.master)
+	e.linkRedis()
+	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter, MasterPort: e.links[e.master].Port()})
+	e.tier = e.startTier()
+	tr := e.tier
+	for range 3 {
+		old := tr.waitLeader(t, -1)
+		tr.cutNode(t, old, "both", false)
+		next := tr.waitLeader(t, old)
+		var peers []string
+		if ti, ok := tr.info(next); ok {
+			for k, v := range ti.fields {
+				if strings.HasPrefix(k, "tier_peer_") {
+					peers = append(peers, k+"="+v)
+				}
+			}
+		}
+		t.Logf("leader %s cut off; %s leads; its view: %v", tr.ids[old], tr.ids[next], peers)
+		tr.heal(t)
+		tr.waitFormed(t, 0, 1, 2)
 	}
 }
