@@ -195,10 +195,28 @@ func (tr *tier) waitLeader(t *testing.T, skip int) int {
 			last = "no node says it leads"
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("fault: the tier agreed on no leader (other than %d) within %v: %s", skip, tierWait, last)
+			t.Fatalf("fault: the tier agreed on no leader (other than %s) within %v: %s\n%s", tr.name(skip), tierWait, last, tr.describe())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+func (tr *tier) name(i int) string {
+	if i < 0 || i >= len(tr.ids) {
+		return "none"
+	}
+	return tr.ids[i]
+}
+
+// describe is every node's tier fields, for a failure message.
+func (tr *tier) describe() string {
+	var b strings.Builder
+	for i := range tr.nodes {
+		ti, ok := tr.info(i)
+		fmt.Fprintf(&b, "\t%s (answered %v): role=%s term=%d leader=%s commit=%s applied=%s last=%s peers=%s\n", tr.ids[i], ok,
+			ti.role, ti.term, ti.leaderID, ti.fields["tier_commit_index"], ti.fields["tier_applied_index"], ti.fields["tier_last_index"], ti.fields["tier_peers"])
+	}
+	return b.String()
 }
 
 // waitFormed waits until each node of which follows the current leader,
@@ -416,6 +434,7 @@ func TestFaultTier(t *testing.T) {
 			time.Sleep(d)
 		}
 		counts[p.Kind]++
+		t.Logf("fault tier: at %v: %s (choice %d, %v)", time.Duration(e.h.Now()).Round(time.Millisecond), p.Kind, p.N, p.D)
 		e.injectTier(p)
 	}
 	if d := time.Duration(int64(duration) - e.h.Now()); d > 0 {
