@@ -55,6 +55,20 @@ func waitKey(t *testing.T, direct *Conn, key, want string) {
 	}
 }
 
+// linked starts a Redis with a Link in front of it and returns the Link, a
+// connection straight to Redis, and one through the Link that has relayed
+// a PING already, so that it exists before any fault.
+func linked(t *testing.T) (l *Link, direct, c *Conn) {
+	t.Helper()
+	r := StartRedis(t, RedisOptions{})
+	l = StartLink(t, r.Addr)
+	direct, c = Dial(t, r.Addr), Dial(t, l.Addr)
+	if got := string(c.Do("PING")); got != "+PONG\r\n" {
+		t.Fatalf("PING through the Link = %q", got)
+	}
+	return l, direct, c
+}
+
 func TestLinkRelays(t *testing.T) {
 	r := StartRedis(t, RedisOptions{})
 	l := StartLink(t, r.Addr)
@@ -75,13 +89,7 @@ func TestLinkRelays(t *testing.T) {
 // and on one made during the cut, and Heal delivers both in order on the
 // same connections.
 func TestLinkCutBothWaysHoldsAndHeals(t *testing.T) {
-	r := StartRedis(t, RedisOptions{})
-	l := StartLink(t, r.Addr)
-	direct := Dial(t, r.Addr)
-	defer direct.Close()
-	c := Dial(t, l.Addr)
-	defer c.Close()
-	c.Do("PING") // the connection is relayed before the cut
+	l, direct, c := linked(t)
 
 	l.Cut(t, BothWays)
 	if !l.Faulty() {
@@ -122,13 +130,7 @@ func TestLinkCutBothWaysHoldsAndHeals(t *testing.T) {
 // A cut of the upstream direction only: Redis never sees the request until
 // Heal.
 func TestLinkCutUpstreamHoldsRequests(t *testing.T) {
-	r := StartRedis(t, RedisOptions{})
-	l := StartLink(t, r.Addr)
-	direct := Dial(t, r.Addr)
-	defer direct.Close()
-	c := Dial(t, l.Addr)
-	defer c.Close()
-	c.Do("PING")
+	l, direct, c := linked(t)
 
 	l.Cut(t, Upstream)
 	c.Send("SET", "up", "1")
@@ -148,13 +150,7 @@ func TestLinkCutUpstreamHoldsRequests(t *testing.T) {
 // its reply waits for Heal. This is the one-way cut that makes an outcome
 // unknown to the client although it happened.
 func TestLinkCutDownstreamHoldsReplies(t *testing.T) {
-	r := StartRedis(t, RedisOptions{})
-	l := StartLink(t, r.Addr)
-	direct := Dial(t, r.Addr)
-	defer direct.Close()
-	c := Dial(t, l.Addr)
-	defer c.Close()
-	c.Do("PING")
+	l, direct, c := linked(t)
 
 	l.Cut(t, Downstream)
 	c.Send("SET", "down", "1")
@@ -171,13 +167,7 @@ func TestLinkCutDownstreamHoldsReplies(t *testing.T) {
 // request that crossed is done, its reply never comes, and a new
 // connection works.
 func TestLinkDropClosesAtHeal(t *testing.T) {
-	r := StartRedis(t, RedisOptions{})
-	l := StartLink(t, r.Addr)
-	direct := Dial(t, r.Addr)
-	defer direct.Close()
-	c := Dial(t, l.Addr)
-	defer c.Close()
-	c.Do("PING")
+	l, direct, c := linked(t)
 
 	l.Drop(t, Downstream)
 	c.Send("SET", "dropped", "1")
@@ -200,11 +190,7 @@ func TestLinkDropClosesAtHeal(t *testing.T) {
 // Delay slows a round trip by at least the delay each way; a lower bound,
 // which a slow machine cannot break.
 func TestLinkDelay(t *testing.T) {
-	r := StartRedis(t, RedisOptions{})
-	l := StartLink(t, r.Addr)
-	c := Dial(t, l.Addr)
-	defer c.Close()
-	c.Do("PING")
+	l, _, c := linked(t)
 	const d = 40 * time.Millisecond
 	l.Delay(t, BothWays, d)
 	start := time.Now()

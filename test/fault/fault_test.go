@@ -146,14 +146,7 @@ func TestFault(t *testing.T) {
 		}
 	})
 	var workers, async sync.WaitGroup
-	for i := range *flagClients {
-		workers.Add(1)
-		go func() { defer workers.Done(); e.lockClient(i, stop) }()
-	}
-	for i := range dataClients {
-		workers.Add(1)
-		go func() { defer workers.Done(); e.dataClient(500+i, stop) }()
-	}
+	e.startClients(stop, &workers)
 
 	counts := map[FaultKind]int{}
 	for n, p := range plan {
@@ -195,25 +188,7 @@ func TestFault(t *testing.T) {
 		written = true
 		t.Logf("fault: history written to %s", path)
 	}
-	if len(rep.Violations) > 0 {
-		var b strings.Builder
-		fmt.Fprintf(&b, "%s\nreplay: go test ./test/fault/ -run TestFault -fault.seed=%d -fault.duration=%v\nfault schedule:\n", line, seed, duration)
-		for _, f := range e.h.sortedFaults() {
-			fmt.Fprintf(&b, "\t%s\n", f)
-		}
-		fmt.Fprintf(&b, "violations by check: %s\n", rep.ByCheck())
-		for i, v := range rep.Violations {
-			if i == 20 {
-				fmt.Fprintf(&b, "... and %d more violations (see the history file)\n", len(rep.Violations)-20)
-				break
-			}
-			fmt.Fprintf(&b, "%s\n", v)
-		}
-		t.Error(b.String())
-	}
-	if rep.Grants == 0 {
-		t.Errorf("no lock was granted in the whole run: the workload did not run")
-	}
+	e.judge(line, fmt.Sprintf("go test ./test/fault/ -run TestFault -fault.seed=%d -fault.duration=%v", seed, duration), rep)
 	// The proxy itself, not a restart, must have moved to each new master.
 	if followed := strings.Count(e.proxy.Log(), "following the Sentinel failover"); followed < counts[MasterFailover] {
 		t.Errorf("fault: the proxy's log shows %d followed failovers for %d master-failover faults", followed, counts[MasterFailover])

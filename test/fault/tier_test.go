@@ -420,14 +420,7 @@ func TestFaultTier(t *testing.T) {
 	halt := func() { stopOnce.Do(func() { close(stop) }) }
 	t.Cleanup(halt)
 	var workers sync.WaitGroup
-	for i := range *flagClients {
-		workers.Add(1)
-		go func() { defer workers.Done(); e.lockClient(i, stop) }()
-	}
-	for i := range dataClients {
-		workers.Add(1)
-		go func() { defer workers.Done(); e.dataClient(500+i, stop) }()
-	}
+	e.startClients(stop, &workers)
 	counts := map[FaultKind]int{}
 	for _, p := range plan {
 		if d := time.Duration(p.At - e.h.Now()); d > 0 {
@@ -455,25 +448,7 @@ func TestFaultTier(t *testing.T) {
 	if out := os.Getenv("FAULT_OUT"); out != "" || len(rep.Violations) > 0 {
 		t.Logf("fault tier: history written to %s", e.writeHistory(out))
 	}
-	if len(rep.Violations) > 0 {
-		var b strings.Builder
-		fmt.Fprintf(&b, "%s\nfault schedule:\n", line)
-		for _, f := range e.h.sortedFaults() {
-			fmt.Fprintf(&b, "\t%s\n", f)
-		}
-		fmt.Fprintf(&b, "violations by check: %s\n", rep.ByCheck())
-		for i, v := range rep.Violations {
-			if i == 20 {
-				fmt.Fprintf(&b, "... and %d more\n", len(rep.Violations)-20)
-				break
-			}
-			fmt.Fprintf(&b, "%s\n", v)
-		}
-		t.Error(b.String())
-	}
-	if rep.Grants == 0 {
-		t.Errorf("no lock was granted in the whole run: the workload did not run")
-	}
+	e.judge(line, fmt.Sprintf("go test ./test/fault/ -run TestFaultTier -fault.seed=%d -fault.duration=%v", seed, duration), rep)
 }
 
 // TestTierLinksCarryRaft proves the harness's premise: the Links are on
