@@ -666,8 +666,12 @@ func waitStopped(pid int) error {
 // and none left unread there (the proxy socket's receive queue empty). The
 // two queues are read one after the other, send side first: bytes only
 // move from the first to the second, and a stopped proxy takes none out.
-func (e *env) readByStoppedProxy() []int {
-	_, portS, _ := net.SplitHostPort(e.proxyAddr())
+func (e *env) readByStoppedProxy() []int { return e.readByStopped(e.proxyAddr()) }
+
+// readByStopped is readByStoppedProxy for the stopped fenceproxy at addr
+// (a node of a tier).
+func (e *env) readByStopped(addr string) []int {
+	_, portS, _ := net.SplitHostPort(addr)
 	proxyPort, _ := strconv.Atoi(portS)
 	at := e.h.Now()
 	e.flightMu.Lock()

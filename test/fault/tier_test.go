@@ -362,11 +362,12 @@ func (e *env) injectTier(p planned) {
 		if err := waitStopped(node.Pid()); err != nil {
 			t.Fatalf("fault: %v", err)
 		}
+		f.ReadBefore = e.readByStopped(node.Addr)
 		next := tr.waitLeader(t, victim) // longer than the election timeout, whatever it is
 		time.Sleep(p.D)                  // the new leader grants meanwhile
 		f.End = e.h.Now()
 		node.Cont()
-		f.Note = fmt.Sprintf("%s: leader %s stopped until %s led, then %v more", p.Kind, tr.ids[victim], tr.ids[next], p.D)
+		f.Note = fmt.Sprintf("%s: leader %s stopped until %s led, then %v more; %d requests in flight read before", p.Kind, tr.ids[victim], tr.ids[next], p.D, len(f.ReadBefore))
 	case TierIsolate, TierOneWay:
 		how, drop := "both", p.N/3%2 == 1
 		if p.Kind == TierOneWay {
