@@ -111,6 +111,7 @@ func CheckHistory(h *History) Report {
 	c.lostGrant()
 	c.revivedLease()
 	c.replicaStop()
+	c.redisPartition()
 	c.dataOrder()
 	c.counters()
 	rep := Report{Violations: c.violations, Grants: c.grants, LeaseUsed: c.leaseUsed}
@@ -668,16 +669,26 @@ func (c *checker) dataOrder() {
 // counters: each data client INCRs its own counter; the value rises by one
 // from one INCR to the next unless the earlier or a later one between had
 // an unknown outcome, or a fault that may lose Redis writes (data loss, or
-// a failover: INCR is not replicated synchronously) came in between.
+// a failover: INCR is not replicated synchronously) came in between. An
+// INCR of unknown outcome may land at any time after it started, also
+// after later INCRs (its bytes waited in a stopped proxy's socket past the
+// client's timeout): each such one before lets a later step be one bigger.
 func (c *checker) counters() {
 	last := map[int]*Op{}
+	unknown := map[int]int64{} // per client: INCRs of unknown outcome so far
 	for _, op := range c.ops {
 		if op.Kind != Incr {
 			continue
 		}
 		prev := last[op.Client]
 		last[op.Client] = op
+		if op.Outcome == Unknown {
+			unknown[op.Client]++
+		}
 		if prev == nil || prev.Outcome != OK || op.Outcome != OK {
+			continue
+		}
+		if step := op.Result - prev.Result; step > 1 && step <= 1+unknown[op.Client] {
 			continue
 		}
 		lossy := false

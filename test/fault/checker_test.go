@@ -325,6 +325,20 @@ func TestCheckerCounter(t *testing.T) {
 	expect(t, b, "counter")
 }
 
+// An INCR whose reply never came may land after later ones (a stopped
+// proxy runs it when it wakes): one step of two after it is fine, three
+// is not.
+func TestCheckerCounterLateUnknown(t *testing.T) {
+	b := newHist()
+	b.add(5, Incr, "", "", 0, 0, 0, 1, OK, 1)
+	b.add(5, Incr, "", "", 0, 0, 2, -1, Unknown, 0)
+	b.add(5, Incr, "", "", 0, 0, 10, 11, OK, 2)
+	b.add(5, Incr, "", "", 0, 0, 12, 13, OK, 4)
+	expect(t, b)
+	b.add(5, Incr, "", "", 0, 0, 14, 15, OK, 7)
+	expect(t, b, "counter")
+}
+
 func TestViolationNamesOps(t *testing.T) {
 	b := newHist()
 	b.acquire(1, "A", 1000, 0, 1, OK, 10)

@@ -52,6 +52,8 @@ type env struct {
 	seed            uint64
 	master, replica *testenv.Redis
 	sentinels       *testenv.Sentinels // name the master; the proxy follows them
+	links           redisLinks         // in front of each Redis; the proxy and Sentinel reach it through them
+	tier            *tier              // TestFaultTier's nodes; nil in TestFault
 	proxy           *testenv.Proxy
 	dataDir         string
 	backup          string // a copy of dataDir taken while the proxy was down
@@ -115,7 +117,8 @@ func TestFault(t *testing.T) {
 	e.holderBin = buildHolder(t)
 	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
 	e.replica = testenv.StartReplica(t, e.master)
-	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter})
+	e.linkRedis()
+	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter, MasterPort: e.links[e.master].Port()})
 	e.dataDir = filepath.Join(t.TempDir(), "data")
 	e.backup = filepath.Join(t.TempDir(), "backup")
 	e.setProxy(testenv.StartProxy(t, e.proxyOptions()))
@@ -143,14 +146,7 @@ func TestFault(t *testing.T) {
 		}
 	})
 	var workers, async sync.WaitGroup
-	for i := range *flagClients {
-		workers.Add(1)
-		go func() { defer workers.Done(); e.lockClient(i, stop) }()
-	}
-	for i := range dataClients {
-		workers.Add(1)
-		go func() { defer workers.Done(); e.dataClient(500+i, stop) }()
-	}
+	e.startClients(stop, &workers)
 
 	counts := map[FaultKind]int{}
 	for n, p := range plan {
@@ -192,25 +188,7 @@ func TestFault(t *testing.T) {
 		written = true
 		t.Logf("fault: history written to %s", path)
 	}
-	if len(rep.Violations) > 0 {
-		var b strings.Builder
-		fmt.Fprintf(&b, "%s\nreplay: go test ./test/fault/ -run TestFault -fault.seed=%d -fault.duration=%v\nfault schedule:\n", line, seed, duration)
-		for _, f := range e.h.sortedFaults() {
-			fmt.Fprintf(&b, "\t%s\n", f)
-		}
-		fmt.Fprintf(&b, "violations by check: %s\n", rep.ByCheck())
-		for i, v := range rep.Violations {
-			if i == 20 {
-				fmt.Fprintf(&b, "... and %d more violations (see the history file)\n", len(rep.Violations)-20)
-				break
-			}
-			fmt.Fprintf(&b, "%s\n", v)
-		}
-		t.Error(b.String())
-	}
-	if rep.Grants == 0 {
-		t.Errorf("no lock was granted in the whole run: the workload did not run")
-	}
+	e.judge(line, fmt.Sprintf("go test ./test/fault/ -run TestFault -fault.seed=%d -fault.duration=%v", seed, duration), rep)
 	// The proxy itself, not a restart, must have moved to each new master.
 	if followed := strings.Count(e.proxy.Log(), "following the Sentinel failover"); followed < counts[MasterFailover] {
 		t.Errorf("fault: the proxy's log shows %d followed failovers for %d master-failover faults", followed, counts[MasterFailover])
@@ -272,7 +250,7 @@ type client struct {
 
 // dial connects to the current proxy; false if it is not reachable now.
 func (c *client) dial() bool {
-	addr := c.e.proxyAddr()
+	addr := c.e.clientAddr(c.id)
 	if c.conn != nil && c.addr == addr {
 		return true
 	}
@@ -489,7 +467,7 @@ func planFaults(seed uint64, d time.Duration) []planned {
 	var plan []planned
 	at := 2 * time.Second
 	for {
-		round := append([]FaultKind(nil), AllFaults...)
+		round := selectedFaults()
 		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		for _, k := range round {
 			if at > d-3*time.Second {
@@ -558,7 +536,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.Start = e.h.Now()
 		oldMaster, promoted := e.master, e.replica
 		oldMaster.Kill()
-		e.sentinels.WaitMaster(t, promoted.Addr)
+		e.sentinels.WaitMaster(t, e.named(promoted))
 		promoted.Promoted()
 		e.master, e.replica = promoted, oldMaster
 		oldMaster.Restart(t)
@@ -628,6 +606,9 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		time.Sleep(p.D - before)
 		f.End = e.h.Now()
 		e.replica.Cont()
+	case RedisPartition:
+		e.redisPartition(p) // records a Fault per phase
+		return
 	case ProxyStop:
 		f.Start = e.h.Now()
 		e.proxy.Stop()
@@ -647,8 +628,8 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 // the suite's: only master-failover should make it fail over (see
 // sentinelDownAfter), and the suite's own view of the roles must hold.
 func (e *env) checkSentinelMaster() {
-	if named, err := e.sentinels.Master(0); err != nil || named != e.master.Addr {
-		e.t.Fatalf("fault: Sentinel names %q (err %v) as the master, the suite %s: a failover it did not plan", named, err, e.master.Addr)
+	if named, err := e.sentinels.Master(0); err != nil || named != e.named(e.master) {
+		e.t.Fatalf("fault: Sentinel names %q (err %v) as the master, the suite %s: a failover it did not plan", named, err, e.named(e.master))
 	}
 }
 
@@ -685,8 +666,12 @@ func waitStopped(pid int) error {
 // and none left unread there (the proxy socket's receive queue empty). The
 // two queues are read one after the other, send side first: bytes only
 // move from the first to the second, and a stopped proxy takes none out.
-func (e *env) readByStoppedProxy() []int {
-	_, portS, _ := net.SplitHostPort(e.proxyAddr())
+func (e *env) readByStoppedProxy() []int { return e.readByStopped(e.proxyAddr()) }
+
+// readByStopped is readByStoppedProxy for the stopped fenceproxy at addr
+// (a node of a tier).
+func (e *env) readByStopped(addr string) []int {
+	_, portS, _ := net.SplitHostPort(addr)
 	proxyPort, _ := strconv.Atoi(portS)
 	at := e.h.Now()
 	e.flightMu.Lock()

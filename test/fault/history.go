@@ -149,7 +149,7 @@ const (
 
 // AllFaults lists every fault kind in a fixed order.
 var AllFaults = []FaultKind{ProxyKill, MasterFailover, MasterKill, RedisFlush, ReplicaStop, PausedHolder, SlowClient, CutPipeline,
-	DataDirWipe, DataDirRestore, LockConnKill, ProxyStop}
+	DataDirWipe, DataDirRestore, LockConnKill, ProxyStop, RedisPartition}
 
 // LosesData reports whether the fault may make Redis forget owner records
 // (the documented failure mode the lease checks leave out).
