@@ -703,16 +703,20 @@ type record struct {
 
 // readRecord reads resource's owner record from its master: the one place
 // that knows infoScript's reply (owner, token, pttl, then acquired-at,
-// renewed-at and client-addr, absent from records older than those).
+// renewed-at and client-addr, absent from records older than those). It
+// goes the way the lock writes go (start), so it follows the record's slot
+// through MOVED, ASK and failovers, and its errors are theirs: a
+// redirection or a master's connection error never reaches the client.
 func (m *Manager) readRecord(ctx context.Context, resource string) (rec record, held bool, err error) {
 	key := m.recordKey(resource)
-	node := m.opts.Backend.MasterForKey([]byte(key))
-	if node == nil {
-		return rec, false, cluster.ErrUnavailable
-	}
-	reply, err := infoRead.Run(ctx, node.Client, []string{key}).Slice()
-	if err != nil || len(reply) < 3 {
+	_, write := m.start(ctx, key, cluster.ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{key}}, false)
+	v, err := write.Reply()
+	if err != nil {
 		return rec, false, err
+	}
+	reply, _ := v.([]any)
+	if len(reply) < 3 {
+		return rec, false, fmt.Errorf("locks: unexpected owner record reply %v", v)
 	}
 	if rec.Owner, held = reply[0].(string); !held {
 		return rec, false, nil

@@ -1,10 +1,6 @@
 package locks
 
-import (
-	"github.com/redis/go-redis/v9"
-
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
-)
+import "github.com/fenceproxy/fenceproxy/internal/cluster"
 
 // The owner record is a hash at recordKey(resource), expiring with the
 // lease: owner, token, and since LOCK.INFO's acquired-at and client-addr,
@@ -138,7 +134,5 @@ var (
 	acquireSHA = cluster.ScriptSHA(acquireScript)
 	renewSHA   = cluster.ScriptSHA(renewScript)
 	releaseSHA = cluster.ScriptSHA(releaseScript)
+	infoSHA    = cluster.ScriptSHA(infoScript)
 )
-
-// infoRead runs infoScript through go-redis: a read needs no batching.
-var infoRead = redis.NewScript(infoScript)
