@@ -50,8 +50,11 @@ type env struct {
 	t               *testing.T
 	h               *History
 	seed            uint64
-	master, replica *testenv.Redis
-	sentinels       *testenv.Sentinels // name the master; the proxy follows them
+	mode            string             // "standalone" or "cluster"
+	master, replica *testenv.Redis     // standalone: the backend
+	sentinels       *testenv.Sentinels // standalone: name the master; the proxy follows them
+	cl              *testenv.Cluster   // cluster: the backend
+	probes          []string           // cluster: a resource on each master's slots (probeMaster)
 	proxy           *testenv.Proxy
 	dataDir         string
 	backup          string // a copy of dataDir taken while the proxy was down
@@ -94,28 +97,45 @@ func (e *env) newestSeen(r string) int64 {
 	return e.newest[r]
 }
 
-func dataKey(r string) string { return "data:" + r }
+// dataKey is r's fenced data list, in the slot of r's owner record
+// (fenceproxy:lock:{r}), so that in a cluster they move together.
+func dataKey(r string) string { return "data:{" + r + "}" }
 
-// TestFault runs the workload under a seeded schedule of faults, then
-// checks the history (check.go). -fault.duration and -fault.seed make it
-// longer or replay a schedule.
-func TestFault(t *testing.T) {
+// counterKey is a data client's counter.
+func counterName(client int) string { return "ctr:" + strconv.Itoa(client) }
+
+// TestFault runs the workload through one fenceproxy in front of a
+// standalone master, its replica and three Sentinels under a seeded
+// schedule of faults, then checks the history (check.go). -fault.duration
+// and -fault.seed make it longer or replay a schedule.
+func TestFault(t *testing.T) { runFault(t, "standalone") }
+
+// runFault is TestFault and TestFaultCluster: mode picks the backend and
+// its faults; the workload, the proxy's faults and the checks are the
+// same.
+func runFault(t *testing.T, mode string) {
 	seed := *flagSeed
 	if seed == 0 {
 		seed = rand.Uint64()%1_000_000 + 1
 	}
 	duration := *flagDuration
-	t.Logf("fault: seed=%d duration=%v (replay with -fault.seed=%d -fault.duration=%v)", seed, duration, seed, duration)
+	t.Logf("fault: mode=%s seed=%d duration=%v (replay with -run '^%s$' -fault.seed=%d -fault.duration=%v)", mode, seed, duration, t.Name(), seed, duration)
 
-	e := &env{t: t, seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
-	for i := range nResources {
-		e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
-	}
+	e := &env{t: t, mode: mode, seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
 	began := time.Now()
 	e.holderBin = buildHolder(t)
-	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
-	e.replica = testenv.StartReplica(t, e.master)
-	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter})
+	kinds := StandaloneFaults
+	if mode == "cluster" {
+		e.startCluster()
+		kinds = ClusterFaults
+	} else {
+		for i := range nResources {
+			e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
+		}
+		e.master = testenv.StartRedis(t, testenv.RedisOptions{})
+		e.replica = testenv.StartReplica(t, e.master)
+		e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter})
+	}
 	e.dataDir = filepath.Join(t.TempDir(), "data")
 	e.backup = filepath.Join(t.TempDir(), "backup")
 	e.setProxy(testenv.StartProxy(t, e.proxyOptions()))
@@ -126,7 +146,7 @@ func TestFault(t *testing.T) {
 	}
 	e.backupDataDir()
 	e.proxy.Restart(t)
-	plan := planFaults(seed, duration)
+	plan := planFaults(seed, duration, kinds)
 	t.Logf("fault: set up in %v", time.Since(began).Round(time.Millisecond))
 	e.h = NewHistory(seed) // the clock starts with the workload
 
@@ -171,9 +191,9 @@ func TestFault(t *testing.T) {
 
 	rep := CheckHistory(e.h)
 	t.Logf("fault: checked in %v", time.Since(began).Round(time.Millisecond))
-	var kinds []string
-	for _, k := range AllFaults {
-		kinds = append(kinds, fmt.Sprintf("%s=%d", k, counts[k]))
+	var perKind []string
+	for _, k := range kinds {
+		perKind = append(perKind, fmt.Sprintf("%s=%d", k, counts[k]))
 	}
 	late := 0
 	for _, op := range e.h.Ops {
@@ -181,8 +201,8 @@ func TestFault(t *testing.T) {
 			late++
 		}
 	}
-	line := fmt.Sprintf("fault: seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
-		seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(kinds, " "), rep.Linearizability, len(rep.Violations))
+	line := fmt.Sprintf("fault: mode=%s seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
+		mode, seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(perKind, " "), rep.Linearizability, len(rep.Violations))
 	t.Log(line)
 	for _, n := range rep.LinearizabilityNotes {
 		t.Logf("fault: linearizability: %s", n)
@@ -194,7 +214,7 @@ func TestFault(t *testing.T) {
 	}
 	if len(rep.Violations) > 0 {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s\nreplay: go test ./test/fault/ -run TestFault -fault.seed=%d -fault.duration=%v\nfault schedule:\n", line, seed, duration)
+		fmt.Fprintf(&b, "%s\nreplay: go test ./test/fault/ -run '^%s$' -fault.seed=%d -fault.duration=%v\nfault schedule:\n", line, t.Name(), seed, duration)
 		for _, f := range e.h.sortedFaults() {
 			fmt.Fprintf(&b, "\t%s\n", f)
 		}
@@ -212,12 +232,16 @@ func TestFault(t *testing.T) {
 		t.Errorf("no lock was granted in the whole run: the workload did not run")
 	}
 	// The proxy itself, not a restart, must have moved to each new master.
+	// (In a cluster each failover's probe shows it: probeMaster.)
 	if followed := strings.Count(e.proxy.Log(), "following the Sentinel failover"); followed < counts[MasterFailover] {
 		t.Errorf("fault: the proxy's log shows %d followed failovers for %d master-failover faults", followed, counts[MasterFailover])
 	}
 }
 
 func (e *env) proxyOptions() testenv.ProxyOptions {
+	if e.cl != nil {
+		return testenv.ProxyOptions{Backend: e.clusterSeeds(), DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
+	}
 	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
 }
 
@@ -456,7 +480,7 @@ func (e *env) dataClient(id int, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(e.seed, uint64(id)))
 	c := &client{e: e, id: id}
 	defer c.close()
-	ctr := "ctr:" + strconv.Itoa(id)
+	ctr := counterName(id)
 	for !stopped(stop) {
 		time.Sleep(time.Duration(1000+rng.IntN(5000)) * time.Microsecond)
 		k := fmt.Sprintf("kv:%d:%d", id, rng.IntN(16))
@@ -484,12 +508,12 @@ type planned struct {
 // planFaults draws the schedule from the seed: every fault kind once per
 // round, rounds shuffled, 1.5-3.5s apart, from 2s in until 3s before the
 // end.
-func planFaults(seed uint64, d time.Duration) []planned {
+func planFaults(seed uint64, d time.Duration, kinds []FaultKind) []planned {
 	rng := rand.New(rand.NewPCG(seed, 0xfa017))
 	var plan []planned
 	at := 2 * time.Second
 	for {
-		round := append([]FaultKind(nil), AllFaults...)
+		round := append([]FaultKind(nil), kinds...)
 		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		for _, k := range round {
 			if at > d-3*time.Second {
@@ -514,6 +538,10 @@ func planFaults(seed uint64, d time.Duration) []planned {
 			case ProxyStop:
 				// Longer than the short ttls (150, 300ms).
 				p.D = time.Duration(400+rng.IntN(600)) * time.Millisecond
+			case MasterKillFailover:
+				p.D = time.Duration(rng.IntN(1500)) * time.Millisecond
+			case SlotMigration:
+				p.D = time.Duration(200+rng.IntN(1300)) * time.Millisecond
 			}
 			plan = append(plan, p)
 			at += 1500*time.Millisecond + time.Duration(rng.IntN(2000))*time.Millisecond
@@ -585,12 +613,15 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.End = e.h.Now()
 		c.Close()
 	case ReplicaStop:
-		e.replica.Stop()
+		master, replica, scope := e.target(p.N)
+		f.Scope = scope
+		replica.Stop()
 		f.Start = e.h.Now()
 		time.Sleep(p.D)
 		f.End = e.h.Now()
-		e.replica.Cont()
+		replica.Cont()
 		f.Note = "stopped " + p.D.String()
+		e.settle(master)
 	case PausedHolder:
 		r := e.resources[p.N%len(e.resources)]
 		f.Start = e.h.Now()
@@ -611,11 +642,13 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		// Grants wait in WAIT for the stopped replica when the proxy's
 		// connections to the master are cut: their outcome is unknown,
 		// and their tokens must count as issued.
-		e.replica.Stop()
+		master, replica, scope := e.target(p.N)
+		f.Scope = scope
+		replica.Stop()
 		f.Start = e.h.Now()
 		before := 100*time.Millisecond + time.Duration(p.N)*(p.D-200*time.Millisecond)/1000
 		time.Sleep(before)
-		c, err := testenv.TryDial(e.master.Addr, opTimeout)
+		c, err := testenv.TryDial(master.Addr, opTimeout)
 		if err != nil {
 			t.Fatalf("fault: dialing the master: %v", err)
 		}
@@ -627,7 +660,8 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.Note = "CLIENT KILL -> " + testenv.ShowReply(killed) + " after " + before.String()
 		time.Sleep(p.D - before)
 		f.End = e.h.Now()
-		e.replica.Cont()
+		replica.Cont()
+		e.settle(master)
 	case ProxyStop:
 		f.Start = e.h.Now()
 		e.proxy.Stop()
@@ -639,8 +673,35 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.End = e.h.Now()
 		e.proxy.Cont()
 		f.Note = fmt.Sprintf("stopped %v, %d requests in flight read before", p.D, len(f.ReadBefore))
+	case MasterKillFailover, ClusterFailover, SlotMigration:
+		e.injectCluster(n, p, &f)
 	}
 	e.h.AddFault(f)
+}
+
+// target picks the master (and its replica) a replica-stop or a
+// lock-conn-kill hits, and the names it hits (Fault.Scope): in a cluster
+// one of the masters, by choice.
+func (e *env) target(choice int) (master, replica *testenv.Redis, scope []string) {
+	if e.cl == nil {
+		return e.master, e.replica, nil
+	}
+	master = e.cl.Masters[choice%len(e.cl.Masters)]
+	replicas := e.cl.ReplicasOf(master)
+	if len(replicas) == 0 {
+		e.t.Fatalf("fault: master %s has no replica", master.Addr)
+	}
+	return master, replicas[0], e.scopeOf(master)
+}
+
+// settle waits, after a replica's SIGCONT, until the backend is whole:
+// in a cluster the replica is seen again (it was marked failed while it
+// was stopped) before the next fault.
+func (e *env) settle(master *testenv.Redis) {
+	if e.cl != nil {
+		e.cl.WaitHealthy(e.t)
+		e.cl.WaitReplicated(e.t, master)
+	}
 }
 
 // checkSentinelMaster fails the run if Sentinel names another master than
@@ -759,33 +820,51 @@ func copyDir(t *testing.T, from, to string) {
 	}
 }
 
-// snapshotData reads every fenced data list straight from the master.
+// snapshotData reads every fenced data list straight from its master.
 func (e *env) snapshotData(why string) {
-	c, err := testenv.TryDial(e.master.Addr, 5*time.Second)
+	var owners []*testenv.Redis
+	if e.cl != nil {
+		owners = e.cl.Owners(e.t)
+	}
+	for _, r := range e.resources {
+		master := e.master
+		if owners != nil {
+			master = owners[testenv.KeySlot(dataKey(r))]
+		}
+		addr := master.Addr
+		if !e.snapshotList(r, addr, why) {
+			return
+		}
+	}
+}
+
+// snapshotList reads r's data list from the master at addr; false if it
+// cannot be read now.
+func (e *env) snapshotList(r, addr, why string) bool {
+	c, err := testenv.TryDial(addr, 5*time.Second)
 	if err != nil {
 		e.t.Logf("fault: cannot read the data lists (%s): %v", why, err)
-		return
+		return false
 	}
 	defer c.Close()
-	for _, r := range e.resources {
-		at := e.h.Now()
-		reply, err := c.TryDo("LRANGE", dataKey(r), "0", "-1")
-		if err != nil {
-			e.t.Logf("fault: LRANGE %s (%s): %v", dataKey(r), why, err)
-			return
-		}
-		elems, ok := testenv.SplitArray(reply)
-		if !ok {
-			e.t.Errorf("fault: LRANGE %s = %s", dataKey(r), testenv.ShowReply(reply))
-			return
-		}
-		s := Snapshot{Resource: r, At: at}
-		for _, el := range elems {
-			b, _ := testenv.ParseBulk(el)
-			s.Items = append(s.Items, string(b))
-		}
-		e.h.AddSnapshot(s)
+	at := e.h.Now()
+	reply, err := c.TryDo("LRANGE", dataKey(r), "0", "-1")
+	if err != nil {
+		e.t.Logf("fault: LRANGE %s (%s): %v", dataKey(r), why, err)
+		return false
 	}
+	elems, ok := testenv.SplitArray(reply)
+	if !ok {
+		e.t.Errorf("fault: LRANGE %s on %s = %s", dataKey(r), addr, testenv.ShowReply(reply))
+		return false
+	}
+	s := Snapshot{Resource: r, At: at}
+	for _, el := range elems {
+		b, _ := testenv.ParseBulk(el)
+		s.Items = append(s.Items, string(b))
+	}
+	e.h.AddSnapshot(s)
+	return true
 }
 
 // pausedHolder: a separate holder process acquires r with a 300ms lease
