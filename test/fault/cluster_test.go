@@ -24,9 +24,6 @@ const (
 	// lockPrefix is the proxy's default --key-prefix: an owner record is
 	// lockPrefix{resource}.
 	lockPrefix = "fenceproxy:lock:"
-	// probeWait bounds how long the proxy may take, once the cluster is
-	// whole again after a failover, to grant a lock on the new master.
-	probeWait = 30 * time.Second
 	// migratePause is the pause after each key a slot migration moves,
 	// so that requests meet the half-moved slot (-ASK, -TRYAGAIN).
 	migratePause = 10 * time.Millisecond
@@ -78,10 +75,7 @@ func (e *env) clusterSeeds() string {
 
 // scopeOf names what lives on master m now: the resources and probes whose
 // owner records, and the counters, are in its slots.
-func (e *env) scopeOf(m *testenv.Redis) []string {
-	owners := e.cl.Owners(e.t)
-	return e.namesWhere(func(slot int) bool { return owners[slot] == m })
-}
+func (e *env) scopeOf(m *testenv.Redis) []string { return e.namesWhere(e.onMaster(m)) }
 
 // namesWhere lists the resources, probes and counters whose slot in picks.
 func (e *env) namesWhere(in func(slot int) bool) []string {
@@ -99,6 +93,24 @@ func (e *env) namesWhere(in func(slot int) bool) []string {
 	return out
 }
 
+// onMaster is the slots of m now.
+func (e *env) onMaster(m *testenv.Redis) func(slot int) bool {
+	owners := e.cl.Owners(e.t)
+	return func(slot int) bool { return owners[slot] == m }
+}
+
+// nameWhere returns the first resource prefix<k> whose owner record's
+// slot in picks.
+func (e *env) nameWhere(prefix string, in func(slot int) bool) string {
+	for k := 0; k < 10_000_000; k++ {
+		if r := prefix + strconv.Itoa(k); in(recordSlot(r)) {
+			return r
+		}
+	}
+	e.t.Fatalf("fault: no resource %s<k> in the slots wanted", prefix)
+	return ""
+}
+
 // injectCluster runs the cluster's own faults (see inject).
 func (e *env) injectCluster(n int, p planned, f *Fault) {
 	t := e.t
@@ -114,7 +126,8 @@ func (e *env) injectCluster(n int, p planned, f *Fault) {
 			t.Fatalf("fault: master %s has no replica to promote", victim.Addr)
 		}
 		promoted := replicas[0]
-		f.Scope = e.scopeOf(victim)
+		across := e.holdAcross(n, e.nameWhere("across:"+strconv.Itoa(n)+":", e.onMaster(victim)))
+		f.Scope = append(e.scopeOf(victim), across.resource()...)
 		e.snapshotData("before " + string(p.Kind))
 		f.Start = e.h.Now()
 		victim.Kill()
@@ -130,19 +143,22 @@ func (e *env) injectCluster(n int, p planned, f *Fault) {
 		e.probeMaster(n, promoted)
 		f.End = e.h.Now()
 		f.Note = fmt.Sprintf("%s killed, %s promoted after %v, the old master back empty %v later", victim.Addr, promoted.Addr, promotedAt.Round(time.Millisecond), p.D)
+		across.verify()
 	case ClusterFailover:
 		master := e.cl.Masters[p.N%len(e.cl.Masters)]
 		replicas := e.cl.ReplicasOf(master)
 		if len(replicas) == 0 {
 			t.Fatalf("fault: master %s has no replica", master.Addr)
 		}
-		f.Scope = e.scopeOf(master)
+		across := e.holdAcross(n, e.nameWhere("across:"+strconv.Itoa(n)+":", e.onMaster(master)))
+		f.Scope = append(e.scopeOf(master), across.resource()...)
 		f.Start = e.h.Now()
 		e.cl.Failover(t, replicas[0])
 		e.cl.WaitReplicated(t, replicas[0])
 		e.probeMaster(n, replicas[0])
 		f.End = e.h.Now()
 		f.Note = fmt.Sprintf("%s took over from %s", replicas[0].Addr, master.Addr)
+		across.verify()
 	case SlotMigration:
 		r := e.resources[p.N%len(e.resources)]
 		slot := recordSlot(r)
@@ -154,7 +170,11 @@ func (e *env) injectCluster(n int, p planned, f *Fault) {
 			}
 		}
 		to := others[(p.N/len(e.resources))%len(others)]
-		f.Scope = e.namesWhere(func(s int) bool { return s == slot })
+		inSlot := func(s int) bool { return s == slot }
+		// A long lease in the moving slot beside r's record, whose own
+		// leases are short.
+		across := e.holdAcross(n, e.nameWhere("across:"+strconv.Itoa(n)+":", inSlot))
+		f.Scope = append(e.namesWhere(inSlot), across.resource()...)
 		f.Start = e.h.Now()
 		e.cl.MigrateSlot(t, slot, from, to, migratePause)
 		// Its replica holds what MIGRATE restored before anything else
@@ -165,6 +185,7 @@ func (e *env) injectCluster(n int, p planned, f *Fault) {
 		e.cl.WaitReplicated(t, from)
 		f.End = e.h.Now()
 		f.Note = fmt.Sprintf("slot %d (%s) moved from %s to %s, back %v later", slot, r, from.Addr, to.Addr, p.D)
+		across.verify()
 	}
 }
 

@@ -41,6 +41,10 @@ const (
 	// master-kill's downtime (at most 800ms, plus the restart), so only a
 	// master-failover makes Sentinel promote the replica.
 	sentinelDownAfter = 2500 * time.Millisecond
+	// probeWait bounds how long the proxy may take, once the backend is
+	// whole again after a fault, to answer a lock command that it must
+	// serve (heldAcross, probeMaster).
+	probeWait = 30 * time.Second
 )
 
 var ttls = []int64{150, 300, 800, 2000}
@@ -582,6 +586,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		// its address and stays a master for D before it is made the new
 		// master's replica: the proxy must send it nothing meanwhile (a
 		// fenced write it took would be lost with its data).
+		across := e.holdAcross(n, "across:"+strconv.Itoa(n))
 		e.snapshotData("before " + string(p.Kind))
 		f.Start = e.h.Now()
 		oldMaster, promoted := e.master, e.replica
@@ -594,6 +599,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		oldMaster.Follow(t, promoted)
 		f.End = e.h.Now()
 		f.Note = "new master " + promoted.Addr + " named by Sentinel; old master back empty for " + p.D.String()
+		across.verify()
 	case MasterKill:
 		e.snapshotData("before " + string(p.Kind))
 		f.Start = e.h.Now()
@@ -677,6 +683,74 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		e.injectCluster(n, p, &f)
 	}
 	e.h.AddFault(f)
+}
+
+// heldAcross is a lease taken just before a fault that puts its record
+// under another master (MovesMaster), with a ttl that outlasts the fault:
+// the workload's leases (2 s at most) run out while a killed master fails
+// over, so without it nothing would show that an acknowledged grant
+// survives the move. Its ops are part of the history: lost-grant judges
+// the renewal and LOCK.INFO after the fault.
+type heldAcross struct {
+	c          *client
+	res, owner string
+}
+
+// acrossTTL outlasts any fault that moves a master (a kill, a failover and
+// a restart take a few seconds).
+const acrossTTL = 30000
+
+// holdAcross takes r for acrossTTL through the proxy; nil if it was not
+// granted within probeWait (the fault goes on without it).
+func (e *env) holdAcross(n int, r string) *heldAcross {
+	h := &heldAcross{c: &client{e: e, id: 200000 + n}, res: r, owner: "across-" + strconv.Itoa(n)}
+	// Lock commands may be refused for a few seconds after a data-dir
+	// fault (the dead proxy's authority is still live).
+	for deadline := time.Now().Add(probeWait); time.Now().Before(deadline); {
+		op := h.c.do(Acquire, r, h.owner, 0, acrossTTL, "LOCK.ACQUIRE", r, h.owner, i64(acrossTTL))
+		if op != nil && op.Outcome == OK {
+			return h
+		}
+		time.Sleep(100 * time.Millisecond) // a retry by the same owner is safe
+	}
+	h.c.close()
+	e.t.Logf("fault: %s was not granted before the fault; nothing held across it", r)
+	return nil
+}
+
+// resource lists the resource held, if any, for a fault's scope.
+func (h *heldAcross) resource() []string {
+	if h == nil {
+		return nil
+	}
+	return []string{h.res}
+}
+
+// verify, after the fault: renew until the proxy answers (it may still be
+// finding the new master), then LOCK.INFO, FENCE.CHECK and release. The
+// checker judges the answers.
+func (h *heldAcross) verify() {
+	if h == nil {
+		return
+	}
+	defer h.c.close()
+	deadline := time.Now().Add(probeWait)
+	for {
+		op := h.c.do(Renew, h.res, h.owner, 0, acrossTTL, "LOCK.RENEW", h.res, h.owner, i64(acrossTTL))
+		if op != nil && (op.Outcome == OK || op.Outcome == Null) {
+			if op.Outcome == OK {
+				h.c.do(Info, h.res, "", 0, 0, "LOCK.INFO", h.res)
+				h.c.do(Check, h.res, h.owner, op.Result, 0, "FENCE.CHECK", h.res, i64(op.Result))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			h.c.e.t.Errorf("fault: the renewal of %s held across a fault was not answered within %v (last: %v)", h.res, probeWait, op)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.c.do(Release, h.res, h.owner, 0, 0, "LOCK.RELEASE", h.res, h.owner)
 }
 
 // target picks the master (and its replica) a replica-stop or a
