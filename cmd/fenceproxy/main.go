@@ -223,7 +223,6 @@ func run(cfg config) error {
 		Password:       cfg.backendPassword,
 		PoolSize:       cfg.backendConns,
 		WriterConns:    cfg.lockConns,
-		MinReplicas:    cfg.minReplicas,
 		ReplicaTimeout: cfg.replicaTimeout,
 		ObserveReply:   func(d time.Duration) { m.PassthroughSeconds.Observe(d.Seconds()) },
 		Logger:         logger,
@@ -279,8 +278,9 @@ func run(cfg config) error {
 	// The token authority before any lock command: its first heartbeat
 	// round finds another fenceproxy live on this backend, or joins the
 	// fence store to the token bound kept in Redis.
+	lockWrites := locks.NewWriter(locks.WriterOptions{Backend: be, MinReplicas: cfg.minReplicas, ReplicaTimeout: cfg.replicaTimeout})
 	tokens := authority.New(authority.Options{
-		Backend: be, Store: store, KeyPrefix: cfg.keyPrefix,
+		Backend: be, Writer: lockWrites, Store: store, KeyPrefix: cfg.keyPrefix,
 		MinReplicas: cfg.minReplicas, ReplicaTimeout: cfg.replicaTimeout, Logger: logger,
 	})
 	actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -310,7 +310,7 @@ func run(cfg config) error {
 		Backend: be,
 		Keys:    keyTable,
 		Locks: locks.New(locks.Options{
-			Backend: be, Store: store, MinReplicas: cfg.minReplicas,
+			Scripts: lockWrites, Store: locks.PersistStore(store), MinReplicas: cfg.minReplicas,
 			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: m, Logger: logger,
 			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
 			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),

@@ -12,26 +12,12 @@ import (
 // --requirepass gives a password to.
 const DefaultUser = "default"
 
-// Command is one command the backend (or fenceproxy) knows, for Compile:
-// its lower-case name ("get", "config|get" for a subcommand) and its ACL
-// categories without '@'.
+// Command is one command the backend or fenceproxy knows, for Compile:
+// its lower-case name ("get", "config|get" for a subcommand,
+// "lock.acquire") and its ACL categories without '@'.
 type Command struct {
 	Name       string
 	Categories []string
-}
-
-// LockCommands are fenceproxy's own commands, with their categories: @lock
-// for all, and @read or @write as they change a lease or only look.
-var LockCommands = []Command{
-	{"lock.acquire", []string{"lock", "write", "slow"}},
-	{"lock.renew", []string{"lock", "write", "fast"}},
-	{"lock.release", []string{"lock", "write", "fast"}},
-	{"fence.exec", []string{"lock", "write", "slow"}},
-	{"fence.check", []string{"lock", "read", "fast"}},
-	{"lock.info", []string{"lock", "read", "fast"}},
-	{"lock.top", []string{"lock", "read", "slow"}},
-	// As Redis's SLOWLOG: it shows other clients' resources and addresses.
-	{"lock.slowlog", []string{"lock", "admin", "slow", "dangerous"}},
 }
 
 // User is one compiled user. It is read-only after Compile, so any number
@@ -200,19 +186,18 @@ func (a *ACL) Authenticate(name, password []byte) *User {
 	return u
 }
 
-// Compile resolves specs (from Parse) and requirepass against the
-// commands the backend knows (its COMMAND reply, with subcommands as
-// "container|sub") and fenceproxy's LockCommands. requirepass, if not
+// Compile resolves specs (from Parse) and requirepass against commands:
+// those the backend knows (its COMMAND reply, with subcommands as
+// "container|sub") and fenceproxy's own (the lock family, with @lock), as
+// the caller lists them (commands.ACLCommands). requirepass, if not
 // empty, is the default user's password, as Redis's requirepass; setting
 // it and also defining "default" in the file is refused (one source for
 // one password). An unknown command name in a rule is refused with the
 // file and line.
 func Compile(specs []UserSpec, requirepass string, commands []Command) (*ACL, error) {
 	u := universe{byName: map[string]*Command{}, subs: map[string][]string{}, byCat: map[string][]string{}}
-	for _, list := range [][]Command{commands, LockCommands} {
-		for i := range list {
-			u.add(&list[i])
-		}
+	for i := range commands {
+		u.add(&commands[i])
 	}
 	a := &ACL{users: map[string]*User{}}
 	for i := range specs {

@@ -7,7 +7,8 @@ import (
 	"testing"
 )
 
-// testCommands is a small command universe shaped like Redis 7.0's COMMAND.
+// testCommands is a small command universe shaped like Redis 7.0's COMMAND,
+// with two of fenceproxy's own.
 var testCommands = []Command{
 	{"get", []string{"read", "string", "fast"}},
 	{"set", []string{"write", "string", "slow"}},
@@ -23,6 +24,9 @@ var testCommands = []Command{
 	{"publish", []string{"pubsub", "fast"}},
 	{"eval", []string{"slow", "scripting"}},
 	{"evalsha", []string{"slow", "scripting"}},
+	// fenceproxy's own, as commands.ACLCommands lists them.
+	{"lock.acquire", []string{"write", "slow", "lock"}},
+	{"lock.info", []string{"read", "fast", "lock"}},
 }
 
 func compile(t *testing.T, text, requirepass string) *ACL {

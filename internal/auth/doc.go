@@ -19,7 +19,9 @@
 //     -flushall" allows everything but FLUSHALL, "-@all +get" only GET.
 //     Command categories are the backend's own, read from its COMMAND reply
 //     (@read, @write, @admin, @dangerous, ...), plus fenceproxy's @lock for
-//     the lock family. "+cmd|sub" allows one subcommand.
+//     the lock family, whose commands and categories Compile is given with
+//     the backend's (the command table, package commands, has them).
+//     "+cmd|sub" allows one subcommand.
 //   - Patterns are Redis globs with Redis's exact semantics (Match): '*'
 //     crosses '/', '\' escapes, '[a-z]', '[^...]'.
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 )
 
@@ -33,6 +34,9 @@ const (
 // Options configure an Authority.
 type Options struct {
 	Backend cluster.Backend
+	// Writer (required) sends the shared bound with its WAIT on a lock
+	// connection: the lock manager's Writer, one per backend.
+	Writer *locks.Writer
 	// Store is the fence store, opened with persist.Options.Shared.
 	Store *persist.Store
 	// KeyPrefix is the owner records' --key-prefix: the authority's keys
@@ -408,7 +412,7 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 	if node == nil {
 		return 0, cluster.ErrUnavailable
 	}
-	w := node.Start(ctx, cluster.ScriptCall{
+	w := a.opts.Writer.StartOn(ctx, node, locks.ScriptCall{
 		Source: shareScript,
 		Keys:   []string{a.boundKey},
 		Args:   []any{strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run()},

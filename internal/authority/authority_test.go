@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
@@ -20,8 +21,9 @@ const interval = 50 * time.Millisecond
 
 // setup is one Redis with a backend connection to it.
 type setup struct {
-	redis *testenv.Redis
-	be    cluster.Backend
+	redis  *testenv.Redis
+	be     cluster.Backend
+	writer *locks.Writer
 }
 
 func newSetup(t *testing.T) *setup {
@@ -34,7 +36,7 @@ func newSetup(t *testing.T) *setup {
 		t.Fatal(err)
 	}
 	t.Cleanup(be.Close)
-	return &setup{redis: r, be: be}
+	return &setup{redis: r, be: be, writer: locks.NewWriter(locks.WriterOptions{Backend: be, ReplicaTimeout: 200 * time.Millisecond})}
 }
 
 func openStore(t *testing.T, dir string) *persist.Store {
@@ -49,7 +51,7 @@ func openStore(t *testing.T, dir string) *persist.Store {
 // start runs an authority for store; t.Cleanup closes both.
 func (su *setup) start(t *testing.T, store *persist.Store) *Authority {
 	t.Helper()
-	a := New(Options{Backend: su.be, Store: store, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
+	a := New(Options{Backend: su.be, Writer: su.writer, Store: store, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.Start(ctx); err != nil {
@@ -64,7 +66,7 @@ func (su *setup) start(t *testing.T, store *persist.Store) *Authority {
 func (su *setup) killed(t *testing.T, dir string) *Authority {
 	t.Helper()
 	s := openStore(t, dir)
-	a := New(Options{Backend: su.be, Store: s, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
+	a := New(Options{Backend: su.be, Writer: su.writer, Store: s, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

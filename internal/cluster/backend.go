@@ -25,14 +25,16 @@ type Backend interface {
 	Close()
 }
 
-// Options describe how to reach the backend and what a lock write needs.
+// Options describe how to reach the backend.
 type Options struct {
-	Seeds          []string
-	Username       string
-	Password       string
-	PoolSize       int
+	Seeds    []string
+	Username string
+	Password string
+	PoolSize int
+	// WriterConns is how many connections of each kind each master keeps
+	// for the lock writer (Node.ServeLockWrites); ReplicaTimeout is the
+	// longest WAIT a lock write may send.
 	WriterConns    int
-	MinReplicas    int
 	ReplicaTimeout time.Duration
 	// ObserveReply, if set, gets each forwarded request's round-trip time.
 	ObserveReply func(time.Duration)

@@ -1,6 +1,5 @@
 // Package cluster is fenceproxy's view of the Redis it fronts: which masters
-// exist, which master owns a key, which replicas each master has, and how a
-// lock write is made to wait for their acknowledgements.
+// exist, which master owns a key, and which replicas each master has.
 //
 // A Backend is either a standalone master with its replicas or a Redis
 // Cluster (Cluster: a slot map read from CLUSTER SLOTS and kept fresh, and
@@ -27,9 +26,10 @@
 // never sees MOVED or ASK.
 //
 // Each master is a Node with two ways in: a backend.Pool that forwards client
-// requests byte for byte, and a replicated writer that runs lock scripts in
-// batches, each batch followed by one WAIT on the same connection, so that one
-// round of replica acknowledgements covers every grant in the batch.
+// requests byte for byte, and connections kept for lock writes, which the
+// Node dials, guards and closes but hands to the lock writer to serve
+// (Node.ServeLockWrites; the writer, internal/locks, runs lock scripts in
+// batches, each followed by one WAIT on the same connection).
 //
 // Each Node also keeps its master's last maxmemory-policy reading
 // (memory.go), read at connect, on topology refreshes and periodically, so

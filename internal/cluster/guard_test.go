@@ -5,10 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
@@ -16,7 +18,7 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // set runs SET key 1 on conn of n's pool and returns the reply as a client
-// would read it (a refusal, which is the reply's Err, as its error reply).
+// would read it (clientReads).
 func set(t *testing.T, n *Node, key string) string {
 	t.Helper()
 	done := make(chan struct{})
@@ -27,13 +29,46 @@ func set(t *testing.T, n *Node, key string) string {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("SET %s: no reply within 5s", key)
 	}
+	return clientReads(t, p, "SET "+key)
+}
+
+// clientReads is p's reply as a client would read it: a refusal, which is
+// the reply's Err, as its error reply.
+func clientReads(t *testing.T, p *resp.Reply, what string) string {
+	t.Helper()
 	var re resp.Error
 	if errors.As(p.Err, &re) {
 		return string(resp.AppendError(nil, re.Code, re.Msg))
 	} else if p.Err != nil {
-		t.Fatalf("SET %s: %v", key, p.Err)
+		t.Fatalf("%s: %v", what, p.Err)
 	}
 	return string(p.Buf)
+}
+
+// lockScript runs script once on one of n's lock connections, served as
+// the lock writer serves them (ServeLockWrites: once per node), and
+// returns the reply as a client would read it (clientReads).
+func lockScript(t *testing.T, n *Node, script string) string {
+	t.Helper()
+	replies := make(chan *resp.Reply, 1)
+	var once sync.Once
+	n.ServeLockWrites(func(conn *backend.Conn, acked bool) {
+		once.Do(func() {
+			done := make(chan struct{})
+			p := resp.NewReplyFunc(func() { close(done) })
+			conn.Do([][]byte{[]byte("EVAL"), []byte(script), []byte("0")}, p)
+			<-done
+			replies <- p
+		})
+		<-n.Closed()
+	})
+	select {
+	case p := <-replies:
+		return clientReads(t, p, "EVAL on a lock connection")
+	case <-time.After(5 * time.Second):
+		t.Fatalf("EVAL on a lock connection: no reply within 5s")
+		return ""
+	}
 }
 
 func dbsize(t *testing.T, addr string) string {
@@ -83,8 +118,8 @@ func TestGuardedNodeRefusesAReplica(t *testing.T) {
 	if r := set(t, n, "after"); !strings.HasPrefix(r, "-READONLY fenceproxy:") {
 		t.Fatalf("SET through a refusing node = %q", r)
 	}
-	if _, err := n.Run(ctx, ScriptCall{Source: "return redis.call('SET', 'scripted', '1')"}); err == nil || !strings.Contains(err.Error(), "READONLY fenceproxy") {
-		t.Fatalf("a lock script through a refusing node: err %v", err)
+	if r := lockScript(t, n, "return redis.call('SET', 'scripted', '1')"); !strings.HasPrefix(r, "-READONLY fenceproxy:") {
+		t.Fatalf("a lock script through a refusing node's lock connection = %q", r)
 	}
 	if err := n.Client.Set(ctx, "client", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "READONLY fenceproxy") {
 		t.Fatalf("the go-redis client through a refusing node: err %v", err)

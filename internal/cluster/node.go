@@ -39,12 +39,10 @@ type Node struct {
 	// Client runs the proxy's own commands (INFO, lock reads).
 	Client *redis.Client
 
-	minReplicas    int
-	replicaTimeout time.Duration
-	logger         *slog.Logger
+	logger *slog.Logger
 
-	writes   chan *Write // lock writes that wait for replicas
-	unacked  chan *Write // writes that do not (releases, undos)
+	// lockConn are the lock writer's connections (ServeLockWrites); wg
+	// counts the goroutines serving them, which Close waits for.
 	lockConn []*backend.Conn
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -254,12 +252,13 @@ func protoIndex(resp3 bool) int {
 
 // NodeOptions configure a Node.
 type NodeOptions struct {
-	Addr           string
-	Username       string
-	Password       string
-	PoolSize       int // passthrough connections
-	WriterConns    int // connections for lock writes, of each kind (with and without WAIT)
-	MinReplicas    int
+	Addr        string
+	Username    string
+	Password    string
+	PoolSize    int // passthrough connections
+	WriterConns int // connections for lock writes, of each kind (with and without WAIT)
+	// ReplicaTimeout is the longest WAIT of a lock write: the lock
+	// connections' replies and the go-redis client's reads allow for it.
 	ReplicaTimeout time.Duration
 	ObserveReply   func(time.Duration)
 	Logger         *slog.Logger
@@ -284,17 +283,13 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		opts.Logger = slog.Default()
 	}
 	n := &Node{
-		Addr:           opts.Addr,
-		minReplicas:    opts.MinReplicas,
-		replicaTimeout: opts.ReplicaTimeout,
-		logger:         opts.Logger,
-		writes:         make(chan *Write, 4096),
-		unacked:        make(chan *Write, 4096),
-		done:           make(chan struct{}),
-		handed:         make(map[any]func()),
-		notMaster:      opts.NotMaster,
-		confirm:        opts.Confirm,
-		changed:        opts.Changed,
+		Addr:      opts.Addr,
+		logger:    opts.Logger,
+		done:      make(chan struct{}),
+		handed:    make(map[any]func()),
+		notMaster: opts.NotMaster,
+		confirm:   opts.Confirm,
+		changed:   opts.Changed,
 	}
 	if n.changed == nil {
 		n.changed = func() {}
@@ -387,23 +382,50 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		// hung: fail the writes (outcome unknown) rather than hang clients.
 		ReplyTimeout: opts.ReplicaTimeout + 2*time.Second,
 		Admit:        admit, OnBreak: onBreak, Gate: gate}
-	for i := range 2 * max(opts.WriterConns, 1) {
+	for range 2 * max(opts.WriterConns, 1) {
 		conn, err := backend.Dial(lockOpts)
 		if err != nil {
 			n.Close()
 			return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
 		}
 		n.lockConn = append(n.lockConn, conn)
-		queue := n.writes
-		if i%2 == 1 {
-			queue = n.unacked
-		}
-		n.wg.Add(1)
-		go n.writeLoop(queue, conn)
 	}
 	n.refreshMemory(ctx) // before the node is published: no lock write meets an unread policy
 	return n, nil
 }
+
+// ServeLockWrites hands the node's lock connections to the lock writer
+// (internal/locks): it runs serve once for each, on a goroutine of its own,
+// acked true for the NodeOptions.WriterConns that carry writes followed by
+// a WAIT, false for as many that carry writes without one. Nothing else is
+// ever sent on them. serve must return once Closed is closed; Close waits
+// for every serve to return before it closes the connections, so that a
+// batch on the wire when the node closes gets its replies and its WAIT,
+// not a lost connection. It reports false, and runs nothing, if the node
+// is closed already. Call it once per node.
+//
+// The node dials these connections (at NewNode, so that a master they
+// cannot reach fails there, as the rest of the node's connections do) and
+// closes them: every connection to a master shares its gate and its ROLE
+// check, and ends with the node.
+func (n *Node) ServeLockWrites(serve func(conn *backend.Conn, acked bool)) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	for i, c := range n.lockConn {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			serve(c, i%2 == 0)
+		}()
+	}
+	return true
+}
+
+// Closed is closed when the node begins to close.
+func (n *Node) Closed() <-chan struct{} { return n.done }
 
 // Replicas returns the replicas last seen connected to this master.
 func (n *Node) Replicas() []string {
@@ -454,26 +476,9 @@ func (n *Node) close() {
 		close()
 	}
 	close(n.done)
-	n.wg.Wait()
+	n.wg.Wait() // the lock writer's batches on the wire have their replies
 	for _, c := range n.lockConn {
 		c.Close()
-	}
-	// Writes still queued are answered through a closed connection: each
-	// fails with ErrUnavailable at once.
-	var scratch []byte
-	for _, queue := range []chan *Write{n.writes, n.unacked} {
-		if len(n.lockConn) == 0 {
-			break
-		}
-	drain:
-		for {
-			select {
-			case w := <-queue:
-				n.sendBatch(n.lockConn[0], []*Write{w}, &scratch)
-			default:
-				break drain
-			}
-		}
 	}
 	n.mu.Lock()
 	for _, idle := range n.idle {

@@ -101,8 +101,7 @@ func (s *standalone) connectMaster(ctx context.Context, addr string) (*Node, err
 	o := s.opts
 	nodeOpts := NodeOptions{
 		Addr: addr, Username: o.Username, Password: o.Password,
-		PoolSize: o.PoolSize, WriterConns: o.WriterConns,
-		MinReplicas: o.MinReplicas, ReplicaTimeout: o.ReplicaTimeout,
+		PoolSize: o.PoolSize, WriterConns: o.WriterConns, ReplicaTimeout: o.ReplicaTimeout,
 		ObserveReply: o.ObserveReply, Logger: o.Logger, TLS: o.TLS,
 		NotMaster: replyReplica, Changed: s.Refresh,
 	}

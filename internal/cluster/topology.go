@@ -342,8 +342,7 @@ func (c *Cluster) node(ctx context.Context, addr string) (*Node, error) {
 	}
 	n, err := NewNode(ctx, NodeOptions{
 		Addr: addr, Username: c.opts.Username, Password: c.opts.Password,
-		PoolSize: c.opts.PoolSize, WriterConns: c.opts.WriterConns,
-		MinReplicas: c.opts.MinReplicas, ReplicaTimeout: c.opts.ReplicaTimeout,
+		PoolSize: c.opts.PoolSize, WriterConns: c.opts.WriterConns, ReplicaTimeout: c.opts.ReplicaTimeout,
 		ObserveReply: c.opts.ObserveReply, Logger: c.opts.Logger, TLS: c.opts.TLS,
 	})
 	if err != nil {

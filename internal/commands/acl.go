@@ -44,11 +44,17 @@ const hiddenOwner = "(held by another user)"
 
 // ACLCommands is the command universe auth.Compile resolves rules against:
 // every command and subcommand of the backend's COMMAND reply with its
-// categories (fenceproxy's lock family is added by auth itself).
+// categories, then fenceproxy's own commands with theirs (from the command
+// table: @lock and @read or @write for the lock family).
 func ACLCommands(t *keys.Table) []auth.Command {
 	var cmds []auth.Command
 	for _, name := range t.Names() {
 		cmds = append(cmds, auth.Command{Name: name, Categories: t.Lookup(name).Categories()})
+	}
+	for i := range table {
+		if e := &table[i]; e.flags&flagOwn != 0 {
+			cmds = append(cmds, auth.Command{Name: e.name, Categories: e.categories})
+		}
 	}
 	return cmds
 }
@@ -143,8 +149,10 @@ func (h *Handler) refuse(s *session, p *resp.Reply, msg string) {
 func (h *Handler) permitted(u *auth.User, s *session, args [][]byte, outer bool) string {
 	var lower [32]byte
 	lname := lowerInto(lower[:0], args[0])
-	if outer && isLockFamily(string(lname)) {
-		return h.permittedLock(u, s, string(lname), table[string(lname)], args)
+	if outer {
+		if cmd := lookup(lname); cmd != nil && cmd.flags&flagLock != 0 {
+			return h.permittedLock(u, s, cmd, args)
+		}
 	}
 	cmd := h.opts.Keys.LookupBytes(args[0])
 	sub := cmd.Sub(args)
@@ -304,40 +312,31 @@ func channelsPermitted(u *auth.User, name string, args [][]byte) string {
 	return ""
 }
 
-func isLockFamily(name string) bool {
-	switch name {
-	case "lock.acquire", "lock.renew", "lock.release", "fence.check", "fence.exec", "lock.info", "lock.top", "lock.slowlog":
-		return true
-	}
-	return false
-}
-
 // permittedLock checks a lock-family request: the command, then its
-// resource against the user's key patterns (written by ACQUIRE, RENEW,
-// RELEASE; read by FENCE.CHECK, LOCK.INFO and FENCE.EXEC's check), then
-// FENCE.EXEC's command as if the user sent it.
-func (h *Handler) permittedLock(u *auth.User, s *session, name string, cmd command, args [][]byte) string {
+// resource against the user's key patterns (read, and written too by the
+// commands that change its lease), then FENCE.EXEC's command as if the
+// user sent it.
+func (h *Handler) permittedLock(u *auth.User, s *session, cmd *command, args [][]byte) string {
 	if !arityOK(cmd.arity, len(args)) {
 		return ""
 	}
-	if !u.CanRun(name) {
-		return noPermCommand(name)
+	if !u.CanRun(cmd.name) {
+		return noPermCommand(cmd.name)
 	}
-	if name == "lock.top" || name == "lock.slowlog" {
-		return "" // answer only with resources the user may read
+	if cmd.resource == 0 {
+		return "" // LOCK.TOP, LOCK.SLOWLOG: answered only with resources the user may read
 	}
-	write := name == "lock.acquire" || name == "lock.renew" || name == "lock.release"
-	if !u.CanKey(args[1], true, write) {
+	if !u.CanKey(args[cmd.resource], true, cmd.flags&flagWritesResource != 0) {
 		return replyNoPermKey
 	}
-	if name == "fence.exec" {
-		switch lowerName(args[3]) {
+	if cmd.fenced > 0 {
+		switch lowerName(args[cmd.fenced]) {
 		case "auth", "hello", "acl":
 			// Redis would refuse them in a script anyway; a client's
 			// credentials must not travel to it as the script's arguments.
 			return "ERR fenceproxy: FENCE.EXEC cannot run AUTH, HELLO or ACL"
 		}
-		return h.permitted(u, s, args[3:], false)
+		return h.permitted(u, s, args[cmd.fenced:], false)
 	}
 	return ""
 }

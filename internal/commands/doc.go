@@ -1,21 +1,45 @@
-// Package commands is fenceproxy's command table: what each request name
-// means and who answers it.
+// Package commands is fenceproxy's command table and dispatch: what each
+// request name means and who answers it.
 //
-// Three kinds of command live here:
+// The table (table.go) is one declarative list of every command the proxy
+// does more with than forward it. An entry gives its name, arity, flags
+// (Redis's write/readonly/admin/fast, and the proxy's own: lock family,
+// runs at once inside MULTI, blocks in Redis, opens a pub/sub tunnel), the
+// argument naming a lock resource and whether the command changes that
+// resource's lease, a refusal text, the serve function, and for a lock
+// command its result counter and INFO lines. Everything that has to know a
+// command reads it from its entry:
+//
+//   - ServeCommand: the lookup, arity errors, what runs at once inside
+//     MULTI rather than being queued;
+//   - the ACL checks (acl.go): a lock command's resource against the user's
+//     key patterns, read, and written for the commands that change a lease;
+//   - the ACL universe (ACLCommands): the proxy's own commands with their
+//     categories, which the flags give as Redis's do (@write, @read, @fast
+//     or @slow, @admin and @dangerous) plus @lock;
+//   - COMMAND (command.go): the proxy's own commands described beside
+//     Redis's, in Redis 7's shapes (INFO, DOCS, COUNT, LIST);
+//   - INFO's "# locks" section and the counters' results (lockobs.go).
+//
+// A new lock command is its entry, its serve function and what the lock
+// manager does for it.
+//
+// Four kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's
 //     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME, SELECT 0);
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
-//     LOCK.INFO), served by the lock manager;
+//     FENCE.EXEC, LOCK.INFO, LOCK.TOP, LOCK.SLOWLOG), served by the lock
+//     manager;
+//   - commands that need a backend connection of the client's own: MULTI,
+//     EXEC, WATCH (pinned.go), blocking commands (pinned.go), pub/sub
+//     (pubsub.go), forwarded on it;
 //   - everything else, forwarded to the master that owns it, reply bytes
-//     untouched.
+//     untouched. MONITOR, replication and SHUTDOWN are refused with a clear
+//     error.
 //
 // A request is answered through its resp.Reply: with bytes (Redis's reply,
 // or one the proxy builds), or with an error value in Err (the backend's
 // failures, a refused node, lockError's answer for a lock-manager failure),
 // which protocol writes as the client's reply.
-//
-// Commands that need a connection of their own (pub/sub, MULTI, blocking
-// pops) are refused with a clear error until they are built, never forwarded
-// on a shared connection where they would answer wrongly.
 package commands

@@ -35,7 +35,7 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		sections = append(sections, sec)
 	}
 	node := h.opts.Backend.Masters()[0]
-	h.workers.run(func() {
+	h.runner.Go(func() {
 		var text string
 		if !onlyOurs {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

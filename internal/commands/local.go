@@ -2,7 +2,6 @@ package commands
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -50,71 +50,13 @@ type session struct {
 	txDenied bool
 	keyRefs  []keys.KeyRef
 
-	// running maps a resource to the completion of this connection's latest
-	// lock request for it; entries go away as requests finish. cancels ends
-	// the lock requests in flight when the client goes away.
+	// mu guards waiting: ClientGone closes them from another goroutine.
 	mu      sync.Mutex
 	waiting []*backend.Conn // WAIT's connections to every master of a cluster
-	running map[string]chan struct{}
-	cancels map[*context.CancelFunc]struct{}
-}
 
-// trackLock registers a running lock request's cancel function; the
-// returned func unregisters it.
-func (s *session) trackLock(cancel context.CancelFunc) func() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cancels == nil {
-		s.cancels = make(map[*context.CancelFunc]struct{})
-	}
-	key := &cancel
-	s.cancels[key] = struct{}{}
-	return func() {
-		s.mu.Lock()
-		delete(s.cancels, key)
-		s.mu.Unlock()
-	}
-}
-
-// cancelLocks cancels every lock request of the connection still running:
-// a waiting acquire leaves the line.
-func (s *session) cancelLocks() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for cancel := range s.cancels {
-		(*cancel)()
-	}
-}
-
-// chain registers a lock request for resource and returns the completion of
-// the one before it (nil if none) and its own, to close when done.
-func (s *session) chain(resource string) (prev, done chan struct{}) {
-	done = make(chan struct{})
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.running == nil {
-		s.running = make(map[string]chan struct{})
-	}
-	prev = s.running[resource]
-	s.running[resource] = done
-	return prev, done
-}
-
-func (s *session) unchain(resource string, done chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.running[resource] == done {
-		delete(s.running, resource)
-	}
-	close(done)
-}
-
-// busy reports whether a lock request for resource is still running.
-func (s *session) busy(resource string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.running[resource]
-	return ok
+	// lockRequests are the connection's lock requests in flight
+	// (locks.Runner), ended when the client goes away.
+	lockRequests locks.ConnRequests
 }
 
 func sessionOf(c *protocol.Conn) *session {
@@ -396,22 +338,6 @@ func validClientName(name []byte) bool {
 		}
 	}
 	return true
-}
-
-// refused lists commands that cannot run on a shared backend connection and
-// are not built yet, with what the client is told.
-var refused = map[string]string{
-	"monitor":  "MONITOR is not supported through fenceproxy; connect to Redis directly",
-	"sync":     "replication is not supported through fenceproxy; connect to Redis directly",
-	"psync":    "replication is not supported through fenceproxy; connect to Redis directly",
-	"replconf": "replication is not supported through fenceproxy; connect to Redis directly",
-	"shutdown": "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly",
-}
-
-func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
-	return func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply) {
-		replyError(p, "ERR fenceproxy: "+why)
-	}
 }
 
 // xread forwards XREAD and XREADGROUP unless they would block.

@@ -71,46 +71,16 @@ func parseLock(args [][]byte) (a lockArgs, msg string) {
 	return
 }
 
-// runLock serves a lock request on its own goroutine: it waits on Redis, its
-// replicas and the disk, while the connection goes on dispatching the rest of
-// the client's pipeline. Requests of one connection for one resource still
-// run in the order sent (a pipelined ACQUIRE, RELEASE must not swap), while
-// requests for different resources run side by side. Replies leave in order
-// regardless.
+// runLock serves a lock request off the connection's goroutine, after the
+// connection's earlier requests for resource (locks.Runner: the lock path's
+// concurrency policy); fn's reply, or its error, completes p. timeout is how
+// long the request may wait for the lock.
 func (h *Handler) runLock(c *protocol.Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context) ([]byte, error)) {
-	s := sessionOf(c)
-	prev, done := s.chain(resource)
-	task := func() {
-		defer s.unchain(resource, done)
-		ctx, cancel := context.WithTimeout(context.Background(), timeout+h.opts.ReplicaTimeout+10*time.Second)
-		defer cancel()
-		defer s.trackLock(cancel)()
+	h.runner.Run(&sessionOf(c).lockRequests, resource, timeout, func(ctx context.Context) {
 		reply, err := fn(ctx)
 		p.Buf, p.Err = append(p.Buf, reply...), err
 		p.Done()
-	}
-	switch {
-	case timeout > 0:
-		// It may wait for a long time: never on one of the bounded
-		// workers (see workers).
-		if prev != nil {
-			go func() {
-				<-prev
-				h.waiters.run(task)
-			}()
-		} else {
-			h.waiters.run(task)
-		}
-	case prev != nil:
-		// It waits for the connection's previous request for the
-		// resource before it takes a worker.
-		go func() {
-			<-prev
-			h.workers.run(task)
-		}()
-	default:
-		h.workers.run(task)
-	}
+	})
 }
 
 // The replies to a grant or renewal that could not be answered while
@@ -266,7 +236,7 @@ func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, msg)
 		return
 	}
-	if sessionOf(c).busy(resource) {
+	if sessionOf(c).lockRequests.Busy(resource) {
 		// An earlier request of this client for the resource is still
 		// running (say, a pipelined ACQUIRE): check after it, not before.
 		h.runLock(c, resource, p, 0, func(context.Context) ([]byte, error) {

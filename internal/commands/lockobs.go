@@ -142,8 +142,6 @@ func (h *Handler) locksInfo() string {
 		}
 		return d.Milliseconds()
 	}
-	acq := func(r string) uint64 { return metrics.Count(m.Acquires.WithLabelValues(r)) }
-	fence := func(r string) uint64 { return metrics.Count(m.FenceChecks.WithLabelValues(r)) }
 	var b strings.Builder
 	line := func(name string, v int64) {
 		b.WriteString(name)
@@ -154,17 +152,20 @@ func (h *Handler) locksInfo() string {
 	line("locks_held", int64(st.Held))
 	line("locks_untracked_grants", int64(st.Untracked))
 	line("lock_waiters", st.Waiters)
-	line("lock_acquires", int64(acq("granted")))
-	line("lock_acquires_denied", int64(acq("busy")))
-	line("lock_acquires_queue_full", int64(acq("queuefull")))
-	line("lock_acquires_noreplicas", int64(acq("noreplicas")))
-	line("lock_acquires_errors", int64(acq("error")))
-	line("lock_renewals", int64(metrics.Count(m.Renewals.WithLabelValues("renewed"))))
-	line("lock_renewals_lost", int64(metrics.Count(m.Renewals.WithLabelValues("lost"))))
-	line("lock_releases", int64(metrics.Count(m.Releases.WithLabelValues("released"))))
-	line("lock_releases_not_held", int64(metrics.Count(m.Releases.WithLabelValues("notheld"))))
-	line("fence_checks", int64(fence("current")+fence("stale")))
-	line("stale_fence_checks", int64(fence("stale")))
+	for i := range table { // each lock command's counts, as its entry says
+		rc := table[i].results
+		if rc == nil {
+			continue
+		}
+		vec := rc.of(m)
+		for _, l := range rc.info {
+			var n uint64
+			for _, r := range l.results {
+				n += metrics.Count(vec.WithLabelValues(r))
+			}
+			line(l.field, int64(n))
+		}
+	}
 	line("lock_expirations", int64(metrics.Count(m.LockExpirations)))
 	line("lock_delay_ms", st.Options.LockDelay.Milliseconds())
 	line("max_waiters", int64(st.Options.MaxWaiters))

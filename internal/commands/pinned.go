@@ -22,12 +22,6 @@ import (
 // itself: after it breaks, the transaction is reported lost, never carried
 // on half-applied over a fresh connection.
 
-// blockingCommands wait in Redis for data (or, WAIT, for replicas).
-var blockingCommands = []string{
-	"blpop", "brpop", "brpoplpush", "blmove", "blmpop",
-	"bzpopmin", "bzpopmax", "bzmpop", "wait", "waitaof",
-}
-
 const (
 	replyTxLost    = "ERR fenceproxy: lost the connection to Redis; the transaction was discarded"
 	replyExecAbort = "EXECABORT Transaction discarded because of previous errors."
@@ -333,7 +327,7 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 		c.Close()
 	}
 	s.mu.Unlock()
-	s.cancelLocks()
+	s.lockRequests.CancelAll()
 }
 
 // Closed releases what a connection held.
@@ -342,7 +336,7 @@ func (h *Handler) Closed(c *protocol.Conn) {
 	if s == nil {
 		return
 	}
-	s.cancelLocks()
+	s.lockRequests.CancelAll()
 	closeTunnel(s.tunnel)
 	if s.pinned != nil {
 		s.pinnedNode.Unpin(s.pinned, s.pinnedRESP3, !s.inMulti && !s.watching)

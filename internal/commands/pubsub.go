@@ -20,10 +20,6 @@ import (
 // for other commands in subscribed mode. The tunnel lasts as long as the
 // client's connection: clients keep pub/sub on connections of its own.
 
-var subscribeCommands = []string{
-	"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
-}
-
 // tunnel carries a subscribed client's requests to Redis; what Redis writes
 // back reaches the client by the tunnel's own goroutines.
 type tunnel interface {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
@@ -14,14 +15,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
-
-// command is one entry of the table.
-type command struct {
-	// arity as Redis counts it: N means exactly N arguments with the name,
-	// -N means at least N.
-	arity int
-	serve func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply)
-}
 
 // Options configure a Handler.
 type Options struct {
@@ -52,10 +45,9 @@ type Options struct {
 
 // Handler serves every client request; it implements protocol.Handler.
 type Handler struct {
-	opts    Options
-	workers *workers // lock requests that do not wait for the lock
-	waiters *workers // LOCK.ACQUIRE … WAIT, which may wait long
-	authm   *metrics.Auth
+	opts   Options
+	runner *locks.Runner // where lock requests (and INFO) run
+	authm  *metrics.Auth
 }
 
 // NewHandler returns a Handler.
@@ -66,52 +58,310 @@ func NewHandler(opts Options) *Handler {
 	if c, ok := opts.Backend.(*cluster.Cluster); ok {
 		opts.Cluster = c
 	}
-	h := &Handler{opts: opts, workers: newWorkers(maxWorkers), waiters: newWorkers(0)}
+	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout)}
 	if opts.ACL != nil {
 		h.authm = opts.Metrics.NewAuth()
 	}
+	countFromZero(opts.Metrics)
 	return h
 }
 
-var table map[string]command
+// The command table: every command the proxy does more with than forward
+// it, in one list. An entry says what the command is (its arity and flags,
+// the argument naming a lock resource), who serves it, and how it is
+// counted; everything that needs to know a command reads it from here:
+// ServeCommand (dispatch, arity errors, what runs at once inside MULTI),
+// the ACL checks (permittedLock: the lock family's resource and its access)
+// and the ACL universe (ACLCommands: the categories of the proxy's own
+// commands), COMMAND (command.go: the proxy's own commands beside Redis's),
+// INFO's "# locks" section and the result counters (lockobs.go).
+//
+// A command not in the table is forwarded to Redis as it came.
+
+// command is one entry of the table.
+type command struct {
+	name string
+	// arity as Redis counts it: N means exactly N arguments with the name,
+	// -N means at least N.
+	arity int
+	flags flags
+	// resource is the argument naming a lock resource (0: none). The ACL
+	// check matches it against the user's key patterns, for reading, and
+	// for writing too with flagWritesResource; COMMAND shows it as the
+	// command's key. LOCK.TOP and LOCK.SLOWLOG name none: their replies
+	// show a user only the resources it may read.
+	resource int
+	// fenced is where FENCE.EXEC's command begins (0: none): the ACL check
+	// checks that command as if the user sent it.
+	fenced int
+	// refusal is the reply to a command that is never forwarded (after
+	// "ERR fenceproxy: ").
+	refusal string
+	// summary and syntax describe a command of the proxy's own in COMMAND
+	// DOCS: syntax as the README writes it, after the name (see docArgs).
+	summary, syntax string
+	// results, if set, is the counter of the command's requests by result
+	// (one of metrics' series) with every result it counts, and the INFO
+	// lines made from it.
+	results *resultCounter
+	// serve answers the request; nil for the entries served by their
+	// flags (flagPubSub, flagMayBlock) or refused.
+	serve func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply)
+
+	// Derived by init from the above.
+	categories []string // ACL categories without '@' (see categoriesOf)
+	docs       []docArg // COMMAND DOCS's arguments, from syntax
+}
+
+// flags say what a command is. The first ones are Redis's own command
+// flags and give the proxy's own commands their ACL categories as Redis
+// gives its commands theirs (setImplicitACLCategories: write is @write,
+// readonly @read, admin @admin and @dangerous, fast @fast and the rest
+// @slow); @lock comes from flagLock.
+type flags uint16
+
+const (
+	flagWrite    flags = 1 << iota // changes state (a lease, or a fenced command's write)
+	flagReadonly                   // only reads
+	flagAdmin                      // an operator's command
+	flagFast                       // O(1) or close, never waits on others
+	// flagOwn: fenceproxy's own command, which Redis does not know. COMMAND
+	// describes it from its entry and the ACL universe has it, with its
+	// categories.
+	flagOwn
+	flagLock           // the lock family: @lock, its resource checked as a key
+	flagWritesResource // changes the resource's lease: the ACL wants write access to it
+	flagMovableKeys    // it has keys beyond resource (FENCE.EXEC's command's)
+	// flagImmediate: it runs at once inside MULTI instead of being queued,
+	// as Redis runs EXEC, DISCARD, MULTI, WATCH and QUIT.
+	flagImmediate
+	flagMayBlock // may wait in Redis for others: served by blocking on a pinned connection
+	flagPubSub   // turns the connection into a tunnel to Redis (pubsub.go)
+)
+
+// lockFlags are every lock-family command's.
+const lockFlags = flagOwn | flagLock
+
+// table is set in init: its serve functions refer to it.
+var table []command
 
 func init() {
-	table = map[string]command{
-		"ping":   {-1, (*Handler).ping},
-		"echo":   {2, (*Handler).echo},
-		"quit":   {-1, (*Handler).quit},
-		"hello":  {-1, (*Handler).hello},
-		"client": {-2, (*Handler).client},
-		"select": {2, (*Handler).selectDB},
-		"auth":   {-2, (*Handler).auth},
-		"reset":  {1, (*Handler).reset},
-		"info":   {-1, (*Handler).info},
+	table = []command{
+		// Answered by the proxy: they describe the client's own connection,
+		// which Redis never sees.
+		{name: "ping", arity: -1, serve: (*Handler).ping},
+		{name: "echo", arity: 2, serve: (*Handler).echo},
+		{name: "quit", arity: -1, flags: flagImmediate, serve: (*Handler).quit},
+		{name: "hello", arity: -1, serve: (*Handler).hello},
+		{name: "client", arity: -2, serve: (*Handler).client},
+		{name: "select", arity: 2, serve: (*Handler).selectDB},
+		{name: "auth", arity: -2, serve: (*Handler).auth},
+		{name: "reset", arity: 1, serve: (*Handler).reset},
+		{name: "info", arity: -1, serve: (*Handler).info},
+		{name: "command", arity: -1, serve: (*Handler).command},
 
-		"lock.acquire": {-4, (*Handler).lockAcquire},
-		"lock.renew":   {4, (*Handler).lockRenew},
-		"lock.release": {3, (*Handler).lockRelease},
-		"fence.check":  {3, (*Handler).fenceCheck},
-		"fence.exec":   {-4, (*Handler).fenceExec},
-		"lock.top":     {-1, (*Handler).lockTop},
-		"lock.info":    {2, (*Handler).lockInfo},
-		"lock.slowlog": {-2, (*Handler).lockSlowlog},
+		// The lock family, in the order of INFO's "# locks" lines.
+		{name: "lock.acquire", arity: -4, flags: lockFlags | flagWrite | flagWritesResource, resource: 1,
+			summary: "Acquire a lock for an owner and get its fencing token; with WAIT, wait in line for it",
+			syntax:  "resource owner ttl-ms [WAIT timeout-ms]",
+			results: &resultCounter{
+				of:      func(m *metrics.Metrics) *prometheus.CounterVec { return m.Acquires },
+				results: []string{"granted", "busy", "queuefull", "noreplicas", "evictable", "late", "invalid", "error"},
+				info: []infoLine{
+					{"lock_acquires", []string{"granted"}}, {"lock_acquires_denied", []string{"busy"}},
+					{"lock_acquires_queue_full", []string{"queuefull"}}, {"lock_acquires_noreplicas", []string{"noreplicas"}},
+					{"lock_acquires_errors", []string{"error"}},
+				},
+			},
+			serve: (*Handler).lockAcquire},
+		{name: "lock.renew", arity: 4, flags: lockFlags | flagWrite | flagWritesResource | flagFast, resource: 1,
+			summary: "Extend the lease of a lock the owner holds, keeping its token",
+			syntax:  "resource owner ttl-ms",
+			results: &resultCounter{
+				of:      func(m *metrics.Metrics) *prometheus.CounterVec { return m.Renewals },
+				results: []string{"renewed", "lost", "noreplicas", "evictable", "late", "invalid", "error"},
+				info:    []infoLine{{"lock_renewals", []string{"renewed"}}, {"lock_renewals_lost", []string{"lost"}}},
+			},
+			serve: (*Handler).lockRenew},
+		{name: "lock.release", arity: 3, flags: lockFlags | flagWrite | flagWritesResource | flagFast, resource: 1,
+			summary: "Release a lock the owner holds; the next waiter gets it",
+			syntax:  "resource owner",
+			results: &resultCounter{
+				of:      func(m *metrics.Metrics) *prometheus.CounterVec { return m.Releases },
+				results: []string{"released", "notheld", "invalid", "error"},
+				info:    []infoLine{{"lock_releases", []string{"released"}}, {"lock_releases_not_held", []string{"notheld"}}},
+			},
+			serve: (*Handler).lockRelease},
+		{name: "fence.check", arity: 3, flags: lockFlags | flagReadonly | flagFast, resource: 1,
+			summary: "Tell whether a token is the newest issued for a resource (1) or stale (0)",
+			syntax:  "resource token",
+			results: &resultCounter{
+				of:      func(m *metrics.Metrics) *prometheus.CounterVec { return m.FenceChecks },
+				results: []string{"current", "stale", "invalid", "error"},
+				info:    []infoLine{{"fence_checks", []string{"current", "stale"}}, {"stale_fence_checks", []string{"stale"}}},
+			},
+			serve: (*Handler).fenceCheck},
+		{name: "fence.exec", arity: -4, flags: lockFlags | flagWrite | flagMovableKeys, resource: 1, fenced: 3,
+			summary: "Run a command in Redis only if a token is the newest issued for a resource",
+			syntax:  "resource token command [arg ...]",
+			serve:   (*Handler).fenceExec},
+		{name: "lock.info", arity: 2, flags: lockFlags | flagReadonly | flagFast, resource: 1,
+			summary: "Show a lock's owner, newest token, remaining lease and waiters",
+			syntax:  "resource",
+			serve:   (*Handler).lockInfo},
+		{name: "lock.top", arity: -1, flags: lockFlags | flagReadonly,
+			summary: "List the most contended resources, most first",
+			syntax:  "[count]",
+			serve:   (*Handler).lockTop},
+		// As Redis's SLOWLOG: it shows other clients' resources and addresses.
+		{name: "lock.slowlog", arity: -2, flags: lockFlags | flagAdmin,
+			summary: "Read or reset the slow-lock log: long waits, long holds, expired leases",
+			syntax:  "GET|LEN|RESET|HELP [count]",
+			serve:   (*Handler).lockSlowlog},
+
+		// Transactions: their state is kept on a connection of the
+		// client's own (pinned.go).
+		{name: "multi", arity: 1, flags: flagImmediate, serve: (*Handler).multi},
+		{name: "exec", arity: 1, flags: flagImmediate, serve: (*Handler).execOrDiscard},
+		{name: "discard", arity: 1, flags: flagImmediate, serve: (*Handler).execOrDiscard},
+		{name: "watch", arity: -2, flags: flagImmediate, serve: (*Handler).watch},
+		{name: "unwatch", arity: 1, serve: (*Handler).unwatch},
+
+		// Pub/sub: the first one makes the connection a tunnel to Redis.
+		{name: "subscribe", arity: -1, flags: flagPubSub},
+		{name: "psubscribe", arity: -1, flags: flagPubSub},
+		{name: "ssubscribe", arity: -1, flags: flagPubSub},
+		{name: "unsubscribe", arity: -1, flags: flagPubSub},
+		{name: "punsubscribe", arity: -1, flags: flagPubSub},
+		{name: "sunsubscribe", arity: -1, flags: flagPubSub},
+
+		// Commands that wait in Redis for data (or, WAIT, for replicas): on a
+		// connection of the client's own, so they stall nobody else. XREAD and
+		// XREADGROUP do only with BLOCK.
+		{name: "blpop", arity: -1, flags: flagMayBlock},
+		{name: "brpop", arity: -1, flags: flagMayBlock},
+		{name: "brpoplpush", arity: -1, flags: flagMayBlock},
+		{name: "blmove", arity: -1, flags: flagMayBlock},
+		{name: "blmpop", arity: -1, flags: flagMayBlock},
+		{name: "bzpopmin", arity: -1, flags: flagMayBlock},
+		{name: "bzpopmax", arity: -1, flags: flagMayBlock},
+		{name: "bzmpop", arity: -1, flags: flagMayBlock},
+		{name: "wait", arity: -1, flags: flagMayBlock},
+		{name: "waitaof", arity: -1, flags: flagMayBlock},
+		{name: "xread", arity: -4, flags: flagMayBlock, serve: (*Handler).xread},
+		{name: "xreadgroup", arity: -7, flags: flagMayBlock, serve: (*Handler).xread},
+
+		// Refused: they cannot run on a shared backend connection, or would
+		// take the proxy's Redis away.
+		{name: "monitor", arity: -1, refusal: "MONITOR is not supported through fenceproxy; connect to Redis directly"},
+		{name: "sync", arity: -1, refusal: replicationRefused},
+		{name: "psync", arity: -1, refusal: replicationRefused},
+		{name: "replconf", arity: -1, refusal: replicationRefused},
+		{name: "shutdown", arity: -1, refusal: "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly"},
 	}
-	for name, why := range refused {
-		table[name] = command{-1, refuse(why)}
+	index()
+}
+
+const replicationRefused = "replication is not supported through fenceproxy; connect to Redis directly"
+
+// resultCounter is a command's counter of requests by result.
+type resultCounter struct {
+	of      func(*metrics.Metrics) *prometheus.CounterVec
+	results []string // every result it counts: each series exists from the start, at 0
+	info    []infoLine
+}
+
+// infoLine is one line of INFO's "# locks" section: field, the sum of the
+// counts of results.
+type infoLine struct {
+	field   string
+	results []string
+}
+
+var (
+	byName      map[string]*command // the table by name
+	ownCommands []*command          // the table's own commands (flagOwn), in table order
+)
+
+// index completes the table's entries and indexes them.
+func index() {
+	byName = make(map[string]*command, len(table))
+	for i := range table {
+		e := &table[i]
+		switch {
+		case e.refusal != "":
+			e.serve = refuse(e.refusal)
+		case e.serve != nil:
+		case e.flags&flagPubSub != 0:
+			e.serve = (*Handler).subscribe
+		case e.flags&flagMayBlock != 0:
+			e.serve = (*Handler).blocking
+		}
+		e.categories = categoriesOf(e.flags)
+		e.docs = docArgs(e.syntax, e.resource)
+		byName[e.name] = e
+		if e.flags&flagOwn != 0 {
+			ownCommands = append(ownCommands, e)
+		}
 	}
-	table["multi"] = command{1, (*Handler).multi}
-	table["exec"] = command{1, (*Handler).execOrDiscard}
-	table["discard"] = command{1, (*Handler).execOrDiscard}
-	table["watch"] = command{-2, (*Handler).watch}
-	table["unwatch"] = command{1, (*Handler).unwatch}
-	for _, name := range subscribeCommands {
-		table[name] = command{-1, (*Handler).subscribe}
+}
+
+// lookup finds the entry of a lower-case command name, nil if there is
+// none. It does not allocate.
+func lookup(lower []byte) *command { return byName[string(lower)] }
+
+// categoriesOf is the ACL categories (without '@') of a command of the
+// proxy's own with these flags, in the order Redis's COMMAND lists them.
+func categoriesOf(f flags) []string {
+	if f&flagOwn == 0 {
+		return nil // Redis's command: its categories are Redis's
 	}
-	for _, name := range blockingCommands {
-		table[name] = command{-1, (*Handler).blocking}
+	var cats []string
+	if f&flagReadonly != 0 {
+		cats = append(cats, "read")
 	}
-	table["xread"] = command{-4, (*Handler).xread}
-	table["xreadgroup"] = command{-7, (*Handler).xread}
+	if f&flagWrite != 0 {
+		cats = append(cats, "write")
+	}
+	if f&flagAdmin != 0 {
+		cats = append(cats, "admin")
+	}
+	if f&flagFast != 0 {
+		cats = append(cats, "fast")
+	} else {
+		cats = append(cats, "slow")
+	}
+	if f&flagAdmin != 0 {
+		cats = append(cats, "dangerous")
+	}
+	if f&flagLock != 0 {
+		cats = append(cats, "lock")
+	}
+	return cats
+}
+
+// countFromZero makes every result of every command's counter exist from
+// the start, at 0: a rate over a series that appears only with its first
+// event shows nothing before it, and dashboards of errors would look empty
+// rather than quiet.
+func countFromZero(m *metrics.Metrics) {
+	if m == nil {
+		return
+	}
+	for i := range table {
+		if rc := table[i].results; rc != nil {
+			vec := rc.of(m)
+			for _, r := range rc.results {
+				vec.WithLabelValues(r)
+			}
+		}
+	}
+}
+
+func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
+	return func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply) {
+		replyError(p, "ERR fenceproxy: "+why)
+	}
 }
 
 // ServeCommand dispatches one request.
@@ -122,11 +372,11 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	var lower [32]byte
 	name := args[0]
 	if len(name) <= len(lower) {
-		lname := string(lowerInto(lower[:0], name))
+		cmd := lookup(lowerInto(lower[:0], name))
 		if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
 			h.sendTunnel(s, args, p)
 			return
-		} else if s != nil && s.inMulti && !txControl(lname) {
+		} else if s != nil && s.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {
 			// Inside MULTI Redis queues everything, arity errors and lock
 			// commands included (an unknown command makes EXEC abort).
 			if s.multiDeferred && !h.beginMulti(c, s, args, p) {
@@ -135,9 +385,9 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			h.sendPinned(s, args, p)
 			return
 		}
-		if cmd, ok := table[lname]; ok {
+		if cmd != nil {
 			if !arityOK(cmd.arity, len(args)) {
-				p.Buf = redcon.AppendError(p.Buf, "ERR wrong number of arguments for '"+lname+"' command")
+				p.Buf = redcon.AppendError(p.Buf, "ERR wrong number of arguments for '"+cmd.name+"' command")
 				p.Done()
 				return
 			}
@@ -146,16 +396,6 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		}
 	}
 	h.forward(c, args, p)
-}
-
-// txControl names the commands a client in MULTI sends to the proxy rather
-// than to the transaction.
-func txControl(name string) bool {
-	switch name {
-	case "exec", "discard", "multi", "watch", "quit":
-		return true
-	}
-	return false
 }
 
 func arityOK(arity, n int) bool {

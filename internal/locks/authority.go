@@ -22,10 +22,6 @@ import "fmt"
 //     and the acquire asks again, so that no grant ever gets a token below
 //     one a record shows, nor overwrites such a record with a lower one.
 
-// kindTokenAhead is acquireScript's {4, token}: a record carries a token
-// at or above the candidate (see above). Nothing was written.
-const kindTokenAhead = 4
-
 // admit asks Options.Admit, if any.
 func (m *Manager) admit() error {
 	if m.opts.Admit == nil {

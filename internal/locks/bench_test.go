@@ -51,7 +51,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 }
 
 func newBenchManager(be cluster.Backend, store *persist.Store) *Manager {
-	return New(Options{Backend: be, Store: store, Metrics: metrics.New(), MaxWaiters: 10, SlowWait: 100 * time.Millisecond, SlowHeld: 30 * time.Second, SlowLogLen: 128})
+	return New(Options{Scripts: NewWriter(WriterOptions{Backend: be, ReplicaTimeout: time.Second}), Store: PersistStore(store), Metrics: metrics.New(), MaxWaiters: 10, SlowWait: 100 * time.Millisecond, SlowHeld: 30 * time.Second, SlowLogLen: 128})
 }
 
 func acquireForBench(ctx context.Context, m *Manager, r string) (uint64, error) {

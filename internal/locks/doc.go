@@ -62,6 +62,48 @@
 // runs out unreleased, and keeps a slow-lock log of long waits, long holds
 // and expiries (slowlog.go).
 //
+// # Seams
+//
+// The Manager reaches the world outside through two small interfaces, so
+// that every outcome of a lock command can be set up and tested without a
+// Redis or a disk (Pebble's commitEnv is the pattern):
+//
+//   - TokenStore (tokenstore.go): where tokens come from and where each
+//     resource's newest is recorded. Its documented contract is exactly
+//     what the invariants below need of a fence store. PersistStore adapts
+//     internal/persist's Pebble store; a store replicated across a tier of
+//     proxies is to plug in here.
+//   - ScriptRunner (scriptrunner.go): runs the scripts on the master of a
+//     record's key, a write optionally followed by the WAIT whose count
+//     comes after the script's reply. Writer (writer.go) is fenceproxy's:
+//     for each master it serves the lock connections the cluster Node
+//     hands it (Node.ServeLockWrites) with batched writers, one WAIT per
+//     batch, and it owns the NOSCRIPT and cluster-redirect retries. A
+//     failure on the way (not sent, connection lost, a refused node)
+//     arrives as the reply slot's typed error (resp.Reply's Err), never
+//     as reply text. The token authority (internal/authority) sends its
+//     bound through it too.
+//
+// acquireScript's replies are named kinds (kindBusy, kindRearmed,
+// kindGranted, kindNeedNewest, kindTokenAhead: scripts.go), and one
+// attempt carries its call, tokens and reply in an attempt struct.
+//
+// # Where lock requests run
+//
+// Runner (runner.go, workers.go) is the lock path's concurrency policy,
+// which the command layer hands every lock request to: a connection's
+// requests for one resource in the order sent, on bounded workers, a
+// request that may wait long (LOCK.ACQUIRE … WAIT, or one queued behind
+// its predecessor) off them, and each cancelled when its client goes away
+// (ConnRequests, one per client connection). Inside the Manager, the
+// operations on one resource are serialized (serial.go).
+//
+// Lock order: a resource's serializer, then leases.mu (leases.go);
+// Writer.mu, then the cluster Node's mu (a master's writers start under
+// Writer.mu, through Node.ServeLockWrites). Every other mutex here
+// (waitQueue's, the serializer's map, the slow log's, LOCK.TOP's,
+// ConnRequests') is a leaf, never held across I/O.
+//
 // Invariants:
 //
 //   - Every token a reply carries is strictly greater than every token

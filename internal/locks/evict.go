@@ -1,9 +1,6 @@
 package locks
 
-import (
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
-	"github.com/fenceproxy/fenceproxy/internal/ratelog"
-)
+import "github.com/fenceproxy/fenceproxy/internal/ratelog"
 
 // EvictableError: the resource's Redis master runs a maxmemory-policy
 // under which Redis may evict owner records (or its policy could not be
@@ -26,23 +23,22 @@ func (e *EvictableError) Error() string {
 var evictableGrantLog ratelog.EverySecond
 
 // evictionGuard is the check each acquire attempt and each renewal makes
-// before it writes: it reads the resource's master's last memory-policy
-// reading (cluster.Node.Memory; no I/O). A policy that can evict owner
-// records refuses the request with an EvictableError, unless
-// Options.AllowEvictable; then risky is true and the caller reports the
-// grant with evictableGranted.
+// before it writes: it reads the last memory-policy reading of the master
+// of key, the resource's record (ScriptRunner.MemoryPolicy; no I/O). A
+// policy that can evict owner records refuses the request with an
+// EvictableError, unless Options.AllowEvictable; then risky is true and
+// the caller reports the grant with evictableGranted.
 //
 // A renewal is refused too, not only a new grant: its reply promises the
 // lease for another ttl, which a record Redis may drop at any moment cannot
 // back, and LOCK.ACQUIRE's same-owner re-arm, which does what a renewal
 // does, is refused as well. The holder learns now, and why, instead of
 // working on in a lease that may already be gone; releases stay allowed.
-func (m *Manager) evictionGuard(resource string) (risky bool, err error) {
-	node := m.masterOf(resource)
-	if node == nil {
+func (m *Manager) evictionGuard(key string) (risky bool, err error) {
+	p, ok := m.opts.Scripts.MemoryPolicy(key)
+	if !ok {
 		return false, nil // the write meets the unreachable master and says so
 	}
-	p := node.Memory()
 	if !p.CanEvict() {
 		return false, nil
 	}
@@ -52,25 +48,14 @@ func (m *Manager) evictionGuard(resource string) (risky bool, err error) {
 	return true, nil
 }
 
-// masterOf is the master of resource's owner record. Only a cluster routes
-// by key: a standalone backend is asked without building the key, which
-// would cost every grant an allocation.
-func (m *Manager) masterOf(resource string) *cluster.Node {
-	if m.opts.Backend.Mode() != "cluster" {
-		return m.opts.Backend.MasterForKey(nil)
-	}
-	return m.opts.Backend.MasterForKey([]byte(m.recordKey(resource)))
-}
-
 // evictableGranted counts and logs a grant or renewal made under
-// --allow-evictable-locks on a master whose policy can evict it.
-func (m *Manager) evictableGranted(resource string, token uint64) {
+// --allow-evictable-locks on a master whose policy can evict it (key is
+// the resource's record).
+func (m *Manager) evictableGranted(key, resource string, token uint64) {
 	m.opts.Metrics.EvictableGrants.Inc()
 	policy := "unknown"
-	if node := m.masterOf(resource); node != nil {
-		if p := node.Memory().Policy; p != "" {
-			policy = p
-		}
+	if p, ok := m.opts.Scripts.MemoryPolicy(key); ok && p.Policy != "" {
+		policy = p.Policy
 	}
 	evictableGrantLog.Warn(m.opts.Logger, "lock granted although Redis may evict its record (--allow-evictable-locks)",
 		"resource", resource, "token", token, "maxmemory_policy", policy)

@@ -1,7 +1,6 @@
 package locks
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
-	"github.com/fenceproxy/fenceproxy/internal/persist"
 )
 
 // Errors the command layer turns into replies.
@@ -55,8 +53,11 @@ func (e *NoReplicasError) Error() string {
 
 // Options configure a Manager.
 type Options struct {
-	Backend     cluster.Backend
-	Store       *persist.Store
+	// Scripts runs the lock scripts on Redis (a Writer).
+	Scripts ScriptRunner
+	// Store issues the tokens and records each resource's newest
+	// (PersistStore for the fence store under --data-dir).
+	Store       TokenStore
 	MinReplicas int
 	// KeyPrefix starts every owner record's key; the resource follows in a
 	// hash tag, so all of one resource's keys share a Redis Cluster slot.
@@ -226,7 +227,8 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	if leaseFrom.IsZero() {
 		leaseFrom = time.Now()
 	}
-	evictable, err := m.evictionGuard(resource)
+	key := m.recordKey(resource)
+	evictable, err := m.evictionGuard(key)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -238,73 +240,71 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// nor its round trip should hold up the grant to the head of the
 		// line (on a hot lock, that was in every handoff). A re-arm runs
 		// again below, serialized and with its WAIT.
-		call, _, _, _, err := m.acquireCall(resource, owner, clientAddr, ttl, true, false)
+		a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, true, false)
 		if err != nil {
 			return 0, 0, err
 		}
-		_, _, kind, value, err := m.sendAcquire(ctx, call, false)
-		if err != nil {
+		if err := m.sendAcquire(ctx, &a, false); err != nil {
 			return 0, 0, err
 		}
-		if kind == 0 {
-			return 0, busyLease(value), ErrBusy
+		if a.kind == kindBusy {
+			return 0, busyLease(a.value), ErrBusy
 		}
 	}
 
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	call, newest, candidate, start, err := m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, false)
+	a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, false)
 	if err != nil {
 		return 0, 0, err
 	}
-	key := call.Keys[0]
-	node, write, kind, value, err := m.sendAcquire(ctx, call, true)
-	if err == nil && kind == kindTokenAhead {
+	err = m.sendAcquire(ctx, &a, true)
+	if err == nil && a.kind == kindTokenAhead {
 		// A record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
-		if err = m.adoptRecordToken(value); err == nil {
-			call, newest, candidate, start, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true)
+		if err = m.adoptRecordToken(a.value); err == nil {
+			a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true)
 		}
 		if err == nil {
-			node, write, kind, value, err = m.sendAcquire(ctx, call, true)
+			err = m.sendAcquire(ctx, &a, true)
 		}
 	}
-	if err == nil && kind == 3 {
+	if err == nil && a.kind == kindNeedNewest {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
-		if call, newest, candidate, start, err = m.acquireCall(resource, owner, clientAddr, ttl, othersWaiting, true); err != nil {
+		if a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true); err != nil {
 			return 0, 0, err
 		}
-		node, write, kind, value, err = m.sendAcquire(ctx, call, true)
+		err = m.sendAcquire(ctx, &a, true)
 	}
 	if err != nil {
 		if errors.Is(err, cluster.ErrOutcomeUnknown) {
 			// The script's reply was lost: it may have granted candidate.
-			m.countIssued(resource, candidate)
+			m.countIssued(resource, a.candidate)
 		}
 		return 0, 0, err
 	}
-	switch kind {
-	case 0:
-		return 0, busyLease(value), ErrBusy
-	case 1:
-		token = uint64(value) // the owner's existing grant, re-armed
-	case 2:
-		token = candidate
+	switch a.kind {
+	case kindBusy:
+		return 0, busyLease(a.value), ErrBusy
+	case kindRearmed:
+		token = uint64(a.value) // the owner's existing grant, re-armed
+	case kindGranted:
+		token = a.candidate
 	default:
-		return 0, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", kind)
+		return 0, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", a.kind)
 	}
 
 	// While Redis waits for the replicas, make the token durable as
 	// "reserved": it becomes the resource's newest only once they have
 	// acknowledged (persist's invariant 7), so a refused grant never shows.
-	record := token > newest
+	record := token > a.newest
 	var reserveErr error
 	if record {
-		reserveErr = m.opts.Store.Reserve([]byte(resource), token)
+		reserveErr = m.opts.Store.Reserve(resource, token)
 	}
-	acked, err := write.Acks()
-	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
+	acked, err := a.write.Acks()
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(a.start).Seconds())
 	switch {
 	case err != nil:
 		// The grant may stand on the master, with or without its
@@ -321,20 +321,20 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		err = ErrLate
 	case record:
 		// Serialized per resource and above the newest just read: exact.
-		err = m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true})
+		err = m.opts.Store.Confirm(resource, token)
 	}
 	if err != nil {
-		return 0, 0, m.abandon(ctx, node, resource, key, owner, token, kind == 2, record && reserveErr == nil, err)
+		return 0, 0, m.abandon(ctx, &a, resource, owner, token, record && reserveErr == nil, err)
 	}
-	if kind == 2 {
-		if old := m.leases.granted(resource, token, start, start.Add(ttl), clientAddr); old != nil {
+	if a.kind == kindGranted {
+		if old := m.leases.granted(resource, token, a.start, a.start.Add(ttl), clientAddr); old != nil {
 			m.logExpired(old)
 		}
 	} else {
-		m.leases.rearmed(resource, token, start.Add(ttl))
+		m.leases.rearmed(resource, token, a.start.Add(ttl))
 	}
 	if evictable {
-		m.evictableGranted(resource, token)
+		m.evictableGranted(key, resource, token)
 	}
 	return token, 0, nil
 }
@@ -359,16 +359,16 @@ func (m *Manager) replyBy(from time.Time, ttl time.Duration) time.Time {
 // refusal becomes an unknown outcome, since "nothing was granted" would not
 // be known to be true. A re-arm of the owner's own grant cannot be undone:
 // the lease stands as Redis has it, with the token issued long before.
-func (m *Manager) abandon(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64, newGrant, reserved bool, err error) error {
-	if !newGrant {
+func (m *Manager) abandon(ctx context.Context, a *attempt, resource, owner string, token uint64, reserved bool, err error) error {
+	if a.kind != kindGranted {
 		return err
 	}
 	unknown := errors.Is(err, cluster.ErrOutcomeUnknown)
-	gone := !unknown && m.undo(ctx, node, resource, key, owner, token)
+	gone := !unknown && m.undo(ctx, a, resource, owner, token)
 	if reserved {
 		if gone {
-			m.opts.Store.Cancel([]byte(resource), token)
-		} else if cerr := m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true}); cerr != nil {
+			m.opts.Store.Cancel(resource, token)
+		} else if cerr := m.opts.Store.Confirm(resource, token); cerr != nil {
 			// Fail-stop: the reservation is on disk, so the token
 			// still counts as issued after the restart.
 			m.opts.Logger.Warn("could not record a token whose grant may stand", "err", cerr)
@@ -389,64 +389,75 @@ func (m *Manager) abandon(ctx context.Context, node *cluster.Node, resource, key
 // never be honoured (the scripts honour only the newest token issued, and
 // a restart issues tokens above it).
 func (m *Manager) countIssued(resource string, token uint64) {
-	err := m.opts.Store.Reserve([]byte(resource), token)
+	err := m.opts.Store.Reserve(resource, token)
 	if err == nil {
-		err = m.opts.Store.Confirm(persist.Grant{Resource: []byte(resource), Token: token, AboveAll: true})
+		err = m.opts.Store.Confirm(resource, token)
 	}
 	if err != nil {
 		m.opts.Logger.Warn("could not record the token of a grant whose outcome is unknown", "err", err)
 	}
 }
 
+// attempt is one run of acquireScript: what it offered and what came back.
+type attempt struct {
+	call ScriptCall
+	// newest is the resource's newest token the call carried (0 when it
+	// carried "unknown"); candidate the fresh token it offers a new grant.
+	newest, candidate uint64
+	start             time.Time // when the call was built: a new lease runs from it
+	write             *Write
+	kind              replyKind
+	value             int64
+}
+
 // acquireCall builds one acquire attempt's script call with a fresh
 // candidate token. It passes the resource's newest token if the fence
 // store has it cached, or if readNewest (then from disk); else it passes
-// "unknown" (newest is then 0), and the script answers kind 3 should the
-// owner's own record need judging by it.
-func (m *Manager) acquireCall(resource, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (call cluster.ScriptCall, newest, candidate uint64, start time.Time, err error) {
+// "unknown" (newest is then 0), and the script answers kindNeedNewest
+// should the owner's own record need judging by it.
+func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (a attempt, err error) {
 	var newestArg any = ""
 	known := false
 	if err = m.admit(); err != nil {
-		return call, 0, 0, start, err
+		return a, err
 	}
 	if readNewest {
-		newest, err = m.opts.Store.Newest([]byte(resource))
+		a.newest, err = m.opts.Store.Newest(resource)
 		known = true
 	} else {
-		newest, known, err = m.opts.Store.NewestCached([]byte(resource))
+		a.newest, known, err = m.opts.Store.NewestCached(resource)
 	}
 	if err != nil {
-		return call, 0, 0, start, err
+		return a, err
 	}
 	if known {
-		newestArg = newest
+		newestArg = a.newest
 	}
-	if candidate, err = m.opts.Store.NextToken(); err != nil {
-		return call, 0, 0, start, err
+	if a.candidate, err = m.opts.Store.NextToken(); err != nil {
+		return a, err
 	}
-	key := m.recordKey(resource)
-	start = time.Now()
-	call = cluster.ScriptCall{
+	a.start = time.Now()
+	a.call = ScriptCall{
 		Source: acquireScript,
 		SHA:    acquireSHA,
 		Keys:   m.keys(key),
-		Args: []any{owner, ttl.Milliseconds(), candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			start.UnixMilli(), clientAddr},
+		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
+			a.start.UnixMilli(), clientAddr},
 	}
-	return call, newest, candidate, start, nil
+	return a, nil
 }
 
-// sendAcquire runs an acquire attempt (see start) and reads its reply: kind
-// 0 busy (value: the holder's lease left, ms), 1 re-armed, 2 granted (value:
-// the token), 3 the newest token is needed (see acquireScript). With wantAcks, write.Acks then gives the replicas' count.
-func (m *Manager) sendAcquire(ctx context.Context, call cluster.ScriptCall, wantAcks bool) (node *cluster.Node, write *cluster.Write, kind, value int64, err error) {
-	node, write = m.start(ctx, call.Keys[0], call, wantAcks)
-	reply, err := write.Reply()
+// sendAcquire runs a's call and reads its reply into a.kind and a.value.
+// With wantAcks, a.write.Acks then gives the replicas' count.
+func (m *Manager) sendAcquire(ctx context.Context, a *attempt, wantAcks bool) error {
+	a.write = m.opts.Scripts.Start(ctx, a.call.Keys[0], a.call, wantAcks)
+	reply, err := a.write.Reply()
 	if err != nil {
-		return node, write, 0, 0, err
+		return err
 	}
-	kind, value, err = pair(reply)
-	return node, write, kind, value, err
+	kind, value, err := pair(reply)
+	a.kind, a.value = replyKind(kind), value
+	return err
 }
 
 // busyLease is the holder's remaining lease from a busy acquire's reply
@@ -459,54 +470,13 @@ func busyLease(ms int64) time.Duration {
 	return 50 * time.Millisecond
 }
 
-// start runs call on the master of key's slot, by EVALSHA when call has a
-// SHA: one that meets NOSCRIPT (Redis restarted or flushed its scripts; the
-// script did not run) goes again at once with EVAL and its source. In front
-// of a Redis Cluster a script answered with MOVED, ASK, TRYAGAIN or
-// CLUSTERDOWN, or not sent because its master was unreachable, did not run
-// either: the topology is read again and the call retried, within
-// cluster.RetryWindow. (Retrying after ASK rather than following it keeps a
-// lock write and its WAIT on one connection; the slot's migration ends
-// soon.)
-func (m *Manager) start(ctx context.Context, key string, call cluster.ScriptCall, wantAcks bool) (*cluster.Node, *cluster.Write) {
-	began := time.Now()
-	pause := 10 * time.Millisecond
-	for {
-		node := m.opts.Backend.MasterForKey([]byte(key))
-		var w *cluster.Write
-		if node == nil {
-			w = cluster.Unsent(cluster.ErrUnavailable)
-		} else {
-			w = node.Start(ctx, call, wantAcks)
-		}
-		raw, err := w.Raw()
-		if err == nil && call.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
-			call.SHA = ""
-			continue
-		}
-		if m.opts.Backend.Mode() != "cluster" || time.Since(began) > cluster.RetryWindow {
-			return node, w
-		}
-		if !errors.Is(err, cluster.ErrUnavailable) && (err != nil || !cluster.Redirected(raw)) {
-			return node, w
-		}
-		m.opts.Backend.Refresh()
-		select {
-		case <-ctx.Done():
-			return node, w
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 250*time.Millisecond)
-	}
-}
-
 // undo deletes a grant that will not be replied, if it is still in place,
 // and reports whether the master certainly holds no record of it now
 // (deleted, or already gone: it expired).
-func (m *Manager) undo(ctx context.Context, node *cluster.Node, resource, key, owner string, token uint64) bool {
-	reply, err := node.Run(ctx, cluster.ScriptCall{
+func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, token uint64) bool {
+	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, ScriptCall{
 		Source: undoScript,
-		Keys:   m.keys(key),
+		Keys:   a.call.Keys,
 		Args:   []any{owner, strconv.FormatUint(token, 10)},
 	})
 	if err != nil {
@@ -531,19 +501,19 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	if err := m.admit(); err != nil {
 		return 0, err
 	}
-	evictable, err := m.evictionGuard(resource)
+	key := m.recordKey(resource)
+	evictable, err := m.evictionGuard(key)
 	if err != nil {
 		return 0, err
 	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	newest, err := m.opts.Store.Newest([]byte(resource))
+	newest, err := m.opts.Store.Newest(resource)
 	if err != nil {
 		return 0, err
 	}
-	key := m.recordKey(resource)
 	now := time.Now()
-	_, write := m.start(ctx, key, cluster.ScriptCall{
+	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
 		Source: renewScript,
 		SHA:    renewSHA,
 		Keys:   m.keys(key),
@@ -570,7 +540,7 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	m.leases.rearmed(resource, uint64(token), now.Add(ttl))
 	if evictable {
-		m.evictableGranted(resource, uint64(token))
+		m.evictableGranted(key, resource, uint64(token))
 	}
 	if time.Now().After(m.replyBy(received, ttl)) {
 		return 0, ErrLate
@@ -585,7 +555,7 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	key := m.recordKey(resource)
 	// A release needs no replica acknowledgement: if a failover loses it,
 	// the lease merely runs out.
-	_, write := m.start(ctx, key, cluster.ScriptCall{
+	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
 		Source: releaseScript,
 		SHA:    releaseSHA,
 		Keys:   m.keys(key),
@@ -626,7 +596,7 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 	if err := m.admit(); err != nil {
 		return false, err
 	}
-	newest, err := m.opts.Store.Newest([]byte(resource))
+	newest, err := m.opts.Store.Newest(resource)
 	if err != nil {
 		return false, err
 	}
@@ -659,7 +629,7 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	}
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	newest, err := m.opts.Store.Newest([]byte(resource))
+	newest, err := m.opts.Store.Newest(resource)
 	switch {
 	case err != nil:
 		return nil, err
@@ -687,7 +657,7 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	if len(command) > 1 {
 		key = command[1]
 	}
-	_, write := m.start(ctx, string(key), cluster.ScriptCall{Source: execScript, Args: args}, false)
+	write := m.opts.Scripts.Start(ctx, string(key), ScriptCall{Source: execScript, Args: args}, false)
 	return write.Raw()
 }
 
@@ -703,20 +673,19 @@ type record struct {
 
 // readRecord reads resource's owner record from its master: the one place
 // that knows infoScript's reply (owner, token, pttl, then acquired-at,
-// renewed-at and client-addr, absent from records older than those). It
-// goes the way the lock writes go (start), so it follows the record's slot
-// through MOVED, ASK and failovers, and its errors are theirs: a
-// redirection or a master's connection error never reaches the client.
+// renewed-at and client-addr, absent from records older than those).
 func (m *Manager) readRecord(ctx context.Context, resource string) (rec record, held bool, err error) {
 	key := m.recordKey(resource)
-	_, write := m.start(ctx, key, cluster.ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{key}}, false)
-	v, err := write.Reply()
+	v, err := m.opts.Scripts.Read(ctx, key, ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{key}})
 	if err != nil {
 		return rec, false, err
 	}
-	reply, _ := v.([]any)
+	reply, ok := v.([]any)
+	if !ok {
+		return rec, false, fmt.Errorf("locks: unexpected record reply %v", v)
+	}
 	if len(reply) < 3 {
-		return rec, false, fmt.Errorf("locks: unexpected owner record reply %v", v)
+		return rec, false, nil
 	}
 	if rec.Owner, held = reply[0].(string); !held {
 		return rec, false, nil
@@ -760,7 +729,7 @@ type Info struct {
 
 // Info reads resource's owner record and newest token.
 func (m *Manager) Info(ctx context.Context, resource string) (Info, error) {
-	newest, err := m.opts.Store.Newest([]byte(resource))
+	newest, err := m.opts.Store.Newest(resource)
 	if err != nil {
 		return Info{}, err
 	}

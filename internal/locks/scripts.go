@@ -16,7 +16,7 @@ import "github.com/fenceproxy/fenceproxy/internal/cluster"
 // resource until it is gone. Tokens travel as strings: Lua numbers are
 // doubles.
 //
-// Replies are tables so the manager can tell the three outcomes apart.
+// Replies are tables so the manager can tell the outcomes apart.
 
 // acquireScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, new
 // token, newest token known to the fence store ("" if the caller did not
@@ -74,6 +74,30 @@ end
 return {2, ARGV[3]}
 `
 
+// replyKind is the first element of acquireScript's {kind, value} reply.
+type replyKind int64
+
+// acquireScript's reply kinds; the value that comes with each is named
+// after the colon.
+const (
+	// kindBusy: value, the holder's lease left (ms; -1 or -2 if unknown).
+	// Another owner holds the resource, its lock-delay guard stands, or it
+	// is free but others wait in line for it. Nothing was written.
+	kindBusy replyKind = 0
+	// kindRearmed: value, the owner's token. The owner's own current grant
+	// was re-armed.
+	kindRearmed replyKind = 1
+	// kindGranted: value, the candidate token. A new grant.
+	kindGranted replyKind = 2
+	// kindNeedNewest: the owner's own record is there, but judging it needs
+	// the resource's newest token, which the call did not carry. Nothing
+	// was written: ask again with it.
+	kindNeedNewest replyKind = 3
+	// kindTokenAhead: value, the record's token, at or above the candidate
+	// (see authority.go). Nothing was written.
+	kindTokenAhead replyKind = 4
+)
+
 // renewScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, newest
 // token, lock-delay-ms, now (unix ms). Returns the
 // token, or nil if owner does not hold a current record (expired records are
@@ -128,8 +152,9 @@ local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'renewed'
 return {cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[3], cur[4], cur[5]}
 `
 
-// The hot scripts go by EVALSHA (see Manager.start): an EVAL sends about a
-// kilobyte of source that Redis hashes on every call.
+// The hot scripts go by EVALSHA (see Writer.Start): an EVAL sends about a
+// kilobyte of source that Redis hashes on every call. So does infoScript
+// (Writer.Read).
 var (
 	acquireSHA = cluster.ScriptSHA(acquireScript)
 	renewSHA   = cluster.ScriptSHA(renewScript)

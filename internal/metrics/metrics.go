@@ -25,6 +25,8 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
+	// The lock commands' requests by result; the results each one counts
+	// are listed with the command (the command table in package commands).
 	Acquires            *prometheus.CounterVec // result: granted, busy, queuefull, noreplicas, evictable (refused: see EvictableGrants), late (undone: too little lease left to reply), invalid (bad arguments), error
 	AcquireSeconds      prometheus.Histogram
 	Renewals            *prometheus.CounterVec // result: renewed, lost, noreplicas, evictable, late, invalid, error
@@ -123,19 +125,6 @@ func New() *Metrics {
 	f(m.LockExpirations)
 	f(m.SlowLockEntries)
 	f(m.EvictableGrants)
-	// Every result from the start, at 0: a rate over a series that appears
-	// only with its first event shows nothing before it, and dashboards of
-	// errors would look empty rather than quiet.
-	for vec, results := range map[*prometheus.CounterVec][]string{
-		m.Acquires:    {"granted", "busy", "queuefull", "noreplicas", "evictable", "late", "invalid", "error"},
-		m.Renewals:    {"renewed", "lost", "noreplicas", "evictable", "late", "invalid", "error"},
-		m.Releases:    {"released", "notheld", "invalid", "error"},
-		m.FenceChecks: {"current", "stale", "invalid", "error"},
-	} {
-		for _, r := range results {
-			vec.WithLabelValues(r)
-		}
-	}
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -122,6 +122,13 @@ if command -v script >/dev/null; then
 	else
 		bad "redis-cli $cliver: interactive session: PING, LOCK.ACQUIRE -> $(printf %q "${out:0:400}")"
 	fi
+	# Its help comes from COMMAND DOCS, where the proxy adds the lock family.
+	out=$(printf 'help LOCK.ACQUIRE\nquit\n' | TERM=dumb timeout 20 script -qec "redis-cli -h $host -p $port" /dev/null 2>&1 | tr -d '\r')
+	if grep -q 'resource owner ttl-ms \[WAIT timeout-ms\]' <<<"$out" && alive; then
+		ok "interactive help LOCK.ACQUIRE shows its arguments (from COMMAND DOCS)"
+	else
+		bad "redis-cli $cliver: interactive help LOCK.ACQUIRE -> $(printf %q "${out:0:400}")"
+	fi
 fi
 cli DEL "$k:s" "$k:n" "$k:h" "$k:l" >/dev/null 2>&1
 
@@ -158,6 +165,6 @@ else
 fi
 alive && ok "proxy answers PING after redis-benchmark" || bad "redis-benchmark: after the suite: PING -> $(cli PING 2>&1)"
 
-echo "cli covered: redis-cli $cliver one-shot data and lock commands, --pipe 10k SETs, -3 (HELLO 3), COMMAND DOCS/COUNT, an interactive pty session; redis-benchmark $benchver default suite"
+echo "cli covered: redis-cli $cliver one-shot data and lock commands, --pipe 10k SETs, -3 (HELLO 3), COMMAND DOCS/COUNT, an interactive pty session with help LOCK.ACQUIRE; redis-benchmark $benchver default suite"
 echo "cli totals: $pass passed, $fail failed"
 ((fail == 0))

@@ -1,4 +1,4 @@
-package commands
+package locks
 
 import (
 	"sync/atomic"
@@ -18,7 +18,7 @@ import (
 // share one WAIT). Requests that may wait for long (LOCK.ACQUIRE … WAIT, or
 // one queued behind another request of its connection for the same
 // resource) never take a worker while they wait: a few thousand of them
-// would hold every worker and stall all other lock requests (see runLock).
+// would hold every worker and stall all other lock requests (see Runner.Run).
 type workers struct {
 	handoff chan func() // unbuffered: a send succeeds only if a worker is idle
 	backlog chan func() // tasks waiting while max workers are busy

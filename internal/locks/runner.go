@@ -1,0 +1,149 @@
+package locks
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Runner is the lock path's concurrency policy: it runs each lock request
+// on a goroutine of its own, off its client connection's, since it waits on
+// Redis, its replicas and the disk while the connection goes on dispatching
+// the rest of the client's pipeline. Safe for concurrent use.
+//
+//   - Requests of one connection for one resource run in the order sent (a
+//     pipelined ACQUIRE, RELEASE must not swap); requests for different
+//     resources run side by side. (Replies leave in order regardless: that
+//     is the connection's business.)
+//   - They run on bounded workers (see workers), except those that may wait
+//     for long: a LOCK.ACQUIRE … WAIT, or a request queued behind the
+//     connection's previous one for its resource, never holds a worker
+//     while it waits.
+//   - Each runs under a context that ends with its own timeout plus one
+//     replica wait and some slack, and that ConnRequests.CancelAll ends
+//     when the client goes away (a waiting acquire then leaves the line).
+type Runner struct {
+	workers *workers // lock requests that do not wait for the lock
+	waiters *workers // LOCK.ACQUIRE … WAIT, which may wait long
+	slack   time.Duration
+}
+
+// NewRunner returns a Runner. replicaTimeout is the longest WAIT of a lock
+// write: each request's context allows for one beyond its own timeout.
+func NewRunner(replicaTimeout time.Duration) *Runner {
+	return &Runner{workers: newWorkers(maxWorkers), waiters: newWorkers(0), slack: replicaTimeout + 10*time.Second}
+}
+
+// ConnRequests is one client connection's lock requests in flight. The
+// zero value is ready; it must not be copied after first use.
+type ConnRequests struct {
+	mu sync.Mutex
+	// running maps a resource to the completion of the connection's latest
+	// request for it; entries go away as requests finish. cancels ends the
+	// requests in flight, each keyed by its completion.
+	running map[string]chan struct{}
+	cancels map[chan struct{}]context.CancelFunc
+}
+
+// Run runs fn(ctx) for a request of c's connection for resource, after the
+// connection's earlier requests for it, and returns at once. timeout is how
+// long the request may wait for the lock (LOCK.ACQUIRE … WAIT), 0 for
+// requests that do not wait. fn must answer the request itself.
+func (r *Runner) Run(c *ConnRequests, resource string, timeout time.Duration, fn func(ctx context.Context)) {
+	prev, done := c.chain(resource)
+	task := func() {
+		defer c.unchain(resource, done)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+r.slack)
+		defer cancel()
+		c.track(done, cancel)
+		defer c.untrack(done)
+		fn(ctx)
+	}
+	switch {
+	case timeout > 0:
+		// It may wait for a long time: never on one of the bounded
+		// workers (see workers).
+		if prev != nil {
+			go func() {
+				<-prev
+				r.waiters.run(task)
+			}()
+		} else {
+			r.waiters.run(task)
+		}
+	case prev != nil:
+		// It waits for the connection's previous request for the
+		// resource before it takes a worker.
+		go func() {
+			<-prev
+			r.workers.run(task)
+		}()
+	default:
+		r.workers.run(task)
+	}
+}
+
+// Go runs task on one of the bounded workers: for another request that
+// waits on Redis off its connection's goroutine (INFO), under the same
+// bound as lock requests.
+func (r *Runner) Go(task func()) { r.workers.run(task) }
+
+// Busy reports whether a request of the connection for resource is still
+// running (or waiting for an earlier one).
+func (c *ConnRequests) Busy(resource string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.running[resource]
+	return ok
+}
+
+// CancelAll cancels every request of the connection still running: a
+// waiting acquire leaves the line. Requests that have not started yet get
+// a live context when they do.
+func (c *ConnRequests) CancelAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cancel := range c.cancels {
+		cancel()
+	}
+}
+
+// chain registers a request for resource and returns the completion of
+// the one before it (nil if none) and its own, to close when done.
+func (c *ConnRequests) chain(resource string) (prev, done chan struct{}) {
+	done = make(chan struct{})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running == nil {
+		c.running = make(map[string]chan struct{})
+	}
+	prev = c.running[resource]
+	c.running[resource] = done
+	return prev, done
+}
+
+func (c *ConnRequests) unchain(resource string, done chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running[resource] == done {
+		delete(c.running, resource)
+	}
+	close(done)
+}
+
+// track registers a running request's cancel function under its
+// completion; untrack forgets it.
+func (c *ConnRequests) track(done chan struct{}, cancel context.CancelFunc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancels == nil {
+		c.cancels = make(map[chan struct{}]context.CancelFunc)
+	}
+	c.cancels[done] = cancel
+}
+
+func (c *ConnRequests) untrack(done chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.cancels, done)
+}

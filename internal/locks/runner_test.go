@@ -1,0 +1,102 @@
+package locks
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func within(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not within 10s", what)
+	}
+}
+
+// TestRunnerOrder: one connection's requests for a resource run in the
+// order sent, one at a time; requests for other resources do not wait.
+func TestRunnerOrder(t *testing.T) {
+	r := NewRunner(time.Second)
+	var c ConnRequests
+	var mu sync.Mutex
+	var order []int
+	release := make(chan struct{})
+	done := make(chan struct{}, 4)
+	for i := range 3 {
+		r.Run(&c, "x", 0, func(ctx context.Context) {
+			if i == 0 {
+				<-release
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			done <- struct{}{}
+		})
+	}
+	if !c.Busy("x") || c.Busy("y") {
+		t.Fatalf("Busy: x %v, y %v", c.Busy("x"), c.Busy("y"))
+	}
+	r.Run(&c, "y", 0, func(context.Context) { done <- struct{}{} })
+	within(t, done, "a request for another resource, while x's first is held")
+	close(release)
+	for range 3 {
+		within(t, done, "x's requests")
+	}
+	if len(order) != 3 || order[0] != 0 || order[1] != 1 || order[2] != 2 {
+		t.Fatalf("x's requests ran in order %v", order)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Busy("x") {
+		if time.Now().After(deadline) {
+			t.Fatal("x still busy after its requests ended")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRunnerWaitsHoldNoWorker: a request that may wait long, or that is
+// queued behind the connection's previous one for its resource, does not
+// hold one of the bounded workers, so other requests still run.
+func TestRunnerWaitsHoldNoWorker(t *testing.T) {
+	r := &Runner{workers: newWorkers(1), waiters: newWorkers(0), slack: time.Second}
+	var c ConnRequests
+	release := make(chan struct{})
+	defer close(release)
+	r.Run(&c, "x", time.Minute, func(context.Context) { <-release }) // LOCK.ACQUIRE … WAIT
+	r.Run(&c, "x", 0, func(context.Context) {})                      // behind it
+	done := make(chan struct{})
+	r.Run(&c, "y", 0, func(context.Context) { close(done) })
+	within(t, done, "a request with the one worker free")
+}
+
+// TestRunnerCancel: the connection going away cancels its requests, and
+// each request's context allows its own wait plus the slack.
+func TestRunnerCancel(t *testing.T) {
+	r := NewRunner(time.Second)
+	var c ConnRequests
+	started, ended := make(chan struct{}), make(chan struct{})
+	var deadline time.Time
+	before := time.Now()
+	r.Run(&c, "x", time.Minute, func(ctx context.Context) {
+		deadline, _ = ctx.Deadline()
+		close(started)
+		<-ctx.Done()
+		close(ended)
+	})
+	within(t, started, "the request")
+	if min := before.Add(time.Minute + 11*time.Second); deadline.Before(min) {
+		t.Errorf("deadline %v, want at least the wait and the slack after %v", deadline, before)
+	}
+	c.CancelAll()
+	within(t, ended, "the cancelled request")
+}
+
+// TestRunnerGo: Go runs its task on a worker.
+func TestRunnerGo(t *testing.T) {
+	done := make(chan struct{})
+	NewRunner(0).Go(func() { close(done) })
+	within(t, done, "the task")
+}

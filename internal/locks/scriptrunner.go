@@ -1,0 +1,43 @@
+package locks
+
+import (
+	"context"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+)
+
+// ScriptRunner is how the Manager reaches Redis: it runs the lock scripts
+// (scripts.go) on the master that owns a record's key. Writer, the batched
+// writer over the masters' lock connections, is the one fenceproxy runs.
+//
+// The contract the Manager relies on:
+//
+//   - Start runs call on the master of key's slot and returns once its
+//     reply is in (Write.Reply then does not wait); with wantAcks a WAIT
+//     for the minimum replicas travels right behind it on the same
+//     connection, and Write.Acks waits for it. Reply comes before Acks:
+//     the Manager does its fsync in between. A call that did not run
+//     (NOSCRIPT, a cluster redirect, no reachable master) is retried
+//     within a bound or answered cluster.ErrUnavailable: Start never
+//     reports a script that did not run as run, nor retries one that may
+//     have run.
+//   - Every error of a Write is the script's own (Redis refused it: a
+//     resp.Error), cluster.ErrUnavailable (it was not sent: nothing
+//     happened), a refused node's error (a resp.Error with its NotMaster
+//     reply: it was not sent), cluster.ErrOutcomeUnknown (the connection
+//     was lost with it or its WAIT in flight: it may or may not have run,
+//     on any number of replicas; Raw reports that as backend.ErrLost), or
+//     the context's error (it was not sent). An Acks error is always an
+//     unknown outcome.
+//   - RunAfter runs call, with no WAIT, on the master that ran prev (an
+//     undo goes where its grant went, not where the key is now).
+//   - Read runs a read-only script on key's master, no WAIT, following
+//     the slot as Start does.
+//   - MemoryPolicy is key's master's last maxmemory-policy reading, with
+//     no I/O; ok false if no master is reachable (the write then says so).
+type ScriptRunner interface {
+	Start(ctx context.Context, key string, call ScriptCall, wantAcks bool) *Write
+	RunAfter(ctx context.Context, prev *Write, call ScriptCall) (any, error)
+	Read(ctx context.Context, key string, call ScriptCall) (any, error)
+	MemoryPolicy(key string) (policy cluster.MemoryPolicy, ok bool)
+}

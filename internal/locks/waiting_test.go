@@ -1,0 +1,241 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockModel answers acquireScript, releaseScript and infoScript for one
+// resource as the scripts do, without a lock-delay or the newest-token
+// judgement: enough of Redis for the waiting line and the lease sweeper.
+type lockModel struct {
+	mu     sync.Mutex
+	holder string
+	token  string
+	ends   time.Time
+}
+
+func (lm *lockModel) heldLocked() bool {
+	return lm.holder != "" && time.Now().Before(lm.ends)
+}
+
+func (lm *lockModel) respond(c sent) reply {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	switch c.script {
+	case "acquire":
+		owner, candidate, others := c.args[0], c.args[2], c.args[4]
+		ttlMs, _ := strconv.ParseInt(c.args[1], 10, 64)
+		switch {
+		case lm.heldLocked() && lm.holder == owner:
+			lm.ends = time.Now().Add(time.Duration(ttlMs) * time.Millisecond)
+			return reply{raw: kindReply(kindRearmed, lm.token), acks: acked(1)}
+		case lm.heldLocked():
+			return reply{raw: kindReply(kindBusy, strconv.FormatInt(time.Until(lm.ends).Milliseconds(), 10))}
+		case others == "1":
+			return reply{raw: kindReply(kindBusy, "-2")}
+		}
+		lm.holder, lm.token = owner, candidate
+		lm.ends = time.Now().Add(time.Duration(ttlMs) * time.Millisecond)
+		return reply{raw: kindReply(kindGranted, candidate), acks: acked(1)}
+	case "release":
+		if !lm.heldLocked() || lm.holder != c.args[0] {
+			return reply{raw: ":0\r\n"}
+		}
+		lm.holder = ""
+		return reply{raw: "*3\r\n" + bulk(lm.token) + bulk(strconv.FormatInt(time.Now().UnixMilli(), 10)) + bulk(addr)}
+	}
+	return reply{raw: "-ERR not modelled\r\n"}
+}
+
+func (lm *lockModel) read(string) (any, error) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if !lm.heldLocked() {
+		return []any{nil, nil, int64(-2), nil, nil, nil}, nil
+	}
+	return []any{lm.holder, lm.token, time.Until(lm.ends).Milliseconds(), nil, nil, nil}, nil
+}
+
+// modelled is a fixture over a lockModel.
+func modelled(t *testing.T, tweak func(*Options)) (*fixture, *lockModel) {
+	lm := &lockModel{}
+	scripts := newFakeScripts(t)
+	scripts.respond, scripts.read = lm.respond, lm.read
+	return newFixture(t, scripts, tweak), lm
+}
+
+type acquired struct {
+	who   string
+	token uint64
+	err   error
+}
+
+// acquireAsync runs an Acquire that waits up to wait, and returns once it
+// is in line (waiters is the line's length to wait for).
+func (f *fixture) acquireAsync(t *testing.T, ctx context.Context, who string, wait time.Duration, waiters int, out chan<- acquired) {
+	t.Helper()
+	go func() {
+		token, err := f.m.Acquire(ctx, "r", who, addr, ttl, wait, time.Now())
+		out <- acquired{who, token, err}
+	}()
+	f.waitLine(t, waiters)
+}
+
+// waitLine waits until n acquires wait for r.
+func (f *fixture) waitLine(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.m.waiting.count("r") != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiting for r after 10s, want %d", f.m.waiting.count("r"), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func next(t *testing.T, results <-chan acquired) acquired {
+	t.Helper()
+	select {
+	case r := <-results:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no acquire ended within 10s")
+		return acquired{}
+	}
+}
+
+// TestWaitingLineFIFO: waiters are served in arrival order, a release
+// wakes the head only, and one promoted right after a grant waits for
+// that lease rather than trying in vain.
+func TestWaitingLineFIFO(t *testing.T) {
+	f, _ := modelled(t, nil)
+	ctx := context.Background()
+	if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan acquired, 2)
+	f.acquireAsync(t, ctx, "b", time.Minute, 1, results)
+	f.acquireAsync(t, ctx, "c", time.Minute, 2, results)
+	if st := f.m.Stats(); st.Waiters != 2 {
+		t.Errorf("Stats.Waiters = %d, want 2", st.Waiters)
+	}
+	if _, waiters := f.m.Top(1); len(waiters) != 1 || waiters[0] != 2 {
+		t.Errorf("LOCK.TOP's waiting count %v, want [2]", waiters)
+	}
+	if ok, err := f.m.Release(ctx, "r", "a"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if r := next(t, results); r.who != "b" || r.err != nil {
+		t.Fatalf("first served after a's release: %+v, want b", r)
+	}
+	f.waitLine(t, 1)
+	if ok, err := f.m.Release(ctx, "r", "b"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if r := next(t, results); r.who != "c" || r.err != nil {
+		t.Fatalf("then: %+v, want c", r)
+	}
+	tries := 0
+	for _, c := range f.scripts.sent() {
+		if c.script == "acquire" && c.args[0] == "c" {
+			tries++
+		}
+	}
+	if tries != 2 {
+		t.Errorf("c tried %d times, want 2 (on arrival, then after b's release)", tries)
+	}
+	f.waitLine(t, 0)
+	if st := f.m.Stats(); st.Waiters != 0 {
+		t.Errorf("Stats.Waiters = %d after the line emptied", st.Waiters)
+	}
+}
+
+// TestWaitingLineLeaseRunsOut: the head tries again when the holder's
+// lease ends, without a release.
+func TestWaitingLineLeaseRunsOut(t *testing.T) {
+	f, _ := modelled(t, nil)
+	ctx := context.Background()
+	if _, err := f.m.Acquire(ctx, "r", "a", addr, 30*time.Millisecond, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan acquired, 1)
+	f.acquireAsync(t, ctx, "b", time.Minute, 1, results)
+	if r := next(t, results); r.who != "b" || r.err != nil || r.token <= 1 {
+		t.Fatalf("after a's lease ran out: %+v, want b granted a token above a's 1", r)
+	}
+}
+
+// TestWaitingLineEnds: a wait that runs out answers busy (and is logged
+// as slow), one whose client goes away ends with its context, and a full
+// line refuses more at once.
+func TestWaitingLineEnds(t *testing.T) {
+	f, _ := modelled(t, func(o *Options) { o.MaxWaiters, o.SlowWait = 1, 0 })
+	ctx := context.Background()
+	if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.Acquire(ctx, "r", "b", addr, ttl, 20*time.Millisecond, time.Now()); err != ErrBusy {
+		t.Fatalf("a wait that ran out: %v, want ErrBusy", err)
+	}
+	if e := f.m.SlowLog(1); len(e) != 1 || e[0].Kind != SlowWait || e[0].Token != 0 || e[0].Resource != "r" {
+		t.Errorf("slow-lock log after a long wait: %+v", e)
+	}
+	f.waitLine(t, 0)
+
+	cctx, cancel := context.WithCancel(ctx)
+	results := make(chan acquired, 1)
+	f.acquireAsync(t, cctx, "c", time.Minute, 1, results)
+	var qf *QueueFullError
+	if _, err := f.m.Acquire(ctx, "r", "d", addr, ttl, time.Minute, time.Now()); !errors.As(err, &qf) || qf.Max != 1 {
+		t.Fatalf("a wait beyond --max-waiters: %v, want QueueFullError{1}", err)
+	}
+	cancel()
+	if r := next(t, results); r.who != "c" || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("a wait whose client went away: %+v", r)
+	}
+	f.waitLine(t, 0)
+
+	f, _ = modelled(t, func(o *Options) { o.MaxWaiters = 0 })
+	if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.Acquire(ctx, "r", "b", addr, ttl, time.Minute, time.Now()); !errors.As(err, &qf) || qf.Max != 0 || qf.Error() == "" {
+		t.Fatalf("waiting with --max-waiters 0: %v", err)
+	}
+}
+
+// TestWaitingLineQueue: the line's own rules, below the Manager.
+func TestWaitingLineQueue(t *testing.T) {
+	var q waitQueue
+	a, b := q.join("r", 2), q.join("r", 2)
+	if q.join("r", 2) != nil {
+		t.Fatal("a third waiter joined a line of at most 2")
+	}
+	q.wakeHead("r")
+	if head, freed, _ := q.news("r", a); !head || !freed {
+		t.Errorf("the head after a release: head %v freed %v", head, freed)
+	}
+	if head, freed, _ := q.news("r", b); head || freed {
+		t.Errorf("the second after a release: head %v freed %v (only the head is woken)", head, freed)
+	}
+	q.leave("r", a, ttl)
+	select {
+	case <-b.wake:
+	default:
+		t.Fatal("the new head was not woken when the head left")
+	}
+	if head, freed, hint := q.news("r", b); !head || freed || hint != ttl {
+		t.Errorf("promoted after a grant: head %v freed %v hint %v; want the granted lease as hint", head, freed, hint)
+	}
+	q.leave("r", b, 0)
+	if n := q.count("r"); n != 0 {
+		t.Errorf("%d left in line", n)
+	}
+	q.leave("r", b, 0)   // twice: harmless
+	q.wakeHead("nobody") // nobody waits: harmless
+}

@@ -1,0 +1,446 @@
+package locks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// maxWriteBatch bounds how many lock writes share one WAIT.
+const maxWriteBatch = 256
+
+// writeQueueLen bounds the lock writes queued for one master's writers, of
+// each kind; a Start beyond it waits (or ends with its context).
+const writeQueueLen = 4096
+
+// ScriptCall is one invocation of a Lua script: with EVALSHA if SHA (the
+// hex SHA-1 of Source) is set, else with EVAL and the whole source. A caller
+// that sets SHA resends with EVAL when Redis answers NOSCRIPT (it restarted
+// or ran SCRIPT FLUSH): the script did not run.
+type ScriptCall struct {
+	Source string
+	SHA    string
+	Keys   []string
+	Args   []any
+}
+
+// Write is one lock write in flight. The script's reply (Reply) arrives
+// before the replicas' acknowledgements (Acks): the WAIT that counts them
+// travels right behind the script in the same pipeline, and Redis answers the
+// script as soon as it ran. A caller can do its own slow step, such as an
+// fsync, in between.
+type Write struct {
+	call     ScriptCall
+	wantAcks bool
+	node     *cluster.Node // the master it went to; nil if none was reachable
+
+	reply   *resp.Reply
+	replied sync.WaitGroup
+	ack     *ackWait // nil unless the batch sent a WAIT for this write
+	err     error    // set, before replied is done, if the write was never sent
+}
+
+// ackWait is one WAIT shared by every write of a batch.
+type ackWait struct {
+	reply *resp.Reply
+	done  sync.WaitGroup
+}
+
+// Unsent returns a Write that failed before it was sent, with err.
+func Unsent(err error) *Write { return &Write{err: err} }
+
+// fail ends a write that will not be sent: err is its outcome.
+func (w *Write) fail(err error) {
+	w.err = err
+	w.replied.Done()
+}
+
+// Reply waits for the script's reply: nil for a null reply; the error is the
+// script's own (a resp.Error), cluster.ErrOutcomeUnknown,
+// cluster.ErrUnavailable or a refused node's error.
+func (w *Write) Reply() (any, error) {
+	w.replied.Wait()
+	if w.err != nil {
+		return nil, w.err
+	}
+	return decode(w.reply)
+}
+
+// Raw waits for the script's reply and returns its bytes as Redis wrote
+// them, or the error that kept it from Redis (cluster.ErrUnavailable: not
+// sent; backend.ErrLost: it may have run; a refused node's error).
+func (w *Write) Raw() ([]byte, error) {
+	w.replied.Wait()
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.reply.Buf, w.reply.Err
+}
+
+// Acks waits for WAIT: how many replicas acknowledged every write up to this
+// one. An error means the count is unknown (treat it as a shortfall whose
+// write may or may not stand). Without a WAIT (no acknowledgements asked,
+// or --min-replicas 0) it reports 0 at once.
+func (w *Write) Acks() (int, error) {
+	w.replied.Wait()
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.ack == nil {
+		return 0, nil
+	}
+	w.ack.done.Wait()
+	v, err := decode(w.ack.reply)
+	if err != nil {
+		// Besides a lost connection, Redis itself may end WAIT with an
+		// error: -UNBLOCKED when its master steps down (CLUSTER FAILOVER).
+		// Either way the count is unknown.
+		return 0, fmt.Errorf("%w (WAIT: %v)", cluster.ErrOutcomeUnknown, err)
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, cluster.ErrOutcomeUnknown
+	}
+	return int(n), nil
+}
+
+// decode turns a reply into a value; a lost connection (or a reply that
+// is not RESP) makes the write's outcome unknown.
+func decode(r *resp.Reply) (any, error) {
+	if r.Err != nil {
+		if errors.Is(r.Err, backend.ErrLost) {
+			return nil, cluster.ErrOutcomeUnknown
+		}
+		return nil, r.Err
+	}
+	v, err := resp.Parse(r.Buf)
+	if errors.Is(err, resp.ErrBadReply) {
+		return nil, cluster.ErrOutcomeUnknown
+	}
+	return v, err
+}
+
+// WriterOptions configure a Writer.
+type WriterOptions struct {
+	Backend cluster.Backend
+	// MinReplicas and ReplicaTimeout are the WAIT sent behind a batch of
+	// writes that want acknowledgements (none if MinReplicas is 0).
+	MinReplicas    int
+	ReplicaTimeout time.Duration
+}
+
+// Writer is the batched lock-script writer, the ScriptRunner fenceproxy
+// runs on: for each master it serves the node's lock connections
+// (cluster.Node.ServeLockWrites) with writers of its own, WriterConns that
+// send writes followed by a WAIT and as many that send writes without one
+// (releases, undos, FENCE.EXEC), so that those never wait behind a WAIT.
+// Concurrent writes to one master are batched: their scripts, then one
+// WAIT for them all, in one write. Use one Writer per backend: a master's
+// lock connections are served once.
+type Writer struct {
+	opts    WriterOptions
+	cluster bool // only a Redis Cluster routes by key and redirects
+
+	mu    sync.Mutex // making a master's writers
+	nodes sync.Map   // *cluster.Node -> *nodeWriter, until the node closes
+}
+
+// NewWriter returns a Writer over opts.Backend's masters. A master's
+// writers start with its first write.
+func NewWriter(opts WriterOptions) *Writer {
+	return &Writer{opts: opts, cluster: opts.Backend.Mode() == "cluster"}
+}
+
+var _ ScriptRunner = (*Writer)(nil)
+
+// Start runs call on the master of key's slot, by EVALSHA when call has a
+// SHA: one that meets NOSCRIPT (Redis restarted or flushed its scripts; the
+// script did not run) goes again at once with EVAL and its source. In front
+// of a Redis Cluster a script answered with MOVED, ASK, TRYAGAIN or
+// CLUSTERDOWN, or not sent because its master was unreachable, did not run
+// either: the topology is read again and the call retried, within
+// cluster.RetryWindow. (Retrying after ASK rather than following it keeps a
+// lock write and its WAIT on one connection; the slot's migration ends
+// soon.) Start returns once the script's reply is in: what Reply, Raw and
+// Acks wait for then is only the WAIT.
+func (wr *Writer) Start(ctx context.Context, key string, call ScriptCall, wantAcks bool) *Write {
+	began := time.Now()
+	pause := 10 * time.Millisecond
+	for {
+		w := wr.StartOn(ctx, wr.master(key), call, wantAcks)
+		raw, err := w.Raw()
+		if err == nil && call.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
+			call.SHA = ""
+			continue
+		}
+		if !wr.cluster || time.Since(began) > cluster.RetryWindow {
+			return w
+		}
+		if !errors.Is(err, cluster.ErrUnavailable) && (err != nil || !cluster.Redirected(raw)) {
+			return w
+		}
+		wr.opts.Backend.Refresh()
+		select {
+		case <-ctx.Done():
+			return w
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+	}
+}
+
+// RunAfter runs call, with no replica wait and no retry, on the master
+// that ran prev, and returns its reply.
+func (wr *Writer) RunAfter(ctx context.Context, prev *Write, call ScriptCall) (any, error) {
+	return wr.StartOn(ctx, prev.node, call, false).Reply()
+}
+
+// Read runs a script that only reads on the master of key's slot, with no
+// WAIT, the way Start runs a write: through MOVED, ASK and a failover, and
+// with a write's errors. (It ran through the node's go-redis client
+// before, which handed Redis's -MOVED and -ASK back to LOCK.INFO's client,
+// backend address and all, and a dead master's connection error to the
+// internal-error fallback.)
+func (wr *Writer) Read(ctx context.Context, key string, call ScriptCall) (any, error) {
+	return wr.Start(ctx, key, call, false).Reply()
+}
+
+// MemoryPolicy is the last maxmemory-policy reading of key's master (no
+// I/O); ok is false if no master of its slot is reachable.
+func (wr *Writer) MemoryPolicy(key string) (p cluster.MemoryPolicy, ok bool) {
+	node := wr.master(key)
+	if node == nil {
+		return p, false
+	}
+	return node.Memory(), true
+}
+
+// master is the master of key's slot. Only a cluster routes by key: a
+// standalone backend is asked without it, which through the Backend
+// interface would cost every write an allocation.
+func (wr *Writer) master(key string) *cluster.Node {
+	if !wr.cluster {
+		return wr.opts.Backend.MasterForKey(nil)
+	}
+	return wr.opts.Backend.MasterForKey([]byte(key))
+}
+
+// StartOn queues call to run on node itself (nil: unreachable), without
+// Start's retries. If wantAcks, a WAIT for the minimum number of replicas
+// follows it on the same connection.
+func (wr *Writer) StartOn(ctx context.Context, node *cluster.Node, call ScriptCall, wantAcks bool) *Write {
+	if node == nil {
+		return Unsent(cluster.ErrUnavailable)
+	}
+	w := &Write{call: call, wantAcks: wantAcks, node: node}
+	w.replied.Add(1)
+	w.reply = resp.NewReply(&w.replied)
+	wr.writers(node).queue(ctx, w)
+	return w
+}
+
+// nodeWriter is one master's queues of lock writes, each served by the
+// writers (writeLoop) on the node's lock connections of its kind.
+type nodeWriter struct {
+	writes  chan *Write // writes that wait for replicas
+	unacked chan *Write // writes that do not
+	// closing: the node closed, and whatever is queued is answered
+	// "unreachable" (retire). queuing counts the writes between their
+	// look at closing and their send, so that retire sees each one sent
+	// or turned away: none is left in a queue nobody reads.
+	closing atomic.Bool
+	queuing atomic.Int32
+}
+
+// writers returns node's nodeWriter, starting its writers with the node's
+// first write.
+func (wr *Writer) writers(node *cluster.Node) *nodeWriter {
+	if nw, ok := wr.nodes.Load(node); ok {
+		return nw.(*nodeWriter)
+	}
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	if nw, ok := wr.nodes.Load(node); ok {
+		return nw.(*nodeWriter)
+	}
+	nw := &nodeWriter{writes: make(chan *Write, writeQueueLen), unacked: make(chan *Write, writeQueueLen)}
+	serving := node.ServeLockWrites(func(conn *backend.Conn, acked bool) {
+		queue := nw.unacked
+		if acked {
+			queue = nw.writes
+		}
+		wr.writeLoop(queue, conn, node.Closed())
+	})
+	if !serving {
+		nw.closing.Store(true) // a closed node: its writes are not sent
+		return nw
+	}
+	wr.nodes.Store(node, nw)
+	go wr.retire(node, nw)
+	return nw
+}
+
+// queue hands w to the node's writers, or fails it if the node is closing
+// or ctx ends first.
+func (nw *nodeWriter) queue(ctx context.Context, w *Write) {
+	queue := nw.writes
+	if !w.wantAcks {
+		// Kept apart so they never wait behind another batch's WAIT.
+		queue = nw.unacked
+	}
+	nw.queuing.Add(1)
+	defer nw.queuing.Add(-1)
+	if nw.closing.Load() {
+		w.fail(cluster.ErrUnavailable)
+		return
+	}
+	select {
+	case queue <- w:
+	case <-ctx.Done():
+		w.fail(ctx.Err())
+	}
+}
+
+// retire waits for node to close, then answers every write still queued
+// for it "unreachable" (none was sent) and forgets the node.
+func (wr *Writer) retire(node *cluster.Node, nw *nodeWriter) {
+	<-node.Closed()
+	nw.closing.Store(true)
+	for {
+		for _, queue := range []chan *Write{nw.writes, nw.unacked} {
+		drain:
+			for {
+				select {
+				case w := <-queue:
+					w.fail(cluster.ErrUnavailable)
+				default:
+					break drain
+				}
+			}
+		}
+		// A write that looked at closing before it was set is counted in
+		// queuing until it is in a queue: drain again until none is.
+		if nw.queuing.Load() == 0 && len(nw.writes) == 0 && len(nw.unacked) == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wr.nodes.CompareAndDelete(node, nw)
+}
+
+// writeLoop sends batches from queue on conn until closed. While one
+// batch's WAIT is out it sends nothing else (Redis would hold it behind
+// the WAIT anyway), so the writes that arrive meanwhile form the next
+// batch: the busier the node, the more grants share one round of
+// acknowledgements.
+func (wr *Writer) writeLoop(queue chan *Write, conn *backend.Conn, closed <-chan struct{}) {
+	batch := make([]*Write, 0, maxWriteBatch)
+	var scratch []byte
+	for {
+		select {
+		case w := <-queue:
+			batch = append(batch, w)
+		case <-closed:
+			return
+		}
+	gather:
+		for len(batch) < maxWriteBatch {
+			select {
+			case w := <-queue:
+				batch = append(batch, w)
+			default:
+				break gather
+			}
+		}
+		if ack := wr.sendBatch(conn, batch, &scratch); ack != nil {
+			ack.done.Wait()
+		}
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// sendBatch pipelines every script of the batch and, if any asks for
+// acknowledgements, one WAIT behind them. It returns that WAIT, if sent.
+// scratch is the calling writer's own buffer for encoding requests.
+func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, scratch *[]byte) *ackWait {
+	var ack *ackWait
+	for _, w := range batch {
+		if w.wantAcks && wr.opts.MinReplicas > 0 {
+			// Ready before any script is sent: a caller may ask for the
+			// acknowledgements as soon as its script's reply is in.
+			ack = &ackWait{}
+			ack.done.Add(1)
+			ack.reply = resp.NewReply(&ack.done)
+			break
+		}
+	}
+	for _, w := range batch {
+		if w.wantAcks {
+			w.ack = ack
+		}
+		*scratch = appendEval((*scratch)[:0], w.call)
+		conn.DoEncoded(*scratch, false, w.reply) // copies the request
+	}
+	if ack != nil {
+		conn.Do([][]byte{
+			[]byte("WAIT"),
+			strconv.AppendInt(nil, int64(wr.opts.MinReplicas), 10),
+			strconv.AppendInt(nil, max(wr.opts.ReplicaTimeout.Milliseconds(), 1), 10),
+		}, ack.reply)
+	}
+	return ack
+}
+
+// appendEval appends the RESP request EVAL source (or EVALSHA sha) numkeys
+// key... arg... to b. Encoding straight into the writer's buffer, rather
+// than building the arguments first, saves about twenty allocations per
+// lock cycle. (Numbers go through a stack buffer: redcon.AppendBulkInt
+// would allocate one each.)
+func appendEval(b []byte, c ScriptCall) []byte {
+	b = redcon.AppendArray(b, 3+len(c.Keys)+len(c.Args))
+	if c.SHA != "" {
+		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVALSHA"), c.SHA)
+	} else {
+		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVAL"), c.Source)
+	}
+	var num [20]byte
+	b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], int64(len(c.Keys)), 10))
+	for _, k := range c.Keys {
+		b = redcon.AppendBulkString(b, k)
+	}
+	for _, a := range c.Args {
+		switch v := a.(type) {
+		case string:
+			b = redcon.AppendBulkString(b, v)
+		case []byte:
+			b = redcon.AppendBulk(b, v)
+		case int64:
+			b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], v, 10))
+		case int:
+			b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], int64(v), 10))
+		case uint64:
+			b = redcon.AppendBulk(b, strconv.AppendUint(num[:0], v, 10))
+		case bool:
+			if v {
+				b = redcon.AppendBulkString(b, "1")
+			} else {
+				b = redcon.AppendBulkString(b, "0")
+			}
+		default:
+			panic("locks: unsupported script argument type")
+		}
+	}
+	return b
+}

@@ -1,0 +1,227 @@
+package locks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// TestAppendEval: a script call encodes to exactly the RESP request that
+// its arguments, spelled out, give through resp.AppendCommand.
+func TestAppendEval(t *testing.T) {
+	cases := []struct {
+		call ScriptCall
+		want []string
+	}{
+		{ScriptCall{Source: "return 1"}, []string{"EVAL", "return 1", "0"}},
+		{ScriptCall{Source: "x", SHA: "abc", Keys: []string{"k1", "k2"}, Args: []any{"own", int64(-5), 7, uint64(18446744073709551615), true, false, []byte("b\r\n")}},
+			[]string{"EVALSHA", "abc", "2", "k1", "k2", "own", "-5", "7", "18446744073709551615", "1", "0", "b\r\n"}},
+		{ScriptCall{SHA: "s", Keys: []string{""}, Args: []any{""}}, []string{"EVALSHA", "s", "1", "", ""}},
+	}
+	for _, c := range cases {
+		args := make([][]byte, len(c.want))
+		for i, a := range c.want {
+			args[i] = []byte(a)
+		}
+		want := resp.AppendCommand(nil, args)
+		if got := appendEval([]byte("junk"), c.call); !bytes.Equal(got[4:], want) || string(got[:4]) != "junk" {
+			t.Errorf("appendEval(%+v) = %q, want %q after what was there", c.call, got, want)
+		}
+	}
+}
+
+// connect is a standalone backend over addr, with one lock connection of
+// each kind.
+func connect(t *testing.T, addr string) cluster.Backend {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 2 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close)
+	return be
+}
+
+// TestWriter: the Writer against a real master with a replica: EVALSHA
+// that meets NOSCRIPT goes again as EVAL, a write's WAIT counts the
+// replica, concurrent writes are all answered, an undo goes to its
+// grant's master, and reads and the memory policy come from the master.
+func TestWriter(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	be := connect(t, master.Addr)
+	wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
+	ctx := context.Background()
+
+	const seven = "return 7"
+	w := wr.Start(ctx, "k", ScriptCall{Source: seven, SHA: cluster.ScriptSHA(seven)}, false)
+	if v, err := w.Reply(); err != nil || v != int64(7) {
+		t.Fatalf("a script Redis does not have yet, by SHA: %v, %v", v, err)
+	}
+	if n, err := w.Acks(); n != 0 || err != nil {
+		t.Fatalf("Acks of a write that asked for none: %d, %v", n, err)
+	}
+
+	const set = "redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
+	w = wr.Start(ctx, "k", ScriptCall{Source: set, Keys: []string{"k"}, Args: []any{"v"}}, true)
+	if v, err := w.Reply(); err != nil || v != "v" {
+		t.Fatalf("SET script: %v, %v", v, err)
+	}
+	if n, err := w.Acks(); n != 1 || err != nil {
+		t.Fatalf("Acks with one replica: %d, %v", n, err)
+	}
+	if raw, err := w.Raw(); err != nil || string(raw) != "$1\r\nv\r\n" {
+		t.Fatalf("Raw: %q, %v", raw, err)
+	}
+	if v, err := wr.RunAfter(ctx, w, ScriptCall{Source: "return redis.call('GET', KEYS[1])", Keys: []string{"k"}}); err != nil || v != "v" {
+		t.Fatalf("RunAfter: %v, %v", v, err)
+	}
+	if _, err := wr.Start(ctx, "k", ScriptCall{Source: "return redis.error_reply('BOOM no')"}, false).Reply(); err == nil || !strings.Contains(err.Error(), "BOOM no") {
+		t.Fatalf("a script's own error: %v", err)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 300)
+	for range 300 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := wr.Start(ctx, "k", ScriptCall{Source: set, SHA: cluster.ScriptSHA(set), Keys: []string{"k"}, Args: []any{"v"}}, true)
+			if _, err := w.Reply(); err != nil {
+				errs <- err
+				return
+			}
+			if n, err := w.Acks(); n != 1 || err != nil {
+				errs <- errors.Join(err, errors.New("not acknowledged"))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a concurrent write: %v", err)
+	}
+
+	testenv.Dial(t, master.Addr).Do("SCRIPT", "FLUSH")
+	rec, err := wr.Read(ctx, "k", ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{"fenceproxy:lock:{r}"}})
+	if fields, ok := rec.([]any); err != nil || !ok || len(fields) != 6 || fields[0] != nil {
+		t.Fatalf("Read of infoScript after SCRIPT FLUSH: %v, %v", rec, err)
+	}
+	if p, ok := wr.MemoryPolicy("k"); !ok || p != be.Masters()[0].Memory() {
+		t.Fatalf("MemoryPolicy = %+v, %v; want the master's reading", p, ok)
+	}
+}
+
+// TestWriterNodeClosed: writes racing the close of their master's node
+// are all answered (sent and replied, or "unreachable"), and a write to a
+// closed node is answered "unreachable" at once: none waits forever in a
+// queue nobody reads.
+func TestWriterNodeClosed(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	be := connect(t, master.Addr)
+	node := be.Masters()[0]
+	wr := NewWriter(WriterOptions{Backend: be})
+	ctx := context.Background()
+	call := ScriptCall{Source: "return 1"}
+	if _, err := wr.StartOn(ctx, node, call, true).Reply(); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1000)
+	var wg sync.WaitGroup
+	for i := range 1000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := wr.StartOn(ctx, node, call, i%2 == 0).Reply()
+			answered <- err
+		}()
+	}
+	node.Close()
+	for range 1000 {
+		select {
+		case err := <-answered:
+			if err != nil && !errors.Is(err, cluster.ErrUnavailable) && !errors.Is(err, cluster.ErrOutcomeUnknown) {
+				t.Fatalf("a write racing the close: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a write racing its node's close was never answered")
+		}
+	}
+	wg.Wait()
+	for i := range 20 {
+		done := make(chan error, 1)
+		go func() { _, err := wr.StartOn(ctx, node, call, i%2 == 0).Reply(); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, cluster.ErrUnavailable) {
+				t.Fatalf("a write to a closed node: %v, want ErrUnavailable", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a write to a closed node was never answered")
+		}
+	}
+	if _, err := wr.StartOn(ctx, nil, call, false).Reply(); !errors.Is(err, cluster.ErrUnavailable) {
+		t.Fatalf("a write with no master: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	// A cancelled context may still win the race to the queue; either way
+	// the write is answered.
+	if _, err := wr.Start(cctx, "k", call, false).Reply(); err == nil {
+		t.Fatalf("a write on a closed node with a cancelled context succeeded")
+	}
+}
+
+// TestDecode: a write's reply becomes a value or this package's errors:
+// a write that was lost (or answered with what is not RESP) has an
+// unknown outcome; any other error of the reply (not sent, a refused
+// node) and Redis's own error replies pass through as they are.
+func TestDecode(t *testing.T) {
+	refused := resp.NewError("READONLY fenceproxy: not the master")
+	cases := []struct {
+		name    string
+		reply   resp.Reply
+		want    any
+		wantErr error
+	}{
+		{"an integer", resp.Reply{Buf: []byte(":5\r\n")}, int64(5), nil},
+		{"a null", resp.Reply{Buf: []byte("$-1\r\n")}, nil, nil},
+		{"not sent", resp.Reply{Err: backend.ErrUnavailable}, nil, cluster.ErrUnavailable},
+		{"lost", resp.Reply{Err: backend.ErrLost}, nil, cluster.ErrOutcomeUnknown},
+		{"a refused node", resp.Reply{Err: refused}, nil, refused},
+		{"not RESP", resp.Reply{Buf: []byte("not RESP")}, nil, cluster.ErrOutcomeUnknown},
+		{"Redis refused the script", resp.Reply{Buf: []byte("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n")},
+			nil, resp.Error{Code: "WRONGTYPE", Msg: "Operation against a key holding the wrong kind of value"}},
+	}
+	for _, c := range cases {
+		v, err := decode(&c.reply)
+		if v != c.want || !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
+			t.Errorf("%s: decode = %v, %v; want %v, %v", c.name, v, err, c.want, c.wantErr)
+		}
+	}
+}
+
+// TestRawKeepsTheReplysError: Raw hands over the reply's bytes, or the
+// error that kept it from Redis as it is (FENCE.EXEC answers a lost
+// connection with backend.ErrLost's own reply).
+func TestRawKeepsTheReplysError(t *testing.T) {
+	w := &Write{reply: &resp.Reply{Err: backend.ErrLost}}
+	if raw, err := w.Raw(); raw != nil || err != backend.ErrLost {
+		t.Errorf("lost: Raw = %q, %v", raw, err)
+	}
+	w = &Write{reply: &resp.Reply{Buf: []byte("+OK\r\n")}}
+	if raw, err := w.Raw(); string(raw) != "+OK\r\n" || err != nil {
+		t.Errorf("a reply: Raw = %q, %v", raw, err)
+	}
+}
