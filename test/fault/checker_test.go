@@ -377,6 +377,15 @@ func TestCheckerClusterScope(t *testing.T) {
 	})
 }
 
+func TestCheckerErrorReplies(t *testing.T) {
+	b := newHist()
+	op := b.add(1, Info, "r", "", 0, 0, 0, 1, Unknown, 0)
+	op.Reply = "-ASK 1234 127.0.0.1:7001\r\n"
+	op = b.add(1, Info, "r", "", 0, 0, 2, 3, Unknown, 0)
+	op.Reply = "-ERR fenceproxy: internal error serving the lock command (see the proxy's log)\r\n"
+	expect(t, b, "redirect", "internal-error")
+}
+
 func TestViolationNamesOps(t *testing.T) {
 	b := newHist()
 	b.acquire(1, "A", 1000, 0, 1, OK, 10)
@@ -411,13 +420,4 @@ func TestCheckFile(t *testing.T) {
 		}
 		t.Error(v)
 	}
-}
-
-func TestCheckerErrorReplies(t *testing.T) {
-	b := newHist()
-	op := b.add(1, Info, "r", "", 0, 0, 0, 1, Unknown, 0)
-	op.Reply = "-ASK 1234 127.0.0.1:7001\r\n"
-	op = b.add(1, Info, "r", "", 0, 0, 2, 3, Unknown, 0)
-	op.Reply = "-ERR fenceproxy: internal error serving the lock command (see the proxy's log)\r\n"
-	expect(t, b, "redirect", "internal-error")
 }
