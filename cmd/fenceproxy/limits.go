@@ -18,14 +18,12 @@ type limits struct {
 	timeout         int // seconds; 0: never
 }
 
+// register adds the flags, with l's values (defaultConfig's) as defaults.
 func (l *limits) register(fs *flag.FlagSet) {
-	l.normalOutput, l.pubsubOutput = protocol.DefaultNormalOutput, protocol.DefaultPubSubOutput
-	l.queryBufLimit = protocol.DefaultLimits.MaxQueryBuf
-	l.protoMaxBulkLen = protocol.DefaultLimits.MaxBulkLen
 	fs.Var(outputLimitFlag{l}, "client-output-buffer-limit", "`\"class hard soft seconds\"` for class normal or pubsub, as in redis.conf (repeatable, or ';'-separated): a client whose unwritten replies exceed hard, or exceed soft for seconds, is disconnected; 0 turns a limit off")
 	fs.Var(memoryFlag{&l.queryBufLimit}, "client-query-buffer-limit", "`bytes` (units as in redis.conf: 1gb, 512mb) one request's arguments may take while read; a client over it is disconnected")
 	fs.Var(memoryFlag{&l.protoMaxBulkLen}, "proto-max-bulk-len", "longest single request argument in `bytes` (units as in redis.conf); longer gets a protocol error")
-	fs.IntVar(&l.timeout, "timeout", 0, "close a client after this many `seconds` idle (0: never); blocked and subscribed clients are not idle")
+	fs.IntVar(&l.timeout, "timeout", l.timeout, "close a client after this many `seconds` idle (0: never); blocked and subscribed clients are not idle")
 }
 
 func (l *limits) check() error {

@@ -20,9 +20,9 @@ type sentinelFlags struct {
 }
 
 func (f *sentinelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.addrs, "sentinel", "", "Redis Sentinels `host:port[,host:port...]`: the backend is the master they name (with --master-name), followed through failovers; replaces --backend")
-	fs.StringVar(&f.masterName, "master-name", "", "the `name` the --sentinel Sentinels monitor the master under")
-	fs.StringVar(&f.user, "sentinel-user", "", "ACL user for the Sentinels (with the password from $FENCEPROXY_SENTINEL_PASSWORD); the master is reached with --backend-user")
+	fs.StringVar(&f.addrs, "sentinel", f.addrs, "Redis Sentinels `host:port[,host:port...]`: the backend is the master they name (with --master-name), followed through failovers; replaces --backend")
+	fs.StringVar(&f.masterName, "master-name", f.masterName, "the `name` the --sentinel Sentinels monitor the master under")
+	fs.StringVar(&f.user, "sentinel-user", f.user, "ACL user for the Sentinels (with the password from $FENCEPROXY_SENTINEL_PASSWORD); the master is reached with --backend-user")
 }
 
 // check validates the combination, after fs has parsed.

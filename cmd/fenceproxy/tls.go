@@ -33,19 +33,20 @@ type tlsFlags struct {
 	backendServerName string
 }
 
+// register adds the flags, with f's values (defaultConfig's) as defaults.
 func (f *tlsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.listen, "tls-listen", "", "`host:port` where TLS clients connect (beside --listen; --listen \"\" turns plaintext off)")
-	fs.StringVar(&f.certFile, "tls-cert-file", "", "PEM `file` with the certificate the proxy shows TLS clients (and its chain)")
-	fs.StringVar(&f.keyFile, "tls-key-file", "", "PEM `file` with the private key of --tls-cert-file")
-	fs.StringVar(&f.caFile, "tls-ca-cert-file", "", "PEM `file` of the CA(s) that sign client certificates")
-	fs.StringVar(&f.authClients, "tls-auth-clients", "", "client certificates: yes (required), optional (verified if sent) or no; default yes with --tls-ca-cert-file, else no")
-	fs.DurationVar(&f.handshakeTimeout, "tls-handshake-timeout", 10*time.Second, "how long a TLS client may take to finish its handshake")
-	fs.BoolVar(&f.backend, "backend-tls", false, "speak TLS to every backend node")
-	fs.BoolVar(&f.sentinel, "sentinel-tls", false, "speak TLS to the --sentinel Sentinels, with the --backend-tls-... CA, certificate and server name")
-	fs.StringVar(&f.backendCAFile, "backend-tls-ca-cert-file", "", "PEM `file` of the CA(s) that sign Redis's certificates (default: the system's)")
-	fs.StringVar(&f.backendCertFile, "backend-tls-cert-file", "", "PEM `file` with the client certificate shown to Redis (for its tls-auth-clients)")
-	fs.StringVar(&f.backendKeyFile, "backend-tls-key-file", "", "PEM `file` with the private key of --backend-tls-cert-file")
-	fs.StringVar(&f.backendServerName, "backend-tls-server-name", "", "`name` Redis's certificate must hold, also sent as SNI (default: the host of each node's address)")
+	fs.StringVar(&f.listen, "tls-listen", f.listen, "`host:port` where TLS clients connect (beside --listen; --listen \"\" turns plaintext off)")
+	fs.StringVar(&f.certFile, "tls-cert-file", f.certFile, "PEM `file` with the certificate the proxy shows TLS clients (and its chain)")
+	fs.StringVar(&f.keyFile, "tls-key-file", f.keyFile, "PEM `file` with the private key of --tls-cert-file")
+	fs.StringVar(&f.caFile, "tls-ca-cert-file", f.caFile, "PEM `file` of the CA(s) that sign client certificates")
+	fs.StringVar(&f.authClients, "tls-auth-clients", f.authClients, "client certificates: yes (required), optional (verified if sent) or no; default yes with --tls-ca-cert-file, else no")
+	fs.DurationVar(&f.handshakeTimeout, "tls-handshake-timeout", f.handshakeTimeout, "how long a TLS client may take to finish its handshake")
+	fs.BoolVar(&f.backend, "backend-tls", f.backend, "speak TLS to every backend node")
+	fs.BoolVar(&f.sentinel, "sentinel-tls", f.sentinel, "speak TLS to the --sentinel Sentinels, with the --backend-tls-... CA, certificate and server name")
+	fs.StringVar(&f.backendCAFile, "backend-tls-ca-cert-file", f.backendCAFile, "PEM `file` of the CA(s) that sign Redis's certificates (default: the system's)")
+	fs.StringVar(&f.backendCertFile, "backend-tls-cert-file", f.backendCertFile, "PEM `file` with the client certificate shown to Redis (for its tls-auth-clients)")
+	fs.StringVar(&f.backendKeyFile, "backend-tls-key-file", f.backendKeyFile, "PEM `file` with the private key of --backend-tls-cert-file")
+	fs.StringVar(&f.backendServerName, "backend-tls-server-name", f.backendServerName, "`name` Redis's certificate must hold, also sent as SNI (default: the host of each node's address)")
 }
 
 // check validates the combination; files are read later, by load.

@@ -52,8 +52,9 @@ func main() {
 	defer lock.Unlock(context.Background())
 	log.Printf("holding the lock with token %d", lock.Token)
 
-	expired, err := rdb.ZRangeByScore(ctx, "orders:deadline", &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(time.Now().Unix(), 10),
+	expired, err := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+		Key: "orders:deadline", ByScore: true,
+		Start: "-inf", Stop: strconv.FormatInt(time.Now().Unix(), 10),
 	}).Result()
 	if err != nil {
 		log.Fatal(err)

@@ -8,17 +8,38 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 )
 
-// Backend is the Redis deployment fenceproxy fronts.
+// Backend is the Redis deployment fenceproxy fronts: a standalone master
+// (standalone.go) or a Redis Cluster (topology.go). Clients' requests
+// reach it through its Forwarder; the proxy's own requests (lock scripts,
+// the token authority's heartbeat, INFO) go to the master they name.
 type Backend interface {
+	Forwarder
 	// MasterForKey returns the master that owns key; nil if, in a Redis
 	// Cluster, no master of its slot is reachable right now.
 	MasterForKey(key []byte) *Node
 	// Masters returns every master (in a cluster, ordered by first slot).
 	Masters() []*Node
-	// Mode is "standalone" or "cluster".
+	// Mode is "standalone" or "cluster", for the operator (INFO, the log).
 	Mode() string
+	// Keys is where each of the backend's commands has its keys, read from
+	// its COMMAND at Connect; err says why it could not be read (a Redis
+	// Cluster, which routes by it, does not start without it).
+	Keys() (table *keys.Table, err error)
+	// Refusal is the error every request gets now instead of being sent
+	// because the backend is refused (a standalone master found not to be
+	// the master: see Node); nil while it is served, and always in a Redis
+	// Cluster, whose failed masters' slots move to others.
+	Refusal() error
+	// RetryAfterRefresh reports whether a request the proxy sent itself
+	// (a lock script) that got reply or err did not run and may go again
+	// once the topology is read again (Refresh): in a Redis Cluster a MOVED,
+	// ASK, TRYAGAIN or CLUSTERDOWN reply or an unreachable master; never for
+	// a standalone master.
+	RetryAfterRefresh(reply []byte, err error) bool
 	// Refresh asks for the topology (for a standalone master: its role,
 	// and which master Sentinel names) to be read again soon.
 	Refresh()
@@ -101,6 +122,15 @@ func detect(ctx context.Context, opts Options) (string, error) {
 		return "standalone", nil
 	}
 	return "", lastErr
+}
+
+// readKeys reads where each command has its keys from n's COMMAND.
+func readKeys(ctx context.Context, n *Node) (*keys.Table, error) {
+	raw, err := n.Raw(ctx, "COMMAND")
+	if err != nil {
+		return nil, err
+	}
+	return keys.Load(raw)
 }
 
 // InfoField returns one field of an INFO reply, "" if absent.

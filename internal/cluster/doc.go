@@ -1,14 +1,49 @@
 // Package cluster is fenceproxy's view of the Redis it fronts: which masters
-// exist, which master owns a key, and which replicas each master has.
+// exist, which master owns a key, which replicas each master has, and how a
+// client's request gets to Redis and its reply back.
 //
-// A Backend is either a standalone master with its replicas or a Redis
-// Cluster (Cluster: a slot map read from CLUSTER SLOTS and kept fresh, and
-// Send, which carries a request to its slot's master through MOVED, ASK,
-// TRYAGAIN and failovers).
-// A standalone master is given by --backend or named by Redis Sentinel
-// (sentinel.go: the Sentinel with the newest config-epoch decides; a
-// +switch-master announcement or the check every second swaps in the new
+// A Backend is either a standalone master with its replicas (standalone.go)
+// or a Redis Cluster (topology.go: a slot map read from CLUSTER SLOTS and
+// kept fresh). A standalone master is given by --backend or named by Redis
+// Sentinel (sentinel.go: the Sentinel with the newest config-epoch decides;
+// a +switch-master announcement or the check every second swaps in the new
 // master's Node without a restart).
+//
+// # The request path
+//
+// Every Backend is a Forwarder (forward.go), the request path's one way to
+// Redis: the caller hands it a request and the client's Client and never
+// asks which topology it has.
+//
+//   - Forward: a standalone master sends the request on the client's
+//     connection of the master's pool, picked by the client's id and
+//     protocol (Node.pool: RESP2 or RESP3, chosen there only). A Redis
+//     Cluster sends it to the master of its keys' slot (route.go) through
+//     MOVED, ASK, TRYAGAIN and failovers, and holds it while the client's
+//     requests routed by an older view of the slots are still out (the view
+//     epoch kept in the Client), so it never overtakes them. Requests whose
+//     keys span slots are split and merged by split.go's tables (command,
+//     arguments per key, merge; scripts known to treat keys alone are
+//     entries of their own), commands about the whole keyspace run on every
+//     master by broadcast.go's table, SCAN walks the masters in turn;
+//     anything else that spans slots gets Redis Cluster's -CROSSSLOT.
+//   - Pin: a connection of the client's own (MULTI, WATCH, blocking
+//     commands) to the master of the request's first key; on it, a MOVED or
+//     ASK becomes a -CROSSSLOT that says the key is on another master.
+//     RoutesByKey tells a transaction to wait for its first command to know
+//     its master.
+//   - WaitReplicas: WAIT on every master, each after a write of the proxy's
+//     own on the same connection, answering the smallest count (wait.go).
+//   - Subscribe: a pub/sub tunnel; a standalone master's connection is
+//     relayed as it is (tunnel.go), a cluster's subscriber keeps shard
+//     channels on their slots' masters and follows them when slots move
+//     (subscriber.go).
+//
+// The proxy's own requests (lock scripts, the token authority's heartbeat,
+// INFO) go to the Node that MasterForKey names; RetryAfterRefresh and
+// Refusal answer what they need to know of the topology.
+//
+// # Guarded masters
 //
 // A standalone master's Node is guarded, so that nothing is ever written to
 // a node that is not the master: each connection to it asks ROLE before it
@@ -18,18 +53,23 @@
 // answers every request with an error instead of sending it (its refusal, a
 // resp.Error, in the request's resp.Reply.Err).
 //
+// # Errors
+//
 // Failures travel as errors, never as reply text: a request no master could
 // take gets ErrUnavailable (the backend's own) in its Reply's Err, a broken
 // connection backend.ErrLost; the client's reply is written from them by the
 // connection that owes it. Redis's own MOVED, ASK, TRYAGAIN and CLUSTERDOWN
-// are Redis's bytes: Send reads them to follow the slot, and the client
-// never sees MOVED or ASK.
+// are Redis's bytes: the cluster's Forward reads them to follow the slot,
+// and the client never sees MOVED or ASK.
 //
-// Each master is a Node with two ways in: a backend.Pool that forwards client
-// requests byte for byte, and connections kept for lock writes, which the
-// Node dials, guards and closes but hands to the lock writer to serve
-// (Node.ServeLockWrites; the writer, internal/locks, runs lock scripts in
-// batches, each followed by one WAIT on the same connection).
+// # Nodes
+//
+// Each master is a Node with two ways in: pools of shared connections that
+// forward client requests byte for byte, and connections kept for lock
+// writes, which the Node dials, guards and closes but hands to the lock
+// writer to serve (Node.ServeLockWrites; the writer, internal/locks, runs
+// lock scripts in batches, each followed by one WAIT on the same
+// connection).
 //
 // Each Node also keeps its master's last maxmemory-policy reading
 // (memory.go), read at connect, on topology refreshes and periodically, so

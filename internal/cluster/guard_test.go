@@ -23,7 +23,7 @@ func set(t *testing.T, n *Node, key string) string {
 	t.Helper()
 	done := make(chan struct{})
 	p := resp.NewReplyFunc(func() { close(done) })
-	n.Pool.Conn(0).Do([][]byte{[]byte("SET"), []byte(key), []byte("1")}, p)
+	n.pool(false).Conn(0).Do([][]byte{[]byte("SET"), []byte(key), []byte("1")}, p)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -29,13 +29,13 @@ import (
 // (pinned ones, pub/sub tunnels) are closed. Its owner opens the gate again
 // once the node is a master (Allow).
 //
-// Lock order: Node.mu only.
+// Lock order: Node.mu, then a backend Conn's mu (docs/lock-order.md).
 type Node struct {
 	Addr string
-	// Pool forwards clients' requests byte for byte; Pool3 does the same for
-	// clients that speak RESP3, over connections that do too.
-	Pool  *backend.Pool
-	Pool3 *backend.Pool
+	// pools forward clients' requests byte for byte: [0] for clients that
+	// speak RESP2, [1] over connections that speak RESP3 for clients that
+	// do (see pool).
+	pools [2]*backend.Pool
 	// Client runs the proxy's own commands (INFO, lock reads).
 	Client *redis.Client
 
@@ -243,6 +243,10 @@ func (n *Node) CheckAuth(user, password string) error {
 	return nc.Close()
 }
 
+// pool is the shared connections for a client speaking RESP3 if resp3,
+// else RESP2: the one place a protocol picks them.
+func (n *Node) pool(resp3 bool) *backend.Pool { return n.pools[protoIndex(resp3)] }
+
 func protoIndex(resp3 bool) int {
 	if resp3 {
 		return 1
@@ -369,7 +373,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		closeClients()
 		return nil, fmt.Errorf("cannot speak RESP3 (HELLO 3) with Redis at %s: %w", opts.Addr, err)
 	}
-	n.Pool, n.Pool3 = pool, pool3
+	n.pools = [2]*backend.Pool{pool, pool3}
 	n.pinOpts = backend.Options{
 		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
 		Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true, TLS: opts.TLS,
@@ -488,9 +492,9 @@ func (n *Node) close() {
 	}
 	n.idle = [2][]*backend.Conn{}
 	n.mu.Unlock()
-	if n.Pool != nil {
-		n.Pool.Close()
-		n.Pool3.Close()
+	if n.pools[0] != nil {
+		n.pools[0].Close()
+		n.pools[1].Close()
 	}
 	if n.probe != n.Client {
 		n.probe.Close()
@@ -572,4 +576,4 @@ func (n *Node) Raw(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // Up reports whether the node's passthrough connections are established.
-func (n *Node) Up() bool { return n.Pool.Up() }
+func (n *Node) Up() bool { return n.pools[0].Up() }

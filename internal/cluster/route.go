@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -26,46 +28,150 @@ const (
 	maxRedirects = 16
 )
 
-// Request is one client request on its way through the cluster.
-type Request struct {
-	// Slot is the request's slot; -1 for a keyless request, which goes to
+// Forward sends a request in front of a Redis Cluster: a keyspace-wide
+// command to every master (broadcast.go), SCAN to the master its cursor
+// names, a request whose keys span slots split per slot (split.go), any
+// other to the master of its keys' slot (keyless: the first master),
+// through redirects.
+func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
+	var lower [32]byte
+	name := keys.AppendLower(lower[:0], args[0])
+	if b, ok := broadcasts[string(name)]; ok && b.applies(args) {
+		c.afterViewChange(cl, p)
+		c.broadcast(cl, args, b.merge, p)
+		return
+	}
+	if string(name) == "scan" {
+		c.afterViewChange(cl, p)
+		c.scan(cl, args, p)
+		return
+	}
+	slot := -1
+	var positions []int
+	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
+		var buf [16]int
+		positions = cmd.Keys(buf[:0], args)
+	}
+	for i, at := range positions {
+		sl := keys.SlotOf(args[at])
+		if i == 0 {
+			slot = sl
+		} else if sl != slot {
+			c.afterViewChange(cl, p)
+			c.crossSlot(cl, string(name), args, positions, p)
+			return
+		}
+	}
+	v := c.view.Load()
+	node, epoch := v.target(slot), v.epoch
+	if epoch != cl.view {
+		// A slot changed master since this client's last request: the
+		// requests routed by the old view, and their redirects, finish
+		// first, so this one cannot overtake them.
+		if cl.view != 0 && cl.Conn != nil {
+			cl.Conn.WaitReplies(p)
+			v = c.view.Load()
+			node, epoch = v.target(slot), v.epoch
+		}
+		cl.view = epoch
+	}
+	c.forwardTo(node, slot, cl, args, p)
+}
+
+// afterViewChange makes a request wait, if a slot changed master since the
+// client's last request, for the requests routed by the old view (and their
+// redirects): a request must not overtake one the client sent before it.
+// (Forward's single-slot path does the same from one reading of the view.)
+func (c *Cluster) afterViewChange(cl *Client, p *resp.Reply) {
+	if e := c.Epoch(); e != cl.view {
+		if cl.view != 0 && cl.Conn != nil {
+			cl.Conn.WaitReplies(p)
+		}
+		cl.view = c.Epoch()
+	}
+}
+
+// Pin returns a connection of the client's own to the master of args'
+// first key's slot (keyless: the first master).
+func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
+	slot := -1
+	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
+		var buf [4]int
+		if at := cmd.Keys(buf[:0], args); len(at) > 0 {
+			slot = keys.SlotOf(args[at[0]])
+		}
+	}
+	return pin(cl, c.target(slot), true)
+}
+
+// RoutesByKey is true: a Redis Cluster routes by slot.
+func (c *Cluster) RoutesByKey() bool { return true }
+
+// WaitReplicas runs WAIT on every master, after a write of the proxy's own
+// in a slot of that master.
+func (c *Cluster) WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *resp.Reply) {
+	masters := c.Masters()
+	waitOn(cl, masters, func(i int) string { return offsetKey + keys.TagForSlot(c.SlotOn(masters[i])) }, args, p)
+}
+
+// Subscribe returns the client's subscriber: its channels and patterns on
+// one connection, its shard channels on their masters (subscriber).
+func (c *Cluster) Subscribe(cl *Client) (Tunnel, error) {
+	sub, err := c.newSubscriber(cl.RESP3)
+	if err != nil {
+		return nil, backend.ErrUnavailable
+	}
+	return sub, nil
+}
+
+// RetryAfterRefresh reports whether a request answered with reply (or
+// err) did not run and may go again once the topology is read again:
+// MOVED, ASK, TRYAGAIN, CLUSTERDOWN, or a master that could not be
+// reached.
+func (c *Cluster) RetryAfterRefresh(reply []byte, err error) bool {
+	if err != nil {
+		return errors.Is(err, backend.ErrUnavailable)
+	}
+	return Redirected(reply)
+}
+
+// Refusal is nil: a Redis Cluster's masters are not guarded (a failed
+// master's slots move to another).
+func (c *Cluster) Refusal() error { return nil }
+
+// request is one request on its way through the cluster.
+type request struct {
+	// slot is the request's slot; -1 for a keyless request, which goes to
 	// the first master.
-	Slot int
-	// RESP3 sends it on connections that speak RESP3.
-	RESP3 bool
-	// ConnID picks the connection of a pool, so one client's requests to a
+	slot int
+	// resp3 sends it on connections that speak RESP3.
+	resp3 bool
+	// connID picks the connection of a pool, so one client's requests to a
 	// master keep their order.
-	ConnID int64
-	// Encoded is the request in RESP (resp.AppendCommand): the client's
+	connID int64
+	// encoded is the request in RESP (resp.AppendCommand): the client's
 	// argument buffers are reused once the request is dispatched, so a
 	// redirect must resend from a copy.
-	Encoded []byte
+	encoded []byte
 }
 
-// Send forwards r and lands its reply, as Redis wrote it, in p (or, if no
+// send forwards r and lands its reply, as Redis wrote it, in p (or, if no
 // master could take it within RetryWindow, backend.ErrUnavailable in p.Err;
 // backend.ErrLost if its connection broke).
-func (c *Cluster) Send(r Request, p *resp.Reply) {
+func (c *Cluster) send(r request, p *resp.Reply) {
 	f := flightPool.Get().(*flight)
 	f.c, f.req, f.client, f.start, f.began = c, r, p, len(p.Buf), time.Now()
-	f.send(c.target(r.Slot), false)
+	f.send(c.target(r.slot), false)
 }
 
-// Forward is Send for a request given as arguments, to n (from Route): it
-// encodes them into a buffer it reuses.
-func (c *Cluster) Forward(n *Node, slot int, resp3 bool, connID int64, args [][]byte, p *resp.Reply) {
+// forwardTo is send for a request given as arguments, to n (the master of
+// slot): it encodes them into a buffer the flight reuses.
+func (c *Cluster) forwardTo(n *Node, slot int, cl *Client, args [][]byte, p *resp.Reply) {
 	f := flightPool.Get().(*flight)
 	f.buf = resp.AppendCommand(f.buf[:0], args)
 	f.c, f.client, f.start, f.began = c, p, len(p.Buf), time.Now()
-	f.req = Request{Slot: slot, RESP3: resp3, ConnID: connID, Encoded: f.buf}
+	f.req = request{slot: slot, resp3: cl.RESP3, connID: cl.ID, encoded: f.buf}
 	f.send(n, false)
-}
-
-// Route returns the master for slot (-1: the first master) and the epoch
-// of the view it was read from, both from one reading.
-func (c *Cluster) Route(slot int) (*Node, uint64) {
-	v := c.view.Load()
-	return v.target(slot), v.epoch
 }
 
 // target is the master of slot, or the first master for -1.
@@ -95,7 +201,7 @@ func init() {
 // f.replied) and buf live as long as the flight.
 type flight struct {
 	c      *Cluster
-	req    Request
+	req    request
 	client *resp.Reply
 	sub    *resp.Reply
 	buf    []byte // Forward's encoding of the request
@@ -112,11 +218,7 @@ func (f *flight) send(n *Node, asking bool) {
 		f.replied()
 		return
 	}
-	pool := n.Pool
-	if f.req.RESP3 {
-		pool = n.Pool3
-	}
-	pool.Conn(f.req.ConnID).DoEncoded(f.req.Encoded, asking, f.sub)
+	n.pool(f.req.resp3).Conn(f.req.connID).DoEncoded(f.req.encoded, asking, f.sub)
 }
 
 // replied runs on a backend reader: it hands the reply over or, for a
@@ -152,7 +254,7 @@ func (f *flight) replied() {
 	}
 	f.client.Buf, f.client.Err = f.sub.Buf, f.sub.Err
 	p := f.client
-	f.c, f.req, f.client, f.sub.Buf, f.sub.Err, f.tries, f.pause = nil, Request{}, nil, nil, nil, 0, 0
+	f.c, f.req, f.client, f.sub.Buf, f.sub.Err, f.tries, f.pause = nil, request{}, nil, nil, nil, 0, 0
 	if cap(f.buf) > 64<<10 {
 		f.buf = nil
 	}
@@ -183,7 +285,7 @@ func (f *flight) redirect(kind redirect, slot int, addr string) {
 	}
 	f.pause = min(max(2*f.pause, 10*time.Millisecond), 250*time.Millisecond)
 	time.Sleep(f.pause)
-	f.send(f.c.target(f.req.Slot), false)
+	f.send(f.c.target(f.req.slot), false)
 }
 
 // nodeIfKnown returns the connected master at addr.

@@ -78,7 +78,7 @@ func (s *sentinels) master(ctx context.Context) (addr string, usable bool, err e
 				err = errors.New("the reply names no address")
 			}
 			if err != nil {
-				errs[i] = fmt.Errorf("Sentinel %s: %w", s.opts.Addrs[i], err)
+				errs[i] = fmt.Errorf("asking Sentinel %s: %w", s.opts.Addrs[i], err)
 				return
 			}
 			v := sentinelView{addr: net.JoinHostPort(m["ip"], m["port"]), usable: true}

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // The replies a standalone master's gate gives (see Node) while it is not
@@ -49,6 +52,11 @@ type standalone struct {
 	done     chan struct{}
 	wg       sync.WaitGroup
 
+	// keys is where each command has its keys, read from the first
+	// master's COMMAND (keysErr: why it could not be).
+	keys    *keys.Table
+	keysErr error
+
 	mu      sync.Mutex // guards retired
 	retired []*Node    // former masters, closed after retireGrace or by Close
 }
@@ -68,7 +76,7 @@ func connectStandalone(ctx context.Context, opts Options, addr string) (*standal
 	if err != nil {
 		return nil, err
 	}
-	s.start(n)
+	s.start(ctx, n)
 	return s, nil
 }
 
@@ -83,7 +91,7 @@ func connectSentinel(ctx context.Context, opts Options) (*standalone, error) {
 	}
 	n, err := s.connectMaster(ctx, addr)
 	if errors.Is(err, ErrNotMaster) {
-		err = fmt.Errorf("Sentinel names %s as the master of %q, but it is not the master now (a failover under way? retry shortly): %v",
+		err = fmt.Errorf("the Sentinels name %s as the master of %q, but it is not the master now (a failover under way? retry shortly): %v",
 			addr, opts.Sentinel.MasterName, err)
 	}
 	if err != nil {
@@ -91,7 +99,7 @@ func connectSentinel(ctx context.Context, opts Options) (*standalone, error) {
 		return nil, err
 	}
 	s.sentinel.watch(s.Refresh, s.log)
-	s.start(n)
+	s.start(ctx, n)
 	return s, nil
 }
 
@@ -123,15 +131,49 @@ func (s *standalone) connectMaster(ctx context.Context, addr string) (*Node, err
 	return n, nil
 }
 
-func (s *standalone) start(n *Node) {
+func (s *standalone) start(ctx context.Context, n *Node) {
+	s.keys, s.keysErr = readKeys(ctx, n)
 	s.master.Store(n)
 	s.wg.Add(1)
 	go s.watch()
 }
 
-func (s *standalone) MasterForKey([]byte) *Node { return s.master.Load() }
-func (s *standalone) Masters() []*Node          { return []*Node{s.master.Load()} }
-func (s *standalone) Mode() string              { return "standalone" }
+func (s *standalone) MasterForKey([]byte) *Node            { return s.master.Load() }
+func (s *standalone) Masters() []*Node                     { return []*Node{s.master.Load()} }
+func (s *standalone) Mode() string                         { return "standalone" }
+func (s *standalone) Keys() (*keys.Table, error)           { return s.keys, s.keysErr }
+func (s *standalone) Refusal() error                       { return s.master.Load().Refusal() }
+func (s *standalone) RetryAfterRefresh([]byte, error) bool { return false }
+
+// Forward sends the request on the client's connection of the master's
+// pool, so its requests reach Redis in the order it sent them.
+func (s *standalone) Forward(cl *Client, args [][]byte, p *resp.Reply) {
+	s.master.Load().pool(cl.RESP3).Conn(cl.ID).Do(args, p)
+}
+
+// Pin returns a connection of the client's own to the master.
+func (s *standalone) Pin(cl *Client, _ [][]byte) (*Pinned, error) {
+	return pin(cl, s.master.Load(), false)
+}
+
+// RoutesByKey is false: one master holds every key.
+func (s *standalone) RoutesByKey() bool { return false }
+
+// WaitReplicas runs WAIT on the master after a write of the proxy's own.
+func (s *standalone) WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *resp.Reply) {
+	waitOn(cl, []*Node{s.master.Load()}, func(int) string { return offsetKey }, args, p)
+}
+
+// Subscribe returns a connection of the client's own to the master,
+// relayed as it is.
+func (s *standalone) Subscribe(cl *Client) (Tunnel, error) {
+	master := s.master.Load()
+	redis, err := master.Tunnel(cl.RESP3)
+	if err != nil {
+		return nil, unreachable(master)
+	}
+	return rawTunnel{redis}, nil
+}
 
 // Refresh asks for the role (and Sentinel) to be read now; it does not wait.
 func (s *standalone) Refresh() {

@@ -40,6 +40,7 @@ type Cluster struct {
 	opts Options
 	log  *slog.Logger
 	view atomic.Pointer[view]
+	keys *keys.Table // where each command's keys are: routing depends on it
 
 	mu    sync.Mutex       // guards nodes and known
 	nodes map[string]*Node // connected masters, by address
@@ -82,8 +83,13 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 				end++
 			}
 			c.Close()
-			return nil, fmt.Errorf("Redis Cluster slots %d-%d have no reachable master (is the cluster created and ok? redis-cli --cluster check %s)", slot, end, opts.Seeds[0])
+			return nil, fmt.Errorf("slots %d-%d of the Redis Cluster have no reachable master (is the cluster created and ok? redis-cli --cluster check %s)", slot, end, opts.Seeds[0])
 		}
+	}
+	var err error
+	if c.keys, err = readKeys(ctx, v.masters[0]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("reading COMMAND (needed to route by slot): %v", err)
 	}
 	c.wg.Add(1)
 	go c.refreshLoop()
@@ -115,6 +121,9 @@ func (c *Cluster) SlotOn(n *Node) int {
 
 // Mode is "cluster".
 func (c *Cluster) Mode() string { return "cluster" }
+
+// Keys is where each command has its keys (read at connect).
+func (c *Cluster) Keys() (*keys.Table, error) { return c.keys, nil }
 
 // Refresh asks for the topology to be read again soon; it does not wait.
 func (c *Cluster) Refresh() {
@@ -301,7 +310,11 @@ func (c *Cluster) slotsFrom(ctx context.Context, addr string) ([]shard, error) {
 		})
 		defer client.Close()
 	}
-	slots, err := client.ClusterSlots(ctx).Result()
+	// CLUSTER SLOTS, sent as is: go-redis deprecates its ClusterSlots for
+	// CLUSTER SHARDS, which only Redis 7.0 and later answer.
+	cmd := redis.NewClusterSlotsCmd(ctx, "cluster", "slots")
+	_ = client.Process(ctx, cmd)
+	slots, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}

@@ -63,10 +63,10 @@ func ACLCommands(t *keys.Table) []auth.Command {
 // (and "default" needs a password). A new or RESET connection starts as
 // acl.Initial().
 func (h *Handler) userOf(s *session) *auth.User {
-	if !s.authInit {
-		s.user, s.authInit = h.opts.ACL.Initial(), true
+	if !s.auth.userSet {
+		s.auth.user, s.auth.userSet = h.opts.ACL.Initial(), true
 	}
-	return s.user
+	return s.auth.user
 }
 
 // authorize checks a request against the connection's user. It reports
@@ -84,9 +84,9 @@ func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *resp.Reply) bool
 			// Redis, and the client's credentials never do.
 			h.refuse(s, p, "ERR fenceproxy: AUTH and HELLO cannot be used on a connection in pub/sub mode; authenticate before subscribing")
 			return false
-		case s.inMulti:
+		case s.tx.inMulti:
 			// Queued, it would run in Redis at EXEC.
-			s.txDenied = true
+			s.tx.denied = true
 			replyError(p, "ERR fenceproxy: AUTH and HELLO cannot be part of a transaction; authenticate before MULTI")
 			return false
 		}
@@ -113,8 +113,8 @@ func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *resp.Reply) bool
 	if msg == "" {
 		return true
 	}
-	if s.inMulti {
-		s.txDenied = true // as Redis flags the transaction: EXEC aborts
+	if s.tx.inMulti {
+		s.tx.denied = true // as Redis flags the transaction: EXEC aborts
 	}
 	reason := "command"
 	switch msg {
@@ -175,9 +175,9 @@ func (h *Handler) permitted(u *auth.User, s *session, args [][]byte, outer bool)
 		return noPermCommand(sub.Name())
 	}
 	if !u.AllKeys() {
-		refs := aclKeyRefs(cmd, sub.Name(), s.keyRefs[:0], args)
+		refs := aclKeyRefs(cmd, sub.Name(), s.auth.keyRefs[:0], args)
 		if cap(refs) <= 1024 {
-			s.keyRefs = refs[:0] // kept for the next request, unless huge
+			s.auth.keyRefs = refs[:0] // kept for the next request, unless huge
 		}
 		for _, r := range refs {
 			if !u.CanKey(args[r.Pos], r.Read, r.Write) {
@@ -348,8 +348,8 @@ func (h *Handler) acl(c *protocol.Conn, s *session, u *auth.User, args [][]byte,
 	if len(args) > 1 {
 		sub = lowerName(args[1])
 	}
-	if s.inMulti {
-		s.txDenied = true
+	if s.tx.inMulti {
+		s.tx.denied = true
 		replyError(p, "ERR fenceproxy: ACL is answered by fenceproxy and cannot be queued in a transaction")
 		return
 	}
@@ -392,7 +392,7 @@ func (h *Handler) authenticate(s *session, user, password []byte) string {
 		h.authm.Failures.Inc()
 		return replyWrongPass
 	}
-	s.user, s.authInit = u, true
+	s.auth.user, s.auth.userSet = u, true
 	return ""
 }
 
@@ -404,7 +404,7 @@ func (h *Handler) lockOwner(c *protocol.Conn, owner string) string {
 	if h.opts.ACL == nil {
 		return owner
 	}
-	return sessionOf(c).user.Name() + "\x00" + owner
+	return sessionOf(c).auth.user.Name() + "\x00" + owner
 }
 
 // holderPrefix is what every stored owner of the connection's user starts
@@ -413,7 +413,7 @@ func (h *Handler) holderPrefix(c *protocol.Conn) string {
 	if h.opts.ACL == nil {
 		return ""
 	}
-	return sessionOf(c).user.Name() + "\x00"
+	return sessionOf(c).auth.user.Name() + "\x00"
 }
 
 // visibleOwner is the owner LOCK.INFO shows a connection whose
@@ -434,7 +434,7 @@ func visibleOwner(prefix, stored string) string {
 // patterns let it read, so one tenant does not learn another's resource
 // names.
 func (h *Handler) visibleTop(c *protocol.Conn, n int) ([]locks.Contended, []int) {
-	u := sessionOf(c).user
+	u := sessionOf(c).auth.user
 	top, waiters := h.opts.Locks.Top(1024) // every counter the sketch keeps
 	kept := 0
 	for i, t := range top {
@@ -452,7 +452,7 @@ func (h *Handler) visibleTop(c *protocol.Conn, n int) ([]locks.Contended, []int)
 // visibleSlowLog is LOCK.SLOWLOG GET for a user: the newest n entries (all
 // for -1) of resources the user may read, as LOCK.TOP.
 func (h *Handler) visibleSlowLog(c *protocol.Conn, n int) []locks.SlowEntry {
-	u := sessionOf(c).user
+	u := sessionOf(c).auth.user
 	all := h.opts.Locks.SlowLog(-1)
 	kept := all[:0]
 	for _, e := range all {

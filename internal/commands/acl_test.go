@@ -53,7 +53,7 @@ func TestAuthorizeAllocations(t *testing.T) {
 	for _, user := range []string{"alice", "root"} {
 		c := &protocol.Conn{}
 		s := sessionOf(c)
-		s.user, s.authInit = h.opts.ACL.User(user), true
+		s.auth.user, s.auth.userSet = h.opts.ACL.User(user), true
 		for _, req := range [][][]byte{
 			args("GET", "tenant-a:1"),
 			args("set", "tenant-a:1", "v", "EX", "10"),
@@ -119,7 +119,7 @@ func BenchmarkAuthorize(b *testing.B) {
 	h := aclHandler(b, "user alice on >a ~tenant-a:* +@all -flushall\n")
 	c := &protocol.Conn{}
 	s := sessionOf(c)
-	s.user, s.authInit = h.opts.ACL.User("alice"), true
+	s.auth.user, s.auth.userSet = h.opts.ACL.User("alice"), true
 	for _, bc := range []struct {
 		name string
 		req  [][]byte
@@ -214,7 +214,7 @@ func FuzzAuthorize(f *testing.F) {
 		}
 		c := &protocol.Conn{}
 		s := sessionOf(c)
-		s.user, s.authInit = h.opts.ACL.User("alice"), true
+		s.auth.user, s.auth.userSet = h.opts.ACL.User("alice"), true
 		p := resp.NewReplyFunc(func() {})
 		if h.authorize(c, req, p) {
 			if len(p.Buf) != 0 {

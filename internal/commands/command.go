@@ -8,7 +8,6 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
-	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -55,7 +54,7 @@ func ownCommand(name []byte) *command {
 
 // command is COMMAND (see above).
 func (h *Handler) command(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	resp3 := sessionOf(c).resp3
+	resp3 := sessionOf(c).backend.RESP3
 	sub := ""
 	if len(args) > 1 {
 		sub = lowerName(args[1])
@@ -228,15 +227,10 @@ func listed(args [][]byte) (names []string, ok bool) {
 	return names, true
 }
 
-// askRedis sends COMMAND (a request that reads no data) to the first
-// master on the client's connection, and answers p with rewrite(reply),
-// or with Redis's reply itself when it is an error.
+// askRedis forwards COMMAND (a keyless request that reads no data: the
+// first master answers it in a cluster) for the client, and answers p with
+// rewrite(reply), or with Redis's reply itself when it is an error.
 func (h *Handler) askRedis(c *protocol.Conn, args [][]byte, p *resp.Reply, rewrite func(reply, dst []byte) []byte) {
-	masters := h.opts.Backend.Masters()
-	if len(masters) == 0 {
-		replyErr(p, backend.ErrUnavailable)
-		return
-	}
 	// Redis's reply lands in a buffer of its own, read while p's grows.
 	var redis *resp.Reply
 	redis = resp.NewReplyFunc(func() {
@@ -251,11 +245,7 @@ func (h *Handler) askRedis(c *protocol.Conn, args [][]byte, p *resp.Reply, rewri
 		p.Done()
 	})
 	h.opts.Metrics.PassthroughCommands.Inc()
-	pool := masters[0].Pool
-	if sessionOf(c).resp3 {
-		pool = masters[0].Pool3
-	}
-	pool.Conn(c.ID).Do(args, redis)
+	h.opts.Backend.Forward(&sessionOf(c).backend, args, redis)
 }
 
 // withMore is a rewrite for askRedis that answers Redis's array with

@@ -27,16 +27,39 @@
 // Four kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's
-//     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME, SELECT 0);
+//     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
+//     INFO/LIST, SELECT 0, RESET, QUIT), or the proxy (INFO adds its own
+//     sections to Redis's, COMMAND its own commands); AUTH too when
+//     fenceproxy's own users are on (acl.go);
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
 //     FENCE.EXEC, LOCK.INFO, LOCK.TOP, LOCK.SLOWLOG), served by the lock
 //     manager;
 //   - commands that need a backend connection of the client's own: MULTI,
-//     EXEC, WATCH (pinned.go), blocking commands (pinned.go), pub/sub
-//     (pubsub.go), forwarded on it;
-//   - everything else, forwarded to the master that owns it, reply bytes
-//     untouched. MONITOR, replication and SHUTDOWN are refused with a clear
-//     error.
+//     EXEC, WATCH and blocking commands keep the one Forwarder.Pin gave
+//     them while their state lasts (pinned.go); pub/sub makes the
+//     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe); WAIT
+//     goes to every master (Forwarder.WaitReplicas);
+//   - everything else, forwarded to Redis, reply bytes untouched
+//     (passthrough.go). MONITOR, replication, SHUTDOWN and the CLIENT
+//     subcommands that would act on a connection other clients share are
+//     refused with an error that says what to do instead.
+//
+// Forwarding does not know the topology: forward hands a request to the
+// backend's Forwarder (package cluster), which picks the connection of a
+// standalone master or, in front of a Redis Cluster, routes by slot,
+// splits per slot and merges where Redis's semantics allow, runs
+// keyspace-wide commands on every master and follows redirects itself.
+//
+// Each connection's state is a session (session.go), one part per concern
+// (what the Forwarder keeps of the client, CLIENT SETINFO, the transaction,
+// the tunnel, authentication, the running lock requests), reached only by
+// sessionOf. Most of it is touched only while a request of that connection
+// is served or its batch ends (BatchDone, ClientGone, Closed), which
+// protocol never runs at the same time (see its Handler interface); what
+// lock requests and backend readers reach while the connection goes on
+// serving is under a lock of its part (the running lock requests', the
+// Forwarder's Client's), or captured when the request is served. The lock
+// order is in docs/lock-order.md.
 //
 // A request is answered through its resp.Reply: with bytes (Redis's reply,
 // or one the proxy builds), or with an error value in Err (the backend's

@@ -5,68 +5,13 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/auth"
-	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
-	"github.com/fenceproxy/fenceproxy/internal/keys"
-	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
-
-// session is the per-connection state the proxy keeps itself.
-type session struct {
-	libName, libVer string
-	resp3           bool // the client switched to RESP3 with HELLO 3
-
-	// pinned is the client's own backend connection while it needs one
-	// (see pinned.go); inMulti and watching are the state that holds it.
-	pinned      *backend.Conn
-	pinnedNode  *cluster.Node
-	pinnedRESP3 bool
-	// tunnel is the client's own Redis connection once it used pub/sub.
-	tunnel   tunnel
-	inMulti  bool
-	watching bool
-	// multiDeferred: in front of a Redis Cluster, MULTI was answered but
-	// not yet sent; it goes to the master of the first queued command's
-	// key, which is unknown until that command arrives.
-	multiDeferred bool
-	// viewEpoch is the cluster's slot view (Cluster.Epoch) this client's
-	// requests were last routed by.
-	viewEpoch uint64
-
-	// With authentication on (acl.go): the connection's user (nil: not
-	// authenticated), whether it was set since the connection began or
-	// RESET, a transaction with a refused command (EXEC aborts), and
-	// scratch space for a request's keys.
-	user     *auth.User
-	authInit bool
-	txDenied bool
-	keyRefs  []keys.KeyRef
-
-	// mu guards waiting: ClientGone closes them from another goroutine.
-	mu      sync.Mutex
-	waiting []*backend.Conn // WAIT's connections to every master of a cluster
-
-	// lockRequests are the connection's lock requests in flight
-	// (locks.Runner), ended when the client goes away.
-	lockRequests locks.ConnRequests
-}
-
-func sessionOf(c *protocol.Conn) *session {
-	s, _ := c.Session.(*session)
-	if s == nil {
-		s = &session{}
-		c.Session = s
-	}
-	return s
-}
 
 func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	switch len(args) {
@@ -96,7 +41,7 @@ func (h *Handler) quit(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // to Redis, so every reply is Redis's own RESP3.
 func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	resp3 := s.resp3
+	resp3 := s.backend.RESP3
 	rest := args[1:]
 	if len(rest) > 0 {
 		ver, ok := parseInt(rest[0])
@@ -146,11 +91,11 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, replyHelloNoAuth)
 		return
 	}
-	if resp3 != s.resp3 && s.pinned != nil {
+	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
 		replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open")
 		return
 	}
-	s.resp3 = resp3
+	s.backend.RESP3 = resp3
 	if setName {
 		c.SetName(string(name))
 	}
@@ -257,9 +202,9 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s := sessionOf(c)
 		switch strings.ToLower(string(args[2])) {
 		case "lib-name":
-			s.libName = string(args[3])
+			s.lib.name = string(args[3])
 		case "lib-ver":
-			s.libVer = string(args[3])
+			s.lib.ver = string(args[3])
 		default:
 			replyError(p, "ERR Unrecognized option '"+string(args[2])+"'")
 			return
@@ -303,14 +248,14 @@ func clientLine(c *protocol.Conn, s *session) string {
 		" name=" + c.Name() + " age=" + strconv.FormatInt(int64(time.Since(c.Created).Seconds()), 10) + " db=0"
 	if s != nil {
 		proto := "2"
-		if s.resp3 {
+		if s.backend.RESP3 {
 			proto = "3"
 		}
 		multi := "-1"
-		if s.inMulti {
+		if s.tx.inMulti {
 			multi = "0"
 		}
-		line += " multi=" + multi + " resp=" + proto + " lib-name=" + s.libName + " lib-ver=" + s.libVer
+		line += " multi=" + multi + " resp=" + proto + " lib-name=" + s.lib.name + " lib-ver=" + s.lib.ver
 	}
 	return line + "\n"
 }
@@ -318,14 +263,14 @@ func clientLine(c *protocol.Conn, s *session) string {
 // reset is RESET: the connection's state back to a fresh one's.
 func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if s.pinned != nil {
+	if s.tx.pinned != nil {
 		c.WaitReplies(p)
-		s.pinnedNode.Unpin(s.pinned, s.pinnedRESP3, false) // it may hold MULTI or WATCH state
-		s.pinned, s.pinnedNode = nil, nil
+		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
-	s.inMulti, s.watching, s.resp3 = false, false, false
-	s.user, s.authInit, s.txDenied = nil, false, false // back to the initial user, as Redis
-	s.libName, s.libVer = "", ""
+	s.tx = txState{} // a MULTI not yet sent too
+	s.backend.RESP3 = false
+	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis
+	s.lib = libInfo{}
 	c.SetName("")
 	p.Buf = append(p.Buf, "+RESET\r\n"...)
 	p.Done()

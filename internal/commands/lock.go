@@ -33,7 +33,6 @@ const (
 type lockArgs struct {
 	resource, owner string
 	ttl, wait       time.Duration
-	token           uint64
 }
 
 func parseResource(b []byte) (string, string) {
@@ -303,15 +302,6 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	})
 }
 
-// masterRefusal is why a standalone master is sent nothing now (it is not
-// the master: see cluster.Node), nil if it is served.
-func (h *Handler) masterRefusal() error {
-	if h.opts.Backend.Mode() != "standalone" {
-		return nil
-	}
-	return h.opts.Backend.Masters()[0].Refusal()
-}
-
 // lockError turns a lock-manager failure into the error value the client
 // is answered with (its reply is written by protocol), saying what the
 // client can do, and logs the detail the client does not get.
@@ -328,7 +318,7 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 			"%d of %d required replicas acknowledged the token bound (a new window of tokens) in time; nothing was done",
 			shortfall.Acked, shortfall.Wanted)}
 	case errors.Is(err, authority.ErrUnconfirmed), errors.Is(err, persist.ErrNotShared):
-		if r := h.masterRefusal(); r != nil {
+		if r := h.opts.Backend.Refusal(); r != nil {
 			// The heartbeat is late because the master refuses it: say why.
 			return r
 		}

@@ -5,30 +5,18 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
-// forward sends the request to the master on the connection this client
-// always uses, so its requests reach Redis in the order it sent them; in
-// front of a Redis Cluster, route picks the master by slot.
+// forward sends a request that the proxy does not answer itself to Redis:
+// on the client's pub/sub tunnel or its own connection if it has one, else
+// by the backend's Forwarder, which knows the topology.
 func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
+	s := sessionOf(c)
+	switch {
+	case s.tunnel != nil:
 		h.sendTunnel(s, args, p)
-		return
-	} else if s != nil && s.pinned != nil {
+	case s.tx.pinned != nil:
 		h.sendPinned(s, args, p)
-		return
+	default:
+		h.opts.Metrics.PassthroughCommands.Inc()
+		h.opts.Backend.Forward(&s.backend, args, p)
 	}
-	if h.opts.Cluster != nil {
-		h.route(c, sessionOf(c), args, p)
-		return
-	}
-	var key []byte
-	if len(args) > 1 {
-		key = args[1]
-	}
-	h.opts.Metrics.PassthroughCommands.Inc()
-	node := h.opts.Backend.MasterForKey(key)
-	if s, _ := c.Session.(*session); s != nil && s.resp3 {
-		node.Pool3.Conn(c.ID).Do(args, p)
-		return
-	}
-	node.Pool.Conn(c.ID).Do(args, p)
 }

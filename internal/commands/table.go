@@ -18,11 +18,11 @@ import (
 
 // Options configure a Handler.
 type Options struct {
+	// Backend is the Redis fronted: requests the proxy does not answer go
+	// to its Forwarder.
 	Backend cluster.Backend
-	// Cluster is Backend when it is a Redis Cluster, else nil.
-	Cluster *cluster.Cluster
-	// Keys finds a request's keys (from the backend's COMMAND); needed in
-	// front of a Redis Cluster.
+	// Keys finds a request's keys (from the backend's COMMAND), for the
+	// ACL's key patterns.
 	Keys    *keys.Table
 	Locks   *locks.Manager
 	Metrics *metrics.Metrics
@@ -54,9 +54,6 @@ type Handler struct {
 func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if c, ok := opts.Backend.(*cluster.Cluster); ok {
-		opts.Cluster = c
 	}
 	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout)}
 	if opts.ACL != nil {
@@ -156,7 +153,7 @@ func init() {
 		{name: "client", arity: -2, serve: (*Handler).client},
 		{name: "select", arity: 2, serve: (*Handler).selectDB},
 		{name: "auth", arity: -2, serve: (*Handler).auth},
-		{name: "reset", arity: 1, serve: (*Handler).reset},
+		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
 		{name: "info", arity: -1, serve: (*Handler).info},
 		{name: "command", arity: -1, serve: (*Handler).command},
 
@@ -373,13 +370,13 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	name := args[0]
 	if len(name) <= len(lower) {
 		cmd := lookup(lowerInto(lower[:0], name))
-		if s, _ := c.Session.(*session); s != nil && s.tunnel != nil {
+		if s := sessionOf(c); s.tunnel != nil {
 			h.sendTunnel(s, args, p)
 			return
-		} else if s != nil && s.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {
+		} else if s.tx.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {
 			// Inside MULTI Redis queues everything, arity errors and lock
 			// commands included (an unknown command makes EXEC abort).
-			if s.multiDeferred && !h.beginMulti(c, s, args, p) {
+			if s.tx.deferred && !h.beginMulti(c, s, args, p) {
 				return
 			}
 			h.sendPinned(s, args, p)
@@ -442,7 +439,7 @@ var (
 
 // nullReply is the null of the client's protocol.
 func nullReply(c *protocol.Conn) []byte {
-	if s, _ := c.Session.(*session); s != nil && s.resp3 {
+	if sessionOf(c).backend.RESP3 {
 		return null3
 	}
 	return null2

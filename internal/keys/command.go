@@ -310,8 +310,21 @@ func toLower(dst, b []byte) ([]byte, bool) {
 	if len(b) > maxName {
 		return nil, false
 	}
-	for _, c := range b {
+	return AppendLower(dst, b), true
+}
+
+// AppendLower appends name lower-cased (ASCII, as Redis compares command
+// names) to dst: for lookups by a name in any case, into a buffer on the
+// caller's stack.
+func AppendLower(dst, name []byte) []byte {
+	for _, c := range name {
 		dst = append(dst, lowerByte(c))
 	}
-	return dst, true
+	return dst
+}
+
+// LowerName is name lower-cased, as a string.
+func LowerName(name []byte) string {
+	var buf [maxName]byte
+	return string(AppendLower(buf[:0], name))
 }

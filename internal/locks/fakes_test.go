@@ -3,7 +3,6 @@ package locks
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"sync"
 	"testing"
@@ -330,20 +329,6 @@ func (s *memTokens) reopen() *memTokens {
 		}
 	}
 	return n
-}
-
-// reservations lists the reservations standing, "resource token".
-func (s *memTokens) reservations() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for r, ts := range s.reserved {
-		for t := range ts {
-			out = append(out, fmt.Sprintf("%s %d", r, t))
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // TestTokenStoreContract runs the TokenStore contract's checks on the

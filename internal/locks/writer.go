@@ -150,7 +150,7 @@ type WriterOptions struct {
 // lock connections are served once.
 type Writer struct {
 	opts    WriterOptions
-	cluster bool // only a Redis Cluster routes by key and redirects
+	routesByKey bool // the backend's RoutesByKey, read once
 
 	mu    sync.Mutex // making a master's writers
 	nodes sync.Map   // *cluster.Node -> *nodeWriter, until the node closes
@@ -159,7 +159,7 @@ type Writer struct {
 // NewWriter returns a Writer over opts.Backend's masters. A master's
 // writers start with its first write.
 func NewWriter(opts WriterOptions) *Writer {
-	return &Writer{opts: opts, cluster: opts.Backend.Mode() == "cluster"}
+	return &Writer{opts: opts, routesByKey: opts.Backend.RoutesByKey()}
 }
 
 var _ ScriptRunner = (*Writer)(nil)
@@ -184,10 +184,7 @@ func (wr *Writer) Start(ctx context.Context, key string, call ScriptCall, wantAc
 			call.SHA = ""
 			continue
 		}
-		if !wr.cluster || time.Since(began) > cluster.RetryWindow {
-			return w
-		}
-		if !errors.Is(err, cluster.ErrUnavailable) && (err != nil || !cluster.Redirected(raw)) {
+		if time.Since(began) > cluster.RetryWindow || !wr.opts.Backend.RetryAfterRefresh(raw, err) {
 			return w
 		}
 		wr.opts.Backend.Refresh()
@@ -226,11 +223,11 @@ func (wr *Writer) MemoryPolicy(key string) (p cluster.MemoryPolicy, ok bool) {
 	return node.Memory(), true
 }
 
-// master is the master of key's slot. Only a cluster routes by key: a
-// standalone backend is asked without it, which through the Backend
+// master is the master of key's slot. A backend that does not route by
+// key (a standalone master) is asked without it, which through the Backend
 // interface would cost every write an allocation.
 func (wr *Writer) master(key string) *cluster.Node {
-	if !wr.cluster {
+	if !wr.routesByKey {
 		return wr.opts.Backend.MasterForKey(nil)
 	}
 	return wr.opts.Backend.MasterForKey([]byte(key))

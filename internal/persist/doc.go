@@ -13,30 +13,40 @@
 // Tokens are global (one counter for all resources), so per-resource
 // monotonicity follows: the lock manager asks for a fresh token on every grant.
 //
-// # Invariants
+// # What it keeps
 //
-// The store keeps two key families in Pebble:
+// Three key families in Pebble: m/ for the store's own state, t/ and p/
+// per resource.
 //
 //	m/bound       8-byte big-endian: the durable token bound
 //	m/floor       8-byte big-endian: the token floor (invariant 8)
 //	m/id          the store's id: random, made with the directory
-//	m/run         the run ids of the last processes that opened it
+//	m/run         the run ids of the last processes that opened it,
+//	              newest first, comma-separated
 //	m/dir         the directory's inode when it was last opened
 //	t/<resource>  8-byte big-endian: newest token recorded for resource
 //	p/<token><resource>  empty: token (8-byte big-endian) reserved for
 //	                     resource, not yet confirmed or cancelled
 //
-// A grant is recorded in two steps: Reserve syncs p/<resource> while the
-// caller waits for Redis's replicas, then Confirm writes t/<resource>
-// without a sync (or Cancel drops the reservation).
+// m/id names the store on the backend; m/run and m/dir let the next process
+// tell a dead predecessor from a live copy of the directory (shared.go).
+// A grant is recorded in two steps (reserve.go): Reserve syncs
+// p/<token><resource> while the caller waits for Redis's replicas, then
+// Confirm writes t/<resource> without a sync (or Cancel drops the
+// reservation).
 //
-// and, in memory, last (the counter) and bound (a copy of the synced m/bound).
+// In memory it keeps last (the counter), bound (the published bound: m/bound
+// as synced and, for a Shared store, shared), synced (m/bound as last
+// synced), floor (m/floor as synced) and the newest-token cache.
+//
+// # Invariants
 //
 //  1. No token above the durable bound. NextToken returns t only if t <= a value
 //     of m/bound whose pebble.Sync commit has returned success. m/bound only
 //     grows, so every token ever returned is <= the m/bound on disk.
 //  2. Open starts above the bound. Open reads m/bound = B, durably writes
-//     B+ReserveWindow, and sets last = B before it returns. By (1) every token
+//     B+ReserveWindow (a Shared store: Join, before its first token), and
+//     sets last = B before it returns. By (1) every token
 //     an earlier process returned is <= B < every token this one returns.
 //     Within a process last is an atomic counter. (1) and (2) give the fencing
 //     invariant. When last reaches bound, the caller that crossed it writes a
@@ -135,10 +145,11 @@
 //
 // NextToken, Reserve, Confirm, Cancel, Newest, Adopt, Join and Stats are
 // safe for concurrent use. Join's share function runs under reserveMu and
-// must not call back into the store. Close must
-// not run concurrently with them; calls after Close return ErrClosed. Lock
-// order: reserveMu (token reservations) and the cache shard mutexes are never
-// held together; shard mutexes are leaves and are never held during I/O.
+// must not call back into the store. Close must not run concurrently with
+// them; calls after Close return ErrClosed. Lock order: reserveMu (token
+// reservations) and the cache shard mutexes are never held together; shard
+// mutexes are leaves and are never held during I/O (the whole proxy's order
+// is in docs/lock-order.md).
 //
 // The merge operator's name ("fenceproxy.max_u64_be.v1") is stored in the
 // database: Pebble refuses to open the directory with any other merger.

@@ -15,6 +15,10 @@ type slot struct {
 	// late is true once WaitReplies moved the reply from batch.wg to
 	// batch.late.
 	late bool
+	// done is set by the first Complete: a request whose Handler panicked
+	// is completed by the connection (Conn.dispatch), and a Done that the
+	// Handler had arranged before panicking may still come.
+	done atomic.Bool
 }
 
 // Complete is the end of every reply to a client: an error value becomes
@@ -23,6 +27,9 @@ type slot struct {
 // goroutine completes the reply (the connection's own, a backend reader, a
 // lock worker), and allocates nothing for a reply of bytes.
 func (s *slot) Complete(r *resp.Reply) {
+	if s.done.Swap(true) {
+		return
+	}
 	b := s.batch
 	if r.Err != nil {
 		// The slot holds this request's reply only: nothing else to keep.
@@ -126,6 +133,7 @@ func (b *batch) next() *resp.Reply {
 	}
 	s := b.replies[b.n]
 	s.late = false
+	s.done.Store(false)
 	p := s.reply
 	p.Buf, p.Err = p.Buf[:0], nil
 	b.n++

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,8 +31,9 @@ const (
 )
 
 // Conn is one client connection. Its exported fields belong to the Handler,
-// which may read and write them from the connection's own goroutine (that is,
-// inside ServeCommand); other goroutines must not touch them.
+// which may read and write them from its methods (ServeCommand, BatchDone,
+// ClientGone, Closed: never two at once, see Handler); other goroutines must
+// not touch them.
 type Conn struct {
 	ID         int64
 	RemoteAddr string
@@ -101,6 +103,46 @@ func (c *Conn) ReadAt() time.Time { return c.readAt }
 func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }
 
 // serve is the connection's whole life: read, dispatch, reply, repeat.
+// dispatch hands one request to the Handler. A panic there is a bug of
+// the proxy's, never the client's: the request is answered with an
+// internal error (unless its reply was already complete), the panic and
+// its stack go to the log, and the connection is closed after the batch,
+// since the Handler's state for it may be half changed. Other clients are
+// not affected. (Left to run, the panic would end the process; and serve's
+// deferred release would wait forever for the reply that never comes.)
+func (c *Conn) dispatch(args [][]byte, p *resp.Reply) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.server.Logger.Error("panic serving a request; the client's connection is closed", "panic", r,
+				"command", clipCommand(args), "stack", string(debug.Stack()))
+			c.closeAfterReply = true
+			if s := c.batch.replies[c.batch.n-1]; !s.done.Load() {
+				// A Done the Handler arranged elsewhere may still race
+				// this one; the slot takes the first (Complete).
+				p.Buf, p.Err = p.Buf[:0], errPanicked
+				p.Done()
+			}
+		}
+	}()
+	c.server.handler.ServeCommand(c, args, p)
+}
+
+// errPanicked answers a request whose Handler panicked.
+var errPanicked = resp.Error{Code: "ERR", Msg: "fenceproxy: internal error serving this request (see the proxy's log); the connection is closed"}
+
+// clipCommand names a request for the log without its arguments, which
+// may hold secrets (AUTH) or megabytes.
+func clipCommand(args [][]byte) string {
+	if len(args) == 0 {
+		return ""
+	}
+	name := args[0]
+	if len(name) > 32 {
+		name = name[:32]
+	}
+	return string(name)
+}
+
 func (c *Conn) serve() {
 	defer c.server.release(c)
 	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
@@ -145,7 +187,7 @@ func (c *Conn) serve() {
 		if c.batch.n == 1 {
 			c.heldInput = 0
 		}
-		c.server.handler.ServeCommand(c, args, p)
+		c.dispatch(args, p)
 		if c.batch.n == probeBatch && !c.mayBlock && !c.writesTaken {
 			// Requests are dispatched faster than the first reply comes
 			// back: learn how big they are before putting a whole window
@@ -228,7 +270,8 @@ func (c *Conn) writeBatch() error {
 // collect waits for every reply of the batch, puts them in c.out in order
 // and ends the batch (BatchDone, the next window). A batch over the normal
 // class's hard output limit closes the client instead, and its error is
-// returned.
+// returned. It runs on the connection's goroutine (writeBatch) or on the
+// one that completed a batch left to its last reply (finishLater).
 func (c *Conn) collect() error {
 	n := c.batch.n
 	c.out = c.batch.appendTo(c.out[:0])

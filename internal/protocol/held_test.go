@@ -65,11 +65,10 @@ func echoReply(args [][]byte) []byte {
 
 // heldSetup is one way of serving: each takes another path to the write.
 type heldSetup struct {
-	name      string
-	later     bool          // replies completed off the connection's goroutine
-	idle      time.Duration // the server's IdleTimeout
-	tls       bool
-	configure func(*Server)
+	name  string
+	later bool          // replies completed off the connection's goroutine
+	idle  time.Duration // the server's IdleTimeout
+	tls   bool
 }
 
 var heldSetups = []heldSetup{

@@ -38,6 +38,7 @@ func (l OutputLimit) String() string {
 func ParseOutputLimits(s string, normal, pubsub *OutputLimit) error {
 	f := strings.Fields(strings.ReplaceAll(s, ";", " "))
 	if len(f) == 0 || len(f)%4 != 0 {
+		//lint:ignore ST1005 Redis's own text for this setting, kept word for word
 		return errors.New("Wrong number of arguments in buffer limit configuration.")
 	}
 	for i := 0; i < len(f); i += 4 {
@@ -50,12 +51,14 @@ func ParseOutputLimits(s string, normal, pubsub *OutputLimit) error {
 		case "replica", "slave":
 			dst = new(OutputLimit)
 		default:
+			//lint:ignore ST1005 Redis's own text
 			return errors.New("Invalid client class specified in buffer limit configuration.")
 		}
 		hard, err1 := ParseMemory(f[i+1])
 		soft, err2 := ParseMemory(f[i+2])
 		secs, err3 := strconv.ParseInt(f[i+3], 10, 64)
 		if err1 != nil || err2 != nil || err3 != nil || secs < 0 || secs > 1<<31 {
+			//lint:ignore ST1005 Redis's own text
 			return errors.New("Error in hard, soft or soft_seconds setting in buffer limit configuration.")
 		}
 		*dst = OutputLimit{Hard: hard, Soft: soft, SoftFor: time.Duration(secs) * time.Second}

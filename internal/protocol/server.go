@@ -17,17 +17,28 @@ import (
 // args are valid only until it returns (copy what you keep), and p.Done must
 // be called exactly once, now or later from any goroutine, with the reply's
 // bytes in p.Buf or an error value in p.Err (written to the client as its
-// reply: see appendErr).
+// reply: see appendErr). Done must not be called with a lock held that
+// BatchDone takes: it may run BatchDone (below).
+//
+// The four methods are never called at the same time for one connection,
+// and each happens after the calls before it, so per-connection state that
+// only they touch needs no lock; what a reply's completion shares with them
+// does (docs/lock-order.md).
 type Handler interface {
 	ServeCommand(c *Conn, args [][]byte, p *resp.Reply)
-	// BatchDone is called on the connection's goroutine once every reply of
-	// a batch is in, before they are written.
+	// BatchDone is called once every reply of a batch is in, before they
+	// are written: on the connection's goroutine, or, for a batch left to
+	// its last reply (later.go), on the goroutine that completed that reply
+	// (a backend reader, a lock worker) while the connection's goroutine
+	// waits for the next request. It must not block.
 	BatchDone(c *Conn)
 	// ClientGone is called, from the connection's goroutine, when the client
-	// disconnects while a batch marked MayBlock is still waiting: cancel
-	// what waits for it. The batch's replies must still complete.
+	// disconnects while a batch marked MayBlock is still waiting (its
+	// replies may be completing meanwhile): cancel what waits for it. The
+	// batch's replies must still complete.
 	ClientGone(c *Conn)
-	// Closed is called once when a connection ends, after its last reply.
+	// Closed is called once when a connection ends, on its goroutine, after
+	// its last reply.
 	Closed(c *Conn)
 }
 

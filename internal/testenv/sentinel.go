@@ -209,7 +209,7 @@ func (s *Sentinels) WaitMaster(t testing.TB, addr string) {
 			}
 			var named string
 			if named, err = s.Master(i); err == nil && named != addr {
-				err = fmt.Errorf("Sentinel %s names %s", s.Addrs[i], named)
+				err = fmt.Errorf("the Sentinel at %s names %s", s.Addrs[i], named)
 			}
 			if err != nil {
 				break

@@ -38,23 +38,63 @@ func TestMultiExec(t *testing.T) {
 			cmd("NOSUCHCOMMAND"),
 			cmd("EXEC"),
 		}
-		run := func(c *testenv.Conn) []string {
-			var out []string
-			for _, args := range script {
-				out = append(out, string(c.Do(args...)))
-			}
-			return out
+		sameAsMaster(t, e, m, script)
+	}
+}
+
+// sameAsMaster runs script on one proxy connection, then (after a flush)
+// on one connection to m, whose slots its keys are in, and compares every
+// reply.
+func sameAsMaster(t *testing.T, e *env, m *testenv.Redis, script [][]string) {
+	t.Helper()
+	run := func(c *testenv.Conn) []string {
+		var out []string
+		for _, args := range script {
+			out = append(out, string(c.Do(args...)))
 		}
-		got := run(e.dial(t))
-		flushDirect(t, e.cl)
-		want := run(testenv.Dial(t, m.Addr))
-		for i := range script {
-			noRedirect(t, testenv.ShowCommand(script[i]), []byte(got[i]))
-			if got[i] != want[i] {
-				t.Errorf("%s on %s's slot:\n proxy  %q\n redis  %q", testenv.ShowCommand(script[i]), m.Addr, got[i], want[i])
-			}
+		return out
+	}
+	got := run(e.dial(t))
+	flushDirect(t, e.cl)
+	want := run(testenv.Dial(t, m.Addr))
+	for i := range script {
+		noRedirect(t, testenv.ShowCommand(script[i]), []byte(got[i]))
+		if got[i] != want[i] {
+			t.Errorf("%s on %s's slot:\n proxy  %q\n redis  %q", testenv.ShowCommand(script[i]), m.Addr, got[i], want[i])
 		}
 	}
+}
+
+// TestMultiMisuse: a MULTI inside MULTI and a WATCH inside MULTI get
+// Redis's own errors, before and after the transaction's first command
+// (in front of a cluster MULTI reaches a master only with that command),
+// and the transaction carries on as on the master directly; RESET ends a
+// transaction whose MULTI was not sent yet.
+func TestMultiMisuse(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	m := e.cl.Masters[1]
+	k := "{" + st.keysOn(m, "tx", 1)[0] + "}:a"
+	script := [][]string{
+		cmd("MULTI"),
+		cmd("MULTI"),
+		cmd("WATCH", k),
+		cmd("SET", k, "1"),
+		cmd("MULTI"),
+		cmd("WATCH", k),
+		cmd("EXEC"),
+		cmd("MULTI"),
+		cmd("WATCH", k),
+		cmd("EXEC"),
+		cmd("MULTI"), // RESET ends it, MULTI not yet sent
+		cmd("RESET"),
+		cmd("WATCH", k),
+		cmd("MULTI"),
+		cmd("INCR", k),
+		cmd("EXEC"),
+		cmd("PING"),
+	}
+	sameAsMaster(t, e, m, script)
 }
 
 // TestBlockingPop: BLPOP through the proxy blocks on the key's master and is

@@ -241,7 +241,8 @@ func TestRESP3LikeRedis(t *testing.T) {
 }
 
 // TestConnectionCommands: INFO carries Redis's sections and the proxy's;
-// CLIENT INFO/LIST describe the proxy's clients; RESET ends MULTI and RESP3.
+// CLIENT INFO/LIST describe the proxy's clients; RESET, inside MULTI too,
+// ends MULTI and RESP3.
 func TestConnectionCommands(t *testing.T) {
 	pr := startPair(t)
 	proxy := testenv.Dial(t, pr.Proxy.Addr)
@@ -278,6 +279,7 @@ func TestConnectionCommands(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	id := proxy.Do("CLIENT", "ID")
 	proxy.Do("HELLO", "3")
 	proxy.Do("MULTI")
 	proxy.Do("SET", "r", "1")
@@ -289,6 +291,15 @@ func TestConnectionCommands(t *testing.T) {
 	}
 	if got := proxy.Do("CLIENT", "GETNAME"); string(got) != "$-1\r\n" {
 		t.Fatalf("CLIENT GETNAME after RESET = %q", got)
+	}
+	// The proxy's own state is reset too: it answers CLIENT itself again,
+	// out of the transaction, in RESP2.
+	if got := proxy.Do("CLIENT", "ID"); string(got) != string(id) {
+		t.Fatalf("CLIENT ID after RESET = %q, want the proxy's %q", got, id)
+	}
+	ci, _ = testenv.ParseBulk(proxy.Do("CLIENT", "INFO"))
+	if !strings.Contains(string(ci), " multi=-1 ") || !strings.Contains(string(ci), " resp=2 ") {
+		t.Fatalf("CLIENT INFO after RESET = %q, want multi=-1 and resp=2", ci)
 	}
 }
 

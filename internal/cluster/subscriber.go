@@ -1,4 +1,4 @@
-package commands
+package cluster
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -26,7 +25,7 @@ import (
 // The subscription counts in shard confirmations are rewritten to the
 // client's total, as one node would count them.
 type subscriber struct {
-	h      *Handler
+	c      *Cluster
 	resp3  bool
 	client net.Conn
 
@@ -34,10 +33,10 @@ type subscriber struct {
 
 	mu       sync.Mutex
 	home     net.Conn
-	shards   map[*cluster.Node]net.Conn
-	channels map[string]*cluster.Node // shard channels the client holds
-	leaving  map[string]int           // SUNSUBSCRIBEs the client sent, not yet confirmed
-	moving   map[string]int           // our own re-SSUBSCRIBEs, confirmations to swallow
+	shards   map[*Node]net.Conn
+	channels map[string]*Node // shard channels the client holds
+	leaving  map[string]int   // SUNSUBSCRIBEs the client sent, not yet confirmed
+	moving   map[string]int   // our own re-SSUBSCRIBEs, confirmations to swallow
 	// asked holds, per shard connection, the channels of SSUBSCRIBEs sent
 	// and not yet confirmed, oldest first: an error reply (MOVED when the
 	// topology was stale) answers the oldest, which then goes again.
@@ -45,34 +44,36 @@ type subscriber struct {
 	closed bool
 }
 
-func (h *Handler) newSubscriber(resp3 bool) (*subscriber, error) {
-	m := h.opts.Cluster.Masters()
+func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
+	m := c.Masters()
 	if len(m) == 0 {
-		return nil, cluster.ErrUnavailable
+		return nil, ErrUnavailable
 	}
 	home, err := m[0].Tunnel(resp3)
 	if err != nil {
 		return nil, err
 	}
 	return &subscriber{
-		h: h, resp3: resp3, home: home,
-		shards:   make(map[*cluster.Node]net.Conn),
-		channels: make(map[string]*cluster.Node),
+		c: c, resp3: resp3, home: home,
+		shards:   make(map[*Node]net.Conn),
+		channels: make(map[string]*Node),
 		leaving:  make(map[string]int),
 		moving:   make(map[string]int),
 		asked:    make(map[net.Conn][][]string),
 	}, nil
 }
 
-func (s *subscriber) start(client net.Conn) {
+// Start relays the home connection to client (and each shard connection,
+// as it opens).
+func (s *subscriber) Start(client net.Conn) {
 	s.client = client
 	go s.read(s.home, nil)
 }
 
-// send routes one request: shard (un)subscriptions to their channel's
+// Send routes one request: shard (un)subscriptions to their channel's
 // master, everything else home.
-func (s *subscriber) send(args [][]byte) {
-	name := lowerName(args[0])
+func (s *subscriber) Send(args [][]byte) {
+	name := keys.LowerName(args[0])
 	var conn net.Conn
 	var err error
 	switch {
@@ -91,7 +92,7 @@ func (s *subscriber) send(args [][]byte) {
 		}
 		s.mu.Unlock()
 		if node == nil {
-			node = s.h.opts.Cluster.MasterForSlot(keys.SlotOf(args[1]))
+			node = s.c.MasterForSlot(keys.SlotOf(args[1]))
 		}
 		conn, err = s.shardConn(node)
 	case name == "sunsubscribe":
@@ -117,7 +118,7 @@ func (s *subscriber) send(args [][]byte) {
 		conn = s.home
 	}
 	if err != nil || conn == nil {
-		s.close() // the client sees its connection end, as when Redis is lost
+		s.Close() // the client sees its connection end, as when Redis is lost
 		return
 	}
 	s.write(conn, args)
@@ -125,15 +126,15 @@ func (s *subscriber) send(args [][]byte) {
 
 func (s *subscriber) write(conn net.Conn, args [][]byte) {
 	if _, err := conn.Write(resp.AppendCommand(nil, args)); err != nil {
-		s.close()
+		s.Close()
 	}
 }
 
 // ssubscribe sends SSUBSCRIBE channels to the master of the first one's
 // slot (Redis answers CROSSSLOT if they span slots), avoiding the master
 // "not" that just let them go.
-func (s *subscriber) ssubscribe(channels []string, not *cluster.Node) {
-	node := s.h.opts.Cluster.MasterForSlot(keys.SlotOf([]byte(channels[0])))
+func (s *subscriber) ssubscribe(channels []string, not *Node) {
+	node := s.c.MasterForSlot(keys.SlotOf([]byte(channels[0])))
 	if node == not {
 		node = nil
 	}
@@ -153,12 +154,12 @@ func (s *subscriber) ssubscribe(channels []string, not *cluster.Node) {
 }
 
 // resubscribe sends channels again once the topology names a master for
-// their slot other than not, within cluster.RetryWindow.
-func (s *subscriber) resubscribe(channels []string, not *cluster.Node) {
+// their slot other than not, within RetryWindow.
+func (s *subscriber) resubscribe(channels []string, not *Node) {
 	slot := keys.SlotOf([]byte(channels[0]))
-	deadline := time.Now().Add(cluster.RetryWindow)
+	deadline := time.Now().Add(RetryWindow)
 	for pause := 20 * time.Millisecond; time.Now().Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
-		s.h.opts.Cluster.Refresh()
+		s.c.Refresh()
 		time.Sleep(pause)
 		s.mu.Lock()
 		closed := s.closed
@@ -166,20 +167,20 @@ func (s *subscriber) resubscribe(channels []string, not *cluster.Node) {
 		if closed {
 			return
 		}
-		if node := s.h.opts.Cluster.MasterForSlot(slot); node != nil && node != not {
+		if node := s.c.MasterForSlot(slot); node != nil && node != not {
 			s.ssubscribe(channels, not)
 			return
 		}
 	}
-	s.h.opts.Logger.Warn("could not follow shard channels to a new master; ending the client's subscription", "channels", channels)
-	s.close()
+	s.c.log.Warn("could not follow shard channels to a new master; ending the client's subscription", "channels", channels)
+	s.Close()
 }
 
 // shardConn returns the connection to node for shard channels, dialing it
 // (and starting its reader) on first use.
-func (s *subscriber) shardConn(node *cluster.Node) (net.Conn, error) {
+func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 	if node == nil {
-		return nil, cluster.ErrUnavailable
+		return nil, ErrUnavailable
 	}
 	s.mu.Lock()
 	c := s.shards[node]
@@ -195,7 +196,7 @@ func (s *subscriber) shardConn(node *cluster.Node) (net.Conn, error) {
 	if s.closed {
 		s.mu.Unlock()
 		c.Close()
-		return nil, cluster.ErrUnavailable
+		return nil, ErrUnavailable
 	}
 	if other := s.shards[node]; other != nil {
 		s.mu.Unlock()
@@ -210,7 +211,7 @@ func (s *subscriber) shardConn(node *cluster.Node) (net.Conn, error) {
 
 // read relays what one Redis connection writes until it ends; then the
 // client's connection ends too (Redis closed it: QUIT, or a failure).
-func (s *subscriber) read(conn net.Conn, node *cluster.Node) {
+func (s *subscriber) read(conn net.Conn, node *Node) {
 	rd := bufio.NewReaderSize(conn, 16<<10)
 	var msg []byte
 	for {
@@ -242,15 +243,15 @@ func (s *subscriber) read(conn net.Conn, node *cluster.Node) {
 	}
 	s.mu.Unlock()
 	if !retired {
-		s.close()
+		s.Close()
 	}
 }
 
 // nodeRetired reports whether node no longer masters any slot of the
 // cluster (it failed over or lost its slots): its shard connection may end
 // without ending the client. Called with s.mu held.
-func (s *subscriber) nodeRetired(node *cluster.Node) bool {
-	for _, n := range s.h.opts.Cluster.Masters() {
+func (s *subscriber) nodeRetired(node *Node) bool {
+	for _, n := range s.c.Masters() {
 		if n == node {
 			return false
 		}
@@ -261,8 +262,8 @@ func (s *subscriber) nodeRetired(node *cluster.Node) bool {
 // shardMessage looks at a message from a shard connection: it keeps the
 // channel map up to date, swallows what the client must not see (nil), and
 // rewrites the subscription count of confirmations.
-func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *cluster.Node) []byte {
-	if len(msg) > 0 && msg[0] == '-' && cluster.Redirected(msg) {
+func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *Node) []byte {
+	if len(msg) > 0 && msg[0] == '-' && Redirected(msg) {
 		// The oldest SSUBSCRIBE met a slot that moved: send it again.
 		s.mu.Lock()
 		var channels []string
@@ -354,8 +355,8 @@ func bulkString(raw []byte) (string, bool) {
 	return str, err == nil && ok
 }
 
-// close ends every Redis connection and the client's.
-func (s *subscriber) close() {
+// Close ends every Redis connection and the client's.
+func (s *subscriber) Close() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

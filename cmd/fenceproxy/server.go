@@ -1,0 +1,451 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/internal/auth"
+	"github.com/fenceproxy/fenceproxy/internal/authority"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/commands"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// How long the start may wait for the backend: to connect and read what the
+// proxy needs of it (together), and for the token authority's first round.
+const (
+	connectTimeout   = 5 * time.Second
+	authorityTimeout = 30 * time.Second
+)
+
+// proxy is fenceproxy put together: start builds it, serve runs it until a
+// signal, close takes it down.
+type proxy struct {
+	cfg     config
+	logger  *slog.Logger
+	metrics *metrics.Metrics
+
+	ln     net.Listener // nil with --listen "": TLS clients only
+	tlsLn  net.Listener // nil without --tls-listen
+	tlsCfg *tls.Config
+
+	store       *persist.Store
+	be          cluster.Backend
+	backendFlag string        // how errors name the backend: the flags that chose it
+	version     string        // the backend's redis_version, reported by HELLO
+	lockWrites  *locks.Writer // the lock scripts' batched writer, for the manager and the authority
+	tokens      atomic.Pointer[authority.Authority]
+	srv         *protocol.Server
+	startedAt   time.Time // when it began to serve, for INFO's uptime
+
+	closers []func() // in the order opened; close runs them backwards
+}
+
+// start builds every part in the order a failure is likeliest found (the
+// ACL file, the ports, the data dir, the backend) and returns the proxy
+// ready to serve; on error what was opened is closed again.
+func start(cfg config) (*proxy, error) {
+	p := &proxy{cfg: cfg}
+	if err := p.build(); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *proxy) build() error {
+	if err := p.startLogging(); err != nil {
+		return err
+	}
+	p.metrics = metrics.New()
+	// The ACL file first: a typo in it stops the start before anything
+	// else is touched.
+	aclSpecs, err := p.readACLFile()
+	if err != nil {
+		return err
+	}
+	// The port next: it is the cheapest check and the likeliest clash.
+	if err := p.listen(); err != nil {
+		return err
+	}
+	backendTLS, err := p.cfg.tls.backendConfig()
+	if err != nil {
+		return err
+	}
+	if err := p.openStore(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	if err := p.connectBackend(ctx, backendTLS); err != nil {
+		return err
+	}
+	keyTable, err := p.readBackend(ctx)
+	if err != nil {
+		return err
+	}
+	cancel()
+	acl, err := p.compileACL(aclSpecs, keyTable)
+	if err != nil {
+		return err
+	}
+	if err := p.startAuthority(); err != nil {
+		return err
+	}
+	p.startedAt = time.Now()
+	p.srv = p.newServer(p.newHandler(keyTable, acl))
+	if err := p.serveMetrics(); err != nil {
+		return err
+	}
+	p.logReady()
+	return nil
+}
+
+// onClose registers fn to run at close, before what was opened earlier.
+func (p *proxy) onClose(fn func()) { p.closers = append(p.closers, fn) }
+
+// close closes everything opened, the last opened first.
+func (p *proxy) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+	p.closers = nil
+}
+
+// serve accepts clients until SIGTERM or SIGINT, then drains them within
+// --shutdown-timeout. It returns an error only if accepting fails.
+func (p *proxy) serve() error {
+	// Signals before the first accept: a client that is answered may send
+	// SIGTERM at once, and must find it handled (drain, exit 0).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	serveErr := make(chan error, 2)
+	if p.ln != nil {
+		go func() { serveErr <- p.srv.Serve(p.ln) }()
+	}
+	if p.tlsLn != nil {
+		go func() { serveErr <- p.srv.ServeTLS(p.tlsLn, p.tlsCfg) }()
+	}
+	select {
+	case sig := <-sigs:
+		p.logger.Info("draining and shutting down", "signal", sig.String(), "clients", p.srv.Clients())
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.shutdownTimeout)
+		defer cancel()
+		if err := p.srv.Shutdown(ctx); err != nil {
+			p.logger.Warn("shutdown timed out; closed remaining clients", "err", err)
+		}
+		p.logger.Info("stopped")
+		return nil
+	case err := <-serveErr:
+		return fmt.Errorf("accepting clients: %v", err)
+	}
+}
+
+// startLogging sets the process's logger at --log-level.
+func (p *proxy) startLogging() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(p.cfg.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %v", err)
+	}
+	p.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(p.logger)
+	// go-redis logs dial failures itself; they reach the operator through our
+	// own errors and log lines instead.
+	redis.SetLogger(quietRedisLogger{p.logger})
+	return nil
+}
+
+// readACLFile parses --aclfile (nil without one).
+func (p *proxy) readACLFile() ([]auth.UserSpec, error) {
+	if p.cfg.aclFile == "" {
+		return nil, nil
+	}
+	specs, err := auth.ParseFile(p.cfg.aclFile)
+	if err != nil {
+		return nil, fmt.Errorf("--aclfile: %v", err)
+	}
+	return specs, nil
+}
+
+// listen binds --listen and --tls-listen.
+func (p *proxy) listen() error {
+	if p.cfg.listen != "" { // "" with --tls-listen: TLS clients only
+		ln, err := net.Listen("tcp", p.cfg.listen)
+		if err != nil {
+			return fmt.Errorf("--listen %s: %v", p.cfg.listen, err)
+		}
+		p.ln = ln
+		p.onClose(func() { ln.Close() })
+	}
+	tlsLn, tlsCfg, err := p.cfg.tls.open(p.logger)
+	if err != nil {
+		return err
+	}
+	if tlsLn != nil {
+		p.tlsLn, p.tlsCfg = tlsLn, tlsCfg
+		p.onClose(func() { tlsLn.Close() })
+	}
+	return nil
+}
+
+// openStore opens the fence store in --data-dir.
+func (p *proxy) openStore() error {
+	store, err := persist.Open(p.cfg.dataDir, persist.Options{
+		CacheEntries: p.cfg.cacheEntries,
+		ObserveSync:  func(d time.Duration) { p.metrics.FsyncSeconds.Observe(d.Seconds()) },
+		Logger:       p.logger,
+		Shared:       true, // its bound is kept in Redis too (internal/authority)
+		TokenFloor:   p.cfg.tokenFloor,
+	})
+	if err != nil {
+		return fmt.Errorf("--data-dir %s: %v", p.cfg.dataDir, err)
+	}
+	p.store = store
+	p.onClose(func() { store.Close() })
+	return nil
+}
+
+// connectBackend reaches the backend --backend or --sentinel names.
+func (p *proxy) connectBackend(ctx context.Context, backendTLS *tls.Config) error {
+	cfg := &p.cfg
+	sentinelOpts, err := cfg.sentinel.options(&cfg.tls)
+	if err != nil {
+		return err
+	}
+	p.backendFlag = "--backend " + cfg.backend
+	if sentinelOpts != nil {
+		p.backendFlag = cfg.sentinel.String()
+	}
+	be, err := cluster.Connect(ctx, cluster.Options{
+		Sentinel:       sentinelOpts,
+		Seeds:          strings.Split(cfg.backend, ","),
+		Username:       cfg.backendUser,
+		Password:       cfg.backendPassword,
+		PoolSize:       cfg.backendConns,
+		WriterConns:    cfg.lockConns,
+		ReplicaTimeout: cfg.replicaTimeout,
+		ObserveReply:   func(d time.Duration) { p.metrics.PassthroughSeconds.Observe(d.Seconds()) },
+		Logger:         p.logger,
+		TLS:            backendTLS,
+		// After a failover the token authority's heartbeat goes to the
+		// new master at once (the authority starts after the backend).
+		OnMasterChange: func() {
+			if a := p.tokens.Load(); a != nil {
+				a.Recheck()
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %v", p.backendFlag, err)
+	}
+	p.be = be
+	p.onClose(be.Close)
+	if sentinelOpts != nil {
+		cfg.backend = be.Masters()[0].Addr // for the log: the master Sentinel named at start
+	}
+	return nil
+}
+
+// readBackend reads the first master's version and where each command's
+// keys are (Backend.Keys, read from Redis's own COMMAND by Connect, which
+// fails without it in front of a cluster: slot routing depends on it): ACL
+// users' key patterns depend on it too. Without it a standalone proxy
+// still serves (keyTable nil).
+func (p *proxy) readBackend(ctx context.Context) (*keys.Table, error) {
+	master := p.be.Masters()[0]
+	p.version = "7.0.0"
+	if info, err := master.Client.Info(ctx, "server").Result(); err == nil {
+		p.version = cluster.InfoField(info, "redis_version")
+	}
+	keyTable, err := p.be.Keys()
+	if err != nil && (p.cfg.aclFile != "" || p.cfg.requirepass != "") {
+		return nil, fmt.Errorf("%s: reading COMMAND (needed to check ACL users' commands and keys): %v", p.backendFlag, err)
+	}
+	return keyTable, nil
+}
+
+// compileACL turns on fenceproxy's own client authentication with
+// --aclfile or --requirepass (nil without either).
+func (p *proxy) compileACL(specs []auth.UserSpec, keyTable *keys.Table) (*auth.ACL, error) {
+	if p.cfg.aclFile == "" && p.cfg.requirepass == "" {
+		return nil, nil
+	}
+	acl, err := auth.Compile(specs, p.cfg.requirepass, commands.ACLCommands(keyTable))
+	if err != nil {
+		return nil, fmt.Errorf("--aclfile: %v", err)
+	}
+	p.logger.Info("client authentication on", "users", strings.Join(acl.Users(), ","),
+		"default_needs_password", acl.Initial() == nil)
+	if names := acl.ScriptingUsers(); len(names) > 0 {
+		p.logger.Warn("users confined to key patterns may run scripts, which reach keys beyond their patterns; deny them -@scripting",
+			"users", strings.Join(names, ","))
+	}
+	return acl, nil
+}
+
+// startAuthority starts the lock-script writer and the token authority,
+// before any lock command: the authority's first heartbeat round finds
+// another fenceproxy live on this backend, or joins the fence store to the
+// token bound kept in Redis.
+func (p *proxy) startAuthority() error {
+	p.lockWrites = locks.NewWriter(locks.WriterOptions{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
+	tokens := authority.New(authority.Options{
+		Backend: p.be, Writer: p.lockWrites, Store: p.store, KeyPrefix: p.cfg.keyPrefix,
+		MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout, Logger: p.logger,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), authorityTimeout)
+	err := tokens.Start(ctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%s: %v", p.backendFlag, err)
+	}
+	p.onClose(tokens.Close)
+	p.tokens.Store(tokens)
+	p.metrics.RegisterAuthority(func() metrics.AuthorityStats {
+		st := tokens.Stats()
+		return metrics.AuthorityStats{StoreID: st.StoreID, RedisBound: st.RedisBound, Floor: st.Floor, Conflict: len(st.Others) > 0, Confirmed: st.Confirmed}
+	})
+	return nil
+}
+
+// newHandler is the command handler: the lock manager and the backend
+// behind every command.
+func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handler {
+	cfg := &p.cfg
+	return commands.NewHandler(commands.Options{
+		Backend: p.be,
+		Keys:    keyTable,
+		Locks: locks.New(locks.Options{
+			Scripts: p.lockWrites, Store: locks.PersistStore(p.store), MinReplicas: cfg.minReplicas,
+			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: p.metrics, Logger: p.logger,
+			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
+			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
+			AllowEvictable:    cfg.allowEvictable,
+			Admit:             p.tokens.Load().Admit,
+			LeaseSafetyMargin: cfg.leaseMargin,
+		}),
+		Metrics:        p.metrics,
+		Logger:         p.logger,
+		RedisVersion:   p.version,
+		ReplicaTimeout: cfg.replicaTimeout,
+		KeyPrefix:      cfg.keyPrefix,
+		Info:           p.info,
+		ACL:            acl,
+	})
+}
+
+// newServer is the client side, with the client limits.
+func (p *proxy) newServer(h protocol.Handler) *protocol.Server {
+	srv := protocol.NewServer(h, p.logger)
+	srv.MaxClients = p.cfg.maxClients
+	p.cfg.limits.apply(srv)
+	srv.OnLimitClose = func(reason string) { p.metrics.ClientsClosed.WithLabelValues(reason).Inc() }
+	srv.OnConnect = func(delta int) { p.metrics.ConnectedClients.Add(float64(delta)) }
+	srv.HandshakeTimeout = p.cfg.tls.handshakeTimeout
+	return srv
+}
+
+// info is the body of INFO's "# fenceproxy" section.
+func (p *proxy) info() string {
+	st := p.store.Stats()
+	be := p.be
+	return fmt.Sprintf("fenceproxy_mode:%s\r\nmasters:%d\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nreplicas_seen:%d\r\n"+
+		"min_replicas:%d\r\nreplica_timeout_ms:%d\r\nfence_store_healthy:%d\r\ntoken_bound:%d\r\n"+
+		"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
+		be.Mode(), len(be.Masters()), int(time.Since(p.startedAt).Seconds()), p.srv.Clients(), fewestReplicas(be),
+		p.cfg.minReplicas, p.cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
+		st.CacheEntries, st.CacheHits, st.CacheMisses) + p.tokens.Load().Info() + limitsInfo(p.srv) + memoryInfo(be, p.cfg.allowEvictable, p.metrics)
+}
+
+// serveMetrics serves /metrics, /healthz and /readyz on --metrics-listen.
+func (p *proxy) serveMetrics() error {
+	p.metrics.WatchMasters(func() []metrics.MasterMemory { return mastersMemory(p.be) })
+	if p.cfg.metricsListen == "" {
+		return nil
+	}
+	ms, err := p.metrics.Listen(p.cfg.metricsListen, p.cfg.pprof, p.ready)
+	if err != nil {
+		return fmt.Errorf("--metrics-listen %s: %v", p.cfg.metricsListen, err)
+	}
+	p.onClose(func() { ms.Close(context.Background()) })
+	return nil
+}
+
+// ready is /readyz's answer: nil while every master is reachable and
+// written to, and the fence store healthy.
+func (p *proxy) ready() error {
+	for _, n := range p.be.Masters() {
+		if !n.Up() {
+			return fmt.Errorf("backend Redis master %s unreachable", n.Addr)
+		}
+		if n.Refusal() != nil {
+			return fmt.Errorf("backend Redis %s is not the master now; nothing is sent to it", n.Addr)
+		}
+	}
+	if !p.store.Stats().Healthy {
+		return errors.New("fence store unhealthy")
+	}
+	return nil
+}
+
+// logReady logs what the proxy is about to serve, and what needs the
+// operator's attention.
+func (p *proxy) logReady() {
+	cfg, be := &p.cfg, p.be
+	var replicas []string
+	for _, n := range be.Masters() {
+		replicas = append(replicas, n.Replicas()...)
+	}
+	p.logger.Info("fenceproxy ready",
+		"listen", addrOf(p.ln), "tls_listen", addrOf(p.tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "sentinel", cfg.sentinel.addrs, "mode", be.Mode(), "masters", len(be.Masters()),
+		"redis_version", p.version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
+		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
+		"data_dir", cfg.dataDir, "token_bound", p.store.Stats().ReservedBound, "fence_store_id", p.store.ID(), "token_floor", p.store.Floor(), "metrics", cfg.metricsListen)
+	if fewest := fewestReplicas(be); fewest < cfg.minReplicas {
+		p.logger.Warn("a master has fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS for its resources until enough replicas are online",
+			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)
+	}
+	warnEvictable(p.logger, be, cfg.allowEvictable)
+}
+
+// quietRedisLogger sends go-redis's internal messages to the debug log.
+type quietRedisLogger struct{ l *slog.Logger }
+
+func (q quietRedisLogger) Printf(_ context.Context, format string, v ...any) {
+	q.l.Debug("go-redis: " + fmt.Sprintf(format, v...))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// fewestReplicas is the smallest number of replicas any master has: what
+// decides whether every resource can be granted under --min-replicas.
+func fewestReplicas(be cluster.Backend) int {
+	fewest := -1
+	for _, n := range be.Masters() {
+		if r := len(n.Replicas()); fewest < 0 || r < fewest {
+			fewest = r
+		}
+	}
+	return max(fewest, 0)
+}

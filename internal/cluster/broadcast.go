@@ -1,0 +1,147 @@
+package cluster
+
+import (
+	"strconv"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Keyless commands about the whole keyspace, in front of a Redis Cluster:
+// they run on every master and the replies merge into what one node
+// holding every key would answer (merge.go). SCAN (below) walks the masters
+// one after another instead.
+
+// broadcastRule names a command (or some of its subcommands) that runs on
+// every master, and how the replies merge.
+type broadcastRule struct {
+	command string   // lower case
+	sub     []string // the subcommands that broadcast; nil: the command itself
+	merge   merge
+}
+
+var broadcastTable = []broadcastRule{
+	{command: "dbsize", merge: mergeSum},
+	{command: "keys", merge: mergeConcat},
+	{command: "flushall", merge: mergeOK},
+	{command: "flushdb", merge: mergeOK},
+	// SCRIPT EXISTS is 1 only where every master has the script, so that a
+	// client that sees 1 can EVALSHA whatever the slot.
+	{command: "script", sub: []string{"load", "flush", "exists"}, merge: mergeScript},
+	{command: "function", sub: []string{"load", "delete", "flush", "restore"}, merge: mergeOK},
+	// RANDOMKEY: one master's key, the master picked at random, so a
+	// cluster whose first master is empty still answers a key.
+	{command: "randomkey", merge: mergeRandom},
+	// PUBSUB: each node knows only its own subscribers (and a shard
+	// channel lives on its slot's master), so ask them all.
+	{command: "pubsub", sub: []string{"channels", "shardchannels", "numsub", "shardnumsub", "numpat"}, merge: mergePubsub},
+}
+
+// broadcasts is broadcastTable by command.
+var broadcasts = map[string]broadcast{}
+
+type broadcast struct {
+	sub   map[string]bool
+	merge merge
+}
+
+func init() {
+	for _, r := range broadcastTable {
+		b := broadcast{merge: r.merge}
+		if r.sub != nil {
+			b.sub = map[string]bool{}
+			for _, s := range r.sub {
+				b.sub[s] = true
+			}
+		}
+		broadcasts[r.command] = b
+	}
+}
+
+func (b broadcast) applies(args [][]byte) bool {
+	return b.sub == nil || (len(args) > 1 && b.sub[keys.LowerName(args[1])])
+}
+
+// broadcast sends args to every master and merges the replies into p.
+func (c *Cluster) broadcast(cl *Client, args [][]byte, m merge, p *resp.Reply) {
+	masters := c.Masters()
+	if len(masters) == 0 {
+		p.Err = backend.ErrUnavailable
+		p.Done()
+		return
+	}
+	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, m) })
+	for i, n := range masters {
+		n.pool(cl.RESP3).Conn(cl.ID).Do(args, parts[i])
+	}
+}
+
+// SCAN in front of a cluster walks the masters in slot order. The cursor a
+// client sees carries the master's position in its low scanNodeBits bits
+// and that master's own cursor above them; when a master's iteration ends
+// the cursor moves to the next master with cursor 0. Every key present for
+// the whole iteration is returned (at least once, as with Redis) as long as
+// the set of masters does not change meanwhile.
+const scanNodeBits = 10
+
+func (c *Cluster) scan(cl *Client, args [][]byte, p *resp.Reply) {
+	if len(args) < 2 {
+		p.Buf = append(p.Buf, "-ERR wrong number of arguments for 'scan' command\r\n"...)
+		p.Done()
+		return
+	}
+	cursor, err := strconv.ParseUint(string(args[1]), 10, 64)
+	if err != nil {
+		p.Buf = append(p.Buf, "-ERR invalid cursor\r\n"...)
+		p.Done()
+		return
+	}
+	masters := c.Masters()
+	at := int(cursor & (1<<scanNodeBits - 1))
+	if at >= len(masters) {
+		p.Buf = append(p.Buf, "*2\r\n$1\r\n0\r\n*0\r\n"...)
+		p.Done()
+		return
+	}
+	req := append([][]byte{args[0], strconv.AppendUint(nil, cursor>>scanNodeBits, 10)}, args[2:]...)
+	var part *resp.Reply
+	part = resp.NewReplyFunc(func() {
+		if part.Err != nil {
+			p.Err = part.Err
+			p.Done()
+			return
+		}
+		p.Buf = scanReply(part.Buf, at, len(masters), p.Buf)
+		p.Done()
+	})
+	masters[at].pool(cl.RESP3).Conn(cl.ID).Do(req, part)
+}
+
+// scanReply rewrites one master's SCAN reply with the client's cursor.
+func scanReply(reply []byte, at, masters int, dst []byte) []byte {
+	elems, ok := resp.Elements(reply)
+	if !ok || len(elems) != 2 {
+		return append(dst, reply...) // an error: Redis's own
+	}
+	v, err := resp.Parse(elems[0])
+	str, _ := v.(string)
+	next, perr := strconv.ParseUint(str, 10, 64)
+	if err != nil || perr != nil {
+		return append(dst, reply...)
+	}
+	switch {
+	case next == 0 && at+1 < masters:
+		next = uint64(at + 1)
+	case next == 0:
+	case next >= 1<<(64-scanNodeBits):
+		return append(dst, "-ERR fenceproxy: a Redis Cluster master's SCAN cursor is too large to carry\r\n"...)
+	default:
+		next = next<<scanNodeBits | uint64(at)
+	}
+	dst = redcon.AppendArray(dst, 2)
+	dst = redcon.AppendBulk(dst, strconv.AppendUint(nil, next, 10))
+	return append(dst, elems[1]...)
+}

@@ -1,0 +1,194 @@
+package cluster
+
+import (
+	"net"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Forwarder carries clients' requests to the Redis that fenceproxy fronts:
+// the request path's one way to Redis, whatever the topology. Each
+// topology implements it (overlord's proxy/proto Forwarder is the model):
+//
+//   - a standalone master (given by --backend, or named by Sentinel) sends
+//     a client's requests on its connection of the master's pool, chosen by
+//     the client's id and protocol;
+//   - a Redis Cluster picks the master by slot, splits and merges requests
+//     whose keys span slots (split.go's table), runs the commands about the
+//     whole keyspace on every master (broadcast.go's table), walks SCAN
+//     across the masters and follows MOVED, ASK and retries (route.go), so
+//     that the client sees one node.
+//
+// The caller never asks which topology it has: what differs is behind
+// these methods. Each is called from the client connection's goroutine,
+// with the same Client for all of one connection's requests.
+type Forwarder interface {
+	// Forward sends one request and completes p with Redis's reply, byte for
+	// byte (merged, for a request split over masters), or with an error in
+	// p.Err for the client: backend.ErrUnavailable (no master could take
+	// it), backend.ErrLost (its connection broke: it may have run), a
+	// refused master's error.
+	Forward(cl *Client, args [][]byte, p *resp.Reply)
+	// Pin returns a connection of cl's own (MULTI, WATCH, blocking
+	// commands) to the master that serves args: in a Redis Cluster the
+	// master of its first key's slot, or the first master for a keyless
+	// request. The error is the client's reply: the master's refusal, or
+	// backend.ErrUnavailable.
+	Pin(cl *Client, args [][]byte) (*Pinned, error)
+	// RoutesByKey reports whether the master for a request depends on its
+	// keys (a Redis Cluster). Then a transaction's master is that of its
+	// first queued command, so MULTI waits for it; a caller that would
+	// build a key only to find the master need not build it otherwise.
+	RoutesByKey() bool
+	// WaitReplicas serves WAIT numreplicas timeout (args) for cl: on every
+	// master, since the client's writes went to any of them, each time
+	// after a write of the proxy's own to a key named offsetKey (tagged to a
+	// slot of that master in a cluster), on a connection of cl's own, so
+	// that the count covers every write the client made before it (see
+	// Pinned). The reply is the smallest count. Client.Gone ends the wait.
+	WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *resp.Reply)
+	// Subscribe returns a tunnel for cl, which turns to pub/sub: Redis
+	// then writes to the client by itself (Tunnel). The error is the
+	// client's reply.
+	Subscribe(cl *Client) (Tunnel, error)
+}
+
+// Client is one client connection as a Forwarder knows it. The caller
+// keeps one per connection, with ID and Conn set, and passes it with each
+// of the connection's requests; the Forwarder keeps in it what it needs to
+// remember between them.
+type Client struct {
+	// ID picks the client's connection of a pool: one client's requests to
+	// a master travel on one connection, so they keep their order.
+	ID int64
+	// RESP3: the client said HELLO 3; its requests go on connections that
+	// speak RESP3 to Redis, so every reply is Redis's own RESP3.
+	RESP3 bool
+	// Conn holds a request until the client's earlier requests have their
+	// replies (protocol.Conn): before a request takes another way to Redis
+	// than those before it.
+	Conn Waiter
+
+	// view is the epoch of the Redis Cluster's slot view this client's
+	// requests were last routed by (see Cluster.Epoch); 0 before the first.
+	view uint64
+
+	// mu guards waiting: Gone runs while a WAIT's reply may be coming in.
+	// Lock order: Client.mu, then a backend Conn's (Gone closes them under
+	// it, so that none is closed once it went back to the node).
+	mu      sync.Mutex
+	waiting []*backend.Conn // WAIT's connections, while it waits
+}
+
+// Waiter is what a Forwarder asks of a client connection.
+type Waiter interface {
+	// WaitReplies returns once every request dispatched before current has
+	// its reply.
+	WaitReplies(current *resp.Reply)
+}
+
+// Gone ends what waits in Redis for a client that went away: a WAIT's
+// connections are closed, so Redis ends the WAIT (its reply is lost).
+func (cl *Client) Gone() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for _, c := range cl.waiting {
+		c.Close()
+	}
+}
+
+// Tunnel is a pub/sub client's own way to Redis (see Forwarder.Subscribe).
+// A subscribed client reads a stream: Redis pushes messages no request
+// asked for, and gives every answer itself (subscribe confirmations, PING
+// while subscribed, the error for other commands), so the tunnel relays
+// what Redis writes to the client byte for byte, one whole message at a
+// time.
+type Tunnel interface {
+	// Start relays what Redis writes to client until either ends; then
+	// client is closed too.
+	Start(client net.Conn)
+	// Send passes one request on; its reply reaches the client by the
+	// relay.
+	Send(args [][]byte)
+	// Close ends the tunnel.
+	Close()
+}
+
+// Pinned is a connection to one master that one client has to itself:
+// MULTI/EXEC and WATCH keep state on the connection, and a blocking command
+// would stall every client sharing it. It never reconnects by itself: a
+// client's transaction is never carried on half-applied over a fresh
+// connection; after a break Up is false.
+type Pinned struct {
+	conn  *backend.Conn
+	node  *Node
+	resp3 bool
+	// keyed: in front of a Redis Cluster, where a MOVED or ASK on it means
+	// the request's key lives on another master than the connection's.
+	keyed bool
+}
+
+// replyOtherMaster replaces a MOVED or ASK on a pinned connection: the
+// request's key lives on another master than the one the client's
+// transaction or blocking command is bound to.
+const replyOtherMaster = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than the transaction's; keep a transaction's keys in one slot with a {hash tag}\r\n"
+
+// Do sends a request on the connection; no MOVED or ASK reaches p.
+func (pc *Pinned) Do(args [][]byte, p *resp.Reply) {
+	if pc.keyed {
+		pc.conn.Do(args, noRedirects(p))
+		return
+	}
+	pc.conn.Do(args, p)
+}
+
+// Up reports whether the connection is still established.
+func (pc *Pinned) Up() bool { return pc.conn.Up() }
+
+// Close ends the connection at once: Redis sees its client go, which ends
+// a blocked command. Release must still follow.
+func (pc *Pinned) Close() { pc.conn.Close() }
+
+// Release gives the connection back. Only a clean one (no MULTI, WATCH or
+// blocked command pending on it) is kept for another client.
+func (pc *Pinned) Release(clean bool) { pc.node.Unpin(pc.conn, pc.resp3, clean) }
+
+// noRedirects wraps p so that MOVED and ASK never reach the client.
+func noRedirects(p *resp.Reply) *resp.Reply {
+	start := len(p.Buf)
+	var sub *resp.Reply
+	sub = resp.NewReplyFunc(func() {
+		if k := redirectKind(sub.Buf[start:]); k == moved || k == ask {
+			sub.Buf = append(sub.Buf[:start], replyOtherMaster...)
+		}
+		p.Buf, p.Err = sub.Buf, sub.Err
+		p.Done()
+	})
+	sub.Buf = p.Buf
+	return sub
+}
+
+// pin returns a connection of the client's own to node (nil: no master
+// reachable).
+func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
+	if node == nil {
+		return nil, backend.ErrUnavailable
+	}
+	conn, err := node.Pinned(cl.RESP3)
+	if err != nil {
+		return nil, unreachable(node)
+	}
+	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, keyed: keyed}, nil
+}
+
+// unreachable is the error for a request that could not get a connection
+// to node: why the proxy refuses to send anything to it (it is not the
+// master), or else that it cannot be reached.
+func unreachable(node *Node) error {
+	if err := node.Refusal(); err != nil {
+		return err
+	}
+	return backend.ErrUnavailable
+}

@@ -1,0 +1,256 @@
+package commands
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// TestLockArgumentErrors: every malformed lock request gets its own
+// Redis-style error and changes nothing.
+func TestLockArgumentErrors(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{}, false)
+	c := p.dial(t)
+	long := strings.Repeat("r", MaxResourceLen+1)
+	ttlErr := "-ERR ttl-ms must be an integer from 1 to " + strconv.FormatInt(MaxTTL.Milliseconds(), 10) + " (milliseconds)\r\n"
+	run(t, c, []exchange{
+		{[]string{"LOCK.ACQUIRE", "r", "o"}, "-ERR wrong number of arguments for 'lock.acquire' command\r\n"},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "1000", "WAIT"}, "-ERR wrong number of arguments for 'lock.acquire' command\r\n"},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "1000", "WAIT", "1", "x"}, "-ERR wrong number of arguments for 'lock.acquire' command\r\n"},
+		{[]string{"LOCK.ACQUIRE", "", "o", "1000"}, "-ERR resource must be 1 to " + strconv.Itoa(MaxResourceLen) + " bytes\r\n"},
+		{[]string{"LOCK.ACQUIRE", long, "o", "1000"}, "-ERR resource must be 1 to " + strconv.Itoa(MaxResourceLen) + " bytes\r\n"},
+		{[]string{"LOCK.ACQUIRE", "r", "", "1000"}, "-ERR owner must be 1 to " + strconv.Itoa(MaxOwnerLen) + " bytes\r\n"},
+		{[]string{"LOCK.ACQUIRE", "r", strings.Repeat("o", MaxOwnerLen+1), "1000"}, "-ERR owner must be 1 to " + strconv.Itoa(MaxOwnerLen) + " bytes\r\n"},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "0"}, ttlErr},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "-5"}, ttlErr},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "1e3"}, ttlErr},
+		{[]string{"LOCK.ACQUIRE", "r", "o", strconv.FormatInt(MaxTTL.Milliseconds()+1, 10)}, ttlErr},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "1000", "LATER", "5"}, "-ERR syntax error: expected WAIT timeout-ms after ttl-ms\r\n"},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "1000", "WAIT", "-1"}, "-ERR WAIT timeout-ms must be an integer from 0 to " + strconv.FormatInt(MaxWait.Milliseconds(), 10) + " (milliseconds)\r\n"},
+		{[]string{"LOCK.RENEW", "r", "o"}, "-ERR wrong number of arguments for 'lock.renew' command\r\n"},
+		{[]string{"LOCK.RENEW", "r", "o", "x"}, ttlErr},
+		{[]string{"LOCK.RELEASE", "r"}, "-ERR wrong number of arguments for 'lock.release' command\r\n"},
+		{[]string{"LOCK.RELEASE", "", "o"}, "-ERR resource must be 1 to " + strconv.Itoa(MaxResourceLen) + " bytes\r\n"},
+		{[]string{"FENCE.CHECK", "r", "0"}, "-ERR token must be a positive integer\r\n"},
+		{[]string{"FENCE.CHECK", "r", "abc"}, "-ERR token must be a positive integer\r\n"},
+		{[]string{"FENCE.CHECK", "", "1"}, "-ERR resource must be 1 to " + strconv.Itoa(MaxResourceLen) + " bytes\r\n"},
+		{[]string{"FENCE.EXEC", "r", "-1", "SET", "k", "v"}, "-ERR token must be a positive integer\r\n"},
+		{[]string{"FENCE.EXEC", "", "1", "SET", "k", "v"}, "-ERR resource must be 1 to " + strconv.Itoa(MaxResourceLen) + " bytes\r\n"},
+		{[]string{"FENCE.EXEC", "r", "1"}, "-ERR wrong number of arguments for 'fence.exec' command\r\n"},
+		{[]string{"LOCK.INFO", ""}, "-ERR resource must be 1 to " + strconv.Itoa(MaxResourceLen) + " bytes\r\n"},
+		{[]string{"LOCK.TOP", "0"}, "-ERR count must be an integer from 1 to 1024\r\n"},
+		{[]string{"LOCK.TOP", "1025"}, "-ERR count must be an integer from 1 to 1024\r\n"},
+		{[]string{"LOCK.TOP", "1", "2"}, "-ERR wrong number of arguments for 'lock.top' command\r\n"},
+		{[]string{"LOCK.SLOWLOG"}, "-ERR wrong number of arguments for 'lock.slowlog' command\r\n"},
+		{[]string{"LOCK.SLOWLOG", "GET", "x"}, "-ERR value is not an integer or out of range\r\n"},
+		{[]string{"LOCK.SLOWLOG", "GET", "-2"}, "-ERR count should be greater than or equal to -1\r\n"},
+		{[]string{"LOCK.SLOWLOG", "LEN", "1"}, "-ERR wrong number of arguments for 'lock.slowlog|len' command\r\n"},
+		{[]string{"LOCK.SLOWLOG", "BOGUS"}, "-ERR unknown subcommand 'BOGUS'. Try LOCK.SLOWLOG HELP.\r\n"},
+		// Nothing above took or recorded anything.
+		{[]string{"LOCK.INFO", "r"}, "*14\r\n$5\r\nowner\r\n$-1\r\n$5\r\ntoken\r\n:0\r\n$6\r\nttl-ms\r\n:-2\r\n$7\r\nwaiters\r\n:0\r\n$11\r\nacquired-at\r\n:-1\r\n$10\r\nrenewed-at\r\n:-1\r\n$11\r\nclient-addr\r\n$-1\r\n"},
+		{[]string{"LOCK.SLOWLOG", "LEN"}, ":0\r\n"},
+	})
+	if help := string(c.Do("LOCK.SLOWLOG", "HELP")); !strings.HasPrefix(help, "*"+strconv.Itoa(len(slowlogHelp))+"\r\n$") {
+		t.Errorf("LOCK.SLOWLOG HELP: %q", help)
+	}
+}
+
+// TestLockFamily: a lease's life through the wire, and what each command
+// answers on the way.
+func TestLockFamily(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{}, false)
+	a, b := p.dial(t), p.dial(t)
+	tok := wantInt(t, a, "LOCK.ACQUIRE", "orders", "worker-a", "10000")
+	ts := strconv.FormatInt(tok, 10)
+	run(t, a, []exchange{
+		{[]string{"LOCK.ACQUIRE", "orders", "worker-a", "10000"}, ":" + ts + "\r\n"}, // its own grant, re-armed
+		{[]string{"LOCK.RENEW", "orders", "worker-a", "20000"}, ":" + ts + "\r\n"},
+		{[]string{"LOCK.RENEW", "orders", "worker-b", "20000"}, "$-1\r\n"},
+		{[]string{"FENCE.CHECK", "orders", ts}, ":1\r\n"},
+		{[]string{"FENCE.CHECK", "orders", strconv.FormatInt(tok+1000, 10)}, "-ERR token " + strconv.FormatInt(tok+1000, 10) + " was never issued for this resource\r\n"},
+		{[]string{"FENCE.EXEC", "orders", ts, "SET", "orders:total", "7"}, "+OK\r\n"},
+		{[]string{"GET", "orders:total"}, "$1\r\n7\r\n"},
+		{[]string{"LOCK.RELEASE", "orders", "worker-b"}, ":0\r\n"},
+	})
+	run(t, b, []exchange{
+		{[]string{"LOCK.ACQUIRE", "orders", "worker-b", "10000"}, "$-1\r\n"},
+	})
+	info := string(b.Do("LOCK.INFO", "orders"))
+	if !strings.HasPrefix(info, "*14\r\n$5\r\nowner\r\n$8\r\nworker-a\r\n$5\r\ntoken\r\n:"+ts+"\r\n$6\r\nttl-ms\r\n:") ||
+		!strings.Contains(info, "$11\r\nclient-addr\r\n$") {
+		t.Errorf("LOCK.INFO while held: %q", info)
+	}
+	// A wait in line is granted by the release.
+	b.Send("LOCK.ACQUIRE", "orders", "worker-b", "10000", "WAIT", "5000")
+	b.Flush()
+	waitFor(t, func() bool { return strings.Contains(string(a.Do("LOCK.INFO", "orders")), "waiters\r\n:1\r\n") })
+	run(t, a, []exchange{{[]string{"LOCK.RELEASE", "orders", "worker-a"}, ":1\r\n"}})
+	next, err := b.ReadReply()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt, ok := testenv.ParseInt(next)
+	if !ok || nt <= tok {
+		t.Fatalf("the waiter's grant: %q, want a token above %d", next, tok)
+	}
+	run(t, a, []exchange{
+		{[]string{"FENCE.CHECK", "orders", ts}, ":0\r\n"},
+		{[]string{"FENCE.EXEC", "orders", ts, "SET", "orders:total", "8"}, "-STALE token " + ts + " is older than the newest issued for this resource; the command was not run\r\n"},
+		{[]string{"FENCE.EXEC", "orders", strconv.FormatInt(nt+5000, 10), "SET", "orders:total", "8"}, "-ERR token " + strconv.FormatInt(nt+5000, 10) + " was never issued for this resource\r\n"},
+		{[]string{"GET", "orders:total"}, "$1\r\n7\r\n"},
+		{[]string{"LOCK.ACQUIRE", "orders", "worker-a", "10000", "WAIT", "0"}, "$-1\r\n"}, // WAIT 0: no waiting
+	})
+	// LOCK.TOP counts the acquires that found the resource held.
+	top := string(a.Do("LOCK.TOP", "5"))
+	if !strings.HasPrefix(top, "*1\r\n*3\r\n$6\r\norders\r\n:") {
+		t.Errorf("LOCK.TOP: %q", top)
+	}
+	// Every wait and hold is slow here (thresholds 0): the log has them.
+	if n := wantInt(t, a, "LOCK.SLOWLOG", "LEN"); n < 2 {
+		t.Errorf("LOCK.SLOWLOG LEN: %d, want the wait and the hold", n)
+	}
+	got := string(a.Do("LOCK.SLOWLOG", "GET", "1"))
+	if !strings.HasPrefix(got, "*1\r\n*7\r\n:") || !strings.Contains(got, "$6\r\norders\r\n") {
+		t.Errorf("LOCK.SLOWLOG GET 1: %q", got)
+	}
+	run(t, a, []exchange{
+		{[]string{"LOCK.SLOWLOG", "RESET"}, "+OK\r\n"},
+		{[]string{"LOCK.SLOWLOG", "GET"}, "*0\r\n"},
+		{[]string{"LOCK.RELEASE", "orders", "worker-b"}, ":1\r\n"},
+		{[]string{"LOCK.RELEASE", "orders", "worker-b"}, ":0\r\n"},
+	})
+	if !strings.Contains(string(a.Do("LOCK.SLOWLOG", "GET", "-1")), "$4\r\nheld\r\n") {
+		t.Errorf("a release logs a held entry (threshold 0)")
+	}
+}
+
+// TestLockPipelined: a pipeline of lock requests for one resource runs in
+// the order sent, and FENCE.CHECK behind an ACQUIRE judges its token.
+func TestLockPipelined(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{}, false)
+	c := p.dial(t)
+	const n = 20
+	for range n {
+		c.Send("LOCK.ACQUIRE", "pipe", "o", "10000")
+		c.Send("FENCE.CHECK", "pipe", "1")
+		c.Send("LOCK.RELEASE", "pipe", "o")
+	}
+	c.Flush()
+	for i := range n {
+		acq, _ := c.ReadReply()
+		check, _ := c.ReadReply()
+		rel, _ := c.ReadReply()
+		tok, ok := testenv.ParseInt(acq)
+		if !ok || string(rel) != ":1\r\n" {
+			t.Fatalf("round %d: ACQUIRE %q, RELEASE %q", i, acq, rel)
+		}
+		want := ":0\r\n"
+		if tok == 1 {
+			want = ":1\r\n"
+		}
+		if string(check) != want {
+			t.Fatalf("round %d: FENCE.CHECK of token 1 behind the grant of %d: %q, want %q", i, tok, check, want)
+		}
+	}
+}
+
+// TestLockWaitQueueAndClientGone: the line for a resource is bounded
+// (MaxWaiters 2 here), and a waiter whose client goes away leaves it.
+func TestLockWaitQueueAndClientGone(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{}, false)
+	holder := p.dial(t)
+	wantInt(t, holder, "LOCK.ACQUIRE", "line", "holder", "60000")
+	w1, w2 := p.dial(t), p.dial(t)
+	for _, w := range []*testenv.Conn{w1, w2} {
+		w.Send("LOCK.ACQUIRE", "line", "waiter", "10000", "WAIT", "60000")
+		w.Flush()
+	}
+	waitFor(t, func() bool { return strings.Contains(string(holder.Do("LOCK.INFO", "line")), "waiters\r\n:2\r\n") })
+	run(t, holder, []exchange{
+		{[]string{"LOCK.ACQUIRE", "line", "third", "10000", "WAIT", "60000"}, "-QUEUEFULL fenceproxy: 2 clients already wait for this resource (--max-waiters); retry later or raise the limit\r\n"},
+	})
+	w1.Close()
+	w2.Close()
+	waitFor(t, func() bool { return strings.Contains(string(holder.Do("LOCK.INFO", "line")), "waiters\r\n:0\r\n") })
+	if info := bulk(t, holder.Do("INFO", "locks")); !strings.Contains(info, "lock_acquires_queue_full:1\r\n") || !strings.Contains(info, "lock_waiters:0\r\n") {
+		t.Errorf("INFO locks: %q", info)
+	}
+}
+
+// TestLockNoReplicas: with --min-replicas 1 and no replica, a grant is
+// refused with NOREPLICAS and leaves nothing held.
+func TestLockNoReplicas(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{minReplicas: 1}, false)
+	c := p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"LOCK.ACQUIRE", "nr", "o", "10000"}, "-NOREPLICAS 0 of 1 required replicas acknowledged the lock in time; nothing was granted\r\n"},
+		{[]string{"LOCK.RENEW", "nr", "o", "10000"}, "$-1\r\n"},
+	})
+	if info := string(c.Do("LOCK.INFO", "nr")); !strings.Contains(info, "$5\r\nowner\r\n$-1\r\n") {
+		t.Errorf("LOCK.INFO after a refused grant: %q", info)
+	}
+}
+
+// TestLockWithReplica: with a replica the same grant is acknowledged.
+func TestLockWithReplica(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{minReplicas: 1}, true)
+	c := p.dial(t)
+	tok := wantInt(t, c, "LOCK.ACQUIRE", "rep", "o", "10000")
+	run(t, c, []exchange{
+		{[]string{"LOCK.RENEW", "rep", "o", "10000"}, ":" + strconv.FormatInt(tok, 10) + "\r\n"},
+		{[]string{"LOCK.RELEASE", "rep", "o"}, ":1\r\n"},
+	})
+}
+
+// TestLockErrors: what Redis refuses and what the proxy cannot do become
+// Redis-style errors that say what to do, never Go error text.
+func TestLockErrors(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
+	p := startProxy(t, proxyOptions{seeds: []string{master.Addr}})
+	c := p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"LOCK.ACQUIRE", "ev", "o", "10000"}, "-ERR fenceproxy: the Redis master's maxmemory-policy is allkeys-lru, which can evict lock records; nothing was granted. Set it to noeviction or start fenceproxy with --allow-evictable-locks\r\n"},
+		{[]string{"LOCK.RENEW", "ev", "o", "10000"}, "-ERR fenceproxy: the Redis master's maxmemory-policy is allkeys-lru, which can evict lock records; the lease was not extended. Set it to noeviction or start fenceproxy with --allow-evictable-locks\r\n"},
+	})
+	redis := testenv.Dial(t, master.Addr)
+	redis.Do("CONFIG", "SET", "maxmemory-policy", "noeviction")
+	// The policy is read again now and then; until then grants stay refused.
+	waitFor(t, func() bool { return bytes.HasPrefix(c.Do("LOCK.ACQUIRE", "ev", "o", "10000"), []byte(":")) })
+
+	// A client that wrote over an owner record's key gets Redis's own
+	// error for the lock script.
+	redis.Do("RPUSH", "fenceproxy:lock:{clobbered}", "x")
+	wantPrefix(t, c, "-WRONGTYPE ", "LOCK.ACQUIRE", "clobbered", "o", "10000")
+	wantPrefix(t, c, "-WRONGTYPE ", "LOCK.RELEASE", "clobbered", "o")
+	wantPrefix(t, c, "-WRONGTYPE ", "LOCK.INFO", "clobbered")
+	if strings.Contains(p.Log(), "internal error") {
+		t.Errorf("an error reached the log as internal: %s", p.Log())
+	}
+
+	// Redis stopped: the lock commands answer that it cannot be reached.
+	master.Stop()
+	defer master.Cont()
+	c.SetTimeout(30 * time.Second)
+	got := c.Do("LOCK.ACQUIRE", "down", "o", "10000")
+	if !bytes.HasPrefix(got, []byte("-")) || bytes.Contains(got, []byte("127.0.0.1")) {
+		t.Errorf("LOCK.ACQUIRE with Redis stopped: %q, want an error naming no address", got)
+	}
+	t.Logf("LOCK.ACQUIRE with Redis stopped: %q", got)
+}
+
+// waitFor polls cond for up to 30 s (only to end a hang: cond normally
+// holds within milliseconds, or a second for what the proxy rereads every
+// second).
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 30s")
+}

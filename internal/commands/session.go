@@ -1,0 +1,71 @@
+package commands
+
+import (
+	"github.com/fenceproxy/fenceproxy/internal/auth"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+)
+
+// session is the per-connection state the proxy keeps itself, one part
+// per concern. It is reached only through sessionOf. Its parts belong to
+// the connection's goroutine (ServeCommand and the Handler's callbacks),
+// except where a part says otherwise.
+type session struct {
+	// backend is the client as the backend's Forwarder knows it: its id,
+	// its protocol (RESP3: the client switched with HELLO 3) and what the
+	// Forwarder keeps between its requests (the cluster view its requests
+	// were routed by, a WAIT's connections).
+	backend cluster.Client
+	lib     libInfo
+	tx      txState
+	// tunnel is the client's own way to Redis once it used pub/sub
+	// (pubsub.go); it lasts as long as the connection.
+	tunnel cluster.Tunnel
+	auth   authState
+	// lockRequests are the connection's lock requests in flight
+	// (locks.Runner), ended when the client goes away; lock workers use
+	// them too.
+	lockRequests locks.ConnRequests
+}
+
+// sessionOf is c's session, made on first use: the one way to it.
+// ServeCommand makes it, so the Handler's callbacks (BatchDone, possibly
+// on another goroutine) only read it.
+func sessionOf(c *protocol.Conn) *session {
+	s, _ := c.Session.(*session)
+	if s == nil {
+		s = &session{backend: cluster.Client{ID: c.ID, Conn: c}}
+		c.Session = s
+	}
+	return s
+}
+
+// libInfo is what CLIENT SETINFO said, for CLIENT INFO.
+type libInfo struct{ name, ver string }
+
+// txState is the client's own backend connection while it needs one (see
+// pinned.go) and the state that holds it. BatchDone gives the connection
+// back from whichever goroutine completes the batch.
+type txState struct {
+	pinned   *cluster.Pinned
+	inMulti  bool
+	watching bool
+	// deferred: MULTI was answered but not yet sent, because the backend
+	// routes by key (a Redis Cluster): it goes to the master of the first
+	// queued command's key, which is unknown until that command arrives.
+	deferred bool
+	// denied: a command of the transaction was refused by the user's ACL;
+	// EXEC aborts, as Redis does.
+	denied bool
+}
+
+// authState is, with authentication on (acl.go), the connection's user
+// (nil: not authenticated) and whether it was set since the connection
+// began or RESET; keyRefs is scratch space for a request's keys.
+type authState struct {
+	user    *auth.User
+	userSet bool
+	keyRefs []keys.KeyRef
+}
