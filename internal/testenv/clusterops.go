@@ -28,27 +28,18 @@ func (c *Cluster) NodeID(t testing.TB, n *Redis) string {
 // (nil for a slot no node of c owns).
 func (c *Cluster) Owners(t testing.TB) []*Redis {
 	t.Helper()
-	var lastErr error
-	for _, n := range append(append([]*Redis(nil), c.Masters...), c.Nodes...) {
-		if !n.alive() {
-			continue
-		}
-		ranges, err := clusterSlots(n.Addr)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		owners := make([]*Redis, ClusterSlots)
-		for _, r := range ranges {
-			m := c.node(r.master)
-			for s := r.start; s <= r.end && s < ClusterSlots; s++ {
-				owners[s] = m
-			}
-		}
-		return owners
+	ranges, _, err := c.liveSlots()
+	if err != nil {
+		t.Fatalf("testenv: Owners: %v", err)
 	}
-	t.Fatalf("testenv: Owners: no live node answered CLUSTER SLOTS (last error: %v)", lastErr)
-	return nil
+	owners := make([]*Redis, ClusterSlots)
+	for _, r := range ranges {
+		m := c.node(r.master)
+		for s := r.start; s <= r.end && s < ClusterSlots; s++ {
+			owners[s] = m
+		}
+	}
+	return owners
 }
 
 // ReplicasOf returns the live nodes that report themselves replicas of m
