@@ -89,6 +89,7 @@ type Lease struct {
 //	counter           INCR of a client's own counter rises by one when nothing could have lost or repeated it
 //	redirect          no reply is -MOVED or -ASK (in front of a cluster a client sees one node)
 //	internal-error    no reply is the proxy's fallback for a failure it did not expect
+//	wrong-node        no reply is Redis's refusal of a command that reached a replica or a master without its slot
 //	linearizability   per resource, the lock ops fit a sequential lock spec (model.go)
 //
 // Leases are certain from the grant's reply until call start + ttl (the
@@ -716,7 +717,12 @@ func counterKey(op *Op) string {
 // address); and every failure of Redis a fault can cause (a master down,
 // failing over, a slot half-moved) is answered with an error that says
 // what to do (-TRYAGAIN, -CLUSTERDOWN, "lost contact"), never with the
-// proxy's fallback for errors it did not foresee.
+// proxy's fallback for errors it did not foresee; nor does Redis's own
+// refusal of a command sent to a node that no longer serves its slot
+// (-READONLY from a master become a replica, a script's "non local key"):
+// the proxy sends it on to the slot's master instead. (The proxy's own
+// "-READONLY fenceproxy: ..." in front of a standalone replica says what
+// to do, and is not this.)
 func (c *checker) errorReplies() {
 	for _, op := range c.ops {
 		switch r := op.Reply; {
@@ -724,6 +730,8 @@ func (c *checker) errorReplies() {
 			c.fail("redirect", []*Op{op}, "a redirection reached the client")
 		case strings.Contains(r, "fenceproxy: internal error"):
 			c.fail("internal-error", []*Op{op}, "answered with the proxy's fallback error")
+		case strings.HasPrefix(r, "-READONLY You can't write"), strings.Contains(r, "non local key"):
+			c.fail("wrong-node", []*Op{op}, "Redis refused it as sent to the wrong node (a replica, or a master without its slot)")
 		}
 	}
 }

@@ -383,7 +383,11 @@ func TestCheckerErrorReplies(t *testing.T) {
 	op.Reply = "-ASK 1234 127.0.0.1:7001\r\n"
 	op = b.add(1, Info, "r", "", 0, 0, 2, 3, Unknown, 0)
 	op.Reply = "-ERR fenceproxy: internal error serving the lock command (see the proxy's log)\r\n"
-	expect(t, b, "redirect", "internal-error")
+	op = b.add(1, Exec, "r", "", 0, 0, 4, 5, Unknown, 0)
+	op.Reply = "-READONLY You can't write against a read only replica.\r\n"
+	op = b.add(1, Exec, "r", "", 0, 0, 6, 7, Unknown, 0)
+	op.Reply = "-ERR Script attempted to access a non local key in a cluster node\r\n"
+	expect(t, b, "redirect", "internal-error", "wrong-node")
 }
 
 func TestViolationNamesOps(t *testing.T) {
