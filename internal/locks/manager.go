@@ -653,11 +653,18 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	for i, a := range command {
 		args[i] = a
 	}
-	var key []byte
+	// The command's key is declared to Redis as well (KEYS[1]): a script
+	// with no keys runs on whatever node it reaches, so in front of a
+	// Redis Cluster one sent on a stale slot map answered "non local key"
+	// (the slot moved) or -READONLY (its master became a replica) instead
+	// of the -MOVED or -ASK that Start follows.
+	var key string
+	var keys []string
 	if len(command) > 1 {
-		key = command[1]
+		key = string(command[1])
+		keys = []string{key}
 	}
-	write := m.opts.Scripts.Start(ctx, string(key), ScriptCall{Source: execScript, Args: args}, false)
+	write := m.opts.Scripts.Start(ctx, key, ScriptCall{Source: execScript, Keys: keys, Args: args}, false)
 	return write.Raw()
 }
 

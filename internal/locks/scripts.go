@@ -142,7 +142,9 @@ return 0
 
 // execScript runs the command in ARGV inside a script, so that it runs
 // whole with nothing between the fence check and it. pcall hands back the
-// command's own error as an error reply.
+// command's own error as an error reply. KEYS[1], if any, is the command's
+// key (ARGV[2]) again, declared so that Redis Cluster redirects the script
+// to its slot's master rather than running it where it landed.
 const execScript = `return redis.pcall(unpack(ARGV))`
 
 // infoScript: KEYS[1] record. Returns {owner, token, pttl, acquired,
@@ -153,8 +155,8 @@ return {cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[3], cur[4], cur[5]}
 `
 
 // The hot scripts go by EVALSHA (see Writer.Start): an EVAL sends about a
-// kilobyte of source that Redis hashes on every call. So does infoScript,
-// which runs through go-redis (Writer.Read: a read needs no batching).
+// kilobyte of source that Redis hashes on every call. So does infoScript
+// (Writer.Read).
 var (
 	acquireSHA = cluster.ScriptSHA(acquireScript)
 	renewSHA   = cluster.ScriptSHA(renewScript)

@@ -403,7 +403,7 @@ func TestFaultTier(t *testing.T) {
 	}
 	duration := *flagDuration
 	t.Logf("fault tier: seed=%d duration=%v (replay with -run TestFaultTier -fault.seed=%d -fault.duration=%v)", seed, duration, seed, duration)
-	e := &env{t: t, seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
+	e := &env{t: t, mode: "tier", seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
 	for i := range nResources {
 		e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
 	}
