@@ -56,10 +56,12 @@
 # built fenceproxy binaries. One Redis master + replica as above and both proxies
 # in front of it at once (--min-replicas 1, each with its own data dir and its own
 # --key-prefix, so that neither sees the other's authority as live), then rounds
-# (3 with --quick, else 5) of: redis-benchmark -c 50 SET and GET at -P 1 and
+# (4 with --quick, else 6) of: redis-benchmark -c 50 SET and GET at -P 1 and
 # -P 16, the one-client latency run, and lockbench distinct and hot, each run
 # against OLD and NEW back to back (old first in odd rounds, new first in even
-# ones, so that neither always runs on the other's heels). Prints each figure's
+# ones, so that neither always runs on the other's heels). With --quick the runs
+# are longer than the plain --quick's (n=50000 at -P 1, 400000 at -P 16, 20000 at
+# -c 1, 3 s lock runs): about 3 minutes in all. Prints each figure's
 # better round for OLD and NEW with NEW/OLD, the CPU per request and per lock
 # cycle (fenceproxy's, and Redis master + replica's), and the spread of the
 # rounds' own NEW/OLD ratios, which says how much of a ratio is noise. Writes
@@ -98,10 +100,14 @@ done
 ((!(compare && (cluster || scale)))) || usage
 
 readonly CLIENTS=50
-if ((quick)); then
-	readonly N_P1=20000 N_P16=100000 N_C1=10000 LOCK_DUR=2s LOCK_REPS=1 RB_REPS=2 AB_ROUNDS=3
+if ((quick && compare)); then
+	# Runs of a second or more: CPU time is counted in ticks of 10 ms, and a
+	# shorter run's CPU per request is off by a tick in a dozen.
+	readonly N_P1=50000 N_P16=400000 N_C1=20000 LOCK_DUR=3s AB_ROUNDS=4
+elif ((quick)); then
+	readonly N_P1=20000 N_P16=100000 N_C1=10000 LOCK_DUR=2s LOCK_REPS=1 RB_REPS=2
 else
-	readonly N_P1=100000 N_P16=500000 N_C1=50000 LOCK_DUR=5s LOCK_REPS=2 RB_REPS=2 AB_ROUNDS=5
+	readonly N_P1=100000 N_P16=500000 N_C1=50000 LOCK_DUR=5s LOCK_REPS=2 RB_REPS=2 AB_ROUNDS=6
 fi
 readonly IDLE_CLIENTS=10000
 if ((scale)); then
@@ -377,7 +383,7 @@ cpu_row() {
 rb() {
 	local target=$1 addr=$2 p=$3 n=$4 tests=${5:-set,get} out line test rps p50 p99 err
 	shift $(($# < 5 ? $# : 5))
-	local rc=0 middle=${middle_of[$2]:-} before
+	local rc=0 middle=${middle_of[$addr]:-} before
 	before=$(cpu_snap "$middle")
 	out=$(redis-benchmark -h "${addr%:*}" -p "${addr##*:}" -c "${rb_clients:-$CLIENTS}" -n "$n" \
 		-r 100000 -t "$tests" -P "$p" --csv "$@" 2>"$tmp/rb.err") || rc=$?
