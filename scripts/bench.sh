@@ -436,7 +436,11 @@ lb() {
 			die "lockbench $system $* failed: $out"
 	fi
 	after=$(cpu_snap "$middle")
-	echo "$out"
+	# The raw line names the run it belongs to, as rb's do.
+	while IFS= read -r line; do
+		[[ $line != "RESULT "* ]] || line="RESULT key=$key ${line#RESULT }"
+		echo "$line"
+	done <<<"$out"
 	line=$(grep '^RESULT ' <<<"$out" | tail -n 1)
 	[[ -n $line ]] || die "lockbench $system printed no RESULT line"
 	run_cpu=$(cpu_per_op "$before" "$after" "$(field "$line" ops)")
