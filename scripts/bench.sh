@@ -61,11 +61,11 @@
 # against OLD and NEW back to back (old first in odd rounds, new first in even
 # ones, so that neither always runs on the other's heels). With --quick the runs
 # are longer than the plain --quick's (n=50000 at -P 1, 400000 at -P 16, 20000 at
-# -c 1, 3 s lock runs): about 3 minutes in all. Prints each figure's
-# better round for OLD and NEW with NEW/OLD, the CPU per request and per lock
-# cycle (fenceproxy's, and Redis master + replica's), and the spread of the
-# rounds' own NEW/OLD ratios, which says how much of a ratio is noise. Writes
-# no file.
+# -c 1, 3 s lock runs): about 3 minutes on a quiet machine, 5 on a loaded one.
+# Prints each figure's better round for OLD and NEW with NEW/OLD, the CPU per
+# request and per lock cycle (fenceproxy's, and Redis master + replica's), and
+# the spread of the rounds' own NEW/OLD ratios, which says how much of a ratio
+# is noise. Writes no file.
 #
 # A redis-benchmark run that gets error replies is reported as FAIL and the script
 # exits non-zero after the tables.
@@ -121,7 +121,7 @@ readonly TARGET_IDLE_MIB=200 TARGET_LOAD_MIB=256
 
 PROG=bench
 # shellcheck source=scripts/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source scripts/lib.sh # the cd above put us at the top of the repository
 
 log() { echo "bench: $*" >&2; }
 die() {
