@@ -244,6 +244,18 @@ start_proxy() {
 	PROXY_ADDR=$launched_addr proxy_pid=$launched_pid
 }
 
+# start_local_redis: a Redis master + replica in the temp dir (scripts/redis-local.sh);
+# sets MASTER_ADDR, REPLICA_ADDR and their ports, and their pids for the CPU figures.
+start_local_redis() {
+	redis_started=1
+	scripts/redis-local.sh start "$tmp/redis" >&2
+	# shellcheck disable=SC1091
+	source "$tmp/redis/env"
+	ports+=("$MASTER_PORT" "$REPLICA_PORT")
+	cpu_pid[master]=$(cat "$tmp/redis/master.pid")
+	cpu_pid[replica]=$(cat "$tmp/redis/replica.pid")
+}
+
 # start_twemproxy: nutcracker in the foreground (so $! is its pid), one pool in
 # front of the master, stats on a loopback port.
 start_twemproxy() {
@@ -335,7 +347,7 @@ record() {
 # that of the Redis master, its replica and the system in the middle
 # (fenceproxy, twemproxy or etcd). What is left is the load generator's,
 # the kernel's share of the network stack, and the rest of the machine.
-declare -A cpu_pid=() # master, replica: set by main once Redis runs
+declare -A cpu_pid=() # master, replica: set by start_local_redis
 declare -A cpu=()     # KEY -> "total master replica middle rest" in us per op, of the best run
 run_cpu=""
 hz=$(getconf CLK_TCK)
@@ -532,13 +544,7 @@ main() {
 	# Its own module: the etcd client's dependencies stay out of fenceproxy's go.mod.
 	(cd scripts/etcdbench && go build -o "$tmp/etcdbench" .)
 
-	redis_started=1
-	scripts/redis-local.sh start "$tmp/redis" >&2
-	# shellcheck disable=SC1091
-	source "$tmp/redis/env"
-	ports+=("$MASTER_PORT" "$REPLICA_PORT")
-	cpu_pid[master]=$(cat "$tmp/redis/master.pid")
-	cpu_pid[replica]=$(cat "$tmp/redis/replica.pid")
+	start_local_redis
 	start_proxy
 	start_twemproxy
 	start_etcd
@@ -907,13 +913,7 @@ main_compare() {
 	desc[new]=$built_desc
 	go build -o "$tmp/lockbench" ./scripts/lockbench
 
-	redis_started=1
-	scripts/redis-local.sh start "$tmp/redis" >&2
-	# shellcheck disable=SC1091
-	source "$tmp/redis/env"
-	ports+=("$MASTER_PORT" "$REPLICA_PORT")
-	cpu_pid[master]=$(cat "$tmp/redis/master.pid")
-	cpu_pid[replica]=$(cat "$tmp/redis/replica.pid")
+	start_local_redis
 	local s
 	# Key prefixes of one length, so that neither proxy writes longer keys; each
 	# its own, so that neither sees the other's token authority as live.
