@@ -29,18 +29,14 @@ import "github.com/fenceproxy/fenceproxy/internal/cluster"
 // than the record's acts on it as the owner checks allow and stamps its
 // own term on what it writes.
 
-// termCheck opens every script that writes (see above). newerTerm(t), with
-// t the record's term field (false if none), returns the refusal to send
-// if the record or the guard was written in a term above the caller's;
-// stampTerm puts the caller's term on the record, if it has one.
+// termCheck opens every script that writes (see above): it refuses the
+// script if the record or the guard was written in a term above the
+// caller's. stampTerm puts the caller's term on the record, if it has one.
 const termCheck = `
 local term = tonumber(ARGV[#ARGV])
-local function newerTerm(recordTerm)
-  local stored = math.max(tonumber(recordTerm) or 0, (tonumber(redis.call('GET', KEYS[2])) or 1) - 1)
-  if stored > term then
-    return redis.error_reply('NEWERTERM ' .. stored)
-  end
-  return false
+local stored = math.max(tonumber(redis.call('HGET', KEYS[1], 'term')) or 0, (tonumber(redis.call('GET', KEYS[2])) or 1) - 1)
+if stored > term then
+  return redis.error_reply('NEWERTERM ' .. stored)
 end
 local function stampTerm()
   if term > 0 then
@@ -68,11 +64,7 @@ end
 // exact, where Lua's doubles are not above 2^53. Only that judgement needs
 // the newest token: a new grant's token is above every token ever issued.
 const acquireScript = termCheck + `
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'term')
-local refused = newerTerm(cur[3])
-if refused then
-  return refused
-end
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[2] and tonumber(cur[2]) and tonumber(cur[2]) >= tonumber(ARGV[3]) then
   return {4, cur[2]}
 end
@@ -141,11 +133,7 @@ const (
 // gone, so a lapsed lease is never revived) whose token is the newest issued
 // (as acquireScript's re-arm: a record with any other token is not honoured).
 const renewScript = termCheck + `
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'term')
-local refused = newerTerm(cur[3])
-if refused then
-  return refused
-end
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] and cur[2] == ARGV[3] then
   redis.call('HSET', KEYS[1], 'renewed', ARGV[5])
   stampTerm()
@@ -163,11 +151,7 @@ return false
 // returns the record's {token, acquired, addr} (false for a field an older
 // record lacks), for the slow-lock log; else 0.
 const releaseScript = termCheck + `
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'addr', 'term')
-local refused = newerTerm(cur[5])
-if refused then
-  return refused
-end
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'addr')
 if cur[1] == ARGV[1] then
   redis.call('DEL', KEYS[1], KEYS[2])
   return {cur[2], cur[3], cur[4]}
@@ -178,11 +162,7 @@ return 0
 // undoScript: KEYS[1] record, KEYS[2] guard; ARGV owner, token, term. Deletes the
 // record (and guard) only if it is exactly the grant being undone.
 const undoScript = termCheck + `
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'term')
-local refused = newerTerm(cur[3])
-if refused then
-  return refused
-end
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
   redis.call('DEL', KEYS[1], KEYS[2])
   return 1
