@@ -160,8 +160,11 @@ start_proxy() {
 		port=$(free_port)
 		ports+=("$port")
 		rm -rf "$work/data"
+		# No metrics listener (its default port may be taken by another
+		# fenceproxy); no replicas to wait for.
 		"$work/fenceproxy" --listen "127.0.0.1:$port" --backend "127.0.0.1:$1" \
-			--data-dir "$work/data" >>"$work/fenceproxy.log" 2>&1 &
+			--data-dir "$work/data" --metrics-listen "" --min-replicas 0 \
+			>>"$work/fenceproxy.log" 2>&1 &
 		proxy_pid=$!
 		local i
 		for ((i = 0; i < WAIT_SECS * 10; i++)); do

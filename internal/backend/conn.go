@@ -355,7 +355,13 @@ func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 			p := f.p
 			start := len(p.Buf)
 			var err error
-			if p.Buf, err = resp.AppendReply(p.Buf, rd); err != nil {
+			p.Buf, err = resp.AppendReply(p.Buf, rd)
+			switch {
+			case errors.Is(err, resp.ErrTooLarge):
+				// Read to its end: this request fails, the stream is in
+				// step and the connection serves the others.
+				p.Err = ErrReplyTooLarge
+			case err != nil:
 				p.Buf = p.Buf[:start]
 				return err
 			}
