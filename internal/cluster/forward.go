@@ -49,6 +49,15 @@ type Forwarder interface {
 	// that the count covers every write the client made before it (see
 	// Pinned). The reply is the smallest count. Client.Gone ends the wait.
 	WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *resp.Reply)
+	// Control sends a request that Redis answers while a script or
+	// function is busy (PING, which then gets -BUSY; SCRIPT KILL and
+	// FUNCTION KILL, which end it) on a connection that carries nothing
+	// else: on a shared connection it could wait behind the busy script
+	// itself, which only the kill would end. SCRIPT KILL and FUNCTION KILL
+	// reach every master (OK if one ended a script); PING the first. The
+	// caller waits for cl's earlier replies first (Waiter): a client's own
+	// PING still comes after its own script, as on Redis.
+	Control(cl *Client, args [][]byte, p *resp.Reply)
 	// Subscribe returns a tunnel for cl, which turns to pub/sub: Redis
 	// then writes to the client by itself (Tunnel). The error is the
 	// client's reply.

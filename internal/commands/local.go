@@ -13,19 +13,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
-func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	switch len(args) {
-	case 1:
-		p.Buf = append(p.Buf, "+PONG\r\n"...)
-		p.Done()
-	case 2:
-		p.Buf = redcon.AppendBulk(p.Buf, args[1])
-		p.Done()
-	default:
-		replyError(p, "ERR wrong number of arguments for 'ping' command")
-	}
-}
-
 func (h *Handler) echo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	p.Buf = redcon.AppendBulk(p.Buf, args[1])
 	p.Done()

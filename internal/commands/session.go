@@ -24,6 +24,8 @@ type session struct {
 	// (pubsub.go); it lasts as long as the connection.
 	tunnel cluster.Tunnel
 	auth   authState
+	// order keeps control requests in their place (control.go).
+	order controlOrder
 	// lockRequests are the connection's lock requests in flight
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.

@@ -156,6 +156,10 @@ func init() {
 		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
 		{name: "info", arity: -1, serve: (*Handler).info},
 		{name: "command", arity: -1, serve: (*Handler).command},
+		// Forwarded, on the control connection while a script may be busy
+		// (control.go).
+		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction},
+		{name: "function", arity: -2, serve: (*Handler).scriptOrFunction},
 
 		// The lock family, in the order of INFO's "# locks" lines.
 		{name: "lock.acquire", arity: -4, flags: lockFlags | flagWrite | flagWritesResource, resource: 1,
@@ -366,6 +370,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if h.opts.ACL != nil && !h.authorize(c, args, p) {
 		return
 	}
+	sessionOf(c).order.next()
 	var lower [32]byte
 	name := args[0]
 	if len(name) <= len(lower) {

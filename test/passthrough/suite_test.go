@@ -2,8 +2,10 @@ package passthrough
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
@@ -55,4 +57,172 @@ func TestDeeplyNestedReply(t *testing.T) {
 		}
 	}
 	pr.alive(t)
+}
+
+// busyWait bounds the wait for Redis to report a script busy; it only ends
+// a hang.
+const busyWait = 10 * time.Second
+
+// sharedConns is the busy tests' --backend-conns: clients whose CLIENT ID
+// is the same modulo it share a backend connection.
+const sharedConns = 2
+
+// startBusy makes Redis A busy: lua-time-limit 10 ms, then the request
+// (a script that loops for ever) sent on a client of the proxy's and not
+// read, until a direct PING to Redis gets -BUSY. It returns that client
+// and its CLIENT ID.
+func startBusy(t *testing.T, pr *pair, args ...string) (*testenv.Conn, int64) {
+	t.Helper()
+	if got := testenv.Dial(t, pr.A.Addr).Do("CONFIG", "SET", "lua-time-limit", "10"); string(got) != "+OK\r\n" {
+		t.Fatalf("CONFIG SET lua-time-limit: %q", got)
+	}
+	busy := testenv.Dial(t, pr.Proxy.Addr)
+	id, _ := testenv.ParseInt(busy.Do("CLIENT", "ID"))
+	busy.Send(args...)
+	busy.Flush()
+	direct := testenv.Dial(t, pr.A.Addr)
+	for deadline := time.Now().Add(busyWait); ; {
+		if got := direct.Do("PING"); bytes.HasPrefix(got, []byte("-BUSY")) {
+			return busy, id
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis did not report %s busy", testenv.ShowCommand(args))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// clients dials n clients of the proxy, those that share busyID's backend
+// connection first.
+func clients(t *testing.T, pr *pair, n int, busyID int64) []*testenv.Conn {
+	t.Helper()
+	var sharing, others []*testenv.Conn
+	for range n {
+		c := testenv.Dial(t, pr.Proxy.Addr)
+		if id, _ := testenv.ParseInt(c.Do("CLIENT", "ID")); id%sharedConns == busyID%sharedConns {
+			sharing = append(sharing, c)
+		} else {
+			others = append(others, c)
+		}
+	}
+	if len(sharing) == 0 {
+		t.Fatalf("no client shares the busy client's backend connection")
+	}
+	return append(sharing, others...)
+}
+
+// TestBusyScript: while a script loops, every client's PING gets -BUSY as
+// from Redis, those that share the script's backend connection too, and
+// SCRIPT KILL (unit/multi "MULTI-EXEC body and script timeout",
+// unit/scripting "Timedout read-only scripts can be killed by SCRIPT KILL")
+// reaches Redis from any client and ends it. Before, the proxy answered
+// PING itself (+PONG) and a SCRIPT KILL on the script's shared connection
+// waited behind the script for ever.
+func TestBusyScript(t *testing.T) {
+	pr := startPairWith(t, "--backend-conns", strconv.Itoa(sharedConns))
+	busy, id := startBusy(t, pr, "EVAL", "while true do end", "0")
+	cs := clients(t, pr, 8, id)
+	for i, c := range cs {
+		got, err := c.TryDo("PING")
+		if err != nil || !bytes.HasPrefix(got, []byte("-BUSY ")) {
+			t.Fatalf("client %d: PING while a script is busy: %q, %v; want -BUSY as from Redis", i, got, err)
+		}
+	}
+	// A kill from every client, those sharing the script's backend
+	// connection first: the first ends the script, the others find none
+	// running. None waits behind it.
+	killed := 0
+	for i, c := range cs {
+		got, err := c.TryDo("SCRIPT", "KILL")
+		switch {
+		case err != nil:
+			t.Fatalf("client %d: SCRIPT KILL: %v (it waited behind the script it is to end)", i, err)
+		case string(got) == "+OK\r\n":
+			killed++
+		case !bytes.HasPrefix(got, []byte("-NOTBUSY ")):
+			t.Errorf("client %d: SCRIPT KILL: %q", i, got)
+		}
+	}
+	if killed != 1 {
+		t.Errorf("%d SCRIPT KILLs answered OK, want 1", killed)
+	}
+	if got, err := busy.ReadReply(); err != nil || !bytes.Contains(got, []byte("killed by user")) {
+		t.Errorf("the killed script's reply: %q, %v", got, err)
+	}
+	for i, c := range cs {
+		if got := c.Do("PING", "again"); string(got) != "$5\r\nagain\r\n" {
+			t.Errorf("client %d: PING after the kill: %q", i, got)
+		}
+	}
+	pr.alive(t)
+}
+
+// TestBusyFunction: FUNCTION KILL, like SCRIPT KILL, reaches Redis while a
+// function loops (unit/functions).
+func TestBusyFunction(t *testing.T) {
+	pr := startPairWith(t, "--backend-conns", strconv.Itoa(sharedConns))
+	lib := "#!lua name=spinlib\nredis.register_function{function_name='spin', callback=function() while true do end end, flags={'no-writes'}}"
+	if got := testenv.Dial(t, pr.Proxy.Addr).Do("FUNCTION", "LOAD", lib); string(got) != "$7\r\nspinlib\r\n" {
+		t.Fatalf("FUNCTION LOAD: %q", got)
+	}
+	busy, id := startBusy(t, pr, "FCALL", "spin", "0")
+	cs := clients(t, pr, 8, id)
+	for i, c := range cs {
+		if got, err := c.TryDo("PING"); err != nil || !bytes.HasPrefix(got, []byte("-BUSY ")) {
+			t.Fatalf("client %d: PING while a function is busy: %q, %v; want -BUSY", i, got, err)
+		}
+	}
+	// The kill from the clients that share the function's connection
+	// first: the first ends it.
+	for i := range cs {
+		got, err := cs[i].TryDo("FUNCTION", "KILL")
+		if err != nil {
+			t.Fatalf("client %d: FUNCTION KILL: %v", i, err)
+		}
+		if string(got) == "+OK\r\n" {
+			break
+		}
+		if !bytes.HasPrefix(got, []byte("-NOTBUSY ")) {
+			t.Fatalf("client %d: FUNCTION KILL: %q", i, got)
+		}
+	}
+	if got, err := busy.ReadReply(); err != nil || !bytes.Contains(got, []byte("killed by user")) {
+		t.Errorf("the killed function's reply: %q, %v", got, err)
+	}
+	pr.alive(t)
+}
+
+// TestPingAfterOwnScript: a client's own PING pipelined after its own busy
+// script waits for it, as on Redis (unit/scripting "Timedout scripts and
+// unblocked command"): it is answered +PONG after the script's reply, not
+// -BUSY before it.
+func TestPingAfterOwnScript(t *testing.T) {
+	pr := startPair(t)
+	busy, _ := startBusy(t, pr, "EVAL", "while true do end", "0")
+	busy.Send("PING")
+	busy.Flush()
+	if got := testenv.Dial(t, pr.Proxy.Addr).Do("SCRIPT", "KILL"); string(got) != "+OK\r\n" {
+		t.Fatalf("SCRIPT KILL: %q", got)
+	}
+	if got, err := busy.ReadReply(); err != nil || !bytes.Contains(got, []byte("killed by user")) {
+		t.Fatalf("the script's reply: %q, %v", got, err)
+	}
+	if got, err := busy.ReadReply(); err != nil || string(got) != "+PONG\r\n" {
+		t.Fatalf("the PING after it: %q, %v; want +PONG", got, err)
+	}
+	// Pipelined PINGs stay in order with what is between them.
+	for range 3 {
+		busy.Send("PING", "a")
+		busy.Send("SET", "k", "v")
+		busy.Send("PING", "b")
+		busy.Send("PING")
+	}
+	busy.Flush()
+	for range 3 {
+		for _, want := range []string{"$1\r\na\r\n", "+OK\r\n", "$1\r\nb\r\n", "+PONG\r\n"} {
+			if got, err := busy.ReadReply(); err != nil || string(got) != want {
+				t.Fatalf("pipelined: %q, %v; want %q", got, err, want)
+			}
+		}
+	}
 }
