@@ -171,6 +171,8 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	switch {
 	case sub == "id" && len(args) == 2:
 		replyInt(p, c.ID)
+	case sub == "reply" && len(args) == 3:
+		h.clientReply(c, args, p)
 	case sub == "getname" && len(args) == 2:
 		if c.Name() == "" {
 			replyNull(c, p)
@@ -219,10 +221,10 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		default:
 			replyError(p, "ERR syntax error")
 		}
-	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list":
+	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list" || sub == "reply":
 		replyError(p, "ERR wrong number of arguments for 'client|"+sub+"' command")
 	default:
-		// TRACKING, CACHING, REPLY, KILL, PAUSE, UNPAUSE, ...: each would act
+		// TRACKING, CACHING, KILL, PAUSE, UNPAUSE, ...: each would act
 		// on a connection that other clients share.
 		replyError(p, "ERR fenceproxy: CLIENT "+strings.ToUpper(sub)+" is not supported by fenceproxy")
 	}

@@ -26,6 +26,8 @@ type session struct {
 	auth   authState
 	// order keeps control requests in their place (control.go).
 	order controlOrder
+	// replies is what CLIENT REPLY set (reply.go).
+	replies replyMode
 	// lockRequests are the connection's lock requests in flight
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.

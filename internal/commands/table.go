@@ -367,10 +367,15 @@ func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
 
 // ServeCommand dispatches one request.
 func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if s := sessionOf(c); s.tunnel == nil {
+		// A subscribed client's CLIENT REPLY is Redis's own: its tunnel
+		// is a connection of its own.
+		s.replies.silence(c, p)
+		s.order.next()
+	}
 	if h.opts.ACL != nil && !h.authorize(c, args, p) {
 		return
 	}
-	sessionOf(c).order.next()
 	var lower [32]byte
 	name := args[0]
 	if len(name) <= len(lower) {

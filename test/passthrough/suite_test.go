@@ -226,3 +226,37 @@ func TestPingAfterOwnScript(t *testing.T) {
 		}
 	}
 }
+
+// TestClientReply: CLIENT REPLY OFF ... ON around a batch (Redisson's
+// RBatch with skipResult()) and SKIP are the client's own: its commands
+// run, their replies are dropped, exactly as Redis drops them, and other
+// clients' replies are not. Before, the proxy refused CLIENT REPLY, so the
+// batch's writes were applied and the caller was told they failed.
+func TestClientReply(t *testing.T) {
+	pr := startPair(t)
+	var raw []byte
+	for _, cmd := range [][]string{
+		c("CLIENT", "REPLY", "OFF"), c("SET", "batch:1", "a"), c("INCR", "batch:n"), c("GET", "batch:1"),
+		c("PING"), c("ECHO", "x"), c("INCR", "batch:1"), c("NOSUCH"), c("CLIENT", "REPLY", "SKIP"),
+		c("CLIENT", "REPLY", "ON"),
+		c("GET", "batch:1"), c("GET", "batch:n"),
+		c("CLIENT", "REPLY", "SKIP"), c("INCR", "batch:n"), c("GET", "batch:n"),
+		c("CLIENT", "REPLY", "SKIP"), c("CLIENT", "REPLY", "SKIP"), c("INCR", "batch:n"), c("GET", "batch:n"),
+		c("CLIENT", "REPLY", "MAYBE"), c("CLIENT", "REPLY"),
+		c("PING"),
+	} {
+		raw = testenv.AppendCommand(raw, cmd...)
+	}
+	// Another client meanwhile on the same shared connections: its replies
+	// all arrive.
+	other := testenv.Dial(t, pr.Proxy.Addr)
+	got := untilPong(t, pr.Proxy.Addr, raw)
+	want := untilPong(t, pr.B.Addr, raw)
+	if !bytes.Equal(got, want) {
+		t.Errorf("CLIENT REPLY pipeline:\n proxy %s\n redis %s", testenv.ShowReply(got), testenv.ShowReply(want))
+	}
+	if got := other.Do("GET", "batch:n"); string(got) != "$1\r\n3\r\n" {
+		t.Errorf("another client's GET: %q, want the batch's writes applied", got)
+	}
+	pr.alive(t)
+}
