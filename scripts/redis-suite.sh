@@ -198,9 +198,13 @@ run_unit() {
 	local rc=0
 	# runtest's own --timeout ends a run that makes no progress; timeout(1)
 	# bounds the whole unit. Both only end hangs.
+	# The suite's own test server listens on the first free port of the 32
+	# below --baseport: away from the default, for runs side by side.
+	local base
+	base=$(($(free_port) + 32))
 	(cd "$suite" && timeout -k 10 "$unit_timeout" ./runtest --host 127.0.0.1 --port "$port" \
 		--single "$unit" --singledb --tags -needs:repl --timeout "$unit_timeout" \
-		>"$out" 2>&1) || rc=$?
+		--baseport "$base" >"$out" 2>&1) || rc=$?
 	if [[ -n $proxy_pid ]]; then
 		stop_pid fenceproxy "$proxy_pid" >/dev/null 2>&1
 		proxy_pid=

@@ -444,6 +444,17 @@ func (c *Conn) reconnect() {
 	}
 }
 
+// LocalAddr is the connection's local address as Redis shows it (CLIENT
+// LIST's addr), "" while it is down.
+func (c *Conn) LocalAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nc == nil {
+		return ""
+	}
+	return c.nc.LocalAddr().String()
+}
+
 // Up reports whether the connection is established.
 func (c *Conn) Up() bool {
 	c.mu.Lock()

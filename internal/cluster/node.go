@@ -377,6 +377,9 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("cannot speak RESP3 (HELLO 3) with Redis at %s: %w", opts.Addr, err)
 	}
 	n.pools = [2]*backend.Pool{pool, pool3}
+	// RESP2, whoever asks: PING, SCRIPT KILL and FUNCTION KILL answer the
+	// same in both protocols, and CLIENT UNBLOCK's CLIENT LIST is read here.
+	shared.RESP3 = false
 	if n.control, err = backend.Dial(shared); err != nil {
 		pool.Close()
 		pool3.Close()

@@ -173,6 +173,10 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyInt(p, c.ID)
 	case sub == "reply" && len(args) == 3:
 		h.clientReply(c, args, p)
+	case sub == "unblock" && (len(args) == 3 || len(args) == 4):
+		h.clientUnblock(c, args, p)
+	case sub == "unblock" && len(args) > 4:
+		replyError(p, "ERR unknown subcommand or wrong number of arguments for 'UNBLOCK'. Try CLIENT HELP.")
 	case sub == "getname" && len(args) == 2:
 		if c.Name() == "" {
 			replyNull(c, p)
@@ -221,7 +225,7 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		default:
 			replyError(p, "ERR syntax error")
 		}
-	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list" || sub == "reply":
+	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list" || sub == "reply" || sub == "unblock":
 		replyError(p, "ERR wrong number of arguments for 'client|"+sub+"' command")
 	default:
 		// TRACKING, CACHING, KILL, PAUSE, UNPAUSE, ...: each would act
@@ -254,6 +258,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if s.tx.pinned != nil {
 		c.WaitReplies(p)
+		h.unblocked(c, s)
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
 	s.tx = txState{} // a MULTI not yet sent too

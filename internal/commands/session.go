@@ -63,6 +63,9 @@ type txState struct {
 	// denied: a command of the transaction was refused by the user's ACL;
 	// EXEC aborts, as Redis does.
 	denied bool
+	// blocked: a blocking command was sent on pinned and is in the
+	// Handler's blockedClients (unblock.go) until its batch is done.
+	blocked bool
 }
 
 // authState is, with authentication on (acl.go), the connection's user

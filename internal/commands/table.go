@@ -48,6 +48,9 @@ type Handler struct {
 	opts   Options
 	runner *locks.Runner // where lock requests (and INFO) run
 	authm  *metrics.Auth
+	// blocked maps the proxy's clients to the connection their blocking
+	// command waits on, for CLIENT UNBLOCK (unblock.go).
+	blocked blockedClients
 }
 
 // NewHandler returns a Handler.

@@ -260,3 +260,55 @@ func TestClientReply(t *testing.T) {
 	}
 	pr.alive(t)
 }
+
+// TestClientUnblock: CLIENT UNBLOCK with a proxy client's CLIENT ID ends
+// that client's blocking command (unit/type/list, unit/type/stream), with
+// TIMEOUT (the command's timeout reply) or ERROR (-UNBLOCKED), and answers
+// :0 for a client that waits on nothing, as Redis. Before, the proxy
+// refused CLIENT UNBLOCK.
+func TestClientUnblock(t *testing.T) {
+	pr := startPair(t)
+	ctl := testenv.Dial(t, pr.Proxy.Addr)
+	for _, tc := range []struct{ mode, want string }{
+		{"", "*-1\r\n"}, {"TIMEOUT", "*-1\r\n"}, {"ERROR", "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"},
+	} {
+		blocked := testenv.Dial(t, pr.Proxy.Addr)
+		id := string(bytes.Trim(blocked.Do("CLIENT", "ID"), ":\r\n"))
+		blocked.SetTimeout(busyWait)
+		blocked.Send("BLPOP", "unblock:list", "0")
+		blocked.Flush()
+		args := []string{"CLIENT", "UNBLOCK", id}
+		if tc.mode != "" {
+			args = append(args, tc.mode)
+		}
+		// The BLPOP reaches Redis at some point after Flush: until then
+		// there is nothing to unblock (:0).
+		for deadline := time.Now().Add(busyWait); ; {
+			got := ctl.Do(args...)
+			if string(got) == ":1\r\n" {
+				break
+			}
+			if string(got) != ":0\r\n" || time.Now().After(deadline) {
+				t.Fatalf("%s: %q", testenv.ShowCommand(args), got)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got, err := blocked.ReadReply(); err != nil || string(got) != tc.want {
+			t.Fatalf("BLPOP unblocked with %q: %q, %v; want %q", tc.mode, got, err, tc.want)
+		}
+		if got := blocked.Do("PING"); string(got) != "+PONG\r\n" {
+			t.Fatalf("PING after the unblock: %q", got)
+		}
+		if got := ctl.Do(args...); string(got) != ":0\r\n" {
+			t.Errorf("%s again: %q, want :0 (nothing waits)", testenv.ShowCommand(args), got)
+		}
+	}
+	proxy, direct := pr.conns(t)
+	for _, cmd := range [][]string{
+		c("CLIENT", "UNBLOCK", "999999"), c("CLIENT", "UNBLOCK", "x"), c("CLIENT", "UNBLOCK", "1", "MAYBE"),
+		c("CLIENT", "UNBLOCK"), c("CLIENT", "UNBLOCK", "1", "ERROR", "x"),
+	} {
+		same(t, proxy, direct, cmd...)
+	}
+	pr.alive(t)
+}
