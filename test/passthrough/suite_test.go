@@ -312,3 +312,28 @@ func TestClientUnblock(t *testing.T) {
 	}
 	pr.alive(t)
 }
+
+// TestAttributeReply: a RESP3 attribute (DEBUG PROTOCOL attrib, unit/protocol
+// "RESP3 attributes") is relayed byte for byte with the reply it annotates,
+// and the reply after it is the next request's. A guard: it passes on the
+// code before the fidelity work too, where the issue saw unit/protocol
+// hang at this test.
+func TestAttributeReply(t *testing.T) {
+	pr := startPair(t)
+	for _, addr := range []string{pr.A.Addr, pr.B.Addr} {
+		if got := testenv.Dial(t, addr).Do("CONFIG", "GET", "enable-debug-command"); !bytes.Contains(got, []byte("local")) && !bytes.Contains(got, []byte("yes")) {
+			t.Skipf("DEBUG is not enabled: %q", got)
+		}
+	}
+	proxy, direct := pr.conns(t)
+	// HELLO's map differs in the connection id only.
+	proxy.Do("HELLO", "3")
+	direct.Do("HELLO", "3")
+	for range 2 {
+		same(t, proxy, direct, "DEBUG", "PROTOCOL", "attrib")
+		same(t, proxy, direct, "PING")
+	}
+	proxy.Do("HELLO", "2")
+	direct.Do("HELLO", "2")
+	same(t, proxy, direct, "DEBUG", "PROTOCOL", "attrib")
+}
