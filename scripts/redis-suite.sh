@@ -259,7 +259,7 @@ for unit in "${units[@]}"; do
 	total_r=$((total_r + rp))
 	ratio=n/a
 	((rp > 0)) && ratio=$(awk -v p="$pp" -v r="$rp" 'BEGIN { printf "%.0f%%", 100 * p / r }')
-	((pp >= rp && pf == 0 && pe == 0)) && units_equal=$((units_equal + 1))
+	((pp >= rp && pf <= rf && pe <= re)) && units_equal=$((units_equal + 1))
 	if ((pp < rp || pf > rf || pe > re)) || [[ $pend == timeout && $rend != timeout ]]; then
 		worse=$((worse + 1))
 	fi

@@ -70,7 +70,7 @@ if [[ -n ${REDIS_SUITE:-} ]]; then
 	echo "== Redis 7.0.15's own tests, plain and through fenceproxy"
 	# shellcheck disable=SC2086 # a list of units
 	scripts/redis-suite.sh --fail-under-baseline --unit-timeout 180 \
-		${REDIS_SUITE_UNITS:-unit/type/incr unit/type/hash unit/type/zset unit/keyspace unit/protocol unit/functions unit/info-command unit/bitops unit/bitfield}
+		${REDIS_SUITE_UNITS:-unit/type/incr unit/type/hash unit/type/zset unit/type/stream unit/keyspace unit/protocol unit/functions unit/pubsub unit/info-command unit/bitops unit/bitfield unit/sort unit/dump}
 fi
 # ---- end Redis's own test suite ----
 # ---- client compatibility suites ----
