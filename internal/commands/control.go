@@ -1,14 +1,20 @@
 package commands
 
 import (
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Requests Redis answers while a script or function is busy: PING (with
-// -BUSY, or -LOADING while it loads its data, as Redis answers it), SCRIPT
-// KILL and FUNCTION KILL. They go on the backend's control connection
+// -BUSY, or -LOADING while it loads its data, as Redis answers it; the
+// proxy answers it if Redis does not, see pingPatience), SCRIPT KILL and
+// FUNCTION KILL. They go on the backend's control connection
 // (Forwarder.Control), never on a shared one: there they could wait
 // behind the busy script itself, and the kill that would end it behind
 // the script it is to end.
@@ -30,29 +36,73 @@ func (o *controlOrder) next() {
 // control sends the request on the control connection, after the
 // client's earlier requests have their replies if they went another way:
 // a client's PING after its own EVAL is answered after it, as on Redis.
-func (h *Handler) control(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+// current is the request's reply slot; sent, where Redis's reply goes (the
+// same, or one the caller looks at first).
+func (h *Handler) control(c *protocol.Conn, args [][]byte, current, sent *resp.Reply) {
 	s := sessionOf(c)
 	if !s.order.prev {
-		c.WaitReplies(p)
+		c.WaitReplies(current)
 	}
 	s.order.last = true
-	h.opts.Backend.Control(&s.backend, args, p)
+	h.opts.Backend.Control(&s.backend, args, sent)
 }
 
-// ping is answered by Redis: the proxy cannot know whether it is busy.
+// pingPatience bounds how long a PING waits for Redis. Past it, or if
+// Redis cannot be reached, the proxy answers PONG itself: the proxy is
+// alive (/readyz tells whether Redis is), and a client's health check must
+// not hang on a stopped Redis. A script busy past lua-time-limit (5 s by
+// default) is answered -BUSY by Redis at once; one busy for less waits in
+// Redis and gets the proxy's PONG after this long.
+const pingPatience = time.Second
+
+var replyPong = []byte("+PONG\r\n")
+
+// ping is answered by Redis where it can be: only Redis knows whether it
+// is busy or loading.
 func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if len(args) > 2 {
 		replyError(p, "ERR wrong number of arguments for 'ping' command")
 		return
 	}
-	h.control(c, args, p)
+	// The proxy's own answer, made now: args may hold a later request's
+	// bytes by the time it is needed.
+	own := replyPong
+	if len(args) == 2 {
+		own = redcon.AppendBulk(nil, args[1])
+	}
+	var answered atomic.Bool
+	pong := func() {
+		p.Buf = append(p.Buf, own...)
+		p.Done()
+	}
+	timer := time.AfterFunc(pingPatience, func() {
+		if answered.CompareAndSwap(false, true) {
+			pong()
+		}
+	})
+	// Redis's reply lands in a buffer of its own: it may come after the
+	// proxy answered, when p already serves a later request.
+	var sent *resp.Reply
+	sent = resp.NewReplyFunc(func() {
+		if !answered.CompareAndSwap(false, true) {
+			return
+		}
+		timer.Stop()
+		if sent.Err != nil {
+			pong() // Redis not reached, or the link broke
+			return
+		}
+		p.Buf = append(p.Buf, sent.Buf...)
+		p.Done()
+	})
+	h.control(c, args, p, sent)
 }
 
 // scriptOrFunction sends SCRIPT KILL and FUNCTION KILL on the control
 // connection and forwards the other subcommands.
 func (h *Handler) scriptOrFunction(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if len(args) == 2 && keys.LowerName(args[1]) == "kill" {
-		h.control(c, args, p)
+		h.control(c, args, p, p)
 		return
 	}
 	h.forward(c, args, p)
