@@ -379,7 +379,8 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 	n.pools = [2]*backend.Pool{pool, pool3}
 	// RESP2, whoever asks: PING, SCRIPT KILL and FUNCTION KILL answer the
 	// same in both protocols, and CLIENT UNBLOCK's CLIENT LIST is read here.
-	shared.RESP3 = false
+	// Not in the round-trip histogram of forwarded requests either.
+	shared.RESP3, shared.ObserveReply = false, nil
 	if n.control, err = backend.Dial(shared); err != nil {
 		pool.Close()
 		pool3.Close()

@@ -33,18 +33,23 @@ func (o *controlOrder) next() {
 	o.prev, o.last = o.last, false
 }
 
-// control sends the request on the control connection, after the
-// client's earlier requests have their replies if they went another way:
-// a client's PING after its own EVAL is answered after it, as on Redis.
-// current is the request's reply slot; sent, where Redis's reply goes (the
-// same, or one the caller looks at first).
-func (h *Handler) control(c *protocol.Conn, args [][]byte, current, sent *resp.Reply) {
+// control sends the request on the control connection, in its place
+// among the client's requests (inOrder).
+func (h *Handler) control(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	h.inOrder(c, p)
+	h.opts.Backend.Control(&sessionOf(c).backend, args, p)
+}
+
+// inOrder waits for the client's earlier requests to have their replies if
+// they went another way than the control connection: a client's PING
+// after its own EVAL is answered after it, as on Redis. current is the
+// request's reply slot.
+func (h *Handler) inOrder(c *protocol.Conn, current *resp.Reply) {
 	s := sessionOf(c)
 	if !s.order.prev {
 		c.WaitReplies(current)
 	}
 	s.order.last = true
-	h.opts.Backend.Control(&s.backend, args, sent)
 }
 
 // pingPatience bounds how long a PING waits for Redis. Past it, or if
@@ -70,6 +75,8 @@ func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if len(args) == 2 {
 		own = redcon.AppendBulk(nil, args[1])
 	}
+	// In place first: the patience runs from when Redis is asked.
+	h.inOrder(c, p)
 	var answered atomic.Bool
 	pong := func() {
 		p.Buf = append(p.Buf, own...)
@@ -95,14 +102,14 @@ func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		p.Buf = append(p.Buf, sent.Buf...)
 		p.Done()
 	})
-	h.control(c, args, p, sent)
+	h.opts.Backend.Control(&sessionOf(c).backend, args, sent)
 }
 
 // scriptOrFunction sends SCRIPT KILL and FUNCTION KILL on the control
 // connection and forwards the other subcommands.
 func (h *Handler) scriptOrFunction(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if len(args) == 2 && keys.LowerName(args[1]) == "kill" {
-		h.control(c, args, p, p)
+		h.control(c, args, p)
 		return
 	}
 	h.forward(c, args, p)
