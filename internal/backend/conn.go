@@ -355,7 +355,13 @@ func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 			p := f.p
 			start := len(p.Buf)
 			var err error
-			if p.Buf, err = resp.AppendReply(p.Buf, rd); err != nil {
+			p.Buf, err = resp.AppendReply(p.Buf, rd)
+			switch {
+			case errors.Is(err, resp.ErrTooLarge):
+				// Read to its end: this request fails, the stream is in
+				// step and the connection serves the others.
+				p.Err = ErrReplyTooLarge
+			case err != nil:
 				p.Buf = p.Buf[:start]
 				return err
 			}
@@ -436,6 +442,17 @@ func (c *Conn) reconnect() {
 		go c.readLoop(nc)
 		return
 	}
+}
+
+// LocalAddr is the connection's local address as Redis shows it (CLIENT
+// LIST's addr), "" while it is down.
+func (c *Conn) LocalAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nc == nil {
+		return ""
+	}
+	return c.nc.LocalAddr().String()
 }
 
 // Up reports whether the connection is established.

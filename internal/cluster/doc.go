@@ -34,6 +34,11 @@
 //     its master.
 //   - WaitReplicas: WAIT on every master, each after a write of the proxy's
 //     own on the same connection, answering the smallest count (wait.go).
+//   - Control: PING, SCRIPT KILL and FUNCTION KILL on a connection of each
+//     master that carries nothing else (Node.control), so that a busy
+//     script answers PING with -BUSY and can be killed: on a shared
+//     connection they would wait behind it. A Pinned's Unblock sends
+//     CLIENT UNBLOCK there too, for the connection's id in Redis.
 //   - Subscribe: a pub/sub tunnel; a standalone master's connection is
 //     relayed as it is (tunnel.go), a cluster's subscriber keeps shard
 //     channels on their slots' masters and follows them when slots move

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
@@ -49,6 +50,15 @@ type Forwarder interface {
 	// that the count covers every write the client made before it (see
 	// Pinned). The reply is the smallest count. Client.Gone ends the wait.
 	WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *resp.Reply)
+	// Control sends a request that Redis answers while a script or
+	// function is busy (PING, which then gets -BUSY; SCRIPT KILL and
+	// FUNCTION KILL, which end it) on a connection that carries nothing
+	// else: on a shared connection it could wait behind the busy script
+	// itself, which only the kill would end. SCRIPT KILL and FUNCTION KILL
+	// reach every master (OK if one ended a script); PING the first. The
+	// caller waits for cl's earlier replies first (Waiter): a client's own
+	// PING still comes after its own script, as on Redis.
+	Control(cl *Client, args [][]byte, p *resp.Reply)
 	// Subscribe returns a tunnel for cl, which turns to pub/sub: Redis
 	// then writes to the client by itself (Tunnel). The error is the
 	// client's reply.
@@ -146,6 +156,65 @@ func (pc *Pinned) Do(args [][]byte, p *resp.Reply) {
 
 // Up reports whether the connection is still established.
 func (pc *Pinned) Up() bool { return pc.conn.Up() }
+
+// Unblock ends the blocking command the connection waits on, as CLIENT
+// UNBLOCK id [TIMEOUT|ERROR] would (mode: nil, or that last argument): it
+// finds the connection's client id in the master's CLIENT LIST (by its
+// address: no round trip is spent on learning it when a connection is
+// pinned) and sends CLIENT UNBLOCK on the master's control connection. p
+// gets Redis's reply (:1 if a command was unblocked, :0 if none waited),
+// or :0 if the connection is gone. The caller must not give the
+// connection to another client afterwards (Release(false)): the UNBLOCK
+// may arrive after the command it was meant for has ended.
+func (pc *Pinned) Unblock(mode []byte, p *resp.Reply) {
+	laddr := pc.conn.LocalAddr()
+	if laddr == "" {
+		p.Buf = append(p.Buf, ":0\r\n"...)
+		p.Done()
+		return
+	}
+	control := pc.node.control
+	var list *resp.Reply
+	list = resp.NewReplyFunc(func() {
+		id, ok := clientIDByAddr(list.Buf, laddr)
+		switch {
+		case list.Err != nil:
+			p.Err = list.Err
+			p.Done()
+		case !ok:
+			p.Buf = append(p.Buf, ":0\r\n"...)
+			p.Done()
+		default:
+			args := [][]byte{[]byte("CLIENT"), []byte("UNBLOCK"), []byte(id)}
+			if mode != nil {
+				args = append(args, mode)
+			}
+			control.Do(args, p)
+		}
+	})
+	control.Do([][]byte{[]byte("CLIENT"), []byte("LIST"), []byte("TYPE"), []byte("normal")}, list)
+}
+
+// clientIDByAddr finds the id of the client at addr in a CLIENT LIST reply.
+func clientIDByAddr(reply []byte, addr string) (string, bool) {
+	v, err := resp.Parse(reply)
+	list, ok := v.(string)
+	if err != nil || !ok {
+		return "", false
+	}
+	for _, line := range strings.Split(list, "\n") {
+		var id string
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "id="); ok {
+				id = v
+			}
+			if field == "addr="+addr && id != "" {
+				return id, true
+			}
+		}
+	}
+	return "", false
+}
 
 // Close ends the connection at once: Redis sees its client go, which ends
 // a blocked command. Release must still follow.

@@ -164,6 +164,11 @@ func (s *standalone) WaitReplicas(cl *Client, args [][]byte, offsetKey string, p
 	waitOn(cl, []*Node{s.master.Load()}, func(int) string { return offsetKey }, args, p)
 }
 
+// Control sends the request on the master's control connection.
+func (s *standalone) Control(cl *Client, args [][]byte, p *resp.Reply) {
+	s.master.Load().control.Do(args, p)
+}
+
 // Subscribe returns a connection of the client's own to the master,
 // relayed as it is.
 func (s *standalone) Subscribe(cl *Client) (Tunnel, error) {

@@ -24,13 +24,19 @@
 // A new lock command is its entry, its serve function and what the lock
 // manager does for it.
 //
-// Four kinds of command:
+// Five kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's
-//     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
-//     INFO/LIST, SELECT 0, RESET, QUIT), or the proxy (INFO adds its own
-//     sections to Redis's, COMMAND its own commands); AUTH too when
-//     fenceproxy's own users are on (acl.go);
+//     own connection (ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
+//     INFO/LIST, SELECT 0, RESET, QUIT; CLIENT REPLY, whose replies the
+//     client's connection drops (reply.go); CLIENT UNBLOCK, mapped to the
+//     connection the named client's blocking command waits on
+//     (unblock.go)), or the proxy (INFO adds its own sections to Redis's,
+//     COMMAND its own commands); AUTH too when fenceproxy's own users are
+//     on (acl.go);
+//   - PING, SCRIPT KILL and FUNCTION KILL, which Redis answers while a
+//     script is busy: on the backend's control connection
+//     (Forwarder.Control, control.go), so none waits behind the script;
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
 //     FENCE.EXEC, LOCK.INFO, LOCK.TOP, LOCK.SLOWLOG), served by the lock
 //     manager;

@@ -13,19 +13,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
-func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	switch len(args) {
-	case 1:
-		p.Buf = append(p.Buf, "+PONG\r\n"...)
-		p.Done()
-	case 2:
-		p.Buf = redcon.AppendBulk(p.Buf, args[1])
-		p.Done()
-	default:
-		replyError(p, "ERR wrong number of arguments for 'ping' command")
-	}
-}
-
 func (h *Handler) echo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	p.Buf = redcon.AppendBulk(p.Buf, args[1])
 	p.Done()
@@ -184,6 +171,12 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	switch {
 	case sub == "id" && len(args) == 2:
 		replyInt(p, c.ID)
+	case sub == "reply" && len(args) == 3:
+		h.clientReply(c, args, p)
+	case sub == "unblock" && (len(args) == 3 || len(args) == 4):
+		h.clientUnblock(c, args, p)
+	case sub == "unblock" && len(args) > 4:
+		replyError(p, "ERR unknown subcommand or wrong number of arguments for 'UNBLOCK'. Try CLIENT HELP.")
 	case sub == "getname" && len(args) == 2:
 		if c.Name() == "" {
 			replyNull(c, p)
@@ -232,10 +225,10 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		default:
 			replyError(p, "ERR syntax error")
 		}
-	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list":
+	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list" || sub == "reply" || sub == "unblock":
 		replyError(p, "ERR wrong number of arguments for 'client|"+sub+"' command")
 	default:
-		// TRACKING, CACHING, REPLY, KILL, PAUSE, UNPAUSE, ...: each would act
+		// TRACKING, CACHING, KILL, PAUSE, UNPAUSE, ...: each would act
 		// on a connection that other clients share.
 		replyError(p, "ERR fenceproxy: CLIENT "+strings.ToUpper(sub)+" is not supported by fenceproxy")
 	}
@@ -265,6 +258,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if s.tx.pinned != nil {
 		c.WaitReplies(p)
+		h.unblocked(c, s)
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
 	s.tx = txState{} // a MULTI not yet sent too

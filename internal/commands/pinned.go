@@ -171,6 +171,8 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	c.MayBlock()
+	h.blocked.add(c.ID, s.tx.pinned)
+	s.tx.blocked = true
 	h.sendPinned(s, args, p)
 }
 
@@ -178,10 +180,11 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // reply of its batch is in.
 func (h *Handler) BatchDone(c *protocol.Conn) {
 	s := sessionOf(c)
+	unblocked := h.unblocked(c, s)
 	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching {
 		return
 	}
-	s.tx.pinned.Release(true)
+	s.tx.pinned.Release(!unblocked)
 	s.tx.pinned = nil
 }
 
@@ -203,8 +206,9 @@ func (h *Handler) Closed(c *protocol.Conn) {
 	if s.tunnel != nil {
 		s.tunnel.Close()
 	}
+	unblocked := h.unblocked(c, s)
 	if s.tx.pinned != nil {
-		s.tx.pinned.Release(!s.tx.inMulti && !s.tx.watching)
+		s.tx.pinned.Release(!s.tx.inMulti && !s.tx.watching && !unblocked)
 		s.tx.pinned = nil
 	}
 }

@@ -24,6 +24,10 @@ type session struct {
 	// (pubsub.go); it lasts as long as the connection.
 	tunnel cluster.Tunnel
 	auth   authState
+	// order keeps control requests in their place (control.go).
+	order controlOrder
+	// replies is what CLIENT REPLY set (reply.go).
+	replies replyMode
 	// lockRequests are the connection's lock requests in flight
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.
@@ -59,6 +63,9 @@ type txState struct {
 	// denied: a command of the transaction was refused by the user's ACL;
 	// EXEC aborts, as Redis does.
 	denied bool
+	// blocked: a blocking command was sent on pinned and is in the
+	// Handler's blockedClients (unblock.go) until its batch is done.
+	blocked bool
 }
 
 // authState is, with authentication on (acl.go), the connection's user

@@ -48,6 +48,9 @@ type Handler struct {
 	opts   Options
 	runner *locks.Runner // where lock requests (and INFO) run
 	authm  *metrics.Auth
+	// blocked maps the proxy's clients to the connection their blocking
+	// command waits on, for CLIENT UNBLOCK (unblock.go).
+	blocked blockedClients
 }
 
 // NewHandler returns a Handler.
@@ -156,6 +159,10 @@ func init() {
 		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
 		{name: "info", arity: -1, serve: (*Handler).info},
 		{name: "command", arity: -1, serve: (*Handler).command},
+		// Forwarded, on the control connection while a script may be busy
+		// (control.go).
+		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction},
+		{name: "function", arity: -2, serve: (*Handler).scriptOrFunction},
 
 		// The lock family, in the order of INFO's "# locks" lines.
 		{name: "lock.acquire", arity: -4, flags: lockFlags | flagWrite | flagWritesResource, resource: 1,
@@ -363,6 +370,12 @@ func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
 
 // ServeCommand dispatches one request.
 func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if s := sessionOf(c); s.tunnel == nil {
+		// A subscribed client's CLIENT REPLY is Redis's own: its tunnel
+		// is a connection of its own.
+		s.replies.silence(c, p)
+		s.order.next()
+	}
 	if h.opts.ACL != nil && !h.authorize(c, args, p) {
 		return
 	}

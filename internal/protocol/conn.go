@@ -514,6 +514,18 @@ func (c *Conn) WaitReplies(current *resp.Reply) {
 	c.batch.wg.Wait()
 }
 
+// SetSilent says whether the reply to current (the request being served)
+// is written: a silent one is still awaited in its place, and nothing of it
+// reaches the client (CLIENT REPLY OFF and SKIP). Call it before current
+// leaves the connection's goroutine (before it is sent to Redis).
+func (c *Conn) SetSilent(current *resp.Reply, silent bool) {
+	s := c.batch.replies[c.batch.n-1]
+	if s.reply != current {
+		panic("protocol: SetSilent with a reply that is not the current request's")
+	}
+	s.silent = silent
+}
+
 // TakeWrites hands the connection's write side to the caller for good: from
 // now on what the client reads is a stream the caller relays (pub/sub, where
 // Redis pushes messages no request asked for). The replies to requests sent
