@@ -58,6 +58,10 @@ type Options struct {
 	// Gate, if set, is shared by every connection to the node: while it is
 	// closed, requests get its refusal and are not sent.
 	Gate *Gate
+	// DB, if not 0, is the database the connection SELECTs after it
+	// authenticates (each reconnection too): for the connections that carry
+	// the requests of clients that selected it.
+	DB int
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -129,6 +133,10 @@ func (c *Conn) connect() (net.Conn, error) {
 		}
 	}
 	if err := c.handshake(nc); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if err := c.selectDB(nc); err != nil {
 		nc.Close()
 		return nil, err
 	}

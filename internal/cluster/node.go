@@ -64,6 +64,7 @@ type Node struct {
 	handed   map[any]func()     // pinned connections and tunnels in clients' hands: their Close
 	closed   bool
 	pinOpts  backend.Options
+	dbs      databases // the shared connections of databases other than 0 (databases.go)
 }
 
 // ErrNotMaster means a guarded node was found not to be the master when a
@@ -123,13 +124,13 @@ func (n *Node) Unpin(c *backend.Conn, resp3, clean bool) {
 }
 
 // Tunnel returns a raw connection for a client that will get a stream from
-// Redis (pub/sub), speaking RESP3 if resp3.
-func (n *Node) Tunnel(resp3 bool) (net.Conn, error) {
+// Redis (pub/sub), speaking RESP3 if resp3, in database db.
+func (n *Node) Tunnel(resp3 bool, db int) (net.Conn, error) {
 	if n.Refusal() != nil {
 		return nil, ErrNotMaster
 	}
 	opts := n.pinOpts
-	opts.RESP3 = resp3
+	opts.RESP3, opts.DB = resp3, db
 	nc, err := backend.DialRaw(opts)
 	if err != nil {
 		return nil, err
@@ -374,6 +375,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("cannot speak RESP3 (HELLO 3) with Redis at %s: %w", opts.Addr, err)
 	}
 	n.pools = [2]*backend.Pool{pool, pool3}
+	n.dbs.opts, n.dbs.size = shared, opts.PoolSize
 	n.pinOpts = backend.Options{
 		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
 		Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true, TLS: opts.TLS,
@@ -496,6 +498,7 @@ func (n *Node) close() {
 		n.pools[0].Close()
 		n.pools[1].Close()
 	}
+	n.dbs.close()
 	if n.probe != n.Client {
 		n.probe.Close()
 	}

@@ -167,18 +167,6 @@ func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	replyOK(p)
 }
 
-func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	n, ok := parseInt(args[1])
-	switch {
-	case !ok:
-		replyError(p, "ERR value is not an integer or out of range")
-	case n != 0:
-		replyError(p, "ERR DB index is out of range")
-	default:
-		replyOK(p)
-	}
-}
-
 func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	sub := strings.ToLower(string(args[1]))
 	switch {
@@ -245,7 +233,7 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // knows), one line. s is the client's session if the caller may read it.
 func clientLine(c *protocol.Conn, s *session) string {
 	line := "id=" + strconv.FormatInt(c.ID, 10) + " addr=" + c.RemoteAddr + " laddr=" + c.LocalAddr +
-		" name=" + c.Name() + " age=" + strconv.FormatInt(int64(time.Since(c.Created).Seconds()), 10) + " db=0"
+		" name=" + c.Name() + " age=" + strconv.FormatInt(int64(time.Since(c.Created).Seconds()), 10) + " db=" + strconv.Itoa(c.DB())
 	if s != nil {
 		proto := "2"
 		if s.backend.RESP3 {
@@ -268,6 +256,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
 	s.tx = txState{} // a MULTI not yet sent too
+	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
 	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis
 	s.lib = libInfo{}

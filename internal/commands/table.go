@@ -379,7 +379,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			if s.tx.deferred && !h.beginMulti(c, s, args, p) {
 				return
 			}
-			h.sendPinned(s, args, p)
+			h.sendQueued(s, args, p)
 			return
 		}
 		if cmd != nil {

@@ -43,6 +43,7 @@ type Conn struct {
 	Session any
 
 	name atomic.Pointer[string] // CLIENT SETNAME; read by CLIENT LIST from elsewhere
+	db   atomic.Int32           // SELECT; read by CLIENT LIST from elsewhere
 
 	server          *Server
 	nc              net.Conn // a *tls.Conn for a TLS client
@@ -552,6 +553,13 @@ func (c *Conn) Name() string {
 
 // SetName sets the client's name.
 func (c *Conn) SetName(name string) { c.name.Store(&name) }
+
+// DB is the client's database as the Handler last set it (SetDB), for
+// CLIENT LIST.
+func (c *Conn) DB() int { return int(c.db.Load()) }
+
+// SetDB records the client's database.
+func (c *Conn) SetDB(db int) { c.db.Store(int32(db)) }
 
 // Server returns the server the connection belongs to.
 func (c *Conn) Server() *Server { return c.server }
