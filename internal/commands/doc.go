@@ -28,7 +28,8 @@
 //
 //   - local: answered by the proxy itself because they describe the client's
 //     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
-//     INFO/LIST, SELECT 0, RESET, QUIT), or the proxy (INFO adds its own
+//     INFO/LIST, SELECT (select.go: the database the Forwarder routes
+//     by), RESET, QUIT), or the proxy (INFO adds its own
 //     sections to Redis's, COMMAND its own commands); AUTH too when
 //     fenceproxy's own users are on (acl.go);
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
