@@ -36,3 +36,13 @@ func (c *Conn) selectDB(nc net.Conn) error {
 	}
 	return nil
 }
+
+// readPush reads one push message and hands it to Options.OnPush.
+func (c *Conn) readPush(rd *bufio.Reader) error {
+	frame, err := resp.AppendReply(nil, rd)
+	if err != nil {
+		return err
+	}
+	c.opts.OnPush(frame)
+	return nil
+}

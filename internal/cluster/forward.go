@@ -58,6 +58,10 @@ type Forwarder interface {
 	// Cluster's refusal of any database but 0) or why Redis could not be
 	// reached.
 	Select(cl *Client, db int) error
+	// Track returns a connection of cl's own for client-side caching
+	// (tracking.go): onPush gets Redis's push messages on it, onLost is
+	// called when it is lost. The error is the client's reply.
+	Track(cl *Client, onPush func(frame []byte), onLost func()) (*Pinned, error)
 }
 
 // Client is one client connection as a Forwarder knows it. The caller
@@ -137,6 +141,8 @@ type Pinned struct {
 	// keyed: in front of a Redis Cluster, where a MOVED or ASK on it means
 	// the request's key lives on another master than the connection's.
 	keyed bool
+	// own: a tracking client's connection (tracking.go), never reused.
+	own bool
 }
 
 // replyOtherMaster replaces a MOVED or ASK on a pinned connection: the
@@ -167,7 +173,7 @@ func (pc *Pinned) Release(clean bool) {
 		// Back to database 0, where the next client's pinning starts.
 		pc.conn.Do(selectRequest(0), discard())
 	}
-	pc.node.Unpin(pc.conn, pc.resp3, clean)
+	pc.node.Unpin(pc.conn, pc.resp3, clean && !pc.own)
 }
 
 // noRedirects wraps p so that MOVED and ASK never reach the client.

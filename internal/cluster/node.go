@@ -135,7 +135,7 @@ func (n *Node) Tunnel(resp3 bool, db int) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &tunnel{Conn: nc, n: n}
+	t := &tunnel{Conn: nc, n: n, redisID: askClientID(nc)}
 	if !n.hand(t, func() { t.Conn.Close() }) {
 		return nil, ErrUnavailable
 	}
@@ -146,7 +146,8 @@ func (n *Node) Tunnel(resp3 bool, db int) (net.Conn, error) {
 // node it is gone.
 type tunnel struct {
 	net.Conn
-	n *Node
+	n       *Node
+	redisID int64 // Redis's CLIENT ID of the connection (CLIENT TRACKING REDIRECT)
 }
 
 func (t *tunnel) Close() error {

@@ -220,10 +220,12 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		default:
 			replyError(p, "ERR syntax error")
 		}
+	case sub == "tracking" || sub == "caching" || sub == "getredir" || sub == "trackinginfo":
+		h.clientTracking(c, sub, args, p)
 	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list":
 		replyError(p, "ERR wrong number of arguments for 'client|"+sub+"' command")
 	default:
-		// TRACKING, CACHING, REPLY, KILL, PAUSE, UNPAUSE, ...: each would act
+		// REPLY, KILL, PAUSE, UNPAUSE, ...: each would act
 		// on a connection that other clients share.
 		replyError(p, "ERR fenceproxy: CLIENT "+strings.ToUpper(sub)+" is not supported by fenceproxy")
 	}
@@ -256,6 +258,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
 	s.tx = txState{} // a MULTI not yet sent too
+	s.track = trackState{} // its connection went with s.tx.pinned
 	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
 	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis

@@ -185,7 +185,7 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 func (h *Handler) BatchDone(c *protocol.Conn) {
 	s := sessionOf(c)
 	s.adoptExecDB(c)
-	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching {
+	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.on {
 		return
 	}
 	s.tx.pinned.Release(true)
@@ -206,6 +206,7 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 // Closed releases what a connection held.
 func (h *Handler) Closed(c *protocol.Conn) {
 	s := sessionOf(c)
+	h.receivers.m.Delete(c.ID)
 	s.lockRequests.CancelAll()
 	if s.tunnel != nil {
 		s.tunnel.Close()

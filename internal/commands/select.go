@@ -83,6 +83,10 @@ func (h *Handler) selectZero(c *protocol.Conn, s *session, p *resp.Reply) {
 // sendQueued sends a command into the client's open transaction, noting a
 // SELECT so that EXEC's reply can say whether it ran.
 func (h *Handler) sendQueued(s *session, args [][]byte, p *resp.Reply) {
+	if trackingInMulti(args) {
+		replyError(p, "ERR fenceproxy: CLIENT TRACKING and CACHING are not served inside MULTI; send them before it")
+		return
+	}
 	if len(args) == 2 && bytes.EqualFold(args[0], []byte("select")) {
 		if n, ok := parseInt(args[1]); ok && n >= 0 && n <= math.MaxInt32 {
 			s.tx.selects = append(s.tx.selects, queuedSelect{at: s.tx.queued, db: int(n)})

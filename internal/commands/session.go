@@ -30,6 +30,8 @@ type session struct {
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.
 	lockRequests locks.ConnRequests
+	// track is the client's CLIENT TRACKING (tracking.go).
+	track trackState
 	// execDB is the database a SELECT in the client's transaction made
 	// current when EXEC ran it, -1 if none: set by EXEC's reply on the
 	// backend's reader, taken on by adoptExecDB (select.go).

@@ -48,6 +48,9 @@ type Handler struct {
 	opts   Options
 	runner *locks.Runner // where lock requests (and INFO) run
 	authm  *metrics.Auth
+	// receivers are the clients with a pub/sub tunnel, for CLIENT
+	// TRACKING REDIRECT (tracking.go).
+	receivers receivers
 }
 
 // NewHandler returns a Handler.

@@ -61,6 +61,7 @@ type Conn struct {
 	reading   bool
 	idleArmed bool      // a read deadline for the idle timeout is set
 	outbound  *outbound // the write side once taken (TakeWrites)
+	push      *pushes   // nil until EnablePushes (push.go)
 	// rawConn writes to a plaintext client's socket without blocking, for
 	// a batch written by its last reply (writeLater), and reads from it
 	// without blocking, for a batch held over a partial request (held.go);
@@ -187,6 +188,9 @@ func (c *Conn) serve() {
 		p := c.batch.next()
 		if c.batch.n == 1 {
 			c.heldInput = 0
+			if c.push != nil {
+				c.push.beginBatch()
+			}
 		}
 		c.dispatch(args, p)
 		if c.batch.n == probeBatch && !c.mayBlock && !c.writesTaken {
@@ -251,6 +255,9 @@ func (c *Conn) handshake(tc *tls.Conn) bool {
 func (c *Conn) writeBatch() error {
 	if c.batch.n == 0 {
 		return nil
+	}
+	if c.push != nil {
+		defer c.endBatch()
 	}
 	if c.mayBlock {
 		c.mayBlock = false
@@ -540,6 +547,9 @@ func (c *Conn) TakeWrites(current *resp.Reply) net.Conn {
 		c.outbound.Write(c.out)
 	}
 	c.writesTaken = true
+	if c.push != nil {
+		c.push.takeStream(c.outbound)
+	}
 	return c.outbound
 }
 

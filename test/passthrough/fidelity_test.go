@@ -628,7 +628,7 @@ func TestRefusedCommands(t *testing.T) {
 	pr := startPair(t)
 	proxy := testenv.Dial(t, pr.Proxy.Addr)
 	for _, cmd := range [][]string{
-		c("MONITOR"), c("CLIENT", "TRACKING", "ON"), c("CLIENT", "KILL", "ID", "1"), c("SHUTDOWN"),
+		c("MONITOR"), c("CLIENT", "KILL", "ID", "1"), c("SHUTDOWN"),
 	} {
 		got := proxy.Do(cmd...)
 		if !bytes.HasPrefix(got, []byte("-ERR fenceproxy:")) {

@@ -1,0 +1,80 @@
+package passthrough
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// TestTrackingLikeRedis: CLIENT TRACKING through the proxy invalidates what
+// the client read when another client writes it, with Redis's own push
+// bytes (RESP3), honours NOLOOP and OPTIN with CLIENT CACHING, and
+// redirects to a subscribed RESP2 client's __redis__:invalidate channel.
+func TestTrackingLikeRedis(t *testing.T) {
+	pr := startPair(t)
+	for _, addr := range []string{pr.Proxy.Addr, pr.B.Addr} {
+		t.Run(map[bool]string{true: "proxy", false: "redis"}[addr == pr.Proxy.Addr], func(t *testing.T) {
+			reader, writer := testenv.Dial(t, addr), testenv.Dial(t, addr)
+			reader.Do("HELLO", "3")
+			if got := reader.Do("CLIENT", "TRACKING", "ON", "NOLOOP"); string(got) != "+OK\r\n" {
+				t.Fatalf("CLIENT TRACKING ON = %q", got)
+			}
+			reader.Do("GET", "k")
+			reader.Do("SET", "own", "1") // NOLOOP: its own write invalidates nothing
+			reader.Do("GET", "own")
+			reader.Do("SET", "own", "2")
+			writer.Do("SET", "k", "v")
+			push, err := reader.ReadReply()
+			if want := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"; err != nil || string(push) != want {
+				t.Fatalf("after another client's SET: %q, %v; want the invalidation %q", push, err, want)
+			}
+			if got := reader.Do("PING"); string(got) != "+PONG\r\n" {
+				t.Fatalf("PING after the push = %q (a push for its own write?)", got)
+			}
+			if got := reader.Do("CLIENT", "GETREDIR"); string(got) != ":0\r\n" {
+				t.Fatalf("CLIENT GETREDIR = %q", got)
+			}
+
+			// OPTIN: only the read after CLIENT CACHING yes is tracked.
+			opt := testenv.Dial(t, addr)
+			opt.Do("HELLO", "3")
+			opt.Do("CLIENT", "TRACKING", "ON", "OPTIN")
+			opt.Do("GET", "untracked")
+			opt.Do("CLIENT", "CACHING", "yes")
+			opt.Do("GET", "tracked")
+			writer.Do("SET", "untracked", "x")
+			writer.Do("SET", "tracked", "x")
+			push, err = opt.ReadReply()
+			if want := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$7\r\ntracked\r\n"; err != nil || string(push) != want {
+				t.Fatalf("OPTIN: %q, %v; want only %q", push, err, want)
+			}
+
+			// RESP2: REDIRECT to a client subscribed to __redis__:invalidate.
+			sub := testenv.Dial(t, addr)
+			id := sub.Do("CLIENT", "ID")
+			sub.Do("SUBSCRIBE", "__redis__:invalidate")
+			r2 := testenv.Dial(t, addr)
+			if got := r2.Do("CLIENT", "TRACKING", "ON", "REDIRECT", string(id[1:len(id)-2])); string(got) != "+OK\r\n" {
+				t.Fatalf("CLIENT TRACKING ON REDIRECT = %q", got)
+			}
+			if got := r2.Do("CLIENT", "GETREDIR"); string(got) != string(id) {
+				t.Fatalf("CLIENT GETREDIR = %q, want %q", got, id)
+			}
+			r2.Do("GET", "r")
+			writer.Do("SET", "r", "1")
+			sub.SetTimeout(5 * time.Second)
+			msg, err := sub.ReadReply()
+			if want := "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$1\r\nr\r\n"; err != nil || string(msg) != want {
+				t.Fatalf("redirected invalidation: %q, %v; want %q", msg, err, want)
+			}
+			if got := r2.Do("CLIENT", "TRACKING", "OFF"); string(got) != "+OK\r\n" {
+				t.Fatalf("CLIENT TRACKING OFF = %q", got)
+			}
+			if got := r2.Do("CLIENT", "GETREDIR"); string(got) != ":-1\r\n" {
+				t.Fatalf("CLIENT GETREDIR after OFF = %q", got)
+			}
+		})
+	}
+	pr.alive(t)
+}
