@@ -1,8 +1,11 @@
 package passthrough
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
@@ -75,6 +78,56 @@ func TestTrackingLikeRedis(t *testing.T) {
 				t.Fatalf("CLIENT GETREDIR after OFF = %q", got)
 			}
 		})
+	}
+	pr.alive(t)
+}
+
+// TestTrackingRueidisCache: rueidis's client-side cache (CLIENT TRACKING
+// OPTIN over RESP3) through the proxy serves a read from its cache, and a
+// write through another connection invalidates it, so the next read sees
+// the new value.
+func TestTrackingRueidisCache(t *testing.T) {
+	pr := startPair(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{pr.Proxy.Addr}, DisableRetry: true})
+	if err != nil {
+		t.Fatalf("rueidis with client-side caching through the proxy: %v", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	writer := testenv.Dial(t, pr.Proxy.Addr)
+	writer.Do("SET", "cached", "v1")
+	get := func() (string, bool) {
+		t.Helper()
+		r := c.DoCache(ctx, c.B().Get().Key("cached").Cache(), time.Minute)
+		v, err := r.ToString()
+		if err != nil {
+			t.Fatalf("DoCache GET: %v", err)
+		}
+		return v, r.IsCacheHit()
+	}
+	if v, _ := get(); v != "v1" {
+		t.Fatalf("first read = %q", v)
+	}
+	if v, hit := get(); v != "v1" || !hit {
+		t.Fatalf("second read = %q, cache hit %v; want v1 from the cache", v, hit)
+	}
+	writer.Do("SET", "cached", "v2")
+	for {
+		v, hit := get()
+		if v == "v2" {
+			break
+		}
+		if !hit {
+			t.Fatalf("a read from Redis after the write = %q", v)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the cached value was never invalidated after another connection's SET")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v, hit := get(); v != "v2" || !hit {
+		t.Fatalf("read after the refill = %q, hit %v; want v2 cached again", v, hit)
 	}
 	pr.alive(t)
 }
