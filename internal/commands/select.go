@@ -50,16 +50,18 @@ func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		c.WaitReplies(p) // EXEC's reply says which database the client is in
 	}
 	s.adoptExecDB(c)
-	if s.tx.pinned == nil && db != s.backend.DB {
-		// What the client sent before goes on the old database's
-		// connection: it runs before anything takes the new one's.
-		c.WaitReplies(p)
+	if db != s.backend.DB {
+		if s.tx.pinned == nil {
+			// What the client sent before goes on the old database's
+			// connection: it runs before anything takes the new one's.
+			c.WaitReplies(p)
+		}
+		if err := h.opts.Backend.Select(&s.backend, db); err != nil {
+			replyErr(p, err)
+			return
+		}
+		c.SetDB(db)
 	}
-	if err := h.opts.Backend.Select(&s.backend, db); err != nil {
-		replyErr(p, err)
-		return
-	}
-	c.SetDB(db)
 	if s.tx.pinned != nil {
 		// Its own connection stays the client's for now (WATCH): Redis
 		// selects there too, and answers.
