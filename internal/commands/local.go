@@ -257,7 +257,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		c.WaitReplies(p)
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
-	s.tx = txState{} // a MULTI not yet sent too
+	s.tx = txState{}       // a MULTI not yet sent too
 	s.track = trackState{} // its connection went with s.tx.pinned
 	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
