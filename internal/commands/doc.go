@@ -39,7 +39,9 @@
 //     EXEC, WATCH and blocking commands keep the one Forwarder.Pin gave
 //     them while their state lasts (pinned.go); pub/sub makes the
 //     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe); WAIT
-//     goes to every master (Forwarder.WaitReplicas);
+//     goes to every master (Forwarder.WaitReplicas); a client that turns
+//     on CLIENT TRACKING keeps one for all its requests while it tracks
+//     (tracking.go, Forwarder.Track);
 //   - everything else, forwarded to Redis, reply bytes untouched
 //     (passthrough.go). MONITOR, replication, SHUTDOWN and the CLIENT
 //     subcommands that would act on a connection other clients share are
