@@ -92,6 +92,10 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
+		if s.track.on {
+			replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while CLIENT TRACKING is on; say HELLO before CLIENT TRACKING ON")
+			return
+		}
 		replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open")
 		return
 	}

@@ -1,6 +1,7 @@
 package passthrough
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -63,6 +64,9 @@ func TestTrackingLikeRedis(t *testing.T) {
 			}
 			if got := r2.Do("CLIENT", "GETREDIR"); string(got) != string(id) {
 				t.Fatalf("CLIENT GETREDIR = %q, want %q", got, id)
+			}
+			if got := r2.Do("CLIENT", "TRACKINGINFO"); !bytes.Contains(got, []byte("$8\r\nredirect\r\n"+string(id))) {
+				t.Fatalf("CLIENT TRACKINGINFO = %q, want redirect %q", got, id)
 			}
 			r2.Do("GET", "r")
 			writer.Do("SET", "r", "1")
@@ -130,4 +134,35 @@ func TestTrackingRueidisCache(t *testing.T) {
 		t.Fatalf("read after the refill = %q, hit %v; want v2 cached again", v, hit)
 	}
 	pr.alive(t)
+}
+
+// TestTrackingConnectionGoesWithClient: a tracking client's own Redis
+// connection is closed when the client goes, and one that turns tracking
+// off gives it up: Redis's client count comes back.
+func TestTrackingConnectionGoesWithClient(t *testing.T) {
+	pr := startPair(t)
+	before := backendClients(t, pr.A.Addr)
+	back := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for backendClients(t, pr.A.Addr) != before {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Redis has %d clients, had %d", what, backendClients(t, pr.A.Addr), before)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	c := testenv.Dial(t, pr.Proxy.Addr)
+	c.Do("HELLO", "3")
+	c.Do("CLIENT", "TRACKING", "ON")
+	c.Do("GET", "x")
+	if n := backendClients(t, pr.A.Addr); n != before+1 {
+		t.Fatalf("a tracking client: Redis has %d clients, want %d (one of its own)", n, before+1)
+	}
+	c.Do("CLIENT", "TRACKING", "OFF")
+	c.Do("PING")
+	back("after CLIENT TRACKING OFF")
+	c.Do("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "p:")
+	c.Close()
+	back("after the tracking client disconnected")
 }
