@@ -32,6 +32,11 @@
 //     ASK becomes a -CROSSSLOT that says the key is on another master.
 //     RoutesByKey tells a transaction to wait for its first command to know
 //     its master.
+//   - Select: the client's database (databases.go): a standalone master's
+//     pools per database in use, opened lazily; a Redis Cluster only 0.
+//   - Track: a tracking client's connection of its own (tracking.go:
+//     why per client, not one fanned out), with its RESP3 pushes handed
+//     over; standalone only.
 //   - WaitReplicas: WAIT on every master, each after a write of the proxy's
 //     own on the same connection, answering the smallest count (wait.go).
 //   - Control: PING, SCRIPT KILL and FUNCTION KILL on a connection of each

@@ -63,6 +63,15 @@ type Forwarder interface {
 	// then writes to the client by itself (Tunnel). The error is the
 	// client's reply.
 	Subscribe(cl *Client) (Tunnel, error)
+	// Select makes db cl's database (SELECT db), see databases.go. The
+	// error is the client's reply: Redis's (an index out of range, Redis
+	// Cluster's refusal of any database but 0) or why Redis could not be
+	// reached.
+	Select(cl *Client, db int) error
+	// Track returns a connection of cl's own for client-side caching
+	// (tracking.go): onPush gets Redis's push messages on it, onLost is
+	// called when it is lost. The error is the client's reply.
+	Track(cl *Client, onPush func(frame []byte), onLost func()) (*Pinned, error)
 }
 
 // Client is one client connection as a Forwarder knows it. The caller
@@ -76,6 +85,9 @@ type Client struct {
 	// RESP3: the client said HELLO 3; its requests go on connections that
 	// speak RESP3 to Redis, so every reply is Redis's own RESP3.
 	RESP3 bool
+	// DB is the client's database (Forwarder.Select); its requests go on
+	// connections in that database.
+	DB int
 	// Conn holds a request until the client's earlier requests have their
 	// replies (protocol.Conn): before a request takes another way to Redis
 	// than those before it.
@@ -135,9 +147,12 @@ type Pinned struct {
 	conn  *backend.Conn
 	node  *Node
 	resp3 bool
+	db    int // the database the connection is in (databases.go)
 	// keyed: in front of a Redis Cluster, where a MOVED or ASK on it means
 	// the request's key lives on another master than the connection's.
 	keyed bool
+	// own: a tracking client's connection (tracking.go), never reused.
+	own bool
 }
 
 // replyOtherMaster replaces a MOVED or ASK on a pinned connection: the
@@ -222,7 +237,13 @@ func (pc *Pinned) Close() { pc.conn.Close() }
 
 // Release gives the connection back. Only a clean one (no MULTI, WATCH or
 // blocked command pending on it) is kept for another client.
-func (pc *Pinned) Release(clean bool) { pc.node.Unpin(pc.conn, pc.resp3, clean) }
+func (pc *Pinned) Release(clean bool) {
+	if clean && pc.db != 0 && pc.conn.Up() {
+		// Back to database 0, where the next client's pinning starts.
+		pc.conn.Do(selectRequest(0), discard())
+	}
+	pc.node.Unpin(pc.conn, pc.resp3, clean && !pc.own)
+}
 
 // noRedirects wraps p so that MOVED and ASK never reach the client.
 func noRedirects(p *resp.Reply) *resp.Reply {
@@ -249,7 +270,11 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 	if err != nil {
 		return nil, unreachable(node)
 	}
-	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, keyed: keyed}, nil
+	if cl.DB != 0 {
+		// Ahead of the client's request on the same connection.
+		conn.Do(selectRequest(cl.DB), discard())
+	}
+	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB, keyed: keyed}, nil
 }
 
 // unreachable is the error for a request that could not get a connection

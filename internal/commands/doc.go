@@ -28,8 +28,9 @@
 //
 //   - local: answered by the proxy itself because they describe the client's
 //     own connection (ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
-//     INFO/LIST, SELECT 0, RESET, QUIT; CLIENT REPLY, whose replies the
-//     client's connection drops (reply.go); CLIENT UNBLOCK, mapped to the
+//     INFO/LIST, SELECT (select.go: the database the Forwarder routes
+//     by), RESET, QUIT; CLIENT REPLY, whose replies the client's
+//     connection drops (reply.go); CLIENT UNBLOCK, mapped to the
 //     connection the named client's blocking command waits on
 //     (unblock.go)), or the proxy (INFO adds its own sections to Redis's,
 //     COMMAND its own commands); AUTH too when fenceproxy's own users are
@@ -44,7 +45,9 @@
 //     EXEC, WATCH and blocking commands keep the one Forwarder.Pin gave
 //     them while their state lasts (pinned.go); pub/sub makes the
 //     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe); WAIT
-//     goes to every master (Forwarder.WaitReplicas);
+//     goes to every master (Forwarder.WaitReplicas); a client that turns
+//     on CLIENT TRACKING keeps one for all its requests while it tracks
+//     (tracking.go, Forwarder.Track);
 //   - everything else, forwarded to Redis, reply bytes untouched
 //     (passthrough.go). MONITOR, replication, SHUTDOWN and the CLIENT
 //     subcommands that would act on a connection other clients share are

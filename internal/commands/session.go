@@ -1,6 +1,8 @@
 package commands
 
 import (
+	"sync/atomic"
+
 	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
@@ -32,6 +34,12 @@ type session struct {
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.
 	lockRequests locks.ConnRequests
+	// track is the client's CLIENT TRACKING (tracking.go).
+	track trackState
+	// execDB is the database a SELECT in the client's transaction made
+	// current when EXEC ran it, -1 if none: set by EXEC's reply on the
+	// backend's reader, taken on by adoptExecDB (select.go).
+	execDB atomic.Int64
 }
 
 // sessionOf is c's session, made on first use: the one way to it.
@@ -41,6 +49,7 @@ func sessionOf(c *protocol.Conn) *session {
 	s, _ := c.Session.(*session)
 	if s == nil {
 		s = &session{backend: cluster.Client{ID: c.ID, Conn: c}}
+		s.execDB.Store(-1)
 		c.Session = s
 	}
 	return s
@@ -66,6 +75,12 @@ type txState struct {
 	// blocked: a blocking command was sent on pinned and is in the
 	// Handler's blockedClients (unblock.go) until its batch is done.
 	blocked bool
+	// queued counts the commands sent into the open transaction, selects
+	// are the SELECTs among them (select.go); execSelects: an EXEC whose
+	// reply may change the client's database is on its way.
+	queued      int
+	selects     []queuedSelect
+	execSelects bool
 }
 
 // authState is, with authentication on (acl.go), the connection's user

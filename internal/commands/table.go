@@ -51,6 +51,9 @@ type Handler struct {
 	// blocked maps the proxy's clients to the connection their blocking
 	// command waits on, for CLIENT UNBLOCK (unblock.go).
 	blocked blockedClients
+	// receivers are the clients with a pub/sub tunnel, for CLIENT
+	// TRACKING REDIRECT (tracking.go).
+	receivers receivers
 }
 
 // NewHandler returns a Handler.
@@ -392,7 +395,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			if s.tx.deferred && !h.beginMulti(c, s, args, p) {
 				return
 			}
-			h.sendPinned(s, args, p)
+			h.sendQueued(s, args, p)
 			return
 		}
 		if cmd != nil {
