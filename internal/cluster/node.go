@@ -379,6 +379,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("cannot speak RESP3 (HELLO 3) with Redis at %s: %w", opts.Addr, err)
 	}
 	n.pools = [2]*backend.Pool{pool, pool3}
+	n.dbs.opts, n.dbs.size = shared, opts.PoolSize // each database's pools set RESP3 their own way
 	// RESP2, whoever asks: PING, SCRIPT KILL and FUNCTION KILL answer the
 	// same in both protocols, and CLIENT UNBLOCK's CLIENT LIST is read here.
 	// Not in the round-trip histogram of forwarded requests either.
@@ -389,7 +390,6 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		closeClients()
 		return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
 	}
-	n.dbs.opts, n.dbs.size = shared, opts.PoolSize
 	n.pinOpts = backend.Options{
 		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
 		Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true, TLS: opts.TLS,
