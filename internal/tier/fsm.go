@@ -248,9 +248,9 @@ func (f *fsm) floorNow() uint64 {
 
 // state is a copy of the small fields, for INFO and the leader.
 type fsmState struct {
-	bound, floor      uint64
-	tierID            string
-	leader            leaderInfo
+	bound, floor       uint64
+	tierID             string
+	leader             leaderInfo
 	resources, pending int
 }
 

@@ -340,6 +340,10 @@ func (n *Node) LeaderClientAddr() string {
 	return st.leader.addr
 }
 
+// NotReady is the error a node that is not the ready leader refuses lock
+// commands with (an UnavailableError naming the leader if known).
+func (n *Node) NotReady() error { return n.notLeader() }
+
 // notLeader is the error for a node that is not the ready leader.
 func (n *Node) notLeader() error {
 	return &UnavailableError{LeaderAddr: n.LeaderClientAddr()}
@@ -376,6 +380,7 @@ type Status struct {
 	Term, CommitIndex, AppliedIndex, LastIndex uint64
 	Bound, Floor                               uint64
 	Resources, Pending                         int
+	Members                                    int          // nodes in the tier's configuration
 	Peers                                      []PeerStatus // on the leader: every other node
 	LogWrites, LogEntries                      uint64       // log writes and the entries they carried (group commit)
 }
@@ -384,6 +389,7 @@ type Status struct {
 type PeerStatus struct {
 	ID, Addr string
 	Healthy  bool
+	Lag      uint64 // log entries behind the leader's last, as the node last reported
 }
 
 // Status reads the node's status.
@@ -406,14 +412,15 @@ func (n *Node) Status() Status {
 	if leaderID == "" {
 		s.LeaderID = ""
 	}
-	if role == "leader" {
-		if cf := n.raft.GetConfiguration(); cf.Error() == nil {
-			for _, srv := range cf.Configuration().Servers {
-				if string(srv.ID) == n.opts.NodeID {
-					continue
-				}
-				s.Peers = append(s.Peers, PeerStatus{ID: string(srv.ID), Addr: string(srv.Address), Healthy: n.health.healthy(string(srv.ID))})
+	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
+		servers := cf.Configuration().Servers
+		s.Members = len(servers)
+		for _, srv := range servers {
+			if role != "leader" || string(srv.ID) == n.opts.NodeID {
+				continue
 			}
+			s.Peers = append(s.Peers, PeerStatus{ID: string(srv.ID), Addr: string(srv.Address),
+				Healthy: n.health.healthy(string(srv.ID)), Lag: n.health.lag(string(srv.ID), s.LastIndex)})
 		}
 		sort.Slice(s.Peers, func(i, j int) bool { return s.Peers[i].ID < s.Peers[j].ID })
 	}
@@ -438,11 +445,34 @@ func (n *Node) Members() ([]Peer, error) {
 type peerHealth struct {
 	mu       sync.Mutex
 	failed   map[string]bool
+	applied  map[string]uint64 // each peer's applied index as it last reported (ReportApplied)
 	ch       chan raft.Observation
 	observer *raft.Observer
 }
 
-func (h *peerHealth) init() { h.failed = map[string]bool{} }
+func (h *peerHealth) init() { h.failed, h.applied = map[string]bool{}, map[string]uint64{} }
+
+// lag is how far id's last reported applied index is behind last.
+func (h *peerHealth) lag(id string, last uint64) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.applied[id]
+	if !ok || a >= last {
+		if !ok {
+			return last
+		}
+		return 0
+	}
+	return last - a
+}
+
+// ReportApplied records a peer's applied index (followers report theirs
+// to the leader over the internal link).
+func (n *Node) ReportApplied(id string, applied uint64) {
+	n.health.mu.Lock()
+	n.health.applied[id] = applied
+	n.health.mu.Unlock()
+}
 
 func (h *peerHealth) observe(r *raft.Raft) {
 	ch := make(chan raft.Observation, 64)

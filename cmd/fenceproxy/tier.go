@@ -1,0 +1,138 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/tier"
+)
+
+// tierFlags make this process one node of a tier (internal/tier).
+type tierFlags struct {
+	nodeID     string
+	raftListen string
+	peersFlag  string
+	peers      []tier.Peer
+	advertise  string // the client address followers forward to; --listen if empty
+}
+
+func (t *tierFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.nodeID, "node-id", "", "this node's `id` in a tier of fenceproxy nodes (with --raft-listen and --peers)")
+	fs.StringVar(&t.raftListen, "raft-listen", "", "`host:port` where this tier node serves Raft to its peers")
+	fs.StringVar(&t.peersFlag, "peers", "", "the tier's nodes at its first start, `ID=HOST:PORT[,ID=HOST:PORT...]` (their --raft-listen; this node may be among them); without it fenceproxy is a single node")
+	fs.StringVar(&t.advertise, "tier-advertise", "", "`host:port` where the tier's other nodes reach this node's clients' port (default: --listen)")
+}
+
+// on reports whether this process is a tier node.
+func (t *tierFlags) on() bool { return t.peersFlag != "" }
+
+func (t *tierFlags) check() error {
+	if !t.on() {
+		if t.nodeID != "" || t.raftListen != "" {
+			return errors.New("--node-id and --raft-listen need --peers (the tier's nodes)")
+		}
+		return nil
+	}
+	if t.nodeID == "" || t.raftListen == "" {
+		return errors.New("--peers needs --node-id and --raft-listen")
+	}
+	if _, _, err := net.SplitHostPort(t.raftListen); err != nil {
+		return fmt.Errorf("--raft-listen: %v", err)
+	}
+	peers, err := tier.ParsePeers(t.peersFlag)
+	if err != nil {
+		return fmt.Errorf("--peers: %v", err)
+	}
+	for _, p := range peers {
+		if p.ID == t.nodeID && p.Addr != t.raftListen {
+			return fmt.Errorf("--peers names this node (%s) at %s, but --raft-listen is %s", p.ID, p.Addr, t.raftListen)
+		}
+	}
+	t.peers = peers
+	return nil
+}
+
+// openTier starts this node of the tier, its Raft state under
+// --data-dir/raft. Its clients' address is what followers forward to.
+func (p *proxy) openTier() error {
+	cfg := &p.cfg
+	advertise := cfg.tier.advertise
+	if advertise == "" {
+		advertise = addrOf(p.ln)
+	}
+	n, err := tier.Open(tier.Options{
+		NodeID: cfg.tier.nodeID, RaftListen: cfg.tier.raftListen, Peers: cfg.tier.peers,
+		Dir:        filepath.Join(cfg.dataDir, "raft"),
+		ClientAddr: advertise,
+		Logger:     p.logger,
+	})
+	if err != nil {
+		return fmt.Errorf("--data-dir %s / --raft-listen %s: %v", cfg.dataDir, cfg.tier.raftListen, err)
+	}
+	p.tier = n
+	p.onClose(func() { n.Close() })
+	return nil
+}
+
+// tokenStore is the lock manager's TokenStore: the tier's, or the fence
+// store's.
+func (p *proxy) tokenStore() locks.TokenStore {
+	if p.tier != nil {
+		return p.tier.Store()
+	}
+	return locks.PersistStore(p.store)
+}
+
+// admit is the lock manager's Admit: in a tier, only the ready leader
+// issues or judges tokens; else the token authority's heartbeat decides.
+func (p *proxy) admit() error {
+	if p.tier != nil {
+		if !p.tier.Ready() {
+			return p.tier.NotReady()
+		}
+		return nil
+	}
+	return p.tokens.Load().Admit()
+}
+
+// storeStats is the fence store's stats (none in a tier).
+func (p *proxy) storeStats() persist.Stats {
+	if p.store == nil {
+		return persist.Stats{Healthy: true}
+	}
+	return p.store.Stats()
+}
+
+// authorityInfo is the token authority's INFO fields (none in a tier).
+func (p *proxy) authorityInfo() string {
+	if a := p.tokens.Load(); a != nil {
+		return a.Info()
+	}
+	return ""
+}
+
+// tierInfo is INFO's "# Tier" section, after the fenceproxy section ("" for
+// a single node).
+func (p *proxy) tierInfo() string {
+	if p.tier == nil {
+		return ""
+	}
+	st := p.tier.Status()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\r\n# Tier\r\ntier_node_id:%s\r\ntier_id:%s\r\ntier_role:%s\r\ntier_ready:%d\r\ntier_term:%d\r\ntier_leader_id:%s\r\ntier_leader_addr:%s\r\n"+
+		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_resources:%d\r\ntier_pending_reservations:%d\r\n"+
+		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_peers:%d\r\n",
+		st.NodeID, st.TierID, st.Role, boolInt(p.tier.Ready()), st.Term, st.LeaderID, st.LeaderAddr,
+		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.Resources, st.Pending,
+		st.LogWrites, st.LogEntries, st.Members)
+	for _, peer := range st.Peers {
+		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), peer.Lag)
+	}
+	return b.String()
+}
