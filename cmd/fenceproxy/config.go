@@ -131,6 +131,12 @@ func parseFlags(args []string) (config, error) {
 	if c.requirepass == "" {
 		c.requirepass = os.Getenv("FENCEPROXY_REQUIREPASS")
 	}
+	if c.tier.secret = os.Getenv("FENCEPROXY_TIER_SECRET"); c.tier.secret == "" {
+		c.tier.secret = c.requirepass
+	}
+	if c.tier.on() && c.aclFile != "" && c.tier.secret == "" {
+		return c, errors.New("a tier with --aclfile needs $FENCEPROXY_TIER_SECRET (or --requirepass): it authenticates the nodes' relay links, which act as any user")
+	}
 	if err := c.check(); err != nil {
 		return c, err
 	}

@@ -48,6 +48,7 @@ type proxy struct {
 
 	store       *persist.Store // nil in a tier (tier.go)
 	tier        *tier.Node     // nil without --peers
+	relay       *tier.Relay    // a tier node's link to its leader
 	be          cluster.Backend
 	backendFlag string        // how errors name the backend: the flags that chose it
 	version     string        // the backend's redis_version, reported by HELLO
@@ -356,6 +357,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		KeyPrefix:      cfg.keyPrefix,
 		Info:           p.info,
 		ACL:            acl,
+		Tier:           p.tierOptions(),
 	})
 }
 

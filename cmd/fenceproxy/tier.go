@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/commands"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/tier"
@@ -20,6 +23,7 @@ type tierFlags struct {
 	peersFlag  string
 	peers      []tier.Peer
 	advertise  string // the client address followers forward to; --listen if empty
+	secret     string // $FENCEPROXY_TIER_SECRET, or the requirepass: opens relay links
 }
 
 func (t *tierFlags) register(fs *flag.FlagSet) {
@@ -76,8 +80,34 @@ func (p *proxy) openTier() error {
 		return fmt.Errorf("--data-dir %s / --raft-listen %s: %v", cfg.dataDir, cfg.tier.raftListen, err)
 	}
 	p.tier = n
+	p.relay = n.NewRelay(cfg.tier.secret)
 	p.onClose(func() { n.Close() })
 	return nil
+}
+
+// tierHooks are the command layer's view of the tier (commands.Tier).
+type tierHooks struct {
+	node   *tier.Node
+	relay  *tier.Relay
+	secret string
+}
+
+func (t tierHooks) Leads() bool { return t.node.Ready() }
+
+func (t tierHooks) Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, args [][]byte) ([]byte, error) {
+	return t.relay.Do(ctx, user, resp3, wait, args)
+}
+
+func (t tierHooks) PeerSecret(secret string) bool { return tier.CheckSecret(t.secret, secret) }
+
+func (t tierHooks) ReportApplied(node string, index uint64) { t.node.ReportApplied(node, index) }
+
+// tierOptions is the command layer's tier (nil for a single node).
+func (p *proxy) tierOptions() commands.Tier {
+	if p.tier == nil {
+		return nil
+	}
+	return tierHooks{node: p.tier, relay: p.relay, secret: p.cfg.tier.secret}
 }
 
 // tokenStore is the lock manager's TokenStore: the tier's, or the fence

@@ -28,6 +28,8 @@ type session struct {
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.
 	lockRequests locks.ConnRequests
+	// tier is set on a tier peer's relay link (tier.go).
+	tier *tierPeer
 }
 
 // sessionOf is c's session, made on first use: the one way to it.

@@ -41,6 +41,8 @@ type Options struct {
 	// and per-user permissions (see acl.go); nil keeps everyone "default"
 	// with every permission, at no cost.
 	ACL *auth.ACL
+	// Tier, when not nil, makes this node one of a tier (tier.go).
+	Tier Tier
 }
 
 // Handler serves every client request; it implements protocol.Handler.
@@ -363,6 +365,9 @@ func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
 
 // ServeCommand dispatches one request.
 func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if h.opts.Tier != nil && h.serveTierLink(c, args, p) {
+		return
+	}
 	if h.opts.ACL != nil && !h.authorize(c, args, p) {
 		return
 	}
@@ -386,6 +391,10 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			if !arityOK(cmd.arity, len(args)) {
 				p.Buf = redcon.AppendError(p.Buf, "ERR wrong number of arguments for '"+cmd.name+"' command")
 				p.Done()
+				return
+			}
+			if h.relaying(c, cmd) {
+				h.relayLock(c, cmd, args, p)
 				return
 			}
 			cmd.serve(h, c, args, p)
