@@ -54,6 +54,7 @@ type proxy struct {
 	version     string        // the backend's redis_version, reported by HELLO
 	lockWrites  *locks.Writer // the lock scripts' batched writer, for the manager and the authority
 	tokens      atomic.Pointer[authority.Authority]
+	lockManager atomic.Pointer[locks.Manager] // for a tier node's leadership loss
 	srv         *protocol.Server
 	startedAt   time.Time // when it began to serve, for INFO's uptime
 
@@ -338,18 +339,20 @@ func (p *proxy) startAuthority() error {
 // behind every command.
 func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handler {
 	cfg := &p.cfg
+	mgr := locks.New(locks.Options{
+		Scripts: p.lockWrites, Store: p.tokenStore(), MinReplicas: cfg.minReplicas,
+		KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: p.metrics, Logger: p.logger,
+		MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
+		SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
+		AllowEvictable:    cfg.allowEvictable,
+		Admit:             p.admit,
+		LeaseSafetyMargin: cfg.leaseMargin,
+	})
+	p.lockManager.Store(mgr)
 	return commands.NewHandler(commands.Options{
-		Backend: p.be,
-		Keys:    keyTable,
-		Locks: locks.New(locks.Options{
-			Scripts: p.lockWrites, Store: p.tokenStore(), MinReplicas: cfg.minReplicas,
-			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: p.metrics, Logger: p.logger,
-			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
-			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
-			AllowEvictable:    cfg.allowEvictable,
-			Admit:             p.admit,
-			LeaseSafetyMargin: cfg.leaseMargin,
-		}),
+		Backend:        p.be,
+		Keys:           keyTable,
+		Locks:          mgr,
 		Metrics:        p.metrics,
 		Logger:         p.logger,
 		RedisVersion:   p.version,

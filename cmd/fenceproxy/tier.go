@@ -75,6 +75,13 @@ func (p *proxy) openTier() error {
 		Dir:        filepath.Join(cfg.dataDir, "raft"),
 		ClientAddr: advertise,
 		Logger:     p.logger,
+		// Waiters in line here end -TRYAGAIN; in-flight grants end so by
+		// themselves (their Reserve fails).
+		OnLeadershipLost: func() {
+			if m := p.lockManager.Load(); m != nil {
+				m.EndWaiters(&tier.UnavailableError{Lost: true})
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("--data-dir %s / --raft-listen %s: %v", cfg.dataDir, cfg.tier.raftListen, err)

@@ -150,7 +150,7 @@ type WriterOptions struct {
 // WAIT for them all, in one write. Use one Writer per backend: a master's
 // lock connections are served once.
 type Writer struct {
-	opts    WriterOptions
+	opts        WriterOptions
 	routesByKey bool // the backend's RoutesByKey, read once
 
 	mu    sync.Mutex // making a master's writers
