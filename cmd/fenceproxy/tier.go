@@ -12,6 +12,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/commands"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/tier"
 )
@@ -88,12 +89,22 @@ func (p *proxy) openTier() error {
 	}
 	p.tier = n
 	p.relay = n.NewRelay(cfg.tier.secret)
+	p.metrics.RegisterTier(func() metrics.TierStats {
+		st := n.Status()
+		ts := metrics.TierStats{Role: st.Role, Ready: n.Ready(), Term: st.Term, CommitIndex: st.CommitIndex, Applied: st.AppliedIndex,
+			LogWrites: st.LogWrites, LogEntries: st.LogEntries}
+		for _, peer := range st.Peers {
+			ts.Peers = append(ts.Peers, metrics.TierPeer{ID: peer.ID, Healthy: peer.Healthy, Lag: peer.Lag})
+		}
+		return ts
+	})
 	p.onClose(func() { n.Close() })
 	return nil
 }
 
 // tierHooks are the command layer's view of the tier (commands.Tier).
 type tierHooks struct {
+	info   func() string
 	node   *tier.Node
 	relay  *tier.Relay
 	secret string
@@ -109,12 +120,19 @@ func (t tierHooks) PeerSecret(secret string) bool { return tier.CheckSecret(t.se
 
 func (t tierHooks) ReportApplied(node string, index uint64) { t.node.ReportApplied(node, index) }
 
+func (t tierHooks) Info() string {
+	return strings.TrimPrefix(t.info(), "\r\n# Tier\r\n")
+}
+
+func (t tierHooks) AddNode(id, raftAddr string) error { return t.node.AddNode(id, raftAddr) }
+func (t tierHooks) RemoveNode(id string) error        { return t.node.RemoveNode(id) }
+
 // tierOptions is the command layer's tier (nil for a single node).
 func (p *proxy) tierOptions() commands.Tier {
 	if p.tier == nil {
 		return nil
 	}
-	return tierHooks{node: p.tier, relay: p.relay, secret: p.cfg.tier.secret}
+	return tierHooks{info: p.tierInfo, node: p.tier, relay: p.relay, secret: p.cfg.tier.secret}
 }
 
 // tokenStore is the lock manager's TokenStore: the tier's, or the fence

@@ -218,6 +218,17 @@ func init() {
 			syntax:  "GET|LEN|RESET|HELP [count]",
 			serve:   (*Handler).lockSlowlog},
 
+		// A tier's membership and state (tier.go): an operator's.
+		{name: "tier.info", arity: 1, flags: lockFlags | flagAdmin,
+			summary: "Show this tier node's role, term, leader, indexes and peers",
+			syntax:  "", serve: (*Handler).tierInfo},
+		{name: "tier.add", arity: 3, flags: lockFlags | flagAdmin,
+			summary: "Add a node to the tier (on the leader); it catches up from the leader",
+			syntax:  "id raft-addr", serve: (*Handler).tierAdd},
+		{name: "tier.remove", arity: 2, flags: lockFlags | flagAdmin,
+			summary: "Remove a node from the tier (on the leader)",
+			syntax:  "id", serve: (*Handler).tierRemove},
+
 		// Transactions: their state is kept on a connection of the
 		// client's own (pinned.go).
 		{name: "multi", arity: 1, flags: flagImmediate, serve: (*Handler).multi},

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,61 @@ type Tier interface {
 	PeerSecret(secret string) bool
 	// ReportApplied records a follower's applied index.
 	ReportApplied(node string, index uint64)
+	// Info is INFO's "# Tier" section body (TIER.INFO).
+	Info() string
+	// AddNode and RemoveNode change the tier's membership (on the
+	// leader; elsewhere a coded -TRYAGAIN naming it).
+	AddNode(id, raftAddr string) error
+	RemoveNode(id string) error
+}
+
+// tierInfo is TIER.INFO: the node's tier section as a bulk string.
+func (h *Handler) tierInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if h.opts.Tier == nil {
+		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		return
+	}
+	p.Buf = append(p.Buf, '$')
+	info := h.opts.Tier.Info()
+	p.Buf = strconv.AppendInt(p.Buf, int64(len(info)), 10)
+	p.Buf = append(p.Buf, "\r\n"...)
+	p.Buf = append(p.Buf, info...)
+	p.Buf = append(p.Buf, "\r\n"...)
+	p.Done()
+}
+
+// tierAdd is TIER.ADD id raft-addr: the node joins as a voter; it catches
+// up from the leader (a snapshot if it is far behind).
+func (h *Handler) tierAdd(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if h.opts.Tier == nil {
+		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		return
+	}
+	id, addr := string(args[1]), string(args[2])
+	h.runner.Go(func() { h.replyMembership(p, h.opts.Tier.AddNode(id, addr)) })
+}
+
+// tierRemove is TIER.REMOVE id.
+func (h *Handler) tierRemove(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if h.opts.Tier == nil {
+		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		return
+	}
+	id := string(args[1])
+	h.runner.Go(func() { h.replyMembership(p, h.opts.Tier.RemoveNode(id)) })
+}
+
+func (h *Handler) replyMembership(p *resp.Reply, err error) {
+	var coded resp.CodedError
+	switch {
+	case err == nil:
+		replyOK(p)
+	case errors.As(err, &coded):
+		replyErr(p, coded)
+	default:
+		h.opts.Logger.Warn("tier membership change failed", "err", err)
+		replyError(p, "ERR fenceproxy: the membership change failed (see the node's log)")
+	}
 }
 
 // tierPeer marks a session that is a peer's relay link (TIER.PEER).
@@ -78,7 +134,8 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 // link's commands are served here, so two nodes that each take the other
 // for leader cannot pass one back and forth).
 func (h *Handler) relaying(c *protocol.Conn, cmd *command) bool {
-	return cmd.flags&flagLock != 0 && h.opts.Tier != nil && sessionOf(c).tier == nil && !h.opts.Tier.Leads()
+	return cmd.flags&flagLock != 0 && h.opts.Tier != nil && sessionOf(c).tier == nil && !h.opts.Tier.Leads() &&
+		!strings.HasPrefix(cmd.name, "tier.") // the tier's own: each node answers them
 }
 
 // relayLock relays a lock-family command to the leader and answers the

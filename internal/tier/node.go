@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Peer is one node of the tier as --peers names it.
@@ -425,6 +427,21 @@ func (n *Node) Status() Status {
 		sort.Slice(s.Peers, func(i, j int) bool { return s.Peers[i].ID < s.Peers[j].ID })
 	}
 	return s
+}
+
+// AddNode adds a voter (on the leader). A node started with an empty
+// disk and no bootstrap is caught up by the leader (InstallSnapshot when
+// the log it needs is compacted).
+func (n *Node) AddNode(id, raftAddr string) error {
+	if _, _, err := net.SplitHostPort(raftAddr); err != nil || id == "" {
+		return resp.Error{Code: "ERR", Msg: "TIER.ADD needs the node's id and its --raft-listen host:port"}
+	}
+	return n.fromRaft(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 10*time.Second).Error())
+}
+
+// RemoveNode removes a node from the tier (on the leader).
+func (n *Node) RemoveNode(id string) error {
+	return n.fromRaft(n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error())
 }
 
 // Members is the tier's configuration: every node and its raft address.
