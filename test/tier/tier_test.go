@@ -6,6 +6,7 @@ package tier
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,4 +170,54 @@ func TestLeaderKilledUnderLoad(t *testing.T) {
 		t.Fatalf("tokens regressed:\n%v", regress)
 	}
 	t.Logf("%d grants; the leader was killed after %d; new leader %s", grants.Load(), killedAt, tr.IDs[nl])
+}
+
+// A follower whose data dir is wiped comes back without bootstrapping a
+// tier of its own: the leader catches it up, and once it is caught up the
+// leader can go and tokens still rise.
+func TestWipedNodeRejoins(t *testing.T) {
+	tr := startTier(t)
+	l := tr.Leader(t)
+	var last int64
+	for i := 0; i < 20; i++ {
+		r := retry(t, tr.Nodes[l].Addr, "LOCK.ACQUIRE", fmt.Sprintf("w%d", i), "o", "60000")
+		tok, ok := testenv.ParseInt(r)
+		if !ok || tok <= last {
+			t.Fatalf("LOCK.ACQUIRE = %s after %d", testenv.ShowReply(r), last)
+		}
+		last = tok
+	}
+	if r := retry(t, tr.Nodes[l].Addr, "TIER.INFO"); !bytes.Contains(r, []byte("tier_role:leader")) {
+		t.Fatalf("TIER.INFO on the leader = %s", testenv.ShowReply(r))
+	}
+	f := followers(tr, l)[0]
+	fc := testenv.Dial(t, tr.Nodes[f].Addr)
+	if r := fc.Do("TIER.REMOVE", tr.IDs[l]); !bytes.HasPrefix(r, []byte("-TRYAGAIN")) || !bytes.Contains(r, []byte(tr.Nodes[l].Addr)) {
+		t.Fatalf("TIER.REMOVE on a follower = %s, want -TRYAGAIN naming the leader %s", testenv.ShowReply(r), tr.Nodes[l].Addr)
+	}
+	fc.Close()
+	node := tr.Nodes[f]
+	node.Kill9()
+	if err := os.RemoveAll(node.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	node.Restart(t)
+	want := testenv.TierInfo(tr.Nodes[l].Addr)["tier_resources"]
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := testenv.TierInfo(node.Addr)
+		if got["tier_resources"] == want && got["tier_leader_id"] == tr.IDs[l] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the wiped node did not catch up within 60s: %v (leader has %s resources)", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tr.Nodes[l].Kill9()
+	nl := tr.Leader(t)
+	r := retry(t, tr.Nodes[nl].Addr, "LOCK.ACQUIRE", "after", "o", "60000")
+	if tok, ok := testenv.ParseInt(r); !ok || tok <= last {
+		t.Fatalf("the new leader %s granted %s, want a token above %d", tr.IDs[nl], testenv.ShowReply(r), last)
+	}
 }
