@@ -25,12 +25,14 @@ type tierFlags struct {
 	peers      []tier.Peer
 	advertise  string // the client address followers forward to; --listen if empty
 	secret     string // $FENCEPROXY_TIER_SECRET, or the requirepass: opens relay links
+	logStore   string // bolt or pebble
 }
 
 func (t *tierFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.nodeID, "node-id", "", "this node's `id` in a tier of fenceproxy nodes (with --raft-listen and --peers)")
 	fs.StringVar(&t.raftListen, "raft-listen", "", "`host:port` where this tier node serves Raft to its peers")
 	fs.StringVar(&t.peersFlag, "peers", "", "the tier's nodes at its first start, `ID=HOST:PORT[,ID=HOST:PORT...]` (their --raft-listen; this node may be among them); without it fenceproxy is a single node")
+	fs.StringVar(&t.logStore, "tier-log-store", "bolt", "where a tier node keeps its Raft log: `bolt` (raft-boltdb) or pebble; a node keeps the one it started with")
 	fs.StringVar(&t.advertise, "tier-advertise", "", "`host:port` where the tier's other nodes reach this node's clients' port (default: --listen)")
 }
 
@@ -60,6 +62,9 @@ func (t *tierFlags) check() error {
 		}
 	}
 	t.peers = peers
+	if t.logStore != "bolt" && t.logStore != "pebble" {
+		return errors.New("--tier-log-store must be bolt or pebble")
+	}
 	return nil
 }
 
@@ -75,6 +80,7 @@ func (p *proxy) openTier() error {
 		NodeID: cfg.tier.nodeID, RaftListen: cfg.tier.raftListen, Peers: cfg.tier.peers,
 		Dir:        filepath.Join(cfg.dataDir, "raft"),
 		ClientAddr: advertise,
+		LogStore:   cfg.tier.logStore,
 		Logger:     p.logger,
 		// Waiters in line here end -TRYAGAIN; in-flight grants end so by
 		// themselves (their Reserve fails).

@@ -60,6 +60,9 @@ type Options struct {
 	Peers []Peer
 	// Dir holds the Raft log, stable store and snapshots (--data-dir/raft).
 	Dir string
+	// LogStore is where the Raft log and stable store live: "bolt"
+	// (raft-boltdb, the default) or "pebble" (pebblelog.go).
+	LogStore string
 	// ClientAddr is where this node serves clients: followers forward
 	// lock commands there while it leads.
 	ClientAddr string
@@ -85,6 +88,7 @@ type Node struct {
 	fsm     *fsm
 	logs    *countingLogStore
 	bolt    *raftboltdb.BoltStore
+	pebble  *pebbleStore
 	trans   *raft.NetworkTransport
 	logger  *slog.Logger
 	verify  verifier
@@ -152,12 +156,25 @@ func Open(opts Options) (*Node, error) {
 			n.closeStores()
 		}
 	}()
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
-	if err != nil {
-		return nil, fmt.Errorf("tier: opening the raft log: %v", err)
+	var stable raft.StableStore
+	switch opts.LogStore {
+	case "", "bolt":
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
+		if err != nil {
+			return nil, fmt.Errorf("tier: opening the raft log: %v", err)
+		}
+		n.bolt, stable = bolt, bolt
+		n.logs = &countingLogStore{LogStore: bolt}
+	case "pebble":
+		ps, err := openPebbleStore(filepath.Join(opts.Dir, "log"))
+		if err != nil {
+			return nil, fmt.Errorf("tier: opening the raft log: %v", err)
+		}
+		n.pebble, stable = ps, ps
+		n.logs = &countingLogStore{LogStore: ps}
+	default:
+		return nil, fmt.Errorf("tier: unknown log store %q (bolt or pebble)", opts.LogStore)
 	}
-	n.bolt = bolt
-	n.logs = &countingLogStore{LogStore: bolt}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(opts.Dir, 2, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("tier: opening the snapshot store: %v", err)
@@ -171,11 +188,11 @@ func Open(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("tier: --raft-listen %s: %v", opts.RaftListen, err)
 	}
 	n.trans = trans
-	hasState, err := raft.HasExistingState(n.logs, bolt, snaps)
+	hasState, err := raft.HasExistingState(n.logs, stable, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("tier: reading the raft state: %v", err)
 	}
-	r, err := raft.NewRaft(cfg, n.fsm, n.logs, bolt, snaps, trans)
+	r, err := raft.NewRaft(cfg, n.fsm, n.logs, stable, snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("tier: starting raft: %v", err)
 	}
@@ -373,6 +390,9 @@ func (n *Node) closeStores() {
 	}
 	if n.bolt != nil {
 		n.bolt.Close()
+	}
+	if n.pebble != nil {
+		n.pebble.Close()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 // testTier is three real nodes on loopback, each with its own directory.
 type testTier struct {
 	t     *testing.T
+	store string // Options.LogStore
 	peers []Peer
 	dirs  []string
 	nodes []*Node // nil: stopped
@@ -30,7 +31,7 @@ func freeAddr(t *testing.T) string {
 
 func startTestTier(t *testing.T, size int) *testTier {
 	t.Helper()
-	tt := &testTier{t: t}
+	tt := &testTier{t: t, store: logStoreUnderTest}
 	for i := 0; i < size; i++ {
 		tt.peers = append(tt.peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: freeAddr(t)})
 		tt.dirs = append(tt.dirs, filepath.Join(t.TempDir(), "raft"))
@@ -51,7 +52,7 @@ func (tt *testTier) start(i int) {
 	tt.t.Helper()
 	n, err := Open(Options{
 		NodeID: tt.peers[i].ID, RaftListen: tt.peers[i].Addr, Peers: tt.peers, Dir: tt.dirs[i],
-		ClientAddr:       "client-of-" + tt.peers[i].ID,
+		ClientAddr:       "client-of-" + tt.peers[i].ID, LogStore: tt.store,
 		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 		BootstrapWait: 100 * time.Millisecond,
 	})
@@ -259,4 +260,20 @@ func TestReservesShareLogWrites(t *testing.T) {
 	if writes >= entries {
 		t.Fatalf("%d writes for %d entries: no group commit", writes, entries)
 	}
+}
+
+// logStoreUnderTest is the log store the tests run on; TestPebbleLogStore
+// runs them again on the other.
+var logStoreUnderTest = "bolt"
+
+func TestPebbleLogStore(t *testing.T) {
+	if logStoreUnderTest != "bolt" {
+		return
+	}
+	logStoreUnderTest = "pebble"
+	defer func() { logStoreUnderTest = "bolt" }()
+	t.Run("TokensRise", TestTokensRiseAcrossLeaderChanges)
+	t.Run("ReservationCounts", TestReservationCountsAfterFailover)
+	t.Run("FollowerRefuses", TestFollowerRefuses)
+	t.Run("GroupCommit", TestReservesShareLogWrites)
 }
