@@ -32,7 +32,7 @@ func (t *tierFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.nodeID, "node-id", "", "this node's `id` in a tier of fenceproxy nodes (with --raft-listen and --peers)")
 	fs.StringVar(&t.raftListen, "raft-listen", "", "`host:port` where this tier node serves Raft to its peers")
 	fs.StringVar(&t.peersFlag, "peers", "", "the tier's nodes at its first start, `ID=HOST:PORT[,ID=HOST:PORT...]` (their --raft-listen; this node may be among them); without it fenceproxy is a single node")
-	fs.StringVar(&t.logStore, "tier-log-store", "bolt", "where a tier node keeps its Raft log: `bolt` (raft-boltdb) or pebble; a node keeps the one it started with")
+	fs.StringVar(&t.logStore, "tier-log-store", "pebble", "where a tier node keeps its Raft log: `pebble` or bolt (raft-boltdb); a node keeps the one it started with")
 	fs.StringVar(&t.advertise, "tier-advertise", "", "`host:port` where the tier's other nodes reach this node's clients' port (default: --listen)")
 }
 

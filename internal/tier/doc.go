@@ -1,6 +1,6 @@
 // Package tier makes this process one node of a tier of fenceproxy nodes
 // that share one token authority: a Raft group (hashicorp/raft, its log and
-// stable store in bbolt under --data-dir/raft, snapshots beside it, a TCP
+// stable store on Pebble, or raft-boltdb, under --data-dir/raft, snapshots beside it, a TCP
 // transport on --raft-listen) whose replicated state machine is the token
 // state. The leader is the token authority; Store is its side of the lock
 // manager's TokenStore seam. Any other node refuses tokens and reads with
@@ -37,7 +37,7 @@
 //
 //  1. A reply carrying a token follows its Reserve's commit. Reserve
 //     returns nil only when raft's ApplyFuture says the entry is committed
-//     (in the logs of a majority, each fsynced by bbolt) and applied here.
+//     (in the logs of a majority, each fsynced: a synced Pebble batch, or a bbolt commit) and applied here.
 //     The lock manager replies a token only after Reserve returned nil.
 //  2. A leader's tokens are above every bound committed before its
 //     LeaderStart. A leader serves nothing until Barrier (every entry of

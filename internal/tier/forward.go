@@ -38,7 +38,7 @@ const (
 const (
 	relayDialTimeout = 2 * time.Second
 	relayGrace       = 30 * time.Second
-	relayIdlePerKey  = 8
+	relayIdlePerKey  = 128
 )
 
 // ErrRelayLost: the link to the leader broke after the command was sent;

@@ -52,7 +52,7 @@ func (tt *testTier) start(i int) {
 	tt.t.Helper()
 	n, err := Open(Options{
 		NodeID: tt.peers[i].ID, RaftListen: tt.peers[i].Addr, Peers: tt.peers, Dir: tt.dirs[i],
-		ClientAddr:       "client-of-" + tt.peers[i].ID, LogStore: tt.store,
+		ClientAddr: "client-of-" + tt.peers[i].ID, LogStore: tt.store,
 		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 		BootstrapWait: 100 * time.Millisecond,
 	})
@@ -262,16 +262,16 @@ func TestReservesShareLogWrites(t *testing.T) {
 	}
 }
 
-// logStoreUnderTest is the log store the tests run on; TestPebbleLogStore
-// runs them again on the other.
-var logStoreUnderTest = "bolt"
+// logStoreUnderTest is the log store the tests run on (the default);
+// TestBoltLogStore runs them again on raft-boltdb.
+var logStoreUnderTest = "pebble"
 
-func TestPebbleLogStore(t *testing.T) {
-	if logStoreUnderTest != "bolt" {
+func TestBoltLogStore(t *testing.T) {
+	if logStoreUnderTest != "pebble" {
 		return
 	}
-	logStoreUnderTest = "pebble"
-	defer func() { logStoreUnderTest = "bolt" }()
+	logStoreUnderTest = "bolt"
+	defer func() { logStoreUnderTest = "pebble" }()
 	t.Run("TokensRise", TestTokensRiseAcrossLeaderChanges)
 	t.Run("ReservationCounts", TestReservationCountsAfterFailover)
 	t.Run("FollowerRefuses", TestFollowerRefuses)
