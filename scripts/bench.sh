@@ -46,6 +46,10 @@
 #   - scripts/lockbench against the proxy: fenceproxy distinct and hot, and the
 #     plain Redis recipe (SET NX PX + Lua release) through the same proxy for scale
 #     (lockbench speaks to one node, so no lock figure is taken straight from the cluster).
+# --tier: one fenceproxy and a tier of three (--peers, Raft) in front of one
+# Redis master + replica (--min-replicas 1), then, alternating: scripts/lockbench
+# (50 clients, acquire+release of random resources) through the single node, the
+# tier's leader and a follower (which relays to the leader).
 # A redis-benchmark run that gets error replies is reported as FAIL and the script
 # exits non-zero after the tables.
 set -euo pipefail
@@ -53,15 +57,16 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
-	echo "usage: $0 [--quick | --scale] [--cluster]" >&2
+	echo "usage: $0 [--quick | --scale] [--cluster | --tier]" >&2
 	exit 2
 }
 
-quick=0 cluster=0 scale=0
+quick=0 cluster=0 scale=0 tier=0
 for arg in "$@"; do
 	case $arg in
 	--quick) quick=1 ;;
 	--cluster) cluster=1 ;;
+	--tier) tier=1 ;;
 	--scale) scale=1 ;;
 	*) usage ;;
 	esac
@@ -740,8 +745,69 @@ main_cluster() {
 	fi
 }
 
+# main_tier: the --tier run (see the top of this file).
+main_tier() {
+	need_tools
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	log "building ./bin/fenceproxy and lockbench"
+	mkdir -p bin
+	go build -o ./bin/fenceproxy ./cmd/fenceproxy
+	go build -o "$tmp/lockbench" ./scripts/lockbench
+	redis_started=1
+	scripts/redis-local.sh start "$tmp/redis" >&2
+	# shellcheck disable=SC1091
+	source "$tmp/redis/env"
+	ports+=("$MASTER_PORT" "$REPLICA_PORT")
+	start_proxy
+	local i peers="" listen=() raft=() pid
+	for i in 1 2 3; do
+		listen[i]=127.0.0.1:$(free_port)
+		ports+=("${listen[i]##*:}")
+		raft[i]=127.0.0.1:$(free_port)
+		ports+=("${raft[i]##*:}")
+		peers+="${peers:+,}n$i=${raft[i]}"
+	done
+	for i in 1 2 3; do
+		./bin/fenceproxy --listen "${listen[i]}" --backend "$MASTER_ADDR" --data-dir "$tmp/tier$i" \
+			--min-replicas 1 --metrics-listen '' --key-prefix "tier:" \
+			--node-id "n$i" --raft-listen "${raft[i]}" --peers "$peers" >"$tmp/tier$i.log" 2>&1 &
+		pid=$!
+		others+=("tier-n$i $pid")
+		wait_ping "${listen[i]}" "$pid" "tier node n$i" "$tmp/tier$i.log"
+	done
+	local leader="" follower="" deadline=$((SECONDS + 60))
+	while [[ -z $leader ]] && ((SECONDS < deadline)); do
+		for i in 1 2 3; do
+			if redis-cli -h 127.0.0.1 -p "${listen[i]##*:}" INFO tier | grep -q '^tier_ready:1'; then
+				leader=${listen[i]}
+			fi
+		done
+		sleep 0.2
+	done
+	[[ -n $leader ]] || die "no tier node became the leader within 60s"
+	for i in 1 2 3; do
+		[[ ${listen[i]} == "$leader" || -n $follower ]] || follower=${listen[i]}
+	done
+	log "redis master $MASTER_ADDR, fenceproxy $PROXY_ADDR, tier leader $leader, follower $follower"
+	local rep
+	for ((rep = 1; rep <= LOCK_REPS; rep++)); do
+		lb distinct/single fenceproxy "$PROXY_ADDR"
+		check_proxy
+		lb distinct/tier-leader fenceproxy "$leader"
+		lb distinct/tier-follower fenceproxy "$follower"
+	done
+	echo
+	echo "== fenceproxy bench, one node vs a tier of three ($CLIENTS clients, acquire+release of random resources, ${LOCK_DUR} x $LOCK_REPS, best run; $(nproc) cores)"
+	# shellcheck disable=SC2059
+	printf "$row_fmt" test "one node" "p50/p99 ms" tier "p50/p99 ms" ratio
+	row "lock cycles/s via the leader" distinct/single distinct/tier-leader
+	row "lock cycles/s via a follower" distinct/single distinct/tier-follower
+}
+
 if ((cluster)); then
 	main_cluster
+elif ((tier)); then
+	main_tier
 else
 	main
 fi
