@@ -239,3 +239,24 @@ func TestWaitingLineQueue(t *testing.T) {
 	q.leave("r", b, 0)   // twice: harmless
 	q.wakeHead("nobody") // nobody waits: harmless
 }
+
+// TestEndWaiters: a tier node that loses leadership ends every waiter with
+// the error it is given (-TRYAGAIN), at once, and the line is empty after.
+func TestEndWaiters(t *testing.T) {
+	f, _ := modelled(t, nil)
+	ctx := context.Background()
+	if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan acquired, 2)
+	f.acquireAsync(t, ctx, "b", time.Minute, 1, results)
+	f.acquireAsync(t, ctx, "c", time.Minute, 2, results)
+	lost := errors.New("leadership lost")
+	f.m.EndWaiters(lost)
+	for i := 0; i < 2; i++ {
+		if r := next(t, results); r.err != lost {
+			t.Fatalf("a waiter ended with %+v, want the leadership error", r)
+		}
+	}
+	f.waitLine(t, 0)
+}
