@@ -370,8 +370,9 @@ func (n *Node) notLeader() error {
 	return &UnavailableError{LeaderAddr: n.LeaderClientAddr()}
 }
 
-// Close stops the node: it leaves the tier's elections (the others elect
-// another leader) and closes its stores.
+// Close stops the node: a leader first hands leadership to another node
+// (raft's LeadershipTransfer), then it leaves the tier's elections and
+// closes its stores.
 func (n *Node) Close() error {
 	select {
 	case <-n.closing:
@@ -379,6 +380,13 @@ func (n *Node) Close() error {
 	default:
 	}
 	close(n.closing)
+	if n.raft.State() == raft.Leader {
+		// A drain (SIGTERM) hands leadership over rather than leaving the
+		// others an election timeout without a leader.
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.logger.Warn("tier: could not hand leadership over before stopping", "err", err)
+		}
+	}
 	err := n.raft.Shutdown().Error()
 	n.health.stop(n.raft)
 	n.wg.Wait()

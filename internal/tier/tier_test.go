@@ -62,6 +62,14 @@ func (tt *testTier) start(i int) {
 	tt.nodes[i] = n
 }
 
+// crash stops node i as a crash would: no leadership transfer.
+func (tt *testTier) crash(i int) {
+	if tt.nodes[i] != nil {
+		tt.nodes[i].raft.Shutdown().Error()
+		tt.stop(i)
+	}
+}
+
 func (tt *testTier) stop(i int) {
 	if tt.nodes[i] != nil {
 		tt.nodes[i].Close()
@@ -129,8 +137,13 @@ func TestTokensRiseAcrossLeaderChanges(t *testing.T) {
 			}
 			last = tok
 		}
-		// The leader goes; its node comes back as a follower (same disk).
-		tt.stop(l)
+		// The leader goes (crashes, or hands over in round 1); its node
+		// comes back as a follower (same disk).
+		if round == 1 {
+			tt.stop(l)
+		} else {
+			tt.crash(l)
+		}
 		tt.leader()
 		tt.start(l)
 	}
@@ -148,7 +161,7 @@ func TestReservationCountsAfterFailover(t *testing.T) {
 	if err := s.Reserve("r", tok); err != nil {
 		t.Fatal(err)
 	}
-	tt.stop(l)
+	tt.crash(l)
 	nl := tt.leader()
 	ns := tt.nodes[nl].Store()
 	got, err := ns.Newest("r")
