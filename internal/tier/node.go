@@ -80,6 +80,10 @@ type Options struct {
 	// waiters must end.
 	OnLeadershipLost func()
 	Logger           *slog.Logger
+
+	// trailingLogs: log entries kept after a snapshot (raft's default if
+	// zero); tests make it small to force catch-up by snapshot.
+	trailingLogs uint64
 }
 
 // Node is this process as one node of a tier: a Raft group whose state
@@ -147,6 +151,9 @@ func Open(opts Options) (*Node, error) {
 	// Group commit: concurrent Applies are taken from the channel up to
 	// MaxAppendEntries at a time into one log write (one fsync).
 	cfg.MaxAppendEntries = 256
+	if opts.trailingLogs > 0 {
+		cfg.TrailingLogs = opts.trailingLogs
+	}
 	cfg.BatchApplyCh = true
 	notify := make(chan bool, 16)
 	cfg.NotifyCh = notify
@@ -168,7 +175,7 @@ func Open(opts Options) (*Node, error) {
 		n.bolt, stable = bolt, bolt
 		n.logs = &countingLogStore{LogStore: bolt}
 	case "", "pebble":
-		ps, err := openPebbleStore(filepath.Join(opts.Dir, "log"))
+		ps, err := openPebbleStore(filepath.Join(opts.Dir, "log"), opts.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("tier: opening the raft log: %v", err)
 		}

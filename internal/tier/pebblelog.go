@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -19,8 +21,8 @@ import (
 //	s<key>                        a stable-store value
 type pebbleStore struct{ db *pebble.DB }
 
-func openPebbleStore(dir string) (*pebbleStore, error) {
-	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest})
+func openPebbleStore(dir string, logger *slog.Logger) (*pebbleStore, error) {
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: pebbleLogger{logger}})
 	if err != nil {
 		return nil, err
 	}
@@ -158,4 +160,17 @@ func (p *pebbleStore) GetUint64(k []byte) (uint64, error) {
 		return 0, fmt.Errorf("tier: stable value %q is %d bytes", k, len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
+}
+
+// pebbleLogger keeps Pebble's routine messages (WAL replay at every open)
+// out of the log; its errors go to the node's logger.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (pebbleLogger) Infof(string, ...any) {}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("tier: raft log store: " + fmt.Sprintf(format, args...))
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error("tier: raft log store: " + fmt.Sprintf(format, args...))
+	os.Exit(1)
 }

@@ -14,9 +14,11 @@ import (
 type testTier struct {
 	t     *testing.T
 	store string // Options.LogStore
-	peers []Peer
-	dirs  []string
-	nodes []*Node // nil: stopped
+	// trailingLogs: Options.trailingLogs of nodes started after it is set.
+	trailingLogs uint64
+	peers        []Peer
+	dirs         []string
+	nodes        []*Node // nil: stopped
 }
 
 func freeAddr(t *testing.T) string {
@@ -51,7 +53,8 @@ func startTestTier(t *testing.T, size int) *testTier {
 func (tt *testTier) start(i int) {
 	tt.t.Helper()
 	n, err := Open(Options{
-		NodeID: tt.peers[i].ID, RaftListen: tt.peers[i].Addr, Peers: tt.peers, Dir: tt.dirs[i],
+		trailingLogs: tt.trailingLogs,
+		NodeID:       tt.peers[i].ID, RaftListen: tt.peers[i].Addr, Peers: tt.peers, Dir: tt.dirs[i],
 		ClientAddr: "client-of-" + tt.peers[i].ID, LogStore: tt.store,
 		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 		BootstrapWait: 100 * time.Millisecond,
@@ -289,4 +292,54 @@ func TestBoltLogStore(t *testing.T) {
 	t.Run("ReservationCounts", TestReservationCountsAfterFailover)
 	t.Run("FollowerRefuses", TestFollowerRefuses)
 	t.Run("GroupCommit", TestReservesShareLogWrites)
+}
+
+// A node added with an empty disk after the leader compacted its log is
+// caught up by a snapshot (InstallSnapshot, fsm.Restore): it knows every
+// resource's newest token, and leads correctly after the others go.
+func TestNewNodeCaughtUpBySnapshot(t *testing.T) {
+	tt := startTestTier(t, 3)
+	tt.trailingLogs = 1
+	l := tt.leader()
+	s := tt.nodes[l].Store()
+	want := map[string]uint64{}
+	for i := 0; i < 30; i++ {
+		r := fmt.Sprintf("r%d", i)
+		want[r] = grant(t, s, r)
+	}
+	// Every node restarts with trailingLogs 1 and snapshots, so the log
+	// the new node would need is gone everywhere.
+	for i := range tt.nodes {
+		tt.stop(i)
+		tt.start(i)
+	}
+	l = tt.leader()
+	for i := range tt.nodes {
+		for j := 0; j < 100 && tt.nodes[i].raft.AppliedIndex() < tt.nodes[l].raft.LastIndex(); j++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := tt.nodes[i].raft.Snapshot().Error(); err != nil {
+			t.Fatalf("snapshot on node %d: %v", i, err)
+		}
+	}
+	// The fourth node: empty disk, added by the leader.
+	tt.peers = append(tt.peers, Peer{ID: "n4", Addr: freeAddr(t)})
+	tt.dirs = append(tt.dirs, filepath.Join(t.TempDir(), "raft"))
+	tt.nodes = append(tt.nodes, nil)
+	tt.start(3)
+	if err := tt.nodes[l].AddNode("n4", tt.peers[3].Addr); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for tt.nodes[3].fsm.state().resources < len(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new node has %d resources after 30s, want %d", tt.nodes[3].fsm.state().resources, len(want))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for r, tok := range want {
+		if got := tt.nodes[3].fsm.newestOf(r); got != tok {
+			t.Fatalf("the new node's newest for %s = %d, want %d", r, got, tok)
+		}
+	}
 }
