@@ -56,7 +56,8 @@ func (tt *testTier) start(i int) {
 		trailingLogs: tt.trailingLogs,
 		NodeID:       tt.peers[i].ID, RaftListen: tt.peers[i].Addr, Peers: tt.peers, Dir: tt.dirs[i],
 		ClientAddr: "client-of-" + tt.peers[i].ID, LogStore: tt.store,
-		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
+		// raft's defaults: shorter ones lost leadership under -race on a busy machine.
+		HeartbeatTimeout: time.Second, ElectionTimeout: time.Second, LeaderLeaseTimeout: 500 * time.Millisecond,
 		BootstrapWait: 100 * time.Millisecond,
 	})
 	if err != nil {
