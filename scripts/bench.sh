@@ -6,6 +6,7 @@
 #   scripts/bench.sh --scale   the full run, with 10 million resources instead of 1 million
 #                              in the memory section (adds 10-15 minutes here)
 #   scripts/bench.sh --cluster [--quick]   fenceproxy in front of a Redis Cluster
+#   scripts/bench.sh --compare OLD NEW [--quick]   two fenceproxy builds A/B (below)
 #
 # Installs what is missing from Debian's packages when run as root (redis-server,
 # redis-tools, nutcracker, etcd-server), builds ./bin/fenceproxy and the harnesses,
@@ -16,6 +17,9 @@
 # each round (A B C, A B C) so that the machine's noise hits all alike:
 #   - passthrough: redis-benchmark -c 50 -t set,get at -P 1 and -P 16 against
 #     direct Redis, twemproxy and fenceproxy, two rounds;
+#   - latency at one client: redis-benchmark -c 1 -P 1 -t set,get against the
+#     same three, two rounds; p50/p99 as ratios, and the latency fenceproxy adds
+#     to direct Redis's against the latency twemproxy adds;
 #   - locks, distinct resources: 50 clients loop acquire+release of random
 #     resources (of 100,000): scripts/lockbench for the Redis recipe (SET NX PX,
 #     Lua compare-and-delete), the fenced Redis recipe (Lua SET NX + INCR, then
@@ -46,6 +50,23 @@
 #   - scripts/lockbench against the proxy: fenceproxy distinct and hot, and the
 #     plain Redis recipe (SET NX PX + Lua release) through the same proxy for scale
 #     (lockbench speaks to one node, so no lock figure is taken straight from the cluster).
+#
+# --compare OLD NEW: two fenceproxy builds against each other. OLD and NEW are git
+# revisions (each is built from `git archive` of it in the temp dir) or paths of
+# built fenceproxy binaries. One Redis master + replica as above and both proxies
+# in front of it at once (--min-replicas 1, each with its own data dir and its own
+# --key-prefix, so that neither sees the other's authority as live), then rounds
+# (4 with --quick, else 6) of: redis-benchmark -c 50 SET and GET at -P 1 and
+# -P 16, the one-client latency run, and lockbench distinct and hot, each run
+# against OLD and NEW back to back (old first in odd rounds, new first in even
+# ones, so that neither always runs on the other's heels). With --quick the runs
+# are longer than the plain --quick's (n=50000 at -P 1, 400000 at -P 16, 20000 at
+# -c 1, 3 s lock runs): about 3 minutes on a quiet machine, 5 on a loaded one.
+# Prints each figure's better round for OLD and NEW with NEW/OLD, the CPU per
+# request and per lock cycle (fenceproxy's, and Redis master + replica's), and
+# the spread of the rounds' own NEW/OLD ratios, which says how much of a ratio
+# is noise. Writes no file.
+#
 # --tier: one fenceproxy and a tier of three (--peers, Raft) in front of one
 # Redis master + replica (--min-replicas 1), then, alternating: scripts/lockbench
 # (50 clients, acquire+release of random resources) through the single node, the
@@ -54,31 +75,44 @@
 # exits non-zero after the tables.
 set -euo pipefail
 
+# Where the caller stood: a binary path given to --compare is relative to it.
+invoked_from=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
 	echo "usage: $0 [--quick | --scale] [--cluster | --tier]" >&2
+	echo "       $0 [--quick] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
 	exit 2
 }
 
-quick=0 cluster=0 scale=0 tier=0
-for arg in "$@"; do
-	case $arg in
+quick=0 cluster=0 scale=0 tier=0 compare=0 old_rev="" new_rev=""
+while (($# > 0)); do
+	case $1 in
 	--quick) quick=1 ;;
 	--cluster) cluster=1 ;;
 	--tier) tier=1 ;;
 	--scale) scale=1 ;;
+	--compare)
+		(($# >= 3)) || usage
+		compare=1 old_rev=$2 new_rev=$3
+		shift 2
+		;;
 	*) usage ;;
 	esac
+	shift
 done
-[[ $# -le 2 ]] || usage
 ((!(quick && scale))) || usage
+((!(compare && (cluster || scale)))) || usage
 
 readonly CLIENTS=50
-if ((quick)); then
-	readonly N_P1=20000 N_P16=100000 LOCK_DUR=2s LOCK_REPS=1 RB_REPS=2
+if ((quick && compare)); then
+	# Runs of a second or more: CPU time is counted in ticks of 10 ms, and a
+	# shorter run's CPU per request is off by a tick in a dozen.
+	readonly N_P1=50000 N_P16=400000 N_C1=20000 LOCK_DUR=3s AB_ROUNDS=4
+elif ((quick)); then
+	readonly N_P1=20000 N_P16=100000 N_C1=10000 LOCK_DUR=2s LOCK_REPS=1 RB_REPS=2
 else
-	readonly N_P1=100000 N_P16=500000 LOCK_DUR=5s LOCK_REPS=2 RB_REPS=2
+	readonly N_P1=100000 N_P16=500000 N_C1=50000 LOCK_DUR=5s LOCK_REPS=2 RB_REPS=2 AB_ROUNDS=6
 fi
 readonly IDLE_CLIENTS=10000
 if ((scale)); then
@@ -92,7 +126,7 @@ readonly TARGET_IDLE_MIB=200 TARGET_LOAD_MIB=256
 
 PROG=bench
 # shellcheck source=scripts/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source scripts/lib.sh # the cd above put us at the top of the repository
 
 log() { echo "bench: $*" >&2; }
 die() {
@@ -104,9 +138,12 @@ tmp=""
 proxy_pid=""
 redis_started=0
 cluster_started=0
-# Other processes this run started: "name pid" each, stopped by pid on exit.
+# The processes this run started: "name pid" each, stopped by pid on exit.
 others=()
 ports=()
+# The pid of the system in the middle (a proxy, etcd) at each address the
+# load generators aim at, for the CPU figures; direct Redis has none.
+declare -A middle_of=()
 
 cleanup() {
 	local rc=$?
@@ -116,9 +153,6 @@ cleanup() {
 		# shellcheck disable=SC2086
 		stop_pid $entry
 	done
-	if [[ -n $proxy_pid ]]; then
-		stop_pid fenceproxy "$proxy_pid"
-	fi
 	if ((redis_started)); then
 		scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true
 	fi
@@ -166,14 +200,13 @@ raise_nofile() {
 	(($(ulimit -n) >= need)) || log "open-file limit $(ulimit -n) < $need: the idle-client test may fail"
 }
 
-proxy_alive() {
-	[[ -n $proxy_pid ]] && kill -0 "$proxy_pid" 2>/dev/null
-}
-
+# check_proxy [NAME PID LOG]: exit with the last lines of LOG if the fenceproxy
+# at PID (default: the run's one) has died.
 check_proxy() {
-	proxy_alive && return
-	log "fenceproxy (pid $proxy_pid) died; last log lines:"
-	tail -n 30 "$tmp/fenceproxy.log" >&2 || true
+	local name=${1:-fenceproxy} pid=${2:-$proxy_pid} logf=${3:-$tmp/fenceproxy.log}
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && return
+	log "$name (pid $pid) died; last log lines:"
+	tail -n 30 "$logf" >&2 || true
 	exit 1
 }
 
@@ -193,16 +226,39 @@ wait_ping() {
 	die "$name did not answer PING on $addr within ${WAIT_SECS}s"
 }
 
-start_proxy() {
-	local port
+# launch_proxy NAME BIN LOG DATADIR [ARGS...]: the fenceproxy BIN on a free
+# loopback port in front of the run's backend (--min-replicas 1), answering PING;
+# sets launched_addr and launched_pid.
+launch_proxy() {
+	local name=$1 bin=$2 logf=$3 data=$4 port
+	shift 4
 	port=$(free_port)
-	PROXY_ADDR=127.0.0.1:$port
-	./bin/fenceproxy --listen "$PROXY_ADDR" --backend "${SEEDS:-$MASTER_ADDR}" \
-		--data-dir "$tmp/data" --min-replicas 1 --metrics-listen '' \
-		--max-clients $((IDLE_CLIENTS + 1000)) \
-		>"$tmp/fenceproxy.log" 2>&1 &
-	proxy_pid=$!
-	wait_ping "$PROXY_ADDR" "$proxy_pid" fenceproxy "$tmp/fenceproxy.log"
+	ports+=("$port")
+	launched_addr=127.0.0.1:$port
+	"$bin" --listen "$launched_addr" --backend "${SEEDS:-$MASTER_ADDR}" \
+		--data-dir "$data" --min-replicas 1 --metrics-listen '' \
+		--max-clients $((IDLE_CLIENTS + 1000)) "$@" >"$logf" 2>&1 &
+	launched_pid=$!
+	others+=("$name $launched_pid")
+	middle_of[$launched_addr]=$launched_pid
+	wait_ping "$launched_addr" "$launched_pid" "$name" "$logf"
+}
+
+start_proxy() {
+	launch_proxy fenceproxy ./bin/fenceproxy "$tmp/fenceproxy.log" "$tmp/data"
+	PROXY_ADDR=$launched_addr proxy_pid=$launched_pid
+}
+
+# start_local_redis: a Redis master + replica in the temp dir (scripts/redis-local.sh);
+# sets MASTER_ADDR, REPLICA_ADDR and their ports, and their pids for the CPU figures.
+start_local_redis() {
+	redis_started=1
+	scripts/redis-local.sh start "$tmp/redis" >&2
+	# shellcheck disable=SC1091
+	source "$tmp/redis/env"
+	ports+=("$MASTER_PORT" "$REPLICA_PORT")
+	cpu_pid[master]=$(cat "$tmp/redis/master.pid")
+	cpu_pid[replica]=$(cat "$tmp/redis/replica.pid")
 }
 
 # start_twemproxy: nutcracker in the foreground (so $! is its pid), one pool in
@@ -228,6 +284,7 @@ YML
 	nutcracker -c "$tmp/nutcracker.yml" -s "$sport" -a 127.0.0.1 -v 4 >"$tmp/nutcracker.log" 2>&1 &
 	TWEM_PID=$!
 	others+=("twemproxy $TWEM_PID")
+	middle_of[$TWEM_ADDR]=$TWEM_PID
 	wait_ping "$TWEM_ADDR" "$TWEM_PID" twemproxy "$tmp/nutcracker.log"
 }
 
@@ -245,6 +302,7 @@ start_etcd() {
 		--logger zap --log-level warn >"$tmp/etcd.log" 2>&1 &
 	ETCD_PID=$!
 	others+=("etcd $ETCD_PID")
+	middle_of[$ETCD_ADDR]=$ETCD_PID
 	for ((i = 0; i < WAIT_SECS * 10; i++)); do
 		kill -0 "$ETCD_PID" 2>/dev/null || {
 			tail -n 20 "$tmp/etcd.log" >&2
@@ -269,18 +327,23 @@ etcd_healthy() {
 	[[ $out == *'"health":"true"'* ]]
 }
 
-# Results: best[key]=rate and lat[key]="p50 p99", key = TEST/P/TARGET or lock key.
-declare -A best=() lat=() errs=() extra=()
+# Results: best[key]=rate and lat[key]="p50 p99", key = TEST/P/TARGET or lock key;
+# rounds[key]: every round's "rate,p50,p99,CPU..." (CPU as in cpu below, "-" when
+# not measured), space-separated in the order run; best_round[key]: the best one's.
+declare -A best=() lat=() errs=() extra=() rounds=() best_round=()
 # redis-benchmark runs that got error replies, one line each.
 rb_failed=()
 
 # record KEY RATE P50 P99: keep the run with the higher rate.
 record() {
-	local key=$1 rate=$2
+	local key=$1 rate=$2 c=${run_cpu:--}
+	local entry="$rate,$3,$4,${c// /,}"
+	rounds[$key]+="$entry "
 	if [[ -z ${best[$key]:-} ]] || awk -v a="$rate" -v b="${best[$key]}" 'BEGIN { exit !(a > b) }'; then
 		best[$key]=$rate
 		lat[$key]="$3 $4"
 		cpu[$key]=$run_cpu
+		best_round[$key]=$entry
 	fi
 }
 
@@ -289,7 +352,7 @@ record() {
 # that of the Redis master, its replica and the system in the middle
 # (fenceproxy, twemproxy or etcd). What is left is the load generator's,
 # the kernel's share of the network stack, and the rest of the machine.
-declare -A cpu_pid=() # master, replica: set by main once Redis runs
+declare -A cpu_pid=() # master, replica: set by start_local_redis
 declare -A cpu=()     # KEY -> "total master replica middle rest" in us per op, of the best run
 run_cpu=""
 hz=$(getconf CLK_TCK)
@@ -330,17 +393,16 @@ cpu_row() {
 }
 
 # rb TARGET ADDR PIPELINE N [TESTS [ARGS...]]: one redis-benchmark run (-t TESTS,
-# default set,get; ARGS such as --cluster go to redis-benchmark), recorded per test
-# under its first word (SET, GET, MSET). A run with error replies is not recorded
+# default set,get; ARGS such as --cluster go to redis-benchmark) with $CLIENTS
+# clients (rb_clients=C rb ...: C), recorded per test under its first word (SET,
+# GET, MSET) as TEST/PIPELINE/TARGET. A run with error replies is not recorded
 # but listed in rb_failed.
 rb() {
 	local target=$1 addr=$2 p=$3 n=$4 tests=${5:-set,get} out line test rps p50 p99 err
 	shift $(($# < 5 ? $# : 5))
-	local rc=0 middle="" before
-	[[ $target == twemproxy ]] && middle=${TWEM_PID:-}
-	[[ $target == proxy ]] && middle=$proxy_pid
+	local rc=0 middle=${middle_of[$addr]:-} before
 	before=$(cpu_snap "$middle")
-	out=$(redis-benchmark -h "${addr%:*}" -p "${addr##*:}" -c "$CLIENTS" -n "$n" \
+	out=$(redis-benchmark -h "${addr%:*}" -p "${addr##*:}" -c "${rb_clients:-$CLIENTS}" -n "$n" \
 		-r 100000 -t "$tests" -P "$p" --csv "$@" 2>"$tmp/rb.err") || rc=$?
 	# Per test only when the run had one test: CPU is measured per run.
 	run_cpu=""
@@ -378,10 +440,8 @@ field() {
 
 # lb KEY SYSTEM ADDR [-hot]: one lockbench run (etcdbench for SYSTEM etcd), recorded under KEY.
 lb() {
-	local key=$1 system=$2 addr=$3 out line middle="" before after
+	local key=$1 system=$2 addr=$3 out line middle=${middle_of[$3]:-} before after
 	shift 3
-	[[ $system == etcd ]] && middle=${ETCD_PID:-}
-	[[ $system == fenceproxy ]] && middle=$proxy_pid
 	before=$(cpu_snap "$middle")
 	if [[ $system == etcd ]]; then
 		out=$("$tmp/etcdbench" -endpoints "$addr" -clients "$CLIENTS" \
@@ -393,7 +453,11 @@ lb() {
 			die "lockbench $system $* failed: $out"
 	fi
 	after=$(cpu_snap "$middle")
-	echo "$out"
+	# The raw line names the run it belongs to, as rb's do.
+	while IFS= read -r line; do
+		[[ $line != "RESULT "* ]] || line="RESULT key=$key ${line#RESULT }"
+		echo "$line"
+	done <<<"$out"
 	line=$(grep '^RESULT ' <<<"$out" | tail -n 1)
 	[[ -n $line ]] || die "lockbench $system printed no RESULT line"
 	run_cpu=$(cpu_per_op "$before" "$after" "$(field "$line" ops)")
@@ -439,6 +503,30 @@ tsv() {
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$v" "$5" $l "${errs[$4]:-0}" >>"$tsv_tmp"
 }
 
+# latencies KEY: "p50/p99" of KEY's better round.
+latencies() {
+	local l=${lat[$1]:-"- -"}
+	# shellcheck disable=SC2086
+	printf '%s/%s' $l
+}
+
+# latency_ratios KEY OTHER [BASE]: "p50/p99" of KEY's latencies over OTHER's;
+# with BASE, of what each adds to BASE's: (KEY - BASE) / (OTHER - BASE).
+latency_ratios() {
+	awk -v a="${lat[$1]:-}" -v b="${lat[$2]:-}" -v base="${3:+${lat[$3]:-}}" -v with_base="${3:+1}" 'BEGIN {
+		split(a, x, " "); split(b, y, " "); split(base, z, " ")
+		for (i = 1; i <= 2; i++) {
+			if (with_base && z[i] == "") { r = "-" }
+			else {
+				num = x[i] - z[i]; den = y[i] - z[i]
+				# Noise can put a proxy below direct Redis: no added latency to compare.
+				r = (x[i] != "" && y[i] != "" && den > 0 && num >= 0) ? sprintf("%.2f", num / den) : "-"
+			}
+			printf "%s%s", (i > 1 ? "/" : ""), r
+		}
+	}'
+}
+
 # cell KEY: "rate p50/p99" of KEY for a table.
 cell() {
 	local l=${lat[$1]:-"- -"}
@@ -462,13 +550,7 @@ main() {
 	# Its own module: the etcd client's dependencies stay out of fenceproxy's go.mod.
 	(cd scripts/etcdbench && go build -o "$tmp/etcdbench" .)
 
-	redis_started=1
-	scripts/redis-local.sh start "$tmp/redis" >&2
-	# shellcheck disable=SC1091
-	source "$tmp/redis/env"
-	ports+=("$MASTER_PORT" "$REPLICA_PORT")
-	cpu_pid[master]=$(cat "$tmp/redis/master.pid")
-	cpu_pid[replica]=$(cat "$tmp/redis/replica.pid")
+	start_local_redis
 	start_proxy
 	start_twemproxy
 	start_etcd
@@ -487,6 +569,16 @@ main() {
 				rb proxy "$PROXY_ADDR" "$p" "$n" "$t"
 				check_proxy
 			done
+		done
+	done
+
+	# One client, one request at a time: what each system adds to a round trip.
+	for ((rep = 1; rep <= RB_REPS; rep++)); do
+		for t in set get; do
+			rb_clients=1 rb c1/direct "$MASTER_ADDR" 1 "$N_C1" "$t"
+			rb_clients=1 rb c1/twemproxy "$TWEM_ADDR" 1 "$N_C1" "$t"
+			rb_clients=1 rb c1/proxy "$PROXY_ADDR" 1 "$N_C1" "$t"
+			check_proxy
 		done
 	done
 
@@ -549,6 +641,18 @@ main() {
 				"$(ratio "${best[$t/$p/proxy]:-}" "${best[$t/$p/twemproxy]:-}")" \
 				"$(ratio "${best[$t/$p/twemproxy]:-}" "${best[$t/$p/direct]:-}")"
 		done
+	done
+
+	echo
+	echo "-- latency at one client: redis-benchmark -c 1 -P 1, n=$N_C1 (p50/p99 ms of the better round;"
+	echo "   added = the system's latency minus direct Redis's, so added fp/twem is what fenceproxy adds against what twemproxy adds)"
+	printf '%-11s %13s %13s %13s %11s %11s %13s\n' test "direct Redis" twemproxy fenceproxy fp/direct fp/twem "added fp/twem"
+	for t in SET GET; do
+		printf '%-11s %13s %13s %13s %11s %11s %13s\n' "$t -c 1" "$(latencies "$t/1/c1/direct")" \
+			"$(latencies "$t/1/c1/twemproxy")" "$(latencies "$t/1/c1/proxy")" \
+			"$(latency_ratios "$t/1/c1/proxy" "$t/1/c1/direct")" \
+			"$(latency_ratios "$t/1/c1/proxy" "$t/1/c1/twemproxy")" \
+			"$(latency_ratios "$t/1/c1/proxy" "$t/1/c1/twemproxy" "$t/1/c1/direct")"
 	done
 
 	local -A label=(
@@ -641,6 +745,11 @@ main() {
 				tsv passthrough "$t -P $p" "$name" "$t/$p/$sys" req/s
 			done
 		done
+	done
+	for t in SET GET; do
+		tsv latency "$t -c 1 -P 1" "direct Redis" "$t/1/c1/direct" req/s
+		tsv latency "$t -c 1 -P 1" twemproxy "$t/1/c1/twemproxy" req/s
+		tsv latency "$t -c 1 -P 1" fenceproxy "$t/1/c1/proxy" req/s
 	done
 	tsv distinct "acquire+release" "Redis SET NX PX" distinct/redis cycles/s
 	tsv distinct "acquire+release" "Redis fenced (WAIT 1)" distinct/redis-fenced cycles/s
@@ -753,11 +862,7 @@ main_tier() {
 	mkdir -p bin
 	go build -o ./bin/fenceproxy ./cmd/fenceproxy
 	go build -o "$tmp/lockbench" ./scripts/lockbench
-	redis_started=1
-	scripts/redis-local.sh start "$tmp/redis" >&2
-	# shellcheck disable=SC1091
-	source "$tmp/redis/env"
-	ports+=("$MASTER_PORT" "$REPLICA_PORT")
+	start_local_redis
 	start_proxy
 	local i peers="" listen=() raft=() pid
 	for i in 1 2 3; do
@@ -804,7 +909,168 @@ main_tier() {
 	row "lock cycles/s via a follower" distinct/single distinct/tier-follower
 }
 
-if ((cluster)); then
+# build_fenceproxy WHICH REV: $tmp/fenceproxy-WHICH from REV, the path of a built
+# fenceproxy (relative to where the script was started) or else a git revision,
+# whose tree is unpacked with git archive and built; built_desc says which it was.
+build_fenceproxy() {
+	local which=$1 rev=$2 path=$2 out=$tmp/fenceproxy-$1 src=$tmp/src-$1 sha
+	[[ $path == /* ]] || path=$invoked_from/$path
+	if [[ -f $path && -x $path ]]; then
+		cp "$path" "$out"
+		built_desc="the binary $path"
+		return
+	fi
+	sha=$(git rev-parse --verify --quiet "$rev^{commit}") ||
+		die "--compare: $rev is neither a git revision nor an executable file"
+	log "building $which: $rev ($sha)"
+	mkdir -p "$src"
+	git archive "$sha" | tar -x -C "$src"
+	(cd "$src" && go build -o "$out" ./cmd/fenceproxy) || die "--compare: building $rev failed"
+	built_desc="$rev = $(git log -1 --format='%h (%cd) %s' --date=format:'%Y-%m-%d %H:%M' "$sha" | cut -c1-110)"
+}
+
+# ab_row TITLE KEY FIELD FORMAT: one line of the A/B table: KEY's FIELD (1 rate,
+# 2 p50, 3 p99, 7 the proxy's CPU per op, "redis" master + replica CPU per op, as
+# in rounds) in OLD's and NEW's better round (KEY/old, KEY/new), NEW/OLD, and the
+# least, median and greatest NEW/OLD of the rounds taken one by one.
+ab_row() {
+	local key=$2
+	awk -v f="$3" -v fmt="$4" -v title="$1" -v ob="${best_round[$key/old]:-}" -v nb="${best_round[$key/new]:-}" \
+		-v orounds="${rounds[$key/old]:-}" -v nrounds="${rounds[$key/new]:-}" '
+	function val(e, x, n) {
+		n = split(e, x, ",")
+		if (f == "redis") return (n >= 6 && x[5] != "-" && x[6] != "") ? x[5] + x[6] : ""
+		return (f <= n && x[f] != "-" && x[f] != "") ? x[f] + 0 : ""
+	}
+	function show(v) { return v == "" ? "-" : sprintf(fmt, v) }
+	BEGIN {
+		o = val(ob); nw = val(nb)
+		no = split(orounds, ro, " "); nn = split(nrounds, rn, " ")
+		k = 0
+		for (i = 1; i <= no && i <= nn; i++) {
+			a = val(ro[i]); b = val(rn[i])
+			if (a != "" && b != "" && a > 0) r[++k] = b / a
+		}
+		for (i = 2; i <= k; i++) {
+			v = r[i]
+			for (j = i - 1; j >= 1 && r[j] > v; j--) r[j + 1] = r[j]
+			r[j + 1] = v
+		}
+		spread = "-"
+		if (k) spread = sprintf("%.2f %.2f %.2f", r[1], k % 2 ? r[(k + 1) / 2] : (r[k / 2] + r[k / 2 + 1]) / 2, r[k])
+		printf "%-42s %10s %10s %8s   %s\n", title, show(o), show(nw), (o != "" && nw != "" && o > 0) ? sprintf("%.2f", nw / o) : "-", spread
+	}'
+}
+
+# main_compare: the --compare run (see the top of this file).
+main_compare() {
+	need_tools
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	local t0=$SECONDS
+	local -A desc=() addr=() pid=()
+	build_fenceproxy old "$old_rev"
+	desc[old]=$built_desc
+	build_fenceproxy new "$new_rev"
+	desc[new]=$built_desc
+	go build -o "$tmp/lockbench" ./scripts/lockbench
+
+	start_local_redis
+	local s
+	# Key prefixes of one length, so that neither proxy writes longer keys; each
+	# its own, so that neither sees the other's token authority as live.
+	for s in old new; do
+		launch_proxy "fenceproxy-$s" "$tmp/fenceproxy-$s" "$tmp/fenceproxy-$s.log" "$tmp/data-$s" \
+			--key-prefix "fpbench-$s:"
+		addr[$s]=$launched_addr pid[$s]=$launched_pid
+	done
+	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR; old fenceproxy ${addr[old]} (pid ${pid[old]}), new ${addr[new]} (pid ${pid[new]})"
+
+	local round p n t order=()
+	for ((round = 1; round <= AB_ROUNDS; round++)); do
+		order=(old new)
+		((round % 2)) || order=(new old)
+		log "round $round of $AB_ROUNDS (${order[*]})"
+		for p in 1 16; do
+			n=$N_P1
+			((p == 1)) || n=$N_P16
+			for t in set get; do
+				for s in "${order[@]}"; do
+					rb "$s" "${addr[$s]}" "$p" "$n" "$t"
+				done
+			done
+		done
+		for t in set get; do
+			for s in "${order[@]}"; do
+				rb_clients=1 rb "c1/$s" "${addr[$s]}" 1 "$N_C1" "$t"
+			done
+		done
+		for s in "${order[@]}"; do
+			lb "distinct/$s" fenceproxy "${addr[$s]}"
+		done
+		for s in "${order[@]}"; do
+			lb "hot/$s" fenceproxy "${addr[$s]}" -hot
+		done
+		for s in old new; do
+			check_proxy "fenceproxy-$s" "${pid[$s]}" "$tmp/fenceproxy-$s.log"
+		done
+	done
+
+	local mode=full
+	((quick)) && mode=quick
+	echo
+	echo "== fenceproxy A/B, NEW against OLD ($mode; $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores shared by every process; loopback;"
+	echo "   one Redis master + replica, both proxies in front of it, --min-replicas 1; $AB_ROUNDS rounds, each running every test"
+	echo "   against OLD and NEW back to back, OLD first in odd rounds, NEW first in even ones)"
+	echo "   OLD: ${desc[old]}"
+	echo "   NEW: ${desc[new]}"
+	echo "-- each figure is that of the system's better round (the higher rate; its latency and CPU with it);"
+	echo "   rounds: the least, median and greatest NEW/OLD of the rounds one by one (the noise)"
+	printf '%-42s %10s %10s %8s   %s\n' figure OLD NEW NEW/OLD "rounds: min med max"
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "$t -P $p, $CLIENTS clients (req/s)" "$t/$p" 1 '%.0f'
+		done
+	done
+	for t in SET GET; do
+		ab_row "$t -c 1 -P 1 (req/s)" "$t/1/c1" 1 '%.0f'
+		ab_row "$t -c 1 -P 1 p50 (ms)" "$t/1/c1" 2 '%.3f'
+		ab_row "$t -c 1 -P 1 p99 (ms)" "$t/1/c1" 3 '%.3f'
+	done
+	ab_row "lock cycles/s, distinct, $CLIENTS clients" distinct 1 '%.0f'
+	ab_row "lock cycle p99 (ms)" distinct 3 '%.2f'
+	ab_row "hot lock handoffs/s, $CLIENTS clients" hot 1 '%.0f'
+	ab_row "hot lock wait p99 (ms)" hot 3 '%.2f'
+	echo "-- CPU: us of CPU time per request or per lock cycle / handoff, in the better round"
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "fenceproxy, $t -P $p" "$t/$p" 7 '%.1f'
+		done
+	done
+	ab_row "fenceproxy, lock cycle" distinct 7 '%.1f'
+	ab_row "fenceproxy, hot lock handoff" hot 7 '%.1f'
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "Redis master + replica, $t -P $p" "$t/$p" redis '%.1f'
+		done
+	done
+	ab_row "Redis master + replica, lock cycle" distinct redis '%.1f'
+	ab_row "Redis master + replica, hot lock handoff" hot redis '%.1f'
+	echo "(lock runs: scripts/lockbench -clients $CLIENTS -duration $LOCK_DUR, distinct of 100,000 resources and -hot;"
+	echo " redis-benchmark n=$N_P1 at -P 1, n=$N_P16 at -P 16, n=$N_C1 at -c 1; errors: old ${errs[distinct/old]:-0}+${errs[hot/old]:-0},"
+	echo " new ${errs[distinct/new]:-0}+${errs[hot/new]:-0} (distinct+hot); run took $((SECONDS - t0)) s)"
+	local warn
+	for s in old new; do
+		warn=$(grep -cE 'level=(WARN|ERROR)' "$tmp/fenceproxy-$s.log" || true)
+		echo "fenceproxy $s log: ${warn} WARN/ERROR lines"
+		if ((warn > 0)); then
+			grep -E 'level=(WARN|ERROR)' "$tmp/fenceproxy-$s.log" | head -n 10
+		fi
+	done
+}
+
+if ((compare)); then
+	main_compare
+elif ((cluster)); then
 	main_cluster
 elif ((tier)); then
 	main_tier

@@ -121,6 +121,12 @@
 //   - Owner records are changed only by scripts that compare the owner (and
 //     for an undo, the token), so a stale holder never touches a newer lease.
 //   - A lapsed lease is never revived: renew needs the record to exist.
+//   - No stale leader (terms.go): every script that writes carries the
+//     caller's term (Options.Term; 0 for a single node) and stamps it on
+//     what it writes; a record or guard of a higher term refuses it
+//     (ErrDeposed, -TRYAGAIN), so a deposed leader of a tier that has not
+//     yet noticed never grants over, renews, releases nor undoes a lease
+//     of a newer term.
 //   - One token authority (authority.go): commands that issue or judge
 //     tokens run only while Options.Admit says no other fenceproxy with
 //     another fence store is live on the backend; no token below the

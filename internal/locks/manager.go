@@ -88,6 +88,13 @@ type Options struct {
 	// tokens (acquire, renew, FENCE.CHECK, FENCE.EXEC); its error refuses
 	// the command (see authority.go).
 	Admit func() error
+	// Term, if set, is this node's term as the leader of its tier, asked
+	// for every lock script (under the resource's turn: it must not
+	// block). Nil means 0, a single node. It is the term in which this
+	// node became leader, not the newest term it has heard of: a deposed
+	// leader that has heard of the newer term must not write under it
+	// (see terms.go).
+	Term func() uint64
 	// LeaseSafetyMargin is the part of a lease (0 to 1) that a reply must
 	// still leave, after the time since the request was received and a
 	// clock-drift allowance (see replyBy); a grant or renewal that would
@@ -450,7 +457,7 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 		SHA:    acquireSHA,
 		Keys:   m.keys(key),
 		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			a.start.UnixMilli(), clientAddr},
+			a.start.UnixMilli(), clientAddr, m.term()},
 	}
 	return a, nil
 }
@@ -461,7 +468,7 @@ func (m *Manager) sendAcquire(ctx context.Context, a *attempt, wantAcks bool) er
 	a.write = m.opts.Scripts.Start(ctx, a.call.Keys[0], a.call, wantAcks)
 	reply, err := a.write.Reply()
 	if err != nil {
-		return err
+		return deposed(err)
 	}
 	kind, value, err := pair(reply)
 	a.kind, a.value = replyKind(kind), value
@@ -485,11 +492,13 @@ func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, 
 	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, ScriptCall{
 		Source: undoScript,
 		Keys:   a.call.Keys,
-		Args:   []any{owner, strconv.FormatUint(token, 10)},
+		Args:   []any{owner, strconv.FormatUint(token, 10), m.term()},
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
-		// and its token counts as issued.
+		// and its token counts as issued. So too if a newer term's record
+		// refused the undo: that may be this very grant, re-armed by the
+		// newer leader for its owner.
 		m.opts.Logger.Warn("could not undo an unacknowledged grant; it expires with its lease", "err", err)
 		return false
 	}
@@ -525,11 +534,11 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		Source: renewScript,
 		SHA:    renewSHA,
 		Keys:   m.keys(key),
-		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli()},
+		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()},
 	}, true)
 	reply, err := write.Reply()
 	if err != nil {
-		return 0, err
+		return 0, deposed(err)
 	}
 	if reply == nil {
 		return 0, ErrNotHeld
@@ -567,11 +576,11 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 		Source: releaseScript,
 		SHA:    releaseSHA,
 		Keys:   m.keys(key),
-		Args:   []any{owner},
+		Args:   []any{owner, m.term()},
 	}, false)
 	reply, err := write.Reply()
 	if err != nil {
-		return false, err
+		return false, deposed(err)
 	}
 	rec, ok := reply.([]any)
 	if !ok {
@@ -661,11 +670,18 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	for i, a := range command {
 		args[i] = a
 	}
-	var key []byte
+	// The command's key is declared to Redis as well (KEYS[1]): a script
+	// with no keys runs on whatever node it reaches, so in front of a
+	// Redis Cluster one sent on a stale slot map answered "non local key"
+	// (the slot moved) or -READONLY (its master became a replica) instead
+	// of the -MOVED or -ASK that Start follows.
+	var key string
+	var keys []string
 	if len(command) > 1 {
-		key = command[1]
+		key = string(command[1])
+		keys = []string{key}
 	}
-	write := m.opts.Scripts.Start(ctx, string(key), ScriptCall{Source: execScript, Args: args}, false)
+	write := m.opts.Scripts.Start(ctx, key, ScriptCall{Source: execScript, Keys: keys, Args: args}, false)
 	return write.Raw()
 }
 

@@ -31,7 +31,8 @@ import (
 //     unknown outcome.
 //   - RunAfter runs call, with no WAIT, on the master that ran prev (an
 //     undo goes where its grant went, not where the key is now).
-//   - Read runs a read-only script on key's master, no WAIT.
+//   - Read runs a read-only script on key's master, no WAIT, following
+//     the slot as Start does.
 //   - MemoryPolicy is key's master's last maxmemory-policy reading, with
 //     no I/O; ok false if no master is reachable (the write then says so).
 type ScriptRunner interface {

@@ -17,11 +17,38 @@ import "github.com/fenceproxy/fenceproxy/internal/cluster"
 // doubles.
 //
 // Replies are tables so the manager can tell the outcomes apart.
+//
+// Terms (terms.go): every script that writes carries the caller's term as
+// its last argument and starts with termCheck. A record written in a term
+// above 0 keeps it in a field term (a single node's records, term 0, have
+// none: as before terms); the guard's value is its writer's term plus one
+// ("1" for a single node, as before). A record or guard of a higher term
+// than the caller's refuses the whole script with an error reply
+// NEWERTERM <term>, before anything is read for the decision or written,
+// so a deposed leader touches no newer lease. A caller of a higher term
+// than the record's acts on it as the owner checks allow and stamps its
+// own term on what it writes.
+
+// termCheck opens every script that writes (see above): it refuses the
+// script if the record or the guard was written in a term above the
+// caller's. stampTerm puts the caller's term on the record, if it has one.
+const termCheck = `
+local term = tonumber(ARGV[#ARGV])
+local stored = math.max(tonumber(redis.call('HGET', KEYS[1], 'term')) or 0, (tonumber(redis.call('GET', KEYS[2])) or 1) - 1)
+if stored > term then
+  return redis.error_reply('NEWERTERM ' .. stored)
+end
+local function stampTerm()
+  if term > 0 then
+    redis.call('HSET', KEYS[1], 'term', ARGV[#ARGV])
+  end
+end
+`
 
 // acquireScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, new
 // token, newest token known to the fence store ("" if the caller did not
 // read it), "1" if others wait in line (then only the owner's own re-arm is
-// allowed: no barging), lock-delay-ms, now (unix ms), client addr. Returns
+// allowed: no barging), lock-delay-ms, now (unix ms), client addr, term. Returns
 // {0, pttl} busy, {1, token} the owner's existing grant (re-armed), {2,
 // token} a new grant, {3, 0} the owner's own record is there but the newest
 // token is needed to judge it (ask again with it; nothing was written),
@@ -36,7 +63,7 @@ import "github.com/fenceproxy/fenceproxy/internal/cluster"
 // handed out. Tokens are compared as the strings they are stored as:
 // exact, where Lua's doubles are not above 2^53. Only that judgement needs
 // the newest token: a new grant's token is above every token ever issued.
-const acquireScript = `
+const acquireScript = termCheck + `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[2] and tonumber(cur[2]) and tonumber(cur[2]) >= tonumber(ARGV[3]) then
   return {4, cur[2]}
@@ -51,9 +78,10 @@ if cur[1] then
   -- only the newest token issued is honoured (see above)
   if cur[2] == ARGV[4] then
     redis.call('HSET', KEYS[1], 'renewed', ARGV[7])
+    stampTerm()
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     if tonumber(ARGV[6]) > 0 then
-      redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[6]))
+      redis.call('SET', KEYS[2], term + 1, 'PX', tonumber(ARGV[2]) + tonumber(ARGV[6]))
     end
     return {1, cur[2]}
   end
@@ -67,9 +95,10 @@ if ARGV[5] == '1' then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', ARGV[3], 'acquired', ARGV[7], 'renewed', ARGV[7], 'addr', ARGV[8])
+stampTerm()
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if tonumber(ARGV[6]) > 0 then
-  redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[6]))
+  redis.call('SET', KEYS[2], term + 1, 'PX', tonumber(ARGV[2]) + tonumber(ARGV[6]))
 end
 return {2, ARGV[3]}
 `
@@ -99,28 +128,29 @@ const (
 )
 
 // renewScript: KEYS[1] record, KEYS[2] guard; ARGV owner, ttl-ms, newest
-// token, lock-delay-ms, now (unix ms). Returns the
+// token, lock-delay-ms, now (unix ms), term. Returns the
 // token, or nil if owner does not hold a current record (expired records are
 // gone, so a lapsed lease is never revived) whose token is the newest issued
 // (as acquireScript's re-arm: a record with any other token is not honoured).
-const renewScript = `
+const renewScript = termCheck + `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] and cur[2] == ARGV[3] then
   redis.call('HSET', KEYS[1], 'renewed', ARGV[5])
+  stampTerm()
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if tonumber(ARGV[4]) > 0 then
-    redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]) + tonumber(ARGV[4]))
+    redis.call('SET', KEYS[2], term + 1, 'PX', tonumber(ARGV[2]) + tonumber(ARGV[4]))
   end
   return cur[2]
 end
 return false
 `
 
-// releaseScript: KEYS[1] record, KEYS[2] guard; ARGV owner. If it deleted
+// releaseScript: KEYS[1] record, KEYS[2] guard; ARGV owner, term. If it deleted
 // owner's record (and the guard: a clean release applies no lock-delay) it
 // returns the record's {token, acquired, addr} (false for a field an older
 // record lacks), for the slow-lock log; else 0.
-const releaseScript = `
+const releaseScript = termCheck + `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'addr')
 if cur[1] == ARGV[1] then
   redis.call('DEL', KEYS[1], KEYS[2])
@@ -129,9 +159,9 @@ end
 return 0
 `
 
-// undoScript: KEYS[1] record, KEYS[2] guard; ARGV owner, token. Deletes the
+// undoScript: KEYS[1] record, KEYS[2] guard; ARGV owner, token, term. Deletes the
 // record (and guard) only if it is exactly the grant being undone.
-const undoScript = `
+const undoScript = termCheck + `
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
   redis.call('DEL', KEYS[1], KEYS[2])
@@ -142,7 +172,9 @@ return 0
 
 // execScript runs the command in ARGV inside a script, so that it runs
 // whole with nothing between the fence check and it. pcall hands back the
-// command's own error as an error reply.
+// command's own error as an error reply. KEYS[1], if any, is the command's
+// key (ARGV[2]) again, declared so that Redis Cluster redirects the script
+// to its slot's master rather than running it where it landed.
 const execScript = `return redis.pcall(unpack(ARGV))`
 
 // infoScript: KEYS[1] record. Returns {owner, token, pttl, acquired,
@@ -153,8 +185,8 @@ return {cur[1], cur[2], redis.call('PTTL', KEYS[1]), cur[3], cur[4], cur[5]}
 `
 
 // The hot scripts go by EVALSHA (see Writer.Start): an EVAL sends about a
-// kilobyte of source that Redis hashes on every call. So does infoScript,
-// which runs through go-redis (Writer.Read: a read needs no batching).
+// kilobyte of source that Redis hashes on every call. So does infoScript
+// (Writer.Read).
 var (
 	acquireSHA = cluster.ScriptSHA(acquireScript)
 	renewSHA   = cluster.ScriptSHA(renewScript)

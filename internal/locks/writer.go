@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
@@ -204,19 +203,14 @@ func (wr *Writer) RunAfter(ctx context.Context, prev *Write, call ScriptCall) (a
 	return wr.StartOn(ctx, prev.node, call, false).Reply()
 }
 
-// Read runs a script that only reads on the master of key's slot, through
-// the node's go-redis client (a read needs no batching): EVALSHA, then
-// EVAL on NOSCRIPT, as go-redis's Script.Run does.
+// Read runs a script that only reads on the master of key's slot, with no
+// WAIT, the way Start runs a write: through MOVED, ASK and a failover, and
+// with a write's errors. (It ran through the node's go-redis client
+// before, which handed Redis's -MOVED and -ASK back to LOCK.INFO's client,
+// backend address and all, and a dead master's connection error to the
+// internal-error fallback.)
 func (wr *Writer) Read(ctx context.Context, key string, call ScriptCall) (any, error) {
-	node := wr.master(key)
-	if node == nil {
-		return nil, cluster.ErrUnavailable
-	}
-	r := node.Client.EvalSha(ctx, call.SHA, call.Keys, call.Args...)
-	if redis.HasErrorPrefix(r.Err(), "NOSCRIPT") {
-		r = node.Client.Eval(ctx, call.Source, call.Keys, call.Args...)
-	}
-	return r.Result()
+	return wr.Start(ctx, key, call, false).Reply()
 }
 
 // MemoryPolicy is the last maxmemory-policy reading of key's master (no

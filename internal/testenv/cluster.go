@@ -140,6 +140,25 @@ func (c *Cluster) MasterForSlot(t testing.TB, slot int) *Redis {
 	if slot < 0 || slot >= ClusterSlots {
 		t.Fatalf("testenv: MasterForSlot: slot %d out of range", slot)
 	}
+	ranges, from, err := c.liveSlots()
+	if err != nil {
+		t.Fatalf("testenv: MasterForSlot: %v", err)
+	}
+	for _, r := range ranges {
+		if slot >= r.start && slot <= r.end {
+			if m := c.node(r.master); m != nil {
+				return m
+			}
+			t.Fatalf("testenv: MasterForSlot: %s says slot %d is on %s, not a node of this cluster", from, slot, r.master)
+		}
+	}
+	t.Fatalf("testenv: MasterForSlot: %s says no node owns slot %d", from, slot)
+	return nil
+}
+
+// liveSlots reads CLUSTER SLOTS from the first live master (or node) that
+// answers, and names the node that answered.
+func (c *Cluster) liveSlots() (ranges []slotRange, from string, err error) {
 	var lastErr error
 	for _, n := range append(append([]*Redis(nil), c.Masters...), c.Nodes...) {
 		if !n.alive() {
@@ -150,18 +169,9 @@ func (c *Cluster) MasterForSlot(t testing.TB, slot int) *Redis {
 			lastErr = err
 			continue
 		}
-		for _, r := range ranges {
-			if slot >= r.start && slot <= r.end {
-				if m := c.node(r.master); m != nil {
-					return m
-				}
-				t.Fatalf("testenv: MasterForSlot: %s says slot %d is on %s, not a node of this cluster", n.Addr, slot, r.master)
-			}
-		}
-		t.Fatalf("testenv: MasterForSlot: %s says no node owns slot %d", n.Addr, slot)
+		return ranges, n.Addr, nil
 	}
-	t.Fatalf("testenv: MasterForSlot: no live node answered CLUSTER SLOTS (last error: %v)", lastErr)
-	return nil
+	return nil, "", fmt.Errorf("no live node answered CLUSTER SLOTS (last error: %v)", lastErr)
 }
 
 // WaitHealthy waits (deadline 20s) until every live node reports

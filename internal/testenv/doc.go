@@ -8,6 +8,11 @@
 //     redis-sentinel process (StartSentinels) with a config file of its own
 //     in a temp dir. Every proxy is the fenceproxy binary built from
 //     ./cmd/fenceproxy (BuildProxy).
+//     A network fault is a Link (StartLink): a relay on loopback, made with
+//     Shopify's toxiproxy as a library, that can hold or drop the bytes of
+//     one direction or both, delay them, and heal; Redis.AnnounceVia and
+//     SentinelOptions.MasterPort put Links between Sentinel (and whoever it
+//     names the master to) and Redis.
 //  2. Nothing is left running. Each process is started in its own process
 //     group (Setpgid) with a parent-death signal (SIGKILL), is always waited
 //     for, and is killed by pid in t.Cleanup. The parent-death signal is tied to

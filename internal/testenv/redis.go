@@ -34,6 +34,9 @@ type Redis struct {
 	bin    string
 	args   []string
 	master *Redis // the master it replicates, or nil
+	// announced is the port it names to its master as a replica
+	// (replica-announce-port, see AnnounceVia); 0: its own.
+	announced int
 
 	server
 }
@@ -197,7 +200,11 @@ func (r *Redis) WaitReplicas(t testing.TB, n int) {
 func (r *Redis) waitLinkUp(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(redisWait)
-	online := regexp.MustCompile(`(?m)^slave\d+:ip=127\.0\.0\.1,port=` + strconv.Itoa(r.Port) + `,state=online,`)
+	port := r.Port
+	if r.announced != 0 {
+		port = r.announced
+	}
+	online := regexp.MustCompile(`(?m)^slave\d+:ip=127\.0\.0\.1,port=` + strconv.Itoa(port) + `,state=online,`)
 	var replicaInfo, masterInfo string
 	var err error
 	for {
@@ -232,4 +239,29 @@ func infoReplication(addr string) (string, error) {
 		return "", fmt.Errorf("INFO replied %q", reply)
 	}
 	return strings.ReplaceAll(string(body), "\r\n", "\n"), nil
+}
+
+// AnnounceVia makes r name l's address, a Link in front of it, whenever it
+// is a replica (replica-announce-ip and -port, now and after any Restart),
+// so that Sentinel, which learns replicas from their master, reaches r
+// through l, before and after r is promoted. A replica's link to its master
+// is cut once so that it announces itself anew, and AnnounceVia waits for
+// the link as StartReplica does.
+func (r *Redis) AnnounceVia(t testing.TB, l *Link) {
+	t.Helper()
+	host, port, _ := strings.Cut(l.Addr, ":")
+	for _, kv := range [][2]string{{"replica-announce-ip", host}, {"replica-announce-port", port}} {
+		if reply, err := tryDo(r.Addr, "CONFIG", "SET", kv[0], kv[1]); err != nil || string(reply) != "+OK\r\n" {
+			t.Fatalf("testenv: AnnounceVia: CONFIG SET %s %s on %s = %q (err %v)", kv[0], kv[1], r.Addr, reply, err)
+		}
+		r.args = append(r.args, "--"+kv[0], kv[1])
+	}
+	r.announced = l.Port()
+	if r.master == nil {
+		return
+	}
+	if reply, err := tryDo(r.Addr, "CLIENT", "KILL", "TYPE", "master"); err != nil || !strings.HasPrefix(string(reply), ":") {
+		t.Fatalf("testenv: AnnounceVia: CLIENT KILL TYPE master on %s = %q (err %v)", r.Addr, reply, err)
+	}
+	r.waitLinkUp(t)
 }

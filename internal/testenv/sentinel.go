@@ -28,6 +28,9 @@ type SentinelOptions struct {
 	// FailoverTimeout is failover-timeout; 6s if 0 (a second failover of
 	// the same master waits twice this long after the first).
 	FailoverTimeout time.Duration
+	// MasterPort is the port they monitor the master at, e.g. that of a
+	// Link in front of it; the master's own if 0.
+	MasterPort int
 	// Password is the Sentinels' own requirepass (they also use it with
 	// each other: sentinel-pass). Empty: none.
 	Password string
@@ -93,7 +96,11 @@ func StartSentinels(t testing.TB, master *Redis, opts SentinelOptions) *Sentinel
 		for attempt := 1; ; attempt++ {
 			port := FreePort(t)
 			p.addr = fmt.Sprintf("127.0.0.1:%d", port)
-			err := s.launch(p, bin, port, master.Port)
+			monitored := master.Port
+			if opts.MasterPort != 0 {
+				monitored = opts.MasterPort
+			}
+			err := s.launch(p, bin, port, monitored)
 			if err == nil {
 				break
 			}

@@ -83,10 +83,13 @@ type Lease struct {
 //	stale-release     a release answered 1 never frees a lease another owner certainly held
 //	lost-grant        while an owner certainly holds a lease, its RENEW is not null, its RELEASE not 0, and LOCK.INFO shows it
 //	revived-lease     a RENEW that starts after the lease certainly ran out is answered null
-//	replica-stop      no grant or renewal is acknowledged while the only replica is stopped
+//	replica-stop      no grant or renewal is acknowledged while its master's only replica is stopped
 //	data-order        the tokens in a fenced data list never go backwards
 //	exec-landed       a FENCE.EXEC answered -STALE (or never issued) never appears in the data
 //	counter           INCR of a client's own counter rises by one when nothing could have lost or repeated it
+//	redirect          no reply is -MOVED or -ASK (in front of a cluster a client sees one node)
+//	internal-error    no reply is the proxy's fallback for a failure it did not expect
+//	wrong-node        no reply is Redis's refusal of a command that reached a replica or a master without its slot
 //	linearizability   per resource, the lock ops fit a sequential lock spec (model.go)
 //
 // Leases are certain from the grant's reply until call start + ttl (the
@@ -98,7 +101,12 @@ type Lease struct {
 // forgetting an owner record is the documented failure mode the contract
 // does not cover for leases (tokens still rise across it, which
 // token-order checks). A master failover that promotes the replica which
-// acknowledged the grants is not a data-loss fault: grants must survive it.
+// acknowledged the grants is not a data-loss fault: grants must survive it,
+// whether Sentinel or Redis Cluster promotes it; so must they a CLUSTER
+// FAILOVER and their slot's migration to another master. A cluster fault
+// that hit one master or one slot (Fault.Scope) counts only for the
+// resources there: grants on the other masters are held to every check
+// meanwhile.
 func CheckHistory(h *History) Report {
 	c := newChecker(h)
 	c.tokenOrder()
@@ -111,8 +119,10 @@ func CheckHistory(h *History) Report {
 	c.lostGrant()
 	c.revivedLease()
 	c.replicaStop()
+	c.redisPartition()
 	c.dataOrder()
 	c.counters()
+	c.errorReplies()
 	rep := Report{Violations: c.violations, Grants: c.grants, LeaseUsed: c.leaseUsed}
 	rep.StaleRefused, rep.Survived = c.exercised()
 	rep.Linearizability = c.linearizability(&rep)
@@ -207,7 +217,7 @@ func (c *checker) exercised() (stale, survived int) {
 					continue
 				}
 				for _, f := range c.faults {
-					if (f.Kind == ProxyKill || f.Kind == MasterFailover) && l.Grant.End < f.Start && f.End < op.Start {
+					if (f.Kind == ProxyKill || f.Kind.MovesMaster() && f.Hits(r)) && l.Grant.End < f.Start && f.End < op.Start {
 						survived++
 						break
 					}
@@ -297,7 +307,7 @@ func (c *checker) computeLeases(r string) []Lease {
 			}
 		}
 		for _, f := range c.faults {
-			if (f.Kind.LosesData() || f.Kind.LosesFenceStore()) && f.End >= g.Start {
+			if (f.Kind.LosesData() || f.Kind.LosesFenceStore()) && f.End >= g.Start && f.Hits(r) {
 				cut = min(cut, f.Start)
 			}
 		}
@@ -615,14 +625,15 @@ func (c *checker) revivedLease() {
 // replicaStop: with --min-replicas 1 and the one replica stopped (a
 // replica-stop, or a lock-conn-kill, which stops it too), no acquire or
 // renewal that started after SIGSTOP and was answered before SIGCONT can
-// carry a token: nothing could acknowledge it.
+// carry a token: nothing could acknowledge it. In a cluster this holds for
+// the resources of the stopped replica's master (the fault's scope).
 func (c *checker) replicaStop() {
 	for _, f := range c.faults {
 		if f.Kind != ReplicaStop && f.Kind != LockConnKill {
 			continue
 		}
 		for _, op := range c.ops {
-			if (op.Kind == Acquire || op.Kind == Renew) && op.Outcome == OK && op.Start > f.Start && op.End < f.End {
+			if (op.Kind == Acquire || op.Kind == Renew) && op.Outcome == OK && op.Start > f.Start && op.End < f.End && f.Hits(op.Resource) {
 				c.fail("replica-stop", []*Op{op}, "answered with a token while the replica was stopped (%s)", f)
 			}
 		}
@@ -667,27 +678,71 @@ func (c *checker) dataOrder() {
 
 // counters: each data client INCRs its own counter; the value rises by one
 // from one INCR to the next unless the earlier or a later one between had
-// an unknown outcome, or a fault that may lose Redis writes (data loss, or
-// a failover: INCR is not replicated synchronously) came in between.
+// an unknown outcome, or a fault that may lose Redis writes on the
+// counter's master (data loss, or a failover after a kill: INCR is not
+// replicated synchronously) came in between. A CLUSTER FAILOVER and a slot
+// migration lose nothing, so a counter must rise by one across them. An
+// INCR of unknown outcome may land at any time after it started, also
+// after later INCRs (its bytes waited in a stopped proxy's socket past the
+// client's timeout): each such one before lets a later step be one bigger.
 func (c *checker) counters() {
 	last := map[int]*Op{}
+	unknown := map[int]int64{} // per client: INCRs of unknown outcome so far
 	for _, op := range c.ops {
 		if op.Kind != Incr {
 			continue
 		}
 		prev := last[op.Client]
 		last[op.Client] = op
+		if op.Outcome == Unknown {
+			unknown[op.Client]++
+		}
 		if prev == nil || prev.Outcome != OK || op.Outcome != OK {
+			continue
+		}
+		if step := op.Result - prev.Result; step > 1 && step <= 1+unknown[op.Client] {
 			continue
 		}
 		lossy := false
 		for _, f := range c.faults {
-			if (f.Kind.LosesData() || f.Kind == MasterFailover) && f.Start <= op.End && f.End >= prev.Start {
+			if f.Kind.LosesUnreplicated() && f.Hits(counterKey(op)) && f.Start <= op.End && f.End >= prev.Start {
 				lossy = true
 			}
 		}
 		if !lossy && op.Result != prev.Result+1 {
 			c.fail("counter", []*Op{prev, op}, "INCR went from %d to %d", prev.Result, op.Result)
+		}
+	}
+}
+
+// counterKey is the key an INCR op incremented.
+func counterKey(op *Op) string {
+	if len(op.Args) < 2 {
+		return ""
+	}
+	return op.Args[1]
+}
+
+// errorReplies: CONTRACT.md, a client in front of a Redis Cluster sees one
+// node, so no -MOVED or -ASK reaches it (which would also name a backend
+// address); and every failure of Redis a fault can cause (a master down,
+// failing over, a slot half-moved) is answered with an error that says
+// what to do (-TRYAGAIN, -CLUSTERDOWN, "lost contact"), never with the
+// proxy's fallback for errors it did not foresee; nor does Redis's own
+// refusal of a command sent to a node that no longer serves its slot
+// (-READONLY from a master become a replica, a script's "non local key"):
+// the proxy sends it on to the slot's master instead. (The proxy's own
+// "-READONLY fenceproxy: ..." in front of a standalone replica says what
+// to do, and is not this.)
+func (c *checker) errorReplies() {
+	for _, op := range c.ops {
+		switch r := op.Reply; {
+		case strings.HasPrefix(r, "-MOVED "), strings.HasPrefix(r, "-ASK "):
+			c.fail("redirect", []*Op{op}, "a redirection reached the client")
+		case strings.Contains(r, "fenceproxy: internal error"):
+			c.fail("internal-error", []*Op{op}, "answered with the proxy's fallback error")
+		case strings.HasPrefix(r, "-READONLY You can't write"), strings.Contains(r, "non local key"):
+			c.fail("wrong-node", []*Op{op}, "Redis refused it as sent to the wrong node (a replica, or a master without its slot)")
 		}
 	}
 }

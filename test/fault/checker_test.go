@@ -205,7 +205,7 @@ func TestCheckerGrantWhileReplicaStopped(t *testing.T) {
 }
 
 func TestCheckerLostGrant(t *testing.T) {
-	for _, k := range []FaultKind{ProxyKill, MasterFailover} {
+	for _, k := range []FaultKind{ProxyKill, MasterFailover, MasterKillFailover, ClusterFailover, SlotMigration} {
 		t.Run(string(k), func(t *testing.T) {
 			b := newHist()
 			b.acquire(1, "A", 1000, 0, 1, OK, 10)
@@ -323,6 +323,85 @@ func TestCheckerCounter(t *testing.T) {
 	b.add(5, Incr, "", "", 0, 0, 0, 1, OK, 1)
 	b.add(5, Incr, "", "", 0, 0, 2, 3, OK, 3)
 	expect(t, b, "counter")
+}
+
+// An INCR whose reply never came may land after later ones (a stopped
+// proxy runs it when it wakes): one step of two after it is fine, three
+// is not.
+func TestCheckerCounterLateUnknown(t *testing.T) {
+	b := newHist()
+	b.add(5, Incr, "", "", 0, 0, 0, 1, OK, 1)
+	b.add(5, Incr, "", "", 0, 0, 2, -1, Unknown, 0)
+	b.add(5, Incr, "", "", 0, 0, 10, 11, OK, 2)
+	b.add(5, Incr, "", "", 0, 0, 12, 13, OK, 4)
+	expect(t, b)
+	b.add(5, Incr, "", "", 0, 0, 14, 15, OK, 7)
+	expect(t, b, "counter")
+}
+
+// TestCheckerClusterScope: a cluster fault on one master (Fault.Scope)
+// excuses nothing elsewhere, and the faults that lose nothing excuse
+// nothing at all.
+func TestCheckerClusterScope(t *testing.T) {
+	incr := func(b *hist, key string, start, result int64) {
+		op := b.add(5, Incr, "", "", 0, 0, start, start+1, OK, result)
+		op.Args = []string{"INCR", key}
+	}
+	scoped := func(b *hist, k FaultKind, start, end int64, scope ...string) {
+		b.fault(k, start, end)
+		b.h.Faults[len(b.h.Faults)-1].Scope = scope
+	}
+	t.Run("grant on another master while a replica is stopped", func(t *testing.T) {
+		b := newHist()
+		scoped(b, ReplicaStop, 100, 500, "other")
+		b.acquire(1, "A", 1000, 200, 300, OK, 10)
+		expect(t, b)
+		scoped(b, ReplicaStop, 100, 500, "r")
+		expect(t, b, "replica-stop")
+	})
+	t.Run("counter across a kill on its master", func(t *testing.T) {
+		b := newHist()
+		incr(b, "ctr:1", 0, 1)
+		scoped(b, MasterKillFailover, 5, 50, "ctr:1")
+		incr(b, "ctr:1", 60, 1) // its last INCR was never replicated
+		expect(t, b)
+	})
+	t.Run("counter across a kill on another master", func(t *testing.T) {
+		b := newHist()
+		incr(b, "ctr:1", 0, 1)
+		scoped(b, MasterKillFailover, 5, 50, "ctr:2")
+		incr(b, "ctr:1", 60, 1)
+		expect(t, b, "counter")
+	})
+	for _, k := range []FaultKind{ClusterFailover, SlotMigration} {
+		t.Run("counter across a "+string(k), func(t *testing.T) {
+			b := newHist()
+			incr(b, "ctr:1", 0, 1)
+			scoped(b, k, 5, 50, "ctr:1")
+			incr(b, "ctr:1", 60, 1)
+			expect(t, b, "counter")
+		})
+	}
+	t.Run("lease on another master than a kill", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 1000, 0, 1, OK, 10)
+		scoped(b, MasterKillFailover, 10, 50, "other")
+		b.renew(1, "A", 1000, 60, 61, Null, 0)
+		expect(t, b, "lost-grant")
+	})
+}
+
+func TestCheckerErrorReplies(t *testing.T) {
+	b := newHist()
+	op := b.add(1, Info, "r", "", 0, 0, 0, 1, Unknown, 0)
+	op.Reply = "-ASK 1234 127.0.0.1:7001\r\n"
+	op = b.add(1, Info, "r", "", 0, 0, 2, 3, Unknown, 0)
+	op.Reply = "-ERR fenceproxy: internal error serving the lock command (see the proxy's log)\r\n"
+	op = b.add(1, Exec, "r", "", 0, 0, 4, 5, Unknown, 0)
+	op.Reply = "-READONLY You can't write against a read only replica.\r\n"
+	op = b.add(1, Exec, "r", "", 0, 0, 6, 7, Unknown, 0)
+	op.Reply = "-ERR Script attempted to access a non local key in a cluster node\r\n"
+	expect(t, b, "redirect", "internal-error", "wrong-node")
 }
 
 func TestViolationNamesOps(t *testing.T) {

@@ -41,6 +41,10 @@ const (
 	// master-kill's downtime (at most 800ms, plus the restart), so only a
 	// master-failover makes Sentinel promote the replica.
 	sentinelDownAfter = 2500 * time.Millisecond
+	// probeWait bounds how long the proxy may take, once the backend is
+	// whole again after a fault, to answer a lock command that it must
+	// serve (heldAcross, probeMaster).
+	probeWait = 30 * time.Second
 )
 
 var ttls = []int64{150, 300, 800, 2000}
@@ -50,8 +54,13 @@ type env struct {
 	t               *testing.T
 	h               *History
 	seed            uint64
-	master, replica *testenv.Redis
-	sentinels       *testenv.Sentinels // name the master; the proxy follows them
+	mode            string             // "standalone" or "cluster"
+	master, replica *testenv.Redis     // standalone: the backend
+	sentinels       *testenv.Sentinels // standalone: name the master; the proxy follows them
+	links           redisLinks         // standalone: in front of each Redis; the proxy and Sentinel reach it through them
+	tier            *tier              // TestFaultTier's nodes; nil otherwise
+	cl              *testenv.Cluster   // cluster: the backend
+	probes          []string           // cluster: a resource on each master's slots (probeMaster)
 	proxy           *testenv.Proxy
 	dataDir         string
 	backup          string // a copy of dataDir taken while the proxy was down
@@ -94,28 +103,47 @@ func (e *env) newestSeen(r string) int64 {
 	return e.newest[r]
 }
 
-func dataKey(r string) string { return "data:" + r }
+// dataKey is r's fenced data list, in the slot of r's owner record
+// (fenceproxy:lock:{r}), so that in a cluster they move together.
+func dataKey(r string) string { return "data:{" + r + "}" }
 
-// TestFault runs the workload under a seeded schedule of faults, then
-// checks the history (check.go). -fault.duration and -fault.seed make it
-// longer or replay a schedule.
-func TestFault(t *testing.T) {
+// counterKey is a data client's counter.
+func counterName(client int) string { return "ctr:" + strconv.Itoa(client) }
+
+// TestFault runs the workload through one fenceproxy in front of a
+// standalone master, its replica and three Sentinels under a seeded
+// schedule of faults, then checks the history (check.go). -fault.duration
+// and -fault.seed make it longer or replay a schedule.
+func TestFault(t *testing.T) { runFault(t, "standalone") }
+
+// runFault is TestFault and TestFaultCluster: mode picks the backend and
+// its faults; the workload, the proxy's faults and the checks are the
+// same.
+func runFault(t *testing.T, mode string) {
 	seed := *flagSeed
 	if seed == 0 {
 		seed = rand.Uint64()%1_000_000 + 1
 	}
 	duration := *flagDuration
-	t.Logf("fault: seed=%d duration=%v (replay with -fault.seed=%d -fault.duration=%v)", seed, duration, seed, duration)
+	t.Logf("fault: mode=%s seed=%d duration=%v (replay with -run '^%s$' -fault.seed=%d -fault.duration=%v)", mode, seed, duration, t.Name(), seed, duration)
 
-	e := &env{t: t, seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
-	for i := range nResources {
-		e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
-	}
+	e := &env{t: t, mode: mode, seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
 	began := time.Now()
 	e.holderBin = buildHolder(t)
-	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
-	e.replica = testenv.StartReplica(t, e.master)
-	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter})
+	kinds := StandaloneFaults
+	if mode == "cluster" {
+		e.startCluster()
+		kinds = ClusterFaults
+	} else {
+		for i := range nResources {
+			e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
+		}
+		e.master = testenv.StartRedis(t, testenv.RedisOptions{})
+		e.replica = testenv.StartReplica(t, e.master)
+		e.linkRedis()
+		e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter, MasterPort: e.links[e.master].Port()})
+	}
+	kinds = selectedFaults(kinds)
 	e.dataDir = filepath.Join(t.TempDir(), "data")
 	e.backup = filepath.Join(t.TempDir(), "backup")
 	e.setProxy(testenv.StartProxy(t, e.proxyOptions()))
@@ -126,7 +154,7 @@ func TestFault(t *testing.T) {
 	}
 	e.backupDataDir()
 	e.proxy.Restart(t)
-	plan := planFaults(seed, duration)
+	plan := planFaults(seed, duration, kinds)
 	t.Logf("fault: set up in %v", time.Since(began).Round(time.Millisecond))
 	e.h = NewHistory(seed) // the clock starts with the workload
 
@@ -143,14 +171,7 @@ func TestFault(t *testing.T) {
 		}
 	})
 	var workers, async sync.WaitGroup
-	for i := range *flagClients {
-		workers.Add(1)
-		go func() { defer workers.Done(); e.lockClient(i, stop) }()
-	}
-	for i := range dataClients {
-		workers.Add(1)
-		go func() { defer workers.Done(); e.dataClient(500+i, stop) }()
-	}
+	e.startClients(stop, &workers)
 
 	counts := map[FaultKind]int{}
 	for n, p := range plan {
@@ -171,9 +192,9 @@ func TestFault(t *testing.T) {
 
 	rep := CheckHistory(e.h)
 	t.Logf("fault: checked in %v", time.Since(began).Round(time.Millisecond))
-	var kinds []string
-	for _, k := range AllFaults {
-		kinds = append(kinds, fmt.Sprintf("%s=%d", k, counts[k]))
+	var perKind []string
+	for _, k := range kinds {
+		perKind = append(perKind, fmt.Sprintf("%s=%d", k, counts[k]))
 	}
 	late := 0
 	for _, op := range e.h.Ops {
@@ -181,8 +202,8 @@ func TestFault(t *testing.T) {
 			late++
 		}
 	}
-	line := fmt.Sprintf("fault: seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
-		seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(kinds, " "), rep.Linearizability, len(rep.Violations))
+	line := fmt.Sprintf("fault: mode=%s seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
+		mode, seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(perKind, " "), rep.Linearizability, len(rep.Violations))
 	t.Log(line)
 	for _, n := range rep.LinearizabilityNotes {
 		t.Logf("fault: linearizability: %s", n)
@@ -192,32 +213,18 @@ func TestFault(t *testing.T) {
 		written = true
 		t.Logf("fault: history written to %s", path)
 	}
-	if len(rep.Violations) > 0 {
-		var b strings.Builder
-		fmt.Fprintf(&b, "%s\nreplay: go test ./test/fault/ -run TestFault -fault.seed=%d -fault.duration=%v\nfault schedule:\n", line, seed, duration)
-		for _, f := range e.h.sortedFaults() {
-			fmt.Fprintf(&b, "\t%s\n", f)
-		}
-		fmt.Fprintf(&b, "violations by check: %s\n", rep.ByCheck())
-		for i, v := range rep.Violations {
-			if i == 20 {
-				fmt.Fprintf(&b, "... and %d more violations (see the history file)\n", len(rep.Violations)-20)
-				break
-			}
-			fmt.Fprintf(&b, "%s\n", v)
-		}
-		t.Error(b.String())
-	}
-	if rep.Grants == 0 {
-		t.Errorf("no lock was granted in the whole run: the workload did not run")
-	}
+	e.judge(line, fmt.Sprintf("go test ./test/fault/ -run '^%s$' -fault.seed=%d -fault.duration=%v", t.Name(), seed, duration), rep)
 	// The proxy itself, not a restart, must have moved to each new master.
+	// (In a cluster each failover's probe shows it: probeMaster.)
 	if followed := strings.Count(e.proxy.Log(), "following the Sentinel failover"); followed < counts[MasterFailover] {
 		t.Errorf("fault: the proxy's log shows %d followed failovers for %d master-failover faults", followed, counts[MasterFailover])
 	}
 }
 
 func (e *env) proxyOptions() testenv.ProxyOptions {
+	if e.cl != nil {
+		return testenv.ProxyOptions{Backend: e.clusterSeeds(), DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
+	}
 	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
 }
 
@@ -272,7 +279,7 @@ type client struct {
 
 // dial connects to the current proxy; false if it is not reachable now.
 func (c *client) dial() bool {
-	addr := c.e.proxyAddr()
+	addr := c.e.clientAddr(c.id)
 	if c.conn != nil && c.addr == addr {
 		return true
 	}
@@ -456,7 +463,7 @@ func (e *env) dataClient(id int, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(e.seed, uint64(id)))
 	c := &client{e: e, id: id}
 	defer c.close()
-	ctr := "ctr:" + strconv.Itoa(id)
+	ctr := counterName(id)
 	for !stopped(stop) {
 		time.Sleep(time.Duration(1000+rng.IntN(5000)) * time.Microsecond)
 		k := fmt.Sprintf("kv:%d:%d", id, rng.IntN(16))
@@ -484,12 +491,12 @@ type planned struct {
 // planFaults draws the schedule from the seed: every fault kind once per
 // round, rounds shuffled, 1.5-3.5s apart, from 2s in until 3s before the
 // end.
-func planFaults(seed uint64, d time.Duration) []planned {
+func planFaults(seed uint64, d time.Duration, kinds []FaultKind) []planned {
 	rng := rand.New(rand.NewPCG(seed, 0xfa017))
 	var plan []planned
 	at := 2 * time.Second
 	for {
-		round := append([]FaultKind(nil), AllFaults...)
+		round := append([]FaultKind(nil), kinds...)
 		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		for _, k := range round {
 			if at > d-3*time.Second {
@@ -514,6 +521,10 @@ func planFaults(seed uint64, d time.Duration) []planned {
 			case ProxyStop:
 				// Longer than the short ttls (150, 300ms).
 				p.D = time.Duration(400+rng.IntN(600)) * time.Millisecond
+			case MasterKillFailover:
+				p.D = time.Duration(rng.IntN(1500)) * time.Millisecond
+			case SlotMigration:
+				p.D = time.Duration(200+rng.IntN(1300)) * time.Millisecond
 			}
 			plan = append(plan, p)
 			at += 1500*time.Millisecond + time.Duration(rng.IntN(2000))*time.Millisecond
@@ -554,11 +565,12 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		// its address and stays a master for D before it is made the new
 		// master's replica: the proxy must send it nothing meanwhile (a
 		// fenced write it took would be lost with its data).
+		across := e.holdAcross(n, "across:"+strconv.Itoa(n))
 		e.snapshotData("before " + string(p.Kind))
 		f.Start = e.h.Now()
 		oldMaster, promoted := e.master, e.replica
 		oldMaster.Kill()
-		e.sentinels.WaitMaster(t, promoted.Addr)
+		e.sentinels.WaitMaster(t, e.named(promoted))
 		promoted.Promoted()
 		e.master, e.replica = promoted, oldMaster
 		oldMaster.Restart(t)
@@ -566,6 +578,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		oldMaster.Follow(t, promoted)
 		f.End = e.h.Now()
 		f.Note = "new master " + promoted.Addr + " named by Sentinel; old master back empty for " + p.D.String()
+		across.verify()
 	case MasterKill:
 		e.snapshotData("before " + string(p.Kind))
 		f.Start = e.h.Now()
@@ -585,12 +598,15 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.End = e.h.Now()
 		c.Close()
 	case ReplicaStop:
-		e.replica.Stop()
+		master, replica, scope := e.target(p.N)
+		f.Scope = scope
+		replica.Stop()
 		f.Start = e.h.Now()
 		time.Sleep(p.D)
 		f.End = e.h.Now()
-		e.replica.Cont()
+		replica.Cont()
 		f.Note = "stopped " + p.D.String()
+		e.settle(master)
 	case PausedHolder:
 		r := e.resources[p.N%len(e.resources)]
 		f.Start = e.h.Now()
@@ -611,11 +627,13 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		// Grants wait in WAIT for the stopped replica when the proxy's
 		// connections to the master are cut: their outcome is unknown,
 		// and their tokens must count as issued.
-		e.replica.Stop()
+		master, replica, scope := e.target(p.N)
+		f.Scope = scope
+		replica.Stop()
 		f.Start = e.h.Now()
 		before := 100*time.Millisecond + time.Duration(p.N)*(p.D-200*time.Millisecond)/1000
 		time.Sleep(before)
-		c, err := testenv.TryDial(e.master.Addr, opTimeout)
+		c, err := testenv.TryDial(master.Addr, opTimeout)
 		if err != nil {
 			t.Fatalf("fault: dialing the master: %v", err)
 		}
@@ -627,7 +645,11 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.Note = "CLIENT KILL -> " + testenv.ShowReply(killed) + " after " + before.String()
 		time.Sleep(p.D - before)
 		f.End = e.h.Now()
-		e.replica.Cont()
+		replica.Cont()
+		e.settle(master)
+	case RedisPartition:
+		e.redisPartition(p) // records a Fault per phase
+		return
 	case ProxyStop:
 		f.Start = e.h.Now()
 		e.proxy.Stop()
@@ -639,16 +661,111 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 		f.End = e.h.Now()
 		e.proxy.Cont()
 		f.Note = fmt.Sprintf("stopped %v, %d requests in flight read before", p.D, len(f.ReadBefore))
+	case MasterKillFailover, ClusterFailover, SlotMigration:
+		e.injectCluster(n, p, &f)
 	}
 	e.h.AddFault(f)
+}
+
+// heldAcross is a lease taken just before a fault that puts its record
+// under another master (MovesMaster), with a ttl that outlasts the fault:
+// the workload's leases (2 s at most) run out while a killed master fails
+// over, so without it nothing would show that an acknowledged grant
+// survives the move. Its ops are part of the history: lost-grant judges
+// the renewal and LOCK.INFO after the fault.
+type heldAcross struct {
+	c          *client
+	res, owner string
+}
+
+// acrossTTL outlasts any fault that moves a master (a kill, a failover and
+// a restart take a few seconds).
+const acrossTTL = 30000
+
+// holdAcross takes r for acrossTTL through the proxy; nil if it was not
+// granted within probeWait (the fault goes on without it).
+func (e *env) holdAcross(n int, r string) *heldAcross {
+	h := &heldAcross{c: &client{e: e, id: 200000 + n}, res: r, owner: "across-" + strconv.Itoa(n)}
+	// Lock commands may be refused for a few seconds after a data-dir
+	// fault (the dead proxy's authority is still live).
+	for deadline := time.Now().Add(probeWait); time.Now().Before(deadline); {
+		op := h.c.do(Acquire, r, h.owner, 0, acrossTTL, "LOCK.ACQUIRE", r, h.owner, i64(acrossTTL))
+		if op != nil && op.Outcome == OK {
+			return h
+		}
+		time.Sleep(100 * time.Millisecond) // a retry by the same owner is safe
+	}
+	h.c.close()
+	e.t.Logf("fault: %s was not granted before the fault; nothing held across it", r)
+	return nil
+}
+
+// resource lists the resource held, if any, for a fault's scope.
+func (h *heldAcross) resource() []string {
+	if h == nil {
+		return nil
+	}
+	return []string{h.res}
+}
+
+// verify, after the fault: renew until the proxy answers (it may still be
+// finding the new master), then LOCK.INFO, FENCE.CHECK and release. The
+// checker judges the answers.
+func (h *heldAcross) verify() {
+	if h == nil {
+		return
+	}
+	defer h.c.close()
+	deadline := time.Now().Add(probeWait)
+	for {
+		op := h.c.do(Renew, h.res, h.owner, 0, acrossTTL, "LOCK.RENEW", h.res, h.owner, i64(acrossTTL))
+		if op != nil && (op.Outcome == OK || op.Outcome == Null) {
+			if op.Outcome == OK {
+				h.c.do(Info, h.res, "", 0, 0, "LOCK.INFO", h.res)
+				h.c.do(Check, h.res, h.owner, op.Result, 0, "FENCE.CHECK", h.res, i64(op.Result))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			h.c.e.t.Errorf("fault: the renewal of %s held across a fault was not answered within %v (last: %v)", h.res, probeWait, op)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.c.do(Release, h.res, h.owner, 0, 0, "LOCK.RELEASE", h.res, h.owner)
+}
+
+// target picks the master (and its replica) a replica-stop or a
+// lock-conn-kill hits, and the names it hits (Fault.Scope): in a cluster
+// one of the masters, by choice.
+func (e *env) target(choice int) (master, replica *testenv.Redis, scope []string) {
+	if e.cl == nil {
+		return e.master, e.replica, nil
+	}
+	master = e.cl.Masters[choice%len(e.cl.Masters)]
+	replicas := e.cl.ReplicasOf(master)
+	if len(replicas) == 0 {
+		e.t.Fatalf("fault: master %s has no replica", master.Addr)
+	}
+	return master, replicas[0], e.scopeOf(master)
+}
+
+// settle waits, after a replica's SIGCONT, until the backend is whole:
+// in a cluster the replica is seen again (it was marked failed while it
+// was stopped) before the next fault.
+func (e *env) settle(master *testenv.Redis) {
+	if e.cl != nil {
+		e.cl.WaitHealthy(e.t)
+		e.cl.WaitReplicated(e.t, master)
+	}
 }
 
 // checkSentinelMaster fails the run if Sentinel names another master than
 // the suite's: only master-failover should make it fail over (see
 // sentinelDownAfter), and the suite's own view of the roles must hold.
 func (e *env) checkSentinelMaster() {
-	if named, err := e.sentinels.Master(0); err != nil || named != e.master.Addr {
-		e.t.Fatalf("fault: Sentinel names %q (err %v) as the master, the suite %s: a failover it did not plan", named, err, e.master.Addr)
+	if named, err := e.sentinels.Master(0); err != nil || named != e.named(e.master) {
+		e.t.Fatalf("fault: Sentinel names %q (err %v) as the master, the suite %s: a failover it did not plan", named, err, e.named(e.master))
 	}
 }
 
@@ -685,8 +802,12 @@ func waitStopped(pid int) error {
 // and none left unread there (the proxy socket's receive queue empty). The
 // two queues are read one after the other, send side first: bytes only
 // move from the first to the second, and a stopped proxy takes none out.
-func (e *env) readByStoppedProxy() []int {
-	_, portS, _ := net.SplitHostPort(e.proxyAddr())
+func (e *env) readByStoppedProxy() []int { return e.readByStopped(e.proxyAddr()) }
+
+// readByStopped is readByStoppedProxy for the stopped fenceproxy at addr
+// (a node of a tier).
+func (e *env) readByStopped(addr string) []int {
+	_, portS, _ := net.SplitHostPort(addr)
 	proxyPort, _ := strconv.Atoi(portS)
 	at := e.h.Now()
 	e.flightMu.Lock()
@@ -759,33 +880,51 @@ func copyDir(t *testing.T, from, to string) {
 	}
 }
 
-// snapshotData reads every fenced data list straight from the master.
+// snapshotData reads every fenced data list straight from its master.
 func (e *env) snapshotData(why string) {
-	c, err := testenv.TryDial(e.master.Addr, 5*time.Second)
+	var owners []*testenv.Redis
+	if e.cl != nil {
+		owners = e.cl.Owners(e.t)
+	}
+	for _, r := range e.resources {
+		master := e.master
+		if owners != nil {
+			master = owners[testenv.KeySlot(dataKey(r))]
+		}
+		addr := master.Addr
+		if !e.snapshotList(r, addr, why) {
+			return
+		}
+	}
+}
+
+// snapshotList reads r's data list from the master at addr; false if it
+// cannot be read now.
+func (e *env) snapshotList(r, addr, why string) bool {
+	c, err := testenv.TryDial(addr, 5*time.Second)
 	if err != nil {
 		e.t.Logf("fault: cannot read the data lists (%s): %v", why, err)
-		return
+		return false
 	}
 	defer c.Close()
-	for _, r := range e.resources {
-		at := e.h.Now()
-		reply, err := c.TryDo("LRANGE", dataKey(r), "0", "-1")
-		if err != nil {
-			e.t.Logf("fault: LRANGE %s (%s): %v", dataKey(r), why, err)
-			return
-		}
-		elems, ok := testenv.SplitArray(reply)
-		if !ok {
-			e.t.Errorf("fault: LRANGE %s = %s", dataKey(r), testenv.ShowReply(reply))
-			return
-		}
-		s := Snapshot{Resource: r, At: at}
-		for _, el := range elems {
-			b, _ := testenv.ParseBulk(el)
-			s.Items = append(s.Items, string(b))
-		}
-		e.h.AddSnapshot(s)
+	at := e.h.Now()
+	reply, err := c.TryDo("LRANGE", dataKey(r), "0", "-1")
+	if err != nil {
+		e.t.Logf("fault: LRANGE %s (%s): %v", dataKey(r), why, err)
+		return false
 	}
+	elems, ok := testenv.SplitArray(reply)
+	if !ok {
+		e.t.Errorf("fault: LRANGE %s on %s = %s", dataKey(r), addr, testenv.ShowReply(reply))
+		return false
+	}
+	s := Snapshot{Resource: r, At: at}
+	for _, el := range elems {
+		b, _ := testenv.ParseBulk(el)
+		s.Items = append(s.Items, string(b))
+	}
+	e.h.AddSnapshot(s)
+	return true
 }
 
 // pausedHolder: a separate holder process acquires r with a 300ms lease

@@ -15,11 +15,16 @@
 // error, timeout, a connection cut on purpose) has an unknown outcome: it
 // may take effect at any time after it started, so End is Never.
 //
-// The suite itself is fault_test.go; checker_test.go feeds the checker
-// hand-written bad histories and asserts each is reported.
+// The suite itself is fault_test.go: TestFault in front of a standalone
+// master with a replica and Sentinels, and (cluster_test.go)
+// TestFaultCluster in front of a Redis Cluster of three masters with a
+// replica each, with the cluster's own faults; a fault there may hit one
+// master or one slot only (Fault.Scope), and excuses nothing elsewhere.
+// checker_test.go feeds the checker hand-written bad histories and
+// asserts each is reported.
 //
-//	go test ./test/fault/                        30s of workload and faults (CI)
-//	go test ./test/fault/ -timeout 30m -fault.duration=10m -fault.seed=N
+//	go test ./test/fault/                        30s of workload and faults in each mode (CI)
+//	go test ./test/fault/ -timeout 30m -run TestFaultCluster -fault.duration=10m -fault.seed=N
 //
 // Flags: -fault.duration (default 30s), -fault.seed (default 0: pick one
 // and print it; the same seed replays the same fault schedule and client
@@ -35,6 +40,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,23 +143,45 @@ const (
 	MasterFailover FaultKind = "master-failover"  // SIGKILL of the master, its replica promoted by Sentinel and followed by the proxy (not restarted), the old master back empty
 	MasterKill     FaultKind = "master-kill"      // SIGKILL of the master, restarted empty with no replica to promote: data loss
 	RedisFlush     FaultKind = "redis-flush"      // FLUSHALL on the master: data loss
-	ReplicaStop    FaultKind = "replica-stop"     // SIGSTOP of the replica, SIGCONT later: no grant may be acknowledged meanwhile
+	ReplicaStop    FaultKind = "replica-stop"     // SIGSTOP of the replica (in a cluster, one master's), SIGCONT later: no grant on its master may be acknowledged meanwhile
 	PausedHolder   FaultKind = "paused-holder"    // a holder process SIGSTOPped beyond its lease, then resumed with its stale token
 	SlowClient     FaultKind = "slow-client"      // a client that reads a pipeline's replies slowly
 	CutPipeline    FaultKind = "cut-pipeline"     // half a pipeline written, then the connection closed
 	DataDirWipe    FaultKind = "data-dir-wipe"    // kill -9 of fenceproxy, its data dir emptied, restarted: the fence store lost
 	DataDirRestore FaultKind = "data-dir-restore" // kill -9 of fenceproxy, its data dir replaced by an earlier copy, restarted
-	LockConnKill   FaultKind = "lock-conn-kill"   // the replica stopped, then CLIENT KILL of the proxy's connections to the master mid-WAIT
+	LockConnKill   FaultKind = "lock-conn-kill"   // the replica stopped (in a cluster, one master's), then CLIENT KILL of the proxy's connections to its master mid-WAIT
 	ProxyStop      FaultKind = "proxy-stop"       // SIGSTOP of fenceproxy for longer than the short ttls, then SIGCONT
+
+	// Redis Cluster's own.
+	MasterKillFailover FaultKind = "master-kill-failover" // SIGKILL of one master, its replica promoted by the cluster and followed by the proxy, the old master back empty as its replica
+	ClusterFailover    FaultKind = "cluster-failover"     // CLUSTER FAILOVER on one master's replica: a coordinated switch, nothing lost
+	SlotMigration      FaultKind = "slot-migration"       // a resource's slot (its owner record and data list) migrated key by key to another master under load, and back
 )
 
-// AllFaults lists every fault kind in a fixed order.
-var AllFaults = []FaultKind{ProxyKill, MasterFailover, MasterKill, RedisFlush, ReplicaStop, PausedHolder, SlowClient, CutPipeline,
+// StandaloneFaults lists the faults of TestFault, in a fixed order.
+var StandaloneFaults = []FaultKind{ProxyKill, MasterFailover, MasterKill, RedisFlush, ReplicaStop, PausedHolder, SlowClient, CutPipeline,
+	DataDirWipe, DataDirRestore, LockConnKill, ProxyStop, RedisPartition}
+
+// ClusterFaults lists the faults of TestFaultCluster, in a fixed order.
+var ClusterFaults = []FaultKind{ProxyKill, MasterKillFailover, ClusterFailover, SlotMigration, ReplicaStop, PausedHolder, SlowClient, CutPipeline,
 	DataDirWipe, DataDirRestore, LockConnKill, ProxyStop}
 
 // LosesData reports whether the fault may make Redis forget owner records
 // (the documented failure mode the lease checks leave out).
+// A master-kill-failover does not: a record is acknowledged only once the
+// replica that is promoted holds it, and the old master comes back as that
+// replica's replica. What it loses was never acknowledged (an outcome the
+// proxy could not know), and the model allows for that.
 func (k FaultKind) LosesData() bool { return k == MasterKill || k == RedisFlush }
+
+// LosesUnreplicated reports whether the fault may lose writes that no
+// replica acknowledged: a master that dies before its replica read them is
+// replaced by that replica. Ordinary writes (INCR) are never waited for.
+// CLUSTER FAILOVER does not: the master stops taking writes until the
+// replica has all of them. Nor does a slot migration.
+func (k FaultKind) LosesUnreplicated() bool {
+	return k == MasterFailover || k == MasterKillFailover || k.LosesData()
+}
 
 // LosesFenceStore reports whether the fault makes the fence store forget
 // what it issued (guarantee 6): tokens still only rise, but every token
@@ -168,6 +196,13 @@ func (k FaultKind) KillsProxy() bool {
 	return k == ProxyKill || k.LosesFenceStore()
 }
 
+// MovesMaster reports whether the fault puts owner records under another
+// master, which the running proxy must follow without a restart and
+// without losing an acknowledged grant.
+func (k FaultKind) MovesMaster() bool {
+	return k == MasterFailover || k == MasterKillFailover || k == ClusterFailover || k == SlotMigration
+}
+
 // Fault is one injected fault, as it happened.
 type Fault struct {
 	Kind  FaultKind `json:"kind"`
@@ -179,6 +214,10 @@ type Fault struct {
 	// stopped proxy had certainly read in full (the kernel held none of
 	// its bytes unread); see check.go's lateLease.
 	ReadBefore []int `json:"read_before,omitempty"`
+	// Scope (a cluster fault on one master or one slot): the resources
+	// and the data clients' counter keys whose slot it hit. Empty: the
+	// fault hit the whole backend (and the proxy's faults hit everything).
+	Scope []string `json:"scope,omitempty"`
 }
 
 func (f Fault) String() string {
@@ -186,7 +225,15 @@ func (f Fault) String() string {
 	if f.Note != "" {
 		s += " " + f.Note
 	}
+	if len(f.Scope) > 0 {
+		s += " (hit " + strings.Join(f.Scope, " ") + ")"
+	}
 	return s
+}
+
+// Hits reports whether the fault hit the resource or counter key name.
+func (f Fault) Hits(name string) bool {
+	return len(f.Scope) == 0 || slices.Contains(f.Scope, name)
 }
 
 // Pause is an interval in which a client could not run: a holder process

@@ -225,7 +225,7 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 		out = append(out, porcupine.Operation{ClientId: op.Client, Input: in, Call: op.Start, Output: op.Outcome, Return: ret})
 	}
 	for _, f := range c.faults {
-		if f.Kind.LosesData() {
+		if f.Kind.LosesData() && f.Hits(r) {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{wipe: true}, Call: f.Start, Return: f.End})
 		}
 		if f.Kind.LosesFenceStore() {

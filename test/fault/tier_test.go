@@ -1,0 +1,489 @@
+package fault
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// The tier variant of the suite (issue 14, contract guarantee 7): three
+// fenceproxy nodes of one Raft tier in front of the same Redis master,
+// replica and Sentinels as TestFault, the lock and data clients spread over
+// all nodes, and faults of the nodes and of the network between them. It is
+// written against the contract's flags (--node-id, --raft-listen, --peers)
+// and INFO's "# Tier" fields (tier_role, tier_term, tier_leader_id,
+// tier_leader_addr), and skips itself while the binary has no --peers.
+//
+// Every Raft connection from node i to node j goes through a Link of its
+// own (links[i][j]): node i's --peers names j at that Link, and itself at
+// its real --raft-listen. So the tier must dial each peer at the address
+// its own --peers gives for that peer's id (hashicorp/raft's
+// ServerAddressProvider), not at the address in the replicated
+// configuration, which would bypass the Links. The forwarding link from a
+// follower to the leader does not go through them: a partition here cuts
+// Raft only.
+
+const tierNodes = 3
+
+// Tier fault kinds, as scheduled. Each is recorded in the history under
+// the kind whose checker semantics it shares (see tierRecordedAs).
+const (
+	TierLeaderKill   FaultKind = "tier-leader-kill"   // kill -9 of the leader, restarted on its data dir
+	TierFollowerKill FaultKind = "tier-follower-kill" // kill -9 of a follower, restarted on its data dir
+	TierLeaderStop   FaultKind = "tier-leader-stop"   // SIGSTOP of the leader until another node leads, then SIGCONT: the stale leader wakes
+	TierDataDirWipe  FaultKind = "tier-data-dir-wipe" // kill -9 of a node, its data dir emptied, restarted: it must rejoin and catch up
+	TierIsolate      FaultKind = "tier-isolate"       // one node's Raft traffic cut both ways (held or dropped), longer than an election
+	TierOneWay       FaultKind = "tier-one-way"       // one node's Raft traffic cut one way: it cannot send, or cannot receive
+)
+
+// TierFaults is the tier's schedule, every kind once per round; a
+// redis-partition cuts every node off from the master at once.
+var TierFaults = []FaultKind{TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay, RedisPartition}
+
+// tierRecordedAs is the kind a tier fault is recorded under. A node's kill
+// -9 is a proxy kill for the checker (a grant refused just before it may
+// have left a reservation the next leader counts as issued); a wiped node
+// is not a lost fence store, since a majority keeps its disks (guarantee
+// 7): the checker must hold tokens to the full rule across it. A stopped
+// leader is a proxy stop: the requests its clients wrote meanwhile waited
+// in the kernel, so their leases began when it woke.
+func tierRecordedAs(k FaultKind) FaultKind {
+	switch k {
+	case TierLeaderKill, TierFollowerKill, TierDataDirWipe:
+		return ProxyKill
+	case TierLeaderStop:
+		return ProxyStop
+	}
+	return k
+}
+
+// tierWait bounds every wait for the tier to elect a leader or a node to
+// rejoin. It only ends a hang.
+const tierWait = 30 * time.Second
+
+// tier is the nodes under test and the Links between their Raft ports.
+type tier struct {
+	nodes    []*testenv.Proxy
+	ids      []string
+	raftAddr []string          // each node's real --raft-listen
+	links    [][]*testenv.Link // links[i][j]: node i's connections to node j (nil for i == j)
+}
+
+// clientAddr is where client id connects: the proxy, or with a tier the
+// node its id picks, so the clients are spread over every node.
+func (e *env) clientAddr(id int) string {
+	if e.tier == nil {
+		return e.proxyAddr()
+	}
+	return e.tier.nodes[id%len(e.tier.nodes)].Addr
+}
+
+// tierSupported reports whether the fenceproxy binary knows --peers.
+func tierSupported(t *testing.T) bool {
+	out, _ := exec.Command(testenv.BuildProxy(t), "--help").CombinedOutput()
+	return strings.Contains(string(out), "-peers")
+}
+
+// startTier starts tierNodes nodes in front of the suite's Sentinels, each
+// with its own data dir and Links to the others' Raft ports, and waits
+// until they agree on a leader.
+func (e *env) startTier() *tier {
+	t := e.t
+	tr := &tier{links: make([][]*testenv.Link, tierNodes)}
+	for i := range tierNodes {
+		tr.ids = append(tr.ids, "n"+strconv.Itoa(i+1))
+		tr.raftAddr = append(tr.raftAddr, fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)))
+	}
+	for i := range tierNodes {
+		tr.links[i] = make([]*testenv.Link, tierNodes)
+		var peers []string
+		for j := range tierNodes {
+			addr := tr.raftAddr[j]
+			if j != i {
+				tr.links[i][j] = testenv.StartLink(t, tr.raftAddr[j])
+				addr = tr.links[i][j].Addr
+			}
+			peers = append(peers, tr.ids[j]+"="+addr)
+		}
+		opts := e.proxyOptions()
+		opts.DataDir = filepath.Join(t.TempDir(), "data-"+tr.ids[i])
+		opts.Args = append(opts.Args, "--node-id", tr.ids[i], "--raft-listen", tr.raftAddr[i], "--peers", strings.Join(peers, ","))
+		tr.nodes = append(tr.nodes, testenv.StartProxy(t, opts))
+	}
+	tr.waitFormed(t, 0, 1, 2)
+	return tr
+}
+
+// tierInfo is a node's "# Tier" section of INFO.
+type tierInfo struct {
+	role, leaderID, leaderAddr string
+	term                       int64
+	fields                     map[string]string
+}
+
+// info reads node i's tier fields; ok is false if it did not answer.
+func (tr *tier) info(i int) (tierInfo, bool) {
+	c, err := testenv.TryDial(tr.nodes[i].Addr, 2*time.Second)
+	if err != nil {
+		return tierInfo{}, false
+	}
+	defer c.Close()
+	reply, err := c.TryDo("INFO")
+	body, ok := testenv.ParseBulk(reply)
+	if err != nil || !ok {
+		return tierInfo{}, false
+	}
+	ti := tierInfo{fields: map[string]string{}}
+	for _, line := range strings.Split(string(body), "\n") {
+		k, v, found := strings.Cut(strings.TrimSpace(line), ":")
+		if found && strings.HasPrefix(k, "tier_") {
+			ti.fields[k] = v
+		}
+	}
+	ti.role, ti.leaderID, ti.leaderAddr = ti.fields["tier_role"], ti.fields["tier_leader_id"], ti.fields["tier_leader_addr"]
+	ti.term, _ = strconv.ParseInt(ti.fields["tier_term"], 10, 64)
+	return ti, ti.role != ""
+}
+
+// leader returns the index of the node but skip that says it leads with
+// the highest term, and that term; -1 if none does.
+func (tr *tier) leader(skip int) (int, int64) {
+	best, term := -1, int64(-1)
+	for i := range tr.nodes {
+		if i == skip {
+			continue
+		}
+		if ti, ok := tr.info(i); ok && ti.role == "leader" && ti.term > term {
+			best, term = i, ti.term
+		}
+	}
+	return best, term
+}
+
+// waitLeader waits until every node but skip that answers names one and
+// the same leader, which says it leads, and is not skip; it returns it.
+func (tr *tier) waitLeader(t *testing.T, skip int) int {
+	t.Helper()
+	deadline := time.Now().Add(tierWait)
+	var last string
+	for {
+		if l, term := tr.leader(skip); l >= 0 {
+			agreed := true
+			for i := range tr.nodes {
+				if i == skip {
+					continue
+				}
+				ti, ok := tr.info(i)
+				if ok && (ti.leaderID != tr.ids[l] || ti.term != term) {
+					agreed = false
+					last = fmt.Sprintf("%s says leader %q term %d, %s leads in term %d", tr.ids[i], ti.leaderID, ti.term, tr.ids[l], term)
+				}
+			}
+			if agreed {
+				return l
+			}
+		} else {
+			last = "no node says it leads"
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fault: the tier agreed on no leader (other than %s) within %v: %s\n%s", tr.name(skip), tierWait, last, tr.describe())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (tr *tier) name(i int) string {
+	if i < 0 || i >= len(tr.ids) {
+		return "none"
+	}
+	return tr.ids[i]
+}
+
+// describe is every node's tier fields, for a failure message.
+func (tr *tier) describe() string {
+	var b strings.Builder
+	for i := range tr.nodes {
+		ti, ok := tr.info(i)
+		fmt.Fprintf(&b, "\t%s (answered %v): role=%s term=%d leader=%s commit=%s applied=%s last=%s peers=%s\n", tr.ids[i], ok,
+			ti.role, ti.term, ti.leaderID, ti.fields["tier_commit_index"], ti.fields["tier_applied_index"], ti.fields["tier_last_index"], ti.fields["tier_peers"])
+	}
+	return b.String()
+}
+
+// waitFormed waits until each node of which follows the current leader,
+// counts every node in its configuration (tier_peers, where INFO has it)
+// and has applied what the leader had committed when the wait began
+// (tier_commit_index, tier_applied_index, where INFO has them): the tier
+// is whole before the next fault, and a wiped node has caught up before
+// another disk may go.
+func (tr *tier) waitFormed(t *testing.T, which ...int) {
+	t.Helper()
+	l := tr.waitLeader(t, -1)
+	var target int64
+	if li, ok := tr.info(l); ok {
+		target, _ = strconv.ParseInt(li.fields["tier_commit_index"], 10, 64)
+	}
+	deadline := time.Now().Add(tierWait)
+	for _, i := range which {
+		for {
+			ti, ok := tr.info(i)
+			applied, _ := strconv.ParseInt(ti.fields["tier_applied_index"], 10, 64)
+			members, known := ti.fields["tier_peers"]
+			if ok && (i == l || ti.leaderID == tr.ids[l]) && applied >= target && (!known || members == strconv.Itoa(tierNodes)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fault: node %s not caught up within %v (INFO tier: %v; leader %s commit index %d)", tr.ids[i], tierWait, ti.fields, tr.ids[l], target)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// cutNode cuts node i's Raft traffic: both ways, or only what it sends
+// (sendOnly), or only what it receives. Its own connections to j carry its
+// requests upstream; j's connections to it carry its replies downstream.
+func (tr *tier) cutNode(t *testing.T, i int, how string, drop bool) {
+	cut := func(l *testenv.Link, d testenv.Direction) {
+		if drop {
+			l.Drop(t, d)
+		} else {
+			l.Cut(t, d)
+		}
+	}
+	for j := range tr.nodes {
+		if j == i {
+			continue
+		}
+		switch how {
+		case "both":
+			cut(tr.links[i][j], testenv.BothWays)
+			cut(tr.links[j][i], testenv.BothWays)
+		case "send":
+			cut(tr.links[i][j], testenv.Upstream)
+			cut(tr.links[j][i], testenv.Downstream)
+		case "receive":
+			cut(tr.links[i][j], testenv.Downstream)
+			cut(tr.links[j][i], testenv.Upstream)
+		}
+	}
+}
+
+func (tr *tier) heal(t *testing.T) {
+	for _, row := range tr.links {
+		for _, l := range row {
+			if l != nil {
+				l.Heal(t)
+			}
+		}
+	}
+}
+
+// planTier draws the tier's schedule from the seed, as planFaults does
+// for TestFault: every kind once per round, rounds shuffled, 2-4s apart.
+func planTier(seed uint64, d time.Duration) []planned {
+	rng := rand.New(rand.NewPCG(seed, 0x7e12))
+	var plan []planned
+	at := 3 * time.Second
+	for {
+		round := append([]FaultKind(nil), TierFaults...)
+		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		for _, k := range round {
+			if at > d-5*time.Second {
+				return plan
+			}
+			p := planned{Kind: k, At: int64(at), N: rng.IntN(1000)}
+			switch k {
+			case TierLeaderKill, TierFollowerKill, TierDataDirWipe:
+				p.D = time.Duration(rng.IntN(1000)) * time.Millisecond
+			case TierLeaderStop:
+				p.D = time.Duration(200+rng.IntN(800)) * time.Millisecond // kept stopped after the new leader is known
+			case TierIsolate, TierOneWay:
+				p.D = time.Duration(2000+rng.IntN(2000)) * time.Millisecond // longer than an election
+			}
+			plan = append(plan, p)
+			at += 2*time.Second + time.Duration(rng.IntN(2000))*time.Millisecond
+		}
+	}
+}
+
+// injectTier runs one tier fault from the test goroutine.
+func (e *env) injectTier(p planned) {
+	t, tr := e.t, e.tier
+	if p.Kind == RedisPartition {
+		e.redisPartition(p)
+		return
+	}
+	f := Fault{Kind: tierRecordedAs(p.Kind), At: p.At}
+	leader := tr.waitLeader(t, -1)
+	victim := leader
+	switch p.Kind {
+	case TierFollowerKill:
+		victim = (leader + 1 + p.N%(tierNodes-1)) % tierNodes
+	case TierDataDirWipe, TierIsolate, TierOneWay:
+		victim = p.N % tierNodes // any node, the leader too
+	}
+	node := tr.nodes[victim]
+	role := "follower"
+	if victim == leader {
+		role = "leader"
+	}
+	switch p.Kind {
+	case TierLeaderKill, TierFollowerKill:
+		f.Start = e.h.Now()
+		node.Kill9()
+		time.Sleep(p.D)
+		node.Restart(t)
+		f.End = e.h.Now()
+		f.Note = fmt.Sprintf("%s: %s %s down %v", p.Kind, role, tr.ids[victim], p.D)
+	case TierDataDirWipe:
+		f.Start = e.h.Now()
+		node.Kill9()
+		if err := os.RemoveAll(node.DataDir); err != nil {
+			t.Fatalf("fault: %v", err)
+		}
+		time.Sleep(p.D)
+		node.Restart(t)
+		tr.waitFormed(t, victim)
+		f.End = e.h.Now()
+		f.Note = fmt.Sprintf("%s: %s %s wiped, down %v, rejoined", p.Kind, role, tr.ids[victim], p.D)
+	case TierLeaderStop:
+		f.Start = e.h.Now()
+		node.Stop()
+		if err := waitStopped(node.Pid()); err != nil {
+			t.Fatalf("fault: %v", err)
+		}
+		f.ReadBefore = e.readByStopped(node.Addr)
+		next := tr.waitLeader(t, victim) // longer than the election timeout, whatever it is
+		time.Sleep(p.D)                  // the new leader grants meanwhile
+		f.End = e.h.Now()
+		node.Cont()
+		f.Note = fmt.Sprintf("%s: leader %s stopped until %s led, then %v more; %d requests in flight read before", p.Kind, tr.ids[victim], tr.ids[next], p.D, len(f.ReadBefore))
+	case TierIsolate, TierOneWay:
+		how, drop := "both", p.N/3%2 == 1
+		if p.Kind == TierOneWay {
+			how = []string{"send", "receive"}[p.N/6%2]
+		}
+		tr.cutNode(t, victim, how, drop)
+		f.Start = e.h.Now()
+		next := ""
+		if how == "both" && victim == leader {
+			// The majority must elect a new leader; a tier whose Raft
+			// traffic bypasses the Links would keep the old one.
+			next = " (" + tr.ids[tr.waitLeader(t, victim)] + " led meanwhile)"
+		}
+		if d := time.Duration(f.Start + int64(p.D) - e.h.Now()); d > 0 {
+			time.Sleep(d)
+		}
+		f.End = e.h.Now()
+		tr.heal(t)
+		f.Note = fmt.Sprintf("%s: %s %s cut (%s, drop=%v) for %v%s", p.Kind, role, tr.ids[victim], how, drop, time.Duration(f.End-f.Start), next)
+	}
+	e.h.AddFault(f)
+}
+
+// TestFaultTier runs the workload over a tier under a seeded schedule of
+// tier faults and checks the history, as TestFault does for one node.
+func TestFaultTier(t *testing.T) {
+	if !tierSupported(t) {
+		t.Skip("fenceproxy has no --peers yet: the tier suite waits for it")
+	}
+	seed := *flagSeed
+	if seed == 0 {
+		seed = rand.Uint64()%1_000_000 + 1
+	}
+	duration := *flagDuration
+	t.Logf("fault tier: seed=%d duration=%v (replay with -run TestFaultTier -fault.seed=%d -fault.duration=%v)", seed, duration, seed, duration)
+	e := &env{t: t, mode: "tier", seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
+	for i := range nResources {
+		e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
+	}
+	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
+	e.replica = testenv.StartReplica(t, e.master)
+	e.linkRedis()
+	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter, MasterPort: e.links[e.master].Port()})
+	e.tier = e.startTier()
+	e.setProxy(e.tier.nodes[0]) // for helpers that use one address
+	plan := planTier(seed, duration)
+	e.h = NewHistory(seed)
+
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	t.Cleanup(halt)
+	var workers sync.WaitGroup
+	e.startClients(stop, &workers)
+	counts := map[FaultKind]int{}
+	for _, p := range plan {
+		if d := time.Duration(p.At - e.h.Now()); d > 0 {
+			time.Sleep(d)
+		}
+		counts[p.Kind]++
+		t.Logf("fault tier: at %v: %s (choice %d, %v)", time.Duration(e.h.Now()).Round(time.Millisecond), p.Kind, p.N, p.D)
+		e.injectTier(p)
+	}
+	if d := time.Duration(int64(duration) - e.h.Now()); d > 0 {
+		time.Sleep(d)
+	}
+	halt()
+	waitGroup(t, &workers, 30*time.Second, "clients")
+	e.snapshotData("end")
+
+	rep := CheckHistory(e.h)
+	var kinds []string
+	for _, k := range TierFaults {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, counts[k]))
+	}
+	line := fmt.Sprintf("fault tier: seed=%d duration=%v nodes=%d ops=%d grants=%d stale-refused=%d survived-crash=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
+		seed, duration, tierNodes, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, rep.LeaseUsed, len(e.h.Faults), strings.Join(kinds, " "), rep.Linearizability, len(rep.Violations))
+	t.Log(line)
+	if out := os.Getenv("FAULT_OUT"); out != "" || len(rep.Violations) > 0 {
+		t.Logf("fault tier: history written to %s", e.writeHistory(out))
+	}
+	e.judge(line, fmt.Sprintf("go test ./test/fault/ -run TestFaultTier -fault.seed=%d -fault.duration=%v", seed, duration), rep)
+}
+
+// TestTierLinksCarryRaft proves the harness's premise: the Links are on
+// every Raft path of the tier. Three times, the leader's Raft traffic is
+// cut both ways: the other two must elect a new leader (bounded wait), and
+// after the heal all three agree on one. A tier that dials the addresses
+// of its replicated configuration (one node's --peers, the bootstrapper's)
+// instead of its own --peers bypasses some Links: the first leader can be
+// cut off, a later one cannot, and this test fails.
+func TestTierLinksCarryRaft(t *testing.T) {
+	if !tierSupported(t) {
+		t.Skip("fenceproxy has no --peers yet")
+	}
+	e := &env{t: t, h: NewHistory(1), newest: map[string]int64{}, inFlight: map[int]flight{}}
+	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
+	e.replica = testenv.StartReplica(t, e.master)
+	e.linkRedis()
+	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter, MasterPort: e.links[e.master].Port()})
+	e.tier = e.startTier()
+	tr := e.tier
+	for range 3 {
+		old := tr.waitLeader(t, -1)
+		tr.cutNode(t, old, "both", false)
+		next := tr.waitLeader(t, old)
+		var peers []string
+		if ti, ok := tr.info(next); ok {
+			for k, v := range ti.fields {
+				if strings.HasPrefix(k, "tier_peer_") {
+					peers = append(peers, k+"="+v)
+				}
+			}
+		}
+		t.Logf("leader %s cut off; %s leads; its view: %v", tr.ids[old], tr.ids[next], peers)
+		tr.heal(t)
+		tr.waitFormed(t, 0, 1, 2)
+	}
+}
