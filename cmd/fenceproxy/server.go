@@ -346,6 +346,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
 		AllowEvictable:    cfg.allowEvictable,
 		Admit:             p.admit,
+		Term:              p.term,
 		LeaseSafetyMargin: cfg.leaseMargin,
 	})
 	p.lockManager.Store(mgr)

@@ -162,6 +162,16 @@ func (p *proxy) admit() error {
 	return p.tokens.Load().Admit()
 }
 
+// term is the lock manager's Term: the term this node leads the tier in
+// (owner records carry it; scripts refuse an older one), 0 for a single
+// node.
+func (p *proxy) term() uint64 {
+	if p.tier == nil {
+		return 0
+	}
+	return p.tier.Term()
+}
+
 // storeStats is the fence store's stats (none in a tier).
 func (p *proxy) storeStats() persist.Stats {
 	if p.store == nil {

@@ -110,6 +110,9 @@ type Node struct {
 	last    uint64 // the last token handed out
 	limit   uint64 // the window's end: last <= limit
 	readyAt atomic.Bool
+	// ledTerm is the term of this node's last LeaderStart (0 if it never
+	// led): what owner records it writes carry.
+	ledTerm atomic.Uint64
 
 	// overlay: Confirms this leader has made that the state may not have
 	// applied yet (they are not awaited). Under overlayMu.
@@ -315,6 +318,7 @@ func (n *Node) leaderStart(epoch uint64) {
 		n.mu.Lock()
 		if n.epoch == epoch {
 			n.term, n.last, n.limit, n.ready = term, ws.from, ws.to, true
+			n.ledTerm.Store(term)
 			n.readyAt.Store(true)
 		}
 		n.mu.Unlock()
@@ -339,16 +343,12 @@ func newTierID() string {
 // LeaderStart: it may serve lock commands (reads still verify).
 func (n *Node) Ready() bool { return n.readyAt.Load() }
 
-// Term is the term this node leads in while Ready, else raft's current
-// term: owner records carry the granting leader's term.
-func (n *Node) Term() uint64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ready {
-		return n.term
-	}
-	return n.raft.CurrentTerm()
-}
+// Term is the term in which this node last became the ready leader (0 if
+// it never did), never a newer term it has only heard of: owner records
+// carry the granting leader's term, and a deposed leader that has heard of
+// a newer one must still write under its own, so the scripts refuse it.
+// It does not block (the lock scripts ask it under a resource's turn).
+func (n *Node) Term() uint64 { return n.ledTerm.Load() }
 
 // TierID is the tier's id, named by its first leader (empty before one).
 func (n *Node) TierID() string { return n.fsm.state().tierID }

@@ -127,10 +127,16 @@ func grant(t *testing.T, s *Store, resource string) uint64 {
 
 func TestTokensRiseAcrossLeaderChanges(t *testing.T) {
 	tt := startTestTier(t, 3)
-	var last uint64
+	var last, lastTerm uint64
 	for round := 0; round < 3; round++ {
 		l := tt.leader()
 		s := tt.nodes[l].Store()
+		// Owner records carry it: every new leader's is above the last.
+		if term := tt.nodes[l].Term(); term <= lastTerm {
+			t.Fatalf("round %d: the new leader's Term %d, not above %d", round, term, lastTerm)
+		} else {
+			lastTerm = term
+		}
 		if n, err := s.Newest("r"); err != nil || n < last {
 			t.Fatalf("round %d: Newest = %d, %v after %d was confirmed", round, n, err, last)
 		}
