@@ -195,7 +195,14 @@ func Open(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tier: --raft-listen %s: %v", opts.RaftListen, err)
 	}
-	trans, err := raft.NewTCPTransportWithLogger(opts.RaftListen, addr, 4, 5*time.Second, cfg.Logger)
+	// Each peer is dialled at the address this node's own --peers gives
+	// for its id, not the one in the replicated configuration (which is
+	// the bootstrapper's view): an operator's relay or NAT between two
+	// nodes holds for this node's traffic. Ids --peers does not name (added
+	// by TIER.ADD) are dialled at the configuration's address.
+	trans, err := raft.NewTCPTransportWithConfig(opts.RaftListen, addr, &raft.NetworkTransportConfig{
+		ServerAddressProvider: peerAddrs(opts.Peers), MaxPool: 4, Timeout: 5 * time.Second, Logger: cfg.Logger,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("tier: --raft-listen %s: %v", opts.RaftListen, err)
 	}
@@ -492,6 +499,20 @@ func (n *Node) Members() ([]Peer, error) {
 		out = append(out, Peer{ID: string(srv.ID), Addr: string(srv.Address)})
 	}
 	return out, nil
+}
+
+// peerAddrs is --peers as raft's ServerAddressProvider.
+type peerAddrs []Peer
+
+var errUnknownPeer = errors.New("tier: not named by --peers")
+
+func (p peerAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	for _, peer := range p {
+		if peer.ID == string(id) {
+			return raft.ServerAddress(peer.Addr), nil
+		}
+	}
+	return "", errUnknownPeer
 }
 
 // peerHealth is each peer's heartbeat health as the leader's replication
