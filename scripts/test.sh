@@ -4,6 +4,8 @@
 #   scripts/test.sh            vet, staticcheck, every test with the race
 #                              detector, and a short run of every fuzz target
 #   FUZZTIME=60s scripts/test.sh   fuzz longer (a duration, or a count such as 1000000x)
+#   REDIS_SUITE=1 scripts/test.sh  also units of Redis's own Tcl suite through
+#                              fenceproxy (scripts/redis-suite.sh; CI sets it)
 #
 # The tests start their own redis-server processes on free loopback ports
 # and build fenceproxy themselves; nothing needs to be running first.
@@ -60,6 +62,20 @@ while read -r file; do
 		go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg"
 	done
 done < <(grep -rlE '^func Fuzz' --include='*_test.go' internal cmd 2>/dev/null || true)
+# ---- Redis's own test suite ----
+# REDIS_SUITE=1 (CI sets it) runs units of Redis 7.0.15's own Tcl suite
+# against plain Redis and through fenceproxy (scripts/redis-suite.sh; needs
+# tclsh and deb.debian.org for the suite's source) and fails if a unit
+# passes fewer tests through fenceproxy. The units are those that pass
+# whole through fenceproxy and together take about 3 minutes here;
+# REDIS_SUITE_UNITS replaces the list.
+if [[ -n ${REDIS_SUITE:-} ]]; then
+	echo "== Redis 7.0.15's own tests, plain and through fenceproxy"
+	# shellcheck disable=SC2086 # a list of units
+	scripts/redis-suite.sh --fail-under-baseline --unit-timeout 180 \
+		${REDIS_SUITE_UNITS:-unit/type/incr unit/type/hash unit/type/zset unit/type/stream unit/keyspace unit/protocol unit/functions unit/pubsub unit/info-command unit/bitops unit/bitfield unit/sort unit/dump}
+fi
+# ---- end Redis's own test suite ----
 # ---- client compatibility suites ----
 # Real clients (redis-py, ioredis, go-redis, rueidis, redis-cli, redis-benchmark)
 # against a real fenceproxy; test/clients/run.sh installs their packages and ends

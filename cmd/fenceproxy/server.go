@@ -84,8 +84,9 @@ func (p *proxy) build() error {
 	if err != nil {
 		return err
 	}
-	// The port next: it is the cheapest check and the likeliest clash.
-	if err := p.listen(); err != nil {
+	// The ports next: the cheapest check and the likeliest clash. They are
+	// only tried here and opened once the proxy is ready (openListeners).
+	if err := p.tryPorts(); err != nil {
 		return err
 	}
 	backendTLS, err := p.cfg.tls.backendConfig()
@@ -115,6 +116,9 @@ func (p *proxy) build() error {
 	p.startedAt = time.Now()
 	p.srv = p.newServer(p.newHandler(keyTable, acl))
 	if err := p.serveMetrics(); err != nil {
+		return err
+	}
+	if err := p.openListeners(); err != nil {
 		return err
 	}
 	p.logReady()
@@ -187,8 +191,38 @@ func (p *proxy) readACLFile() ([]auth.UserSpec, error) {
 	return specs, nil
 }
 
-// listen binds --listen and --tls-listen.
-func (p *proxy) listen() error {
+// tryPorts binds --listen and --tls-listen and lets them go again, and
+// loads the TLS certificates, so that a port in use or a bad certificate
+// stops the start before the backend is dialled.
+func (p *proxy) tryPorts() error {
+	if p.cfg.tls.listen != "" {
+		cfg, err := p.cfg.tls.serverConfig(p.logger)
+		if err != nil {
+			return err
+		}
+		p.tlsCfg = cfg
+	}
+	for _, try := range []struct{ flag, addr string }{{"--listen", p.cfg.listen}, {"--tls-listen", p.cfg.tls.listen}} {
+		if try.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", try.addr)
+		if err != nil {
+			return fmt.Errorf("%s %s: %v", try.flag, try.addr, err)
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+// openListeners binds --listen and --tls-listen for good. It runs last,
+// once every part is ready: a client whose connection the kernel accepted
+// while the proxy was still starting would have its requests read only
+// when the proxy is ready, and a lease counted from that read would leave
+// the client, who counts from its send, less than promised (the fault
+// suite's late-lease check found it across a restart). Until then a client
+// finds the port closed and retries.
+func (p *proxy) openListeners() error {
 	if p.cfg.listen != "" { // "" with --tls-listen: TLS clients only
 		ln, err := net.Listen("tcp", p.cfg.listen)
 		if err != nil {
@@ -197,13 +231,13 @@ func (p *proxy) listen() error {
 		p.ln = ln
 		p.onClose(func() { ln.Close() })
 	}
-	tlsLn, tlsCfg, err := p.cfg.tls.open(p.logger)
-	if err != nil {
-		return err
-	}
-	if tlsLn != nil {
-		p.tlsLn, p.tlsCfg = tlsLn, tlsCfg
-		p.onClose(func() { tlsLn.Close() })
+	if p.cfg.tls.listen != "" {
+		ln, err := net.Listen("tcp", p.cfg.tls.listen)
+		if err != nil {
+			return fmt.Errorf("--tls-listen %s: %v", p.cfg.tls.listen, err)
+		}
+		p.tlsLn = ln
+		p.onClose(func() { ln.Close() })
 	}
 	return nil
 }

@@ -74,7 +74,9 @@ func (p *proxy) openTier() error {
 	cfg := &p.cfg
 	advertise := cfg.tier.advertise
 	if advertise == "" {
-		advertise = addrOf(p.ln)
+		// The listeners open last (openListeners), so the flag, not the
+		// socket: a wildcard host there needs --tier-advertise.
+		advertise = cfg.listen
 	}
 	n, err := tier.Open(tier.Options{
 		NodeID: cfg.tier.nodeID, RaftListen: cfg.tier.raftListen, Peers: cfg.tier.peers,

@@ -204,23 +204,6 @@ func loadCAs(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// open binds --tls-listen and reads the certificate files: nil, nil, nil
-// without --tls-listen.
-func (f *tlsFlags) open(logger *slog.Logger) (net.Listener, *tls.Config, error) {
-	if f.listen == "" {
-		return nil, nil, nil
-	}
-	cfg, err := f.serverConfig(logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--tls-listen %s: %v", f.listen, err)
-	}
-	return ln, cfg, nil
-}
-
 // addrOf is ln's address for the log, "" for a listener turned off.
 func addrOf(ln net.Listener) string {
 	if ln == nil {

@@ -58,6 +58,17 @@ type Options struct {
 	// Gate, if set, is shared by every connection to the node: while it is
 	// closed, requests get its refusal and are not sent.
 	Gate *Gate
+	// OnPush, if set, gets every RESP3 push message (a '>' reply no
+	// request asked for: client-side caching's invalidations) read on the
+	// connection, on the reader's goroutine, in the order Redis sent it
+	// among the replies (each reply's p.Done runs before the pushes after
+	// it). Only for a connection of one client's own, where the only pushes
+	// are that client's.
+	OnPush func(frame []byte)
+	// DB, if not 0, is the database the connection SELECTs after it
+	// authenticates (each reconnection too): for the connections that carry
+	// the requests of clients that selected it.
+	DB int
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -129,6 +140,10 @@ func (c *Conn) connect() (net.Conn, error) {
 		}
 	}
 	if err := c.handshake(nc); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if err := c.selectDB(nc); err != nil {
 		nc.Close()
 		return nil, err
 	}
@@ -334,8 +349,13 @@ func (c *Conn) readLoop(nc net.Conn) {
 
 func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 	for {
-		if _, err := rd.Peek(1); err != nil {
+		if b, err := rd.Peek(1); err != nil {
 			return err
+		} else if b[0] == '>' && c.opts.OnPush != nil {
+			if err := c.readPush(rd); err != nil {
+				return err
+			}
+			continue
 		}
 		// One clock read per read from Redis, for the round-trip
 		// histogram only: the replies it brought arrived together. (A
@@ -353,9 +373,26 @@ func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 		c.mu.Unlock()
 		for {
 			p := f.p
+			if c.opts.OnPush != nil {
+				if b, _ := rd.Peek(1); len(b) > 0 && b[0] == '>' {
+					if err := c.readPush(rd); err != nil {
+						return err
+					}
+					if rd.Buffered() > 0 {
+						continue
+					}
+					break // the reply is not here yet: wait for it above
+				}
+			}
 			start := len(p.Buf)
 			var err error
-			if p.Buf, err = resp.AppendReply(p.Buf, rd); err != nil {
+			p.Buf, err = resp.AppendReply(p.Buf, rd)
+			switch {
+			case errors.Is(err, resp.ErrTooLarge):
+				// Read to its end: this request fails, the stream is in
+				// step and the connection serves the others.
+				p.Err = ErrReplyTooLarge
+			case err != nil:
 				p.Buf = p.Buf[:start]
 				return err
 			}
@@ -436,6 +473,17 @@ func (c *Conn) reconnect() {
 		go c.readLoop(nc)
 		return
 	}
+}
+
+// LocalAddr is the connection's local address as Redis shows it (CLIENT
+// LIST's addr), "" while it is down.
+func (c *Conn) LocalAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nc == nil {
+		return ""
+	}
+	return c.nc.LocalAddr().String()
 }
 
 // Up reports whether the connection is established.

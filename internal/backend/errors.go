@@ -16,6 +16,12 @@ var (
 	ErrLost error = &linkError{
 		"backend: connection to Redis lost; the request may or may not have run",
 		"ERR", "fenceproxy: lost the connection to Redis; the command may or may not have run"}
+	// ErrReplyTooLarge: Redis's reply held a string longer than the proxy
+	// relays (resp.MaxBulk); the command ran, its reply was dropped, and
+	// the connection carries on.
+	ErrReplyTooLarge error = &linkError{
+		"backend: Redis's reply is too large to relay",
+		"ERR", "fenceproxy: the reply holds a string over 512 MB, more than fenceproxy relays; the command ran, read the value in parts (GETRANGE, LRANGE, ...)"}
 )
 
 // linkError is a failure of the link to Redis, with the reply a client

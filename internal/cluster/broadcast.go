@@ -79,6 +79,26 @@ func (c *Cluster) broadcast(cl *Client, args [][]byte, m merge, p *resp.Reply) {
 	}
 }
 
+// Control sends PING to the first master's control connection, and SCRIPT
+// KILL or FUNCTION KILL to every master's: the script may run on any of
+// them (mergeKill).
+func (c *Cluster) Control(cl *Client, args [][]byte, p *resp.Reply) {
+	masters := c.Masters()
+	if len(masters) == 0 {
+		p.Err = backend.ErrUnavailable
+		p.Done()
+		return
+	}
+	if keys.LowerName(args[0]) == "ping" {
+		masters[0].control.Do(args, p)
+		return
+	}
+	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, mergeKill) })
+	for i, n := range masters {
+		n.control.Do(args, parts[i])
+	}
+}
+
 // SCAN in front of a cluster walks the masters in slot order. The cursor a
 // client sees carries the master's position in its low scanNodeBits bits
 // and that master's own cursor above them; when a master's iteration ends

@@ -32,8 +32,18 @@
 //     ASK becomes a -CROSSSLOT that says the key is on another master.
 //     RoutesByKey tells a transaction to wait for its first command to know
 //     its master.
+//   - Select: the client's database (databases.go): a standalone master's
+//     pools per database in use, opened lazily; a Redis Cluster only 0.
+//   - Track: a tracking client's connection of its own (tracking.go:
+//     why per client, not one fanned out), with its RESP3 pushes handed
+//     over; standalone only.
 //   - WaitReplicas: WAIT on every master, each after a write of the proxy's
 //     own on the same connection, answering the smallest count (wait.go).
+//   - Control: PING, SCRIPT KILL and FUNCTION KILL on a connection of each
+//     master that carries nothing else (Node.control), so that a busy
+//     script answers PING with -BUSY and can be killed: on a shared
+//     connection they would wait behind it. A Pinned's Unblock sends
+//     CLIENT UNBLOCK there too, for the connection's id in Redis.
 //   - Subscribe: a pub/sub tunnel; a standalone master's connection is
 //     relayed as it is (tunnel.go), a cluster's subscriber keeps shard
 //     channels on their slots' masters and follows them when slots move

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
@@ -49,10 +50,28 @@ type Forwarder interface {
 	// that the count covers every write the client made before it (see
 	// Pinned). The reply is the smallest count. Client.Gone ends the wait.
 	WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *resp.Reply)
+	// Control sends a request that Redis answers while a script or
+	// function is busy (PING, which then gets -BUSY; SCRIPT KILL and
+	// FUNCTION KILL, which end it) on a connection that carries nothing
+	// else: on a shared connection it could wait behind the busy script
+	// itself, which only the kill would end. SCRIPT KILL and FUNCTION KILL
+	// reach every master (OK if one ended a script); PING the first. The
+	// caller waits for cl's earlier replies first (Waiter): a client's own
+	// PING still comes after its own script, as on Redis.
+	Control(cl *Client, args [][]byte, p *resp.Reply)
 	// Subscribe returns a tunnel for cl, which turns to pub/sub: Redis
 	// then writes to the client by itself (Tunnel). The error is the
 	// client's reply.
 	Subscribe(cl *Client) (Tunnel, error)
+	// Select makes db cl's database (SELECT db), see databases.go. The
+	// error is the client's reply: Redis's (an index out of range, Redis
+	// Cluster's refusal of any database but 0) or why Redis could not be
+	// reached.
+	Select(cl *Client, db int) error
+	// Track returns a connection of cl's own for client-side caching
+	// (tracking.go): onPush gets Redis's push messages on it, onLost is
+	// called when it is lost. The error is the client's reply.
+	Track(cl *Client, onPush func(frame []byte), onLost func()) (*Pinned, error)
 }
 
 // Client is one client connection as a Forwarder knows it. The caller
@@ -66,6 +85,9 @@ type Client struct {
 	// RESP3: the client said HELLO 3; its requests go on connections that
 	// speak RESP3 to Redis, so every reply is Redis's own RESP3.
 	RESP3 bool
+	// DB is the client's database (Forwarder.Select); its requests go on
+	// connections in that database.
+	DB int
 	// Conn holds a request until the client's earlier requests have their
 	// replies (protocol.Conn): before a request takes another way to Redis
 	// than those before it.
@@ -125,9 +147,12 @@ type Pinned struct {
 	conn  *backend.Conn
 	node  *Node
 	resp3 bool
+	db    int // the database the connection is in (databases.go)
 	// keyed: in front of a Redis Cluster, where a MOVED or ASK on it means
 	// the request's key lives on another master than the connection's.
 	keyed bool
+	// own: a tracking client's connection (tracking.go), never reused.
+	own bool
 }
 
 // replyOtherMaster replaces a MOVED or ASK on a pinned connection: the
@@ -147,13 +172,78 @@ func (pc *Pinned) Do(args [][]byte, p *resp.Reply) {
 // Up reports whether the connection is still established.
 func (pc *Pinned) Up() bool { return pc.conn.Up() }
 
+// Unblock ends the blocking command the connection waits on, as CLIENT
+// UNBLOCK id [TIMEOUT|ERROR] would (mode: nil, or that last argument): it
+// finds the connection's client id in the master's CLIENT LIST (by its
+// address: no round trip is spent on learning it when a connection is
+// pinned) and sends CLIENT UNBLOCK on the master's control connection. p
+// gets Redis's reply (:1 if a command was unblocked, :0 if none waited),
+// or :0 if the connection is gone. The caller must not give the
+// connection to another client afterwards (Release(false)): the UNBLOCK
+// may arrive after the command it was meant for has ended.
+func (pc *Pinned) Unblock(mode []byte, p *resp.Reply) {
+	laddr := pc.conn.LocalAddr()
+	if laddr == "" {
+		p.Buf = append(p.Buf, ":0\r\n"...)
+		p.Done()
+		return
+	}
+	control := pc.node.control
+	var list *resp.Reply
+	list = resp.NewReplyFunc(func() {
+		id, ok := clientIDByAddr(list.Buf, laddr)
+		switch {
+		case list.Err != nil:
+			p.Err = list.Err
+			p.Done()
+		case !ok:
+			p.Buf = append(p.Buf, ":0\r\n"...)
+			p.Done()
+		default:
+			args := [][]byte{[]byte("CLIENT"), []byte("UNBLOCK"), []byte(id)}
+			if mode != nil {
+				args = append(args, mode)
+			}
+			control.Do(args, p)
+		}
+	})
+	control.Do([][]byte{[]byte("CLIENT"), []byte("LIST"), []byte("TYPE"), []byte("normal")}, list)
+}
+
+// clientIDByAddr finds the id of the client at addr in a CLIENT LIST reply.
+func clientIDByAddr(reply []byte, addr string) (string, bool) {
+	v, err := resp.Parse(reply)
+	list, ok := v.(string)
+	if err != nil || !ok {
+		return "", false
+	}
+	for _, line := range strings.Split(list, "\n") {
+		var id string
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "id="); ok {
+				id = v
+			}
+			if field == "addr="+addr && id != "" {
+				return id, true
+			}
+		}
+	}
+	return "", false
+}
+
 // Close ends the connection at once: Redis sees its client go, which ends
 // a blocked command. Release must still follow.
 func (pc *Pinned) Close() { pc.conn.Close() }
 
 // Release gives the connection back. Only a clean one (no MULTI, WATCH or
 // blocked command pending on it) is kept for another client.
-func (pc *Pinned) Release(clean bool) { pc.node.Unpin(pc.conn, pc.resp3, clean) }
+func (pc *Pinned) Release(clean bool) {
+	if clean && pc.db != 0 && pc.conn.Up() {
+		// Back to database 0, where the next client's pinning starts.
+		pc.conn.Do(selectRequest(0), discard())
+	}
+	pc.node.Unpin(pc.conn, pc.resp3, clean && !pc.own)
+}
 
 // noRedirects wraps p so that MOVED and ASK never reach the client.
 func noRedirects(p *resp.Reply) *resp.Reply {
@@ -180,7 +270,11 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 	if err != nil {
 		return nil, unreachable(node)
 	}
-	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, keyed: keyed}, nil
+	if cl.DB != 0 {
+		// Ahead of the client's request on the same connection.
+		conn.Do(selectRequest(cl.DB), discard())
+	}
+	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB, keyed: keyed}, nil
 }
 
 // unreachable is the error for a request that could not get a connection

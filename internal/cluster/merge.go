@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"math/rand/v2"
 
 	"github.com/tidwall/redcon"
@@ -84,6 +85,20 @@ func mergeSum(parts [][]byte, _ [][2]int, dst []byte) []byte {
 func mergeOK(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	if e := firstError(parts); e != nil {
 		return append(dst, e...)
+	}
+	return append(dst, parts[0]...)
+}
+
+// mergeKill answers SCRIPT KILL or FUNCTION KILL sent to every master: OK
+// if one of them ended a script, else UNKILLABLE if one could not be
+// ended, else the first master's reply (NOTBUSY: none was running).
+func mergeKill(parts [][]byte, _ [][2]int, dst []byte) []byte {
+	for _, want := range []string{"+OK\r\n", "-UNKILLABLE"} {
+		for _, r := range parts {
+			if bytes.HasPrefix(r, []byte(want)) {
+				return append(dst, r...)
+			}
+		}
 	}
 	return append(dst, parts[0]...)
 }

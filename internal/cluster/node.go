@@ -38,6 +38,9 @@ type Node struct {
 	pools [2]*backend.Pool
 	// Client runs the proxy's own commands (INFO, lock reads).
 	Client *redis.Client
+	// control carries only requests Redis answers while a script is busy
+	// (Forwarder.Control), so that none waits behind a client's script.
+	control *backend.Conn
 
 	logger *slog.Logger
 
@@ -64,6 +67,7 @@ type Node struct {
 	handed   map[any]func()     // pinned connections and tunnels in clients' hands: their Close
 	closed   bool
 	pinOpts  backend.Options
+	dbs      databases // the shared connections of databases other than 0 (databases.go)
 }
 
 // ErrNotMaster means a guarded node was found not to be the master when a
@@ -123,18 +127,18 @@ func (n *Node) Unpin(c *backend.Conn, resp3, clean bool) {
 }
 
 // Tunnel returns a raw connection for a client that will get a stream from
-// Redis (pub/sub), speaking RESP3 if resp3.
-func (n *Node) Tunnel(resp3 bool) (net.Conn, error) {
+// Redis (pub/sub), speaking RESP3 if resp3, in database db.
+func (n *Node) Tunnel(resp3 bool, db int) (net.Conn, error) {
 	if n.Refusal() != nil {
 		return nil, ErrNotMaster
 	}
 	opts := n.pinOpts
-	opts.RESP3 = resp3
+	opts.RESP3, opts.DB = resp3, db
 	nc, err := backend.DialRaw(opts)
 	if err != nil {
 		return nil, err
 	}
-	t := &tunnel{Conn: nc, n: n}
+	t := &tunnel{Conn: nc, n: n, redisID: askClientID(nc)}
 	if !n.hand(t, func() { t.Conn.Close() }) {
 		return nil, ErrUnavailable
 	}
@@ -145,7 +149,8 @@ func (n *Node) Tunnel(resp3 bool) (net.Conn, error) {
 // node it is gone.
 type tunnel struct {
 	net.Conn
-	n *Node
+	n       *Node
+	redisID int64 // Redis's CLIENT ID of the connection (CLIENT TRACKING REDIRECT)
 }
 
 func (t *tunnel) Close() error {
@@ -374,6 +379,17 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("cannot speak RESP3 (HELLO 3) with Redis at %s: %w", opts.Addr, err)
 	}
 	n.pools = [2]*backend.Pool{pool, pool3}
+	// RESP2, whoever asks: PING, SCRIPT KILL and FUNCTION KILL answer the
+	// same in both protocols, and CLIENT UNBLOCK's CLIENT LIST is read here.
+	// Not in the round-trip histogram of forwarded requests either.
+	shared.RESP3, shared.ObserveReply = false, nil
+	if n.control, err = backend.Dial(shared); err != nil {
+		pool.Close()
+		pool3.Close()
+		closeClients()
+		return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
+	}
+	n.dbs.opts, n.dbs.size = shared, opts.PoolSize
 	n.pinOpts = backend.Options{
 		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
 		Logger: opts.Logger, ObserveReply: opts.ObserveReply, NoReconnect: true, TLS: opts.TLS,
@@ -496,6 +512,10 @@ func (n *Node) close() {
 		n.pools[0].Close()
 		n.pools[1].Close()
 	}
+	if n.control != nil {
+		n.control.Close()
+	}
+	n.dbs.close()
 	if n.probe != n.Client {
 		n.probe.Close()
 	}

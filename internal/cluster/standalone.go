@@ -148,7 +148,18 @@ func (s *standalone) RetryAfterRefresh([]byte, error) bool { return false }
 // Forward sends the request on the client's connection of the master's
 // pool, so its requests reach Redis in the order it sent them.
 func (s *standalone) Forward(cl *Client, args [][]byte, p *resp.Reply) {
-	s.master.Load().pool(cl.RESP3).Conn(cl.ID).Do(args, p)
+	n := s.master.Load()
+	if cl.DB == 0 {
+		n.pool(cl.RESP3).Conn(cl.ID).Do(args, p)
+		return
+	}
+	pool, err := n.dbs.pool(cl.RESP3, cl.DB)
+	if err != nil {
+		p.Err = unreachable(n)
+		p.Done()
+		return
+	}
+	pool.Conn(cl.ID).Do(args, p)
 }
 
 // Pin returns a connection of the client's own to the master.
@@ -164,11 +175,16 @@ func (s *standalone) WaitReplicas(cl *Client, args [][]byte, offsetKey string, p
 	waitOn(cl, []*Node{s.master.Load()}, func(int) string { return offsetKey }, args, p)
 }
 
+// Control sends the request on the master's control connection.
+func (s *standalone) Control(cl *Client, args [][]byte, p *resp.Reply) {
+	s.master.Load().control.Do(args, p)
+}
+
 // Subscribe returns a connection of the client's own to the master,
 // relayed as it is.
 func (s *standalone) Subscribe(cl *Client) (Tunnel, error) {
 	master := s.master.Load()
-	redis, err := master.Tunnel(cl.RESP3)
+	redis, err := master.Tunnel(cl.RESP3, cl.DB)
 	if err != nil {
 		return nil, unreachable(master)
 	}

@@ -49,7 +49,7 @@ func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
 	if len(m) == 0 {
 		return nil, ErrUnavailable
 	}
-	home, err := m[0].Tunnel(resp3)
+	home, err := m[0].Tunnel(resp3, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +188,7 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 	if c != nil {
 		return c, nil
 	}
-	c, err := node.Tunnel(s.resp3)
+	c, err := node.Tunnel(s.resp3, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -30,13 +30,20 @@
 // served before any ACL check); a relay link's own commands are never
 // relayed again.
 //
-// Four kinds of command:
+// Five kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's
-//     own connection (PING, ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
-//     INFO/LIST, SELECT 0, RESET, QUIT), or the proxy (INFO adds its own
-//     sections to Redis's, COMMAND its own commands); AUTH too when
-//     fenceproxy's own users are on (acl.go);
+//     own connection (ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
+//     INFO/LIST, SELECT (select.go: the database the Forwarder routes
+//     by), RESET, QUIT; CLIENT REPLY, whose replies the client's
+//     connection drops (reply.go); CLIENT UNBLOCK, mapped to the
+//     connection the named client's blocking command waits on
+//     (unblock.go)), or the proxy (INFO adds its own sections to Redis's,
+//     COMMAND its own commands); AUTH too when fenceproxy's own users are
+//     on (acl.go);
+//   - PING, SCRIPT KILL and FUNCTION KILL, which Redis answers while a
+//     script is busy: on the backend's control connection
+//     (Forwarder.Control, control.go), so none waits behind the script;
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
 //     FENCE.EXEC, LOCK.INFO, LOCK.TOP, LOCK.SLOWLOG), served by the lock
 //     manager;
@@ -44,7 +51,9 @@
 //     EXEC, WATCH and blocking commands keep the one Forwarder.Pin gave
 //     them while their state lasts (pinned.go); pub/sub makes the
 //     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe); WAIT
-//     goes to every master (Forwarder.WaitReplicas);
+//     goes to every master (Forwarder.WaitReplicas); a client that turns
+//     on CLIENT TRACKING keeps one for all its requests while it tracks
+//     (tracking.go, Forwarder.Track);
 //   - everything else, forwarded to Redis, reply bytes untouched
 //     (passthrough.go). MONITOR, replication, SHUTDOWN and the CLIENT
 //     subcommands that would act on a connection other clients share are

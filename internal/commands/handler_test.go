@@ -22,7 +22,7 @@ func TestLocalCommands(t *testing.T) {
 		{[]string{"ECHO", "x y"}, "$3\r\nx y\r\n"},
 		{[]string{"ECHO"}, "-ERR wrong number of arguments for 'echo' command\r\n"},
 		{[]string{"SELECT", "0"}, "+OK\r\n"},
-		{[]string{"SELECT", "1"}, "-ERR DB index is out of range\r\n"},
+		{[]string{"SELECT", "16"}, "-ERR DB index is out of range\r\n"},
 		{[]string{"SELECT", "x"}, "-ERR value is not an integer or out of range\r\n"},
 		{[]string{"CLIENT", "GETNAME"}, "$-1\r\n"},
 		{[]string{"CLIENT", "SETNAME", "worker-1"}, "+OK\r\n"},

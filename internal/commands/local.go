@@ -13,19 +13,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
-func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	switch len(args) {
-	case 1:
-		p.Buf = append(p.Buf, "+PONG\r\n"...)
-		p.Done()
-	case 2:
-		p.Buf = redcon.AppendBulk(p.Buf, args[1])
-		p.Done()
-	default:
-		replyError(p, "ERR wrong number of arguments for 'ping' command")
-	}
-}
-
 func (h *Handler) echo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	p.Buf = redcon.AppendBulk(p.Buf, args[1])
 	p.Done()
@@ -92,6 +79,10 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
+		if s.track.on {
+			replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while CLIENT TRACKING is on; say HELLO before CLIENT TRACKING ON")
+			return
+		}
 		replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open")
 		return
 	}
@@ -167,23 +158,17 @@ func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	replyOK(p)
 }
 
-func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	n, ok := parseInt(args[1])
-	switch {
-	case !ok:
-		replyError(p, "ERR value is not an integer or out of range")
-	case n != 0:
-		replyError(p, "ERR DB index is out of range")
-	default:
-		replyOK(p)
-	}
-}
-
 func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	sub := strings.ToLower(string(args[1]))
 	switch {
 	case sub == "id" && len(args) == 2:
 		replyInt(p, c.ID)
+	case sub == "reply" && len(args) == 3:
+		h.clientReply(c, args, p)
+	case sub == "unblock" && (len(args) == 3 || len(args) == 4):
+		h.clientUnblock(c, args, p)
+	case sub == "unblock" && len(args) > 4:
+		replyError(p, "ERR unknown subcommand or wrong number of arguments for 'UNBLOCK'. Try CLIENT HELP.")
 	case sub == "getname" && len(args) == 2:
 		if c.Name() == "" {
 			replyNull(c, p)
@@ -232,10 +217,12 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		default:
 			replyError(p, "ERR syntax error")
 		}
-	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list":
+	case sub == "tracking" || sub == "caching" || sub == "getredir" || sub == "trackinginfo":
+		h.clientTracking(c, sub, args, p)
+	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list" || sub == "reply" || sub == "unblock":
 		replyError(p, "ERR wrong number of arguments for 'client|"+sub+"' command")
 	default:
-		// TRACKING, CACHING, REPLY, KILL, PAUSE, UNPAUSE, ...: each would act
+		// KILL, PAUSE, UNPAUSE, ...: each would act
 		// on a connection that other clients share.
 		replyError(p, "ERR fenceproxy: CLIENT "+strings.ToUpper(sub)+" is not supported by fenceproxy")
 	}
@@ -245,7 +232,7 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // knows), one line. s is the client's session if the caller may read it.
 func clientLine(c *protocol.Conn, s *session) string {
 	line := "id=" + strconv.FormatInt(c.ID, 10) + " addr=" + c.RemoteAddr + " laddr=" + c.LocalAddr +
-		" name=" + c.Name() + " age=" + strconv.FormatInt(int64(time.Since(c.Created).Seconds()), 10) + " db=0"
+		" name=" + c.Name() + " age=" + strconv.FormatInt(int64(time.Since(c.Created).Seconds()), 10) + " db=" + strconv.Itoa(c.DB())
 	if s != nil {
 		proto := "2"
 		if s.backend.RESP3 {
@@ -265,9 +252,12 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if s.tx.pinned != nil {
 		c.WaitReplies(p)
+		h.unblocked(c, s)
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
-	s.tx = txState{} // a MULTI not yet sent too
+	s.tx = txState{}       // a MULTI not yet sent too
+	s.track = trackState{} // its connection went with s.tx.pinned
+	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
 	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis
 	s.lib = libInfo{}

@@ -105,12 +105,14 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 				s.tx.pinned.Do([][]byte{[]byte("DISCARD")}, resp.NewReplyFunc(func() {}))
 			}
 			s.tx.inMulti, s.tx.deferred, s.tx.watching = false, false, false
+			s.tx.selects, s.tx.queued = nil, 0
 			replyError(p, replyExecAbort)
 			return
 		}
 	}
 	if s.tx.deferred { // nothing was queued: nothing reached Redis
 		s.tx.inMulti, s.tx.deferred, s.tx.watching = false, false, false
+		s.tx.selects, s.tx.queued = nil, 0
 		if len(args[0]) == 4 { // EXEC
 			p.Buf = append(p.Buf, "*0\r\n"...)
 			p.Done()
@@ -120,6 +122,10 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 		return
 	}
 	s.tx.inMulti, s.tx.watching = false, false
+	if len(args[0]) == 4 { // EXEC
+		p = h.execReply(s, p)
+	}
+	s.tx.selects, s.tx.queued = nil, 0
 	if !s.tx.pinned.Up() {
 		if len(args[0]) == 4 { // EXEC
 			replyError(p, replyExecAbort)
@@ -171,6 +177,8 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	c.MayBlock()
+	h.blocked.add(c.ID, s.tx.pinned)
+	s.tx.blocked = true
 	h.sendPinned(s, args, p)
 }
 
@@ -178,10 +186,12 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // reply of its batch is in.
 func (h *Handler) BatchDone(c *protocol.Conn) {
 	s := sessionOf(c)
-	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching {
+	unblocked := h.unblocked(c, s)
+	s.adoptExecDB(c)
+	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.on {
 		return
 	}
-	s.tx.pinned.Release(true)
+	s.tx.pinned.Release(!unblocked)
 	s.tx.pinned = nil
 }
 
@@ -199,12 +209,14 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 // Closed releases what a connection held.
 func (h *Handler) Closed(c *protocol.Conn) {
 	s := sessionOf(c)
+	h.receivers.m.Delete(c.ID)
 	s.lockRequests.CancelAll()
 	if s.tunnel != nil {
 		s.tunnel.Close()
 	}
+	unblocked := h.unblocked(c, s)
 	if s.tx.pinned != nil {
-		s.tx.pinned.Release(!s.tx.inMulti && !s.tx.watching)
+		s.tx.pinned.Release(!s.tx.inMulti && !s.tx.watching && !unblocked)
 		s.tx.pinned = nil
 	}
 }

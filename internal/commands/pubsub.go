@@ -29,6 +29,7 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	tunnel.Start(c.TakeWrites(p))
 	s.tunnel = tunnel
+	h.noteReceiver(c, tunnel)
 	h.sendTunnel(s, args, p)
 }
 

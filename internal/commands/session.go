@@ -1,6 +1,8 @@
 package commands
 
 import (
+	"sync/atomic"
+
 	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
@@ -24,12 +26,22 @@ type session struct {
 	// (pubsub.go); it lasts as long as the connection.
 	tunnel cluster.Tunnel
 	auth   authState
+	// order keeps control requests in their place (control.go).
+	order controlOrder
+	// replies is what CLIENT REPLY set (reply.go).
+	replies replyMode
 	// lockRequests are the connection's lock requests in flight
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.
 	lockRequests locks.ConnRequests
 	// tier is set on a tier peer's relay link (tier.go).
 	tier *tierPeer
+	// track is the client's CLIENT TRACKING (tracking.go).
+	track trackState
+	// execDB is the database a SELECT in the client's transaction made
+	// current when EXEC ran it, -1 if none: set by EXEC's reply on the
+	// backend's reader, taken on by adoptExecDB (select.go).
+	execDB atomic.Int64
 }
 
 // sessionOf is c's session, made on first use: the one way to it.
@@ -39,6 +51,7 @@ func sessionOf(c *protocol.Conn) *session {
 	s, _ := c.Session.(*session)
 	if s == nil {
 		s = &session{backend: cluster.Client{ID: c.ID, Conn: c}}
+		s.execDB.Store(-1)
 		c.Session = s
 	}
 	return s
@@ -61,6 +74,15 @@ type txState struct {
 	// denied: a command of the transaction was refused by the user's ACL;
 	// EXEC aborts, as Redis does.
 	denied bool
+	// blocked: a blocking command was sent on pinned and is in the
+	// Handler's blockedClients (unblock.go) until its batch is done.
+	blocked bool
+	// queued counts the commands sent into the open transaction, selects
+	// are the SELECTs among them (select.go); execSelects: an EXEC whose
+	// reply may change the client's database is on its way.
+	queued      int
+	selects     []queuedSelect
+	execSelects bool
 }
 
 // authState is, with authentication on (acl.go), the connection's user

@@ -50,6 +50,12 @@ type Handler struct {
 	opts   Options
 	runner *locks.Runner // where lock requests (and INFO) run
 	authm  *metrics.Auth
+	// blocked maps the proxy's clients to the connection their blocking
+	// command waits on, for CLIENT UNBLOCK (unblock.go).
+	blocked blockedClients
+	// receivers are the clients with a pub/sub tunnel, for CLIENT
+	// TRACKING REDIRECT (tracking.go).
+	receivers receivers
 }
 
 // NewHandler returns a Handler.
@@ -158,6 +164,10 @@ func init() {
 		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
 		{name: "info", arity: -1, serve: (*Handler).info},
 		{name: "command", arity: -1, serve: (*Handler).command},
+		// Forwarded, on the control connection while a script may be busy
+		// (control.go).
+		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction},
+		{name: "function", arity: -2, serve: (*Handler).scriptOrFunction},
 
 		// The lock family, in the order of INFO's "# locks" lines.
 		{name: "lock.acquire", arity: -4, flags: lockFlags | flagWrite | flagWritesResource, resource: 1,
@@ -376,6 +386,12 @@ func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
 
 // ServeCommand dispatches one request.
 func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if s := sessionOf(c); s.tunnel == nil {
+		// A subscribed client's CLIENT REPLY is Redis's own: its tunnel
+		// is a connection of its own.
+		s.replies.silence(c, p)
+		s.order.next()
+	}
 	if h.opts.Tier != nil && h.serveTierLink(c, args, p) {
 		return
 	}
@@ -395,7 +411,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			if s.tx.deferred && !h.beginMulti(c, s, args, p) {
 				return
 			}
-			h.sendPinned(s, args, p)
+			h.sendQueued(s, args, p)
 			return
 		}
 		if cmd != nil {

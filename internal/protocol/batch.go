@@ -19,6 +19,10 @@ type slot struct {
 	// is completed by the connection (Conn.dispatch), and a Done that the
 	// Handler had arranged before panicking may still come.
 	done atomic.Bool
+	// silent: the reply is awaited in order but not written (see
+	// Conn.SetSilent). Set before the request leaves the connection's
+	// goroutine, so Complete reads it after.
+	silent bool
 }
 
 // Complete is the end of every reply to a client: an error value becomes
@@ -31,6 +35,9 @@ func (s *slot) Complete(r *resp.Reply) {
 		return
 	}
 	b := s.batch
+	if s.silent {
+		r.Buf, r.Err = r.Buf[:0], nil
+	}
 	if r.Err != nil {
 		// The slot holds this request's reply only: nothing else to keep.
 		r.Buf = b.conn.server.appendErr(r.Buf[:0], r.Err)
@@ -132,7 +139,7 @@ func (b *batch) next() *resp.Reply {
 		b.replies = append(b.replies, s)
 	}
 	s := b.replies[b.n]
-	s.late = false
+	s.late, s.silent = false, false
 	s.done.Store(false)
 	p := s.reply
 	p.Buf, p.Err = p.Buf[:0], nil

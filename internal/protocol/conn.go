@@ -43,6 +43,7 @@ type Conn struct {
 	Session any
 
 	name atomic.Pointer[string] // CLIENT SETNAME; read by CLIENT LIST from elsewhere
+	db   atomic.Int32           // SELECT; read by CLIENT LIST from elsewhere
 
 	server          *Server
 	nc              net.Conn // a *tls.Conn for a TLS client
@@ -60,6 +61,7 @@ type Conn struct {
 	reading   bool
 	idleArmed bool      // a read deadline for the idle timeout is set
 	outbound  *outbound // the write side once taken (TakeWrites)
+	push      *pushes   // nil until EnablePushes (push.go)
 	// rawConn writes to a plaintext client's socket without blocking, for
 	// a batch written by its last reply (writeLater), and reads from it
 	// without blocking, for a batch held over a partial request (held.go);
@@ -186,6 +188,9 @@ func (c *Conn) serve() {
 		p := c.batch.next()
 		if c.batch.n == 1 {
 			c.heldInput = 0
+			if c.push != nil {
+				c.push.beginBatch()
+			}
 		}
 		c.dispatch(args, p)
 		if c.batch.n == probeBatch && !c.mayBlock && !c.writesTaken {
@@ -250,6 +255,9 @@ func (c *Conn) handshake(tc *tls.Conn) bool {
 func (c *Conn) writeBatch() error {
 	if c.batch.n == 0 {
 		return nil
+	}
+	if c.push != nil {
+		defer c.endBatch()
 	}
 	if c.mayBlock {
 		c.mayBlock = false
@@ -514,6 +522,18 @@ func (c *Conn) WaitReplies(current *resp.Reply) {
 	c.batch.wg.Wait()
 }
 
+// SetSilent says whether the reply to current (the request being served)
+// is written: a silent one is still awaited in its place, and nothing of it
+// reaches the client (CLIENT REPLY OFF and SKIP). Call it before current
+// leaves the connection's goroutine (before it is sent to Redis).
+func (c *Conn) SetSilent(current *resp.Reply, silent bool) {
+	s := c.batch.replies[c.batch.n-1]
+	if s.reply != current {
+		panic("protocol: SetSilent with a reply that is not the current request's")
+	}
+	s.silent = silent
+}
+
 // TakeWrites hands the connection's write side to the caller for good: from
 // now on what the client reads is a stream the caller relays (pub/sub, where
 // Redis pushes messages no request asked for). The replies to requests sent
@@ -539,6 +559,9 @@ func (c *Conn) TakeWrites(current *resp.Reply) net.Conn {
 		c.outbound.Write(c.out)
 	}
 	c.writesTaken = true
+	if c.push != nil {
+		c.push.takeStream(c.outbound)
+	}
 	return c.outbound
 }
 
@@ -552,6 +575,13 @@ func (c *Conn) Name() string {
 
 // SetName sets the client's name.
 func (c *Conn) SetName(name string) { c.name.Store(&name) }
+
+// DB is the client's database as the Handler last set it (SetDB), for
+// CLIENT LIST.
+func (c *Conn) DB() int { return int(c.db.Load()) }
+
+// SetDB records the client's database.
+func (c *Conn) SetDB(db int) { c.db.Store(int32(db)) }
 
 // Server returns the server the connection belongs to.
 func (c *Conn) Server() *Server { return c.server }

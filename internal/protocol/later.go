@@ -27,7 +27,7 @@ package protocol
 // every reply is already in, it does not: the caller writes the batch
 // itself, as usual.
 func (c *Conn) writeLater() bool {
-	if c.rawConn == nil || c.mayBlock || c.writesTaken || c.closing.Load() || c.server.IdleTimeout > 0 {
+	if c.rawConn == nil || c.push != nil || c.mayBlock || c.writesTaken || c.closing.Load() || c.server.IdleTimeout > 0 {
 		return false
 	}
 	if c.batch.left.Add(-1) == 0 {

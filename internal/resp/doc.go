@@ -7,13 +7,18 @@
 //
 //   - AppendReply reads one whole reply from a stream and appends its exact
 //     bytes, RESP2 and RESP3 alike (an attribute with the reply it
-//     annotates), nested at most MaxDepth deep, bulks at most MaxBulk long:
-//     how the proxy relays what Redis wrote, byte for byte.
+//     annotates), nested to any depth (it counts what is owed instead of
+//     recursing: a script's reply can nest thousands deep): how the proxy
+//     relays what Redis wrote, byte for byte. A reply with a bulk over
+//     MaxBulk is read to its end and dropped (ErrTooLarge): that request
+//     fails and the stream stays in step; only bytes that are not RESP
+//     (ErrBadReply) cost the connection.
 //   - Size and Elements frame replies already in memory: the length of the
 //     first whole reply, and the exact bytes of an array's elements (for
 //     merging the parts of a request split across masters).
-//   - Parse decodes a small RESP2 reply into Go values, for the proxy's own
-//     use (its lock scripts, WAIT, COMMAND): an error reply becomes an Error.
+//   - Parse decodes a small RESP2 reply (at most MaxDepth deep) into Go
+//     values, for the proxy's own use (its lock scripts, WAIT, COMMAND):
+//     an error reply becomes an Error.
 //   - ParseInt parses an integer as Redis parses one.
 //   - AppendCommand and AppendError encode a request and an error reply.
 //     Other replies are encoded with redcon's helpers, which are good.

@@ -39,6 +39,12 @@ var wellFormed = []string{
 	"|1\r\n+ttl\r\n:3\r\n+value\r\n",
 	"*1\r\n|1\r\n+a\r\n+b\r\n%0\r\n",
 	"+" + strings.Repeat("s", 70000) + "\r\n", // EVAL "return redis.status_reply(string.rep('s', 70000))"
+	// A Lua table that holds itself, returned by EVAL: Redis nests the
+	// reply until Lua's stack runs out, then ends it with an error.
+	strings.Repeat("*1\r\n", 20000) + "-ERR reached lua stack limit\r\n",
+	// Attributes and maps nested: each map's value is the next level, and
+	// each attribute's reply comes after it.
+	strings.Repeat("|1\r\n+a\r\n%1\r\n+k\r\n", 500) + "+v\r\n" + strings.Repeat("+r\r\n", 500),
 }
 
 // malformed are rejected with ErrBadReply, however they are read.
@@ -60,9 +66,7 @@ var malformed = []string{
 	"!-1\r\n",
 	"$?\r\n",
 	"*?\r\n",
-	"$536870913\r\n",
 	"$1234567890123456789\r\n",
-	strings.Repeat("*1\r\n", MaxDepth+2) + ":1\r\n",
 }
 
 func readAll(r io.Reader) ([][]byte, error) {
@@ -340,5 +344,50 @@ func BenchmarkAppendReply(b *testing.B) {
 				n++
 			}
 		})
+	}
+}
+
+// zeros is an endless stream of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// TestAppendReplyTooLarge: a reply with a bulk or a line over MaxBulk is
+// read to its end and dropped with ErrTooLarge, and the reply after it is
+// read as it was sent: one request fails, the stream stays in step.
+func TestAppendReplyTooLarge(t *testing.T) {
+	defer func(was int) { bulkLimit = was }(bulkLimit)
+	bulkLimit = 10000
+	big := int64(bulkLimit + 1)
+	cases := map[string]io.Reader{
+		"bulk": io.MultiReader(strings.NewReader("$10001\r\n"), io.LimitReader(zeros{}, big),
+			strings.NewReader("\r\n:1\r\n")),
+		"bulk in an array": io.MultiReader(strings.NewReader("*3\r\n+before\r\n$10001\r\n"),
+			io.LimitReader(zeros{}, big), strings.NewReader("\r\n*1\r\n$5\r\nafter\r\n:1\r\n")),
+		"status line": io.MultiReader(strings.NewReader("*2\r\n+"), io.LimitReader(zeros{}, big),
+			strings.NewReader("\r\n$1\r\nx\r\n:1\r\n")),
+		"status line in the buffer": io.MultiReader(strings.NewReader("-"), io.LimitReader(zeros{}, big),
+			strings.NewReader("\r\n:1\r\n")),
+	}
+	if _, err := AppendReply(nil, bufio.NewReader(strings.NewReader("$536870913\r\n"))); err != io.ErrUnexpectedEOF {
+		t.Errorf("a bulk over MaxBulk, cut: %v, want io.ErrUnexpectedEOF", err)
+	}
+	for name, r := range cases {
+		size := 4096
+		if strings.HasSuffix(name, "in the buffer") {
+			size = 2 * bulkLimit
+		}
+		rd := bufio.NewReaderSize(r, size)
+		out, err := AppendReply([]byte("kept"), rd)
+		if !errors.Is(err, ErrTooLarge) || string(out) != "kept" {
+			t.Errorf("%s: %.40q, %v; want dst unchanged and ErrTooLarge", name, out, err)
+			continue
+		}
+		if next, err := AppendReply(nil, rd); err != nil || string(next) != ":1\r\n" {
+			t.Errorf("%s: the next reply = %q, %v; want :1", name, next, err)
+		}
 	}
 }

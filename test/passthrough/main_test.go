@@ -26,9 +26,15 @@ type pair struct {
 
 func startPair(t *testing.T) *pair {
 	t.Helper()
+	return startPairWith(t)
+}
+
+// startPairWith is startPair with extra fenceproxy flags.
+func startPairWith(t *testing.T, proxyArgs ...string) *pair {
+	t.Helper()
 	a := testenv.StartRedis(t, testenv.RedisOptions{})
 	b := testenv.StartRedis(t, testenv.RedisOptions{})
-	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: a.Addr, MinReplicas: 0})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: a.Addr, MinReplicas: 0, Args: proxyArgs})
 	pr := &pair{A: a, B: b, Proxy: p}
 	// Both start empty; FLUSHALL anyway so the corpus starts from a known state.
 	for _, addr := range []string{p.Addr, b.Addr} {

@@ -1,7 +1,7 @@
 // Package clients_test is the Go client compatibility suite for fenceproxy:
 // go-redis v9 (with its default options, which speak RESP3 after HELLO 3,
-// and with Protocol: 2) and rueidis (AlwaysRESP2, DisableCache: the proxy
-// does not support client-side caching's CLIENT TRACKING).
+// and with Protocol: 2) and rueidis (AlwaysRESP2 without a cache, and with
+// its client-side cache over RESP3: CLIENT TRACKING through the proxy).
 //
 // It runs only when FENCEPROXY_ADDR names a running proxy (test/clients/run.sh
 // sets it); `go test ./...` without it skips. Each case prints
@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	fmt.Println("go covered: go-redis v9 default options (RESP3) and Protocol 2: data commands, " +
 		"Pipelined, TxPipelined, Watch conflict, Do(LOCK.*), errors, pub/sub (Subscribe, PSubscribe, Lua PUBLISH, SSubscribe); " +
-		"rueidis: data commands, DoMulti, lock family via Arbitrary, Receive(SUBSCRIBE)")
+		"rueidis: data commands, DoMulti, lock family via Arbitrary, Receive(SUBSCRIBE), client-side cache (DoCache invalidated)")
 	fmt.Printf("go totals: %d passed, %d failed\n", passed.Load(), failedN.Load())
 	os.Exit(code)
 }
@@ -712,6 +712,58 @@ func TestRueidisPubSub(t *testing.T) {
 		}
 		if v, err := c.Do(ctx, c.B().Ping().Build()).ToString(); err != nil || v != "PONG" {
 			fail(t, cl, "PING after the subscription ended", orErr(v, err), "PONG")
+		}
+	})
+}
+
+// TestRueidisClientSideCache: rueidis with its client-side cache (RESP3,
+// CLIENT TRACKING OPTIN): a cached read is served from the cache, and a
+// write through another connection invalidates it. In front of a Redis
+// Cluster the proxy refuses CLIENT TRACKING, so the case runs in front of a
+// standalone Redis only.
+func TestRueidisClientSideCache(t *testing.T) {
+	const cl = "rueidis (client-side cache)"
+	if os.Getenv("FENCEPROXY_CLUSTER") == "1" {
+		fmt.Println("note: rueidis client-side cache case skipped in front of a Redis Cluster (CLIENT TRACKING is standalone only)")
+		return
+	}
+	run(t, "DoCache: cache hit, then invalidated by another connection's SET", func(t *testing.T) {
+		ctx := ctxT(t)
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, ConnWriteTimeout: 5 * time.Second})
+		if err != nil {
+			fail(t, cl, "NewClient", err, "a client with caching")
+		}
+		defer c.Close()
+		writer := goRedis(2)
+		defer writer.Close()
+		k := key("rue", "cached")
+		if err := writer.Set(ctx, k, "v1", 0).Err(); err != nil {
+			fail(t, cl, "SET (go-redis)", err, "OK")
+		}
+		get := func() (string, bool) {
+			r := c.DoCache(ctx, c.B().Get().Key(k).Cache(), time.Minute)
+			v, err := r.ToString()
+			if err != nil {
+				fail(t, cl, "DoCache GET", err, "a value")
+			}
+			return v, r.IsCacheHit()
+		}
+		get()
+		if v, hit := get(); v != "v1" || !hit {
+			fail(t, cl, "DoCache GET (second)", fmt.Sprintf("%q hit=%v", v, hit), "v1 from the cache")
+		}
+		if err := writer.Set(ctx, k, "v2", 0).Err(); err != nil {
+			fail(t, cl, "SET (go-redis)", err, "OK")
+		}
+		for {
+			v, hit := get()
+			if v == "v2" {
+				return
+			}
+			if !hit || ctx.Err() != nil {
+				fail(t, cl, "DoCache GET after another connection's SET", v, "v2 (the cached v1 invalidated)")
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 }

@@ -654,6 +654,39 @@ def _():
         c.close()
 
 
+@case("client-side caching (protocol=3, cache_config): a write through another connection invalidates the cached value")
+def _():
+    from redis.cache import CacheConfig
+
+    # redis-py enables its cache only against Redis 7.4 or later (it reads
+    # HELLO's version, which the proxy reports as the backend's).
+    version = tuple(int(x) for x in r.info("server")["redis_version"].split(".")[:2])
+    if version < (7, 4):
+        print("note: client-side caching case skipped: redis-py caches only with Redis >= 7.4, the backend is %d.%d"
+              % version, flush=True)
+        return
+    c = redis.Redis(host=HOST, port=PORT, protocol=3, cache_config=CacheConfig(),
+                    socket_timeout=5, socket_connect_timeout=5, retry=Retry(NoBackoff(), 0))
+    try:
+        k = key("csc")
+        r2.set(k, "v1")
+        expect("GET (read from Redis, cached)", c.get(k), b"v1")
+        cache = c.get_cache()
+        expect("the cache holds the value after GET", cache.size >= 1, True)
+        expect("GET (from the cache)", c.get(k), b"v1")
+        r2.set(k, "v2")
+        deadline = time.monotonic() + 5
+        while True:
+            got = c.get(k)
+            if got == b"v2":
+                break
+            if time.monotonic() > deadline:
+                raise Fail("GET after another connection's SET", got, b"v2")
+            time.sleep(0.01)
+    finally:
+        c.close()
+
+
 # --- cleanup and totals -----------------------------------------------------------
 
 try:
@@ -666,6 +699,7 @@ except Exception as e:  # noqa: BLE001
 print("python covered: connect (default RESP3 and protocol=2), strings, hashes, lists, sets, zsets, "
       "binary values, scripts, pipelines, redis.lock.Lock (acquire/extend/release, contention, blocking "
       "timeout), LOCK.ACQUIRE/RENEW/RELEASE/FENCE.CHECK/LOCK.INFO, bad input, transactions (tx:*), "
-      "pub/sub (RESP3 and protocol=2: subscribe, psubscribe, Lua PUBLISH, ping, unsubscribe)")
+      "pub/sub (RESP3 and protocol=2: subscribe, psubscribe, Lua PUBLISH, ping, unsubscribe), "
+      "client-side caching (protocol=3, cache_config)")
 print("python totals: %d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

@@ -1,0 +1,116 @@
+package commands
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Requests Redis answers while a script or function is busy: PING (with
+// -BUSY, or -LOADING while it loads its data, as Redis answers it; the
+// proxy answers it if Redis does not, see pingPatience), SCRIPT KILL and
+// FUNCTION KILL. They go on the backend's control connection
+// (Forwarder.Control), never on a shared one: there they could wait
+// behind the busy script itself, and the kill that would end it behind
+// the script it is to end.
+
+// controlOrder is how a client's control requests keep their place among
+// its other requests.
+type controlOrder struct {
+	// last: the client's latest request went on the control connection,
+	// so the next one may follow it there without waiting (pipelined PINGs
+	// stay pipelined); prev is last as it was before the current request.
+	last, prev bool
+}
+
+// next is called as each request begins.
+func (o *controlOrder) next() {
+	o.prev, o.last = o.last, false
+}
+
+// control sends the request on the control connection, in its place
+// among the client's requests (inOrder).
+func (h *Handler) control(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	h.inOrder(c, p)
+	h.opts.Backend.Control(&sessionOf(c).backend, args, p)
+}
+
+// inOrder waits for the client's earlier requests to have their replies if
+// they went another way than the control connection: a client's PING
+// after its own EVAL is answered after it, as on Redis. current is the
+// request's reply slot.
+func (h *Handler) inOrder(c *protocol.Conn, current *resp.Reply) {
+	s := sessionOf(c)
+	if !s.order.prev {
+		c.WaitReplies(current)
+	}
+	s.order.last = true
+}
+
+// pingPatience bounds how long a PING waits for Redis. Past it, or if
+// Redis cannot be reached, the proxy answers PONG itself: the proxy is
+// alive (/readyz tells whether Redis is), and a client's health check must
+// not hang on a stopped Redis. A script busy past lua-time-limit (5 s by
+// default) is answered -BUSY by Redis at once; one busy for less waits in
+// Redis and gets the proxy's PONG after this long.
+const pingPatience = time.Second
+
+var replyPong = []byte("+PONG\r\n")
+
+// ping is answered by Redis where it can be: only Redis knows whether it
+// is busy or loading.
+func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if len(args) > 2 {
+		replyError(p, "ERR wrong number of arguments for 'ping' command")
+		return
+	}
+	// The proxy's own answer, made now: args may hold a later request's
+	// bytes by the time it is needed.
+	own := replyPong
+	if len(args) == 2 {
+		own = redcon.AppendBulk(nil, args[1])
+	}
+	// In place first: the patience runs from when Redis is asked.
+	h.inOrder(c, p)
+	var answered atomic.Bool
+	pong := func() {
+		p.Buf = append(p.Buf, own...)
+		p.Done()
+	}
+	timer := time.AfterFunc(pingPatience, func() {
+		if answered.CompareAndSwap(false, true) {
+			pong()
+		}
+	})
+	// Redis's reply lands in a buffer of its own: it may come after the
+	// proxy answered, when p already serves a later request.
+	var sent *resp.Reply
+	sent = resp.NewReplyFunc(func() {
+		if !answered.CompareAndSwap(false, true) {
+			return
+		}
+		timer.Stop()
+		if sent.Err != nil {
+			pong() // Redis not reached, or the link broke
+			return
+		}
+		p.Buf = append(p.Buf, sent.Buf...)
+		p.Done()
+	})
+	h.opts.Backend.Control(&sessionOf(c).backend, args, sent)
+}
+
+// scriptOrFunction sends SCRIPT KILL and FUNCTION KILL on the control
+// connection and forwards the other subcommands.
+func (h *Handler) scriptOrFunction(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if len(args) == 2 && keys.LowerName(args[1]) == "kill" {
+		h.control(c, args, p)
+		return
+	}
+	h.forward(c, args, p)
+}
