@@ -67,6 +67,10 @@
 # the spread of the rounds' own NEW/OLD ratios, which says how much of a ratio
 # is noise. Writes no file.
 #
+# --tier: one fenceproxy and a tier of three (--peers, Raft) in front of one
+# Redis master + replica (--min-replicas 1), then, alternating: scripts/lockbench
+# (50 clients, acquire+release of random resources) through the single node, the
+# tier's leader and a follower (which relays to the leader).
 # A redis-benchmark run that gets error replies is reported as FAIL and the script
 # exits non-zero after the tables.
 set -euo pipefail
@@ -76,16 +80,17 @@ invoked_from=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
-	echo "usage: $0 [--quick | --scale] [--cluster]" >&2
+	echo "usage: $0 [--quick | --scale] [--cluster | --tier]" >&2
 	echo "       $0 [--quick] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
 	exit 2
 }
 
-quick=0 cluster=0 scale=0 compare=0 old_rev="" new_rev=""
+quick=0 cluster=0 scale=0 tier=0 compare=0 old_rev="" new_rev=""
 while (($# > 0)); do
 	case $1 in
 	--quick) quick=1 ;;
 	--cluster) cluster=1 ;;
+	--tier) tier=1 ;;
 	--scale) scale=1 ;;
 	--compare)
 		(($# >= 3)) || usage
@@ -849,6 +854,61 @@ main_cluster() {
 	fi
 }
 
+# main_tier: the --tier run (see the top of this file).
+main_tier() {
+	need_tools
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	log "building ./bin/fenceproxy and lockbench"
+	mkdir -p bin
+	go build -o ./bin/fenceproxy ./cmd/fenceproxy
+	go build -o "$tmp/lockbench" ./scripts/lockbench
+	start_local_redis
+	start_proxy
+	local i peers="" listen=() raft=() pid
+	for i in 1 2 3; do
+		listen[i]=127.0.0.1:$(free_port)
+		ports+=("${listen[i]##*:}")
+		raft[i]=127.0.0.1:$(free_port)
+		ports+=("${raft[i]##*:}")
+		peers+="${peers:+,}n$i=${raft[i]}"
+	done
+	for i in 1 2 3; do
+		./bin/fenceproxy --listen "${listen[i]}" --backend "$MASTER_ADDR" --data-dir "$tmp/tier$i" \
+			--min-replicas 1 --metrics-listen '' --key-prefix "tier:" \
+			--node-id "n$i" --raft-listen "${raft[i]}" --peers "$peers" >"$tmp/tier$i.log" 2>&1 &
+		pid=$!
+		others+=("tier-n$i $pid")
+		wait_ping "${listen[i]}" "$pid" "tier node n$i" "$tmp/tier$i.log"
+	done
+	local leader="" follower="" deadline=$((SECONDS + 60))
+	while [[ -z $leader ]] && ((SECONDS < deadline)); do
+		for i in 1 2 3; do
+			if redis-cli -h 127.0.0.1 -p "${listen[i]##*:}" INFO tier | grep -q '^tier_ready:1'; then
+				leader=${listen[i]}
+			fi
+		done
+		sleep 0.2
+	done
+	[[ -n $leader ]] || die "no tier node became the leader within 60s"
+	for i in 1 2 3; do
+		[[ ${listen[i]} == "$leader" || -n $follower ]] || follower=${listen[i]}
+	done
+	log "redis master $MASTER_ADDR, fenceproxy $PROXY_ADDR, tier leader $leader, follower $follower"
+	local rep
+	for ((rep = 1; rep <= LOCK_REPS; rep++)); do
+		lb distinct/single fenceproxy "$PROXY_ADDR"
+		check_proxy
+		lb distinct/tier-leader fenceproxy "$leader"
+		lb distinct/tier-follower fenceproxy "$follower"
+	done
+	echo
+	echo "== fenceproxy bench, one node vs a tier of three ($CLIENTS clients, acquire+release of random resources, ${LOCK_DUR} x $LOCK_REPS, best run; $(nproc) cores)"
+	# shellcheck disable=SC2059
+	printf "$row_fmt" test "one node" "p50/p99 ms" tier "p50/p99 ms" ratio
+	row "lock cycles/s via the leader" distinct/single distinct/tier-leader
+	row "lock cycles/s via a follower" distinct/single distinct/tier-follower
+}
+
 # build_fenceproxy WHICH REV: $tmp/fenceproxy-WHICH from REV, the path of a built
 # fenceproxy (relative to where the script was started) or else a git revision,
 # whose tree is unpacked with git archive and built; built_desc says which it was.
@@ -1012,6 +1072,8 @@ if ((compare)); then
 	main_compare
 elif ((cluster)); then
 	main_cluster
+elif ((tier)); then
+	main_tier
 else
 	main
 fi

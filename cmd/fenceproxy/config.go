@@ -43,6 +43,7 @@ type config struct {
 	aclFile         string // fenceproxy's own client users (internal/auth)
 	requirepass     string // or $FENCEPROXY_REQUIREPASS
 	allowEvictable  bool   // --allow-evictable-locks
+	tier            tierFlags
 }
 
 // defaultConfig is every setting's default, in one place: what the flags
@@ -107,6 +108,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.allowEvictable, "allow-evictable-locks", c.allowEvictable, "grant locks even on a Redis master whose maxmemory-policy can evict their records (each such grant is logged and counted); without it they are refused")
 	fs.BoolVar(&c.pprof, "pprof", c.pprof, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
 	c.limits.register(fs)
+	c.tier.register(fs)
 	c.tls.register(fs)
 	fs.StringVar(&c.aclFile, "aclfile", c.aclFile, "`file` of client users in Redis ACL syntax (\"user <name> <rules>\" per line); turns on client authentication")
 	fs.StringVar(&c.requirepass, "requirepass", c.requirepass, "password of the \"default\" client user (prefer $FENCEPROXY_REQUIREPASS: flags show in ps); turns on client authentication")
@@ -122,9 +124,18 @@ func parseFlags(args []string) (config, error) {
 	if err := c.sentinel.check(fs); err != nil {
 		return c, err
 	}
+	if err := c.tier.check(); err != nil {
+		return c, err
+	}
 	c.backendPassword = os.Getenv("FENCEPROXY_BACKEND_PASSWORD")
 	if c.requirepass == "" {
 		c.requirepass = os.Getenv("FENCEPROXY_REQUIREPASS")
+	}
+	if c.tier.secret = os.Getenv("FENCEPROXY_TIER_SECRET"); c.tier.secret == "" {
+		c.tier.secret = c.requirepass
+	}
+	if c.tier.on() && c.aclFile != "" && c.tier.secret == "" {
+		return c, errors.New("a tier with --aclfile needs $FENCEPROXY_TIER_SECRET (or --requirepass): it authenticates the nodes' relay links, which act as any user")
 	}
 	if err := c.check(); err != nil {
 		return c, err

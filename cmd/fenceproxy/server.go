@@ -25,6 +25,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/tier"
 )
 
 // How long the start may wait for the backend: to connect and read what the
@@ -45,12 +46,15 @@ type proxy struct {
 	tlsLn  net.Listener // nil without --tls-listen
 	tlsCfg *tls.Config
 
-	store       *persist.Store
+	store       *persist.Store // nil in a tier (tier.go)
+	tier        *tier.Node     // nil without --peers
+	relay       *tier.Relay    // a tier node's link to its leader
 	be          cluster.Backend
 	backendFlag string        // how errors name the backend: the flags that chose it
 	version     string        // the backend's redis_version, reported by HELLO
 	lockWrites  *locks.Writer // the lock scripts' batched writer, for the manager and the authority
 	tokens      atomic.Pointer[authority.Authority]
+	lockManager atomic.Pointer[locks.Manager] // for a tier node's leadership loss
 	srv         *protocol.Server
 	startedAt   time.Time // when it began to serve, for INFO's uptime
 
@@ -238,8 +242,12 @@ func (p *proxy) openListeners() error {
 	return nil
 }
 
-// openStore opens the fence store in --data-dir.
+// openStore opens the fence store in --data-dir, or in a tier this
+// node's share of the tier's (openTier).
 func (p *proxy) openStore() error {
+	if p.cfg.tier.on() {
+		return p.openTier()
+	}
 	store, err := persist.Open(p.cfg.dataDir, persist.Options{
 		CacheEntries: p.cfg.cacheEntries,
 		ObserveSync:  func(d time.Duration) { p.metrics.FsyncSeconds.Observe(d.Seconds()) },
@@ -339,6 +347,9 @@ func (p *proxy) compileACL(specs []auth.UserSpec, keyTable *keys.Table) (*auth.A
 // token bound kept in Redis.
 func (p *proxy) startAuthority() error {
 	p.lockWrites = locks.NewWriter(locks.WriterOptions{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
+	if p.tier != nil {
+		return nil // the tier's leader is the token authority (tier.go)
+	}
 	tokens := authority.New(authority.Options{
 		Backend: p.be, Writer: p.lockWrites, Store: p.store, KeyPrefix: p.cfg.keyPrefix,
 		MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout, Logger: p.logger,
@@ -362,18 +373,21 @@ func (p *proxy) startAuthority() error {
 // behind every command.
 func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handler {
 	cfg := &p.cfg
+	mgr := locks.New(locks.Options{
+		Scripts: p.lockWrites, Store: p.tokenStore(), MinReplicas: cfg.minReplicas,
+		KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: p.metrics, Logger: p.logger,
+		MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
+		SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
+		AllowEvictable:    cfg.allowEvictable,
+		Admit:             p.admit,
+		Term:              p.term,
+		LeaseSafetyMargin: cfg.leaseMargin,
+	})
+	p.lockManager.Store(mgr)
 	return commands.NewHandler(commands.Options{
-		Backend: p.be,
-		Keys:    keyTable,
-		Locks: locks.New(locks.Options{
-			Scripts: p.lockWrites, Store: locks.PersistStore(p.store), MinReplicas: cfg.minReplicas,
-			KeyPrefix: cfg.keyPrefix, LockDelay: cfg.lockDelay, Metrics: p.metrics, Logger: p.logger,
-			MaxWaiters: cfg.maxWaiters, SlowLogLen: cfg.slowLogLen,
-			SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
-			AllowEvictable:    cfg.allowEvictable,
-			Admit:             p.tokens.Load().Admit,
-			LeaseSafetyMargin: cfg.leaseMargin,
-		}),
+		Backend:        p.be,
+		Keys:           keyTable,
+		Locks:          mgr,
 		Metrics:        p.metrics,
 		Logger:         p.logger,
 		RedisVersion:   p.version,
@@ -381,6 +395,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		KeyPrefix:      cfg.keyPrefix,
 		Info:           p.info,
 		ACL:            acl,
+		Tier:           p.tierOptions(),
 	})
 }
 
@@ -397,14 +412,14 @@ func (p *proxy) newServer(h protocol.Handler) *protocol.Server {
 
 // info is the body of INFO's "# fenceproxy" section.
 func (p *proxy) info() string {
-	st := p.store.Stats()
+	st := p.storeStats()
 	be := p.be
 	return fmt.Sprintf("fenceproxy_mode:%s\r\nmasters:%d\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nreplicas_seen:%d\r\n"+
 		"min_replicas:%d\r\nreplica_timeout_ms:%d\r\nfence_store_healthy:%d\r\ntoken_bound:%d\r\n"+
 		"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
 		be.Mode(), len(be.Masters()), int(time.Since(p.startedAt).Seconds()), p.srv.Clients(), fewestReplicas(be),
 		p.cfg.minReplicas, p.cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
-		st.CacheEntries, st.CacheHits, st.CacheMisses) + p.tokens.Load().Info() + limitsInfo(p.srv) + memoryInfo(be, p.cfg.allowEvictable, p.metrics)
+		st.CacheEntries, st.CacheHits, st.CacheMisses) + p.authorityInfo() + limitsInfo(p.srv) + memoryInfo(be, p.cfg.allowEvictable, p.metrics) + p.tierInfo()
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz on --metrics-listen.
@@ -432,6 +447,9 @@ func (p *proxy) ready() error {
 			return fmt.Errorf("backend Redis %s is not the master now; nothing is sent to it", n.Addr)
 		}
 	}
+	if p.tier != nil {
+		return nil // serving passthrough; lock commands say when there is no leader
+	}
 	if !p.store.Stats().Healthy {
 		return errors.New("fence store unhealthy")
 	}
@@ -450,7 +468,10 @@ func (p *proxy) logReady() {
 		"listen", addrOf(p.ln), "tls_listen", addrOf(p.tlsLn), "backend_tls", cfg.tls.backend, "backend", cfg.backend, "sentinel", cfg.sentinel.addrs, "mode", be.Mode(), "masters", len(be.Masters()),
 		"redis_version", p.version, "replicas_seen", len(replicas), "replicas", strings.Join(replicas, ","),
 		"min_replicas", cfg.minReplicas, "replica_timeout", cfg.replicaTimeout,
-		"data_dir", cfg.dataDir, "token_bound", p.store.Stats().ReservedBound, "fence_store_id", p.store.ID(), "token_floor", p.store.Floor(), "metrics", cfg.metricsListen)
+		"data_dir", cfg.dataDir, "metrics", cfg.metricsListen)
+	if p.store != nil {
+		p.logger.Info("fence store", "token_bound", p.store.Stats().ReservedBound, "fence_store_id", p.store.ID(), "token_floor", p.store.Floor())
+	}
 	if fewest := fewestReplicas(be); fewest < cfg.minReplicas {
 		p.logger.Warn("a master has fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS for its resources until enough replicas are online",
 			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)

@@ -24,6 +24,12 @@
 // A new lock command is its entry, its serve function and what the lock
 // manager does for it.
 //
+// In a tier (Options.Tier, tier.go) a node that does not lead relays every
+// lock-family command but the TIER.* ones to the leader, after its own ACL
+// check, over links the leader accepts with the tier secret (TIER.PEER,
+// served before any ACL check); a relay link's own commands are never
+// relayed again.
+//
 // Five kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's

@@ -22,7 +22,7 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	for _, a := range args[1:] {
 		sec := strings.ToLower(string(a))
 		switch sec {
-		case "fenceproxy":
+		case "fenceproxy", "tier":
 			ours = true
 			continue
 		case "locks":

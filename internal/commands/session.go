@@ -34,6 +34,8 @@ type session struct {
 	// (locks.Runner), ended when the client goes away; lock workers use
 	// them too.
 	lockRequests locks.ConnRequests
+	// tier is set on a tier peer's relay link (tier.go).
+	tier *tierPeer
 	// track is the client's CLIENT TRACKING (tracking.go).
 	track trackState
 	// execDB is the database a SELECT in the client's transaction made

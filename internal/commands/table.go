@@ -41,6 +41,8 @@ type Options struct {
 	// and per-user permissions (see acl.go); nil keeps everyone "default"
 	// with every permission, at no cost.
 	ACL *auth.ACL
+	// Tier, when not nil, makes this node one of a tier (tier.go).
+	Tier Tier
 }
 
 // Handler serves every client request; it implements protocol.Handler.
@@ -226,6 +228,17 @@ func init() {
 			syntax:  "GET|LEN|RESET|HELP [count]",
 			serve:   (*Handler).lockSlowlog},
 
+		// A tier's membership and state (tier.go): an operator's.
+		{name: "tier.info", arity: 1, flags: lockFlags | flagAdmin,
+			summary: "Show this tier node's role, term, leader, indexes and peers",
+			syntax:  "", serve: (*Handler).tierInfo},
+		{name: "tier.add", arity: 3, flags: lockFlags | flagAdmin,
+			summary: "Add a node to the tier (on the leader); it catches up from the leader",
+			syntax:  "id raft-addr", serve: (*Handler).tierAdd},
+		{name: "tier.remove", arity: 2, flags: lockFlags | flagAdmin,
+			summary: "Remove a node from the tier (on the leader)",
+			syntax:  "id", serve: (*Handler).tierRemove},
+
 		// Transactions: their state is kept on a connection of the
 		// client's own (pinned.go).
 		{name: "multi", arity: 1, flags: flagImmediate, serve: (*Handler).multi},
@@ -379,6 +392,9 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s.replies.silence(c, p)
 		s.order.next()
 	}
+	if h.opts.Tier != nil && h.serveTierLink(c, args, p) {
+		return
+	}
 	if h.opts.ACL != nil && !h.authorize(c, args, p) {
 		return
 	}
@@ -402,6 +418,10 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			if !arityOK(cmd.arity, len(args)) {
 				p.Buf = redcon.AppendError(p.Buf, "ERR wrong number of arguments for '"+cmd.name+"' command")
 				p.Done()
+				return
+			}
+			if h.relaying(c, cmd) {
+				h.relayLock(c, cmd, args, p)
 				return
 			}
 			cmd.serve(h, c, args, p)

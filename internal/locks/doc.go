@@ -53,7 +53,9 @@
 //
 // Waiting is first come, first served and bounded: at most
 // Options.MaxWaiters acquires wait per resource, a release wakes only the
-// head of the line, and only the head ever tries (serial.go).
+// head of the line, and only the head ever tries (serial.go). A tier node
+// that loses leadership ends every waiter at once (EndWaiters, -TRYAGAIN):
+// lines are not replicated, and a deposed leader must not grant.
 //
 // What operators see: the owner record also carries when its token was
 // granted, when the lease was last armed and the client it was granted for

@@ -203,6 +203,9 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr strin
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
+		if err := m.waiting.endedBy(w); err != nil {
+			return 0, err
+		}
 		var freed bool
 		var hint time.Duration
 		head, freed, hint = m.waiting.news(resource, w)
@@ -224,6 +227,11 @@ func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr strin
 		}
 	}
 }
+
+// EndWaiters ends every acquire waiting in line with err: a tier node
+// that lost leadership must not grant after a wait (its waiters retry on
+// the new leader, in their own new order).
+func (m *Manager) EndWaiters(err error) { m.waiting.endAll(err) }
 
 // tryAcquire makes one attempt. On ErrBusy it also returns the holder's
 // remaining lease (0 if unknown).

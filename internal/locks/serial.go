@@ -75,6 +75,8 @@ type waiter struct {
 	// and make the holder's release wait behind a doomed attempt.
 	freed     bool
 	leaseHint time.Duration
+	// ended, if set, ends the wait with it (endAll).
+	ended error
 }
 
 func (w *waiter) signal() {
@@ -82,6 +84,25 @@ func (w *waiter) signal() {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+// endAll wakes every waiter to leave the line with err.
+func (q *waitQueue) endAll(err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, ws := range q.queues {
+		for _, w := range ws {
+			w.ended = err
+			w.signal()
+		}
+	}
+}
+
+// endedBy is the error endAll ended w's wait with, if any.
+func (q *waitQueue) endedBy(w *waiter) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return w.ended
 }
 
 // join appends a waiter for resource, or returns nil if max already wait.

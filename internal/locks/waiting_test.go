@@ -109,10 +109,10 @@ func next(t *testing.T, results <-chan acquired) acquired {
 	}
 }
 
-// TestWaitingLineFIFO: waiters are served in arrival order, a release
-// wakes the head only, and one promoted right after a grant waits for
-// that lease rather than trying in vain.
-func TestWaitingLineFIFO(t *testing.T) {
+// heldWithTwoWaiting: a holds r, then b and c wait in line for it (a
+// minute each); their results arrive on results.
+func heldWithTwoWaiting(t *testing.T) (*fixture, context.Context, chan acquired) {
+	t.Helper()
 	f, _ := modelled(t, nil)
 	ctx := context.Background()
 	if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
@@ -121,6 +121,14 @@ func TestWaitingLineFIFO(t *testing.T) {
 	results := make(chan acquired, 2)
 	f.acquireAsync(t, ctx, "b", time.Minute, 1, results)
 	f.acquireAsync(t, ctx, "c", time.Minute, 2, results)
+	return f, ctx, results
+}
+
+// TestWaitingLineFIFO: waiters are served in arrival order, a release
+// wakes the head only, and one promoted right after a grant waits for
+// that lease rather than trying in vain.
+func TestWaitingLineFIFO(t *testing.T) {
+	f, ctx, results := heldWithTwoWaiting(t)
 	if st := f.m.Stats(); st.Waiters != 2 {
 		t.Errorf("Stats.Waiters = %d, want 2", st.Waiters)
 	}
@@ -238,4 +246,18 @@ func TestWaitingLineQueue(t *testing.T) {
 	}
 	q.leave("r", b, 0)   // twice: harmless
 	q.wakeHead("nobody") // nobody waits: harmless
+}
+
+// TestEndWaiters: a tier node that loses leadership ends every waiter with
+// the error it is given (-TRYAGAIN), at once, and the line is empty after.
+func TestEndWaiters(t *testing.T) {
+	f, _, results := heldWithTwoWaiting(t)
+	lost := errors.New("leadership lost")
+	f.m.EndWaiters(lost)
+	for i := 0; i < 2; i++ {
+		if r := next(t, results); r.err != lost {
+			t.Fatalf("a waiter ended with %+v, want the leadership error", r)
+		}
+	}
+	f.waitLine(t, 0)
 }

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/commands"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/tier"
+)
+
+// tierFlags make this process one node of a tier (internal/tier).
+type tierFlags struct {
+	nodeID     string
+	raftListen string
+	peersFlag  string
+	peers      []tier.Peer
+	advertise  string // the client address followers forward to; --listen if empty
+	secret     string // $FENCEPROXY_TIER_SECRET, or the requirepass: opens relay links
+	logStore   string // bolt or pebble
+}
+
+func (t *tierFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.nodeID, "node-id", "", "this node's `id` in a tier of fenceproxy nodes (with --raft-listen and --peers)")
+	fs.StringVar(&t.raftListen, "raft-listen", "", "`host:port` where this tier node serves Raft to its peers")
+	fs.StringVar(&t.peersFlag, "peers", "", "the tier's nodes at its first start, `ID=HOST:PORT[,ID=HOST:PORT...]` (their --raft-listen; this node may be among them); without it fenceproxy is a single node")
+	fs.StringVar(&t.logStore, "tier-log-store", "pebble", "where a tier node keeps its Raft log: `pebble` or bolt (raft-boltdb); a node keeps the one it started with")
+	fs.StringVar(&t.advertise, "tier-advertise", "", "`host:port` where the tier's other nodes reach this node's clients' port (default: --listen)")
+}
+
+// on reports whether this process is a tier node.
+func (t *tierFlags) on() bool { return t.peersFlag != "" }
+
+func (t *tierFlags) check() error {
+	if !t.on() {
+		if t.nodeID != "" || t.raftListen != "" {
+			return errors.New("--node-id and --raft-listen need --peers (the tier's nodes)")
+		}
+		return nil
+	}
+	if t.nodeID == "" || t.raftListen == "" {
+		return errors.New("--peers needs --node-id and --raft-listen")
+	}
+	if _, _, err := net.SplitHostPort(t.raftListen); err != nil {
+		return fmt.Errorf("--raft-listen: %v", err)
+	}
+	peers, err := tier.ParsePeers(t.peersFlag)
+	if err != nil {
+		return fmt.Errorf("--peers: %v", err)
+	}
+	for _, p := range peers {
+		if p.ID == t.nodeID && p.Addr != t.raftListen {
+			return fmt.Errorf("--peers names this node (%s) at %s, but --raft-listen is %s", p.ID, p.Addr, t.raftListen)
+		}
+	}
+	t.peers = peers
+	if t.logStore != "bolt" && t.logStore != "pebble" {
+		return errors.New("--tier-log-store must be bolt or pebble")
+	}
+	return nil
+}
+
+// openTier starts this node of the tier, its Raft state under
+// --data-dir/raft. Its clients' address is what followers forward to.
+func (p *proxy) openTier() error {
+	cfg := &p.cfg
+	advertise := cfg.tier.advertise
+	if advertise == "" {
+		// The listeners open last (openListeners), so the flag, not the
+		// socket: a wildcard host there needs --tier-advertise.
+		advertise = cfg.listen
+	}
+	n, err := tier.Open(tier.Options{
+		NodeID: cfg.tier.nodeID, RaftListen: cfg.tier.raftListen, Peers: cfg.tier.peers,
+		Dir:        filepath.Join(cfg.dataDir, "raft"),
+		ClientAddr: advertise,
+		LogStore:   cfg.tier.logStore,
+		Logger:     p.logger,
+		// Waiters in line here end -TRYAGAIN; in-flight grants end so by
+		// themselves (their Reserve fails).
+		OnLeadershipLost: func() {
+			if m := p.lockManager.Load(); m != nil {
+				m.EndWaiters(&tier.UnavailableError{Lost: true})
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("--data-dir %s / --raft-listen %s: %v", cfg.dataDir, cfg.tier.raftListen, err)
+	}
+	p.tier = n
+	p.relay = n.NewRelay(cfg.tier.secret)
+	p.metrics.RegisterTier(func() metrics.TierStats {
+		st := n.Status()
+		ts := metrics.TierStats{Role: st.Role, Ready: n.Ready(), Term: st.Term, CommitIndex: st.CommitIndex, Applied: st.AppliedIndex,
+			LogWrites: st.LogWrites, LogEntries: st.LogEntries}
+		for _, peer := range st.Peers {
+			ts.Peers = append(ts.Peers, metrics.TierPeer{ID: peer.ID, Healthy: peer.Healthy, Lag: peer.Lag})
+		}
+		return ts
+	})
+	p.onClose(func() { n.Close() })
+	return nil
+}
+
+// tierHooks are the command layer's view of the tier (commands.Tier).
+type tierHooks struct {
+	info   func() string
+	node   *tier.Node
+	relay  *tier.Relay
+	secret string
+}
+
+func (t tierHooks) Leads() bool { return t.node.Ready() }
+
+func (t tierHooks) Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, args [][]byte) ([]byte, error) {
+	return t.relay.Do(ctx, user, resp3, wait, args)
+}
+
+func (t tierHooks) PeerSecret(secret string) bool { return tier.CheckSecret(t.secret, secret) }
+
+func (t tierHooks) ReportApplied(node string, index uint64) { t.node.ReportApplied(node, index) }
+
+func (t tierHooks) Info() string {
+	return strings.TrimPrefix(t.info(), "\r\n# Tier\r\n")
+}
+
+func (t tierHooks) AddNode(id, raftAddr string) error { return t.node.AddNode(id, raftAddr) }
+func (t tierHooks) RemoveNode(id string) error        { return t.node.RemoveNode(id) }
+
+// tierOptions is the command layer's tier (nil for a single node).
+func (p *proxy) tierOptions() commands.Tier {
+	if p.tier == nil {
+		return nil
+	}
+	return tierHooks{info: p.tierInfo, node: p.tier, relay: p.relay, secret: p.cfg.tier.secret}
+}
+
+// tokenStore is the lock manager's TokenStore: the tier's, or the fence
+// store's.
+func (p *proxy) tokenStore() locks.TokenStore {
+	if p.tier != nil {
+		return p.tier.Store()
+	}
+	return locks.PersistStore(p.store)
+}
+
+// admit is the lock manager's Admit: in a tier, only the ready leader
+// issues or judges tokens; else the token authority's heartbeat decides.
+func (p *proxy) admit() error {
+	if p.tier != nil {
+		if !p.tier.Ready() {
+			return p.tier.NotReady()
+		}
+		return nil
+	}
+	return p.tokens.Load().Admit()
+}
+
+// term is the lock manager's Term: the term this node leads the tier in
+// (owner records carry it; scripts refuse an older one), 0 for a single
+// node.
+func (p *proxy) term() uint64 {
+	if p.tier == nil {
+		return 0
+	}
+	return p.tier.Term()
+}
+
+// storeStats is the fence store's stats (none in a tier).
+func (p *proxy) storeStats() persist.Stats {
+	if p.store == nil {
+		return persist.Stats{Healthy: true}
+	}
+	return p.store.Stats()
+}
+
+// authorityInfo is the token authority's INFO fields (none in a tier).
+func (p *proxy) authorityInfo() string {
+	if a := p.tokens.Load(); a != nil {
+		return a.Info()
+	}
+	return ""
+}
+
+// tierInfo is INFO's "# Tier" section, after the fenceproxy section ("" for
+// a single node).
+func (p *proxy) tierInfo() string {
+	if p.tier == nil {
+		return ""
+	}
+	st := p.tier.Status()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\r\n# Tier\r\ntier_node_id:%s\r\ntier_id:%s\r\ntier_role:%s\r\ntier_ready:%d\r\ntier_term:%d\r\ntier_leader_id:%s\r\ntier_leader_addr:%s\r\n"+
+		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_resources:%d\r\ntier_pending_reservations:%d\r\n"+
+		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_peers:%d\r\n",
+		st.NodeID, st.TierID, st.Role, boolInt(p.tier.Ready()), st.Term, st.LeaderID, st.LeaderAddr,
+		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.Resources, st.Pending,
+		st.LogWrites, st.LogEntries, st.Members)
+	for _, peer := range st.Peers {
+		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), peer.Lag)
+	}
+	return b.String()
+}

@@ -1,0 +1,172 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Tier is what the command layer needs of a tier node (internal/tier):
+// while this node does not lead, lock-family commands are relayed to the
+// leader; the leader accepts relay links from its peers.
+type Tier interface {
+	// Leads reports whether this node serves lock commands itself.
+	Leads() bool
+	// Relay sends a lock-family command to the leader on behalf of a
+	// client of user ("" with ACLs off) in its protocol, and returns the
+	// leader's reply; an error is a coded -TRYAGAIN.
+	Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, args [][]byte) ([]byte, error)
+	// PeerSecret reports whether secret opens a relay link.
+	PeerSecret(secret string) bool
+	// ReportApplied records a follower's applied index.
+	ReportApplied(node string, index uint64)
+	// Info is INFO's "# Tier" section body (TIER.INFO).
+	Info() string
+	// AddNode and RemoveNode change the tier's membership (on the
+	// leader; elsewhere a coded -TRYAGAIN naming it).
+	AddNode(id, raftAddr string) error
+	RemoveNode(id string) error
+}
+
+// tierInfo is TIER.INFO: the node's tier section as a bulk string.
+func (h *Handler) tierInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if h.opts.Tier == nil {
+		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		return
+	}
+	p.Buf = append(p.Buf, '$')
+	info := h.opts.Tier.Info()
+	p.Buf = strconv.AppendInt(p.Buf, int64(len(info)), 10)
+	p.Buf = append(p.Buf, "\r\n"...)
+	p.Buf = append(p.Buf, info...)
+	p.Buf = append(p.Buf, "\r\n"...)
+	p.Done()
+}
+
+// tierAdd is TIER.ADD id raft-addr: the node joins as a voter; it catches
+// up from the leader (a snapshot if it is far behind).
+func (h *Handler) tierAdd(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if h.opts.Tier == nil {
+		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		return
+	}
+	id, addr := string(args[1]), string(args[2])
+	h.runner.Go(func() { h.replyMembership(p, h.opts.Tier.AddNode(id, addr)) })
+}
+
+// tierRemove is TIER.REMOVE id.
+func (h *Handler) tierRemove(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if h.opts.Tier == nil {
+		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		return
+	}
+	id := string(args[1])
+	h.runner.Go(func() { h.replyMembership(p, h.opts.Tier.RemoveNode(id)) })
+}
+
+func (h *Handler) replyMembership(p *resp.Reply, err error) {
+	var coded resp.CodedError
+	switch {
+	case err == nil:
+		replyOK(p)
+	case errors.As(err, &coded):
+		replyErr(p, coded)
+	default:
+		h.opts.Logger.Warn("tier membership change failed", "err", err)
+		replyError(p, "ERR fenceproxy: the membership change failed (see the node's log)")
+	}
+}
+
+// tierPeer marks a session that is a peer's relay link (TIER.PEER).
+type tierPeer struct {
+	node string
+}
+
+// serveTierLink serves the internal link's own commands, before any ACL
+// check (a relay link authenticates with the tier secret, not as a user).
+// It reports whether it answered.
+func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) bool {
+	if len(args[0]) < 5 || !strings.EqualFold(string(args[0][:5]), "tier.") {
+		return false
+	}
+	name := strings.ToLower(string(args[0]))
+	s := sessionOf(c)
+	switch name {
+	case "tier.peer":
+		// TIER.PEER secret node-id user proto
+		if len(args) != 5 || !h.opts.Tier.PeerSecret(string(args[1])) {
+			h.refuse(s, p, "ERR fenceproxy: not a tier peer")
+			return true
+		}
+		if user := string(args[3]); h.opts.ACL != nil {
+			u := h.opts.ACL.User(user)
+			if u == nil {
+				replyError(p, "ERR fenceproxy: the relayed client's user is unknown on the leader (the nodes' ACL files differ)")
+				return true
+			}
+			s.auth.user, s.auth.userSet = u, true
+		}
+		s.backend.RESP3 = string(args[4]) == "3"
+		s.tier = &tierPeer{node: string(args[2])}
+		replyOK(p)
+		return true
+	case "tier.applied":
+		// TIER.APPLIED node-id index, on a relay link only.
+		if s.tier == nil || len(args) != 3 {
+			return false
+		}
+		if n, err := strconv.ParseUint(string(args[2]), 10, 64); err == nil {
+			h.opts.Tier.ReportApplied(string(args[1]), n)
+		}
+		replyOK(p)
+		return true
+	}
+	return false
+}
+
+// relaying reports whether cmd is to be relayed to the tier's leader: a
+// lock-family command on a node that does not lead, from a client (a relay
+// link's commands are served here, so two nodes that each take the other
+// for leader cannot pass one back and forth).
+func (h *Handler) relaying(c *protocol.Conn, cmd *command) bool {
+	return cmd.flags&flagLock != 0 && h.opts.Tier != nil && sessionOf(c).tier == nil && !h.opts.Tier.Leads() &&
+		!strings.HasPrefix(cmd.name, "tier.") // the tier's own: each node answers them
+}
+
+// relayLock relays a lock-family command to the leader and answers the
+// leader's reply, in the order of the connection's other lock requests for
+// the same resource.
+func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *resp.Reply) {
+	s := sessionOf(c)
+	user := ""
+	if h.opts.ACL != nil && s.auth.user != nil {
+		user = s.auth.user.Name()
+	}
+	resp3 := s.backend.RESP3
+	own := make([][]byte, len(args))
+	for i, a := range args {
+		own[i] = append([]byte(nil), a...)
+	}
+	var wait time.Duration
+	if cmd.name == "lock.acquire" && len(args) == 6 {
+		wait = MaxWait
+		c.MayBlock()
+	}
+	relay := func(ctx context.Context) ([]byte, error) {
+		return h.opts.Tier.Relay(ctx, user, resp3, wait, own)
+	}
+	if cmd.resource > 0 && cmd.resource < len(own) {
+		h.runLock(c, string(own[cmd.resource]), p, wait, relay)
+		return
+	}
+	h.runner.Go(func() {
+		reply, err := relay(context.Background())
+		p.Buf, p.Err = append(p.Buf, reply...), err
+		p.Done()
+	})
+}

@@ -1,0 +1,612 @@
+package tier
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Peer is one node of the tier as --peers names it.
+type Peer struct {
+	ID   string
+	Addr string // its --raft-listen
+}
+
+// ParsePeers reads --peers: ID=ADDR[,ID=ADDR...].
+func ParsePeers(s string) ([]Peer, error) {
+	var peers []Peer
+	seen := map[string]bool{}
+	for _, item := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("%q is not ID=HOST:PORT", item)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%q: %v", item, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("node id %q is named twice", id)
+		}
+		seen[id] = true
+		peers = append(peers, Peer{ID: id, Addr: addr})
+	}
+	return peers, nil
+}
+
+// Options configure a Node.
+type Options struct {
+	// NodeID is this node's id (--node-id), RaftListen where it serves
+	// Raft (--raft-listen; also the address its peers reach it at).
+	NodeID, RaftListen string
+	// Peers is the tier at its first start (--peers); this node is added
+	// if it is missing. Ignored once the node has state.
+	Peers []Peer
+	// Dir holds the Raft log, stable store and snapshots (--data-dir/raft).
+	Dir string
+	// LogStore is where the Raft log and stable store live: "pebble"
+	// (pebblelog.go, the default) or "bolt" (raft-boltdb). Pebble measured
+	// about 1.5x bolt's lock cycles through the leader (one fsync per log
+	// write, not two).
+	LogStore string
+	// ClientAddr is where this node serves clients: followers forward
+	// lock commands there while it leads.
+	ClientAddr string
+	// Timeouts; raft's defaults (1s, 1s, 500ms) if zero.
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+	// BootstrapWait is how long a node without state waits to be contacted
+	// by a leader before it bootstraps the tier from Peers (3 election
+	// timeouts if zero): a node whose disk was wiped is caught up by the
+	// leader instead of starting a tier of its own.
+	BootstrapWait time.Duration
+	// OnLeadershipLost is called (on its own goroutine) each time this
+	// node stops being the ready leader: lock commands in flight and
+	// waiters must end.
+	OnLeadershipLost func()
+	Logger           *slog.Logger
+
+	// trailingLogs: log entries kept after a snapshot (raft's default if
+	// zero); tests make it small to force catch-up by snapshot.
+	trailingLogs uint64
+}
+
+// Node is this process as one node of a tier: a Raft group whose state
+// machine is the token state (fsm.go). Safe for concurrent use.
+type Node struct {
+	opts    Options
+	raft    *raft.Raft
+	fsm     *fsm
+	logs    *countingLogStore
+	bolt    *raftboltdb.BoltStore
+	pebble  *pebbleStore
+	trans   *raft.NetworkTransport
+	logger  *slog.Logger
+	verify  verifier
+	closing chan struct{}
+	wg      sync.WaitGroup
+
+	// The leader's side, under mu: valid while ready, for the leadership
+	// numbered epoch.
+	mu      sync.Mutex
+	epoch   uint64
+	ready   bool
+	term    uint64 // the term this node leads in (its LeaderStart's)
+	last    uint64 // the last token handed out
+	limit   uint64 // the window's end: last <= limit
+	readyAt atomic.Bool
+	// ledTerm is the term of this node's last LeaderStart (0 if it never
+	// led): what owner records it writes carry.
+	ledTerm atomic.Uint64
+
+	// overlay: Confirms this leader has made that the state may not have
+	// applied yet (they are not awaited). Under overlayMu.
+	overlayMu sync.Mutex
+	overlay   map[string]uint64
+
+	health peerHealth
+}
+
+// Open starts the node: its Raft log and snapshots under opts.Dir, its
+// transport on opts.RaftListen. A node without state waits BootstrapWait
+// for a leader and then bootstraps the tier from opts.Peers.
+func Open(opts Options) (*Node, error) {
+	if opts.NodeID == "" || opts.RaftListen == "" {
+		return nil, errors.New("tier: a node needs --node-id and --raft-listen")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	n := &Node{opts: opts, fsm: newFSM(), logger: opts.Logger, closing: make(chan struct{}), overlay: map[string]uint64{}}
+	n.fsm.onConfirmApplied = n.confirmApplied
+	n.verify.node = n
+	n.health.init()
+
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raft.ServerID(opts.NodeID)
+	if opts.HeartbeatTimeout > 0 {
+		cfg.HeartbeatTimeout = opts.HeartbeatTimeout
+	}
+	if opts.ElectionTimeout > 0 {
+		cfg.ElectionTimeout = opts.ElectionTimeout
+	}
+	if opts.LeaderLeaseTimeout > 0 {
+		cfg.LeaderLeaseTimeout = opts.LeaderLeaseTimeout
+	}
+	// Group commit: concurrent Applies are taken from the channel up to
+	// MaxAppendEntries at a time into one log write (one fsync).
+	cfg.MaxAppendEntries = 256
+	if opts.trailingLogs > 0 {
+		cfg.TrailingLogs = opts.trailingLogs
+	}
+	cfg.BatchApplyCh = true
+	notify := make(chan bool, 16)
+	cfg.NotifyCh = notify
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr})
+
+	ok := false
+	defer func() {
+		if !ok {
+			n.closeStores()
+		}
+	}()
+	var stable raft.StableStore
+	switch opts.LogStore {
+	case "bolt":
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(opts.Dir, "raft.db")})
+		if err != nil {
+			return nil, fmt.Errorf("tier: opening the raft log: %v", err)
+		}
+		n.bolt, stable = bolt, bolt
+		n.logs = &countingLogStore{LogStore: bolt}
+	case "", "pebble":
+		ps, err := openPebbleStore(filepath.Join(opts.Dir, "log"), opts.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("tier: opening the raft log: %v", err)
+		}
+		n.pebble, stable = ps, ps
+		n.logs = &countingLogStore{LogStore: ps}
+	default:
+		return nil, fmt.Errorf("tier: unknown log store %q (bolt or pebble)", opts.LogStore)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(opts.Dir, 2, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("tier: opening the snapshot store: %v", err)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", opts.RaftListen)
+	if err != nil {
+		return nil, fmt.Errorf("tier: --raft-listen %s: %v", opts.RaftListen, err)
+	}
+	// Each peer is dialled at the address this node's own --peers gives
+	// for its id, not the one in the replicated configuration (which is
+	// the bootstrapper's view): an operator's relay or NAT between two
+	// nodes holds for this node's traffic. Ids --peers does not name (added
+	// by TIER.ADD) are dialled at the configuration's address.
+	trans, err := raft.NewTCPTransportWithConfig(opts.RaftListen, addr, &raft.NetworkTransportConfig{
+		ServerAddressProvider: peerAddrs(opts.Peers), MaxPool: 4, Timeout: 5 * time.Second, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tier: --raft-listen %s: %v", opts.RaftListen, err)
+	}
+	n.trans = trans
+	hasState, err := raft.HasExistingState(n.logs, stable, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("tier: reading the raft state: %v", err)
+	}
+	r, err := raft.NewRaft(cfg, n.fsm, n.logs, stable, snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("tier: starting raft: %v", err)
+	}
+	n.raft = r
+	ok = true
+	n.health.observe(r)
+	n.wg.Add(1)
+	go n.leadershipLoop(notify)
+	if !hasState {
+		wait := opts.BootstrapWait
+		if wait == 0 {
+			wait = 3 * cfg.ElectionTimeout
+		}
+		n.wg.Add(1)
+		go n.bootstrapLater(wait)
+	}
+	return n, nil
+}
+
+// bootstrapLater bootstraps the tier from Peers unless a leader contacted
+// this node within wait (it was wiped and is being caught up, or it was
+// added by TIER.ADD). Bootstrapping with the same Peers as the others did
+// writes the same first entry they have, so a late one is harmless.
+func (n *Node) bootstrapLater(wait time.Duration) {
+	defer n.wg.Done()
+	select {
+	case <-time.After(wait):
+	case <-n.closing:
+		return
+	}
+	if !n.raft.LastContact().IsZero() || n.raft.LastIndex() > 0 {
+		return
+	}
+	servers := []raft.Server{}
+	self := false
+	for _, p := range n.opts.Peers {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+		self = self || p.ID == n.opts.NodeID
+	}
+	if !self {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(n.opts.NodeID), Address: raft.ServerAddress(n.opts.RaftListen)})
+	}
+	if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		n.logger.Warn("tier: bootstrap failed", "err", err)
+		return
+	}
+	n.logger.Info("tier: bootstrapped", "nodes", len(servers))
+}
+
+// leadershipLoop follows raft's leadership signals: on gaining it, the
+// LeaderStart (leaderStart); on losing it, every lock command ends.
+func (n *Node) leadershipLoop(notify <-chan bool) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.closing:
+			return
+		case leader := <-notify:
+			n.mu.Lock()
+			n.epoch++
+			epoch := n.epoch
+			wasReady := n.ready
+			n.ready = false
+			n.readyAt.Store(false)
+			n.mu.Unlock()
+			n.overlayMu.Lock()
+			clear(n.overlay)
+			n.overlayMu.Unlock()
+			if wasReady && n.opts.OnLeadershipLost != nil {
+				go n.opts.OnLeadershipLost()
+			}
+			if leader {
+				n.wg.Add(1)
+				go n.leaderStart(epoch)
+			}
+		}
+	}
+}
+
+// leaderStart makes a new leader ready: a Barrier (every entry of earlier
+// terms applied here), then its LeaderStart entry (the fold, a fresh
+// window above every bound committed, where followers forward). Until it
+// is committed the node serves no lock command.
+func (n *Node) leaderStart(epoch uint64) {
+	defer n.wg.Done()
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-n.closing:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if !n.stillEpoch(epoch) || n.raft.State() != raft.Leader {
+			return
+		}
+		if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
+			continue
+		}
+		term := n.raft.CurrentTerm()
+		e := entry{kind: kindLeaderStart, term: term, node: n.opts.NodeID, addr: n.opts.ClientAddr, tierID: newTierID()}
+		f := n.raft.Apply(e.encode(), 10*time.Second)
+		if err := f.Error(); err != nil {
+			continue
+		}
+		ws, ok := f.Response().(windowStart)
+		if !ok {
+			n.logger.Error("tier: LeaderStart was not applied", "response", f.Response())
+			continue
+		}
+		n.mu.Lock()
+		if n.epoch == epoch {
+			n.term, n.last, n.limit, n.ready = term, ws.from, ws.to, true
+			n.ledTerm.Store(term)
+			n.readyAt.Store(true)
+		}
+		n.mu.Unlock()
+		n.logger.Info("tier: leading", "term", term, "tokens_from", ws.from+1)
+		return
+	}
+}
+
+func (n *Node) stillEpoch(epoch uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.epoch == epoch
+}
+
+func newTierID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Ready reports whether this node is the leader and has committed its
+// LeaderStart: it may serve lock commands (reads still verify).
+func (n *Node) Ready() bool { return n.readyAt.Load() }
+
+// Term is the term in which this node last became the ready leader (0 if
+// it never did), never a newer term it has only heard of: owner records
+// carry the granting leader's term, and a deposed leader that has heard of
+// a newer one must still write under its own, so the scripts refuse it.
+// It does not block (the lock scripts ask it under a resource's turn).
+func (n *Node) Term() uint64 { return n.ledTerm.Load() }
+
+// TierID is the tier's id, named by its first leader (empty before one).
+func (n *Node) TierID() string { return n.fsm.state().tierID }
+
+// LeaderClientAddr is where the current leader serves clients, if known:
+// from the last applied LeaderStart, if that was made by the node raft
+// knows as leader now.
+func (n *Node) LeaderClientAddr() string {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return ""
+	}
+	st := n.fsm.state()
+	if string(id) != st.leader.node {
+		return ""
+	}
+	return st.leader.addr
+}
+
+// NotReady is the error a node that is not the ready leader refuses lock
+// commands with (an UnavailableError naming the leader if known).
+func (n *Node) NotReady() error { return n.notLeader() }
+
+// notLeader is the error for a node that is not the ready leader.
+func (n *Node) notLeader() error {
+	return &UnavailableError{LeaderAddr: n.LeaderClientAddr()}
+}
+
+// Close stops the node: a leader first hands leadership to another node
+// (raft's LeadershipTransfer), then it leaves the tier's elections and
+// closes its stores.
+func (n *Node) Close() error {
+	select {
+	case <-n.closing:
+		return nil
+	default:
+	}
+	close(n.closing)
+	if n.raft.State() == raft.Leader {
+		// A drain (SIGTERM) hands leadership over rather than leaving the
+		// others an election timeout without a leader.
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.logger.Warn("tier: could not hand leadership over before stopping", "err", err)
+		}
+	}
+	err := n.raft.Shutdown().Error()
+	n.health.stop(n.raft)
+	n.wg.Wait()
+	n.closeStores()
+	return err
+}
+
+func (n *Node) closeStores() {
+	if n.trans != nil {
+		n.trans.Close()
+	}
+	if n.bolt != nil {
+		n.bolt.Close()
+	}
+	if n.pebble != nil {
+		n.pebble.Close()
+	}
+}
+
+// Status is what INFO's # Tier section and the metrics show.
+type Status struct {
+	NodeID, Role, LeaderID, LeaderAddr, TierID string
+	Term, CommitIndex, AppliedIndex, LastIndex uint64
+	Bound, Floor                               uint64
+	Resources, Pending                         int
+	Members                                    int          // nodes in the tier's configuration
+	Peers                                      []PeerStatus // on the leader: every other node
+	LogWrites, LogEntries                      uint64       // log writes and the entries they carried (group commit)
+}
+
+// PeerStatus is one other node as the leader sees it.
+type PeerStatus struct {
+	ID, Addr string
+	Healthy  bool
+	Lag      uint64 // log entries behind the leader's last, as the node last reported
+}
+
+// Status reads the node's status.
+func (n *Node) Status() Status {
+	st := n.fsm.state()
+	role := "follower"
+	switch n.raft.State() {
+	case raft.Leader:
+		role = "leader"
+	case raft.Candidate:
+		role = "candidate"
+	case raft.Shutdown:
+		role = "none"
+	}
+	_, leaderID := n.raft.LeaderWithID()
+	s := Status{NodeID: n.opts.NodeID, Role: role, LeaderID: string(leaderID), LeaderAddr: n.LeaderClientAddr(), TierID: st.tierID,
+		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastIndex: n.raft.LastIndex(),
+		Bound: st.bound, Floor: st.floor, Resources: st.resources, Pending: st.pending,
+		LogWrites: n.logs.writes.Load(), LogEntries: n.logs.entries.Load()}
+	if leaderID == "" {
+		s.LeaderID = ""
+	}
+	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
+		servers := cf.Configuration().Servers
+		s.Members = len(servers)
+		for _, srv := range servers {
+			if role != "leader" || string(srv.ID) == n.opts.NodeID {
+				continue
+			}
+			s.Peers = append(s.Peers, PeerStatus{ID: string(srv.ID), Addr: string(srv.Address),
+				Healthy: n.health.healthy(string(srv.ID)), Lag: n.health.lag(string(srv.ID), s.LastIndex)})
+		}
+		sort.Slice(s.Peers, func(i, j int) bool { return s.Peers[i].ID < s.Peers[j].ID })
+	}
+	return s
+}
+
+// AddNode adds a voter (on the leader). A node started with an empty
+// disk and no bootstrap is caught up by the leader (InstallSnapshot when
+// the log it needs is compacted).
+func (n *Node) AddNode(id, raftAddr string) error {
+	if _, _, err := net.SplitHostPort(raftAddr); err != nil || id == "" {
+		return resp.Error{Code: "ERR", Msg: "TIER.ADD needs the node's id and its --raft-listen host:port"}
+	}
+	return n.fromRaft(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 10*time.Second).Error())
+}
+
+// RemoveNode removes a node from the tier (on the leader).
+func (n *Node) RemoveNode(id string) error {
+	return n.fromRaft(n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error())
+}
+
+// Members is the tier's configuration: every node and its raft address.
+func (n *Node) Members() ([]Peer, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, n.fromRaft(err)
+	}
+	var out []Peer
+	for _, srv := range cf.Configuration().Servers {
+		out = append(out, Peer{ID: string(srv.ID), Addr: string(srv.Address)})
+	}
+	return out, nil
+}
+
+// peerAddrs is --peers as raft's ServerAddressProvider.
+type peerAddrs []Peer
+
+var errUnknownPeer = errors.New("tier: not named by --peers")
+
+func (p peerAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	for _, peer := range p {
+		if peer.ID == string(id) {
+			return raft.ServerAddress(peer.Addr), nil
+		}
+	}
+	return "", errUnknownPeer
+}
+
+// peerHealth is each peer's heartbeat health as the leader's replication
+// reports it (raft observations).
+type peerHealth struct {
+	mu       sync.Mutex
+	failed   map[string]bool
+	applied  map[string]uint64 // each peer's applied index as it last reported (ReportApplied)
+	ch       chan raft.Observation
+	observer *raft.Observer
+}
+
+func (h *peerHealth) init() { h.failed, h.applied = map[string]bool{}, map[string]uint64{} }
+
+// lag is how far id's last reported applied index is behind last.
+func (h *peerHealth) lag(id string, last uint64) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.applied[id]
+	if !ok || a >= last {
+		if !ok {
+			return last
+		}
+		return 0
+	}
+	return last - a
+}
+
+// ReportApplied records a peer's applied index (followers report theirs
+// to the leader over the internal link).
+func (n *Node) ReportApplied(id string, applied uint64) {
+	n.health.mu.Lock()
+	n.health.applied[id] = applied
+	n.health.mu.Unlock()
+}
+
+func (h *peerHealth) observe(r *raft.Raft) {
+	ch := make(chan raft.Observation, 64)
+	h.ch = ch
+	h.observer = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+			return true
+		}
+		return false
+	})
+	r.RegisterObserver(h.observer)
+	go func() {
+		for o := range ch {
+			h.mu.Lock()
+			switch d := o.Data.(type) {
+			case raft.FailedHeartbeatObservation:
+				h.failed[string(d.PeerID)] = true
+			case raft.ResumedHeartbeatObservation:
+				delete(h.failed, string(d.PeerID))
+			}
+			h.mu.Unlock()
+		}
+	}()
+}
+
+// stop ends the observing goroutine; raft sends nothing after
+// DeregisterObserver returns.
+func (h *peerHealth) stop(r *raft.Raft) {
+	if h.observer != nil {
+		r.DeregisterObserver(h.observer)
+		close(h.ch)
+		h.observer = nil
+	}
+}
+
+func (h *peerHealth) healthy(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.failed[id]
+}
+
+// countingLogStore counts the log writes and the entries they carry: how
+// well concurrent Applies share one write (and one fsync).
+type countingLogStore struct {
+	raft.LogStore
+	writes, entries atomic.Uint64
+}
+
+func (c *countingLogStore) StoreLog(l *raft.Log) error {
+	c.writes.Add(1)
+	c.entries.Add(1)
+	return c.LogStore.StoreLog(l)
+}
+
+func (c *countingLogStore) StoreLogs(ls []*raft.Log) error {
+	c.writes.Add(1)
+	c.entries.Add(uint64(len(ls)))
+	return c.LogStore.StoreLogs(ls)
+}
+
+var _ io.Closer = (*Node)(nil)

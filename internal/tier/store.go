@@ -1,0 +1,242 @@
+package tier
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// applyTimeout bounds how long an Apply may wait to be taken by raft's
+// leader loop (not how long it waits to commit: leadership loss ends that).
+const applyTimeout = 5 * time.Second
+
+// Store is the tier's token state as the lock manager uses it
+// (locks.TokenStore, whose contract it keeps): tokens come from the
+// leader's committed window, a reservation is committed to a majority's
+// logs before Reserve returns, and reads answer only after this node has
+// confirmed it still leads. On any node but the ready leader every method
+// that issues or reads refuses with an UnavailableError (-TRYAGAIN).
+type Store struct{ n *Node }
+
+// Store is n's TokenStore.
+func (n *Node) Store() *Store { return &Store{n: n} }
+
+// NextToken hands out the next token of the leader's window; the first
+// past its end commits a new window (Window entry) first.
+func (s *Store) NextToken() (uint64, error) {
+	n := s.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for {
+		if !n.ready {
+			return 0, n.notLeader()
+		}
+		if n.last < n.limit {
+			n.last++
+			return n.last, nil
+		}
+		if n.limit >= maxToken {
+			return 0, errors.New("tier: the token space is exhausted")
+		}
+		// Rare (once per Window tokens): hold mu across the commit so
+		// concurrent callers wait for this window rather than race for it.
+		epoch := n.epoch
+		e := entry{kind: kindWindow}
+		f := n.raft.Apply(e.encode(), applyTimeout)
+		if err := f.Error(); err != nil {
+			return 0, n.fromRaft(err)
+		}
+		ws, ok := f.Response().(windowStart)
+		if !ok || n.epoch != epoch {
+			return 0, &UnavailableError{Lost: true}
+		}
+		n.last, n.limit = ws.from, ws.to
+	}
+}
+
+// Floor is the state's floor.
+func (s *Store) Floor() uint64 { return s.n.fsm.floorNow() }
+
+// Adopt commits a floor above token and moves the counter above it.
+func (s *Store) Adopt(token uint64) error {
+	n := s.n
+	if !n.Ready() {
+		return n.notLeader()
+	}
+	e := entry{kind: kindAdopt, token: token}
+	if err := n.raft.Apply(e.encode(), applyTimeout).Error(); err != nil {
+		return n.fromRaft(err)
+	}
+	n.mu.Lock()
+	n.last = max(n.last, token)
+	n.mu.Unlock()
+	return nil
+}
+
+// Newest is resource's newest confirmed token (or the floor), answered
+// only after a VerifyLeader round that began after the call.
+func (s *Store) Newest(resource string) (uint64, error) {
+	if err := s.n.verify.wait(); err != nil {
+		return 0, err
+	}
+	return s.n.newest(resource), nil
+}
+
+// NewestCached is the leader's view without a leadership round: the
+// acquire path's offer, which a grant only replies after its Reserve is
+// committed by this same leadership.
+func (s *Store) NewestCached(resource string) (uint64, bool, error) {
+	if !s.n.Ready() {
+		return 0, false, s.n.notLeader()
+	}
+	return s.n.newest(resource), true, nil
+}
+
+// Reserve commits that token may be issued for resource, and returns once
+// a majority of the tier has it in its log. Concurrent Reserves share log
+// writes (raft batches the Applies waiting when it writes). An error whose
+// outcome is unknown (leadership lost after the entry was sent) leaves a
+// reservation the next leader may fold: the token then counts as issued.
+func (s *Store) Reserve(resource string, token uint64) error {
+	n := s.n
+	n.mu.Lock()
+	ready, term := n.ready, n.term
+	n.mu.Unlock()
+	if !ready {
+		return n.notLeader()
+	}
+	e := entry{kind: kindReserve, resource: resource, token: token, term: term}
+	f := n.raft.Apply(e.encode(), applyTimeout)
+	if err := f.Error(); err != nil {
+		return n.fromRaft(err)
+	}
+	if err, ok := f.Response().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// Confirm makes token resource's newest: at once in this leader's view
+// (the overlay), and in the state when its entry is applied (not awaited:
+// the reservation is committed, and a lost Confirm is folded as issued by
+// the next leader).
+func (s *Store) Confirm(resource string, token uint64) error {
+	n := s.n
+	if !n.Ready() {
+		return n.notLeader()
+	}
+	n.overlayMu.Lock()
+	if token > n.overlay[resource] {
+		n.overlay[resource] = token
+	}
+	n.overlayMu.Unlock()
+	e := entry{kind: kindConfirm, resource: resource, token: token}
+	n.raft.Apply(e.encode(), applyTimeout)
+	return nil
+}
+
+// Cancel drops a reservation (not awaited: a lost Cancel leaves the token
+// counted as issued, the safe side).
+func (s *Store) Cancel(resource string, token uint64) error {
+	n := s.n
+	if !n.Ready() {
+		return n.notLeader()
+	}
+	e := entry{kind: kindCancel, resource: resource, token: token}
+	n.raft.Apply(e.encode(), applyTimeout)
+	return nil
+}
+
+// newest is max(overlay, state, floor). The overlay is read first: an
+// entry is dropped from it only after the state has its token (under the
+// state's lock), so whichever is read second has it.
+func (n *Node) newest(resource string) uint64 {
+	n.overlayMu.Lock()
+	o := n.overlay[resource]
+	n.overlayMu.Unlock()
+	return max(o, n.fsm.newestOf(resource))
+}
+
+// confirmApplied drops an overlay entry the state now holds. Called under
+// the state's lock (fsm.Apply).
+func (n *Node) confirmApplied(resource string, token uint64) {
+	n.overlayMu.Lock()
+	if o, ok := n.overlay[resource]; ok && o <= token {
+		delete(n.overlay, resource)
+	}
+	n.overlayMu.Unlock()
+}
+
+// VerifyLeader waits for a leadership round that began after the call,
+// and fails unless this node is still the ready leader after it.
+func (n *Node) VerifyLeader() error { return n.verify.wait() }
+
+// verifier batches readers onto VerifyLeader rounds: every reader waits
+// for a round that began after it arrived, and one round serves every
+// reader that arrived before it began.
+type verifier struct {
+	node    *Node
+	mu      sync.Mutex
+	next    *round // collecting readers; begins when the running one ends
+	running bool
+	rounds  uint64 // rounds run, for tests and INFO
+}
+
+type round struct {
+	done chan struct{}
+	err  error
+}
+
+func (v *verifier) wait() error {
+	n := v.node
+	if !n.Ready() {
+		return n.notLeader()
+	}
+	v.mu.Lock()
+	r := v.next
+	if r == nil {
+		r = &round{done: make(chan struct{})}
+		v.next = r
+	}
+	if !v.running {
+		v.running = true
+		go v.run()
+	}
+	v.mu.Unlock()
+	<-r.done
+	return r.err
+}
+
+// run runs rounds while readers wait for one.
+func (v *verifier) run() {
+	n := v.node
+	for {
+		v.mu.Lock()
+		r := v.next
+		v.next = nil
+		if r == nil {
+			v.running = false
+			v.mu.Unlock()
+			return
+		}
+		v.rounds++
+		v.mu.Unlock()
+		// The round begins here, after every reader in r arrived.
+		n.mu.Lock()
+		epoch := n.epoch
+		n.mu.Unlock()
+		err := n.fromRaft(n.raft.VerifyLeader().Error())
+		if err == nil && (!n.Ready() || !n.stillEpoch(epoch)) {
+			err = &UnavailableError{Lost: true}
+		}
+		r.err = err
+		close(r.done)
+	}
+}
+
+// Rounds is how many VerifyLeader rounds have run.
+func (n *Node) Rounds() uint64 {
+	n.verify.mu.Lock()
+	defer n.verify.mu.Unlock()
+	return n.verify.rounds
+}

@@ -1,0 +1,352 @@
+package tier
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testTier is three real nodes on loopback, each with its own directory.
+type testTier struct {
+	t     *testing.T
+	store string // Options.LogStore
+	// trailingLogs: Options.trailingLogs of nodes started after it is set.
+	trailingLogs uint64
+	peers        []Peer
+	dirs         []string
+	nodes        []*Node // nil: stopped
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startTestTier(t *testing.T, size int) *testTier {
+	t.Helper()
+	tt := &testTier{t: t, store: logStoreUnderTest}
+	for i := 0; i < size; i++ {
+		tt.peers = append(tt.peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: freeAddr(t)})
+		tt.dirs = append(tt.dirs, filepath.Join(t.TempDir(), "raft"))
+	}
+	tt.nodes = make([]*Node, size)
+	for i := range tt.peers {
+		tt.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range tt.nodes {
+			tt.stop(i)
+		}
+	})
+	return tt
+}
+
+func (tt *testTier) start(i int) {
+	tt.t.Helper()
+	n, err := Open(Options{
+		trailingLogs: tt.trailingLogs,
+		NodeID:       tt.peers[i].ID, RaftListen: tt.peers[i].Addr, Peers: tt.peers, Dir: tt.dirs[i],
+		ClientAddr: "client-of-" + tt.peers[i].ID, LogStore: tt.store,
+		// raft's defaults: shorter ones lost leadership under -race on a busy machine.
+		HeartbeatTimeout: time.Second, ElectionTimeout: time.Second, LeaderLeaseTimeout: 500 * time.Millisecond,
+		BootstrapWait: 100 * time.Millisecond,
+	})
+	if err != nil {
+		tt.t.Fatal(err)
+	}
+	tt.nodes[i] = n
+}
+
+// crash stops node i as a crash would: no leadership transfer.
+func (tt *testTier) crash(i int) {
+	if tt.nodes[i] != nil {
+		tt.nodes[i].raft.Shutdown().Error()
+		tt.stop(i)
+	}
+}
+
+func (tt *testTier) stop(i int) {
+	if tt.nodes[i] != nil {
+		tt.nodes[i].Close()
+		tt.nodes[i] = nil
+	}
+}
+
+// leader waits (bounded, only to end a hang) for a ready leader among the
+// running nodes and returns its index.
+func (tt *testTier) leader() int {
+	tt.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, n := range tt.nodes {
+			if n != nil && n.Ready() {
+				return i
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tt.t.Fatal("no ready leader within 30s")
+	return -1
+}
+
+func (tt *testTier) follower(leader int) int {
+	for i, n := range tt.nodes {
+		if n != nil && i != leader {
+			return i
+		}
+	}
+	tt.t.Fatal("no follower running")
+	return -1
+}
+
+// grant is what the lock manager does for one grant: a token, its
+// reservation committed, then its confirmation.
+func grant(t *testing.T, s *Store, resource string) uint64 {
+	t.Helper()
+	tok, err := s.NextToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reserve(resource, tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Confirm(resource, tok); err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestTokensRiseAcrossLeaderChanges(t *testing.T) {
+	tt := startTestTier(t, 3)
+	var last, lastTerm uint64
+	for round := 0; round < 3; round++ {
+		l := tt.leader()
+		s := tt.nodes[l].Store()
+		// Owner records carry it: every new leader's is above the last.
+		if term := tt.nodes[l].Term(); term <= lastTerm {
+			t.Fatalf("round %d: the new leader's Term %d, not above %d", round, term, lastTerm)
+		} else {
+			lastTerm = term
+		}
+		if n, err := s.Newest("r"); err != nil || n < last {
+			t.Fatalf("round %d: Newest = %d, %v after %d was confirmed", round, n, err, last)
+		}
+		for i := 0; i < 20; i++ {
+			tok := grant(t, s, "r")
+			if tok <= last {
+				t.Fatalf("round %d: token %d after %d", round, tok, last)
+			}
+			last = tok
+		}
+		// The leader goes (crashes, or hands over in round 1); its node
+		// comes back as a follower (same disk).
+		if round == 1 {
+			tt.stop(l)
+		} else {
+			tt.crash(l)
+		}
+		tt.leader()
+		tt.start(l)
+	}
+}
+
+func TestReservationCountsAfterFailover(t *testing.T) {
+	tt := startTestTier(t, 3)
+	l := tt.leader()
+	s := tt.nodes[l].Store()
+	tok, err := s.NextToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reserved and committed, never confirmed: the leader may have replied it.
+	if err := s.Reserve("r", tok); err != nil {
+		t.Fatal(err)
+	}
+	tt.crash(l)
+	nl := tt.leader()
+	ns := tt.nodes[nl].Store()
+	got, err := ns.Newest("r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != tok {
+		t.Fatalf("new leader's newest for r = %d, want the reserved %d (folded as issued)", got, tok)
+	}
+	if next := grant(t, ns, "r"); next <= tok {
+		t.Fatalf("new leader granted %d, not above %d", next, tok)
+	}
+}
+
+func TestFollowerRefuses(t *testing.T) {
+	tt := startTestTier(t, 3)
+	l := tt.leader()
+	grant(t, tt.nodes[l].Store(), "r")
+	f := tt.nodes[tt.follower(l)]
+	// The follower learns the LeaderStart with the next heartbeat.
+	deadline := time.Now().Add(10 * time.Second)
+	for f.LeaderClientAddr() == "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fs := f.Store()
+	_, err1 := fs.NextToken()
+	err2 := fs.Reserve("r", 1)
+	_, err3 := fs.Newest("r")
+	_, _, err4 := fs.NewestCached("r")
+	for i, err := range []error{err1, err2, err3, err4} {
+		var u *UnavailableError
+		if !errors.As(err, &u) {
+			t.Fatalf("call %d on a follower: %v, want an UnavailableError", i, err)
+		}
+		code, msg := u.RESPError()
+		if code != "TRYAGAIN" || u.LeaderAddr != "client-of-"+tt.peers[l].ID {
+			t.Fatalf("call %d: -%s %s (leader %q), want -TRYAGAIN naming %s", i, code, msg, u.LeaderAddr, "client-of-"+tt.peers[l].ID)
+		}
+	}
+}
+
+// Concurrent readers share VerifyLeader rounds; every one is answered.
+func TestReadsShareLeadershipRounds(t *testing.T) {
+	tt := startTestTier(t, 3)
+	l := tt.leader()
+	n := tt.nodes[l]
+	want := grant(t, n.Store(), "r")
+	before := n.Rounds()
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := n.Store().Newest("r")
+			if err == nil && got != want {
+				err = fmt.Errorf("newest %d, want %d", got, want)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rounds := n.Rounds() - before
+	t.Logf("50 concurrent reads took %d VerifyLeader rounds", rounds)
+	if rounds >= 50 {
+		t.Fatalf("50 concurrent reads took %d rounds: not batched", rounds)
+	}
+}
+
+// 50 concurrent reservers: raft writes their entries in shared batches.
+func TestReservesShareLogWrites(t *testing.T) {
+	tt := startTestTier(t, 3)
+	l := tt.leader()
+	n := tt.nodes[l]
+	s := n.Store()
+	w0, e0 := n.logs.writes.Load(), n.logs.entries.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < 20; j++ {
+				r := fmt.Sprintf("r%d", i)
+				tok, err := s.NextToken()
+				if err == nil {
+					err = s.Reserve(r, tok)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	writes, entries := n.logs.writes.Load()-w0, n.logs.entries.Load()-e0
+	t.Logf("1000 reservations from 50 goroutines: %d leader log writes for %d entries (%.1f per write)", writes, entries, float64(entries)/float64(writes))
+	if writes >= entries {
+		t.Fatalf("%d writes for %d entries: no group commit", writes, entries)
+	}
+}
+
+// logStoreUnderTest is the log store the tests run on (the default);
+// TestBoltLogStore runs them again on raft-boltdb.
+var logStoreUnderTest = "pebble"
+
+func TestBoltLogStore(t *testing.T) {
+	if logStoreUnderTest != "pebble" {
+		return
+	}
+	logStoreUnderTest = "bolt"
+	defer func() { logStoreUnderTest = "pebble" }()
+	t.Run("TokensRise", TestTokensRiseAcrossLeaderChanges)
+	t.Run("ReservationCounts", TestReservationCountsAfterFailover)
+	t.Run("FollowerRefuses", TestFollowerRefuses)
+	t.Run("GroupCommit", TestReservesShareLogWrites)
+}
+
+// A node added with an empty disk after the leader compacted its log is
+// caught up by a snapshot (InstallSnapshot, fsm.Restore): it knows every
+// resource's newest token, and leads correctly after the others go.
+func TestNewNodeCaughtUpBySnapshot(t *testing.T) {
+	tt := startTestTier(t, 3)
+	tt.trailingLogs = 1
+	l := tt.leader()
+	s := tt.nodes[l].Store()
+	want := map[string]uint64{}
+	for i := 0; i < 30; i++ {
+		r := fmt.Sprintf("r%d", i)
+		want[r] = grant(t, s, r)
+	}
+	// Every node restarts with trailingLogs 1 and snapshots, so the log
+	// the new node would need is gone everywhere.
+	for i := range tt.nodes {
+		tt.stop(i)
+		tt.start(i)
+	}
+	l = tt.leader()
+	for i := range tt.nodes {
+		for j := 0; j < 100 && tt.nodes[i].raft.AppliedIndex() < tt.nodes[l].raft.LastIndex(); j++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := tt.nodes[i].raft.Snapshot().Error(); err != nil {
+			t.Fatalf("snapshot on node %d: %v", i, err)
+		}
+	}
+	// The fourth node: empty disk, added by the leader.
+	tt.peers = append(tt.peers, Peer{ID: "n4", Addr: freeAddr(t)})
+	tt.dirs = append(tt.dirs, filepath.Join(t.TempDir(), "raft"))
+	tt.nodes = append(tt.nodes, nil)
+	tt.start(3)
+	if err := tt.nodes[l].AddNode("n4", tt.peers[3].Addr); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for tt.nodes[3].fsm.state().resources < len(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new node has %d resources after 30s, want %d", tt.nodes[3].fsm.state().resources, len(want))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for r, tok := range want {
+		if got := tt.nodes[3].fsm.newestOf(r); got != tok {
+			t.Fatalf("the new node's newest for %s = %d, want %d", r, got, tok)
+		}
+	}
+}
