@@ -36,8 +36,9 @@ var (
 // TestGrafanaDashboard: deploy/grafana/fenceproxy.json parses as a Grafana
 // dashboard whose data source is a variable, and every metric its queries
 // name, with every label value they match on exactly, is served by a real
-// proxy's /metrics after the lock family has been used (so a renamed or
-// removed metric breaks this test, not the dashboard in silence).
+// proxy's /metrics after the lock family has been used, or by a tier of
+// three's (so a renamed or removed metric breaks this test, not the
+// dashboard in silence); and a row for the tier shows its Raft state.
 func TestGrafanaDashboard(t *testing.T) {
 	raw, err := os.ReadFile("../../deploy/grafana/fenceproxy.json")
 	if err != nil {
@@ -102,6 +103,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 	walk(dash.Panels)
+	checkTierRow(t, dash.Panels)
 
 	// A proxy whose every labelled series the dashboard matches on has
 	// appeared at least once.
@@ -125,6 +127,15 @@ func TestGrafanaDashboard(t *testing.T) {
 		c.Do(args...)
 	}
 	_, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/metrics")
+	// A tier of three serves the fenceproxy_tier_* series: every node its
+	// role, term and indexes, the leader its peers' health and lag.
+	tier := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr})
+	leader := tier.Nodes[tier.Leader(t)]
+	testenv.Dial(t, leader.Addr).Do("LOCK.ACQUIRE", "t", "a", "60000")
+	for _, n := range tier.Nodes {
+		_, b := testenv.HTTPGet(t, "http://"+n.MetricsAddr+"/metrics")
+		body += "\n" + b
+	}
 	var series []string // sample lines
 	for _, line := range strings.Split(body, "\n") {
 		if line != "" && !strings.HasPrefix(line, "#") {
@@ -168,10 +179,12 @@ func TestGrafanaDashboard(t *testing.T) {
 	// Metrics with no panel yet: reported, not failed (a branch adding a
 	// metric need not add its panel in the same change).
 	var unused []string
+	seen := map[string]bool{}
 	for _, line := range strings.Split(body, "\n") {
 		if name, ok := strings.CutPrefix(line, "# TYPE fenceproxy_"); ok {
 			name = "fenceproxy_" + strings.Fields(name)[0]
-			if !used[name] {
+			if !used[name] && !seen[name] {
+				seen[name] = true
 				unused = append(unused, name)
 			}
 		}
@@ -181,4 +194,43 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Logf("fenceproxy metrics on no dashboard panel: %s", strings.Join(unused, ", "))
 	}
 	t.Logf("%d queries checked against /metrics", len(exprs))
+}
+
+// tierMetrics are what the dashboard's tier row must show (issue 14: role,
+// term, leader, commit and applied index, each peer's health and lag).
+var tierMetrics = []string{
+	"fenceproxy_tier_role", "fenceproxy_tier_ready", "fenceproxy_tier_term",
+	"fenceproxy_tier_commit_index", "fenceproxy_tier_applied_index",
+	"fenceproxy_tier_peer_lag", "fenceproxy_tier_peer_healthy",
+}
+
+// checkTierRow: the dashboard has a row for the tier, and the panels under
+// it (up to the next row) query every metric in tierMetrics.
+func checkTierRow(t *testing.T, panels []dashboardPanel) {
+	t.Helper()
+	inTier, found := false, false
+	queried := map[string]bool{}
+	for _, p := range panels {
+		if p.Type == "row" {
+			inTier = strings.HasPrefix(p.Title, "Tier")
+			found = found || inTier
+			continue
+		}
+		if !inTier {
+			continue
+		}
+		for _, tg := range p.Targets {
+			for _, n := range promName.FindAllString(tg.Expr, -1) {
+				queried[n] = true
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no dashboard row titled Tier...")
+	}
+	for _, m := range tierMetrics {
+		if !queried[m] {
+			t.Errorf("the tier row has no panel querying %s", m)
+		}
+	}
 }
