@@ -164,23 +164,5 @@ func (c *Cluster) WaitReplicated(t testing.TB, m *Redis) {
 	if key == "" {
 		t.Fatalf("testenv: WaitReplicated: %s owns no slot", m.Addr)
 	}
-	conn, err := dialConn(m.Addr, redisWait)
-	if err != nil {
-		t.Fatalf("testenv: WaitReplicated: %v", err)
-	}
-	defer conn.Close()
-	deadline := time.Now().Add(redisWait)
-	for {
-		if reply, err := conn.TryDo("SET", key, "1"); err != nil || string(reply) != "+OK\r\n" {
-			t.Fatalf("testenv: WaitReplicated: SET %s on %s = %q (err %v)", key, m.Addr, reply, err)
-		}
-		reply, err := conn.TryDo("WAIT", strconv.Itoa(n), "1000")
-		if got, ok := ParseInt(reply); err == nil && ok && got >= int64(n) {
-			conn.TryDo("DEL", key)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("testenv: WaitReplicated: WAIT %d on %s = %q (err %v) for %v", n, m.Addr, reply, err, redisWait)
-		}
-	}
+	waitReplicated(t, m.Addr, key, n)
 }

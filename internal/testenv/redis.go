@@ -195,6 +195,43 @@ func (r *Redis) WaitReplicas(t testing.TB, n int) {
 	}
 }
 
+// WaitReplicated waits (deadline 10s) until n replicas of master r have
+// acknowledged everything r had written when it was called: a write of its
+// own and a WAIT on that connection, whose offset covers every earlier
+// write to r. A failover test calls it before promoting a replica when the
+// proxy ran with --min-replicas 0, so that what the test wrote is not lost
+// by the failover it stages.
+func (r *Redis) WaitReplicated(t testing.TB, n int) {
+	t.Helper()
+	waitReplicated(t, r.Addr, "testenv:replicated", n)
+}
+
+// waitReplicated writes key on the master at addr and WAITs, on that
+// connection, until n replicas acknowledge it (deadline 10s), then deletes
+// key.
+func waitReplicated(t testing.TB, addr, key string, n int) {
+	t.Helper()
+	conn, err := dialConn(addr, redisWait)
+	if err != nil {
+		t.Fatalf("testenv: WaitReplicated: %v", err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(redisWait)
+	for {
+		if reply, err := conn.TryDo("SET", key, "1"); err != nil || string(reply) != "+OK\r\n" {
+			t.Fatalf("testenv: WaitReplicated: SET %s on %s = %q (err %v)", key, addr, reply, err)
+		}
+		reply, err := conn.TryDo("WAIT", strconv.Itoa(n), "1000")
+		if got, ok := ParseInt(reply); err == nil && ok && got >= int64(n) {
+			conn.TryDo("DEL", key)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: WaitReplicated: WAIT %d on %s = %q (err %v) for %v", n, addr, reply, err, redisWait)
+		}
+	}
+}
+
 // waitLinkUp waits until replica r reports master_link_status:up and its
 // master lists it, by port, as online.
 func (r *Redis) waitLinkUp(t testing.TB) {

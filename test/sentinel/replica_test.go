@@ -28,7 +28,9 @@ func TestDemotedBackendGetsNothing(t *testing.T) {
 	tx.Do("SET", "in-tx", "1")
 
 	// other becomes the master and backend its replica (the data it holds
-	// comes back by replication).
+	// comes back by replication). With --min-replicas 0 the grant did not
+	// wait for other, so the test does before it stages the failover.
+	backend.WaitReplicated(t, 1)
 	other.Promote(t)
 	backend.Follow(t, other)
 
