@@ -178,13 +178,27 @@ func (wr *Writer) Start(ctx context.Context, key string, call ScriptCall, wantAc
 	began := time.Now()
 	pause := 10 * time.Millisecond
 	for {
-		w := wr.StartOn(ctx, wr.master(key), call, wantAcks)
+		node := wr.master(key)
+		sent := call
+		if node != nil && call.SHA != "" && !wr.writers(node).hasScript(call.SHA) {
+			// Its first call on this master goes with the source. An
+			// EVALSHA that meets NOSCRIPT has its batch's WAIT behind it
+			// all the same, and that WAIT holds the writer's connection
+			// for nothing, up to --replica-timeout when a replica is
+			// slow.
+			sent.SHA = ""
+		}
+		w := wr.StartOn(ctx, node, sent, wantAcks)
 		raw, err := w.Raw()
-		if err == nil && call.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
+		if err == nil && sent.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
+			wr.writers(node).forgetScript(call.SHA)
 			call.SHA = ""
 			continue
 		}
 		if time.Since(began) > cluster.RetryWindow || !wr.opts.Backend.RetryAfterRefresh(raw, err) {
+			if err == nil && call.SHA != "" {
+				wr.writers(node).addScript(call.SHA) // it ran there
+			}
 			return w
 		}
 		wr.opts.Backend.Refresh()
@@ -258,7 +272,18 @@ type nodeWriter struct {
 	// or turned away: none is left in a queue nobody reads.
 	closing atomic.Bool
 	queuing atomic.Int32
+	// scripts holds the SHAs this master has run (EVAL caches a script),
+	// so that Start sends EVALSHA only for those.
+	scripts sync.Map
 }
+
+func (nw *nodeWriter) hasScript(sha string) bool { _, ok := nw.scripts.Load(sha); return ok }
+func (nw *nodeWriter) addScript(sha string) {
+	if !nw.hasScript(sha) { // a Load does not allocate; a Store does
+		nw.scripts.Store(sha, struct{}{})
+	}
+}
+func (nw *nodeWriter) forgetScript(sha string) { nw.scripts.Delete(sha) }
 
 // writers returns node's nodeWriter, starting its writers with the node's
 // first write.

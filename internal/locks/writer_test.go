@@ -113,10 +113,23 @@ func TestWriter(t *testing.T) {
 		t.Fatalf("a concurrent write: %v", err)
 	}
 
-	testenv.Dial(t, master.Addr).Do("SCRIPT", "FLUSH")
-	rec, err := wr.Read(ctx, "k", ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{"fenceproxy:lock:{r}"}})
-	if fields, ok := rec.([]any); err != nil || !ok || len(fields) != 6 || fields[0] != nil {
-		t.Fatalf("Read of infoScript after SCRIPT FLUSH: %v, %v", rec, err)
+	// Every script above went first with its source: none met NOSCRIPT,
+	// whose WAIT (sent behind it in its batch) would have held a writer
+	// for nothing.
+	m := testenv.Dial(t, master.Addr)
+	if stats := string(m.Do("INFO", "errorstats")); strings.Contains(stats, "NOSCRIPT") {
+		t.Fatalf("a script's first call met NOSCRIPT:\n%s", stats)
+	}
+	info := ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{"fenceproxy:lock:{r}"}}
+	for _, when := range []string{"first", "after SCRIPT FLUSH"} {
+		rec, err := wr.Read(ctx, "k", info)
+		if fields, ok := rec.([]any); err != nil || !ok || len(fields) != 6 || fields[0] != nil {
+			t.Fatalf("Read of infoScript, %s: %v, %v", when, rec, err)
+		}
+		m.Do("SCRIPT", "FLUSH")
+	}
+	if stats := string(m.Do("INFO", "errorstats")); !strings.Contains(stats, "errorstat_NOSCRIPT:count=1") {
+		t.Fatalf("after SCRIPT FLUSH, the known script should have gone by SHA, met NOSCRIPT once and been sent again:\n%s", stats)
 	}
 	if p, ok := wr.MemoryPolicy("k"); !ok || p != be.Masters()[0].Memory() {
 		t.Fatalf("MemoryPolicy = %+v, %v; want the master's reading", p, ok)

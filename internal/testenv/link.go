@@ -97,13 +97,25 @@ var linkServer = sync.OnceValue(func() *toxiproxy.ApiServer {
 // it and every connection through it.
 func StartLink(t testing.TB, upstream string) *Link {
 	t.Helper()
-	p := toxiproxy.NewProxy(linkServer(), "link-"+upstream, "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatalf("testenv: StartLink to %s: %v", upstream, err)
+	// The port comes from FreePort, not from the kernel's ":0": a port
+	// FreePort handed out is only bound when its server starts, and the
+	// kernel would offer it again meanwhile (CI saw a Link take the port
+	// a tier node was about to bind for Raft).
+	var err error
+	for range 10 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+		p := toxiproxy.NewProxy(linkServer(), "link-"+upstream, addr, upstream)
+		if err = p.Start(); err == nil {
+			l := &Link{Addr: p.Listen, Upstream: upstream, proxy: p}
+			t.Cleanup(l.Close)
+			return l
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
 	}
-	l := &Link{Addr: p.Listen, Upstream: upstream, proxy: p}
-	t.Cleanup(l.Close)
-	return l
+	t.Fatalf("testenv: StartLink to %s: %v", upstream, err)
+	return nil
 }
 
 // Port is the port of Addr.

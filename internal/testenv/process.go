@@ -77,6 +77,43 @@ func (p *proc) signal(sig syscall.Signal) {
 	_ = syscall.Kill(-p.pid(), sig)
 }
 
+// stop sends SIGSTOP and returns once every thread of p is stopped (or p
+// has exited, or after exitWait). A stop signal does not stop a
+// multi-threaded process at once: one thread takes it and then stops the
+// others, and on a loaded machine the others run on meanwhile (seen: a
+// fenceproxy that was sent SIGSTOP still relayed WAIT replies that came in
+// a millisecond later). A test that stops a process and then acts on the
+// assumption that it does nothing must not act before this.
+func (p *proc) stop() {
+	p.signal(syscall.SIGSTOP)
+	deadline := time.Now().Add(exitWait)
+	for !p.exited() && !p.allStopped() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allStopped reports whether /proc shows every thread of p stopped (state
+// T, or t under a tracer).
+func (p *proc) allStopped() bool {
+	dir := fmt.Sprintf("/proc/%d/task", p.pid())
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+		if err != nil {
+			return false
+		}
+		// "pid (comm) S ...": the state follows the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
+			return false
+		}
+	}
+	return true
+}
+
 // wait waits up to d for p to exit and reports whether it did.
 func (p *proc) wait(d time.Duration) bool {
 	timer := time.NewTimer(d)
@@ -211,9 +248,10 @@ func (s *server) proc() *proc {
 // Pid is the pid of the current process.
 func (s *server) Pid() int { return s.proc().pid() }
 
-// Stop sends SIGSTOP: the process keeps its port but does nothing, for
-// instance hears no announcement, until Cont.
-func (s *server) Stop() { s.proc().signal(syscall.SIGSTOP) }
+// Stop sends SIGSTOP and returns once the process is stopped: it keeps
+// its port but does nothing, for instance hears no announcement, until
+// Cont.
+func (s *server) Stop() { s.proc().stop() }
 
 // Cont sends SIGCONT after Stop.
 func (s *server) Cont() { s.proc().signal(syscall.SIGCONT) }

@@ -117,9 +117,10 @@ func (p *Proxy) start() error {
 // has already exited.
 func (p *Proxy) Kill9() { p.kill() }
 
-// Stop sends SIGSTOP: the process keeps its port and connections, and the
+// Stop sends SIGSTOP and returns once every thread is stopped (proc.stop):
+// the process keeps its port and connections, and the
 // kernel still accepts clients' bytes, but it reads and answers nothing.
-func (p *Proxy) Stop() { p.proc().signal(syscall.SIGSTOP) }
+func (p *Proxy) Stop() { p.proc().stop() }
 
 // Cont sends SIGCONT after Stop.
 func (p *Proxy) Cont() { p.proc().signal(syscall.SIGCONT) }

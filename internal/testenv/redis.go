@@ -132,8 +132,9 @@ func (r *Redis) start() error {
 // has already exited.
 func (r *Redis) Kill() { r.kill() }
 
-// Stop sends SIGSTOP: the process keeps its port but answers nothing.
-func (r *Redis) Stop() { r.proc().signal(syscall.SIGSTOP) }
+// Stop sends SIGSTOP and returns once every thread is stopped: the
+// process keeps its port but answers nothing.
+func (r *Redis) Stop() { r.proc().stop() }
 
 // Cont sends SIGCONT after Stop.
 func (r *Redis) Cont() { r.proc().signal(syscall.SIGCONT) }

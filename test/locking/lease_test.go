@@ -262,17 +262,33 @@ func TestProxyStoppedPastTheLease(t *testing.T) {
 		t.Fatalf("A's LOCK.ACQUIRE = %q, want a token", got)
 	}
 
+	armedAt := func(r string) string {
+		v, _ := testenv.ParseBulk(m.Do("HGET", recordKey(r), "renewed"))
+		return string(v)
+	}
+	before := armedAt(renewed)
+
 	replica.Stop()
 	var replies []chan reply
-	for i, r := range resources {
+	for _, r := range resources {
 		// One at a time, each on a lock connection of its own, each seen
-		// waiting on the master: read by the proxy before it stops.
+		// written on the master (its WAIT then waits for the stopped
+		// replica): read by the proxy before it stops. Counting WAITs on
+		// the master is no proof of that: a stray one (an EVALSHA that met
+		// NOSCRIPT had its batch's WAIT behind it) made this test stop the
+		// proxy before stop/2 was read, which then got a fresh grant.
 		args := []string{"LOCK.ACQUIRE", r, "B", "300"}
 		if r == renewed {
 			args = []string{"LOCK.RENEW", r, "A", "300"}
 		}
 		replies = append(replies, acquireAsync(t, p.Addr, args...))
-		waitWaits(t, m, i+1)
+		waitFor(t, 10*time.Second, r+"'s script on the master", func() bool {
+			if r == renewed {
+				return armedAt(r) != before
+			}
+			owner, _ := testenv.ParseBulk(m.Do("HGET", recordKey(r), "owner"))
+			return string(owner) == "B"
+		})
 	}
 	p.Stop()
 	replica.Cont()
