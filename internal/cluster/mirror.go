@@ -3,6 +3,7 @@ package cluster
 import (
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
@@ -39,7 +40,7 @@ func (s *subscriber) mirror(kind string, args [][]byte) {
 	subscribing := kind == "subscribe" || kind == "psubscribe"
 	base := kind
 	if !subscribing {
-		base = kind[2:] // "unsubscribe" -> "subscribe", "punsubscribe" -> "psubscribe"
+		base = strings.Replace(kind, "un", "", 1) // "punsubscribe" -> "psubscribe"
 	}
 	var names [][]byte
 	for _, a := range args[1:] {
