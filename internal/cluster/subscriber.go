@@ -49,10 +49,10 @@ type subscriber struct {
 	mirrored    map[mirrorName]bool
 	unconfirmed map[mirrorWait]int
 	cond        *sync.Cond
-	watching    bool // the mirror watcher runs
-	channels map[string]*Node // shard channels the client holds
-	leaving  map[string]int   // SUNSUBSCRIBEs the client sent, not yet confirmed
-	moving   map[string]int   // our own re-SSUBSCRIBEs, confirmations to swallow
+	watching    bool             // the mirror watcher runs
+	channels    map[string]*Node // shard channels the client holds
+	leaving     map[string]int   // SUNSUBSCRIBEs the client sent, not yet confirmed
+	moving      map[string]int   // our own re-SSUBSCRIBEs, confirmations to swallow
 	// asked holds, per shard connection, the channels of SSUBSCRIBEs sent
 	// and not yet confirmed, oldest first: an error reply (MOVED when the
 	// topology was stale) answers the oldest, which then goes again.
