@@ -57,6 +57,24 @@ var broadcastTable = []broadcastRule{
 	{command: "slowlog", sub: []string{"get"}, mergeArgs: slowlogMerge},
 	{command: "slowlog", sub: []string{"len"}, merge: mergeSum},
 	{command: "slowlog", sub: []string{"reset"}, merge: mergeOK},
+	// DEBUG's switches of server behaviour (tests set them): every master.
+	{command: "debug", sub: []string{"set-active-expire", "quicklist-packed-threshold", "set-skip-checksum-validation", "reload"}, merge: mergeOK},
+}
+
+// keyedSubcommands are subcommands whose key Redis's key specifications do
+// not name (DEBUG has none): the request goes to the master of the
+// argument after the subcommand.
+var keyedSubcommands = map[string]map[string]bool{
+	"debug": {"object": true, "listpack": true, "quicklist": true, "ziplist": true, "sdslen": true, "digest-value": true},
+}
+
+// keyedSlot is the slot of a keyedSubcommands request's key, -1 if args is
+// not one.
+func keyedSlot(name []byte, args [][]byte) int {
+	if subs := keyedSubcommands[string(name)]; subs != nil && len(args) > 2 && subs[keys.LowerName(args[1])] {
+		return keys.SlotOf(args[2])
+	}
+	return -1
 }
 
 // broadcasts is broadcastTable by command, then subcommand ("" for a

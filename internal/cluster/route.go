@@ -51,9 +51,9 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 		c.scan(cl, args, p)
 		return
 	}
-	slot := -1
+	slot := keyedSlot(name, args)
 	var positions []int
-	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
+	if cmd := c.keys.LookupBytes(args[0]); cmd != nil && slot < 0 {
 		var buf [16]int
 		positions = cmd.Keys(buf[:0], args)
 	}
