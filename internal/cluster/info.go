@@ -23,7 +23,10 @@ import (
 //     subscribed on every master (subscriber.go) and the rest all on one;
 //   - Commandstats and Errorstats: each command's (each error's) counts
 //     summed, usec_per_call recomputed;
-//   - everything else (Server, Clients, Memory, Replication, CPU, Cluster,
+//   - Clients: blocked_clients, tracking_clients and
+//     clients_in_timeout_table summed (a client blocked through the proxy
+//     is blocked on its key's master);
+//   - everything else (Server, the rest of Clients, Memory, Replication, CPU, Cluster,
 //     Latencystats, ...) is the first master's: a node's own facts, which
 //     do not add up.
 //
@@ -98,6 +101,11 @@ var statsLargest = map[string]bool{
 	"pubsub_channels": true, "pubsub_patterns": true,
 }
 
+// clientsSummed are the Clients fields that count clients of the proxy: a
+// client blocked (or tracking) through the proxy is so on one master, on a
+// connection of its own. The rest of the section is the first master's.
+var clientsSummed = map[string]bool{"blocked_clients": true, "tracking_clients": true, "clients_in_timeout_table": true}
+
 // statsAverage are the Stats fields that are a proportion.
 var statsAverage = map[string]bool{"expired_stale_perc": true}
 
@@ -129,6 +137,13 @@ func mergeInfo(texts []string) string {
 			merged = mergeFields(others, mergeKeyspace)
 		case "commandstats", "errorstats":
 			merged = mergeFields(others, mergeCounts)
+		case "clients":
+			merged = mergeFields(others, func(field string, values []string) string {
+				if clientsSummed[field] {
+					return mergeStat(field, values)
+				}
+				return values[0]
+			})
 		}
 		b.WriteString("# " + first.name + "\r\n")
 		for _, f := range merged.fields {

@@ -80,14 +80,14 @@ func TestScanReply(t *testing.T) {
 // TestMergeInfo: INFO of every master merges into one node's: keyspace and
 // stats summed, the rest the first master's.
 func TestMergeInfo(t *testing.T) {
-	a := "# Server\r\nredis_version:7.0.15\r\ntcp_port:1\r\n\r\n# Stats\r\ntotal_commands_processed:10\r\ninstantaneous_input_kbps:0.50\r\nlatest_fork_usec:30\r\n\r\n" +
+	a := "# Server\r\nredis_version:7.0.15\r\ntcp_port:1\r\n\r\n# Clients\r\nconnected_clients:9\r\nblocked_clients:0\r\n\r\n# Stats\r\ntotal_commands_processed:10\r\ninstantaneous_input_kbps:0.50\r\nlatest_fork_usec:30\r\n\r\n" +
 		"# Commandstats\r\ncmdstat_get:calls=2,usec=4,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n\r\n# Keyspace\r\n"
-	b := "# Server\r\nredis_version:7.0.15\r\ntcp_port:2\r\n\r\n# Stats\r\ntotal_commands_processed:5\r\ninstantaneous_input_kbps:0.25\r\nlatest_fork_usec:10\r\n\r\n" +
+	b := "# Server\r\nredis_version:7.0.15\r\ntcp_port:2\r\n\r\n# Clients\r\nconnected_clients:8\r\nblocked_clients:2\r\n\r\n# Stats\r\ntotal_commands_processed:5\r\ninstantaneous_input_kbps:0.25\r\nlatest_fork_usec:10\r\n\r\n" +
 		"# Commandstats\r\ncmdstat_get:calls=2,usec=8,usec_per_call=4.00,rejected_calls=0,failed_calls=1\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n\r\n" +
 		"# Keyspace\r\ndb0:keys=3,expires=2,avg_ttl=100\r\n"
-	c := "# Server\r\nredis_version:7.0.15\r\ntcp_port:3\r\n\r\n# Stats\r\ntotal_commands_processed:1\r\ninstantaneous_input_kbps:0.00\r\nlatest_fork_usec:0\r\n\r\n" +
+	c := "# Server\r\nredis_version:7.0.15\r\ntcp_port:3\r\n\r\n# Clients\r\nconnected_clients:7\r\nblocked_clients:1\r\n\r\n# Stats\r\ntotal_commands_processed:1\r\ninstantaneous_input_kbps:0.00\r\nlatest_fork_usec:0\r\n\r\n" +
 		"# Commandstats\r\n\r\n# Keyspace\r\ndb0:keys=1,expires=1,avg_ttl=400\r\n"
-	want := "# Server\r\nredis_version:7.0.15\r\ntcp_port:1\r\n\r\n# Stats\r\ntotal_commands_processed:16\r\ninstantaneous_input_kbps:0.75\r\nlatest_fork_usec:30\r\n\r\n" +
+	want := "# Server\r\nredis_version:7.0.15\r\ntcp_port:1\r\n\r\n# Clients\r\nconnected_clients:9\r\nblocked_clients:3\r\n\r\n# Stats\r\ntotal_commands_processed:16\r\ninstantaneous_input_kbps:0.75\r\nlatest_fork_usec:30\r\n\r\n" +
 		"# Commandstats\r\ncmdstat_get:calls=4,usec=12,usec_per_call=3.00,rejected_calls=0,failed_calls=1\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n\r\n" +
 		"# Keyspace\r\ndb0:keys=4,expires=3,avg_ttl=200\r\n"
 	if got := mergeInfo([]string{a, b, c}); got != want {
