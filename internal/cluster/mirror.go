@@ -267,6 +267,10 @@ func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte
 	return nil
 }
 
+// replyOtherMasterPubsub replaces a MOVED or ASK on a pub/sub client's home
+// connection.
+const replyOtherMasterPubsub = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than this connection's pub/sub; send commands on keys from a connection that has not used pub/sub\r\n"
+
 // homeMessage decides what of the home connection's message reaches the
 // client: everything, but a keyspace message only while home's node is a
 // master; a confirmation of a mirrored name once every mirror has
@@ -274,6 +278,12 @@ func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte
 func (s *subscriber) homeMessage(msg []byte, node *Node) []byte {
 	kind, name, channel, ok := pubsubMessage(msg)
 	if !ok {
+		if k := redirectKind(msg); k == moved || k == ask {
+			// A keyed command sent on the pub/sub connection (RESP3, or a
+			// client with no subscription left) whose key is on another
+			// master: never a redirect to the client.
+			return []byte(replyOtherMasterPubsub)
+		}
 		return msg
 	}
 	switch kind {

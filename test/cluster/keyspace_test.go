@@ -262,3 +262,22 @@ func TestKeyspaceNotificationsAfterFailover(t *testing.T) {
 	l := &keyspaceListener{t, sub}
 	l.expectEvents("SET of keys on every master after a failover", want)
 }
+
+// TestPubsubConnectionNeverRedirected: a client that used pub/sub (here an
+// UNSUBSCRIBE with no subscription, as Redis's suite does) and then sends a
+// keyed command on that connection, for a key on another master than its
+// pub/sub connection's, never sees MOVED (it gets an error that says why).
+func TestPubsubConnectionNeverRedirected(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	c := e.dial(t)
+	if got := c.Do("UNSUBSCRIBE"); string(got) != "*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n" {
+		t.Fatalf("UNSUBSCRIBE: %s", testenv.ShowReply(got))
+	}
+	k := st.keysOn(e.cl.Masters[2], "tun:", 1)[0]
+	got := c.Do("SET", k, "v")
+	noRedirect(t, "SET on a pub/sub connection", got)
+	if !isErr(got, "-CROSSSLOT") {
+		t.Errorf("SET %s (on another master) on a pub/sub connection: %s", k, testenv.ShowReply(got))
+	}
+}
