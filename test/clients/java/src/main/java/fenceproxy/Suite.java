@@ -181,8 +181,13 @@ public final class Suite {
 
     /** A Redisson client in single-server mode at ADDR; tune adjusts its server config. */
     static RedissonClient redisson(String name, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune) {
+        return redisson(name, WATCHDOG_MS, tune);
+    }
+
+    /** As redisson(name, tune), with a lockWatchdogTimeout of its own. */
+    static RedissonClient redisson(String name, long watchdogMs, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune) {
         Config config = new Config();
-        config.setLockWatchdogTimeout(WATCHDOG_MS);
+        config.setLockWatchdogTimeout(watchdogMs);
         // RMapCache's eviction task first runs 1 s after the map is made (default 5 s).
         config.setMinCleanUpDelay(1);
         var s = config.useSingleServer()
