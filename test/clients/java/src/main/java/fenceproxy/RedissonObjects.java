@@ -61,6 +61,7 @@ import org.redisson.api.RedissonClient;
 import org.redisson.api.StreamMessageId;
 import org.redisson.api.TransactionOptions;
 import org.redisson.api.listener.SetObjectListener;
+import org.redisson.api.listener.TrackingListener;
 import org.redisson.api.map.event.EntryCreatedListener;
 import org.redisson.api.map.event.EntryExpiredListener;
 import org.redisson.api.map.event.EntryRemovedListener;
@@ -70,6 +71,7 @@ import org.redisson.api.stream.StreamAddArgs;
 import org.redisson.api.stream.StreamCreateGroupArgs;
 import org.redisson.api.stream.StreamReadGroupArgs;
 import org.redisson.client.codec.StringCodec;
+import org.redisson.config.Protocol;
 
 import redis.clients.jedis.Jedis;
 
@@ -131,6 +133,7 @@ final class RedissonObjects {
         transactions(a, b);
         scripts(a, b);
         listeners(a, b);
+        resp3(b);
     }
 
     // ---------------------------------------------------------------- locks
@@ -712,6 +715,7 @@ final class RedissonObjects {
 
     // ---------------------------------------------------------------- scripts
 
+    /** Runs after the batches and transactions: see the SCRIPT FLUSH below. */
     static void scripts(RedissonClient a, RedissonClient b) {
         test(REDISSON, "RScript: EVAL, SCRIPT LOAD/EXISTS, EVALSHA_RO from the other client; after SCRIPT FLUSH Redisson reloads its own scripts", () -> {
             String k = key("script");
@@ -732,6 +736,9 @@ final class RedissonObjects {
             }
             check("RScript.eval(READ_ONLY, a write)", err.contains("Write commands are not allowed from read-only scripts"), err,
                     "Redis's error for a write from a read-only script");
+            // Redisson remembers which scripts it loaded: after a flush, a lone EVALSHA gets NOSCRIPT and is
+            // retried after SCRIPT LOAD, but one queued in an atomic batch or RTransaction fails with
+            // NOSCRIPT (as against Redis itself), so this comes after those cases.
             s.scriptFlush();
             expect("RScript.scriptExists(sha) after scriptFlush()", s.scriptExists(sha), List.of(false));
             RLock l = b.getLock(key("scriptlock"));
@@ -811,6 +818,69 @@ final class RedissonObjects {
                 try (Jedis j = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
                     j.configSet("notify-keyspace-events", old == null ? "" : old);
                 }
+            }
+        });
+    }
+
+    // ---------------------------------------------------------------- RESP3
+
+    static void resp3(RedissonClient b) {
+        test(REDISSON, "Redisson with protocol RESP3 (HELLO 3): lock waiter woken, RTopic, skipResult batch, blocking poll"
+                + (Suite.CLUSTER ? "" : ", TrackingListener (CLIENT TRACKING REDIRECT to its subscribed connection)"), () -> {
+            // One pooled connection: the skipResult batch and the replies after it share it.
+            RedissonClient r3 = Suite.redisson("resp3", s -> s.setConnectionMinimumIdleSize(1).setConnectionPoolSize(1)
+                    .setSubscriptionConnectionMinimumIdleSize(1).setSubscriptionConnectionPoolSize(2), Protocol.RESP3);
+            try {
+                RLock held = b.getLock(key("r3:lock"));
+                held.lock(30, TimeUnit.SECONDS);
+                Future<Boolean> waiter = pool.submit(() -> {
+                    RLock w = r3.getLock(key("r3:lock"));
+                    boolean ok = w.tryLock(10, 5, TimeUnit.SECONDS);
+                    if (ok) w.unlock();
+                    return ok;
+                });
+                Thread.sleep(500);
+                held.unlock();
+                check("RESP3 client RLock.tryLock(10 s) woken by the other client's unlock", waiter.get(12, TimeUnit.SECONDS), false, "true");
+
+                LinkedBlockingQueue<String> got = new LinkedBlockingQueue<>();
+                RTopic t = r3.getTopic(key("r3:topic"), S);
+                int id = t.addListener(String.class, (c, m) -> got.add(m));
+                expect("other client RTopic.publish(hi) receivers", b.getTopic(key("r3:topic"), S).publish("hi"), 1L);
+                expect("RESP3 listener message", got.poll(3, TimeUnit.SECONDS), "hi");
+                t.removeListener(id);
+
+                RBatch batch = r3.createBatch(BatchOptions.defaults().skipResult());
+                for (int i = 0; i < 10; i++) batch.getAtomicLong(key("r3:n")).incrementAndGetAsync();
+                batch.execute();
+                expect("other client RAtomicLong.get() after the RESP3 skipResult batch", b.getAtomicLong(key("r3:n")).get(), 10L);
+                for (int i = 0; i < 10; i++) {
+                    RBucket<String> bk = r3.getBucket(key("r3:b" + i), S);
+                    bk.set("v" + i);
+                    expect("RESP3 get() of bucket " + i + " after the skipResult batch", bk.get(), "v" + i);
+                }
+
+                RBlockingQueue<String> q = r3.getBlockingQueue(key("r3:q"), S);
+                Future<String> polled = pool.submit(() -> q.poll(8, TimeUnit.SECONDS));
+                Thread.sleep(300);
+                b.getBlockingQueue(key("r3:q"), S).offer("x");
+                expect("RESP3 RBlockingQueue.poll(8 s) after the other client's offer", polled.get(10, TimeUnit.SECONDS), "x");
+
+                if (!Suite.CLUSTER) {
+                    // Redisson: SUBSCRIBE __redis__:invalidate, CLIENT ID on that connection, then
+                    // CLIENT TRACKING ON REDIRECT <id> on a pooled one (the only one here, which
+                    // then carries the reads that are tracked).
+                    RBucket<String> tracked = r3.getBucket(key("r3:tracked"), S);
+                    tracked.set("v1");
+                    LinkedBlockingQueue<String> changed = new LinkedBlockingQueue<>();
+                    int tid = tracked.addListener((TrackingListener) name -> changed.add(name));
+                    expect("RESP3 tracked get()", tracked.get(), "v1");
+                    b.getBucket(key("r3:tracked"), S).set("v2");
+                    expect("TrackingListener after the other client's set", changed.poll(5, TimeUnit.SECONDS), key("r3:tracked"));
+                    tracked.removeListener(tid);
+                }
+            } finally {
+                r3.shutdown(0, 2, TimeUnit.SECONDS);
             }
         });
     }

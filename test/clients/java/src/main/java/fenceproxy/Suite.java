@@ -184,9 +184,21 @@ public final class Suite {
         return redisson(name, WATCHDOG_MS, tune);
     }
 
+    /** As redisson(name, tune), speaking protocol (Redisson's default is RESP2). */
+    static RedissonClient redisson(String name, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune,
+            org.redisson.config.Protocol protocol) {
+        return redisson(name, WATCHDOG_MS, tune, protocol);
+    }
+
     /** As redisson(name, tune), with a lockWatchdogTimeout of its own. */
     static RedissonClient redisson(String name, long watchdogMs, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune) {
+        return redisson(name, watchdogMs, tune, org.redisson.config.Protocol.RESP2);
+    }
+
+    static RedissonClient redisson(String name, long watchdogMs, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune,
+            org.redisson.config.Protocol protocol) {
         Config config = new Config();
+        config.setProtocol(protocol);
         config.setLockWatchdogTimeout(watchdogMs);
         // RMapCache's eviction task first runs 1 s after the map is made (default 5 s).
         config.setMinCleanUpDelay(1);
