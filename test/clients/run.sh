@@ -14,7 +14,15 @@
 #
 # Every suite prints `PASS ...` / `FAIL <client>: <case>: <call> -> <reply>` lines
 # and one `<suite> totals: N passed, M failed` line; the last line here adds
-# them up as `N passed, M failed`. Exit status is non-zero on any failure.
+# them up as `N passed, M failed`. Exit status is non-zero on any failure. A case
+# that cannot run in a mode prints `SKIP <client>: <case>: <why>` (the Java suite
+# lists them again before its totals); a skip is not a pass.
+#
+# The proxy this script starts can be restarted by a suite: FENCEPROXY_RESTART
+# names restart-proxy.sh (SIGKILL, then the same command on the same port) and
+# FENCEPROXY_PROXY_DIR the directory it reads; the Java suite does it mid-run and
+# carries on with the same clients, so it runs last. With FENCEPROXY_ADDR given,
+# neither is set and that case is skipped.
 #
 # --cluster: a 3-master/3-replica Redis Cluster (scripts/redis-cluster.sh) instead
 # of master + replica, and fenceproxy --backend naming its masters. The suites run
