@@ -190,9 +190,8 @@ final class JedisObjects {
         });
 
         String name = "keyspace notifications: PSUBSCRIBE __keyevent@0__:* hears SET, DEL and an expiry";
-        if (Suite.CLUSTER) {
-            Suite.skip(JEDIS, name, "depends on h/fidcluster (issue 16): in front of a cluster, keyspace-notification subscriptions and "
-                    + "CONFIG SET notify-keyspace-events reach only the first master");
+        if (!Suite.KEYSPACE) {
+            Suite.skip(JEDIS, name, Suite.KEYSPACE_SKIPPED);
             return;
         }
         test(JEDIS, name, () -> {
