@@ -103,7 +103,7 @@ final class Reconnect {
             long r0 = System.nanoTime();
             java.util.concurrent.atomic.AtomicBoolean sampling = new java.util.concurrent.atomic.AtomicBoolean(true);
             pool.submit(() -> {
-                while (sampling.get()) {
+                while (sampling.get() && ttls.size() < 100) { // 20 s at most, also if the case fails first
                     String v;
                     try {
                         v = String.valueOf(b.getLock(key("rc:lock")).remainTimeToLiveAsync().toCompletableFuture().get(1, TimeUnit.SECONDS));
