@@ -16,9 +16,7 @@
 # and one `<suite> totals: N passed, M failed` line; the last line here adds
 # them up as `N passed, M failed`. Exit status is non-zero on any failure. A case
 # that cannot run in a mode prints `SKIP <client>: <case>: <why>` (the Java suite
-# lists them again before its totals); a skip is not a pass. In front of a cluster
-# the Java suite skips its keyspace-notification cases until issue 16's cluster part
-# lands; FENCEPROXY_CLUSTER_KEYSPACE=1 runs them anyway.
+# lists them again before its totals); a skip is not a pass.
 #
 # The proxy this script starts can be restarted by a suite: FENCEPROXY_RESTART
 # names restart-proxy.sh (SIGKILL, then the same command on the same port) and

@@ -190,10 +190,6 @@ final class JedisObjects {
         });
 
         String name = "keyspace notifications: PSUBSCRIBE __keyevent@0__:* hears SET, DEL and an expiry";
-        if (!Suite.KEYSPACE) {
-            Suite.skip(JEDIS, name, Suite.KEYSPACE_SKIPPED);
-            return;
-        }
         test(JEDIS, name, () -> {
             String k = key("jks");
             LinkedBlockingQueue<String> got = new LinkedBlockingQueue<>();

@@ -768,10 +768,6 @@ final class RedissonObjects {
 
     static void listeners(RedissonClient a, RedissonClient b) {
         String name = "DeletedObjectListener, ExpiredObjectListener and SetObjectListener on the other client over 6 keys (keyspace notifications)";
-        if (!Suite.KEYSPACE) {
-            Suite.skip(REDISSON, name, Suite.KEYSPACE_SKIPPED);
-            return;
-        }
         test(REDISSON, name, () -> {
             String old;
             try (Jedis j = new Jedis(Suite.HOST, Suite.PORT, 5000)) {

@@ -57,19 +57,6 @@ public final class Suite {
     /** FENCEPROXY_CLUSTER=1: the proxy fronts a Redis Cluster (run.sh --cluster). */
     static final boolean CLUSTER = "1".equals(System.getenv("FENCEPROXY_CLUSTER"));
 
-    /**
-     * Whether the keyspace-notification cases run: always in front of a standalone Redis; in
-     * front of a cluster only with FENCEPROXY_CLUSTER_KEYSPACE=1, until subscriptions to
-     * __keyspace@/__keyevent@ channels reach every master (issue 16, h/fidcluster): set it to
-     * check that work, then make it the default.
-     */
-    static final boolean KEYSPACE = !CLUSTER || "1".equals(System.getenv("FENCEPROXY_CLUSTER_KEYSPACE"));
-
-    /** Why the keyspace-notification cases are skipped in front of a cluster. */
-    static final String KEYSPACE_SKIPPED = "depends on h/fidcluster (issue 16): in front of a cluster, keyspace-notification "
-            + "subscriptions and CONFIG SET notify-keyspace-events reach only the first master, so events of keys on the "
-            + "other masters are not heard (FENCEPROXY_CLUSTER_KEYSPACE=1 runs it anyway)";
-
     static int passed, failed;
     static final List<String> skipped = new ArrayList<>();
     static final ExecutorService pool = Executors.newCachedThreadPool(r -> {
