@@ -23,6 +23,17 @@
 //	Confirm{r, t}    after its replica acks; not awaited
 //	Cancel{r, t}     a refused grant whose record is certainly gone; not awaited
 //	Adopt{t}         the floor (and the bound) go above t
+//	Batch{ops}       Reserves, Confirms and Cancels of many grants, applied
+//	                 in order: how the leader proposes them (propose.go)
+//
+// The leader's Reserves, Confirms and Cancels share entries: while one
+// Batch is in flight (proposed, not yet committed), the ops of every grant
+// queue, and the next Batch carries them all. Raft's own group commit
+// (BatchApplyCh) shares log writes between entries; the Batch also shares
+// the work per entry on every node (encoding, a Pebble record, an FSM
+// call), and bounds the log writes per second. A Confirm or Cancel rides
+// in the next Batch, not awaited. An op queued during an earlier
+// leadership of this node is never proposed (its Reserve fails, Lost).
 //
 // Windows are computed by the state as it applies them (from the bound,
 // not from what the proposer believed), and returned to the leader through
@@ -39,6 +50,8 @@
 //     returns nil only when raft's ApplyFuture says the entry is committed
 //     (in the logs of a majority, each fsynced: a synced Pebble batch, or a bbolt commit) and applied here.
 //     The lock manager replies a token only after Reserve returned nil.
+//     A Reserve in a Batch is told the Batch's outcome, so this holds for
+//     every op of it.
 //  2. A leader's tokens are above every bound committed before its
 //     LeaderStart. A leader serves nothing until Barrier (every entry of
 //     earlier terms applied here) and its LeaderStart are committed; the
@@ -89,8 +102,9 @@
 //
 // # Concurrency
 //
-// Every exported method is safe for concurrent use. Lock order: Node.mu,
-// then the state's mu (NextToken commits a Window while holding mu, and
+// Every exported method is safe for concurrent use. Lock order: the
+// proposer's mu, then Node.mu (it reads the epoch while it proposes);
+// Node.mu, then the state's mu (NextToken commits a Window while holding mu, and
 // the state's Apply runs on raft's goroutine without mu); the state's mu,
 // then overlayMu (Apply drops overlay entries). The verifier's mu is a
 // leaf.
