@@ -120,8 +120,8 @@ type tierHooks struct {
 
 func (t tierHooks) Leads() bool { return t.node.Ready() }
 
-func (t tierHooks) Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, args [][]byte) ([]byte, error) {
-	return t.relay.Do(ctx, user, resp3, wait, args)
+func (t tierHooks) Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, received time.Time, args [][]byte) ([]byte, error) {
+	return t.relay.Do(ctx, user, resp3, wait, received, args)
 }
 
 func (t tierHooks) PeerSecret(secret string) bool { return tier.CheckSecret(t.secret, secret) }

@@ -227,3 +227,78 @@ func TestWipedNodeRejoins(t *testing.T) {
 		t.Fatalf("the new leader %s granted %s, want a token above %d", tr.IDs[nl], testenv.ShowReply(r), last)
 	}
 }
+
+// A relayed grant's lease counts from when the follower read the request:
+// a link to the leader slow enough to eat the lease gets the client
+// -TRYAGAIN, not a token whose lease is mostly gone; a lease the delay does
+// not eat is granted. So too a renewal.
+func TestRelayedLeaseCountsTheLink(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	tr := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr, MinReplicas: 1, RelayLinks: true})
+	l := tr.Leader(t)
+	f := tr.Nodes[followers(tr, l)[0]].Addr
+	// Relayed before the delay: dave holds r2 (and the relay's connection
+	// to the leader is open).
+	if r := retry(t, f, "LOCK.ACQUIRE", "r2", "dave", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.ACQUIRE r2 dave via a follower = %s, want a token", testenv.ShowReply(r))
+	}
+	const delay = 600 * time.Millisecond
+	tr.RelayLinks[l].Delay(t, testenv.Upstream, delay)
+	c := testenv.Dial(t, f)
+	c.SetTimeout(30 * time.Second)
+	start := time.Now()
+	r := c.Do("LOCK.ACQUIRE", "short", "alice", "500")
+	if !bytes.HasPrefix(r, []byte("-TRYAGAIN")) || time.Since(start) < delay {
+		t.Fatalf("LOCK.ACQUIRE short alice 500 via a follower whose link to the leader takes %v: %s after %v, want -TRYAGAIN",
+			delay, testenv.ShowReply(r), time.Since(start))
+	}
+	if r := c.Do("LOCK.ACQUIRE", "long", "bob", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.ACQUIRE long bob 30000 via the slow link: %s, want a token", testenv.ShowReply(r))
+	}
+	if r := c.Do("LOCK.RENEW", "r2", "dave", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.RENEW r2 dave 30000 via the slow link: %s, want its token", testenv.ShowReply(r))
+	}
+	if r := c.Do("LOCK.RENEW", "r2", "dave", "500"); !bytes.HasPrefix(r, []byte("-TRYAGAIN")) {
+		t.Fatalf("LOCK.RENEW r2 dave 500 via the slow link: %s, want -TRYAGAIN", testenv.ShowReply(r))
+	}
+}
+
+// The leader counts a relayed lease from when the follower read the
+// request (TIER.RELAY's elapsed time): a grant the time spent on the
+// follower has eaten is undone and answered -TRYAGAIN.
+func TestRelayCarriesElapsedTime(t *testing.T) {
+	tr := startTier(t)
+	l := tr.Leader(t)
+	peer := testenv.Dial(t, tr.Nodes[l].Addr)
+	// No secret configured: the tier secret is the (empty) requirepass.
+	if r := peer.Do("TIER.PEER", "", "n9", "", "2", "2"); string(r) != "+OK\r\n" {
+		t.Fatalf("TIER.PEER = %s", testenv.ShowReply(r))
+	}
+	if r := peer.Do("TIER.RELAY", "700000", "LOCK.ACQUIRE", "y", "alice", "500"); !bytes.HasPrefix(r, []byte("-TRYAGAIN")) {
+		t.Fatalf("a relayed LOCK.ACQUIRE y alice 500 that spent 700ms on the follower: %s, want -TRYAGAIN", testenv.ShowReply(r))
+	}
+	// Undone: bob gets it at once.
+	if r := peer.Do("TIER.RELAY", "0", "LOCK.ACQUIRE", "y", "bob", "500"); !isToken(r) {
+		t.Fatalf("bob's relayed LOCK.ACQUIRE y after alice's late one: %s, want a token", testenv.ShowReply(r))
+	}
+	for _, bad := range [][]string{
+		{"TIER.RELAY", "-1", "LOCK.ACQUIRE", "z", "a", "500"},
+		{"TIER.RELAY", "x", "LOCK.ACQUIRE", "z", "a", "500"},
+		{"TIER.RELAY", "0"},
+		{"TIER.RELAY", "0", "TIER.RELAY", "0", "LOCK.ACQUIRE", "z", "a", "500"},
+	} {
+		if r := peer.Do(bad...); !bytes.HasPrefix(r, []byte("-ERR")) {
+			t.Fatalf("%s = %s, want an error", testenv.ShowCommand(bad), testenv.ShowReply(r))
+		}
+	}
+	// Not a relay link: TIER.RELAY is nobody's command.
+	if r := testenv.Dial(t, tr.Nodes[l].Addr).Do("TIER.RELAY", "0", "LOCK.ACQUIRE", "z", "a", "500"); !bytes.HasPrefix(r, []byte("-ERR")) {
+		t.Fatalf("TIER.RELAY from a client = %s, want an error", testenv.ShowReply(r))
+	}
+}
+
+func isToken(r []byte) bool {
+	n, ok := testenv.ParseInt(r)
+	return ok && n > 0
+}
