@@ -102,7 +102,7 @@ func (p *proxy) openTier() error {
 		ts := metrics.TierStats{Role: st.Role, Ready: n.Ready(), Term: st.Term, CommitIndex: st.CommitIndex, Applied: st.AppliedIndex,
 			LogWrites: st.LogWrites, LogEntries: st.LogEntries, BatchEntries: st.BatchEntries, BatchOps: st.BatchOps}
 		for _, peer := range st.Peers {
-			ts.Peers = append(ts.Peers, metrics.TierPeer{ID: peer.ID, Healthy: peer.Healthy, Lag: peer.Lag})
+			ts.Peers = append(ts.Peers, metrics.TierPeer{ID: peer.ID, Healthy: peer.Healthy, Lag: peer.Lag, LagKnown: peer.LagKnown})
 		}
 		return ts
 	})
@@ -205,7 +205,12 @@ func (p *proxy) tierInfo() string {
 		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.Resources, st.Pending,
 		st.LogWrites, st.LogEntries, st.BatchEntries, st.BatchOps, st.Members)
 	for _, peer := range st.Peers {
-		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), peer.Lag)
+		// lag=-1: the peer has not reported its progress to this leader yet.
+		lag := int64(-1)
+		if peer.LagKnown {
+			lag = int64(peer.Lag)
+		}
+		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), lag)
 	}
 	return b.String()
 }

@@ -17,9 +17,10 @@ type TierStats struct {
 
 // TierPeer is one other node as the leader sees it.
 type TierPeer struct {
-	ID      string
-	Healthy bool
-	Lag     uint64
+	ID       string
+	Healthy  bool
+	Lag      uint64
+	LagKnown bool // no lag series until the peer has reported to this leader
 }
 
 var (
@@ -33,7 +34,7 @@ var (
 	tierBatchesDesc  = prometheus.NewDesc("fenceproxy_tier_batch_entries_total", "Batch log entries this node proposed as leader (each carries the token ops of many grants).", nil, nil)
 	tierBatchOpsDesc = prometheus.NewDesc("fenceproxy_tier_batch_ops_total", "Token ops (reservations, confirmations, cancellations) carried by this node's Batch entries (ops per entry: the batching).", nil, nil)
 	tierHealthyDesc  = prometheus.NewDesc("fenceproxy_tier_peer_healthy", "On the leader: 1 while the peer answers heartbeats.", []string{"peer"}, nil)
-	tierLagDesc      = prometheus.NewDesc("fenceproxy_tier_peer_lag", "On the leader: log entries the peer's applied index is behind the leader's last.", []string{"peer"}, nil)
+	tierLagDesc      = prometheus.NewDesc("fenceproxy_tier_peer_lag", "On the leader: log entries the peer's applied index was behind the leader's last when the peer last reported it (every second); absent until the peer has reported to this leader.", []string{"peer"}, nil)
 )
 
 // RegisterTier exports a tier node's gauges, read from stats at each scrape.
@@ -64,6 +65,8 @@ func (c tierCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(tierBatchOpsDesc, prometheus.CounterValue, float64(s.BatchOps))
 	for _, p := range s.Peers {
 		ch <- prometheus.MustNewConstMetric(tierHealthyDesc, prometheus.GaugeValue, boolGauge(p.Healthy), p.ID)
-		ch <- prometheus.MustNewConstMetric(tierLagDesc, prometheus.GaugeValue, float64(p.Lag), p.ID)
+		if p.LagKnown {
+			ch <- prometheus.MustNewConstMetric(tierLagDesc, prometheus.GaugeValue, float64(p.Lag), p.ID)
+		}
 	}
 }

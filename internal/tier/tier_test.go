@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // testTier is three real nodes on loopback, each with its own directory.
@@ -349,6 +351,75 @@ func TestNewNodeCaughtUpBySnapshot(t *testing.T) {
 	for r, tok := range want {
 		if got := tt.nodes[3].fsm.newestOf(r); got != tok {
 			t.Fatalf("the new node's newest for %s = %d, want %d", r, got, tok)
+		}
+	}
+}
+
+// A new leader knows nothing of its followers' progress: their lag is
+// unknown until each reports its applied index to it, and then it is how
+// far behind the leader's last index the report was.
+func TestPeerLagAfterElection(t *testing.T) {
+	tt := startTestTier(t, 3)
+	l := tt.leader()
+	for i := 0; i < 10; i++ {
+		grant(t, tt.nodes[l].Store(), "r")
+	}
+	tt.crash(l)
+	nl := tt.leader()
+	n := tt.nodes[nl]
+	st := n.Status()
+	if len(st.Peers) != 2 {
+		t.Fatalf("the new leader shows %d peers, want 2", len(st.Peers))
+	}
+	for _, p := range st.Peers {
+		if p.LagKnown {
+			t.Fatalf("peer %s right after the election: lag %d known, before it reported anything (last index %d)", p.ID, p.Lag, st.LastIndex)
+		}
+	}
+	f := tt.follower(nl)
+	id := tt.peers[f].ID
+	last := n.raft.LastIndex()
+	n.ReportApplied(id, last-2)
+	for i := 0; i < 5; i++ {
+		grant(t, n.Store(), "r") // the leader's last moves on; the report stays what it was
+	}
+	for _, p := range n.Status().Peers {
+		switch {
+		case p.ID == id && (!p.LagKnown || p.Lag != 2):
+			t.Fatalf("peer %s reported %d applied at last index %d: lag %d (known %v), want 2", id, last-2, last, p.Lag, p.LagKnown)
+		case p.ID != id && p.LagKnown:
+			t.Fatalf("peer %s (crashed, never reported) has lag %d", p.ID, p.Lag)
+		}
+	}
+	// A report older than staleReport: the peer stopped; the lag grows.
+	n.health.mu.Lock()
+	r := n.health.reports[id]
+	r.at = r.at.Add(-2 * staleReport)
+	n.health.reports[id] = r
+	n.health.mu.Unlock()
+	for _, p := range n.Status().Peers {
+		if p.ID == id && p.Lag <= 2 {
+			t.Fatalf("peer %s silent for %v: lag %d, want the distance to the last index now", id, 2*staleReport, p.Lag)
+		}
+	}
+	// Leadership moves away and back: the old reports are forgotten.
+	if err := n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(tt.peers[f].Addr)).Error(); err != nil {
+		t.Fatal(err)
+	}
+	tt.leader()
+	if err := tt.nodes[f].raft.LeadershipTransferToServer(raft.ServerID(tt.peers[nl].ID), raft.ServerAddress(tt.peers[nl].Addr)).Error(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !n.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("leadership did not come back within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, p := range n.Status().Peers {
+		if p.LagKnown {
+			t.Fatalf("peer %s: lag %d from a report to an earlier leadership", p.ID, p.Lag)
 		}
 	}
 }

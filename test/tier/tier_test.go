@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -301,4 +303,51 @@ func TestRelayCarriesElapsedTime(t *testing.T) {
 func isToken(r []byte) bool {
 	n, ok := testenv.ParseInt(r)
 	return ok && n > 0
+}
+
+// Right after an election INFO tells no untruth about the followers'
+// progress: each peer's lag is -1 (it has not reported to the new leader
+// yet) or how far behind it really is, which in an idle tier is at most
+// the new leader's own first entries; the live follower's soon reads 0.
+func TestPeerLagAfterElection(t *testing.T) {
+	tr := startTier(t)
+	l := tr.Leader(t)
+	for i := 0; i < 30; i++ {
+		retry(t, tr.Nodes[l].Addr, "LOCK.ACQUIRE", fmt.Sprintf("g%d", i), "o", "60000")
+	}
+	tr.Nodes[l].Kill9()
+	nl := tr.Leader(t)
+	live := ""
+	for _, i := range followers(tr, nl) {
+		if i != l {
+			live = tr.IDs[i]
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info := testenv.TierInfo(tr.Nodes[nl].Addr)
+		caughtUp := false
+		for k, v := range info {
+			id, ok := strings.CutPrefix(k, "tier_peer_")
+			if !ok {
+				continue
+			}
+			_, lagText, _ := strings.Cut(v, "lag=")
+			lag, err := strconv.Atoi(lagText)
+			// The new leader's own entries: raft's no-op, the barrier and
+			// its LeaderStart.
+			if err != nil || lag < -1 || lag > 3 || (id == tr.IDs[l] && lag != -1) {
+				t.Fatalf("INFO on the new leader (last index %s): %s:%s; the live follower's lag is at most 3, the killed node's unknown (-1)",
+					info["tier_last_index"], k, v)
+			}
+			caughtUp = caughtUp || (id == live && lag == 0)
+		}
+		if caughtUp {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live follower %s's lag never read 0 within 15s: %v", live, info)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
