@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fenceproxy/fenceproxy/internal/persist"
 )
 
 // Window is how many tokens one window entry reserves (Hi/Lo, as persist's
@@ -16,8 +18,9 @@ import (
 // at most Window tokens of its predecessor's.
 const Window = 1 << 16
 
-// maxToken is the highest token: RESP integers are signed 64-bit.
-const maxToken = 1<<63 - 1
+// maxToken is the highest token, persist's: the lock scripts compare
+// tokens in Lua, exactly only up to 2^53.
+const maxToken = persist.MaxToken
 
 // The log's entry kinds. Each entry is one version byte (entryVersion), one
 // kind byte, then the kind's fields as uvarints and length-prefixed strings.
