@@ -40,10 +40,14 @@ import (
 // reply, see commands.relayLock).
 //
 // Connections are pooled per (leader, user, protocol), each carrying one
-// command at a time. (Pipelining many clients' commands on few links was
-// tried and measured slower: the leader serves a connection's pipeline
-// batch after batch, each written once its slowest reply is in, so a quick
-// command waited behind a whole batch of grants; see docs/performance.md.)
+// command at a time. Pipelining many clients' commands on a few links,
+// replies matched in order, was tried twice and measured slower (see
+// docs/performance.md): served as any client's pipeline, batch after
+// batch, a quick command waited behind a whole batch of grants; with the
+// leader writing each reply as soon as it and those before it were in
+// (the connection's write side taken), the hand-offs to the links' writer
+// and reader goroutines, and to the leader's, cost more CPU per command
+// than the writes they shared saved.
 const (
 	// PeerCommand opens a relay link; AppliedCommand reports a follower's
 	// applied index (TIER.APPLIED node-id index) for the leader's lag
