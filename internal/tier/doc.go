@@ -1,6 +1,7 @@
 // Package tier makes this process one node of a tier of fenceproxy nodes
 // that share one token authority: a Raft group (hashicorp/raft, its log and
-// stable store on Pebble, or raft-boltdb, under --data-dir/raft, snapshots beside it, a TCP
+// stable store on Pebble, or raft-boltdb, under --data-dir/raft, the newest
+// entries also kept in memory (raft.LogCache), snapshots beside it, a TCP
 // transport on --raft-listen) whose replicated state machine is the token
 // state. The leader is the token authority; Store is its side of the lock
 // manager's TokenStore seam. Any other node refuses tokens and reads with
@@ -93,6 +94,20 @@
 // once: every later call refuses, a Reserve in flight ends with raft's
 // ErrLeadershipLost (UnavailableError with Lost), and OnLeadershipLost runs,
 // so the lock layer can end its waiters -TRYAGAIN.
+//
+// # Followers (forward.go)
+//
+// A follower relays lock commands to the leader's client port (Relay), one
+// command per connection at a time, each wrapped in TIER.RELAY with the
+// time it has already spent on the follower, so the leader counts a lease
+// from when the follower read it; the follower judges the reply by its own
+// clock too, which alone sees the time on the link (commands.relayLock).
+// A follower reports its applied index to the leader every second and at
+// once when it learns of a new leader; the leader's view of a peer's lag
+// is that report (PeerStatus), unknown until the peer has reported in
+// this leadership: hashicorp/raft keeps each follower's progress in its
+// replication state, which a new leader builds from nothing and which it
+// does not expose.
 //
 // # What it does not do yet
 //

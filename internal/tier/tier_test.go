@@ -403,20 +403,23 @@ func TestPeerLagAfterElection(t *testing.T) {
 		}
 	}
 	// Leadership moves away and back: the old reports are forgotten.
+	waitReady := func(n *Node) {
+		deadline := time.Now().Add(30 * time.Second)
+		for !n.Ready() {
+			if time.Now().After(deadline) {
+				t.Fatal("leadership did not move within 30s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	if err := n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(tt.peers[f].Addr)).Error(); err != nil {
 		t.Fatal(err)
 	}
-	tt.leader()
+	waitReady(tt.nodes[f])
 	if err := tt.nodes[f].raft.LeadershipTransferToServer(raft.ServerID(tt.peers[nl].ID), raft.ServerAddress(tt.peers[nl].Addr)).Error(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !n.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("leadership did not come back within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitReady(n)
 	for _, p := range n.Status().Peers {
 		if p.LagKnown {
 			t.Fatalf("peer %s: lag %d from a report to an earlier leadership", p.ID, p.Lag)
