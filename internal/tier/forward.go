@@ -283,12 +283,12 @@ func (r *Relay) reportApplied() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), relayDialTimeout)
-		_, err := r.Do(ctx, "", false, 0, time.Time{}, [][]byte{[]byte(AppliedCommand), []byte(r.node.opts.NodeID),
+		// A failed report is tried again a second later (or at once for
+		// another leader), not at every check.
+		r.Do(ctx, "", false, 0, time.Time{}, [][]byte{[]byte(AppliedCommand), []byte(r.node.opts.NodeID),
 			[]byte(strconv.FormatUint(r.node.raft.AppliedIndex(), 10))})
 		cancel()
-		if err == nil {
-			reportedTo, reportedAt = addr, time.Now()
-		}
+		reportedTo, reportedAt = addr, time.Now()
 	}
 }
 
