@@ -132,8 +132,12 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 		if s.tier == nil {
 			return false
 		}
+		if len(args) < 3 {
+			replyError(p, "ERR fenceproxy: TIER.RELAY needs elapsed-us (an integer from 0) and a command")
+			return true
+		}
 		us, ok := parseInt(args[1])
-		if len(args) < 3 || !ok || us < 0 || strings.EqualFold(string(args[2]), "tier.relay") {
+		if !ok || us < 0 || strings.EqualFold(string(args[2]), "tier.relay") {
 			replyError(p, "ERR fenceproxy: TIER.RELAY needs elapsed-us (an integer from 0) and a command")
 			return true
 		}

@@ -288,6 +288,7 @@ func TestRelayCarriesElapsedTime(t *testing.T) {
 		{"TIER.RELAY", "-1", "LOCK.ACQUIRE", "z", "a", "500"},
 		{"TIER.RELAY", "x", "LOCK.ACQUIRE", "z", "a", "500"},
 		{"TIER.RELAY", "0"},
+		{"TIER.RELAY"},
 		{"TIER.RELAY", "0", "TIER.RELAY", "0", "LOCK.ACQUIRE", "z", "a", "500"},
 	} {
 		if r := peer.Do(bad...); !bytes.HasPrefix(r, []byte("-ERR")) {
