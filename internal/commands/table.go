@@ -395,6 +395,12 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s.replies.silence(c, p)
 		s.order.next()
 	}
+	h.serve(c, args, p)
+}
+
+// serve dispatches one request: ServeCommand's, or the client command a
+// tier peer's TIER.RELAY carries.
+func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if h.opts.Tier != nil && h.serveTierLink(c, args, p) {
 		return
 	}

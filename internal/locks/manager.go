@@ -365,6 +365,11 @@ func (m *Manager) replyBy(from time.Time, ttl time.Duration) time.Time {
 	return from.Add(ttl - drift - time.Duration(m.opts.LeaseSafetyMargin*float64(ttl)))
 }
 
+// ReplyBy is the latest moment a reply may promise a lease of ttl counted
+// from from (replyBy): a tier follower judges the leader's reply to a
+// relayed grant or renewal by it, from when the follower read the request.
+func (m *Manager) ReplyBy(from time.Time, ttl time.Duration) time.Time { return m.replyBy(from, ttl) }
+
 // abandon settles an acquire attempt that will not be replied with its
 // token, err saying why, and returns the error to reply. A new grant is
 // undone (compare-and-delete) unless its outcome is already unknown. Its
