@@ -68,11 +68,26 @@ var keyedSubcommands = map[string]map[string]bool{
 	"debug": {"object": true, "listpack": true, "quicklist": true, "ziplist": true, "sdslen": true, "digest-value": true},
 }
 
-// keyedSlot is the slot of a keyedSubcommands request's key, -1 if args is
-// not one.
+// slotSubcommands name a slot by number in the argument after the
+// subcommand: the request goes to that slot's master.
+var slotSubcommands = map[string]map[string]bool{
+	"cluster": {"countkeysinslot": true, "getkeysinslot": true},
+}
+
+// keyedSlot is the slot of a keyedSubcommands request's key, or the slot a
+// slotSubcommands request names; -1 if args is neither (or names no valid
+// slot: the first master then answers Redis's own error).
 func keyedSlot(name []byte, args [][]byte) int {
-	if subs := keyedSubcommands[string(name)]; subs != nil && len(args) > 2 && subs[keys.LowerName(args[1])] {
+	if len(args) <= 2 {
+		return -1
+	}
+	if subs := keyedSubcommands[string(name)]; subs != nil && subs[keys.LowerName(args[1])] {
 		return keys.SlotOf(args[2])
+	}
+	if subs := slotSubcommands[string(name)]; subs != nil && subs[keys.LowerName(args[1])] {
+		if slot, ok := resp.ParseInt(args[2]); ok && slot >= 0 && slot < SlotCount {
+			return int(slot)
+		}
 	}
 	return -1
 }
