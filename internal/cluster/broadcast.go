@@ -136,6 +136,13 @@ func (c *Cluster) broadcast(cl *Client, args [][]byte, m merge, p *resp.Reply) {
 		return
 	}
 	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, m) })
+	if cl.track != nil {
+		r := newRequest(cl, -1, resp.AppendCommand(nil, args))
+		for i, n := range masters {
+			r.deliver(n, false, parts[i])
+		}
+		return
+	}
 	for i, n := range masters {
 		n.pool(cl.RESP3).Conn(cl.ID).Do(args, parts[i])
 	}
@@ -199,6 +206,11 @@ func (c *Cluster) scan(cl *Client, args [][]byte, p *resp.Reply) {
 		p.Buf = scanReply(part.Buf, at, len(masters), p.Buf)
 		p.Done()
 	})
+	if cl.track != nil {
+		r := newRequest(cl, -1, resp.AppendCommand(nil, req))
+		r.deliver(masters[at], false, part)
+		return
+	}
 	masters[at].pool(cl.RESP3).Conn(cl.ID).Do(req, part)
 }
 

@@ -204,7 +204,7 @@ func (r scriptRule) parts(args [][]byte, n int, groups []group) [][]byte {
 func (c *Cluster) gather(cl *Client, groups []group, reqs [][]byte, order [][2]int, m merge, p *resp.Reply) {
 	parts := fanIn(len(groups), func(replies []*resp.Reply) { mergeInto(p, replies, order, m) })
 	for g, gr := range groups {
-		c.send(request{slot: gr.slot, resp3: cl.RESP3, connID: cl.ID, encoded: reqs[g]}, parts[g])
+		c.send(newRequest(cl, gr.slot, reqs[g]), parts[g])
 	}
 }
 

@@ -30,8 +30,9 @@ import (
 // (keyspace.go).
 type subscriber struct {
 	c      *Cluster
+	id     int64 // the proxy's client id
 	resp3  bool
-	client net.Conn
+	client net.Conn // set by Start, under wmu
 
 	wmu sync.Mutex // one whole message to the client at a time
 
@@ -60,7 +61,7 @@ type subscriber struct {
 	closed bool
 }
 
-func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
+func (c *Cluster) newSubscriber(id int64, resp3 bool) (*subscriber, error) {
 	m := c.Masters()
 	if len(m) == 0 {
 		return nil, ErrUnavailable
@@ -70,7 +71,7 @@ func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
 		return nil, err
 	}
 	s := &subscriber{
-		c: c, resp3: resp3, home: home, homeNode: m[0],
+		c: c, id: id, resp3: resp3, home: home, homeNode: m[0],
 		shards:      make(map[*Node]net.Conn),
 		channels:    make(map[string]*Node),
 		leaving:     make(map[string]int),
@@ -87,7 +88,10 @@ func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
 // Start relays the home connection to client (and each shard connection,
 // as it opens).
 func (s *subscriber) Start(client net.Conn) {
+	s.wmu.Lock()
 	s.client = client
+	s.wmu.Unlock()
+	s.c.subscribers.Store(s.id, s) // a CLIENT TRACKING REDIRECT target (tracker.go)
 	go s.read(s.home, s.homeNode, false)
 }
 
@@ -420,10 +424,14 @@ func (s *subscriber) Close() {
 	}
 	s.cond.Broadcast() // a confirmation waiting for the mirrors goes
 	s.mu.Unlock()
+	s.c.subscribers.CompareAndDelete(s.id, s)
 	for _, c := range conns {
 		c.Close()
 	}
-	if s.client != nil {
-		s.client.Close()
+	s.wmu.Lock()
+	client := s.client
+	s.wmu.Unlock()
+	if client != nil {
+		client.Close()
 	}
 }

@@ -49,6 +49,13 @@ type Cluster struct {
 	nodes map[string]*Node // connected masters, by address
 	known []string         // every address seen: seeds, masters, replicas
 
+	// tmu guards trackers: the tracking clients' connections, which follow
+	// the masters (tracker.go). subscribers are the pub/sub clients by
+	// proxy client id, for CLIENT TRACKING REDIRECT.
+	tmu         sync.Mutex
+	trackers    map[*tracker]bool
+	subscribers sync.Map // int64 -> *subscriber
+
 	refreshNow chan struct{}
 	done       chan struct{}
 	wg         sync.WaitGroup
@@ -253,6 +260,7 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	}
 	if old == nil || !sameMasters(old.masters, nv.masters) {
 		c.log.Info("Redis Cluster topology", "masters", addrs(nv.masters), "read_from", from)
+		c.followTrackers(nv.masters)
 	}
 	c.retire(owners)
 	for _, n := range nv.masters {

@@ -78,7 +78,7 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, replyHelloNoAuth)
 		return
 	}
-	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
+	if resp3 != s.backend.RESP3 && (s.tx.pinned != nil || s.track.on) {
 		if s.track.on {
 			replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while CLIENT TRACKING is on; say HELLO before CLIENT TRACKING ON")
 			return
@@ -257,6 +257,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	s.tx = txState{}       // a MULTI not yet sent too
 	s.track = trackState{} // its connection went with s.tx.pinned
+	s.backend.Untrack()    // or, in front of a Redis Cluster, the Forwarder's
 	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
 	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis
