@@ -135,6 +135,9 @@ func (c *Cluster) broadcast(cl *Client, args [][]byte, m merge, p *resp.Reply) {
 		p.Done()
 		return
 	}
+	if cl.track != nil {
+		p = cl.track.merged(p)
+	}
 	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, m) })
 	if cl.track != nil {
 		r := newRequest(cl, -1, resp.AppendCommand(nil, args))

@@ -251,6 +251,9 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	// Publish only a change: a new view makes pipelining clients wait for
 	// their requests routed by the old one (see Epoch).
 	old := c.view.Load()
+	if old != nil && !sameMasters(old.masters, nv.masters) {
+		c.followTrackers(nv.masters)
+	}
 	if old == nil || old.slots != nv.slots {
 		nv.epoch = 1
 		if old != nil {
@@ -260,7 +263,6 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	}
 	if old == nil || !sameMasters(old.masters, nv.masters) {
 		c.log.Info("Redis Cluster topology", "masters", addrs(nv.masters), "read_from", from)
-		c.followTrackers(nv.masters)
 	}
 	c.retire(owners)
 	for _, n := range nv.masters {

@@ -53,9 +53,16 @@ import (
 //     connection on that master. tracking-redir-broken names the proxy id.
 //  5. Pushes from every connection reach the client through one stream
 //     (the onPush given to Track: protocol's Conn.Push), each after the
-//     replies Redis sent before it on its own connection and never ahead
-//     of a reply of the batch being written.
-//  6. Losing a connection loses what Redis tracked on it (Redis forgets a
+//     replies Redis sent before it on its own connection: a connection
+//     completes its replies in order before it reads a push, and a push
+//     that comes while a request split over several connections (MGET
+//     over masters, a broadcast) waits for its other parts is held until
+//     the merged reply is complete, for it may invalidate a key that reply
+//     carries.
+//  6. HELLO switches the connections' protocol with the client's, as it
+//     switches a tracking connection's in Redis (the first request after
+//     it, or Pin, sends HELLO on each).
+//  7. Losing a connection loses what Redis tracked on it (Redis forgets a
 //     connection's tracking when it ends): the client (or its redirect
 //     target) is sent a null invalidation, as Redis sends one on FLUSHALL,
 //     and drops its whole cache; the connection is opened again on next
@@ -88,6 +95,11 @@ type tracker struct {
 	opts trackOptions
 	// caching is CLIENT CACHING's yes or no, waiting for the next request.
 	caching []byte
+	// merging counts the client's requests split over several connections
+	// whose merged reply is not complete yet; held are the pushes that
+	// came meanwhile (point 5).
+	merging int
+	held    [][]byte
 	closed  bool
 }
 
@@ -507,7 +519,9 @@ func (t *tracker) connLocked(n *Node) (*backend.Conn, error) {
 		return nil, n.Refusal()
 	}
 	opts := n.pinOpts
+	t.mu.Lock()
 	opts.RESP3 = t.resp3
+	t.mu.Unlock()
 	opts.OnPush = t.pushed
 	// OnBreak may run before Dial returns: it looks the connection up.
 	opts.OnBreak = func() { t.lostLater(n) }
@@ -539,7 +553,7 @@ func (t *tracker) connLocked(n *Node) (*backend.Conn, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		n.Unpin(conn, t.resp3, false)
+		n.Unpin(conn, false, false)
 		return nil, backend.ErrUnavailable
 	}
 	t.conns[n] = conn
@@ -564,7 +578,7 @@ func (t *tracker) lostLater(n *Node) {
 
 // lost forgets the client's connection conn to n and closes it; if it was
 // tracking, the client (or its redirect target) is told to drop its whole
-// cache: what Redis tracked on it is gone (point 6).
+// cache: what Redis tracked on it is gone (point 7).
 func (t *tracker) lost(n *Node, conn *backend.Conn) {
 	t.mu.Lock()
 	current := conn != nil && t.conns[n] == conn
@@ -574,7 +588,7 @@ func (t *tracker) lost(n *Node, conn *backend.Conn) {
 	tracking := current && !t.closed && len(t.ons) > 0
 	t.mu.Unlock()
 	if conn != nil {
-		n.Unpin(conn, t.resp3, false)
+		n.Unpin(conn, false, false)
 	}
 	if tracking {
 		t.invalidate(nil)
@@ -585,7 +599,7 @@ func (t *tracker) lost(n *Node, conn *backend.Conn) {
 // invalid, as Redis would: nil keys for all of them (a null invalidation).
 func (t *tracker) invalidate(keyList [][]byte) {
 	t.mu.Lock()
-	redirect := t.opts.redirect
+	redirect, resp3 := t.opts.redirect, t.resp3
 	t.mu.Unlock()
 	var value []byte
 	switch {
@@ -594,7 +608,7 @@ func (t *tracker) invalidate(keyList [][]byte) {
 		for _, k := range keyList {
 			value = redcon.AppendBulk(value, k)
 		}
-	case t.resp3:
+	case resp3:
 		value = []byte("_\r\n")
 	default:
 		value = []byte("$-1\r\n")
@@ -605,24 +619,89 @@ func (t *tracker) invalidate(keyList [][]byte) {
 		}
 		return
 	}
-	if t.resp3 {
-		t.onPush(append([]byte(">2\r\n$10\r\ninvalidate\r\n"), value...))
+	if resp3 {
+		t.pushed(append([]byte(">2\r\n$10\r\ninvalidate\r\n"), value...))
 	}
 }
 
 var redirBroken = []byte(">2\r\n$21\r\ntracking-redir-broken\r\n:")
 
-// pushed relays a push from one of the connections: tracking-redir-broken
-// names the proxy's client, not a Redis connection.
+// pushed relays a push from one of the connections (held while a merged
+// reply is incomplete, point 5): tracking-redir-broken names the proxy's
+// client, not a Redis connection.
 func (t *tracker) pushed(frame []byte) {
+	t.mu.Lock()
 	if bytes.HasPrefix(frame, redirBroken) {
-		t.mu.Lock()
-		id := t.opts.redirect
-		t.mu.Unlock()
-		frame = strconv.AppendInt(append([]byte(nil), redirBroken...), id, 10)
+		frame = strconv.AppendInt(append([]byte(nil), redirBroken...), t.opts.redirect, 10)
 		frame = append(frame, "\r\n"...)
 	}
+	if t.merging > 0 {
+		t.held = append(t.held, bytes.Clone(frame))
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
 	t.onPush(frame)
+}
+
+// merged wraps the reply of a request split over several connections:
+// pushes are held from now until p is complete (point 5).
+func (t *tracker) merged(p *resp.Reply) *resp.Reply {
+	t.mu.Lock()
+	t.merging++
+	t.mu.Unlock()
+	var sub *resp.Reply
+	sub = resp.NewReplyFunc(func() {
+		p.Buf, p.Err = sub.Buf, sub.Err
+		p.Done()
+		t.mu.Lock()
+		t.merging--
+		var held [][]byte
+		if t.merging == 0 {
+			held, t.held = t.held, nil
+		}
+		t.mu.Unlock()
+		for _, f := range held {
+			t.onPush(f)
+		}
+	})
+	sub.Buf = p.Buf
+	return sub
+}
+
+// follow is called before each request of cl goes: the connections
+// switch protocol if the client did (point 6).
+func (t *tracker) follows(cl *Client) {
+	t.mu.Lock()
+	same := t.resp3 == cl.RESP3
+	t.mu.Unlock()
+	if !same {
+		t.hello(cl.RESP3)
+	}
+}
+
+// hello switches the connections to the client's protocol (point 6).
+func (t *tracker) hello(resp3 bool) {
+	t.dialMu.Lock()
+	defer t.dialMu.Unlock()
+	t.mu.Lock()
+	if t.resp3 == resp3 {
+		t.mu.Unlock()
+		return
+	}
+	t.resp3 = resp3
+	conns := make([]*backend.Conn, 0, len(t.conns))
+	for _, c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	v := []byte("2")
+	if resp3 {
+		v = []byte("3")
+	}
+	for _, c := range conns {
+		c.Do([][]byte{[]byte("HELLO"), v}, discard())
+	}
 }
 
 // close ends the tracker: its connections close, with no invalidation
@@ -638,7 +717,7 @@ func (t *tracker) close() {
 	t.conns = nil
 	t.mu.Unlock()
 	for n, c := range conns {
-		n.Unpin(c, t.resp3, false)
+		n.Unpin(c, false, false)
 	}
 	t.c.tmu.Lock()
 	delete(t.c.trackers, t)
@@ -646,7 +725,7 @@ func (t *tracker) close() {
 }
 
 // follow keeps the tracker's connections on the masters there are: one to
-// a node that is no longer a master is lost (point 6); with BCAST each
+// a node that is no longer a master is lost (point 7); with BCAST each
 // master gets one.
 func (t *tracker) follow(masters []*Node) {
 	t.mu.Lock()
@@ -663,13 +742,18 @@ func (t *tracker) follow(masters []*Node) {
 		t.lost(n, conns[i])
 	}
 	if bcast {
-		for _, n := range masters {
-			t.conn(n)
-		}
+		go func() {
+			for _, n := range masters {
+				t.conn(n)
+			}
+		}()
 	}
 }
 
-// followTrackers tells every tracker the masters of a new view.
+// followTrackers tells every tracker the masters of a new view, before
+// the view is published: a client has dropped what a node that is no
+// longer a master tracked (its null invalidation is on its way) before
+// any of its requests goes to the new master.
 func (c *Cluster) followTrackers(masters []*Node) {
 	c.tmu.Lock()
 	ts := make([]*tracker, 0, len(c.trackers))
@@ -678,7 +762,7 @@ func (c *Cluster) followTrackers(masters []*Node) {
 	}
 	c.tmu.Unlock()
 	for _, t := range ts {
-		go t.follow(masters)
+		t.follow(masters)
 	}
 }
 
@@ -746,7 +830,10 @@ func (t *tracker) pinned(n *Node) (*Pinned, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pinned{conn: conn, node: n, resp3: t.resp3, keyed: true, lender: t, caching: t.takeCaching()}, nil
+	t.mu.Lock()
+	resp3 := t.resp3
+	t.mu.Unlock()
+	return &Pinned{conn: conn, node: n, resp3: resp3, keyed: true, lender: t, caching: t.takeCaching()}, nil
 }
 
 // doPinned sends a request on a lent connection: the CLIENT CACHING flag
@@ -762,7 +849,7 @@ func (t *tracker) doPinned(pc *Pinned, args [][]byte, p *resp.Reply) {
 }
 
 // giveBack takes a lent connection back; one that may hold a transaction's
-// or a blocked command's state is closed and lost (point 6).
+// or a blocked command's state is closed and lost (point 7).
 func (t *tracker) giveBack(pc *Pinned, clean bool) {
 	if !clean || !pc.conn.Up() {
 		t.lost(pc.node, pc.conn)

@@ -78,7 +78,7 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, replyHelloNoAuth)
 		return
 	}
-	if resp3 != s.backend.RESP3 && (s.tx.pinned != nil || s.track.on) {
+	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
 		if s.track.on {
 			replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while CLIENT TRACKING is on; say HELLO before CLIENT TRACKING ON")
 			return
