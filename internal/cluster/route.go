@@ -38,7 +38,6 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 	name := keys.AppendLower(lower[:0], args[0])
 	if cl.track != nil {
 		// A tracking client's: on its own connections (tracker.go).
-		cl.track.follows(cl)
 		if string(name) == "client" && cl.track.serve(cl, args, p) {
 			return
 		}
@@ -119,7 +118,6 @@ func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
 		}
 	}
 	if cl.track != nil {
-		cl.track.follows(cl)
 		return cl.track.pinned(c.target(slot))
 	}
 	return pin(cl, c.target(slot), true)

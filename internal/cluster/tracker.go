@@ -60,8 +60,7 @@ import (
 //     the merged reply is complete, for it may invalidate a key that reply
 //     carries.
 //  6. HELLO switches the connections' protocol with the client's, as it
-//     switches a tracking connection's in Redis (the first request after
-//     it, or Pin, sends HELLO on each).
+//     switches a tracking connection's in Redis (Client.Hello).
 //  7. Losing a connection loses what Redis tracked on it (Redis forgets a
 //     connection's tracking when it ends): the client (or its redirect
 //     target) is sent a null invalidation, as Redis sends one on FLUSHALL,
@@ -669,14 +668,13 @@ func (t *tracker) merged(p *resp.Reply) *resp.Reply {
 	return sub
 }
 
-// follow is called before each request of cl goes: the connections
-// switch protocol if the client did (point 6).
-func (t *tracker) follows(cl *Client) {
-	t.mu.Lock()
-	same := t.resp3 == cl.RESP3
-	t.mu.Unlock()
-	if !same {
-		t.hello(cl.RESP3)
+// Hello tells the Forwarder that the client switched protocols (HELLO,
+// after cl.RESP3 changed): in front of a Redis Cluster a tracking client's
+// connections switch with it, at once, as its connection does in Redis
+// (point 6).
+func (cl *Client) Hello() {
+	if cl.track != nil {
+		cl.track.hello(cl.RESP3)
 	}
 }
 

@@ -87,6 +87,7 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	s.backend.RESP3 = resp3
+	s.backend.Hello() // in front of a Redis Cluster, a tracking client's connections
 	if setName {
 		c.SetName(string(name))
 	}

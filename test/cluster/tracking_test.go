@@ -183,9 +183,22 @@ func TestTrackingEveryMaster(t *testing.T) {
 	}
 	mustReply(t, tc, ":0\r\n", "CLIENT", "GETREDIR")
 
-	mustReply(t, tc, "+OK\r\n", "CLIENT", "TRACKING", "OFF")
+	// HELLO 2 while tracking: RESP2 has no pushes (as on Redis); HELLO 3
+	// brings them back, tracking on all along.
+	tc.Do("HELLO", "2")
 	mustReply(t, tc, "$2\r\nv4\r\n", "GET", ks[4])
+	mustReply(t, tc, "$2\r\nv2\r\n", "GET", ks[5])
 	mustReply(t, writer, "+OK\r\n", "SET", ks[4], "v5")
+	time.Sleep(100 * time.Millisecond)
+	mustReply(t, tc, "+PONG\r\n", "PING")
+	tc.Do("HELLO", "3")
+	mustReply(t, writer, "+OK\r\n", "SET", ks[5], "v5")
+	expectInvalidated(t, tc, "after HELLO 2 and HELLO 3", ks[5])
+	mustReply(t, tc, "$2\r\nv5\r\n", "GET", ks[4])
+
+	mustReply(t, tc, "+OK\r\n", "CLIENT", "TRACKING", "OFF")
+	mustReply(t, tc, "$2\r\nv5\r\n", "GET", ks[4])
+	mustReply(t, writer, "+OK\r\n", "SET", ks[4], "v6")
 	time.Sleep(100 * time.Millisecond)
 	mustReply(t, tc, "+PONG\r\n", "PING")
 	mustReply(t, tc, ":-1\r\n", "CLIENT", "GETREDIR")
