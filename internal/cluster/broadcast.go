@@ -206,7 +206,7 @@ func (c *Cluster) scan(cl *Client, args [][]byte, p *resp.Reply) {
 			p.Done()
 			return
 		}
-		p.Buf = scanReply(part.Buf, at, len(masters), p.Buf)
+		p.Buf = scanReply(c.scanWithoutOwn(part.Buf), at, len(masters), p.Buf)
 		p.Done()
 	})
 	if cl.track != nil {

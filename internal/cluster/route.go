@@ -46,8 +46,16 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 			defer func() { cl.caching = nil }()
 		}
 	}
+	if len(c.own) > 0 && string(name) == "dbsize" && len(args) == 1 {
+		c.afterViewChange(cl, p)
+		c.dbsize(cl, args, p)
+		return
+	}
 	if subs, ok := broadcasts[string(name)]; ok {
 		if m := broadcastMerge(subs, args); m != nil {
+			if len(c.own) > 0 && string(name) == "keys" {
+				m = c.withoutOwn(m)
+			}
 			c.afterViewChange(cl, p)
 			if string(name) == "config" && keys.LowerName(args[1]) == "set" {
 				p = c.configSet(args, p)

@@ -44,6 +44,10 @@ type Cluster struct {
 	// configs is what clients set with CONFIG SET, for masters that join
 	// later (configs.go).
 	configs configs
+	// own are the proxy's own keys (Options.OwnKeys), all in ownSlot:
+	// left out of DBSIZE, KEYS and SCAN (ownkeys.go).
+	own     [][]byte
+	ownSlot int
 
 	mu    sync.Mutex       // guards nodes and known
 	nodes map[string]*Node // connected masters, by address
@@ -81,6 +85,7 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 		refreshNow: make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
+	c.setOwnKeys(opts.OwnKeys)
 	if err := c.refresh(ctx); err != nil {
 		c.Close()
 		return nil, err
