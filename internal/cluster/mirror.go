@@ -123,7 +123,7 @@ func (s *subscriber) mirrorConn(n *Node) net.Conn {
 	if c != nil {
 		return c
 	}
-	c, err := n.Tunnel(s.resp3, 0)
+	c, err := n.Tunnel(s.protocol(), 0)
 	if err != nil {
 		return nil
 	}
@@ -374,7 +374,7 @@ func (s *subscriber) subscribeMirrored(conn net.Conn) {
 // RESP2 (only while subscribed to it, as Redis sends it only then).
 func (s *subscriber) invalidated(value []byte) {
 	var msg []byte
-	if s.resp3 {
+	if s.protocol() {
 		msg = append([]byte(">2\r\n$10\r\ninvalidate\r\n"), value...)
 	} else {
 		s.mu.Lock()

@@ -30,8 +30,7 @@ import (
 // (keyspace.go).
 type subscriber struct {
 	c      *Cluster
-	id     int64 // the proxy's client id
-	resp3  bool
+	id     int64    // the proxy's client id
 	client net.Conn // set by Start, under wmu
 
 	wmu sync.Mutex // one whole message to the client at a time
@@ -57,7 +56,12 @@ type subscriber struct {
 	// asked holds, per shard connection, the channels of SSUBSCRIBEs sent
 	// and not yet confirmed, oldest first: an error reply (MOVED when the
 	// topology was stale) answers the oldest, which then goes again.
-	asked  map[net.Conn][][]string
+	asked map[net.Conn][][]string
+	// resp3 is the protocol of every connection: the client's, which HELLO
+	// on home changes; hellos counts, per shard connection, the HELLOs sent
+	// to follow it whose replies are the proxy's to drop.
+	resp3  bool
+	hellos map[net.Conn]int
 	closed bool
 }
 
@@ -77,6 +81,7 @@ func (c *Cluster) newSubscriber(id int64, resp3 bool) (*subscriber, error) {
 		leaving:     make(map[string]int),
 		moving:      make(map[string]int),
 		asked:       make(map[net.Conn][][]string),
+		hellos:      make(map[net.Conn]int),
 		mirrors:     make(map[*Node]net.Conn),
 		mirrored:    make(map[mirrorName]bool),
 		unconfirmed: make(map[mirrorWait]int),
@@ -141,6 +146,9 @@ func (s *subscriber) Send(args [][]byte) {
 		return
 	case name == "subscribe" || name == "psubscribe" || name == "unsubscribe" || name == "punsubscribe":
 		s.mirror(name, args)
+		conn = s.home
+	case name == "hello":
+		s.hello(args)
 		conn = s.home
 	case name == "reset":
 		// Redis ends the home connection's subscriptions: the mirrors' too.
@@ -221,7 +229,7 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 	if c != nil {
 		return c, nil
 	}
-	c, err := node.Tunnel(s.resp3, 0)
+	c, err := node.Tunnel(s.protocol(), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +337,9 @@ func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *Node) []byte 
 		}
 		return msg
 	}
+	if len(msg) > 0 && (msg[0] == '%' || msg[0] == '*' || msg[0] == '-') && s.helloReply(conn, msg) {
+		return nil
+	}
 	elems, ok := resp.Elements(msg)
 	if !ok || len(elems) != 3 {
 		return msg
@@ -434,4 +445,55 @@ func (s *subscriber) Close() {
 	if client != nil {
 		client.Close()
 	}
+}
+
+// hello follows a HELLO the client sends (home answers it): with a
+// protocol version, the mirrors and shard connections switch too, so that
+// every message reaches the client in one protocol.
+func (s *subscriber) hello(args [][]byte) {
+	if len(args) < 2 {
+		return
+	}
+	v, ok := resp.ParseInt(args[1])
+	if !ok || (v != 2 && v != 3) {
+		return // home answers Redis's error, nothing changes
+	}
+	s.mu.Lock()
+	s.resp3 = v == 3
+	var others []net.Conn
+	for _, c := range s.mirrors {
+		others = append(others, c)
+	}
+	for _, c := range s.shards {
+		others = append(others, c)
+		s.hellos[c]++
+	}
+	s.mu.Unlock()
+	for _, c := range others {
+		s.write(c, args[:2])
+	}
+}
+
+// protocol reports whether new connections speak RESP3.
+func (s *subscriber) protocol() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resp3
+}
+
+// helloReply reports whether msg is the reply to a HELLO the subscriber
+// sent on shard connection conn itself (dropped).
+func (s *subscriber) helloReply(conn net.Conn, msg []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hellos[conn] == 0 {
+		return false
+	}
+	if kind, _, _, ok := pubsubMessage(msg); ok && kind != "server" {
+		return false
+	}
+	if s.hellos[conn]--; s.hellos[conn] == 0 {
+		delete(s.hellos, conn)
+	}
+	return true
 }

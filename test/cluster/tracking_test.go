@@ -275,6 +275,35 @@ func TestTrackingRedirectAndModes(t *testing.T) {
 		t.Fatalf("the next redirected invalidation: %s (%v), want %q (only keys read after CLIENT CACHING yes)", testenv.ShowReply(got), err, want)
 	}
 	mustReply(t, tc, "+OK\r\n", "CLIENT", "TRACKING", "OFF")
+
+	// The target switches to RESP3 (as Redis's suite does: UNSUBSCRIBE,
+	// HELLO 3, SUBSCRIBE): redirected invalidations from every master are
+	// RESP3 pushes, its connections to every master having switched.
+	// Mutation: with the mirrors left in RESP2, the other masters' came as
+	// RESP2 messages.
+	mustReply(t, sub, confirmation('*', "unsubscribe", "__redis__:invalidate", 0), "UNSUBSCRIBE", "__redis__:invalidate")
+	if got := sub.Do("HELLO", "3"); len(got) == 0 || got[0] != '%' {
+		t.Fatalf("HELLO 3 on the unsubscribed target: %s", testenv.ShowReply(got))
+	}
+	mustReply(t, sub, confirmation('>', "subscribe", "__redis__:invalidate", 1), "SUBSCRIBE", "__redis__:invalidate")
+	mustReply(t, tc, "+OK\r\n", "CLIENT", "TRACKING", "ON", "REDIRECT", id)
+	var each []string
+	for _, m := range e.cl.Masters {
+		k := st.keysOn(m, "trk:3:", 1)[0]
+		each = append(each, k)
+		tc.Do("GET", k)
+	}
+	for _, k := range each {
+		mustReply(t, writer, "+OK\r\n", "SET", k, "x")
+	}
+	for range each {
+		sub.SetTimeout(10 * time.Second)
+		got, err := sub.ReadReply()
+		if err != nil || !strings.HasPrefix(string(got), ">2\r\n$10\r\ninvalidate\r\n*1\r\n") {
+			t.Fatalf("a redirected invalidation to a RESP3 target: %s (%v), want a RESP3 push", testenv.ShowReply(got), err)
+		}
+	}
+	mustReply(t, tc, "+OK\r\n", "CLIENT", "TRACKING", "OFF")
 }
 
 // TestTrackingFollowsMasters: a tracking client's cache never outlives the
