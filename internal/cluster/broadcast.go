@@ -22,8 +22,9 @@ type broadcastRule struct {
 	sub     []string // the subcommands that broadcast; nil: the command itself
 	merge   merge
 	// mergeArgs, if set, makes the merge from the request's arguments
-	// (SLOWLOG GET's count) instead of merge.
-	mergeArgs func(args [][]byte) merge
+	// and the masters it goes to (SLOWLOG GET's count and ids) instead of
+	// merge.
+	mergeArgs func(c *Cluster, masters []*Node, args [][]byte) merge
 }
 
 var broadcastTable = []broadcastRule{
@@ -54,7 +55,9 @@ var broadcastTable = []broadcastRule{
 	{command: "latency", sub: []string{"history"}, merge: mergeLatencyHistory},
 	{command: "latency", sub: []string{"histogram"}, merge: mergeLatencyHistogram},
 	{command: "latency", sub: []string{"reset"}, merge: mergeLargest},
-	{command: "slowlog", sub: []string{"get"}, mergeArgs: slowlogMerge},
+	{command: "slowlog", sub: []string{"get"}, mergeArgs: func(c *Cluster, masters []*Node, args [][]byte) merge {
+		return slowlogMerge(args, c.slowIDs.renumber(masters))
+	}},
 	{command: "slowlog", sub: []string{"len"}, merge: mergeSum},
 	{command: "slowlog", sub: []string{"reset"}, merge: mergeOK},
 	// DEBUG's switches of server behaviour (tests set them): every master.
@@ -111,25 +114,27 @@ func init() {
 	}
 }
 
-// broadcastMerge returns the merge of a request that broadcasts, nil if
-// it does not.
-func broadcastMerge(subs map[string]*broadcastRule, args [][]byte) merge {
+// broadcastRuleOf returns the rule of a request that broadcasts, nil if it
+// does not.
+func broadcastRuleOf(subs map[string]*broadcastRule, args [][]byte) *broadcastRule {
 	r := subs[""]
 	if r == nil && len(args) > 1 {
 		r = subs[keys.LowerName(args[1])]
 	}
-	switch {
-	case r == nil:
-		return nil
-	case r.mergeArgs != nil:
-		return r.mergeArgs(args)
+	return r
+}
+
+// mergeFor is r's merge of args sent to masters.
+func (r *broadcastRule) mergeFor(c *Cluster, masters []*Node, args [][]byte) merge {
+	if r.mergeArgs != nil {
+		return r.mergeArgs(c, masters, args)
 	}
 	return r.merge
 }
 
-// broadcast sends args to every master and merges the replies into p.
-func (c *Cluster) broadcast(cl *Client, args [][]byte, m merge, p *resp.Reply) {
-	masters := c.Masters()
+// broadcast sends args to every master of masters and merges the replies
+// into p.
+func (c *Cluster) broadcast(cl *Client, masters []*Node, args [][]byte, m merge, p *resp.Reply) {
 	if len(masters) == 0 {
 		p.Err = backend.ErrUnavailable
 		p.Done()

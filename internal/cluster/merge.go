@@ -479,8 +479,10 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 
 // slowlogMerge merges SLOWLOG GET [count]: every master's entries, the
 // most recent first (by timestamp, then id), at most count of them (10 by
-// default, all for a negative count, as Redis). Ids are each master's own.
-func slowlogMerge(args [][]byte) merge {
+// default, all for a negative count, as Redis). renumber, if not nil, gives
+// each entry returned the proxy's id for it (part: the master's place among
+// the parts; slowlog.go), oldest first.
+func slowlogMerge(args [][]byte, renumber func(part int, id, when int64) int64) merge {
 	count := int64(10)
 	if len(args) > 2 {
 		if n, ok := resp.ParseInt(args[2]); ok {
@@ -493,11 +495,12 @@ func slowlogMerge(args [][]byte) merge {
 			return append(dst, bad...)
 		}
 		type entry struct {
-			id, when int64
-			raw      []byte
+			part      int
+			id, when  int64
+			raw, rest []byte // rest: the entry after its id
 		}
 		var all []entry
-		for _, l := range lists {
+		for part, l := range lists {
 			for _, raw := range l {
 				f, ok := resp.Elements(raw)
 				if !ok || len(f) < 2 {
@@ -505,7 +508,8 @@ func slowlogMerge(args [][]byte) merge {
 				}
 				id, _ := intOf(f[0])
 				when, _ := intOf(f[1])
-				all = append(all, entry{id, when, raw})
+				at := bytes.IndexByte(raw, '\n') + 1 + len(f[0])
+				all = append(all, entry{part, id, when, raw, raw[at:]})
 			}
 		}
 		slices.SortStableFunc(all, func(a, b entry) int {
@@ -517,9 +521,22 @@ func slowlogMerge(args [][]byte) merge {
 		if count >= 0 && int64(len(all)) > count {
 			all = all[:count]
 		}
+		ids := make([]int64, len(all))
+		for i := len(all) - 1; i >= 0; i-- {
+			ids[i] = all[i].id
+			if renumber != nil {
+				ids[i] = renumber(all[i].part, all[i].id, all[i].when)
+			}
+		}
 		dst = redcon.AppendArray(dst, len(all))
-		for _, e := range all {
-			dst = append(dst, e.raw...)
+		for i, e := range all {
+			if renumber == nil {
+				dst = append(dst, e.raw...)
+				continue
+			}
+			dst = append(dst, e.raw[:bytes.IndexByte(e.raw, '\n')+1]...)
+			dst = redcon.AppendInt(dst, ids[i])
+			dst = append(dst, e.rest...)
 		}
 		return dst
 	}

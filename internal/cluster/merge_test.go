@@ -46,7 +46,7 @@ func TestMerges(t *testing.T) {
 			[]string{"%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:3\r\n$14\r\nhistogram_usec\r\n%2\r\n:1\r\n:1\r\n:4\r\n:3\r\n",
 				"%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n%1\r\n:2\r\n:2\r\n"},
 			nil, "%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:5\r\n$14\r\nhistogram_usec\r\n%3\r\n:1\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n"},
-		{"slowlog get: newest first, count kept", slowlogMerge(argv("slowlog", "get", "2")),
+		{"slowlog get: newest first, count kept", slowlogMerge(argv("slowlog", "get", "2"), nil),
 			[]string{"*1\r\n*2\r\n:7\r\n:100\r\n", "*2\r\n*2\r\n:2\r\n:300\r\n*2\r\n:1\r\n:50\r\n"},
 			nil, "*2\r\n*2\r\n:2\r\n:300\r\n*2\r\n:7\r\n:100\r\n"},
 	} {

@@ -52,15 +52,17 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 		return
 	}
 	if subs, ok := broadcasts[string(name)]; ok {
-		if m := broadcastMerge(subs, args); m != nil {
+		if r := broadcastRuleOf(subs, args); r != nil {
+			c.afterViewChange(cl, p)
+			masters := c.Masters()
+			m := r.mergeFor(c, masters, args)
 			if len(c.own) > 0 && string(name) == "keys" {
 				m = c.withoutOwn(m)
 			}
-			c.afterViewChange(cl, p)
 			if string(name) == "config" && keys.LowerName(args[1]) == "set" {
 				p = c.configSet(args, p)
 			}
-			c.broadcast(cl, args, m, p)
+			c.broadcast(cl, masters, args, m, p)
 			return
 		}
 	}

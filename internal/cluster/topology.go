@@ -48,6 +48,8 @@ type Cluster struct {
 	// left out of DBSIZE, KEYS and SCAN (ownkeys.go).
 	own     [][]byte
 	ownSlot int
+	// slowIDs are the proxy's ids of SLOWLOG entries (slowlog.go).
+	slowIDs slowIDs
 
 	mu    sync.Mutex       // guards nodes and known
 	nodes map[string]*Node // connected masters, by address

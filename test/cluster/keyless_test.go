@@ -148,13 +148,19 @@ func TestKeylessCommandsWholeCluster(t *testing.T) {
 		t.Fatal("SLOWLOG GET -1: not an array")
 	}
 	seen := map[string]bool{}
+	ids := map[int64]bool{} // the proxy's: unique across masters (each numbers its own from 0)
 	var last int64 = 1 << 62
 	for _, entry := range all {
 		f, _ := testenv.SplitArray(entry)
+		id, _ := testenv.ParseInt(f[0])
 		when, _ := testenv.ParseInt(f[1])
 		if when > last {
 			t.Errorf("SLOWLOG GET: an entry at %d after one at %d: want the newest first", when, last)
 		}
+		if ids[id] {
+			t.Errorf("SLOWLOG GET: id %d twice (the masters' own ids, merged?)", id)
+		}
+		ids[id] = true
 		last = when
 		for _, k := range keys {
 			if strings.Contains(string(entry), "$3\r\nSET\r\n$"+strconv.Itoa(len(k))+"\r\n"+k+"\r\n") {
