@@ -130,10 +130,12 @@ func (c *Cluster) Track(cl *Client, onPush func([]byte), _ func()) (*Pinned, err
 }
 
 // Untrack ends cl's tracking in front of a Redis Cluster (RESET, the
-// client gone): its connections close. Nothing to do for a standalone
-// master's tracking client, whose connection is its Pinned.
+// client gone): its connections close, each once Redis has turned its
+// tracking off (see off). Nothing to do for a standalone master's tracking
+// client, whose connection is its Pinned.
 func (cl *Client) Untrack() {
 	if cl.track != nil {
+		cl.track.turnOff([][]byte{[]byte("CLIENT"), []byte("TRACKING"), []byte("OFF")}, nil)
 		cl.track.close()
 		cl.track = nil
 	}
@@ -262,18 +264,13 @@ func (t *tracker) off(args [][]byte, p *resp.Reply) bool {
 		replyErrOf(p, backend.ErrUnavailable)
 		return false
 	}
-	conn, err := t.conn(masters[0])
-	var req [][]byte
-	if err == nil {
-		req, err = t.forNode(args, masters[0])
-	}
-	if err != nil {
+	if _, err := t.conn(masters[0]); err != nil {
 		replyErrOf(p, err)
 		return false
 	}
-	reply, err := t.do(conn, req)
+	reply, err := t.turnOff(args, masters[0])
 	if err != nil {
-		replyErrOf(p, backend.ErrLost)
+		replyErrOf(p, err)
 		return false
 	}
 	p.Buf = append(p.Buf, reply...)
@@ -284,6 +281,42 @@ func (t *tracker) off(args [][]byte, p *resp.Reply) bool {
 	t.close()
 	p.Done()
 	return true
+}
+
+// turnOff sends CLIENT TRACKING OFF (args) on every connection and waits
+// for their replies: Redis stops tracking for the client on every master
+// before it is answered (closing a connection is not enough: Redis may run
+// another client's write, and invalidate for a connection it has not yet
+// seen close, in between). It returns the reply of first's connection.
+func (t *tracker) turnOff(args [][]byte, first *Node) ([]byte, error) {
+	t.mu.Lock()
+	conns := make(map[*Node]*backend.Conn, len(t.conns))
+	for n, c := range t.conns {
+		conns[n] = c
+	}
+	t.mu.Unlock()
+	var wg sync.WaitGroup
+	var firstReply []byte
+	var firstErr error = backend.ErrUnavailable
+	for n, c := range conns {
+		req, err := t.forNode(args, n)
+		if err != nil {
+			req = [][]byte{[]byte("CLIENT"), []byte("TRACKING"), []byte("OFF")}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := t.do(c, req)
+			if n == first {
+				firstReply, firstErr = reply, err
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, backend.ErrLost
+	}
+	return firstReply, nil
 }
 
 // setCaching serves CLIENT CACHING yes|no as Redis does, remembering the
