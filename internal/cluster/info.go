@@ -222,8 +222,19 @@ func kvList(v string) (keys []string, vals map[string]string) {
 
 // mergeCounts merges a Commandstats or Errorstats line
 // (calls=..,usec=..,usec_per_call=..,...; count=..): every count summed,
-// usec_per_call recomputed from the sums.
-func mergeCounts(_ string, values []string) string {
+// usec_per_call recomputed from the sums; a command run on every master
+// for each call (everyMaster) is the line of the master that counted most.
+func mergeCounts(field string, values []string) string {
+	if everyMaster[strings.TrimPrefix(field, "cmdstat_")] {
+		most, mostCalls := values[0], int64(-1)
+		for _, v := range values {
+			_, vals := kvList(v)
+			if n, _ := strconv.ParseInt(vals["calls"], 10, 64); n > mostCalls {
+				most, mostCalls = v, n
+			}
+		}
+		return most
+	}
 	keys, _ := kvList(values[0])
 	sums := map[string]int64{}
 	for _, v := range values {

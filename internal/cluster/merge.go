@@ -399,6 +399,8 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 		name    []byte
 		calls   int64
 		buckets []map[int64]int64 // per master: bucket -> cumulative count
+		most    int               // the master with the most calls (everyMaster)
+		counts  []int64           // calls per master
 	}
 	var cmds []*hist
 	byName := map[string]*hist{}
@@ -426,6 +428,10 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 				case "calls":
 					n, _ := intOf(fields[j+1])
 					h.calls += n
+					if len(h.counts) > 0 && n > h.counts[h.most] {
+						h.most = len(h.counts)
+					}
+					h.counts = append(h.counts, n)
 				case "histogram_usec":
 					bs, _, ok := flatElements(fields[j+1])
 					if !ok || len(bs)%2 != 0 {
@@ -444,6 +450,11 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	}
 	var out [][]byte
 	for _, h := range cmds {
+		if name, _ := bulkString(h.name); everyMaster[name] && h.most < len(h.buckets) {
+			// One call of the client's ran on every master: the
+			// master that counted most stands for all.
+			h.calls, h.buckets = h.counts[h.most], h.buckets[h.most:h.most+1]
+		}
 		bucketSet := map[int64]bool{}
 		for _, ms := range h.buckets {
 			for b := range ms {
@@ -475,6 +486,28 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 		out = append(out, h.name, appendPairs(nil, inner, asMap))
 	}
 	return appendPairs(dst, out, asMap)
+}
+
+// everyMaster are the commands (Redis's names: "config|set") that the
+// proxy runs on every master for one request of a client (broadcast.go's
+// table, WAIT): the counts of calls of LATENCY HISTOGRAM and INFO's
+// Commandstats are the largest of one master's, not their sum, which would
+// count each call once per master.
+var everyMaster = map[string]bool{"wait": true, "waitaof": true}
+
+func init() {
+	for _, r := range broadcastTable {
+		if r.command == "debug" {
+			continue // some of its subcommands only, and one name for all
+		}
+		if r.sub == nil {
+			everyMaster[r.command] = true
+		}
+		for _, sub := range r.sub {
+			everyMaster[r.command+"|"+sub] = true
+		}
+	}
+	delete(everyMaster, "randomkey") // one master answers it
 }
 
 // slowlogMerge merges SLOWLOG GET [count]: every master's entries, the
