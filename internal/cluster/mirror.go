@@ -139,6 +139,7 @@ func (s *subscriber) mirrorConn(n *Node) net.Conn {
 		return other
 	}
 	s.mirrors[n] = c
+	s.others.Add(1)
 	s.mu.Unlock()
 	go s.read(c, n, true)
 	return c

@@ -62,7 +62,12 @@ type subscriber struct {
 	// to follow it whose replies are the proxy's to drop.
 	resp3  bool
 	hellos map[net.Conn]int
-	closed bool
+	// others counts the read loops of the mirrors and shard connections
+	// (quit waits for them); quitting: the client sent QUIT, so their end
+	// does not end the client.
+	others   sync.WaitGroup
+	quitting bool
+	closed   bool
 }
 
 func (c *Cluster) newSubscriber(id int64, resp3 bool) (*subscriber, error) {
@@ -149,6 +154,9 @@ func (s *subscriber) Send(args [][]byte) {
 		conn = s.home
 	case name == "hello":
 		s.hello(args)
+		conn = s.home
+	case name == "quit":
+		s.quit()
 		conn = s.home
 	case name == "reset":
 		// Redis ends the home connection's subscriptions: the mirrors' too.
@@ -245,6 +253,7 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 		return other, nil
 	}
 	s.shards[node] = c
+	s.others.Add(1)
 	s.mu.Unlock()
 	go s.read(c, node, false)
 	return c, nil
@@ -256,6 +265,9 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 // master. node is the connection's master; mirror says it is a mirror
 // connection (keyspace.go).
 func (s *subscriber) read(conn net.Conn, node *Node, mirror bool) {
+	if conn != s.home {
+		defer s.others.Done()
+	}
 	rd := bufio.NewReaderSize(conn, 16<<10)
 	var msg []byte
 	for {
@@ -289,6 +301,8 @@ func (s *subscriber) read(conn net.Conn, node *Node, mirror bool) {
 	retired := false
 	switch {
 	case s.closed:
+	case s.quitting && conn != s.home:
+		retired = true // home's QUIT ends the client
 	case mirror && s.mirrors[node] == conn:
 		// Its node failed, or stopped being a master: the watcher
 		// subscribes the mirrored names on whatever masters there are.
@@ -339,6 +353,14 @@ func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *Node) []byte 
 	}
 	if len(msg) > 0 && (msg[0] == '%' || msg[0] == '*' || msg[0] == '-') && s.helloReply(conn, msg) {
 		return nil
+	}
+	if string(msg) == "+OK\r\n" {
+		s.mu.Lock()
+		quitting := s.quitting
+		s.mu.Unlock()
+		if quitting {
+			return nil // the QUIT of quit
+		}
 	}
 	elems, ok := resp.Elements(msg)
 	if !ok || len(elems) != 3 {
@@ -496,4 +518,38 @@ func (s *subscriber) helloReply(conn net.Conn, msg []byte) bool {
 		delete(s.hellos, conn)
 	}
 	return true
+}
+
+// quitWait bounds how long a QUIT waits for the other connections to end.
+const quitWait = 2 * time.Second
+
+// quit ends the mirrors and shard connections before home's QUIT goes:
+// Redis has let go of every connection of the client before the client
+// reads QUIT's +OK, as it has of the one connection without the proxy
+// (a tracking client redirecting to this one gets tracking-redir-broken
+// from every master from then on, not an invalidation sent to a mirror
+// still open).
+func (s *subscriber) quit() {
+	s.mu.Lock()
+	s.quitting = true
+	var others []net.Conn
+	for _, c := range s.mirrors {
+		others = append(others, c)
+	}
+	for _, c := range s.shards {
+		others = append(others, c)
+	}
+	s.mu.Unlock()
+	for _, c := range others {
+		s.write(c, [][]byte{[]byte("QUIT")})
+	}
+	ended := make(chan struct{})
+	go func() {
+		s.others.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(quitWait):
+	}
 }

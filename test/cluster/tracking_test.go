@@ -314,6 +314,28 @@ func TestTrackingRedirectAndModes(t *testing.T) {
 		}
 	}
 	mustReply(t, tc, "+OK\r\n", "CLIENT", "TRACKING", "OFF")
+
+	// The target QUITs: from its +OK on, every master tells the (RESP3)
+	// tracking client tracking-redir-broken, naming the proxy's id.
+	// Mutation: with the target's other masters' connections closed only
+	// after home's QUIT, a write right after it was redirected to a
+	// connection still open, and that master's push never came.
+	tc.Do("HELLO", "3")
+	mustReply(t, tc, "+OK\r\n", "CLIENT", "TRACKING", "ON", "REDIRECT", id)
+	for _, k := range each {
+		tc.Do("GET", k)
+	}
+	mustReply(t, sub, "+OK\r\n", "QUIT")
+	for _, k := range each {
+		mustReply(t, writer, "+OK\r\n", "SET", k, "after-quit")
+	}
+	broken := ">2\r\n$21\r\ntracking-redir-broken\r\n:" + id + "\r\n"
+	for range each {
+		tc.SetTimeout(10 * time.Second)
+		if got, err := tc.ReadReply(); err != nil || string(got) != broken {
+			t.Fatalf("after the redirect target quit and keys read on every master were written: %s (%v), want %q from each master", testenv.ShowReply(got), err, broken)
+		}
+	}
 }
 
 // TestTrackingFollowsMasters: a tracking client's cache never outlives the
