@@ -258,9 +258,6 @@ func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte
 	return nil
 }
 
-// replyOtherMasterPubsub replaces a MOVED or ASK on a pub/sub client's home
-// connection.
-const replyOtherMasterPubsub = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than this connection's pub/sub; send commands on keys from a connection that has not used pub/sub\r\n"
 
 // homeMessage decides what of the home connection's message reaches the
 // client: everything, but a keyspace message only while home's node is a
@@ -268,14 +265,15 @@ const replyOtherMasterPubsub = "-CROSSSLOT fenceproxy: this key is on another Re
 // confirmed it too (within confirmPatience).
 func (s *subscriber) homeMessage(msg []byte, node *Node) []byte {
 	kind, name, channel, ok := pubsubMessage(msg)
+	push := ok && pushKinds[kind]
+	if len(msg) > 0 && s.protocol() {
+		push = msg[0] == '>' // RESP3 tells them apart itself
+	}
+	if !push {
+		return s.homeReply(msg) // the reply to the oldest request asking
+	}
 	if !ok {
-		if k := redirectKind(msg); k == moved || k == ask {
-			// A keyed command sent on the pub/sub connection (RESP3, or a
-			// client with no subscription left) whose key is on another
-			// master: never a redirect to the client.
-			return []byte(replyOtherMasterPubsub)
-		}
-		return msg
+		return msg // another push (an invalidation)
 	}
 	switch kind {
 	case "message", "pmessage":

@@ -67,7 +67,11 @@ type subscriber struct {
 	// does not end the client.
 	others   sync.WaitGroup
 	quitting bool
-	closed   bool
+	// asking are the requests sent home that each get one reply (all but
+	// the (un)subscriptions), oldest first: a MOVED or ASK reply is the
+	// oldest's, which then goes to its key's master (moved.go).
+	asking [][][]byte
+	closed bool
 }
 
 func (c *Cluster) newSubscriber(id int64, resp3 bool) (*subscriber, error) {
@@ -165,6 +169,11 @@ func (s *subscriber) Send(args [][]byte) {
 		conn = s.home
 	default:
 		conn = s.home
+	}
+	if conn == s.home && !pubsubCommand(name) {
+		s.mu.Lock()
+		s.asking = append(s.asking, cloneArgs(args))
+		s.mu.Unlock()
 	}
 	if err != nil || conn == nil {
 		s.Close() // the client sees its connection end, as when Redis is lost
