@@ -258,7 +258,6 @@ func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte
 	return nil
 }
 
-
 // homeMessage decides what of the home connection's message reaches the
 // client: everything, but a keyspace message only while home's node is a
 // master; a confirmation of a mirrored name once every mirror has
