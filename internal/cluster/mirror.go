@@ -274,6 +274,9 @@ func (s *subscriber) homeMessage(msg []byte, node *Node) []byte {
 	if !ok {
 		return msg // another push (an invalidation)
 	}
+	if kind != "message" && kind != "pmessage" && kind != "smessage" {
+		s.noteSubscriptions(msg)
+	}
 	switch kind {
 	case "message", "pmessage":
 		if Mirrored(channel) && !s.isMaster(node) {

@@ -68,10 +68,12 @@ type subscriber struct {
 	others   sync.WaitGroup
 	quitting bool
 	// asking are the requests sent home that each get one reply (all but
-	// the (un)subscriptions), oldest first: a MOVED or ASK reply is the
-	// oldest's, which then goes to its key's master (moved.go).
-	asking [][][]byte
-	closed bool
+	// the (un)subscriptions), oldest first (moved.go); homeSubs is home's
+	// count of the client's channels and patterns, from its last
+	// confirmation.
+	asking   []asked
+	homeSubs int64
+	closed   bool
 }
 
 func (c *Cluster) newSubscriber(id int64, resp3 bool) (*subscriber, error) {
@@ -171,8 +173,16 @@ func (s *subscriber) Send(args [][]byte) {
 		conn = s.home
 	}
 	if conn == s.home && !pubsubCommand(name) {
+		if s.elsewhere(name, args) {
+			// Its turn is held by a PING sent home (moved.go).
+			s.mu.Lock()
+			s.asking = append(s.asking, asked{req: cloneArgs(args), placeholder: true})
+			s.mu.Unlock()
+			s.write(conn, [][]byte{[]byte("PING")})
+			return
+		}
 		s.mu.Lock()
-		s.asking = append(s.asking, cloneArgs(args))
+		s.asking = append(s.asking, asked{req: cloneArgs(args)})
 		s.mu.Unlock()
 	}
 	if err != nil || conn == nil {

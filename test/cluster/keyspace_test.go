@@ -267,7 +267,7 @@ func TestKeyspaceNotificationsAfterFailover(t *testing.T) {
 // UNSUBSCRIBE with no subscription, as Redis's suite does; or RESP3, which
 // may send anything while subscribed) and then sends keyed commands on that
 // connection gets their own replies, in order, whichever master holds the
-// keys: never MOVED. Before, a key of another master than the pub/sub
+// keys: never MOVED; CONFIG SET and DBSIZE there cover every master. Before, a key of another master than the pub/sub
 // connection's got an error (a MOVED turned into -CROSSSLOT), and Redis's
 // unit/pubsub ended there.
 func TestPubsubConnectionNeverRedirected(t *testing.T) {
@@ -295,6 +295,20 @@ func TestPubsubConnectionNeverRedirected(t *testing.T) {
 				t.Fatalf("pipelined SET/PING/GET of %s on a pub/sub connection: %s (%v), want %q", k, testenv.ShowReply(got), err, want)
 			}
 		}
+	}
+
+	// Commands about the whole cluster reach every master, as from a
+	// connection that never used pub/sub.
+	if got := c.Do("CONFIG", "SET", "notify-keyspace-events", "KEA"); string(got) != "+OK\r\n" {
+		t.Fatalf("CONFIG SET on a pub/sub connection: %s", testenv.ShowReply(got))
+	}
+	for _, m := range e.cl.Masters {
+		if got := testenv.Dial(t, m.Addr).Do("CONFIG", "GET", "notify-keyspace-events"); !strings.Contains(string(got), "AKE") {
+			t.Errorf("CONFIG SET notify-keyspace-events on a pub/sub connection: master %s has %s", m.Addr, testenv.ShowReply(got))
+		}
+	}
+	if got, want := c.Do("DBSIZE"), e.dial(t).Do("DBSIZE"); string(got) != string(want) || string(got) != ":3\r\n" {
+		t.Errorf("DBSIZE on a pub/sub connection %s, on another %s; want :3", testenv.ShowReply(got), testenv.ShowReply(want))
 	}
 
 	// RESP3, subscribed: messages and replies in one stream.
