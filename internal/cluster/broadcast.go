@@ -61,7 +61,7 @@ var broadcastTable = []broadcastRule{
 	{command: "slowlog", sub: []string{"len"}, merge: mergeSum},
 	{command: "slowlog", sub: []string{"reset"}, merge: mergeOK},
 	// DEBUG's switches of server behaviour (tests set them): every master.
-	{command: "debug", sub: []string{"set-active-expire", "quicklist-packed-threshold", "set-skip-checksum-validation", "reload"}, merge: mergeOK},
+	{command: "debug", sub: []string{"set-active-expire", "quicklist-packed-threshold", "set-skip-checksum-validation", "reload", "pause-cron"}, merge: mergeOK},
 }
 
 // keyedSubcommands are subcommands whose key Redis's key specifications do

@@ -97,13 +97,20 @@ func parseInfoSections(text string) []*infoSection {
 var statsLargest = map[string]bool{
 	"latest_fork_usec": true, "current_eviction_exceeded_time": true, "current_active_defrag_time": true,
 	// Subscriptions made through the proxy to keyspace channels are on
-	// every master: summing would count each as many times.
-	"pubsub_channels": true, "pubsub_patterns": true,
+	// every master: summing would count each as many times. So are a
+	// tracking client's BCAST prefixes (tracker.go).
+	"pubsub_channels": true, "pubsub_patterns": true, "tracking_total_prefixes": true,
+	// A tracking client has a connection of its own on each master it
+	// read from (every master, with BCAST): the largest count is the
+	// nearest to the number of tracking clients (summing counts one client
+	// once per master).
+	"tracking_clients": true,
 }
 
 // clientsSummed are the Clients fields that count clients of the proxy: a
-// client blocked (or tracking) through the proxy is so on one master, on a
-// connection of its own. The rest of the section is the first master's.
+// client blocked through the proxy is so on one master, on a connection of
+// its own. tracking_clients is the largest (statsLargest). The rest of the
+// section is the first master's.
 var clientsSummed = map[string]bool{"blocked_clients": true, "tracking_clients": true, "clients_in_timeout_table": true}
 
 // statsAverage are the Stats fields that are a proportion.

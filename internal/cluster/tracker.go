@@ -94,6 +94,9 @@ type tracker struct {
 	opts trackOptions
 	// caching is CLIENT CACHING's yes or no, waiting for the next request.
 	caching []byte
+	// broken: a master said tracking-redir-broken since the last ON
+	// (TRACKINGINFO's broken_redirect, which only that master would show).
+	broken bool
 	// merging counts the client's requests split over several connections
 	// whose merged reply is not complete yet; held are the pushes that
 	// came meanwhile (point 5).
@@ -221,6 +224,7 @@ func (t *tracker) on(args [][]byte, p *resp.Reply) {
 	t.mu.Lock()
 	t.ons = append(t.ons, kept)
 	t.opts = t.opts.with(kept)
+	t.broken = false
 	bcast := t.opts.bcast
 	others := make(map[*Node]*backend.Conn)
 	for n, c := range t.conns {
@@ -376,8 +380,9 @@ func (t *tracker) trackingInfo(args [][]byte, p *resp.Reply) {
 	if t.caching != nil {
 		flag = "caching-" + string(t.caching)
 	}
+	broken := t.broken
 	t.mu.Unlock()
-	if flag == "" {
+	if flag == "" && !broken {
 		conn.Do(args, p)
 		return
 	}
@@ -385,7 +390,14 @@ func (t *tracker) trackingInfo(args [][]byte, p *resp.Reply) {
 	var sub *resp.Reply
 	sub = resp.NewReplyFunc(func() {
 		if sub.Err == nil {
-			sub.Buf = append(sub.Buf[:start], withFlag(sub.Buf[start:], flag)...)
+			reply := sub.Buf[start:]
+			if flag != "" {
+				reply = withFlag(reply, flag)
+			}
+			if broken && !bytes.Contains(reply, []byte("$15\r\nbroken_redirect\r\n")) {
+				reply = withFlag(reply, "broken_redirect")
+			}
+			sub.Buf = append(sub.Buf[:start], reply...)
 		}
 		p.Buf, p.Err = sub.Buf, sub.Err
 		p.Done()
@@ -395,7 +407,8 @@ func (t *tracker) trackingInfo(args [][]byte, p *resp.Reply) {
 }
 
 // withFlag adds flag to TRACKINGINFO's flags (the value after "flags"),
-// after "optin" or "optout"; the reply as it was if it is not that shape.
+// caching-yes|no after "optin" or "optout", broken_redirect last, as Redis
+// orders them; the reply as it was if it is not that shape.
 func withFlag(reply []byte, flag string) []byte {
 	elems, ok := resp.Elements(reply)
 	if !ok || len(elems) < 2 {
@@ -416,9 +429,12 @@ func withFlag(reply []byte, flag string) []byte {
 	out = append(out, "\r\n"...)
 	for _, f := range flags {
 		out = append(out, f...)
-		if s, _ := bulkString(f); s == "optin" || s == "optout" {
+		if s, _ := bulkString(f); (s == "optin" || s == "optout") && strings.HasPrefix(flag, "caching-") {
 			out = redcon.AppendBulkString(out, flag)
 		}
+	}
+	if !strings.HasPrefix(flag, "caching-") {
+		out = redcon.AppendBulkString(out, flag)
 	}
 	for _, e := range elems[2:] {
 		out = append(out, e...)
@@ -664,6 +680,7 @@ var redirBroken = []byte(">2\r\n$21\r\ntracking-redir-broken\r\n:")
 func (t *tracker) pushed(frame []byte) {
 	t.mu.Lock()
 	if bytes.HasPrefix(frame, redirBroken) {
+		t.broken = true
 		frame = strconv.AppendInt(append([]byte(nil), redirBroken...), t.opts.redirect, 10)
 		frame = append(frame, "\r\n"...)
 	}

@@ -234,6 +234,14 @@ func TestTrackingRedirectAndModes(t *testing.T) {
 		mustReply(t, writer, "+OK\r\n", "SET", k, "v")
 	}
 	expectInvalidated(t, sub, "BCAST PREFIX trk, redirected", bcastKeys...)
+	// INFO counts the prefix and the client once, though both are on every
+	// master.
+	info := writer.Do("INFO")
+	for _, f := range []string{"tracking_total_prefixes:1\r\n", "tracking_clients:1\r\n"} {
+		if !strings.Contains(string(info), f) {
+			t.Errorf("INFO with one BCAST client of one prefix: no %q (%s)", f, infoField(info, strings.Split(f, ":")[0]))
+		}
+	}
 	mustReply(t, tc, "+OK\r\n", "CLIENT", "TRACKING", "OFF")
 	// Off on every master before the OFF is answered: writes right after
 	// it are not broadcast (as Redis's suite checks with its next test).
@@ -335,6 +343,9 @@ func TestTrackingRedirectAndModes(t *testing.T) {
 		if got, err := tc.ReadReply(); err != nil || string(got) != broken {
 			t.Fatalf("after the redirect target quit and keys read on every master were written: %s (%v), want %q from each master", testenv.ShowReply(got), err, broken)
 		}
+	}
+	if info := tc.Do("CLIENT", "TRACKINGINFO"); !strings.Contains(string(info), "$2\r\non\r\n$15\r\nbroken_redirect\r\n") {
+		t.Errorf("CLIENT TRACKINGINFO after tracking-redir-broken: %s, want flags on broken_redirect", testenv.ShowReply(info))
 	}
 }
 
