@@ -82,7 +82,7 @@ if [[ -n ${REDIS_SUITE:-} ]]; then
 	echo "== Redis 7.0.15's own tests in front of a Redis Cluster, a one-node cluster and through fenceproxy"
 	# shellcheck disable=SC2086 # a list of units
 	scripts/redis-suite.sh --cluster --fail-under-baseline --unit-timeout 180 \
-		${REDIS_SUITE_CLUSTER_UNITS:-CLUSTER_UNITS_TBD}
+		${REDIS_SUITE_CLUSTER_UNITS:-unit/type/incr unit/type/hash unit/keyspace unit/protocol unit/pubsub unit/info-command unit/bitfield unit/sort unit/introspection-2 unit/lazyfree}
 fi
 # ---- end Redis's own test suite ----
 # ---- client compatibility suites ----
