@@ -13,7 +13,11 @@ import (
 
 // Client-side caching: CLIENT TRACKING, CACHING, GETREDIR, TRACKINGINFO.
 //
-// Tracking is Redis's, per connection, so a client that turns it on gets a
+// Tracking is Redis's, per connection. In front of a Redis Cluster the
+// Forwarder keeps a tracking client's connections of its own, one per
+// master, and routes its requests over them (cluster's tracker.go): this
+// file only turns it on and off (trackState.conn false). In front of a
+// standalone master a client that turns it on gets a
 // connection of its own to Redis (Forwarder.Track, see cluster's
 // tracking.go) and keeps it while tracking lasts: every request it forwards
 // goes there (it is the client's pinned connection, never given back while
