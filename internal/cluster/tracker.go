@@ -157,6 +157,12 @@ func (t *tracker) serve(cl *Client, args [][]byte, p *resp.Reply) bool {
 		}
 		switch keys.LowerName(args[2]) {
 		case "on":
+			if cl.Conn != nil {
+				// Its earlier requests first: one redirected meanwhile may
+				// open a connection (dialMu) on a reader that on would
+				// wait for.
+				cl.Conn.WaitReplies(p)
+			}
 			t.on(args, p)
 		case "off":
 			if t.off(args, p) {
