@@ -416,7 +416,7 @@ func (t *tracker) trackingInfo(args [][]byte, p *resp.Reply) {
 // caching-yes|no after "optin" or "optout", broken_redirect last, as Redis
 // orders them; the reply as it was if it is not that shape.
 func withFlag(reply []byte, flag string) []byte {
-	elems, ok := resp.Elements(reply)
+	elems, _, ok := flatElements(reply) // RESP3: a map
 	if !ok || len(elems) < 2 {
 		return reply
 	}
