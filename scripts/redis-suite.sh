@@ -191,12 +191,16 @@ start_cluster() {
 		ports+=("$bus")
 		# No data of an earlier run's node (DEBUG RELOAD saves it): a node
 		# that loads keys of slots it does not own claims those slots.
-		rm -f "$work/nodes-$i.conf" "$work/node$i.rdb"
+		# Each node its own AOF directory: units that turn appendonly on
+		# (unit/type/stream's DEBUG LOADAOF) had the three nodes write one
+		# manifest, and a node loading another's exited.
+		rm -rf "$work/nodes-$i.conf" "$work/node$i.rdb" "$work/appendonlydir-node$i"
 		# A node timeout well above the suite's DEBUG SLEEPs and busy
 		# scripts: a master taken for failed would end the run in
 		# CLUSTERDOWN.
 		start_redis "node$i" "$port" "${redis_conf[@]}" --cluster-enabled yes \
-			--cluster-config-file "nodes-$i.conf" --cluster-port "$bus" --cluster-node-timeout 60000
+			--cluster-config-file "nodes-$i.conf" --cluster-port "$bus" --cluster-node-timeout 60000 \
+			--appenddirname "appendonlydir-node$i"
 		cluster_ports+=("$port")
 	done
 	if ((n == 1)); then

@@ -75,6 +75,15 @@ if [[ -n ${REDIS_SUITE:-} ]]; then
 	scripts/redis-suite.sh --fail-under-baseline --unit-timeout 180 \
 		${REDIS_SUITE_UNITS:-unit/type/incr unit/type/hash unit/type/zset unit/type/stream unit/keyspace unit/protocol unit/functions unit/pubsub unit/info-command unit/bitops unit/bitfield unit/sort unit/dump}
 fi
+# In front of a Redis Cluster (fenceproxy before 3 masters, the baseline a
+# one-node cluster): the units that pass whole there, within about 4 minutes
+# here (docs/compatibility.md); REDIS_SUITE_CLUSTER_UNITS replaces the list.
+if [[ -n ${REDIS_SUITE:-} ]]; then
+	echo "== Redis 7.0.15's own tests in front of a Redis Cluster, a one-node cluster and through fenceproxy"
+	# shellcheck disable=SC2086 # a list of units
+	scripts/redis-suite.sh --cluster --fail-under-baseline --unit-timeout 180 \
+		${REDIS_SUITE_CLUSTER_UNITS:-unit/type/incr unit/type/hash unit/keyspace unit/protocol unit/pubsub unit/info-command unit/bitfield unit/sort unit/introspection-2 unit/lazyfree}
+fi
 # ---- end Redis's own test suite ----
 # ---- client compatibility suites ----
 # Real clients (redis-py, ioredis, go-redis, rueidis, redis-cli, redis-benchmark)

@@ -285,6 +285,9 @@ func (p *proxy) connectBackend(ctx context.Context, backendTLS *tls.Config) erro
 		ObserveReply:   func(d time.Duration) { p.metrics.PassthroughSeconds.Observe(d.Seconds()) },
 		Logger:         p.logger,
 		TLS:            backendTLS,
+		// The token authority's keys (internal/authority): in front of a
+		// Redis Cluster, left out of DBSIZE, KEYS and SCAN.
+		OwnKeys: authorityKeys(cfg.keyPrefix),
 		// After a failover the token authority's heartbeat goes to the
 		// new master at once (the authority starts after the backend).
 		OnMasterChange: func() {
@@ -503,4 +506,13 @@ func fewestReplicas(be cluster.Backend) int {
 		}
 	}
 	return max(fewest, 0)
+}
+
+// authorityKeys are the token authority's two keys in Redis
+// (internal/authority, whose prefix defaults as here).
+func authorityKeys(prefix string) []string {
+	if prefix == "" {
+		prefix = "fenceproxy:lock:"
+	}
+	return []string{prefix + "{authority}:bound", prefix + "{authority}:live"}
 }

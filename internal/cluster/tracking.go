@@ -29,10 +29,10 @@ import (
 // connections, so the redirection goes to the Redis connection of the
 // target's pub/sub tunnel (its Redis id, Tunnel's RedisID), where Redis
 // sends the __redis__:invalidate messages (RESP2) or pushes (RESP3).
-
-// errTrackingCluster refuses CLIENT TRACKING in front of a Redis Cluster,
-// where a client's reads go to several masters.
-var errTrackingCluster = resp.Error{Code: "ERR", Msg: "fenceproxy: CLIENT TRACKING is served in front of a standalone Redis only, not a Redis Cluster"}
+//
+// In front of a Redis Cluster a client's keys live on several masters, and
+// each master tracks the reads it served: a tracking client gets a
+// connection of its own to each master instead (tracker.go).
 
 // Track returns a connection of cl's own for client-side caching: in cl's
 // protocol and database, onPush getting its push messages, onLost called
@@ -53,11 +53,6 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 		return nil, unreachable(n)
 	}
 	return &Pinned{conn: c, node: n, resp3: cl.RESP3, db: cl.DB, own: true}, nil
-}
-
-// Track is refused in front of a Redis Cluster.
-func (c *Cluster) Track(*Client, func([]byte), func()) (*Pinned, error) {
-	return nil, errTrackingCluster
 }
 
 // RedisID is the Redis client id of the tunnel's connection (0: unknown).

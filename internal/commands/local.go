@@ -87,6 +87,7 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	s.backend.RESP3 = resp3
+	s.backend.Hello() // in front of a Redis Cluster, a tracking client's connections
 	if setName {
 		c.SetName(string(name))
 	}
@@ -257,6 +258,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	s.tx = txState{}       // a MULTI not yet sent too
 	s.track = trackState{} // its connection went with s.tx.pinned
+	s.backend.Untrack()    // or, in front of a Redis Cluster, the Forwarder's
 	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
 	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis

@@ -188,7 +188,7 @@ func (h *Handler) BatchDone(c *protocol.Conn) {
 	s := sessionOf(c)
 	unblocked := h.unblocked(c, s)
 	s.adoptExecDB(c)
-	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.on {
+	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.conn {
 		return
 	}
 	s.tx.pinned.Release(!unblocked)
@@ -219,4 +219,5 @@ func (h *Handler) Closed(c *protocol.Conn) {
 		s.tx.pinned.Release(!s.tx.inMulti && !s.tx.watching && !unblocked)
 		s.tx.pinned = nil
 	}
+	s.backend.Untrack()
 }
