@@ -14,12 +14,15 @@
 #                 exit 1 when any unit does worse through fenceproxy than
 #                 against plain Redis: fewer passed, more failed, an
 #                 exception or a timeout Redis did not have (for CI)
+#   --multidb     run without the suite's --singledb, so its tests SELECT 9
+#                 (and 10, 11, 12) as they do against a server of their own
 #   --keep        keep the work directory (logs of every run) and print it
 #
 # Each run of each unit gets a fresh redis-server (and a fresh fenceproxy in
 # front of it) on free loopback ports, configured as the suite's own
 # tests/assets/default.conf, and runs
 #   ./runtest --host H --port P --single UNIT --singledb --tags -needs:repl
+# (without --singledb under --multidb).
 # A unit stops at its first exception, so "exc" marks where a run ended
 # early; "timeout" marks a run this script stopped.
 #
@@ -55,6 +58,7 @@ proxy_only=0
 unit_timeout=300
 fail_under=0
 keep=0
+singledb=(--singledb)
 units=()
 while (($#)); do
 	case $1 in
@@ -65,6 +69,7 @@ while (($#)); do
 		shift
 		;;
 	--fail-under-baseline) fail_under=1 ;;
+	--multidb) singledb=() ;;
 	--keep) keep=1 ;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
@@ -206,7 +211,7 @@ run_unit() {
 	local base
 	base=$(($(free_port) + 32))
 	(cd "$suite" && timeout -k 10 "$unit_timeout" ./runtest --host 127.0.0.1 --port "$port" \
-		--single "$unit" --singledb --tags -needs:repl --timeout "$unit_timeout" \
+		--single "$unit" "${singledb[@]}" --tags -needs:repl --timeout "$unit_timeout" \
 		--baseport "$base" >"$out" 2>&1) || rc=$?
 	if [[ -n $proxy_pid ]]; then
 		stop_pid fenceproxy "$proxy_pid" >/dev/null 2>&1
