@@ -60,18 +60,18 @@ type Options struct {
 // Authority is this process's seat as the backend's token authority. Safe
 // for concurrent use; Admit is cheap enough for every lock command.
 type Authority struct {
-	opts               Options
-	id                 string
-	boundKey, liveKey  string
-	member             string
-	validFor, liveFor  time.Duration
-	status             atomic.Pointer[status]
-	redisBound         atomic.Uint64
+	opts              Options
+	id                string
+	boundKey, liveKey string
+	member            string
+	validFor, liveFor time.Duration
+	status            atomic.Pointer[status]
+	redisBound        atomic.Uint64
 	// db is the database the keys live in (keysDB), -1 until found; the
 	// loop's goroutine finds it again after a round that failed (a
 	// failover may have brought a Redis with fewer databases). Close
 	// reads it too.
-	db atomic.Int64
+	db                 atomic.Int64
 	kick, done, exited chan struct{}
 	stopOnce           sync.Once
 
@@ -109,8 +109,8 @@ func New(opts Options) *Authority {
 	a := &Authority{
 		opts:      opts,
 		id:        opts.ID,
-		boundKey:  opts.KeyPrefix + "{authority}:bound",
-		liveKey:   opts.KeyPrefix + "{authority}:live",
+		boundKey:  Keys(opts.KeyPrefix)[1],
+		liveKey:   Keys(opts.KeyPrefix)[0],
 		validFor:  2 * opts.Interval,
 		kick:      make(chan struct{}, 1),
 		firstSeen: map[string]string{},
@@ -696,4 +696,10 @@ func (a *Authority) scanRecords(ctx context.Context) (uint64, error) {
 		}
 	}
 	return best, nil
+}
+
+// Keys are the names of the authority's two keys under prefix (the
+// lock records' --key-prefix): the live set and the bound.
+func Keys(prefix string) []string {
+	return []string{prefix + "{authority}:live", prefix + "{authority}:bound"}
 }

@@ -53,7 +53,9 @@
 //     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe); WAIT
 //     goes to every master (Forwarder.WaitReplicas); a client that turns
 //     on CLIENT TRACKING keeps one for all its requests while it tracks
-//     (tracking.go, Forwarder.Track);
+//     (tracking.go, Forwarder.Track); what a tunnel or a tracking
+//     connection relays leaves out Redis's messages about the proxy's own
+//     keys (ownkeys.go);
 //   - everything else, forwarded to Redis, reply bytes untouched
 //     (passthrough.go). MONITOR, replication, SHUTDOWN and the CLIENT
 //     subcommands that would act on a connection other clients share are

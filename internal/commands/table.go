@@ -56,6 +56,8 @@ type Handler struct {
 	// receivers are the clients with a pub/sub tunnel, for CLIENT
 	// TRACKING REDIRECT (tracking.go).
 	receivers receivers
+	// own are the proxy's keys that relayed messages leave out (ownkeys.go).
+	own *ownKeys
 }
 
 // NewHandler returns a Handler.
@@ -63,7 +65,7 @@ func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout)}
+	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout), own: newOwnKeys(opts.KeyPrefix)}
 	if opts.ACL != nil {
 		h.authm = opts.Metrics.NewAuth()
 	}

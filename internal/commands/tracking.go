@@ -21,7 +21,8 @@ import (
 // OPTIN/OPTOUT with CLIENT CACHING, BCAST and PREFIX, and NOLOOP (the
 // client's own writes travel on the same connection) mean what they mean
 // in Redis. Its RESP3 invalidation pushes are relayed to the client
-// (protocol.Conn.Push), never ahead of a reply Redis sent before them. If
+// (protocol.Conn.Push), never ahead of a reply Redis sent before them, and
+// without the proxy's own keys (ownkeys.go). If
 // that connection is lost, the client is disconnected, since nothing can
 // tell it any more what to drop from its cache.
 //
@@ -137,7 +138,7 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 	}
 	if !s.track.on {
 		c.WaitReplies(p) // what the client sent before runs before the switch
-		own, err := h.opts.Backend.Track(&s.backend, c.Push, c.EndPushes)
+		own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
 		if err != nil {
 			replyErr(p, err)
 			return
@@ -147,6 +148,16 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 	}
 	s.track = trackState{on: true, redirect: redirect}
 	h.sendPinned(s, fwd, p)
+}
+
+// pushHiding relays a tracking connection's pushes to c, less the
+// invalidations of the proxy's own keys (ownkeys.go).
+func (h *Handler) pushHiding(c *protocol.Conn) func([]byte) {
+	return func(push []byte) {
+		if msg := h.own.filter(push); msg != nil {
+			c.Push(msg)
+		}
+	}
 }
 
 // clientExists reports whether the proxy has a client with this id.

@@ -1,6 +1,7 @@
 package passthrough
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -68,4 +69,66 @@ func keyspaceSection(t *testing.T, c *testenv.Conn) string {
 	t.Helper()
 	b, _ := testenv.ParseBulk(c.Do("INFO", "keyspace"))
 	return strings.TrimSpace(strings.TrimPrefix(string(b), "# Keyspace"))
+}
+
+// heartbeats waits until the token authority of the proxy in front of
+// redisAddr has written its live set n times (watched on a subscription
+// to Redis itself), so that whatever Redis said of it has been said.
+func heartbeats(t *testing.T, redisAddr string, n int) {
+	t.Helper()
+	watch := testenv.Dial(t, redisAddr)
+	watch.SetTimeout(20 * time.Second)
+	watch.Do("SUBSCRIBE", "__keyspace@15__:fenceproxy:lock:{authority}:live")
+	for seen := 0; seen < n; {
+		msg, err := watch.ReadReply()
+		if err != nil {
+			t.Fatalf("waiting for the authority's heartbeat: %v", err)
+		}
+		if bytes.HasSuffix(msg, []byte("$4\r\nzadd\r\n")) {
+			seen++
+		}
+	}
+}
+
+// TestOwnKeysNotRelayed: a client listening to every keyspace notification
+// (PSUBSCRIBE *), and a tracking client in BCAST mode with no prefix
+// (RESP3 pushes, and RESP2 through REDIRECT) hear about their keys only,
+// as on Redis: what Redis says of the authority's heartbeat is not relayed.
+func TestOwnKeysNotRelayed(t *testing.T) {
+	pr := startPair(t)
+	admin := testenv.Dial(t, pr.Proxy.Addr)
+	admin.Do("CONFIG", "SET", "notify-keyspace-events", "KEA")
+	psub := testenv.Dial(t, pr.Proxy.Addr)
+	psub.SetTimeout(10 * time.Second)
+	if got := psub.Do("PSUBSCRIBE", "*"); !bytes.HasPrefix(got, []byte("*3\r\n$10\r\npsubscribe\r\n")) {
+		t.Fatalf("PSUBSCRIBE * = %q", got)
+	}
+	bcast := testenv.Dial(t, pr.Proxy.Addr)
+	bcast.SetTimeout(10 * time.Second)
+	bcast.Do("HELLO", "3")
+	if got := bcast.Do("CLIENT", "TRACKING", "ON", "BCAST"); string(got) != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON BCAST = %q", got)
+	}
+	sub := testenv.Dial(t, pr.Proxy.Addr)
+	sub.SetTimeout(10 * time.Second)
+	id := sub.Do("CLIENT", "ID")
+	sub.Do("SUBSCRIBE", "__redis__:invalidate")
+	redir := testenv.Dial(t, pr.Proxy.Addr)
+	if got := redir.Do("CLIENT", "TRACKING", "ON", "BCAST", "REDIRECT", string(id[1:len(id)-2])); string(got) != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON BCAST REDIRECT = %q", got)
+	}
+
+	heartbeats(t, pr.A.Addr, 2)
+	admin.Do("SET", "mine", "1")
+	if got, err := psub.ReadReply(); err != nil || string(got) != "*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$19\r\n__keyspace@0__:mine\r\n$3\r\nset\r\n" {
+		t.Errorf("PSUBSCRIBE *: first message after the heartbeats %q, %v; want mine's set", got, err)
+	}
+	if got, err := bcast.ReadReply(); err != nil || string(got) != ">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\nmine\r\n" {
+		t.Errorf("BCAST (RESP3): first push after the heartbeats %q, %v; want mine's invalidation", got, err)
+	}
+	if got, err := sub.ReadReply(); err != nil || string(got) != "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$4\r\nmine\r\n" {
+		t.Errorf("BCAST REDIRECT (RESP2): first message after the heartbeats %q, %v; want mine's invalidation", got, err)
+	}
+	admin.Do("CONFIG", "SET", "notify-keyspace-events", "")
+	pr.alive(t)
 }

@@ -1,0 +1,220 @@
+package commands
+
+import (
+	"bytes"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/internal/authority"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// The proxy's own keys in what it relays. The token authority writes its
+// live set twice a second (internal/authority), so Redis tells whoever
+// listens: keyspace notifications (__keyspace@15__:<prefix>{authority}:live,
+// __keyevent@15__:zadd and, under maxmemory, evicted), and invalidations
+// for a CLIENT TRACKING BCAST client (RESP3 pushes, or __redis__:invalidate
+// messages to the client it redirects to). A client listening to all of
+// them (PSUBSCRIBE *, BCAST without a prefix) would read the proxy's
+// bookkeeping between the events of its own keys, which Redis without the
+// proxy never sends. So the messages relayed to pub/sub tunnels and the
+// tracking pushes pass through ownKeys: a notification of one of those keys
+// is dropped, and an invalidation loses them (dropped if nothing is left).
+// The lock family's owner records are its data and are relayed like any
+// key.
+//
+// A message is looked at only if its bytes hold one of the names, so the
+// common message is relayed as it came.
+
+// ownKeys are the names hidden from relayed messages.
+type ownKeys struct {
+	names [][]byte
+	// marker is what every name holds, for the quick look.
+	marker []byte
+}
+
+func newOwnKeys(prefix string) *ownKeys {
+	o := &ownKeys{marker: []byte(prefix + "{authority}:")}
+	for _, k := range authority.Keys(prefix) {
+		o.names = append(o.names, []byte(k))
+	}
+	return o
+}
+
+func (o *ownKeys) own(key []byte) bool {
+	for _, n := range o.names {
+		if bytes.Equal(key, n) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	msgMessage    = []byte("message")
+	msgPMessage   = []byte("pmessage")
+	msgInvalidate = []byte("invalidate")
+	keyspacePfx   = []byte("__keyspace@")
+	keyeventPfx   = []byte("__keyevent@")
+	invalidateCh  = []byte("__redis__:invalidate")
+)
+
+// filter returns msg, one whole message Redis sent to a subscriber or a
+// tracking client, as the client is to get it: msg itself, a copy without
+// the proxy's keys, or nil to drop it.
+func (o *ownKeys) filter(msg []byte) []byte {
+	if !bytes.Contains(msg, o.marker) {
+		return msg
+	}
+	elems, ok := resp.Elements(msg)
+	if !ok || len(elems) < 2 {
+		return msg
+	}
+	kind, _ := bulkBytes(elems[0])
+	switch {
+	case bytes.Equal(kind, msgInvalidate) && len(elems) == 2: // RESP3 push
+		return o.invalidation(msg, elems, 1)
+	case bytes.Equal(kind, msgMessage) && len(elems) == 3:
+		return o.message(msg, elems, 1)
+	case bytes.Equal(kind, msgPMessage) && len(elems) == 4:
+		return o.message(msg, elems, 2)
+	}
+	return msg
+}
+
+// message filters a (p)message whose channel is elems[ch] and payload
+// elems[ch+1].
+func (o *ownKeys) message(msg []byte, elems [][]byte, ch int) []byte {
+	channel, _ := bulkBytes(elems[ch])
+	payload, _ := bulkBytes(elems[ch+1])
+	switch {
+	case bytes.HasPrefix(channel, keyspacePfx):
+		if i := bytes.Index(channel, []byte("__:")); i > 0 && o.own(channel[i+3:]) {
+			return nil
+		}
+	case bytes.HasPrefix(channel, keyeventPfx):
+		if o.own(payload) {
+			return nil
+		}
+	case bytes.Equal(channel, invalidateCh):
+		return o.invalidation(msg, elems, ch+1)
+	}
+	return msg
+}
+
+// invalidation filters a message whose elems[at] is an invalidation's
+// array of keys.
+func (o *ownKeys) invalidation(msg []byte, elems [][]byte, at int) []byte {
+	keys, ok := resp.Elements(elems[at])
+	if !ok {
+		return msg // a null: everything (FLUSHALL)
+	}
+	kept := keys[:0:0]
+	for _, k := range keys {
+		if name, _ := bulkBytes(k); !o.own(name) {
+			kept = append(kept, k)
+		}
+	}
+	switch {
+	case len(kept) == len(keys):
+		return msg
+	case len(kept) == 0:
+		return nil
+	}
+	out := make([]byte, 0, len(msg))
+	out = append(out, msg[:len(msg)-totalLen(elems)]...) // the message's header
+	for i, e := range elems {
+		if i != at {
+			out = append(out, e...)
+			continue
+		}
+		out = append(out, elems[at][0])
+		out = strconv.AppendInt(out, int64(len(kept)), 10)
+		out = append(out, '\r', '\n')
+		for _, k := range kept {
+			out = append(out, k...)
+		}
+	}
+	return out
+}
+
+func totalLen(elems [][]byte) int {
+	n := 0
+	for _, e := range elems {
+		n += len(e)
+	}
+	return n
+}
+
+// bulkBytes is the content of a whole bulk string reply ($ or RESP3's
+// verbatim '='); ok is false for anything else.
+func bulkBytes(raw []byte) ([]byte, bool) {
+	if len(raw) < 4 || raw[0] != '$' {
+		return nil, false
+	}
+	i := bytes.IndexByte(raw, '\n')
+	if i < 0 || len(raw) < i+1+2 {
+		return nil, false
+	}
+	return raw[i+1 : len(raw)-2], true
+}
+
+// maxPendingMessage bounds the start of a message kept waiting for its
+// end: a bulk string as long as Redis allows, and its framing.
+const maxPendingMessage = resp.MaxBulk + 64<<10
+
+// hidingConn is a subscribed client's connection as its tunnel writes to
+// it: what Redis sends comes in chunks, is cut into whole messages, and
+// each goes through ownKeys. A chunk's messages are written together.
+type hidingConn struct {
+	net.Conn
+	own *ownKeys
+
+	mu      sync.Mutex
+	pending []byte // the start of a message not yet whole
+	out     []byte
+}
+
+func (h *hidingConn) Write(b []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	data := b
+	if len(h.pending) > 0 {
+		h.pending = append(h.pending, b...)
+		data = h.pending
+	}
+	out := h.out[:0]
+	for len(data) > 0 {
+		n, ok := resp.Size(data)
+		if !ok {
+			if len(data) <= maxPendingMessage {
+				break // the rest comes with the next chunk
+			}
+			// Larger than any message Redis relays: not RESP the proxy
+			// can frame. Relayed as it is, from here on.
+			out = append(out, data...)
+			data = nil
+			h.own = nil
+			break
+		}
+		msg := data[:n]
+		if h.own != nil {
+			msg = h.own.filter(msg)
+		}
+		out = append(out, msg...)
+		data = data[n:]
+	}
+	if len(data) > 0 {
+		h.pending = append(h.pending[:0], data...)
+	} else {
+		h.pending = h.pending[:0]
+	}
+	h.out = out
+	if len(out) > 0 {
+		if _, err := h.Conn.Write(out); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
