@@ -30,8 +30,9 @@
 # tarball, redis_7.0.15.orig.tar.gz), fetched once with apt-get source and
 # kept under REDIS_SUITE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/fenceproxy);
 # REDIS_SUITE_SRC=DIR uses an unpacked redis-7.0.15 tree instead. Needs tclsh
-# (apt-get install tcl), redis-server and Go. Only the processes this script
-# starts are stopped, by pid.
+# (apt-get install tcl), redis-server and Go. FENCEPROXY_BIN=PATH runs that
+# fenceproxy binary instead of building this tree (to compare two builds).
+# Only the processes this script starts are stopped, by pid.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
@@ -149,8 +150,13 @@ fail() {
 	exit 1
 }
 
-log "building fenceproxy"
-go build -o "$work/fenceproxy" ./cmd/fenceproxy
+if [[ -n ${FENCEPROXY_BIN:-} ]]; then
+	[[ -x $FENCEPROXY_BIN ]] || die "FENCEPROXY_BIN=$FENCEPROXY_BIN is not an executable"
+	cp "$FENCEPROXY_BIN" "$work/fenceproxy"
+else
+	log "building fenceproxy"
+	go build -o "$work/fenceproxy" ./cmd/fenceproxy
+fi
 
 # The suite's tests/assets/default.conf, less what a daemonized throwaway
 # server sets itself.

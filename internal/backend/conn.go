@@ -93,6 +93,12 @@ type Conn struct {
 
 	wake chan struct{} // the writer has work
 	done chan struct{} // closed by Close
+
+	// wmu is held from taking wbuf to writing it, by the writer and by
+	// DoNow, so that what they write leaves in queue order. Lock order:
+	// wmu, then mu.
+	wmu   sync.Mutex
+	spare []byte // the buffer wbuf swaps with, under wmu
 }
 
 // Dial connects to Redis and starts the connection's goroutines.
@@ -280,10 +286,23 @@ func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *resp.Reply) {
 	}
 }
 
+// DoNow is Do, and writes the request (with whatever is queued before it)
+// on the caller's goroutine before it returns, rather than leave it to the
+// writer: for the last request of a batch on a connection of one client's
+// own, where there is nothing from others to wait for. A blocking command,
+// or the EXEC of a watched transaction, then leaves for Redis as soon as
+// it is read, a goroutine hop ahead of what another client sends next on a
+// shared connection, as it would reach Redis without the proxy.
+func (c *Conn) DoNow(args [][]byte, p *resp.Reply) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.Do(args, p)
+	c.write()
+}
+
 // writeLoop sends whatever has accumulated since its last write, so that a
 // burst of requests from many clients leaves in one system call.
 func (c *Conn) writeLoop() {
-	var spare []byte
 	for {
 		select {
 		case <-c.wake:
@@ -297,22 +316,29 @@ func (c *Conn) writeLoop() {
 		if !c.opts.NoYield {
 			runtime.Gosched()
 		}
-		c.mu.Lock()
-		buf, nc := c.wbuf, c.nc
-		c.wbuf = spare[:0]
-		c.mu.Unlock()
-		if len(buf) == 0 || nc == nil {
-			spare = buf
-			continue
-		}
-		if _, err := nc.Write(buf); err != nil {
-			c.fail(nc, err)
-		}
-		if cap(buf) > 1<<20 {
-			buf = nil
-		}
-		spare = buf
+		c.wmu.Lock()
+		c.write()
+		c.wmu.Unlock()
 	}
+}
+
+// write sends what is queued; the caller holds wmu.
+func (c *Conn) write() {
+	c.mu.Lock()
+	buf, nc := c.wbuf, c.nc
+	c.wbuf = c.spare[:0]
+	c.mu.Unlock()
+	if len(buf) == 0 || nc == nil {
+		c.spare = buf
+		return
+	}
+	if _, err := nc.Write(buf); err != nil {
+		c.fail(nc, err)
+	}
+	if cap(buf) > 1<<20 {
+		buf = nil
+	}
+	c.spare = buf
 }
 
 // readLoop copies each reply into the request at the head of the queue. It

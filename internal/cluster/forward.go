@@ -163,10 +163,18 @@ const replyOtherMaster = "-CROSSSLOT fenceproxy: this key is on another Redis Cl
 // Do sends a request on the connection; no MOVED or ASK reaches p.
 func (pc *Pinned) Do(args [][]byte, p *resp.Reply) {
 	if pc.keyed {
-		pc.conn.Do(args, noRedirects(p))
-		return
+		p = noRedirects(p)
 	}
 	pc.conn.Do(args, p)
+}
+
+// DoNow is Do, written before it returns (backend.Conn.DoNow): for the
+// last request the client has sent so far.
+func (pc *Pinned) DoNow(args [][]byte, p *resp.Reply) {
+	if pc.keyed {
+		p = noRedirects(p)
+	}
+	pc.conn.DoNow(args, p)
 }
 
 // Up reports whether the connection is still established.

@@ -28,6 +28,9 @@ type session struct {
 	auth   authState
 	// order keeps control requests in their place (control.go).
 	order controlOrder
+	// pipelined: the client sent more after the request being served
+	// (protocol.Conn.Pipelined), set as each request begins.
+	pipelined bool
 	// replies is what CLIENT REPLY set (reply.go).
 	replies replyMode
 	// lockRequests are the connection's lock requests in flight

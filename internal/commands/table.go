@@ -393,6 +393,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		// is a connection of its own.
 		s.replies.silence(c, p)
 		s.order.next()
+		s.pipelined = c.Pipelined()
 	}
 	if h.opts.Tier != nil && h.serveTierLink(c, args, p) {
 		return

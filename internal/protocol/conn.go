@@ -100,6 +100,10 @@ func (c *Conn) MayBlock() { c.mayBlock = true }
 // that counts from it, as a lease does. Call it only from ServeCommand.
 func (c *Conn) ReadAt() time.Time { return c.readAt }
 
+// Pipelined reports whether the client sent more than the request being
+// served: requests already read follow it. Call it only from ServeCommand.
+func (c *Conn) Pipelined() bool { return c.rd != nil && c.rd.Buffered() > 0 }
+
 // CloseAfterReply asks for the connection to be closed once the replies
 // queued so far are written (QUIT, protocol errors).
 func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }
