@@ -164,19 +164,27 @@ func bulkBytes(raw []byte) ([]byte, bool) {
 // end: a bulk string as long as Redis allows, and its framing.
 const maxPendingMessage = resp.MaxBulk + 64<<10
 
-// hidingConn is a subscribed client's connection as its tunnel writes to
-// it: what Redis sends comes in chunks, is cut into whole messages, and
-// each goes through ownKeys. A chunk's messages are written together.
-type hidingConn struct {
+// A streamFilter cuts what Redis sends a client on a connection of its
+// own into units and says what the client gets of each: next looks at the
+// start of the stream, data, and returns how many bytes of it make its
+// next unit (0: not whole yet) with out, what to write for it, appended.
+type streamFilter interface {
+	next(data, out []byte) (n int, _ []byte)
+}
+
+// relayConn is a client's connection as a tunnel writes to it: what Redis
+// sends comes in chunks, is cut into units by its filter, and what the
+// filter keeps of a chunk is written together.
+type relayConn struct {
 	net.Conn
-	own *ownKeys
+	filter streamFilter
 
 	mu      sync.Mutex
-	pending []byte // the start of a message not yet whole
+	pending []byte // the start of a unit not yet whole
 	out     []byte
 }
 
-func (h *hidingConn) Write(b []byte) (int, error) {
+func (h *relayConn) Write(b []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	data := b
@@ -186,24 +194,22 @@ func (h *hidingConn) Write(b []byte) (int, error) {
 	}
 	out := h.out[:0]
 	for len(data) > 0 {
-		n, ok := resp.Size(data)
-		if !ok {
+		if h.filter == nil {
+			out = append(out, data...)
+			data = nil
+			break
+		}
+		n, next := h.filter.next(data, out)
+		if n == 0 {
 			if len(data) <= maxPendingMessage {
 				break // the rest comes with the next chunk
 			}
 			// Larger than any message Redis relays: not RESP the proxy
 			// can frame. Relayed as it is, from here on.
-			out = append(out, data...)
-			data = nil
-			h.own = nil
-			break
+			h.filter = nil
+			continue
 		}
-		msg := data[:n]
-		if h.own != nil {
-			msg = h.own.filter(msg)
-		}
-		out = append(out, msg...)
-		data = data[n:]
+		out, data = next, data[n:]
 	}
 	if len(data) > 0 {
 		h.pending = append(h.pending[:0], data...)
@@ -217,4 +223,13 @@ func (h *hidingConn) Write(b []byte) (int, error) {
 		}
 	}
 	return len(b), nil
+}
+
+// next frames one pub/sub message or reply (ownKeys as a streamFilter).
+func (o *ownKeys) next(data, out []byte) (int, []byte) {
+	n, ok := resp.Size(data)
+	if !ok {
+		return 0, out
+	}
+	return n, append(out, o.filter(data[:n])...)
 }

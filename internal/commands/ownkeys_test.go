@@ -49,9 +49,9 @@ func TestOwnKeysFilter(t *testing.T) {
 	}
 }
 
-// TestHidingConnChunks: messages cut anywhere across writes come out whole,
+// TestRelayConnChunks: messages cut anywhere across writes come out whole,
 // in order, the proxy's left out.
-func TestHidingConnChunks(t *testing.T) {
+func TestRelayConnChunks(t *testing.T) {
 	live := "fenceproxy:lock:{authority}:live"
 	var stream, want []byte
 	for i := range 50 {
@@ -61,7 +61,7 @@ func TestHidingConnChunks(t *testing.T) {
 	}
 	for _, size := range []int{1, 3, 7, 64, len(stream)} {
 		a, b := net.Pipe()
-		h := &hidingConn{Conn: a, own: newOwnKeys("fenceproxy:lock:")}
+		h := &relayConn{Conn: a, filter: newOwnKeys("fenceproxy:lock:")}
 		go func() {
 			for rest := stream; len(rest) > 0; {
 				n := min(size, len(rest))
@@ -85,14 +85,14 @@ func TestHidingConnChunks(t *testing.T) {
 	}
 }
 
-// BenchmarkHidingConn: the cost of framing what a tunnel relays, per
+// BenchmarkRelayConn: the cost of framing what a tunnel relays, per
 // chunk of 64 small messages (none the proxy's).
-func BenchmarkHidingConn(b *testing.B) {
+func BenchmarkRelayConn(b *testing.B) {
 	var chunk []byte
 	for i := range 64 {
 		chunk = append(chunk, arr('*', bs("message"), bs("channel:"+itoa(i)), bs("a payload of some forty bytes, as many are"))...)
 	}
-	h := &hidingConn{Conn: discardConn{}, own: newOwnKeys("fenceproxy:lock:")}
+	h := &relayConn{Conn: discardConn{}, filter: newOwnKeys("fenceproxy:lock:")}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
 		h.Write(chunk)

@@ -249,6 +249,10 @@ func init() {
 		{name: "watch", arity: -2, flags: flagImmediate, serve: (*Handler).watch},
 		{name: "unwatch", arity: 1, serve: (*Handler).unwatch},
 
+		// Redis's replication stream, less the proxy's own writes
+		// (replication.go): the connection becomes a tunnel to Redis.
+		{name: "sync", arity: 1, serve: (*Handler).sync},
+
 		// Pub/sub: the first one makes the connection a tunnel to Redis.
 		{name: "subscribe", arity: -1, flags: flagPubSub},
 		{name: "psubscribe", arity: -1, flags: flagPubSub},
@@ -276,15 +280,14 @@ func init() {
 		// Refused: they cannot run on a shared backend connection, or would
 		// take the proxy's Redis away.
 		{name: "monitor", arity: -1, refusal: "MONITOR is not supported through fenceproxy; connect to Redis directly"},
-		{name: "sync", arity: -1, refusal: replicationRefused},
-		{name: "psync", arity: -1, refusal: replicationRefused},
+		{name: "psync", arity: -1, refusal: replyPSyncRefused[len("ERR fenceproxy: "):]},
 		{name: "replconf", arity: -1, refusal: replicationRefused},
 		{name: "shutdown", arity: -1, refusal: "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly"},
 	}
 	index()
 }
 
-const replicationRefused = "replication is not supported through fenceproxy; connect to Redis directly"
+const replicationRefused = "REPLCONF is not served through fenceproxy (a replica that follows the proxy uses SYNC); connect to Redis directly"
 
 // resultCounter is a command's counter of requests by result.
 type resultCounter struct {

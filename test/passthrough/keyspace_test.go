@@ -73,9 +73,13 @@ func keyspaceSection(t *testing.T, c *testenv.Conn) string {
 
 // heartbeats waits until the token authority of the proxy in front of
 // redisAddr has written its live set n times (watched on a subscription
-// to Redis itself), so that whatever Redis said of it has been said.
+// to Redis itself, keyspace notifications turned on if they are off), so
+// that whatever Redis said of it has been said.
 func heartbeats(t *testing.T, redisAddr string, n int) {
 	t.Helper()
+	if got := testenv.Dial(t, redisAddr).Do("CONFIG", "GET", "notify-keyspace-events"); bytes.HasSuffix(got, []byte("$0\r\n\r\n")) {
+		testenv.Dial(t, redisAddr).Do("CONFIG", "SET", "notify-keyspace-events", "KA")
+	}
 	watch := testenv.Dial(t, redisAddr)
 	watch.SetTimeout(20 * time.Second)
 	watch.Do("SUBSCRIBE", "__keyspace@15__:fenceproxy:lock:{authority}:live")
