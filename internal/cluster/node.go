@@ -447,6 +447,25 @@ func (n *Node) ServeLockWrites(serve func(conn *backend.Conn, acked bool)) bool 
 // Closed is closed when the node begins to close.
 func (n *Node) Closed() <-chan struct{} { return n.done }
 
+// ProbeAddr is the address Redis sees the node's probe connection at (it
+// reads INFO replication, memory and stats every second), "" if unknown:
+// what MONITOR through the proxy leaves out.
+func (n *Node) ProbeAddr(ctx context.Context) string {
+	if n.probe == n.Client {
+		return ""
+	}
+	info, err := n.probe.Do(ctx, "CLIENT", "INFO").Text()
+	if err != nil {
+		return ""
+	}
+	for _, f := range strings.Fields(info) {
+		if addr, ok := strings.CutPrefix(f, "addr="); ok {
+			return addr
+		}
+	}
+	return ""
+}
+
 // Replicas returns the replicas last seen connected to this master.
 func (n *Node) Replicas() []string {
 	n.mu.Lock()

@@ -233,3 +233,62 @@ func (o *ownKeys) next(data, out []byte) (int, []byte) {
 	}
 	return n, append(out, o.filter(data[:n])...)
 }
+
+// pubsubRelay is a pub/sub tunnel's streamFilter: ownKeys', and the
+// client's subscription counts for CLIENT LIST from Redis's confirmations
+// (each carries how many channels and patterns, or shard channels, the
+// connection has after it).
+type pubsubRelay struct {
+	own *ownKeys
+	ci  *clientInfo
+}
+
+var confirmations = []struct {
+	head  string
+	shard bool
+	pat   bool
+}{
+	{"$9\r\nsubscribe\r\n", false, false}, {"$11\r\nunsubscribe\r\n", false, false},
+	{"$10\r\npsubscribe\r\n", false, true}, {"$12\r\npunsubscribe\r\n", false, true},
+	{"$10\r\nssubscribe\r\n", true, false}, {"$12\r\nsunsubscribe\r\n", true, false},
+}
+
+func (r *pubsubRelay) next(data, out []byte) (int, []byte) {
+	n, ok := resp.Size(data)
+	if !ok {
+		return 0, out
+	}
+	msg := data[:n]
+	if len(msg) > 4 && msg[1] == '3' && msg[2] == '\r' && (msg[0] == '*' || msg[0] == '>') {
+		for _, k := range confirmations {
+			if bytes.HasPrefix(msg[4:], []byte(k.head)) {
+				r.count(msg, k.shard, k.pat)
+				break
+			}
+		}
+	}
+	return n, append(out, r.own.filter(msg)...)
+}
+
+// count takes a confirmation's count: for shard channels, their number;
+// else channels and patterns together, so the change goes to the kind
+// confirmed.
+func (r *pubsubRelay) count(msg []byte, shard, pat bool) {
+	elems, ok := resp.Elements(msg)
+	if !ok || len(elems) != 3 || len(elems[2]) < 4 || elems[2][0] != ':' {
+		return
+	}
+	total, ok := resp.ParseInt(elems[2][1 : len(elems[2])-2])
+	if !ok {
+		return
+	}
+	ci := r.ci
+	switch {
+	case shard:
+		ci.ssubs.Store(int32(total))
+	case pat:
+		ci.psubs.Store(int32(total) - ci.subs.Load())
+	default:
+		ci.subs.Store(int32(total) - ci.psubs.Load())
+	}
+}

@@ -199,6 +199,7 @@ func (h *Handler) BatchDone(c *protocol.Conn) {
 	s := sessionOf(c)
 	unblocked := h.unblocked(c, s)
 	s.adoptExecDB(c)
+	defer h.publish(c, s)
 	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.on {
 		return
 	}
@@ -221,6 +222,7 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 func (h *Handler) Closed(c *protocol.Conn) {
 	s := sessionOf(c)
 	h.receivers.m.Delete(c.ID)
+	h.clients.m.Delete(c.ID)
 	s.lockRequests.CancelAll()
 	if s.tunnel != nil {
 		s.tunnel.Close()

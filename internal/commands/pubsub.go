@@ -28,7 +28,7 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyErr(p, err)
 		return
 	}
-	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: h.own})
+	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &pubsubRelay{own: h.own, ci: h.clientInfoOf(c, s)}})
 	s.tunnel = tunnel
 	h.noteReceiver(c, tunnel)
 	h.sendTunnel(s, args, p)

@@ -48,7 +48,7 @@ func (h *Handler) sync(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &replicaStream{own: h.own, upDB: -1, downDB: -1}})
-	s.tunnel = tunnel
+	s.tunnel, s.tunnelKind = tunnel, tunnelSync
 	h.sendTunnel(s, args, p)
 }
 

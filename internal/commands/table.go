@@ -58,6 +58,8 @@ type Handler struct {
 	receivers receivers
 	// own are the proxy's keys that relayed messages leave out (ownkeys.go).
 	own *ownKeys
+	// clients are what CLIENT LIST shows of each client (clients.go).
+	clients clientRegistry
 }
 
 // NewHandler returns a Handler.
@@ -252,6 +254,8 @@ func init() {
 		// Redis's replication stream, less the proxy's own writes
 		// (replication.go): the connection becomes a tunnel to Redis.
 		{name: "sync", arity: 1, serve: (*Handler).sync},
+		// MONITOR, less the proxy's own commands (monitor.go).
+		{name: "monitor", arity: 1, serve: (*Handler).monitor},
 
 		// Pub/sub: the first one makes the connection a tunnel to Redis.
 		{name: "subscribe", arity: -1, flags: flagPubSub},
@@ -279,7 +283,6 @@ func init() {
 
 		// Refused: they cannot run on a shared backend connection, or would
 		// take the proxy's Redis away.
-		{name: "monitor", arity: -1, refusal: "MONITOR is not supported through fenceproxy; connect to Redis directly"},
 		{name: "psync", arity: -1, refusal: replyPSyncRefused[len("ERR fenceproxy: "):]},
 		{name: "replconf", arity: -1, refusal: replicationRefused},
 		{name: "shutdown", arity: -1, refusal: "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly"},
@@ -408,7 +411,10 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	name := args[0]
 	if len(name) <= len(lower) {
 		cmd := lookup(lowerInto(lower[:0], name))
-		if s := sessionOf(c); s.tunnel != nil {
+		s := sessionOf(c)
+		h.served(c, s, cmd, args)
+		defer h.publish(c, s)
+		if s.tunnel != nil {
 			h.sendTunnel(s, args, p)
 			return
 		} else if s.tx.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {

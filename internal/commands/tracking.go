@@ -41,6 +41,7 @@ import (
 // to (0: none).
 type trackState struct {
 	on       bool
+	bcast    bool
 	redirect int64
 }
 
@@ -146,7 +147,11 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 		c.EnablePushes()
 		s.tx.pinned = own
 	}
-	s.track = trackState{on: true, redirect: redirect}
+	bcast := false
+	for _, a := range args[3:] {
+		bcast = bcast || bytes.EqualFold(a, []byte("bcast"))
+	}
+	s.track = trackState{on: true, bcast: bcast, redirect: redirect}
 	h.sendPinned(s, fwd, p)
 }
 

@@ -625,7 +625,7 @@ func TestRefusedCommands(t *testing.T) {
 	pr := startPair(t)
 	proxy := testenv.Dial(t, pr.Proxy.Addr)
 	for _, cmd := range [][]string{
-		c("MONITOR"), c("CLIENT", "KILL", "ID", "1"), c("SHUTDOWN"),
+		c("CLIENT", "PAUSE", "10"), c("SHUTDOWN"), c("PSYNC", "?", "-1"), c("REPLCONF", "listening-port", "1"),
 	} {
 		got := proxy.Do(cmd...)
 		if !bytes.HasPrefix(got, []byte("-ERR fenceproxy:")) {

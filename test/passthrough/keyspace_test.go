@@ -75,7 +75,11 @@ func keyspaceSection(t *testing.T, c *testenv.Conn) string {
 // redisAddr has written its live set n times (watched on a subscription
 // to Redis itself, keyspace notifications turned on if they are off), so
 // that whatever Redis said of it has been said.
-func heartbeats(t *testing.T, redisAddr string, n int) {
+func heartbeats(t *testing.T, redisAddr string, n int) { watchHeartbeats(t, redisAddr)(n) }
+
+// watchHeartbeats subscribes to the authority's heartbeat now, and returns
+// heartbeats' wait on that subscription.
+func watchHeartbeats(t *testing.T, redisAddr string) func(n int) {
 	t.Helper()
 	if got := testenv.Dial(t, redisAddr).Do("CONFIG", "GET", "notify-keyspace-events"); bytes.HasSuffix(got, []byte("$0\r\n\r\n")) {
 		testenv.Dial(t, redisAddr).Do("CONFIG", "SET", "notify-keyspace-events", "KA")
@@ -83,13 +87,16 @@ func heartbeats(t *testing.T, redisAddr string, n int) {
 	watch := testenv.Dial(t, redisAddr)
 	watch.SetTimeout(20 * time.Second)
 	watch.Do("SUBSCRIBE", "__keyspace@15__:fenceproxy:lock:{authority}:live")
-	for seen := 0; seen < n; {
-		msg, err := watch.ReadReply()
-		if err != nil {
-			t.Fatalf("waiting for the authority's heartbeat: %v", err)
-		}
-		if bytes.HasSuffix(msg, []byte("$4\r\nzadd\r\n")) {
-			seen++
+	return func(n int) {
+		t.Helper()
+		for seen := 0; seen < n; {
+			msg, err := watch.ReadReply()
+			if err != nil {
+				t.Fatalf("waiting for the authority's heartbeat: %v", err)
+			}
+			if bytes.HasSuffix(msg, []byte("$4\r\nzadd\r\n")) {
+				seen++
+			}
 		}
 	}
 }
