@@ -129,11 +129,17 @@ func (n *Node) Unpin(c *backend.Conn, resp3, clean bool) {
 // Tunnel returns a raw connection for a client that will get a stream from
 // Redis (pub/sub), speaking RESP3 if resp3, in database db.
 func (n *Node) Tunnel(resp3 bool, db int) (net.Conn, error) {
+	return n.tunnelFor(&Client{RESP3: resp3, DB: db})
+}
+
+// tunnelFor is Tunnel for cl: in its protocol and database, as its user.
+func (n *Node) tunnelFor(cl *Client) (net.Conn, error) {
 	if n.Refusal() != nil {
 		return nil, ErrNotMaster
 	}
 	opts := n.pinOpts
-	opts.RESP3, opts.DB = resp3, db
+	opts.RESP3, opts.DB = cl.RESP3, cl.DB
+	asUser(&opts, cl)
 	nc, err := backend.DialRaw(opts)
 	if err != nil {
 		return nil, err

@@ -45,6 +45,7 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	}
 	opts := n.pinOpts
 	opts.RESP3, opts.DB, opts.OnPush, opts.OnBreak = cl.RESP3, cl.DB, onPush, onLost
+	asUser(&opts, cl)
 	c, err := backend.Dial(opts)
 	if err != nil {
 		return nil, unreachable(n)
@@ -53,6 +54,16 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 		return nil, unreachable(n)
 	}
 	return &Pinned{conn: c, node: n, resp3: cl.RESP3, db: cl.DB, own: true}, nil
+}
+
+// asUser opens a client's connection as the Redis user it authenticated
+// as, if not the proxy's. ROLE is then not asked (Admit): it is the
+// proxy's question, which that user may not be allowed; the node's gate
+// still closes the connection if the node stops being the master.
+func asUser(opts *backend.Options, cl *Client) {
+	if cl.User != "" {
+		opts.Username, opts.Password, opts.Admit = cl.User, cl.Password, nil
+	}
 }
 
 // Track is refused in front of a Redis Cluster.

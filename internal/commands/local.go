@@ -68,6 +68,9 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		} else {
 			msg = h.checkAuth(user, password)
 		}
+		if msg == "" && h.opts.ACL == nil {
+			msg = h.becomeUser(c, s, string(user), string(password), p)
+		}
 		if msg != "" {
 			replyError(p, msg)
 			return
@@ -156,6 +159,12 @@ func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	user := "default"
 	if len(args) == 3 {
 		user = string(args[1])
+	}
+	if h.opts.ACL == nil {
+		if msg := h.becomeUser(c, sessionOf(c), user, string(args[len(args)-1]), p); msg != "" {
+			replyError(p, msg)
+			return
+		}
 	}
 	h.authenticated(c, user)
 	replyOK(p)
@@ -249,6 +258,7 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	s.tx = txState{}       // a MULTI not yet sent too
 	s.track = trackState{} // its connection went with s.tx.pinned
+	s.asUser, s.backend.User, s.backend.Password = false, "", ""
 	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
 	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis

@@ -43,6 +43,10 @@ type Options struct {
 	ACL *auth.ACL
 	// Tier, when not nil, makes this node one of a tier (tier.go).
 	Tier Tier
+	// BackendUser is the Redis user the proxy's connections authenticate
+	// as ("" is "default"): a client that authenticates (through Redis)
+	// as another gets a connection of its own as that user (users.go).
+	BackendUser string
 }
 
 // Handler serves every client request; it implements protocol.Handler.

@@ -128,7 +128,7 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 		fwd[i+1] = []byte(strconv.FormatInt(redisID.(int64), 10))
 		i++
 	}
-	if s.tx.pinned != nil && !s.track.on {
+	if s.tx.pinned != nil && !s.track.on && !s.asUser {
 		c.WaitReplies(p)
 		if s.tx.watching {
 			replyError(p, "ERR fenceproxy: CLIENT TRACKING ON cannot be sent while WATCH is open; UNWATCH first")
@@ -137,7 +137,11 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 		s.tx.pinned.Release(true)
 		s.tx.pinned = nil
 	}
-	if !s.track.on {
+	switch {
+	case s.asUser:
+		// Its connection as its user tracks: it relays pushes already.
+		c.EnablePushes()
+	case !s.track.on:
 		c.WaitReplies(p) // what the client sent before runs before the switch
 		own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
 		if err != nil {
