@@ -69,6 +69,11 @@ type Options struct {
 	// authenticates (each reconnection too): for the connections that carry
 	// the requests of clients that selected it.
 	DB int
+	// AsUser and AsPassword, if AsUser is set, authenticate the connection
+	// again, last (after the SELECT and ROLE, which it may not be allowed):
+	// a client's connection of its own, run as the Redis user the client
+	// authenticated as. Redis's refusal is the dial's error.
+	AsUser, AsPassword string
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -163,7 +168,35 @@ func (c *Conn) connect() (net.Conn, error) {
 			return nil, err
 		}
 	}
+	if c.opts.AsUser != "" {
+		if err := c.authAs(nc); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	return nc, nil
+}
+
+// authAs authenticates nc as AsUser, before it carries anything else.
+func (c *Conn) authAs(nc net.Conn) error {
+	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
+	defer nc.SetDeadline(time.Time{})
+	req := resp.AppendCommand(nil, [][]byte{[]byte("AUTH"), []byte(c.opts.AsUser), []byte(c.opts.AsPassword)})
+	if _, err := nc.Write(req); err != nil {
+		return err
+	}
+	// Only this reply is outstanding, so the reader takes nothing beyond it.
+	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 512))
+	if err != nil {
+		return err
+	}
+	if re, ok := resp.ErrorReply(reply); ok {
+		return re
+	}
+	if string(reply) != "+OK\r\n" {
+		return fmt.Errorf("AUTH answered %q", trimCRLF(reply))
+	}
+	return nil
 }
 
 var roleRequest = []byte("*1\r\n$4\r\nROLE\r\n")

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"errors"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
@@ -47,7 +48,11 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	opts.RESP3, opts.DB, opts.OnPush, opts.OnBreak = cl.RESP3, cl.DB, onPush, onLost
 	asUser(&opts, cl)
 	c, err := backend.Dial(opts)
-	if err != nil {
+	var refused resp.Error
+	switch {
+	case errors.As(err, &refused):
+		return nil, refused // Redis's answer to the client's user (asUser)
+	case err != nil:
 		return nil, unreachable(n)
 	}
 	if !n.hand(c, func() { c.Close(); onLost() }) {
@@ -56,14 +61,12 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	return &Pinned{conn: c, node: n, resp3: cl.RESP3, db: cl.DB, own: true}, nil
 }
 
-// asUser opens a client's connection as the Redis user it authenticated
-// as, if not the proxy's. ROLE is then not asked (Admit): it is the
-// proxy's question, which that user may not be allowed; the node's gate
-// still closes the connection if the node stops being the master.
+// asUser has a client's connection run as the Redis user it authenticated
+// as, if not the proxy's: opened as the proxy's (its SELECT and ROLE are
+// the proxy's questions, which that user may not be allowed), then
+// authenticated as that user.
 func asUser(opts *backend.Options, cl *Client) {
-	if cl.User != "" {
-		opts.Username, opts.Password, opts.Admit = cl.User, cl.Password, nil
-	}
+	opts.AsUser, opts.AsPassword = cl.User, cl.Password
 }
 
 // Track is refused in front of a Redis Cluster.

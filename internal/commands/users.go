@@ -2,6 +2,7 @@ package commands
 
 import (
 	"bytes"
+	"errors"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -68,6 +69,10 @@ func (h *Handler) becomeUser(c *protocol.Conn, s *session, user, password string
 	own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
 	if err != nil {
 		s.backend.User, s.backend.Password = "", ""
+		var re resp.Error
+		if errors.As(err, &re) {
+			return re.Error() // Redis's own refusal on that connection
+		}
 		return "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly"
 	}
 	s.tx.pinned, s.asUser = own, true

@@ -11,7 +11,9 @@ import (
 // directly: its commands, keys and scripts' ACL checks are that user's
 // (unit/scripting "Script ACL check": before, it ran as the proxy's user
 // on a shared connection), ACL WHOAMI names it, other clients are not
-// affected, RESET puts it back; AUTH inside MULTI is refused (EXEC would
+// affected, RESET puts it back, and its database is the one it had
+// selected, although bob may not SELECT (unit/scripting without
+// --singledb: TRYAGAIN before); AUTH inside MULTI is refused (EXEC would
 // have authenticated a connection the proxy gives other clients after).
 func TestRedisUserThroughProxy(t *testing.T) {
 	pr := startPair(t)
@@ -24,6 +26,7 @@ func TestRedisUserThroughProxy(t *testing.T) {
 	proxy, direct := pr.conns(t)
 	other := testenv.Dial(t, pr.Proxy.Addr)
 	for _, cmd := range [][]string{
+		c("SELECT", "9"), // bob may not SELECT: its connection is in 9 all the same
 		c("AUTH", "bob", "123"),
 		c("ACL", "WHOAMI"),
 		c("SET", "xx", "1"),
