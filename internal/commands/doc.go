@@ -35,7 +35,9 @@
 //   - local: answered by the proxy itself because they describe the client's
 //     own connection (ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO,
 //     CLIENT INFO/LIST/KILL (clients.go: the proxy's clients, in Redis's
-//     format), SELECT (select.go: the database the Forwarder routes
+//     format), AUTH (checked by Redis; a client of another Redis user than
+//     the proxy's gets a connection of its own as that user, users.go),
+//     SELECT (select.go: the database the Forwarder routes
 //     by), RESET, QUIT; CLIENT REPLY, whose replies the client's
 //     connection drops (reply.go); CLIENT UNBLOCK, mapped to the
 //     connection the named client's blocking command waits on
