@@ -399,6 +399,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		Info:           p.info,
 		ACL:            acl,
 		Tier:           p.tierOptions(),
+		BackendUser:    cfg.backendUser,
 	})
 }
 

@@ -89,6 +89,11 @@ type Client struct {
 	// DB is the client's database (Forwarder.Select); its requests go on
 	// connections in that database.
 	DB int
+	// User and Password are the Redis user the client authenticated as,
+	// when it is not the proxy's own (set by the caller): its connection
+	// of its own (Track) and its tunnel (Subscribe) are opened as that
+	// user, so that Redis applies that user's ACL to its requests.
+	User, Password string
 	// Conn holds a request until the client's earlier requests have their
 	// replies (protocol.Conn): before a request takes another way to Redis
 	// than those before it.
@@ -178,10 +183,18 @@ func (pc *Pinned) Do(args [][]byte, p *resp.Reply) {
 		return
 	}
 	if pc.keyed {
-		pc.conn.Do(args, noRedirects(p))
-		return
+		p = noRedirects(p)
 	}
 	pc.conn.Do(args, p)
+}
+
+// DoNow is Do, written before it returns (backend.Conn.DoNow): for the
+// last request the client has sent so far.
+func (pc *Pinned) DoNow(args [][]byte, p *resp.Reply) {
+	if pc.keyed {
+		p = noRedirects(p)
+	}
+	pc.conn.DoNow(args, p)
 }
 
 // Up reports whether the connection is still established.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"errors"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
@@ -45,14 +46,27 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	}
 	opts := n.pinOpts
 	opts.RESP3, opts.DB, opts.OnPush, opts.OnBreak = cl.RESP3, cl.DB, onPush, onLost
+	asUser(&opts, cl)
 	c, err := backend.Dial(opts)
-	if err != nil {
+	var refused resp.Error
+	switch {
+	case errors.As(err, &refused):
+		return nil, refused // Redis's answer to the client's user (asUser)
+	case err != nil:
 		return nil, unreachable(n)
 	}
 	if !n.hand(c, func() { c.Close(); onLost() }) {
 		return nil, unreachable(n)
 	}
 	return &Pinned{conn: c, node: n, resp3: cl.RESP3, db: cl.DB, own: true}, nil
+}
+
+// asUser has a client's connection run as the Redis user it authenticated
+// as, if not the proxy's: opened as the proxy's (its SELECT and ROLE are
+// the proxy's questions, which that user may not be allowed), then
+// authenticated as that user.
+func asUser(opts *backend.Options, cl *Client) {
+	opts.AsUser, opts.AsPassword = cl.User, cl.Password
 }
 
 // RedisID is the Redis client id of the tunnel's connection (0: unknown).

@@ -13,8 +13,8 @@ import (
 
 // Requests Redis answers while a script or function is busy: PING (with
 // -BUSY, or -LOADING while it loads its data, as Redis answers it; the
-// proxy answers it if Redis does not, see pingPatience), SCRIPT KILL and
-// FUNCTION KILL. They go on the backend's control connection
+// proxy answers it if Redis does not, see pingPatience), SCRIPT KILL,
+// FUNCTION KILL and FUNCTION STATS. They go on the backend's control connection
 // (Forwarder.Control), never on a shared one: there they could wait
 // behind the busy script itself, and the kill that would end it behind
 // the script it is to end.
@@ -105,12 +105,23 @@ func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	h.opts.Backend.Control(&sessionOf(c).backend, args, sent)
 }
 
-// scriptOrFunction sends SCRIPT KILL and FUNCTION KILL on the control
-// connection and forwards the other subcommands.
+// scriptOrFunction sends SCRIPT KILL, FUNCTION KILL and FUNCTION STATS
+// (Redis's allow-busy subcommands: STATS shows the running function) on
+// the control connection and forwards the other subcommands.
 func (h *Handler) scriptOrFunction(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	if len(args) == 2 && keys.LowerName(args[1]) == "kill" {
-		h.control(c, args, p)
-		return
+	if len(args) == 2 {
+		switch keys.LowerName(args[1]) {
+		case "kill":
+			h.control(c, args, p)
+			return
+		case "stats":
+			// In front of a Redis Cluster the control connections are
+			// every master's, and their replies merge as kills'.
+			if len(args[0]) == len("function") && !h.opts.Backend.RoutesByKey() {
+				h.control(c, args, p)
+				return
+			}
+		}
 	}
 	h.forward(c, args, p)
 }

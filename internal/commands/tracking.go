@@ -25,7 +25,8 @@ import (
 // OPTIN/OPTOUT with CLIENT CACHING, BCAST and PREFIX, and NOLOOP (the
 // client's own writes travel on the same connection) mean what they mean
 // in Redis. Its RESP3 invalidation pushes are relayed to the client
-// (protocol.Conn.Push), never ahead of a reply Redis sent before them. If
+// (protocol.Conn.Push), never ahead of a reply Redis sent before them, and
+// without the proxy's own keys (ownkeys.go). If
 // that connection is lost, the client is disconnected, since nothing can
 // tell it any more what to drop from its cache.
 //
@@ -40,12 +41,14 @@ import (
 // CLIENT CACHING yes/no as a command would in Redis; inside MULTI, CLIENT
 // TRACKING and CACHING are refused.
 
-// trackState is the client's tracking: on, and the proxy id it redirects
-// to (0: none); conn: its connection of its own is s.tx.pinned (a
-// standalone master's; in front of a Redis Cluster the Forwarder keeps one
-// per master and routes the client's requests itself).
+// trackState is the client's tracking: on, bcast (BCAST mode, CLIENT
+// LIST's flag B), and the proxy id it redirects to (0: none); conn: its
+// connection of its own is s.tx.pinned (a standalone master's, or the
+// connection as its Redis user; in front of a Redis Cluster the Forwarder
+// keeps one per master and routes the client's requests itself).
 type trackState struct {
 	on       bool
+	bcast    bool
 	redirect int64
 	conn     bool
 }
@@ -142,7 +145,7 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 		redirect, redirectAt, redirectRedisID = id, i+1, redisID.(int64)
 		i++
 	}
-	if s.tx.pinned != nil && !s.track.on {
+	if s.tx.pinned != nil && !s.track.on && !s.asUser {
 		c.WaitReplies(p)
 		if s.tx.watching {
 			replyError(p, "ERR fenceproxy: CLIENT TRACKING ON cannot be sent while WATCH is open; UNWATCH first")
@@ -152,9 +155,14 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 		s.tx.pinned = nil
 	}
 	conn := s.track.conn
-	if !s.track.on {
+	switch {
+	case s.asUser:
+		// Its connection as its user tracks: it relays pushes already.
+		c.EnablePushes()
+		conn = true
+	case !s.track.on:
 		c.WaitReplies(p) // what the client sent before runs before the switch
-		own, err := h.opts.Backend.Track(&s.backend, c.Push, c.EndPushes)
+		own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
 		if err != nil {
 			replyErr(p, err)
 			return
@@ -164,7 +172,11 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 			s.tx.pinned, conn = own, true
 		}
 	}
-	s.track = trackState{on: true, redirect: redirect, conn: conn}
+	bcast := false
+	for _, a := range args[3:] {
+		bcast = bcast || bytes.EqualFold(a, []byte("bcast"))
+	}
+	s.track = trackState{on: true, bcast: bcast, redirect: redirect, conn: conn}
 	if !conn {
 		// In front of a Redis Cluster: REDIRECT keeps the proxy's id, made
 		// the target's connection on each master there.
@@ -175,6 +187,16 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 		fwd[redirectAt] = []byte(strconv.FormatInt(redirectRedisID, 10))
 	}
 	h.sendPinned(s, fwd, p)
+}
+
+// pushHiding relays a tracking connection's pushes to c, less the
+// invalidations of the proxy's own keys (ownkeys.go).
+func (h *Handler) pushHiding(c *protocol.Conn) func([]byte) {
+	return func(push []byte) {
+		if msg := h.own.filter(push); msg != nil {
+			c.Push(msg)
+		}
+	}
 }
 
 // clientExists reports whether the proxy has a client with this id.

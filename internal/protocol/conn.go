@@ -100,6 +100,43 @@ func (c *Conn) MayBlock() { c.mayBlock = true }
 // that counts from it, as a lease does. Call it only from ServeCommand.
 func (c *Conn) ReadAt() time.Time { return c.readAt }
 
+// Pipelined reports whether the client sent more than the request being
+// served: requests already read follow it. Call it only from ServeCommand.
+func (c *Conn) Pipelined() bool { return c.Buffered() > 0 }
+
+// Buffered is how many bytes the client sent that are read and not yet
+// parsed. Call it only from ServeCommand.
+func (c *Conn) Buffered() int {
+	if c.rd == nil {
+		return 0
+	}
+	return c.rd.Buffered()
+}
+
+// FD is the client socket's file descriptor (CLIENT LIST's fd), -1 if it
+// has none. Safe from any goroutine.
+func (c *Conn) FD() int {
+	nc := c.nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	raw.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+// Kill closes the client's connection from any goroutine (CLIENT KILL):
+// its goroutine then ends it as if the client had gone.
+func (c *Conn) Kill() { c.nc.Close() }
+
 // CloseAfterReply asks for the connection to be closed once the replies
 // queued so far are written (QUIT, protocol errors).
 func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }

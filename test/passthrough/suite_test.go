@@ -159,8 +159,8 @@ func TestBusyScript(t *testing.T) {
 	pr.alive(t)
 }
 
-// TestBusyFunction: FUNCTION KILL, like SCRIPT KILL, reaches Redis while a
-// function loops (unit/functions).
+// TestBusyFunction: FUNCTION KILL, like SCRIPT KILL, and FUNCTION STATS
+// reach Redis while a function loops (unit/functions).
 func TestBusyFunction(t *testing.T) {
 	pr := startPairWith(t, "--backend-conns", strconv.Itoa(sharedConns))
 	lib := "#!lua name=spinlib\nredis.register_function{function_name='spin', callback=function() while true do end end, flags={'no-writes'}}"
@@ -172,6 +172,12 @@ func TestBusyFunction(t *testing.T) {
 	for i, c := range cs {
 		if got, err := c.TryDo("PING"); err != nil || !bytes.HasPrefix(got, []byte("-BUSY ")) {
 			t.Fatalf("client %d: PING while a function is busy: %q, %v; want -BUSY", i, got, err)
+		}
+		// Redis answers FUNCTION STATS while busy (unit/functions "test
+		// function kill", without --singledb: the client in database 9
+		// shared the function's one connection and waited for ever).
+		if got, err := c.TryDo("FUNCTION", "STATS"); err != nil || !bytes.Contains(got, []byte("$4\r\nspin\r\n")) {
+			t.Fatalf("client %d: FUNCTION STATS while a function is busy: %q, %v; want its running_script", i, got, err)
 		}
 	}
 	// The kill from the clients that share the function's connection
