@@ -287,7 +287,7 @@ func (p *proxy) connectBackend(ctx context.Context, backendTLS *tls.Config) erro
 		TLS:            backendTLS,
 		// The token authority's keys (internal/authority): in front of a
 		// Redis Cluster, left out of DBSIZE, KEYS and SCAN.
-		OwnKeys: authorityKeys(cfg.keyPrefix),
+		OwnKeys: authority.Keys(authorityPrefix(cfg.keyPrefix)),
 		// After a failover the token authority's heartbeat goes to the
 		// new master at once (the authority starts after the backend).
 		OnMasterChange: func() {
@@ -509,11 +509,11 @@ func fewestReplicas(be cluster.Backend) int {
 	return max(fewest, 0)
 }
 
-// authorityKeys are the token authority's two keys in Redis
-// (internal/authority, whose prefix defaults as here).
-func authorityKeys(prefix string) []string {
+// authorityPrefix is the prefix the token authority's keys are under: the
+// lock records' --key-prefix, defaulted as internal/authority does.
+func authorityPrefix(prefix string) string {
 	if prefix == "" {
-		prefix = "fenceproxy:lock:"
+		return "fenceproxy:lock:"
 	}
-	return []string{prefix + "{authority}:bound", prefix + "{authority}:live"}
+	return prefix
 }
