@@ -427,7 +427,7 @@ func withFlag(reply []byte, flag string) []byte {
 	if !ok {
 		return reply
 	}
-	hdr := len(reply) - totalLen(elems)
+	hdr := len(reply) - resp.ElementsLen(elems)
 	out := append([]byte(nil), reply[:hdr]...)
 	out = append(out, elems[0]...)
 	out = append(out, elems[1][0]) // '*' or '~'
@@ -446,14 +446,6 @@ func withFlag(reply []byte, flag string) []byte {
 		out = append(out, e...)
 	}
 	return out
-}
-
-func totalLen(elems [][]byte) int {
-	n := 0
-	for _, e := range elems {
-		n += len(e)
-	}
-	return n
 }
 
 // with is o after one more CLIENT TRACKING ON (args): the mode flags are

@@ -123,7 +123,7 @@ func (o *ownKeys) invalidation(msg []byte, elems [][]byte, at int) []byte {
 		return nil
 	}
 	out := make([]byte, 0, len(msg))
-	out = append(out, msg[:len(msg)-totalLen(elems)]...) // the message's header
+	out = append(out, msg[:len(msg)-resp.ElementsLen(elems)]...) // the message's header
 	for i, e := range elems {
 		if i != at {
 			out = append(out, e...)
@@ -137,14 +137,6 @@ func (o *ownKeys) invalidation(msg []byte, elems [][]byte, at int) []byte {
 		}
 	}
 	return out
-}
-
-func totalLen(elems [][]byte) int {
-	n := 0
-	for _, e := range elems {
-		n += len(e)
-	}
-	return n
 }
 
 // bulkBytes is the content of a whole bulk string reply ($ or RESP3's
