@@ -16,7 +16,7 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	t, epoch, ok := s.cache.get(resource)
+	t, epoch, ok := s.cache.Get(resource)
 	if ok {
 		return max(t, s.floor.Load()), nil
 	}
@@ -28,7 +28,7 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	s.cache.fill(resource, t, epoch)
+	s.cache.Fill(resource, t, epoch)
 	return max(t, s.floor.Load()), nil
 }
 
@@ -105,6 +105,6 @@ func (s *Store) NewestCached(resource []byte) (token uint64, ok bool, err error)
 	if err := s.usable(); err != nil {
 		return 0, false, err
 	}
-	token, _, ok = s.cache.get(resource)
+	token, _, ok = s.cache.Get(resource)
 	return max(token, s.floor.Load()), ok, nil
 }
