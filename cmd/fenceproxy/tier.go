@@ -80,10 +80,11 @@ func (p *proxy) openTier() error {
 	}
 	n, err := tier.Open(tier.Options{
 		NodeID: cfg.tier.nodeID, RaftListen: cfg.tier.raftListen, Peers: cfg.tier.peers,
-		Dir:        filepath.Join(cfg.dataDir, "raft"),
-		ClientAddr: advertise,
-		LogStore:   cfg.tier.logStore,
-		Logger:     p.logger,
+		Dir:          filepath.Join(cfg.dataDir, "raft"),
+		CacheEntries: cfg.cacheEntries,
+		ClientAddr:   advertise,
+		LogStore:     cfg.tier.logStore,
+		Logger:       p.logger,
 		// Waiters in line here end -TRYAGAIN; in-flight grants end so by
 		// themselves (their Reserve fails).
 		OnLeadershipLost: func() {

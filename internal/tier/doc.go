@@ -7,13 +7,19 @@
 // an UnavailableError, which clients get as -TRYAGAIN (or, in fenceproxy,
 // the command is relayed to the leader).
 //
-// # The state (fsm.go)
+// # The state (fsm.go, state.go, snapshot.go)
 //
 // Every node applies the same entries to the same state: the window bound
 // (every token ever handed out is at or below it), the floor, each
 // resource's newest confirmed token, the reservations not yet confirmed or
 // cancelled (with the term of the leader that made them), the tier's id and
-// the current leader's node id and client address. Entries:
+// the current leader's node id and client address. The state lives in a
+// local Pebble database (Options.Dir/state, beside the log store), with the
+// index of the last entry applied; memory holds its small fields, the
+// pending reservations (the grants in flight when a leader changed, folded
+// at the next LeaderStart) and a bounded cache of newest tokens
+// (internal/tokencache, Options.CacheEntries), however many resources the
+// state holds. Entries:
 //
 //	LeaderStart{term, node, addr, tier id}  a new leader's first entry: the
 //	                 fold (every pending reservation counts as issued), a
@@ -27,6 +33,14 @@
 // Windows are computed by the state as it applies them (from the bound,
 // not from what the proposer believed), and returned to the leader through
 // its ApplyFuture, so a window never overlaps one committed before it.
+//
+// The entries raft hands over at once (BatchingFSM) are applied in one
+// Pebble batch that also writes m/applied, the last one's index, and is
+// not synced: the Raft log is the durable record (every entry was fsynced
+// into a majority's logs before it was applied), so an fsync per batch
+// would buy nothing a replay does not. Reads go to the cache, then Pebble;
+// the FSM goroutine is the only writer, and raises the cache after each
+// commit, so a cached entry is the state's value (tokencache's rule).
 //
 // The leader's own Confirms are visible to its reads at once through an
 // overlay; an entry leaves the overlay when the state has applied it.
@@ -74,6 +88,49 @@
 //     a majority loses the guarantee, as does wiping a node within an
 //     election of its vote (it may vote twice in one term).
 //
+// # Restarts and snapshots
+//
+// At every start raft restores its newest snapshot into the state
+// (Restore) and then applies the log after the snapshot's index. The state
+// is already on disk, so:
+//
+//   - A batch and its m/applied reach Pebble's WAL together, and a crash
+//     loses a suffix of unsynced batches at most: the state on disk is the
+//     state as of some applied index A. ApplyBatch skips every entry at or
+//     below A, so a replay applies each entry exactly once (a Window applied
+//     twice would move this node's bound away from the others').
+//   - A snapshot carries the applied index of its state. Restore keeps the
+//     state, and reads no further, when the state has applied at least as
+//     much (every restart, and InstallSnapshot to a node already past it);
+//     otherwise it wipes the state (one range deletion, m/applied with it),
+//     streams the snapshot in by batches, and syncs once at the end with
+//     the snapshot's applied index. A crash in the middle leaves no
+//     m/applied, and the next start restores again.
+//   - Persist syncs the state's WAL before it writes the snapshot: raft
+//     drops the log a snapshot covers, and the state on disk must then be
+//     at least as new as the snapshot, or the next start would need the
+//     whole snapshot restored (correct, only slow).
+//   - A node without Raft state (a wiped or new node) starts its state
+//     empty, whatever its state dir held, and is caught up by the leader.
+//   - The state dir lost alone (the log kept) reads as applied 0: the
+//     snapshot is restored and the log after it applied.
+//
+// Dropped: raft's Config.NoSnapshotRestoreOnStart. At v1.7.2 it skips the
+// Restore at start but still sets raft's applied index to the snapshot's
+// (api.go, restoreSnapshot), so a state that lost batches before the
+// snapshot's index would never see them again; the applied index in the
+// snapshot lets Restore decide instead. Dropped too: a state that rebuilds
+// at every start (wiped, then restored): 10 million resources is a restore
+// of about a minute at every restart.
+//
+// Snapshots stream (snapshot.go): Persist reads a Pebble snapshot of the
+// state (taken on the FSM goroutine, cheap, Apply goes on) record by
+// record, and Restore writes records in batches of about 1 MiB, so neither
+// holds the state in memory. Restore also reads the earlier in-memory
+// state's snapshots (version 1) for an upgrade. A Pebble error while
+// applying or restoring stops the node (panic: fail-stop); the restart
+// resumes from what reached the disk.
+//
 // # Leadership changes
 //
 // On losing leadership (raft's NotifyCh) the node stops being ready at
@@ -81,17 +138,11 @@
 // ErrLeadershipLost (UnavailableError with Lost), and OnLeadershipLost runs,
 // so the lock layer can end its waiters -TRYAGAIN.
 //
-// # What it does not do yet
-//
-// The state lives in memory (one map entry per resource ever granted) and
-// a snapshot writes it whole; a state kept in a local Pebble and streamed
-// would bound memory for tens of millions of resources.
-//
 // # Concurrency
 //
-// Every exported method is safe for concurrent use. Lock order: Node.mu,
-// then the state's mu (NextToken commits a Window while holding mu, and
-// the state's Apply runs on raft's goroutine without mu); the state's mu,
-// then overlayMu (Apply drops overlay entries). The verifier's mu is a
-// leaf.
+// Every exported method is safe for concurrent use. Node.mu is held while
+// a Window commits (NextToken) and raft's FSM goroutine never takes it.
+// The state's mu (its published small fields), overlayMu, the cache's
+// shard mutexes and the verifier's mu are leaves: ApplyBatch takes them
+// one after the other, never nested.
 package tier

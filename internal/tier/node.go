@@ -58,8 +58,12 @@ type Options struct {
 	// Peers is the tier at its first start (--peers); this node is added
 	// if it is missing. Ignored once the node has state.
 	Peers []Peer
-	// Dir holds the Raft log, stable store and snapshots (--data-dir/raft).
+	// Dir holds the Raft log, stable store and snapshots, and the state
+	// machine's Pebble (Dir/state) (--data-dir/raft).
 	Dir string
+	// CacheEntries bounds the state's newest-token cache (--token-cache;
+	// 262144 if zero).
+	CacheEntries int
 	// LogStore is where the Raft log and stable store live: "pebble"
 	// (pebblelog.go, the default) or "bolt" (raft-boltdb). Pebble measured
 	// about 1.5x bolt's lock cycles through the leader (one fsync per log
@@ -135,8 +139,10 @@ func Open(opts Options) (*Node, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, fsm: newFSM(), logger: opts.Logger, closing: make(chan struct{}), overlay: map[string]uint64{}}
-	n.fsm.onConfirmApplied = n.confirmApplied
+	if opts.CacheEntries <= 0 {
+		opts.CacheEntries = 1 << 18
+	}
+	n := &Node{opts: opts, logger: opts.Logger, closing: make(chan struct{}), overlay: map[string]uint64{}}
 	n.verify.node = n
 	n.health.init()
 
@@ -211,6 +217,19 @@ func Open(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tier: reading the raft state: %v", err)
 	}
+	// The state machine: a node without Raft state starts it empty, so
+	// whatever a state dir holds without its log (a wipe that missed it)
+	// is not taken for this tier's.
+	stateDir := filepath.Join(opts.Dir, "state")
+	if !hasState {
+		if err := os.RemoveAll(stateDir); err != nil {
+			return nil, fmt.Errorf("tier: clearing the state of a node without raft state: %v", err)
+		}
+	}
+	if n.fsm, err = openFSM(stateDir, opts.CacheEntries, opts.Logger); err != nil {
+		return nil, fmt.Errorf("tier: opening the state: %v", err)
+	}
+	n.fsm.onConfirmApplied = n.confirmApplied
 	r, err := raft.NewRaft(cfg, n.fsm, n.logs, stable, snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("tier: starting raft: %v", err)
@@ -417,6 +436,9 @@ func (n *Node) closeStores() {
 	}
 	if n.pebble != nil {
 		n.pebble.Close()
+	}
+	if n.fsm != nil {
+		n.fsm.close()
 	}
 }
 

@@ -79,17 +79,20 @@ func (s *Store) Newest(resource string) (uint64, error) {
 	if err := s.n.verify.wait(); err != nil {
 		return 0, err
 	}
-	return s.n.newest(resource), nil
+	return s.n.newest(resource)
 }
 
-// NewestCached is the leader's view without a leadership round: the
-// acquire path's offer, which a grant only replies after its Reserve is
-// committed by this same leadership.
+// NewestCached is the leader's view without a leadership round and
+// without I/O: the acquire path's offer, which a grant only replies after
+// its Reserve is committed by this same leadership. ok is false when
+// neither the overlay nor the state's cache has the resource (the lock
+// manager then offers a token without knowing the newest).
 func (s *Store) NewestCached(resource string) (uint64, bool, error) {
 	if !s.n.Ready() {
 		return 0, false, s.n.notLeader()
 	}
-	return s.n.newest(resource), true, nil
+	t, ok := s.n.newestCached(resource)
+	return t, ok, nil
 }
 
 // Reserve commits that token may be issued for resource, and returns once
@@ -148,17 +151,31 @@ func (s *Store) Cancel(resource string, token uint64) error {
 }
 
 // newest is max(overlay, state, floor). The overlay is read first: an
-// entry is dropped from it only after the state has its token (under the
-// state's lock), so whichever is read second has it.
-func (n *Node) newest(resource string) uint64 {
+// entry is dropped from it only after the state (Pebble and its cache) has
+// its token, so whichever is read second has it.
+func (n *Node) newest(resource string) (uint64, error) {
 	n.overlayMu.Lock()
 	o := n.overlay[resource]
 	n.overlayMu.Unlock()
-	return max(o, n.fsm.newestOf(resource))
+	t, err := n.fsm.newestOf(resource)
+	return max(o, t), err
 }
 
-// confirmApplied drops an overlay entry the state now holds. Called under
-// the state's lock (fsm.Apply).
+// newestCached is newest when the overlay or the state's cache has the
+// resource. An overlay entry alone is exact: it is this leader's last
+// Confirm of the resource, which the lock manager vouched was above every
+// token confirmed before it.
+func (n *Node) newestCached(resource string) (uint64, bool) {
+	n.overlayMu.Lock()
+	o, inOverlay := n.overlay[resource]
+	n.overlayMu.Unlock()
+	t, cached := n.fsm.newestCached(resource)
+	return max(o, t), inOverlay || cached
+}
+
+// confirmApplied drops an overlay entry the state now holds. Called on
+// raft's FSM goroutine once the state and its cache have the Confirm
+// (fsm.ApplyBatch).
 func (n *Node) confirmApplied(resource string, token uint64) {
 	n.overlayMu.Lock()
 	if o, ok := n.overlay[resource]; ok && o <= token {

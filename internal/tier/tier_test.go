@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -345,8 +346,123 @@ func TestNewNodeCaughtUpBySnapshot(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for r, tok := range want {
-		if got := tt.nodes[3].fsm.newestOf(r); got != tok {
-			t.Fatalf("the new node's newest for %s = %d, want %d", r, got, tok)
+		if got, err := tt.nodes[3].fsm.newestOf(r); err != nil || got != tok {
+			t.Fatalf("the new node's newest for %s = %d, %v, want %d", r, got, err, tok)
 		}
+	}
+}
+
+// settled waits (bounded) until every running node has applied what the
+// leader has, and fails unless their states agree.
+func (tt *testTier) settled(l int) fsmState {
+	tt.t.Helper()
+	if err := tt.nodes[l].raft.Barrier(10 * time.Second).Error(); err != nil {
+		tt.t.Fatal(err)
+	}
+	want := tt.nodes[l].fsm.state()
+	for i, n := range tt.nodes {
+		if n == nil {
+			continue
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for n.fsm.state().applied < want.applied && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := n.fsm.state(); got != want {
+			tt.t.Fatalf("node %d's state:\n%+v\nthe leader's:\n%+v", i, got, want)
+		}
+	}
+	return want
+}
+
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.RemoveAll(to); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(to, os.DirFS(from)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Nodes restart on the state they have: raft replays its log after its
+// last snapshot at every start, and the state skips what it has applied
+// (a Window applied twice would move a node's bound away from the
+// others'). A node whose state is behind its log (a crash lost the
+// state's last unsynced batches: here an older copy put back) catches up
+// from the log, or from a snapshot when the log it needs is compacted; a
+// node whose state dir alone was lost is rebuilt the same way.
+func TestRestartsKeepTheState(t *testing.T) {
+	tt := startTestTier(t, 3)
+	l := tt.leader()
+	n := 0
+	grantSome := func(k int) {
+		s := tt.nodes[tt.leader()].Store()
+		for range k {
+			n++
+			grant(t, s, fmt.Sprintf("r%d", n))
+		}
+	}
+	grantSome(30)
+	tt.settled(l)
+	x := tt.follower(l)
+	stateDir := filepath.Join(tt.dirs[x], "state")
+	backup := filepath.Join(t.TempDir(), "state-backup")
+
+	// A plain restart of each node, the leader too (crashed).
+	for _, i := range []int{x, tt.follower(x), l} {
+		tt.crash(i)
+		if i == x {
+			copyTree(t, stateDir, backup)
+		}
+		tt.start(i)
+		grantSome(10)
+	}
+	l = tt.leader()
+	tt.settled(l)
+
+	// x's state falls behind its log: the older copy is put back.
+	x = tt.follower(l)
+	stateDir = filepath.Join(tt.dirs[x], "state")
+	tt.stop(x)
+	copyTree(t, stateDir, backup)
+	tt.start(x)
+	grantSome(5)
+	tt.settled(tt.leader())
+
+	// Behind a snapshot: every node compacts its log, and x's state is
+	// put back to the older copy again.
+	tt.trailingLogs = 1
+	for i := range tt.nodes {
+		tt.stop(i)
+		tt.start(i)
+	}
+	l = tt.leader()
+	grantSome(5)
+	tt.settled(l)
+	for i := range tt.nodes {
+		if err := tt.nodes[i].raft.Snapshot().Error(); err != nil {
+			t.Fatalf("snapshot on node %d: %v", i, err)
+		}
+	}
+	x = tt.follower(l)
+	stateDir = filepath.Join(tt.dirs[x], "state")
+	tt.stop(x)
+	copyTree(t, backup, stateDir)
+	tt.start(x)
+	grantSome(5)
+	tt.settled(tt.leader())
+
+	// The state dir alone lost.
+	x = tt.follower(tt.leader())
+	tt.stop(x)
+	if err := os.RemoveAll(filepath.Join(tt.dirs[x], "state")); err != nil {
+		t.Fatal(err)
+	}
+	tt.start(x)
+	grantSome(5)
+	st := tt.settled(tt.leader())
+	if st.resources != n {
+		t.Fatalf("%d resources in the state, %d granted", st.resources, n)
 	}
 }

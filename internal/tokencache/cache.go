@@ -142,6 +142,20 @@ func (c *Cache) Raise(key []byte, token uint64, exact bool) {
 	}
 }
 
+// Clear drops every entry: for a store whose contents were replaced (a
+// snapshot restored), where a cached token may be older than the store's.
+// A Fill of a read begun before Clear is dropped (the epochs move on).
+func (c *Cache) Clear() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sh.epoch++
+		clear(sh.m)
+		sh.lru.next, sh.lru.prev = &sh.lru, &sh.lru
+		sh.mu.Unlock()
+	}
+}
+
 // Stats counts the entries held, and the Gets that hit and missed.
 type Stats struct {
 	Entries      int

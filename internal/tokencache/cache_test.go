@@ -68,3 +68,21 @@ func TestExactRaiseInserts(t *testing.T) {
 		t.Fatalf("after an exact raise of 9: cached %d, %v; want 9", tok, ok)
 	}
 }
+
+// Clear drops every entry, and a fill from a read begun before it.
+func TestClear(t *testing.T) {
+	c := New(3)
+	c.Raise([]byte("a"), 4, true)
+	_, ep, _ := c.Get([]byte("b"))
+	c.Clear()
+	c.Fill([]byte("b"), 2, ep)
+	for _, k := range []string{"a", "b"} {
+		if tok, _, ok := c.Get([]byte(k)); ok {
+			t.Fatalf("%s cached %d after Clear", k, tok)
+		}
+	}
+	c.Raise([]byte("a"), 5, true)
+	if tok, _, ok := c.Get([]byte("a")); !ok || tok != 5 {
+		t.Fatalf("after Clear, an exact raise of 5 caches %d, %v", tok, ok)
+	}
+}
