@@ -70,7 +70,11 @@
 # --tier: one fenceproxy and a tier of three (--peers, Raft) in front of one
 # Redis master + replica (--min-replicas 1), then, alternating: scripts/lockbench
 # (50 clients, acquire+release of random resources) through the single node, the
-# tier's leader and a follower (which relays to the leader).
+# tier's leader and a follower (which relays to the leader). Then (not with
+# --quick) a fresh tier (--min-replicas 0) and scripts/lockload: 1M (--scale:
+# 10M) distinct resources locked once through its leader, and each node's RSS.
+# --tier --compare OLD NEW: two tiers of three, one of each build, and rounds of
+# lockbench through each one's leader and a follower, OLD and NEW back to back.
 # A redis-benchmark run that gets error replies is reported as FAIL and the script
 # exits non-zero after the tables.
 set -euo pipefail
@@ -81,7 +85,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
 	echo "usage: $0 [--quick | --scale] [--cluster | --tier]" >&2
-	echo "       $0 [--quick] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
+	echo "       $0 [--quick] [--tier] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
 	exit 2
 }
 
@@ -854,17 +858,16 @@ main_cluster() {
 	fi
 }
 
-# main_tier: the --tier run (see the top of this file).
-main_tier() {
-	need_tools
-	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
-	log "building ./bin/fenceproxy and lockbench"
-	mkdir -p bin
-	go build -o ./bin/fenceproxy ./cmd/fenceproxy
-	go build -o "$tmp/lockbench" ./scripts/lockbench
-	start_local_redis
-	start_proxy
-	local i peers="" listen=() raft=() pid
+# start_tier NAME BIN MIN_REPLICAS [ARGS...]: a tier of three nodes of the
+# fenceproxy BIN (--peers, Raft) in front of the run's master, each with its
+# own data dir and log under $tmp/NAME-n{1,2,3}, and waits for a ready leader;
+# sets tier_leader and tier_follower (client addresses), tier_pids (n1 n2 n3)
+# and tier_leader_pid.
+start_tier() {
+	local name=$1 bin=$2 minrep=$3 i peers="" pid
+	shift 3
+	local -a listen=() raft=()
+	tier_pids=()
 	for i in 1 2 3; do
 		listen[i]=127.0.0.1:$(free_port)
 		ports+=("${listen[i]##*:}")
@@ -873,26 +876,51 @@ main_tier() {
 		peers+="${peers:+,}n$i=${raft[i]}"
 	done
 	for i in 1 2 3; do
-		./bin/fenceproxy --listen "${listen[i]}" --backend "$MASTER_ADDR" --data-dir "$tmp/tier$i" \
-			--min-replicas 1 --metrics-listen '' --key-prefix "tier:" \
-			--node-id "n$i" --raft-listen "${raft[i]}" --peers "$peers" >"$tmp/tier$i.log" 2>&1 &
+		"$bin" --listen "${listen[i]}" --backend "$MASTER_ADDR" --data-dir "$tmp/$name-n$i" \
+			--min-replicas "$minrep" --metrics-listen '' \
+			--node-id "n$i" --raft-listen "${raft[i]}" --peers "$peers" "$@" >"$tmp/$name-n$i.log" 2>&1 &
 		pid=$!
-		others+=("tier-n$i $pid")
-		wait_ping "${listen[i]}" "$pid" "tier node n$i" "$tmp/tier$i.log"
+		others+=("$name-n$i $pid")
+		tier_pids+=("$pid")
+		middle_of[${listen[i]}]=$pid
+		wait_ping "${listen[i]}" "$pid" "$name node n$i" "$tmp/$name-n$i.log"
 	done
-	local leader="" follower="" deadline=$((SECONDS + 60))
-	while [[ -z $leader ]] && ((SECONDS < deadline)); do
+	tier_leader="" tier_follower="" tier_leader_pid=""
+	local deadline=$((SECONDS + 60))
+	while [[ -z $tier_leader ]] && ((SECONDS < deadline)); do
 		for i in 1 2 3; do
 			if redis-cli -h 127.0.0.1 -p "${listen[i]##*:}" INFO tier | grep -q '^tier_ready:1'; then
-				leader=${listen[i]}
+				tier_leader=${listen[i]} tier_leader_pid=${tier_pids[i - 1]}
 			fi
 		done
 		sleep 0.2
 	done
-	[[ -n $leader ]] || die "no tier node became the leader within 60s"
+	[[ -n $tier_leader ]] || die "no $name node became the leader within 60s"
 	for i in 1 2 3; do
-		[[ ${listen[i]} == "$leader" || -n $follower ]] || follower=${listen[i]}
+		[[ ${listen[i]} == "$tier_leader" || -n $tier_follower ]] || tier_follower=${listen[i]}
 	done
+	# A lock command is served once the leader's token authority has joined
+	# (its first heartbeat round): wait for one grant.
+	for ((i = 0; i < 100; i++)); do
+		[[ "$(redis-cli -h "${tier_leader%:*}" -p "${tier_leader##*:}" LOCK.ACQUIRE bench:probe "$name" 1000 2>/dev/null)" =~ ^[0-9]+$ ]] && return
+		sleep 0.2
+	done
+	die "the $name tier's leader $tier_leader granted no lock within 20s"
+}
+
+# main_tier: the --tier run (see the top of this file).
+main_tier() {
+	need_tools
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	log "building ./bin/fenceproxy, lockbench and lockload"
+	mkdir -p bin
+	go build -o ./bin/fenceproxy ./cmd/fenceproxy
+	go build -o "$tmp/lockbench" ./scripts/lockbench
+	go build -o "$tmp/lockload" ./scripts/lockload
+	start_local_redis
+	start_proxy
+	start_tier tier ./bin/fenceproxy 1 --key-prefix "tier:"
+	local leader=$tier_leader follower=$tier_follower
 	log "redis master $MASTER_ADDR, fenceproxy $PROXY_ADDR, tier leader $leader, follower $follower"
 	local rep
 	for ((rep = 1; rep <= LOCK_REPS; rep++)); do
@@ -901,12 +929,93 @@ main_tier() {
 		lb distinct/tier-leader fenceproxy "$leader"
 		lb distinct/tier-follower fenceproxy "$follower"
 	done
+
+	local load_line="" rss_line=""
+	if ((!quick)); then
+		# A fresh tier, so its memory is what the resources cost; the first
+		# tier stops first, to leave the cores to this one.
+		local entry kept=()
+		for entry in "${others[@]}"; do
+			# shellcheck disable=SC2086
+			if [[ $entry == tier-n* ]]; then stop_pid $entry; else kept+=("$entry"); fi
+		done
+		others=("${kept[@]}")
+		start_tier load ./bin/fenceproxy 0 --key-prefix "load:"
+		log "memory: locking $LOAD_N distinct resources once through a fresh tier's leader $tier_leader --min-replicas 0 (pids ${tier_pids[*]})"
+		load_line=$("$tmp/lockload" -addr "$tier_leader" -pid "$tier_leader_pid" -n "$LOAD_N" \
+			-timeout "$LOAD_TIMEOUT" 2>&1) || die "lockload failed: $load_line"
+		echo "$load_line"
+		load_line=$(grep '^RESULT ' <<<"$load_line")
+		local pid
+		for pid in "${tier_pids[@]}"; do
+			kill -0 "$pid" 2>/dev/null || die "a load tier node (pid $pid) died"
+			rss_line+="${rss_line:+ }$(rss_mib "$pid")"
+		done
+		echo "TIER_RSS leader_pid=$tier_leader_pid pids=${tier_pids[*]// /,} rss_mib=${rss_line// /,}"
+	fi
+
 	echo
 	echo "== fenceproxy bench, one node vs a tier of three ($CLIENTS clients, acquire+release of random resources, ${LOCK_DUR} x $LOCK_REPS, best run; $(nproc) cores)"
 	# shellcheck disable=SC2059
 	printf "$row_fmt" test "one node" "p50/p99 ms" tier "p50/p99 ms" ratio
 	row "lock cycles/s via the leader" distinct/single distinct/tier-leader
 	row "lock cycles/s via a follower" distinct/single distinct/tier-follower
+	if [[ -n $load_line ]]; then
+		echo
+		echo "-- memory: a fresh tier's VmRSS after $LOAD_N distinct resources locked once through its leader (target: <= $TARGET_LOAD_MIB MiB per node after 10M)"
+		printf '%-58s %10s\n' "  the leader (lockload's reading, after it settled)" "$(field "$load_line" rss_settled_mib)"
+		printf '%-58s %10s\n' "  each node, n1 n2 n3 (leader pid $tier_leader_pid)" "$rss_line"
+		echo "load: $(field "$load_line" per_sec) resources/s over $(field "$load_line" seconds) s through the leader (64 connections, pipelined 256 deep, 2 s leases, no replica wait); errors $(field "$load_line" errors)"
+	fi
+}
+
+# main_tier_compare: --tier --compare OLD NEW: two tiers of three, one of each
+# build, in front of one Redis master + replica (--min-replicas 1, each tier its
+# own --key-prefix), and rounds of lockbench through each tier's leader and a
+# follower, OLD and NEW back to back (OLD first in odd rounds).
+main_tier_compare() {
+	need_tools
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	local t0=$SECONDS
+	local -A desc=() leader=() follower=()
+	build_fenceproxy old "$old_rev"
+	desc[old]=$built_desc
+	build_fenceproxy new "$new_rev"
+	desc[new]=$built_desc
+	go build -o "$tmp/lockbench" ./scripts/lockbench
+	start_local_redis
+	local s
+	for s in old new; do
+		start_tier "tier-$s" "$tmp/fenceproxy-$s" 1 --key-prefix "tb-$s:"
+		leader[$s]=$tier_leader follower[$s]=$tier_follower
+	done
+	log "old tier: leader ${leader[old]}, follower ${follower[old]}; new tier: leader ${leader[new]}, follower ${follower[new]}"
+	local round order=()
+	for ((round = 1; round <= AB_ROUNDS; round++)); do
+		order=(old new)
+		((round % 2)) || order=(new old)
+		log "round $round of $AB_ROUNDS (${order[*]})"
+		for s in "${order[@]}"; do
+			lb "leader/$s" fenceproxy "${leader[$s]}"
+		done
+		for s in "${order[@]}"; do
+			lb "follower/$s" fenceproxy "${follower[$s]}"
+		done
+	done
+	echo
+	echo "== fenceproxy tier A/B, NEW against OLD ($(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores shared by every process; loopback;"
+	echo "   one Redis master + replica, a tier of three of each build in front of it, --min-replicas 1; $AB_ROUNDS rounds of"
+	echo "   lockbench through each tier's leader, then a follower, OLD and NEW back to back, OLD first in odd rounds)"
+	echo "   OLD: ${desc[old]}"
+	echo "   NEW: ${desc[new]}"
+	printf '%-42s %10s %10s %8s   %s\n' figure OLD NEW NEW/OLD "rounds: min med max"
+	ab_row "lock cycles/s via the leader" leader 1 '%.0f'
+	ab_row "lock cycle p99 via the leader (ms)" leader 3 '%.2f'
+	ab_row "lock cycles/s via a follower" follower 1 '%.0f'
+	ab_row "lock cycle p99 via a follower (ms)" follower 3 '%.2f'
+	ab_row "the leader's CPU per lock cycle (us)" leader 7 '%.1f'
+	echo "(lockbench -clients $CLIENTS -duration $LOCK_DUR, distinct of 100,000 resources; errors: old ${errs[leader/old]:-0}+${errs[follower/old]:-0},"
+	echo " new ${errs[leader/new]:-0}+${errs[follower/new]:-0} (leader+follower); run took $((SECONDS - t0)) s)"
 }
 
 # build_fenceproxy WHICH REV: $tmp/fenceproxy-WHICH from REV, the path of a built
@@ -1068,7 +1177,9 @@ main_compare() {
 	done
 }
 
-if ((compare)); then
+if ((compare && tier)); then
+	main_tier_compare
+elif ((compare)); then
 	main_compare
 elif ((cluster)); then
 	main_cluster
