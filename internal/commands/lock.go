@@ -363,9 +363,13 @@ func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	for i, a := range args[3:] {
 		command[i] = append([]byte(nil), a...) // outlives the request buffer
 	}
+	var keyAt []int // nil: the Manager takes command[1]
+	if h.opts.Keys != nil {
+		keyAt = h.opts.Keys.LookupBytes(command[0]).Keys([]int{}, command)
+	}
 	prefix := h.holderPrefix(c)
 	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		reply, err := h.opts.Locks.FencedExecAs(ctx, resource, uint64(token), command, prefix)
+		reply, err := h.opts.Locks.FencedExecAs(ctx, resource, uint64(token), command, keyAt, prefix)
 		switch {
 		case err == nil:
 			return reply, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 
+	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/tokencache"
 )
 
@@ -19,8 +20,9 @@ import (
 // at most Window tokens of its predecessor's.
 const Window = 1 << 16
 
-// maxToken is the highest token: RESP integers are signed 64-bit.
-const maxToken = 1<<63 - 1
+// maxToken is the highest token, persist's: the lock scripts compare
+// tokens in Lua, exactly only up to 2^53.
+const maxToken = persist.MaxToken
 
 // The log's entry kinds. Each entry is one version byte (entryVersion), one
 // kind byte, then the kind's fields as uvarints and length-prefixed strings.
