@@ -83,7 +83,15 @@ type Options struct {
 	// node stops being the ready leader: lock commands in flight and
 	// waiters must end.
 	OnLeadershipLost func()
-	Logger           *slog.Logger
+	// OnLeading is called (on its own goroutine) each time this node
+	// becomes the ready leader, with the leadership: fenceproxy runs the
+	// token authority's heartbeat on it while it lasts.
+	OnLeading func(*Leadership)
+	// Shared: the leader issues no token before Leadership.Join, and
+	// writes every window's bound to the backend before issuing from it
+	// (leadership.go).
+	Shared bool
+	Logger *slog.Logger
 
 	// trailingLogs: log entries kept after a snapshot (raft's default if
 	// zero); tests make it small to force catch-up by snapshot.
@@ -105,15 +113,24 @@ type Node struct {
 	closing chan struct{}
 	wg      sync.WaitGroup
 
-	// The leader's side, under mu: valid while ready, for the leadership
-	// numbered epoch.
+	run string // this process's run id (Leadership.Run)
+
+	// The leader's side, under mu (never held across I/O): valid while
+	// ready, for the leadership numbered epoch.
 	mu      sync.Mutex
 	epoch   uint64
 	ready   bool
 	term    uint64 // the term this node leads in (its LeaderStart's)
 	last    uint64 // the last token handed out
 	limit   uint64 // the window's end: last <= limit
+	lead    *Leadership
+	share   func(uint64) (uint64, error) // Join's (Options.Shared)
+	joined  bool                         // Join returned nil in this leadership
 	readyAt atomic.Bool
+	// windowMu serializes what commits a window or an Adopt and moves the
+	// counter after it (NextToken past a window's end, Adopt, Join): held
+	// across the commit and the share, then mu for the counter.
+	windowMu sync.Mutex
 	// ledTerm is the term of this node's last LeaderStart (0 if it never
 	// led): what owner records it writes carry.
 	ledTerm atomic.Uint64
@@ -142,7 +159,7 @@ func Open(opts Options) (*Node, error) {
 	if opts.CacheEntries <= 0 {
 		opts.CacheEntries = 1 << 18
 	}
-	n := &Node{opts: opts, logger: opts.Logger, closing: make(chan struct{}), overlay: map[string]uint64{}}
+	n := &Node{opts: opts, logger: opts.Logger, closing: make(chan struct{}), overlay: map[string]uint64{}, run: newTierID()}
 	n.verify.node = n
 	n.health.init()
 
@@ -295,6 +312,11 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 			wasReady := n.ready
 			n.ready = false
 			n.readyAt.Store(false)
+			if n.lead != nil {
+				close(n.lead.done)
+				n.lead = nil
+			}
+			n.share, n.joined = nil, false
 			n.mu.Unlock()
 			n.overlayMu.Lock()
 			clear(n.overlay)
@@ -341,14 +363,20 @@ func (n *Node) leaderStart(epoch uint64) {
 			n.logger.Error("tier: LeaderStart was not applied", "response", f.Response())
 			continue
 		}
+		var lead *Leadership
 		n.mu.Lock()
 		if n.epoch == epoch {
 			n.term, n.last, n.limit, n.ready = term, ws.from, ws.to, true
+			lead = &Leadership{n: n, epoch: epoch, done: make(chan struct{})}
+			n.lead = lead
 			n.ledTerm.Store(term)
 			n.readyAt.Store(true)
 		}
 		n.mu.Unlock()
 		n.logger.Info("tier: leading", "term", term, "tokens_from", ws.from+1)
+		if lead != nil && n.opts.OnLeading != nil {
+			go n.opts.OnLeading(lead)
+		}
 		return
 	}
 }
@@ -423,6 +451,14 @@ func (n *Node) Close() error {
 	err := n.raft.Shutdown().Error()
 	n.health.stop(n.raft)
 	n.wg.Wait()
+	n.mu.Lock()
+	n.ready = false
+	n.readyAt.Store(false)
+	if n.lead != nil {
+		close(n.lead.done)
+		n.lead = nil
+	}
+	n.mu.Unlock()
 	n.closeStores()
 	return err
 }

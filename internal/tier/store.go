@@ -1,7 +1,6 @@
 package tier
 
 import (
-	"errors"
 	"sync"
 	"time"
 )
@@ -22,55 +21,66 @@ type Store struct{ n *Node }
 func (n *Node) Store() *Store { return &Store{n: n} }
 
 // NextToken hands out the next token of the leader's window; the first
-// past its end commits a new window (Window entry) first.
+// past its end commits a new window (Window entry) first, and with
+// Options.Shared writes its bound to the backend before any token of it is
+// handed out (Leadership.Join).
 func (s *Store) NextToken() (uint64, error) {
 	n := s.n
+	for {
+		n.mu.Lock()
+		switch {
+		case !n.ready:
+			n.mu.Unlock()
+			return 0, n.notLeader()
+		case n.opts.Shared && !n.joined:
+			n.mu.Unlock()
+			return 0, ErrNotShared
+		case n.last < n.limit:
+			n.last++
+			t := n.last
+			n.mu.Unlock()
+			return t, nil
+		}
+		epoch, share := n.epoch, n.share
+		n.mu.Unlock()
+		// Rare (once per Window tokens): callers that crossed the end
+		// together wait for one new window on windowMu.
+		n.windowMu.Lock()
+		var err error
+		if n.stillEpoch(epoch) && n.exhausted() {
+			err = n.newWindow(epoch, share)
+		}
+		n.windowMu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// exhausted reports whether the window is used up.
+func (n *Node) exhausted() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for {
-		if !n.ready {
-			return 0, n.notLeader()
-		}
-		if n.last < n.limit {
-			n.last++
-			return n.last, nil
-		}
-		if n.limit >= maxToken {
-			return 0, errors.New("tier: the token space is exhausted")
-		}
-		// Rare (once per Window tokens): hold mu across the commit so
-		// concurrent callers wait for this window rather than race for it.
-		epoch := n.epoch
-		e := entry{kind: kindWindow}
-		f := n.raft.Apply(e.encode(), applyTimeout)
-		if err := f.Error(); err != nil {
-			return 0, n.fromRaft(err)
-		}
-		ws, ok := f.Response().(windowStart)
-		if !ok || n.epoch != epoch {
-			return 0, &UnavailableError{Lost: true}
-		}
-		n.last, n.limit = ws.from, ws.to
-	}
+	return n.last >= n.limit
 }
 
 // Floor is the state's floor.
 func (s *Store) Floor() uint64 { return s.n.fsm.floorNow() }
 
-// Adopt commits a floor above token and moves the counter above it.
+// Adopt commits a floor above token (tokens up to it may have been issued
+// without the tier: an owner record carries one) and moves the counter
+// above it.
 func (s *Store) Adopt(token uint64) error {
 	n := s.n
-	if !n.Ready() {
+	n.mu.Lock()
+	ready, epoch := n.ready, n.epoch
+	n.mu.Unlock()
+	if !ready {
 		return n.notLeader()
 	}
-	e := entry{kind: kindAdopt, token: token}
-	if err := n.raft.Apply(e.encode(), applyTimeout).Error(); err != nil {
-		return n.fromRaft(err)
-	}
-	n.mu.Lock()
-	n.last = max(n.last, token)
-	n.mu.Unlock()
-	return nil
+	n.windowMu.Lock()
+	defer n.windowMu.Unlock()
+	return n.adopt(epoch, token)
 }
 
 // Newest is resource's newest confirmed token (or the floor), answered
