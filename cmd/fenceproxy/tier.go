@@ -313,10 +313,10 @@ func (p *proxy) tierInfo() string {
 	st := p.tier.Status()
 	var b strings.Builder
 	fmt.Fprintf(&b, "\r\n# Tier\r\ntier_node_id:%s\r\ntier_id:%s\r\ntier_role:%s\r\ntier_ready:%d\r\ntier_term:%d\r\ntier_leader_id:%s\r\ntier_leader_addr:%s\r\n"+
-		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_resources:%d\r\ntier_pending_reservations:%d\r\n"+
+		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_snapshot_resources:%d\r\ntier_pending_reservations:%d\r\n"+
 		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_peers:%d\r\n",
 		st.NodeID, st.TierID, st.Role, boolInt(p.tier.Ready()), st.Term, st.LeaderID, st.LeaderAddr,
-		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.Resources, st.Pending,
+		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.SnapshotResources, st.Pending,
 		st.LogWrites, st.LogEntries, st.Members)
 	for _, peer := range st.Peers {
 		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), peer.Lag)

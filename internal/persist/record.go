@@ -69,9 +69,10 @@ func tokenKey(resource []byte) []byte {
 	return append(append(k, "t/"...), resource...)
 }
 
-// maxMerger makes t/<resource> the maximum of every token merged into it.
-// Its name is stored in the database; never change it.
-var maxMerger = &pebble.Merger{
+// MaxMerger makes a key's value (an 8-byte big-endian token) the maximum
+// of every token merged into it: t/<resource> here, and the tier's state
+// (internal/tier). Its name is stored in the database; never change it.
+var MaxMerger = &pebble.Merger{
 	Name: "fenceproxy.max_u64_be.v1",
 	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
 		m := &maxValueMerger{}

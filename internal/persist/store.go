@@ -142,7 +142,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	popts := &pebble.Options{
 		FS:                 opts.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Merger:             maxMerger,
+		Merger:             MaxMerger,
 		Lock:               lock,
 		Logger:             pebbleLogger{s},
 	}

@@ -176,6 +176,10 @@ type fsm struct {
 	mu    sync.RWMutex
 	pub   fsmState
 	floor atomic.Uint64 // pub.floor, for every FENCE.CHECK without mu
+	// snapResources is how many resources the state held when this node
+	// last wrote or restored a snapshot (counting them otherwise would
+	// take a read per Confirm).
+	snapResources atomic.Int64
 
 	// onConfirmApplied, if set, is told each Confirm once the state and
 	// the cache have it, so the leader's overlay can drop the entry.
@@ -242,7 +246,12 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	if !a.any {
 		return resps
 	}
-	err := f.meta.put(a.b)
+	var err error
+	if a.metaChanged {
+		err = f.meta.put(a.b)
+	} else {
+		err = f.meta.putApplied(a.b)
+	}
 	if err == nil {
 		err = a.b.Commit(pebble.NoSync)
 	}
@@ -252,9 +261,11 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	}
 	// Readers see the batch only now, in this order: Pebble (committed
 	// above), the cache, the small fields, then the overlay drops the
-	// Confirms (Node.newest reads the overlay first).
+	// Confirms (Node.newest reads the overlay first). A cached entry is
+	// raised; none is made (the stored value is a maximum that only a read
+	// can tell: a Confirm a deposed leader sent late may be below it).
 	for r, t := range a.newest {
-		f.cache.Raise([]byte(r), t, true)
+		f.cache.Raise([]byte(r), t, false)
 	}
 	f.publish()
 	if f.onConfirmApplied != nil {
@@ -267,11 +278,14 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 
 // applier applies one batch of entries.
 type applier struct {
-	f         *fsm
-	b         *pebble.Batch
-	any       bool              // an entry was applied
-	newest    map[string]uint64 // resources this batch raised -> their newest
-	confirmed []pendingKey
+	f   *fsm
+	b   *pebble.Batch
+	any bool // an entry was applied
+	// metaChanged: an entry changed a small field other than the applied
+	// index (LeaderStart, Window, Adopt).
+	metaChanged bool
+	newest      map[string]uint64 // resources this batch raised -> the highest token merged
+	confirmed   []pendingKey
 }
 
 func (a *applier) apply(l *raft.Log) any {
@@ -281,6 +295,10 @@ func (a *applier) apply(l *raft.Log) any {
 		return fmt.Errorf("%w at index %d", err, l.Index)
 	}
 	k := pendingKey{e.resource, e.token}
+	switch e.kind {
+	case kindLeaderStart, kindWindow, kindAdopt:
+		a.metaChanged = true
+	}
 	switch e.kind {
 	case kindLeaderStart:
 		// Fold: every reservation made before this leader may have been
@@ -320,22 +338,11 @@ func (a *applier) dropPending(k pendingKey) {
 	}
 }
 
-// raise makes token resource's newest if it is above the newest now.
+// raise makes token resource's newest if it is above the newest now: a
+// max merge, which reads nothing.
 func (a *applier) raise(resource string, token uint64) {
-	prev, ok := a.newest[resource]
-	if !ok {
-		var err error
-		prev, err = a.f.stored(resource)
-		a.check(err)
-	}
-	if token <= prev {
-		return
-	}
-	if prev == 0 {
-		a.f.meta.resources++
-	}
-	a.newest[resource] = token
-	a.check(a.b.Set(tokenKey(resource), encodeUint(token), nil))
+	a.newest[resource] = max(a.newest[resource], token)
+	a.check(a.b.Merge(tokenKey(resource), encodeUint(token), nil))
 }
 
 // check fails the batch (ApplyBatch panics) on a Pebble error.
@@ -356,8 +363,9 @@ func (a *applier) newWindow() windowStart {
 }
 
 // stored is resource's newest token as the state holds it (0 if none): the
-// cache, else Pebble. Exact: the FSM goroutine is the only writer, and a
-// cached entry is raised after every write (tokencache).
+// cache, else Pebble (the merged maximum). Exact: the FSM goroutine is the
+// only writer, and a cached entry is raised after every write
+// (tokencache).
 func (f *fsm) stored(resource string) (uint64, error) {
 	key := []byte(resource)
 	t, epoch, ok := f.cache.Get(key)
@@ -397,11 +405,11 @@ func (f *fsm) floorNow() uint64 { return f.floor.Load() }
 
 // fsmState is a copy of the small fields, for INFO and the leader.
 type fsmState struct {
-	applied            uint64
-	bound, floor       uint64
-	tierID             string
-	leader             leaderInfo
-	resources, pending int
+	applied      uint64
+	bound, floor uint64
+	tierID       string
+	leader       leaderInfo
+	pending      int
 }
 
 // publish makes meta what readers see. On the FSM goroutine.
@@ -409,7 +417,7 @@ func (f *fsm) publish() {
 	m := f.meta
 	f.mu.Lock()
 	f.pub = fsmState{applied: m.applied, bound: m.bound, floor: m.floor, tierID: m.tierID, leader: m.leader,
-		resources: int(m.resources), pending: len(f.pending)}
+		pending: len(f.pending)}
 	f.mu.Unlock()
 	f.floor.Store(m.floor)
 }

@@ -483,10 +483,13 @@ type Status struct {
 	NodeID, Role, LeaderID, LeaderAddr, TierID string
 	Term, CommitIndex, AppliedIndex, LastIndex uint64
 	Bound, Floor                               uint64
-	Resources, Pending                         int
-	Members                                    int          // nodes in the tier's configuration
-	Peers                                      []PeerStatus // on the leader: every other node
-	LogWrites, LogEntries                      uint64       // log writes and the entries they carried (group commit)
+	Pending                                    int
+	// SnapshotResources is how many resources the state held when this
+	// node last wrote or restored a snapshot (0 before its first).
+	SnapshotResources     int64
+	Members               int          // nodes in the tier's configuration
+	Peers                 []PeerStatus // on the leader: every other node
+	LogWrites, LogEntries uint64       // log writes and the entries they carried (group commit)
 }
 
 // PeerStatus is one other node as the leader sees it.
@@ -511,7 +514,7 @@ func (n *Node) Status() Status {
 	_, leaderID := n.raft.LeaderWithID()
 	s := Status{NodeID: n.opts.NodeID, Role: role, LeaderID: string(leaderID), LeaderAddr: n.LeaderClientAddr(), TierID: st.tierID,
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastIndex: n.raft.LastIndex(),
-		Bound: st.bound, Floor: st.floor, Resources: st.resources, Pending: st.pending,
+		Bound: st.bound, Floor: st.floor, Pending: st.pending, SnapshotResources: n.fsm.snapResources.Load(),
 		LogWrites: n.logs.writes.Load(), LogEntries: n.logs.entries.Load()}
 	if leaderID == "" {
 		s.LeaderID = ""

@@ -16,7 +16,7 @@ import (
 // batches. Neither holds the state in memory.
 //
 //	snapshotMagic
-//	applied, bound, floor, resources   uvarints (the m/ keys)
+//	applied, bound, floor              uvarints (the m/ keys)
 //	tier id, leader term, node, addr   string, uvarint, string, string
 //	't' resource token                 one per t/ key
 //	'p' resource token term            one per p/ key
@@ -46,11 +46,11 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if f.closed.Load() {
 		return nil, ErrClosed
 	}
-	return &snapshot{db: f.db, snap: f.db.NewSnapshot()}, nil
+	return &snapshot{f: f, snap: f.db.NewSnapshot()}, nil
 }
 
 type snapshot struct {
-	db   *pebble.DB
+	f    *fsm
 	snap *pebble.Snapshot
 }
 
@@ -67,7 +67,7 @@ func (s *snapshot) persist(sink io.Writer) error {
 	// log before it, so the state on disk must be at least as new, or a
 	// restart would need the whole snapshot restored (a crash between two
 	// unsynced batches loses their tail; never more than the log holds).
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := s.f.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("tier: syncing the state before a snapshot: %w", err)
 	}
 	m, err := loadMeta(s.snap)
@@ -76,7 +76,7 @@ func (s *snapshot) persist(sink io.Writer) error {
 	}
 	w := bufio.NewWriterSize(sink, 1<<16)
 	b := append([]byte(nil), snapshotMagic...)
-	for _, v := range []uint64{m.applied, m.bound, m.floor, m.resources} {
+	for _, v := range []uint64{m.applied, m.bound, m.floor} {
 		b = binary.AppendUvarint(b, v)
 	}
 	b = appendString(b, m.tierID)
@@ -86,11 +86,13 @@ func (s *snapshot) persist(sink io.Writer) error {
 	if _, err := w.Write(b); err != nil {
 		return err
 	}
+	var resources int64
 	for _, fam := range []struct {
 		prefix []byte
 		record func(b, key, value []byte) ([]byte, error)
 	}{
 		{tokenPrefix, func(b, k, v []byte) ([]byte, error) {
+			resources++
 			b = append(b, recToken)
 			b = appendString(b, string(k[len(tokenPrefix):]))
 			return binary.AppendUvarint(b, decodeUint(v)), nil
@@ -127,7 +129,11 @@ func (s *snapshot) persist(sink io.Writer) error {
 	if err := w.WriteByte(recEnd); err != nil {
 		return err
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	s.f.snapResources.Store(resources)
+	return nil
 }
 
 func (s *snapshot) Release() { s.snap.Close() }
@@ -157,7 +163,6 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		m.bound, m.floor = rd.uvarint(), rd.uvarint()
 	case string(magic) == string(snapshotMagic):
 		m.applied, m.bound, m.floor = rd.uvarint(), rd.uvarint(), rd.uvarint()
-		rd.uvarint() // resources: counted again below
 	default:
 		return errors.New("tier: not a snapshot of this version")
 	}
@@ -175,6 +180,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer func() { b.Close() }()
 	err := b.DeleteRange(keysLower, keysUpper, nil)
 	pending := map[pendingKey]uint64{}
+	var resources int64
 	put := func(key, value []byte) error {
 		if err := b.Set(key, value, nil); err != nil {
 			return err
@@ -190,9 +196,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	switch {
 	case err != nil:
 	case v1:
-		err = readV1Records(&rd, &m, pending, put)
+		err = readV1Records(&rd, &resources, pending, put)
 	default:
-		err = readRecords(&rd, &m, pending, put)
+		err = readRecords(&rd, &resources, pending, put)
 	}
 	if err == nil {
 		err = m.put(b)
@@ -213,12 +219,13 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.meta, f.pending = m, pending
 	f.publish()
-	f.logger.Info("tier: state restored from a snapshot", "applied", m.applied, "resources", m.resources, "pending", len(pending))
+	f.snapResources.Store(resources)
+	f.logger.Info("tier: state restored from a snapshot", "applied", m.applied, "resources", resources, "pending", len(pending))
 	return nil
 }
 
 // readRecords reads a snapshot's records (version 2) up to its end.
-func readRecords(rd *snapReader, m *stateMeta, pending map[pendingKey]uint64, put func(k, v []byte) error) error {
+func readRecords(rd *snapReader, resources *int64, pending map[pendingKey]uint64, put func(k, v []byte) error) error {
 	for rd.err == nil {
 		kind, err := rd.r.ReadByte()
 		if err != nil {
@@ -230,7 +237,7 @@ func readRecords(rd *snapReader, m *stateMeta, pending map[pendingKey]uint64, pu
 		case recToken:
 			res, tok := rd.string(), rd.uvarint()
 			if rd.err == nil {
-				m.resources++
+				*resources++
 				rd.err = put(tokenKey(res), encodeUint(tok))
 			}
 		case recPending:
@@ -248,12 +255,12 @@ func readRecords(rd *snapReader, m *stateMeta, pending map[pendingKey]uint64, pu
 }
 
 // readV1Records reads a version 1 snapshot's counted lists.
-func readV1Records(rd *snapReader, m *stateMeta, pending map[pendingKey]uint64, put func(k, v []byte) error) error {
+func readV1Records(rd *snapReader, resources *int64, pending map[pendingKey]uint64, put func(k, v []byte) error) error {
 	n := rd.uvarint()
 	for i := uint64(0); i < n && rd.err == nil; i++ {
 		res, tok := rd.string(), rd.uvarint()
 		if rd.err == nil {
-			m.resources++
+			*resources++
 			rd.err = put(tokenKey(res), encodeUint(tok))
 		}
 	}

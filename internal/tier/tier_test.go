@@ -338,12 +338,16 @@ func TestNewNodeCaughtUpBySnapshot(t *testing.T) {
 	if err := tt.nodes[l].AddNode("n4", tt.peers[3].Addr); err != nil {
 		t.Fatal(err)
 	}
+	applied := tt.nodes[l].fsm.state().applied
 	deadline := time.Now().Add(30 * time.Second)
-	for tt.nodes[3].fsm.state().resources < len(want) {
+	for tt.nodes[3].fsm.state().applied < applied {
 		if time.Now().After(deadline) {
-			t.Fatalf("the new node has %d resources after 30s, want %d", tt.nodes[3].fsm.state().resources, len(want))
+			t.Fatalf("the new node has applied %+v after 30s, want index %d", tt.nodes[3].fsm.state(), applied)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if got := tt.nodes[3].fsm.snapResources.Load(); got != int64(len(want)) {
+		t.Fatalf("the new node restored a snapshot of %d resources, want %d", got, len(want))
 	}
 	for r, tok := range want {
 		if got, err := tt.nodes[3].fsm.newestOf(r); err != nil || got != tok {
@@ -461,8 +465,12 @@ func TestRestartsKeepTheState(t *testing.T) {
 	}
 	tt.start(x)
 	grantSome(5)
-	st := tt.settled(tt.leader())
-	if st.resources != n {
-		t.Fatalf("%d resources in the state, %d granted", st.resources, n)
+	tt.settled(tt.leader())
+	for i, node := range tt.nodes {
+		for r := 1; r <= n; r++ {
+			if tok, err := node.fsm.newestOf(fmt.Sprintf("r%d", r)); err != nil || tok == 0 {
+				t.Fatalf("node %d: newest of r%d = %d, %v", i, r, tok, err)
+			}
+		}
 	}
 }
