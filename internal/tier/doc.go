@@ -3,9 +3,10 @@
 // stable store on Pebble, or raft-boltdb, under --data-dir/raft, snapshots beside it, a TCP
 // transport on --raft-listen) whose replicated state machine is the token
 // state. The leader is the token authority; Store is its side of the lock
-// manager's TokenStore seam. Any other node refuses tokens and reads with
-// an UnavailableError, which clients get as -TRYAGAIN (or, in fenceproxy,
-// the command is relayed to the leader).
+// manager's TokenStore seam, and Leadership its side of the backend's
+// token authority (internal/authority, leadership.go). Any other node
+// refuses tokens and reads with an UnavailableError, which clients get as
+// -TRYAGAIN (or, in fenceproxy, the command is relayed to the leader).
 //
 // # The state (fsm.go, state.go, snapshot.go)
 //
@@ -28,7 +29,8 @@
 //	Reserve{r, t, term}  before a grant is replied; awaited
 //	Confirm{r, t}    after its replica acks; not awaited
 //	Cancel{r, t}     a refused grant whose record is certainly gone; not awaited
-//	Adopt{t}         the floor (and the bound) go above t
+//	Adopt{t}         the floor (and the bound) go to t: the proposer
+//	                 sends one above the token it adopts
 //
 // Windows are computed by the state as it applies them (from the bound,
 // not from what the proposer believed), and returned to the leader through
@@ -38,9 +40,14 @@
 // Pebble batch that also writes m/applied, the last one's index, and is
 // not synced: the Raft log is the durable record (every entry was fsynced
 // into a majority's logs before it was applied), so an fsync per batch
-// would buy nothing a replay does not. Reads go to the cache, then Pebble;
-// the FSM goroutine is the only writer, and raises the cache after each
-// commit, so a cached entry is the state's value (tokencache's rule).
+// would buy nothing a replay does not. A Confirm or a fold merges its
+// token into t/<resource> (the maximum of every token merged: persist's
+// merge operator), so applying reads nothing. Reads go to the cache, then
+// Pebble; the FSM goroutine is the only writer, and raises cached entries
+// after each commit, so a cached entry is the state's value (tokencache's
+// rule). An apply never makes a cache entry: only a read can tell the
+// maximum (a Confirm that a deposed leader sent late, after it led again,
+// may be below it; the maximum keeps it harmless).
 //
 // The leader's own Confirms are visible to its reads at once through an
 // overlay; an entry leaves the overlay when the state has applied it.
@@ -87,6 +94,39 @@
 //     leader catches it up with a snapshot instead). Losing the disks of
 //     a majority loses the guarantee, as does wiping a node within an
 //     election of its vote (it may vote twice in one term).
+//  7. Every node's state is its committed entries applied once each, in
+//     order: a state on disk is the state as of its m/applied index A (a
+//     batch and its A are one Pebble batch), ApplyBatch skips entries at
+//     or below A, and Restore replaces a state only with a snapshot of a
+//     later A (below). So every node computes the same windows from the
+//     same bound.
+//  8. With Options.Shared (fenceproxy), no token is above the backend's
+//     bound either. A leader issues no token before Leadership.Join, and
+//     every window it issues from (Join's, and each one NextToken commits
+//     later) is committed to the log first, then written to the backend
+//     by Join's share function (Redis, with WAIT for --min-replicas), and
+//     only then handed out, as persist's Shared store does with its fsync
+//     (persist's invariant 9). A backend bound found above the window was
+//     raised by another store: Adopt (the floor above it) and a new
+//     window. So every token is at most both the tier's and Redis's
+//     bound, and losing Redis's copy, or the tier's, alone loses no bound.
+//
+// # The token authority (leadership.go)
+//
+// The ready leader runs the backend's token authority (internal/authority,
+// started by fenceproxy through Options.OnLeading) on its Leadership while
+// it lasts: the heartbeat under the tier's id as authority id, the tier's
+// id as the store id of the bound it shares, and a live member of the
+// node's own (its node id and run id). So a single fenceproxy with another
+// fence store on the same backend and key prefix is a conflict both ways
+// (each refuses lock commands while the other lives), the tier's nodes are
+// each other's peers (a new leader's heartbeat runs beside the old
+// leader's member until it leaves or runs out), a bound in Redis written
+// by any leader of the tier is the tier's own (PreviousRun: every such
+// bound was committed first, 8, so the tier's bound covers it), and one
+// written by another store is adopted: the tier's floor goes above it. The
+// Leadership's methods fail once it is over, and Done tells the
+// authority to stop (its member then leaves Redis).
 //
 // # Restarts and snapshots
 //
@@ -135,13 +175,17 @@
 //
 // On losing leadership (raft's NotifyCh) the node stops being ready at
 // once: every later call refuses, a Reserve in flight ends with raft's
-// ErrLeadershipLost (UnavailableError with Lost), and OnLeadershipLost runs,
-// so the lock layer can end its waiters -TRYAGAIN.
+// ErrLeadershipLost (UnavailableError with Lost), OnLeadershipLost runs,
+// so the lock layer can end its waiters -TRYAGAIN, and the Leadership's
+// Done closes, so the token authority stops.
 //
 // # Concurrency
 //
-// Every exported method is safe for concurrent use. Node.mu is held while
-// a Window commits (NextToken) and raft's FSM goroutine never takes it.
+// Every exported method is safe for concurrent use. Node.mu guards the
+// leader's side and is never held across I/O; windowMu serializes what
+// commits a Window or an Adopt and moves the counter after it (NextToken
+// past a window's end, Adopt, Join), held across the commit and the
+// backend share, then Node.mu; raft's FSM goroutine takes neither.
 // The state's mu (its published small fields), overlayMu, the cache's
 // shard mutexes and the verifier's mu are leaves: ApplyBatch takes them
 // one after the other, never nested.

@@ -17,6 +17,9 @@ type testTier struct {
 	store string // Options.LogStore
 	// trailingLogs: Options.trailingLogs of nodes started after it is set.
 	trailingLogs uint64
+	// shared: Options.Shared, with every node's leaderships sent on leads.
+	shared bool
+	leads  chan *Leadership
 	peers        []Peer
 	dirs         []string
 	nodes        []*Node // nil: stopped
@@ -60,6 +63,12 @@ func (tt *testTier) start(i int) {
 		// raft's defaults: shorter ones lost leadership under -race on a busy machine.
 		HeartbeatTimeout: time.Second, ElectionTimeout: time.Second, LeaderLeaseTimeout: 500 * time.Millisecond,
 		BootstrapWait: 100 * time.Millisecond,
+		Shared:        tt.shared,
+		OnLeading: func(l *Leadership) {
+			if tt.leads != nil {
+				tt.leads <- l
+			}
+		},
 	})
 	if err != nil {
 		tt.t.Fatal(err)
