@@ -20,9 +20,9 @@ type testTier struct {
 	// shared: Options.Shared, with every node's leaderships sent on leads.
 	shared bool
 	leads  chan *Leadership
-	peers        []Peer
-	dirs         []string
-	nodes        []*Node // nil: stopped
+	peers  []Peer
+	dirs   []string
+	nodes  []*Node // nil: stopped
 }
 
 func freeAddr(t *testing.T) string {
