@@ -29,7 +29,7 @@
 //	Reserve{r, t, term}  before a grant is replied; awaited
 //	Confirm{r, t}    after its replica acks; not awaited
 //	Cancel{r, t}     a refused grant whose record is certainly gone; not awaited
-//	Adopt{t}         the floor (and the bound) go to t: the proposer
+//	Adopt{t}         the floor and the bound rise to t: the proposer
 //	                 sends one above the token it adopts
 //
 // Windows are computed by the state as it applies them (from the bound,

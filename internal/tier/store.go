@@ -94,9 +94,9 @@ func (s *Store) Newest(resource string) (uint64, error) {
 
 // NewestCached is the leader's view without a leadership round and
 // without I/O: the acquire path's offer, which a grant only replies after
-// its Reserve is committed by this same leadership. ok is false when
-// neither the overlay nor the state's cache has the resource (the lock
-// manager then offers a token without knowing the newest).
+// its Reserve is committed by this same leadership. ok is false when the
+// state's cache does not have the resource (the lock manager then offers a
+// token without knowing the newest).
 func (s *Store) NewestCached(resource string) (uint64, bool, error) {
 	if !s.n.Ready() {
 		return 0, false, s.n.notLeader()
@@ -171,16 +171,17 @@ func (n *Node) newest(resource string) (uint64, error) {
 	return max(o, t), err
 }
 
-// newestCached is newest when the overlay or the state's cache has the
-// resource. An overlay entry alone is exact: it is this leader's last
-// Confirm of the resource, which the lock manager vouched was above every
-// token confirmed before it.
+// newestCached is newest when the state's cache has the resource (its
+// value is the state's; the overlay may add this leader's Confirms not yet
+// applied). An overlay entry alone is not enough: it is a maximum only
+// over this leadership's Confirms, and a Confirm of an earlier leadership
+// of this node may arrive late, below what another leader confirmed since.
 func (n *Node) newestCached(resource string) (uint64, bool) {
 	n.overlayMu.Lock()
-	o, inOverlay := n.overlay[resource]
+	o := n.overlay[resource]
 	n.overlayMu.Unlock()
 	t, cached := n.fsm.newestCached(resource)
-	return max(o, t), inOverlay || cached
+	return max(o, t), cached
 }
 
 // confirmApplied drops an overlay entry the state now holds. Called on

@@ -483,3 +483,33 @@ func TestRestartsKeepTheState(t *testing.T) {
 		}
 	}
 }
+
+// NewestCached answers without I/O only from the state's cache: unknown
+// for a resource the cache lacks (even while this leader's own Confirm is
+// in the overlay), exact once a read has filled it, and raised by later
+// Confirms as they are applied.
+func TestNewestCachedOnlyFromTheCache(t *testing.T) {
+	tt := startTestTier(t, 3)
+	n := tt.nodes[tt.leader()]
+	s := n.Store()
+	tok := grant(t, s, "r")
+	if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := s.NewestCached("r"); err != nil || ok {
+		t.Fatalf("NewestCached of an uncached resource = %d, %v, %v; want unknown", got, ok, err)
+	}
+	if got, err := s.Newest("r"); err != nil || got != tok {
+		t.Fatalf("Newest = %d, %v; want %d", got, err, tok)
+	}
+	if got, ok, err := s.NewestCached("r"); err != nil || !ok || got != tok {
+		t.Fatalf("NewestCached after a read = %d, %v, %v; want %d", got, ok, err, tok)
+	}
+	next := grant(t, s, "r")
+	if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := s.NewestCached("r"); err != nil || !ok || got != next {
+		t.Fatalf("NewestCached after a second grant = %d, %v, %v; want %d", got, ok, err, next)
+	}
+}
