@@ -65,7 +65,11 @@ func TestConfirmsReachFollowers(t *testing.T) {
 	for {
 		ok := f.fsm.state().pending == 0
 		for i, tok := range toks {
-			ok = ok && f.fsm.newestOf("r"+string(rune('a'+i))) == tok
+			got, err := f.fsm.newestOf("r" + string(rune('a'+i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok = ok && got == tok
 		}
 		if ok {
 			break
@@ -102,5 +106,26 @@ func TestProposalOfAnEarlierLeadershipRefused(t *testing.T) {
 	}
 	if p := n.fsm.state().pending; p != 0 {
 		t.Fatalf("%d reservations pending after the refused one", p)
+	}
+}
+
+// waitProposed waits (bounded) until n's proposer has nothing queued and
+// nothing in flight: every op submitted before the call is then committed
+// and applied on n (a Batch's future returns once the leader applied it),
+// or was dropped (an earlier leadership's).
+func waitProposed(t *testing.T, n *Node) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n.prop.mu.Lock()
+		idle := len(n.prop.queue) == 0 && n.prop.inflight == 0
+		n.prop.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the proposer did not empty within 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
