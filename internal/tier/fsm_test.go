@@ -191,3 +191,133 @@ func TestRestoreVersion1(t *testing.T) {
 		}
 	}
 }
+
+// batchLogs is grants of resources b-1..b-n as the leader proposes them:
+// every Reserve in one Batch, every Confirm in the next with one more
+// Reserve (left pending), then a Window.
+func batchLogs(first uint64, n int) []*raft.Log {
+	reserves := entry{kind: kindBatch}
+	confirms := entry{kind: kindBatch}
+	for i := 1; i <= n; i++ {
+		r := fmt.Sprintf("b-%d", i)
+		reserves.ops = append(reserves.ops, entry{kind: kindReserve, resource: r, token: uint64(i), term: 1})
+		confirms.ops = append(confirms.ops, entry{kind: kindConfirm, resource: r, token: uint64(i)})
+	}
+	confirms.ops = append(confirms.ops, entry{kind: kindReserve, resource: "open", token: uint64(n + 1), term: 1})
+	return entryLogs(first, entry{kind: kindLeaderStart, term: 1, node: "n1", addr: "a1", tierID: "tier1"},
+		reserves, confirms, entry{kind: kindWindow})
+}
+
+// A Batch is one entry under one index: its ops are applied in order, all
+// with it, and a replay (raft's at every start, or a batch raft hands over
+// that straddles the applied index) skips it whole. Without the skip, the
+// first Batch replayed would make its reservations pending again.
+func TestBatchAppliedAndReplayedWhole(t *testing.T) {
+	const n = 5
+	dir := filepath.Join(t.TempDir(), "state")
+	f := openTestFSM(t, dir)
+	logs := batchLogs(1, n)
+	f.ApplyBatch(logs)
+	want := f.state()
+	if want.applied != 4 || want.pending != 1 || want.bound != 2*Window {
+		t.Fatalf("state after the Batches: %+v", want)
+	}
+	for i := 1; i <= n; i++ {
+		if tok, err := f.newestOf(fmt.Sprintf("b-%d", i)); err != nil || tok != uint64(i) {
+			t.Fatalf("newest of b-%d = %d, %v", i, tok, err)
+		}
+	}
+	f.ApplyBatch(logs[1:2])
+	f.ApplyBatch(logs)
+	if got := f.state(); got != want {
+		t.Fatalf("replaying the Batches changed the state:\n%+v\nwant\n%+v", got, want)
+	}
+	// A state that has the first Batch only, handed the log from it on.
+	g := openTestFSM(t, filepath.Join(t.TempDir(), "g"))
+	g.ApplyBatch(logs[:2])
+	if st := g.state(); st.applied != 2 || st.pending != n {
+		t.Fatalf("state after the Reserves' Batch: %+v", st)
+	}
+	g.ApplyBatch(logs[1:])
+	sameState(t, f, g, 0)
+	// And across a reopen.
+	f.close()
+	h := openTestFSM(t, dir)
+	h.ApplyBatch(logs)
+	if got := h.state(); got != want {
+		t.Fatalf("replay after a reopen changed the state:\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// A snapshot taken between the Batch with a grant's Reserve and the one
+// with its Confirm holds the reservation pending; the Confirm, applied
+// after a Restore, drops it as it does on the node that took it.
+func TestSnapshotBetweenBatches(t *testing.T) {
+	logs := batchLogs(1, 3)
+	src := openTestFSM(t, filepath.Join(t.TempDir(), "src"))
+	src.ApplyBatch(logs[:2])
+	snap := snapshotOf(t, src)
+	src.ApplyBatch(logs[2:])
+	dst := openTestFSM(t, filepath.Join(t.TempDir(), "dst"))
+	if err := dst.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	if st := dst.state(); st.applied != 2 || st.pending != 3 {
+		t.Fatalf("restored mid-grants: %+v, want the 3 reservations pending at index 2", st)
+	}
+	dst.ApplyBatch(logs[1:]) // raft hands over the log after the snapshot; the first is skipped
+	sameState(t, src, dst, 0)
+	for i := 1; i <= 3; i++ {
+		a, _ := src.newestOf(fmt.Sprintf("b-%d", i))
+		b, _ := dst.newestOf(fmt.Sprintf("b-%d", i))
+		if a != uint64(i) || b != a {
+			t.Fatalf("b-%d: %d on the snapshot's node, %d on the restored one; want %d", i, a, b, i)
+		}
+	}
+}
+
+// Confirms in a Batch raise the cache's entries (never below what it has:
+// a late lower Confirm changes nothing), make none, and are reported to
+// the overlay only once the state and the cache have them, so a read the
+// moment the overlay drops an entry finds its token in the state.
+func TestBatchConfirmsAndTheCache(t *testing.T) {
+	f := openTestFSM(t, filepath.Join(t.TempDir(), "state"))
+	f.ApplyBatch(entryLogs(1, entry{kind: kindLeaderStart, term: 1, node: "n1", addr: "a1", tierID: "tier1"},
+		entry{kind: kindBatch, ops: []entry{{kind: kindConfirm, resource: "cached", token: 5}}}))
+	if tok, err := f.newestOf("cached"); err != nil || tok != 5 { // fills the cache
+		t.Fatalf("newest of cached = %d, %v", tok, err)
+	}
+	var seen []string
+	f.onConfirmApplied = func(resource string, token uint64) {
+		// What a read would find, without filling the cache.
+		if c, _, ok := f.cache.Get([]byte(resource)); ok && c < token {
+			seen = append(seen, fmt.Sprintf("%s: the cache has %d when the overlay drops %d", resource, c, token))
+		}
+		v, closer, err := f.db.Get(tokenKey(resource))
+		if err != nil {
+			seen = append(seen, fmt.Sprintf("%s: %v when the overlay drops %d", resource, err, token))
+			return
+		}
+		if got := decodeUint(v); got < token {
+			seen = append(seen, fmt.Sprintf("%s: Pebble has %d when the overlay drops %d", resource, got, token))
+		}
+		closer.Close()
+	}
+	f.ApplyBatch(entryLogs(3, entry{kind: kindBatch, ops: []entry{
+		{kind: kindConfirm, resource: "cached", token: 9},
+		{kind: kindConfirm, resource: "cached", token: 7}, // late, lower: the maximum stays
+		{kind: kindConfirm, resource: "uncached", token: 8},
+	}}))
+	for _, s := range seen {
+		t.Error(s)
+	}
+	if tok, ok := f.newestCached("cached"); !ok || tok != 9 {
+		t.Fatalf("cached after a Batch of Confirms: %d, %v; want 9 from the cache", tok, ok)
+	}
+	if tok, ok := f.newestCached("uncached"); ok {
+		t.Fatalf("a Confirm in a Batch made a cache entry (%d): only a read may", tok)
+	}
+	if tok, err := f.newestOf("uncached"); err != nil || tok != 8 {
+		t.Fatalf("newest of uncached = %d, %v; want 8", tok, err)
+	}
+}
