@@ -139,9 +139,11 @@
 //     window. So every token is at most both the tier's and Redis's
 //     bound, and losing Redis's copy, or the tier's, alone loses no bound.
 //     Batches change nothing here: a Reserve records a token NextToken
-//     handed out (from a shared window), it never makes one, and the
-//     Window and Adopt entries that move the bound and the floor are
-//     proposed alone, under windowMu, never queued in a Batch.
+//     handed out (from a shared window), it never makes one, and it is
+//     refused before it is queued for a Batch while the window is not
+//     shared, or for a token above the window's end; the Window and
+//     Adopt entries that move the bound and the floor are proposed alone,
+//     under windowMu, never queued in a Batch.
 //
 // # The token authority (leadership.go)
 //

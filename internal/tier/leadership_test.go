@@ -151,3 +151,69 @@ func TestAdoptFloorAbove(t *testing.T) {
 		t.Fatalf("next token %d, %v: not above the floor %d", next, err, tok+101)
 	}
 }
+
+// Grants through Batch entries on a leader with Options.Shared: no Reserve
+// is queued before Join (nor one of a token above the window), and grants
+// that cross a window's end reserve only tokens at or below the bound the
+// backend held when NextToken handed them out.
+func TestBatchedGrantsOnlyFromSharedWindows(t *testing.T) {
+	_, lead := startSharedTier(t)
+	n := lead.n
+	s := n.Store()
+	if err := s.Reserve("r", 1); !errors.Is(err, ErrNotShared) {
+		t.Fatalf("Reserve before Join: %v, want ErrNotShared", err)
+	}
+	if st := n.Status(); st.BatchOps != 0 {
+		t.Fatalf("%d ops proposed before Join", st.BatchOps)
+	}
+	be := &backend{}
+	if err := lead.Join(0, be.share); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	n.last = n.limit - 8 // the grants below cross into a new window
+	limit := n.limit
+	n.mu.Unlock()
+	if err := s.Reserve("r", limit+1); err == nil {
+		t.Fatalf("Reserve of %d, above the window's end %d, was accepted", limit+1, limit)
+	}
+	const workers, each = 16, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				r := fmt.Sprintf("r%d", w)
+				tok, err := s.NextToken()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if shared := be.get(); tok > shared {
+					errs <- fmt.Errorf("token %d handed out above the backend's bound %d", tok, shared)
+					return
+				}
+				if err := s.Reserve(r, tok); err != nil {
+					errs <- err
+					return
+				}
+				if err := s.Confirm(r, tok); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitProposed(t, n)
+	if st := n.Status(); st.BatchOps < 2*workers*each || st.Bound <= limit {
+		t.Fatalf("after %d grants across a window's end: %d ops in %d Batches, bound %d (the first window ended at %d)",
+			workers*each, st.BatchOps, st.BatchEntries, st.Bound, limit)
+	}
+}

@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -110,13 +111,24 @@ func (s *Store) NewestCached(resource string) (uint64, bool, error) {
 // entries (proposer) and log writes. An error whose outcome is unknown
 // (leadership lost after the entry was sent) leaves a reservation the next
 // leader may fold: the token then counts as issued.
+//
+// token must be one NextToken handed out: no Batch carries a token above
+// this leader's window, nor one while, with Options.Shared, its window is
+// not yet shared with the backend (invariant 8); such a Reserve is refused
+// before it is queued.
 func (s *Store) Reserve(resource string, token uint64) error {
 	n := s.n
 	n.mu.Lock()
-	ready, term, epoch := n.ready, n.term, n.epoch
+	ready, term, epoch, limit := n.ready, n.term, n.epoch, n.limit
+	unshared := n.opts.Shared && !n.joined
 	n.mu.Unlock()
-	if !ready {
+	switch {
+	case !ready:
 		return n.notLeader()
+	case unshared:
+		return ErrNotShared
+	case token > limit:
+		return fmt.Errorf("tier: token %d was not handed out by this leader (its window ends at %d); not reserved", token, limit)
 	}
 	done := make(chan error, 1)
 	n.prop.submit(proposal{op: entry{kind: kindReserve, resource: resource, token: token, term: term}, epoch: epoch, done: done})
