@@ -62,11 +62,12 @@
 // rule). An apply never makes a cache entry: only a read can tell the
 // maximum (a Confirm that a deposed leader sent late, after it led again,
 // may be below it; the maximum keeps it harmless). A Batch is one entry
-// here too: its ops go into the same Pebble batch, in order, with the
-// Batch's index as m/applied, so a Batch is applied whole or (after a
-// crash) not at all and replayed whole, and a Reserve and the Confirm of
-// the same grant, which always ride in different Batches, are applied in
-// log order whichever batches raft hands them over in.
+// here too: its ops go, in order, into the same Pebble batch as the
+// entries raft handed over with it, under the Batch's one index, so a
+// Batch is applied whole or (after a crash) not at all and replayed
+// whole, and a Reserve and the Confirm of the same grant, which always
+// ride in different Batches, are applied in log order whichever batches
+// raft hands them over in.
 //
 // The leader's own Confirms are visible to its reads at once through an
 // overlay; an entry leaves the overlay when the state (Pebble and its
