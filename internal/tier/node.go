@@ -24,8 +24,13 @@ import (
 )
 
 // logCacheEntries is how many of the newest log entries each node keeps in
-// memory (raft.LogCache).
-const logCacheEntries = 1024
+// memory (raft.LogCache). Enough for what the leader sends and every node
+// applies right after it was written (one Batch in flight; a follower
+// further behind reads from the log store). 1024 kept about 10 MB of
+// Batches live on every node under load (20 MiB of RSS with Go's GC
+// headroom; docs/performance.md); 256 of at most maxBatchBytes each is
+// 16 MiB at the very most.
+const logCacheEntries = 256
 
 // Peer is one node of the tier as --peers names it.
 type Peer struct {
