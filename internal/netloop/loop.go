@@ -77,6 +77,10 @@ type Reg struct {
 // wakeID is the epoll data of the eventfd: no handler has it.
 const wakeID = ^uint32(0)
 
+// eventfdOne is what wake writes to the eventfd (only read: shared by
+// every waker; a buffer per call would escape to the heap).
+var eventfdOne = [8]byte{1}
+
 // New starts a loop on a goroutine of its own.
 func New() (*Loop, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -175,8 +179,7 @@ func (l *Loop) Schedule(f Flusher) {
 // wake wakes the loop if it waits in epoll_wait (invariant 4).
 func (l *Loop) wake() {
 	if l.sleeping.Load() && l.sleeping.CompareAndSwap(true, false) {
-		var one = [8]byte{1}
-		unix.Write(l.evfd, one[:])
+		Write(l.evfd, eventfdOne[:])
 	}
 }
 
@@ -202,6 +205,7 @@ func (l *Loop) run() {
 		close(l.done)
 	}()
 	events := make([]unix.EpollEvent, 256)
+	var drain [8]byte
 	timeout := 0
 	for {
 		n, err := unix.EpollWait(l.epfd, events, timeout)
@@ -213,8 +217,7 @@ func (l *Loop) run() {
 			ev := &events[i]
 			id := uint32(ev.Fd)
 			if id == wakeID {
-				var buf [8]byte
-				unix.Read(l.evfd, buf[:])
+				Read(l.evfd, drain[:])
 				continue
 			}
 			if int(id) >= len(l.handlers) {
