@@ -111,7 +111,7 @@ func (s *standalone) connectMaster(ctx context.Context, addr string) (*Node, err
 		Addr: addr, Username: o.Username, Password: o.Password,
 		PoolSize: o.PoolSize, WriterConns: o.WriterConns, ReplicaTimeout: o.ReplicaTimeout,
 		ObserveReply: o.ObserveReply, Logger: o.Logger, TLS: o.TLS,
-		NotMaster: replyReplica, Changed: s.Refresh,
+		NotMaster: replyReplica, Changed: s.Refresh, Loop: o.Loop,
 	}
 	if s.sentinel != nil {
 		nodeOpts.NotMaster, nodeOpts.Confirm = replyFailover, s.sentinel.confirm

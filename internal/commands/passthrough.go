@@ -20,3 +20,25 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.opts.Backend.Forward(&s.backend, args, p)
 	}
 }
+
+// ServesOnLoop tells the server's event loop (protocol.LoopHandler) which
+// requests it may serve itself: those ServeCommand only forwards, on the
+// client's connection of the shared pool, while the client is in the
+// plainest state (RESP2, database 0, replies on, nothing pinned, no
+// MULTI, no tunnel, no tracking, no ACL, not a tier). Everything else (the
+// proxy's own commands, PING, which waits for the replies before it,
+// blocking commands, pub/sub, a cluster's routing) moves the client to a
+// goroutine of its own, for good.
+func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
+	if h.opts.Tier != nil || h.opts.ACL != nil || h.opts.Backend.RoutesByKey() {
+		return false
+	}
+	s := sessionOf(c)
+	if s.tunnel != nil || s.tx.pinned != nil || s.tx.inMulti || s.tx.watching ||
+		s.replies.off || s.replies.skipNext || s.track.on || s.backend.RESP3 || s.backend.DB != 0 {
+		return false
+	}
+	var lower [32]byte
+	name := args[0]
+	return len(name) <= len(lower) && lookup(lowerInto(lower[:0], name)) == nil
+}
