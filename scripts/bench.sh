@@ -65,7 +65,12 @@
 # Prints each figure's better round for OLD and NEW with NEW/OLD, the CPU per
 # request and per lock cycle (fenceproxy's, and Redis master + replica's), and
 # the spread of the rounds' own NEW/OLD ratios, which says how much of a ratio
-# is noise. Writes no file.
+# is noise. twemproxy (and, for the one-client latency, direct Redis) run in the
+# same rounds, in front of the same master, for issue 15's ratios: NEW against
+# twemproxy (rate and CPU per request, at -P 1 and -P 16) and the latency NEW
+# adds to direct Redis's at one client against what twemproxy adds, each with
+# the spread of its rounds. --no-locks skips the lock runs (passthrough only).
+# Writes no file.
 #
 # --tier: one fenceproxy and a tier of three (--peers, Raft) in front of one
 # Redis master + replica (--min-replicas 1), then, alternating: scripts/lockbench
@@ -81,14 +86,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
 	echo "usage: $0 [--quick | --scale] [--cluster | --tier]" >&2
-	echo "       $0 [--quick] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
+	echo "       $0 [--quick] [--no-locks] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
 	exit 2
 }
 
-quick=0 cluster=0 scale=0 tier=0 compare=0 old_rev="" new_rev=""
+quick=0 cluster=0 scale=0 tier=0 compare=0 old_rev="" new_rev="" no_locks=0
 while (($# > 0)); do
 	case $1 in
 	--quick) quick=1 ;;
+	--no-locks) no_locks=1 ;;
 	--cluster) cluster=1 ;;
 	--tier) tier=1 ;;
 	--scale) scale=1 ;;
@@ -103,6 +109,7 @@ while (($# > 0)); do
 done
 ((!(quick && scale))) || usage
 ((!(compare && (cluster || scale)))) || usage
+((!no_locks || compare)) || usage
 
 readonly CLIENTS=50
 if ((quick && compare)); then
@@ -929,14 +936,15 @@ build_fenceproxy() {
 	built_desc="$rev = $(git log -1 --format='%h (%cd) %s' --date=format:'%Y-%m-%d %H:%M' "$sha" | cut -c1-110)"
 }
 
-# ab_row TITLE KEY FIELD FORMAT: one line of the A/B table: KEY's FIELD (1 rate,
-# 2 p50, 3 p99, 7 the proxy's CPU per op, "redis" master + replica CPU per op, as
-# in rounds) in OLD's and NEW's better round (KEY/old, KEY/new), NEW/OLD, and the
-# least, median and greatest NEW/OLD of the rounds taken one by one.
+# ab_row TITLE KEY FIELD FORMAT [A B]: one line of the A/B table: KEY's FIELD (1
+# rate, 2 p50, 3 p99, 7 the middle system's CPU per op, "redis" master + replica
+# CPU per op, as in rounds) in A's and B's better round (KEY/A, KEY/B; A is old
+# and B new unless named), B/A, and the least, median and greatest B/A of the
+# rounds taken one by one.
 ab_row() {
-	local key=$2
-	awk -v f="$3" -v fmt="$4" -v title="$1" -v ob="${best_round[$key/old]:-}" -v nb="${best_round[$key/new]:-}" \
-		-v orounds="${rounds[$key/old]:-}" -v nrounds="${rounds[$key/new]:-}" '
+	local key=$2 a=${5:-old} b=${6:-new}
+	awk -v f="$3" -v fmt="$4" -v title="$1" -v ob="${best_round[$key/$a]:-}" -v nb="${best_round[$key/$b]:-}" \
+		-v orounds="${rounds[$key/$a]:-}" -v nrounds="${rounds[$key/$b]:-}" '
 	function val(e, x, n) {
 		n = split(e, x, ",")
 		if (f == "redis") return (n >= 6 && x[5] != "-" && x[6] != "") ? x[5] + x[6] : ""
@@ -962,6 +970,38 @@ ab_row() {
 	}'
 }
 
+# added_row TITLE KEY FIELD: the latency (FIELD 2 p50, 3 p99) NEW adds to direct
+# Redis's over what twemproxy adds, (new - direct) / (twem - direct), at one
+# client: of the better rounds (as latency_ratios), then the least, median and
+# greatest of the rounds one by one (a round where a proxy came out at or below
+# direct Redis has no ratio).
+added_row() {
+	local key=$2
+	awk -v f="$3" -v title="$1" -v nrounds="${rounds[$key/new]:-}" -v trounds="${rounds[$key/twem]:-}" \
+		-v drounds="${rounds[$key/direct]:-}" -v best="$(latency_ratios "$key/new" "$key/twem" "$key/direct")" '
+	function val(e, x, n) {
+		n = split(e, x, ",")
+		return (f <= n && x[f] != "-" && x[f] != "") ? x[f] + 0 : ""
+	}
+	BEGIN {
+		nn = split(nrounds, rn, " "); nt = split(trounds, rt, " "); nd = split(drounds, rd, " ")
+		k = 0
+		for (i = 1; i <= nn && i <= nt && i <= nd; i++) {
+			a = val(rn[i]); t = val(rt[i]); d = val(rd[i])
+			if (a != "" && t != "" && d != "" && t > d && a >= d) r[++k] = (a - d) / (t - d)
+		}
+		for (i = 2; i <= k; i++) {
+			v = r[i]
+			for (j = i - 1; j >= 1 && r[j] > v; j--) r[j + 1] = r[j]
+			r[j + 1] = v
+		}
+		spread = "-"
+		if (k) spread = sprintf("%.2f %.2f %.2f", r[1], k % 2 ? r[(k + 1) / 2] : (r[k / 2] + r[k / 2 + 1]) / 2, r[k])
+		split(best, bb, "/")
+		printf "%-42s %10s %10s %8s   %s\n", title, "", "", bb[f - 1], spread
+	}'
+}
+
 # main_compare: the --compare run (see the top of this file).
 main_compare() {
 	need_tools
@@ -983,12 +1023,16 @@ main_compare() {
 			--key-prefix "fpbench-$s:"
 		addr[$s]=$launched_addr pid[$s]=$launched_pid
 	done
-	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR; old fenceproxy ${addr[old]} (pid ${pid[old]}), new ${addr[new]} (pid ${pid[new]})"
+	start_twemproxy
+	addr[twem]=$TWEM_ADDR addr[direct]=$MASTER_ADDR
+	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR; old fenceproxy ${addr[old]} (pid ${pid[old]}), new ${addr[new]} (pid ${pid[new]}), twemproxy $TWEM_ADDR (pid $TWEM_PID)"
 
-	local round p n t order=()
+	local round p n t order=() c1order=()
 	for ((round = 1; round <= AB_ROUNDS; round++)); do
-		order=(old new)
-		((round % 2)) || order=(new old)
+		order=(old new twem)
+		((round % 2)) || order=(twem new old)
+		c1order=(direct "${order[@]}")
+		((round % 2)) || c1order=("${order[@]}" direct)
 		log "round $round of $AB_ROUNDS (${order[*]})"
 		for p in 1 16; do
 			n=$N_P1
@@ -1000,14 +1044,14 @@ main_compare() {
 			done
 		done
 		for t in set get; do
-			for s in "${order[@]}"; do
+			for s in "${c1order[@]}"; do
 				rb_clients=1 rb "c1/$s" "${addr[$s]}" 1 "$N_C1" "$t"
 			done
 		done
-		for s in "${order[@]}"; do
+		((no_locks)) || for s in old new; do
 			lb "distinct/$s" fenceproxy "${addr[$s]}"
 		done
-		for s in "${order[@]}"; do
+		((no_locks)) || for s in new old; do
 			lb "hot/$s" fenceproxy "${addr[$s]}" -hot
 		done
 		for s in old new; do
@@ -1055,6 +1099,27 @@ main_compare() {
 	done
 	ab_row "Redis master + replica, lock cycle" distinct redis '%.1f'
 	ab_row "Redis master + replica, hot lock handoff" hot redis '%.1f'
+	echo "-- NEW against twemproxy (issue 15): TWEM is twemproxy's figure, the ratio NEW/TWEM"
+	printf '%-42s %10s %10s %8s   %s\n' figure TWEM NEW NEW/TWEM "rounds: min med max"
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "$t -P $p, $CLIENTS clients (req/s)" "$t/$p" 1 '%.0f' twem new
+		done
+	done
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "CPU us per request, $t -P $p" "$t/$p" 7 '%.1f' twem new
+		done
+	done
+	for t in SET GET; do
+		ab_row "$t -c 1 -P 1 p50 (ms)" "$t/1/c1" 2 '%.3f' twem new
+		ab_row "$t -c 1 -P 1 p99 (ms)" "$t/1/c1" 3 '%.3f' twem new
+	done
+	for t in SET GET; do
+		printf '%-42s %10s %10s %8s\n' "$t -c 1: direct Redis p50/p99 (ms)" "" "" "$(latencies "$t/1/c1/direct")"
+		added_row "$t -c 1 p50 added, NEW over TWEM" "$t/1/c1" 2
+		added_row "$t -c 1 p99 added, NEW over TWEM" "$t/1/c1" 3
+	done
 	echo "(lock runs: scripts/lockbench -clients $CLIENTS -duration $LOCK_DUR, distinct of 100,000 resources and -hot;"
 	echo " redis-benchmark n=$N_P1 at -P 1, n=$N_P16 at -P 16, n=$N_C1 at -c 1; errors: old ${errs[distinct/old]:-0}+${errs[hot/old]:-0},"
 	echo " new ${errs[distinct/new]:-0}+${errs[hot/new]:-0} (distinct+hot); run took $((SECONDS - t0)) s)"

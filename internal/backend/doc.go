@@ -14,6 +14,10 @@
 // -P 16. The writer instead yields once before each write so clients made
 // ready by the same network poll append first.
 //
+// A Conn with Options.Loop has neither goroutine (loop.go): the event loop
+// that serves the clients writes what they queued during its pass in one
+// write at the pass's end, and reads and completes the replies itself.
+//
 // A request that gets no reply from Redis is completed with a typed error
 // in its Reply's Err, never with reply text: ErrUnavailable (Redis could
 // not be reached: nothing was sent), ErrLost (the connection broke with the

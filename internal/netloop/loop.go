@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,6 +61,7 @@ type Loop struct {
 	free     []uint32
 	runPost  []func()
 	runFlush []Flusher
+	passTime time.Time // when the pass under way began (Now); zero until asked
 }
 
 type registered struct {
@@ -147,6 +149,17 @@ func (l *Loop) Del(reg Reg) {
 	l.free = append(l.free, reg.id)
 }
 
+// Now is the time the loop's pass under way began (its wait in epoll
+// ended), read from the clock once per pass, when first asked: for the
+// time bytes were received, earlier than the read itself by at most the
+// pass so far. Call it on the loop's goroutine only.
+func (l *Loop) Now() time.Time {
+	if l.passTime.IsZero() {
+		l.passTime = time.Now()
+	}
+	return l.passTime
+}
+
 // Post runs fn on the loop's goroutine, soon: in the pass under way if the
 // loop is busy, else it is woken. Posted functions run in the order
 // posted. fn must not block. A function posted to a closed loop is dropped.
@@ -210,6 +223,7 @@ func (l *Loop) run() {
 	for {
 		n, err := unix.EpollWait(l.epfd, events, timeout)
 		l.sleeping.Store(false)
+		l.passTime = time.Time{}
 		if err != nil && err != unix.EINTR {
 			panic("netloop: epoll_wait: " + err.Error())
 		}

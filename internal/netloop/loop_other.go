@@ -5,6 +5,7 @@ package netloop
 import (
 	"errors"
 	"net"
+	"time"
 )
 
 // Supported reports whether loops can run here (Linux: epoll).
@@ -36,6 +37,7 @@ func (l *Loop) Del(reg Reg)                        {}
 func (l *Loop) Post(fn func())                     {}
 func (l *Loop) Schedule(f Flusher)                 {}
 func (l *Loop) Close()                             {}
+func (l *Loop) Now() time.Time                     { return time.Now() }
 func Detach(nc net.Conn) (int, error)              { return -1, errUnsupported }
 func Attach(fd int) (net.Conn, error)              { return nil, errUnsupported }
 func Close(fd int) error                           { return errUnsupported }

@@ -529,7 +529,7 @@ type readClock struct{ src clientReader }
 
 func (r readClock) Read(b []byte) (int, error) {
 	n, err := r.src.Read(b)
-	if n > 0 {
+	if n > 0 && r.src.c.lp == nil { // on the loop, its read notes the pass's time
 		r.src.c.readAt = time.Now()
 	}
 	return n, err

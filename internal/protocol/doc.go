@@ -15,6 +15,12 @@
 // without limits, so this package keeps redcon for what it does well,
 // encoding replies (redcon.AppendBulk and friends), and owns the read loop.
 //
+// With Server.Loop, plaintext clients start on an event loop instead (see
+// loop.go): one goroutine serves every client's forwarded requests, with
+// the same batches, limits and order, and a client moves to a goroutine of
+// its own, as above, at the first request the loop cannot serve without
+// waiting.
+//
 // # When a batch is written
 //
 // Every complete request is answered without waiting for more bytes from

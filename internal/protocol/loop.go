@@ -255,6 +255,10 @@ func (lc *loopClient) read(b []byte) (int, error) {
 	if n < len(b) {
 		lc.readable = false
 	}
+	// When the pass began: no later than the read (a lease counted from
+	// it only ends sooner), and one clock read for every client of the
+	// pass.
+	lc.c.readAt = lc.loop.Now()
 	return n, nil
 }
 
