@@ -26,6 +26,7 @@ type config struct {
 	metricsListen   string
 	maxClients      int
 	backendConns    int
+	backendConnsSet bool // --backend-conns was given (else 1 with the serve loop)
 	lockConns       int
 	keyPrefix       string
 	lockDelay       time.Duration
@@ -95,7 +96,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.leaseMargin, "lease-safety-margin", c.leaseMargin, "the `fraction` of a lease (0 to 0.9) that a grant's or renewal's reply must still leave, after the time since the request was received and Redlock's drift allowance (1% + 2ms); a later one is undone and answered -TRYAGAIN")
 	fs.StringVar(&c.metricsListen, "metrics-listen", c.metricsListen, "`host:port` for /metrics, /healthz and /readyz; empty disables")
 	fs.IntVar(&c.maxClients, "max-clients", c.maxClients, "most client connections at once")
-	fs.IntVar(&c.backendConns, "backend-conns", c.backendConns, "pipelined connections to each master shared by all clients")
+	fs.IntVar(&c.backendConns, "backend-conns", c.backendConns, "pipelined connections to each master shared by all clients (when the --serve-loop serves them, 1 unless given)")
 	fs.IntVar(&c.lockConns, "lock-conns", c.lockConns, "connections to each master that run batched lock writes")
 	fs.StringVar(&c.keyPrefix, "key-prefix", c.keyPrefix, "prefix of owner-record keys in Redis")
 	fs.DurationVar(&c.lockDelay, "lock-delay", c.lockDelay, "after a lease runs out without a release, grant the resource to nobody for this long (0: off)")
@@ -121,6 +122,7 @@ func parseFlags(args []string) (config, error) {
 	if err := c.limits.check(); err != nil {
 		return c, err
 	}
+	fs.Visit(func(f *flag.Flag) { c.backendConnsSet = c.backendConnsSet || f.Name == "backend-conns" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}

@@ -76,8 +76,10 @@ type Options struct {
 	OnMasterChange func()
 	// Loop, if set, serves a standalone master's shared connections (the
 	// pools clients' requests are forwarded on) from that event loop
-	// (backend.Options.Loop). A Redis Cluster's are not.
-	Loop *netloop.Loop
+	// (backend.Options.Loop), LoopPoolSize of them (0: PoolSize). A Redis
+	// Cluster's are not.
+	Loop         *netloop.Loop
+	LoopPoolSize int
 }
 
 // Connect reaches the backend named by opts.Seeds (or, with opts.Sentinel,

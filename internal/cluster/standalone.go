@@ -107,6 +107,9 @@ func connectSentinel(ctx context.Context, opts Options) (*standalone, error) {
 // ROLE (and Sentinel) first, and INFO must say master too.
 func (s *standalone) connectMaster(ctx context.Context, addr string) (*Node, error) {
 	o := s.opts
+	if o.Loop != nil && o.LoopPoolSize > 0 {
+		o.PoolSize = o.LoopPoolSize
+	}
 	nodeOpts := NodeOptions{
 		Addr: addr, Username: o.Username, Password: o.Password,
 		PoolSize: o.PoolSize, WriterConns: o.WriterConns, ReplicaTimeout: o.ReplicaTimeout,

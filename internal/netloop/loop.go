@@ -4,6 +4,7 @@ package netloop
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,9 @@ type Reg struct {
 
 // wakeID is the epoll data of the eventfd: no handler has it.
 const wakeID = ^uint32(0)
+
+// yieldEvery is how often the loop yields to the scheduler (see run).
+const yieldEvery = 5 * time.Millisecond
 
 // eventfdOne is what wake writes to the eventfd (only read: shared by
 // every waker; a buffer per call would escape to the heap).
@@ -220,6 +224,7 @@ func (l *Loop) run() {
 	events := make([]unix.EpollEvent, 256)
 	var drain [8]byte
 	timeout := 0
+	lastYield := time.Now()
 	for {
 		n, err := unix.EpollWait(l.epfd, events, timeout)
 		l.sleeping.Store(false)
@@ -245,6 +250,20 @@ func (l *Loop) run() {
 		}
 		if l.runPending() {
 			return
+		}
+		if now := time.Now(); now.Sub(lastYield) > yieldEvery {
+			// A goroutine that is never rescheduled looks to the
+			// runtime like one running too long: every 10 ms sysmon
+			// forced a preemption (a signal, or taking the loop's P
+			// while it waited in epoll_wait) and then polled every 20
+			// us for a millisecond: 284 preemption signals and 10,350
+			// sysmon sleeps in 300,000 requests at -c 50 -P 1; with a
+			// yield every 2 ms, 6 and 894 (and 3,910 futex calls
+			// against 997: a yield can wake an idle thread, hence 5 ms,
+			// under the 10 ms). Yielding every pass was worse: the loop
+			// then hopped between threads, waking them.
+			lastYield = now
+			runtime.Gosched()
 		}
 		// Nothing left to do: wait for the sockets, or for whoever gives
 		// the loop work next (invariant 4). sleeping is set before the
