@@ -937,8 +937,8 @@ build_fenceproxy() {
 }
 
 # ab_row TITLE KEY FIELD FORMAT [A B]: one line of the A/B table: KEY's FIELD (1
-# rate, 2 p50, 3 p99, 7 the middle system's CPU per op, "redis" master + replica
-# CPU per op, as in rounds) in A's and B's better round (KEY/A, KEY/B; A is old
+# rate, 2 p50, 3 p99, 4 the whole machine's CPU per op, 7 the middle system's,
+# "redis" master + replica CPU per op, as in rounds) in A's and B's better round (KEY/A, KEY/B; A is old
 # and B new unless named), B/A, and the least, median and greatest B/A of the
 # rounds taken one by one.
 ab_row() {
@@ -1109,6 +1109,12 @@ main_compare() {
 	for p in 1 16; do
 		for t in SET GET; do
 			ab_row "CPU us per request, $t -P $p" "$t/$p" 7 '%.1f' twem new
+		done
+	done
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "Redis master + replica CPU, $t -P $p" "$t/$p" redis '%.1f' twem new
+			ab_row "whole machine CPU per request, $t -P $p" "$t/$p" 4 '%.1f' twem new
 		done
 	done
 	for t in SET GET; do

@@ -152,6 +152,13 @@ func (c *Conn) serveLoop() {
 				c.endLoopBatch()
 				return
 			}
+			if c.mayBlock || c.writesTaken || c.push != nil {
+				// ServesOnLoop said it would not: the goroutine path
+				// knows how to wait for such a batch.
+				c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
+				c.leaveLoop(nil)
+				return
+			}
 			// As serve: a full batch is written before more is read; one
 			// as long as probeBatch too, since the loop cannot wait to learn
 			// its replies' size.

@@ -330,3 +330,53 @@ func TestLoopAllocations(t *testing.T) {
 func BenchmarkServeLoop(b *testing.B) {
 	benchServe(b, laterNowHandler{}, func(s *Server) { onLoop(b, s) })
 }
+
+// lyingHandler says it serves everything on the loop, BLOCK too, which
+// calls MayBlock.
+type lyingHandler struct{ *echoHandler }
+
+func (lyingHandler) ServesOnLoop(*Conn, [][]byte) bool { return true }
+
+// TestLoopHandlerThatLies: a request the Handler served on the loop
+// although it may block moves the client to a goroutine, which waits for
+// it as for any blocking request: a client that goes away meanwhile is
+// noticed (ClientGone), and the replies of one that stays come in order
+// once it is released.
+func TestLoopHandlerThatLies(t *testing.T) {
+	h := newEchoHandler(false, true)
+	s := NewServer(lyingHandler{h}, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	s.handler = lyingHandler{h} // onLoop wrapped it
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	var release sync.Once
+	defer func() {
+		release.Do(func() { close(h.release) }) // else Shutdown waits for BLOCK
+		s.Shutdown(context.Background())
+	}()
+	gone, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Write([]byte(multibulk("BLOCK")))
+	gone.Close()
+	select {
+	case <-h.gone:
+	case <-time.After(replyWait):
+		t.Fatal("ClientGone was not called for a client that went away while blocked")
+	}
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("BLOCK") + multibulk("ECHO", "b")))
+	release.Do(func() { close(h.release) })
+	expectReplies(t, nc, rd, "ECHO a, BLOCK, ECHO b", words("ECHO a", "BLOCK", "ECHO b")...)
+	nc.Write([]byte(multibulk("LAST")))
+	expectReplies(t, nc, rd, "LAST", words("LAST")...)
+}
