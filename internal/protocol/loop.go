@@ -74,6 +74,8 @@ type loopClient struct {
 	// edge-triggered: bytes left unread are not signalled again).
 	readable bool
 	eof      bool // the client ended its stream; close after the batch
+	// closeNow: Shutdown's time is up; close once no batch is in flight.
+	closeNow bool
 	stopped  bool
 	// laterErr is the write's outcome of a batch left to its last reply,
 	// set by doneLater before it posts resume.
@@ -106,7 +108,7 @@ func (lc *loopClient) register() {
 	}
 	lc.reg = reg
 	if lc.c.closing.Load() {
-		lc.shutdown() // Shutdown came first
+		lc.shutdown(false) // Shutdown came first
 	}
 }
 
@@ -222,9 +224,11 @@ func (lc *loopClient) resume() {
 	lc.laterErr = nil
 	switch {
 	case lc.stopped:
-	case err != nil || lc.eof || c.closing.Load():
+	case err != nil || lc.eof || lc.closeNow:
 		lc.stop()
 	default:
+		// Shutting down too: what the client has sent is still served
+		// (endLoopBatch closes it once nothing more is there).
 		c.serveLoop()
 	}
 }
@@ -334,14 +338,21 @@ func (lc *loopClient) stop() {
 	go lc.c.server.release(lc.c) // Closed may take what a loop must not wait for
 }
 
-// shutdown is Shutdown's interrupt on the loop: a connection that the loop
-// holds is closed (the requests it had read are dispatched already), one
-// whose batch is being written is closed once it is (resume).
-func (lc *loopClient) shutdown() {
-	if lc.stopped || lc.c.later {
-		return
+// shutdown is Shutdown's interrupt on the loop: the requests the client
+// has sent (in the buffer, or in the socket now) are served, and the
+// connection is closed once their replies are written and nothing more is
+// there to read (endLoopBatch); with closeNow (Shutdown's time is up), at
+// once, or once the batch in flight is written (resume).
+func (lc *loopClient) shutdown(closeNow bool) {
+	lc.closeNow = lc.closeNow || closeNow
+	switch {
+	case lc.stopped || lc.c.later:
+	case lc.closeNow:
+		lc.stop()
+	default:
+		lc.readable = true // whatever came meanwhile is read once more
+		lc.c.serveLoop()
 	}
-	lc.stop()
 }
 
 // interruptOnLoop is interrupt for a connection that started on the loop,
@@ -352,7 +363,7 @@ func (c *Conn) interruptOnLoop(closeNow bool) {
 	c.server.Loop.Post(func() {
 		switch {
 		case c.lp != nil:
-			c.lp.shutdown()
+			c.lp.shutdown(closeNow)
 		case closeNow:
 			c.raw.Close()
 		default:

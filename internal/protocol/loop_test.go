@@ -380,3 +380,52 @@ func TestLoopHandlerThatLies(t *testing.T) {
 	nc.Write([]byte(multibulk("LAST")))
 	expectReplies(t, nc, rd, "LAST", words("LAST")...)
 }
+
+// TestLoopShutdownServesWhatWasSent: a pipeline longer than the read
+// buffer (and than a batch on the loop), whose first reply is in when
+// Shutdown begins, is answered whole before the connection closes:
+// requests already sent are served, as at SIGTERM.
+func TestLoopShutdownServesWhatWasSent(t *testing.T) {
+	s := NewServer(laterHandler{}, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const n = 300
+	var req []byte
+	for i := range n {
+		req = append(req, multibulk(fmt.Sprintf("r%d", i))...)
+	}
+	if _, err := nc.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	rd := bufio.NewReader(nc)
+	if line, err := rd.ReadString('\n'); err != nil || line != "+r0\r\n" {
+		t.Fatalf("first reply %q, %v", line, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- s.Shutdown(ctx)
+	}()
+	for i := 1; i < n; i++ {
+		if line, err := rd.ReadString('\n'); err != nil || line != fmt.Sprintf("+r%d\r\n", i) {
+			t.Fatalf("reply %d after Shutdown began: %q, %v", i, line, err)
+		}
+	}
+	if b, err := rd.ReadByte(); err != io.EOF {
+		t.Fatalf("after the last reply: %q, %v; want the end", b, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
