@@ -127,8 +127,9 @@
 //
 // # Memory
 //
-// The newest-token cache is a sharded LRU bounded to Options.CacheEntries
-// entries, however many resources have ever been recorded. One entry costs
+// The newest-token cache (internal/tokencache) is a sharded LRU bounded to
+// Options.CacheEntries entries, however many resources have ever been
+// recorded. One entry costs
 // about 100 bytes plus the resource length (at most MaxResourceLen), so the
 // default 262144 entries take about 42 MB for 64-byte resources and at most
 // about 160 MB. Pebble adds its own block cache (8 MB) and memtables (4 MB each).

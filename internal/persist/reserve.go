@@ -71,7 +71,7 @@ func (s *Store) Confirm(g Grant) error {
 	if err := s.commitNoSync(b); err != nil {
 		return err
 	}
-	s.cache.raise(g.Resource, g.Token, g.AboveAll)
+	s.cache.Raise(g.Resource, g.Token, g.AboveAll)
 	return nil
 }
 
