@@ -28,7 +28,9 @@
 #   - hot lock: the same harnesses, 50 clients on one resource: the fenced recipe
 #     polling every 1-3 ms, etcd Mutex.Lock, fenceproxy LOCK.ACQUIRE ... WAIT;
 #   - memory (not with --quick): fenceproxy's RSS with 10,000 idle clients
-#     (scripts/idleclients, against the proxy above), and the RSS of a fresh
+#     (scripts/idleclients, against the proxy above: first clients that sent
+#     EXISTS, which stay on the --serve-loop, then clients that sent PING, which
+#     moves each to a goroutine of its own), and the RSS of a fresh
 #     fenceproxy after 1M (--scale: 10M) distinct resources were locked once
 #     (scripts/lockload: 64 connections, pipelined LOCK.ACQUIRE, 2 s leases).
 #     That proxy runs with --min-replicas 0 (fsync, no replica wait) so the load
@@ -612,9 +614,19 @@ main() {
 		check_proxy
 	done
 
-	local idle_line="" load_line="" load_before=""
+	local idle_line="" loop_idle_line="" load_line="" load_before=""
 	if ((!quick)); then
-		log "memory: $IDLE_CLIENTS idle clients on fenceproxy (pid $proxy_pid)"
+		# Twice: clients that sent a forwarded request (EXISTS), which stay
+		# on the --serve-loop, then clients that sent PING, which moves each
+		# to a goroutine of its own (the larger figure, so it runs second:
+		# what the first run leaves to the Go heap only inflates the first).
+		log "memory: $IDLE_CLIENTS idle clients on fenceproxy's serve loop (pid $proxy_pid)"
+		loop_idle_line=$("$tmp/idleclients" -addr "$PROXY_ADDR" -pid "$proxy_pid" -n "$IDLE_CLIENTS" -forwarded 2>&1) ||
+			die "idleclients -forwarded failed: $loop_idle_line"
+		echo "$loop_idle_line"
+		loop_idle_line=$(grep '^RESULT ' <<<"$loop_idle_line")
+		check_proxy
+		log "memory: $IDLE_CLIENTS idle clients on fenceproxy, each on a goroutine (pid $proxy_pid)"
 		idle_line=$("$tmp/idleclients" -addr "$PROXY_ADDR" -pid "$proxy_pid" -n "$IDLE_CLIENTS" 2>&1) ||
 			die "idleclients failed: $idle_line"
 		echo "$idle_line"
@@ -724,8 +736,10 @@ main() {
 		echo
 		echo "-- memory: fenceproxy VmRSS (targets: <= $TARGET_IDLE_MIB MiB with 10,000 idle clients, <= $TARGET_LOAD_MIB MiB after 10M resources)"
 		printf '%-58s %10s\n' "" "RSS MiB"
-		printf '%-58s %10s\n' "proxy above, before the idle clients (after the runs above)" "$(field "$idle_line" rss_before_mib)"
-		printf '%-58s %10s\n' "with $(field "$idle_line" accepted)/$IDLE_CLIENTS idle clients accepted and answering PING" "$(field "$idle_line" rss_mib)"
+		printf '%-58s %10s\n' "proxy above, before the idle clients (after the runs above)" "$(field "$loop_idle_line" rss_before_mib)"
+		printf '%-58s %10s\n' "with $(field "$loop_idle_line" accepted)/$IDLE_CLIENTS idle clients answering EXISTS (serve loop)" "$(field "$loop_idle_line" rss_mib)"
+		printf '%-58s %10s\n' "  then, those gone, before the next" "$(field "$idle_line" rss_before_mib)"
+		printf '%-58s %10s\n' "with $(field "$idle_line" accepted)/$IDLE_CLIENTS idle clients answering PING (goroutines)" "$(field "$idle_line" rss_mib)"
 		printf '%-58s %10s\n' "fresh proxy (--min-replicas 0), at start" "$load_before"
 		printf '%-58s %10s\n' "  after $LOAD_N distinct resources locked once" "$(field "$load_line" rss_mib)"
 		printf '%-58s %10s\n' "  the same, $(field "$load_line" granted) granted, peak (VmHWM)" "$(field "$load_line" hwm_mib)"
@@ -779,7 +793,10 @@ main() {
 	if ((!quick)); then
 		local idle_t="$IDLE_CLIENTS idle clients" load_t="after $((LOAD_N / 1000000))M resources"
 		{
-			printf 'scale\tbefore idle clients\tfenceproxy\t%s\tMiB\t-\t-\t0\n' "$(field "$idle_line" rss_before_mib)"
+			printf 'scale\tbefore idle clients\tfenceproxy\t%s\tMiB\t-\t-\t0\n' "$(field "$loop_idle_line" rss_before_mib)"
+			printf 'scale\t%s on the serve loop\tfenceproxy\t%s\tMiB\t-\t-\t%s\n' "$idle_t" "$(field "$loop_idle_line" rss_mib)" \
+				$((IDLE_CLIENTS - $(field "$loop_idle_line" accepted)))
+			printf 'scale\t%s on the serve loop\ttarget\t%s\tMiB\t-\t-\t0\n' "$idle_t" "$TARGET_IDLE_MIB"
 			printf 'scale\t%s\tfenceproxy\t%s\tMiB\t-\t-\t%s\n' "$idle_t" "$(field "$idle_line" rss_mib)" \
 				$((IDLE_CLIENTS - $(field "$idle_line" accepted)))
 			printf 'scale\t%s\ttarget\t%s\tMiB\t-\t-\t0\n' "$idle_t" "$TARGET_IDLE_MIB"
