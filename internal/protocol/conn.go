@@ -549,6 +549,13 @@ func (c *Conn) disarmIdle() {
 // client to another backend connection, so requests sent before the switch
 // run first.
 func (c *Conn) WaitReplies(current *resp.Reply) {
+	if c.lp != nil {
+		// On the event loop, whose replies may be completed by the loop
+		// itself: waiting here would stop every client of the loop for
+		// good. A LoopHandler's ServesOnLoop must refuse such requests;
+		// this one is answered as a panic (logged, the client closed).
+		panic("protocol: WaitReplies on the event loop (ServesOnLoop admitted a request that waits for earlier replies)")
+	}
 	s := c.batch.replies[c.batch.n-1]
 	if s.reply != current {
 		panic("protocol: WaitReplies with a reply that is not the current request's")

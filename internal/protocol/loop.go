@@ -34,22 +34,7 @@ import (
 // write the socket does not take at once leaves the same way, its rest
 // written by a goroutine as later.go writes it.
 //
-// Invariants:
-//
-//  1. A connection's loop state (loopClient) is touched on the loop only,
-//     but laterErr, which the goroutine that completes a batch sets before
-//     it posts resume.
-//  2. While a batch is left to its last reply (c.later), the loop reads
-//     and dispatches nothing of the connection's; resume, posted by
-//     doneLater, gives it back. So replies leave in order, one batch at a
-//     time, as with a goroutine.
-//  3. A connection leaves the loop only on the loop and only while the
-//     loop holds it (not c.later), except a batch whose write did not
-//     finish, which the loop hands over while the batch is still owned by
-//     its write (handOverWrite): the goroutine that finishes the write
-//     calls doneLater as later.go does.
-//  4. The loop closes the socket only while it holds the connection, so a
-//     write of a batch never meets a closed (or reused) descriptor.
+// The invariants are in the package doc ("Serving from an event loop").
 
 // LoopHandler is a Handler that serves some requests on an event loop
 // (Server.Loop). Without it, every client gets a goroutine.

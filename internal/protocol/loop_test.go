@@ -381,6 +381,71 @@ func TestLoopHandlerThatLies(t *testing.T) {
 	expectReplies(t, nc, rd, "LAST", words("LAST")...)
 }
 
+// waitingHandler serves everything on the loop (it says), but completes
+// ECHO's reply on the loop, later (as the backend's loop connections do),
+// and WAITS after WaitReplies.
+type waitingHandler struct {
+	echoHandler
+	loop *netloop.Loop
+}
+
+func (waitingHandler) ServesOnLoop(*Conn, [][]byte) bool { return true }
+
+func (h *waitingHandler) ServeCommand(c *Conn, args [][]byte, p *resp.Reply) {
+	reply := echoReply(args)
+	if string(args[0]) == "WAITS" {
+		c.WaitReplies(p)
+		p.Buf = append(p.Buf, reply...)
+		p.Done()
+		return
+	}
+	h.loop.Post(func() {
+		p.Buf = append(p.Buf, reply...)
+		p.Done()
+	})
+}
+
+// TestLoopWaitRepliesOnLoop: a Handler that waits for earlier replies on
+// the loop (ServesOnLoop let such a request through) would wait for the
+// loop itself, and every client of the loop would hang: the request is
+// answered as a panic instead (its client closed after its replies), and
+// the loop goes on serving the others.
+func TestLoopWaitRepliesOnLoop(t *testing.T) {
+	h := &waitingHandler{}
+	s := NewServer(h, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	h.loop = s.Loop
+	s.handler = h // onLoop wrapped it
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Shutdown(context.Background())
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("WAITS")))
+	expectReplies(t, nc, rd, "ECHO a", words("ECHO a")...)
+	nc.SetReadDeadline(time.Now().Add(replyWait))
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "-ERR fenceproxy: internal error") {
+		t.Fatalf("WAITS on the loop: %q, %v; want the internal error", line, err)
+	}
+	if _, err := rd.ReadByte(); err != io.EOF {
+		t.Fatalf("after the internal error: %v; want the connection closed", err)
+	}
+	other, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.Write([]byte(multibulk("ECHO", "b")))
+	expectReplies(t, other, bufio.NewReader(other), "ECHO b on another client", words("ECHO b")...)
+}
+
 // TestLoopShutdownServesWhatWasSent: a pipeline longer than the read
 // buffer (and than a batch on the loop), whose first reply is in when
 // Shutdown begins, is answered whole before the connection closes:
