@@ -82,8 +82,8 @@ func TestRelease(t *testing.T) {
 	if ok, err := f.m.Release(ctx, "r", owner); !ok || err != nil {
 		t.Fatalf("Release = %v, %v; want true", ok, err)
 	}
-	if c := f.scripts.sent()[1]; c.script != "release" || c.wantAcks || !slices.Equal(c.args, []string{owner, "0"}) {
-		t.Errorf("release sent as %+v: want no WAIT, the owner and term 0 only", c)
+	if c := f.scripts.sent()[1]; c.script != "release" || c.wantAcks || !slices.Equal(c.args, []string{owner, "0", "0"}) {
+		t.Errorf("release sent as %+v: want no WAIT, the owner, lock-delay 0 and term 0 only", c)
 	}
 	if _, freed, _ := f.m.waiting.news("r", w); !freed {
 		t.Errorf("the head of the line was not told the resource was freed")

@@ -54,15 +54,17 @@ func newFakeScripts(t testing.TB, replies ...reply) *fakeScripts {
 }
 
 func scriptName(c ScriptCall) string {
-	switch c.Source {
-	case acquireScript:
+	switch c.Op {
+	case opAcquire:
 		return "acquire"
-	case renewScript:
+	case opRenew:
 		return "renew"
-	case releaseScript:
+	case opRelease:
 		return "release"
-	case undoScript:
+	case opUndo:
 		return "undo"
+	}
+	switch c.Source {
 	case execScript:
 		return "exec"
 	case infoScript:

@@ -453,8 +453,9 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 	}
 	a.start = time.Now()
 	a.call = ScriptCall{
-		Source: acquireScript,
-		SHA:    acquireSHA,
+		Source: opsScript,
+		SHA:    opsSHA,
+		Op:     opAcquire,
 		Keys:   m.keys(key),
 		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
 			a.start.UnixMilli(), clientAddr, m.term()},
@@ -490,9 +491,11 @@ func busyLease(ms int64) time.Duration {
 // (deleted, or already gone: it expired).
 func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, token uint64) bool {
 	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, ScriptCall{
-		Source: undoScript,
+		Source: opsScript,
+		SHA:    opsSHA,
+		Op:     opUndo,
 		Keys:   a.call.Keys,
-		Args:   []any{owner, strconv.FormatUint(token, 10), m.term()},
+		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term()},
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
@@ -531,8 +534,9 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	now := time.Now()
 	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
-		Source: renewScript,
-		SHA:    renewSHA,
+		Source: opsScript,
+		SHA:    opsSHA,
+		Op:     opRenew,
 		Keys:   m.keys(key),
 		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()},
 	}, true)
@@ -573,10 +577,11 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	// A release needs no replica acknowledgement: if a failover loses it,
 	// the lease merely runs out.
 	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
-		Source: releaseScript,
-		SHA:    releaseSHA,
+		Source: opsScript,
+		SHA:    opsSHA,
+		Op:     opRelease,
 		Keys:   m.keys(key),
-		Args:   []any{owner, m.term()},
+		Args:   []any{owner, m.opts.LockDelay.Milliseconds(), m.term()},
 	}, false)
 	reply, err := write.Reply()
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -236,5 +238,96 @@ func TestRawKeepsTheReplysError(t *testing.T) {
 	w = &Write{reply: &resp.Reply{Buf: []byte("+OK\r\n")}}
 	if raw, err := w.Raw(); string(raw) != "+OK\r\n" || err != nil {
 		t.Errorf("a reply: Raw = %q, %v", raw, err)
+	}
+}
+
+// opWrite is a Write of one lock operation, ready for a batch.
+func opWrite(op lockOp, resource string, args ...any) *Write {
+	key := "fenceproxy:lock:{" + resource + "}"
+	w := &Write{call: ScriptCall{Source: opsScript, SHA: opsSHA, Op: op, Keys: []string{key, key + ":delay"}, Args: args}}
+	w.replied.Add(1)
+	w.reply = resp.NewReply(&w.replied)
+	return w
+}
+
+// runOps sends ws as one call of opsScript on c and hands each its reply,
+// as the Writer does with a batch's operations for one slot.
+func runOps(t *testing.T, c *testenv.Conn, ws ...*Write) []any {
+	t.Helper()
+	c.WriteRaw(appendOps(nil, ws))
+	raw, err := c.ReadReply()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &opsGroup{writes: ws}
+	g.done.Add(1)
+	g.Complete(&resp.Reply{Buf: raw})
+	out := make([]any, len(ws))
+	for i, w := range ws {
+		v, err := w.Reply()
+		if err != nil {
+			out[i] = err
+		} else {
+			out[i] = v
+		}
+	}
+	return out
+}
+
+// TestOpsScriptBatch: the lock operations of a batch run in one script
+// call, in order, each on its own record, each answered with its own
+// reply; one that fails (a key of another type) fails alone; a record in
+// the older hash layout is understood and rewritten as a string by its
+// re-arm; a call refused whole (NOSCRIPT) is every operation's answer.
+func TestOpsScriptBatch(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := testenv.Dial(t, master.Addr)
+	c.Do("RPUSH", "fenceproxy:lock:{list}", "x")
+	c.Do("HSET", "fenceproxy:lock:{old}", "owner", "o", "token", "5", "acquired", "1000", "addr", "10.0.0.1:5")
+	c.Do("PEXPIRE", "fenceproxy:lock:{old}", "60000")
+	c.Do("SCRIPT", "LOAD", opsScript)
+	const now = int64(1733300000000)
+	acquire := func(r, owner string, cand uint64, newest string) *Write {
+		return opWrite(opAcquire, r, owner, int64(10000), cand, newest, false, int64(0), now, "127.0.0.1:9", uint64(0))
+	}
+	got := runOps(t, c,
+		acquire("r", "a", 10, ""),
+		acquire("list", "a", 11, ""),
+		acquire("r", "b", 12, ""),
+		opWrite(opRenew, "r", "a", int64(20000), "10", int64(0), now+1, uint64(0)),
+		acquire("old", "o", 13, "5"),
+		opWrite(opRelease, "r", "b", int64(0), uint64(0)),
+		opWrite(opRelease, "r", "a", int64(0), uint64(0)),
+		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0)),
+	)
+	want := []string{
+		"[2 10]",    // granted
+		"WRONGTYPE", // a list: that operation alone fails
+		"[0 10000]", // busy: a's grant came first in the same call
+		"10",        // a renews its token
+		"[1 5]",     // the older record's owner re-arms it
+		"0",         // b does not hold r
+		"[10 1733300000000 127.0.0.1:9]",
+		"0", // not that token
+	}
+	for i, w := range want {
+		s := fmt.Sprint(got[i])
+		if !strings.HasPrefix(s, w) {
+			t.Errorf("operation %d answered %q, want %q", i, s, w)
+		}
+	}
+	if rec, ok := testenv.ReadLockRecord(t, c, "fenceproxy:lock:{old}"); !ok || rec.Owner != "o" || rec.Token != "5" ||
+		rec.Acquired != "1000" || rec.Renewed != strconv.FormatInt(now, 10) || rec.Addr != "10.0.0.1:5" {
+		t.Errorf("the older record after its re-arm: %+v", rec)
+	}
+	if typ := string(c.Do("TYPE", "fenceproxy:lock:{old}")); typ != "+string\r\n" {
+		t.Errorf("the older record is a %q after its re-arm, want a string", typ)
+	}
+
+	c.Do("SCRIPT", "FLUSH")
+	for i, v := range runOps(t, c, acquire("s", "a", 20, ""), opWrite(opRelease, "s", "a", int64(0), uint64(0))) {
+		if err, ok := v.(error); !ok || !strings.Contains(err.Error(), "NOSCRIPT") {
+			t.Errorf("operation %d of a call that met NOSCRIPT: %v", i, v)
+		}
 	}
 }
