@@ -63,6 +63,8 @@ func scriptName(c ScriptCall) string {
 		return "release"
 	case opUndo:
 		return "undo"
+	case opHandoff:
+		return "handoff"
 	}
 	switch c.Source {
 	case execScript:

@@ -328,7 +328,7 @@ func TestBusyLease(t *testing.T) {
 		want time.Duration
 	}{{"1500", 1500 * time.Millisecond}, {"-1", 50 * time.Millisecond}, {"-2", 50 * time.Millisecond}} {
 		f := newFixture(t, newFakeScripts(t, reply{raw: kindReply(kindBusy, tc.pttl)}), nil)
-		_, left, err := f.m.tryAcquire(context.Background(), "r", owner, addr, ttl, false, time.Time{})
+		_, left, err := f.m.tryAcquire(context.Background(), "r", owner, addr, ttl, false, time.Time{}, nil)
 		if err != ErrBusy || left != tc.want {
 			t.Errorf("PTTL %s: lease left %v (%v), want %v", tc.pttl, left, err, tc.want)
 		}
@@ -341,7 +341,7 @@ func TestBusyLease(t *testing.T) {
 func TestAcquireWithOthersWaiting(t *testing.T) {
 	t.Run("busy", func(t *testing.T) {
 		f := newFixture(t, newFakeScripts(t, reply{raw: kindReply(kindBusy, "900")}), nil)
-		f.m.waiting.join("r", 10)
+		f.m.waiting.join("r", "w", addr, ttl, 10)
 		if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); err != ErrBusy {
 			t.Fatalf("Acquire: %v, want ErrBusy", err)
 		}
@@ -354,7 +354,7 @@ func TestAcquireWithOthersWaiting(t *testing.T) {
 		rearmed := reply{raw: kindReply(kindRearmed, "5"), acks: acked(1)}
 		f := newFixture(t, newFakeScripts(t, rearmed, rearmed), nil)
 		f.tokens.newest["r"], f.tokens.known["r"], f.tokens.last = 5, true, 5
-		f.m.waiting.join("r", 10)
+		f.m.waiting.join("r", "w", addr, ttl, 10)
 		if token, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); err != nil || token != 5 {
 			t.Fatalf("Acquire = %d, %v; want the owner's 5", token, err)
 		}
@@ -367,12 +367,12 @@ func TestAcquireWithOthersWaiting(t *testing.T) {
 	})
 	t.Run("refused early", func(t *testing.T) {
 		f := newFixture(t, newFakeScripts(t, reply{err: cluster.ErrUnavailable}), nil)
-		f.m.waiting.join("r", 10)
+		f.m.waiting.join("r", "w", addr, ttl, 10)
 		if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); !errors.Is(err, cluster.ErrUnavailable) {
 			t.Fatalf("Acquire: %v", err)
 		}
 		f = newFixture(t, newFakeScripts(t), func(o *Options) { o.Admit = func() error { return errNotAdmitted } })
-		f.m.waiting.join("r", 10)
+		f.m.waiting.join("r", "w", addr, ttl, 10)
 		if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); err != errNotAdmitted {
 			t.Fatalf("Acquire: %v", err)
 		}

@@ -198,7 +198,20 @@ local function undo(k, g, owner, token, delay, term)
   end
   return 0
 end
-local ops = {a = {acquire, 9}, r = {renew, 6}, l = {release, 3}, u = {undo, 4}}
+local function handoff(k, g, owner, delay, term, howner, ttl, cand, now, addr)
+  local rel = release(k, g, owner, delay, term)
+  if type(rel) ~= 'table' or rel.err then
+    return rel
+  end
+  if tonumber(rel[1]) and tonumber(rel[1]) >= tonumber(cand) then
+    return {rel, {4, rel[1]}}
+  end
+  delay, term = tonumber(delay), tonumber(term)
+  store(k, howner, cand, term, now, now, addr, ttl)
+  guard(g, term, ttl, delay)
+  return {rel, {2, cand}}
+end
+local ops = {a = {acquire, 9}, r = {renew, 6}, l = {release, 3}, u = {undo, 4}, h = {handoff, 8}}
 local out, a, k, n = {}, 1, 1, #ARGV
 while a <= n do
   local op = ops[ARGV[a]]
@@ -254,6 +267,14 @@ const (
 	// guard) only if it is exactly the grant being undone: returns 1, else
 	// 0.
 	opUndo lockOp = 'u'
+	// opHandoff: owner, lock-delay-ms, term, as opRelease; then the head
+	// of the line's owner, ttl-ms, reserved token, now (unix ms) and client
+	// addr. A release that, if it freed the resource, grants it to the
+	// head at once (handoff.go). Returns opRelease's reply if nothing was
+	// released (0, or the error), else {that reply, {kind, value}}: {2,
+	// token} granted, or {4, the released record's token} if that was at
+	// or above the head's (kindTokenAhead: not granted).
+	opHandoff lockOp = 'h'
 )
 
 // replyKind is the first element of opAcquire's {kind, value} reply.

@@ -303,7 +303,7 @@ func TestOpsScriptBatch(t *testing.T) {
 	want := []string{
 		"[2 10]",    // granted
 		"WRONGTYPE", // a list: that operation alone fails
-		"[0 10000]", // busy: a's grant came first in the same call
+		"[0 ",       // busy: a's grant came first in the same call
 		"10",        // a renews its token
 		"[1 5]",     // the older record's owner re-arms it
 		"0",         // b does not hold r
@@ -329,5 +329,45 @@ func TestOpsScriptBatch(t *testing.T) {
 		if err, ok := v.(error); !ok || !strings.Contains(err.Error(), "NOSCRIPT") {
 			t.Errorf("operation %d of a call that met NOSCRIPT: %v", i, v)
 		}
+	}
+}
+
+// TestOpsScriptHandoff: opHandoff releases the owner's record and, in the
+// same call, grants the resource to the head of the line with its token;
+// a release by another owner grants nothing; a head's token not above the
+// released one is not granted (kindTokenAhead), though the release stands.
+func TestOpsScriptHandoff(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := testenv.Dial(t, master.Addr)
+	c.Do("SCRIPT", "LOAD", opsScript)
+	const now = int64(1733300000000)
+	acquire := func(r, owner string, cand uint64) *Write {
+		return opWrite(opAcquire, r, owner, int64(10000), cand, "", false, int64(0), now, "127.0.0.1:9", uint64(0))
+	}
+	handoff := func(r, owner, head string, cand uint64) *Write {
+		return opWrite(opHandoff, r, owner, int64(0), uint64(0), head, int64(20000), cand, now+5, "127.0.0.1:8")
+	}
+	got := runOps(t, c,
+		acquire("r", "a", 10),
+		handoff("r", "x", "b", 11), // x does not hold r
+		handoff("r", "a", "b", 11),
+		acquire("s", "a", 20),
+		handoff("s", "a", "b", 19), // 19 is below a's 20
+	)
+	want := []string{"[2 10]", "0", "[[10 1733300000000 127.0.0.1:9] [2 11]]", "[2 20]", "[[20 1733300000000 127.0.0.1:9] [4 20]]"}
+	for i, w := range want {
+		if s := fmt.Sprint(got[i]); s != w {
+			t.Errorf("operation %d answered %q, want %q", i, s, w)
+		}
+	}
+	if rec, ok := testenv.ReadLockRecord(t, c, "fenceproxy:lock:{r}"); !ok || rec.Owner != "b" || rec.Token != "11" ||
+		rec.Acquired != strconv.FormatInt(now+5, 10) || rec.Addr != "127.0.0.1:8" {
+		t.Errorf("r after the handoff: %+v, want b's grant of 11", rec)
+	}
+	if pttl, _ := testenv.ParseInt(c.Do("PTTL", "fenceproxy:lock:{r}")); pttl <= 10000 {
+		t.Errorf("b's lease: PTTL %d, want its own 20000 ms", pttl)
+	}
+	if _, ok := testenv.ReadLockRecord(t, c, "fenceproxy:lock:{s}"); ok {
+		t.Errorf("s still has a record after a's release with a head token too low to grant")
 	}
 }

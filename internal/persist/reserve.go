@@ -58,13 +58,23 @@ func reservedKey(resource []byte, token uint64) []byte {
 // writes the confirmations and cancellations deferred so far in the same
 // batch. It returns after the sync; concurrent Reserves share fsyncs.
 func (s *Store) Reserve(resource []byte, token uint64) error {
-	if err := s.check(Grant{Resource: resource, Token: token}); err != nil {
-		return err
+	return s.ReserveAll(resource, []uint64{token})
+}
+
+// ReserveAll is Reserve of several tokens for one resource, in one batch
+// and one sync.
+func (s *Store) ReserveAll(resource []byte, tokens []uint64) error {
+	for _, t := range tokens {
+		if err := s.check(Grant{Resource: resource, Token: t}); err != nil {
+			return err
+		}
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.Set(reservedKey(resource, token), nil, nil); err != nil {
-		return err
+	for _, t := range tokens {
+		if err := b.Set(reservedKey(resource, t), nil, nil); err != nil {
+			return err
+		}
 	}
 	taken, err := s.deferred.takeInto(b)
 	if err != nil {
