@@ -287,7 +287,11 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 		}
 		return false, nil // 0: not owner's
 	}
-	switch kind, value, err := pair(grant); {
+	var kind, value int64
+	if w != nil {
+		kind, value, err = pair(grant)
+	}
+	switch {
 	case w == nil:
 		m.waiting.wakeHead(resource)
 		m.serial.unlock(resource, turn)

@@ -23,7 +23,8 @@ type workers struct {
 	handoff chan func() // unbuffered: a send succeeds only if a worker is idle
 	backlog chan func() // tasks waiting while max workers are busy
 	running atomic.Int32
-	max     int32 // 0: no bound
+	max     int32         // 0: no bound
+	idle    time.Duration // a worker idle this long exits (workerIdle)
 }
 
 const (
@@ -38,7 +39,7 @@ const (
 // requests that mostly wait, such as LOCK.ACQUIRE … WAIT: they cost a
 // goroutine each whatever the pool).
 func newWorkers(max int32) *workers {
-	return &workers{handoff: make(chan func()), backlog: make(chan func(), maxBacklog), max: max}
+	return &workers{handoff: make(chan func()), backlog: make(chan func(), maxBacklog), max: max, idle: workerIdle}
 }
 
 func (w *workers) run(task func()) {
@@ -55,21 +56,33 @@ func (w *workers) run(task func()) {
 	w.backlog <- task
 }
 
+// loop runs task, then the tasks handed to it, until it has been idle for
+// a whole idle period (workerIdle). Its idle timer runs on, and is looked at only when
+// it fires: a worker that ran a task since is not idle, and looks again a
+// period later. (Resetting the timer after every task took the runtime's
+// timer lock twice per lock request.)
 func (w *workers) loop(task func()) {
-	idle := time.NewTimer(workerIdle)
+	idle := time.NewTimer(w.idle)
 	defer idle.Stop()
 	for {
-		task()
-		select { // the backlog first: its tasks are older than any new one
-		case task = <-w.backlog:
-			continue
-		default:
+		ran := false
+		for task != nil {
+			task()
+			ran = true
+			task = nil
+			select { // the backlog first: its tasks are older than any new one
+			case task = <-w.backlog:
+			default:
+			}
 		}
-		idle.Reset(workerIdle)
 		select {
 		case task = <-w.handoff:
 		case task = <-w.backlog:
 		case <-idle.C:
+			idle.Reset(w.idle)
+			if ran {
+				continue
+			}
 			w.running.Add(-1)
 			// run may have queued a task while every worker was counted
 			// busy: take it rather than leave it stranded.

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestWorkersBounded: with every worker busy, further tasks queue instead
@@ -31,5 +32,29 @@ func TestWorkersBounded(t *testing.T) {
 	done.Wait()
 	if m := most.Load(); m > 3 {
 		t.Fatalf("%d tasks ran at once, want at most 3", m)
+	}
+}
+
+// TestWorkersIdleExit: a worker kept busy does not exit, however long it
+// runs; one idle for a whole period does.
+func TestWorkersIdleExit(t *testing.T) {
+	w := newWorkers(1)
+	w.idle = 30 * time.Millisecond
+	var ran atomic.Int32
+	for end := time.Now().Add(5 * w.idle); time.Now().Before(end); time.Sleep(w.idle / 10) {
+		if n := w.running.Load(); n != 1 && ran.Load() > 0 {
+			t.Fatalf("%d workers running between tasks of a stream, want the one kept busy", n)
+		}
+		done := make(chan struct{})
+		w.run(func() { ran.Add(1); close(done) })
+		<-done
+	}
+	for deadline := time.Now().Add(10 * time.Second); w.running.Load() != 0; time.Sleep(w.idle / 10) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers still running 10s after their last task", w.running.Load())
+		}
+	}
+	if ran.Load() < 10 {
+		t.Fatalf("only %d tasks ran", ran.Load())
 	}
 }

@@ -378,7 +378,7 @@ func (wr *Writer) retire(node *cluster.Node, nw *nodeWriter) {
 // at 50 clients.)
 func (wr *Writer) writeLoop(queue chan *Write, conn *backend.Conn, closed <-chan struct{}) {
 	batch := make([]*Write, 0, maxWriteBatch)
-	var scratch []byte
+	var st writerState
 	for {
 		select {
 		case w := <-queue:
@@ -395,7 +395,7 @@ func (wr *Writer) writeLoop(queue chan *Write, conn *backend.Conn, closed <-chan
 				break gather
 			}
 		}
-		wr.sendBatch(conn, batch, &scratch).Wait()
+		wr.sendBatch(conn, batch, &st).Wait()
 		clear(batch)
 		batch = batch[:0]
 	}
@@ -409,9 +409,10 @@ func (wr *Writer) writeLoop(queue chan *Write, conn *backend.Conn, closed <-chan
 // opsScript per hash slot (one in all for a backend that does not route by
 // key), in the order they came: Redis then parses, looks up and runs one
 // script, and replicates one transaction, for many grants, renewals or
-// releases. Every other write goes as its own script. scratch is the
-// calling writer's own buffer for encoding requests.
-func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, scratch *[]byte) *sync.WaitGroup {
+// releases. Every other write goes as its own script. st is the calling
+// writer's own: its buffer for encoding requests, and its opsGroups, free
+// again once what sendBatch returns is done.
+func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, st *writerState) *sync.WaitGroup {
 	var ack *ackWait
 	for _, w := range batch {
 		if w.wantAcks && wr.opts.MinReplicas > 0 {
@@ -423,7 +424,8 @@ func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, scratch *[]byte)
 			break
 		}
 	}
-	groups := wr.groupOps(batch)
+	groups := wr.groupOps(batch, st)
+	scratch := &st.scratch
 	var last *sync.WaitGroup
 	for _, w := range batch {
 		if w.wantAcks {
@@ -439,7 +441,7 @@ func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, scratch *[]byte)
 	for _, g := range groups {
 		*scratch = appendOps((*scratch)[:0], g.writes)
 		g.done.Add(1)
-		conn.DoEncoded(*scratch, false, resp.NewReplyTo(g))
+		conn.DoEncoded(*scratch, false, g.reply)
 		last = &g.done
 	}
 	if ack != nil {
@@ -453,11 +455,20 @@ func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, scratch *[]byte)
 	return last
 }
 
+// writerState is one writer's own, reused from batch to batch.
+type writerState struct {
+	scratch []byte
+	groups  []*opsGroup // the first used of them are the batch's
+	used    int
+}
+
 // opsGroup is one call of opsScript: the lock operations of a batch that
 // go to one slot, in order. Its reply, the list of theirs, completes each.
+// A writer reuses its groups once its batch is done.
 type opsGroup struct {
 	slot   int
 	writes []*Write
+	reply  *resp.Reply    // completes the group (Complete)
 	done   sync.WaitGroup // the reply is in, and every operation has its own
 }
 
@@ -466,8 +477,12 @@ type opsGroup struct {
 // in one slot there; a batch of random resources then makes groups of
 // one, pipelined as before), else one. Groups and the operations in each
 // keep the batch's order.
-func (wr *Writer) groupOps(batch []*Write) []*opsGroup {
-	var groups []*opsGroup
+func (wr *Writer) groupOps(batch []*Write, st *writerState) []*opsGroup {
+	for _, g := range st.groups[:st.used] {
+		clear(g.writes)
+		g.writes = g.writes[:0]
+	}
+	st.used = 0
 	for _, w := range batch {
 		if w.call.Op == 0 {
 			continue
@@ -477,40 +492,56 @@ func (wr *Writer) groupOps(batch []*Write) []*opsGroup {
 			slot = keys.SlotOf([]byte(w.call.Keys[0]))
 		}
 		var g *opsGroup
-		for _, x := range groups {
+		for _, x := range st.groups[:st.used] {
 			if x.slot == slot {
 				g = x
 				break
 			}
 		}
 		if g == nil {
-			g = &opsGroup{slot: slot}
-			groups = append(groups, g)
+			if st.used == len(st.groups) {
+				g = &opsGroup{}
+				g.reply = resp.NewReplyTo(g)
+				st.groups = append(st.groups, g)
+			}
+			g = st.groups[st.used]
+			st.used++
+			g.slot = slot
+			// A fresh buffer for each reply: the operations' replies are
+			// slices of it, read after the writer has moved on.
+			g.reply.Buf, g.reply.Err = nil, nil
 		}
 		g.writes = append(g.writes, w)
 	}
-	return groups
+	return st.groups[:st.used]
 }
 
-// Complete hands each operation its own element of the group's reply. A
-// reply that is not a list of one element per operation (an error: the
-// script did not run, as with NOSCRIPT or MOVED) is every operation's
-// reply; a failure to get one (the connection lost) is every operation's
-// failure.
+// Complete hands each operation its own element of the group's reply (a
+// slice of it). A reply that is not a list of one element per operation
+// (an error: the script did not run, as with NOSCRIPT or MOVED) is every
+// operation's reply; a failure to get one (the connection lost) is every
+// operation's failure.
 func (g *opsGroup) Complete(r *resp.Reply) {
-	elems, ok := resp.Elements(r.Buf)
-	if r.Err == nil && ok && len(elems) != len(g.writes) {
-		// Not opsScript's answer: what ran is unknown.
-		r.Err = backend.ErrLost
+	rest, n, ok := r.Buf, 0, false
+	if r.Err == nil {
+		rest, n, ok = resp.ArrayHeader(r.Buf)
+		if ok && n != len(g.writes) {
+			r.Err = backend.ErrLost // not opsScript's answer: what ran is unknown
+		}
 	}
-	for i, w := range g.writes {
+	for _, w := range g.writes {
 		switch {
 		case r.Err != nil:
 			w.reply.Err = r.Err
 		case ok:
-			w.reply.Buf = append(w.reply.Buf, elems[i]...)
+			size, whole := resp.Size(rest)
+			if !whole {
+				w.reply.Err = backend.ErrLost
+				break
+			}
+			w.reply.Buf, rest = rest[:size:size], rest[size:]
 		default:
-			w.reply.Buf = append(w.reply.Buf, r.Buf...)
+			w.reply.Buf = r.Buf
 		}
 		w.reply.Done()
 	}

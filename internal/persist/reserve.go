@@ -113,7 +113,7 @@ func (s *Store) flushDeferred() error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	taken, err := s.deferred.takeInto(b)
-	if err != nil || len(taken.confirmed)+taken.cancelled == 0 {
+	if err != nil || taken.confirmed+taken.cancelled == 0 {
 		return err
 	}
 	err = s.commitSync(b)
@@ -126,35 +126,33 @@ func (s *Store) flushDeferred() error {
 type deferred struct {
 	mu sync.Mutex
 	// newest is each resource's newest confirmed token not yet written,
-	// with whether a Reserve's batch has taken it.
-	newest map[string]*deferredToken
+	// with the batch that took it to be written (0: none yet).
+	newest map[string]deferredToken
 	// drop are the reservation keys to delete: confirmed or cancelled.
 	drop [][]byte
+	// batches numbers the batches that take deferred writes.
+	batches uint64
 }
 
 type deferredToken struct {
 	token uint64
-	taken bool
+	batch uint64
 }
 
 // taken is what one batch carries, to be forgotten once it is written.
 type taken struct {
-	confirmed map[string]uint64
-	cancelled int
+	batch                uint64
+	confirmed, cancelled int
 }
 
 func (d *deferred) confirm(resource []byte, token uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.newest == nil {
-		d.newest = make(map[string]*deferredToken)
+		d.newest = make(map[string]deferredToken)
 	}
-	if e := d.newest[string(resource)]; e != nil {
-		if token > e.token {
-			e.token, e.taken = token, false
-		}
-	} else {
-		d.newest[string(resource)] = &deferredToken{token: token}
+	if e, ok := d.newest[string(resource)]; !ok || token > e.token {
+		d.newest[string(resource)] = deferredToken{token: token}
 	}
 	d.drop = append(d.drop, reservedKey(resource, token))
 }
@@ -169,28 +167,24 @@ func (d *deferred) cancel(resource []byte, token uint64) {
 func (d *deferred) get(resource []byte) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e := d.newest[string(resource)]; e != nil {
-		return e.token
-	}
-	return 0
+	return d.newest[string(resource)].token
 }
 
 // takeInto adds every deferred write not yet taken to b.
 func (d *deferred) takeInto(b *pebble.Batch) (t taken, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.batches++
+	t.batch = d.batches
 	for r, e := range d.newest {
-		if e.taken {
-			continue
+		if e.batch != 0 {
+			continue // another batch writes it
 		}
 		if err = b.Merge(tokenKey([]byte(r)), encodeToken(e.token), nil); err != nil {
 			return t, err
 		}
-		e.taken = true
-		if t.confirmed == nil {
-			t.confirmed = make(map[string]uint64)
-		}
-		t.confirmed[r] = e.token
+		d.newest[r] = deferredToken{token: e.token, batch: t.batch}
+		t.confirmed++
 	}
 	for _, k := range d.drop {
 		if err = b.Delete(k, nil); err != nil {
@@ -206,14 +200,14 @@ func (d *deferred) takeInto(b *pebble.Batch) (t taken, err error) {
 // since; if its commit failed, the store is unhealthy and nothing is
 // written again.
 func (d *deferred) written(t taken, ok bool) {
-	if !ok || len(t.confirmed) == 0 {
+	if !ok || t.confirmed == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for r, token := range t.confirmed {
-		if e := d.newest[r]; e != nil && e.taken && e.token == token {
-			delete(d.newest, r)
+	for r, e := range d.newest {
+		if e.batch == t.batch {
+			delete(d.newest, r) // not raised since: a raise clears batch
 		}
 	}
 }
