@@ -291,6 +291,17 @@ func (s *memTokens) Reserve(resource string, token uint64) error {
 	return nil
 }
 
+// ReserveAll makes memTokens a store that reserves ahead for waiting
+// lines, as the fence store does (one sync for all in the real one).
+func (s *memTokens) ReserveAll(resource string, tokens []uint64) error {
+	for _, t := range tokens {
+		if err := s.Reserve(resource, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *memTokens) Confirm(resource string, token uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

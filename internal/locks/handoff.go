@@ -49,6 +49,13 @@ import (
 //     crashes while it waits, so after such a crash the holder of the
 //     moment finds its token stale (its renewal answers null) and
 //     acquires again. A crash without waiters changes nothing.
+//   - In a tier no line reserves ahead: a reservation there is a Raft
+//     commit, and every change of leader counts all pending reservations
+//     as issued (the new leader cannot know which were replied), so
+//     tokens kept ahead would end the holder's lease at each election.
+//     Only a store that reserves many tokens with one sync (reserverAll:
+//     the fence store) gets them; without, a release wakes the head to
+//     try, as before.
 
 // A line keeps at most reserveAheadMax tokens reserved ahead (and no more
 // than it has waiters), and refills once fewer than reserveAheadLow are
@@ -179,6 +186,9 @@ func (m *Manager) waitInLine(ctx context.Context, resource, owner, clientAddr st
 // one, in the turn), all with one fsync, in the order drawn. On any
 // failure the line does without: its grants reserve as any grant does.
 func (m *Manager) refill(resource string) {
+	if _, ok := m.opts.Store.(reserverAll); !ok {
+		return // see "in a tier" above
+	}
 	l, need := m.waiting.refill(resource, reserveAheadLow, reserveAheadMax)
 	if need == 0 {
 		return

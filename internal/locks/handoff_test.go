@@ -230,3 +230,36 @@ func TestHandoffTokensCancelled(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// oneByOne is a TokenStore that reserves one token at a time, as a tier's
+// does: lines do not reserve ahead with it.
+type oneByOne struct{ TokenStore }
+
+// TestNoReserveAheadInATier: with a store that cannot reserve many tokens
+// with one sync (a tier's, where tokens kept ahead would count as issued
+// at every change of leader), a line reserves nothing ahead and a release
+// wakes the head to try, as before handoffs.
+func TestNoReserveAheadInATier(t *testing.T) {
+	f, _ := modelled(t, func(o *Options) { o.Store = oneByOne{o.Store} })
+	ctx := context.Background()
+	if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan acquired, 1)
+	f.acquireAsync(t, ctx, "b", time.Minute, 1, results)
+	time.Sleep(20 * time.Millisecond)
+	if ok, err := f.m.Release(ctx, "r", "a"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if r := next(t, results); r.err != nil || r.who != "b" {
+		t.Fatalf("b after a's release: %+v", r)
+	}
+	for _, c := range f.scripts.sent() {
+		if c.script == "handoff" {
+			t.Fatalf("a release handed off with a store that does not reserve ahead: %+v", c)
+		}
+	}
+	if log := f.storeLog(); len(log) != 4 { // a's reserve and confirm, b's
+		t.Fatalf("store calls %q: want only the two grants' reserve and confirm", log)
+	}
+}

@@ -83,8 +83,8 @@
 //  7. A reservation counts after a crash. Reserve syncs p/<token><resource> before
 //     the caller knows whether the token will be issued; Confirm (no write
 //     of its own: the reservation already is durable) moves it to
-//     t/<resource>, Cancel drops it, both with the next Reserve's batch
-//     (t/ by max-merge: batches may commit in either order). Open folds
+//     t/<resource> with the next Reserve's batch (by max-merge: batches
+//     may commit in either order), Cancel drops it (unsynced). Open folds
 //     every p/ left by a crash into t/ before serving, so a token that may
 //     have been replied is never forgotten, nor one confirmed but not yet
 //     written. While the process lives, reads ignore p/: a cancelled token

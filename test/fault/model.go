@@ -27,6 +27,10 @@ import (
 //	data loss        the holder is forgotten, the newest token is not
 //	fence store lost the newest token becomes a lower bound (the floor: a
 //	                 token issued to every resource and to no owner)
+//	proxy crash      likewise, if acquires waited in line for the resource
+//	with a line      then: the tokens a line reserves ahead of its grants
+//	                 count as issued after a crash (locks/handoff.go), so the
+//	                 holder of the moment may be called stale from then on
 //
 // An operation with an unknown outcome may have taken effect or not; an
 // acquire may also have left its token counted as issued without taking
@@ -228,12 +232,28 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 		if f.Kind.LosesData() && f.Hits(r) {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{wipe: true}, Call: f.Start, Return: f.End})
 		}
-		if f.Kind.LosesFenceStore() {
+		if f.Kind.LosesFenceStore() || c.lineCrash(r, f.Start, f.End) {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{forget: true}, Call: f.Start, Return: f.End})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Call < out[j].Call })
 	return out
+}
+
+// lineSlack is how long before a crash a line that emptied may still have
+// had tokens reserved ahead: a refill under way when it emptied cancels
+// its tokens once their fsync is done.
+const lineSlack = time.Second
+
+// lineAt reports whether acquires may have waited in line for r at some
+// time in [from, to]: a LOCK.ACQUIRE ... WAIT in flight then.
+func (c *checker) lineAt(r string, from, to int64) bool {
+	for _, op := range c.byRes[r] {
+		if op.Kind == Acquire && op.waited() && op.Start < to && (op.End > from || !op.Known()) {
+			return true
+		}
+	}
+	return false
 }
 
 // linearizationBudget bounds the porcupine search over all resources.
