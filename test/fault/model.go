@@ -53,6 +53,9 @@ type lockInput struct {
 	op     *Op
 	wipe   bool
 	forget bool // the fence store was lost
+	// lineCrash: the proxy was killed with a line for the resource: its
+	// tokens reserved ahead may now count as issued, or there were none.
+	lineCrash bool
 }
 
 type lockState struct {
@@ -71,6 +74,11 @@ func lockStep(st, in, _ any) []any {
 	if i.forget {
 		s.exact = false
 		return []any{s}
+	}
+	if i.lineCrash {
+		n := s
+		n.exact = false
+		return []any{s, n}
 	}
 	op := i.op
 	free := lockState{newest: s.newest, exact: s.exact}
@@ -189,6 +197,8 @@ var lockModel = (&porcupine.NondeterministicModel{
 			return "data loss"
 		case i.forget:
 			return "fence store lost"
+		case i.lineCrash:
+			return "proxy crash with a line"
 		}
 		return i.op.String()
 	},
@@ -232,8 +242,10 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 		if f.Kind.LosesData() && f.Hits(r) {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{wipe: true}, Call: f.Start, Return: f.End})
 		}
-		if f.Kind.LosesFenceStore() || c.lineCrash(r, f.Start, f.End) {
+		if f.Kind.LosesFenceStore() {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{forget: true}, Call: f.Start, Return: f.End})
+		} else if c.lineCrash(r, f.Start, f.End) {
+			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{lineCrash: true}, Call: f.Start, Return: f.End})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Call < out[j].Call })
