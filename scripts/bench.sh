@@ -67,10 +67,14 @@
 # the spread of the rounds' own NEW/OLD ratios, which says how much of a ratio
 # is noise. Writes no file.
 #
-# --tier: one fenceproxy and a tier of three (--peers, Raft) in front of one
-# Redis master + replica (--min-replicas 1), then, alternating: scripts/lockbench
-# (50 clients, acquire+release of random resources) through the single node, the
-# tier's leader and a follower (which relays to the leader).
+# --tier [--quick]: one fenceproxy and a tier of three (--peers, Raft) in front of
+# one Redis master + replica (--min-replicas 1), then rounds (6, or 3 with --quick,
+# of 5 s runs, 2 s with --quick) of scripts/lockbench (50 clients, acquire+release
+# of random resources) through the single node, the tier's leader and a follower
+# (which relays to the leader), each round starting with the next of the three.
+# Prints each one's better round, the tier/one-node ratio and the spread of the
+# rounds' own ratios, the CPU time per lock cycle of every fenceproxy process (each
+# tier node apart) and of Redis, and each node's Raft log writes and batching.
 # A redis-benchmark run that gets error replies is reported as FAIL and the script
 # exits non-zero after the tables.
 set -euo pipefail
@@ -102,7 +106,7 @@ while (($# > 0)); do
 	shift
 done
 ((!(quick && scale))) || usage
-((!(compare && (cluster || scale)))) || usage
+((!(compare && (cluster || scale || tier)))) || usage
 
 readonly CLIENTS=50
 if ((quick && compare)); then
@@ -110,9 +114,9 @@ if ((quick && compare)); then
 	# shorter run's CPU per request is off by a tick in a dozen.
 	readonly N_P1=50000 N_P16=400000 N_C1=20000 LOCK_DUR=3s AB_ROUNDS=4
 elif ((quick)); then
-	readonly N_P1=20000 N_P16=100000 N_C1=10000 LOCK_DUR=2s LOCK_REPS=1 RB_REPS=2
+	readonly N_P1=20000 N_P16=100000 N_C1=10000 LOCK_DUR=2s LOCK_REPS=1 RB_REPS=2 TIER_ROUNDS=3
 else
-	readonly N_P1=100000 N_P16=500000 N_C1=50000 LOCK_DUR=5s LOCK_REPS=2 RB_REPS=2 AB_ROUNDS=6
+	readonly N_P1=100000 N_P16=500000 N_C1=50000 LOCK_DUR=5s LOCK_REPS=2 RB_REPS=2 AB_ROUNDS=6 TIER_ROUNDS=6
 fi
 readonly IDLE_CLIENTS=10000
 if ((scale)); then
@@ -460,7 +464,8 @@ lb() {
 	done <<<"$out"
 	line=$(grep '^RESULT ' <<<"$out" | tail -n 1)
 	[[ -n $line ]] || die "lockbench $system printed no RESULT line"
-	run_cpu=$(cpu_per_op "$before" "$after" "$(field "$line" ops)")
+	last_ops=$(field "$line" ops)
+	run_cpu=$(cpu_per_op "$before" "$after" "$last_ops")
 	record "$key" "$(field "$line" ops_per_sec)" "$(field "$line" p50_ms)" "$(field "$line" p99_ms)"
 	errs[$key]=$((${errs[$key]:-0} + $(field "$line" errors)))
 	if [[ $* == *-hot* ]]; then
@@ -858,13 +863,14 @@ main_cluster() {
 main_tier() {
 	need_tools
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	local t0=$SECONDS
 	log "building ./bin/fenceproxy and lockbench"
 	mkdir -p bin
 	go build -o ./bin/fenceproxy ./cmd/fenceproxy
 	go build -o "$tmp/lockbench" ./scripts/lockbench
 	start_local_redis
 	start_proxy
-	local i peers="" listen=() raft=() pid
+	local i peers="" listen=() raft=() pid=()
 	for i in 1 2 3; do
 		listen[i]=127.0.0.1:$(free_port)
 		ports+=("${listen[i]##*:}")
@@ -876,37 +882,136 @@ main_tier() {
 		./bin/fenceproxy --listen "${listen[i]}" --backend "$MASTER_ADDR" --data-dir "$tmp/tier$i" \
 			--min-replicas 1 --metrics-listen '' --key-prefix "tier:" \
 			--node-id "n$i" --raft-listen "${raft[i]}" --peers "$peers" >"$tmp/tier$i.log" 2>&1 &
-		pid=$!
-		others+=("tier-n$i $pid")
-		wait_ping "${listen[i]}" "$pid" "tier node n$i" "$tmp/tier$i.log"
+		pid[i]=$!
+		others+=("tier-n$i ${pid[i]}")
+		wait_ping "${listen[i]}" "${pid[i]}" "tier node n$i" "$tmp/tier$i.log"
 	done
-	local leader="" follower="" deadline=$((SECONDS + 60))
+	local leader="" deadline=$((SECONDS + 60))
 	while [[ -z $leader ]] && ((SECONDS < deadline)); do
 		for i in 1 2 3; do
 			if redis-cli -h 127.0.0.1 -p "${listen[i]##*:}" INFO tier | grep -q '^tier_ready:1'; then
-				leader=${listen[i]}
+				leader=$i
 			fi
 		done
 		sleep 0.2
 	done
 	[[ -n $leader ]] || die "no tier node became the leader within 60s"
-	for i in 1 2 3; do
-		[[ ${listen[i]} == "$leader" || -n $follower ]] || follower=${listen[i]}
+	# The follower the clients of the follower runs use, and the other one.
+	local follower=$((leader % 3 + 1))
+	local other=$((follower % 3 + 1))
+	log "redis master $MASTER_ADDR, fenceproxy $PROXY_ADDR, tier leader ${listen[leader]}, follower ${listen[follower]}"
+	tier_pids="${pid[leader]} ${pid[follower]} ${pid[other]}"
+	local rep k targets=(single leader follower) order
+	declare -A target_addr=([single]=$PROXY_ADDR [leader]=${listen[leader]} [follower]=${listen[follower]})
+	# A warm-up of each, not recorded: the first run after a start pays for
+	# connections, scripts and the first windows.
+	for k in "${targets[@]}"; do
+		"$tmp/lockbench" -system fenceproxy -addr "${target_addr[$k]}" -clients "$CLIENTS" -duration 1s >/dev/null 2>&1 ||
+			die "lockbench warm-up against $k failed"
 	done
-	log "redis master $MASTER_ADDR, fenceproxy $PROXY_ADDR, tier leader $leader, follower $follower"
-	local rep
-	for ((rep = 1; rep <= LOCK_REPS; rep++)); do
-		lb distinct/single fenceproxy "$PROXY_ADDR"
-		check_proxy
-		lb distinct/tier-leader fenceproxy "$leader"
-		lb distinct/tier-follower fenceproxy "$follower"
+	for ((rep = 1; rep <= TIER_ROUNDS; rep++)); do
+		# Each round starts with the next system, so none always runs first.
+		order=()
+		for ((k = 0; k < 3; k++)); do
+			order+=("${targets[(rep - 1 + k) % 3]}")
+		done
+		log "round $rep of $TIER_ROUNDS (${order[*]})"
+		for k in "${order[@]}"; do
+			tier_lb "$k" "${target_addr[$k]}"
+			check_proxy
+		done
 	done
+	local mode=full
+	((quick)) && mode=quick
 	echo
-	echo "== fenceproxy bench, one node vs a tier of three ($CLIENTS clients, acquire+release of random resources, ${LOCK_DUR} x $LOCK_REPS, best run; $(nproc) cores)"
-	# shellcheck disable=SC2059
-	printf "$row_fmt" test "one node" "p50/p99 ms" tier "p50/p99 ms" ratio
-	row "lock cycles/s via the leader" distinct/single distinct/tier-leader
-	row "lock cycles/s via a follower" distinct/single distinct/tier-follower
+	echo "== fenceproxy bench, one node vs a tier of three ($mode; $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores shared by every"
+	echo "   process; loopback; one Redis master + replica, --min-replicas 1; $CLIENTS clients, acquire+release of random resources"
+	echo "   of 100,000; $TIER_ROUNDS rounds of ${LOCK_DUR} each through the one node, the tier's leader and a follower, in turn)"
+	echo "-- cycles/s: the better round of each; rounds: the least, median and greatest tier/one-node ratio of the rounds one by one"
+	printf '%-30s %10s %14s %10s %14s %7s   %s\n' figure "one node" "p50/p99 ms" tier "p50/p99 ms" ratio "rounds: min med max"
+	tier_row "lock cycles/s via the leader" leader
+	tier_row "lock cycles/s via a follower" follower
+	echo "-- CPU time per lock cycle (us) in the better round: fenceproxy processes, and Redis master + replica"
+	printf '%-30s %10s %10s %10s %10s %10s\n' run "leader" "follower" "follower" "fenceproxy" "Redis m+r"
+	tier_cpu_row "one node" single
+	tier_cpu_row "tier, via the leader" leader
+	tier_cpu_row "tier, via a follower" follower
+	echo "(one node: its CPU in the leader column; via a follower: the first follower column is the one the clients use, which"
+	echo " relays to the leader; errors: one node ${errs[tier/single]:-0}, leader ${errs[tier/leader]:-0}, follower ${errs[tier/follower]:-0};"
+	echo " run took $((SECONDS - t0)) s)"
+	echo "-- Raft log, each node since its start: writes (fsyncs), entries, and on the leader Batch entries and the ops they carried"
+	for i in "$leader" "$follower" "$other"; do
+		redis-cli -h 127.0.0.1 -p "${listen[i]##*:}" INFO tier | tr -d '\r' |
+			awk -F: '/^tier_(node_id|role|log_writes|log_entries|batch_entries|batch_ops):/ { printf "%s=%s ", substr($1, 6), $2 } END { print "" }'
+	done
+	local warn
+	for i in 1 2 3; do
+		warn=$(grep -cE 'level=(WARN|ERROR)' "$tmp/tier$i.log" || true)
+		if ((warn > 0)); then
+			echo "tier node n$i log: ${warn} WARN/ERROR lines"
+			grep -E 'level=(WARN|ERROR)' "$tmp/tier$i.log" | head -n 5
+		fi
+	done
+}
+
+# tier_lb TARGET ADDR: one lockbench run through TARGET (single, leader or
+# follower) at ADDR, recorded under tier/TARGET, with the CPU per cycle of
+# each tier node (tier_pids: leader, the follower the follower runs use, the
+# other) in tier_cpu_rounds[tier/TARGET] ("leader,follower,other" per round).
+tier_lb() {
+	local key=tier/$1 before after
+	before=$(tier_ticks)
+	lb "$key" fenceproxy "$2"
+	after=$(tier_ticks)
+	tier_cpu_rounds[$key]+="$(awk -v a="$before" -v b="$after" -v ops="$last_ops" -v hz="$hz" 'BEGIN {
+		n = split(a, x, " "); split(b, y, " ")
+		for (i = 1; i <= n; i++) printf "%s%.1f", (i > 1 ? "," : ""), (y[i] - x[i]) * 1e6 / hz / ops
+	}') "
+}
+
+# tier_ticks: the tier nodes' CPU ticks now, in tier_pids' order.
+tier_ticks() {
+	local p out=""
+	for p in $tier_pids; do
+		out+="$(pid_ticks "$p") "
+	done
+	echo "$out"
+}
+
+declare -A tier_cpu_rounds=()
+tier_pids=""
+
+# tier_row TITLE TARGET: one node against TARGET (leader or follower): better
+# rounds, ratio, and the spread of the ratios of the rounds one by one.
+tier_row() {
+	local b=${best[tier/single]:-} p=${best[tier/$2]:-} bl=${lat[tier/single]:-"- -"} pl=${lat[tier/$2]:-"- -"}
+	local spread
+	spread=$(awk -v o="${rounds[tier/single]:-}" -v n="${rounds[tier/$2]:-}" 'BEGIN {
+		no = split(o, ro, " "); nn = split(n, rn, " "); k = 0
+		for (i = 1; i <= no && i <= nn; i++) {
+			split(ro[i], a, ","); split(rn[i], b, ",")
+			if (a[1] > 0) r[++k] = b[1] / a[1]
+		}
+		for (i = 2; i <= k; i++) { v = r[i]; for (j = i - 1; j >= 1 && r[j] > v; j--) r[j + 1] = r[j]; r[j + 1] = v }
+		if (!k) { print "-"; exit }
+		printf "%.2f %.2f %.2f", r[1], k % 2 ? r[(k + 1) / 2] : (r[k / 2] + r[k / 2 + 1]) / 2, r[k]
+	}')
+	# shellcheck disable=SC2086
+	printf '%-30s %10s %14s %10s %14s %7s   %s\n' "$1" "$(num "$b")" "$(printf '%s/%s' $bl)" \
+		"$(num "$p")" "$(printf '%s/%s' $pl)" "$(ratio "$p" "$b")" "$spread"
+}
+
+# tier_cpu_row TITLE TARGET: the CPU per cycle of TARGET's better round.
+tier_cpu_row() {
+	local key=tier/$2 idx
+	idx=$(awk -v all="${rounds[$key]:-}" -v b="${best_round[$key]:-}" 'BEGIN { n = split(all, r, " "); for (i = 1; i <= n; i++) if (r[i] == b) { print i; exit } }')
+	[[ -n $idx ]] || return 0
+	awk -v t="$1" -v single="$([[ $2 == single ]] && echo 1)" -v c="$(cut -d' ' -f"$idx" <<<"${tier_cpu_rounds[$key]}")" -v e="${best_round[$key]}" 'BEGIN {
+		split(c, x, ","); n = split(e, y, ",")
+		redis = (n >= 6 && y[5] != "-") ? sprintf("%.1f", y[5] + y[6]) : "-"
+		if (single) { printf "%-30s %10.1f %10s %10s %10.1f %10s\n", t, y[7], "-", "-", y[7], redis; exit }
+		printf "%-30s %10.1f %10.1f %10.1f %10.1f %10s\n", t, x[1], x[2], x[3], x[1] + x[2] + x[3], redis
+	}'
 }
 
 # build_fenceproxy WHICH REV: $tmp/fenceproxy-WHICH from REV, the path of a built

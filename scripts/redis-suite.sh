@@ -15,6 +15,13 @@
 #                 against plain Redis: fewer passed, more failed, an
 #                 exception or a timeout Redis did not have (for CI)
 #   --keep        keep the work directory (logs of every run) and print it
+#   --cluster     in front of a Redis Cluster: fenceproxy fronts a fresh
+#                 3-master cluster (no replicas), and the baseline column is
+#                 a fresh one-node cluster that owns all 16384 slots (as
+#                 Redis's own CI runs the suite against a cluster); both
+#                 runs add the suite's --cluster-mode (which skips the
+#                 tests tagged cluster:skip, and implies --singledb); the
+#                 default units are then cluster_units below
 #
 # Each run of each unit gets a fresh redis-server (and a fresh fenceproxy in
 # front of it) on free loopback ports, configured as the suite's own
@@ -33,7 +40,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
 
-readonly WAIT_SECS=10
+readonly WAIT_SECS=10 CLUSTER_WAIT_SECS=60
 readonly SUITE_VERSION=7.0.15
 
 PROG=redis-suite
@@ -51,7 +58,14 @@ default_units=(
 	unit/other unit/lazyfree unit/latency-monitor
 )
 
+# In front of a Redis Cluster the same units run; docs/compatibility.md says
+# which of their tests cannot apply there (scripts that touch keys they do
+# not declare, which Redis Cluster refuses on any master but the one they
+# run on; DBSIZE and the proxy's own keys) and what each unit passes.
+cluster_units=("${default_units[@]}")
+
 proxy_only=0
+cluster=0
 unit_timeout=300
 fail_under=0
 keep=0
@@ -66,6 +80,7 @@ while (($#)); do
 		;;
 	--fail-under-baseline) fail_under=1 ;;
 	--keep) keep=1 ;;
+	--cluster) cluster=1 ;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 		exit 0
@@ -75,7 +90,13 @@ while (($#)); do
 	esac
 	shift
 done
-((${#units[@]})) || units=("${default_units[@]}")
+if ((!${#units[@]})); then
+	if ((cluster)); then
+		units=("${cluster_units[@]}")
+	else
+		units=("${default_units[@]}")
+	fi
+fi
 
 command -v tclsh >/dev/null || die "tclsh is needed: sudo apt-get install -y tcl"
 need_redis
@@ -128,7 +149,7 @@ ports=()
 
 cleanup() {
 	[[ -n $proxy_pid ]] && stop_pid fenceproxy "$proxy_pid" >/dev/null 2>&1
-	stop_one redis >/dev/null
+	stop_backend
 	if ((keep)); then
 		log "logs kept in $work"
 	else
@@ -138,7 +159,7 @@ cleanup() {
 trap cleanup EXIT
 fail() {
 	log "$*"
-	for f in "$work"/redis.log "$work"/fenceproxy.log; do
+	for f in "$work"/redis.log "$work"/node*.log "$work"/create.out "$work"/fenceproxy.log; do
 		[[ -s $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
 	done
 	exit 1
@@ -155,8 +176,66 @@ redis_conf=(
 	--propagation-error-behavior panic --loglevel verbose
 )
 
-# start_proxy BACKEND_PORT: a fenceproxy on a free port in front of it; sets
-# proxy_pid and proxy_port.
+# start_cluster NODES: a fresh Redis Cluster of NODES masters (no replicas)
+# configured as above, every slot assigned; sets cluster_ports (the
+# masters). A one-node cluster gets its slots with CLUSTER ADDSLOTSRANGE, as
+# Redis's CI makes one.
+cluster_ports=()
+start_cluster() {
+	local n=$1 i port bus
+	cluster_ports=()
+	for ((i = 1; i <= n; i++)); do
+		port=$(free_port)
+		ports+=("$port")
+		bus=$(free_port)
+		ports+=("$bus")
+		# No data of an earlier run's node (DEBUG RELOAD saves it): a node
+		# that loads keys of slots it does not own claims those slots.
+		rm -f "$work/nodes-$i.conf" "$work/node$i.rdb"
+		# A node timeout well above the suite's DEBUG SLEEPs and busy
+		# scripts: a master taken for failed would end the run in
+		# CLUSTERDOWN.
+		start_redis "node$i" "$port" "${redis_conf[@]}" --cluster-enabled yes \
+			--cluster-config-file "nodes-$i.conf" --cluster-port "$bus" --cluster-node-timeout 60000
+		cluster_ports+=("$port")
+	done
+	if ((n == 1)); then
+		local reply
+		reply=$(redis-cli -p "${cluster_ports[0]}" cluster addslotsrange 0 16383 2>&1)
+		[[ $reply == OK ]] || fail "CLUSTER ADDSLOTSRANGE 0 16383: $reply"
+	else
+		local addrs=()
+		for port in "${cluster_ports[@]}"; do
+			addrs+=("127.0.0.1:$port")
+		done
+		timeout "$WAIT_SECS" redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 \
+			--cluster-yes >"$work/create.out" 2>&1 || fail "redis-cli --cluster create failed"
+	fi
+	# A master that owned no slots at start counts itself in a minority and
+	# waits out a rejoin delay (up to 5 s) before it says ok: allow for it
+	# on a loaded machine.
+	for ((i = 0; i < CLUSTER_WAIT_SECS * 10; i++)); do
+		local ok=1
+		for port in "${cluster_ports[@]}"; do
+			redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
+		done
+		((ok)) && return
+		sleep 0.1
+	done
+	fail "the cluster did not reach cluster_state:ok within ${CLUSTER_WAIT_SECS}s"
+}
+
+# stop_backend: stop whatever redis-server processes run_unit started.
+stop_backend() {
+	stop_one redis >/dev/null
+	local i
+	for i in 1 2 3; do
+		stop_one "node$i" >/dev/null
+	done
+}
+
+# start_proxy BACKEND: a fenceproxy on a free port in front of it (a port,
+# or addresses for --backend); sets proxy_pid and proxy_port.
 start_proxy() {
 	local port tries
 	for tries in 1 2 3; do
@@ -165,7 +244,9 @@ start_proxy() {
 		rm -rf "$work/data"
 		# No metrics listener (its default port may be taken by another
 		# fenceproxy); no replicas to wait for.
-		"$work/fenceproxy" --listen "127.0.0.1:$port" --backend "127.0.0.1:$1" \
+		local backend=$1
+		[[ $backend == *:* ]] || backend=127.0.0.1:$backend
+		"$work/fenceproxy" --listen "127.0.0.1:$port" --backend "$backend" \
 			--data-dir "$work/data" --metrics-listen "" --min-replicas 0 \
 			>>"$work/fenceproxy.log" 2>&1 &
 		proxy_pid=$!
@@ -188,14 +269,31 @@ start_proxy() {
 # or a fresh fenceproxy in front of one (TARGET proxy); sets passed, failed,
 # exc and end (ok, exc or timeout).
 run_unit() {
-	local unit=$1 target=$2 rport port out
-	rport=$(free_port)
-	ports=("$rport")
-	start_redis redis "$rport" "${redis_conf[@]}"
-	port=$rport
-	if [[ $target == proxy ]]; then
-		start_proxy "$rport"
-		port=$proxy_port
+	local unit=$1 target=$2 rport port out mode=()
+	ports=()
+	if ((cluster)); then
+		mode=(--cluster-mode)
+		if [[ $target == proxy ]]; then
+			start_cluster 3
+			local seeds=() p
+			for p in "${cluster_ports[@]}"; do
+				seeds+=("127.0.0.1:$p")
+			done
+			start_proxy "$(IFS=,; echo "${seeds[*]}")"
+			port=$proxy_port
+		else
+			start_cluster 1
+			port=${cluster_ports[0]}
+		fi
+	else
+		rport=$(free_port)
+		ports=("$rport")
+		start_redis redis "$rport" "${redis_conf[@]}"
+		port=$rport
+		if [[ $target == proxy ]]; then
+			start_proxy "$rport"
+			port=$proxy_port
+		fi
 	fi
 	out="$work/$(tr / _ <<<"$unit").$target.out"
 	local rc=0
@@ -206,13 +304,13 @@ run_unit() {
 	local base
 	base=$(($(free_port) + 32))
 	(cd "$suite" && timeout -k 10 "$unit_timeout" ./runtest --host 127.0.0.1 --port "$port" \
-		--single "$unit" --singledb --tags -needs:repl --timeout "$unit_timeout" \
+		--single "$unit" --singledb "${mode[@]}" --tags -needs:repl --timeout "$unit_timeout" \
 		--baseport "$base" >"$out" 2>&1) || rc=$?
 	if [[ -n $proxy_pid ]]; then
 		stop_pid fenceproxy "$proxy_pid" >/dev/null 2>&1
 		proxy_pid=
 	fi
-	stop_one redis >/dev/null
+	stop_backend
 	local plain
 	end=ok
 	plain=$(sed 's/\x1b\[[0-9;]*m//g' "$out")

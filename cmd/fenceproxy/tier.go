@@ -100,9 +100,9 @@ func (p *proxy) openTier() error {
 	p.metrics.RegisterTier(func() metrics.TierStats {
 		st := n.Status()
 		ts := metrics.TierStats{Role: st.Role, Ready: n.Ready(), Term: st.Term, CommitIndex: st.CommitIndex, Applied: st.AppliedIndex,
-			LogWrites: st.LogWrites, LogEntries: st.LogEntries}
+			LogWrites: st.LogWrites, LogEntries: st.LogEntries, BatchEntries: st.BatchEntries, BatchOps: st.BatchOps}
 		for _, peer := range st.Peers {
-			ts.Peers = append(ts.Peers, metrics.TierPeer{ID: peer.ID, Healthy: peer.Healthy, Lag: peer.Lag})
+			ts.Peers = append(ts.Peers, metrics.TierPeer{ID: peer.ID, Healthy: peer.Healthy, Lag: peer.Lag, LagKnown: peer.LagKnown})
 		}
 		return ts
 	})
@@ -120,8 +120,8 @@ type tierHooks struct {
 
 func (t tierHooks) Leads() bool { return t.node.Ready() }
 
-func (t tierHooks) Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, args [][]byte) ([]byte, error) {
-	return t.relay.Do(ctx, user, resp3, wait, args)
+func (t tierHooks) Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, received time.Time, args [][]byte) ([]byte, error) {
+	return t.relay.Do(ctx, user, resp3, wait, received, args)
 }
 
 func (t tierHooks) PeerSecret(secret string) bool { return tier.CheckSecret(t.secret, secret) }
@@ -200,12 +200,17 @@ func (p *proxy) tierInfo() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\r\n# Tier\r\ntier_node_id:%s\r\ntier_id:%s\r\ntier_role:%s\r\ntier_ready:%d\r\ntier_term:%d\r\ntier_leader_id:%s\r\ntier_leader_addr:%s\r\n"+
 		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_resources:%d\r\ntier_pending_reservations:%d\r\n"+
-		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_peers:%d\r\n",
+		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_batch_entries:%d\r\ntier_batch_ops:%d\r\ntier_peers:%d\r\n",
 		st.NodeID, st.TierID, st.Role, boolInt(p.tier.Ready()), st.Term, st.LeaderID, st.LeaderAddr,
 		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.Resources, st.Pending,
-		st.LogWrites, st.LogEntries, st.Members)
+		st.LogWrites, st.LogEntries, st.BatchEntries, st.BatchOps, st.Members)
 	for _, peer := range st.Peers {
-		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), peer.Lag)
+		// lag=-1: the peer has not reported its progress to this leader yet.
+		lag := int64(-1)
+		if peer.LagKnown {
+			lag = int64(peer.Lag)
+		}
+		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), lag)
 	}
 	return b.String()
 }

@@ -21,6 +21,9 @@ type broadcastRule struct {
 	command string   // lower case
 	sub     []string // the subcommands that broadcast; nil: the command itself
 	merge   merge
+	// mergeArgs, if set, makes the merge from the request's arguments
+	// (SLOWLOG GET's count) instead of merge.
+	mergeArgs func(args [][]byte) merge
 }
 
 var broadcastTable = []broadcastRule{
@@ -31,38 +34,82 @@ var broadcastTable = []broadcastRule{
 	// SCRIPT EXISTS is 1 only where every master has the script, so that a
 	// client that sees 1 can EVALSHA whatever the slot.
 	{command: "script", sub: []string{"load", "flush", "exists"}, merge: mergeScript},
+	// FUNCTION LIST and DUMP are the first master's: every master holds
+	// what was loaded through the proxy.
 	{command: "function", sub: []string{"load", "delete", "flush", "restore"}, merge: mergeOK},
+	{command: "function", sub: []string{"stats"}, merge: mergeFunctionStats},
 	// RANDOMKEY: one master's key, the master picked at random, so a
 	// cluster whose first master is empty still answers a key.
 	{command: "randomkey", merge: mergeRandom},
 	// PUBSUB: each node knows only its own subscribers (and a shard
 	// channel lives on its slot's master), so ask them all.
 	{command: "pubsub", sub: []string{"channels", "shardchannels", "numsub", "shardnumsub", "numpat"}, merge: mergePubsub},
+	// CONFIG SET (and RESETSTAT, REWRITE) on every master, which keeps
+	// them alike: CONFIG GET is then the first master's answer. A setting
+	// made through the proxy is also made on a master that joins later
+	// (configs.go).
+	{command: "config", sub: []string{"set", "resetstat", "rewrite"}, merge: mergeOK},
+	// LATENCY and SLOWLOG: each master measures its own commands.
+	{command: "latency", sub: []string{"latest"}, merge: mergeLatencyLatest},
+	{command: "latency", sub: []string{"history"}, merge: mergeLatencyHistory},
+	{command: "latency", sub: []string{"histogram"}, merge: mergeLatencyHistogram},
+	{command: "latency", sub: []string{"reset"}, merge: mergeLargest},
+	{command: "slowlog", sub: []string{"get"}, mergeArgs: slowlogMerge},
+	{command: "slowlog", sub: []string{"len"}, merge: mergeSum},
+	{command: "slowlog", sub: []string{"reset"}, merge: mergeOK},
+	// DEBUG's switches of server behaviour (tests set them): every master.
+	{command: "debug", sub: []string{"set-active-expire", "quicklist-packed-threshold", "set-skip-checksum-validation", "reload"}, merge: mergeOK},
 }
 
-// broadcasts is broadcastTable by command.
-var broadcasts = map[string]broadcast{}
-
-type broadcast struct {
-	sub   map[string]bool
-	merge merge
+// keyedSubcommands are subcommands whose key Redis's key specifications do
+// not name (DEBUG has none): the request goes to the master of the
+// argument after the subcommand.
+var keyedSubcommands = map[string]map[string]bool{
+	"debug": {"object": true, "listpack": true, "quicklist": true, "ziplist": true, "sdslen": true, "digest-value": true},
 }
+
+// keyedSlot is the slot of a keyedSubcommands request's key, -1 if args is
+// not one.
+func keyedSlot(name []byte, args [][]byte) int {
+	if subs := keyedSubcommands[string(name)]; subs != nil && len(args) > 2 && subs[keys.LowerName(args[1])] {
+		return keys.SlotOf(args[2])
+	}
+	return -1
+}
+
+// broadcasts is broadcastTable by command, then subcommand ("" for a
+// command that broadcasts whole).
+var broadcasts = map[string]map[string]*broadcastRule{}
 
 func init() {
-	for _, r := range broadcastTable {
-		b := broadcast{merge: r.merge}
-		if r.sub != nil {
-			b.sub = map[string]bool{}
-			for _, s := range r.sub {
-				b.sub[s] = true
-			}
+	for i := range broadcastTable {
+		r := &broadcastTable[i]
+		if broadcasts[r.command] == nil {
+			broadcasts[r.command] = map[string]*broadcastRule{}
 		}
-		broadcasts[r.command] = b
+		if r.sub == nil {
+			broadcasts[r.command][""] = r
+		}
+		for _, s := range r.sub {
+			broadcasts[r.command][s] = r
+		}
 	}
 }
 
-func (b broadcast) applies(args [][]byte) bool {
-	return b.sub == nil || (len(args) > 1 && b.sub[keys.LowerName(args[1])])
+// broadcastMerge returns the merge of a request that broadcasts, nil if
+// it does not.
+func broadcastMerge(subs map[string]*broadcastRule, args [][]byte) merge {
+	r := subs[""]
+	if r == nil && len(args) > 1 {
+		r = subs[keys.LowerName(args[1])]
+	}
+	switch {
+	case r == nil:
+		return nil
+	case r.mergeArgs != nil:
+		return r.mergeArgs(args)
+	}
+	return r.merge
 }
 
 // broadcast sends args to every master and merges the replies into p.

@@ -25,8 +25,11 @@
 //     keys span slots are split and merged by split.go's tables (command,
 //     arguments per key, merge; scripts known to treat keys alone are
 //     entries of their own), commands about the whole keyspace run on every
-//     master by broadcast.go's table, SCAN walks the masters in turn;
-//     anything else that spans slots gets Redis Cluster's -CROSSSLOT.
+//     master by broadcast.go's table (INFO too, merged by info.go; a
+//     CONFIG SET is remembered for masters that join later, configs.go),
+//     SCAN walks the masters in turn; anything else that spans slots gets
+//     Redis Cluster's -CROSSSLOT. CLUSTER INFO, NODES, SLOTS, SHARDS and
+//     MYID are answered as a cluster of one node, the proxy (view.go).
 //   - Pin: a connection of the client's own (MULTI, WATCH, blocking
 //     commands) to the master of the request's first key; on it, a MOVED or
 //     ASK becomes a -CROSSSLOT that says the key is on another master.
@@ -37,8 +40,9 @@
 //   - Track: a tracking client's connection of its own (tracking.go:
 //     why per client, not one fanned out), with its RESP3 pushes handed
 //     over; standalone only.
-//   - WaitReplicas: WAIT on every master, each after a write of the proxy's
-//     own on the same connection, answering the smallest count (wait.go).
+//   - WaitReplicas: WAIT (and WAITAOF) on every master, each after a write
+//     of the proxy's own on the same connection, answering the smallest
+//     count (wait.go).
 //   - Control: PING, SCRIPT KILL and FUNCTION KILL on a connection of each
 //     master that carries nothing else (Node.control), so that a busy
 //     script answers PING with -BUSY and can be killed: on a shared
@@ -47,7 +51,9 @@
 //   - Subscribe: a pub/sub tunnel; a standalone master's connection is
 //     relayed as it is (tunnel.go), a cluster's subscriber keeps shard
 //     channels on their slots' masters and follows them when slots move
-//     (subscriber.go).
+//     (subscriber.go), and mirrors keyspace notification channels and
+//     patterns on every master, since each node publishes only its own
+//     keys' events (keyspace.go, mirror.go).
 //
 // The proxy's own requests (lock scripts, the token authority's heartbeat,
 // INFO) go to the Node that MasterForKey names; RetryAfterRefresh and

@@ -43,7 +43,8 @@ type Forwarder interface {
 	// first queued command, so MULTI waits for it; a caller that would
 	// build a key only to find the master need not build it otherwise.
 	RoutesByKey() bool
-	// WaitReplicas serves WAIT numreplicas timeout (args) for cl: on every
+	// WaitReplicas serves WAIT numreplicas timeout (args), or WAITAOF
+	// numlocal numreplicas timeout, for cl: on every
 	// master, since the client's writes went to any of them, each time
 	// after a write of the proxy's own to a key named offsetKey (tagged to a
 	// slot of that master in a cluster), on a connection of cl's own, so

@@ -36,19 +36,24 @@ const (
 func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 	var lower [32]byte
 	name := keys.AppendLower(lower[:0], args[0])
-	if b, ok := broadcasts[string(name)]; ok && b.applies(args) {
-		c.afterViewChange(cl, p)
-		c.broadcast(cl, args, b.merge, p)
-		return
+	if subs, ok := broadcasts[string(name)]; ok {
+		if m := broadcastMerge(subs, args); m != nil {
+			c.afterViewChange(cl, p)
+			if string(name) == "config" && keys.LowerName(args[1]) == "set" {
+				p = c.configSet(args, p)
+			}
+			c.broadcast(cl, args, m, p)
+			return
+		}
 	}
 	if string(name) == "scan" {
 		c.afterViewChange(cl, p)
 		c.scan(cl, args, p)
 		return
 	}
-	slot := -1
+	slot := keyedSlot(name, args)
 	var positions []int
-	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
+	if cmd := c.keys.LookupBytes(args[0]); cmd != nil && slot < 0 {
 		var buf [16]int
 		positions = cmd.Keys(buf[:0], args)
 	}

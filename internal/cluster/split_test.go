@@ -52,11 +52,19 @@ func TestTables(t *testing.T) {
 			t.Errorf("script rule %q: want a body, shared >= 0 and a merge", r.name)
 		}
 	}
-	for _, r := range broadcastTable {
-		if r.command != strings.ToLower(r.command) || r.merge == nil || seen[r.command] {
-			t.Errorf("broadcast rule %q: want a lower-case command named once, with a merge", r.command)
+	for i := range broadcastTable {
+		r := &broadcastTable[i]
+		if r.command != strings.ToLower(r.command) || (r.merge == nil) == (r.mergeArgs == nil) || seen[r.command] {
+			t.Errorf("broadcast rule %q: want a lower-case command not split, with one merge", r.command)
 		}
-		seen[r.command] = true
+		if r.sub == nil && len(broadcasts[r.command]) != 1 {
+			t.Errorf("broadcast rule %q: broadcasts whole and has subcommand rules too", r.command)
+		}
+		for _, sub := range r.sub {
+			if sub != strings.ToLower(sub) || broadcasts[r.command][sub] != r {
+				t.Errorf("broadcast rule %q %q: want a lower-case subcommand named once", r.command, sub)
+			}
+		}
 	}
 	if splits["mset"].stride != 2 {
 		t.Errorf("MSET's stride is %d, want 2 (key value)", splits["mset"].stride)
@@ -189,9 +197,14 @@ func TestBroadcastApplies(t *testing.T) {
 		{argv("script"), false},
 		{argv("pubsub", "NumSub", "c"), true},
 		{argv("function", "list"), false},
+		{argv("function", "STATS"), true},
+		{argv("config", "get", "x"), false},
+		{argv("config", "set", "x", "y"), true},
+		{argv("slowlog", "get", "5"), true},
+		{argv("latency", "doctor"), false},
 	} {
 		b, ok := broadcasts[string(tc.args[0])]
-		if got := ok && b.applies(tc.args); got != tc.want {
+		if got := ok && broadcastMerge(b, tc.args) != nil; got != tc.want {
 			t.Errorf("%q broadcasts: %v, want %v", tc.args, got, tc.want)
 		}
 	}

@@ -24,6 +24,10 @@ import (
 // that confirmation too), so the client keeps its messages without noticing.
 // The subscription counts in shard confirmations are rewritten to the
 // client's total, as one node would count them.
+//
+// Keyspace notification channels, and patterns that may match one, are
+// also subscribed on a mirror connection to every other master
+// (keyspace.go).
 type subscriber struct {
 	c      *Cluster
 	resp3  bool
@@ -33,10 +37,22 @@ type subscriber struct {
 
 	mu       sync.Mutex
 	home     net.Conn
+	homeNode *Node
 	shards   map[*Node]net.Conn
-	channels map[string]*Node // shard channels the client holds
-	leaving  map[string]int   // SUNSUBSCRIBEs the client sent, not yet confirmed
-	moving   map[string]int   // our own re-SSUBSCRIBEs, confirmations to swallow
+	// mirrors are the connections to the masters other than homeNode that
+	// carry the client's mirrored channels and patterns (keyspace.go);
+	// mirrored holds those ("subscribe ch" or "psubscribe pat"), to
+	// subscribe on a master that joins later; unconfirmed counts, per
+	// mirror and name, the subscriptions sent and not yet confirmed, which
+	// home's confirmation of that name waits for (cond, with mu).
+	mirrors     map[*Node]net.Conn
+	mirrored    map[mirrorName]bool
+	unconfirmed map[mirrorWait]int
+	cond        *sync.Cond
+	watching    bool             // the mirror watcher runs
+	channels    map[string]*Node // shard channels the client holds
+	leaving     map[string]int   // SUNSUBSCRIBEs the client sent, not yet confirmed
+	moving      map[string]int   // our own re-SSUBSCRIBEs, confirmations to swallow
 	// asked holds, per shard connection, the channels of SSUBSCRIBEs sent
 	// and not yet confirmed, oldest first: an error reply (MOVED when the
 	// topology was stale) answers the oldest, which then goes again.
@@ -53,21 +69,26 @@ func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &subscriber{
-		c: c, resp3: resp3, home: home,
-		shards:   make(map[*Node]net.Conn),
-		channels: make(map[string]*Node),
-		leaving:  make(map[string]int),
-		moving:   make(map[string]int),
-		asked:    make(map[net.Conn][][]string),
-	}, nil
+	s := &subscriber{
+		c: c, resp3: resp3, home: home, homeNode: m[0],
+		shards:      make(map[*Node]net.Conn),
+		channels:    make(map[string]*Node),
+		leaving:     make(map[string]int),
+		moving:      make(map[string]int),
+		asked:       make(map[net.Conn][][]string),
+		mirrors:     make(map[*Node]net.Conn),
+		mirrored:    make(map[mirrorName]bool),
+		unconfirmed: make(map[mirrorWait]int),
+	}
+	s.cond = sync.NewCond(&s.mu)
+	return s, nil
 }
 
 // Start relays the home connection to client (and each shard connection,
 // as it opens).
 func (s *subscriber) Start(client net.Conn) {
 	s.client = client
-	go s.read(s.home, nil)
+	go s.read(s.home, s.homeNode, false)
 }
 
 // Send routes one request: shard (un)subscriptions to their channel's
@@ -114,6 +135,14 @@ func (s *subscriber) Send(args [][]byte) {
 			s.write(c, args)
 		}
 		return
+	case name == "subscribe" || name == "psubscribe" || name == "unsubscribe" || name == "punsubscribe":
+		s.mirror(name, args)
+		conn = s.home
+	case name == "reset":
+		// Redis ends the home connection's subscriptions: the mirrors' too.
+		s.mirror("unsubscribe", args[:1])
+		s.mirror("punsubscribe", args[:1])
+		conn = s.home
 	default:
 		conn = s.home
 	}
@@ -205,13 +234,16 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 	}
 	s.shards[node] = c
 	s.mu.Unlock()
-	go s.read(c, node)
+	go s.read(c, node, false)
 	return c, nil
 }
 
 // read relays what one Redis connection writes until it ends; then the
-// client's connection ends too (Redis closed it: QUIT, or a failure).
-func (s *subscriber) read(conn net.Conn, node *Node) {
+// client's connection ends too (Redis closed it: QUIT, or a failure),
+// unless it was a shard or mirror connection to a node that is no longer a
+// master. node is the connection's master; mirror says it is a mirror
+// connection (keyspace.go).
+func (s *subscriber) read(conn net.Conn, node *Node, mirror bool) {
 	rd := bufio.NewReaderSize(conn, 16<<10)
 	var msg []byte
 	for {
@@ -220,11 +252,16 @@ func (s *subscriber) read(conn net.Conn, node *Node) {
 		if err != nil {
 			break
 		}
-		if node != nil {
+		switch {
+		case mirror:
+			msg = s.mirrorMessage(conn, msg, node)
+		case conn == s.home:
+			msg = s.homeMessage(msg, node)
+		default:
 			msg = s.shardMessage(conn, msg, node)
-			if msg == nil {
-				continue
-			}
+		}
+		if msg == nil {
+			continue
 		}
 		s.wmu.Lock()
 		_, err = s.client.Write(msg)
@@ -237,9 +274,20 @@ func (s *subscriber) read(conn net.Conn, node *Node) {
 		}
 	}
 	s.mu.Lock()
-	retired := node != nil && s.shards[node] == conn && !s.closed && s.nodeRetired(node)
-	if retired {
+	retired := false
+	switch {
+	case s.closed:
+	case mirror && s.mirrors[node] == conn:
+		// Its node failed, or stopped being a master: the watcher
+		// subscribes the mirrored names on whatever masters there are.
+		delete(s.mirrors, node)
+		s.dropWaitsLocked(conn)
+		retired = true
+	case mirror:
+		retired = true // closed by the watcher
+	case conn != s.home && s.shards[node] == conn && s.nodeRetired(node):
 		delete(s.shards, node) // its channels moved; the rest carries on
+		retired = true
 	}
 	s.mu.Unlock()
 	if !retired {
@@ -367,6 +415,10 @@ func (s *subscriber) Close() {
 	for _, c := range s.shards {
 		conns = append(conns, c)
 	}
+	for _, c := range s.mirrors {
+		conns = append(conns, c)
+	}
+	s.cond.Broadcast() // a confirmation waiting for the mirrors goes
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.Close()

@@ -41,6 +41,9 @@ type Cluster struct {
 	log  *slog.Logger
 	view atomic.Pointer[view]
 	keys *keys.Table // where each command's keys are: routing depends on it
+	// configs is what clients set with CONFIG SET, for masters that join
+	// later (configs.go).
+	configs configs
 
 	mu    sync.Mutex       // guards nodes and known
 	nodes map[string]*Node // connected masters, by address
@@ -362,16 +365,21 @@ func (c *Cluster) node(ctx context.Context, addr string) (*Node, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.nodes == nil { // closed meanwhile
+		c.mu.Unlock()
 		n.Close()
 		return nil, ErrUnavailable
 	}
 	if other := c.nodes[addr]; other != nil {
+		c.mu.Unlock()
 		n.Close()
 		return other, nil
 	}
 	c.nodes[addr] = n
+	c.mu.Unlock()
+	// Before it is in a view (refresh publishes it after this returns): no
+	// client's request reaches it first.
+	c.applyConfigs(ctx, n)
 	return n, nil
 }
 

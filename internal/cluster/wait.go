@@ -7,10 +7,11 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
-// waitOn is WAIT (args) for cl on each of masters, offsetKey(i) naming the
-// key of the proxy's own write on masters[i] (see writePrelude); the reply
-// is the smallest count: every write of the client reached at least that
-// many replicas of its master. The connections are the client's own while
+// waitOn is WAIT or WAITAOF (args) for cl on each of masters, offsetKey(i)
+// naming the key of the proxy's own write on masters[i] (see
+// writePrelude); the reply is the smallest count (for WAITAOF, each of its
+// two): every write of the client reached at least that many replicas of
+// its master (or, WAITAOF, that many AOFs). The connections are the client's own while
 // it waits (cl.waiting, which Gone closes).
 func waitOn(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]byte, p *resp.Reply) {
 	if cl.Conn != nil {
@@ -44,30 +45,38 @@ func waitOn(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]
 		cl.mu.Lock()
 		cl.waiting = nil // before they go back: Gone must not close another client's
 		cl.mu.Unlock()
-		least := int64(-1)
+		var least []int64 // WAIT's count, or WAITAOF's numlocal and numreplicas
 		var bad *resp.Reply
 		for i, r := range replies {
-			var v any
+			var counts []int64
 			err := r.Err
 			if err == nil {
-				v, err = resp.Parse(r.Buf)
+				counts, err = waitCounts(r.Buf)
 			}
-			n, ok := v.(int64)
-			if !ok && bad == nil {
+			if err != nil && bad == nil {
 				bad = r // an error (Redis's, or a lost connection)
 			}
-			if ok && (least < 0 || n < least) {
-				least = n
+			if err == nil && least == nil {
+				least = counts
+			} else if err == nil && len(counts) == len(least) {
+				for j := range least {
+					least[j] = min(least[j], counts[j])
+				}
 			}
-			masters[i].Unpin(conns[i], resp3, err == nil)
+			masters[i].Unpin(conns[i], resp3, r.Err == nil)
 		}
 		switch {
 		case bad != nil && bad.Err != nil:
 			p.Err = bad.Err
 		case bad != nil:
 			p.Buf = append(p.Buf, bad.Buf...)
+		case len(least) == 1:
+			p.Buf = redcon.AppendInt(p.Buf, least[0])
 		default:
-			p.Buf = redcon.AppendInt(p.Buf, least)
+			p.Buf = redcon.AppendArray(p.Buf, len(least))
+			for _, n := range least {
+				p.Buf = redcon.AppendInt(p.Buf, n)
+			}
 		}
 		p.Done()
 	})
@@ -75,6 +84,30 @@ func waitOn(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]
 		writePrelude(conn, offsetKey(i))
 		conn.Do(args, parts[i])
 	}
+}
+
+// waitCounts reads WAIT's reply (an integer) or WAITAOF's (an array of two:
+// numlocal, numreplicas).
+func waitCounts(reply []byte) ([]int64, error) {
+	v, err := resp.Parse(reply)
+	if err != nil {
+		return nil, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return []int64{v}, nil
+	case []any:
+		counts := make([]int64, len(v))
+		for i, e := range v {
+			n, ok := e.(int64)
+			if !ok {
+				return nil, resp.ErrBadReply
+			}
+			counts[i] = n
+		}
+		return counts, nil
+	}
+	return nil, resp.ErrBadReply
 }
 
 // writePrelude makes WAIT mean what it means on Redis. WAIT counts the

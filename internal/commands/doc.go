@@ -50,7 +50,9 @@
 //   - commands that need a backend connection of the client's own: MULTI,
 //     EXEC, WATCH and blocking commands keep the one Forwarder.Pin gave
 //     them while their state lasts (pinned.go); pub/sub makes the
-//     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe); WAIT
+//     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe), where
+//     Redis answers everything, a RESP3 client's CLIENT ID included (sent
+//     as a script that returns the client's proxy id); WAIT
 //     goes to every master (Forwarder.WaitReplicas); a client that turns
 //     on CLIENT TRACKING keeps one for all its requests while it tracks
 //     (tracking.go, Forwarder.Track);

@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -34,13 +35,13 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		onlyOurs = false
 		sections = append(sections, sec)
 	}
-	node := h.opts.Backend.Masters()[0]
 	h.runner.Go(func() {
 		var text string
 		if !onlyOurs {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			var err error
-			text, err = node.Client.Info(ctx, sections...).Result()
+			// A Redis Cluster's masters' INFO merged (cluster.Info).
+			text, err = cluster.Info(ctx, h.opts.Backend, sections...)
 			cancel()
 			if err != nil {
 				replyErr(p, backend.ErrUnavailable)

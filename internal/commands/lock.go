@@ -88,16 +88,24 @@ func (h *Handler) runLock(c *protocol.Conn, resource string, p *resp.Reply, time
 const (
 	replyLateGrant   = "-TRYAGAIN fenceproxy: the lock could not be granted with enough of its lease left; nothing was granted (a lease this owner already held stands as it was), retry\r\n"
 	replyLateRenewal = "-TRYAGAIN fenceproxy: the renewal could not be confirmed with enough of its lease left; count the lease as ending at the earlier of its previous end and ttl-ms from this request, and retry\r\n"
+	// A tier follower got the leader's grant too late (the link to the
+	// leader was slow): it cannot undo it, so the lease runs out by itself.
+	replyLateRelayedGrant = "-TRYAGAIN fenceproxy: the tier's leader granted the lock, but its reply reached this node too late to leave enough of the lease; count the lock as not held (the lease runs out by itself) and retry with the same owner (it gets the same token)\r\n"
 )
 
 // receivedAt is when the request being served was read from the client:
 // a lease is counted from it. (A connection that never read, as in unit
-// tests, counts from now.)
+// tests, counts from now.) A command relayed by a tier follower counts from
+// when the follower read it (TIER.RELAY's elapsed time).
 func receivedAt(c *protocol.Conn) time.Time {
-	if t := c.ReadAt(); !t.IsZero() {
-		return t
+	t := c.ReadAt()
+	if t.IsZero() {
+		t = time.Now()
 	}
-	return time.Now()
+	if tp := sessionOf(c).tier; tp != nil {
+		t = t.Add(-tp.elapsed)
+	}
+	return t
 }
 
 func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *resp.Reply) {
@@ -363,9 +371,13 @@ func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	for i, a := range args[3:] {
 		command[i] = append([]byte(nil), a...) // outlives the request buffer
 	}
+	var keyAt []int // nil: the Manager takes command[1]
+	if h.opts.Keys != nil {
+		keyAt = h.opts.Keys.LookupBytes(command[0]).Keys([]int{}, command)
+	}
 	prefix := h.holderPrefix(c)
 	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		reply, err := h.opts.Locks.FencedExecAs(ctx, resource, uint64(token), command, prefix)
+		reply, err := h.opts.Locks.FencedExecAs(ctx, resource, uint64(token), command, keyAt, prefix)
 		switch {
 		case err == nil:
 			return reply, nil

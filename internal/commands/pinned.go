@@ -167,7 +167,7 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.sendPinned(s, args, p) // queued, so it will not block
 		return
 	}
-	if len(args[0]) == 4 { // WAIT
+	if len(args[0]) == 4 || len(args[0]) == 7 { // WAIT, WAITAOF: every master's
 		c.MayBlock()
 		h.opts.Metrics.PassthroughCommands.Inc()
 		h.opts.Backend.WaitReplicas(&s.backend, args, h.opts.KeyPrefix+"wait-offset", p)

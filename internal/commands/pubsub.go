@@ -1,6 +1,9 @@
 package commands
 
 import (
+	"bytes"
+	"strconv"
+
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -35,7 +38,32 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 
 // sendTunnel passes a request through the tunnel; its reply comes from Redis.
 func (h *Handler) sendTunnel(s *session, args [][]byte, p *resp.Reply) {
+	if s.backend.RESP3 && isClientID(args) {
+		args = clientIDByScript(s.backend.ID)
+	}
 	h.opts.Metrics.PassthroughCommands.Inc()
 	s.tunnel.Send(args)
 	p.Done()
+}
+
+// A client's CLIENT ID on its tunnel. Redis answers every request there, so
+// it would name the tunnel's Redis connection, not the client: the id would
+// change when the client subscribes, and CLIENT TRACKING REDIRECT, which
+// takes the proxy's ids, would refuse it (Redisson's TrackingListener asks
+// CLIENT ID on its subscribed RESP3 connection and redirects to it). So the
+// request becomes a script that returns the proxy's id: Redis still writes
+// the reply, in order among the tunnel's pushes. Only over RESP3, where a
+// subscribed connection runs any command; a RESP2 subscriber gets Redis's
+// refusal of CLIENT ID itself, which a script's refusal would misname. (A
+// RESP2 client that has unsubscribed from everything still gets the
+// tunnel's Redis id: the proxy does not follow the subscription count.)
+// One script body for every id, so Redis caches one script.
+const clientIDScript = "return tonumber(ARGV[1])"
+
+func isClientID(args [][]byte) bool {
+	return len(args) == 2 && bytes.EqualFold(args[0], []byte("client")) && bytes.EqualFold(args[1], []byte("id"))
+}
+
+func clientIDByScript(id int64) [][]byte {
+	return [][]byte{[]byte("EVAL"), []byte(clientIDScript), []byte("0"), []byte(strconv.FormatInt(id, 10))}
 }

@@ -164,6 +164,9 @@ func init() {
 		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
 		{name: "info", arity: -1, serve: (*Handler).info},
 		{name: "command", arity: -1, serve: (*Handler).command},
+		// In front of a Redis Cluster, a cluster of one node: the proxy
+		// (clusterview.go).
+		{name: "cluster", arity: -2, serve: (*Handler).clusterView},
 		// Forwarded, on the control connection while a script may be busy
 		// (control.go).
 		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction},
@@ -392,6 +395,12 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s.replies.silence(c, p)
 		s.order.next()
 	}
+	h.serve(c, args, p)
+}
+
+// serve dispatches one request: ServeCommand's, or the client command a
+// tier peer's TIER.RELAY carries.
+func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if h.opts.Tier != nil && h.serveTierLink(c, args, p) {
 		return
 	}

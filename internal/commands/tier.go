@@ -19,8 +19,9 @@ type Tier interface {
 	Leads() bool
 	// Relay sends a lock-family command to the leader on behalf of a
 	// client of user ("" with ACLs off) in its protocol, and returns the
-	// leader's reply; an error is a coded -TRYAGAIN.
-	Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, args [][]byte) ([]byte, error)
+	// leader's reply; an error is a coded -TRYAGAIN. received is when the
+	// client's request was read: the leader counts a lease from it.
+	Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, received time.Time, args [][]byte) ([]byte, error)
 	// PeerSecret reports whether secret opens a relay link.
 	PeerSecret(secret string) bool
 	// ReportApplied records a follower's applied index.
@@ -85,7 +86,14 @@ func (h *Handler) replyMembership(p *resp.Reply, err error) {
 // tierPeer marks a session that is a peer's relay link (TIER.PEER).
 type tierPeer struct {
 	node string
+	// elapsed is the time the request being served (TIER.RELAY's) had
+	// already spent on the follower when it was relayed (receivedAt).
+	elapsed time.Duration
 }
+
+// maxRelayElapsed bounds TIER.RELAY's elapsed time: a lease is never
+// longer (MaxTTL), so any more is as late as can be.
+const maxRelayElapsed = MaxTTL
 
 // serveTierLink serves the internal link's own commands, before any ACL
 // check (a relay link authenticates with the tier secret, not as a user).
@@ -98,8 +106,10 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 	s := sessionOf(c)
 	switch name {
 	case "tier.peer":
-		// TIER.PEER secret node-id user proto
-		if len(args) != 5 || !h.opts.Tier.PeerSecret(string(args[1])) {
+		// TIER.PEER secret node-id user proto [version]: version 2 sends
+		// client commands in TIER.RELAY (a follower of an earlier version
+		// sends them as they came, and leaves version out).
+		if (len(args) != 5 && (len(args) != 6 || string(args[5]) != "2")) || !h.opts.Tier.PeerSecret(string(args[1])) {
 			h.refuse(s, p, "ERR fenceproxy: not a tier peer")
 			return true
 		}
@@ -114,6 +124,26 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 		s.backend.RESP3 = string(args[4]) == "3"
 		s.tier = &tierPeer{node: string(args[2])}
 		replyOK(p)
+		return true
+	case "tier.relay":
+		// TIER.RELAY elapsed-us command [args...], on a relay link only:
+		// the client's command, served as if it had come on its own, its
+		// lease counted from elapsed-us before this request was read.
+		if s.tier == nil {
+			return false
+		}
+		if len(args) < 3 {
+			replyError(p, "ERR fenceproxy: TIER.RELAY needs elapsed-us (an integer from 0) and a command")
+			return true
+		}
+		us, ok := parseInt(args[1])
+		if !ok || us < 0 || strings.EqualFold(string(args[2]), "tier.relay") {
+			replyError(p, "ERR fenceproxy: TIER.RELAY needs elapsed-us (an integer from 0) and a command")
+			return true
+		}
+		s.tier.elapsed = min(time.Duration(us)*time.Microsecond, maxRelayElapsed)
+		h.serve(c, args[2:], p)
+		s.tier.elapsed = 0
 		return true
 	case "tier.applied":
 		// TIER.APPLIED node-id index, on a relay link only.
@@ -157,8 +187,28 @@ func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *re
 		wait = MaxWait
 		c.MayBlock()
 	}
+	received := receivedAt(c)
+	// A grant or renewal that does not wait in line is judged here too,
+	// from when this node read it: the leader counts the time spent here
+	// (TIER.RELAY's elapsed time) but cannot see the link's. A grant after
+	// waiting in line counts from the leader's attempt that made it, which
+	// only the leader can judge.
+	var ttl time.Duration
+	if (cmd.name == "lock.acquire" && len(args) == 4) || cmd.name == "lock.renew" {
+		ttl, _ = parseMillis(args[3], "ttl-ms", 1, MaxTTL)
+	}
 	relay := func(ctx context.Context) ([]byte, error) {
-		return h.opts.Tier.Relay(ctx, user, resp3, wait, own)
+		reply, err := h.opts.Tier.Relay(ctx, user, resp3, wait, received, own)
+		if err == nil && ttl > 0 && len(reply) > 0 && reply[0] == ':' && h.opts.Locks != nil &&
+			time.Now().After(h.opts.Locks.ReplyBy(received, ttl)) {
+			if cmd.name == "lock.renew" {
+				h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
+				return []byte(replyLateRenewal), nil
+			}
+			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+			return []byte(replyLateRelayedGrant), nil
+		}
+		return reply, err
 	}
 	if cmd.resource > 0 && cmd.resource < len(own) {
 		h.runLock(c, string(own[cmd.resource]), p, wait, relay)

@@ -191,7 +191,7 @@ func TestFencedExec(t *testing.T) {
 					o.Admit = func() error { return tc.admit }
 				}
 			})
-			raw, err := f.m.FencedExecAs(context.Background(), "r", tc.token, command, tc.prefix)
+			raw, err := f.m.FencedExecAs(context.Background(), "r", tc.token, command, nil, tc.prefix)
 			if !errors.Is(err, tc.err) || (err == nil && string(raw) != "+OK\r\n") {
 				t.Fatalf("FencedExecAs = %q, %v; want %v", raw, err, tc.err)
 			}

@@ -317,6 +317,11 @@ func (m *Manager) replyBy(from time.Time, ttl time.Duration) time.Time {
 	return from.Add(ttl - drift - time.Duration(m.opts.LeaseSafetyMargin*float64(ttl)))
 }
 
+// ReplyBy is the latest moment a reply may promise a lease of ttl counted
+// from from (replyBy): a tier follower judges the leader's reply to a
+// relayed grant or renewal by it, from when the follower read the request.
+func (m *Manager) ReplyBy(from time.Time, ttl time.Duration) time.Time { return m.replyBy(from, ttl) }
+
 // abandon settles an acquire attempt that will not be replied with its
 // token, err saying why, and returns the error to reply. A new grant is
 // undone (compare-and-delete) unless its outcome is already unknown. Its
@@ -569,7 +574,7 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 // serializer is held), so a stale holder's write can never land after a
 // newer grant. It protects only writes made through it.
 func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64, command [][]byte) ([]byte, error) {
-	return m.FencedExecAs(ctx, resource, token, command, "")
+	return m.FencedExecAs(ctx, resource, token, command, nil, "")
 }
 
 // FencedExecAs is FencedExec that, when holderPrefix is not empty, also
@@ -580,7 +585,11 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 // nor can anyone once the lease is over (ErrLeaseOver: nobody holds the
 // token then, so no user can be said to own it). The record is read while
 // the resource's grants wait, so no grant slips in between.
-func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint64, command [][]byte, holderPrefix string) ([]byte, error) {
+//
+// keyAt are the indexes into command of its keys (keys.Command.Keys), which
+// the script declares to Redis and routes by; nil takes command[1], if any,
+// for the key (right for most commands, not for OBJECT ENCODING k).
+func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint64, command [][]byte, keyAt []int, holderPrefix string) ([]byte, error) {
 	if err := m.admit(); err != nil {
 		return nil, err
 	}
@@ -610,16 +619,24 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	for i, a := range command {
 		args[i] = a
 	}
-	// The command's key is declared to Redis as well (KEYS[1]): a script
+	// The command's keys are declared to Redis as well (KEYS): a script
 	// with no keys runs on whatever node it reaches, so in front of a
 	// Redis Cluster one sent on a stale slot map answered "non local key"
 	// (the slot moved) or -READONLY (its master became a replica) instead
-	// of the -MOVED or -ASK that Start follows.
+	// of the -MOVED or -ASK that Start follows; keys in several slots get
+	// Redis Cluster's own -CROSSSLOT.
+	if keyAt == nil && len(command) > 1 {
+		keyAt = []int{1}
+	}
 	var key string
-	var keys []string
-	if len(command) > 1 {
-		key = string(command[1])
-		keys = []string{key}
+	keys := make([]string, 0, len(keyAt))
+	for _, at := range keyAt {
+		if at > 0 && at < len(command) {
+			keys = append(keys, string(command[at]))
+		}
+	}
+	if len(keys) > 0 {
+		key = keys[0]
 	}
 	write := m.opts.Scripts.Start(ctx, key, ScriptCall{Source: execScript, Keys: keys, Args: args}, false)
 	return write.Raw()

@@ -303,9 +303,9 @@ const (
 
 // execScript runs the command in ARGV inside a script, so that it runs
 // whole with nothing between the fence check and it. pcall hands back the
-// command's own error as an error reply. KEYS[1], if any, is the command's
-// key (ARGV[2]) again, declared so that Redis Cluster redirects the script
-// to its slot's master rather than running it where it landed.
+// command's own error as an error reply. KEYS, if any, are the command's
+// keys again (also in ARGV), declared so that Redis Cluster redirects the
+// script to their slot's master rather than running it where it landed.
 const execScript = `return redis.pcall(unpack(ARGV))`
 
 // infoScript: KEYS[1] record. Returns {owner, token, pttl, acquired,

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,9 +16,12 @@ import (
 const (
 	// MaxResourceLen is the longest resource the store accepts, in bytes.
 	MaxResourceLen = 512
-	// MaxToken is the largest token ever issued: tokens travel as RESP
-	// integers, which are signed 64-bit.
-	MaxToken = math.MaxInt64
+	// MaxToken is the largest token ever issued, 2^53: the lock scripts
+	// compare a record's token with a candidate in Lua, whose numbers are
+	// doubles, exact only up to 2^53 (above it, a record's token just
+	// above the candidate could compare equal or below, and be
+	// overwritten). At a million tokens a second that is 285 years.
+	MaxToken = 1 << 53
 
 	defaultCacheEntries  = 1 << 18
 	defaultReserveWindow = 1 << 20

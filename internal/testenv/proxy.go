@@ -28,6 +28,9 @@ type ProxyOptions struct {
 	MinReplicas    int           // --min-replicas
 	ReplicaTimeout time.Duration // --replica-timeout; the binary's default if zero
 	Args           []string      // extra flags, after testenv's own
+	// Listen is --listen; a free loopback port if empty (and another one
+	// if that was taken meanwhile; a given one is not replaced).
+	Listen string
 }
 
 // Proxy is one fenceproxy process.
@@ -70,13 +73,16 @@ func startProxy(t testing.TB, bin string, opts ProxyOptions) *Proxy {
 	}
 	t.Cleanup(func() { p.cleanup(t) })
 	for attempt := 1; ; attempt++ {
-		p.Addr = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+		p.Addr = opts.Listen
+		if p.Addr == "" {
+			p.Addr = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+		}
 		p.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 		err := p.start()
 		if err == nil {
 			return p
 		}
-		if attempt < 3 && errors.Is(err, errPortTaken) {
+		if attempt < 3 && errors.Is(err, errPortTaken) && opts.Listen == "" {
 			continue
 		}
 		t.Fatalf("testenv: starting fenceproxy on %s: %v\n--- last lines of %s ---\n%s",

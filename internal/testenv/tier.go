@@ -15,6 +15,10 @@ type TierOptions struct {
 	MinReplicas    int
 	ReplicaTimeout time.Duration
 	Args           []string // extra flags for every node
+	// RelayLinks puts a Link in front of each node's client port and makes
+	// it the node's --tier-advertise: a follower relays lock commands to
+	// the leader through the leader's Link (Tier.RelayLinks).
+	RelayLinks bool
 }
 
 // Tier is a tier of fenceproxy nodes (--node-id, --raft-listen, --peers)
@@ -23,6 +27,10 @@ type Tier struct {
 	Nodes []*Proxy
 	IDs   []string // Nodes[i]'s --node-id
 	Raft  []string // Nodes[i]'s --raft-listen
+	// RelayLinks[i] relays to Nodes[i]'s client port: the other nodes
+	// relay lock commands through it while Nodes[i] leads (with
+	// TierOptions.RelayLinks; else nil).
+	RelayLinks []*Link
 }
 
 // StartTier starts opts.Nodes fenceproxy processes as one tier, each with
@@ -42,8 +50,15 @@ func StartTier(t testing.TB, opts TierOptions) *Tier {
 	bin := BuildProxy(t)
 	for i := 0; i < opts.Nodes; i++ {
 		args := append([]string{"--node-id", tr.IDs[i], "--raft-listen", tr.Raft[i], "--peers", strings.Join(peers, ",")}, opts.Args...)
+		listen := ""
+		if opts.RelayLinks {
+			listen = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+			l := StartLink(t, listen)
+			tr.RelayLinks = append(tr.RelayLinks, l)
+			args = append(args, "--tier-advertise", l.Addr)
+		}
 		tr.Nodes = append(tr.Nodes, startProxy(t, bin, ProxyOptions{
-			Backend: opts.Backend, MinReplicas: opts.MinReplicas, ReplicaTimeout: opts.ReplicaTimeout, Args: args,
+			Backend: opts.Backend, MinReplicas: opts.MinReplicas, ReplicaTimeout: opts.ReplicaTimeout, Args: args, Listen: listen,
 		}))
 	}
 	tr.Leader(t)

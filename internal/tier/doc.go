@@ -1,6 +1,7 @@
 // Package tier makes this process one node of a tier of fenceproxy nodes
 // that share one token authority: a Raft group (hashicorp/raft, its log and
-// stable store on Pebble, or raft-boltdb, under --data-dir/raft, snapshots beside it, a TCP
+// stable store on Pebble, or raft-boltdb, under --data-dir/raft, the newest
+// entries also kept in memory (raft.LogCache), snapshots beside it, a TCP
 // transport on --raft-listen) whose replicated state machine is the token
 // state. The leader is the token authority; Store is its side of the lock
 // manager's TokenStore seam. Any other node refuses tokens and reads with
@@ -23,6 +24,17 @@
 //	Confirm{r, t}    after its replica acks; not awaited
 //	Cancel{r, t}     a refused grant whose record is certainly gone; not awaited
 //	Adopt{t}         the floor (and the bound) go above t
+//	Batch{ops}       Reserves, Confirms and Cancels of many grants, applied
+//	                 in order: how the leader proposes them (propose.go)
+//
+// The leader's Reserves, Confirms and Cancels share entries: while one
+// Batch is in flight (proposed, not yet committed), the ops of every grant
+// queue, and the next Batch carries them all. Raft's own group commit
+// (BatchApplyCh) shares log writes between entries; the Batch also shares
+// the work per entry on every node (encoding, a Pebble record, an FSM
+// call), and bounds the log writes per second. A Confirm or Cancel rides
+// in the next Batch, not awaited. An op queued during an earlier
+// leadership of this node is never proposed (its Reserve fails, Lost).
 //
 // Windows are computed by the state as it applies them (from the bound,
 // not from what the proposer believed), and returned to the leader through
@@ -39,6 +51,8 @@
 //     returns nil only when raft's ApplyFuture says the entry is committed
 //     (in the logs of a majority, each fsynced: a synced Pebble batch, or a bbolt commit) and applied here.
 //     The lock manager replies a token only after Reserve returned nil.
+//     A Reserve in a Batch is told the Batch's outcome, so this holds for
+//     every op of it.
 //  2. A leader's tokens are above every bound committed before its
 //     LeaderStart. A leader serves nothing until Barrier (every entry of
 //     earlier terms applied here) and its LeaderStart are committed; the
@@ -81,6 +95,20 @@
 // ErrLeadershipLost (UnavailableError with Lost), and OnLeadershipLost runs,
 // so the lock layer can end its waiters -TRYAGAIN.
 //
+// # Followers (forward.go)
+//
+// A follower relays lock commands to the leader's client port (Relay), one
+// command per connection at a time, each wrapped in TIER.RELAY with the
+// time it has already spent on the follower, so the leader counts a lease
+// from when the follower read it; the follower judges the reply by its own
+// clock too, which alone sees the time on the link (commands.relayLock).
+// A follower reports its applied index to the leader every second and at
+// once when it learns of a new leader; the leader's view of a peer's lag
+// is that report (PeerStatus), unknown until the peer has reported in
+// this leadership: hashicorp/raft keeps each follower's progress in its
+// replication state, which a new leader builds from nothing and which it
+// does not expose.
+//
 // # What it does not do yet
 //
 // The state lives in memory (one map entry per resource ever granted) and
@@ -89,8 +117,9 @@
 //
 // # Concurrency
 //
-// Every exported method is safe for concurrent use. Lock order: Node.mu,
-// then the state's mu (NextToken commits a Window while holding mu, and
+// Every exported method is safe for concurrent use. Lock order: the
+// proposer's mu, then Node.mu (it reads the epoch while it proposes);
+// Node.mu, then the state's mu (NextToken commits a Window while holding mu, and
 // the state's Apply runs on raft's goroutine without mu); the state's mu,
 // then overlayMu (Apply drops overlay entries). The verifier's mu is a
 // leaf.

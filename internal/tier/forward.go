@@ -7,8 +7,11 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -17,20 +20,45 @@ import (
 // over RESP, on connections to the leader's client port. Each connection
 // first says
 //
-//	TIER.PEER secret node-id user proto
+//	TIER.PEER secret node-id user proto version
 //
 // which the leader accepts only with the tier secret (FENCEPROXY_TIER_SECRET,
 // or the requirepass): from then on the connection's commands run as
 // that ACL user ("" with ACLs off) in that RESP protocol (2 or 3), so the
 // owner binding <user>\0<owner> and the null replies are the client's own.
-// The client's ordinary commands are sent as they came. Connections are
-// pooled per (leader, user, protocol).
+//
+// With version 2 (RelayVersion) each client command goes as
+//
+//	TIER.RELAY elapsed-us command args...
+//
+// elapsed-us being the microseconds since the follower read the client's
+// request: the leader counts a lease from then, not from when it read the
+// relayed command. A leader of an earlier version refuses the sixth
+// argument; the follower then opens the link without it (version 1) and
+// sends each command as it came (the time spent on the follower is then
+// not counted by the leader, only by the follower's own check of the
+// reply, see commands.relayLock).
+//
+// Connections are pooled per (leader, user, protocol), each carrying one
+// command at a time. Pipelining many clients' commands on a few links,
+// replies matched in order, was tried twice and measured slower (see
+// docs/performance.md): served as any client's pipeline, batch after
+// batch, a quick command waited behind a whole batch of grants; with the
+// leader writing each reply as soon as it and those before it were in
+// (the connection's write side taken), the hand-offs to the links' writer
+// and reader goroutines, and to the leader's, cost more CPU per command
+// than the writes they shared saved.
 const (
-	// PeerCommand opens a relay connection; AppliedCommand reports a
-	// follower's applied index (TIER.APPLIED node-id index) for the
-	// leader's lag figures.
+	// PeerCommand opens a relay link; AppliedCommand reports a follower's
+	// applied index (TIER.APPLIED node-id index) for the leader's lag
+	// figures; RelayCommand carries a client's command with the time it
+	// has spent on the follower.
 	PeerCommand    = "tier.peer"
 	AppliedCommand = "tier.applied"
+	RelayCommand   = "tier.relay"
+	// RelayVersion is the relay framing this node speaks and accepts
+	// (TIER.PEER's sixth argument): 2 is TIER.RELAY.
+	RelayVersion = "2"
 )
 
 // relayDialTimeout bounds connecting to the leader; relayGrace is added to
@@ -39,6 +67,14 @@ const (
 	relayDialTimeout = 2 * time.Second
 	relayGrace       = 30 * time.Second
 	relayIdlePerKey  = 128
+)
+
+// reportEvery is how often a follower reports its applied index to the
+// leader; a follower that sees a new leader reports at once (within
+// leaderCheckEvery).
+const (
+	reportEvery      = time.Second
+	leaderCheckEvery = 100 * time.Millisecond
 )
 
 // ErrRelayLost: the link to the leader broke after the command was sent;
@@ -71,11 +107,6 @@ type relayKey struct {
 	resp3      bool
 }
 
-type relayConn struct {
-	c  net.Conn
-	rd *bufio.Reader
-}
-
 // NewRelay returns n's relay, authenticating with secret.
 func (n *Node) NewRelay(secret string) *Relay {
 	r := &Relay{node: n, secret: secret, idle: map[relayKey][]*relayConn{}}
@@ -89,24 +120,96 @@ func (r *Relay) Leads() bool { return r.node.Ready() }
 
 // Do relays args to the leader as user and returns the leader's reply. With
 // no leader known it fails at once (UnavailableError); wait is the longest
-// the command itself may wait.
-func (r *Relay) Do(ctx context.Context, user string, resp3 bool, wait time.Duration, args [][]byte) ([]byte, error) {
+// the command itself may wait. received is when the client's request was
+// read: the leader counts its lease from then (zero for the relay's own
+// commands, which carry no time).
+func (r *Relay) Do(ctx context.Context, user string, resp3 bool, wait time.Duration, received time.Time, args [][]byte) ([]byte, error) {
 	addr := r.node.LeaderClientAddr()
 	if addr == "" || r.node.Ready() {
 		// No leader known, or this node just became it: the caller
 		// serves (or refuses) it itself on its next try.
 		return nil, r.node.notLeader()
 	}
-	key := relayKey{addr: addr, user: user, resp3: resp3}
+	return r.doAlone(ctx, relayKey{addr: addr, user: user, resp3: resp3}, wait, received, args)
+}
+
+var errNotSent = errors.New("tier: relay write failed")
+
+// appendRelayed appends args as the leader is to read them: wrapped in
+// TIER.RELAY with the time since received (version 2, and a client's
+// command), or as they are.
+func appendRelayed(b []byte, version int, received time.Time, args [][]byte) []byte {
+	if version < 2 || received.IsZero() {
+		return resp.AppendCommand(b, args)
+	}
+	b = redcon.AppendArray(b, len(args)+2)
+	b = redcon.AppendBulkString(b, "TIER.RELAY")
+	b = redcon.AppendBulkString(b, strconv.FormatInt(max(time.Since(received).Microseconds(), 0), 10))
+	for _, a := range args {
+		b = redcon.AppendBulk(b, a)
+	}
+	return b
+}
+
+// dial opens a relay link to key's leader: TIER.PEER with this node's
+// relay version, or, if the leader refuses it (an earlier version), without.
+func (r *Relay) dial(ctx context.Context, key relayKey) (net.Conn, *bufio.Reader, int, error) {
+	d := net.Dialer{Timeout: relayDialTimeout}
+	c, err := d.DialContext(ctx, "tcp", key.addr)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	rd := bufio.NewReader(c)
+	proto := "2"
+	if key.resp3 {
+		proto = "3"
+	}
+	hello := [][]byte{[]byte(PeerCommand), []byte(r.secret), []byte(r.node.opts.NodeID), []byte(key.user), []byte(proto), []byte(RelayVersion)}
+	version := 2
+	reply, err := roundTrip(c, rd, hello, relayDialTimeout)
+	if err == nil && strings.HasPrefix(string(reply), "-ERR fenceproxy: not a tier peer") {
+		version = 1
+		reply, err = roundTrip(c, rd, hello[:5], relayDialTimeout)
+	}
+	if err == nil && string(reply) != "+OK\r\n" {
+		err = errors.New("tier: the leader refused the relay link: " + strings.TrimSpace(string(reply)))
+	}
+	if err != nil {
+		c.Close()
+		r.node.logger.Warn("tier: cannot open a relay link to the leader", "leader", key.addr, "err", err)
+		return nil, nil, 0, err
+	}
+	c.SetDeadline(time.Time{})
+	return c, rd, version, nil
+}
+
+// roundTrip writes one command and reads its reply within timeout.
+func roundTrip(c net.Conn, rd *bufio.Reader, args [][]byte, timeout time.Duration) ([]byte, error) {
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write(resp.AppendCommand(nil, args)); err != nil {
+		return nil, err
+	}
+	return resp.AppendReply(nil, rd)
+}
+
+// relayConn is one connection to the leader, carrying one command at a time.
+type relayConn struct {
+	c       net.Conn
+	rd      *bufio.Reader
+	version int
+}
+
+// doAlone relays a command on a connection of its own.
+func (r *Relay) doAlone(ctx context.Context, key relayKey, wait time.Duration, received time.Time, args [][]byte) ([]byte, error) {
 	rc, err := r.get(ctx, key)
 	if err != nil {
-		return nil, &UnavailableError{LeaderAddr: addr}
+		return nil, &UnavailableError{LeaderAddr: key.addr}
 	}
-	reply, err := rc.do(ctx, args, wait+relayGrace)
+	reply, err := rc.do(ctx, received, args, wait+relayGrace)
 	if err != nil {
 		rc.c.Close()
 		if errors.Is(err, errNotSent) {
-			return nil, &UnavailableError{LeaderAddr: addr}
+			return nil, &UnavailableError{LeaderAddr: key.addr}
 		}
 		return nil, ErrRelayLost
 	}
@@ -114,15 +217,13 @@ func (r *Relay) Do(ctx context.Context, user string, resp3 bool, wait time.Durat
 	return reply, nil
 }
 
-var errNotSent = errors.New("tier: relay write failed")
-
-func (rc *relayConn) do(ctx context.Context, args [][]byte, timeout time.Duration) ([]byte, error) {
+func (rc *relayConn) do(ctx context.Context, received time.Time, args [][]byte, timeout time.Duration) ([]byte, error) {
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	rc.c.SetDeadline(deadline)
-	if _, err := rc.c.Write(resp.AppendCommand(nil, args)); err != nil {
+	if _, err := rc.c.Write(appendRelayed(nil, rc.version, received, args)); err != nil {
 		return nil, errNotSent
 	}
 	// A client that goes away ends the wait (its connection's context).
@@ -140,26 +241,11 @@ func (r *Relay) get(ctx context.Context, key relayKey) (*relayConn, error) {
 		return rc, nil
 	}
 	r.mu.Unlock()
-	d := net.Dialer{Timeout: relayDialTimeout}
-	c, err := d.DialContext(ctx, "tcp", key.addr)
+	c, rd, version, err := r.dial(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	rc := &relayConn{c: c, rd: bufio.NewReader(c)}
-	proto := "2"
-	if key.resp3 {
-		proto = "3"
-	}
-	reply, err := rc.do(ctx, [][]byte{[]byte(PeerCommand), []byte(r.secret), []byte(r.node.opts.NodeID), []byte(key.user), []byte(proto)}, relayDialTimeout)
-	if err == nil && string(reply) != "+OK\r\n" {
-		err = errors.New("tier: the leader refused the relay link: " + string(reply))
-	}
-	if err != nil {
-		c.Close()
-		r.node.logger.Warn("tier: cannot open a relay link to the leader", "leader", key.addr, "err", err)
-		return nil, err
-	}
-	return rc, nil
+	return &relayConn{c: c, rd: rd, version: version}, nil
 }
 
 func (r *Relay) put(key relayKey, rc *relayConn) {
@@ -173,33 +259,48 @@ func (r *Relay) put(key relayKey, rc *relayConn) {
 	r.idle[key] = append(r.idle[key], rc)
 }
 
-// reportApplied tells the leader this node's applied index every second
-// (TIER.INFO's and INFO's lag).
+// reportApplied tells the leader this node's applied index every
+// reportEvery, and at once when it learns of a new leader (TIER.INFO's and
+// INFO's lag). It also closes the idle connections to a former leader.
 func (r *Relay) reportApplied() {
 	defer r.node.wg.Done()
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(leaderCheckEvery)
 	defer t.Stop()
+	var reportedTo string
+	var reportedAt time.Time
 	for {
 		select {
 		case <-r.node.closing:
-			r.closeIdle()
+			r.closeAll("")
 			return
 		case <-t.C:
 		}
-		if r.node.Ready() || r.node.LeaderClientAddr() == "" {
+		addr := r.node.LeaderClientAddr()
+		if addr != "" {
+			r.closeAll(addr)
+		}
+		if r.node.Ready() || addr == "" || (addr == reportedTo && time.Since(reportedAt) < reportEvery) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), relayDialTimeout)
-		r.Do(ctx, "", false, 0, [][]byte{[]byte(AppliedCommand), []byte(r.node.opts.NodeID),
+		// A failed report is tried again a second later (or at once for
+		// another leader), not at every check.
+		r.Do(ctx, "", false, 0, time.Time{}, [][]byte{[]byte(AppliedCommand), []byte(r.node.opts.NodeID),
 			[]byte(strconv.FormatUint(r.node.raft.AppliedIndex(), 10))})
 		cancel()
+		reportedTo, reportedAt = addr, time.Now()
 	}
 }
 
-func (r *Relay) closeIdle() {
+// closeAll closes the idle connections to every leader but keep (all of
+// them if keep is "").
+func (r *Relay) closeAll(keep string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, l := range r.idle {
+		if k.addr == keep {
+			continue
+		}
 		for _, rc := range l {
 			rc.c.Close()
 		}

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fenceproxy/fenceproxy/internal/persist"
 )
 
 // Window is how many tokens one window entry reserves (Hi/Lo, as persist's
@@ -16,8 +18,9 @@ import (
 // at most Window tokens of its predecessor's.
 const Window = 1 << 16
 
-// maxToken is the highest token: RESP integers are signed 64-bit.
-const maxToken = 1<<63 - 1
+// maxToken is the highest token, persist's: the lock scripts compare
+// tokens in Lua, exactly only up to 2^53.
+const maxToken = persist.MaxToken
 
 // The log's entry kinds. Each entry is one version byte (entryVersion), one
 // kind byte, then the kind's fields as uvarints and length-prefixed strings.
@@ -30,6 +33,7 @@ const (
 	kindConfirm     byte = 4 // resource, token
 	kindCancel      byte = 5 // resource, token
 	kindAdopt       byte = 6 // token: the floor goes above it
+	kindBatch       byte = 7 // count, then that many Reserve, Confirm or Cancel ops (kind byte + fields)
 )
 
 // errBadEntry marks a log entry this version cannot read: a node of a newer
@@ -42,14 +46,21 @@ type entry struct {
 	resource string
 	token    uint64
 	term     uint64
-	node     string // LeaderStart: the new leader's node id
-	addr     string // LeaderStart: the leader's client address (followers forward there)
-	tierID   string // LeaderStart: the tier id proposed, kept only by the first
+	node     string  // LeaderStart: the new leader's node id
+	addr     string  // LeaderStart: the leader's client address (followers forward there)
+	tierID   string  // LeaderStart: the tier id proposed, kept only by the first
+	ops      []entry // Batch: its Reserve, Confirm and Cancel ops, applied in order
 }
 
 func (e *entry) encode() []byte {
 	b := make([]byte, 0, 32+len(e.resource)+len(e.node)+len(e.addr)+len(e.tierID))
-	b = append(b, entryVersion, e.kind)
+	b = append(b, entryVersion)
+	return e.appendTo(b)
+}
+
+// appendTo appends the kind byte and the kind's fields.
+func (e *entry) appendTo(b []byte) []byte {
+	b = append(b, e.kind)
 	switch e.kind {
 	case kindLeaderStart:
 		b = binary.AppendUvarint(b, e.term)
@@ -66,16 +77,40 @@ func (e *entry) encode() []byte {
 		b = binary.AppendUvarint(b, e.token)
 	case kindAdopt:
 		b = binary.AppendUvarint(b, e.token)
+	case kindBatch:
+		b = binary.AppendUvarint(b, uint64(len(e.ops)))
+		for i := range e.ops {
+			b = e.ops[i].appendTo(b)
+		}
 	}
 	return b
 }
+
+// maxBatchOps bounds the ops one Batch entry is read with: no more than
+// the proposer ever puts in one.
+const maxBatchOps = 4096
 
 func decodeEntry(b []byte) (e entry, err error) {
 	if len(b) < 2 || b[0] != entryVersion {
 		return e, errBadEntry
 	}
-	e.kind = b[1]
-	d := decoder{b: b[2:]}
+	d := decoder{b: b[1:]}
+	e = d.entry(true)
+	if d.bad || len(d.b) != 0 {
+		return e, errBadEntry
+	}
+	return e, nil
+}
+
+// entry reads a kind byte and its fields; a Batch only where batch is true
+// (its ops are never batches themselves).
+func (d *decoder) entry(batch bool) (e entry) {
+	if len(d.b) == 0 {
+		d.bad = true
+		return e
+	}
+	e.kind = d.b[0]
+	d.b = d.b[1:]
 	switch e.kind {
 	case kindLeaderStart:
 		e.term = d.uvarint()
@@ -92,13 +127,26 @@ func decodeEntry(b []byte) (e entry, err error) {
 		e.token = d.uvarint()
 	case kindAdopt:
 		e.token = d.uvarint()
+	case kindBatch:
+		n := d.uvarint()
+		if !batch || n > maxBatchOps {
+			d.bad = true
+			return e
+		}
+		e.ops = make([]entry, 0, n)
+		for i := uint64(0); i < n && !d.bad; i++ {
+			op := d.entry(false)
+			switch op.kind {
+			case kindReserve, kindConfirm, kindCancel:
+			default:
+				d.bad = true
+			}
+			e.ops = append(e.ops, op)
+		}
 	default:
-		return e, errBadEntry
+		d.bad = true
 	}
-	if d.bad || len(d.b) != 0 {
-		return e, errBadEntry
-	}
-	return e, nil
+	return e
 }
 
 func appendString(b []byte, s string) []byte {
@@ -187,6 +235,17 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if e.kind == kindBatch {
+		for i := range e.ops {
+			f.applyLocked(&e.ops[i])
+		}
+		return nil
+	}
+	return f.applyLocked(&e)
+}
+
+// applyLocked applies one entry, or one op of a Batch.
+func (f *fsm) applyLocked(e *entry) any {
 	switch e.kind {
 	case kindLeaderStart:
 		// Fold: every reservation made before this leader may have been

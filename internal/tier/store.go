@@ -94,35 +94,32 @@ func (s *Store) NewestCached(resource string) (uint64, bool, error) {
 
 // Reserve commits that token may be issued for resource, and returns once
 // a majority of the tier has it in its log. Concurrent Reserves share log
-// writes (raft batches the Applies waiting when it writes). An error whose
-// outcome is unknown (leadership lost after the entry was sent) leaves a
-// reservation the next leader may fold: the token then counts as issued.
+// entries (proposer) and log writes. An error whose outcome is unknown
+// (leadership lost after the entry was sent) leaves a reservation the next
+// leader may fold: the token then counts as issued.
 func (s *Store) Reserve(resource string, token uint64) error {
 	n := s.n
 	n.mu.Lock()
-	ready, term := n.ready, n.term
+	ready, term, epoch := n.ready, n.term, n.epoch
 	n.mu.Unlock()
 	if !ready {
 		return n.notLeader()
 	}
-	e := entry{kind: kindReserve, resource: resource, token: token, term: term}
-	f := n.raft.Apply(e.encode(), applyTimeout)
-	if err := f.Error(); err != nil {
-		return n.fromRaft(err)
-	}
-	if err, ok := f.Response().(error); ok {
-		return err
-	}
-	return nil
+	done := make(chan error, 1)
+	n.prop.submit(proposal{op: entry{kind: kindReserve, resource: resource, token: token, term: term}, epoch: epoch, done: done})
+	return <-done
 }
 
 // Confirm makes token resource's newest: at once in this leader's view
-// (the overlay), and in the state when its entry is applied (not awaited:
-// the reservation is committed, and a lost Confirm is folded as issued by
-// the next leader).
+// (the overlay), and in the state when the entry that carries it is
+// applied (not awaited: the reservation is committed, and a lost Confirm
+// is folded as issued by the next leader).
 func (s *Store) Confirm(resource string, token uint64) error {
 	n := s.n
-	if !n.Ready() {
+	n.mu.Lock()
+	ready, epoch := n.ready, n.epoch
+	n.mu.Unlock()
+	if !ready {
 		return n.notLeader()
 	}
 	n.overlayMu.Lock()
@@ -130,8 +127,7 @@ func (s *Store) Confirm(resource string, token uint64) error {
 		n.overlay[resource] = token
 	}
 	n.overlayMu.Unlock()
-	e := entry{kind: kindConfirm, resource: resource, token: token}
-	n.raft.Apply(e.encode(), applyTimeout)
+	n.prop.submit(proposal{op: entry{kind: kindConfirm, resource: resource, token: token}, epoch: epoch})
 	return nil
 }
 
@@ -139,11 +135,13 @@ func (s *Store) Confirm(resource string, token uint64) error {
 // counted as issued, the safe side).
 func (s *Store) Cancel(resource string, token uint64) error {
 	n := s.n
-	if !n.Ready() {
+	n.mu.Lock()
+	ready, epoch := n.ready, n.epoch
+	n.mu.Unlock()
+	if !ready {
 		return n.notLeader()
 	}
-	e := entry{kind: kindCancel, resource: resource, token: token}
-	n.raft.Apply(e.encode(), applyTimeout)
+	n.prop.submit(proposal{op: entry{kind: kindCancel, resource: resource, token: token}, epoch: epoch})
 	return nil
 }
 

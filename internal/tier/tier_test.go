@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // testTier is three real nodes on loopback, each with its own directory.
@@ -247,7 +249,8 @@ func TestReadsShareLeadershipRounds(t *testing.T) {
 	}
 }
 
-// 50 concurrent reservers: raft writes their entries in shared batches.
+// 50 concurrent reservers: their reservations share log entries
+// (proposer) and log writes.
 func TestReservesShareLogWrites(t *testing.T) {
 	tt := startTestTier(t, 3)
 	l := tt.leader()
@@ -256,11 +259,12 @@ func TestReservesShareLogWrites(t *testing.T) {
 	w0, e0 := n.logs.writes.Load(), n.logs.entries.Load()
 	var wg sync.WaitGroup
 	errs := make(chan error, 50)
-	for i := 0; i < 50; i++ {
+	const reservers, each = 50, 20
+	for i := 0; i < reservers; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			for j := 0; j < 20; j++ {
+			for j := 0; j < each; j++ {
 				r := fmt.Sprintf("r%d", i)
 				tok, err := s.NextToken()
 				if err == nil {
@@ -279,9 +283,9 @@ func TestReservesShareLogWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	writes, entries := n.logs.writes.Load()-w0, n.logs.entries.Load()-e0
-	t.Logf("1000 reservations from 50 goroutines: %d leader log writes for %d entries (%.1f per write)", writes, entries, float64(entries)/float64(writes))
-	if writes >= entries {
-		t.Fatalf("%d writes for %d entries: no group commit", writes, entries)
+	t.Logf("%d reservations from %d goroutines: %d leader log writes, %d entries", reservers*each, reservers, writes, entries)
+	if writes >= reservers*each || entries >= reservers*each {
+		t.Fatalf("%d writes and %d entries for %d reservations: no group commit", writes, entries, reservers*each)
 	}
 }
 
@@ -347,6 +351,78 @@ func TestNewNodeCaughtUpBySnapshot(t *testing.T) {
 	for r, tok := range want {
 		if got := tt.nodes[3].fsm.newestOf(r); got != tok {
 			t.Fatalf("the new node's newest for %s = %d, want %d", r, got, tok)
+		}
+	}
+}
+
+// A new leader knows nothing of its followers' progress: their lag is
+// unknown until each reports its applied index to it, and then it is how
+// far behind the leader's last index the report was.
+func TestPeerLagAfterElection(t *testing.T) {
+	tt := startTestTier(t, 3)
+	l := tt.leader()
+	for i := 0; i < 10; i++ {
+		grant(t, tt.nodes[l].Store(), "r")
+	}
+	tt.crash(l)
+	nl := tt.leader()
+	n := tt.nodes[nl]
+	st := n.Status()
+	if len(st.Peers) != 2 {
+		t.Fatalf("the new leader shows %d peers, want 2", len(st.Peers))
+	}
+	for _, p := range st.Peers {
+		if p.LagKnown {
+			t.Fatalf("peer %s right after the election: lag %d known, before it reported anything (last index %d)", p.ID, p.Lag, st.LastIndex)
+		}
+	}
+	f := tt.follower(nl)
+	id := tt.peers[f].ID
+	last := n.raft.LastIndex()
+	n.ReportApplied(id, last-2)
+	for i := 0; i < 5; i++ {
+		grant(t, n.Store(), "r") // the leader's last moves on; the report stays what it was
+	}
+	for _, p := range n.Status().Peers {
+		switch {
+		case p.ID == id && (!p.LagKnown || p.Lag != 2):
+			t.Fatalf("peer %s reported %d applied at last index %d: lag %d (known %v), want 2", id, last-2, last, p.Lag, p.LagKnown)
+		case p.ID != id && p.LagKnown:
+			t.Fatalf("peer %s (crashed, never reported) has lag %d", p.ID, p.Lag)
+		}
+	}
+	// A report older than staleReport: the peer stopped; the lag grows.
+	n.health.mu.Lock()
+	r := n.health.reports[id]
+	r.at = r.at.Add(-2 * staleReport)
+	n.health.reports[id] = r
+	n.health.mu.Unlock()
+	for _, p := range n.Status().Peers {
+		if p.ID == id && p.Lag <= 2 {
+			t.Fatalf("peer %s silent for %v: lag %d, want the distance to the last index now", id, 2*staleReport, p.Lag)
+		}
+	}
+	// Leadership moves away and back: the old reports are forgotten.
+	waitReady := func(n *Node) {
+		deadline := time.Now().Add(30 * time.Second)
+		for !n.Ready() {
+			if time.Now().After(deadline) {
+				t.Fatal("leadership did not move within 30s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if err := n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(tt.peers[f].Addr)).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(tt.nodes[f])
+	if err := tt.nodes[f].raft.LeadershipTransferToServer(raft.ServerID(tt.peers[nl].ID), raft.ServerAddress(tt.peers[nl].Addr)).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(n)
+	for _, p := range n.Status().Peers {
+		if p.LagKnown {
+			t.Fatalf("peer %s: lag %d from a report to an earlier leadership", p.ID, p.Lag)
 		}
 	}
 }

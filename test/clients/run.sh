@@ -14,7 +14,15 @@
 #
 # Every suite prints `PASS ...` / `FAIL <client>: <case>: <call> -> <reply>` lines
 # and one `<suite> totals: N passed, M failed` line; the last line here adds
-# them up as `N passed, M failed`. Exit status is non-zero on any failure.
+# them up as `N passed, M failed`. Exit status is non-zero on any failure. A case
+# that cannot run in a mode prints `SKIP <client>: <case>: <why>` (the Java suite
+# lists them again before its totals); a skip is not a pass.
+#
+# The proxy this script starts can be restarted by a suite: FENCEPROXY_RESTART
+# names restart-proxy.sh (SIGKILL, then the same command on the same port) and
+# FENCEPROXY_PROXY_DIR the directory it reads; the Java suite does it mid-run and
+# carries on with the same clients, so it runs last. With FENCEPROXY_ADDR given,
+# neither is set and that case is skipped.
 #
 # --cluster: a 3-master/3-replica Redis Cluster (scripts/redis-cluster.sh) instead
 # of master + replica, and fenceproxy --backend naming its masters. The suites run
@@ -48,13 +56,18 @@ die() {
 }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-clients.XXXXXX")
+# The proxy this script starts: $tmp/proxy.pid holds its pid, which restart-proxy.sh
+# rewrites when a suite restarts the proxy mid-run. The first one is disowned once it
+# is up, so bash does not report its death when a restart kills it.
 proxy_pid=
+current_proxy_pid() { cat "$tmp/proxy.pid" 2>/dev/null || echo "$proxy_pid"; }
 cleanup() {
-	if [[ -n $proxy_pid ]] && kill -0 "$proxy_pid" 2>/dev/null; then
-		kill -TERM "$proxy_pid" 2>/dev/null
-		for _ in $(seq 50); do kill -0 "$proxy_pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$proxy_pid" 2>/dev/null || true
-		wait "$proxy_pid" 2>/dev/null || true
+	local pid
+	pid=$(current_proxy_pid)
+	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid" 2>/dev/null
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
 	fi
 	[[ -d $tmp/redis ]] && scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1
 	[[ -d $tmp/cluster ]] && scripts/redis-cluster.sh stop "$tmp/cluster" >/dev/null 2>&1
@@ -146,8 +159,9 @@ if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 	for try in 1 2 3 4 5; do
 		port=$((20000 + RANDOM % 10000))
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
-		"$tmp/fenceproxy" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data" \
-			--min-replicas 1 --replica-timeout 2s --metrics-listen '' >"$tmp/proxy.log" 2>&1 &
+		proxy_cmd=("$tmp/fenceproxy" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data"
+			--min-replicas 1 --replica-timeout 2s --metrics-listen '')
+		"${proxy_cmd[@]}" >"$tmp/proxy.log" 2>&1 &
 		proxy_pid=$!
 		for _ in $(seq 100); do
 			[[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && break 2
@@ -159,6 +173,12 @@ if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 		((cluster)) && ! grep -qi 'address already in use' "$tmp/proxy.log" && break
 	done
 	[[ -n $proxy_pid ]] || { cat "$tmp/proxy.log" >&2; die "fenceproxy did not start$( ((cluster)) && echo " in front of the Redis Cluster $SEEDS")"; }
+	# What restart-proxy.sh needs to start the same proxy again (the Java suite's
+	# reconnect case runs it as FENCEPROXY_RESTART).
+	disown "$proxy_pid"
+	echo "$proxy_pid" >"$tmp/proxy.pid"
+	printf '%s\n' "${proxy_cmd[@]}" >"$tmp/proxy.args"
+	export FENCEPROXY_RESTART=$here/restart-proxy.sh FENCEPROXY_PROXY_DIR=$tmp
 	export FENCEPROXY_ADDR=127.0.0.1:$port
 	if ((cluster)); then
 		export FENCEPROXY_CLUSTER_SEEDS=$SEEDS
@@ -227,7 +247,7 @@ if want java; then
 	else setup_failed java; fi
 fi
 
-if [[ -n $proxy_pid ]] && ! kill -0 "$proxy_pid" 2>/dev/null; then
+if [[ -n $proxy_pid ]] && ! kill -0 "$(current_proxy_pid)" 2>/dev/null; then
 	echo "FAIL fenceproxy: the proxy died during the suites; its log:"
 	tail -n 30 "$tmp/proxy.log"
 	total_fail=$((total_fail + 1))

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,4 +62,43 @@ func TestFenceExecFollowsItsSlot(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	exec("right after its master became a replica (CLUSTER FAILOVER)")
+}
+
+// TestFenceExecFindsItsKeys: FENCE.EXEC routes its command by the
+// command's own keys (Redis's key specs, as every forwarded command is),
+// not by its first argument: OBJECT ENCODING k reaches k's master although
+// "ENCODING" hashes elsewhere, and a command over keys in two slots gets
+// Redis Cluster's own -CROSSSLOT rather than running on one of them.
+func TestFenceExecFindsItsKeys(t *testing.T) {
+	e := startEnv(t, 1, 0)
+	st := readSlots(t, e.cl)
+	c := e.dial(t)
+	const r = "exec:keys"
+	tok := itoa(token(t, c, "LOCK.ACQUIRE", r, "A", "60000"))
+
+	// A key whose master is not the one "ENCODING" hashes to.
+	var key string
+	for _, k := range st.keysOn(e.cl.Masters[0], "obj:", 16) {
+		if st.of(k) != st.of("ENCODING") {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no key found on another master than ENCODING's")
+	}
+	if got := c.Do("SET", key, "12345"); string(got) != "+OK\r\n" {
+		t.Fatalf("SET %s = %s", key, testenv.ShowReply(got))
+	}
+	if got := c.Do("FENCE.EXEC", r, tok, "OBJECT", "ENCODING", key); string(got) != "$3\r\nint\r\n" {
+		t.Fatalf("FENCE.EXEC OBJECT ENCODING %s = %s, want int (the command run on its key's master)", key, testenv.ShowReply(got))
+	}
+
+	a, b := st.keysOn(e.cl.Masters[0], "x:", 1)[0], st.keysOn(e.cl.Masters[1], "y:", 1)[0]
+	if got := c.Do("FENCE.EXEC", r, tok, "MSET", a, "1", b, "2"); !strings.HasPrefix(string(got), "-CROSSSLOT") {
+		t.Fatalf("FENCE.EXEC MSET over two slots = %s, want -CROSSSLOT", testenv.ShowReply(got))
+	}
+	if got := c.Do("EXISTS", a, b); string(got) != ":0\r\n" {
+		t.Fatalf("after the refused MSET, EXISTS = %s, want :0 (nothing written)", testenv.ShowReply(got))
+	}
 }

@@ -202,6 +202,16 @@ func TestPubSub(t *testing.T) {
 	if got := sub.Do("UNSUBSCRIBE", "news"); string(got) != "*3\r\n$11\r\nunsubscribe\r\n$4\r\nnews\r\n:1\r\n" {
 		t.Fatalf("UNSUBSCRIBE news: %q", got)
 	}
+	// A RESP3 subscriber's CLIENT ID is the id it had before subscribing,
+	// not its tunnel's Redis connection's (Redisson's TrackingListener
+	// redirects to it).
+	r3 := e.dial(t)
+	r3.Do("HELLO", "3")
+	before := r3.Do("CLIENT", "ID")
+	r3.Do("SUBSCRIBE", "news")
+	if got := r3.Do("CLIENT", "ID"); string(got) != string(before) {
+		t.Fatalf("CLIENT ID of a RESP3 subscriber = %q, before it subscribed %q", got, before)
+	}
 }
 
 // TestShardedPubSub: SSUBSCRIBE through the proxy, to a shard channel on

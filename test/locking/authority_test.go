@@ -287,7 +287,7 @@ func TestTokenFloorFlag(t *testing.T) {
 	if tok := token(t, testenv.Dial(t, again.Addr), "LOCK.ACQUIRE", "g", "a", "60000"); tok <= floor {
 		t.Fatalf("token %d after a restart without --token-floor, not above %d", tok, floor)
 	}
-	for _, bad := range []string{"-1", "x", "9223372036854775807", "18446744073709551615"} {
+	for _, bad := range []string{"-1", "x", "9007199254740992", "9223372036854775807", "18446744073709551615"} {
 		code, stderr := testenv.StartFails(t, "--backend", master.Addr, "--data-dir", t.TempDir(), "--token-floor", bad)
 		if code == 0 || !strings.Contains(stderr, "token-floor") {
 			t.Errorf("--token-floor %s: exit %d, stderr %q; want a refusal naming the flag", bad, code, stderr)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
@@ -132,6 +133,14 @@ func TestGrafanaDashboard(t *testing.T) {
 	tier := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr})
 	leader := tier.Nodes[tier.Leader(t)]
 	testenv.Dial(t, leader.Addr).Do("LOCK.ACQUIRE", "t", "a", "60000")
+	// A peer's lag is served once the peer has reported its progress to
+	// the leader (within a second of the election).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, b := testenv.HTTPGet(t, "http://"+leader.MetricsAddr+"/metrics")
+		if strings.Count(b, "\nfenceproxy_tier_peer_lag{") == 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, n := range tier.Nodes {
 		_, b := testenv.HTTPGet(t, "http://"+n.MetricsAddr+"/metrics")
 		body += "\n" + b

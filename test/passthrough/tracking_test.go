@@ -166,3 +166,47 @@ func TestTrackingConnectionGoesWithClient(t *testing.T) {
 	c.Close()
 	back("after the tracking client disconnected")
 }
+
+// TestTrackingRedirectToIDAskedWhileSubscribed: a RESP3 client's CLIENT ID
+// is the same before and after it subscribes, so the id it reads on its
+// subscribed connection can be given to CLIENT TRACKING REDIRECT, and the
+// invalidations reach it. Redisson's TrackingListener (RBucket.addListener,
+// RESP3) does exactly this: SUBSCRIBE __redis__:invalidate, then CLIENT ID
+// on that connection, then CLIENT TRACKING ON REDIRECT <id> on another.
+// Through the proxy the subscribed connection is a tunnel to Redis, and
+// CLIENT ID there used to answer Redis's id for the tunnel's connection,
+// which REDIRECT (a proxy client's id) refused.
+func TestTrackingRedirectToIDAskedWhileSubscribed(t *testing.T) {
+	pr := startPair(t)
+	for _, addr := range []string{pr.Proxy.Addr, pr.B.Addr} {
+		t.Run(map[bool]string{true: "proxy", false: "redis"}[addr == pr.Proxy.Addr], func(t *testing.T) {
+			sub := testenv.Dial(t, addr)
+			sub.Do("HELLO", "3")
+			before := sub.Do("CLIENT", "ID")
+			if got := sub.Do("SUBSCRIBE", "__redis__:invalidate"); !bytes.HasPrefix(got, []byte(">3\r\n$9\r\nsubscribe\r\n")) {
+				t.Fatalf("SUBSCRIBE = %q", got)
+			}
+			if got := sub.Do("CLIENT", "ID"); string(got) != string(before) {
+				t.Fatalf("CLIENT ID while subscribed = %q, before subscribing %q: a client's id does not change", got, before)
+			}
+			tracker, writer := testenv.Dial(t, addr), testenv.Dial(t, addr)
+			tracker.Do("HELLO", "3")
+			id := string(before[1 : len(before)-2])
+			if got := tracker.Do("CLIENT", "TRACKING", "ON", "REDIRECT", id); string(got) != "+OK\r\n" {
+				t.Fatalf("CLIENT TRACKING ON REDIRECT %s (the id read while subscribed) = %q", id, got)
+			}
+			tracker.Do("GET", "redirected")
+			writer.Do("SET", "redirected", "1")
+			sub.SetTimeout(5 * time.Second)
+			msg, err := sub.ReadReply()
+			// A RESP3 target gets Redis's invalidate push, not a message on the channel.
+			if want := ">2\r\n$10\r\ninvalidate\r\n*1\r\n$10\r\nredirected\r\n"; err != nil || string(msg) != want {
+				t.Fatalf("redirected invalidation: %q, %v; want %q", msg, err, want)
+			}
+			if got := sub.Do("PING"); string(got) != "+PONG\r\n" {
+				t.Fatalf("PING on the subscribed RESP3 connection after CLIENT ID = %q", got)
+			}
+		})
+	}
+	pr.alive(t)
+}

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -225,5 +227,128 @@ func TestWipedNodeRejoins(t *testing.T) {
 	r := retry(t, tr.Nodes[nl].Addr, "LOCK.ACQUIRE", "after", "o", "60000")
 	if tok, ok := testenv.ParseInt(r); !ok || tok <= last {
 		t.Fatalf("the new leader %s granted %s, want a token above %d", tr.IDs[nl], testenv.ShowReply(r), last)
+	}
+}
+
+// A relayed grant's lease counts from when the follower read the request:
+// a link to the leader slow enough to eat the lease gets the client
+// -TRYAGAIN, not a token whose lease is mostly gone; a lease the delay does
+// not eat is granted. So too a renewal.
+func TestRelayedLeaseCountsTheLink(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	tr := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr, MinReplicas: 1, RelayLinks: true})
+	l := tr.Leader(t)
+	f := tr.Nodes[followers(tr, l)[0]].Addr
+	// Relayed before the delay: dave holds r2 (and the relay's connection
+	// to the leader is open).
+	if r := retry(t, f, "LOCK.ACQUIRE", "r2", "dave", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.ACQUIRE r2 dave via a follower = %s, want a token", testenv.ShowReply(r))
+	}
+	const delay = 600 * time.Millisecond
+	tr.RelayLinks[l].Delay(t, testenv.Upstream, delay)
+	c := testenv.Dial(t, f)
+	c.SetTimeout(30 * time.Second)
+	start := time.Now()
+	r := c.Do("LOCK.ACQUIRE", "short", "alice", "500")
+	if !bytes.HasPrefix(r, []byte("-TRYAGAIN")) || time.Since(start) < delay {
+		t.Fatalf("LOCK.ACQUIRE short alice 500 via a follower whose link to the leader takes %v: %s after %v, want -TRYAGAIN",
+			delay, testenv.ShowReply(r), time.Since(start))
+	}
+	if r := c.Do("LOCK.ACQUIRE", "long", "bob", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.ACQUIRE long bob 30000 via the slow link: %s, want a token", testenv.ShowReply(r))
+	}
+	if r := c.Do("LOCK.RENEW", "r2", "dave", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.RENEW r2 dave 30000 via the slow link: %s, want its token", testenv.ShowReply(r))
+	}
+	if r := c.Do("LOCK.RENEW", "r2", "dave", "500"); !bytes.HasPrefix(r, []byte("-TRYAGAIN")) {
+		t.Fatalf("LOCK.RENEW r2 dave 500 via the slow link: %s, want -TRYAGAIN", testenv.ShowReply(r))
+	}
+}
+
+// The leader counts a relayed lease from when the follower read the
+// request (TIER.RELAY's elapsed time): a grant the time spent on the
+// follower has eaten is undone and answered -TRYAGAIN.
+func TestRelayCarriesElapsedTime(t *testing.T) {
+	tr := startTier(t)
+	l := tr.Leader(t)
+	peer := testenv.Dial(t, tr.Nodes[l].Addr)
+	// No secret configured: the tier secret is the (empty) requirepass.
+	if r := peer.Do("TIER.PEER", "", "n9", "", "2", "2"); string(r) != "+OK\r\n" {
+		t.Fatalf("TIER.PEER = %s", testenv.ShowReply(r))
+	}
+	if r := peer.Do("TIER.RELAY", "700000", "LOCK.ACQUIRE", "y", "alice", "500"); !bytes.HasPrefix(r, []byte("-TRYAGAIN")) {
+		t.Fatalf("a relayed LOCK.ACQUIRE y alice 500 that spent 700ms on the follower: %s, want -TRYAGAIN", testenv.ShowReply(r))
+	}
+	// Undone: bob gets it at once.
+	if r := peer.Do("TIER.RELAY", "0", "LOCK.ACQUIRE", "y", "bob", "500"); !isToken(r) {
+		t.Fatalf("bob's relayed LOCK.ACQUIRE y after alice's late one: %s, want a token", testenv.ShowReply(r))
+	}
+	for _, bad := range [][]string{
+		{"TIER.RELAY", "-1", "LOCK.ACQUIRE", "z", "a", "500"},
+		{"TIER.RELAY", "x", "LOCK.ACQUIRE", "z", "a", "500"},
+		{"TIER.RELAY", "0"},
+		{"TIER.RELAY"},
+		{"TIER.RELAY", "0", "TIER.RELAY", "0", "LOCK.ACQUIRE", "z", "a", "500"},
+	} {
+		if r := peer.Do(bad...); !bytes.HasPrefix(r, []byte("-ERR")) {
+			t.Fatalf("%s = %s, want an error", testenv.ShowCommand(bad), testenv.ShowReply(r))
+		}
+	}
+	// Not a relay link: TIER.RELAY is nobody's command.
+	if r := testenv.Dial(t, tr.Nodes[l].Addr).Do("TIER.RELAY", "0", "LOCK.ACQUIRE", "z", "a", "500"); !bytes.HasPrefix(r, []byte("-ERR")) {
+		t.Fatalf("TIER.RELAY from a client = %s, want an error", testenv.ShowReply(r))
+	}
+}
+
+func isToken(r []byte) bool {
+	n, ok := testenv.ParseInt(r)
+	return ok && n > 0
+}
+
+// Right after an election INFO tells no untruth about the followers'
+// progress: each peer's lag is -1 (it has not reported to the new leader
+// yet) or how far behind it really is, which in an idle tier is at most
+// the new leader's own first entries; the live follower's soon reads 0.
+func TestPeerLagAfterElection(t *testing.T) {
+	tr := startTier(t)
+	l := tr.Leader(t)
+	for i := 0; i < 30; i++ {
+		retry(t, tr.Nodes[l].Addr, "LOCK.ACQUIRE", fmt.Sprintf("g%d", i), "o", "60000")
+	}
+	tr.Nodes[l].Kill9()
+	nl := tr.Leader(t)
+	live := ""
+	for _, i := range followers(tr, nl) {
+		if i != l {
+			live = tr.IDs[i]
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info := testenv.TierInfo(tr.Nodes[nl].Addr)
+		caughtUp := false
+		for k, v := range info {
+			id, ok := strings.CutPrefix(k, "tier_peer_")
+			if !ok {
+				continue
+			}
+			_, lagText, _ := strings.Cut(v, "lag=")
+			lag, err := strconv.Atoi(lagText)
+			// The new leader's own entries: raft's no-op, the barrier and
+			// its LeaderStart.
+			if err != nil || lag < -1 || lag > 3 || (id == tr.IDs[l] && lag != -1) {
+				t.Fatalf("INFO on the new leader (last index %s): %s:%s; the live follower's lag is at most 3, the killed node's unknown (-1)",
+					info["tier_last_index"], k, v)
+			}
+			caughtUp = caughtUp || (id == live && lag == 0)
+		}
+		if caughtUp {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live follower %s's lag never read 0 within 15s: %v", live, info)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -515,7 +515,11 @@ public final class ClusterSuite {
             });
             redissonCases(a, b);
             Suite.redissonCases(a, b);
+            // Mid-suite: every case after it runs on the clients that lived through it.
+            Reconnect.cases(a, b);
+            RedissonObjects.cases(a, b);
         }
+        JedisObjects.cases();
         for (RedissonClient c : new RedissonClient[] {a, b}) {
             if (c != null) {
                 try {
@@ -524,9 +528,6 @@ public final class ClusterSuite {
                 }
             }
         }
-        System.out.printf("java: took %d ms%n", (System.nanoTime() - t0) / 1_000_000);
-        System.out.printf("java totals: %d passed, %d failed%n", Suite.passed, Suite.failed);
-        System.out.flush();
-        System.exit(Suite.failed == 0 ? 0 : 1);
+        Suite.finish(t0);
     }
 }

@@ -54,7 +54,11 @@ public final class Suite {
     static final String REDISSON = "redisson " + pkgVersion(Redisson.class, "3.x");
     static final String JEDIS = "jedis " + pkgVersion(Jedis.class, "5.x");
 
+    /** FENCEPROXY_CLUSTER=1: the proxy fronts a Redis Cluster (run.sh --cluster). */
+    static final boolean CLUSTER = "1".equals(System.getenv("FENCEPROXY_CLUSTER"));
+
     static int passed, failed;
+    static final List<String> skipped = new ArrayList<>();
     static final ExecutorService pool = Executors.newCachedThreadPool(r -> {
         Thread t = new Thread(r);
         t.setDaemon(true);
@@ -111,6 +115,11 @@ public final class Suite {
 
     /** Runs one case in its own thread (Redisson locks are per thread) with a deadline. */
     static void test(String client, String name, Body body) {
+        test(client, name, CASE_SECONDS, body);
+    }
+
+    /** As test(client, name, body), with a deadline of its own for a longer case. */
+    static void test(String client, String name, long seconds, Body body) {
         long t0 = System.nanoTime();
         Future<?> f = pool.submit(() -> {
             body.run();
@@ -118,10 +127,10 @@ public final class Suite {
         });
         String err = null;
         try {
-            f.get(CASE_SECONDS, TimeUnit.SECONDS);
+            f.get(seconds, TimeUnit.SECONDS);
         } catch (TimeoutException e) {
             f.cancel(true);
-            err = "no result within " + CASE_SECONDS + "s (a reply that never came?)";
+            err = "no result within " + seconds + "s (a reply that never came?)";
         } catch (java.util.concurrent.ExecutionException e) {
             Throwable c = e.getCause();
             boolean named = c instanceof Fail || c instanceof ReplyError;
@@ -141,23 +150,64 @@ public final class Suite {
         System.out.flush();
     }
 
+    /**
+     * A case that does not run here, with the reason printed (`SKIP java: CLIENT: NAME: REASON`)
+     * and listed again before the totals, so a skipped case is never mistaken for a passed one.
+     */
+    static void skip(String client, String name, String reason) {
+        skipped.add(client + ": " + name);
+        System.out.printf("SKIP java: %s: %s: %s%n", client, name, reason);
+        System.out.flush();
+    }
+
     static String key(String name) {
         return "java:" + RUN + ":" + name;
     }
 
+    /** A hash tag for names that must share one slot in front of a cluster (transactions, atomic batches). */
+    static String tag(String name) {
+        return "{" + key(name) + "}";
+    }
+
     static RedissonClient redisson(String name, boolean defaults) {
+        return redisson(name, s -> {
+            if (!defaults) {
+                // PING every 500 ms on every connection, pub/sub ones included (subscribed: `*2 pong ""`).
+                s.setConnectionMinimumIdleSize(2).setConnectionPoolSize(8).setPingConnectionInterval(500)
+                        .setSubscriptionConnectionMinimumIdleSize(1).setSubscriptionConnectionPoolSize(4);
+            }
+        });
+    }
+
+    /** A Redisson client in single-server mode at ADDR; tune adjusts its server config. */
+    static RedissonClient redisson(String name, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune) {
+        return redisson(name, WATCHDOG_MS, tune);
+    }
+
+    /** As redisson(name, tune), speaking protocol (Redisson's default is RESP2). */
+    static RedissonClient redisson(String name, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune,
+            org.redisson.config.Protocol protocol) {
+        return redisson(name, WATCHDOG_MS, tune, protocol);
+    }
+
+    /** As redisson(name, tune), with a lockWatchdogTimeout of its own. */
+    static RedissonClient redisson(String name, long watchdogMs, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune) {
+        return redisson(name, watchdogMs, tune, org.redisson.config.Protocol.RESP2);
+    }
+
+    static RedissonClient redisson(String name, long watchdogMs, java.util.function.Consumer<org.redisson.config.SingleServerConfig> tune,
+            org.redisson.config.Protocol protocol) {
         Config config = new Config();
-        config.setLockWatchdogTimeout(WATCHDOG_MS);
+        config.setProtocol(protocol);
+        config.setLockWatchdogTimeout(watchdogMs);
+        // RMapCache's eviction task first runs 1 s after the map is made (default 5 s).
+        config.setMinCleanUpDelay(1);
         var s = config.useSingleServer()
                 .setAddress("redis://" + ADDR)
                 .setClientName("java-suite-" + name)
                 .setTimeout(5000)
                 .setConnectTimeout(5000);
-        if (!defaults) {
-            // PING every 500 ms on every connection, pub/sub ones included (subscribed: `*2 pong ""`).
-            s.setConnectionMinimumIdleSize(2).setConnectionPoolSize(8).setPingConnectionInterval(500)
-                    .setSubscriptionConnectionMinimumIdleSize(1).setSubscriptionConnectionPoolSize(4);
-        }
+        tune.accept(s);
         return Redisson.create(config);
     }
 
@@ -576,7 +626,11 @@ public final class Suite {
                         ra.getRedisNodes(org.redisson.api.redisnode.RedisNodes.SINGLE).pingAll(), false, "true");
             });
             redissonCases(a, b);
+            // Mid-suite: every case after it runs on the clients that lived through it.
+            Reconnect.cases(a, b);
+            RedissonObjects.cases(a, b);
         }
+        JedisObjects.cases();
         for (RedissonClient c : new RedissonClient[] {a, b}) {
             if (c != null) {
                 try {
@@ -585,7 +639,13 @@ public final class Suite {
                 }
             }
         }
+        finish(t0);
+    }
+
+    /** The last lines: time taken, the skipped cases again, the totals; exits 1 on a failure. */
+    static void finish(long t0) {
         System.out.printf("java: took %d ms%n", (System.nanoTime() - t0) / 1_000_000);
+        if (!skipped.isEmpty()) System.out.printf("java: %d skipped: %s%n", skipped.size(), String.join("; ", skipped));
         System.out.printf("java totals: %d passed, %d failed%n", passed, failed);
         System.out.flush();
         System.exit(failed == 0 ? 0 : 1);
