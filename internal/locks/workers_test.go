@@ -35,26 +35,48 @@ func TestWorkersBounded(t *testing.T) {
 	}
 }
 
-// TestWorkersIdleExit: a worker kept busy does not exit, however long it
-// runs; one idle for a whole period does.
+// testTimer is an idle clock a test fires by hand; every Reset (the
+// worker has looked at a firing) is announced on looked.
+type testTimer struct {
+	fire   chan time.Time
+	looked chan struct{}
+}
+
+func (t *testTimer) Fired() <-chan time.Time { return t.fire }
+func (t *testTimer) Reset()                  { t.looked <- struct{}{} }
+func (t *testTimer) Stop()                   {}
+
+// TestWorkersIdleExit: a worker whose idle period ran out with a task run
+// in it does not exit; one that ran none in a whole period does.
 func TestWorkersIdleExit(t *testing.T) {
 	w := newWorkers(1)
-	w.idle = 30 * time.Millisecond
-	var ran atomic.Int32
-	for end := time.Now().Add(5 * w.idle); time.Now().Before(end); time.Sleep(w.idle / 10) {
-		if n := w.running.Load(); n != 1 && ran.Load() > 0 {
-			t.Fatalf("%d workers running between tasks of a stream, want the one kept busy", n)
-		}
-		done := make(chan struct{})
-		w.run(func() { ran.Add(1); close(done) })
-		<-done
+	timers := make(chan *testTimer, 1)
+	w.idleTimer = func() idleTimer {
+		tt := &testTimer{fire: make(chan time.Time), looked: make(chan struct{})}
+		timers <- tt
+		return tt
 	}
-	for deadline := time.Now().Add(10 * time.Second); w.running.Load() != 0; time.Sleep(w.idle / 10) {
+	ran := make(chan struct{})
+	task := func() { ran <- struct{}{} }
+	w.run(task)
+	<-ran
+	tt := <-timers
+	fire := func() { tt.fire <- time.Time{}; <-tt.looked }
+
+	fire() // the task ran in this period
+	if n := w.running.Load(); n != 1 {
+		t.Fatalf("%d workers after a period with a task, want the one", n)
+	}
+	w.run(task) // handed to the waiting worker
+	<-ran
+	fire()
+	if n := w.running.Load(); n != 1 {
+		t.Fatalf("%d workers after a second period with a task, want the one", n)
+	}
+	fire() // a whole period without one: it exits
+	for deadline := time.Now().Add(10 * time.Second); w.running.Load() != 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d workers still running 10s after their last task", w.running.Load())
+			t.Fatalf("%d workers still running after an idle period", w.running.Load())
 		}
-	}
-	if ran.Load() < 10 {
-		t.Fatalf("only %d tasks ran", ran.Load())
 	}
 }
