@@ -75,6 +75,11 @@
 # Prints each one's better round, the tier/one-node ratio and the spread of the
 # rounds' own ratios, the CPU time per lock cycle of every fenceproxy process (each
 # tier node apart) and of Redis, and each node's Raft log writes and batching.
+# Then (not with --quick) a fresh tier (--min-replicas 0) and scripts/lockload:
+# 1M (--scale: 10M) distinct resources locked once through its leader, and each
+# node's RSS.
+# --tier --compare OLD NEW: two tiers of three, one of each build, and rounds of
+# lockbench through each one's leader and a follower, OLD and NEW back to back.
 # A redis-benchmark run that gets error replies is reported as FAIL and the script
 # exits non-zero after the tables.
 set -euo pipefail
@@ -85,7 +90,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
 	echo "usage: $0 [--quick | --scale] [--cluster | --tier]" >&2
-	echo "       $0 [--quick] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
+	echo "       $0 [--quick] [--tier] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
 	exit 2
 }
 
@@ -106,7 +111,7 @@ while (($# > 0)); do
 	shift
 done
 ((!(quick && scale))) || usage
-((!(compare && (cluster || scale || tier)))) || usage
+((!(compare && (cluster || scale)))) || usage
 
 readonly CLIENTS=50
 if ((quick && compare)); then
@@ -120,9 +125,9 @@ else
 fi
 readonly IDLE_CLIENTS=10000
 if ((scale)); then
-	readonly LOAD_N=10000000 LOAD_TIMEOUT=30m
+	readonly LOAD_N=10000000 LOAD_TIMEOUT=30m TIER_LOAD_TIMEOUT=120m
 else
-	readonly LOAD_N=1000000 LOAD_TIMEOUT=5m
+	readonly LOAD_N=1000000 LOAD_TIMEOUT=5m TIER_LOAD_TIMEOUT=15m
 fi
 readonly WAIT_SECS=15
 # Targets (issue 5), drawn in the plot: RSS with 10,000 idle clients, and after 10M resources.
@@ -859,18 +864,18 @@ main_cluster() {
 	fi
 }
 
-# main_tier: the --tier run (see the top of this file).
-main_tier() {
-	need_tools
-	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
-	local t0=$SECONDS
-	log "building ./bin/fenceproxy and lockbench"
-	mkdir -p bin
-	go build -o ./bin/fenceproxy ./cmd/fenceproxy
-	go build -o "$tmp/lockbench" ./scripts/lockbench
-	start_local_redis
-	start_proxy
-	local i peers="" listen=() raft=() pid=()
+# start_tier NAME BIN MIN_REPLICAS [ARGS...]: a tier of three nodes of the
+# fenceproxy BIN (--peers, Raft) in front of the run's master, each with its
+# own data dir and log under $tmp/NAME-n{1,2,3}, and waits for a ready leader
+# that grants a lock (its token authority has joined); sets tier_leader,
+# tier_follower and tier_other (client addresses: the leader, the follower the
+# follower runs use, the third node), tier_pids (n1 n2 n3) and
+# tier_leader_pid, tier_follower_pid and tier_other_pid.
+start_tier() {
+	local name=$1 bin=$2 minrep=$3 i peers="" pid
+	shift 3
+	local -a listen=() raft=()
+	tier_pids=()
 	for i in 1 2 3; do
 		listen[i]=127.0.0.1:$(free_port)
 		ports+=("${listen[i]##*:}")
@@ -879,12 +884,14 @@ main_tier() {
 		peers+="${peers:+,}n$i=${raft[i]}"
 	done
 	for i in 1 2 3; do
-		./bin/fenceproxy --listen "${listen[i]}" --backend "$MASTER_ADDR" --data-dir "$tmp/tier$i" \
-			--min-replicas 1 --metrics-listen '' --key-prefix "tier:" \
-			--node-id "n$i" --raft-listen "${raft[i]}" --peers "$peers" >"$tmp/tier$i.log" 2>&1 &
-		pid[i]=$!
-		others+=("tier-n$i ${pid[i]}")
-		wait_ping "${listen[i]}" "${pid[i]}" "tier node n$i" "$tmp/tier$i.log"
+		"$bin" --listen "${listen[i]}" --backend "$MASTER_ADDR" --data-dir "$tmp/$name-n$i" \
+			--min-replicas "$minrep" --metrics-listen '' \
+			--node-id "n$i" --raft-listen "${raft[i]}" --peers "$peers" "$@" >"$tmp/$name-n$i.log" 2>&1 &
+		pid=$!
+		others+=("$name-n$i $pid")
+		tier_pids+=("$pid")
+		middle_of[${listen[i]}]=$pid
+		wait_ping "${listen[i]}" "$pid" "$name node n$i" "$tmp/$name-n$i.log"
 	done
 	local leader="" deadline=$((SECONDS + 60))
 	while [[ -z $leader ]] && ((SECONDS < deadline)); do
@@ -895,14 +902,38 @@ main_tier() {
 		done
 		sleep 0.2
 	done
-	[[ -n $leader ]] || die "no tier node became the leader within 60s"
-	# The follower the clients of the follower runs use, and the other one.
+	[[ -n $leader ]] || die "no $name node became the leader within 60s"
 	local follower=$((leader % 3 + 1))
 	local other=$((follower % 3 + 1))
-	log "redis master $MASTER_ADDR, fenceproxy $PROXY_ADDR, tier leader ${listen[leader]}, follower ${listen[follower]}"
-	tier_pids="${pid[leader]} ${pid[follower]} ${pid[other]}"
+	tier_leader=${listen[leader]} tier_follower=${listen[follower]} tier_other=${listen[other]}
+	tier_leader_pid=${tier_pids[leader - 1]} tier_follower_pid=${tier_pids[follower - 1]} tier_other_pid=${tier_pids[other - 1]}
+	# A lock command is served once the leader's token authority has joined
+	# (its first heartbeat round): wait for one grant.
+	for ((i = 0; i < 100; i++)); do
+		[[ "$(redis-cli -h "${tier_leader%:*}" -p "${tier_leader##*:}" LOCK.ACQUIRE bench:probe "$name" 1000 2>/dev/null)" =~ ^[0-9]+$ ]] && return
+		sleep 0.2
+	done
+	die "the $name tier's leader $tier_leader granted no lock within 20s"
+}
+
+# main_tier: the --tier run (see the top of this file).
+main_tier() {
+	need_tools
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	local t0=$SECONDS
+	log "building ./bin/fenceproxy, lockbench and lockload"
+	mkdir -p bin
+	go build -o ./bin/fenceproxy ./cmd/fenceproxy
+	go build -o "$tmp/lockbench" ./scripts/lockbench
+	go build -o "$tmp/lockload" ./scripts/lockload
+	start_local_redis
+	start_proxy
+	start_tier tier ./bin/fenceproxy 1 --key-prefix "tier:"
+	local leader=$tier_leader follower=$tier_follower other=$tier_other i
+	log "redis master $MASTER_ADDR, fenceproxy $PROXY_ADDR, tier leader $leader, follower $follower"
+	tier_cpu_pids="$tier_leader_pid $tier_follower_pid $tier_other_pid"
 	local rep k targets=(single leader follower) order
-	declare -A target_addr=([single]=$PROXY_ADDR [leader]=${listen[leader]} [follower]=${listen[follower]})
+	declare -A target_addr=([single]=$PROXY_ADDR [leader]=$leader [follower]=$follower)
 	# A warm-up of each, not recorded: the first run after a start pays for
 	# connections, scripts and the first windows.
 	for k in "${targets[@]}"; do
@@ -938,26 +969,60 @@ main_tier() {
 	tier_cpu_row "tier, via a follower" follower
 	echo "(one node: its CPU in the leader column; via a follower: the first follower column is the one the clients use, which"
 	echo " relays to the leader; errors: one node ${errs[tier/single]:-0}, leader ${errs[tier/leader]:-0}, follower ${errs[tier/follower]:-0};"
-	echo " run took $((SECONDS - t0)) s)"
+	echo " lock runs took $((SECONDS - t0)) s)"
 	echo "-- Raft log, each node since its start: writes (fsyncs), entries, and on the leader Batch entries and the ops they carried"
-	for i in "$leader" "$follower" "$other"; do
-		redis-cli -h 127.0.0.1 -p "${listen[i]##*:}" INFO tier | tr -d '\r' |
+	for k in "$leader" "$follower" "$other"; do
+		redis-cli -h "${k%:*}" -p "${k##*:}" INFO tier | tr -d '\r' |
 			awk -F: '/^tier_(node_id|role|log_writes|log_entries|batch_entries|batch_ops):/ { printf "%s=%s ", substr($1, 6), $2 } END { print "" }'
 	done
 	local warn
 	for i in 1 2 3; do
-		warn=$(grep -cE 'level=(WARN|ERROR)' "$tmp/tier$i.log" || true)
+		warn=$(grep -cE 'level=(WARN|ERROR)' "$tmp/tier-n$i.log" || true)
 		if ((warn > 0)); then
 			echo "tier node n$i log: ${warn} WARN/ERROR lines"
-			grep -E 'level=(WARN|ERROR)' "$tmp/tier$i.log" | head -n 5
+			grep -E 'level=(WARN|ERROR)' "$tmp/tier-n$i.log" | head -n 5
 		fi
 	done
+	((!quick)) || return 0
+
+	# The memory section: a fresh tier, so its memory is what the resources
+	# cost; the first tier stops first, to leave the cores to this one.
+	local entry kept=() load_line="" rss_line="" t1=$SECONDS
+	for entry in "${others[@]}"; do
+		# shellcheck disable=SC2086
+		if [[ $entry == tier-n* ]]; then stop_pid $entry; else kept+=("$entry"); fi
+	done
+	others=("${kept[@]}")
+	start_tier load ./bin/fenceproxy 0 --key-prefix "load:"
+	log "memory: locking $LOAD_N distinct resources once through a fresh tier's leader $tier_leader --min-replicas 0 (pids ${tier_pids[*]})"
+	# Fewer in flight and longer leases than the single node's run: the
+	# tier grants about a quarter as fast, and 16,384 acquires queued
+	# behind one another outlived their 2 s leases (-TRYAGAIN, nothing
+	# granted).
+	load_line=$("$tmp/lockload" -addr "$tier_leader" -pid "$tier_leader_pid" -n "$LOAD_N" \
+		-pipeline 64 -ttl-ms 10000 -timeout "$TIER_LOAD_TIMEOUT" 2>&1) || die "lockload failed: $load_line"
+	echo "$load_line"
+	load_line=$(grep '^RESULT ' <<<"$load_line")
+	local pid
+	for pid in "${tier_pids[@]}"; do
+		kill -0 "$pid" 2>/dev/null || die "a load tier node (pid $pid) died"
+		rss_line+="${rss_line:+ }$(rss_mib "$pid")"
+	done
+	echo "TIER_RSS leader_pid=$tier_leader_pid pids=${tier_pids[*]// /,} rss_mib=${rss_line// /,}"
+	echo
+	echo "-- memory: a fresh tier's VmRSS after $LOAD_N distinct resources locked once through its leader (target: <= $TARGET_LOAD_MIB MiB per node after 10M)"
+	printf '%-58s %10s\n' "  the leader (lockload's reading, after it settled)" "$(field "$load_line" rss_settled_mib)"
+	printf '%-58s %10s\n' "  each node, n1 n2 n3 (leader pid $tier_leader_pid)" "$rss_line"
+	echo "load: $(field "$load_line" per_sec) resources/s over $(field "$load_line" seconds) s through the leader (64 connections, pipelined 64 deep, 10 s leases, no replica wait); granted $(field "$load_line" granted), errors $(field "$load_line" errors)"
+	echo "(the memory section took $((SECONDS - t1)) s)"
+	echo "-- Raft log of the load tier's leader: $(redis-cli -h "${tier_leader%:*}" -p "${tier_leader##*:}" INFO tier | tr -d '\r' |
+		awk -F: '/^tier_(log_writes|log_entries|batch_entries|batch_ops|snapshot_resources):/ { printf "%s=%s ", substr($1, 6), $2 }')"
 }
 
 # tier_lb TARGET ADDR: one lockbench run through TARGET (single, leader or
 # follower) at ADDR, recorded under tier/TARGET, with the CPU per cycle of
-# each tier node (tier_pids: leader, the follower the follower runs use, the
-# other) in tier_cpu_rounds[tier/TARGET] ("leader,follower,other" per round).
+# each tier node (tier_cpu_pids: leader, the follower the follower runs use,
+# the other) in tier_cpu_rounds[tier/TARGET] ("leader,follower,other" per round).
 tier_lb() {
 	local key=tier/$1 before after
 	before=$(tier_ticks)
@@ -969,17 +1034,17 @@ tier_lb() {
 	}') "
 }
 
-# tier_ticks: the tier nodes' CPU ticks now, in tier_pids' order.
+# tier_ticks: the tier nodes' CPU ticks now, in tier_cpu_pids' order.
 tier_ticks() {
 	local p out=""
-	for p in $tier_pids; do
+	for p in $tier_cpu_pids; do
 		out+="$(pid_ticks "$p") "
 	done
 	echo "$out"
 }
 
 declare -A tier_cpu_rounds=()
-tier_pids=""
+tier_cpu_pids=""
 
 # tier_row TITLE TARGET: one node against TARGET (leader or follower): better
 # rounds, ratio, and the spread of the ratios of the rounds one by one.
@@ -1012,6 +1077,55 @@ tier_cpu_row() {
 		if (single) { printf "%-30s %10.1f %10s %10s %10.1f %10s\n", t, y[7], "-", "-", y[7], redis; exit }
 		printf "%-30s %10.1f %10.1f %10.1f %10.1f %10s\n", t, x[1], x[2], x[3], x[1] + x[2] + x[3], redis
 	}'
+}
+
+# main_tier_compare: --tier --compare OLD NEW: two tiers of three, one of each
+# build, in front of one Redis master + replica (--min-replicas 1, each tier its
+# own --key-prefix), and rounds of lockbench through each tier's leader and a
+# follower, OLD and NEW back to back (OLD first in odd rounds).
+main_tier_compare() {
+	need_tools
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	local t0=$SECONDS
+	local -A desc=() leader=() follower=()
+	build_fenceproxy old "$old_rev"
+	desc[old]=$built_desc
+	build_fenceproxy new "$new_rev"
+	desc[new]=$built_desc
+	go build -o "$tmp/lockbench" ./scripts/lockbench
+	start_local_redis
+	local s
+	for s in old new; do
+		start_tier "tier-$s" "$tmp/fenceproxy-$s" 1 --key-prefix "tb-$s:"
+		leader[$s]=$tier_leader follower[$s]=$tier_follower
+	done
+	log "old tier: leader ${leader[old]}, follower ${follower[old]}; new tier: leader ${leader[new]}, follower ${follower[new]}"
+	local round order=()
+	for ((round = 1; round <= AB_ROUNDS; round++)); do
+		order=(old new)
+		((round % 2)) || order=(new old)
+		log "round $round of $AB_ROUNDS (${order[*]})"
+		for s in "${order[@]}"; do
+			lb "leader/$s" fenceproxy "${leader[$s]}"
+		done
+		for s in "${order[@]}"; do
+			lb "follower/$s" fenceproxy "${follower[$s]}"
+		done
+	done
+	echo
+	echo "== fenceproxy tier A/B, NEW against OLD ($(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores shared by every process; loopback;"
+	echo "   one Redis master + replica, a tier of three of each build in front of it, --min-replicas 1; $AB_ROUNDS rounds of"
+	echo "   lockbench through each tier's leader, then a follower, OLD and NEW back to back, OLD first in odd rounds)"
+	echo "   OLD: ${desc[old]}"
+	echo "   NEW: ${desc[new]}"
+	printf '%-42s %10s %10s %8s   %s\n' figure OLD NEW NEW/OLD "rounds: min med max"
+	ab_row "lock cycles/s via the leader" leader 1 '%.0f'
+	ab_row "lock cycle p99 via the leader (ms)" leader 3 '%.2f'
+	ab_row "lock cycles/s via a follower" follower 1 '%.0f'
+	ab_row "lock cycle p99 via a follower (ms)" follower 3 '%.2f'
+	ab_row "the leader's CPU per lock cycle (us)" leader 7 '%.1f'
+	echo "(lockbench -clients $CLIENTS -duration $LOCK_DUR, distinct of 100,000 resources; errors: old ${errs[leader/old]:-0}+${errs[follower/old]:-0},"
+	echo " new ${errs[leader/new]:-0}+${errs[follower/new]:-0} (leader+follower); run took $((SECONDS - t0)) s)"
 }
 
 # build_fenceproxy WHICH REV: $tmp/fenceproxy-WHICH from REV, the path of a built
@@ -1173,7 +1287,9 @@ main_compare() {
 	done
 }
 
-if ((compare)); then
+if ((compare && tier)); then
+	main_tier_compare
+elif ((compare)); then
 	main_compare
 elif ((cluster)); then
 	main_cluster

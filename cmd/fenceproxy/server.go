@@ -48,13 +48,14 @@ type proxy struct {
 
 	store       *persist.Store // nil in a tier (tier.go)
 	tier        *tier.Node     // nil without --peers
+	tierAuth    *tierAuthority // the token authority while this tier node leads
 	relay       *tier.Relay    // a tier node's link to its leader
 	be          cluster.Backend
-	backendFlag string        // how errors name the backend: the flags that chose it
-	version     string        // the backend's redis_version, reported by HELLO
-	lockWrites  *locks.Writer // the lock scripts' batched writer, for the manager and the authority
-	tokens      atomic.Pointer[authority.Authority]
-	lockManager atomic.Pointer[locks.Manager] // for a tier node's leadership loss
+	backendFlag string                              // how errors name the backend: the flags that chose it
+	version     string                              // the backend's redis_version, reported by HELLO
+	lockWrites  *locks.Writer                       // the lock scripts' batched writer, for the manager and the authority
+	tokens      atomic.Pointer[authority.Authority] // in a tier, the current leadership's (nil on a follower)
+	lockManager atomic.Pointer[locks.Manager]       // for a tier node's leadership loss
 	srv         *protocol.Server
 	startedAt   time.Time // when it began to serve, for INFO's uptime
 
@@ -348,7 +349,11 @@ func (p *proxy) compileACL(specs []auth.UserSpec, keyTable *keys.Table) (*auth.A
 func (p *proxy) startAuthority() error {
 	p.lockWrites = locks.NewWriter(locks.WriterOptions{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
 	if p.tier != nil {
-		return nil // the tier's leader is the token authority (tier.go)
+		// The tier's leader runs the token authority while it leads
+		// (tier.go); closed before the backend, so its member leaves.
+		p.tierAuth.start()
+		p.onClose(p.tierAuth.close)
+		return nil
 	}
 	tokens := authority.New(authority.Options{
 		Backend: p.be, Writer: p.lockWrites, Store: p.store, KeyPrefix: p.cfg.keyPrefix,

@@ -8,8 +8,10 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/authority"
 	"github.com/fenceproxy/fenceproxy/internal/commands"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
@@ -72,6 +74,7 @@ func (t *tierFlags) check() error {
 // --data-dir/raft. Its clients' address is what followers forward to.
 func (p *proxy) openTier() error {
 	cfg := &p.cfg
+	p.tierAuth = newTierAuthority(p)
 	advertise := cfg.tier.advertise
 	if advertise == "" {
 		// The listeners open last (openListeners), so the flag, not the
@@ -80,10 +83,15 @@ func (p *proxy) openTier() error {
 	}
 	n, err := tier.Open(tier.Options{
 		NodeID: cfg.tier.nodeID, RaftListen: cfg.tier.raftListen, Peers: cfg.tier.peers,
-		Dir:        filepath.Join(cfg.dataDir, "raft"),
-		ClientAddr: advertise,
-		LogStore:   cfg.tier.logStore,
-		Logger:     p.logger,
+		Dir:          filepath.Join(cfg.dataDir, "raft"),
+		CacheEntries: cfg.cacheEntries,
+		ClientAddr:   advertise,
+		LogStore:     cfg.tier.logStore,
+		Logger:       p.logger,
+		// The leader runs the token authority (tierAuthority) and shares
+		// each window's bound with Redis before issuing from it.
+		Shared:    true,
+		OnLeading: p.tierAuth.lead,
 		// Waiters in line here end -TRYAGAIN; in-flight grants end so by
 		// themselves (their Reserve fails).
 		OnLeadershipLost: func() {
@@ -108,6 +116,109 @@ func (p *proxy) openTier() error {
 	})
 	p.onClose(func() { n.Close() })
 	return nil
+}
+
+// tierAuthority runs the token authority (internal/authority) on this node
+// while it leads the tier: one Authority per leadership, over the tier's
+// state (tier.Leadership), under the tier's id, with a live member of this
+// node's own. So a single fenceproxy with another fence store on the same
+// backend and key prefix is refused and refuses, the tier's nodes are each
+// other's peers, the bound in Redis is the tier's, and a new leader starts
+// its own heartbeat while the old one's member runs out (or leaves, on a
+// clean stop).
+type tierAuthority struct {
+	p       *proxy
+	started chan struct{} // closed by start: the backend and the lock writer are up
+	closing chan struct{}
+	mu      sync.Mutex
+	closed  bool
+	wg      sync.WaitGroup
+	metrics sync.Once
+}
+
+func newTierAuthority(p *proxy) *tierAuthority {
+	return &tierAuthority{p: p, started: make(chan struct{}), closing: make(chan struct{})}
+}
+
+// start lets leaderships run the authority (the backend is connected).
+func (t *tierAuthority) start() { close(t.started) }
+
+// close ends the current leadership's authority (its member leaves Redis)
+// and lets no new one start.
+func (t *tierAuthority) close() {
+	t.mu.Lock()
+	if !t.closed {
+		t.closed = true
+		close(t.closing)
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// lead runs the authority while l lasts: tier.Options.OnLeading.
+func (t *tierAuthority) lead(l *tier.Leadership) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	defer t.wg.Done()
+	select {
+	case <-t.started:
+	case <-l.Done():
+		return
+	case <-t.closing:
+		return
+	}
+	p := t.p
+	a := authority.New(authority.Options{
+		Backend: p.be, Writer: p.lockWrites, Store: l, ID: l.ID(), Member: l.Member(), KeyPrefix: p.cfg.keyPrefix,
+		MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout, Logger: p.logger,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.Done():
+		case <-t.closing:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	// Start fails only when the heartbeat cannot run at all (Redis
+	// unreachable): lock commands wait (-TRYAGAIN) and it is tried again.
+	for {
+		err := a.Start(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		p.logger.Warn("tier: the leader's token authority cannot beat on Redis yet; lock commands wait", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(authority.DefaultInterval):
+		}
+	}
+	p.tokens.Store(a)
+	t.metrics.Do(func() {
+		p.metrics.RegisterAuthority(func() metrics.AuthorityStats {
+			cur := p.tokens.Load()
+			if cur == nil {
+				return metrics.AuthorityStats{StoreID: p.tier.TierID()}
+			}
+			st := cur.Stats()
+			return metrics.AuthorityStats{StoreID: st.StoreID, RedisBound: st.RedisBound, Floor: st.Floor, Conflict: len(st.Others) > 0, Confirmed: st.Confirmed}
+		})
+	})
+	p.logger.Info("tier: this leader is the backend's token authority", "authority_id", l.ID(), "member", l.Member())
+	<-ctx.Done()
+	p.tokens.CompareAndSwap(a, nil)
+	a.Close()
 }
 
 // tierHooks are the command layer's view of the tier (commands.Tier).
@@ -152,16 +263,18 @@ func (p *proxy) tokenStore() locks.TokenStore {
 	return locks.PersistStore(p.store)
 }
 
-// admit is the lock manager's Admit: in a tier, only the ready leader
-// issues or judges tokens; else the token authority's heartbeat decides.
+// admit is the lock manager's Admit: the token authority's heartbeat
+// decides, and in a tier only the ready leader (which runs it) issues or
+// judges tokens.
 func (p *proxy) admit() error {
-	if p.tier != nil {
-		if !p.tier.Ready() {
-			return p.tier.NotReady()
-		}
-		return nil
+	if p.tier != nil && !p.tier.Ready() {
+		return p.tier.NotReady()
 	}
-	return p.tokens.Load().Admit()
+	a := p.tokens.Load()
+	if a == nil {
+		return authority.ErrUnconfirmed // a new leader's authority is starting
+	}
+	return a.Admit()
 }
 
 // term is the lock manager's Term: the term this node leads the tier in
@@ -182,7 +295,8 @@ func (p *proxy) storeStats() persist.Stats {
 	return p.store.Stats()
 }
 
-// authorityInfo is the token authority's INFO fields (none in a tier).
+// authorityInfo is the token authority's INFO fields (in a tier, only on
+// the leader).
 func (p *proxy) authorityInfo() string {
 	if a := p.tokens.Load(); a != nil {
 		return a.Info()
@@ -199,10 +313,10 @@ func (p *proxy) tierInfo() string {
 	st := p.tier.Status()
 	var b strings.Builder
 	fmt.Fprintf(&b, "\r\n# Tier\r\ntier_node_id:%s\r\ntier_id:%s\r\ntier_role:%s\r\ntier_ready:%d\r\ntier_term:%d\r\ntier_leader_id:%s\r\ntier_leader_addr:%s\r\n"+
-		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_resources:%d\r\ntier_pending_reservations:%d\r\n"+
+		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_snapshot_resources:%d\r\ntier_pending_reservations:%d\r\n"+
 		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_batch_entries:%d\r\ntier_batch_ops:%d\r\ntier_peers:%d\r\n",
 		st.NodeID, st.TierID, st.Role, boolInt(p.tier.Ready()), st.Term, st.LeaderID, st.LeaderAddr,
-		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.Resources, st.Pending,
+		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.SnapshotResources, st.Pending,
 		st.LogWrites, st.LogEntries, st.BatchEntries, st.BatchOps, st.Members)
 	for _, peer := range st.Peers {
 		// lag=-1: the peer has not reported its progress to this leader yet.

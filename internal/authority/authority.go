@@ -16,7 +16,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
-	"github.com/fenceproxy/fenceproxy/internal/persist"
 )
 
 const (
@@ -31,14 +30,43 @@ const (
 	roundTimeout = 30 * time.Second
 )
 
+// Store is the token store an Authority keeps honest on the backend: a
+// single node's fence store (*persist.Store, opened with
+// persist.Options.Shared), or a tier's replicated state on its leader
+// (*tier.Leadership).
+type Store interface {
+	// ID names the store: in the bound it raises in Redis, and (unless
+	// Options.Member names it otherwise) in this process's live member.
+	ID() string
+	// Run is this process's run id, random at every start.
+	Run() string
+	// PreviousRun reports whether run is another process of this store
+	// whose shared bounds this store's SyncedBound covers: a process that
+	// ran on the same directory before (persist), any other leader of the
+	// same tier (tier).
+	PreviousRun(run string) bool
+	// SyncedBound is the store's own durable bound: never below a bound
+	// it has shared.
+	SyncedBound() uint64
+	// Floor is the store's token floor.
+	Floor() uint64
+	// Adopt durably raises the floor above foreign (tokens up to it may
+	// have been issued without this store).
+	Adopt(foreign uint64) error
+	// Join adopts foreign (0: none), then reserves a window of tokens,
+	// shares its bound with share and only then issues from it (and from
+	// every later window, each shared the same way).
+	Join(foreign uint64, share func(bound uint64) (uint64, error)) error
+}
+
 // Options configure an Authority.
 type Options struct {
 	Backend cluster.Backend
 	// Writer (required) sends the shared bound with its WAIT on a lock
 	// connection: the lock manager's Writer, one per backend.
 	Writer *locks.Writer
-	// Store is the fence store, opened with persist.Options.Shared.
-	Store *persist.Store
+	// Store is the token store: the fence store, or a tier's leadership.
+	Store Store
 	// KeyPrefix is the owner records' --key-prefix: the authority's keys
 	// live under it, so proxies with other prefixes (other namespaces of
 	// resources) are not each other's conflict.
@@ -52,8 +80,13 @@ type Options struct {
 	// to [MinInterval, MaxInterval].
 	Interval time.Duration
 	// ID names the token authority in the heartbeat: the store's id if
-	// empty (a tier of fenceproxy nodes will pass the tier's id).
-	ID     string
+	// empty (a tier of fenceproxy nodes passes the tier's id).
+	ID string
+	// Member is the first part of this process's live member (invariant
+	// 4): the store's id if empty. A tier's leader passes one of its own
+	// node and process, so that the tier's nodes, which share one store
+	// and one authority id, are each other's peers, never copies.
+	Member string
 	Logger *slog.Logger
 }
 
@@ -64,6 +97,7 @@ type Authority struct {
 	id                 string
 	boundKey, liveKey  string
 	member             string
+	memberStore        string // the member's first part (Options.Member)
 	validFor, liveFor  time.Duration
 	status             atomic.Pointer[status]
 	redisBound         atomic.Uint64
@@ -116,10 +150,14 @@ func New(opts Options) *Authority {
 	if a.id == "" {
 		a.id = opts.Store.ID()
 	}
+	a.memberStore = opts.Member
+	if a.memberStore == "" {
+		a.memberStore = opts.Store.ID()
+	}
 	// The grace: a grant admitted just before validFor ran out may still
 	// be waiting for its replicas, and clocks drift.
 	a.liveFor = a.validFor + opts.ReplicaTimeout + time.Second
-	a.member = opts.Store.ID() + "/" + opts.Store.Run() + "/" + a.id
+	a.member = a.memberStore + "/" + opts.Store.Run() + "/" + a.id
 	a.status.Store(&status{})
 	return a
 }
@@ -361,7 +399,7 @@ func (a *Authority) join(ctx context.Context, hb heartbeat) error {
 		return fmt.Errorf("joining the fence store to Redis's token bound: %w", err)
 	}
 	a.opts.Logger.Debug("token authority joined", "store_id", store.ID(), "authority_id", a.id,
-		"bound", store.Stats().ReservedBound, "floor", store.Floor())
+		"bound", store.SyncedBound(), "floor", store.Floor())
 	return nil
 }
 
@@ -440,7 +478,7 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 // a member taken for a dead predecessor has renewed since it was first
 // seen: it is alive, on a copy of this directory.
 func (a *Authority) classify(members map[string]string) (c *ConflictError, liveCopy bool) {
-	myStore := a.opts.Store.ID()
+	myStore := a.memberStore
 	for m, score := range members {
 		if m == a.member {
 			continue

@@ -1,9 +1,11 @@
 // Package authority keeps fenceproxy's token authority honest on the
-// backend: it shares the fence store's token bound with Redis, so that
-// losing either copy alone never makes a token go back, and it finds a
-// second token authority (another fenceproxy with another fence store, or
-// on a copy of this one) live in front of the same Redis, and refuses lock
-// commands while it lasts.
+// backend: it shares the token store's bound with Redis, so that losing
+// either copy alone never makes a token go back, and it finds a second
+// token authority (another fenceproxy with another fence store, or on a
+// copy of this one, or another tier) live in front of the same Redis, and
+// refuses lock commands while it lasts. The token store (Store) is a single
+// node's fence store (internal/persist), or a tier's replicated state on
+// its leader (internal/tier's Leadership: see "In a tier" below).
 //
 // # What is kept in Redis
 //
@@ -15,8 +17,10 @@
 //	                           fence store reserved), store (the id of the
 //	                           store that raised it last)
 //	<prefix>{authority}:live   sorted set: one member per live process,
-//	                           "<store id>/<run id>/<authority id>", scored
-//	                           by when it stops serving (Redis TIME, ms)
+//	                           "<member>/<run id>/<authority id>", scored
+//	                           by when it stops serving (Redis TIME, ms);
+//	                           <member> is the store id (Options.Member
+//	                           for a tier's leader)
 //
 // # Invariants
 //
@@ -54,11 +58,39 @@
 //     directory before is a dead predecessor (the directory lock held it):
 //     ignored, so a restart after kill -9 serves at once. One with this
 //     store's id and any other run id runs on a copy of the directory: a
-//     conflict. (A tier of fenceproxy nodes will share one authority id;
-//     a member with this authority id and another store id is then a peer.)
+//     conflict. A member with this authority id and another <member> is a
+//     peer: a tier's nodes share one authority id, each leader with a
+//     member of its own.
 //
 // LOCK.RELEASE and LOCK.INFO are not refused: a release compares the
 // owner and touches no token, and INFO is how an operator looks.
+//
+// # In a tier
+//
+// A tier of fenceproxy nodes (internal/tier) is one token authority: its
+// ready leader runs an Authority for as long as it leads, with the tier's
+// id as authority id and as the store id of the bound it shares, and a
+// member of its own node and process (Options.Member: "<node id>@<run>").
+// So:
+//
+//   - A single fenceproxy with another fence store on the same backend and
+//     key prefix has another authority id: each sees the other's member,
+//     and both refuse lock commands while both live (invariant 3, 4).
+//   - Tier nodes are peers: a new leader's heartbeat runs while the old
+//     leader's member leaves (a clean stop, or the leadership lost: Close)
+//     or runs out (kill -9, a partition), without a conflict; a deposed
+//     leader that still reaches Redis is a peer too (it cannot commit).
+//   - The bound in Redis written by any leader of the tier is the tier's
+//     own (Store.PreviousRun is true for every other run: a leader shares
+//     only windows committed to the tier's log, which every later leader
+//     holds), so a leader change adopts nothing; one written by another
+//     store is adopted (the tier's floor goes above it), and a lower or
+//     missing one is rewritten from the tier's bound (invariant 2).
+//   - The leader writes every window's bound here, with WAIT, before it
+//     issues from it (Store.Join's share function, as persist's Shared
+//     store does): so every token is at most both the tier's bound and
+//     this one (invariant 1), and a single fenceproxy that starts on the
+//     same backend after the tier is gone starts above every tier token.
 //
 // # What survives what
 //
@@ -67,5 +99,6 @@
 // floor makes every older token stale. Redis's data lost alone: the local
 // bound does, and the heartbeat rewrites the Redis bound within a round.
 // Both lost at once: tokens may go back; --token-floor (above every token
-// issued) is the operator's way out.
+// issued) is the operator's way out. In a tier, "the fence store lost" is
+// the disks of a majority of its nodes; a minority's loss loses nothing.
 package authority

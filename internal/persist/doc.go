@@ -38,7 +38,7 @@
 // In memory it keeps last (the counter), bound (the published bound: m/bound
 // as synced and, for a Shared store, shared), synced (m/bound as last
 // synced), floor (m/floor as synced), the newest-token cache, and the
-// confirmations and cancellations not yet written (deferred).
+// confirmations not yet written (deferred).
 //
 // # Invariants
 //
@@ -133,8 +133,9 @@
 //
 // # Memory
 //
-// The newest-token cache is a sharded LRU bounded to Options.CacheEntries
-// entries, however many resources have ever been recorded. One entry costs
+// The newest-token cache (internal/tokencache) is a sharded LRU bounded to
+// Options.CacheEntries entries, however many resources have ever been
+// recorded. One entry costs
 // about 100 bytes plus the resource length (at most MaxResourceLen), so the
 // default 262144 entries take about 42 MB for 64-byte resources and at most
 // about 160 MB. Pebble adds its own block cache (8 MB) and memtables (4 MB each).

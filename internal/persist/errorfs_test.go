@@ -32,7 +32,7 @@ func TestRecordSyncFailureIsFailStop(t *testing.T) {
 	if !errors.Is(err, errorfs.ErrInjected) {
 		t.Errorf("error %v does not carry the cause", err)
 	}
-	if tok, _, _ := s.cache.get(r); tok != t1 {
+	if tok, _, _ := s.cache.Get(r); tok != t1 {
 		t.Fatalf("cache holds %d after a failed Record, want %d", tok, t1)
 	}
 	failing.Store(false) // even once the disk recovers, the store stays down

@@ -16,7 +16,7 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	t, epoch, ok := s.cache.get(resource)
+	t, epoch, ok := s.cache.Get(resource)
 	if ok {
 		return max(t, s.floor.Load()), nil
 	}
@@ -32,7 +32,7 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	s.cache.fill(resource, t, epoch)
+	s.cache.Fill(resource, t, epoch)
 	return max(t, s.floor.Load()), nil
 }
 
@@ -73,9 +73,10 @@ func tokenKey(resource []byte) []byte {
 	return append(append(k, "t/"...), resource...)
 }
 
-// maxMerger makes t/<resource> the maximum of every token merged into it.
-// Its name is stored in the database; never change it.
-var maxMerger = &pebble.Merger{
+// MaxMerger makes a key's value (an 8-byte big-endian token) the maximum
+// of every token merged into it: t/<resource> here, and the tier's state
+// (internal/tier). Its name is stored in the database; never change it.
+var MaxMerger = &pebble.Merger{
 	Name: "fenceproxy.max_u64_be.v1",
 	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
 		m := &maxValueMerger{}
@@ -109,6 +110,6 @@ func (s *Store) NewestCached(resource []byte) (token uint64, ok bool, err error)
 	if err := s.usable(); err != nil {
 		return 0, false, err
 	}
-	token, _, ok = s.cache.get(resource)
+	token, _, ok = s.cache.Get(resource)
 	return max(token, s.floor.Load()), ok, nil
 }

@@ -97,7 +97,7 @@ func (s *Store) Confirm(g Grant) error {
 		return err
 	}
 	s.deferred.confirm(g.Resource, g.Token)
-	s.cache.raise(g.Resource, g.Token, g.AboveAll)
+	s.cache.Raise(g.Resource, g.Token, g.AboveAll)
 	return nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokencache"
 )
 
 const (
@@ -83,7 +85,7 @@ type Store struct {
 	log   *slog.Logger
 	db    *pebble.DB
 	lock  *pebble.Lock
-	cache *cache
+	cache *tokencache.Cache
 
 	last   atomic.Uint64 // last token taken from the counter (may pass bound transiently)
 	bound  atomic.Uint64 // published bound: synced as m/bound, and shared if Shared
@@ -128,7 +130,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{opts: opts, log: opts.Logger, cache: newCache(opts.CacheEntries)}
+	s := &Store{opts: opts, log: opts.Logger, cache: tokencache.New(opts.CacheEntries)}
 
 	// Create the directory ourselves (syncing every new parent, as Pebble
 	// would) so that we can take the lock first and name that failure.
@@ -142,7 +144,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	popts := &pebble.Options{
 		FS:                 opts.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Merger:             maxMerger,
+		Merger:             MaxMerger,
 		Lock:               lock,
 		Logger:             pebbleLogger{s},
 	}
@@ -213,7 +215,8 @@ func (s *Store) Close() error {
 
 // Stats returns a snapshot of the store's counters.
 func (s *Store) Stats() Stats {
-	st := s.cache.stats()
+	cs := s.cache.Stats()
+	st := Stats{CacheEntries: cs.Entries, CacheHits: cs.Hits, CacheMisses: cs.Misses}
 	st.ReservedBound = s.bound.Load()
 	st.SyncedBound = s.synced.Load()
 	st.Floor = s.floor.Load()

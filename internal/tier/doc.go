@@ -4,17 +4,24 @@
 // entries also kept in memory (raft.LogCache), snapshots beside it, a TCP
 // transport on --raft-listen) whose replicated state machine is the token
 // state. The leader is the token authority; Store is its side of the lock
-// manager's TokenStore seam. Any other node refuses tokens and reads with
-// an UnavailableError, which clients get as -TRYAGAIN (or, in fenceproxy,
-// the command is relayed to the leader).
+// manager's TokenStore seam, and Leadership its side of the backend's
+// token authority (internal/authority, leadership.go). Any other node
+// refuses tokens and reads with an UnavailableError, which clients get as
+// -TRYAGAIN (or, in fenceproxy, the command is relayed to the leader).
 //
-// # The state (fsm.go)
+// # The state (fsm.go, state.go, snapshot.go)
 //
 // Every node applies the same entries to the same state: the window bound
 // (every token ever handed out is at or below it), the floor, each
 // resource's newest confirmed token, the reservations not yet confirmed or
 // cancelled (with the term of the leader that made them), the tier's id and
-// the current leader's node id and client address. Entries:
+// the current leader's node id and client address. The state lives in a
+// local Pebble database (Options.Dir/state, beside the log store), with the
+// index of the last entry applied; memory holds its small fields, the
+// pending reservations (the grants in flight when a leader changed, folded
+// at the next LeaderStart) and a bounded cache of newest tokens
+// (internal/tokencache, Options.CacheEntries), however many resources the
+// state holds. Entries:
 //
 //	LeaderStart{term, node, addr, tier id}  a new leader's first entry: the
 //	                 fold (every pending reservation counts as issued), a
@@ -23,7 +30,8 @@
 //	Reserve{r, t, term}  before a grant is replied; awaited
 //	Confirm{r, t}    after its replica acks; not awaited
 //	Cancel{r, t}     a refused grant whose record is certainly gone; not awaited
-//	Adopt{t}         the floor (and the bound) go above t
+//	Adopt{t}         the floor and the bound rise to t: the proposer
+//	                 sends one above the token it adopts
 //	Batch{ops}       Reserves, Confirms and Cancels of many grants, applied
 //	                 in order: how the leader proposes them (propose.go)
 //
@@ -31,19 +39,46 @@
 // Batch is in flight (proposed, not yet committed), the ops of every grant
 // queue, and the next Batch carries them all. Raft's own group commit
 // (BatchApplyCh) shares log writes between entries; the Batch also shares
-// the work per entry on every node (encoding, a Pebble record, an FSM
-// call), and bounds the log writes per second. A Confirm or Cancel rides
-// in the next Batch, not awaited. An op queued during an earlier
-// leadership of this node is never proposed (its Reserve fails, Lost).
+// the work per entry on every node (encoding, a log record, an FSM call),
+// and bounds the log writes per second. A Confirm or Cancel rides in the
+// next Batch, not awaited. An op queued during an earlier leadership of
+// this node is never proposed (its Reserve fails, Lost). LeaderStart,
+// Window and Adopt are never in a Batch (the decoder refuses them there):
+// they are proposed alone, by the code that waits for them.
 //
 // Windows are computed by the state as it applies them (from the bound,
 // not from what the proposer believed), and returned to the leader through
 // its ApplyFuture, so a window never overlaps one committed before it.
 //
+// The entries raft hands over at once (BatchingFSM) are applied in one
+// Pebble batch that also writes m/applied, the last one's index, and is
+// not synced: the Raft log is the durable record (every entry was fsynced
+// into a majority's logs before it was applied), so an fsync per batch
+// would buy nothing a replay does not. A Confirm or a fold merges its
+// token into t/<resource> (the maximum of every token merged: persist's
+// merge operator), so applying reads nothing. Reads go to the cache, then
+// Pebble; the FSM goroutine is the only writer, and raises cached entries
+// after each commit, so a cached entry is the state's value (tokencache's
+// rule). An apply never makes a cache entry: only a read can tell the
+// maximum (a Confirm that a deposed leader sent late, after it led again,
+// may be below it; the maximum keeps it harmless). A Batch is one entry
+// here too: its ops go, in order, into the same Pebble batch as the
+// entries raft handed over with it, under the Batch's one index, so a
+// Batch is applied whole or (after a crash) not at all and replayed
+// whole, and a Reserve and the Confirm of the same grant, which always
+// ride in different Batches, are applied in log order whichever batches
+// raft hands them over in.
+//
 // The leader's own Confirms are visible to its reads at once through an
-// overlay; an entry leaves the overlay when the state has applied it.
-// Reads never count pending reservations (as persist ignores p/ while it
-// lives), but a new leader folds them.
+// overlay; an entry leaves the overlay when the state (Pebble and its
+// cache) has applied it. With Batches a Confirm waits in the proposer's
+// queue, then for its Batch's commit, before it is applied: the overlay
+// covers that time. NewestCached (the acquire's offer, without I/O)
+// answers only when the state's cache has the resource, the overlay then
+// adding this leader's Confirms not yet applied: an overlay entry alone is
+// a maximum over this leadership's Confirms only. Reads never count
+// pending reservations (as persist ignores p/ while it lives), but a new
+// leader folds them.
 //
 // # Invariants
 //
@@ -87,13 +122,105 @@
 //     leader catches it up with a snapshot instead). Losing the disks of
 //     a majority loses the guarantee, as does wiping a node within an
 //     election of its vote (it may vote twice in one term).
+//  7. Every node's state is its committed entries applied once each, in
+//     order: a state on disk is the state as of its m/applied index A (a
+//     batch and its A are one Pebble batch), ApplyBatch skips entries at
+//     or below A, and Restore replaces a state only with a snapshot of a
+//     later A (below). So every node computes the same windows from the
+//     same bound. A Batch is one entry with one index: its ops are all
+//     applied with it, or all skipped.
+//  8. With Options.Shared (fenceproxy), no token is above the backend's
+//     bound either. A leader issues no token before Leadership.Join, and
+//     every window it issues from (Join's, and each one NextToken commits
+//     later) is committed to the log first, then written to the backend
+//     by Join's share function (Redis, with WAIT for --min-replicas), and
+//     only then handed out, as persist's Shared store does with its fsync
+//     (persist's invariant 9). A backend bound found above the window was
+//     raised by another store: Adopt (the floor above it) and a new
+//     window. So every token is at most both the tier's and Redis's
+//     bound, and losing Redis's copy, or the tier's, alone loses no bound.
+//     Batches change nothing here: a Reserve records a token NextToken
+//     handed out (from a shared window), it never makes one, and it is
+//     refused before it is queued for a Batch while the window is not
+//     shared, or for a token above the window's end; the Window and
+//     Adopt entries that move the bound and the floor are proposed alone,
+//     under windowMu, never queued in a Batch.
+//
+// # The token authority (leadership.go)
+//
+// The ready leader runs the backend's token authority (internal/authority,
+// started by fenceproxy through Options.OnLeading) on its Leadership while
+// it lasts: the heartbeat under the tier's id as authority id, the tier's
+// id as the store id of the bound it shares, and a live member of the
+// node's own (its node id and run id). So a single fenceproxy with another
+// fence store on the same backend and key prefix is a conflict both ways
+// (each refuses lock commands while the other lives), the tier's nodes are
+// each other's peers (a new leader's heartbeat runs beside the old
+// leader's member until it leaves or runs out), a bound in Redis written
+// by any leader of the tier is the tier's own (PreviousRun: every such
+// bound was committed first, 8, so the tier's bound covers it), and one
+// written by another store is adopted: the tier's floor goes above it. The
+// Leadership's methods fail once it is over, and Done tells the
+// authority to stop (its member then leaves Redis).
+//
+// # Restarts and snapshots
+//
+// At every start raft restores its newest snapshot into the state
+// (Restore) and then applies the log after the snapshot's index. The state
+// is already on disk, so:
+//
+//   - A batch and its m/applied reach Pebble's WAL together, and a crash
+//     loses a suffix of unsynced batches at most: the state on disk is the
+//     state as of some applied index A. ApplyBatch skips every entry at or
+//     below A, so a replay applies each entry exactly once (a Window applied
+//     twice would move this node's bound away from the others').
+//   - A snapshot carries the applied index of its state. Restore keeps the
+//     state, and reads no further, when the state has applied at least as
+//     much (every restart, and InstallSnapshot to a node already past it);
+//     otherwise it wipes the state (one range deletion, m/applied with it),
+//     streams the snapshot in by batches, and syncs once at the end with
+//     the snapshot's applied index. A crash in the middle leaves no
+//     m/applied, and the next start restores again.
+//   - Persist syncs the state's WAL before it writes the snapshot: raft
+//     drops the log a snapshot covers, and the state on disk must then be
+//     at least as new as the snapshot, or the next start would need the
+//     whole snapshot restored (correct, only slow).
+//   - A node without Raft state (a wiped or new node) starts its state
+//     empty, whatever its state dir held, and is caught up by the leader.
+//   - The state dir lost alone (the log kept) reads as applied 0: the
+//     snapshot is restored and the log after it applied.
+//   - Raft takes a snapshot between two ApplyBatch calls, so it holds
+//     every op of a Batch or none. A grant whose Reserve is in the
+//     snapshot and whose Confirm rides in a later Batch is pending in it;
+//     the Confirm, applied after a Restore, drops the reservation as it
+//     would have without the snapshot.
+//
+// Dropped: raft's Config.NoSnapshotRestoreOnStart. At v1.7.2 it skips the
+// Restore at start but still sets raft's applied index to the snapshot's
+// (api.go, restoreSnapshot), so a state that lost batches before the
+// snapshot's index would never see them again; the applied index in the
+// snapshot lets Restore decide instead. Dropped too: a state that rebuilds
+// at every start (wiped, then restored): 10 million resources is a
+// restore of about 11 s on the project's machine, at every restart.
+//
+// Snapshots stream (snapshot.go): Persist reads a Pebble snapshot of the
+// state (taken on the FSM goroutine, cheap, Apply goes on) record by
+// record, and Restore writes records in batches of about 1 MiB, so neither
+// holds the state in memory (10 million resources: a 267 MB snapshot,
+// written in 2 s and restored in 11 s here). Restore also reads the earlier in-memory
+// state's snapshots (version 1) for an upgrade. A Pebble error while
+// applying or restoring stops the node (panic: fail-stop); the restart
+// resumes from what reached the disk.
 //
 // # Leadership changes
 //
 // On losing leadership (raft's NotifyCh) the node stops being ready at
 // once: every later call refuses, a Reserve in flight ends with raft's
-// ErrLeadershipLost (UnavailableError with Lost), and OnLeadershipLost runs,
-// so the lock layer can end its waiters -TRYAGAIN.
+// ErrLeadershipLost (UnavailableError with Lost), OnLeadershipLost runs,
+// so the lock layer can end its waiters -TRYAGAIN, and the Leadership's
+// Done closes, so the token authority stops. Ops still queued in the
+// proposer are dropped when their turn comes (a Reserve among them fails,
+// Lost).
 //
 // # Followers (forward.go)
 //
@@ -109,18 +236,19 @@
 // replication state, which a new leader builds from nothing and which it
 // does not expose.
 //
-// # What it does not do yet
-//
-// The state lives in memory (one map entry per resource ever granted) and
-// a snapshot writes it whole; a state kept in a local Pebble and streamed
-// would bound memory for tens of millions of resources.
-//
 // # Concurrency
 //
-// Every exported method is safe for concurrent use. Lock order: the
-// proposer's mu, then Node.mu (it reads the epoch while it proposes);
-// Node.mu, then the state's mu (NextToken commits a Window while holding mu, and
-// the state's Apply runs on raft's goroutine without mu); the state's mu,
-// then overlayMu (Apply drops overlay entries). The verifier's mu is a
-// leaf.
+// Every exported method is safe for concurrent use. Node.mu guards the
+// leader's side and is never held across I/O. The proposer's mu is held
+// while it takes a Batch from its queue and hands it to raft (so entries
+// reach the log in the order their ops queued), and it takes Node.mu
+// inside, to read the epoch: the proposer's mu, then Node.mu. windowMu
+// serializes what commits a Window or an Adopt and moves the counter
+// after it (NextToken past a window's end, Adopt, Join), held across the
+// commit and the backend share, then Node.mu. The proposer's mu and
+// windowMu are never held together (Windows and Adopts do not go through
+// the proposer), and raft's FSM goroutine takes none of the three. The
+// state's mu (its published small fields), overlayMu, the cache's shard
+// mutexes and the verifier's mu are leaves: ApplyBatch takes them one
+// after the other, never nested.
 package tier

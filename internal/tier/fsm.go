@@ -1,16 +1,18 @@
 package tier
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 
 	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/tokencache"
 )
 
 // Window is how many tokens one window entry reserves (Hi/Lo, as persist's
@@ -199,262 +201,291 @@ type leaderInfo struct {
 // fsm is the token state every node replicates: the window bound, the
 // floor, each resource's newest confirmed token, the reservations not yet
 // confirmed or cancelled, the tier id and the current leader's client
-// address. It is kept in memory and written whole to a snapshot.
+// address. It lives in a local Pebble database (state.go) with the index of
+// the last entry applied; memory holds the small fields, the pending
+// reservations (at most the grants in flight when a leader changed) and a
+// bounded cache of newest tokens, however many resources the state holds.
 type fsm struct {
-	mu      sync.RWMutex
-	bound   uint64 // every token ever handed out is <= bound
-	floor   uint64 // every token at or below it is stale (persist's invariant 8)
-	newest  map[string]uint64
-	pending map[pendingKey]uint64 // -> the term of the leader that reserved it
-	tierID  string
-	leader  leaderInfo
+	db     *pebble.DB
+	cache  *tokencache.Cache
+	logger *slog.Logger
+	closed atomic.Bool
 
-	// onConfirmApplied, if set, is told each Confirm as it is applied, so
-	// the leader's overlay can drop entries the state now has.
+	// Owned by raft's FSM goroutine (ApplyBatch, Restore; openFSM before
+	// it starts): the state as applied, mirrored in Pebble.
+	meta    stateMeta
+	pending map[pendingKey]uint64 // -> the term of the leader that reserved it
+
+	// What other goroutines read: meta and len(pending) as of the last
+	// batch applied.
+	mu    sync.RWMutex
+	pub   fsmState
+	floor atomic.Uint64 // pub.floor, for every FENCE.CHECK without mu
+	// snapResources is how many resources the state held when this node
+	// last wrote or restored a snapshot (counting them otherwise would
+	// take a read per Confirm).
+	snapResources atomic.Int64
+
+	// onConfirmApplied, if set, is told each Confirm once the state and
+	// the cache have it, so the leader's overlay can drop the entry.
 	onConfirmApplied func(resource string, token uint64)
 }
 
-func newFSM() *fsm {
-	return &fsm{newest: map[string]uint64{}, pending: map[pendingKey]uint64{}}
+// openFSM opens (creating if missing) the state in dir.
+func openFSM(dir string, cacheEntries int, logger *slog.Logger) (*fsm, error) {
+	db, err := openStateDB(dir, logger)
+	if err != nil {
+		return nil, err
+	}
+	f := &fsm{db: db, cache: tokencache.New(cacheEntries), logger: logger}
+	if f.meta, err = loadMeta(db); err == nil {
+		f.pending, err = loadPending(db)
+	}
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	f.publish()
+	return f, nil
+}
+
+func (f *fsm) close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	return f.db.Close()
 }
 
 // windowStart is what Apply returns for LeaderStart and Window: the
 // half-open range (from, to] of tokens the leader may now hand out.
 type windowStart struct{ from, to uint64 }
 
-// Apply applies one committed entry. LeaderStart and Window return a
-// windowStart; every other entry returns nil, and an unreadable one an
-// error (the leader that proposed it sees it in its ApplyFuture).
-func (f *fsm) Apply(l *raft.Log) any {
-	if l.Type != raft.LogCommand {
-		return nil
+// Apply applies one committed entry (raft's FSM; ApplyBatch is what raft
+// calls, BatchingFSM).
+func (f *fsm) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies the committed entries raft hands over at once, in
+// one Pebble batch that also records the last one's index (m/applied), not
+// synced: the Raft log is the durable record, and a state that lost its
+// last batches in a crash is a prefix of the log that raft replays (see
+// the package doc, "Restarts"). An entry at or below m/applied is skipped:
+// the state already has it. LeaderStart and Window return a windowStart;
+// every other entry (a Batch too) nil, and an unreadable one an error (the
+// leader that proposed it sees it in its ApplyFuture). A Batch's ops go
+// into the same Pebble batch as the rest, under its one index.
+//
+// A Pebble error here leaves the node unable to apply what every other
+// node applies: it panics (fail-stop), and the restart resumes from the
+// last batch that reached the disk.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	resps := make([]any, len(logs))
+	a := applier{f: f, b: f.db.NewBatch(), newest: map[string]uint64{}}
+	defer a.b.Close()
+	for i, l := range logs {
+		if l.Type != raft.LogCommand || l.Index <= f.meta.applied {
+			continue
+		}
+		resps[i] = a.apply(l)
+		f.meta.applied = l.Index
+		a.any = true
 	}
+	if !a.any {
+		return resps
+	}
+	var err error
+	if a.metaChanged {
+		err = f.meta.put(a.b)
+	} else {
+		err = f.meta.putApplied(a.b)
+	}
+	if err == nil {
+		err = a.b.Commit(pebble.NoSync)
+	}
+	if err != nil {
+		f.logger.Error("tier: writing the state failed; stopping (the restart resumes from the log)", "err", err)
+		panic(fmt.Sprintf("tier: applying entries up to %d: %v", f.meta.applied, err))
+	}
+	// Readers see the batch only now, in this order: Pebble (committed
+	// above), the cache, the small fields, then the overlay drops the
+	// Confirms (Node.newest reads the overlay first). A cached entry is
+	// raised; none is made (the stored value is a maximum that only a read
+	// can tell: a Confirm a deposed leader sent late may be below it).
+	for r, t := range a.newest {
+		f.cache.Raise([]byte(r), t, false)
+	}
+	f.publish()
+	if f.onConfirmApplied != nil {
+		for _, c := range a.confirmed {
+			f.onConfirmApplied(c.resource, c.token)
+		}
+	}
+	return resps
+}
+
+// applier applies one batch of entries.
+type applier struct {
+	f   *fsm
+	b   *pebble.Batch
+	any bool // an entry was applied
+	// metaChanged: an entry changed a small field other than the applied
+	// index (LeaderStart, Window, Adopt).
+	metaChanged bool
+	newest      map[string]uint64 // resources this batch raised -> the highest token merged
+	confirmed   []pendingKey
+}
+
+// apply applies one log entry: each op of a Batch in order.
+func (a *applier) apply(l *raft.Log) any {
 	e, err := decodeEntry(l.Data)
 	if err != nil {
 		return fmt.Errorf("%w at index %d", err, l.Index)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if e.kind == kindBatch {
+		// Every op of a Batch goes into this same Pebble batch, with the
+		// entry's index as m/applied: a Batch is applied whole or, after a
+		// crash, not at all (and then replayed whole).
 		for i := range e.ops {
-			f.applyLocked(&e.ops[i])
+			a.applyOp(&e.ops[i])
 		}
 		return nil
 	}
-	return f.applyLocked(&e)
+	return a.applyOp(&e)
 }
 
-// applyLocked applies one entry, or one op of a Batch.
-func (f *fsm) applyLocked(e *entry) any {
+// applyOp applies one entry, or one op of a Batch (a Reserve, Confirm or
+// Cancel: decodeEntry admits no other kind there).
+func (a *applier) applyOp(e *entry) any {
+	f := a.f
+	k := pendingKey{e.resource, e.token}
+	switch e.kind {
+	case kindLeaderStart, kindWindow, kindAdopt:
+		a.metaChanged = true
+	}
 	switch e.kind {
 	case kindLeaderStart:
 		// Fold: every reservation made before this leader may have been
 		// replied by its leader, which can no longer say: count it issued.
 		for k := range f.pending {
-			f.raiseNewestLocked(k.resource, k.token)
+			a.raise(k.resource, k.token)
+			a.check(a.b.Delete(pendingKeyBytes(k), nil))
 		}
 		clear(f.pending)
-		if f.tierID == "" {
-			f.tierID = e.tierID
+		if f.meta.tierID == "" {
+			f.meta.tierID = e.tierID
 		}
-		f.leader = leaderInfo{term: e.term, node: e.node, addr: e.addr}
-		return f.newWindowLocked()
+		f.meta.leader = leaderInfo{term: e.term, node: e.node, addr: e.addr}
+		return a.newWindow()
 	case kindWindow:
-		return f.newWindowLocked()
+		return a.newWindow()
 	case kindReserve:
-		f.pending[pendingKey{e.resource, e.token}] = e.term
+		f.pending[k] = e.term
+		a.check(a.b.Set(pendingKeyBytes(k), binary.AppendUvarint(nil, e.term), nil))
 	case kindConfirm:
-		delete(f.pending, pendingKey{e.resource, e.token})
-		f.raiseNewestLocked(e.resource, e.token)
-		if f.onConfirmApplied != nil {
-			f.onConfirmApplied(e.resource, e.token)
-		}
+		a.dropPending(k)
+		a.raise(e.resource, e.token)
+		a.confirmed = append(a.confirmed, k)
 	case kindCancel:
-		delete(f.pending, pendingKey{e.resource, e.token})
+		a.dropPending(k)
 	case kindAdopt:
-		f.floor = max(f.floor, e.token)
-		f.bound = max(f.bound, e.token)
+		f.meta.floor = max(f.meta.floor, e.token)
+		f.meta.bound = max(f.meta.bound, e.token)
 	}
 	return nil
 }
 
-func (f *fsm) raiseNewestLocked(resource string, token uint64) {
-	if token > f.newest[resource] {
-		f.newest[resource] = token
+func (a *applier) dropPending(k pendingKey) {
+	if _, ok := a.f.pending[k]; ok {
+		delete(a.f.pending, k)
+		a.check(a.b.Delete(pendingKeyBytes(k), nil))
 	}
 }
 
-// newWindowLocked reserves the next window above every bound committed.
-func (f *fsm) newWindowLocked() windowStart {
-	from := max(f.bound, f.floor)
+// raise makes token resource's newest if it is above the newest now: a
+// max merge, which reads nothing.
+func (a *applier) raise(resource string, token uint64) {
+	a.newest[resource] = max(a.newest[resource], token)
+	a.check(a.b.Merge(tokenKey(resource), encodeUint(token), nil))
+}
+
+// check fails the batch (ApplyBatch panics) on a Pebble error.
+func (a *applier) check(err error) {
+	if err != nil {
+		a.f.logger.Error("tier: writing the state failed; stopping (the restart resumes from the log)", "err", err)
+		panic(fmt.Sprintf("tier: applying entries after %d: %v", a.f.meta.applied, err))
+	}
+}
+
+// newWindow reserves the next window above every bound committed.
+func (a *applier) newWindow() windowStart {
+	m := &a.f.meta
+	from := max(m.bound, m.floor)
 	to := min(from+Window, maxToken)
-	f.bound = to
+	m.bound = to
 	return windowStart{from: from, to: to}
 }
 
+// stored is resource's newest token as the state holds it (0 if none): the
+// cache, else Pebble (the merged maximum). Exact: the FSM goroutine is the
+// only writer, and a cached entry is raised after every write
+// (tokencache).
+func (f *fsm) stored(resource string) (uint64, error) {
+	key := []byte(resource)
+	t, epoch, ok := f.cache.Get(key)
+	if ok {
+		return t, nil
+	}
+	if f.closed.Load() {
+		return 0, ErrClosed
+	}
+	v, closer, err := f.db.Get(tokenKey(resource))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		t = 0
+	case err != nil:
+		return 0, fmt.Errorf("tier: reading the state: %w", err)
+	default:
+		t = decodeUint(v)
+		closer.Close()
+	}
+	f.cache.Fill(key, t, epoch)
+	return t, nil
+}
+
 // newestOf is resource's newest confirmed token, or the floor if higher.
-func (f *fsm) newestOf(resource string) uint64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return max(f.newest[resource], f.floor)
+func (f *fsm) newestOf(resource string) (uint64, error) {
+	t, err := f.stored(resource)
+	return max(t, f.floor.Load()), err
 }
 
-func (f *fsm) floorNow() uint64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.floor
+// newestCached is newestOf when the cache has the resource, without I/O.
+func (f *fsm) newestCached(resource string) (uint64, bool) {
+	t, _, ok := f.cache.Get([]byte(resource))
+	return max(t, f.floor.Load()), ok
 }
 
-// state is a copy of the small fields, for INFO and the leader.
+func (f *fsm) floorNow() uint64 { return f.floor.Load() }
+
+// fsmState is a copy of the small fields, for INFO and the leader.
 type fsmState struct {
-	bound, floor       uint64
-	tierID             string
-	leader             leaderInfo
-	resources, pending int
+	applied      uint64
+	bound, floor uint64
+	tierID       string
+	leader       leaderInfo
+	pending      int
+}
+
+// publish makes meta what readers see. On the FSM goroutine.
+func (f *fsm) publish() {
+	m := f.meta
+	f.mu.Lock()
+	f.pub = fsmState{applied: m.applied, bound: m.bound, floor: m.floor, tierID: m.tierID, leader: m.leader,
+		pending: len(f.pending)}
+	f.mu.Unlock()
+	f.floor.Store(m.floor)
 }
 
 func (f *fsm) state() fsmState {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return fsmState{bound: f.bound, floor: f.floor, tierID: f.tierID, leader: f.leader,
-		resources: len(f.newest), pending: len(f.pending)}
-}
-
-// Snapshot copies the state under the lock; Persist writes the copy.
-func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	s := &snapshot{bound: f.bound, floor: f.floor, tierID: f.tierID, leader: f.leader,
-		newest: make(map[string]uint64, len(f.newest)), pending: make(map[pendingKey]uint64, len(f.pending))}
-	for r, t := range f.newest {
-		s.newest[r] = t
-	}
-	for k, t := range f.pending {
-		s.pending[k] = t
-	}
-	return s, nil
-}
-
-// snapshotMagic starts every snapshot, with its version.
-var snapshotMagic = []byte("fenceproxy-tier-snapshot/1\n")
-
-// Restore replaces the state with a snapshot's.
-func (f *fsm) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	r := bufio.NewReader(rc)
-	magic := make([]byte, len(snapshotMagic))
-	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != string(snapshotMagic) {
-		return errors.New("tier: not a snapshot of this version")
-	}
-	rd := snapReader{r: r}
-	bound, floor := rd.uvarint(), rd.uvarint()
-	tierID := rd.string()
-	leader := leaderInfo{term: rd.uvarint(), node: rd.string(), addr: rd.string()}
-	n := rd.uvarint()
-	newest := make(map[string]uint64, min(n, 1<<20))
-	for i := uint64(0); i < n && rd.err == nil; i++ {
-		res := rd.string()
-		newest[res] = rd.uvarint()
-	}
-	n = rd.uvarint()
-	pending := make(map[pendingKey]uint64, min(n, 1<<20))
-	for i := uint64(0); i < n && rd.err == nil; i++ {
-		res := rd.string()
-		tok := rd.uvarint()
-		pending[pendingKey{res, tok}] = rd.uvarint()
-	}
-	if rd.err != nil {
-		return fmt.Errorf("tier: reading snapshot: %w", rd.err)
-	}
-	f.mu.Lock()
-	f.bound, f.floor, f.tierID, f.leader, f.newest, f.pending = bound, floor, tierID, leader, newest, pending
-	f.mu.Unlock()
-	return nil
-}
-
-type snapshot struct {
-	bound, floor uint64
-	tierID       string
-	leader       leaderInfo
-	newest       map[string]uint64
-	pending      map[pendingKey]uint64
-}
-
-func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	w := bufio.NewWriterSize(sink, 1<<16)
-	var b []byte
-	flush := func() error {
-		_, err := w.Write(b)
-		b = b[:0]
-		return err
-	}
-	b = append(b, snapshotMagic...)
-	b = binary.AppendUvarint(b, s.bound)
-	b = binary.AppendUvarint(b, s.floor)
-	b = appendString(b, s.tierID)
-	b = binary.AppendUvarint(b, s.leader.term)
-	b = appendString(b, s.leader.node)
-	b = appendString(b, s.leader.addr)
-	b = binary.AppendUvarint(b, uint64(len(s.newest)))
-	err := flush()
-	for r, t := range s.newest {
-		if err != nil {
-			break
-		}
-		b = appendString(b, r)
-		b = binary.AppendUvarint(b, t)
-		err = flush()
-	}
-	if err == nil {
-		b = binary.AppendUvarint(b, uint64(len(s.pending)))
-		err = flush()
-	}
-	for k, t := range s.pending {
-		if err != nil {
-			break
-		}
-		b = appendString(b, k.resource)
-		b = binary.AppendUvarint(b, k.token)
-		b = binary.AppendUvarint(b, t)
-		err = flush()
-	}
-	if err == nil {
-		err = w.Flush()
-	}
-	if err != nil {
-		sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-func (s *snapshot) Release() {}
-
-// snapReader reads a snapshot's uvarints and strings, keeping the first error.
-type snapReader struct {
-	r   *bufio.Reader
-	err error
-}
-
-func (s *snapReader) uvarint() uint64 {
-	if s.err != nil {
-		return 0
-	}
-	v, err := binary.ReadUvarint(s.r)
-	s.err = err
-	return v
-}
-
-func (s *snapReader) string() string {
-	n := s.uvarint()
-	if s.err != nil {
-		return ""
-	}
-	if n > 1<<20 {
-		s.err = errors.New("string too long")
-		return ""
-	}
-	b := make([]byte, n)
-	_, s.err = io.ReadFull(s.r, b)
-	return string(b)
+	return f.pub
 }

@@ -24,8 +24,13 @@ import (
 )
 
 // logCacheEntries is how many of the newest log entries each node keeps in
-// memory (raft.LogCache).
-const logCacheEntries = 1024
+// memory (raft.LogCache). Enough for what the leader sends and every node
+// applies right after it was written (one Batch in flight; a follower
+// further behind reads from the log store). 1024 kept about 10 MB of
+// Batches live on every node under load (20 MiB of RSS with Go's GC
+// headroom; docs/performance.md); 256 of at most maxBatchBytes each is
+// 16 MiB at the very most.
+const logCacheEntries = 256
 
 // Peer is one node of the tier as --peers names it.
 type Peer struct {
@@ -62,8 +67,12 @@ type Options struct {
 	// Peers is the tier at its first start (--peers); this node is added
 	// if it is missing. Ignored once the node has state.
 	Peers []Peer
-	// Dir holds the Raft log, stable store and snapshots (--data-dir/raft).
+	// Dir holds the Raft log, stable store and snapshots, and the state
+	// machine's Pebble (Dir/state) (--data-dir/raft).
 	Dir string
+	// CacheEntries bounds the state's newest-token cache (--token-cache;
+	// 262144 if zero).
+	CacheEntries int
 	// LogStore is where the Raft log and stable store live: "pebble"
 	// (pebblelog.go, the default) or "bolt" (raft-boltdb). Pebble measured
 	// about 1.5x bolt's lock cycles through the leader (one fsync per log
@@ -83,7 +92,15 @@ type Options struct {
 	// node stops being the ready leader: lock commands in flight and
 	// waiters must end.
 	OnLeadershipLost func()
-	Logger           *slog.Logger
+	// OnLeading is called (on its own goroutine) each time this node
+	// becomes the ready leader, with the leadership: fenceproxy runs the
+	// token authority's heartbeat on it while it lasts.
+	OnLeading func(*Leadership)
+	// Shared: the leader issues no token before Leadership.Join, and
+	// writes every window's bound to the backend before issuing from it
+	// (leadership.go).
+	Shared bool
+	Logger *slog.Logger
 
 	// trailingLogs: log entries kept after a snapshot (raft's default if
 	// zero); tests make it small to force catch-up by snapshot.
@@ -106,15 +123,24 @@ type Node struct {
 	closing chan struct{}
 	wg      sync.WaitGroup
 
-	// The leader's side, under mu: valid while ready, for the leadership
-	// numbered epoch.
+	run string // this process's run id (Leadership.Run)
+
+	// The leader's side, under mu (never held across I/O): valid while
+	// ready, for the leadership numbered epoch.
 	mu      sync.Mutex
 	epoch   uint64
 	ready   bool
 	term    uint64 // the term this node leads in (its LeaderStart's)
 	last    uint64 // the last token handed out
 	limit   uint64 // the window's end: last <= limit
+	lead    *Leadership
+	share   func(uint64) (uint64, error) // Join's (Options.Shared)
+	joined  bool                         // Join returned nil in this leadership
 	readyAt atomic.Bool
+	// windowMu serializes what commits a window or an Adopt and moves the
+	// counter after it (NextToken past a window's end, Adopt, Join): held
+	// across the commit and the share, then mu for the counter.
+	windowMu sync.Mutex
 	// ledTerm is the term of this node's last LeaderStart (0 if it never
 	// led): what owner records it writes carry.
 	ledTerm atomic.Uint64
@@ -140,8 +166,10 @@ func Open(opts Options) (*Node, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, fsm: newFSM(), logger: opts.Logger, closing: make(chan struct{}), overlay: map[string]uint64{}}
-	n.fsm.onConfirmApplied = n.confirmApplied
+	if opts.CacheEntries <= 0 {
+		opts.CacheEntries = 1 << 18
+	}
+	n := &Node{opts: opts, logger: opts.Logger, closing: make(chan struct{}), overlay: map[string]uint64{}, run: newTierID()}
 	n.verify.node = n
 	n.prop.n, n.prop.depth = n, proposeDepth
 	n.health.init()
@@ -225,6 +253,19 @@ func Open(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tier: reading the raft state: %v", err)
 	}
+	// The state machine: a node without Raft state starts it empty, so
+	// whatever a state dir holds without its log (a wipe that missed it)
+	// is not taken for this tier's.
+	stateDir := filepath.Join(opts.Dir, "state")
+	if !hasState {
+		if err := os.RemoveAll(stateDir); err != nil {
+			return nil, fmt.Errorf("tier: clearing the state of a node without raft state: %v", err)
+		}
+	}
+	if n.fsm, err = openFSM(stateDir, opts.CacheEntries, opts.Logger); err != nil {
+		return nil, fmt.Errorf("tier: opening the state: %v", err)
+	}
+	n.fsm.onConfirmApplied = n.confirmApplied
 	r, err := raft.NewRaft(cfg, n.fsm, logs, stable, snaps, trans)
 	if err != nil {
 		return nil, fmt.Errorf("tier: starting raft: %v", err)
@@ -290,6 +331,11 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 			wasReady := n.ready
 			n.ready = false
 			n.readyAt.Store(false)
+			if n.lead != nil {
+				close(n.lead.done)
+				n.lead = nil
+			}
+			n.share, n.joined = nil, false
 			n.mu.Unlock()
 			n.overlayMu.Lock()
 			clear(n.overlay)
@@ -337,14 +383,20 @@ func (n *Node) leaderStart(epoch uint64) {
 			n.logger.Error("tier: LeaderStart was not applied", "response", f.Response())
 			continue
 		}
+		var lead *Leadership
 		n.mu.Lock()
 		if n.epoch == epoch {
 			n.term, n.last, n.limit, n.ready = term, ws.from, ws.to, true
+			lead = &Leadership{n: n, epoch: epoch, done: make(chan struct{})}
+			n.lead = lead
 			n.ledTerm.Store(term)
 			n.readyAt.Store(true)
 		}
 		n.mu.Unlock()
 		n.logger.Info("tier: leading", "term", term, "tokens_from", ws.from+1)
+		if lead != nil && n.opts.OnLeading != nil {
+			go n.opts.OnLeading(lead)
+		}
 		return
 	}
 }
@@ -419,6 +471,14 @@ func (n *Node) Close() error {
 	err := n.raft.Shutdown().Error()
 	n.health.stop(n.raft)
 	n.wg.Wait()
+	n.mu.Lock()
+	n.ready = false
+	n.readyAt.Store(false)
+	if n.lead != nil {
+		close(n.lead.done)
+		n.lead = nil
+	}
+	n.mu.Unlock()
 	n.closeStores()
 	return err
 }
@@ -433,6 +493,9 @@ func (n *Node) closeStores() {
 	if n.pebble != nil {
 		n.pebble.Close()
 	}
+	if n.fsm != nil {
+		n.fsm.close()
+	}
 }
 
 // Status is what INFO's # Tier section and the metrics show.
@@ -440,11 +503,14 @@ type Status struct {
 	NodeID, Role, LeaderID, LeaderAddr, TierID string
 	Term, CommitIndex, AppliedIndex, LastIndex uint64
 	Bound, Floor                               uint64
-	Resources, Pending                         int
-	Members                                    int          // nodes in the tier's configuration
-	Peers                                      []PeerStatus // on the leader: every other node
-	LogWrites, LogEntries                      uint64       // log writes and the entries they carried (group commit)
-	BatchEntries, BatchOps                     uint64       // Batch entries this node proposed as leader, and the token ops they carried
+	Pending                                    int
+	// SnapshotResources is how many resources the state held when this
+	// node last wrote or restored a snapshot (0 before its first).
+	SnapshotResources      int64
+	Members                int          // nodes in the tier's configuration
+	Peers                  []PeerStatus // on the leader: every other node
+	LogWrites, LogEntries  uint64       // log writes and the entries they carried (group commit)
+	BatchEntries, BatchOps uint64       // Batch entries this node proposed as leader, and the token ops they carried
 }
 
 // PeerStatus is one other node as the leader sees it.
@@ -477,7 +543,7 @@ func (n *Node) Status() Status {
 	_, leaderID := n.raft.LeaderWithID()
 	s := Status{NodeID: n.opts.NodeID, Role: role, LeaderID: string(leaderID), LeaderAddr: n.LeaderClientAddr(), TierID: st.tierID,
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastIndex: n.raft.LastIndex(),
-		Bound: st.bound, Floor: st.floor, Resources: st.resources, Pending: st.pending,
+		Bound: st.bound, Floor: st.floor, Pending: st.pending, SnapshotResources: n.fsm.snapResources.Load(),
 		LogWrites: n.logs.writes.Load(), LogEntries: n.logs.entries.Load(),
 		BatchEntries: n.prop.entries.Load(), BatchOps: n.prop.ops.Load()}
 	if leaderID == "" {

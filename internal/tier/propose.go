@@ -1,6 +1,8 @@
 package tier
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 )
@@ -57,13 +59,46 @@ func (p *proposer) submit(op proposal) {
 	p.proposeLocked()
 }
 
-// proposeLocked hands the queue (up to maxBatchOps of it) to raft as one
-// Batch entry, if fewer than depth are in flight. Ops queued during an
+// maxBatchBytes bounds one Batch entry's encoding. Every node keeps its
+// newest logCacheEntries entries whole in memory (raft.LogCache), so the
+// Batches' size is memory on every node: without a bound, maxBatchOps ops
+// of resources of persist.MaxResourceLen bytes would make a Batch of 2 MiB.
+// Under load a Batch is a few hundred ops of short names, far below it.
+const maxBatchBytes = 64 << 10
+
+// opBytes is what op (a Reserve, Confirm or Cancel) adds to a Batch's
+// encoding (entry.appendTo): its kind byte, the resource and its length,
+// the token, and a Reserve's term.
+func opBytes(op *entry) int {
+	n := 1 + uvarintLen(uint64(len(op.resource))) + len(op.resource) + uvarintLen(op.token)
+	if op.kind == kindReserve {
+		n += uvarintLen(op.term)
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
+
+// batchLen is how many ops from the front of queue the next Batch takes:
+// as many as fit in maxBatchOps and maxBatchBytes, and at least one.
+func batchLen(queue []proposal) int {
+	size := 2 + binary.MaxVarintLen16 // version, kind and the count
+	for k := range queue {
+		size += opBytes(&queue[k].op)
+		if k == maxBatchOps || k > 0 && size > maxBatchBytes {
+			return k
+		}
+	}
+	return len(queue)
+}
+
+// proposeLocked hands the front of the queue (batchLen of it) to raft as
+// one Batch entry, if fewer than depth are in flight. Ops queued during an
 // earlier leadership are dropped (a Reserve among them fails: leadership
 // was lost).
 func (p *proposer) proposeLocked() {
 	for p.inflight < p.depth && len(p.queue) > 0 {
-		k := min(len(p.queue), maxBatchOps)
+		k := batchLen(p.queue)
 		batch := p.queue[:k:k]
 		if k == len(p.queue) {
 			p.queue = nil

@@ -2,6 +2,7 @@ package tier
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -65,7 +66,11 @@ func TestConfirmsReachFollowers(t *testing.T) {
 	for {
 		ok := f.fsm.state().pending == 0
 		for i, tok := range toks {
-			ok = ok && f.fsm.newestOf("r"+string(rune('a'+i))) == tok
+			got, err := f.fsm.newestOf("r" + string(rune('a'+i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok = ok && got == tok
 		}
 		if ok {
 			break
@@ -102,5 +107,74 @@ func TestProposalOfAnEarlierLeadershipRefused(t *testing.T) {
 	}
 	if p := n.fsm.state().pending; p != 0 {
 		t.Fatalf("%d reservations pending after the refused one", p)
+	}
+}
+
+// waitProposed waits (bounded) until n's proposer has nothing queued and
+// nothing in flight: every op submitted before the call is then committed
+// and applied on n (a Batch's future returns once the leader applied it),
+// or was dropped (an earlier leadership's).
+func waitProposed(t *testing.T, n *Node) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n.prop.mu.Lock()
+		idle := len(n.prop.queue) == 0 && n.prop.inflight == 0
+		n.prop.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the proposer did not empty within 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A Batch is at most maxBatchOps ops and maxBatchBytes encoded (the
+// LogCache keeps the newest entries whole on every node), and at least
+// one op.
+func TestBatchBounds(t *testing.T) {
+	// n Reserves of nameLen-byte names, large tokens and terms but with
+	// small ones (the ops count's bound, not the bytes', then applies).
+	queue := func(n, nameLen int, small bool) []proposal {
+		q := make([]proposal, n)
+		for i := range q {
+			r := fmt.Sprintf("%0*d", nameLen, i%10)
+			op := entry{kind: kindReserve, resource: r, token: 1<<53 - 1, term: 1 << 40}
+			if small {
+				op.token, op.term = 7, 1
+			}
+			q[i] = proposal{op: op}
+		}
+		return q
+	}
+	encoded := func(q []proposal) int {
+		e := entry{kind: kindBatch}
+		for _, p := range q {
+			e.ops = append(e.ops, p.op)
+		}
+		return len(e.encode())
+	}
+	for _, c := range []struct {
+		n, nameLen int
+		small      bool
+		want       int // 0: bounded by bytes
+	}{
+		{1, 512, false, 1},
+		{10, 8, false, 10},
+		{2 * maxBatchOps, 1, true, maxBatchOps},
+		{2 * maxBatchOps, 1, false, 0},
+		{1000, 512, false, 0},
+	} {
+		q := queue(c.n, c.nameLen, c.small)
+		k := batchLen(q)
+		if c.want != 0 && k != c.want {
+			t.Errorf("%d ops of %d-byte names: a Batch of %d, want %d", c.n, c.nameLen, k, c.want)
+		}
+		// Bounded by bytes, the next op would not have fitted.
+		if size := encoded(q[:k]); size > maxBatchBytes || k < min(c.n, maxBatchOps) && encoded(q[:k+1]) <= maxBatchBytes {
+			t.Errorf("%d ops of %d-byte names: a Batch of %d ops, %d bytes (bound %d)", c.n, c.nameLen, k, size, maxBatchBytes)
+		}
 	}
 }

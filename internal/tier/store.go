@@ -1,7 +1,7 @@
 package tier
 
 import (
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -22,55 +22,66 @@ type Store struct{ n *Node }
 func (n *Node) Store() *Store { return &Store{n: n} }
 
 // NextToken hands out the next token of the leader's window; the first
-// past its end commits a new window (Window entry) first.
+// past its end commits a new window (Window entry) first, and with
+// Options.Shared writes its bound to the backend before any token of it is
+// handed out (Leadership.Join).
 func (s *Store) NextToken() (uint64, error) {
 	n := s.n
+	for {
+		n.mu.Lock()
+		switch {
+		case !n.ready:
+			n.mu.Unlock()
+			return 0, n.notLeader()
+		case n.opts.Shared && !n.joined:
+			n.mu.Unlock()
+			return 0, ErrNotShared
+		case n.last < n.limit:
+			n.last++
+			t := n.last
+			n.mu.Unlock()
+			return t, nil
+		}
+		epoch, share := n.epoch, n.share
+		n.mu.Unlock()
+		// Rare (once per Window tokens): callers that crossed the end
+		// together wait for one new window on windowMu.
+		n.windowMu.Lock()
+		var err error
+		if n.stillEpoch(epoch) && n.exhausted() {
+			err = n.newWindow(epoch, share)
+		}
+		n.windowMu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// exhausted reports whether the window is used up.
+func (n *Node) exhausted() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for {
-		if !n.ready {
-			return 0, n.notLeader()
-		}
-		if n.last < n.limit {
-			n.last++
-			return n.last, nil
-		}
-		if n.limit >= maxToken {
-			return 0, errors.New("tier: the token space is exhausted")
-		}
-		// Rare (once per Window tokens): hold mu across the commit so
-		// concurrent callers wait for this window rather than race for it.
-		epoch := n.epoch
-		e := entry{kind: kindWindow}
-		f := n.raft.Apply(e.encode(), applyTimeout)
-		if err := f.Error(); err != nil {
-			return 0, n.fromRaft(err)
-		}
-		ws, ok := f.Response().(windowStart)
-		if !ok || n.epoch != epoch {
-			return 0, &UnavailableError{Lost: true}
-		}
-		n.last, n.limit = ws.from, ws.to
-	}
+	return n.last >= n.limit
 }
 
 // Floor is the state's floor.
 func (s *Store) Floor() uint64 { return s.n.fsm.floorNow() }
 
-// Adopt commits a floor above token and moves the counter above it.
+// Adopt commits a floor above token (tokens up to it may have been issued
+// without the tier: an owner record carries one) and moves the counter
+// above it.
 func (s *Store) Adopt(token uint64) error {
 	n := s.n
-	if !n.Ready() {
+	n.mu.Lock()
+	ready, epoch := n.ready, n.epoch
+	n.mu.Unlock()
+	if !ready {
 		return n.notLeader()
 	}
-	e := entry{kind: kindAdopt, token: token}
-	if err := n.raft.Apply(e.encode(), applyTimeout).Error(); err != nil {
-		return n.fromRaft(err)
-	}
-	n.mu.Lock()
-	n.last = max(n.last, token)
-	n.mu.Unlock()
-	return nil
+	n.windowMu.Lock()
+	defer n.windowMu.Unlock()
+	return n.adopt(epoch, token)
 }
 
 // Newest is resource's newest confirmed token (or the floor), answered
@@ -79,17 +90,20 @@ func (s *Store) Newest(resource string) (uint64, error) {
 	if err := s.n.verify.wait(); err != nil {
 		return 0, err
 	}
-	return s.n.newest(resource), nil
+	return s.n.newest(resource)
 }
 
-// NewestCached is the leader's view without a leadership round: the
-// acquire path's offer, which a grant only replies after its Reserve is
-// committed by this same leadership.
+// NewestCached is the leader's view without a leadership round and
+// without I/O: the acquire path's offer, which a grant only replies after
+// its Reserve is committed by this same leadership. ok is false when the
+// state's cache does not have the resource (the lock manager then offers a
+// token without knowing the newest).
 func (s *Store) NewestCached(resource string) (uint64, bool, error) {
 	if !s.n.Ready() {
 		return 0, false, s.n.notLeader()
 	}
-	return s.n.newest(resource), true, nil
+	t, ok := s.n.newestCached(resource)
+	return t, ok, nil
 }
 
 // Reserve commits that token may be issued for resource, and returns once
@@ -97,13 +111,24 @@ func (s *Store) NewestCached(resource string) (uint64, bool, error) {
 // entries (proposer) and log writes. An error whose outcome is unknown
 // (leadership lost after the entry was sent) leaves a reservation the next
 // leader may fold: the token then counts as issued.
+//
+// token must be one NextToken handed out: no Batch carries a token above
+// this leader's window, nor one while, with Options.Shared, its window is
+// not yet shared with the backend (invariant 8); such a Reserve is refused
+// before it is queued.
 func (s *Store) Reserve(resource string, token uint64) error {
 	n := s.n
 	n.mu.Lock()
-	ready, term, epoch := n.ready, n.term, n.epoch
+	ready, term, epoch, limit := n.ready, n.term, n.epoch, n.limit
+	unshared := n.opts.Shared && !n.joined
 	n.mu.Unlock()
-	if !ready {
+	switch {
+	case !ready:
 		return n.notLeader()
+	case unshared:
+		return ErrNotShared
+	case token > limit:
+		return fmt.Errorf("tier: token %d was not handed out by this leader (its window ends at %d); not reserved", token, limit)
 	}
 	done := make(chan error, 1)
 	n.prop.submit(proposal{op: entry{kind: kindReserve, resource: resource, token: token, term: term}, epoch: epoch, done: done})
@@ -146,17 +171,32 @@ func (s *Store) Cancel(resource string, token uint64) error {
 }
 
 // newest is max(overlay, state, floor). The overlay is read first: an
-// entry is dropped from it only after the state has its token (under the
-// state's lock), so whichever is read second has it.
-func (n *Node) newest(resource string) uint64 {
+// entry is dropped from it only after the state (Pebble and its cache) has
+// its token, so whichever is read second has it.
+func (n *Node) newest(resource string) (uint64, error) {
 	n.overlayMu.Lock()
 	o := n.overlay[resource]
 	n.overlayMu.Unlock()
-	return max(o, n.fsm.newestOf(resource))
+	t, err := n.fsm.newestOf(resource)
+	return max(o, t), err
 }
 
-// confirmApplied drops an overlay entry the state now holds. Called under
-// the state's lock (fsm.Apply).
+// newestCached is newest when the state's cache has the resource (its
+// value is the state's; the overlay may add this leader's Confirms not yet
+// applied). An overlay entry alone is not enough: it is a maximum only
+// over this leadership's Confirms, and a Confirm of an earlier leadership
+// of this node may arrive late, below what another leader confirmed since.
+func (n *Node) newestCached(resource string) (uint64, bool) {
+	n.overlayMu.Lock()
+	o := n.overlay[resource]
+	n.overlayMu.Unlock()
+	t, cached := n.fsm.newestCached(resource)
+	return max(o, t), cached
+}
+
+// confirmApplied drops an overlay entry the state now holds. Called on
+// raft's FSM goroutine once the state and its cache have the Confirm
+// (fsm.ApplyBatch).
 func (n *Node) confirmApplied(resource string, token uint64) {
 	n.overlayMu.Lock()
 	if o, ok := n.overlay[resource]; ok && o <= token {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -18,9 +19,12 @@ type testTier struct {
 	store string // Options.LogStore
 	// trailingLogs: Options.trailingLogs of nodes started after it is set.
 	trailingLogs uint64
-	peers        []Peer
-	dirs         []string
-	nodes        []*Node // nil: stopped
+	// shared: Options.Shared, with every node's leaderships sent on leads.
+	shared bool
+	leads  chan *Leadership
+	peers  []Peer
+	dirs   []string
+	nodes  []*Node // nil: stopped
 }
 
 func freeAddr(t *testing.T) string {
@@ -61,6 +65,12 @@ func (tt *testTier) start(i int) {
 		// raft's defaults: shorter ones lost leadership under -race on a busy machine.
 		HeartbeatTimeout: time.Second, ElectionTimeout: time.Second, LeaderLeaseTimeout: 500 * time.Millisecond,
 		BootstrapWait: 100 * time.Millisecond,
+		Shared:        tt.shared,
+		OnLeading: func(l *Leadership) {
+			if tt.leads != nil {
+				tt.leads <- l
+			}
+		},
 	})
 	if err != nil {
 		tt.t.Fatal(err)
@@ -341,16 +351,20 @@ func TestNewNodeCaughtUpBySnapshot(t *testing.T) {
 	if err := tt.nodes[l].AddNode("n4", tt.peers[3].Addr); err != nil {
 		t.Fatal(err)
 	}
+	applied := tt.nodes[l].fsm.state().applied
 	deadline := time.Now().Add(30 * time.Second)
-	for tt.nodes[3].fsm.state().resources < len(want) {
+	for tt.nodes[3].fsm.state().applied < applied {
 		if time.Now().After(deadline) {
-			t.Fatalf("the new node has %d resources after 30s, want %d", tt.nodes[3].fsm.state().resources, len(want))
+			t.Fatalf("the new node has applied %+v after 30s, want index %d", tt.nodes[3].fsm.state(), applied)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if got := tt.nodes[3].fsm.snapResources.Load(); got != int64(len(want)) {
+		t.Fatalf("the new node restored a snapshot of %d resources, want %d", got, len(want))
+	}
 	for r, tok := range want {
-		if got := tt.nodes[3].fsm.newestOf(r); got != tok {
-			t.Fatalf("the new node's newest for %s = %d, want %d", r, got, tok)
+		if got, err := tt.nodes[3].fsm.newestOf(r); err != nil || got != tok {
+			t.Fatalf("the new node's newest for %s = %d, %v, want %d", r, got, err, tok)
 		}
 	}
 }
@@ -424,5 +438,166 @@ func TestPeerLagAfterElection(t *testing.T) {
 		if p.LagKnown {
 			t.Fatalf("peer %s: lag %d from a report to an earlier leadership", p.ID, p.Lag)
 		}
+	}
+}
+
+// settled waits (bounded) until every running node has applied what the
+// leader has, and fails unless their states agree. The leader's queued
+// Confirms go first (they ride in Batches after the grants returned).
+func (tt *testTier) settled(l int) fsmState {
+	tt.t.Helper()
+	waitProposed(tt.t, tt.nodes[l])
+	if err := tt.nodes[l].raft.Barrier(10 * time.Second).Error(); err != nil {
+		tt.t.Fatal(err)
+	}
+	want := tt.nodes[l].fsm.state()
+	for i, n := range tt.nodes {
+		if n == nil {
+			continue
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for n.fsm.state().applied < want.applied && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := n.fsm.state(); got != want {
+			tt.t.Fatalf("node %d's state:\n%+v\nthe leader's:\n%+v", i, got, want)
+		}
+	}
+	return want
+}
+
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.RemoveAll(to); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(to, os.DirFS(from)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Nodes restart on the state they have: raft replays its log after its
+// last snapshot at every start, and the state skips what it has applied
+// (a Window applied twice would move a node's bound away from the
+// others'). A node whose state is behind its log (a crash lost the
+// state's last unsynced batches: here an older copy put back) catches up
+// from the log, or from a snapshot when the log it needs is compacted; a
+// node whose state dir alone was lost is rebuilt the same way.
+func TestRestartsKeepTheState(t *testing.T) {
+	tt := startTestTier(t, 3)
+	l := tt.leader()
+	n := 0
+	grantSome := func(k int) {
+		s := tt.nodes[tt.leader()].Store()
+		for range k {
+			n++
+			grant(t, s, fmt.Sprintf("r%d", n))
+		}
+	}
+	grantSome(30)
+	tt.settled(l)
+	x := tt.follower(l)
+	stateDir := filepath.Join(tt.dirs[x], "state")
+	backup := filepath.Join(t.TempDir(), "state-backup")
+
+	// A plain restart of each node, the leader too (crashed).
+	for _, i := range []int{x, tt.follower(x), l} {
+		tt.crash(i)
+		if i == x {
+			copyTree(t, stateDir, backup)
+		}
+		tt.start(i)
+		grantSome(10)
+	}
+	l = tt.leader()
+	tt.settled(l)
+
+	// x's state falls behind its log: the older copy is put back.
+	x = tt.follower(l)
+	stateDir = filepath.Join(tt.dirs[x], "state")
+	tt.stop(x)
+	copyTree(t, stateDir, backup)
+	tt.start(x)
+	grantSome(5)
+	tt.settled(tt.leader())
+
+	// Behind a snapshot: every node compacts its log, and x's state is
+	// put back to the older copy again.
+	tt.trailingLogs = 1
+	for i := range tt.nodes {
+		tt.stop(i)
+		tt.start(i)
+	}
+	l = tt.leader()
+	grantSome(5)
+	tt.settled(l)
+	for i := range tt.nodes {
+		if err := tt.nodes[i].raft.Snapshot().Error(); err != nil {
+			t.Fatalf("snapshot on node %d: %v", i, err)
+		}
+	}
+	x = tt.follower(l)
+	stateDir = filepath.Join(tt.dirs[x], "state")
+	tt.stop(x)
+	copyTree(t, backup, stateDir)
+	tt.start(x)
+	grantSome(5)
+	tt.settled(tt.leader())
+
+	// The state dir alone lost.
+	x = tt.follower(tt.leader())
+	tt.stop(x)
+	if err := os.RemoveAll(filepath.Join(tt.dirs[x], "state")); err != nil {
+		t.Fatal(err)
+	}
+	tt.start(x)
+	grantSome(5)
+	tt.settled(tt.leader())
+	for i, node := range tt.nodes {
+		for r := 1; r <= n; r++ {
+			if tok, err := node.fsm.newestOf(fmt.Sprintf("r%d", r)); err != nil || tok == 0 {
+				t.Fatalf("node %d: newest of r%d = %d, %v", i, r, tok, err)
+			}
+		}
+	}
+}
+
+// NewestCached answers without I/O only from the state's cache: unknown
+// for a resource the cache lacks (even while this leader's own Confirm is
+// in the overlay, queued for the next Batch), exact once a read has filled
+// it, and raised by later Confirms as their Batches are applied.
+func TestNewestCachedOnlyFromTheCache(t *testing.T) {
+	tt := startTestTier(t, 3)
+	n := tt.nodes[tt.leader()]
+	s := n.Store()
+	tok := grant(t, s, "r")
+	if got, ok, err := s.NewestCached("r"); err != nil || ok {
+		t.Fatalf("NewestCached of an uncached resource, its Confirm just made = %d, %v, %v; want unknown", got, ok, err)
+	}
+	waitProposed(t, n)
+	if got, ok, err := s.NewestCached("r"); err != nil || ok {
+		t.Fatalf("NewestCached of an uncached resource = %d, %v, %v; want unknown", got, ok, err)
+	}
+	if got, err := s.Newest("r"); err != nil || got != tok {
+		t.Fatalf("Newest = %d, %v; want %d", got, err, tok)
+	}
+	if got, ok, err := s.NewestCached("r"); err != nil || !ok || got != tok {
+		t.Fatalf("NewestCached after a read = %d, %v, %v; want %d", got, ok, err, tok)
+	}
+	next := grant(t, s, "r")
+	// Before its Batch is applied the overlay has the Confirm; after, the
+	// overlay has dropped it and the cache alone must have been raised.
+	if got, ok, err := s.NewestCached("r"); err != nil || !ok || got != next {
+		t.Fatalf("NewestCached after a second grant = %d, %v, %v; want %d", got, ok, err, next)
+	}
+	waitProposed(t, n)
+	n.overlayMu.Lock()
+	o, inOverlay := n.overlay["r"]
+	n.overlayMu.Unlock()
+	if inOverlay {
+		t.Fatalf("the overlay still holds %d after the Confirm's Batch was applied", o)
+	}
+	if got, ok, err := s.NewestCached("r"); err != nil || !ok || got != next {
+		t.Fatalf("NewestCached after the second grant's Batch was applied = %d, %v, %v; want %d", got, ok, err, next)
 	}
 }

@@ -229,10 +229,8 @@ func TestKeylessCommandsWholeCluster(t *testing.T) {
 	}
 
 	// PUBSUB in RESP3: the subscriber of a shard channel on each master.
-	var subs []*testenv.Conn
 	for _, m := range e.cl.Masters {
-		c := e.dial(t)
-		subs = append(subs, c)
+		c := e.dial(t) // stays subscribed until the test ends
 		ch := st.keysOn(m, "shch:", 1)[0]
 		c.Do("SSUBSCRIBE", ch)
 		c.Do("SSUBSCRIBE", "shared{"+ch+"}")
