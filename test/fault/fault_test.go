@@ -585,7 +585,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 	f := Fault{Kind: p.Kind, At: p.At}
 	switch p.Kind {
 	case TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay:
-		e.injectTier(p) // records its own Fault
+		e.injectTier(n, p) // records its own Fault
 		return
 	case ProxyKill:
 		f.Start = e.h.Now()
@@ -732,17 +732,26 @@ const acrossTTL = 30000
 // granted within probeWait (the fault goes on without it).
 func (e *env) holdAcross(n int, r string) *heldAcross {
 	h := &heldAcross{c: &client{e: e, id: 200000 + n}, res: r, owner: "across-" + strconv.Itoa(n)}
-	// Lock commands may be refused for a few seconds after a data-dir
-	// fault (the dead proxy's authority is still live).
-	for deadline := time.Now().Add(probeWait); time.Now().Before(deadline); {
-		op := h.c.do(Acquire, r, h.owner, 0, acrossTTL, "LOCK.ACQUIRE", r, h.owner, i64(acrossTTL))
-		if op != nil && op.Outcome == OK {
-			return h
-		}
-		time.Sleep(100 * time.Millisecond) // a retry by the same owner is safe
+	if h.c.acquireWithin(r, h.owner, acrossTTL) != nil {
+		return h
 	}
 	h.c.close()
 	e.t.Logf("fault: %s was not granted before the fault; nothing held across it", r)
+	return nil
+}
+
+// acquireWithin takes r for owner, retrying until it is granted or
+// probeWait has passed: lock commands may be refused for a few seconds
+// after a data-dir fault (the dead proxy's authority is still live) or an
+// election. It returns the grant, or nil.
+func (c *client) acquireWithin(r, owner string, ttl int64) *Op {
+	for deadline := time.Now().Add(probeWait); time.Now().Before(deadline); {
+		op := c.do(Acquire, r, owner, 0, ttl, "LOCK.ACQUIRE", r, owner, i64(ttl))
+		if op != nil && op.Outcome == OK {
+			return op
+		}
+		time.Sleep(100 * time.Millisecond) // a retry by the same owner is safe
+	}
 	return nil
 }
 

@@ -308,9 +308,9 @@ func planTier(seed uint64, d time.Duration, kinds []FaultKind) []planned {
 	return drawPlan(rand.New(rand.NewPCG(seed, 0x7e12)), kinds, 3*time.Second, d-5*time.Second, 2*time.Second)
 }
 
-// injectTier runs one of the tier's own faults from the test goroutine
-// (see inject).
-func (e *env) injectTier(p planned) {
+// injectTier runs one of the tier's own faults, fault n of the plan, from
+// the test goroutine (see inject).
+func (e *env) injectTier(n int, p planned) {
 	t, tr := e.t, e.tier
 	f := Fault{Kind: tierRecordedAs(p.Kind), At: p.At}
 	leader := tr.waitLeader(t, -1)
@@ -346,14 +346,17 @@ func (e *env) injectTier(p planned) {
 		f.End = e.h.Now()
 		f.Note = fmt.Sprintf("%s: %s %s wiped, down %v, rejoined", p.Kind, role, tr.ids[victim], p.D)
 	case TierLeaderStop:
+		probe := e.newStaleProbe(n, victim)
 		f.Start = e.h.Now()
 		node.Stop() // returns once it is stopped: it reads nothing more
 		f.ReadBefore = e.readByStopped(node.Addr)
 		next := tr.waitLeader(t, victim) // longer than the election timeout, whatever it is
 		time.Sleep(p.D)                  // the new leader grants meanwhile
+		probe.ask()
 		f.End = e.h.Now()
 		node.Cont()
-		f.Note = fmt.Sprintf("%s: leader %s stopped until %s led, then %v more; %d requests in flight read before", p.Kind, tr.ids[victim], tr.ids[next], p.D, len(f.ReadBefore))
+		probe.answers()
+		f.Note = fmt.Sprintf("%s: leader %s stopped until %s led, then %v more; %d requests in flight read before; %s", p.Kind, tr.ids[victim], tr.ids[next], p.D, len(f.ReadBefore), probe)
 	case TierIsolate, TierOneWay:
 		how, drop := "both", p.N/3%2 == 1
 		if p.Kind == TierOneWay {
@@ -375,6 +378,129 @@ func (e *env) injectTier(p planned) {
 		f.Note = fmt.Sprintf("%s: %s %s cut (%s, drop=%v) for %v%s", p.Kind, role, tr.ids[victim], how, drop, time.Duration(f.End-f.Start), next)
 	}
 	e.h.AddFault(f)
+}
+
+// staleProbe asks a leader stopped past an election (tier-leader-stop)
+// what only a stale leader would answer. The workload's own requests to
+// the stopped node were nearly all written before the new leader granted
+// anything, so whatever the node answers when it wakes fits some order of
+// events: they cannot show a stale answer. The probe's can. Before the
+// stop, owner a takes resource r through a live node (token t0, which the
+// leader then holds as r's newest) and releases it. While the leader is
+// stopped, after a new one leads, owner b takes r (t1 > t0) through the
+// live node; then a connection to the stopped node pipelines FENCE.CHECK r
+// t0, FENCE.CHECK r t1 and LOCK.ACQUIRE of r by owner c, which the kernel
+// holds for it until SIGCONT. Those ops start after t1 was replied, so
+// the checker judges what the woken leader answers: t0 accepted is
+// stale-check, t1 called never issued is unissued-token, c granted while
+// b holds r is lease-overlap.
+type staleProbe struct {
+	e            *env
+	n            int
+	r            string
+	at           string  // the stopped node's address
+	live         *client // on another node
+	t0, t1       int64
+	conn         *testenv.Conn // to the stopped node
+	ops          []*Op
+	skipped, got string
+}
+
+// newStaleProbe takes and releases r before node victim, the leader, is
+// stopped.
+func (e *env) newStaleProbe(n, victim int) *staleProbe {
+	tr := e.tier
+	live := (victim + 1) % len(tr.nodes)
+	// clientAddr sends client id to node id%len(nodes).
+	id := 300000 + 10*n
+	id += live - id%len(tr.nodes)
+	pr := &staleProbe{e: e, n: n, r: "stale:" + strconv.Itoa(n), at: tr.nodes[victim].Addr, live: &client{e: e, id: id}}
+	a := "stale-a-" + strconv.Itoa(n)
+	op := pr.live.acquireWithin(pr.r, a, 5000)
+	if op == nil {
+		pr.skipped = "not granted before the stop"
+		return pr
+	}
+	pr.t0 = op.Result
+	pr.live.do(Release, pr.r, a, 0, 0, "LOCK.RELEASE", pr.r, a)
+	return pr
+}
+
+// ask takes r anew from the new leader, then queues the stale requests at
+// the stopped node.
+func (pr *staleProbe) ask() {
+	if pr.skipped != "" {
+		return
+	}
+	e, b := pr.e, "stale-b-"+strconv.Itoa(pr.n)
+	op := pr.live.acquireWithin(pr.r, b, acrossTTL)
+	if op == nil {
+		pr.skipped = "the new leader granted nothing"
+		return
+	}
+	pr.t1 = op.Result
+	conn, err := testenv.TryDial(pr.at, opTimeout)
+	if err != nil {
+		pr.skipped = "the stopped node took no connection: " + err.Error()
+		return
+	}
+	pr.conn = conn
+	id, c := pr.live.id+len(e.tier.nodes), "stale-c-"+strconv.Itoa(pr.n)
+	pr.ops = []*Op{
+		e.h.Begin(id, Check, pr.r, "", pr.t0, 0, []string{"FENCE.CHECK", pr.r, i64(pr.t0)}),
+		e.h.Begin(id, Check, pr.r, "", pr.t1, 0, []string{"FENCE.CHECK", pr.r, i64(pr.t1)}),
+		e.h.Begin(id, Acquire, pr.r, c, 0, 1000, []string{"LOCK.ACQUIRE", pr.r, c, "1000"}),
+	}
+	var buf []byte
+	for _, op := range pr.ops {
+		buf = testenv.AppendCommand(buf, op.Args...)
+	}
+	nc := conn.NetConn()
+	nc.SetWriteDeadline(time.Now().Add(opTimeout))
+	if _, err := nc.Write(buf); err != nil {
+		for _, op := range pr.ops {
+			e.h.Finish(op, nil, err)
+		}
+		pr.ops = nil
+	}
+}
+
+// answers reads what the woken node answered, and releases r.
+func (pr *staleProbe) answers() {
+	e := pr.e
+	defer pr.live.close()
+	if pr.conn != nil {
+		var got []string
+		for i, op := range pr.ops {
+			reply, err := pr.conn.ReadReply()
+			e.h.Finish(op, reply, err)
+			got = append(got, string(op.Outcome))
+			if err != nil {
+				for _, rest := range pr.ops[i+1:] {
+					e.h.Finish(rest, nil, err)
+				}
+				break
+			}
+		}
+		pr.conn.Close()
+		pr.got = strings.Join(got, ",")
+	}
+	for _, op := range pr.ops {
+		if op.Kind == Acquire && op.Outcome == OK {
+			pr.live.do(Release, pr.r, op.Owner, 0, 0, "LOCK.RELEASE", pr.r, op.Owner)
+		}
+	}
+	if pr.t1 != 0 {
+		b := "stale-b-" + strconv.Itoa(pr.n)
+		pr.live.do(Release, pr.r, b, 0, 0, "LOCK.RELEASE", pr.r, b)
+	}
+}
+
+func (pr *staleProbe) String() string {
+	if pr.skipped != "" {
+		return "stale probe skipped: " + pr.skipped
+	}
+	return fmt.Sprintf("stale probe on %s (t0=%d t1=%d): %s", pr.r, pr.t0, pr.t1, pr.got)
 }
 
 // TestFaultTier runs the workload over a tier in front of the standalone
