@@ -170,6 +170,7 @@ func runFault(t *testing.T, mode string) {
 		}
 	})
 	var workers, async sync.WaitGroup
+	go e.h.WatchStalls(stop)
 	e.startClients(stop, &workers)
 
 	counts := map[FaultKind]int{}
@@ -204,6 +205,13 @@ func runFault(t *testing.T, mode string) {
 	line := fmt.Sprintf("fault: mode=%s seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
 		mode, seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(perKind, " "), rep.Linearizability, len(rep.Violations))
 	t.Log(line)
+	if n := len(e.h.Stalls); n > 0 {
+		var longest int64
+		for _, s := range e.h.Stalls {
+			longest = max(longest, s.End-s.Start)
+		}
+		t.Logf("fault: the test process stalled %d times, the longest %v (late replies within a stall are excused)", n, time.Duration(longest).Round(time.Millisecond))
+	}
 	for _, n := range rep.LinearizabilityNotes {
 		t.Logf("fault: linearizability: %s", n)
 	}
