@@ -414,7 +414,9 @@ func (c *checker) falseStale() {
 // the call; and an op in flight across a proxy stop that the stopped proxy
 // may not have read (its bytes waited in the kernel, and its lease began
 // only when they were read): the fault lists in ReadBefore the ops it
-// certainly had read, and those are held to the rule.
+// certainly had read, and those are held to the rule. A reply late by no
+// more than the test process's own stalls during the op (History.Stalls)
+// is excused: the stall, not the proxy, may have made it late.
 func (c *checker) lateLease() {
 	readBefore := map[int]bool{}
 	for _, f := range c.faults {
@@ -430,7 +432,7 @@ func (c *checker) lateLease() {
 			continue
 		}
 		c.leaseUsed = max(c.leaseUsed, float64(op.End-op.Start)/float64(op.TTL*1e6))
-		if over := op.End - (op.Start + op.TTL*1e6); over > 0 {
+		if over := op.End - (op.Start + op.TTL*1e6); over > 0 && over > c.h.stalledDuring(op.Start, op.End) {
 			c.fail("late-lease", []*Op{op}, "%q: token %d replied %.3fms after its %dms lease, counted from the call, was over",
 				op.Resource, op.Result, ms(over), op.TTL)
 		}

@@ -273,6 +273,18 @@ func TestCheckerLateLease(t *testing.T) {
 		b.fault(ProxyStop, 50, 650)
 		expect(t, b)
 	})
+	t.Run("late by no more than the test process's stall", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 150, 0, 502, OK, 10)
+		b.h.Stalls = []Stall{{Start: 20e6, End: 450e6}} // 430 ms >= 352 ms late
+		expect(t, b)
+	})
+	t.Run("late by more than the test process's stall", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 150, 0, 502, OK, 10)
+		b.h.Stalls = []Stall{{Start: 20e6, End: 300e6}, {Start: 600e6, End: 900e6}} // 280 ms of the op < 352 ms late
+		expect(t, b, "late-lease")
+	})
 	t.Run("after waiting in line", func(t *testing.T) {
 		b := newHist()
 		op := b.acquire(1, "A", 300, 0, 700, OK, 10)
