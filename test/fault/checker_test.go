@@ -330,6 +330,40 @@ func TestCheckerUnknownGrantEndsHolderEarly(t *testing.T) {
 	expect(t, b)
 }
 
+// TestCheckerCrashWithLine: a proxy crash while acquires wait in line may
+// make the holder's token stale (the line's tokens reserved ahead count as
+// issued), or leave it current (none were reserved); a crash with nobody
+// waiting may not make it stale.
+func TestCheckerCrashWithLine(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 10000, 0, 1, OK, 10)
+	w := b.acquire(2, "B", 1000, 2, 5, Null, 0)
+	w.Args = append(w.Args, "WAIT", "3")
+	b.fault(ProxyKill, 8, 9)
+	b.check(1, 10, 20, 21, OK)
+	b.renew(1, "A", 10000, 22, 23, OK, 10)
+	b.release(1, "A", 24, 25, OK)
+	expect(t, b)
+
+	for _, waiting := range []bool{true, false} {
+		b := newHist()
+		b.acquire(1, "A", 10000, 0, 1, OK, 10)
+		if waiting {
+			w := b.acquire(2, "B", 1000, 2, 5, Null, 0)
+			w.Args = append(w.Args, "WAIT", "3")
+		}
+		b.fault(ProxyKill, 8, 9)
+		b.check(1, 10, 20, 21, Zero)
+		b.renew(1, "A", 10000, 22, 23, Null, 0)
+		b.release(1, "A", 24, 25, OK)
+		if waiting {
+			expect(t, b)
+		} else {
+			expect(t, b, "false-stale", "lost-grant", "linearizability")
+		}
+	}
+}
+
 func TestCheckerCounter(t *testing.T) {
 	b := newHist()
 	b.add(5, Incr, "", "", 0, 0, 0, 1, OK, 1)
