@@ -65,7 +65,9 @@
 # are longer than the plain --quick's (n=50000 at -P 1, 400000 at -P 16, 20000 at
 # -c 1, 3 s lock runs): about 3 minutes on a quiet machine, 5 on a loaded one.
 # Prints each figure's better round for OLD and NEW with NEW/OLD, the CPU per
-# request and per lock cycle (fenceproxy's, and Redis master + replica's), and
+# request and per lock cycle (fenceproxy's, and Redis master + replica's), the
+# master's script calls and WAITs per lock cycle (INFO commandstats: how many
+# lock writes share one script call and one WAIT), and
 # the spread of the rounds' own NEW/OLD ratios, which says how much of a ratio
 # is noise. twemproxy (and, for the one-client latency, direct Redis) run in the
 # same rounds, in front of the same master, for issue 15's ratios: NEW against
@@ -350,13 +352,16 @@ etcd_healthy() {
 # rounds[key]: every round's "rate,p50,p99,CPU..." (CPU as in cpu below, "-" when
 # not measured), space-separated in the order run; best_round[key]: the best one's.
 declare -A best=() lat=() errs=() extra=() rounds=() best_round=()
-# redis-benchmark runs that got error replies, one line each.
+# redis-benchmark runs that got error replies, and a memory load that granted nothing, one line each.
 rb_failed=()
 
-# record KEY RATE P50 P99: keep the run with the higher rate.
+# record KEY RATE P50 P99: keep the run with the higher rate. An entry's
+# fields: 1 rate, 2 p50, 3 p99, 4-8 CPU (as in cpu below), 9-10 the master's
+# script calls and WAITs per op (lock runs only; as in run_calls below).
 record() {
-	local key=$1 rate=$2 c=${run_cpu:--}
-	local entry="$rate,$3,$4,${c// /,}"
+	local key=$1 rate=$2 c=${run_cpu:--} k=${run_calls:-- -}
+	[[ $c != - ]] || c="- - - - -"
+	local entry="$rate,$3,$4,${c// /,},${k// /,}"
 	rounds[$key]+="$entry "
 	if [[ -z ${best[$key]:-} ]] || awk -v a="$rate" -v b="${best[$key]}" 'BEGIN { exit !(a > b) }'; then
 		best[$key]=$rate
@@ -459,8 +464,9 @@ field() {
 
 # lb KEY SYSTEM ADDR [-hot]: one lockbench run (etcdbench for SYSTEM etcd), recorded under KEY.
 lb() {
-	local key=$1 system=$2 addr=$3 out line middle=${middle_of[$3]:-} before after
+	local key=$1 system=$2 addr=$3 out line middle=${middle_of[$3]:-} before after calls_before calls_after
 	shift 3
+	calls_before=$(calls_snap)
 	before=$(cpu_snap "$middle")
 	if [[ $system == etcd ]]; then
 		out=$("$tmp/etcdbench" -endpoints "$addr" -clients "$CLIENTS" \
@@ -472,6 +478,7 @@ lb() {
 			die "lockbench $system $* failed: $out"
 	fi
 	after=$(cpu_snap "$middle")
+	calls_after=$(calls_snap)
 	# The raw line names the run it belongs to, as rb's do.
 	while IFS= read -r line; do
 		[[ $line != "RESULT "* ]] || line="RESULT key=$key ${line#RESULT }"
@@ -481,13 +488,39 @@ lb() {
 	[[ -n $line ]] || die "lockbench $system printed no RESULT line"
 	last_ops=$(field "$line" ops)
 	run_cpu=$(cpu_per_op "$before" "$after" "$last_ops")
+	run_calls=$(calls_per_op "$calls_before" "$calls_after" "$last_ops")
+	echo "CALLS key=$key scripts_per_op=${run_calls% *} waits_per_op=${run_calls#* }"
 	record "$key" "$(field "$line" ops_per_sec)" "$(field "$line" p50_ms)" "$(field "$line" p99_ms)"
+	run_calls=""
 	errs[$key]=$((${errs[$key]:-0} + $(field "$line" errors)))
 	if [[ $* == *-hot* ]]; then
 		local ov
 		ov=$(field "$line" overlaps)
 		[[ $ov == 0 || $ov == "?" ]] || extra[$key]="${extra[$key]:-} overlaps=$ov"
 	fi
+}
+
+# The Redis master's script calls (EVALSHA + EVAL) and WAITs, from INFO
+# commandstats: per lock cycle they tell how many lock writes share one
+# script call and one WAIT (the lock writer's batching). Counted over the
+# whole run on the master, so a second proxy's heartbeat adds its few calls.
+run_calls=""
+
+# calls_snap: "scripts waits" the master has run so far ("" without one).
+calls_snap() {
+	[[ -n ${MASTER_ADDR:-} ]] || return 0
+	redis-cli -h "${MASTER_ADDR%:*}" -p "${MASTER_ADDR##*:}" info commandstats 2>/dev/null |
+		awk -F'[:=,]' '/^cmdstat_(evalsha|eval):/ { s += $3 } /^cmdstat_wait:/ { w = $3 }
+			END { printf "%d %d", s, w }'
+}
+
+# calls_per_op BEFORE AFTER OPS: "scripts waits" per op, or "- -".
+calls_per_op() {
+	awk -v a="$1" -v b="$2" -v ops="$3" 'BEGIN {
+		if (a == "" || b == "" || ops + 0 <= 0) { print "- -"; exit }
+		split(a, x, " "); split(b, y, " ")
+		printf "%.3f %.3f", (y[1] - x[1]) / ops, (y[2] - x[2]) / ops
+	}'
 }
 
 # rss_mib PID: VmRSS of PID in MiB.
@@ -633,11 +666,14 @@ main() {
 		idle_line=$(grep '^RESULT ' <<<"$idle_line")
 		check_proxy
 
-		# A fresh proxy, so its memory is what the resources cost.
+		# A fresh proxy, so its memory is what the resources cost. Its own
+		# --key-prefix: the proxy above is still live on this backend with
+		# another fence store, and under one prefix each would see the
+		# other's token authority and refuse every lock command.
 		local lport lpid
 		lport=$(free_port)
 		./bin/fenceproxy --listen "127.0.0.1:$lport" --backend "$MASTER_ADDR" \
-			--data-dir "$tmp/data-load" --min-replicas 0 --metrics-listen '' \
+			--data-dir "$tmp/data-load" --min-replicas 0 --metrics-listen '' --key-prefix "load:" \
 			>"$tmp/fenceproxy-load.log" 2>&1 &
 		lpid=$!
 		others+=("fenceproxy-load $lpid")
@@ -648,6 +684,10 @@ main() {
 			-timeout "$LOAD_TIMEOUT" 2>&1) || die "lockload failed: $load_line"
 		echo "$load_line"
 		load_line=$(grep '^RESULT ' <<<"$load_line")
+		# Some -TRYAGAIN on a loaded machine is the load's own doing (16,384
+		# acquires in flight outlive a 2 s lease's margin); none granted is not.
+		[[ $(field "$load_line" granted) != 0 ]] ||
+			rb_failed+=("lockload through the fresh proxy: nothing granted, $(field "$load_line" errors) errors (its log: $(grep -m 1 -E 'level=(WARN|ERROR)' "$tmp/fenceproxy-load.log" || true))")
 		kill -0 "$lpid" 2>/dev/null || die "fenceproxy (load) died: $(tail -n 5 "$tmp/fenceproxy-load.log")"
 		stop_pid fenceproxy-load "$lpid"
 	fi
@@ -1175,9 +1215,10 @@ build_fenceproxy() {
 
 # ab_row TITLE KEY FIELD FORMAT [A B]: one line of the A/B table: KEY's FIELD (1
 # rate, 2 p50, 3 p99, 4 the whole machine's CPU per op, 7 the middle system's,
-# "redis" master + replica CPU per op, as in rounds) in A's and B's better round (KEY/A, KEY/B; A is old
-# and B new unless named), B/A, and the least, median and greatest B/A of the
-# rounds taken one by one.
+# "redis" master + replica CPU per op, 9 and 10 the master's script calls and
+# WAITs per op, as in rounds) in A's and B's better round (KEY/A, KEY/B; A is
+# old and B new unless named), B/A, and the least, median and greatest B/A of
+# the rounds taken one by one.
 ab_row() {
 	local key=$2 a=${5:-old} b=${6:-new}
 	awk -v f="$3" -v fmt="$4" -v title="$1" -v ob="${best_round[$key/$a]:-}" -v nb="${best_round[$key/$b]:-}" \
@@ -1336,6 +1377,12 @@ main_compare() {
 	done
 	ab_row "Redis master + replica, lock cycle" distinct redis '%.1f'
 	ab_row "Redis master + replica, hot lock handoff" hot redis '%.1f'
+	echo "-- the master's script calls (EVALSHA + EVAL) and WAITs per lock cycle / handoff, in the better round"
+	echo "   (a lock cycle is two lock writes: 2 / script calls per cycle is the writes per script call)"
+	ab_row "script calls per lock cycle" distinct 9 '%.3f'
+	ab_row "WAITs per lock cycle" distinct 10 '%.3f'
+	ab_row "script calls per hot lock handoff" hot 9 '%.3f'
+	ab_row "WAITs per hot lock handoff" hot 10 '%.3f'
 	echo "-- NEW against twemproxy (issue 15): TWEM is twemproxy's figure, the ratio NEW/TWEM"
 	printf '%-42s %10s %10s %8s   %s\n' figure TWEM NEW NEW/TWEM "rounds: min med max"
 	for p in 1 16; do

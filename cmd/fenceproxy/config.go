@@ -61,7 +61,7 @@ func defaultConfig() config {
 		metricsListen:   "127.0.0.1:9121",
 		maxClients:      10000,
 		backendConns:    4,
-		lockConns:       4,
+		lockConns:       1,
 		keyPrefix:       "fenceproxy:lock:",
 		maxWaiters:      10000,
 		slowWaitMs:      100,
@@ -97,7 +97,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.metricsListen, "metrics-listen", c.metricsListen, "`host:port` for /metrics, /healthz and /readyz; empty disables")
 	fs.IntVar(&c.maxClients, "max-clients", c.maxClients, "most client connections at once")
 	fs.IntVar(&c.backendConns, "backend-conns", c.backendConns, "pipelined connections to each master shared by all clients (when the --serve-loop serves them, 1 unless given)")
-	fs.IntVar(&c.lockConns, "lock-conns", c.lockConns, "connections to each master that run batched lock writes")
+	fs.IntVar(&c.lockConns, "lock-conns", c.lockConns, "connections of each kind (with WAIT, without) to each master that run batched lock writes")
 	fs.StringVar(&c.keyPrefix, "key-prefix", c.keyPrefix, "prefix of owner-record keys in Redis")
 	fs.DurationVar(&c.lockDelay, "lock-delay", c.lockDelay, "after a lease runs out without a release, grant the resource to nobody for this long (0: off)")
 	fs.IntVar(&c.maxWaiters, "max-waiters", c.maxWaiters, "LOCK.ACQUIRE ... WAIT requests that may wait for one resource at once; more get -QUEUEFULL (0: no waiting)")

@@ -78,14 +78,14 @@ func TestRelease(t *testing.T) {
 	if _, err := f.m.Acquire(ctx, "r", owner, addr, ttl, 0, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	w := f.m.waiting.join("r", 10)
+	w := f.m.waiting.join("r", "w", addr, ttl, 10)
 	if ok, err := f.m.Release(ctx, "r", owner); !ok || err != nil {
 		t.Fatalf("Release = %v, %v; want true", ok, err)
 	}
-	if c := f.scripts.sent()[1]; c.script != "release" || c.wantAcks || !slices.Equal(c.args, []string{owner, "0"}) {
-		t.Errorf("release sent as %+v: want no WAIT, the owner and term 0 only", c)
+	if c := f.scripts.sent()[1]; c.script != "release" || c.wantAcks || !slices.Equal(c.args, []string{owner, "0", "0"}) {
+		t.Errorf("release sent as %+v: want no WAIT, the owner, lock-delay 0 and term 0 only", c)
 	}
-	if _, freed, _ := f.m.waiting.news("r", w); !freed {
+	if n := f.m.waiting.news("r", w); !n.freed {
 		t.Errorf("the head of the line was not told the resource was freed")
 	}
 	if st := f.m.Stats(); st.Held != 0 {
@@ -228,7 +228,7 @@ func TestInfo(t *testing.T) {
 	ctx := context.Background()
 	scripts := newFakeScripts(t)
 	f := holding(t, scripts, nil)
-	f.m.waiting.join("r", 10)
+	f.m.waiting.join("r", "w", addr, ttl, 10)
 
 	scripts.read = recordReply(owner, "5", 900)
 	info, err := f.m.Info(ctx, "r")

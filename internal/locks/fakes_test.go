@@ -54,15 +54,19 @@ func newFakeScripts(t testing.TB, replies ...reply) *fakeScripts {
 }
 
 func scriptName(c ScriptCall) string {
-	switch c.Source {
-	case acquireScript:
+	switch c.Op {
+	case opAcquire:
 		return "acquire"
-	case renewScript:
+	case opRenew:
 		return "renew"
-	case releaseScript:
+	case opRelease:
 		return "release"
-	case undoScript:
+	case opUndo:
 		return "undo"
+	case opHandoff:
+		return "handoff"
+	}
+	switch c.Source {
 	case execScript:
 		return "exec"
 	case infoScript:
@@ -284,6 +288,17 @@ func (s *memTokens) Reserve(resource string, token uint64) error {
 	}
 	s.reserved[resource][token] = true
 	s.logf("reserve %s %d", resource, token)
+	return nil
+}
+
+// ReserveAll makes memTokens a store that reserves ahead for waiting
+// lines, as the fence store does (one sync for all in the real one).
+func (s *memTokens) ReserveAll(resource string, tokens []uint64) error {
+	for _, t := range tokens {
+		if err := s.Reserve(resource, t); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -296,6 +296,24 @@ func Frame(b []byte) (n int, err error) {
 	return at, nil
 }
 
+// ArrayHeader reads the header of an array reply (RESP2 '*', or RESP3
+// '*', '~', '>'): its element count and the bytes after the header, where
+// its elements begin. ok is false for anything else, or a null array.
+func ArrayHeader(raw []byte) (elems []byte, n int, ok bool) {
+	if len(raw) == 0 || (raw[0] != '*' && raw[0] != '~' && raw[0] != '>') {
+		return nil, 0, false
+	}
+	head := lineEnd(raw)
+	if head == 0 {
+		return nil, 0, false
+	}
+	n, ok = length(raw[:head])
+	if !ok || n < 0 {
+		return nil, 0, false
+	}
+	return raw[head:], n, true
+}
+
 // Elements splits a whole array reply (RESP2 '*' or RESP3 '*', '~', '>')
 // into the exact bytes of its elements, for merging the replies of a
 // request split across Redis Cluster masters. ok is false for anything

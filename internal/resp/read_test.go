@@ -407,3 +407,27 @@ func TestAppendReplyTooLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestArrayHeader: the count and the bytes after the header of an array
+// reply; anything else, or a null array, is not one.
+func TestArrayHeader(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		rest string
+		n    int
+		ok   bool
+	}{
+		{"*2\r\n:1\r\n$1\r\na\r\n", ":1\r\n$1\r\na\r\n", 2, true},
+		{"*0\r\n", "", 0, true},
+		{"~1\r\n+x\r\n", "+x\r\n", 1, true},
+		{"*-1\r\n", "", 0, false},
+		{"-ERR no\r\n", "", 0, false},
+		{"*2", "", 0, false},
+		{"", "", 0, false},
+	} {
+		rest, n, ok := ArrayHeader([]byte(c.in))
+		if ok != c.ok || n != c.n || string(rest) != c.rest {
+			t.Errorf("ArrayHeader(%q) = %q, %d, %v; want %q, %d, %v", c.in, rest, n, ok, c.rest, c.n, c.ok)
+		}
+	}
+}

@@ -189,8 +189,8 @@ func TestLostScriptReplyCountsAsIssued(t *testing.T) {
 	expectUnknown(t, got, "B's LOCK.ACQUIRE with the master stopped")
 	// The master ran the script it had read once it was resumed.
 	waitFor(t, 10*time.Second, "B's record in Redis", func() bool {
-		owner, _ := testenv.ParseBulk(e.m.Do("HGET", recordKey(r), "owner"))
-		return string(owner) == "B"
+		rec, _ := testenv.ReadLockRecord(t, e.m, recordKey(r))
+		return rec.Owner == "B"
 	})
 	checkNoContradiction(t, e.c, r, a, "B")
 }
@@ -263,8 +263,8 @@ func TestProxyStoppedPastTheLease(t *testing.T) {
 	}
 
 	armedAt := func(r string) string {
-		v, _ := testenv.ParseBulk(m.Do("HGET", recordKey(r), "renewed"))
-		return string(v)
+		rec, _ := testenv.ReadLockRecord(t, m, recordKey(r))
+		return rec.Renewed
 	}
 	before := armedAt(renewed)
 
@@ -286,8 +286,8 @@ func TestProxyStoppedPastTheLease(t *testing.T) {
 			if r == renewed {
 				return armedAt(r) != before
 			}
-			owner, _ := testenv.ParseBulk(m.Do("HGET", recordKey(r), "owner"))
-			return string(owner) == "B"
+			rec, _ := testenv.ReadLockRecord(t, m, recordKey(r))
+			return rec.Owner == "B"
 		})
 	}
 	p.Stop()
