@@ -235,9 +235,17 @@ func FuzzAppendReply(f *testing.F) {
 			t.Fatalf("dst's earlier bytes were changed: %q", out)
 		}
 		size, sized := Size(in)
+		framed, frameErr := Frame(in)
 		if err != nil {
 			if sized {
 				t.Fatalf("AppendReply: %v, but Size found a reply of %d bytes", err, size)
+			}
+			// Frame tells bytes that are not RESP from the beginning of a
+			// reply as AppendReply does: an event loop waits for more bytes
+			// only where AppendReply would.
+			bad := errors.Is(err, ErrBadReply)
+			if framed != 0 || bad != errors.Is(frameErr, ErrBadReply) || (!bad && frameErr != nil) {
+				t.Fatalf("AppendReply: %v; Frame: %d, %v", err, framed, frameErr)
 			}
 			return
 		}
@@ -250,6 +258,14 @@ func FuzzAppendReply(f *testing.F) {
 		}
 		if !sized || size != n {
 			t.Fatalf("AppendReply read %d bytes, Size = %d, %v", n, size, sized)
+		}
+		if framed != n || frameErr != nil {
+			t.Fatalf("AppendReply read %d bytes, Frame = %d, %v", n, framed, frameErr)
+		}
+		for cut := range n {
+			if m, err := Frame(in[:cut]); m != 0 || err != nil {
+				t.Fatalf("Frame of the reply's first %d bytes = %d, %v; want 0 (wait for more)", cut, m, err)
+			}
 		}
 
 		// Split into small reads, the same reply must come out.

@@ -159,8 +159,11 @@ func TestBusyScript(t *testing.T) {
 	pr.alive(t)
 }
 
-// TestBusyFunction: FUNCTION KILL, like SCRIPT KILL, reaches Redis while a
-// function loops (unit/functions).
+// TestBusyFunction: FUNCTION STATS names the function while it loops, and
+// FUNCTION KILL, like SCRIPT KILL, reaches Redis and ends it, from every
+// client, those that share the function's backend connection first
+// (unit/functions "test function kill"; STATS waited behind the function
+// on a shared connection before).
 func TestBusyFunction(t *testing.T) {
 	pr := startPairWith(t, "--backend-conns", strconv.Itoa(sharedConns))
 	lib := "#!lua name=spinlib\nredis.register_function{function_name='spin', callback=function() while true do end end, flags={'no-writes'}}"
@@ -172,6 +175,13 @@ func TestBusyFunction(t *testing.T) {
 	for i, c := range cs {
 		if got, err := c.TryDo("PING"); err != nil || !bytes.HasPrefix(got, []byte("-BUSY ")) {
 			t.Fatalf("client %d: PING while a function is busy: %q, %v; want -BUSY", i, got, err)
+		}
+		got, err := c.TryDo("FUNCTION", "STATS")
+		if err != nil {
+			t.Fatalf("client %d: FUNCTION STATS while a function is busy: %v (it waited behind the function)", i, err)
+		}
+		if !bytes.Contains(got, []byte("running_script")) || !bytes.Contains(got, []byte("spin")) {
+			t.Fatalf("client %d: FUNCTION STATS while a function is busy: %q; want the running function", i, got)
 		}
 	}
 	// The kill from the clients that share the function's connection
