@@ -67,7 +67,7 @@ func TestRenewOutcomes(t *testing.T) {
 // head of the line, forgets the lease, and logs a long hold.
 func TestRelease(t *testing.T) {
 	acquired := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
-	record := "*3\r\n" + bulk("1") + bulk(acquired) + bulk(addr)
+	record := bulk("1 0 " + acquired + " " + acquired + " " + strconv.Itoa(len(addr)) + " " + addr + owner)
 	f := newFixture(t, newFakeScripts(t,
 		reply{raw: kindReply(kindGranted, "1"), acks: acked(1)},
 		reply{raw: record},
@@ -103,7 +103,7 @@ func TestRelease(t *testing.T) {
 	}
 
 	// A record from before acquired-at and addr existed: released, no log.
-	f = newFixture(t, newFakeScripts(t, reply{raw: "*3\r\n" + bulk("3") + "$-1\r\n$-1\r\n"}, reply{raw: "+OK\r\n"}), func(o *Options) { o.SlowHeld = 0 })
+	f = newFixture(t, newFakeScripts(t, reply{raw: bulk("3 0 0 0 0 " + owner)}, reply{raw: "+OK\r\n"}), func(o *Options) { o.SlowHeld = 0 })
 	if ok, err := f.m.Release(ctx, "r", owner); !ok || err != nil {
 		t.Errorf("Release of an older record = %v, %v", ok, err)
 	}

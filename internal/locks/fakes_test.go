@@ -93,6 +93,8 @@ func argString(a any) string {
 			return "1"
 		}
 		return "0"
+	case recordValue:
+		return string(v.appendTo(nil))
 	}
 	panic(fmt.Sprintf("unsupported script argument %T", a))
 }
@@ -193,6 +195,9 @@ func (f *fakeScripts) names() []string {
 // kindReply is acquireScript's {kind, value}: busy's lease and
 // kindNeedNewest's 0 are integers, tokens strings.
 func kindReply(k replyKind, value string) string {
+	if k == kindGranted {
+		return bulk(value) // a grant is its token alone, as opsScript replies
+	}
 	if k == kindBusy || k == kindNeedNewest {
 		return fmt.Sprintf("*2\r\n:%d\r\n:%s\r\n", k, value)
 	}

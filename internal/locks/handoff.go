@@ -257,11 +257,13 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	key := m.recordKey(resource)
 	w, token, newest := m.claimHead(resource, key)
 	now := time.Now()
+	term := m.term() // one read: the head's record's term is the one checked
 	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: m.keys(key),
-		Args: []any{owner, m.opts.LockDelay.Milliseconds(), m.term()}}
+		Args: []any{owner, m.opts.LockDelay.Milliseconds(), term}}
 	if w != nil {
 		call.Op = opHandoff
-		call.Args = append(call.Args, w.owner, w.ttl.Milliseconds(), token, now.UnixMilli(), w.addr)
+		call.Args = append(call.Args, w.ttl.Milliseconds(), token,
+			recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner})
 	}
 	// A release alone needs no replica acknowledgement: if a failover
 	// loses it, the lease merely runs out. A handoff's grant does.
@@ -280,13 +282,17 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 		m.serial.unlock(resource, turn)
 		return false, deposed(err)
 	}
-	rel, grant := reply, []any(nil)
+	rel, grant := reply, any(nil)
 	if w != nil {
 		if arr, ok := reply.([]any); ok && len(arr) == 2 {
-			rel, grant = arr[0], asList(arr[1])
+			rel, grant = arr[0], arr[1]
 		}
 	}
-	rec, released := rel.([]any)
+	var rec releasedRecord
+	released := false
+	if v, ok := rel.(string); ok {
+		rec, released = parseReleased(v)
+	}
 	if !released {
 		if w != nil {
 			m.waiting.unclaim(resource, w, false, token) // nothing written
@@ -347,28 +353,13 @@ func (m *Manager) claimHead(resource, key string) (w *waiter, token, newest uint
 	return w, token, newest
 }
 
-// released records a release's end of a lease: rec is the released
-// record's {token, acquired, addr}.
-func (m *Manager) released(resource string, rec []any) {
+// released records a release's end of a lease: rec is what opRelease's
+// reply says of the released record.
+func (m *Manager) released(resource string, rec releasedRecord) {
 	now := time.Now()
-	var token uint64
-	var acquired int64
-	var addr string
-	if len(rec) == 3 {
-		if t, err := toInt(rec[0]); err == nil {
-			token = uint64(t)
-		}
-		acquired, _ = toInt(rec[1]) // 0 if an older record lacks it
-		addr, _ = rec[2].(string)
+	m.leases.released(resource, rec.token)
+	// acquired is 0 if an older record lacks it
+	if held := now.Sub(time.UnixMilli(rec.acquired)); rec.acquired > 0 && m.opts.SlowHeld >= 0 && held > m.opts.SlowHeld {
+		m.slowEntry(SlowEntry{Time: now, Duration: held, Kind: SlowHeld, Resource: resource, Token: rec.token, ClientAddr: rec.addr})
 	}
-	m.leases.released(resource, token)
-	if held := now.Sub(time.UnixMilli(acquired)); acquired > 0 && m.opts.SlowHeld >= 0 && held > m.opts.SlowHeld {
-		m.slowEntry(SlowEntry{Time: now, Duration: held, Kind: SlowHeld, Resource: resource, Token: token, ClientAddr: addr})
-	}
-}
-
-// asList is v as a list, or nil.
-func asList(v any) []any {
-	l, _ := v.([]any)
-	return l
 }

@@ -111,7 +111,7 @@ func TestHandoffWaiterLeaves(t *testing.T) {
 				released <- err
 			}()
 			c := <-arrived
-			token := c.args[5]
+			token := c.args[4] // the head's reserved token
 			switch how {
 			case "client gone":
 				cancel()
@@ -190,7 +190,7 @@ func TestHandoffTokensInOrder(t *testing.T) {
 		t.Fatalf("the stale token %d reserved ahead was not cancelled: %q", drawn, log)
 	}
 	for _, c := range f.scripts.sent() {
-		if (c.script == "handoff" && c.args[5] == strconv.FormatUint(drawn, 10)) ||
+		if (c.script == "handoff" && c.args[4] == strconv.FormatUint(drawn, 10)) ||
 			(c.script == "acquire" && c.args[2] == strconv.FormatUint(drawn, 10)) {
 			t.Fatalf("the stale token %d was offered: %+v", drawn, c)
 		}

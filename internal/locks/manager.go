@@ -436,13 +436,14 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 		}
 	}
 	a.start = time.Now()
+	term := m.term() // one read: the record's term is the one checked
 	a.call = ScriptCall{
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opAcquire,
 		Keys:   m.keys(key),
 		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			a.start.UnixMilli(), clientAddr, m.term()},
+			a.start.UnixMilli(), recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}, term},
 	}
 	return a, nil
 }
@@ -766,8 +767,12 @@ func (m *Manager) Stats() Stats {
 	return Stats{Held: held, Untracked: untracked, Waiters: m.waitersNow.Load(), SlowLen: m.slow.len(), Options: m.opts}
 }
 
-// pair decodes a script's {kind, value} reply.
+// pair decodes opAcquire's reply: {kind, value}, or a grant's token alone.
 func pair(reply any) (kind, value int64, err error) {
+	if tok, ok := reply.(string); ok { // a grant is its token alone
+		value, err = toInt(tok)
+		return int64(kindGranted), value, err
+	}
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 2 {
 		return 0, 0, fmt.Errorf("locks: unexpected script reply %v", reply)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -162,8 +163,9 @@ func TestAcquireOutcomes(t *testing.T) {
 				if want := []string{"fenceproxy:lock:{r}", "fenceproxy:lock:{r}:delay"}; !slices.Equal(c.keys, want) || c.key != want[0] {
 					t.Errorf("keys %q (key %q), want %q", c.keys, c.key, want)
 				}
-				// owner, ttl, candidate, newest ("": not cached), others waiting, lock-delay, now, addr
-				if got := c.args; got[0] != owner || got[1] != "10000" || got[2] != "1" || got[3] != "" || got[4] != "0" || got[5] != "0" || got[7] != addr {
+				// owner, ttl, candidate, newest ("": not cached), others waiting, lock-delay, now, the record, term
+				if got := c.args; got[0] != owner || got[1] != "10000" || got[2] != "1" || got[3] != "" || got[4] != "0" || got[5] != "0" ||
+					got[7] != "1 0 "+got[6]+" "+got[6]+" "+strconv.Itoa(len(addr))+" "+addr+owner || got[8] != "0" {
 					t.Errorf("args %q", got)
 				}
 				if st := f.m.Stats(); st.Held != 1 {

@@ -147,3 +147,18 @@ func TestOlderTermCannotPassNewerGuard(t *testing.T) {
 		t.Fatalf("a single node's release: %v, %v", ok, err)
 	}
 }
+
+// TestOlderTermCannotPassNewerGuardWithoutDelay: a node without a
+// lock-delay still reads the guard in a tier, before the SET NX of its
+// common case: a newer term's guard, left by a lease of a node with a
+// lock-delay that ran out, refuses an older term's acquire of the free
+// resource.
+func TestOlderTermCannotPassNewerGuardWithoutDelay(t *testing.T) {
+	_, m4, _, redis := termManagers(t, 0)
+	ctx := context.Background()
+	const key = "fenceproxy:lock:{d}"
+	redis.Do("SET", key+":delay", "6", "PX", "60000") // term 5's, plus one
+	_, err := m4.Acquire(ctx, "d", "b", addr, ttl, 0, time.Now())
+	wantDeposed(t, "an acquire of a free resource past a newer term's guard", err)
+	wantReply(t, redis, ":0\r\n", "EXISTS", key)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,17 +47,29 @@ func (lm *lockModel) respond(c sent) reply {
 		if !lm.heldLocked() || lm.holder != c.args[0] {
 			return reply{raw: ":0\r\n"}
 		}
+		rel := bulk(string(recordValue{token: parseUint(lm.token), at: time.Now().UnixMilli(), addr: addr, owner: lm.holder}.appendTo(nil)))
 		lm.holder = ""
-		rel := "*3\r\n" + bulk(lm.token) + bulk(strconv.FormatInt(time.Now().UnixMilli(), 10)) + bulk(addr)
 		if c.script == "release" {
 			return reply{raw: rel}
 		}
-		ttlMs, _ := strconv.ParseInt(c.args[4], 10, 64)
-		lm.holder, lm.token = c.args[3], c.args[5]
+		ttlMs, _ := strconv.ParseInt(c.args[3], 10, 64)
+		lm.holder, lm.token = recordOwner(c.args[5]), c.args[4]
 		lm.ends = time.Now().Add(time.Duration(ttlMs) * time.Millisecond)
 		return reply{raw: "*2\r\n" + rel + kindReply(kindGranted, lm.token), acks: acked(1)}
 	}
 	return reply{raw: "-ERR not modelled\r\n"}
+}
+
+func parseUint(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
+// recordOwner is the owner at the end of a record's value (recordValue).
+func recordOwner(v string) string {
+	f := strings.SplitN(v, " ", 6)
+	n, _ := strconv.Atoi(f[4])
+	return f[5][n:]
 }
 
 func (lm *lockModel) read(string) (any, error) {

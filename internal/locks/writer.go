@@ -614,6 +614,9 @@ func appendArgs(b []byte, args []any) []byte {
 			b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], int64(v), 10))
 		case uint64:
 			b = redcon.AppendBulk(b, strconv.AppendUint(num[:0], v, 10))
+		case recordValue:
+			var buf [128]byte
+			b = redcon.AppendBulk(b, v.appendTo(buf[:0]))
 		case bool:
 			if v {
 				b = redcon.AppendBulkString(b, "1")

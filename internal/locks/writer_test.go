@@ -278,37 +278,44 @@ func runOps(t *testing.T, c *testenv.Conn, ws ...*Write) []any {
 // call, in order, each on its own record, each answered with its own
 // reply; one that fails (a key of another type) fails alone; a record in
 // the older hash layout is understood and rewritten as a string by its
-// re-arm; a call refused whole (NOSCRIPT) is every operation's answer.
+// re-arm, and released with its fields packed as a string record's; a call
+// refused whole (NOSCRIPT) is every operation's answer.
 func TestOpsScriptBatch(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	c := testenv.Dial(t, master.Addr)
 	c.Do("RPUSH", "fenceproxy:lock:{list}", "x")
 	c.Do("HSET", "fenceproxy:lock:{old}", "owner", "o", "token", "5", "acquired", "1000", "addr", "10.0.0.1:5")
 	c.Do("PEXPIRE", "fenceproxy:lock:{old}", "60000")
+	c.Do("HSET", "fenceproxy:lock:{older}", "owner", "o", "token", "7", "acquired", "1000", "addr", "10.0.0.1:5")
 	c.Do("SCRIPT", "LOAD", opsScript)
 	const now = int64(1733300000000)
 	acquire := func(r, owner string, cand uint64, newest string) *Write {
-		return opWrite(opAcquire, r, owner, int64(10000), cand, newest, false, int64(0), now, "127.0.0.1:9", uint64(0))
+		return opWrite(opAcquire, r, owner, int64(10000), cand, newest, false, int64(0), now,
+			recordValue{token: cand, at: now, addr: "127.0.0.1:9", owner: owner}, uint64(0))
 	}
 	got := runOps(t, c,
 		acquire("r", "a", 10, ""),
 		acquire("list", "a", 11, ""),
 		acquire("r", "b", 12, ""),
+		acquire("r", "c", 9, ""),
 		opWrite(opRenew, "r", "a", int64(20000), "10", int64(0), now+1, uint64(0)),
 		acquire("old", "o", 13, "5"),
 		opWrite(opRelease, "r", "b", int64(0), uint64(0)),
 		opWrite(opRelease, "r", "a", int64(0), uint64(0)),
 		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0)),
+		opWrite(opRelease, "older", "o", int64(0), uint64(0)),
 	)
 	want := []string{
-		"[2 10]",    // granted
+		"10",        // granted: the token alone
 		"WRONGTYPE", // a list: that operation alone fails
 		"[0 ",       // busy: a's grant came first in the same call
+		"[4 10]",    // a record's token at or above the candidate: not granted
 		"10",        // a renews its token
 		"[1 5]",     // the older record's owner re-arms it
 		"0",         // b does not hold r
-		"[10 1733300000000 127.0.0.1:9]",
-		"0", // not that token
+		"10 0 1733300000000 1733300000001 11 127.0.0.1:9a", // the released record, as a renewed it
+		"0",                         // not that token
+		"7 0 1000 0 10 10.0.0.1:5o", // a hash record released: its fields packed as a string's
 	}
 	for i, w := range want {
 		s := fmt.Sprint(got[i])
@@ -342,10 +349,12 @@ func TestOpsScriptHandoff(t *testing.T) {
 	c.Do("SCRIPT", "LOAD", opsScript)
 	const now = int64(1733300000000)
 	acquire := func(r, owner string, cand uint64) *Write {
-		return opWrite(opAcquire, r, owner, int64(10000), cand, "", false, int64(0), now, "127.0.0.1:9", uint64(0))
+		return opWrite(opAcquire, r, owner, int64(10000), cand, "", false, int64(0), now,
+			recordValue{token: cand, at: now, addr: "127.0.0.1:9", owner: owner}, uint64(0))
 	}
 	handoff := func(r, owner, head string, cand uint64) *Write {
-		return opWrite(opHandoff, r, owner, int64(0), uint64(0), head, int64(20000), cand, now+5, "127.0.0.1:8")
+		return opWrite(opHandoff, r, owner, int64(0), uint64(0), int64(20000), cand,
+			recordValue{token: cand, at: now + 5, addr: "127.0.0.1:8", owner: head})
 	}
 	got := runOps(t, c,
 		acquire("r", "a", 10),
@@ -354,7 +363,7 @@ func TestOpsScriptHandoff(t *testing.T) {
 		acquire("s", "a", 20),
 		handoff("s", "a", "b", 19), // 19 is below a's 20
 	)
-	want := []string{"[2 10]", "0", "[[10 1733300000000 127.0.0.1:9] [2 11]]", "[2 20]", "[[20 1733300000000 127.0.0.1:9] [4 20]]"}
+	want := []string{"10", "0", "[10 0 1733300000000 1733300000000 11 127.0.0.1:9a 11]", "20", "[20 0 1733300000000 1733300000000 11 127.0.0.1:9a [4 20]]"}
 	for i, w := range want {
 		if s := fmt.Sprint(got[i]); s != w {
 			t.Errorf("operation %d answered %q, want %q", i, s, w)
