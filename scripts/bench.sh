@@ -28,7 +28,9 @@
 #   - hot lock: the same harnesses, 50 clients on one resource: the fenced recipe
 #     polling every 1-3 ms, etcd Mutex.Lock, fenceproxy LOCK.ACQUIRE ... WAIT;
 #   - memory (not with --quick): fenceproxy's RSS with 10,000 idle clients
-#     (scripts/idleclients, against the proxy above), and the RSS of a fresh
+#     (scripts/idleclients, against the proxy above: first clients that sent
+#     EXISTS, which stay on the --serve-loop, then clients that sent PING, which
+#     moves each to a goroutine of its own), and the RSS of a fresh
 #     fenceproxy after 1M (--scale: 10M) distinct resources were locked once
 #     (scripts/lockload: 64 connections, pipelined LOCK.ACQUIRE, 2 s leases).
 #     That proxy runs with --min-replicas 0 (fsync, no replica wait) so the load
@@ -63,9 +65,16 @@
 # are longer than the plain --quick's (n=50000 at -P 1, 400000 at -P 16, 20000 at
 # -c 1, 3 s lock runs): about 3 minutes on a quiet machine, 5 on a loaded one.
 # Prints each figure's better round for OLD and NEW with NEW/OLD, the CPU per
-# request and per lock cycle (fenceproxy's, and Redis master + replica's), and
+# request and per lock cycle (fenceproxy's, and Redis master + replica's), the
+# master's script calls and WAITs per lock cycle (INFO commandstats: how many
+# lock writes share one script call and one WAIT), and
 # the spread of the rounds' own NEW/OLD ratios, which says how much of a ratio
-# is noise. Writes no file.
+# is noise. twemproxy (and, for the one-client latency, direct Redis) run in the
+# same rounds, in front of the same master, for issue 15's ratios: NEW against
+# twemproxy (rate and CPU per request, at -P 1 and -P 16) and the latency NEW
+# adds to direct Redis's at one client against what twemproxy adds, each with
+# the spread of its rounds. --no-locks skips the lock runs (passthrough only).
+# Writes no file.
 #
 # --tier [--quick]: one fenceproxy and a tier of three (--peers, Raft) in front of
 # one Redis master + replica (--min-replicas 1), then rounds (6, or 3 with --quick,
@@ -90,14 +99,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
 	echo "usage: $0 [--quick | --scale] [--cluster | --tier]" >&2
-	echo "       $0 [--quick] [--tier] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
+	echo "       $0 [--quick] [--no-locks | --tier] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
 	exit 2
 }
 
-quick=0 cluster=0 scale=0 tier=0 compare=0 old_rev="" new_rev=""
+quick=0 cluster=0 scale=0 tier=0 compare=0 old_rev="" new_rev="" no_locks=0
 while (($# > 0)); do
 	case $1 in
 	--quick) quick=1 ;;
+	--no-locks) no_locks=1 ;;
 	--cluster) cluster=1 ;;
 	--tier) tier=1 ;;
 	--scale) scale=1 ;;
@@ -112,6 +122,8 @@ while (($# > 0)); do
 done
 ((!(quick && scale))) || usage
 ((!(compare && (cluster || scale)))) || usage
+# --no-locks drops the lock runs of the plain --compare; a tier's runs are all lock runs.
+((!no_locks || (compare && !tier))) || usage
 
 readonly CLIENTS=50
 if ((quick && compare)); then
@@ -340,13 +352,16 @@ etcd_healthy() {
 # rounds[key]: every round's "rate,p50,p99,CPU..." (CPU as in cpu below, "-" when
 # not measured), space-separated in the order run; best_round[key]: the best one's.
 declare -A best=() lat=() errs=() extra=() rounds=() best_round=()
-# redis-benchmark runs that got error replies, one line each.
+# redis-benchmark runs that got error replies, and a memory load that granted nothing, one line each.
 rb_failed=()
 
-# record KEY RATE P50 P99: keep the run with the higher rate.
+# record KEY RATE P50 P99: keep the run with the higher rate. An entry's
+# fields: 1 rate, 2 p50, 3 p99, 4-8 CPU (as in cpu below), 9-10 the master's
+# script calls and WAITs per op (lock runs only; as in run_calls below).
 record() {
-	local key=$1 rate=$2 c=${run_cpu:--}
-	local entry="$rate,$3,$4,${c// /,}"
+	local key=$1 rate=$2 c=${run_cpu:--} k=${run_calls:-- -}
+	[[ $c != - ]] || c="- - - - -"
+	local entry="$rate,$3,$4,${c// /,},${k// /,}"
 	rounds[$key]+="$entry "
 	if [[ -z ${best[$key]:-} ]] || awk -v a="$rate" -v b="${best[$key]}" 'BEGIN { exit !(a > b) }'; then
 		best[$key]=$rate
@@ -449,8 +464,9 @@ field() {
 
 # lb KEY SYSTEM ADDR [-hot]: one lockbench run (etcdbench for SYSTEM etcd), recorded under KEY.
 lb() {
-	local key=$1 system=$2 addr=$3 out line middle=${middle_of[$3]:-} before after
+	local key=$1 system=$2 addr=$3 out line middle=${middle_of[$3]:-} before after calls_before calls_after
 	shift 3
+	calls_before=$(calls_snap)
 	before=$(cpu_snap "$middle")
 	if [[ $system == etcd ]]; then
 		out=$("$tmp/etcdbench" -endpoints "$addr" -clients "$CLIENTS" \
@@ -462,6 +478,7 @@ lb() {
 			die "lockbench $system $* failed: $out"
 	fi
 	after=$(cpu_snap "$middle")
+	calls_after=$(calls_snap)
 	# The raw line names the run it belongs to, as rb's do.
 	while IFS= read -r line; do
 		[[ $line != "RESULT "* ]] || line="RESULT key=$key ${line#RESULT }"
@@ -471,13 +488,39 @@ lb() {
 	[[ -n $line ]] || die "lockbench $system printed no RESULT line"
 	last_ops=$(field "$line" ops)
 	run_cpu=$(cpu_per_op "$before" "$after" "$last_ops")
+	run_calls=$(calls_per_op "$calls_before" "$calls_after" "$last_ops")
+	echo "CALLS key=$key scripts_per_op=${run_calls% *} waits_per_op=${run_calls#* }"
 	record "$key" "$(field "$line" ops_per_sec)" "$(field "$line" p50_ms)" "$(field "$line" p99_ms)"
+	run_calls=""
 	errs[$key]=$((${errs[$key]:-0} + $(field "$line" errors)))
 	if [[ $* == *-hot* ]]; then
 		local ov
 		ov=$(field "$line" overlaps)
 		[[ $ov == 0 || $ov == "?" ]] || extra[$key]="${extra[$key]:-} overlaps=$ov"
 	fi
+}
+
+# The Redis master's script calls (EVALSHA + EVAL) and WAITs, from INFO
+# commandstats: per lock cycle they tell how many lock writes share one
+# script call and one WAIT (the lock writer's batching). Counted over the
+# whole run on the master, so a second proxy's heartbeat adds its few calls.
+run_calls=""
+
+# calls_snap: "scripts waits" the master has run so far ("" without one).
+calls_snap() {
+	[[ -n ${MASTER_ADDR:-} ]] || return 0
+	redis-cli -h "${MASTER_ADDR%:*}" -p "${MASTER_ADDR##*:}" info commandstats 2>/dev/null |
+		awk -F'[:=,]' '/^cmdstat_(evalsha|eval):/ { s += $3 } /^cmdstat_wait:/ { w = $3 }
+			END { printf "%d %d", s, w }'
+}
+
+# calls_per_op BEFORE AFTER OPS: "scripts waits" per op, or "- -".
+calls_per_op() {
+	awk -v a="$1" -v b="$2" -v ops="$3" 'BEGIN {
+		if (a == "" || b == "" || ops + 0 <= 0) { print "- -"; exit }
+		split(a, x, " "); split(b, y, " ")
+		printf "%.3f %.3f", (y[1] - x[1]) / ops, (y[2] - x[2]) / ops
+	}'
 }
 
 # rss_mib PID: VmRSS of PID in MiB.
@@ -604,20 +647,33 @@ main() {
 		check_proxy
 	done
 
-	local idle_line="" load_line="" load_before=""
+	local idle_line="" loop_idle_line="" load_line="" load_before=""
 	if ((!quick)); then
-		log "memory: $IDLE_CLIENTS idle clients on fenceproxy (pid $proxy_pid)"
+		# Twice: clients that sent a forwarded request (EXISTS), which stay
+		# on the --serve-loop, then clients that sent PING, which moves each
+		# to a goroutine of its own (the larger figure, so it runs second:
+		# what the first run leaves to the Go heap only inflates the first).
+		log "memory: $IDLE_CLIENTS idle clients on fenceproxy's serve loop (pid $proxy_pid)"
+		loop_idle_line=$("$tmp/idleclients" -addr "$PROXY_ADDR" -pid "$proxy_pid" -n "$IDLE_CLIENTS" -forwarded 2>&1) ||
+			die "idleclients -forwarded failed: $loop_idle_line"
+		echo "$loop_idle_line"
+		loop_idle_line=$(grep '^RESULT ' <<<"$loop_idle_line")
+		check_proxy
+		log "memory: $IDLE_CLIENTS idle clients on fenceproxy, each on a goroutine (pid $proxy_pid)"
 		idle_line=$("$tmp/idleclients" -addr "$PROXY_ADDR" -pid "$proxy_pid" -n "$IDLE_CLIENTS" 2>&1) ||
 			die "idleclients failed: $idle_line"
 		echo "$idle_line"
 		idle_line=$(grep '^RESULT ' <<<"$idle_line")
 		check_proxy
 
-		# A fresh proxy, so its memory is what the resources cost.
+		# A fresh proxy, so its memory is what the resources cost. Its own
+		# --key-prefix: the proxy above is still live on this backend with
+		# another fence store, and under one prefix each would see the
+		# other's token authority and refuse every lock command.
 		local lport lpid
 		lport=$(free_port)
 		./bin/fenceproxy --listen "127.0.0.1:$lport" --backend "$MASTER_ADDR" \
-			--data-dir "$tmp/data-load" --min-replicas 0 --metrics-listen '' \
+			--data-dir "$tmp/data-load" --min-replicas 0 --metrics-listen '' --key-prefix "load:" \
 			>"$tmp/fenceproxy-load.log" 2>&1 &
 		lpid=$!
 		others+=("fenceproxy-load $lpid")
@@ -628,6 +684,10 @@ main() {
 			-timeout "$LOAD_TIMEOUT" 2>&1) || die "lockload failed: $load_line"
 		echo "$load_line"
 		load_line=$(grep '^RESULT ' <<<"$load_line")
+		# Some -TRYAGAIN on a loaded machine is the load's own doing (16,384
+		# acquires in flight outlive a 2 s lease's margin); none granted is not.
+		[[ $(field "$load_line" granted) != 0 ]] ||
+			rb_failed+=("lockload through the fresh proxy: nothing granted, $(field "$load_line" errors) errors (its log: $(grep -m 1 -E 'level=(WARN|ERROR)' "$tmp/fenceproxy-load.log" || true))")
 		kill -0 "$lpid" 2>/dev/null || die "fenceproxy (load) died: $(tail -n 5 "$tmp/fenceproxy-load.log")"
 		stop_pid fenceproxy-load "$lpid"
 	fi
@@ -716,8 +776,10 @@ main() {
 		echo
 		echo "-- memory: fenceproxy VmRSS (targets: <= $TARGET_IDLE_MIB MiB with 10,000 idle clients, <= $TARGET_LOAD_MIB MiB after 10M resources)"
 		printf '%-58s %10s\n' "" "RSS MiB"
-		printf '%-58s %10s\n' "proxy above, before the idle clients (after the runs above)" "$(field "$idle_line" rss_before_mib)"
-		printf '%-58s %10s\n' "with $(field "$idle_line" accepted)/$IDLE_CLIENTS idle clients accepted and answering PING" "$(field "$idle_line" rss_mib)"
+		printf '%-58s %10s\n' "proxy above, before the idle clients (after the runs above)" "$(field "$loop_idle_line" rss_before_mib)"
+		printf '%-58s %10s\n' "with $(field "$loop_idle_line" accepted)/$IDLE_CLIENTS idle clients answering EXISTS (serve loop)" "$(field "$loop_idle_line" rss_mib)"
+		printf '%-58s %10s\n' "  then, those gone, before the next" "$(field "$idle_line" rss_before_mib)"
+		printf '%-58s %10s\n' "with $(field "$idle_line" accepted)/$IDLE_CLIENTS idle clients answering PING (goroutines)" "$(field "$idle_line" rss_mib)"
 		printf '%-58s %10s\n' "fresh proxy (--min-replicas 0), at start" "$load_before"
 		printf '%-58s %10s\n' "  after $LOAD_N distinct resources locked once" "$(field "$load_line" rss_mib)"
 		printf '%-58s %10s\n' "  the same, $(field "$load_line" granted) granted, peak (VmHWM)" "$(field "$load_line" hwm_mib)"
@@ -771,7 +833,10 @@ main() {
 	if ((!quick)); then
 		local idle_t="$IDLE_CLIENTS idle clients" load_t="after $((LOAD_N / 1000000))M resources"
 		{
-			printf 'scale\tbefore idle clients\tfenceproxy\t%s\tMiB\t-\t-\t0\n' "$(field "$idle_line" rss_before_mib)"
+			printf 'scale\tbefore idle clients\tfenceproxy\t%s\tMiB\t-\t-\t0\n' "$(field "$loop_idle_line" rss_before_mib)"
+			printf 'scale\t%s on the serve loop\tfenceproxy\t%s\tMiB\t-\t-\t%s\n' "$idle_t" "$(field "$loop_idle_line" rss_mib)" \
+				$((IDLE_CLIENTS - $(field "$loop_idle_line" accepted)))
+			printf 'scale\t%s on the serve loop\ttarget\t%s\tMiB\t-\t-\t0\n' "$idle_t" "$TARGET_IDLE_MIB"
 			printf 'scale\t%s\tfenceproxy\t%s\tMiB\t-\t-\t%s\n' "$idle_t" "$(field "$idle_line" rss_mib)" \
 				$((IDLE_CLIENTS - $(field "$idle_line" accepted)))
 			printf 'scale\t%s\ttarget\t%s\tMiB\t-\t-\t0\n' "$idle_t" "$TARGET_IDLE_MIB"
@@ -1148,14 +1213,16 @@ build_fenceproxy() {
 	built_desc="$rev = $(git log -1 --format='%h (%cd) %s' --date=format:'%Y-%m-%d %H:%M' "$sha" | cut -c1-110)"
 }
 
-# ab_row TITLE KEY FIELD FORMAT: one line of the A/B table: KEY's FIELD (1 rate,
-# 2 p50, 3 p99, 7 the proxy's CPU per op, "redis" master + replica CPU per op, as
-# in rounds) in OLD's and NEW's better round (KEY/old, KEY/new), NEW/OLD, and the
-# least, median and greatest NEW/OLD of the rounds taken one by one.
+# ab_row TITLE KEY FIELD FORMAT [A B]: one line of the A/B table: KEY's FIELD (1
+# rate, 2 p50, 3 p99, 4 the whole machine's CPU per op, 7 the middle system's,
+# "redis" master + replica CPU per op, 9 and 10 the master's script calls and
+# WAITs per op, as in rounds) in A's and B's better round (KEY/A, KEY/B; A is
+# old and B new unless named), B/A, and the least, median and greatest B/A of
+# the rounds taken one by one.
 ab_row() {
-	local key=$2
-	awk -v f="$3" -v fmt="$4" -v title="$1" -v ob="${best_round[$key/old]:-}" -v nb="${best_round[$key/new]:-}" \
-		-v orounds="${rounds[$key/old]:-}" -v nrounds="${rounds[$key/new]:-}" '
+	local key=$2 a=${5:-old} b=${6:-new}
+	awk -v f="$3" -v fmt="$4" -v title="$1" -v ob="${best_round[$key/$a]:-}" -v nb="${best_round[$key/$b]:-}" \
+		-v orounds="${rounds[$key/$a]:-}" -v nrounds="${rounds[$key/$b]:-}" '
 	function val(e, x, n) {
 		n = split(e, x, ",")
 		if (f == "redis") return (n >= 6 && x[5] != "-" && x[6] != "") ? x[5] + x[6] : ""
@@ -1181,6 +1248,38 @@ ab_row() {
 	}'
 }
 
+# added_row TITLE KEY FIELD: the latency (FIELD 2 p50, 3 p99) NEW adds to direct
+# Redis's over what twemproxy adds, (new - direct) / (twem - direct), at one
+# client: of the better rounds (as latency_ratios), then the least, median and
+# greatest of the rounds one by one (a round where a proxy came out at or below
+# direct Redis has no ratio).
+added_row() {
+	local key=$2
+	awk -v f="$3" -v title="$1" -v nrounds="${rounds[$key/new]:-}" -v trounds="${rounds[$key/twem]:-}" \
+		-v drounds="${rounds[$key/direct]:-}" -v best="$(latency_ratios "$key/new" "$key/twem" "$key/direct")" '
+	function val(e, x, n) {
+		n = split(e, x, ",")
+		return (f <= n && x[f] != "-" && x[f] != "") ? x[f] + 0 : ""
+	}
+	BEGIN {
+		nn = split(nrounds, rn, " "); nt = split(trounds, rt, " "); nd = split(drounds, rd, " ")
+		k = 0
+		for (i = 1; i <= nn && i <= nt && i <= nd; i++) {
+			a = val(rn[i]); t = val(rt[i]); d = val(rd[i])
+			if (a != "" && t != "" && d != "" && t > d && a >= d) r[++k] = (a - d) / (t - d)
+		}
+		for (i = 2; i <= k; i++) {
+			v = r[i]
+			for (j = i - 1; j >= 1 && r[j] > v; j--) r[j + 1] = r[j]
+			r[j + 1] = v
+		}
+		spread = "-"
+		if (k) spread = sprintf("%.2f %.2f %.2f", r[1], k % 2 ? r[(k + 1) / 2] : (r[k / 2] + r[k / 2 + 1]) / 2, r[k])
+		split(best, bb, "/")
+		printf "%-42s %10s %10s %8s   %s\n", title, "", "", bb[f - 1], spread
+	}'
+}
+
 # main_compare: the --compare run (see the top of this file).
 main_compare() {
 	need_tools
@@ -1202,12 +1301,16 @@ main_compare() {
 			--key-prefix "fpbench-$s:"
 		addr[$s]=$launched_addr pid[$s]=$launched_pid
 	done
-	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR; old fenceproxy ${addr[old]} (pid ${pid[old]}), new ${addr[new]} (pid ${pid[new]})"
+	start_twemproxy
+	addr[twem]=$TWEM_ADDR addr[direct]=$MASTER_ADDR
+	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR; old fenceproxy ${addr[old]} (pid ${pid[old]}), new ${addr[new]} (pid ${pid[new]}), twemproxy $TWEM_ADDR (pid $TWEM_PID)"
 
-	local round p n t order=()
+	local round p n t order=() c1order=()
 	for ((round = 1; round <= AB_ROUNDS; round++)); do
-		order=(old new)
-		((round % 2)) || order=(new old)
+		order=(old new twem)
+		((round % 2)) || order=(twem new old)
+		c1order=(direct "${order[@]}")
+		((round % 2)) || c1order=("${order[@]}" direct)
 		log "round $round of $AB_ROUNDS (${order[*]})"
 		for p in 1 16; do
 			n=$N_P1
@@ -1219,14 +1322,14 @@ main_compare() {
 			done
 		done
 		for t in set get; do
-			for s in "${order[@]}"; do
+			for s in "${c1order[@]}"; do
 				rb_clients=1 rb "c1/$s" "${addr[$s]}" 1 "$N_C1" "$t"
 			done
 		done
-		for s in "${order[@]}"; do
+		((no_locks)) || for s in old new; do
 			lb "distinct/$s" fenceproxy "${addr[$s]}"
 		done
-		for s in "${order[@]}"; do
+		((no_locks)) || for s in new old; do
 			lb "hot/$s" fenceproxy "${addr[$s]}" -hot
 		done
 		for s in old new; do
@@ -1274,6 +1377,39 @@ main_compare() {
 	done
 	ab_row "Redis master + replica, lock cycle" distinct redis '%.1f'
 	ab_row "Redis master + replica, hot lock handoff" hot redis '%.1f'
+	echo "-- the master's script calls (EVALSHA + EVAL) and WAITs per lock cycle / handoff, in the better round"
+	echo "   (a lock cycle is two lock writes: 2 / script calls per cycle is the writes per script call)"
+	ab_row "script calls per lock cycle" distinct 9 '%.3f'
+	ab_row "WAITs per lock cycle" distinct 10 '%.3f'
+	ab_row "script calls per hot lock handoff" hot 9 '%.3f'
+	ab_row "WAITs per hot lock handoff" hot 10 '%.3f'
+	echo "-- NEW against twemproxy (issue 15): TWEM is twemproxy's figure, the ratio NEW/TWEM"
+	printf '%-42s %10s %10s %8s   %s\n' figure TWEM NEW NEW/TWEM "rounds: min med max"
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "$t -P $p, $CLIENTS clients (req/s)" "$t/$p" 1 '%.0f' twem new
+		done
+	done
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "CPU us per request, $t -P $p" "$t/$p" 7 '%.1f' twem new
+		done
+	done
+	for p in 1 16; do
+		for t in SET GET; do
+			ab_row "Redis master + replica CPU, $t -P $p" "$t/$p" redis '%.1f' twem new
+			ab_row "whole machine CPU per request, $t -P $p" "$t/$p" 4 '%.1f' twem new
+		done
+	done
+	for t in SET GET; do
+		ab_row "$t -c 1 -P 1 p50 (ms)" "$t/1/c1" 2 '%.3f' twem new
+		ab_row "$t -c 1 -P 1 p99 (ms)" "$t/1/c1" 3 '%.3f' twem new
+	done
+	for t in SET GET; do
+		printf '%-42s %10s %10s %8s\n' "$t -c 1: direct Redis p50/p99 (ms)" "" "" "$(latencies "$t/1/c1/direct")"
+		added_row "$t -c 1 p50 added, NEW over TWEM" "$t/1/c1" 2
+		added_row "$t -c 1 p99 added, NEW over TWEM" "$t/1/c1" 3
+	done
 	echo "(lock runs: scripts/lockbench -clients $CLIENTS -duration $LOCK_DUR, distinct of 100,000 resources and -hot;"
 	echo " redis-benchmark n=$N_P1 at -P 1, n=$N_P16 at -P 16, n=$N_C1 at -c 1; errors: old ${errs[distinct/old]:-0}+${errs[hot/old]:-0},"
 	echo " new ${errs[distinct/new]:-0}+${errs[hot/new]:-0} (distinct+hot); run took $((SECONDS - t0)) s)"

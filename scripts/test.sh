@@ -42,8 +42,9 @@ echo "== staticcheck $STATICCHECK_VERSION"
 go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
 
 echo "== go test -race"
-# test/fault runs TestFault and TestFaultCluster with their default
-# -fault.duration (30 s of workload and faults each, about 75 s in all);
+# test/fault runs its four modes (TestFault, TestFaultCluster,
+# TestFaultTier, TestFaultTierCluster) with their default -fault.duration
+# (30 s of workload and faults each, about 4.5 min in all with -race);
 # longer seeded runs are for by hand (README, "Fault suite").
 go test -race -count=1 -timeout 15m ./...
 

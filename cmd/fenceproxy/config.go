@@ -26,6 +26,7 @@ type config struct {
 	metricsListen   string
 	maxClients      int
 	backendConns    int
+	backendConnsSet bool // --backend-conns was given (else 1 with the serve loop)
 	lockConns       int
 	keyPrefix       string
 	lockDelay       time.Duration
@@ -38,6 +39,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	logLevel        string
 	pprof           bool
+	serveLoop       bool // --serve-loop
 	limits          limits
 	tls             tlsFlags
 	aclFile         string // fenceproxy's own client users (internal/auth)
@@ -59,7 +61,7 @@ func defaultConfig() config {
 		metricsListen:   "127.0.0.1:9121",
 		maxClients:      10000,
 		backendConns:    4,
-		lockConns:       4,
+		lockConns:       1,
 		keyPrefix:       "fenceproxy:lock:",
 		maxWaiters:      10000,
 		slowWaitMs:      100,
@@ -68,6 +70,7 @@ func defaultConfig() config {
 		cacheEntries:    1 << 18,
 		shutdownTimeout: 10 * time.Second,
 		logLevel:        "info",
+		serveLoop:       true,
 		// Redis's own defaults for the client limits.
 		limits: limits{
 			normalOutput:    protocol.DefaultNormalOutput,
@@ -93,8 +96,8 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.leaseMargin, "lease-safety-margin", c.leaseMargin, "the `fraction` of a lease (0 to 0.9) that a grant's or renewal's reply must still leave, after the time since the request was received and Redlock's drift allowance (1% + 2ms); a later one is undone and answered -TRYAGAIN")
 	fs.StringVar(&c.metricsListen, "metrics-listen", c.metricsListen, "`host:port` for /metrics, /healthz and /readyz; empty disables")
 	fs.IntVar(&c.maxClients, "max-clients", c.maxClients, "most client connections at once")
-	fs.IntVar(&c.backendConns, "backend-conns", c.backendConns, "pipelined connections to each master shared by all clients")
-	fs.IntVar(&c.lockConns, "lock-conns", c.lockConns, "connections to each master that run batched lock writes")
+	fs.IntVar(&c.backendConns, "backend-conns", c.backendConns, "pipelined connections to each master shared by all clients (when the --serve-loop serves them, 1 unless given)")
+	fs.IntVar(&c.lockConns, "lock-conns", c.lockConns, "connections of each kind (with WAIT, without) to each master that run batched lock writes")
 	fs.StringVar(&c.keyPrefix, "key-prefix", c.keyPrefix, "prefix of owner-record keys in Redis")
 	fs.DurationVar(&c.lockDelay, "lock-delay", c.lockDelay, "after a lease runs out without a release, grant the resource to nobody for this long (0: off)")
 	fs.IntVar(&c.maxWaiters, "max-waiters", c.maxWaiters, "LOCK.ACQUIRE ... WAIT requests that may wait for one resource at once; more get -QUEUEFULL (0: no waiting)")
@@ -107,6 +110,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.allowEvictable, "allow-evictable-locks", c.allowEvictable, "grant locks even on a Redis master whose maxmemory-policy can evict their records (each such grant is logged and counted); without it they are refused")
 	fs.BoolVar(&c.pprof, "pprof", c.pprof, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
+	fs.BoolVar(&c.serveLoop, "serve-loop", c.serveLoop, "serve plaintext clients' forwarded requests, and the shared connections to a standalone master, from one event loop (epoll) instead of goroutines; clients move to a goroutine of their own at their first other command (not with --timeout, client authentication, a tier or a Redis Cluster)")
 	c.limits.register(fs)
 	c.tier.register(fs)
 	c.tls.register(fs)
@@ -118,6 +122,7 @@ func parseFlags(args []string) (config, error) {
 	if err := c.limits.check(); err != nil {
 		return c, err
 	}
+	fs.Visit(func(f *flag.Flag) { c.backendConnsSet = c.backendConnsSet || f.Name == "backend-conns" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/tier"
@@ -57,7 +58,8 @@ type proxy struct {
 	tokens      atomic.Pointer[authority.Authority] // in a tier, the current leadership's (nil on a follower)
 	lockManager atomic.Pointer[locks.Manager]       // for a tier node's leadership loss
 	srv         *protocol.Server
-	startedAt   time.Time // when it began to serve, for INFO's uptime
+	startedAt   time.Time     // when it began to serve, for INFO's uptime
+	loop        *netloop.Loop // --serve-loop's event loop; nil without
 
 	closers []func() // in the order opened; close runs them backwards
 }
@@ -95,6 +97,9 @@ func (p *proxy) build() error {
 		return err
 	}
 	if err := p.openStore(); err != nil {
+		return err
+	}
+	if err := p.startLoop(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
@@ -275,17 +280,28 @@ func (p *proxy) connectBackend(ctx context.Context, backendTLS *tls.Config) erro
 	if sentinelOpts != nil {
 		p.backendFlag = cfg.sentinel.String()
 	}
+	loopPool := cfg.backendConns
+	if !cfg.backendConnsSet {
+		// One loop writes for every client: one connection per master
+		// takes all of a pass's requests in one write, and Redis reads
+		// them in one read (measured: 3.6-4.85 us of proxy CPU per
+		// request at -c 50 -P 1 against 5.2-5.7 with four, and the best
+		// -P 16 rates).
+		loopPool = 1
+	}
 	be, err := cluster.Connect(ctx, cluster.Options{
 		Sentinel:       sentinelOpts,
 		Seeds:          strings.Split(cfg.backend, ","),
 		Username:       cfg.backendUser,
 		Password:       cfg.backendPassword,
 		PoolSize:       cfg.backendConns,
+		LoopPoolSize:   loopPool,
 		WriterConns:    cfg.lockConns,
 		ReplicaTimeout: cfg.replicaTimeout,
 		ObserveReply:   func(d time.Duration) { p.metrics.PassthroughSeconds.Observe(d.Seconds()) },
 		Logger:         p.logger,
 		TLS:            backendTLS,
+		Loop:           p.loop,
 		// The token authority's keys (internal/authority): in front of a
 		// Redis Cluster, left out of DBSIZE, KEYS and SCAN.
 		OwnKeys: authority.Keys(authorityPrefix(cfg.keyPrefix)),
@@ -408,9 +424,31 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 	})
 }
 
+// startLoop starts --serve-loop's event loop, where it can serve: a
+// standalone master (a Redis Cluster's routing keeps goroutines; the loop
+// then serves nothing), no --timeout, no client authentication, no tier
+// (whose clients would all leave the loop at their first command).
+func (p *proxy) startLoop() error {
+	cfg := &p.cfg
+	if !cfg.serveLoop || !netloop.Supported || cfg.limits.timeout > 0 ||
+		cfg.aclFile != "" || cfg.requirepass != "" || cfg.tier.on() {
+		return nil
+	}
+	l, err := netloop.New()
+	if err != nil {
+		return fmt.Errorf("--serve-loop: %v (run with --serve-loop=false)", err)
+	}
+	p.loop = l
+	p.onClose(l.Close) // after the backend's connections and the clients
+	return nil
+}
+
 // newServer is the client side, with the client limits.
 func (p *proxy) newServer(h protocol.Handler) *protocol.Server {
 	srv := protocol.NewServer(h, p.logger)
+	if p.loop != nil && !p.be.RoutesByKey() {
+		srv.Loop = p.loop
+	}
 	srv.MaxClients = p.cfg.maxClients
 	p.cfg.limits.apply(srv)
 	srv.OnLimitClose = func(reason string) { p.metrics.ClientsClosed.WithLabelValues(reason).Inc() }

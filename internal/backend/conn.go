@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -74,6 +75,12 @@ type Options struct {
 	// a client's connection of its own, run as the Redis user the client
 	// authenticated as. Redis's refusal is the dial's error.
 	AsUser, AsPassword string
+	// Loop, if set, serves the connection from that event loop instead of a
+	// writer and a reader goroutine of its own (loop.go): requests queued
+	// during one pass of the loop leave in one write at its end, and
+	// replies are read and completed on the loop. Not for a connection with
+	// TLS, ReplyTimeout, OnPush or NoReconnect (those get goroutines).
+	Loop *netloop.Loop
 }
 
 // inflight is a request written (or about to be) and awaiting its reply.
@@ -104,6 +111,9 @@ type Conn struct {
 	// wmu, then mu.
 	wmu   sync.Mutex
 	spare []byte // the buffer wbuf swaps with, under wmu
+	// loop serves the connection instead of the writer and reader
+	// goroutines (loop.go); nc is then a *loopSock.
+	loop *netloop.Loop
 }
 
 // Dial connects to Redis and starts the connection's goroutines.
@@ -115,9 +125,18 @@ func Dial(opts Options) (*Conn, error) {
 		opts.Logger = slog.Default()
 	}
 	c := &Conn{opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if opts.Loop != nil && opts.TLS == nil && opts.ReplyTimeout == 0 && opts.OnPush == nil && !opts.NoReconnect {
+		c.loop = opts.Loop
+	}
 	nc, err := c.connect()
 	if err != nil {
 		return nil, err
+	}
+	if c.loop != nil {
+		if err := c.attach(nc); err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	c.nc = nc
 	go c.writeLoop()
@@ -312,6 +331,18 @@ func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *resp.Reply) {
 		c.wbuf = resp.AppendCommand(c.wbuf, args)
 	}
 	c.queue = append(c.queue, inflight{p, now})
+	if c.loop != nil {
+		// The loop writes at the end of its pass whatever was queued
+		// during it: scheduled once, however many requests join.
+		sock := c.nc.(*loopSock)
+		first := !sock.scheduled
+		sock.scheduled = true
+		c.mu.Unlock()
+		if first {
+			c.loop.Schedule(sock)
+		}
+		return
+	}
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -327,6 +358,12 @@ func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *resp.Reply) {
 // it is read, a goroutine hop ahead of what another client sends next on a
 // shared connection, as it would reach Redis without the proxy.
 func (c *Conn) DoNow(args [][]byte, p *resp.Reply) {
+	if c.loop != nil {
+		// The loop writes it at the end of this pass; it alone writes to
+		// the socket (pinned connections are not served by the loop).
+		c.Do(args, p)
+		return
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.Do(args, p)
@@ -379,14 +416,17 @@ func (c *Conn) write() {
 // twice; when the connection breaks it fails the rest with ErrLost and
 // starts reconnecting.
 func (c *Conn) readLoop(nc net.Conn) {
-	size := c.opts.ReadBuffer
-	if size <= 0 {
-		size = 64 << 10
-	}
+	size := c.readBufferSize()
 	rd := bufio.NewReaderSize(nc, size)
 	err := c.readReplies(nc, rd)
 	c.fail(nc, err)
+	c.broken(err)
+}
 
+// broken ends a connection that broke (or was closed): the requests on it
+// fail with ErrLost, and, unless it was closed, it reconnects in the
+// background. nc is already out of service (fail).
+func (c *Conn) broken(err error) {
 	c.mu.Lock()
 	lost := append([]inflight(nil), c.queue[c.head:]...)
 	clear(c.queue)
@@ -402,8 +442,19 @@ func (c *Conn) readLoop(nc net.Conn) {
 	}
 	if !closed && !c.opts.NoReconnect {
 		c.opts.Logger.Warn("lost backend connection; reconnecting", "addr", c.opts.Addr, "err", err, "requests_failed", len(lost))
-		c.reconnect()
+		if c.loop != nil {
+			go c.reconnect() // the loop must not wait for a dial
+		} else {
+			c.reconnect()
+		}
 	}
+}
+
+func (c *Conn) readBufferSize() int {
+	if c.opts.ReadBuffer <= 0 {
+		return 64 << 10
+	}
+	return c.opts.ReadBuffer
 }
 
 func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
@@ -468,15 +519,7 @@ func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 					nc.SetReadDeadline(time.Now().Add(c.opts.ReplyTimeout))
 				}
 			}
-			switch {
-			case c.head == len(c.queue):
-				c.queue, c.head = c.queue[:0], 0
-			case c.head >= 1024 && c.head > len(c.queue)/2:
-				// Always busy: slide the live part down so the slice stops growing.
-				n := copy(c.queue, c.queue[c.head:])
-				clear(c.queue[n:])
-				c.queue, c.head = c.queue[:n], 0
-			}
+			c.retiredLocked()
 			next := c.head < len(c.queue) && rd.Buffered() > 0
 			var nf inflight
 			if next {
@@ -519,6 +562,14 @@ func (c *Conn) reconnect() {
 		if err != nil {
 			backoff = min(backoff*2, 2*time.Second)
 			continue
+		}
+		if c.loop != nil {
+			if err := c.attach(nc); err != nil {
+				backoff = min(backoff*2, 2*time.Second)
+				continue
+			}
+			c.opts.Logger.Info("backend connection restored", "addr", c.opts.Addr)
+			return
 		}
 		c.mu.Lock()
 		if c.closed {

@@ -14,6 +14,37 @@
 // -P 16. The writer instead yields once before each write so clients made
 // ready by the same network poll append first.
 //
+// # A connection served by an event loop
+//
+// A Conn with Options.Loop has neither goroutine (loop.go): the event loop
+// that serves the clients (protocol's Server.Loop) writes what they queued
+// during its pass in one write at the pass's end, and reads and completes
+// the replies itself, so a forwarded request and its reply wake no
+// goroutine. With 50 clients at -P 1 the pass's one write carries a dozen
+// clients' requests, and one connection per master (fenceproxy's
+// --backend-conns default with the loop) beat four (docs/performance.md,
+// "The serving layer"). Invariants:
+//
+//  1. The socket is the loop's alone (netloop.Detach): only the loop reads
+//     and writes it, but for a reply longer than the read buffer (or too
+//     large to relay), which a goroutine reads with AppendReply while the
+//     loop reads nothing of the socket (lend), and then hands back.
+//  2. A request is queued under c.mu, and the first request queued since
+//     the last write schedules one Flush for the pass's end (scheduled):
+//     however many clients queue in one pass, one write takes them all, in
+//     queue order. A write the socket does not take at once is finished
+//     when the loop finds room; requests queued meanwhile follow it.
+//  3. Replies are matched to the queue's head in order, every reply whole
+//     in the buffer (resp.Frame) under one lock, and completed outside it.
+//     Bytes that are not RESP, or a reply no request asked for, break the
+//     connection (out of step), as on a goroutine connection.
+//  4. The loop never waits: a break fails the requests on the connection
+//     with ErrLost on the loop, and the reconnection (a dial) runs on a
+//     goroutine, which puts the new socket on the loop.
+//
+// TLS, ReplyTimeout, OnPush and NoReconnect connections keep their
+// goroutines.
+//
 // A request that gets no reply from Redis is completed with a typed error
 // in its Reply's Err, never with reply text: ErrUnavailable (Redis could
 // not be reached: nothing was sent), ErrLost (the connection broke with the

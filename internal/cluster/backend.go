@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
 )
 
 // Backend is the Redis deployment fenceproxy fronts: a standalone master
@@ -78,6 +79,12 @@ type Options struct {
 	// on the master (the token authority's heartbeat) to be written there
 	// at once.
 	OnMasterChange func()
+	// Loop, if set, serves a standalone master's shared connections (the
+	// pools clients' requests are forwarded on) from that event loop
+	// (backend.Options.Loop), LoopPoolSize of them (0: PoolSize). A Redis
+	// Cluster's are not.
+	Loop         *netloop.Loop
+	LoopPoolSize int
 }
 
 // Connect reaches the backend named by opts.Seeds (or, with opts.Sentinel,

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -289,6 +290,10 @@ type NodeOptions struct {
 	// Changed, if set, is told (without waiting) when a connection found a
 	// guarded node not to be the master.
 	Changed func()
+	// Loop, if set, serves the shared connections (the pools) from that
+	// event loop; the control, pinned and lock connections keep their
+	// goroutines.
+	Loop *netloop.Loop
 }
 
 // NewNode connects to the master at opts.Addr. A guarded node fails with an
@@ -370,7 +375,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 	shared := backend.Options{
 		Addr: opts.Addr, Username: opts.Username, Password: opts.Password,
 		Logger: opts.Logger, ObserveReply: opts.ObserveReply, TLS: opts.TLS,
-		Admit: admit, OnBreak: onBreak, Gate: gate,
+		Admit: admit, OnBreak: onBreak, Gate: gate, Loop: opts.Loop,
 	}
 	pool, err := backend.NewPool(shared, opts.PoolSize)
 	if err != nil {
@@ -389,7 +394,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 	// RESP2, whoever asks: PING, SCRIPT KILL and FUNCTION KILL answer the
 	// same in both protocols, and CLIENT UNBLOCK's CLIENT LIST is read here.
 	// Not in the round-trip histogram of forwarded requests either.
-	shared.RESP3, shared.ObserveReply = false, nil
+	shared.RESP3, shared.ObserveReply, shared.Loop = false, nil, nil
 	if n.control, err = backend.Dial(shared); err != nil {
 		pool.Close()
 		pool3.Close()

@@ -107,11 +107,14 @@ func connectSentinel(ctx context.Context, opts Options) (*standalone, error) {
 // ROLE (and Sentinel) first, and INFO must say master too.
 func (s *standalone) connectMaster(ctx context.Context, addr string) (*Node, error) {
 	o := s.opts
+	if o.Loop != nil && o.LoopPoolSize > 0 {
+		o.PoolSize = o.LoopPoolSize
+	}
 	nodeOpts := NodeOptions{
 		Addr: addr, Username: o.Username, Password: o.Password,
 		PoolSize: o.PoolSize, WriterConns: o.WriterConns, ReplicaTimeout: o.ReplicaTimeout,
 		ObserveReply: o.ObserveReply, Logger: o.Logger, TLS: o.TLS,
-		NotMaster: replyReplica, Changed: s.Refresh,
+		NotMaster: replyReplica, Changed: s.Refresh, Loop: o.Loop,
 	}
 	if s.sentinel != nil {
 		nodeOpts.NotMaster, nodeOpts.Confirm = replyFailover, s.sentinel.confirm

@@ -105,9 +105,18 @@ func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	h.opts.Backend.Control(&sessionOf(c).backend, args, sent)
 }
 
-// scriptOrFunction sends SCRIPT KILL, FUNCTION KILL and FUNCTION STATS
-// (Redis's allow-busy subcommands: STATS shows the running function) on
-// the control connection and forwards the other subcommands.
+// scriptOrFunction sends SCRIPT KILL and FUNCTION KILL on the control
+// connection and forwards the other subcommands, but FUNCTION STATS: it is
+// how a client learns which function is busy while it runs (Redis answers
+// it then, as it answers the kills), so a RESP2 client's goes on the
+// control connection too, where no function can hold it up. On a shared
+// connection it waited for ever behind a looping function that another
+// client had started on the same connection (unit/functions "test function
+// kill": always with one shared connection per master, as with the serve
+// loop, and for one client in --backend-conns before). A RESP3 client's is
+// still forwarded: the control connection speaks RESP2, whose reply is an
+// array where RESP3's is a map. In front of a Redis Cluster the routing
+// (the master where a function runs) answers it.
 func (h *Handler) scriptOrFunction(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if len(args) == 2 {
 		switch keys.LowerName(args[1]) {
@@ -115,9 +124,7 @@ func (h *Handler) scriptOrFunction(c *protocol.Conn, args [][]byte, p *resp.Repl
 			h.control(c, args, p)
 			return
 		case "stats":
-			// In front of a Redis Cluster the control connections are
-			// every master's, and their replies merge as kills'.
-			if len(args[0]) == len("function") && !h.opts.Backend.RoutesByKey() {
+			if keys.LowerName(args[0]) == "function" && !sessionOf(c).backend.RESP3 && !h.opts.Backend.RoutesByKey() {
 				h.control(c, args, p)
 				return
 			}

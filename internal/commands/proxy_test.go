@@ -15,6 +15,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
@@ -35,6 +36,9 @@ type proxyOptions struct {
 	// wrap, if set, serves the Handler through what it returns (to watch
 	// the protocol.Handler calls).
 	wrap func(*Handler) protocol.Handler
+	// loop serves plaintext clients and a standalone master's shared
+	// connections from an event loop (fenceproxy's --serve-loop).
+	loop bool
 }
 
 // testProxy is a running in-process proxy.
@@ -64,8 +68,19 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	m := metrics.New()
+	var loop *netloop.Loop
+	if po.loop {
+		if !netloop.Supported {
+			t.Skip("no event loops here")
+		}
+		if loop, err = netloop.New(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(loop.Close) // after the server and the backend
+	}
 	be, err := cluster.Connect(ctx, cluster.Options{
 		Seeds: po.seeds, PoolSize: 2, WriterConns: 1, ReplicaTimeout: time.Second, Logger: logger,
+		Loop: loop, LoopPoolSize: 1,
 	})
 	if err != nil {
 		t.Fatalf("connecting to %v: %v", po.seeds, err)
@@ -111,6 +126,9 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 		served = po.wrap(h)
 	}
 	srv := protocol.NewServer(served, logger)
+	if loop != nil && !be.RoutesByKey() {
+		srv.Loop = loop
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,7 @@ func TestRenewOutcomes(t *testing.T) {
 // head of the line, forgets the lease, and logs a long hold.
 func TestRelease(t *testing.T) {
 	acquired := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
-	record := "*3\r\n" + bulk("1") + bulk(acquired) + bulk(addr)
+	record := bulk("1 0 " + acquired + " " + acquired + " " + strconv.Itoa(len(addr)) + " " + addr + owner)
 	f := newFixture(t, newFakeScripts(t,
 		reply{raw: kindReply(kindGranted, "1"), acks: acked(1)},
 		reply{raw: record},
@@ -78,14 +78,14 @@ func TestRelease(t *testing.T) {
 	if _, err := f.m.Acquire(ctx, "r", owner, addr, ttl, 0, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	w := f.m.waiting.join("r", 10)
+	w := f.m.waiting.join("r", "w", addr, ttl, 10)
 	if ok, err := f.m.Release(ctx, "r", owner); !ok || err != nil {
 		t.Fatalf("Release = %v, %v; want true", ok, err)
 	}
-	if c := f.scripts.sent()[1]; c.script != "release" || c.wantAcks || !slices.Equal(c.args, []string{owner, "0"}) {
-		t.Errorf("release sent as %+v: want no WAIT, the owner and term 0 only", c)
+	if c := f.scripts.sent()[1]; c.script != "release" || c.wantAcks || !slices.Equal(c.args, []string{owner, "0", "0"}) {
+		t.Errorf("release sent as %+v: want no WAIT, the owner, lock-delay 0 and term 0 only", c)
 	}
-	if _, freed, _ := f.m.waiting.news("r", w); !freed {
+	if n := f.m.waiting.news("r", w); !n.freed {
 		t.Errorf("the head of the line was not told the resource was freed")
 	}
 	if st := f.m.Stats(); st.Held != 0 {
@@ -103,7 +103,7 @@ func TestRelease(t *testing.T) {
 	}
 
 	// A record from before acquired-at and addr existed: released, no log.
-	f = newFixture(t, newFakeScripts(t, reply{raw: "*3\r\n" + bulk("3") + "$-1\r\n$-1\r\n"}, reply{raw: "+OK\r\n"}), func(o *Options) { o.SlowHeld = 0 })
+	f = newFixture(t, newFakeScripts(t, reply{raw: bulk("3 0 0 0 0 " + owner)}, reply{raw: "+OK\r\n"}), func(o *Options) { o.SlowHeld = 0 })
 	if ok, err := f.m.Release(ctx, "r", owner); !ok || err != nil {
 		t.Errorf("Release of an older record = %v, %v", ok, err)
 	}
@@ -228,7 +228,7 @@ func TestInfo(t *testing.T) {
 	ctx := context.Background()
 	scripts := newFakeScripts(t)
 	f := holding(t, scripts, nil)
-	f.m.waiting.join("r", 10)
+	f.m.waiting.join("r", "w", addr, ttl, 10)
 
 	scripts.read = recordReply(owner, "5", 900)
 	info, err := f.m.Info(ctx, "r")

@@ -5,7 +5,10 @@
 //
 //  1. A Lua script on the resource's master sets the owner record (owner,
 //     token, lease) only if the resource is free or already the caller's:
-//     one atomic compare-and-set.
+//     one atomic compare-and-set. Every lock write is an operation of one
+//     script, opsScript, and the writer runs the operations of a batch,
+//     many clients' grants, renewals or releases, in one call of it
+//     (scripts.go, writer.go).
 //  2. WAIT on the same connection until --min-replicas replicas hold the
 //     record. On a shortfall the record is deleted again (compare-and-delete
 //     on owner and token) and the caller gets -NOREPLICAS: nothing granted.
@@ -14,7 +17,9 @@
 //     replicas have acknowledged, it is confirmed as the resource's newest
 //     (no second fsync: the reservation is durable). The two slow waits,
 //     replicas and disk, overlap: the script and its WAIT travel in one
-//     pipeline, and Redis answers the script before the WAIT.
+//     pipeline, and Redis answers the script before the WAIT. A grant to
+//     an acquire waiting in line uses a token its line reserved ahead, so
+//     its fsync is already behind it (handoff.go).
 //
 // Before the reply, the time left of the lease is checked (replyBy): it
 // runs from when the request was read, or for a grant after waiting in
@@ -52,10 +57,14 @@
 // gets no grants unless Options.AllowEvictable, and then each is counted.
 //
 // Waiting is first come, first served and bounded: at most
-// Options.MaxWaiters acquires wait per resource, a release wakes only the
-// head of the line, and only the head ever tries (serial.go). A tier node
-// that loses leadership ends every waiter at once (EndWaiters, -TRYAGAIN):
-// lines are not replicated, and a deposed leader must not grant.
+// Options.MaxWaiters acquires wait per resource, and only the head ever
+// tries (serial.go). A release that finds the head asleep in its wait
+// grants it the resource in the same script (a direct handoff,
+// handoff.go: the head settles the grant in the turn the release passes
+// on); otherwise it wakes the head alone to try. A tier node that loses
+// leadership ends every waiter at once (EndWaiters, -TRYAGAIN): lines are
+// not replicated, and a deposed leader must not grant; a waiter whose
+// handoff was in flight undoes it.
 //
 // What operators see: the owner record also carries when its token was
 // granted, when the lease was last armed and the client it was granted for
@@ -100,7 +109,10 @@
 // (ConnRequests, one per client connection). Inside the Manager, the
 // operations on one resource are serialized (serial.go).
 //
-// Lock order: a resource's serializer, then leases.mu (leases.go);
+// Lock order: a resource's serializer, then leases.mu (leases.go). A
+// resource's turn may end on another goroutine than the one that took it:
+// a release that hands the resource to the head of the line passes its
+// turn to the head, which ends it once the grant is settled.
 // Writer.mu, then the cluster Node's mu (a master's writers start under
 // Writer.mu, through Node.ServeLockWrites). Every other mutex here
 // (waitQueue's, the serializer's map, the slow log's, LOCK.TOP's,

@@ -54,15 +54,19 @@ func newFakeScripts(t testing.TB, replies ...reply) *fakeScripts {
 }
 
 func scriptName(c ScriptCall) string {
-	switch c.Source {
-	case acquireScript:
+	switch c.Op {
+	case opAcquire:
 		return "acquire"
-	case renewScript:
+	case opRenew:
 		return "renew"
-	case releaseScript:
+	case opRelease:
 		return "release"
-	case undoScript:
+	case opUndo:
 		return "undo"
+	case opHandoff:
+		return "handoff"
+	}
+	switch c.Source {
 	case execScript:
 		return "exec"
 	case infoScript:
@@ -89,6 +93,8 @@ func argString(a any) string {
 			return "1"
 		}
 		return "0"
+	case recordValue:
+		return string(v.appendTo(nil))
 	}
 	panic(fmt.Sprintf("unsupported script argument %T", a))
 }
@@ -189,6 +195,9 @@ func (f *fakeScripts) names() []string {
 // kindReply is acquireScript's {kind, value}: busy's lease and
 // kindNeedNewest's 0 are integers, tokens strings.
 func kindReply(k replyKind, value string) string {
+	if k == kindGranted {
+		return bulk(value) // a grant is its token alone, as opsScript replies
+	}
 	if k == kindBusy || k == kindNeedNewest {
 		return fmt.Sprintf("*2\r\n:%d\r\n:%s\r\n", k, value)
 	}
@@ -284,6 +293,17 @@ func (s *memTokens) Reserve(resource string, token uint64) error {
 	}
 	s.reserved[resource][token] = true
 	s.logf("reserve %s %d", resource, token)
+	return nil
+}
+
+// ReserveAll makes memTokens a store that reserves ahead for waiting
+// lines, as the fence store does (one sync for all in the real one).
+func (s *memTokens) ReserveAll(resource string, tokens []uint64) error {
+	for _, t := range tokens {
+		if err := s.Reserve(resource, t); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -155,77 +155,14 @@ func (m *Manager) keys(key string) []string { return []string{key, key + ":delay
 // after waiting in line is counted from the attempt that made it instead
 // (Redis armed the lease then, long after the request arrived).
 func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr string, ttl, wait time.Duration, received time.Time) (uint64, error) {
-	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, clientAddr, ttl, m.waiting.count(resource) > 0, received)
+	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, clientAddr, ttl, m.waiting.count(resource) > 0, received, nil)
 	if err == ErrBusy {
 		m.hot.add(resource)
 	}
 	if err != ErrBusy || wait <= 0 {
 		return token, err
 	}
-	start := time.Now()
-	deadline := start.Add(wait)
-	w := m.waiting.join(resource, m.opts.MaxWaiters)
-	if w == nil {
-		return 0, &QueueFullError{Max: m.opts.MaxWaiters}
-	}
-	m.opts.Metrics.LockWaiters.Inc()
-	m.waitersNow.Add(1)
-	var granted time.Duration
-	defer func() {
-		m.waiting.leave(resource, w, granted)
-		m.opts.Metrics.LockWaiters.Dec()
-		m.waitersNow.Add(-1)
-		if waited := time.Since(start); m.opts.SlowWait >= 0 && waited > m.opts.SlowWait {
-			m.slowEntry(SlowEntry{Time: time.Now(), Duration: waited, Kind: SlowWait,
-				Resource: resource, Token: token, ClientAddr: clientAddr})
-		}
-	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	head := true // it just tried: the lease it saw is leaseLeft
-	for {
-		// Sleep until woken (a release here, or promotion to the head of
-		// the line), until the holder's lease runs out (the head only), or
-		// until the wait is over.
-		sleep := time.Until(deadline)
-		if sleep <= 0 {
-			return 0, ErrBusy
-		}
-		if head {
-			sleep = min(sleep, leaseLeft+time.Millisecond)
-		}
-		timer.Reset(sleep)
-		woken := false
-		select {
-		case <-w.wake:
-			woken = true
-		case <-timer.C:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		if err := m.waiting.endedBy(w); err != nil {
-			return 0, err
-		}
-		var freed bool
-		var hint time.Duration
-		head, freed, hint = m.waiting.news(resource, w)
-		if !head {
-			continue
-		}
-		if woken && !freed && hint > 0 {
-			// Promoted right after a grant: that holder's lease has only
-			// begun. Wait for its release or its end.
-			leaseLeft = hint
-			continue
-		}
-		token, leaseLeft, err = m.tryAcquire(ctx, resource, owner, clientAddr, ttl, false, time.Time{})
-		if err != ErrBusy {
-			if err == nil {
-				granted = ttl
-			}
-			return token, err
-		}
-	}
+	return m.waitInLine(ctx, resource, owner, clientAddr, ttl, wait, leaseLeft)
 }
 
 // EndWaiters ends every acquire waiting in line with err: a tier node
@@ -237,8 +174,12 @@ func (m *Manager) EndWaiters(err error) { m.waiting.endAll(err) }
 // remaining lease (0 if unknown).
 // With othersWaiting, a free resource is not taken (the head of the line has
 // it); only the owner's own re-arm succeeds. The lease is counted from
-// leaseFrom (zero: from this attempt).
-func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool, leaseFrom time.Time) (token uint64, leaseLeft time.Duration, err error) {
+// leaseFrom (zero: from this attempt). ahead, if not nil, is a waiter's
+// token reserved ahead of its grant (0: none): a new grant takes it as its
+// token if it is still above the resource's newest (no fsync then), and
+// sets it to 0 once it is used up (granted, refused or its outcome
+// unknown) or too old to use (cancelled).
+func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool, leaseFrom time.Time, ahead *uint64) (token uint64, leaseLeft time.Duration, err error) {
 	if leaseFrom.IsZero() {
 		leaseFrom = time.Now()
 	}
@@ -255,7 +196,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// nor its round trip should hold up the grant to the head of the
 		// line (on a hot lock, that was in every handoff). A re-arm runs
 		// again below, serialized and with its WAIT.
-		a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, true, false)
+		a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, true, false, nil)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -269,7 +210,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, false)
+	a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, false, ahead)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -278,7 +219,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// A record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
 		if err = m.adoptRecordToken(a.value); err == nil {
-			a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true)
+			a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true, ahead)
 		}
 		if err == nil {
 			err = m.sendAcquire(ctx, &a, true)
@@ -287,7 +228,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	if err == nil && a.kind == kindNeedNewest {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
-		if a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true); err != nil {
+		if a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true, ahead); err != nil {
 			return 0, 0, err
 		}
 		err = m.sendAcquire(ctx, &a, true)
@@ -296,6 +237,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		if errors.Is(err, cluster.ErrOutcomeUnknown) {
 			// The script's reply was lost: it may have granted candidate.
 			m.countIssued(resource, a.candidate)
+			a.usedUp(ahead)
 		}
 		return 0, 0, err
 	}
@@ -306,16 +248,26 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		token = uint64(a.value) // the owner's existing grant, re-armed
 	case kindGranted:
 		token = a.candidate
+		a.usedUp(ahead) // settled below, one way or the other
 	default:
 		return 0, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", a.kind)
 	}
+	token, err = m.settle(ctx, &a, resource, owner, clientAddr, ttl, leaseFrom, token, evictable)
+	return token, 0, err
+}
 
+// settle finishes a grant or re-arm whose script has answered (a): it
+// makes a new token durable, waits for the replicas, checks the lease
+// left, and confirms the token as the resource's newest, or abandons the
+// grant. It runs in the resource's turn.
+func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clientAddr string, ttl time.Duration, leaseFrom time.Time, token uint64, evictable bool) (uint64, error) {
 	// While Redis waits for the replicas, make the token durable as
-	// "reserved": it becomes the resource's newest only once they have
-	// acknowledged (persist's invariant 7), so a refused grant never shows.
+	// "reserved" (unless it was reserved ahead): it becomes the
+	// resource's newest only once they have acknowledged (persist's
+	// invariant 7), so a refused grant never shows.
 	record := token > a.newest
 	var reserveErr error
-	if record {
+	if record && !a.reserved {
 		reserveErr = m.opts.Store.Reserve(resource, token)
 	}
 	acked, err := a.write.Acks()
@@ -339,7 +291,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		err = m.opts.Store.Confirm(resource, token)
 	}
 	if err != nil {
-		return 0, 0, m.abandon(ctx, &a, resource, owner, token, record && reserveErr == nil, err)
+		return 0, m.abandon(ctx, a, resource, owner, token, record && reserveErr == nil, err)
 	}
 	if a.kind == kindGranted {
 		if old := m.leases.granted(resource, token, a.start, a.start.Add(ttl), clientAddr); old != nil {
@@ -349,9 +301,9 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		m.leases.rearmed(resource, token, a.start.Add(ttl))
 	}
 	if evictable {
-		m.evictableGranted(key, resource, token)
+		m.evictableGranted(a.call.Keys[0], resource, token)
 	}
-	return token, 0, nil
+	return token, nil
 }
 
 // replyBy is the latest moment a reply may promise a lease of ttl counted
@@ -428,18 +380,34 @@ type attempt struct {
 	write             *Write
 	kind              replyKind
 	value             int64
+	// reserved: candidate is a waiter's token reserved ahead (its
+	// Reserve is done).
+	reserved bool
+}
+
+// usedUp clears a waiter's token reserved ahead once a's grant took it.
+func (a *attempt) usedUp(ahead *uint64) {
+	if a.reserved && ahead != nil {
+		*ahead = 0
+	}
 }
 
 // acquireCall builds one acquire attempt's script call with a fresh
 // candidate token. It passes the resource's newest token if the fence
 // store has it cached, or if readNewest (then from disk); else it passes
 // "unknown" (newest is then 0), and the script answers kindNeedNewest
-// should the owner's own record need judging by it.
-func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool) (a attempt, err error) {
+// should the owner's own record need judging by it. With a token reserved
+// ahead (*ahead not 0; called in the resource's turn) the newest is read
+// and the token offered if it is above it; if not, it is cancelled (and
+// *ahead set to 0) and a fresh one drawn.
+func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool, ahead *uint64) (a attempt, err error) {
 	var newestArg any = ""
 	known := false
 	if err = m.admit(); err != nil {
 		return a, err
+	}
+	if ahead != nil && *ahead != 0 {
+		readNewest = true
 	}
 	if readNewest {
 		a.newest, err = m.opts.Store.Newest(resource)
@@ -453,16 +421,29 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 	if known {
 		newestArg = a.newest
 	}
-	if a.candidate, err = m.opts.Store.NextToken(); err != nil {
-		return a, err
+	if ahead != nil && *ahead != 0 {
+		if *ahead > a.newest {
+			a.candidate, a.reserved = *ahead, true
+		} else {
+			// Drawn before a grant of a newer token: never to be issued.
+			m.opts.Store.Cancel(resource, *ahead)
+			*ahead = 0
+		}
+	}
+	if !a.reserved {
+		if a.candidate, err = m.opts.Store.NextToken(); err != nil {
+			return a, err
+		}
 	}
 	a.start = time.Now()
+	term := m.term() // one read: the record's term is the one checked
 	a.call = ScriptCall{
-		Source: acquireScript,
-		SHA:    acquireSHA,
+		Source: opsScript,
+		SHA:    opsSHA,
+		Op:     opAcquire,
 		Keys:   m.keys(key),
 		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			a.start.UnixMilli(), clientAddr, m.term()},
+			a.start.UnixMilli(), recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}, term},
 	}
 	return a, nil
 }
@@ -495,9 +476,11 @@ func busyLease(ms int64) time.Duration {
 // (deleted, or already gone: it expired).
 func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, token uint64) bool {
 	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, ScriptCall{
-		Source: undoScript,
+		Source: opsScript,
+		SHA:    opsSHA,
+		Op:     opUndo,
 		Keys:   a.call.Keys,
-		Args:   []any{owner, strconv.FormatUint(token, 10), m.term()},
+		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term()},
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
@@ -536,8 +519,9 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	}
 	now := time.Now()
 	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
-		Source: renewScript,
-		SHA:    renewSHA,
+		Source: opsScript,
+		SHA:    opsSHA,
+		Op:     opRenew,
 		Keys:   m.keys(key),
 		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()},
 	}, true)
@@ -568,49 +552,6 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, ErrLate
 	}
 	return uint64(token), nil
-}
-
-// Release frees resource if owner holds it and reports whether it did.
-func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, error) {
-	turn := m.serial.lock(resource)
-	defer m.serial.unlock(resource, turn)
-	key := m.recordKey(resource)
-	// A release needs no replica acknowledgement: if a failover loses it,
-	// the lease merely runs out.
-	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
-		Source: releaseScript,
-		SHA:    releaseSHA,
-		Keys:   m.keys(key),
-		Args:   []any{owner, m.term()},
-	}, false)
-	reply, err := write.Reply()
-	if err != nil {
-		return false, deposed(err)
-	}
-	rec, ok := reply.([]any)
-	if !ok {
-		if _, err := toInt(reply); err != nil {
-			return false, err
-		}
-		return false, nil // 0: not owner's
-	}
-	m.waiting.wakeHead(resource)
-	now := time.Now()
-	var token uint64
-	var acquired int64
-	var addr string
-	if len(rec) == 3 {
-		if t, err := toInt(rec[0]); err == nil {
-			token = uint64(t)
-		}
-		acquired, _ = toInt(rec[1]) // 0 if an older record lacks it
-		addr, _ = rec[2].(string)
-	}
-	m.leases.released(resource, token)
-	if held := now.Sub(time.UnixMilli(acquired)); acquired > 0 && m.opts.SlowHeld >= 0 && held > m.opts.SlowHeld {
-		m.slowEntry(SlowEntry{Time: now, Duration: held, Kind: SlowHeld, Resource: resource, Token: token, ClientAddr: addr})
-	}
-	return true, nil
 }
 
 // FenceCheck reports whether token is the newest issued for resource.
@@ -826,8 +767,12 @@ func (m *Manager) Stats() Stats {
 	return Stats{Held: held, Untracked: untracked, Waiters: m.waitersNow.Load(), SlowLen: m.slow.len(), Options: m.opts}
 }
 
-// pair decodes a script's {kind, value} reply.
+// pair decodes opAcquire's reply: {kind, value}, or a grant's token alone.
 func pair(reply any) (kind, value int64, err error) {
+	if tok, ok := reply.(string); ok { // a grant is its token alone
+		value, err = toInt(tok)
+		return int64(kindGranted), value, err
+	}
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 2 {
 		return 0, 0, fmt.Errorf("locks: unexpected script reply %v", reply)

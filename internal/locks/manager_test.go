@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -162,8 +163,9 @@ func TestAcquireOutcomes(t *testing.T) {
 				if want := []string{"fenceproxy:lock:{r}", "fenceproxy:lock:{r}:delay"}; !slices.Equal(c.keys, want) || c.key != want[0] {
 					t.Errorf("keys %q (key %q), want %q", c.keys, c.key, want)
 				}
-				// owner, ttl, candidate, newest ("": not cached), others waiting, lock-delay, now, addr
-				if got := c.args; got[0] != owner || got[1] != "10000" || got[2] != "1" || got[3] != "" || got[4] != "0" || got[5] != "0" || got[7] != addr {
+				// owner, ttl, candidate, newest ("": not cached), others waiting, lock-delay, now, the record, term
+				if got := c.args; got[0] != owner || got[1] != "10000" || got[2] != "1" || got[3] != "" || got[4] != "0" || got[5] != "0" ||
+					got[7] != "1 0 "+got[6]+" "+got[6]+" "+strconv.Itoa(len(addr))+" "+addr+owner || got[8] != "0" {
 					t.Errorf("args %q", got)
 				}
 				if st := f.m.Stats(); st.Held != 1 {
@@ -189,8 +191,8 @@ func TestAcquireOutcomes(t *testing.T) {
 		{name: "replica shortfall, undone", replies: []reply{{raw: granted.raw, acks: acked(0)}}, undos: []reply{undone},
 			wantErr: noReplicas(0, 1), calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"},
 			check: func(t *testing.T, f *fixture) {
-				if u := f.scripts.sent()[1]; !slices.Equal(u.args, []string{owner, "1", "0"}) || len(u.keys) != 2 || u.keys[0] != "fenceproxy:lock:{r}" {
-					t.Errorf("undo sent keys %q args %q, want the record's and (owner, 1, term 0)", u.keys, u.args)
+				if u := f.scripts.sent()[1]; !slices.Equal(u.args, []string{owner, "1", "0", "0"}) || len(u.keys) != 2 || u.keys[0] != "fenceproxy:lock:{r}" {
+					t.Errorf("undo sent keys %q args %q, want the record's and (owner, 1, lock-delay 0, term 0)", u.keys, u.args)
 				}
 				if n := counted(t, f.metrics.ReplicaShortfalls); n != 1 {
 					t.Errorf("%v shortfalls counted", n)
@@ -328,7 +330,7 @@ func TestBusyLease(t *testing.T) {
 		want time.Duration
 	}{{"1500", 1500 * time.Millisecond}, {"-1", 50 * time.Millisecond}, {"-2", 50 * time.Millisecond}} {
 		f := newFixture(t, newFakeScripts(t, reply{raw: kindReply(kindBusy, tc.pttl)}), nil)
-		_, left, err := f.m.tryAcquire(context.Background(), "r", owner, addr, ttl, false, time.Time{})
+		_, left, err := f.m.tryAcquire(context.Background(), "r", owner, addr, ttl, false, time.Time{}, nil)
 		if err != ErrBusy || left != tc.want {
 			t.Errorf("PTTL %s: lease left %v (%v), want %v", tc.pttl, left, err, tc.want)
 		}
@@ -341,7 +343,7 @@ func TestBusyLease(t *testing.T) {
 func TestAcquireWithOthersWaiting(t *testing.T) {
 	t.Run("busy", func(t *testing.T) {
 		f := newFixture(t, newFakeScripts(t, reply{raw: kindReply(kindBusy, "900")}), nil)
-		f.m.waiting.join("r", 10)
+		f.m.waiting.join("r", "w", addr, ttl, 10)
 		if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); err != ErrBusy {
 			t.Fatalf("Acquire: %v, want ErrBusy", err)
 		}
@@ -354,7 +356,7 @@ func TestAcquireWithOthersWaiting(t *testing.T) {
 		rearmed := reply{raw: kindReply(kindRearmed, "5"), acks: acked(1)}
 		f := newFixture(t, newFakeScripts(t, rearmed, rearmed), nil)
 		f.tokens.newest["r"], f.tokens.known["r"], f.tokens.last = 5, true, 5
-		f.m.waiting.join("r", 10)
+		f.m.waiting.join("r", "w", addr, ttl, 10)
 		if token, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); err != nil || token != 5 {
 			t.Fatalf("Acquire = %d, %v; want the owner's 5", token, err)
 		}
@@ -367,12 +369,12 @@ func TestAcquireWithOthersWaiting(t *testing.T) {
 	})
 	t.Run("refused early", func(t *testing.T) {
 		f := newFixture(t, newFakeScripts(t, reply{err: cluster.ErrUnavailable}), nil)
-		f.m.waiting.join("r", 10)
+		f.m.waiting.join("r", "w", addr, ttl, 10)
 		if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); !errors.Is(err, cluster.ErrUnavailable) {
 			t.Fatalf("Acquire: %v", err)
 		}
 		f = newFixture(t, newFakeScripts(t), func(o *Options) { o.Admit = func() error { return errNotAdmitted } })
-		f.m.waiting.join("r", 10)
+		f.m.waiting.join("r", "w", addr, ttl, 10)
 		if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); err != errNotAdmitted {
 			t.Fatalf("Acquire: %v", err)
 		}

@@ -43,6 +43,14 @@ func wantDeposed(t *testing.T, op string, err error) {
 	}
 }
 
+// wantTerm checks the term the record at key was written in.
+func wantTerm(t *testing.T, redis *testenv.Conn, key, want string) {
+	t.Helper()
+	if rec, ok := testenv.ReadLockRecord(t, redis, key); !ok || rec.Term != want {
+		t.Fatalf("record %s: %+v (there: %v), want term %s", key, rec, ok, want)
+	}
+}
+
 func wantReply(t *testing.T, redis *testenv.Conn, want string, args ...string) {
 	t.Helper()
 	if got := string(redis.Do(args...)); got != want {
@@ -65,7 +73,7 @@ func TestOlderTermCannotTouchNewerRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantReply(t, redis, "$1\r\n5\r\n", "HGET", key, "term")
+	wantTerm(t, redis, key, "5")
 
 	_, err = m4.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now())
 	wantDeposed(t, "a re-arm of the owner's grant", err)
@@ -88,7 +96,7 @@ func TestOlderTermCannotTouchNewerRecord(t *testing.T) {
 	if err != nil || !held || rec.Owner != "a" || rec.Token != strconv.FormatUint(token, 10) || rec.LeaseLeft <= 0 {
 		t.Fatalf("the term-5 record after the older terms' attempts: %+v held %v, %v", rec, held, err)
 	}
-	wantReply(t, redis, "$1\r\n5\r\n", "HGET", key, "term")
+	wantTerm(t, redis, key, "5")
 
 	if ok, err := m5.Release(ctx, "r", "a"); !ok || err != nil {
 		t.Fatalf("release by the record's own term: %v, %v", ok, err)
@@ -96,11 +104,11 @@ func TestOlderTermCannotTouchNewerRecord(t *testing.T) {
 	if _, err := m4.Acquire(ctx, "r", "c", addr, ttl, 0, time.Now()); err != nil {
 		t.Fatalf("term 4 on a resource term 5 released: %v", err)
 	}
-	wantReply(t, redis, "$1\r\n4\r\n", "HGET", key, "term")
+	wantTerm(t, redis, key, "4")
 	if _, err := m5.Renew(ctx, "r", "c", ttl, time.Now()); err != nil {
 		t.Fatalf("term 5 renewing a term-4 record: %v", err)
 	}
-	wantReply(t, redis, "$1\r\n5\r\n", "HGET", key, "term")
+	wantTerm(t, redis, key, "5")
 	_, err = m4.Release(ctx, "r", "c")
 	wantDeposed(t, "a release after the newer term renewed", err)
 	if ok, err := m5.Release(ctx, "r", "c"); !ok || err != nil {
@@ -111,8 +119,8 @@ func TestOlderTermCannotTouchNewerRecord(t *testing.T) {
 // TestOlderTermCannotPassNewerGuard: a term-5 lease that ran out
 // unreleased leaves its lock-delay guard, marked with term 5; a term-4
 // leader is refused by it as a deposed leader (not merely busy). A single
-// node's records and guards are as before terms were kept: no term field,
-// guard "1".
+// node's records carry term 0 and its guards "1", as before terms were
+// kept.
 func TestOlderTermCannotPassNewerGuard(t *testing.T) {
 	m5, m4, m0, redis := termManagers(t, time.Minute)
 	ctx := context.Background()
@@ -133,9 +141,24 @@ func TestOlderTermCannotPassNewerGuard(t *testing.T) {
 	if _, err := m0.Acquire(ctx, "s", "a", addr, ttl, 0, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	wantReply(t, redis, ":0\r\n", "HEXISTS", "fenceproxy:lock:{s}", "term")
+	wantTerm(t, redis, "fenceproxy:lock:{s}", "0")
 	wantReply(t, redis, "$1\r\n1\r\n", "GET", "fenceproxy:lock:{s}:delay")
 	if ok, err := m0.Release(ctx, "s", "a"); !ok || err != nil {
 		t.Fatalf("a single node's release: %v, %v", ok, err)
 	}
+}
+
+// TestOlderTermCannotPassNewerGuardWithoutDelay: a node without a
+// lock-delay still reads the guard in a tier, before the SET NX of its
+// common case: a newer term's guard, left by a lease of a node with a
+// lock-delay that ran out, refuses an older term's acquire of the free
+// resource.
+func TestOlderTermCannotPassNewerGuardWithoutDelay(t *testing.T) {
+	_, m4, _, redis := termManagers(t, 0)
+	ctx := context.Background()
+	const key = "fenceproxy:lock:{d}"
+	redis.Do("SET", key+":delay", "6", "PX", "60000") // term 5's, plus one
+	_, err := m4.Acquire(ctx, "d", "b", addr, ttl, 0, time.Now())
+	wantDeposed(t, "an acquire of a free resource past a newer term's guard", err)
+	wantReply(t, redis, ":0\r\n", "EXISTS", key)
 }

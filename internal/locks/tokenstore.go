@@ -12,7 +12,11 @@ import "github.com/fenceproxy/fenceproxy/internal/persist"
 //
 // Resources are 1 to persist.MaxResourceLen bytes. Every method may be
 // called concurrently, but Reserve, Confirm and Cancel of one resource come
-// one at a time, from a section the Manager serializes per resource.
+// one at a time, from a section the Manager serializes per resource,
+// except for the tokens a waiting line reserves ahead of its grants
+// (handoff.go): those are reserved, and cancelled when no grant used them,
+// outside it, concurrently with the resource's other calls (each token is
+// its own reservation). Confirm always comes from the section.
 //
 // Tokens:
 //
@@ -69,6 +73,26 @@ type TokenStore interface {
 	Cancel(resource string, token uint64) error
 }
 
+// reserverAll is a TokenStore that can reserve several tokens of one
+// resource with one sync (PersistStore), as a line's refill does
+// (handoff.go); another store reserves them one by one.
+type reserverAll interface {
+	ReserveAll(resource string, tokens []uint64) error
+}
+
+// reserveAll reserves tokens for resource in store.
+func reserveAll(store TokenStore, resource string, tokens []uint64) error {
+	if r, ok := store.(reserverAll); ok {
+		return r.ReserveAll(resource, tokens)
+	}
+	for _, t := range tokens {
+		if err := store.Reserve(resource, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // PersistStore is s as a TokenStore.
 func PersistStore(s *persist.Store) TokenStore { return persistStore{s} }
 
@@ -88,6 +112,10 @@ func (p persistStore) NewestCached(resource string) (uint64, bool, error) {
 
 func (p persistStore) Reserve(resource string, token uint64) error {
 	return p.s.Reserve([]byte(resource), token)
+}
+
+func (p persistStore) ReserveAll(resource string, tokens []uint64) error {
+	return p.s.ReserveAll([]byte(resource), tokens)
 }
 
 func (p persistStore) Confirm(resource string, token uint64) error {

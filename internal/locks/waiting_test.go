@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// lockModel answers acquireScript, releaseScript and infoScript for one
+// lockModel answers opAcquire, opRelease, opHandoff and infoScript for one
 // resource as the scripts do, without a lock-delay or the newest-token
 // judgement: enough of Redis for the waiting line and the lease sweeper.
 type lockModel struct {
@@ -42,14 +43,33 @@ func (lm *lockModel) respond(c sent) reply {
 		lm.holder, lm.token = owner, candidate
 		lm.ends = time.Now().Add(time.Duration(ttlMs) * time.Millisecond)
 		return reply{raw: kindReply(kindGranted, candidate), acks: acked(1)}
-	case "release":
+	case "release", "handoff":
 		if !lm.heldLocked() || lm.holder != c.args[0] {
 			return reply{raw: ":0\r\n"}
 		}
+		rel := bulk(string(recordValue{token: parseUint(lm.token), at: time.Now().UnixMilli(), addr: addr, owner: lm.holder}.appendTo(nil)))
 		lm.holder = ""
-		return reply{raw: "*3\r\n" + bulk(lm.token) + bulk(strconv.FormatInt(time.Now().UnixMilli(), 10)) + bulk(addr)}
+		if c.script == "release" {
+			return reply{raw: rel}
+		}
+		ttlMs, _ := strconv.ParseInt(c.args[3], 10, 64)
+		lm.holder, lm.token = recordOwner(c.args[5]), c.args[4]
+		lm.ends = time.Now().Add(time.Duration(ttlMs) * time.Millisecond)
+		return reply{raw: "*2\r\n" + rel + kindReply(kindGranted, lm.token), acks: acked(1)}
 	}
 	return reply{raw: "-ERR not modelled\r\n"}
+}
+
+func parseUint(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
+// recordOwner is the owner at the end of a record's value (recordValue).
+func recordOwner(v string) string {
+	f := strings.SplitN(v, " ", 6)
+	n, _ := strconv.Atoi(f[4])
+	return f[5][n:]
 }
 
 func (lm *lockModel) read(string) (any, error) {
@@ -125,8 +145,9 @@ func heldWithTwoWaiting(t *testing.T) (*fixture, context.Context, chan acquired)
 }
 
 // TestWaitingLineFIFO: waiters are served in arrival order, a release
-// wakes the head only, and one promoted right after a grant waits for
-// that lease rather than trying in vain.
+// hands the lock to the head (one script, with the head's token reserved
+// ahead), and one promoted right after a grant waits for that lease
+// rather than trying in vain.
 func TestWaitingLineFIFO(t *testing.T) {
 	f, ctx, results := heldWithTwoWaiting(t)
 	if st := f.m.Stats(); st.Waiters != 2 {
@@ -148,14 +169,20 @@ func TestWaitingLineFIFO(t *testing.T) {
 	if r := next(t, results); r.who != "c" || r.err != nil {
 		t.Fatalf("then: %+v, want c", r)
 	}
-	tries := 0
+	tries, handoffs := 0, 0
 	for _, c := range f.scripts.sent() {
-		if c.script == "acquire" && c.args[0] == "c" {
+		switch {
+		case c.script == "acquire" && c.args[0] == "c":
 			tries++
+		case c.script == "handoff":
+			handoffs++
+			if !c.wantAcks {
+				t.Errorf("a handoff sent without a WAIT: its grant needs the replicas")
+			}
 		}
 	}
-	if tries != 2 {
-		t.Errorf("c tried %d times, want 2 (on arrival, then after b's release)", tries)
+	if tries != 1 || handoffs != 2 {
+		t.Errorf("c tried %d times and %d releases handed off, want 1 (on arrival) and 2", tries, handoffs)
 	}
 	f.waitLine(t, 0)
 	if st := f.m.Stats(); st.Waiters != 0 {
@@ -220,27 +247,78 @@ func TestWaitingLineEnds(t *testing.T) {
 // TestWaitingLineQueue: the line's own rules, below the Manager.
 func TestWaitingLineQueue(t *testing.T) {
 	var q waitQueue
-	a, b := q.join("r", 2), q.join("r", 2)
-	if q.join("r", 2) != nil {
+	a, b := q.join("r", "a", addr, ttl, 2), q.join("r", "b", addr, ttl, 2)
+	if q.join("r", "c", addr, ttl, 2) != nil {
 		t.Fatal("a third waiter joined a line of at most 2")
 	}
 	q.wakeHead("r")
-	if head, freed, _ := q.news("r", a); !head || !freed {
-		t.Errorf("the head after a release: head %v freed %v", head, freed)
+	if n := q.news("r", a); n.pos != 0 || !n.freed {
+		t.Errorf("the head after a release: %+v", n)
 	}
-	if head, freed, _ := q.news("r", b); head || freed {
-		t.Errorf("the second after a release: head %v freed %v (only the head is woken)", head, freed)
+	if n := q.news("r", b); n.pos != 1 || n.freed {
+		t.Errorf("the second after a release: %+v (only the head is woken)", n)
 	}
-	q.leave("r", a, ttl)
+
+	// A claim needs the head asleep and not leaving, and a token reserved
+	// ahead; a claimed waiter cannot leave before it is handed the
+	// outcome. The line's tokens go in the order drawn.
+	if w, _ := q.claim("r"); w != nil {
+		t.Fatal("claimed a head that is awake")
+	}
+	q.sleep(a)
+	if w, _ := q.claim("r"); w != nil {
+		t.Fatal("claimed a head with no token reserved ahead")
+	}
+	l, need := q.refill("r", 1, 8)
+	if need != 2 {
+		t.Fatalf("a line of two asks for %d tokens ahead, want 2 (one per waiter)", need)
+	}
+	if _, again := q.refill("r", 1, 8); again != 0 {
+		t.Fatal("a second refill started while one is under way")
+	}
+	q.refilled("r", l, []uint64{7, 9}, false)
+	if w, tok := q.claim("r"); w != a || tok != 7 {
+		t.Fatalf("claim = %p, %d; want the head %p with the first token, 7", w, tok, a)
+	}
+	stopped := make(chan *handoff)
+	go func() { stopped <- q.stop(a) }()
+	select {
+	case <-stopped:
+		t.Fatal("a claimed waiter left before its handoff's outcome")
+	case <-time.After(20 * time.Millisecond):
+	}
+	q.unclaim("r", a, false, 7) // not used: it goes back
+	if got := <-stopped; got != nil {
+		t.Fatalf("stop after an unclaim returned %v, want no handoff", got)
+	}
+	if w, _ := q.claim("r"); w != nil {
+		t.Fatal("claimed a waiter on its way out")
+	}
+	if stale := q.dropStale("r", 7); len(stale) != 1 || stale[0] != 7 {
+		t.Fatalf("dropStale(7) = %v, want [7]", stale)
+	}
+	if tok, _ := q.takeToken("r"); tok != 9 {
+		t.Fatalf("takeToken = %d, want the line's token 9", tok)
+	}
+	if tok, wait := q.takeToken("r"); tok != 0 || wait {
+		t.Fatalf("takeToken of an empty line with no refill = %d, %v; want none, and no waiting", tok, wait)
+	}
+	q.giveBack("r", 9)
+
+	if unused := q.leave("r", a, ttl); unused != nil {
+		t.Fatalf("the line's tokens %v handed back while b still waits", unused)
+	}
 	select {
 	case <-b.wake:
 	default:
 		t.Fatal("the new head was not woken when the head left")
 	}
-	if head, freed, hint := q.news("r", b); !head || freed || hint != ttl {
-		t.Errorf("promoted after a grant: head %v freed %v hint %v; want the granted lease as hint", head, freed, hint)
+	if n := q.news("r", b); n.pos != 0 || n.freed || n.leaseHint != ttl {
+		t.Errorf("promoted after a grant: %+v; want the granted lease as hint", n)
 	}
-	q.leave("r", b, 0)
+	if unused := q.leave("r", b, 0); len(unused) != 1 || unused[0] != 9 {
+		t.Fatalf("the emptied line handed back %v for cancelling, want [9]", unused)
+	}
 	if n := q.count("r"); n != 0 {
 		t.Errorf("%d left in line", n)
 	}

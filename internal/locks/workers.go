@@ -24,7 +24,25 @@ type workers struct {
 	backlog chan func() // tasks waiting while max workers are busy
 	running atomic.Int32
 	max     int32 // 0: no bound
+	// idleTimer makes a worker's idle clock (a time.Timer of workerIdle;
+	// a test's own clock in workers_test.go).
+	idleTimer func() idleTimer
 }
+
+// idleTimer is what a worker needs of its idle clock.
+type idleTimer interface {
+	Fired() <-chan time.Time
+	Reset()
+	Stop()
+}
+
+// realTimer is a time.Timer of workerIdle.
+type realTimer struct{ t *time.Timer }
+
+func newRealTimer() idleTimer               { return realTimer{time.NewTimer(workerIdle)} }
+func (r realTimer) Fired() <-chan time.Time { return r.t.C }
+func (r realTimer) Reset()                  { r.t.Reset(workerIdle) }
+func (r realTimer) Stop()                   { r.t.Stop() }
 
 const (
 	maxWorkers = 512
@@ -38,7 +56,7 @@ const (
 // requests that mostly wait, such as LOCK.ACQUIRE … WAIT: they cost a
 // goroutine each whatever the pool).
 func newWorkers(max int32) *workers {
-	return &workers{handoff: make(chan func()), backlog: make(chan func(), maxBacklog), max: max}
+	return &workers{handoff: make(chan func()), backlog: make(chan func(), maxBacklog), max: max, idleTimer: newRealTimer}
 }
 
 func (w *workers) run(task func()) {
@@ -55,21 +73,33 @@ func (w *workers) run(task func()) {
 	w.backlog <- task
 }
 
+// loop runs task, then the tasks handed to it, until it has been idle for
+// a whole period of its idle timer (workerIdle). The timer runs on, and is
+// looked at only when it fires: a worker that ran a task since is not
+// idle, and looks again a period later. (Resetting the timer after every
+// task took the runtime's timer lock twice per lock request.)
 func (w *workers) loop(task func()) {
-	idle := time.NewTimer(workerIdle)
+	idle := w.idleTimer()
 	defer idle.Stop()
 	for {
-		task()
-		select { // the backlog first: its tasks are older than any new one
-		case task = <-w.backlog:
-			continue
-		default:
+		ran := false
+		for task != nil {
+			task()
+			ran = true
+			task = nil
+			select { // the backlog first: its tasks are older than any new one
+			case task = <-w.backlog:
+			default:
+			}
 		}
-		idle.Reset(workerIdle)
 		select {
 		case task = <-w.handoff:
 		case task = <-w.backlog:
-		case <-idle.C:
+		case <-idle.Fired():
+			idle.Reset()
+			if ran {
+				continue
+			}
 			w.running.Add(-1)
 			// run may have queued a task while every worker was counted
 			// busy: take it rather than leave it stranded.

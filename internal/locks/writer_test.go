@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -236,5 +238,145 @@ func TestRawKeepsTheReplysError(t *testing.T) {
 	w = &Write{reply: &resp.Reply{Buf: []byte("+OK\r\n")}}
 	if raw, err := w.Raw(); string(raw) != "+OK\r\n" || err != nil {
 		t.Errorf("a reply: Raw = %q, %v", raw, err)
+	}
+}
+
+// opWrite is a Write of one lock operation, ready for a batch.
+func opWrite(op lockOp, resource string, args ...any) *Write {
+	key := "fenceproxy:lock:{" + resource + "}"
+	w := &Write{call: ScriptCall{Source: opsScript, SHA: opsSHA, Op: op, Keys: []string{key, key + ":delay"}, Args: args}}
+	w.replied.Add(1)
+	w.reply = resp.NewReply(&w.replied)
+	return w
+}
+
+// runOps sends ws as one call of opsScript on c and hands each its reply,
+// as the Writer does with a batch's operations for one slot.
+func runOps(t *testing.T, c *testenv.Conn, ws ...*Write) []any {
+	t.Helper()
+	c.WriteRaw(appendOps(nil, ws))
+	raw, err := c.ReadReply()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &opsGroup{writes: ws}
+	g.done.Add(1)
+	g.Complete(&resp.Reply{Buf: raw})
+	out := make([]any, len(ws))
+	for i, w := range ws {
+		v, err := w.Reply()
+		if err != nil {
+			out[i] = err
+		} else {
+			out[i] = v
+		}
+	}
+	return out
+}
+
+// TestOpsScriptBatch: the lock operations of a batch run in one script
+// call, in order, each on its own record, each answered with its own
+// reply; one that fails (a key of another type) fails alone; a record in
+// the older hash layout is understood and rewritten as a string by its
+// re-arm, and released with its fields packed as a string record's; a call
+// refused whole (NOSCRIPT) is every operation's answer.
+func TestOpsScriptBatch(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := testenv.Dial(t, master.Addr)
+	c.Do("RPUSH", "fenceproxy:lock:{list}", "x")
+	c.Do("HSET", "fenceproxy:lock:{old}", "owner", "o", "token", "5", "acquired", "1000", "addr", "10.0.0.1:5")
+	c.Do("PEXPIRE", "fenceproxy:lock:{old}", "60000")
+	c.Do("HSET", "fenceproxy:lock:{older}", "owner", "o", "token", "7", "acquired", "1000", "addr", "10.0.0.1:5")
+	c.Do("SCRIPT", "LOAD", opsScript)
+	const now = int64(1733300000000)
+	acquire := func(r, owner string, cand uint64, newest string) *Write {
+		return opWrite(opAcquire, r, owner, int64(10000), cand, newest, false, int64(0), now,
+			recordValue{token: cand, at: now, addr: "127.0.0.1:9", owner: owner}, uint64(0))
+	}
+	got := runOps(t, c,
+		acquire("r", "a", 10, ""),
+		acquire("list", "a", 11, ""),
+		acquire("r", "b", 12, ""),
+		acquire("r", "c", 9, ""),
+		opWrite(opRenew, "r", "a", int64(20000), "10", int64(0), now+1, uint64(0)),
+		acquire("old", "o", 13, "5"),
+		opWrite(opRelease, "r", "b", int64(0), uint64(0)),
+		opWrite(opRelease, "r", "a", int64(0), uint64(0)),
+		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0)),
+		opWrite(opRelease, "older", "o", int64(0), uint64(0)),
+	)
+	want := []string{
+		"10",        // granted: the token alone
+		"WRONGTYPE", // a list: that operation alone fails
+		"[0 ",       // busy: a's grant came first in the same call
+		"[4 10]",    // a record's token at or above the candidate: not granted
+		"10",        // a renews its token
+		"[1 5]",     // the older record's owner re-arms it
+		"0",         // b does not hold r
+		"10 0 1733300000000 1733300000001 11 127.0.0.1:9a", // the released record, as a renewed it
+		"0",                         // not that token
+		"7 0 1000 0 10 10.0.0.1:5o", // a hash record released: its fields packed as a string's
+	}
+	for i, w := range want {
+		s := fmt.Sprint(got[i])
+		if !strings.HasPrefix(s, w) {
+			t.Errorf("operation %d answered %q, want %q", i, s, w)
+		}
+	}
+	if rec, ok := testenv.ReadLockRecord(t, c, "fenceproxy:lock:{old}"); !ok || rec.Owner != "o" || rec.Token != "5" ||
+		rec.Acquired != "1000" || rec.Renewed != strconv.FormatInt(now, 10) || rec.Addr != "10.0.0.1:5" {
+		t.Errorf("the older record after its re-arm: %+v", rec)
+	}
+	if typ := string(c.Do("TYPE", "fenceproxy:lock:{old}")); typ != "+string\r\n" {
+		t.Errorf("the older record is a %q after its re-arm, want a string", typ)
+	}
+
+	c.Do("SCRIPT", "FLUSH")
+	for i, v := range runOps(t, c, acquire("s", "a", 20, ""), opWrite(opRelease, "s", "a", int64(0), uint64(0))) {
+		if err, ok := v.(error); !ok || !strings.Contains(err.Error(), "NOSCRIPT") {
+			t.Errorf("operation %d of a call that met NOSCRIPT: %v", i, v)
+		}
+	}
+}
+
+// TestOpsScriptHandoff: opHandoff releases the owner's record and, in the
+// same call, grants the resource to the head of the line with its token;
+// a release by another owner grants nothing; a head's token not above the
+// released one is not granted (kindTokenAhead), though the release stands.
+func TestOpsScriptHandoff(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := testenv.Dial(t, master.Addr)
+	c.Do("SCRIPT", "LOAD", opsScript)
+	const now = int64(1733300000000)
+	acquire := func(r, owner string, cand uint64) *Write {
+		return opWrite(opAcquire, r, owner, int64(10000), cand, "", false, int64(0), now,
+			recordValue{token: cand, at: now, addr: "127.0.0.1:9", owner: owner}, uint64(0))
+	}
+	handoff := func(r, owner, head string, cand uint64) *Write {
+		return opWrite(opHandoff, r, owner, int64(0), uint64(0), int64(20000), cand,
+			recordValue{token: cand, at: now + 5, addr: "127.0.0.1:8", owner: head})
+	}
+	got := runOps(t, c,
+		acquire("r", "a", 10),
+		handoff("r", "x", "b", 11), // x does not hold r
+		handoff("r", "a", "b", 11),
+		acquire("s", "a", 20),
+		handoff("s", "a", "b", 19), // 19 is below a's 20
+	)
+	want := []string{"10", "0", "[10 0 1733300000000 1733300000000 11 127.0.0.1:9a 11]", "20", "[20 0 1733300000000 1733300000000 11 127.0.0.1:9a [4 20]]"}
+	for i, w := range want {
+		if s := fmt.Sprint(got[i]); s != w {
+			t.Errorf("operation %d answered %q, want %q", i, s, w)
+		}
+	}
+	if rec, ok := testenv.ReadLockRecord(t, c, "fenceproxy:lock:{r}"); !ok || rec.Owner != "b" || rec.Token != "11" ||
+		rec.Acquired != strconv.FormatInt(now+5, 10) || rec.Addr != "127.0.0.1:8" {
+		t.Errorf("r after the handoff: %+v, want b's grant of 11", rec)
+	}
+	if pttl, _ := testenv.ParseInt(c.Do("PTTL", "fenceproxy:lock:{r}")); pttl <= 10000 {
+		t.Errorf("b's lease: PTTL %d, want its own 20000 ms", pttl)
+	}
+	if _, ok := testenv.ReadLockRecord(t, c, "fenceproxy:lock:{s}"); ok {
+		t.Errorf("s still has a record after a's release with a head token too low to grant")
 	}
 }

@@ -32,12 +32,13 @@
 // tell a dead predecessor from a live copy of the directory (shared.go).
 // A grant is recorded in two steps (reserve.go): Reserve syncs
 // p/<token><resource> while the caller waits for Redis's replicas, then
-// Confirm writes t/<resource> without a sync (or Cancel drops the
-// reservation).
+// Confirm makes it t/<resource> (or Cancel drops the reservation), in
+// memory at once and on disk with the next Reserve's batch.
 //
 // In memory it keeps last (the counter), bound (the published bound: m/bound
 // as synced and, for a Shared store, shared), synced (m/bound as last
-// synced), floor (m/floor as synced) and the newest-token cache.
+// synced), floor (m/floor as synced), the newest-token cache, and the
+// confirmations not yet written (deferred).
 //
 // # Invariants
 //
@@ -67,8 +68,10 @@
 //     value read from Pebble and is raised (max) by every Confirm. A Pebble
 //     read races with a Confirm only through a per-shard write epoch: a miss
 //     fills the cache only if no Confirm touched that shard during the read.
-//     So Newest(r) >= the token of every Confirm(r) that returned nil before
-//     Newest was called.
+//     A miss reads the deferred confirmations before Pebble, and one leaves
+//     them only once a commit has put it in Pebble, so whichever is read
+//     second has it. So Newest(r) >= the token of every Confirm(r) that
+//     returned nil before Newest was called.
 //  6. Fail-stop. If any synced commit fails (disk full, I/O error) or Pebble
 //     reports a fatal error, the failing call returns an error whose outcome
 //     is unknown (its write may or may not be on disk), the cache is not
@@ -78,11 +81,14 @@
 //     token after a crash. Restarting the process recovers: Open re-reserves
 //     above whatever bound did reach the disk.
 //  7. A reservation counts after a crash. Reserve syncs p/<token><resource> before
-//     the caller knows whether the token will be issued; Confirm (no sync:
-//     the reservation already is durable) moves it to t/<resource>, Cancel
-//     drops it. Open folds every p/ left by a crash into t/ before serving,
-//     so a token that may have been replied is never forgotten. While the
-//     process lives, reads ignore p/: a cancelled token never counts.
+//     the caller knows whether the token will be issued; Confirm (no write
+//     of its own: the reservation already is durable) moves it to
+//     t/<resource> with the next Reserve's batch (by max-merge: batches
+//     may commit in either order), Cancel drops it (unsynced). Open folds
+//     every p/ left by a crash into t/ before serving, so a token that may
+//     have been replied is never forgotten, nor one confirmed but not yet
+//     written. While the process lives, reads ignore p/: a cancelled token
+//     never counts.
 //  8. The floor is a token issued to every resource and to no owner. Adopt
 //     (a token or bound issued without this store: a new, empty or
 //     restored directory, another store on the backend) and
@@ -149,8 +155,8 @@
 // must not call back into the store. Close must not run concurrently with
 // them; calls after Close return ErrClosed. Lock order: reserveMu (token
 // reservations) and the cache shard mutexes are never held together; shard
-// mutexes are leaves and are never held during I/O (the whole proxy's order
-// is in docs/lock-order.md).
+// mutexes and the deferred writes' mutex are leaves and are never held
+// during I/O (the whole proxy's order is in docs/lock-order.md).
 //
 // The merge operator's name ("fenceproxy.max_u64_be.v1") is stored in the
 // database: Pebble refuses to open the directory with any other merger.

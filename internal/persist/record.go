@@ -20,10 +20,14 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 	if ok {
 		return max(t, s.floor.Load()), nil
 	}
+	// A confirmation not yet on disk, then the disk: in that order, since
+	// one is dropped from the deferred writes only after it is on disk.
+	d := s.deferred.get(resource)
 	t, err := s.get(tokenKey(resource))
 	if err != nil {
 		return 0, err
 	}
+	t = max(t, d)
 	// A failure while we read may have left unsynced data visible.
 	if err := s.usable(); err != nil {
 		return 0, err

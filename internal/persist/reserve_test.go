@@ -1,6 +1,10 @@
 package persist
 
 import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -157,5 +161,72 @@ func TestNewestCached(t *testing.T) {
 	}
 	if _, _, err := s.NewestCached([]byte("")); err == nil {
 		t.Fatal("NewestCached of an empty resource name: no error")
+	}
+}
+
+// TestDeferredConfirmations: a Confirm writes nothing of its own; the next
+// Reserve's batch carries it (one synced commit per grant, where there
+// were two commits). Until then Newest knows it even with the cache
+// holding nothing of the resource, and a crash before it is written loses
+// nothing: its reservation counts. A clean Close writes what is deferred.
+func TestDeferredConfirmations(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	s := openT(t, "/data", Options{FS: fs, CacheEntries: 1})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := []byte("r")
+	tr := nextT(t, s)
+	must(s.Reserve(r, tr))
+	commits := s.Stats().SyncedCommits
+	must(s.Confirm(Grant{Resource: r, Token: tr, AboveAll: true}))
+	// Evict r from the one-entry cache.
+	for i := range 4 {
+		newestT(t, s, fmt.Sprintf("other-%d", i))
+	}
+	if got := newestT(t, s, "r"); got != tr {
+		t.Fatalf("Newest(r) with its confirmation deferred and r out of the cache = %d, want %d", got, tr)
+	}
+	if v, err := s.get(tokenKey(r)); err != nil || v != 0 {
+		t.Fatalf("t/r on disk before the next Reserve: %d, %v; want nothing written by Confirm", v, err)
+	}
+	if s.Stats().SyncedCommits != commits {
+		t.Fatalf("Confirm made a synced commit")
+	}
+
+	// A crash now: the reservation stands for the confirmation.
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	s2 := openT(t, "/data", Options{FS: crashed})
+	if got := newestT(t, s2, "r"); got != tr {
+		t.Errorf("after a crash before the next Reserve, Newest(r) = %d, want %d", got, tr)
+	}
+	s2.Close()
+
+	// The next Reserve writes it: t/r is on disk, and the reservation gone.
+	to := nextT(t, s)
+	must(s.Reserve([]byte("o"), to))
+	if v, err := s.get(tokenKey(r)); err != nil || v != tr {
+		t.Fatalf("t/r on disk after the next Reserve: %d, %v; want %d", v, err, tr)
+	}
+	if v, closer, err := s.db.Get(reservedKey(r, tr)); err == nil {
+		closer.Close()
+		t.Fatalf("r's reservation still on disk after its confirmation was written: %q", v)
+	}
+	if got := newestT(t, s, "r"); got != tr {
+		t.Fatalf("Newest(r) after the write = %d, want %d", got, tr)
+	}
+	must(s.Confirm(Grant{Resource: []byte("o"), Token: to, AboveAll: true}))
+	must(s.Close())
+	var log bytes.Buffer
+	s3 := openT(t, "/data", Options{FS: fs, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	defer s3.Close()
+	if v, err := s3.get(tokenKey([]byte("o"))); err != nil || v != to {
+		t.Fatalf("t/o after a clean Close: %d, %v; want %d", v, err, to)
+	}
+	if strings.Contains(log.String(), "reserved before a crash") {
+		t.Fatalf("a clean Close left reservations to fold: %s", log.String())
 	}
 }

@@ -104,6 +104,8 @@ type Store struct {
 	dirID  string // the directory's inode (m/dir), "" if unknown
 	copied bool   // m/dir named another inode: a copied or restored directory
 
+	deferred deferred // confirmations and cancellations for the next Reserve's batch (reserve.go)
+
 	syncs  atomic.Uint64
 	broken atomic.Pointer[error] // set once by fail
 	closed atomic.Bool
@@ -190,6 +192,14 @@ func Open(dir string, opts Options) (*Store, error) {
 // Close closes Pebble and releases the directory lock. It must not run
 // concurrently with other methods.
 func (s *Store) Close() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if s.usable() == nil {
+		if err := s.flushDeferred(); err != nil {
+			s.log.Warn("fence store: confirmations not written at close; their reservations count at the next open", "err", err)
+		}
+	}
 	if s.closed.Swap(true) {
 		return ErrClosed
 	}

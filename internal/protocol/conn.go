@@ -85,6 +85,11 @@ type Conn struct {
 	// readAt is when the last read from the client returned bytes
 	// (monotonic): see ReadAt.
 	readAt time.Time
+	// lp is the connection's state while the server's event loop serves it
+	// (loop.go), nil once it left the loop (and for a connection that never
+	// was on it); onLoop says it started there.
+	lp     *loopClient
+	onLoop bool
 }
 
 // MayBlock says a request of the current batch may wait indefinitely (a
@@ -187,10 +192,27 @@ func (c *Conn) serve() {
 	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
 		return
 	}
+	c.serveRequests(nil)
+}
+
+// serveFrom is serve for a connection that left the event loop (loop.go),
+// beginning with pending, the request the loop did not serve, if not nil.
+func (c *Conn) serveFrom(pending [][]byte) {
+	defer c.server.release(c)
+	c.serveRequests(pending)
+}
+
+func (c *Conn) serveRequests(pending [][]byte) {
 	for {
-		c.reading = true
-		args, err := c.rd.ReadCommand()
-		c.reading = false
+		var args [][]byte
+		var err error
+		if pending != nil {
+			args, pending = pending, nil
+		} else {
+			c.reading = true
+			args, err = c.rd.ReadCommand()
+			c.reading = false
+		}
 		// A batch left to its last reply (writeLater's continue below,
 		// or endHeldBatch during the read) is always awaited here, before
 		// anything else: serve never returns with one in flight.
@@ -417,7 +439,9 @@ func (c *Conn) overLimit(e *errOutputLimit) error {
 	}
 	c.server.limitClosed(c, reason, "closing client for overcoming output buffer limits",
 		"class", e.class, "limit", e.which, "output_buffer_bytes", e.bytes)
-	c.nc.Close()
+	if c.lp == nil {
+		c.nc.Close()
+	} // on the loop, resume closes it (the error is the batch's outcome)
 	return e
 }
 
@@ -462,6 +486,10 @@ func (c *Conn) awaitWatchingClient(watch func() error) {
 // connection busy with a batch finishes writing it first.
 func (c *Conn) interrupt() {
 	c.closing.Store(true)
+	if c.onLoop {
+		c.interruptOnLoop(false)
+		return
+	}
 	c.nc.SetReadDeadline(time.Now())
 }
 
@@ -480,11 +508,19 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)
-	if tc, ok := nc.(*net.TCPConn); ok && rawIOSupported {
-		c.rawConn, _ = tc.SyscallConn()
-		c.laterDone = make(chan error, 1)
-	}
+	c.bindRawConn()
 	return c
+}
+
+// bindRawConn readies raw reads and writes of a plaintext client's socket
+// (c.nc), for later.go and held.go.
+func (c *Conn) bindRawConn() {
+	if tc, ok := c.nc.(*net.TCPConn); ok && rawIOSupported {
+		c.rawConn, _ = tc.SyscallConn()
+		if c.laterDone == nil {
+			c.laterDone = make(chan error, 1)
+		}
+	}
 }
 
 // clientReader is what a connection's Reader reads: the client's socket
@@ -501,6 +537,9 @@ type clientReader struct{ c *Conn }
 
 func (r clientReader) Read(b []byte) (int, error) {
 	c := r.c
+	if c.lp != nil {
+		return c.lp.read(b)
+	}
 	if !c.reading {
 		return c.nc.Read(b)
 	}
@@ -527,7 +566,7 @@ type readClock struct{ src clientReader }
 
 func (r readClock) Read(b []byte) (int, error) {
 	n, err := r.src.Read(b)
-	if n > 0 {
+	if n > 0 && r.src.c.lp == nil { // on the loop, its read notes the pass's time
 		r.src.c.readAt = time.Now()
 	}
 	return n, err
@@ -547,6 +586,13 @@ func (c *Conn) disarmIdle() {
 // client to another backend connection, so requests sent before the switch
 // run first.
 func (c *Conn) WaitReplies(current *resp.Reply) {
+	if c.lp != nil {
+		// On the event loop, whose replies may be completed by the loop
+		// itself: waiting here would stop every client of the loop for
+		// good. A LoopHandler's ServesOnLoop must refuse such requests;
+		// this one is answered as a panic (logged, the client closed).
+		panic("protocol: WaitReplies on the event loop (ServesOnLoop admitted a request that waits for earlier replies)")
+	}
 	s := c.batch.replies[c.batch.n-1]
 	if s.reply != current {
 		panic("protocol: WaitReplies with a reply that is not the current request's")

@@ -15,6 +15,12 @@
 // without limits, so this package keeps redcon for what it does well,
 // encoding replies (redcon.AppendBulk and friends), and owns the read loop.
 //
+// With Server.Loop, plaintext clients start on an event loop instead (see
+// "Serving from an event loop" below and loop.go): one goroutine serves
+// every client's forwarded requests, with the same batches, limits and
+// order, and a client moves to a goroutine of its own, as above, at the
+// first request the loop cannot serve without waiting.
+//
 // # When a batch is written
 //
 // Every complete request is answered without waiting for more bytes from
@@ -50,6 +56,62 @@
 // subscribed clients are never idle, even with part of their next request
 // sent. It counts from the last byte read, as Redis counts from a client's
 // last read, so a request that trickles in is not idle while bytes come.
+//
+// # Serving from an event loop
+//
+// A goroutine per connection costs a goroutine wake-up per request (three
+// per unpipelined request, with the backend's writer and reader), and on a
+// machine whose cores are busy those are wake-ups of OS threads: they made
+// the proxy's CPU per request twice twemproxy's (docs/performance.md,
+// "The serving layer"). With Server.Loop (a netloop.Loop) and a Handler
+// that is a LoopHandler, a plaintext client's socket is taken out of Go's
+// poller when it is accepted and served by the loop: when the socket is
+// ready, the loop reads what the client sent, dispatches every whole
+// multibulk request the Handler serves without blocking
+// (LoopHandler.ServesOnLoop; in fenceproxy, a plainly forwarded command
+// of a client in the plainest state) as serve would, ends the batch when
+// the client has sent nothing more (or at a full batch, or 64 requests:
+// the loop cannot wait to learn their replies' size), and goes on to the
+// next ready client. The batch is left to its last reply, as later.go
+// leaves one, and written where that reply completes it: on the loop
+// itself when the backend's connections are served by the same loop
+// (backend.Options.Loop), so that no goroutine is woken between the
+// client's request and its reply.
+//
+// At anything else (an inline, malformed, empty or over-long request, a
+// command that may block, pins a connection, subscribes, changes the
+// protocol or the database, the proxy's own commands), the client leaves
+// the loop for good: its socket goes back to Go's poller, and a goroutine
+// goes on with serve from the request the loop did not serve. A batch
+// whose write the socket does not take at once leaves the same way, the
+// rest of its write finished by a goroutine. Invariants:
+//
+//  1. A connection's loop state (loopClient) is touched on the loop only,
+//     but for laterErr, which the goroutine that completes a batch sets
+//     before it posts resume.
+//  2. While a batch is left to its last reply (c.later), the loop reads
+//     and dispatches nothing of the connection's; resume, posted when the
+//     batch is written, gives it back. Replies leave in order, one batch
+//     at a time, as with a goroutine.
+//  3. A connection leaves the loop only on the loop and only while the
+//     loop holds it (not c.later), except a batch whose write did not
+//     finish, which the loop hands over with the write still owning the
+//     batch: the goroutine that finishes the write releases it as
+//     later.go does, and the connection's new goroutine waits for it.
+//  4. The loop closes the socket only while it holds the connection, so a
+//     write of a batch never meets a closed (or reused) descriptor.
+//  5. The loop never waits: ServesOnLoop admits only requests whose
+//     Handler neither blocks nor asks for MayBlock, WaitReplies,
+//     TakeWrites or EnablePushes (a Handler that does anyway is logged as
+//     a bug and its client moved to a goroutine); Reader.bufferedRequest
+//     calls a request whole only when ReadCommand parses it from the
+//     buffer without reading (FuzzBufferedRequest).
+//  6. Shutdown serves what a client on the loop has already sent, then
+//     closes it once its replies are written; when Shutdown's time is up,
+//     once the batch in flight is written.
+//
+// Not on the loop: TLS clients, servers with an IdleTimeout (read
+// deadlines need Go's poller), and Handlers that are not LoopHandlers.
 //
 // # Replies and errors
 //

@@ -69,6 +69,7 @@ type heldSetup struct {
 	later bool          // replies completed off the connection's goroutine
 	idle  time.Duration // the server's IdleTimeout
 	tls   bool
+	loop  bool // served from an event loop (loop.go) while it can be
 }
 
 var heldSetups = []heldSetup{
@@ -77,6 +78,8 @@ var heldSetups = []heldSetup{
 	// An idle timeout keeps batches off writeLater and arms read deadlines.
 	{name: "idle timeout", later: true, idle: time.Hour},
 	{name: "tls", later: true, tls: true},
+	{name: "loop, replies at once", loop: true},
+	{name: "loop, replies later", later: true, loop: true},
 }
 
 // serveEcho starts a server with h, stopped when tb ends, and returns a
@@ -85,6 +88,9 @@ func serveEcho(tb testing.TB, h Handler, setup heldSetup) func(t testing.TB) net
 	tb.Helper()
 	s := NewServer(h, slog.New(slog.DiscardHandler))
 	s.IdleTimeout = setup.idle
+	if setup.loop {
+		onLoop(tb, s)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -269,9 +275,9 @@ func FuzzServeSplit(f *testing.F) {
 	f.Add([]byte(splitPipeline), []byte{1, 7, 3, 30, 2})
 	f.Add([]byte("PING\r\n\r\nPING\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), []byte{5, 1, 1, 1, 9, 4, 13})
 	f.Add([]byte("\r\n\r\nA\r\nB\nC\r\n   \r\n*0\r\nD\r\n"), []byte{0, 3, 2})
-	dial := map[bool]func(testing.TB) net.Conn{}
-	for _, later := range []bool{false, true} {
-		dial[later] = serveEcho(f, newEchoHandler(later, false), heldSetup{later: later})
+	dial := map[heldSetup]func(testing.TB) net.Conn{}
+	for _, setup := range []heldSetup{{}, {later: true}, {loop: true}, {later: true, loop: true}} {
+		dial[setup] = serveEcho(f, newEchoHandler(setup.later, false), setup)
 	}
 	f.Fuzz(func(t *testing.T, in, cuts []byte) {
 		if len(in) > 8<<10 || len(cuts) > 256 {
@@ -286,8 +292,8 @@ func FuzzServeSplit(f *testing.F) {
 			at += int(c)
 			ends = append(ends, at)
 		}
-		for _, later := range []bool{false, true} {
-			nc := dial[later](t)
+		for _, dial := range dial {
+			nc := dial(t)
 			sendInChunks(t, nc, bufio.NewReader(nc), in, ends)
 			nc.Close()
 		}
@@ -300,7 +306,7 @@ func FuzzServeSplit(f *testing.F) {
 // goes away while it waits is noticed; and with an idle timeout the blocked
 // client is not idle (Redis exempts blocked clients).
 func TestBlockedRequestAnsweredBeforeRest(t *testing.T) {
-	for _, setup := range []heldSetup{heldSetups[0], heldSetups[3], {name: "short idle timeout", idle: 100 * time.Millisecond}} {
+	for _, setup := range []heldSetup{heldSetups[0], heldSetups[3], {name: "short idle timeout", idle: 100 * time.Millisecond}, heldSetups[4]} {
 		t.Run(setup.name, func(t *testing.T) {
 			t.Run("reply without the rest", func(t *testing.T) {
 				h := newEchoHandler(false, true)

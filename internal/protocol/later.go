@@ -56,6 +56,12 @@ func (c *Conn) finishLater() {
 		}
 		c.out = c.out[written:]
 	}
+	if c.lp != nil {
+		// On the event loop, the rest is written by a goroutine, which
+		// takes the connection off the loop (loop.go).
+		c.lp.loop.Post(c.handOverWrite)
+		return
+	}
 	go func() { c.doneLater(c.flush()) }()
 }
 
@@ -63,6 +69,10 @@ func (c *Conn) finishLater() {
 // write: the connection's goroutine holds the batch again. A failed write
 // closes the socket, so that goroutine's read ends too.
 func (c *Conn) doneLater(err error) {
+	if c.lp != nil {
+		c.lp.doneLater(err) // the loop closes it on an error
+		return
+	}
 	if err != nil {
 		c.nc.Close()
 	}

@@ -388,3 +388,83 @@ func unescape(c byte) byte {
 		return c
 	}
 }
+
+// What the bytes a Reader has buffered hold, for a reader that must not
+// wait for more (the event loop, loop.go).
+const (
+	// reqPartial: nothing, or the beginning of a multibulk request.
+	reqPartial = iota
+	// reqWhole: a whole multibulk request, within the limits: ReadCommand
+	// returns it without reading.
+	reqWhole
+	// reqOther: anything else (an inline request, a malformed or empty
+	// one, one over a limit), for ReadCommand on a goroutine, which
+	// answers it as always.
+	reqOther
+)
+
+// bufferedRequest tells whether a whole request is buffered. It accepts
+// only what readMultibulk parses into arguments (headers ended by CRLF,
+// a count of at least 1, bulk lengths within the limits), so that
+// ReadCommand never reads, nor fails, on a request it calls whole.
+func (r *Reader) bufferedRequest() int {
+	b, _ := r.rd.Peek(r.rd.Buffered())
+	if len(b) == 0 {
+		return reqPartial
+	}
+	if b[0] != '*' {
+		return reqOther
+	}
+	count, at, st := r.bufferedHeader(b, 0)
+	if st != reqWhole {
+		return st
+	}
+	if count < 1 || count > int64(r.limits.MaxArgs) {
+		return reqOther
+	}
+	var total int64
+	for range count {
+		if at == len(b) {
+			return reqPartial
+		}
+		if b[at] != '$' {
+			return reqOther
+		}
+		n, next, st := r.bufferedHeader(b, at)
+		if st != reqWhole {
+			return st
+		}
+		total += n
+		if n < 0 || n > r.limits.MaxBulkLen || (r.limits.MaxQueryBuf > 0 && total > r.limits.MaxQueryBuf) {
+			return reqOther
+		}
+		if int64(len(b)-next) < n+2 {
+			return reqPartial
+		}
+		at = next + int(n) + 2
+	}
+	return reqWhole
+}
+
+// bufferedHeader reads the header line at b[at:] ("*3\r\n", "$5\r\n"): its
+// number, where the next line begins, and reqWhole; or reqPartial for a
+// line not ended yet, reqOther for one readHeader refuses or whose number
+// does not parse.
+func (r *Reader) bufferedHeader(b []byte, at int) (int64, int, int) {
+	nl := bytes.IndexByte(b[at:], '\n')
+	if nl < 0 {
+		if len(b)-at > r.limits.MaxInlineLen+2 {
+			return 0, 0, reqOther
+		}
+		return 0, 0, reqPartial
+	}
+	line := b[at : at+nl+1]
+	if len(line) > r.limits.MaxInlineLen+2 || len(line) < 3 || line[len(line)-2] != '\r' {
+		return 0, 0, reqOther
+	}
+	n, ok := resp.ParseInt(line[1 : len(line)-2])
+	if !ok {
+		return 0, 0, reqOther
+	}
+	return n, at + nl + 1, reqWhole
+}

@@ -166,3 +166,185 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// errNothingYet is what loopSource returns once its bytes are read: the
+// event loop's socket with nothing more to read now.
+var errNothingYet = errors.New("nothing more yet")
+
+// loopSource gives its bytes in small reads, then errNothingYet, as a
+// non-blocking socket does; with forbid set, a read fails the test (a
+// request called whole must be parsed from the buffer alone).
+type loopSource struct {
+	t      *testing.T
+	b      []byte
+	rng    *rand.Rand
+	forbid bool
+}
+
+func (s *loopSource) Read(p []byte) (int, error) {
+	if s.forbid {
+		s.t.Fatalf("ReadCommand read the socket for a request bufferedRequest called whole")
+	}
+	if len(s.b) == 0 {
+		return 0, errNothingYet
+	}
+	n := min(len(p), len(s.b), 1+s.rng.IntN(32))
+	copy(p, s.b[:n])
+	s.b = s.b[n:]
+	return n, nil
+}
+
+// FuzzBufferedRequest checks the event loop's parser path (loop.go's
+// serveLoop): Reader.bufferedRequest, given what a socket had so far,
+// must call a request whole exactly when ReadCommand would parse it from
+// those bytes alone (then ReadCommand returns it without reading), partial
+// exactly when those bytes are the beginning of one (the loop waits for
+// more: a request called partial that is whole, or malformed, would leave
+// the client waiting for ever), and anything else other (a goroutine's
+// ReadCommand answers it). The input is the bytes, how many of them the
+// socket has, and the Reader's buffer size (the smallest bufio allows, or
+// 4 KB).
+func FuzzBufferedRequest(f *testing.F) {
+	for _, s := range []string{
+		"*1\r\n$4\r\nPING\r\n",
+		"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+		"*2\r\n$3\r\nGET\r\n$1\r\nk",
+		"*1\r\n$4\r\nPINGxy*1\r\n$4\r\nPING\r\n", // Redis does not check a bulk's CRLF either
+		"PING\r\n",
+		"*0\r\n*1\r\n$4\r\nPING\r\n",
+		"*-1\r\n",
+		"*1\n$4\r\nPING\r\n",
+		"*11\n$4\r\nPING\r\n", // a header ended by a bare LF
+		"*1\r\n$4\nPING\r\n",
+		"*1\r\n:4\r\nPING\r\n",
+		"*17\r\n",
+		"*1\r\n$1025\r\n",
+		"*1\r\n$-1\r\n",
+		"*2\r\n$200\r\n" + strings.Repeat("a", 200) + "\r\n$100\r\n" + strings.Repeat("b", 100) + "\r\n",
+		"*" + strings.Repeat("1", 70) + "\r\n",
+		"*1\r\n$" + strings.Repeat("0", 70) + "4\r\nPING\r\n",
+		"*abc\r\n",
+		"*\r\n",
+		"*1\r\n$\r\n\r\n",
+		"*1\r\n$+4\r\nPING\r\n",
+	} {
+		f.Add([]byte(s), uint16(len(s)), false)
+		f.Add([]byte(s), uint16(len(s)/2), true)
+	}
+	// Small limits, the query buffer one too, so the fuzzer meets them.
+	limits := fuzzLimits
+	limits.MaxQueryBuf = 256
+	f.Fuzz(func(t *testing.T, in []byte, have uint16, small bool) {
+		if len(in) > 16<<10 {
+			t.Skip()
+		}
+		canonicalPrefixes(t, in, int(have), limits)
+		in = in[:min(int(have), len(in))]
+		size := 4096
+		if small {
+			size = 16 // bufio's least: requests longer than the buffer
+		}
+		h := fnv.New64a()
+		h.Write(in)
+		src := &loopSource{t: t, b: in, rng: rand.New(rand.NewPCG(h.Sum64(), 2))}
+		r := NewReader(bufio.NewReaderSize(src, size), limits)
+		for served := 0; ; served++ {
+			// Read what the socket has, as serveLoop does, until it has
+			// nothing more or the buffer is full.
+			for r.Buffered() < r.rd.Size() {
+				if _, err := r.rd.Peek(r.Buffered() + 1); err != nil {
+					break
+				}
+			}
+			b, _ := r.rd.Peek(r.Buffered())
+			b = bytes.Clone(b)
+			got := r.bufferedRequest()
+			// Other for what ReadCommand still reads as partial is right
+			// too: bytes that cannot begin a request (":4\r" where a bulk
+			// header must be) are refused before their line ends, and a
+			// goroutine's ReadCommand answers them when it does.
+			if want := classify(b, limits); got != want && (got != reqOther || want != reqPartial) {
+				t.Fatalf("request %d: bufferedRequest(%q) = %s, ReadCommand says %s", served, b, reqNames[got], reqNames[want])
+			}
+			if got != reqWhole {
+				return
+			}
+			src.forbid = true
+			args, err := r.ReadCommand()
+			src.forbid = false
+			if err != nil || len(args) == 0 {
+				t.Fatalf("request %d: bufferedRequest(%q) called it whole; ReadCommand: %q, %v", served, b, args, err)
+			}
+			alone, _ := NewReader(bufio.NewReaderSize(bytes.NewReader(b), len(b)+16), limits).ReadCommand()
+			if len(alone) != len(args) {
+				t.Fatalf("request %d: %q from the loop's buffer, %q from its bytes alone", served, args, alone)
+			}
+			for i := range args {
+				if !bytes.Equal(args[i], alone[i]) {
+					t.Fatalf("request %d arg %d: %q from the loop's buffer, %q from its bytes alone", served, i, args[i], alone[i])
+				}
+			}
+		}
+	})
+}
+
+// classify is what ReadCommand's multibulk parser makes of the first
+// request in b, read alone (b is all there is): reqWhole for one it
+// returns, reqPartial for the beginning of one (or nothing), reqOther for
+// anything else: an inline request, an empty one it skips, an error.
+func classify(b []byte, limits Limits) int {
+	if len(b) == 0 {
+		return reqPartial
+	}
+	if b[0] != '*' {
+		return reqOther
+	}
+	r := NewReader(bufio.NewReaderSize(bytes.NewReader(b), len(b)+16), limits)
+	args, err := r.readMultibulk()
+	switch {
+	case err == nil && len(args) > 0:
+		return reqWhole
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return reqPartial
+	default:
+		return reqOther
+	}
+}
+
+var reqNames = map[int]string{reqPartial: "partial", reqWhole: "whole", reqOther: "other"}
+
+// canonicalPrefixes checks that the loop keeps a client that sends only
+// well-formed requests within the limits: the requests ReadCommand finds
+// in `in`, sent as multibulk and cut after `have` bytes, are whole, whole,
+// ... and then partial, never other.
+func canonicalPrefixes(t *testing.T, in []byte, have int, limits Limits) {
+	cmds, _ := parseAll(bytes.NewReader(in), limits, 4096)
+	kept := cmds[:0]
+	var total int64
+	for _, args := range cmds {
+		total = 0
+		for _, a := range args {
+			total += int64(len(a))
+		}
+		if len(args) <= limits.MaxArgs && total <= limits.MaxQueryBuf {
+			kept = append(kept, args) // an inline request may have more
+		}
+	}
+	wire := encode(kept)
+	wire = wire[:min(have, len(wire))]
+	r := NewReader(bufio.NewReaderSize(bytes.NewReader(wire), len(wire)+16), limits)
+	r.rd.Peek(len(wire))
+	for {
+		switch st := r.bufferedRequest(); st {
+		case reqWhole:
+			if _, err := r.ReadCommand(); err != nil {
+				t.Fatalf("ReadCommand of a whole request in %q: %v", wire, err)
+			}
+		case reqPartial:
+			return
+		default:
+			b, _ := r.rd.Peek(r.Buffered())
+			t.Fatalf("well-formed requests %q cut after %d bytes: %q called other", encode(kept), have, b)
+		}
+	}
+}

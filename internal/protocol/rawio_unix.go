@@ -37,6 +37,9 @@ func (r *rawIO) bind(op func(fd int, p []byte) (int, error)) *rawIO {
 // writeNow makes one non-blocking write of b to the client's socket and
 // returns how much of it the socket took (0 if it is full).
 func (c *Conn) writeNow(b []byte) (int, error) {
+	if c.lp != nil {
+		return c.lp.writeNow(b)
+	}
 	w := c.rawWrite.bind(syscall.Write)
 	w.buf = b
 	err := c.rawConn.Write(w.call)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -65,6 +66,10 @@ type Server struct {
 	// HandshakeTimeout bounds a TLS client's handshake (see ServeTLS): a
 	// client that never finishes it does not keep its slot for longer.
 	HandshakeTimeout time.Duration
+	// Loop, if set (and the Handler is a LoopHandler), serves plaintext
+	// clients from that event loop while their requests allow it, instead
+	// of from a goroutine each (loop.go). Not with IdleTimeout.
+	Loop *netloop.Loop
 
 	handler Handler
 	nextID  atomic.Int64
@@ -173,6 +178,11 @@ func (s *Server) accept(raw net.Conn, cfg *tls.Config) {
 	if s.OnConnect != nil {
 		s.OnConnect(1)
 	}
+	if cfg == nil && s.Loop != nil && s.IdleTimeout == 0 && rawIOSupported {
+		if _, ok := s.handler.(LoopHandler); ok && c.startOnLoop() {
+			return
+		}
+	}
 	go c.serve()
 }
 
@@ -181,7 +191,9 @@ func (s *Server) release(c *Conn) {
 	if c.outbound != nil {
 		c.outbound.closeNow()
 	}
-	c.nc.Close()
+	if c.nc != nil { // nil for a connection closed on the event loop
+		c.nc.Close()
+	}
 	s.handler.Closed(c)
 	s.mu.Lock()
 	delete(s.conns, c)
@@ -234,6 +246,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		s.mu.Lock()
 		for c := range s.conns {
+			if c.onLoop {
+				c.interruptOnLoop(true)
+				continue
+			}
 			// The raw connection: closing a TLS one would first try to
 			// send close_notify to a client that may not be reading.
 			c.raw.Close()

@@ -242,36 +242,76 @@ func unexpected(err error) error {
 // rules (any depth; no bulk or line over MaxBulk); ok is false if b does
 // not begin with one.
 func Size(b []byte) (n int, ok bool) {
+	n, err := Frame(b)
+	return n, err == nil && n > 0
+}
+
+// Frame returns the length of the first whole reply in b, by AppendReply's
+// rules, for a reader that gets its bytes without waiting for them (an
+// event loop): n > 0 for a whole reply; 0 and no error if b is only the
+// beginning of one (wait for more bytes); an error wrapping ErrBadReply for
+// bytes that are not RESP, and ErrTooLarge for a reply with a bulk longer
+// than MaxBulk (read it with AppendReply, which reads past it). A line
+// that has no end yet is the beginning of a reply, however long: AppendReply
+// is the one to tell a line too long.
+func Frame(b []byte) (n int, err error) {
 	at := 0
 	for pending := 1; pending > 0; pending-- {
+		nl := bytes.IndexByte(b[at:], '\n')
+		if nl < 0 {
+			return 0, nil
+		}
 		head := lineEnd(b[at:])
 		if head == 0 {
-			return 0, false
+			return 0, badReply("%.40q is not a line ended by CRLF", b[at:at+nl+1])
 		}
 		line := b[at : at+head]
 		owe, bulk, ok := owed(line)
 		if !ok {
-			return 0, false
+			return 0, badReply("bad type byte or count in %.40q", line)
 		}
 		at += head
 		if bulk {
 			n, ok := length(line)
 			switch {
-			case !ok || n > bulkLimit:
-				return 0, false
+			case !ok:
+				return 0, badReply("bad length in %.40q", line)
+			case n > bulkLimit:
+				return 0, ErrTooLarge
 			case n >= 0:
-				if len(b)-at < n+2 || b[at+n] != '\r' || b[at+n+1] != '\n' {
-					return 0, false
+				if len(b)-at < n+2 {
+					return 0, nil
+				}
+				if b[at+n] != '\r' || b[at+n+1] != '\n' {
+					return 0, badReply("a bulk of %d bytes not followed by CRLF", n)
 				}
 				at += n + 2
 			}
 		}
 		if pending+owe > maxPending {
-			return 0, false
+			return 0, badReply("more elements than any reply has")
 		}
 		pending += owe
 	}
-	return at, true
+	return at, nil
+}
+
+// ArrayHeader reads the header of an array reply (RESP2 '*', or RESP3
+// '*', '~', '>'): its element count and the bytes after the header, where
+// its elements begin. ok is false for anything else, or a null array.
+func ArrayHeader(raw []byte) (elems []byte, n int, ok bool) {
+	if len(raw) == 0 || (raw[0] != '*' && raw[0] != '~' && raw[0] != '>') {
+		return nil, 0, false
+	}
+	head := lineEnd(raw)
+	if head == 0 {
+		return nil, 0, false
+	}
+	n, ok = length(raw[:head])
+	if !ok || n < 0 {
+		return nil, 0, false
+	}
+	return raw[head:], n, true
 }
 
 // Elements splits a whole array reply (RESP2 '*' or RESP3 '*', '~', '>')

@@ -235,9 +235,17 @@ func FuzzAppendReply(f *testing.F) {
 			t.Fatalf("dst's earlier bytes were changed: %q", out)
 		}
 		size, sized := Size(in)
+		framed, frameErr := Frame(in)
 		if err != nil {
 			if sized {
 				t.Fatalf("AppendReply: %v, but Size found a reply of %d bytes", err, size)
+			}
+			// Frame tells bytes that are not RESP from the beginning of a
+			// reply as AppendReply does: an event loop waits for more bytes
+			// only where AppendReply would.
+			bad := errors.Is(err, ErrBadReply)
+			if framed != 0 || bad != errors.Is(frameErr, ErrBadReply) || (!bad && frameErr != nil) {
+				t.Fatalf("AppendReply: %v; Frame: %d, %v", err, framed, frameErr)
 			}
 			return
 		}
@@ -250,6 +258,14 @@ func FuzzAppendReply(f *testing.F) {
 		}
 		if !sized || size != n {
 			t.Fatalf("AppendReply read %d bytes, Size = %d, %v", n, size, sized)
+		}
+		if framed != n || frameErr != nil {
+			t.Fatalf("AppendReply read %d bytes, Frame = %d, %v", n, framed, frameErr)
+		}
+		for cut := range n {
+			if m, err := Frame(in[:cut]); m != 0 || err != nil {
+				t.Fatalf("Frame of the reply's first %d bytes = %d, %v; want 0 (wait for more)", cut, m, err)
+			}
 		}
 
 		// Split into small reads, the same reply must come out.
@@ -388,6 +404,30 @@ func TestAppendReplyTooLarge(t *testing.T) {
 		}
 		if next, err := AppendReply(nil, rd); err != nil || string(next) != ":1\r\n" {
 			t.Errorf("%s: the next reply = %q, %v; want :1", name, next, err)
+		}
+	}
+}
+
+// TestArrayHeader: the count and the bytes after the header of an array
+// reply; anything else, or a null array, is not one.
+func TestArrayHeader(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		rest string
+		n    int
+		ok   bool
+	}{
+		{"*2\r\n:1\r\n$1\r\na\r\n", ":1\r\n$1\r\na\r\n", 2, true},
+		{"*0\r\n", "", 0, true},
+		{"~1\r\n+x\r\n", "+x\r\n", 1, true},
+		{"*-1\r\n", "", 0, false},
+		{"-ERR no\r\n", "", 0, false},
+		{"*2", "", 0, false},
+		{"", "", 0, false},
+	} {
+		rest, n, ok := ArrayHeader([]byte(c.in))
+		if ok != c.ok || n != c.n || string(rest) != c.rest {
+			t.Errorf("ArrayHeader(%q) = %q, %d, %v; want %q, %d, %v", c.in, rest, n, ok, c.rest, c.n, c.ok)
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package testenv
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 // LockInfo is a LOCK.INFO reply, field by field.
 type LockInfo struct {
@@ -74,4 +78,42 @@ func ParseLockInfo(raw []byte) (LockInfo, error) {
 		}
 	}
 	return li, nil
+}
+
+// LockRecord is an owner record as fenceproxy keeps it in Redis (see
+// internal/locks' scripts.go): its fields as stored, "" for one an older
+// record lacks.
+type LockRecord struct {
+	Owner, Token, Term, Acquired, Renewed, Addr string
+}
+
+// ReadLockRecord reads the owner record at key straight from Redis through
+// c: the string "token term acquired renewed addr-length addr owner", or
+// a hash (owner, token, ...) as fenceproxy wrote records before. ok is
+// false when there is no record; a key that is neither fails the test.
+func ReadLockRecord(t testing.TB, c *Conn, key string) (rec LockRecord, ok bool) {
+	t.Helper()
+	switch typ := string(c.Do("TYPE", key)); typ {
+	case "+none\r\n":
+		return rec, false
+	case "+hash\r\n":
+		field := func(f string) string { v, _ := ParseBulk(c.Do("HGET", key, f)); return string(v) }
+		rec = LockRecord{Owner: field("owner"), Token: field("token"), Term: field("term"),
+			Acquired: field("acquired"), Renewed: field("renewed"), Addr: field("addr")}
+		return rec, rec.Owner != ""
+	case "+string\r\n":
+		v, _ := ParseBulk(c.Do("GET", key))
+		parts := strings.SplitN(string(v), " ", 6)
+		if len(parts) == 6 {
+			var n int
+			if _, err := fmt.Sscan(parts[4], &n); err == nil && n >= 0 && n <= len(parts[5]) {
+				return LockRecord{Token: parts[0], Term: parts[1], Acquired: parts[2], Renewed: parts[3],
+					Addr: parts[5][:n], Owner: parts[5][n:]}, true
+			}
+		}
+		t.Fatalf("%s holds %q: not an owner record", key, v)
+	default:
+		t.Fatalf("%s is of type %q: not an owner record", key, typ)
+	}
+	return rec, false
 }

@@ -3,7 +3,12 @@
 // really accepted (PING answered with +PONG on every one), reads the resident
 // memory again while they sit idle, then closes them.
 //
-//	go run ./scripts/idleclients -addr 127.0.0.1:7379 -pid PID [-n 10000]
+//	go run ./scripts/idleclients -addr 127.0.0.1:7379 -pid PID [-n 10000] [-forwarded]
+//
+// -forwarded checks each connection with EXISTS (answered with an integer)
+// instead of PING: a command fenceproxy forwards to Redis, which keeps a
+// client on its --serve-loop, where PING moves it to a goroutine of its own;
+// so with it the figure is that of idle clients on the loop.
 //
 // It prints one RESULT line: clients=N accepted=N rss_before_mib=…
 // rss_mib=… (VmRSS of PID with the clients open) hwm_mib=… (VmHWM).
@@ -30,6 +35,7 @@ func main() {
 	n := flag.Int("n", 10000, "idle connections to open")
 	par := flag.Int("parallel", 100, "connections opened at once")
 	settle := flag.Duration("settle", 2*time.Second, "idle time before memory is read")
+	flag.BoolVar(&forwarded, "forwarded", false, "check each connection with EXISTS, which a proxy forwards, instead of PING")
 	flag.Parse()
 	if err := run(*addr, *pid, *n, *par, *settle); err != nil {
 		fmt.Fprintf(os.Stderr, "idleclients: %v\n", err)
@@ -101,7 +107,10 @@ func run(addr string, pid, n, par int, settle time.Duration) error {
 	return nil
 }
 
-// open dials addr and checks the server answers PING on the new connection.
+// forwarded: probe with EXISTS instead of PING (-forwarded).
+var forwarded bool
+
+// open dials addr and checks the server answers the probe on the new connection.
 func open(addr string) (net.Conn, error) {
 	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
@@ -114,18 +123,23 @@ func open(addr string) (net.Conn, error) {
 	return c, nil
 }
 
+// ping sends the probe (PING, or with -forwarded EXISTS) and checks its answer.
 func ping(c net.Conn, r *bufio.Reader) error {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	defer c.SetDeadline(time.Time{})
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+	req, name := "*1\r\n$4\r\nPING\r\n", "PING"
+	if forwarded {
+		req, name = "*2\r\n$6\r\nEXISTS\r\n$16\r\nidleclients:none\r\n", "EXISTS"
+	}
+	if _, err := c.Write([]byte(req)); err != nil {
 		return err
 	}
 	line, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	if (!forwarded && line != "+PONG\r\n") || (forwarded && !strings.HasPrefix(line, ":")) {
+		return fmt.Errorf("%s answered %q", name, strings.TrimSpace(line))
 	}
 	return nil
 }

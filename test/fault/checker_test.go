@@ -273,6 +273,18 @@ func TestCheckerLateLease(t *testing.T) {
 		b.fault(ProxyStop, 50, 650)
 		expect(t, b)
 	})
+	t.Run("late by no more than the test process's stall", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 150, 0, 502, OK, 10)
+		b.h.Stalls = []Stall{{Start: 20e6, End: 450e6}} // 430 ms >= 352 ms late
+		expect(t, b)
+	})
+	t.Run("late by more than the test process's stall", func(t *testing.T) {
+		b := newHist()
+		b.acquire(1, "A", 150, 0, 502, OK, 10)
+		b.h.Stalls = []Stall{{Start: 20e6, End: 300e6}, {Start: 600e6, End: 900e6}} // 280 ms of the op < 352 ms late
+		expect(t, b, "late-lease")
+	})
 	t.Run("after waiting in line", func(t *testing.T) {
 		b := newHist()
 		op := b.acquire(1, "A", 300, 0, 700, OK, 10)
@@ -316,6 +328,40 @@ func TestCheckerUnknownGrantEndsHolderEarly(t *testing.T) {
 	b.renew(1, "A", 1000, 20, 21, Null, 0)
 	b.release(1, "A", 30, 31, OK)
 	expect(t, b)
+}
+
+// TestCheckerCrashWithLine: a proxy crash while acquires wait in line may
+// make the holder's token stale (the line's tokens reserved ahead count as
+// issued), or leave it current (none were reserved); a crash with nobody
+// waiting may not make it stale.
+func TestCheckerCrashWithLine(t *testing.T) {
+	b := newHist()
+	b.acquire(1, "A", 10000, 0, 1, OK, 10)
+	w := b.acquire(2, "B", 1000, 2, 5, Null, 0)
+	w.Args = append(w.Args, "WAIT", "3")
+	b.fault(ProxyKill, 8, 9)
+	b.check(1, 10, 20, 21, OK)
+	b.renew(1, "A", 10000, 22, 23, OK, 10)
+	b.release(1, "A", 24, 25, OK)
+	expect(t, b)
+
+	for _, waiting := range []bool{true, false} {
+		b := newHist()
+		b.acquire(1, "A", 10000, 0, 1, OK, 10)
+		if waiting {
+			w := b.acquire(2, "B", 1000, 2, 5, Null, 0)
+			w.Args = append(w.Args, "WAIT", "3")
+		}
+		b.fault(ProxyKill, 8, 9)
+		b.check(1, 10, 20, 21, Zero)
+		b.renew(1, "A", 10000, 22, 23, Null, 0)
+		b.release(1, "A", 24, 25, OK)
+		if waiting {
+			expect(t, b)
+		} else {
+			expect(t, b, "false-stale", "lost-grant", "linearizability")
+		}
+	}
 }
 
 func TestCheckerCounter(t *testing.T) {

@@ -262,6 +262,65 @@ type History struct {
 	Faults    []Fault    `json:"faults"`
 	Pauses    []Pause    `json:"pauses"`
 	Snapshots []Snapshot `json:"snapshots"`
+	// Stalls are the intervals in which the test process itself did not
+	// run (see WatchStalls); check.go's lateLease excuses a reply late by
+	// no more than the stalls its op overlapped.
+	Stalls []Stall `json:"stalls,omitempty"`
+}
+
+// Stall is an interval in which the test process could not run its
+// goroutines: the whole machine stalled, or the process was descheduled
+// or stopped for a collection. An op's times measured across it are late
+// by up to its length whatever the proxy did.
+type Stall struct {
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+}
+
+// stallTick is how often WatchStalls wakes; a wake-up later than
+// stallTick+stallSlack is recorded as a stall.
+const (
+	stallTick  = 5 * time.Millisecond
+	stallSlack = 25 * time.Millisecond
+)
+
+// WatchStalls records the test process's own stalls until stop closes: a
+// goroutine that sleeps stallTick and finds it woke much later saw a
+// stretch in which no goroutine of the process ran on time. On a loaded
+// 2-core machine such stretches reach half a second (seen under -race at a
+// load of 9: a 150 ms lease "replied 502 ms after the call" while INCRs
+// through every node stalled as long). The proxy cannot help a stall that
+// keeps it from reading a request, and a stall of the test process alone
+// delays only the clock that times the reply.
+func (h *History) WatchStalls(stop <-chan struct{}) {
+	t := time.NewTicker(stallTick)
+	defer t.Stop()
+	last := h.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := h.Now()
+		if now-last > int64(stallTick+stallSlack) {
+			h.mu.Lock()
+			h.Stalls = append(h.Stalls, Stall{Start: last, End: now})
+			h.mu.Unlock()
+		}
+		last = now
+	}
+}
+
+// stalledDuring is how long the recorded stalls overlapped [s, e].
+func (h *History) stalledDuring(s, e int64) int64 {
+	var d int64
+	for _, st := range h.Stalls {
+		if lo, hi := max(s, st.Start), min(e, st.End); hi > lo {
+			d += hi - lo
+		}
+	}
+	return d
 }
 
 // NewHistory starts the clock of a history.

@@ -27,6 +27,10 @@ import (
 //	data loss        the holder is forgotten, the newest token is not
 //	fence store lost the newest token becomes a lower bound (the floor: a
 //	                 token issued to every resource and to no owner)
+//	proxy crash      likewise, if acquires waited in line for the resource
+//	with a line      then: the tokens a line reserves ahead of its grants
+//	                 count as issued after a crash (locks/handoff.go), so the
+//	                 holder of the moment may be called stale from then on
 //
 // An operation with an unknown outcome may have taken effect or not; an
 // acquire may also have left its token counted as issued without taking
@@ -49,6 +53,9 @@ type lockInput struct {
 	op     *Op
 	wipe   bool
 	forget bool // the fence store was lost
+	// lineCrash: the proxy was killed with a line for the resource: its
+	// tokens reserved ahead may now count as issued, or there were none.
+	lineCrash bool
 }
 
 type lockState struct {
@@ -67,6 +74,11 @@ func lockStep(st, in, _ any) []any {
 	if i.forget {
 		s.exact = false
 		return []any{s}
+	}
+	if i.lineCrash {
+		n := s
+		n.exact = false
+		return []any{s, n}
 	}
 	op := i.op
 	free := lockState{newest: s.newest, exact: s.exact}
@@ -185,6 +197,8 @@ var lockModel = (&porcupine.NondeterministicModel{
 			return "data loss"
 		case i.forget:
 			return "fence store lost"
+		case i.lineCrash:
+			return "proxy crash with a line"
 		}
 		return i.op.String()
 	},
@@ -230,10 +244,28 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 		}
 		if f.Kind.LosesFenceStore() {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{forget: true}, Call: f.Start, Return: f.End})
+		} else if c.lineCrash(r, f.Start, f.End) {
+			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{lineCrash: true}, Call: f.Start, Return: f.End})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Call < out[j].Call })
 	return out
+}
+
+// lineSlack is how long before a crash a line that emptied may still have
+// had tokens reserved ahead: a refill under way when it emptied cancels
+// its tokens once their fsync is done.
+const lineSlack = time.Second
+
+// lineAt reports whether acquires may have waited in line for r at some
+// time in [from, to]: a LOCK.ACQUIRE ... WAIT in flight then.
+func (c *checker) lineAt(r string, from, to int64) bool {
+	for _, op := range c.byRes[r] {
+		if op.Kind == Acquire && op.waited() && op.Start < to && (op.End > from || !op.Known()) {
+			return true
+		}
+	}
+	return false
 }
 
 // linearizationBudget bounds the porcupine search over all resources.

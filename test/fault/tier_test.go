@@ -6,19 +6,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
-// The tier variant of the suite (issue 14, contract guarantee 7): three
+// The tier modes of the suite (issue 14, contract guarantee 7): three
 // fenceproxy nodes of one Raft tier in front of the same Redis master,
-// replica and Sentinels as TestFault, the lock and data clients spread over
-// all nodes, and faults of the nodes and of the network between them. It is
+// replica and Sentinels as TestFault (TestFaultTier), or in front of the
+// Redis Cluster of TestFaultCluster (TestFaultTierCluster), the lock and
+// data clients spread over all nodes, and faults of the nodes and of the
+// network between them beside the backend's. It is
 // written against the contract's flags (--node-id, --raft-listen, --peers)
 // and INFO's "# Tier" fields (tier_role, tier_term, tier_leader_id,
 // tier_leader_addr), and skips itself while the binary has no --peers.
@@ -45,9 +47,20 @@ const (
 	TierOneWay       FaultKind = "tier-one-way"       // one node's Raft traffic cut one way: it cannot send, or cannot receive
 )
 
-// TierFaults is the tier's schedule, every kind once per round; a
+// tierNodeFaults are the faults of the tier's nodes and of the network
+// between them, in both tier modes.
+var tierNodeFaults = []FaultKind{TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay}
+
+// TierFaults is TestFaultTier's schedule, every kind once per round; a
 // redis-partition cuts every node off from the master at once.
-var TierFaults = []FaultKind{TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay, RedisPartition}
+var TierFaults = slices.Concat(tierNodeFaults, []FaultKind{RedisPartition})
+
+// TierClusterFaults is TestFaultTierCluster's: the nodes' faults, the
+// cluster's own (a master killed and failed over, CLUSTER FAILOVER, a
+// slot migrated under load) and those of one master (replica-stop,
+// lock-conn-kill), as in TestFaultCluster. The cluster has no Links in
+// front of its nodes, so no redis-partition.
+var TierClusterFaults = slices.Concat(tierNodeFaults, []FaultKind{MasterKillFailover, ClusterFailover, SlotMigration, ReplicaStop, LockConnKill})
 
 // tierRecordedAs is the kind a tier fault is recorded under. A node's kill
 // -9 is a proxy kill for the checker (a grant refused just before it may
@@ -288,41 +301,17 @@ func (tr *tier) heal(t *testing.T) {
 	}
 }
 
-// planTier draws the tier's schedule from the seed, as planFaults does
-// for TestFault: every kind once per round, rounds shuffled, 2-4s apart.
-func planTier(seed uint64, d time.Duration) []planned {
-	rng := rand.New(rand.NewPCG(seed, 0x7e12))
-	var plan []planned
-	at := 3 * time.Second
-	for {
-		round := append([]FaultKind(nil), TierFaults...)
-		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
-		for _, k := range round {
-			if at > d-5*time.Second {
-				return plan
-			}
-			p := planned{Kind: k, At: int64(at), N: rng.IntN(1000)}
-			switch k {
-			case TierLeaderKill, TierFollowerKill, TierDataDirWipe:
-				p.D = time.Duration(rng.IntN(1000)) * time.Millisecond
-			case TierLeaderStop:
-				p.D = time.Duration(200+rng.IntN(800)) * time.Millisecond // kept stopped after the new leader is known
-			case TierIsolate, TierOneWay:
-				p.D = time.Duration(2000+rng.IntN(2000)) * time.Millisecond // longer than an election
-			}
-			plan = append(plan, p)
-			at += 2*time.Second + time.Duration(rng.IntN(2000))*time.Millisecond
-		}
-	}
+// planTier draws a tier mode's schedule from the seed, as planFaults does
+// for one proxy: every kind once per round, rounds shuffled, 2-4s apart
+// (an election and a rejoin take longer than a proxy's restart).
+func planTier(seed uint64, d time.Duration, kinds []FaultKind) []planned {
+	return drawPlan(rand.New(rand.NewPCG(seed, 0x7e12)), kinds, 3*time.Second, d-5*time.Second, 2*time.Second)
 }
 
-// injectTier runs one tier fault from the test goroutine.
-func (e *env) injectTier(p planned) {
+// injectTier runs one of the tier's own faults, fault n of the plan, from
+// the test goroutine (see inject).
+func (e *env) injectTier(n int, p planned) {
 	t, tr := e.t, e.tier
-	if p.Kind == RedisPartition {
-		e.redisPartition(p)
-		return
-	}
 	f := Fault{Kind: tierRecordedAs(p.Kind), At: p.At}
 	leader := tr.waitLeader(t, -1)
 	victim := leader
@@ -357,14 +346,17 @@ func (e *env) injectTier(p planned) {
 		f.End = e.h.Now()
 		f.Note = fmt.Sprintf("%s: %s %s wiped, down %v, rejoined", p.Kind, role, tr.ids[victim], p.D)
 	case TierLeaderStop:
+		probe := e.newStaleProbe(n, victim)
 		f.Start = e.h.Now()
 		node.Stop() // returns once it is stopped: it reads nothing more
 		f.ReadBefore = e.readByStopped(node.Addr)
 		next := tr.waitLeader(t, victim) // longer than the election timeout, whatever it is
 		time.Sleep(p.D)                  // the new leader grants meanwhile
+		probe.ask()
 		f.End = e.h.Now()
 		node.Cont()
-		f.Note = fmt.Sprintf("%s: leader %s stopped until %s led, then %v more; %d requests in flight read before", p.Kind, tr.ids[victim], tr.ids[next], p.D, len(f.ReadBefore))
+		probe.answers()
+		f.Note = fmt.Sprintf("%s: leader %s stopped until %s led, then %v more; %d requests in flight read before; %s", p.Kind, tr.ids[victim], tr.ids[next], p.D, len(f.ReadBefore), probe)
 	case TierIsolate, TierOneWay:
 		how, drop := "both", p.N/3%2 == 1
 		if p.Kind == TierOneWay {
@@ -388,65 +380,151 @@ func (e *env) injectTier(p planned) {
 	e.h.AddFault(f)
 }
 
-// TestFaultTier runs the workload over a tier under a seeded schedule of
-// tier faults and checks the history, as TestFault does for one node.
+// staleProbe asks a leader stopped past an election (tier-leader-stop)
+// what only a stale leader would answer. The workload's own requests to
+// the stopped node were nearly all written before the new leader granted
+// anything, so whatever the node answers when it wakes fits some order of
+// events: they cannot show a stale answer. The probe's can. Before the
+// stop, owner a takes resource r through a live node (token t0, which the
+// leader then holds as r's newest) and releases it. While the leader is
+// stopped, after a new one leads, owner b takes r (t1 > t0) through the
+// live node; then a connection to the stopped node pipelines FENCE.CHECK r
+// t0, FENCE.CHECK r t1 and LOCK.ACQUIRE of r by owner c, which the kernel
+// holds for it until SIGCONT. Those ops start after t1 was replied, so
+// the checker judges what the woken leader answers: t0 accepted is
+// stale-check, t1 called never issued is unissued-token, c granted while
+// b holds r is lease-overlap.
+type staleProbe struct {
+	e            *env
+	n            int
+	r            string
+	at           string  // the stopped node's address
+	live         *client // on another node
+	t0, t1       int64
+	conn         *testenv.Conn // to the stopped node
+	ops          []*Op
+	skipped, got string
+}
+
+// newStaleProbe takes and releases r before node victim, the leader, is
+// stopped.
+func (e *env) newStaleProbe(n, victim int) *staleProbe {
+	tr := e.tier
+	live := (victim + 1) % len(tr.nodes)
+	// clientAddr sends client id to node id%len(nodes).
+	id := 300000 + 10*n
+	id += live - id%len(tr.nodes)
+	pr := &staleProbe{e: e, n: n, r: "stale:" + strconv.Itoa(n), at: tr.nodes[victim].Addr, live: &client{e: e, id: id}}
+	a := "stale-a-" + strconv.Itoa(n)
+	op := pr.live.acquireWithin(pr.r, a, 5000)
+	if op == nil {
+		pr.skipped = "not granted before the stop"
+		return pr
+	}
+	pr.t0 = op.Result
+	pr.live.do(Release, pr.r, a, 0, 0, "LOCK.RELEASE", pr.r, a)
+	return pr
+}
+
+// ask takes r anew from the new leader, then queues the stale requests at
+// the stopped node.
+func (pr *staleProbe) ask() {
+	if pr.skipped != "" {
+		return
+	}
+	e, b := pr.e, "stale-b-"+strconv.Itoa(pr.n)
+	op := pr.live.acquireWithin(pr.r, b, acrossTTL)
+	if op == nil {
+		pr.skipped = "the new leader granted nothing"
+		return
+	}
+	pr.t1 = op.Result
+	conn, err := testenv.TryDial(pr.at, opTimeout)
+	if err != nil {
+		pr.skipped = "the stopped node took no connection: " + err.Error()
+		return
+	}
+	pr.conn = conn
+	id, c := pr.live.id+len(e.tier.nodes), "stale-c-"+strconv.Itoa(pr.n)
+	pr.ops = []*Op{
+		e.h.Begin(id, Check, pr.r, "", pr.t0, 0, []string{"FENCE.CHECK", pr.r, i64(pr.t0)}),
+		e.h.Begin(id, Check, pr.r, "", pr.t1, 0, []string{"FENCE.CHECK", pr.r, i64(pr.t1)}),
+		e.h.Begin(id, Acquire, pr.r, c, 0, 1000, []string{"LOCK.ACQUIRE", pr.r, c, "1000"}),
+	}
+	var buf []byte
+	for _, op := range pr.ops {
+		buf = testenv.AppendCommand(buf, op.Args...)
+	}
+	nc := conn.NetConn()
+	nc.SetWriteDeadline(time.Now().Add(opTimeout))
+	if _, err := nc.Write(buf); err != nil {
+		for _, op := range pr.ops {
+			e.h.Finish(op, nil, err)
+		}
+		pr.ops = nil
+	}
+}
+
+// answers reads what the woken node answered, and releases r.
+func (pr *staleProbe) answers() {
+	e := pr.e
+	defer pr.live.close()
+	if pr.conn != nil {
+		var got []string
+		for i, op := range pr.ops {
+			reply, err := pr.conn.ReadReply()
+			e.h.Finish(op, reply, err)
+			got = append(got, string(op.Outcome))
+			if err != nil {
+				for _, rest := range pr.ops[i+1:] {
+					e.h.Finish(rest, nil, err)
+				}
+				break
+			}
+		}
+		pr.conn.Close()
+		pr.got = strings.Join(got, ",")
+	}
+	for _, op := range pr.ops {
+		if op.Kind == Acquire && op.Outcome == OK {
+			pr.live.do(Release, pr.r, op.Owner, 0, 0, "LOCK.RELEASE", pr.r, op.Owner)
+		}
+	}
+	if pr.t1 != 0 {
+		b := "stale-b-" + strconv.Itoa(pr.n)
+		pr.live.do(Release, pr.r, b, 0, 0, "LOCK.RELEASE", pr.r, b)
+	}
+}
+
+func (pr *staleProbe) String() string {
+	if pr.skipped != "" {
+		return "stale probe skipped: " + pr.skipped
+	}
+	return fmt.Sprintf("stale probe on %s (t0=%d t1=%d): %s", pr.r, pr.t0, pr.t1, pr.got)
+}
+
+// TestFaultTier runs the workload over a tier in front of the standalone
+// backend of TestFault, under a seeded schedule of the tier's faults and a
+// Redis partition, and checks the history as TestFault does.
 func TestFaultTier(t *testing.T) {
+	skipWithoutTier(t)
+	runFault(t, "tier")
+}
+
+// TestFaultTierCluster runs the workload over a tier in front of the Redis
+// Cluster of TestFaultCluster (as docker-compose.yml and scripts/demo.sh
+// --tier do), the tier's faults mixed with the cluster's and those of one
+// master (TierClusterFaults), and checks the history as TestFaultCluster
+// does.
+func TestFaultTierCluster(t *testing.T) {
+	skipWithoutTier(t)
+	runFault(t, "tier-cluster")
+}
+
+func skipWithoutTier(t *testing.T) {
 	if !tierSupported(t) {
 		t.Skip("fenceproxy has no --peers yet: the tier suite waits for it")
 	}
-	seed := *flagSeed
-	if seed == 0 {
-		seed = rand.Uint64()%1_000_000 + 1
-	}
-	duration := *flagDuration
-	t.Logf("fault tier: seed=%d duration=%v (replay with -run TestFaultTier -fault.seed=%d -fault.duration=%v)", seed, duration, seed, duration)
-	e := &env{t: t, mode: "tier", seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
-	for i := range nResources {
-		e.resources = append(e.resources, "hot:"+strconv.Itoa(i))
-	}
-	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
-	e.replica = testenv.StartReplica(t, e.master)
-	e.linkRedis()
-	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter, MasterPort: e.links[e.master].Port()})
-	e.tier = e.startTier()
-	e.setProxy(e.tier.nodes[0]) // for helpers that use one address
-	plan := planTier(seed, duration)
-	e.h = NewHistory(seed)
-
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	halt := func() { stopOnce.Do(func() { close(stop) }) }
-	t.Cleanup(halt)
-	var workers sync.WaitGroup
-	e.startClients(stop, &workers)
-	counts := map[FaultKind]int{}
-	for _, p := range plan {
-		if d := time.Duration(p.At - e.h.Now()); d > 0 {
-			time.Sleep(d)
-		}
-		counts[p.Kind]++
-		t.Logf("fault tier: at %v: %s (choice %d, %v)", time.Duration(e.h.Now()).Round(time.Millisecond), p.Kind, p.N, p.D)
-		e.injectTier(p)
-	}
-	if d := time.Duration(int64(duration) - e.h.Now()); d > 0 {
-		time.Sleep(d)
-	}
-	halt()
-	waitGroup(t, &workers, 30*time.Second, "clients")
-	e.snapshotData("end")
-
-	rep := CheckHistory(e.h)
-	var kinds []string
-	for _, k := range TierFaults {
-		kinds = append(kinds, fmt.Sprintf("%s=%d", k, counts[k]))
-	}
-	line := fmt.Sprintf("fault tier: seed=%d duration=%v nodes=%d ops=%d grants=%d stale-refused=%d survived-crash=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
-		seed, duration, tierNodes, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, rep.LeaseUsed, len(e.h.Faults), strings.Join(kinds, " "), rep.Linearizability, len(rep.Violations))
-	t.Log(line)
-	if out := os.Getenv("FAULT_OUT"); out != "" || len(rep.Violations) > 0 {
-		t.Logf("fault tier: history written to %s", e.writeHistory(out))
-	}
-	e.judge(line, fmt.Sprintf("go test ./test/fault/ -run TestFaultTier -fault.seed=%d -fault.duration=%v", seed, duration), rep)
 }
 
 // TestTierLinksCarryRaft proves the harness's premise: the Links are on
@@ -457,14 +535,9 @@ func TestFaultTier(t *testing.T) {
 // instead of its own --peers bypasses some Links: the first leader can be
 // cut off, a later one cannot, and this test fails.
 func TestTierLinksCarryRaft(t *testing.T) {
-	if !tierSupported(t) {
-		t.Skip("fenceproxy has no --peers yet")
-	}
+	skipWithoutTier(t)
 	e := &env{t: t, h: NewHistory(1), newest: map[string]int64{}, inFlight: map[int]flight{}}
-	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
-	e.replica = testenv.StartReplica(t, e.master)
-	e.linkRedis()
-	e.sentinels = testenv.StartSentinels(t, e.master, testenv.SentinelOptions{DownAfter: sentinelDownAfter, MasterPort: e.links[e.master].Port()})
+	e.startStandalone()
 	e.tier = e.startTier()
 	tr := e.tier
 	for range 3 {

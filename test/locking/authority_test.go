@@ -149,9 +149,9 @@ func TestEmptyDataDirKeepsTokensRising(t *testing.T) {
 	if retry < held {
 		t.Fatalf("the holder's retry on the empty data dir got token %d, below its %d", retry, held)
 	}
-	rec := testenv.Dial(t, master.Addr).Do("HGET", "fenceproxy:lock:{held}", "token")
-	if got, _ := testenv.ParseBulk(rec); string(got) != strconv.FormatInt(retry, 10) {
-		t.Fatalf("the owner record's token = %s after the retry got %d", testenv.ShowReply(rec), retry)
+	rec, _ := testenv.ReadLockRecord(t, testenv.Dial(t, master.Addr), "fenceproxy:lock:{held}")
+	if rec.Token != strconv.FormatInt(retry, 10) {
+		t.Fatalf("the owner record's token = %q after the retry got %d", rec.Token, retry)
 	}
 	if retry != held {
 		if r := c.Do("FENCE.CHECK", "held", strconv.FormatInt(held, 10)); string(r) != ":0\r\n" {

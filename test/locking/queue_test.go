@@ -79,10 +79,12 @@ func scriptCalls(t *testing.T, addr string) int64 {
 	return total
 }
 
-// TestOneWakeUpPerRelease: with several acquires waiting, a release wakes
+// TestOneWakeUpPerRelease: with several acquires waiting, a release serves
 // exactly one of them. The one at the head is granted; the others stay in
-// line and do not even try: Redis runs exactly two lock scripts, the
-// release and the head's acquire (a herd would run one per waiter).
+// line and do not even try: Redis runs one lock script, the release that
+// hands the lock to the head (or two, the release and the head's own
+// acquire, if the head's token was not yet reserved); a herd would run
+// one per waiter.
 func TestOneWakeUpPerRelease(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 0})
@@ -112,8 +114,8 @@ func TestOneWakeUpPerRelease(t *testing.T) {
 				round, got.who, got.reply, got.err, round)
 		}
 		// Read the count before LOCK.INFO, which runs a script of its own.
-		if d := scriptCalls(t, master.Addr) - before; d != 2 {
-			t.Fatalf("round %d: Redis ran %d lock scripts for one release and one grant, want 2 (the release and the head's acquire): other waiters were woken too", round, d)
+		if d := scriptCalls(t, master.Addr) - before; d != 1 && d != 2 {
+			t.Fatalf("round %d: Redis ran %d lock scripts for one release and one grant, want 1 (the release handing the lock to the head) or 2 (the release, then the head's acquire): other waiters were woken too", round, d)
 		}
 		li := lockInfo(t, admin, "herd")
 		if want := int64(n - round - 1); li.Waiters != want || string(li.Owner) != "waiter-"+strconv.Itoa(round) {

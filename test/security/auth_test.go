@@ -253,7 +253,9 @@ func TestAuthOffUnchanged(t *testing.T) {
 	if tok, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", "res", "owner-1", "10000")); !ok || tok <= 0 {
 		t.Fatal("LOCK.ACQUIRE failed")
 	}
-	expect(t, r, "$7\r\nowner-1\r\n", "HGET", "fenceproxy:lock:{res}", "owner")
+	if rec, _ := testenv.ReadLockRecord(t, r, "fenceproxy:lock:{res}"); rec.Owner != "owner-1" {
+		t.Fatalf("the owner record's owner = %q, want owner-1", rec.Owner)
+	}
 }
 
 // TestBadACLFile: a rule fenceproxy does not know stops the start with one

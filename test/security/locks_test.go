@@ -121,7 +121,9 @@ func TestLockBoundToUser(t *testing.T) {
 		t.Fatalf("alice's LOCK.INFO: %+v %v, want owner worker-1", info, err)
 	}
 	m := testenv.Dial(t, e.master.Addr)
-	expect(t, m, "$14\r\nalice\x00worker-1\r\n", "HGET", "fenceproxy:lock:{tenant-a:job}", "owner")
+	if rec, _ := testenv.ReadLockRecord(t, m, "fenceproxy:lock:{tenant-a:job}"); rec.Owner != "alice\x00worker-1" {
+		t.Fatalf("the owner record's owner = %q, want alice's user and her owner name", rec.Owner)
+	}
 	expect(t, m, replyNull, "GET", "tenant-a:data")
 
 	// Alice's own lock works as always.

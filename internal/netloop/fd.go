@@ -1,0 +1,113 @@
+//go:build linux
+
+package netloop
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrWouldBlock is a read or write that found nothing to read or no room.
+var ErrWouldBlock = errors.New("netloop: would block")
+
+// Detach takes nc's socket out of Go's poller and returns a descriptor of
+// it for a loop: a non-blocking duplicate, after which nc is closed (Go
+// then stops watching the socket, which stays open through the duplicate).
+// The caller owns the descriptor. nc must support syscall.Conn (a
+// *net.TCPConn does).
+func Detach(nc net.Conn) (int, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1, errors.New("netloop: connection has no descriptor")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var dupErr error
+	if err := raw.Control(func(s uintptr) {
+		fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return -1, err
+	}
+	if dupErr != nil {
+		return -1, dupErr
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	nc.Close()
+	return fd, nil
+}
+
+// Attach turns a descriptor that Detach gave back into a net.Conn served
+// by Go's poller, for a goroutine; fd itself is closed (the net.Conn has a
+// duplicate of its own), also on failure.
+func Attach(fd int) (net.Conn, error) {
+	f := os.NewFile(uintptr(fd), "netloop")
+	nc, err := net.FileConn(f)
+	f.Close()
+	return nc, err
+}
+
+// Close closes a descriptor from Detach.
+func Close(fd int) error { return unix.Close(fd) }
+
+// Read makes one non-blocking read from fd: n > 0 bytes, or 0 and
+// ErrWouldBlock (nothing there yet), io.EOF-like (0, nil: the peer closed
+// its end), or the socket's error. It is a raw system call: it never
+// parks the goroutine, nor lets the runtime hand its thread's P on (the
+// socket is non-blocking, so the call is short).
+func Read(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, ErrWouldBlock
+		}
+		return 0, e
+	}
+}
+
+// Write makes one non-blocking write of p to fd and returns how much the
+// socket took: all, part, or 0 with ErrWouldBlock when it has no room.
+func Write(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, ErrWouldBlock
+		}
+		return 0, e
+	}
+}
+
+// WaitReadable waits up to ms milliseconds (a blocking poll(2), on a
+// goroutine that may block, never the loop's) for fd to have bytes to
+// read or be closed, and reports whether it has.
+func WaitReadable(fd int, ms int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, ms)
+	return err == nil && n > 0
+}

@@ -1,0 +1,358 @@
+package protocol
+
+import (
+	"io"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
+)
+
+// Serving clients from an event loop (Server.Loop).
+//
+// A goroutine per connection costs a goroutine wake-up per request, and
+// with the backend's writer and reader, three per unpipelined request; on
+// a machine whose cores are busy, they are wake-ups of OS threads, which
+// cost the proxy twice the CPU per request of twemproxy's single epoll
+// thread (docs/performance.md). So a plaintext client starts on the
+// server's loop (netloop), which serves every ready client in turn: it
+// reads what the client sent, dispatches each whole request as serve
+// would, ends the batch once the client has sent nothing more (left to its
+// last reply, as later.go leaves one), and goes on to the next client. The
+// requests of all the clients served in one pass leave for Redis in one
+// write per backend connection at the end of the pass, and when the loop
+// reads their replies (the backend's connections are on the same loop),
+// each client's batch is written where its last reply completes it.
+//
+// The loop serves only what cannot make it wait: whole multibulk requests
+// (Reader.bufferedRequest) that the Handler serves without blocking
+// (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy). At anything
+// else (an inline or malformed request, one longer than the read buffer,
+// a command that may block, pins a connection, subscribes, changes the
+// protocol...) the connection leaves the loop for good: its socket goes
+// back to Go's poller and a goroutine carries on with serve, where the loop
+// stopped, with the request that did not fit (leaveLoop). A batch whose
+// write the socket does not take at once leaves the same way, its rest
+// written by a goroutine as later.go writes it.
+//
+// The invariants are in the package doc ("Serving from an event loop").
+
+// LoopHandler is a Handler that serves some requests on an event loop
+// (Server.Loop). Without it, every client gets a goroutine.
+type LoopHandler interface {
+	Handler
+	// ServesOnLoop reports whether ServeCommand serves args without
+	// blocking its goroutine and without MayBlock, WaitReplies,
+	// TakeWrites, EnablePushes or CloseAfterReply, so that the loop may
+	// call it. When it reports false, nothing was done: the connection
+	// leaves the loop for a goroutine of its own, which serves args with
+	// ServeCommand (and every later request).
+	ServesOnLoop(c *Conn, args [][]byte) bool
+}
+
+// loopClient is a connection's state while the loop serves it.
+type loopClient struct {
+	c    *Conn
+	loop *netloop.Loop
+	fd   int
+	reg  netloop.Reg
+	// readable: no short read since the last readiness edge (netloop is
+	// edge-triggered: bytes left unread are not signalled again).
+	readable bool
+	eof      bool // the client ended its stream; close after the batch
+	// closeNow: Shutdown's time is up; close once no batch is in flight.
+	closeNow bool
+	stopped  bool
+	// laterErr is the write's outcome of a batch left to its last reply,
+	// set by doneLater before it posts resume.
+	laterErr error
+	resumeFn func() // resume, bound once: posting it allocates nothing
+}
+
+// startOnLoop moves a new plaintext connection's socket to the server's
+// loop and reports whether it did (else a goroutine serves it).
+func (c *Conn) startOnLoop() bool {
+	fd, err := netloop.Detach(c.raw)
+	if err != nil {
+		return false
+	}
+	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd, readable: true}
+	lc.resumeFn = lc.resume
+	c.lp = lc
+	c.onLoop = true
+	c.nc, c.raw, c.rawConn = nil, nil, nil
+	lc.loop.Post(lc.register)
+	return true
+}
+
+func (lc *loopClient) register() {
+	reg, err := lc.loop.Add(lc.fd, lc)
+	if err != nil {
+		lc.c.server.Logger.Error("cannot serve a client from the event loop", "client", lc.c.RemoteAddr, "err", err)
+		lc.stop()
+		return
+	}
+	lc.reg = reg
+	if lc.c.closing.Load() {
+		lc.shutdown(false) // Shutdown came first
+	}
+}
+
+// Ready serves the client's readiness, on the loop.
+func (lc *loopClient) Ready(ev netloop.Events) {
+	if ev&netloop.In != 0 {
+		lc.readable = true
+	}
+	if lc.stopped || lc.c.later {
+		return // resume goes on (invariant 2)
+	}
+	lc.c.serveLoop()
+}
+
+// serveLoop is serve's loop for a connection on the event loop: it
+// dispatches every whole request buffered, reading while the socket has
+// bytes, and ends the batch when the client has sent nothing more.
+func (c *Conn) serveLoop() {
+	lc := c.lp
+	for {
+		switch c.rd.bufferedRequest() {
+		case reqWhole:
+			args, err := c.rd.ReadCommand()
+			if err != nil {
+				// bufferedRequest said it is whole and well formed.
+				c.server.Logger.Error("bug: a whole request failed to parse on the event loop", "client", c.RemoteAddr, "err", err)
+				lc.eof = true
+				c.endLoopBatch()
+				return
+			}
+			if !c.server.handler.(LoopHandler).ServesOnLoop(c, args) {
+				c.leaveLoop(args)
+				return
+			}
+			p := c.batch.next()
+			if c.batch.n == 1 {
+				c.heldInput = 0
+			}
+			c.dispatch(args, p)
+			if c.closeAfterReply {
+				// The Handler panicked: close after the batch.
+				lc.eof = true
+				c.endLoopBatch()
+				return
+			}
+			if c.mayBlock || c.writesTaken || c.push != nil {
+				// ServesOnLoop said it would not: the goroutine path
+				// knows how to wait for such a batch.
+				c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
+				c.leaveLoop(nil)
+				return
+			}
+			// As serve: a full batch is written before more is read; one
+			// as long as probeBatch too, since the loop cannot wait to learn
+			// its replies' size.
+			if c.batch.out.full(c.window) || c.batch.n >= c.window || c.batch.n >= probeBatch {
+				c.endLoopBatch()
+				return
+			}
+		case reqOther:
+			// Inline, malformed, empty, over a limit: the goroutine's
+			// Reader answers it as always.
+			c.leaveLoop(nil)
+			return
+		default: // reqPartial: the beginning of a request, or nothing
+			if lc.readable && !lc.eof {
+				if c.rd.Buffered() == c.rd.rd.Size() {
+					// A request longer than the buffer: a goroutine reads
+					// the rest (and writes the batch before it waits).
+					c.leaveLoop(nil)
+					return
+				}
+				_, err := c.rd.rd.Peek(c.rd.Buffered() + 1)
+				switch {
+				case err == nil:
+					continue
+				case err == netloop.ErrWouldBlock:
+				default: // the end of the stream, or a broken socket
+					lc.eof = true
+				}
+			}
+			// Nothing more now: the client has sent every request it will
+			// until it has these replies.
+			c.endLoopBatch()
+			return
+		}
+	}
+}
+
+// endLoopBatch ends the batch: it is left to its last reply (or written
+// now if every reply is in), and the loop holds the connection again once
+// it is written (resume). With no batch, a connection at the end of its
+// stream is closed.
+func (c *Conn) endLoopBatch() {
+	if c.batch.n == 0 {
+		if c.lp.eof || c.closing.Load() {
+			c.lp.stop()
+		}
+		return
+	}
+	c.later = true
+	if c.batch.left.Add(-1) == 0 {
+		c.finishLater() // every reply is in: written here, resume posted
+	}
+}
+
+// resume is posted by doneLater once a batch left to its last reply is
+// written: the loop holds the connection again (invariant 2).
+func (lc *loopClient) resume() {
+	c := lc.c
+	c.later = false
+	err := lc.laterErr
+	lc.laterErr = nil
+	switch {
+	case lc.stopped:
+	case err != nil || lc.eof || lc.closeNow:
+		lc.stop()
+	default:
+		// Shutting down too: what the client has sent is still served
+		// (endLoopBatch closes it once nothing more is there).
+		c.serveLoop()
+	}
+}
+
+// doneLaterOnLoop is doneLater for a connection on the loop.
+func (lc *loopClient) doneLater(err error) {
+	lc.laterErr = err
+	lc.c.batch.left.Store(1)
+	lc.loop.Post(lc.resumeFn)
+}
+
+// writeNowLoop is writeNow for a connection on the loop.
+func (lc *loopClient) writeNow(b []byte) (int, error) {
+	n, err := netloop.Write(lc.fd, b)
+	if err == netloop.ErrWouldBlock {
+		return 0, nil
+	}
+	return n, err
+}
+
+// read is the Reader's source on the loop: one read that never waits. A
+// read that comes back short ends the loop's reading until the next
+// readiness edge.
+func (lc *loopClient) read(b []byte) (int, error) {
+	n, err := netloop.Read(lc.fd, b)
+	switch {
+	case err == netloop.ErrWouldBlock:
+		lc.readable = false
+		return 0, err
+	case err != nil:
+		return 0, err
+	case n == 0:
+		return 0, io.EOF
+	}
+	if n < len(b) {
+		lc.readable = false
+	}
+	// When the pass began: no later than the read (a lease counted from
+	// it only ends sooner), and one clock read for every client of the
+	// pass.
+	lc.c.readAt = lc.loop.Now()
+	return n, nil
+}
+
+// leaveLoop hands the connection to a goroutine of its own for good, which
+// serves pending (if not nil: the request the loop could not serve) and
+// goes on as serve. Called on the loop while it holds the connection
+// (invariant 3).
+func (c *Conn) leaveLoop(pending [][]byte) {
+	lc := c.lp
+	if !c.attachToGoroutine() {
+		lc.stop()
+		return
+	}
+	go c.serveFrom(pending)
+}
+
+// handOverWrite hands a connection whose batch's write did not finish to a
+// goroutine, which finishes the write (and calls doneLater) as later.go
+// does, while another goroutine serves the connection from then on (its
+// first read waits for the write: awaitLater). Posted by finishLater.
+func (c *Conn) handOverWrite() {
+	lc := c.lp
+	if !c.attachToGoroutine() {
+		lc.stopped = true
+		go func() {
+			c.batch.left.Store(1)
+			c.later = false
+			c.server.release(c)
+		}()
+		return
+	}
+	go func() { c.doneLater(c.flush()) }()
+	go c.serveFrom(nil)
+}
+
+// attachToGoroutine takes the socket off the loop and gives the
+// connection a net.Conn in Go's poller, on the loop. It reports false if
+// that failed (the socket is closed then).
+func (c *Conn) attachToGoroutine() bool {
+	lc := c.lp
+	lc.loop.Del(lc.reg)
+	nc, err := netloop.Attach(lc.fd) // closes lc.fd either way
+	lc.fd = -1
+	if err != nil {
+		c.server.Logger.Error("cannot move a client from the event loop to a goroutine; closing it", "client", c.RemoteAddr, "err", err)
+		return false
+	}
+	c.nc, c.raw = nc, nc
+	c.bindRawConn()
+	c.lp = nil
+	return true
+}
+
+// stop closes a connection on the loop that the loop holds (invariant 4)
+// and releases it.
+func (lc *loopClient) stop() {
+	if lc.stopped {
+		return
+	}
+	lc.stopped = true
+	if lc.fd >= 0 {
+		lc.loop.Del(lc.reg)
+		netloop.Close(lc.fd)
+		lc.fd = -1
+	}
+	go lc.c.server.release(lc.c) // Closed may take what a loop must not wait for
+}
+
+// shutdown is Shutdown's interrupt on the loop: the requests the client
+// has sent (in the buffer, or in the socket now) are served, and the
+// connection is closed once their replies are written and nothing more is
+// there to read (endLoopBatch); with closeNow (Shutdown's time is up), at
+// once, or once the batch in flight is written (resume).
+func (lc *loopClient) shutdown(closeNow bool) {
+	lc.closeNow = lc.closeNow || closeNow
+	switch {
+	case lc.stopped || lc.c.later:
+	case lc.closeNow:
+		lc.stop()
+	default:
+		lc.readable = true // whatever came meanwhile is read once more
+		lc.c.serveLoop()
+	}
+}
+
+// interruptOnLoop is interrupt for a connection that started on the loop,
+// run on the loop, where the connection either still is or has left from
+// (then its goroutine is interrupted as any other: closeNow closes its
+// socket, else its read gives up).
+func (c *Conn) interruptOnLoop(closeNow bool) {
+	c.server.Loop.Post(func() {
+		switch {
+		case c.lp != nil:
+			c.lp.shutdown(closeNow)
+		case closeNow:
+			c.raw.Close()
+		default:
+			c.nc.SetReadDeadline(time.Now())
+		}
+	})
+}

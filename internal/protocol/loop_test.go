@@ -1,0 +1,496 @@
+package protocol
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// onLoop has s serve plaintext clients from an event loop of its own
+// (closed when tb ends), its Handler serving on the loop every request but
+// BLOCK (which may block) and NOLOOP (a stand-in for the Handler's own
+// commands): those move the client to a goroutine.
+func onLoop(tb testing.TB, s *Server) {
+	tb.Helper()
+	if !netloop.Supported {
+		tb.Skip("no event loops here")
+	}
+	l, err := netloop.New()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(l.Close)
+	s.Loop = l
+	s.handler = loopAll{Handler: s.handler}
+}
+
+type loopAll struct{ Handler }
+
+func (loopAll) ServesOnLoop(_ *Conn, args [][]byte) bool {
+	name := strings.ToUpper(string(args[0]))
+	return name != "BLOCK" && name != "NOLOOP"
+}
+
+// multibulk is args as a multibulk request.
+func multibulk(args ...string) string {
+	b := fmt.Appendf(nil, "*%d\r\n", len(args))
+	for _, a := range args {
+		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return string(b)
+}
+
+// TestLoopLeavesForOtherRequests: a pipeline of requests the loop serves
+// with one it does not in the middle (so the connection leaves the loop
+// with a batch under way), sent whole and cut at every byte: every reply
+// comes back, in order, and the connection goes on being served.
+func TestLoopLeavesForOtherRequests(t *testing.T) {
+	var in []byte
+	for i := range 6 {
+		in = append(in, multibulk("ECHO", fmt.Sprint(i))...)
+	}
+	in = append(in, multibulk("NOLOOP", "x")...)
+	for i := range 3 {
+		in = append(in, multibulk("ECHO", fmt.Sprint(10+i))...)
+	}
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("later=%v", later), func(t *testing.T) {
+			dial := serveEcho(t, newEchoHandler(later, false), heldSetup{later: later, loop: true})
+			for cut := range len(in) {
+				nc := dial(t)
+				rd := bufio.NewReader(nc)
+				sendInChunks(t, nc, rd, in, []int{cut})
+				nc.Write([]byte(multibulk("LAST")))
+				expectReplies(t, nc, rd, "LAST", words("LAST")...)
+				nc.Close()
+			}
+		})
+	}
+}
+
+// TestLoopManyClients: clients pipelining and not, replies completed out of
+// order from other goroutines, some clients leaving the loop halfway: each
+// gets its replies in order.
+func TestLoopManyClients(t *testing.T) {
+	addr := serveLater(t, func(s *Server) { onLoop(t, s) })
+	var wg sync.WaitGroup
+	for c := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			rd := bufio.NewReader(nc)
+			next := 0
+			for round := range 200 {
+				n := 1
+				if c%2 == 0 {
+					n = 1 + rand.IntN(16)
+				}
+				var req []byte
+				for i := range n {
+					name := fmt.Sprintf("r%d", next+i)
+					if c%4 == 1 && round == 100 && i == 0 {
+						name = "NOLOOP" // replied +NOLOOP: check by count below
+					}
+					req = append(req, multibulk(name)...)
+				}
+				if _, err := nc.Write(req); err != nil {
+					t.Error(err)
+					return
+				}
+				for i := range n {
+					line, err := rd.ReadString('\n')
+					if err != nil {
+						t.Errorf("client %d: %v", c, err)
+						return
+					}
+					want := fmt.Sprintf("+r%d\r\n", next+i)
+					if c%4 == 1 && round == 100 && i == 0 {
+						want = "+NOLOOP\r\n"
+					}
+					if line != want {
+						t.Errorf("client %d: got %q, want %q", c, line, want)
+						return
+					}
+				}
+				next += n
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestLoopWriteToFullSocket: on the loop, a reply too big for the socket
+// to take at once is finished by a goroutine (the connection leaves the
+// loop); a client that reads only later still gets every byte, then the
+// next reply in order.
+func TestLoopWriteToFullSocket(t *testing.T) {
+	addr := serveLater(t, func(s *Server) { onLoop(t, s) })
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const size = 8 << 20
+	if _, err := nc.Write([]byte(multibulk("BIG", "8388608"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the socket fills; the write must not be lost
+	if _, err := nc.Write([]byte(multibulk("next"))); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	rd := bufio.NewReader(nc)
+	head, err := rd.ReadString('\n')
+	if err != nil || head != "$8388608\r\n" {
+		t.Fatalf("header %q, %v", head, err)
+	}
+	body := make([]byte, size+2)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Trim(string(body[:size]), "x") != "" || string(body[size:]) != "\r\n" {
+		t.Fatal("big reply corrupted")
+	}
+	if line, err := rd.ReadString('\n'); err != nil || line != "+next\r\n" {
+		t.Fatalf("after the big reply: %q, %v", line, err)
+	}
+}
+
+// TestLoopWriteOverHardLimit: on the loop too, a batch over the normal
+// class's hard output limit closes the client, with none of the reply.
+func TestLoopWriteOverHardLimit(t *testing.T) {
+	addr := serveLater(t, func(s *Server) { s.NormalOutput = OutputLimit{Hard: 1 << 20}; onLoop(t, s) })
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Write([]byte(multibulk("ping")))
+	rd := bufio.NewReader(nc)
+	if line, _ := rd.ReadString('\n'); line != "+ping\r\n" {
+		t.Fatalf("got %q", line)
+	}
+	nc.Write([]byte(multibulk("BIG", "2097152")))
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, rd)
+	if err != nil || n != 0 {
+		t.Fatalf("want the connection closed with no bytes, got %d bytes, %v", n, err)
+	}
+}
+
+// closeCounter counts requests and Closed calls, answering each request
+// from another goroutine after release is closed.
+type closeCounter struct {
+	release chan struct{}
+	served  atomic.Int64
+	closed  atomic.Int64
+}
+
+func (h *closeCounter) ServeCommand(_ *Conn, args [][]byte, p *resp.Reply) {
+	h.served.Add(1)
+	reply := fmt.Appendf(nil, "+%s\r\n", args[0])
+	go func() {
+		<-h.release
+		p.Buf = append(p.Buf, reply...)
+		p.Done()
+	}()
+}
+func (h *closeCounter) BatchDone(*Conn)  {}
+func (h *closeCounter) ClientGone(*Conn) {}
+func (h *closeCounter) Closed(*Conn)     { h.closed.Add(1) }
+
+// TestLoopClientGoneWithBatchInFlight: clients that close while their
+// replies are still coming (or with nothing in flight, or halfway through
+// a request) are released once each, after their replies, and the server
+// counts none of them any more.
+func TestLoopClientGoneWithBatchInFlight(t *testing.T) {
+	h := &closeCounter{release: make(chan struct{})}
+	s := NewServer(h, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Shutdown(context.Background())
+	// With replies still to come, with nothing sent, and halfway through a
+	// request after a whole one.
+	sends := []string{multibulk("a") + multibulk("b"), "", multibulk("a") + "*2\r\n$1", multibulk("a")}
+	for _, send := range sends {
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Write([]byte(send))
+		nc.Close()
+	}
+	// The three with requests wait for their replies; the other is gone.
+	waitFor(t, "4 requests served, 3 clients waiting, 1 closed", func() bool {
+		return h.served.Load() == 4 && s.Clients() == 3 && h.closed.Load() == 1
+	})
+	close(h.release)
+	waitFor(t, "every client closed once", func() bool {
+		return s.Clients() == 0 && h.closed.Load() == int64(len(sends))
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after a generous
+// deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLoopShutdown: Shutdown lets clients on the loop have the replies to
+// the requests they sent, then closes them, idle ones at once.
+func TestLoopShutdown(t *testing.T) {
+	h := &closeCounter{release: make(chan struct{})}
+	s := NewServer(h, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	busy, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	idle, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	busy.Write([]byte(multibulk("a")))
+	waitFor(t, "2 clients, 1 request served", func() bool { return s.Clients() == 2 && h.served.Load() == 1 })
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- s.Shutdown(ctx)
+	}()
+	idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := idle.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle client: %d bytes, %v; want it closed", n, err)
+	}
+	close(h.release)
+	busy.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(busy)
+	if err != nil || string(got) != "+a\r\n" {
+		t.Fatalf("busy client got %q, %v; want its reply, then the end", got, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoopAllocations: a request served on the loop, its reply completed
+// at once or by another goroutine, allocates nothing (counted, not timed).
+func TestLoopAllocations(t *testing.T) {
+	for name, h := range map[string]Handler{"at once": okHandler{}, "later": laterNowHandler{}} {
+		t.Run(name, func(t *testing.T) {
+			roundTrip := dialServer(t, h, func(s *Server) { onLoop(t, s) })
+			for range 100 {
+				roundTrip()
+			}
+			if n := testing.AllocsPerRun(1000, roundTrip); n >= 1 {
+				t.Errorf("%.2f allocations per request, want 0", n)
+			}
+		})
+	}
+}
+
+// BenchmarkServeLoop is BenchmarkServeLater on the loop.
+func BenchmarkServeLoop(b *testing.B) {
+	benchServe(b, laterNowHandler{}, func(s *Server) { onLoop(b, s) })
+}
+
+// lyingHandler says it serves everything on the loop, BLOCK too, which
+// calls MayBlock.
+type lyingHandler struct{ *echoHandler }
+
+func (lyingHandler) ServesOnLoop(*Conn, [][]byte) bool { return true }
+
+// TestLoopHandlerThatLies: a request the Handler served on the loop
+// although it may block moves the client to a goroutine, which waits for
+// it as for any blocking request: a client that goes away meanwhile is
+// noticed (ClientGone), and the replies of one that stays come in order
+// once it is released.
+func TestLoopHandlerThatLies(t *testing.T) {
+	h := newEchoHandler(false, true)
+	s := NewServer(lyingHandler{h}, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	s.handler = lyingHandler{h} // onLoop wrapped it
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	var release sync.Once
+	defer func() {
+		release.Do(func() { close(h.release) }) // else Shutdown waits for BLOCK
+		s.Shutdown(context.Background())
+	}()
+	gone, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Write([]byte(multibulk("BLOCK")))
+	gone.Close()
+	select {
+	case <-h.gone:
+	case <-time.After(replyWait):
+		t.Fatal("ClientGone was not called for a client that went away while blocked")
+	}
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("BLOCK") + multibulk("ECHO", "b")))
+	release.Do(func() { close(h.release) })
+	expectReplies(t, nc, rd, "ECHO a, BLOCK, ECHO b", words("ECHO a", "BLOCK", "ECHO b")...)
+	nc.Write([]byte(multibulk("LAST")))
+	expectReplies(t, nc, rd, "LAST", words("LAST")...)
+}
+
+// waitingHandler serves everything on the loop (it says), but completes
+// ECHO's reply on the loop, later (as the backend's loop connections do),
+// and WAITS after WaitReplies.
+type waitingHandler struct {
+	echoHandler
+	loop *netloop.Loop
+}
+
+func (waitingHandler) ServesOnLoop(*Conn, [][]byte) bool { return true }
+
+func (h *waitingHandler) ServeCommand(c *Conn, args [][]byte, p *resp.Reply) {
+	reply := echoReply(args)
+	if string(args[0]) == "WAITS" {
+		c.WaitReplies(p)
+		p.Buf = append(p.Buf, reply...)
+		p.Done()
+		return
+	}
+	h.loop.Post(func() {
+		p.Buf = append(p.Buf, reply...)
+		p.Done()
+	})
+}
+
+// TestLoopWaitRepliesOnLoop: a Handler that waits for earlier replies on
+// the loop (ServesOnLoop let such a request through) would wait for the
+// loop itself, and every client of the loop would hang: the request is
+// answered as a panic instead (its client closed after its replies), and
+// the loop goes on serving the others.
+func TestLoopWaitRepliesOnLoop(t *testing.T) {
+	h := &waitingHandler{}
+	s := NewServer(h, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	h.loop = s.Loop
+	s.handler = h // onLoop wrapped it
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Shutdown(context.Background())
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("WAITS")))
+	expectReplies(t, nc, rd, "ECHO a", words("ECHO a")...)
+	nc.SetReadDeadline(time.Now().Add(replyWait))
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "-ERR fenceproxy: internal error") {
+		t.Fatalf("WAITS on the loop: %q, %v; want the internal error", line, err)
+	}
+	if _, err := rd.ReadByte(); err != io.EOF {
+		t.Fatalf("after the internal error: %v; want the connection closed", err)
+	}
+	other, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.Write([]byte(multibulk("ECHO", "b")))
+	expectReplies(t, other, bufio.NewReader(other), "ECHO b on another client", words("ECHO b")...)
+}
+
+// TestLoopShutdownServesWhatWasSent: a pipeline longer than the read
+// buffer (and than a batch on the loop), whose first reply is in when
+// Shutdown begins, is answered whole before the connection closes:
+// requests already sent are served, as at SIGTERM.
+func TestLoopShutdownServesWhatWasSent(t *testing.T) {
+	s := NewServer(laterHandler{}, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const n = 300
+	var req []byte
+	for i := range n {
+		req = append(req, multibulk(fmt.Sprintf("r%d", i))...)
+	}
+	if _, err := nc.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	rd := bufio.NewReader(nc)
+	if line, err := rd.ReadString('\n'); err != nil || line != "+r0\r\n" {
+		t.Fatalf("first reply %q, %v", line, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- s.Shutdown(ctx)
+	}()
+	for i := 1; i < n; i++ {
+		if line, err := rd.ReadString('\n'); err != nil || line != fmt.Sprintf("+r%d\r\n", i) {
+			t.Fatalf("reply %d after Shutdown began: %q, %v", i, line, err)
+		}
+	}
+	if b, err := rd.ReadByte(); err != io.EOF {
+		t.Fatalf("after the last reply: %q, %v; want the end", b, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
