@@ -311,7 +311,7 @@ func (h *Handler) clientList(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	var b []byte
 	c.Server().Each(func(o *protocol.Conn) {
 		ci := h.clients.of(o.ID)
-		if ci == nil || (ids != nil && !ids[o.ID]) || (typ != "" && clientType(ci) != typ) {
+		if ci == nil || o.Killed() || (ids != nil && !ids[o.ID]) || (typ != "" && clientType(ci) != typ) {
 			return
 		}
 		var self [][]byte
@@ -425,7 +425,7 @@ func (h *Handler) kill(c *protocol.Conn, match func(*protocol.Conn, *clientInfo)
 	var victims []*protocol.Conn
 	c.Server().Each(func(o *protocol.Conn) {
 		ci := h.clients.of(o.ID)
-		if ci == nil || (o == c && skipMe) || !match(o, ci) {
+		if ci == nil || o.Killed() || (o == c && skipMe) || !match(o, ci) {
 			return
 		}
 		victims = append(victims, o)

@@ -55,6 +55,7 @@ type Conn struct {
 	mayBlock        bool
 	writesTaken     bool
 	closing         atomic.Bool
+	killed          atomic.Bool // Kill was called: gone, for CLIENT LIST and KILL
 	// reading is true while serve waits for the client's next request: the
 	// only time the idle timeout runs and a held batch is ended (see
 	// clientReader).
@@ -139,8 +140,25 @@ func (c *Conn) FD() int {
 }
 
 // Kill closes the client's connection from any goroutine (CLIENT KILL):
-// its goroutine then ends it as if the client had gone.
-func (c *Conn) Kill() { c.nc.Close() }
+// its goroutine then ends it as if the client had gone. A connection that
+// started on the event loop is closed on the loop, which holds its socket
+// while it is there (its nc is nil then): at once, or once the batch it
+// has in flight is written, as Shutdown's closeNow.
+func (c *Conn) Kill() {
+	if c.killed.Swap(true) {
+		return
+	}
+	if c.onLoop {
+		c.interruptOnLoop(true)
+		return
+	}
+	c.nc.Close()
+}
+
+// Killed reports whether Kill was called: the connection is closing, if
+// not closed yet (on the loop that may take a moment), and counts as gone,
+// as a killed client is to Redis.
+func (c *Conn) Killed() bool { return c.killed.Load() }
 
 // CloseAfterReply asks for the connection to be closed once the replies
 // queued so far are written (QUIT, protocol errors).
