@@ -55,7 +55,8 @@ type Conn struct {
 	mayBlock        bool
 	writesTaken     bool
 	closing         atomic.Bool
-	killed          atomic.Bool // Kill was called: gone, for CLIENT LIST and KILL
+	killed          atomic.Bool  // Kill was called: gone, for CLIENT LIST and KILL
+	fd              atomic.Int64 // the socket's descriptor (FD)
 	// reading is true while serve waits for the client's next request: the
 	// only time the idle timeout runs and a held batch is ended (see
 	// clientReader).
@@ -120,9 +121,14 @@ func (c *Conn) Buffered() int {
 }
 
 // FD is the client socket's file descriptor (CLIENT LIST's fd), -1 if it
-// has none. Safe from any goroutine.
-func (c *Conn) FD() int {
-	nc := c.nc
+// has none. Safe from any goroutine: the descriptor changes when the
+// connection moves between the event loop and a goroutine (netloop's
+// Detach and Attach duplicate it), so it is kept in c.fd, set where it
+// changes, and nc, which the move replaces, is not read here.
+func (c *Conn) FD() int { return int(c.fd.Load()) }
+
+// fdOf is nc's file descriptor, -1 if it has none.
+func fdOf(nc net.Conn) int {
 	if tc, ok := nc.(*tls.Conn); ok {
 		nc = tc.NetConn()
 	}
@@ -526,6 +532,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)
+	c.fd.Store(int64(fdOf(nc)))
 	c.bindRawConn()
 	return c
 }

@@ -2,6 +2,7 @@ package passthrough
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -256,6 +257,64 @@ func TestMonitorLikeRedis(t *testing.T) {
 	}
 	if b, _ := testenv.ParseBulk(proxy.Do("CLIENT", "LIST")); strings.Contains(string(b), "flags=O") {
 		t.Errorf("CLIENT LIST after the monitor's RESET still shows it monitoring: %q", b)
+	}
+	pr.alive(t)
+}
+
+// TestClientListWhileClientsLeaveTheLoop: CLIENT LIST reads every client's
+// socket descriptor (fd=) while clients move from the serve loop to a
+// goroutine of their own (a client that sent only CLIENT ID is on the loop;
+// its BLPOP moves it), which replaces the socket and its descriptor. The
+// descriptor is read where the move writes it (the proxy, built with -race,
+// reported a data race on the connection's net.Conn before), and every fd=
+// is a number.
+func TestClientListWhileClientsLeaveTheLoop(t *testing.T) {
+	pr := startPair(t)
+	lister := testenv.Dial(t, pr.Proxy.Addr)
+	stop := make(chan struct{})
+	type result struct {
+		listed int
+		bad    string
+	}
+	out := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { out <- r }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			reply, err := lister.TryDo("CLIENT", "LIST")
+			if err != nil {
+				r.bad = err.Error()
+				return
+			}
+			r.listed++
+			list, _ := testenv.ParseBulk(reply)
+			for _, f := range strings.Fields(string(list)) {
+				if v, ok := strings.CutPrefix(f, "fd="); ok {
+					if _, err := strconv.Atoi(v); err != nil {
+						r.bad = "fd=" + v
+						return
+					}
+				}
+			}
+		}
+	}()
+	for range 20 {
+		c := testenv.Dial(t, pr.Proxy.Addr)
+		c.Do("CLIENT", "ID")
+		c.Do("BLPOP", "loop:leave", "0.01")
+	}
+	close(stop)
+	r := <-out
+	if r.bad != "" {
+		t.Fatalf("CLIENT LIST while clients left the loop: %s", r.bad)
+	}
+	if r.listed == 0 {
+		t.Fatal("no CLIENT LIST ran while clients left the loop")
 	}
 	pr.alive(t)
 }
