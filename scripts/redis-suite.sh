@@ -14,6 +14,9 @@
 #                 exit 1 when any unit does worse through fenceproxy than
 #                 against plain Redis: fewer passed, more failed, an
 #                 exception or a timeout Redis did not have (for CI)
+#   --multidb     run without the suite's --singledb, so its tests SELECT 9
+#                 (and 10, 11, 12) as they do against a server of their own
+#                 (standalone only)
 #   --keep        keep the work directory (logs of every run) and print it
 #   --cluster     in front of a Redis Cluster: fenceproxy fronts a fresh
 #                 3-master cluster (no replicas), and the baseline column is
@@ -27,6 +30,7 @@
 # front of it) on free loopback ports, configured as the suite's own
 # tests/assets/default.conf, and runs
 #   ./runtest --host H --port P --single UNIT --singledb --tags -needs:repl
+# (without --singledb under --multidb).
 # A unit stops at its first exception, so "exc" marks where a run ended
 # early; "timeout" marks a run this script stopped.
 #
@@ -34,8 +38,9 @@
 # tarball, redis_7.0.15.orig.tar.gz), fetched once with apt-get source and
 # kept under REDIS_SUITE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/fenceproxy);
 # REDIS_SUITE_SRC=DIR uses an unpacked redis-7.0.15 tree instead. Needs tclsh
-# (apt-get install tcl), redis-server and Go. Only the processes this script
-# starts are stopped, by pid.
+# (apt-get install tcl), redis-server and Go. FENCEPROXY_BIN=PATH runs that
+# fenceproxy binary instead of building this tree (to compare two builds).
+# Only the processes this script starts are stopped, by pid.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
@@ -69,6 +74,7 @@ cluster=0
 unit_timeout=300
 fail_under=0
 keep=0
+singledb=(--singledb)
 units=()
 while (($#)); do
 	case $1 in
@@ -79,6 +85,7 @@ while (($#)); do
 		shift
 		;;
 	--fail-under-baseline) fail_under=1 ;;
+	--multidb) singledb=() ;;
 	--keep) keep=1 ;;
 	--cluster) cluster=1 ;;
 	-h | --help)
@@ -90,6 +97,9 @@ while (($#)); do
 	esac
 	shift
 done
+if ((cluster && !${#singledb[@]})); then
+	die "--multidb and --cluster do not go together: a Redis Cluster has database 0 only (the suite's --cluster-mode implies --singledb)"
+fi
 if ((!${#units[@]})); then
 	if ((cluster)); then
 		units=("${cluster_units[@]}")
@@ -165,8 +175,13 @@ fail() {
 	exit 1
 }
 
-log "building fenceproxy"
-go build -o "$work/fenceproxy" ./cmd/fenceproxy
+if [[ -n ${FENCEPROXY_BIN:-} ]]; then
+	[[ -x $FENCEPROXY_BIN ]] || die "FENCEPROXY_BIN=$FENCEPROXY_BIN is not an executable"
+	cp "$FENCEPROXY_BIN" "$work/fenceproxy"
+else
+	log "building fenceproxy"
+	go build -o "$work/fenceproxy" ./cmd/fenceproxy
+fi
 
 # The suite's tests/assets/default.conf, less what a daemonized throwaway
 # server sets itself.
@@ -191,12 +206,16 @@ start_cluster() {
 		ports+=("$bus")
 		# No data of an earlier run's node (DEBUG RELOAD saves it): a node
 		# that loads keys of slots it does not own claims those slots.
-		rm -f "$work/nodes-$i.conf" "$work/node$i.rdb"
+		# Each node its own AOF directory: units that turn appendonly on
+		# (unit/type/stream's DEBUG LOADAOF) had the three nodes write one
+		# manifest, and a node loading another's exited.
+		rm -rf "$work/nodes-$i.conf" "$work/node$i.rdb" "$work/appendonlydir-node$i"
 		# A node timeout well above the suite's DEBUG SLEEPs and busy
 		# scripts: a master taken for failed would end the run in
 		# CLUSTERDOWN.
 		start_redis "node$i" "$port" "${redis_conf[@]}" --cluster-enabled yes \
-			--cluster-config-file "nodes-$i.conf" --cluster-port "$bus" --cluster-node-timeout 60000
+			--cluster-config-file "nodes-$i.conf" --cluster-port "$bus" --cluster-node-timeout 60000 \
+			--appenddirname "appendonlydir-node$i"
 		cluster_ports+=("$port")
 	done
 	if ((n == 1)); then
@@ -304,7 +323,7 @@ run_unit() {
 	local base
 	base=$(($(free_port) + 32))
 	(cd "$suite" && timeout -k 10 "$unit_timeout" ./runtest --host 127.0.0.1 --port "$port" \
-		--single "$unit" --singledb "${mode[@]}" --tags -needs:repl --timeout "$unit_timeout" \
+		--single "$unit" "${singledb[@]}" "${mode[@]}" --tags -needs:repl --timeout "$unit_timeout" \
 		--baseport "$base" >"$out" 2>&1) || rc=$?
 	if [[ -n $proxy_pid ]]; then
 		stop_pid fenceproxy "$proxy_pid" >/dev/null 2>&1

@@ -302,6 +302,9 @@ func (p *proxy) connectBackend(ctx context.Context, backendTLS *tls.Config) erro
 		Logger:         p.logger,
 		TLS:            backendTLS,
 		Loop:           p.loop,
+		// The token authority's keys (internal/authority): in front of a
+		// Redis Cluster, left out of DBSIZE, KEYS and SCAN.
+		OwnKeys: authority.Keys(authorityPrefix(cfg.keyPrefix)),
 		// After a failover the token authority's heartbeat goes to the
 		// new master at once (the authority starts after the backend).
 		OnMasterChange: func() {
@@ -417,6 +420,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		Info:           p.info,
 		ACL:            acl,
 		Tier:           p.tierOptions(),
+		BackendUser:    cfg.backendUser,
 	})
 }
 
@@ -546,4 +550,13 @@ func fewestReplicas(be cluster.Backend) int {
 		}
 	}
 	return max(fewest, 0)
+}
+
+// authorityPrefix is the prefix the token authority's keys are under: the
+// lock records' --key-prefix, defaulted as internal/authority does.
+func authorityPrefix(prefix string) string {
+	if prefix == "" {
+		return "fenceproxy:lock:"
+	}
+	return prefix
 }

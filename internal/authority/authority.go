@@ -93,14 +93,19 @@ type Options struct {
 // Authority is this process's seat as the backend's token authority. Safe
 // for concurrent use; Admit is cheap enough for every lock command.
 type Authority struct {
-	opts               Options
-	id                 string
-	boundKey, liveKey  string
-	member             string
-	memberStore        string // the member's first part (Options.Member)
-	validFor, liveFor  time.Duration
-	status             atomic.Pointer[status]
-	redisBound         atomic.Uint64
+	opts              Options
+	id                string
+	boundKey, liveKey string
+	member            string
+	memberStore       string // the member's first part (Options.Member)
+	validFor, liveFor time.Duration
+	status            atomic.Pointer[status]
+	redisBound        atomic.Uint64
+	// db is the database the keys live in (keysDB), -1 until found; the
+	// loop's goroutine finds it again after a round that failed (a
+	// failover may have brought a Redis with fewer databases). Close
+	// reads it too.
+	db                 atomic.Int64
 	kick, done, exited chan struct{}
 	stopOnce           sync.Once
 
@@ -138,8 +143,8 @@ func New(opts Options) *Authority {
 	a := &Authority{
 		opts:      opts,
 		id:        opts.ID,
-		boundKey:  opts.KeyPrefix + "{authority}:bound",
-		liveKey:   opts.KeyPrefix + "{authority}:live",
+		boundKey:  Keys(opts.KeyPrefix)[1],
+		liveKey:   Keys(opts.KeyPrefix)[0],
 		validFor:  2 * opts.Interval,
 		kick:      make(chan struct{}, 1),
 		firstSeen: map[string]string{},
@@ -159,6 +164,7 @@ func New(opts Options) *Authority {
 	a.liveFor = a.validFor + opts.ReplicaTimeout + time.Second
 	a.member = a.memberStore + "/" + opts.Store.Run() + "/" + a.id
 	a.status.Store(&status{})
+	a.db.Store(-1)
 	return a
 }
 
@@ -237,9 +243,9 @@ func (a *Authority) Close() {
 		close(a.done)
 		<-a.exited
 		a.status.Store(&status{})
-		if node := a.opts.Backend.MasterForKey([]byte(a.liveKey)); node != nil {
+		if node := a.opts.Backend.MasterForKey([]byte(a.liveKey)); node != nil && a.db.Load() >= 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = leaveScript.Run(ctx, node.Client, []string{a.liveKey}, a.member).Err()
+			_ = leaveScript.Run(ctx, node.Client, []string{a.liveKey}, a.member, a.db.Load()).Err()
 			cancel()
 		}
 	})
@@ -292,10 +298,15 @@ func (a *Authority) round(ctx context.Context) error {
 	if node == nil {
 		return fmt.Errorf("%w: %w", errHeartbeat, cluster.ErrUnavailable)
 	}
+	db, err := a.keysDB(ctx, node)
+	if err != nil {
+		return fmt.Errorf("%w: finding the database for the token authority's keys: %w", errHeartbeat, err)
+	}
 	reply, err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
-		a.member, a.liveFor.Milliseconds(), maxMembers).Slice()
+		a.member, a.liveFor.Milliseconds(), maxMembers, db).Slice()
 	if err != nil {
 		a.opts.Backend.Refresh() // in front of a cluster, the slot may have moved
+		a.db.Store(-1)           // a failover may have brought a Redis with fewer databases
 		return fmt.Errorf("%w: %w", errHeartbeat, err)
 	}
 	hb, err := parseHeartbeat(reply)
@@ -450,10 +461,14 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 	if node == nil {
 		return 0, cluster.ErrUnavailable
 	}
+	db := a.db.Load()
+	if db < 0 {
+		return 0, fmt.Errorf("the token authority's database is not known yet (no heartbeat round ran)")
+	}
 	w := a.opts.Writer.StartOn(ctx, node, locks.ScriptCall{
 		Source: shareScript,
 		Keys:   []string{a.boundKey},
-		Args:   []any{strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run()},
+		Args:   []any{strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run(), db},
 	}, true)
 	reply, err := w.Reply()
 	if err != nil {
@@ -549,26 +564,74 @@ func splitMember(m string) (store, run, id string, ok bool) {
 }
 
 // parseHeartbeat reads heartbeatScript's {members with scores, bound,
-// store, run}.
+// store, run, legacy members with scores, legacy bound, store, run}: the
+// members of both sets, and the higher bound with who raised it.
 func parseHeartbeat(reply []any) (hb heartbeat, err error) {
-	if len(reply) != 4 {
+	if len(reply) != 8 {
 		return hb, fmt.Errorf("unexpected heartbeat reply %v", reply)
 	}
-	list, _ := reply[0].([]any)
-	hb.members = make(map[string]string, len(list)/2)
-	for i := 0; i+1 < len(list); i += 2 {
-		m, _ := list[i].(string)
-		score, _ := list[i+1].(string)
-		hb.members[m] = score
-	}
-	if reply[1] != nil {
-		if hb.bound, err = toUint(reply[1]); err != nil {
+	hb.members = map[string]string{}
+	for _, at := range []int{0, 4} {
+		list, _ := reply[at].([]any)
+		for i := 0; i+1 < len(list); i += 2 {
+			m, _ := list[i].(string)
+			score, _ := list[i+1].(string)
+			hb.members[m] = score
+		}
+		if reply[at+1] == nil {
+			continue
+		}
+		bound, err := toUint(reply[at+1])
+		if err != nil {
 			return hb, fmt.Errorf("the token bound in Redis is not a token: %w", err)
 		}
+		if bound > hb.bound {
+			hb.bound = bound
+			hb.store, _ = reply[at+2].(string)
+			hb.run, _ = reply[at+3].(string)
+		}
 	}
-	hb.store, _ = reply[2].(string)
-	hb.run, _ = reply[3].(string)
 	return hb, nil
+}
+
+// keysDB is the database the authority's keys live in: in front of a
+// standalone Redis its highest (databases - 1: 15 by default), so that
+// what clients write and count in database 0 (DBSIZE, SCAN, KEYS,
+// RANDOMKEY, INFO keyspace, FLUSHDB) is theirs alone; in front of a Redis
+// Cluster, which has only database 0, database 0. It is what Redis says
+// (CONFIG GET databases, or SELECT's own range when CONFIG is refused), so
+// every fenceproxy in front of one Redis finds the same one whatever its
+// flags: the live set detects a second authority only if both write it in
+// one place. Found at the first round, and again after a round that
+// failed.
+func (a *Authority) keysDB(ctx context.Context, node *cluster.Node) (int64, error) {
+	if db := a.db.Load(); db >= 0 {
+		return db, nil
+	}
+	var db int64
+	if !a.opts.Backend.RoutesByKey() {
+		n, err := databases(ctx, node)
+		if err != nil {
+			return 0, err
+		}
+		db = n - 1
+	}
+	a.db.Store(db)
+	return db, nil
+}
+
+// databases is how many databases the Redis of node has.
+func databases(ctx context.Context, node *cluster.Node) (int64, error) {
+	if got, err := node.Client.ConfigGet(ctx, "databases").Result(); err == nil {
+		if n, err := strconv.ParseInt(got["databases"], 10, 64); err == nil && n >= 1 {
+			return n, nil
+		}
+	}
+	top, err := topDBScript.Run(ctx, node.Client, nil).Int64()
+	if err != nil {
+		return 0, err
+	}
+	return top + 1, nil
 }
 
 func toUint(v any) (uint64, error) {
@@ -588,6 +651,7 @@ type Stats struct {
 	StoreID, AuthorityID string
 	RedisBound           uint64 // the bound last read from or written to Redis (0: missing)
 	Floor                uint64 // the store's token floor
+	DB                   int64  // the database of the authority's keys (-1: not found yet)
 	Joined               bool
 	Confirmed            bool     // Admit would admit a lock command now
 	Others               []string // other live stores' ids while in conflict
@@ -598,7 +662,7 @@ func (a *Authority) Stats() Stats {
 	st := a.status.Load()
 	s := Stats{
 		StoreID: a.opts.Store.ID(), AuthorityID: a.id,
-		RedisBound: a.redisBound.Load(), Floor: a.opts.Store.Floor(),
+		RedisBound: a.redisBound.Load(), Floor: a.opts.Store.Floor(), DB: a.db.Load(),
 		Joined: st.joined, Confirmed: a.Admit() == nil,
 	}
 	if st.conflict != nil {
@@ -611,8 +675,8 @@ func (a *Authority) Stats() Stats {
 func (a *Authority) Info() string {
 	s := a.Stats()
 	return fmt.Sprintf("fence_store_id:%s\r\ntoken_authority_id:%s\r\ntoken_authority_confirmed:%d\r\n"+
-		"token_authority_conflict:%d\r\ntoken_authority_others:%s\r\ntoken_bound_redis:%d\r\ntoken_floor:%d\r\n",
-		s.StoreID, s.AuthorityID, b2i(s.Confirmed), b2i(len(s.Others) > 0), strings.Join(s.Others, ","), s.RedisBound, s.Floor)
+		"token_authority_conflict:%d\r\ntoken_authority_others:%s\r\ntoken_authority_db:%d\r\ntoken_bound_redis:%d\r\ntoken_floor:%d\r\n",
+		s.StoreID, s.AuthorityID, b2i(s.Confirmed), b2i(len(s.Others) > 0), strings.Join(s.Others, ","), s.DB, s.RedisBound, s.Floor)
 }
 
 func b2i(b bool) int {
@@ -670,4 +734,10 @@ func (a *Authority) scanRecords(ctx context.Context) (uint64, error) {
 		}
 	}
 	return best, nil
+}
+
+// Keys are the names of the authority's two keys under prefix (the
+// lock records' --key-prefix): the live set and the bound.
+func Keys(prefix string) []string {
+	return []string{prefix + "{authority}:live", prefix + "{authority}:bound"}
 }

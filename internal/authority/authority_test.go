@@ -71,9 +71,23 @@ func (su *setup) killed(t *testing.T, dir string) *Authority {
 		t.Fatal(err)
 	}
 	a.Close()
-	testenv.Dial(t, su.redis.Addr).Do("ZADD", a.liveKey, liveUntil(time.Minute), a.member)
+	su.keysConn(t).Do("ZADD", a.liveKey, liveUntil(time.Minute), a.member)
 	s.Close()
 	return a
+}
+
+// keysDB is where the authority keeps its keys on a Redis with the
+// default 16 databases: the highest.
+const keysDB = "15"
+
+// keysConn is a connection to Redis in the authority's database.
+func (su *setup) keysConn(t *testing.T) *testenv.Conn {
+	t.Helper()
+	c := testenv.Dial(t, su.redis.Addr)
+	if r := c.Do("SELECT", keysDB); string(r) != "+OK\r\n" {
+		t.Fatalf("SELECT %s = %s", keysDB, testenv.ShowReply(r))
+	}
+	return c
 }
 
 // liveUntil is a heartbeat score d from now.
@@ -169,7 +183,7 @@ func TestPredecessorSeenAlive(t *testing.T) {
 	su := newSetup(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	a := su.killed(t, dir)
-	direct := testenv.Dial(t, su.redis.Addr)
+	direct := su.keysConn(t)
 	s := openStore(t, dir)
 	b := su.start(t, s)
 	if err := b.Admit(); err != nil {
@@ -214,7 +228,7 @@ func TestBoundRewrittenAfterLoss(t *testing.T) {
 	su := newSetup(t)
 	s := openStore(t, t.TempDir())
 	a := su.start(t, s)
-	direct := testenv.Dial(t, su.redis.Addr)
+	direct := su.keysConn(t)
 	direct.Do("FLUSHALL")
 	want := strconv.FormatUint(s.SyncedBound(), 10)
 	waitFor(t, "the bound rewritten", func() bool {
@@ -235,4 +249,89 @@ func TestHeartbeatLapse(t *testing.T) {
 	waitFor(t, "lock commands refused with Redis stopped", func() bool { return errors.Is(a.Admit(), ErrUnconfirmed) })
 	su.redis.Cont()
 	waitFor(t, "lock commands admitted again", func() bool { return a.Admit() == nil })
+}
+
+// TestKeysInHighestDatabase: in front of a standalone Redis the two keys
+// live in its highest database, whether CONFIG says how many there are or
+// SELECT's range has to; database 0 stays the clients'.
+func TestKeysInHighestDatabase(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		db   int64
+	}{
+		{"default", nil, 15},
+		{"databases 4", []string{"--databases", "4"}, 3},
+		{"databases 1", []string{"--databases", "1"}, 0},
+		{"CONFIG renamed", []string{"--databases", "40", "--rename-command", "CONFIG", ""}, 39},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.StartRedis(t, testenv.RedisOptions{Args: tc.args})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{r.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(be.Close)
+			su := &setup{redis: r, be: be, writer: locks.NewWriter(locks.WriterOptions{Backend: be, ReplicaTimeout: 200 * time.Millisecond})}
+			a := su.start(t, openStore(t, t.TempDir()))
+			if err := a.Admit(); err != nil {
+				t.Fatalf("Admit = %v", err)
+			}
+			if got := a.Stats().DB; got != tc.db {
+				t.Fatalf("Stats().DB = %d, want %d", got, tc.db)
+			}
+			c := testenv.Dial(t, r.Addr)
+			db := strconv.FormatInt(tc.db, 10)
+			c.Do("SELECT", db)
+			for _, k := range []string{a.liveKey, a.boundKey} {
+				if got := string(c.Do("EXISTS", k)); got != ":1\r\n" {
+					t.Errorf("EXISTS %s in database %s = %s", k, db, got)
+				}
+			}
+			if tc.db != 0 {
+				c.Do("SELECT", "0")
+				if got := string(c.Do("DBSIZE")); got != ":0\r\n" {
+					t.Errorf("DBSIZE of database 0 = %s, want 0: the authority's keys are not the clients'", got)
+				}
+			}
+		})
+	}
+}
+
+// TestLegacyKeysInDatabaseZero: an earlier fenceproxy kept both keys in
+// database 0. Its bound there is honoured (an upgrade that also lost the
+// fence store does not go back) and deleted once covered; its live member
+// there is a conflict for both (this process writes its member there too
+// while one lives), and this member leaves database 0 when it is gone.
+func TestLegacyKeysInDatabaseZero(t *testing.T) {
+	su := newSetup(t)
+	zero := testenv.Dial(t, su.redis.Addr)
+	const boundKey, liveKey = "fenceproxy:lock:{authority}:bound", "fenceproxy:lock:{authority}:live"
+	zero.Do("HSET", boundKey, "bound", "1000000", "store", "old-store", "run", "old-run")
+	s := openStore(t, t.TempDir())
+	a := su.start(t, s)
+	if err := a.Admit(); err != nil {
+		t.Fatalf("Admit = %v", err)
+	}
+	if s.Floor() <= 1000000 {
+		t.Fatalf("floor %d beside a bound of 1000000 in database 0, want above it", s.Floor())
+	}
+	if got := string(zero.Do("EXISTS", boundKey)); got != ":0\r\n" {
+		t.Fatalf("the old bound in database 0 is still there (EXISTS = %s) although the new one covers it", got)
+	}
+
+	old := "old-store/old-run/old-store"
+	zero.Do("ZADD", liveKey, liveUntil(time.Minute), old)
+	waitFor(t, "a conflict with the earlier process's member in database 0", func() bool {
+		c := conflict(a)
+		return c != nil && len(c.Stores) == 1 && c.Stores[0] == "old-store"
+	})
+	waitFor(t, "this member written to database 0 as well", func() bool {
+		return string(zero.Do("ZSCORE", liveKey, a.member)) != "$-1\r\n"
+	})
+	zero.Do("ZREM", liveKey, old)
+	waitFor(t, "lock commands admitted again", func() bool { return a.Admit() == nil })
+	waitFor(t, "this member gone from database 0", func() bool { return string(zero.Do("DBSIZE")) == ":0\r\n" })
 }

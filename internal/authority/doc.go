@@ -22,6 +22,41 @@
 //	                           <member> is the store id (Options.Member
 //	                           for a tier's leader)
 //
+// # Which database
+//
+// In front of a standalone Redis both keys live in its highest database
+// (databases - 1: 15 by default), not in database 0 where clients work.
+// A client's database is then the keyspace it wrote: DBSIZE, SCAN, KEYS,
+// RANDOMKEY, INFO keyspace and FLUSHDB count and see only its keys,
+// inside MULTI and Lua scripts too, with nothing for the proxy to rewrite.
+// Tried and dropped: subtracting the two keys where the proxy answers
+// (DBSIZE, INFO keyspace, SCAN, KEYS, RANDOMKEY), which a script's
+// redis.call('DBSIZE'), a transaction, DEBUG or OBJECT would still show,
+// and which FLUSHDB would still empty. The owner records
+// (<prefix>{resource}) stay in database 0: they are the lock family's
+// data, visible to clients by design (LOCK.INFO describes them, and
+// clients may read them).
+//
+// Nothing of the guarantees depends on the database: Redis persists,
+// replicates and fails over every database alike, and a WAIT counts the
+// connection's writes in any of them, so the bound is as safe there
+// (invariant 1). The database is what Redis says (CONFIG GET databases,
+// or, when CONFIG is refused, the highest index SELECT accepts), never a
+// flag, so that every fenceproxy in front of one Redis writes its member
+// in one set (invariant 3 holds only if they all read the same one). The
+// scripts SELECT it themselves; a script's SELECT ends with the script,
+// so the connections that run them stay in database 0. In front of a
+// Redis Cluster, which has only database 0, both keys stay there, and the
+// proxy's own merged answers (DBSIZE, KEYS, SCAN) count them.
+//
+// An earlier fenceproxy kept both keys in database 0. Until none is left,
+// every round reads those too: their live members count as live (and
+// while there are any, this process writes its member there as well, so
+// that an earlier process, which reads only database 0, sees it and
+// refuses), and their bound counts as the Redis bound if it is higher
+// (so an upgrade that also loses the fence store does not go back);
+// sharing a bound deletes the old one once it is covered.
+//
 // # Invariants
 //
 //  1. The bound only rises. shareScript raises it to a new window's bound

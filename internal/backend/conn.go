@@ -70,6 +70,11 @@ type Options struct {
 	// authenticates (each reconnection too): for the connections that carry
 	// the requests of clients that selected it.
 	DB int
+	// AsUser and AsPassword, if AsUser is set, authenticate the connection
+	// again, last (after the SELECT and ROLE, which it may not be allowed):
+	// a client's connection of its own, run as the Redis user the client
+	// authenticated as. Redis's refusal is the dial's error.
+	AsUser, AsPassword string
 	// Loop, if set, serves the connection from that event loop instead of a
 	// writer and a reader goroutine of its own (loop.go): requests queued
 	// during one pass of the loop leave in one write at its end, and
@@ -101,6 +106,11 @@ type Conn struct {
 	wake chan struct{} // the writer has work
 	done chan struct{} // closed by Close
 
+	// wmu is held from taking wbuf to writing it, by the writer and by
+	// DoNow, so that what they write leaves in queue order. Lock order:
+	// wmu, then mu.
+	wmu   sync.Mutex
+	spare []byte // the buffer wbuf swaps with, under wmu
 	// loop serves the connection instead of the writer and reader
 	// goroutines (loop.go); nc is then a *loopSock.
 	loop *netloop.Loop
@@ -177,7 +187,35 @@ func (c *Conn) connect() (net.Conn, error) {
 			return nil, err
 		}
 	}
+	if c.opts.AsUser != "" {
+		if err := c.authAs(nc); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	return nc, nil
+}
+
+// authAs authenticates nc as AsUser, before it carries anything else.
+func (c *Conn) authAs(nc net.Conn) error {
+	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
+	defer nc.SetDeadline(time.Time{})
+	req := resp.AppendCommand(nil, [][]byte{[]byte("AUTH"), []byte(c.opts.AsUser), []byte(c.opts.AsPassword)})
+	if _, err := nc.Write(req); err != nil {
+		return err
+	}
+	// Only this reply is outstanding, so the reader takes nothing beyond it.
+	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 512))
+	if err != nil {
+		return err
+	}
+	if re, ok := resp.ErrorReply(reply); ok {
+		return re
+	}
+	if string(reply) != "+OK\r\n" {
+		return fmt.Errorf("AUTH answered %q", trimCRLF(reply))
+	}
+	return nil
 }
 
 var roleRequest = []byte("*1\r\n$4\r\nROLE\r\n")
@@ -312,10 +350,29 @@ func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *resp.Reply) {
 	}
 }
 
+// DoNow is Do, and writes the request (with whatever is queued before it)
+// on the caller's goroutine before it returns, rather than leave it to the
+// writer: for the last request of a batch on a connection of one client's
+// own, where there is nothing from others to wait for. A blocking command,
+// or the EXEC of a watched transaction, then leaves for Redis as soon as
+// it is read, a goroutine hop ahead of what another client sends next on a
+// shared connection, as it would reach Redis without the proxy.
+func (c *Conn) DoNow(args [][]byte, p *resp.Reply) {
+	if c.loop != nil {
+		// The loop writes it at the end of this pass; it alone writes to
+		// the socket (pinned connections are not served by the loop).
+		c.Do(args, p)
+		return
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.Do(args, p)
+	c.write()
+}
+
 // writeLoop sends whatever has accumulated since its last write, so that a
 // burst of requests from many clients leaves in one system call.
 func (c *Conn) writeLoop() {
-	var spare []byte
 	for {
 		select {
 		case <-c.wake:
@@ -329,22 +386,29 @@ func (c *Conn) writeLoop() {
 		if !c.opts.NoYield {
 			runtime.Gosched()
 		}
-		c.mu.Lock()
-		buf, nc := c.wbuf, c.nc
-		c.wbuf = spare[:0]
-		c.mu.Unlock()
-		if len(buf) == 0 || nc == nil {
-			spare = buf
-			continue
-		}
-		if _, err := nc.Write(buf); err != nil {
-			c.fail(nc, err)
-		}
-		if cap(buf) > 1<<20 {
-			buf = nil
-		}
-		spare = buf
+		c.wmu.Lock()
+		c.write()
+		c.wmu.Unlock()
 	}
+}
+
+// write sends what is queued; the caller holds wmu.
+func (c *Conn) write() {
+	c.mu.Lock()
+	buf, nc := c.wbuf, c.nc
+	c.wbuf = c.spare[:0]
+	c.mu.Unlock()
+	if len(buf) == 0 || nc == nil {
+		c.spare = buf
+		return
+	}
+	if _, err := nc.Write(buf); err != nil {
+		c.fail(nc, err)
+	}
+	if cap(buf) > 1<<20 {
+		buf = nil
+	}
+	c.spare = buf
 }
 
 // readLoop copies each reply into the request at the head of the queue. It

@@ -2,6 +2,9 @@ package backend_test
 
 import (
 	"errors"
+	"net"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,5 +83,66 @@ func TestFailuresAreErrors(t *testing.T) {
 	}
 	if code, msg := coded.RESPError(); code != "TRYAGAIN" || msg != "fenceproxy: Redis is unreachable, retry shortly" {
 		t.Fatalf("ErrUnavailable's reply = %s %s", code, msg)
+	}
+}
+
+// TestDoNow: DoNow writes the request to Redis itself, before it returns,
+// not later by the connection's writer goroutine (as Do does): it is
+// already readable on the server's side when DoNow returns,
+// with no other goroutine able to run meanwhile (GOMAXPROCS 1, nothing
+// that yields between the two). A pinned connection's blocking command
+// (or a watched transaction's EXEC) so leaves for Redis as soon as it is
+// read, a goroutine hop ahead of the writer of a shared connection, which
+// makes it far more likely to run before another client's write sent just
+// after it (unit/type/stream-cgroups "Blocking XREADGROUP: key deleted").
+func TestDoNow(t *testing.T) {
+	for _, inline := range []bool{true, false} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				accepted <- c
+			}
+		}()
+		conn, err := backend.Dial(backend.Options{Addr: ln.Addr().String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		server := (<-accepted).(*net.TCPConn)
+		defer server.Close()
+		raw, err := server.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		n := -1
+		func() {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			do := conn.Do
+			if inline {
+				do = conn.DoNow
+			}
+			do([][]byte{[]byte("PING")}, resp.NewReplyFunc(func() {}))
+			raw.Read(func(fd uintptr) bool {
+				n, _ = syscall.Read(int(fd), buf) // the socket is non-blocking: EAGAIN if nothing came
+				return true
+			})
+		}()
+		got := ""
+		if n > 0 {
+			got = string(buf[:n])
+		}
+		switch {
+		case inline && got != "*1\r\n$4\r\nPING\r\n":
+			t.Errorf("DoNow: %q on the server when it returned, want the request", got)
+		case !inline && got != "":
+			// The check itself: a writer goroutine could not have run.
+			t.Errorf("Do: %q on the server when it returned, want nothing yet", got)
+		}
 	}
 }

@@ -68,6 +68,11 @@ type Options struct {
 	// Sentinel, if set, names the backend instead of Seeds: the master
 	// these Redis Sentinels name, followed through failovers.
 	Sentinel *SentinelOptions
+	// OwnKeys are keys the proxy keeps in Redis itself (the token
+	// authority's): in front of a Redis Cluster, where they share database
+	// 0 with the clients' keys, DBSIZE, KEYS and SCAN leave them out
+	// (ownkeys.go).
+	OwnKeys []string
 	// OnMasterChange, if set, is called (without waiting for it) when a
 	// standalone backend starts serving from a new master after a failover,
 	// or from its master again after refusing it: for what the proxy keeps

@@ -22,8 +22,9 @@ type broadcastRule struct {
 	sub     []string // the subcommands that broadcast; nil: the command itself
 	merge   merge
 	// mergeArgs, if set, makes the merge from the request's arguments
-	// (SLOWLOG GET's count) instead of merge.
-	mergeArgs func(args [][]byte) merge
+	// and the masters it goes to (SLOWLOG GET's count and ids) instead of
+	// merge.
+	mergeArgs func(c *Cluster, masters []*Node, args [][]byte) merge
 }
 
 var broadcastTable = []broadcastRule{
@@ -54,11 +55,13 @@ var broadcastTable = []broadcastRule{
 	{command: "latency", sub: []string{"history"}, merge: mergeLatencyHistory},
 	{command: "latency", sub: []string{"histogram"}, merge: mergeLatencyHistogram},
 	{command: "latency", sub: []string{"reset"}, merge: mergeLargest},
-	{command: "slowlog", sub: []string{"get"}, mergeArgs: slowlogMerge},
+	{command: "slowlog", sub: []string{"get"}, mergeArgs: func(c *Cluster, masters []*Node, args [][]byte) merge {
+		return slowlogMerge(args, c.slowIDs.renumber(masters))
+	}},
 	{command: "slowlog", sub: []string{"len"}, merge: mergeSum},
 	{command: "slowlog", sub: []string{"reset"}, merge: mergeOK},
 	// DEBUG's switches of server behaviour (tests set them): every master.
-	{command: "debug", sub: []string{"set-active-expire", "quicklist-packed-threshold", "set-skip-checksum-validation", "reload"}, merge: mergeOK},
+	{command: "debug", sub: []string{"set-active-expire", "quicklist-packed-threshold", "set-skip-checksum-validation", "reload", "pause-cron"}, merge: mergeOK},
 }
 
 // keyedSubcommands are subcommands whose key Redis's key specifications do
@@ -68,11 +71,26 @@ var keyedSubcommands = map[string]map[string]bool{
 	"debug": {"object": true, "listpack": true, "quicklist": true, "ziplist": true, "sdslen": true, "digest-value": true},
 }
 
-// keyedSlot is the slot of a keyedSubcommands request's key, -1 if args is
-// not one.
+// slotSubcommands name a slot by number in the argument after the
+// subcommand: the request goes to that slot's master.
+var slotSubcommands = map[string]map[string]bool{
+	"cluster": {"countkeysinslot": true, "getkeysinslot": true},
+}
+
+// keyedSlot is the slot of a keyedSubcommands request's key, or the slot a
+// slotSubcommands request names; -1 if args is neither (or names no valid
+// slot: the first master then answers Redis's own error).
 func keyedSlot(name []byte, args [][]byte) int {
-	if subs := keyedSubcommands[string(name)]; subs != nil && len(args) > 2 && subs[keys.LowerName(args[1])] {
+	if len(args) <= 2 {
+		return -1
+	}
+	if subs := keyedSubcommands[string(name)]; subs != nil && subs[keys.LowerName(args[1])] {
 		return keys.SlotOf(args[2])
+	}
+	if subs := slotSubcommands[string(name)]; subs != nil && subs[keys.LowerName(args[1])] {
+		if slot, ok := resp.ParseInt(args[2]); ok && slot >= 0 && slot < SlotCount {
+			return int(slot)
+		}
 	}
 	return -1
 }
@@ -96,31 +114,43 @@ func init() {
 	}
 }
 
-// broadcastMerge returns the merge of a request that broadcasts, nil if
-// it does not.
-func broadcastMerge(subs map[string]*broadcastRule, args [][]byte) merge {
+// broadcastRuleOf returns the rule of a request that broadcasts, nil if it
+// does not.
+func broadcastRuleOf(subs map[string]*broadcastRule, args [][]byte) *broadcastRule {
 	r := subs[""]
 	if r == nil && len(args) > 1 {
 		r = subs[keys.LowerName(args[1])]
 	}
-	switch {
-	case r == nil:
-		return nil
-	case r.mergeArgs != nil:
-		return r.mergeArgs(args)
+	return r
+}
+
+// mergeFor is r's merge of args sent to masters.
+func (r *broadcastRule) mergeFor(c *Cluster, masters []*Node, args [][]byte) merge {
+	if r.mergeArgs != nil {
+		return r.mergeArgs(c, masters, args)
 	}
 	return r.merge
 }
 
-// broadcast sends args to every master and merges the replies into p.
-func (c *Cluster) broadcast(cl *Client, args [][]byte, m merge, p *resp.Reply) {
-	masters := c.Masters()
+// broadcast sends args to every master of masters and merges the replies
+// into p.
+func (c *Cluster) broadcast(cl *Client, masters []*Node, args [][]byte, m merge, p *resp.Reply) {
 	if len(masters) == 0 {
 		p.Err = backend.ErrUnavailable
 		p.Done()
 		return
 	}
+	if cl.track != nil {
+		p = cl.track.merged(p)
+	}
 	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, m) })
+	if cl.track != nil {
+		r := newRequest(cl, -1, resp.AppendCommand(nil, args))
+		for i, n := range masters {
+			r.deliver(n, false, parts[i])
+		}
+		return
+	}
 	for i, n := range masters {
 		n.pool(cl.RESP3).Conn(cl.ID).Do(args, parts[i])
 	}
@@ -181,9 +211,14 @@ func (c *Cluster) scan(cl *Client, args [][]byte, p *resp.Reply) {
 			p.Done()
 			return
 		}
-		p.Buf = scanReply(part.Buf, at, len(masters), p.Buf)
+		p.Buf = scanReply(c.scanWithoutOwn(part.Buf), at, len(masters), p.Buf)
 		p.Done()
 	})
+	if cl.track != nil {
+		r := newRequest(cl, -1, resp.AppendCommand(nil, req))
+		r.deliver(masters[at], false, part)
+		return
+	}
 	masters[at].pool(cl.RESP3).Conn(cl.ID).Do(req, part)
 }
 

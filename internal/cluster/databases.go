@@ -157,6 +157,18 @@ func (pc *Pinned) Select(db int, p *resp.Reply) {
 	pc.conn.Do(selectRequest(db), p)
 }
 
+// Hello switches the connection's protocol with the client's (HELLO 2 or
+// 3, Redis's reply dropped: the client gets the proxy's); it goes back to
+// the pinned connections of that protocol when released.
+func (pc *Pinned) Hello(resp3 bool) {
+	v := []byte("2")
+	if resp3 {
+		v = []byte("3")
+	}
+	pc.resp3 = resp3
+	pc.conn.Do([][]byte{[]byte("HELLO"), v}, discard())
+}
+
 // Selected records that a SELECT inside a transaction made db the
 // connection's database (EXEC ran it).
 func (pc *Pinned) Selected(db int) { pc.db = db }

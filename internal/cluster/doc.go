@@ -28,8 +28,11 @@
 //     master by broadcast.go's table (INFO too, merged by info.go; a
 //     CONFIG SET is remembered for masters that join later, configs.go),
 //     SCAN walks the masters in turn; anything else that spans slots gets
-//     Redis Cluster's -CROSSSLOT. CLUSTER INFO, NODES, SLOTS, SHARDS and
-//     MYID are answered as a cluster of one node, the proxy (view.go).
+//     Redis Cluster's -CROSSSLOT. CLUSTER INFO, NODES, SLOTS, SHARDS, MYID
+//     and KEYSLOT are answered as a cluster of one node, the proxy, and
+//     the subcommands that change the cluster refused (view.go). DBSIZE,
+//     KEYS and SCAN leave the proxy's own keys out (ownkeys.go); SLOWLOG
+//     GET's entries get ids of the proxy's (slowlog.go).
 //   - Pin: a connection of the client's own (MULTI, WATCH, blocking
 //     commands) to the master of the request's first key; on it, a MOVED or
 //     ASK becomes a -CROSSSLOT that says the key is on another master.
@@ -37,9 +40,14 @@
 //     its master.
 //   - Select: the client's database (databases.go): a standalone master's
 //     pools per database in use, opened lazily; a Redis Cluster only 0.
-//   - Track: a tracking client's connection of its own (tracking.go:
-//     why per client, not one fanned out), with its RESP3 pushes handed
-//     over; standalone only.
+//   - Track: client-side caching (tracking.go: why per client, not one
+//     fanned out). A standalone master gives a tracking client a
+//     connection of its own for all its requests, its RESP3 pushes handed
+//     over; a Redis Cluster gives it a tracker (tracker.go): a connection
+//     of its own to each master it reads from, which Forward and Pin then
+//     route its requests over, CLIENT TRACKING replayed on each, pushes
+//     merged into one stream, a null invalidation when one is lost or its
+//     node stops being a master.
 //   - WaitReplicas: WAIT (and WAITAOF) on every master, each after a write
 //     of the proxy's own on the same connection, answering the smallest
 //     count (wait.go).
@@ -52,8 +60,11 @@
 //     relayed as it is (tunnel.go), a cluster's subscriber keeps shard
 //     channels on their slots' masters and follows them when slots move
 //     (subscriber.go), and mirrors keyspace notification channels and
-//     patterns on every master, since each node publishes only its own
-//     keys' events (keyspace.go, mirror.go).
+//     patterns (and __redis__:invalidate, for CLIENT TRACKING REDIRECT) on
+//     every master, since each node publishes only its own keys' events
+//     (keyspace.go, mirror.go). Its ordinary commands go home, or, when
+//     home is not the master for them, by Forward in their turn
+//     (moved.go).
 //
 // The proxy's own requests (lock scripts, the token authority's heartbeat,
 // INFO) go to the Node that MasterForKey names; RetryAfterRefresh and

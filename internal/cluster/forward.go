@@ -89,6 +89,11 @@ type Client struct {
 	// DB is the client's database (Forwarder.Select); its requests go on
 	// connections in that database.
 	DB int
+	// User and Password are the Redis user the client authenticated as,
+	// when it is not the proxy's own (set by the caller): its connection
+	// of its own (Track) and its tunnel (Subscribe) are opened as that
+	// user, so that Redis applies that user's ACL to its requests.
+	User, Password string
 	// Conn holds a request until the client's earlier requests have their
 	// replies (protocol.Conn): before a request takes another way to Redis
 	// than those before it.
@@ -97,6 +102,11 @@ type Client struct {
 	// view is the epoch of the Redis Cluster's slot view this client's
 	// requests were last routed by (see Cluster.Epoch); 0 before the first.
 	view uint64
+	// track is, in front of a Redis Cluster, a tracking client's
+	// connections of its own (tracker.go); caching is the CLIENT CACHING
+	// flag the request being forwarded takes with it.
+	track   *tracker
+	caching []byte
 
 	// mu guards waiting: Gone runs while a WAIT's reply may be coming in.
 	// Lock order: Client.mu, then a backend Conn's (Gone closes them under
@@ -154,6 +164,11 @@ type Pinned struct {
 	keyed bool
 	// own: a tracking client's connection (tracking.go), never reused.
 	own bool
+	// lender is, in front of a Redis Cluster, the tracker that lent its
+	// connection (tracker.go): Release gives it back there. caching is a
+	// CLIENT CACHING flag to send before the first request.
+	lender  *tracker
+	caching []byte
 }
 
 // replyOtherMaster replaces a MOVED or ASK on a pinned connection: the
@@ -163,11 +178,23 @@ const replyOtherMaster = "-CROSSSLOT fenceproxy: this key is on another Redis Cl
 
 // Do sends a request on the connection; no MOVED or ASK reaches p.
 func (pc *Pinned) Do(args [][]byte, p *resp.Reply) {
-	if pc.keyed {
-		pc.conn.Do(args, noRedirects(p))
+	if pc.lender != nil {
+		pc.lender.doPinned(pc, args, noRedirects(p))
 		return
 	}
+	if pc.keyed {
+		p = noRedirects(p)
+	}
 	pc.conn.Do(args, p)
+}
+
+// DoNow is Do, written before it returns (backend.Conn.DoNow): for the
+// last request the client has sent so far.
+func (pc *Pinned) DoNow(args [][]byte, p *resp.Reply) {
+	if pc.keyed {
+		p = noRedirects(p)
+	}
+	pc.conn.DoNow(args, p)
 }
 
 // Up reports whether the connection is still established.
@@ -239,6 +266,10 @@ func (pc *Pinned) Close() { pc.conn.Close() }
 // Release gives the connection back. Only a clean one (no MULTI, WATCH or
 // blocked command pending on it) is kept for another client.
 func (pc *Pinned) Release(clean bool) {
+	if pc.lender != nil {
+		pc.lender.giveBack(pc, clean)
+		return
+	}
 	if clean && pc.db != 0 && pc.conn.Up() {
 		// Back to database 0, where the next client's pinning starts.
 		pc.conn.Do(selectRequest(0), discard())

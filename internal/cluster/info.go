@@ -97,13 +97,20 @@ func parseInfoSections(text string) []*infoSection {
 var statsLargest = map[string]bool{
 	"latest_fork_usec": true, "current_eviction_exceeded_time": true, "current_active_defrag_time": true,
 	// Subscriptions made through the proxy to keyspace channels are on
-	// every master: summing would count each as many times.
-	"pubsub_channels": true, "pubsub_patterns": true,
+	// every master: summing would count each as many times. So are a
+	// tracking client's BCAST prefixes (tracker.go).
+	"pubsub_channels": true, "pubsub_patterns": true, "tracking_total_prefixes": true,
+	// A tracking client has a connection of its own on each master it
+	// read from (every master, with BCAST): the largest count is the
+	// nearest to the number of tracking clients (summing counts one client
+	// once per master).
+	"tracking_clients": true,
 }
 
 // clientsSummed are the Clients fields that count clients of the proxy: a
-// client blocked (or tracking) through the proxy is so on one master, on a
-// connection of its own. The rest of the section is the first master's.
+// client blocked through the proxy is so on one master, on a connection of
+// its own. tracking_clients is the largest (statsLargest). The rest of the
+// section is the first master's.
 var clientsSummed = map[string]bool{"blocked_clients": true, "tracking_clients": true, "clients_in_timeout_table": true}
 
 // statsAverage are the Stats fields that are a proportion.
@@ -222,8 +229,19 @@ func kvList(v string) (keys []string, vals map[string]string) {
 
 // mergeCounts merges a Commandstats or Errorstats line
 // (calls=..,usec=..,usec_per_call=..,...; count=..): every count summed,
-// usec_per_call recomputed from the sums.
-func mergeCounts(_ string, values []string) string {
+// usec_per_call recomputed from the sums; a command run on every master
+// for each call (everyMaster) is the line of the master that counted most.
+func mergeCounts(field string, values []string) string {
+	if everyMaster[strings.TrimPrefix(field, "cmdstat_")] {
+		most, mostCalls := values[0], int64(-1)
+		for _, v := range values {
+			_, vals := kvList(v)
+			if n, _ := strconv.ParseInt(vals["calls"], 10, 64); n > mostCalls {
+				most, mostCalls = v, n
+			}
+		}
+		return most
+	}
 	keys, _ := kvList(values[0])
 	sums := map[string]int64{}
 	for _, v := range values {

@@ -26,15 +26,26 @@ import "bytes"
 // slots between the promotion and the proxy's subscription on the new
 // master (it checks every mirrorCheckEvery) are not heard.
 
+//
+// __redis__:invalidate is mirrored too: each master sends a redirected
+// client-side caching invalidation (CLIENT TRACKING ... REDIRECT) only to
+// the connection named on it, and a tracking client's connection to each
+// master redirects to the target's connection there (tracker.go).
+
 var (
 	keyspacePrefix = []byte("__keyspace@")
 	keyeventPrefix = []byte("__keyevent@")
 )
 
+// invalidateChannel is where Redis sends redirected invalidations (RESP2).
+const invalidateChannel = "__redis__:invalidate"
+
 // Mirrored reports whether channel is a keyspace notification channel,
-// which each master publishes for its own keys only.
+// which each master publishes for its own keys only, or
+// __redis__:invalidate, which each master writes to its own connections.
 func Mirrored(channel []byte) bool {
-	return bytes.HasPrefix(channel, keyspacePrefix) || bytes.HasPrefix(channel, keyeventPrefix)
+	return bytes.HasPrefix(channel, keyspacePrefix) || bytes.HasPrefix(channel, keyeventPrefix) ||
+		string(channel) == invalidateChannel
 }
 
 // mirroredPattern reports whether a PSUBSCRIBE pattern could match a

@@ -399,6 +399,8 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 		name    []byte
 		calls   int64
 		buckets []map[int64]int64 // per master: bucket -> cumulative count
+		most    int               // the master with the most calls (everyMaster)
+		counts  []int64           // calls per master
 	}
 	var cmds []*hist
 	byName := map[string]*hist{}
@@ -426,6 +428,10 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 				case "calls":
 					n, _ := intOf(fields[j+1])
 					h.calls += n
+					if len(h.counts) > 0 && n > h.counts[h.most] {
+						h.most = len(h.counts)
+					}
+					h.counts = append(h.counts, n)
 				case "histogram_usec":
 					bs, _, ok := flatElements(fields[j+1])
 					if !ok || len(bs)%2 != 0 {
@@ -444,6 +450,11 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	}
 	var out [][]byte
 	for _, h := range cmds {
+		if name, _ := bulkString(h.name); everyMaster[name] && h.most < len(h.buckets) {
+			// One call of the client's ran on every master: the
+			// master that counted most stands for all.
+			h.calls, h.buckets = h.counts[h.most], h.buckets[h.most:h.most+1]
+		}
 		bucketSet := map[int64]bool{}
 		for _, ms := range h.buckets {
 			for b := range ms {
@@ -477,10 +488,34 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	return appendPairs(dst, out, asMap)
 }
 
+// everyMaster are the commands (Redis's names: "config|set") that the
+// proxy runs on every master for one request of a client (broadcast.go's
+// table, WAIT): the counts of calls of LATENCY HISTOGRAM and INFO's
+// Commandstats are the largest of one master's, not their sum, which would
+// count each call once per master.
+var everyMaster = map[string]bool{"wait": true, "waitaof": true}
+
+func init() {
+	for _, r := range broadcastTable {
+		if r.command == "debug" {
+			continue // some of its subcommands only, and one name for all
+		}
+		if r.sub == nil {
+			everyMaster[r.command] = true
+		}
+		for _, sub := range r.sub {
+			everyMaster[r.command+"|"+sub] = true
+		}
+	}
+	delete(everyMaster, "randomkey") // one master answers it
+}
+
 // slowlogMerge merges SLOWLOG GET [count]: every master's entries, the
 // most recent first (by timestamp, then id), at most count of them (10 by
-// default, all for a negative count, as Redis). Ids are each master's own.
-func slowlogMerge(args [][]byte) merge {
+// default, all for a negative count, as Redis). renumber, if not nil, gives
+// each entry returned the proxy's id for it (part: the master's place among
+// the parts; slowlog.go), oldest first.
+func slowlogMerge(args [][]byte, renumber func(part int, id, when int64) int64) merge {
 	count := int64(10)
 	if len(args) > 2 {
 		if n, ok := resp.ParseInt(args[2]); ok {
@@ -493,11 +528,12 @@ func slowlogMerge(args [][]byte) merge {
 			return append(dst, bad...)
 		}
 		type entry struct {
-			id, when int64
-			raw      []byte
+			part      int
+			id, when  int64
+			raw, rest []byte // rest: the entry after its id
 		}
 		var all []entry
-		for _, l := range lists {
+		for part, l := range lists {
 			for _, raw := range l {
 				f, ok := resp.Elements(raw)
 				if !ok || len(f) < 2 {
@@ -505,7 +541,8 @@ func slowlogMerge(args [][]byte) merge {
 				}
 				id, _ := intOf(f[0])
 				when, _ := intOf(f[1])
-				all = append(all, entry{id, when, raw})
+				at := bytes.IndexByte(raw, '\n') + 1 + len(f[0])
+				all = append(all, entry{part, id, when, raw, raw[at:]})
 			}
 		}
 		slices.SortStableFunc(all, func(a, b entry) int {
@@ -517,9 +554,22 @@ func slowlogMerge(args [][]byte) merge {
 		if count >= 0 && int64(len(all)) > count {
 			all = all[:count]
 		}
+		ids := make([]int64, len(all))
+		for i := len(all) - 1; i >= 0; i-- {
+			ids[i] = all[i].id
+			if renumber != nil {
+				ids[i] = renumber(all[i].part, all[i].id, all[i].when)
+			}
+		}
 		dst = redcon.AppendArray(dst, len(all))
-		for _, e := range all {
-			dst = append(dst, e.raw...)
+		for i, e := range all {
+			if renumber == nil {
+				dst = append(dst, e.raw...)
+				continue
+			}
+			dst = append(dst, e.raw[:bytes.IndexByte(e.raw, '\n')+1]...)
+			dst = redcon.AppendInt(dst, ids[i])
+			dst = append(dst, e.rest...)
 		}
 		return dst
 	}

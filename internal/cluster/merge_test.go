@@ -46,7 +46,11 @@ func TestMerges(t *testing.T) {
 			[]string{"%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:3\r\n$14\r\nhistogram_usec\r\n%2\r\n:1\r\n:1\r\n:4\r\n:3\r\n",
 				"%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n%1\r\n:2\r\n:2\r\n"},
 			nil, "%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:5\r\n$14\r\nhistogram_usec\r\n%3\r\n:1\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n"},
-		{"slowlog get: newest first, count kept", slowlogMerge(argv("slowlog", "get", "2")),
+		{"latency histogram: a command run on every master counts one master's calls", mergeLatencyHistogram,
+			[]string{"*2\r\n$16\r\nconfig|resetstat\r\n*4\r\n$5\r\ncalls\r\n:1\r\n$14\r\nhistogram_usec\r\n*2\r\n:8\r\n:1\r\n",
+				"*2\r\n$16\r\nconfig|resetstat\r\n*4\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n*2\r\n:16\r\n:2\r\n"},
+			nil, "*2\r\n$16\r\nconfig|resetstat\r\n*4\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n*2\r\n:16\r\n:2\r\n"},
+		{"slowlog get: newest first, count kept", slowlogMerge(argv("slowlog", "get", "2"), nil),
 			[]string{"*1\r\n*2\r\n:7\r\n:100\r\n", "*2\r\n*2\r\n:2\r\n:300\r\n*2\r\n:1\r\n:50\r\n"},
 			nil, "*2\r\n*2\r\n:2\r\n:300\r\n*2\r\n:7\r\n:100\r\n"},
 	} {
@@ -78,17 +82,18 @@ func TestScanReply(t *testing.T) {
 }
 
 // TestMergeInfo: INFO of every master merges into one node's: keyspace and
-// stats summed, the rest the first master's.
+// stats summed (but a command the proxy runs on every master, CONFIG
+// RESETSTAT, counts one master's calls), the rest the first master's.
 func TestMergeInfo(t *testing.T) {
 	a := "# Server\r\nredis_version:7.0.15\r\ntcp_port:1\r\n\r\n# Clients\r\nconnected_clients:9\r\nblocked_clients:0\r\n\r\n# Stats\r\ntotal_commands_processed:10\r\ninstantaneous_input_kbps:0.50\r\nlatest_fork_usec:30\r\n\r\n" +
-		"# Commandstats\r\ncmdstat_get:calls=2,usec=4,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n\r\n# Keyspace\r\n"
+		"# Commandstats\r\ncmdstat_get:calls=2,usec=4,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\ncmdstat_config|resetstat:calls=1,usec=9,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n\r\n# Keyspace\r\n"
 	b := "# Server\r\nredis_version:7.0.15\r\ntcp_port:2\r\n\r\n# Clients\r\nconnected_clients:8\r\nblocked_clients:2\r\n\r\n# Stats\r\ntotal_commands_processed:5\r\ninstantaneous_input_kbps:0.25\r\nlatest_fork_usec:10\r\n\r\n" +
-		"# Commandstats\r\ncmdstat_get:calls=2,usec=8,usec_per_call=4.00,rejected_calls=0,failed_calls=1\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n\r\n" +
+		"# Commandstats\r\ncmdstat_get:calls=2,usec=8,usec_per_call=4.00,rejected_calls=0,failed_calls=1\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\ncmdstat_config|resetstat:calls=2,usec=7,usec_per_call=3.50,rejected_calls=0,failed_calls=0\r\n\r\n" +
 		"# Keyspace\r\ndb0:keys=3,expires=2,avg_ttl=100\r\n"
 	c := "# Server\r\nredis_version:7.0.15\r\ntcp_port:3\r\n\r\n# Clients\r\nconnected_clients:7\r\nblocked_clients:1\r\n\r\n# Stats\r\ntotal_commands_processed:1\r\ninstantaneous_input_kbps:0.00\r\nlatest_fork_usec:0\r\n\r\n" +
 		"# Commandstats\r\n\r\n# Keyspace\r\ndb0:keys=1,expires=1,avg_ttl=400\r\n"
 	want := "# Server\r\nredis_version:7.0.15\r\ntcp_port:1\r\n\r\n# Clients\r\nconnected_clients:9\r\nblocked_clients:3\r\n\r\n# Stats\r\ntotal_commands_processed:16\r\ninstantaneous_input_kbps:0.75\r\nlatest_fork_usec:30\r\n\r\n" +
-		"# Commandstats\r\ncmdstat_get:calls=4,usec=12,usec_per_call=3.00,rejected_calls=0,failed_calls=1\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n\r\n" +
+		"# Commandstats\r\ncmdstat_get:calls=4,usec=12,usec_per_call=3.00,rejected_calls=0,failed_calls=1\r\ncmdstat_config|resetstat:calls=2,usec=7,usec_per_call=3.50,rejected_calls=0,failed_calls=0\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n\r\n" +
 		"# Keyspace\r\ndb0:keys=4,expires=3,avg_ttl=200\r\n"
 	if got := mergeInfo([]string{a, b, c}); got != want {
 		t.Errorf("mergeInfo:\n%q\nwant\n%q", got, want)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"net"
 	"slices"
 	"strings"
@@ -122,7 +123,7 @@ func (s *subscriber) mirrorConn(n *Node) net.Conn {
 	if c != nil {
 		return c
 	}
-	c, err := n.Tunnel(s.resp3, 0)
+	c, err := n.Tunnel(s.protocol(), 0)
 	if err != nil {
 		return nil
 	}
@@ -138,6 +139,7 @@ func (s *subscriber) mirrorConn(n *Node) net.Conn {
 		return other
 	}
 	s.mirrors[n] = c
+	s.others.Add(1)
 	s.mu.Unlock()
 	go s.read(c, n, true)
 	return c
@@ -171,31 +173,17 @@ func (s *subscriber) watch() {
 				missing = append(missing, n)
 			}
 		}
-		var channels, patterns [][]byte
-		for m := range s.mirrored {
-			if m.kind == "subscribe" {
-				channels = append(channels, []byte(m.name))
-			} else {
-				patterns = append(patterns, []byte(m.name))
-			}
-		}
+		names := len(s.mirrored)
 		s.mu.Unlock()
 		for _, c := range gone {
 			c.Close()
 		}
-		if len(channels)+len(patterns) == 0 {
+		if names == 0 {
 			continue
 		}
 		for _, n := range missing {
-			conn := s.mirrorConn(n)
-			if conn == nil {
-				continue
-			}
-			if len(channels) > 0 {
-				s.write(conn, append([][]byte{[]byte("SUBSCRIBE")}, channels...))
-			}
-			if len(patterns) > 0 {
-				s.write(conn, append([][]byte{[]byte("PSUBSCRIBE")}, patterns...))
+			if conn := s.mirrorConn(n); conn != nil {
+				s.subscribeMirrored(conn)
 			}
 		}
 	}
@@ -242,6 +230,9 @@ func pubsubMessage(msg []byte) (kind string, name, channel []byte, ok bool) {
 // confirmations count down what home's wait for).
 func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte {
 	kind, name, channel, ok := pubsubMessage(msg)
+	if !ok && isInvalidatePush(msg) {
+		return msg // a redirected invalidation to a RESP3 client
+	}
 	if !ok {
 		if len(msg) > 0 && msg[0] == '-' {
 			s.c.log.Warn("a Redis Cluster master refused a keyspace subscription the proxy mirrored there", "addr", node.Addr, "reply", string(msg))
@@ -267,24 +258,24 @@ func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte
 	return nil
 }
 
-// replyOtherMasterPubsub replaces a MOVED or ASK on a pub/sub client's home
-// connection.
-const replyOtherMasterPubsub = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than this connection's pub/sub; send commands on keys from a connection that has not used pub/sub\r\n"
-
 // homeMessage decides what of the home connection's message reaches the
 // client: everything, but a keyspace message only while home's node is a
 // master; a confirmation of a mirrored name once every mirror has
 // confirmed it too (within confirmPatience).
 func (s *subscriber) homeMessage(msg []byte, node *Node) []byte {
 	kind, name, channel, ok := pubsubMessage(msg)
+	push := ok && pushKinds[kind]
+	if len(msg) > 0 && s.protocol() {
+		push = msg[0] == '>' // RESP3 tells them apart itself
+	}
+	if !push {
+		return s.homeReply(msg) // the reply to the oldest request asking
+	}
 	if !ok {
-		if k := redirectKind(msg); k == moved || k == ask {
-			// A keyed command sent on the pub/sub connection (RESP3, or a
-			// client with no subscription left) whose key is on another
-			// master: never a redirect to the client.
-			return []byte(replyOtherMasterPubsub)
-		}
-		return msg
+		return msg // another push (an invalidation)
+	}
+	if kind != "message" && kind != "pmessage" && kind != "smessage" {
+		s.noteSubscriptions(msg)
 	}
 	switch kind {
 	case "message", "pmessage":
@@ -318,4 +309,91 @@ func (s *subscriber) waitingFor(m mirrorName) bool {
 		}
 	}
 	return false
+}
+
+// Redirected invalidations (CLIENT TRACKING ... REDIRECT, tracker.go): a
+// subscriber is a redirect target on every master, through its home
+// connection and its mirrors.
+
+// subscriberOf is the subscriber of the proxy's client id, nil if it has
+// none.
+func (c *Cluster) subscriberOf(id int64) *subscriber {
+	if s, ok := c.subscribers.Load(id); ok {
+		return s.(*subscriber)
+	}
+	return nil
+}
+
+// RedisID is the Redis client id of the home connection (commands'
+// REDIRECT check: the client holds a tunnel).
+func (s *subscriber) RedisID() int64 { return s.home.(*tunnel).redisID }
+
+// redisIDOn is the Redis client id of the subscriber's connection to n,
+// where a tracking client's connection to n redirects its invalidations:
+// home's, or the mirror's, opened (with the mirrored names subscribed) if
+// there is none yet.
+func (s *subscriber) redisIDOn(n *Node) (int64, bool) {
+	if n == s.homeNode {
+		return s.RedisID(), true
+	}
+	s.mu.Lock()
+	conn := s.mirrors[n]
+	s.mu.Unlock()
+	if conn == nil {
+		if conn = s.mirrorConn(n); conn == nil {
+			return 0, false
+		}
+		s.subscribeMirrored(conn)
+	}
+	t, ok := conn.(*tunnel)
+	return t.redisID, ok && t.redisID != 0
+}
+
+// subscribeMirrored subscribes the mirrored names on a new mirror.
+func (s *subscriber) subscribeMirrored(conn net.Conn) {
+	s.mu.Lock()
+	var channels, patterns [][]byte
+	for m := range s.mirrored {
+		if m.kind == "subscribe" {
+			channels = append(channels, []byte(m.name))
+		} else {
+			patterns = append(patterns, []byte(m.name))
+		}
+	}
+	s.mu.Unlock()
+	if len(channels) > 0 {
+		s.write(conn, append([][]byte{[]byte("SUBSCRIBE")}, channels...))
+	}
+	if len(patterns) > 0 {
+		s.write(conn, append([][]byte{[]byte("PSUBSCRIBE")}, patterns...))
+	}
+}
+
+// invalidated writes an invalidation a tracker makes itself (value: the
+// keys, or a null for all of them) to the client, as Redis writes one to a
+// redirect target: a push in RESP3, a __redis__:invalidate message in
+// RESP2 (only while subscribed to it, as Redis sends it only then).
+func (s *subscriber) invalidated(value []byte) {
+	var msg []byte
+	if s.protocol() {
+		msg = append([]byte(">2\r\n$10\r\ninvalidate\r\n"), value...)
+	} else {
+		s.mu.Lock()
+		subscribed := s.mirrored[mirrorName{"subscribe", invalidateChannel}]
+		s.mu.Unlock()
+		if !subscribed {
+			return
+		}
+		msg = append([]byte("*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n"), value...)
+	}
+	s.wmu.Lock()
+	if s.client != nil {
+		s.client.Write(msg)
+	}
+	s.wmu.Unlock()
+}
+
+// isInvalidatePush reports whether msg is a RESP3 invalidate push.
+func isInvalidatePush(msg []byte) bool {
+	return bytes.HasPrefix(msg, []byte(">2\r\n$10\r\ninvalidate\r\n"))
 }

@@ -130,11 +130,17 @@ func (n *Node) Unpin(c *backend.Conn, resp3, clean bool) {
 // Tunnel returns a raw connection for a client that will get a stream from
 // Redis (pub/sub), speaking RESP3 if resp3, in database db.
 func (n *Node) Tunnel(resp3 bool, db int) (net.Conn, error) {
+	return n.tunnelFor(&Client{RESP3: resp3, DB: db})
+}
+
+// tunnelFor is Tunnel for cl: in its protocol and database, as its user.
+func (n *Node) tunnelFor(cl *Client) (net.Conn, error) {
 	if n.Refusal() != nil {
 		return nil, ErrNotMaster
 	}
 	opts := n.pinOpts
-	opts.RESP3, opts.DB = resp3, db
+	opts.RESP3, opts.DB = cl.RESP3, cl.DB
+	asUser(&opts, cl)
 	nc, err := backend.DialRaw(opts)
 	if err != nil {
 		return nil, err
@@ -451,6 +457,25 @@ func (n *Node) ServeLockWrites(serve func(conn *backend.Conn, acked bool)) bool 
 
 // Closed is closed when the node begins to close.
 func (n *Node) Closed() <-chan struct{} { return n.done }
+
+// ProbeAddr is the address Redis sees the node's probe connection at (it
+// reads INFO replication, memory and stats every second), "" if unknown:
+// what MONITOR through the proxy leaves out.
+func (n *Node) ProbeAddr(ctx context.Context) string {
+	if n.probe == n.Client {
+		return ""
+	}
+	info, err := n.probe.Do(ctx, "CLIENT", "INFO").Text()
+	if err != nil {
+		return ""
+	}
+	for _, f := range strings.Fields(info) {
+		if addr, ok := strings.CutPrefix(f, "addr="); ok {
+			return addr
+		}
+	}
+	return ""
+}
 
 // Replicas returns the replicas last seen connected to this master.
 func (n *Node) Replicas() []string {

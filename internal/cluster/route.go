@@ -36,13 +36,33 @@ const (
 func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 	var lower [32]byte
 	name := keys.AppendLower(lower[:0], args[0])
+	if cl.track != nil {
+		// A tracking client's: on its own connections (tracker.go).
+		if string(name) == "client" && cl.track.serve(cl, args, p) {
+			return
+		}
+		if cl.track != nil {
+			cl.caching = cl.track.takeCaching()
+			defer func() { cl.caching = nil }()
+		}
+	}
+	if len(c.own) > 0 && string(name) == "dbsize" && len(args) == 1 {
+		c.afterViewChange(cl, p)
+		c.dbsize(cl, args, p)
+		return
+	}
 	if subs, ok := broadcasts[string(name)]; ok {
-		if m := broadcastMerge(subs, args); m != nil {
+		if r := broadcastRuleOf(subs, args); r != nil {
 			c.afterViewChange(cl, p)
+			masters := c.Masters()
+			m := r.mergeFor(c, masters, args)
+			if len(c.own) > 0 && string(name) == "keys" {
+				m = c.withoutOwn(m)
+			}
 			if string(name) == "config" && keys.LowerName(args[1]) == "set" {
 				p = c.configSet(args, p)
 			}
-			c.broadcast(cl, args, m, p)
+			c.broadcast(cl, masters, args, m, p)
 			return
 		}
 	}
@@ -97,7 +117,8 @@ func (c *Cluster) afterViewChange(cl *Client, p *resp.Reply) {
 }
 
 // Pin returns a connection of the client's own to the master of args'
-// first key's slot (keyless: the first master).
+// first key's slot (keyless: the first master); a tracking client's is
+// the one its tracker has there.
 func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
 	slot := -1
 	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
@@ -105,6 +126,9 @@ func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
 		if at := cmd.Keys(buf[:0], args); len(at) > 0 {
 			slot = keys.SlotOf(args[at[0]])
 		}
+	}
+	if cl.track != nil {
+		return cl.track.pinned(c.target(slot))
 	}
 	return pin(cl, c.target(slot), true)
 }
@@ -122,7 +146,7 @@ func (c *Cluster) WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *r
 // Subscribe returns the client's subscriber: its channels and patterns on
 // one connection, its shard channels on their masters (subscriber).
 func (c *Cluster) Subscribe(cl *Client) (Tunnel, error) {
-	sub, err := c.newSubscriber(cl.RESP3)
+	sub, err := c.newSubscriber(cl.ID, cl.RESP3)
 	if err != nil {
 		return nil, backend.ErrUnavailable
 	}
@@ -158,6 +182,26 @@ type request struct {
 	// argument buffers are reused once the request is dispatched, so a
 	// redirect must resend from a copy.
 	encoded []byte
+	// track, for a tracking client, carries the request on the client's
+	// own connections, with CLIENT CACHING caching before it (tracker.go).
+	track   *tracker
+	caching []byte
+}
+
+// newRequest is a request of cl to slot.
+func newRequest(cl *Client, slot int, encoded []byte) request {
+	return request{slot: slot, resp3: cl.RESP3, connID: cl.ID, encoded: encoded, track: cl.track, caching: cl.caching}
+}
+
+// deliver sends r to n, after ASKING if asking: on the client's connection
+// of n's shared pool, or its own connection there while it tracks.
+// uncached: see tracker.send.
+func (r *request) deliver(n *Node, asking bool, p *resp.Reply) (uncached bool) {
+	if r.track != nil {
+		return r.track.send(n, r.caching, r.encoded, asking, p)
+	}
+	n.pool(r.resp3).Conn(r.connID).DoEncoded(r.encoded, asking, p)
+	return false
 }
 
 // send forwards r and lands its reply, as Redis wrote it, in p (or, if no
@@ -175,7 +219,7 @@ func (c *Cluster) forwardTo(n *Node, slot int, cl *Client, args [][]byte, p *res
 	f := flightPool.Get().(*flight)
 	f.buf = resp.AppendCommand(f.buf[:0], args)
 	f.c, f.client, f.start, f.began = c, p, len(p.Buf), time.Now()
-	f.req = request{slot: slot, resp3: cl.RESP3, connID: cl.ID, encoded: f.buf}
+	f.req = newRequest(cl, slot, f.buf)
 	f.send(n, false)
 }
 
@@ -214,6 +258,9 @@ type flight struct {
 	began  time.Time
 	tries  int
 	pause  time.Duration
+	// uncached: the request went with ASKING under CLIENT CACHING yes
+	// (tracker.invalidateRead).
+	uncached bool
 }
 
 func (f *flight) send(n *Node, asking bool) {
@@ -223,7 +270,9 @@ func (f *flight) send(n *Node, asking bool) {
 		f.replied()
 		return
 	}
-	n.pool(f.req.resp3).Conn(f.req.connID).DoEncoded(f.req.encoded, asking, f.sub)
+	if f.req.deliver(n, asking, f.sub) {
+		f.uncached = true
+	}
 }
 
 // replied runs on a backend reader: it hands the reply over or, for a
@@ -259,12 +308,20 @@ func (f *flight) replied() {
 	}
 	f.client.Buf, f.client.Err = f.sub.Buf, f.sub.Err
 	p := f.client
-	f.c, f.req, f.client, f.sub.Buf, f.sub.Err, f.tries, f.pause = nil, request{}, nil, nil, nil, 0, 0
+	var uncachedBy *tracker
+	var uncachedReq []byte
+	if f.uncached && f.sub.Err == nil {
+		uncachedBy, uncachedReq = f.req.track, bytes.Clone(f.req.encoded)
+	}
+	f.c, f.req, f.client, f.sub.Buf, f.sub.Err, f.tries, f.pause, f.uncached = nil, request{}, nil, nil, nil, 0, 0, false
 	if cap(f.buf) > 64<<10 {
 		f.buf = nil
 	}
 	flightPool.Put(f)
 	p.Done()
+	if uncachedBy != nil {
+		uncachedBy.invalidateRead(uncachedReq) // after the reply (protocol's push.go)
+	}
 }
 
 func (f *flight) redirect(kind redirect, slot int, addr string) {

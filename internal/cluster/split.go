@@ -202,9 +202,12 @@ func (r scriptRule) parts(args [][]byte, n int, groups []group) [][]byte {
 
 // gather sends each part to its slot and merges the replies into p.
 func (c *Cluster) gather(cl *Client, groups []group, reqs [][]byte, order [][2]int, m merge, p *resp.Reply) {
+	if cl.track != nil {
+		p = cl.track.merged(p)
+	}
 	parts := fanIn(len(groups), func(replies []*resp.Reply) { mergeInto(p, replies, order, m) })
 	for g, gr := range groups {
-		c.send(request{slot: gr.slot, resp3: cl.RESP3, connID: cl.ID, encoded: reqs[g]}, parts[g])
+		c.send(newRequest(cl, gr.slot, reqs[g]), parts[g])
 	}
 }
 

@@ -204,7 +204,7 @@ func TestBroadcastApplies(t *testing.T) {
 		{argv("latency", "doctor"), false},
 	} {
 		b, ok := broadcasts[string(tc.args[0])]
-		if got := ok && broadcastMerge(b, tc.args) != nil; got != tc.want {
+		if got := ok && broadcastRuleOf(b, tc.args) != nil; got != tc.want {
 			t.Errorf("%q broadcasts: %v, want %v", tc.args, got, tc.want)
 		}
 	}

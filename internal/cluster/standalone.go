@@ -187,7 +187,7 @@ func (s *standalone) Control(cl *Client, args [][]byte, p *resp.Reply) {
 // relayed as it is.
 func (s *standalone) Subscribe(cl *Client) (Tunnel, error) {
 	master := s.master.Load()
-	redis, err := master.Tunnel(cl.RESP3, cl.DB)
+	redis, err := master.tunnelFor(cl)
 	if err != nil {
 		return nil, unreachable(master)
 	}

@@ -30,8 +30,8 @@ import (
 // (keyspace.go).
 type subscriber struct {
 	c      *Cluster
-	resp3  bool
-	client net.Conn
+	id     int64    // the proxy's client id
+	client net.Conn // set by Start, under wmu
 
 	wmu sync.Mutex // one whole message to the client at a time
 
@@ -56,11 +56,27 @@ type subscriber struct {
 	// asked holds, per shard connection, the channels of SSUBSCRIBEs sent
 	// and not yet confirmed, oldest first: an error reply (MOVED when the
 	// topology was stale) answers the oldest, which then goes again.
-	asked  map[net.Conn][][]string
-	closed bool
+	asked map[net.Conn][][]string
+	// resp3 is the protocol of every connection: the client's, which HELLO
+	// on home changes; hellos counts, per shard connection, the HELLOs sent
+	// to follow it whose replies are the proxy's to drop.
+	resp3  bool
+	hellos map[net.Conn]int
+	// others counts the read loops of the mirrors and shard connections
+	// (quit waits for them); quitting: the client sent QUIT, so their end
+	// does not end the client.
+	others   sync.WaitGroup
+	quitting bool
+	// asking are the requests sent home that each get one reply (all but
+	// the (un)subscriptions), oldest first (moved.go); homeSubs is home's
+	// count of the client's channels and patterns, from its last
+	// confirmation.
+	asking   []asked
+	homeSubs int64
+	closed   bool
 }
 
-func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
+func (c *Cluster) newSubscriber(id int64, resp3 bool) (*subscriber, error) {
 	m := c.Masters()
 	if len(m) == 0 {
 		return nil, ErrUnavailable
@@ -70,12 +86,13 @@ func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
 		return nil, err
 	}
 	s := &subscriber{
-		c: c, resp3: resp3, home: home, homeNode: m[0],
+		c: c, id: id, resp3: resp3, home: home, homeNode: m[0],
 		shards:      make(map[*Node]net.Conn),
 		channels:    make(map[string]*Node),
 		leaving:     make(map[string]int),
 		moving:      make(map[string]int),
 		asked:       make(map[net.Conn][][]string),
+		hellos:      make(map[net.Conn]int),
 		mirrors:     make(map[*Node]net.Conn),
 		mirrored:    make(map[mirrorName]bool),
 		unconfirmed: make(map[mirrorWait]int),
@@ -87,7 +104,10 @@ func (c *Cluster) newSubscriber(resp3 bool) (*subscriber, error) {
 // Start relays the home connection to client (and each shard connection,
 // as it opens).
 func (s *subscriber) Start(client net.Conn) {
+	s.wmu.Lock()
 	s.client = client
+	s.wmu.Unlock()
+	s.c.subscribers.Store(s.id, s) // a CLIENT TRACKING REDIRECT target (tracker.go)
 	go s.read(s.home, s.homeNode, false)
 }
 
@@ -138,6 +158,12 @@ func (s *subscriber) Send(args [][]byte) {
 	case name == "subscribe" || name == "psubscribe" || name == "unsubscribe" || name == "punsubscribe":
 		s.mirror(name, args)
 		conn = s.home
+	case name == "hello":
+		s.hello(args)
+		conn = s.home
+	case name == "quit":
+		s.quit()
+		conn = s.home
 	case name == "reset":
 		// Redis ends the home connection's subscriptions: the mirrors' too.
 		s.mirror("unsubscribe", args[:1])
@@ -145,6 +171,19 @@ func (s *subscriber) Send(args [][]byte) {
 		conn = s.home
 	default:
 		conn = s.home
+	}
+	if conn == s.home && !pubsubCommand(name) {
+		if s.elsewhere(name, args) {
+			// Its turn is held by a PING sent home (moved.go).
+			s.mu.Lock()
+			s.asking = append(s.asking, asked{req: cloneArgs(args), placeholder: true})
+			s.mu.Unlock()
+			s.write(conn, [][]byte{[]byte("PING")})
+			return
+		}
+		s.mu.Lock()
+		s.asking = append(s.asking, asked{req: cloneArgs(args)})
+		s.mu.Unlock()
 	}
 	if err != nil || conn == nil {
 		s.Close() // the client sees its connection end, as when Redis is lost
@@ -217,7 +256,7 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 	if c != nil {
 		return c, nil
 	}
-	c, err := node.Tunnel(s.resp3, 0)
+	c, err := node.Tunnel(s.protocol(), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +272,7 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 		return other, nil
 	}
 	s.shards[node] = c
+	s.others.Add(1)
 	s.mu.Unlock()
 	go s.read(c, node, false)
 	return c, nil
@@ -244,6 +284,9 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 // master. node is the connection's master; mirror says it is a mirror
 // connection (keyspace.go).
 func (s *subscriber) read(conn net.Conn, node *Node, mirror bool) {
+	if conn != s.home {
+		defer s.others.Done()
+	}
 	rd := bufio.NewReaderSize(conn, 16<<10)
 	var msg []byte
 	for {
@@ -277,6 +320,8 @@ func (s *subscriber) read(conn net.Conn, node *Node, mirror bool) {
 	retired := false
 	switch {
 	case s.closed:
+	case s.quitting && conn != s.home:
+		retired = true // home's QUIT ends the client
 	case mirror && s.mirrors[node] == conn:
 		// Its node failed, or stopped being a master: the watcher
 		// subscribes the mirrored names on whatever masters there are.
@@ -324,6 +369,17 @@ func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *Node) []byte 
 			return nil
 		}
 		return msg
+	}
+	if len(msg) > 0 && (msg[0] == '%' || msg[0] == '*' || msg[0] == '-') && s.helloReply(conn, msg) {
+		return nil
+	}
+	if string(msg) == "+OK\r\n" {
+		s.mu.Lock()
+		quitting := s.quitting
+		s.mu.Unlock()
+		if quitting {
+			return nil // the QUIT of quit
+		}
 	}
 	elems, ok := resp.Elements(msg)
 	if !ok || len(elems) != 3 {
@@ -420,10 +476,99 @@ func (s *subscriber) Close() {
 	}
 	s.cond.Broadcast() // a confirmation waiting for the mirrors goes
 	s.mu.Unlock()
+	s.c.subscribers.CompareAndDelete(s.id, s)
 	for _, c := range conns {
 		c.Close()
 	}
-	if s.client != nil {
-		s.client.Close()
+	s.wmu.Lock()
+	client := s.client
+	s.wmu.Unlock()
+	if client != nil {
+		client.Close()
+	}
+}
+
+// hello follows a HELLO the client sends (home answers it): with a
+// protocol version, the mirrors and shard connections switch too, so that
+// every message reaches the client in one protocol.
+func (s *subscriber) hello(args [][]byte) {
+	if len(args) < 2 {
+		return
+	}
+	v, ok := resp.ParseInt(args[1])
+	if !ok || (v != 2 && v != 3) {
+		return // home answers Redis's error, nothing changes
+	}
+	s.mu.Lock()
+	s.resp3 = v == 3
+	var others []net.Conn
+	for _, c := range s.mirrors {
+		others = append(others, c)
+	}
+	for _, c := range s.shards {
+		others = append(others, c)
+		s.hellos[c]++
+	}
+	s.mu.Unlock()
+	for _, c := range others {
+		s.write(c, args[:2])
+	}
+}
+
+// protocol reports whether new connections speak RESP3.
+func (s *subscriber) protocol() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resp3
+}
+
+// helloReply reports whether msg is the reply to a HELLO the subscriber
+// sent on shard connection conn itself (dropped).
+func (s *subscriber) helloReply(conn net.Conn, msg []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hellos[conn] == 0 {
+		return false
+	}
+	if kind, _, _, ok := pubsubMessage(msg); ok && kind != "server" {
+		return false
+	}
+	if s.hellos[conn]--; s.hellos[conn] == 0 {
+		delete(s.hellos, conn)
+	}
+	return true
+}
+
+// quitWait bounds how long a QUIT waits for the other connections to end.
+const quitWait = 2 * time.Second
+
+// quit ends the mirrors and shard connections before home's QUIT goes:
+// Redis has let go of every connection of the client before the client
+// reads QUIT's +OK, as it has of the one connection without the proxy
+// (a tracking client redirecting to this one gets tracking-redir-broken
+// from every master from then on, not an invalidation sent to a mirror
+// still open).
+func (s *subscriber) quit() {
+	s.mu.Lock()
+	s.quitting = true
+	var others []net.Conn
+	for _, c := range s.mirrors {
+		others = append(others, c)
+	}
+	for _, c := range s.shards {
+		others = append(others, c)
+	}
+	s.mu.Unlock()
+	for _, c := range others {
+		s.write(c, [][]byte{[]byte("QUIT")})
+	}
+	ended := make(chan struct{})
+	go func() {
+		s.others.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(quitWait):
 	}
 }

@@ -44,10 +44,23 @@ type Cluster struct {
 	// configs is what clients set with CONFIG SET, for masters that join
 	// later (configs.go).
 	configs configs
+	// own are the proxy's own keys (Options.OwnKeys), all in ownSlot:
+	// left out of DBSIZE, KEYS and SCAN (ownkeys.go).
+	own     [][]byte
+	ownSlot int
+	// slowIDs are the proxy's ids of SLOWLOG entries (slowlog.go).
+	slowIDs slowIDs
 
 	mu    sync.Mutex       // guards nodes and known
 	nodes map[string]*Node // connected masters, by address
 	known []string         // every address seen: seeds, masters, replicas
+
+	// tmu guards trackers: the tracking clients' connections, which follow
+	// the masters (tracker.go). subscribers are the pub/sub clients by
+	// proxy client id, for CLIENT TRACKING REDIRECT.
+	tmu         sync.Mutex
+	trackers    map[*tracker]bool
+	subscribers sync.Map // int64 -> *subscriber
 
 	refreshNow chan struct{}
 	done       chan struct{}
@@ -74,6 +87,7 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 		refreshNow: make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
+	c.setOwnKeys(opts.OwnKeys)
 	if err := c.refresh(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -244,6 +258,9 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	// Publish only a change: a new view makes pipelining clients wait for
 	// their requests routed by the old one (see Epoch).
 	old := c.view.Load()
+	if old != nil && !sameMasters(old.masters, nv.masters) {
+		c.followTrackers(nv.masters)
+	}
 	if old == nil || old.slots != nv.slots {
 		nv.epoch = 1
 		if old != nil {

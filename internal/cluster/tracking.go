@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"errors"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
@@ -29,10 +30,10 @@ import (
 // connections, so the redirection goes to the Redis connection of the
 // target's pub/sub tunnel (its Redis id, Tunnel's RedisID), where Redis
 // sends the __redis__:invalidate messages (RESP2) or pushes (RESP3).
-
-// errTrackingCluster refuses CLIENT TRACKING in front of a Redis Cluster,
-// where a client's reads go to several masters.
-var errTrackingCluster = resp.Error{Code: "ERR", Msg: "fenceproxy: CLIENT TRACKING is served in front of a standalone Redis only, not a Redis Cluster"}
+//
+// In front of a Redis Cluster a client's keys live on several masters, and
+// each master tracks the reads it served: a tracking client gets a
+// connection of its own to each master instead (tracker.go).
 
 // Track returns a connection of cl's own for client-side caching: in cl's
 // protocol and database, onPush getting its push messages, onLost called
@@ -45,8 +46,13 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	}
 	opts := n.pinOpts
 	opts.RESP3, opts.DB, opts.OnPush, opts.OnBreak = cl.RESP3, cl.DB, onPush, onLost
+	asUser(&opts, cl)
 	c, err := backend.Dial(opts)
-	if err != nil {
+	var refused resp.Error
+	switch {
+	case errors.As(err, &refused):
+		return nil, refused // Redis's answer to the client's user (asUser)
+	case err != nil:
 		return nil, unreachable(n)
 	}
 	if !n.hand(c, func() { c.Close(); onLost() }) {
@@ -55,9 +61,12 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	return &Pinned{conn: c, node: n, resp3: cl.RESP3, db: cl.DB, own: true}, nil
 }
 
-// Track is refused in front of a Redis Cluster.
-func (c *Cluster) Track(*Client, func([]byte), func()) (*Pinned, error) {
-	return nil, errTrackingCluster
+// asUser has a client's connection run as the Redis user it authenticated
+// as, if not the proxy's: opened as the proxy's (its SELECT and ROLE are
+// the proxy's questions, which that user may not be allowed), then
+// authenticated as that user.
+func asUser(opts *backend.Options, cl *Client) {
+	opts.AsUser, opts.AsPassword = cl.User, cl.Password
 }
 
 // RedisID is the Redis client id of the tunnel's connection (0: unknown).

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 )
 
 // A client that probes the server it talks to with CLUSTER INFO, NODES,
@@ -18,19 +20,73 @@ import (
 // everything to the proxy, which routes it; the masters' own addresses,
 // which the client could not use without the proxy, are never shown.
 
-// OneNodeView answers CLUSTER sub (lower case) for a client that reached
-// the proxy at laddr, in RESP3 if resp3; ok is false for a subcommand it
-// does not answer (forwarded as any other). state says whether the proxy
-// has a master for every slot ("ok") or not ("fail").
-func OneNodeView(sub, laddr string, resp3 bool, covered bool) (reply []byte, ok bool) {
+//
+// The rest of CLUSTER follows from the same view: KEYSLOT is answered by the
+// proxy (a slot is a hash of the key, the same on every node);
+// COUNTKEYSINSLOT and GETKEYSINSLOT go to the slot's master (keyedSlot);
+// REPLICAS, SLAVES and COUNT-FAILURE-REPORTS know only the one node, with
+// no replicas and no failure reports, and LINKS no other node to link to.
+// The subcommands that change the cluster (adminSubcommands) are refused:
+// run on one master they would act on that node alone, behind a view that
+// shows none of them, so an operator runs them on the nodes themselves.
+
+// adminSubcommands are CLUSTER's subcommands that change the cluster or a
+// node's part in it: refused through the proxy (ClusterRefusal).
+var adminSubcommands = map[string]bool{
+	"addslots": true, "addslotsrange": true, "delslots": true, "delslotsrange": true,
+	"flushslots": true, "setslot": true, "meet": true, "forget": true, "replicate": true,
+	"failover": true, "reset": true, "saveconfig": true, "bumpepoch": true, "set-config-epoch": true,
+}
+
+// ClusterRefusal is the error (no "-", no CRLF) for CLUSTER sub (lower
+// case) in front of a Redis Cluster, "" if it is served.
+func ClusterRefusal(sub string) string {
+	if !adminSubcommands[sub] {
+		return ""
+	}
+	return "ERR fenceproxy: CLUSTER " + strings.ToUpper(sub) + " is not served through fenceproxy, which shows its clients " +
+		"one node in front of the whole Redis Cluster; run it on the cluster's own nodes (redis-cli -h NODE -p PORT)"
+}
+
+// OneNodeView answers CLUSTER (args: the request, args[1] its subcommand)
+// for a client that reached the proxy at laddr, in RESP3 if resp3; ok is
+// false for a request it does not answer (forwarded as any other: to the
+// first master, or to the slot's master for COUNTKEYSINSLOT and
+// GETKEYSINSLOT). covered says whether the proxy has a master for every
+// slot (cluster_state ok) or not (fail).
+func OneNodeView(args [][]byte, laddr string, resp3 bool, covered bool) (reply []byte, ok bool) {
+	if len(args) < 2 {
+		return nil, false
+	}
+	sub := strings.ToLower(string(args[1]))
 	host, portText, err := net.SplitHostPort(laddr)
 	if err != nil {
 		host, portText = laddr, "0"
 	}
 	port, _ := strconv.Atoi(portText)
 	id := ViewNodeID(laddr)
+	if len(args) == 3 {
+		switch sub {
+		case "keyslot":
+			return redcon.AppendInt(nil, int64(keys.SlotOf(args[2]))), true
+		case "replicas", "slaves", "count-failure-reports":
+			switch {
+			case string(args[2]) != id:
+				return redcon.AppendError(nil, "ERR Unknown node "+string(args[2])), true
+			case sub == "count-failure-reports":
+				return redcon.AppendInt(nil, 0), true
+			}
+			return redcon.AppendArray(nil, 0), true
+		}
+		return nil, false
+	}
+	if len(args) != 2 {
+		return nil, false
+	}
 	var b []byte
 	switch sub {
+	case "links":
+		b = redcon.AppendArray(b, 0)
 	case "myid":
 		b = redcon.AppendBulkString(b, id)
 	case "info":

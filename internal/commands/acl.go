@@ -97,6 +97,10 @@ func (h *Handler) authorize(c *protocol.Conn, args [][]byte, p *resp.Reply) bool
 		return true
 	}
 	if u == nil {
+		if msg := h.commandError(args); msg != "" {
+			replyError(p, msg) // Redis checks the command before the user
+			return false
+		}
 		h.authm.Denials.WithLabelValues("noauth").Inc()
 		replyError(p, replyNoAuth)
 		return false
@@ -464,4 +468,56 @@ func (h *Handler) visibleSlowLog(c *protocol.Conn, n int) []locks.SlowEntry {
 		}
 	}
 	return kept
+}
+
+// commandError is Redis's answer to an unknown command or subcommand, or
+// to a wrong number of arguments, "" for a command it would go on with:
+// Redis gives these before NOAUTH (processCommand). Redis's commands are
+// looked up in its COMMAND table (keys), the proxy's own in this
+// package's.
+func (h *Handler) commandError(args [][]byte) string {
+	if e := lookupOwn(args[0]); e != nil {
+		if !arityOK(e.arity, len(args)) {
+			return "ERR wrong number of arguments for '" + e.name + "' command"
+		}
+		return ""
+	}
+	if h.opts.Keys == nil {
+		return "" // Redis's table is unknown: no command is judged
+	}
+	cmd := h.opts.Keys.LookupBytes(args[0])
+	if cmd == nil {
+		var b strings.Builder
+		for _, a := range args[1:] {
+			if b.Len() >= 128 {
+				break
+			}
+			b.WriteString("'" + clip(string(a), max(128-b.Len(), 0)) + "' ")
+		}
+		return "ERR unknown command '" + clip(string(args[0]), 128) + "', with args beginning with: " + b.String()
+	}
+	if len(args) > 1 && len(cmd.Subcommands()) > 0 {
+		sub := cmd.Sub(args)
+		if sub == nil {
+			return "ERR unknown subcommand '" + clip(string(args[1]), 128) + "'. Try " + strings.ToUpper(cmd.Name()) + " HELP."
+		}
+		cmd = sub
+	}
+	if !arityOK(cmd.Arity(), len(args)) {
+		return "ERR wrong number of arguments for '" + cmd.Name() + "' command"
+	}
+	return ""
+}
+
+// lookupOwn is the table entry of one of the proxy's own commands, nil
+// for any other.
+func lookupOwn(name []byte) *command {
+	var lower [32]byte
+	if len(name) > len(lower) {
+		return nil
+	}
+	if e := lookup(lowerInto(lower[:0], name)); e != nil && e.flags&flagOwn != 0 {
+		return e
+	}
+	return nil
 }

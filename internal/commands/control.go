@@ -13,8 +13,8 @@ import (
 
 // Requests Redis answers while a script or function is busy: PING (with
 // -BUSY, or -LOADING while it loads its data, as Redis answers it; the
-// proxy answers it if Redis does not, see pingPatience), SCRIPT KILL and
-// FUNCTION KILL. They go on the backend's control connection
+// proxy answers it if Redis does not, see pingPatience), SCRIPT KILL,
+// FUNCTION KILL and FUNCTION STATS. They go on the backend's control connection
 // (Forwarder.Control), never on a shared one: there they could wait
 // behind the busy script itself, and the kill that would end it behind
 // the script it is to end.

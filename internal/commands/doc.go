@@ -33,15 +33,18 @@
 // Five kinds of command:
 //
 //   - local: answered by the proxy itself because they describe the client's
-//     own connection (ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO/
-//     INFO/LIST, SELECT (select.go: the database the Forwarder routes
+//     own connection (ECHO, HELLO, CLIENT ID/SETNAME/GETNAME/SETINFO,
+//     CLIENT INFO/LIST/KILL (clients.go: the proxy's clients, in Redis's
+//     format), AUTH (checked by Redis; a client of another Redis user than
+//     the proxy's gets a connection of its own as that user, users.go),
+//     SELECT (select.go: the database the Forwarder routes
 //     by), RESET, QUIT; CLIENT REPLY, whose replies the client's
 //     connection drops (reply.go); CLIENT UNBLOCK, mapped to the
 //     connection the named client's blocking command waits on
 //     (unblock.go)), or the proxy (INFO adds its own sections to Redis's,
 //     COMMAND its own commands); AUTH too when fenceproxy's own users are
 //     on (acl.go);
-//   - PING, SCRIPT KILL and FUNCTION KILL, which Redis answers while a
+//   - PING, SCRIPT KILL, FUNCTION KILL and FUNCTION STATS, which Redis answers while a
 //     script is busy: on the backend's control connection
 //     (Forwarder.Control, control.go), so none waits behind the script;
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
@@ -52,12 +55,16 @@
 //     them while their state lasts (pinned.go); pub/sub makes the
 //     connection a tunnel to Redis (pubsub.go, Forwarder.Subscribe), where
 //     Redis answers everything, a RESP3 client's CLIENT ID included (sent
-//     as a script that returns the client's proxy id); WAIT
+//     as a script that returns the client's proxy id), and so do SYNC
+//     (replication.go) and MONITOR (monitor.go); WAIT
 //     goes to every master (Forwarder.WaitReplicas); a client that turns
 //     on CLIENT TRACKING keeps one for all its requests while it tracks
-//     (tracking.go, Forwarder.Track);
+//     (tracking.go, Forwarder.Track; in front of a Redis Cluster one per
+//     master, cluster's tracker.go); what a tunnel or a tracking
+//     connection relays leaves out Redis's messages about the proxy's own
+//     keys (ownkeys.go), and a tunnel keeps the counts CLIENT LIST shows;
 //   - everything else, forwarded to Redis, reply bytes untouched
-//     (passthrough.go). MONITOR, replication, SHUTDOWN and the CLIENT
+//     (passthrough.go). PSYNC, REPLCONF, SHUTDOWN and the CLIENT
 //     subcommands that would act on a connection other clients share are
 //     refused with an error that says what to do instead.
 //

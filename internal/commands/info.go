@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // info is INFO: Redis's own sections, with the proxy's "# fenceproxy" and
 // "# locks" sections after them (INFO, INFO all/everything/default, INFO
-// fenceproxy, INFO locks).
+// fenceproxy, INFO locks). The Clients section counts the proxy's clients
+// (connected_clients), as CLIENT LIST lists them.
 func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	var sections []string
 	ours, onlyOurs := len(args) == 1, len(args) > 1
@@ -48,6 +50,7 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 				return
 			}
 		}
+		text = h.ownClients(c, text)
 		if ours && h.opts.Info != nil {
 			if text != "" && !strings.HasSuffix(text, "\r\n\r\n") {
 				text = strings.TrimRight(text, "\r\n") + "\r\n\r\n"
@@ -63,4 +66,22 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		p.Buf = redcon.AppendBulkString(p.Buf, text)
 		p.Done()
 	})
+}
+
+// ownClients puts the proxy's client count in INFO's connected_clients:
+// Redis's counts the proxy's connections, which carry many clients'
+// requests (blocked_clients and tracking_clients stay Redis's: each
+// such client has a connection of its own).
+func (h *Handler) ownClients(c *protocol.Conn, text string) string {
+	const field = "\r\nconnected_clients:"
+	i := strings.Index(text, field)
+	if i < 0 {
+		return text
+	}
+	start := i + len(field)
+	end := strings.Index(text[start:], "\r\n")
+	if end < 0 {
+		return text
+	}
+	return text[:start] + strconv.Itoa(c.Server().Clients()) + text[start+end:]
 }

@@ -3,9 +3,7 @@ package commands
 import (
 	"bytes"
 	"errors"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tidwall/redcon"
 
@@ -70,23 +68,27 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		} else {
 			msg = h.checkAuth(user, password)
 		}
+		if msg == "" && h.opts.ACL == nil {
+			msg = h.becomeUser(c, s, string(user), string(password), p)
+		}
 		if msg != "" {
 			replyError(p, msg)
 			return
 		}
+		h.authenticated(c, string(user))
 	} else if h.opts.ACL != nil && h.userOf(s) == nil {
 		replyError(p, replyHelloNoAuth)
 		return
 	}
 	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
-		if s.track.on {
-			replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while CLIENT TRACKING is on; say HELLO before CLIENT TRACKING ON")
-			return
-		}
-		replyError(p, "ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open")
-		return
+		// Its own connection (WATCH, CLIENT TRACKING) switches too, as
+		// the client's connection does in Redis: tracking goes on, its
+		// invalidations then in the new protocol.
+		h.opts.Metrics.PassthroughCommands.Inc()
+		s.tx.pinned.Hello(resp3)
 	}
 	s.backend.RESP3 = resp3
+	s.backend.Hello() // in front of a Redis Cluster, a tracking client's connections
 	if setName {
 		c.SetName(string(name))
 	}
@@ -155,7 +157,24 @@ func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, msg)
 		return
 	}
+	user := "default"
+	if len(args) == 3 {
+		user = string(args[1])
+	}
+	if h.opts.ACL == nil {
+		if msg := h.becomeUser(c, sessionOf(c), user, string(args[len(args)-1]), p); msg != "" {
+			replyError(p, msg)
+			return
+		}
+	}
+	h.authenticated(c, user)
 	replyOK(p)
+}
+
+// authenticated notes the user a client authenticated as, for CLIENT
+// LIST's user= and CLIENT KILL USER.
+func (h *Handler) authenticated(c *protocol.Conn, user string) {
+	h.clientInfoOf(c, sessionOf(c)).user.Store(&user)
 }
 
 func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
@@ -194,57 +213,40 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			replyError(p, "ERR Unrecognized option '"+string(args[2])+"'")
 			return
 		}
+		lib := s.lib
+		h.clientInfoOf(c, s).lib.Store(&lib)
 		replyOK(p)
 	case sub == "info" && len(args) == 2:
-		p.Buf = redcon.AppendBulkString(p.Buf, clientLine(c, sessionOf(c)))
-		p.Done()
-	case sub == "list" && len(args) == 2:
-		// The proxy's own clients: Redis's CLIENT LIST would show the
-		// proxy's shared connections, which are nobody's.
-		var b strings.Builder
-		c.Server().Each(func(o *protocol.Conn) {
-			b.WriteString(clientLine(o, nil))
-		})
-		p.Buf = redcon.AppendBulkString(p.Buf, b.String())
-		p.Done()
+		h.clientInfoReply(c, args, p)
+	case sub == "list":
+		// The proxy's own clients (clients.go): Redis's CLIENT LIST would
+		// show the proxy's shared connections, which are nobody's.
+		h.clientList(c, args, p)
+	case sub == "kill" && len(args) >= 3:
+		h.clientKill(c, args, p)
 	case (sub == "no-evict" || sub == "no-touch") && len(args) == 3:
 		// Accepted and without effect: the proxy's clients are not Redis's
 		// (no client eviction applies to them, and their reads already go
-		// over connections of the proxy).
+		// over connections of the proxy). NO-EVICT shows as flag e, as in
+		// Redis 7.0 (which has no NO-TOUCH).
 		switch strings.ToLower(string(args[2])) {
 		case "on", "off":
+			if sub == "no-evict" {
+				sessionOf(c).noEvict = strings.EqualFold(string(args[2]), "on")
+			}
 			replyOK(p)
 		default:
 			replyError(p, "ERR syntax error")
 		}
 	case sub == "tracking" || sub == "caching" || sub == "getredir" || sub == "trackinginfo":
 		h.clientTracking(c, sub, args, p)
-	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "list" || sub == "reply" || sub == "unblock":
+	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "reply" || sub == "unblock" || sub == "kill":
 		replyError(p, "ERR wrong number of arguments for 'client|"+sub+"' command")
 	default:
-		// KILL, PAUSE, UNPAUSE, ...: each would act
-		// on a connection that other clients share.
+		// PAUSE, UNPAUSE, ...: each would act on a connection that other
+		// clients share.
 		replyError(p, "ERR fenceproxy: CLIENT "+strings.ToUpper(sub)+" is not supported by fenceproxy")
 	}
-}
-
-// clientLine describes a client as CLIENT LIST does (the fields the proxy
-// knows), one line. s is the client's session if the caller may read it.
-func clientLine(c *protocol.Conn, s *session) string {
-	line := "id=" + strconv.FormatInt(c.ID, 10) + " addr=" + c.RemoteAddr + " laddr=" + c.LocalAddr +
-		" name=" + c.Name() + " age=" + strconv.FormatInt(int64(time.Since(c.Created).Seconds()), 10) + " db=" + strconv.Itoa(c.DB())
-	if s != nil {
-		proto := "2"
-		if s.backend.RESP3 {
-			proto = "3"
-		}
-		multi := "-1"
-		if s.tx.inMulti {
-			multi = "0"
-		}
-		line += " multi=" + multi + " resp=" + proto + " lib-name=" + s.lib.name + " lib-ver=" + s.lib.ver
-	}
-	return line + "\n"
 }
 
 // reset is RESET: the connection's state back to a fresh one's.
@@ -257,10 +259,17 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	s.tx = txState{}       // a MULTI not yet sent too
 	s.track = trackState{} // its connection went with s.tx.pinned
+	s.backend.Untrack()    // or, in front of a Redis Cluster, the Forwarder's
+	s.asUser, s.backend.User, s.backend.Password = false, "", ""
 	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
 	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis
 	s.lib = libInfo{}
+	s.noEvict = false
+	if s.info != nil {
+		s.info.lib.Store(nil)
+		s.info.user.Store(nil)
+	}
 	c.SetName("")
 	p.Buf = append(p.Buf, "+RESET\r\n"...)
 	p.Done()

@@ -51,7 +51,18 @@ func (h *Handler) sendPinned(s *session, args [][]byte, p *resp.Reply) {
 		}
 	}
 	h.opts.Metrics.PassthroughCommands.Inc()
-	s.tx.pinned.Do(args, p)
+	if s.pipelined {
+		s.tx.pinned.Do(args, p) // the writer sends it with what follows
+		return
+	}
+	// The last the client sent: written now, not a goroutine hop later,
+	// so that a blocking command or an EXEC reaches Redis ahead of what
+	// another client sends just after it, as without the proxy (unit/type/
+	// stream-cgroups "Blocking XREADGROUP: key deleted", unit/type/list
+	// "BRPOPLPUSH does not affect WATCH while still blocked"). Requests
+	// from two clients at the same moment can still reach Redis in either
+	// order: each client has its goroutine.
+	s.tx.pinned.DoNow(args, p)
 }
 
 func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *resp.Reply) {
@@ -188,7 +199,8 @@ func (h *Handler) BatchDone(c *protocol.Conn) {
 	s := sessionOf(c)
 	unblocked := h.unblocked(c, s)
 	s.adoptExecDB(c)
-	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.on {
+	defer h.publish(c, s)
+	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.conn || s.asUser {
 		return
 	}
 	s.tx.pinned.Release(!unblocked)
@@ -210,6 +222,7 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 func (h *Handler) Closed(c *protocol.Conn) {
 	s := sessionOf(c)
 	h.receivers.m.Delete(c.ID)
+	h.clients.m.Delete(c.ID)
 	s.lockRequests.CancelAll()
 	if s.tunnel != nil {
 		s.tunnel.Close()
@@ -219,4 +232,5 @@ func (h *Handler) Closed(c *protocol.Conn) {
 		s.tx.pinned.Release(!s.tx.inMulti && !s.tx.watching && !unblocked)
 		s.tx.pinned = nil
 	}
+	s.backend.Untrack()
 }

@@ -47,7 +47,9 @@ func TestTransactions(t *testing.T) {
 	run(t, c, []exchange{
 		{[]string{"EXEC"}, "*-1\r\n"},
 		{[]string{"WATCH", "tx"}, "+OK\r\n"},
-		{[]string{"HELLO", "3"}, "-ERR fenceproxy: HELLO cannot switch protocols while a transaction or WATCH is open\r\n"},
+		{[]string{"HELLO", "3"}, "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:1\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"}, // its own connection too
+		{[]string{"GET", "tx"}, "$3\r\n100\r\n"},
+		{[]string{"HELLO", "2"}, "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:1\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"},
 		{[]string{"UNWATCH"}, "+OK\r\n"},
 		{[]string{"MULTI"}, "+OK\r\n"},
 		{[]string{"INCR", "tx"}, "+QUEUED\r\n"},

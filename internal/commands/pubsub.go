@@ -17,7 +17,8 @@ import (
 // answer: subscribe confirmations, unsubscribing from a channel never
 // subscribed, PING's "pong" while subscribed, and the error for other
 // commands in subscribed mode. The tunnel lasts as long as the client's
-// connection: clients keep pub/sub on connections of its own.
+// connection: clients keep pub/sub on connections of its own. The one
+// thing left out is what Redis says of the proxy's own keys (ownkeys.go).
 
 func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
@@ -30,7 +31,7 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyErr(p, err)
 		return
 	}
-	tunnel.Start(c.TakeWrites(p))
+	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &pubsubRelay{own: h.own, ci: h.clientInfoOf(c, s)}})
 	s.tunnel = tunnel
 	h.noteReceiver(c, tunnel)
 	h.sendTunnel(s, args, p)

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
@@ -13,6 +14,14 @@ import (
 // off (protocol.Conn.SetSilent); the commands still run, in order.
 // Redisson's RBatch with skipResult() wraps a batch in CLIENT REPLY OFF ...
 // ON: refused, the writes were applied and the caller told they failed.
+// Inside MULTI it is refused, and EXEC aborts (Redis would queue it).
+
+// replyInMulti reports whether args is CLIENT REPLY, which is not sent
+// into a transaction (select.go's sendQueued): the proxy cannot keep it the
+// client's there.
+func replyInMulti(args [][]byte) bool {
+	return len(args) >= 2 && bytes.EqualFold(args[0], []byte("client")) && bytes.EqualFold(args[1], []byte("reply"))
+}
 
 // replyMode is a client's CLIENT REPLY state.
 type replyMode struct {

@@ -89,6 +89,22 @@ func (h *Handler) sendQueued(s *session, args [][]byte, p *resp.Reply) {
 		replyError(p, "ERR fenceproxy: CLIENT TRACKING and CACHING are not served inside MULTI; send them before it")
 		return
 	}
+	if replyInMulti(args) {
+		// Queued, it would turn replies off on the transaction's
+		// connection in Redis, which the proxy then reads no more replies
+		// from (the client hung, EXEC's reply never came) and hands back
+		// to other clients' transactions.
+		s.tx.denied = true
+		replyError(p, "ERR fenceproxy: CLIENT REPLY cannot be part of a transaction; send it before MULTI or after EXEC")
+		return
+	}
+	if authInMulti(args) {
+		// EXEC would authenticate the transaction's connection, which
+		// goes back to the proxy's for other clients after it.
+		s.tx.denied = true
+		replyError(p, "ERR fenceproxy: AUTH and HELLO cannot be part of a transaction; authenticate before MULTI")
+		return
+	}
 	if len(args) == 2 && bytes.EqualFold(args[0], []byte("select")) {
 		if n, ok := parseInt(args[1]); ok && n >= 0 && n <= math.MaxInt32 {
 			s.tx.selects = append(s.tx.selects, queuedSelect{at: s.tx.queued, db: int(n)})

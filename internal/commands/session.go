@@ -28,6 +28,9 @@ type session struct {
 	auth   authState
 	// order keeps control requests in their place (control.go).
 	order controlOrder
+	// pipelined: the client sent more after the request being served
+	// (protocol.Conn.Pipelined), set as each request begins.
+	pipelined bool
 	// replies is what CLIENT REPLY set (reply.go).
 	replies replyMode
 	// lockRequests are the connection's lock requests in flight
@@ -38,6 +41,16 @@ type session struct {
 	tier *tierPeer
 	// track is the client's CLIENT TRACKING (tracking.go).
 	track trackState
+	// info is what other clients see of this one (clients.go), made on
+	// first use; tunnelKind says what its tunnel is for; noEvict is
+	// CLIENT NO-EVICT's setting, shown as a flag.
+	info       *clientInfo
+	tunnelKind tunnelKind
+	noEvict    bool
+	// asUser: tx.pinned is the client's connection as the Redis user it
+	// authenticated as (users.go), kept until RESET or AUTH as the
+	// proxy's user.
+	asUser bool
 	// execDB is the database a SELECT in the client's transaction made
 	// current when EXEC ran it, -1 if none: set by EXEC's reply on the
 	// backend's reader, taken on by adoptExecDB (select.go).
@@ -56,6 +69,15 @@ func sessionOf(c *protocol.Conn) *session {
 	}
 	return s
 }
+
+// tunnelKind is what a client's tunnel carries.
+type tunnelKind uint8
+
+const (
+	tunnelPubSub  tunnelKind = iota
+	tunnelSync               // the replication stream (replication.go)
+	tunnelMonitor            // MONITOR (monitor.go)
+)
 
 // libInfo is what CLIENT SETINFO said, for CLIENT INFO.
 type libInfo struct{ name, ver string }

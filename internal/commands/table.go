@@ -43,6 +43,10 @@ type Options struct {
 	ACL *auth.ACL
 	// Tier, when not nil, makes this node one of a tier (tier.go).
 	Tier Tier
+	// BackendUser is the Redis user the proxy's connections authenticate
+	// as ("" is "default"): a client that authenticates (through Redis)
+	// as another gets a connection of its own as that user (users.go).
+	BackendUser string
 }
 
 // Handler serves every client request; it implements protocol.Handler.
@@ -56,6 +60,10 @@ type Handler struct {
 	// receivers are the clients with a pub/sub tunnel, for CLIENT
 	// TRACKING REDIRECT (tracking.go).
 	receivers receivers
+	// own are the proxy's keys that relayed messages leave out (ownkeys.go).
+	own *ownKeys
+	// clients are what CLIENT LIST shows of each client (clients.go).
+	clients clientRegistry
 }
 
 // NewHandler returns a Handler.
@@ -63,7 +71,7 @@ func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout)}
+	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout), own: newOwnKeys(opts.KeyPrefix)}
 	if opts.ACL != nil {
 		h.authm = opts.Metrics.NewAuth()
 	}
@@ -250,6 +258,12 @@ func init() {
 		{name: "watch", arity: -2, flags: flagImmediate, serve: (*Handler).watch},
 		{name: "unwatch", arity: 1, serve: (*Handler).unwatch},
 
+		// Redis's replication stream, less the proxy's own writes
+		// (replication.go): the connection becomes a tunnel to Redis.
+		{name: "sync", arity: 1, serve: (*Handler).sync},
+		// MONITOR, less the proxy's own commands (monitor.go).
+		{name: "monitor", arity: 1, serve: (*Handler).monitor},
+
 		// Pub/sub: the first one makes the connection a tunnel to Redis.
 		{name: "subscribe", arity: -1, flags: flagPubSub},
 		{name: "psubscribe", arity: -1, flags: flagPubSub},
@@ -276,16 +290,14 @@ func init() {
 
 		// Refused: they cannot run on a shared backend connection, or would
 		// take the proxy's Redis away.
-		{name: "monitor", arity: -1, refusal: "MONITOR is not supported through fenceproxy; connect to Redis directly"},
-		{name: "sync", arity: -1, refusal: replicationRefused},
-		{name: "psync", arity: -1, refusal: replicationRefused},
+		{name: "psync", arity: -1, refusal: replyPSyncRefused[len("ERR fenceproxy: "):]},
 		{name: "replconf", arity: -1, refusal: replicationRefused},
 		{name: "shutdown", arity: -1, refusal: "SHUTDOWN is not forwarded: fenceproxy's locks depend on that Redis; stop it directly"},
 	}
 	index()
 }
 
-const replicationRefused = "replication is not supported through fenceproxy; connect to Redis directly"
+const replicationRefused = "REPLCONF is not served through fenceproxy (a replica that follows the proxy uses SYNC); connect to Redis directly"
 
 // resultCounter is a command's counter of requests by result.
 type resultCounter struct {
@@ -394,6 +406,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		// is a connection of its own.
 		s.replies.silence(c, p)
 		s.order.next()
+		s.pipelined = c.Pipelined()
 	}
 	h.serve(c, args, p)
 }
@@ -411,7 +424,10 @@ func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	name := args[0]
 	if len(name) <= len(lower) {
 		cmd := lookup(lowerInto(lower[:0], name))
-		if s := sessionOf(c); s.tunnel != nil {
+		s := sessionOf(c)
+		h.served(c, s, cmd, args)
+		defer h.publish(c, s)
+		if s.tunnel != nil {
 			h.sendTunnel(s, args, p)
 			return
 		} else if s.tx.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {

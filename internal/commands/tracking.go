@@ -13,7 +13,11 @@ import (
 
 // Client-side caching: CLIENT TRACKING, CACHING, GETREDIR, TRACKINGINFO.
 //
-// Tracking is Redis's, per connection, so a client that turns it on gets a
+// Tracking is Redis's, per connection. In front of a Redis Cluster the
+// Forwarder keeps a tracking client's connections of its own, one per
+// master, and routes its requests over them (cluster's tracker.go): this
+// file only turns it on and off (trackState.conn false). In front of a
+// standalone master a client that turns it on gets a
 // connection of its own to Redis (Forwarder.Track, see cluster's
 // tracking.go) and keeps it while tracking lasts: every request it forwards
 // goes there (it is the client's pinned connection, never given back while
@@ -21,7 +25,8 @@ import (
 // OPTIN/OPTOUT with CLIENT CACHING, BCAST and PREFIX, and NOLOOP (the
 // client's own writes travel on the same connection) mean what they mean
 // in Redis. Its RESP3 invalidation pushes are relayed to the client
-// (protocol.Conn.Push), never ahead of a reply Redis sent before them. If
+// (protocol.Conn.Push), never ahead of a reply Redis sent before them, and
+// without the proxy's own keys (ownkeys.go). If
 // that connection is lost, the client is disconnected, since nothing can
 // tell it any more what to drop from its cache.
 //
@@ -36,11 +41,16 @@ import (
 // CLIENT CACHING yes/no as a command would in Redis; inside MULTI, CLIENT
 // TRACKING and CACHING are refused.
 
-// trackState is the client's tracking: on, and the proxy id it redirects
-// to (0: none).
+// trackState is the client's tracking: on, bcast (BCAST mode, CLIENT
+// LIST's flag B), and the proxy id it redirects to (0: none); conn: its
+// connection of its own is s.tx.pinned (a standalone master's, or the
+// connection as its Redis user; in front of a Redis Cluster the Forwarder
+// keeps one per master and routes the client's requests itself).
 type trackState struct {
 	on       bool
+	bcast    bool
 	redirect int64
+	conn     bool
 }
 
 // receivers maps a proxy client's id to the Redis client id of its pub/sub
@@ -76,6 +86,10 @@ func (h *Handler) clientTracking(c *protocol.Conn, sub string, args [][]byte, p 
 			h.forward(c, args, p) // a shared connection: tracking off, or Redis's arity error
 			return
 		}
+		if !s.track.conn {
+			h.forward(c, args, h.redirectShown(s, p)) // the Forwarder's tracking connections
+			return
+		}
 		h.sendPinned(s, args, h.redirectShown(s, p))
 	default: // caching: Redis's answer, on the client's own connection if it tracks
 		h.forward(c, args, p)
@@ -93,7 +107,12 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 			replyOK(p)
 			return
 		}
+		conn := s.track.conn
 		s.track = trackState{}
+		if !conn {
+			h.forward(c, args, p) // the Forwarder ends its tracking connections
+			return
+		}
 		h.sendPinned(s, args, p) // the connection goes when the batch ends
 		return
 	case "on":
@@ -103,6 +122,7 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 	}
 	fwd := append([][]byte(nil), args...)
 	var redirect int64
+	redirectAt, redirectRedisID := 0, int64(0)
 	for i := 3; i < len(fwd); i++ {
 		if !bytes.EqualFold(fwd[i], []byte("redirect")) || i+1 == len(fwd) {
 			continue
@@ -122,11 +142,10 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 			}
 			return
 		}
-		redirect = id
-		fwd[i+1] = []byte(strconv.FormatInt(redisID.(int64), 10))
+		redirect, redirectAt, redirectRedisID = id, i+1, redisID.(int64)
 		i++
 	}
-	if s.tx.pinned != nil && !s.track.on {
+	if s.tx.pinned != nil && !s.track.on && !s.asUser {
 		c.WaitReplies(p)
 		if s.tx.watching {
 			replyError(p, "ERR fenceproxy: CLIENT TRACKING ON cannot be sent while WATCH is open; UNWATCH first")
@@ -135,18 +154,49 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 		s.tx.pinned.Release(true)
 		s.tx.pinned = nil
 	}
-	if !s.track.on {
+	conn := s.track.conn
+	switch {
+	case s.asUser:
+		// Its connection as its user tracks: it relays pushes already.
+		c.EnablePushes()
+		conn = true
+	case !s.track.on:
 		c.WaitReplies(p) // what the client sent before runs before the switch
-		own, err := h.opts.Backend.Track(&s.backend, c.Push, c.EndPushes)
+		own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
 		if err != nil {
 			replyErr(p, err)
 			return
 		}
 		c.EnablePushes()
-		s.tx.pinned = own
+		if own != nil {
+			s.tx.pinned, conn = own, true
+		}
 	}
-	s.track = trackState{on: true, redirect: redirect}
+	bcast := false
+	for _, a := range args[3:] {
+		bcast = bcast || bytes.EqualFold(a, []byte("bcast"))
+	}
+	s.track = trackState{on: true, bcast: bcast, redirect: redirect, conn: conn}
+	if !conn {
+		// In front of a Redis Cluster: REDIRECT keeps the proxy's id, made
+		// the target's connection on each master there.
+		h.forward(c, fwd, p)
+		return
+	}
+	if redirectAt > 0 {
+		fwd[redirectAt] = []byte(strconv.FormatInt(redirectRedisID, 10))
+	}
 	h.sendPinned(s, fwd, p)
+}
+
+// pushHiding relays a tracking connection's pushes to c, less the
+// invalidations of the proxy's own keys (ownkeys.go).
+func (h *Handler) pushHiding(c *protocol.Conn) func([]byte) {
+	return func(push []byte) {
+		if msg := h.own.filter(push); msg != nil {
+			c.Push(msg)
+		}
+	}
 }
 
 // clientExists reports whether the proxy has a client with this id.

@@ -23,6 +23,9 @@ type slot struct {
 	// Conn.SetSilent). Set before the request leaves the connection's
 	// goroutine, so Complete reads it after.
 	silent bool
+	// pre are pushes that Redis sent before this reply (push.go), written
+	// ahead of it; guarded by the connection's pushes.mu.
+	pre []byte
 }
 
 // Complete is the end of every reply to a client: an error value becomes
@@ -133,6 +136,11 @@ func (b *batch) wait() {
 
 // next returns the reply slot for the next request, in order.
 func (b *batch) next() *resp.Reply {
+	if ps := b.pushes(); ps != nil {
+		// Push looks for the first reply still to come (pending).
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+	}
 	if b.n == len(b.replies) {
 		s := &slot{batch: b}
 		s.reply = resp.NewReplyTo(s)
@@ -149,12 +157,39 @@ func (b *batch) next() *resp.Reply {
 	return p
 }
 
+// pushes is the connection's, nil until it has any (push.go).
+func (b *batch) pushes() *pushes {
+	if b.conn == nil {
+		return nil
+	}
+	return b.conn.push
+}
+
+// pending is the batch's first slot whose reply is still to come, nil if
+// every reply is in. The caller holds the connection's pushes.mu.
+func (b *batch) pending() *slot {
+	for _, s := range b.replies[:b.n] {
+		if !s.done.Load() {
+			return s
+		}
+	}
+	return nil
+}
+
 // appendTo waits for every reply in the batch, appends them to out in order,
 // and empties the batch.
 func (b *batch) appendTo(out []byte) []byte {
 	b.wait()
+	if ps := b.pushes(); ps != nil {
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+	}
 	for _, s := range b.replies[:b.n] {
 		p := s.reply
+		if len(s.pre) > 0 {
+			out = append(out, s.pre...)
+			s.pre = s.pre[:0]
+		}
 		out = append(out, p.Buf...)
 		if cap(p.Buf) > maxRetainedReply {
 			p.Buf = nil

@@ -55,6 +55,8 @@ type Conn struct {
 	mayBlock        bool
 	writesTaken     bool
 	closing         atomic.Bool
+	killed          atomic.Bool  // Kill was called: gone, for CLIENT LIST and KILL
+	fd              atomic.Int64 // the socket's descriptor (FD)
 	// reading is true while serve waits for the client's next request: the
 	// only time the idle timeout runs and a held batch is ended (see
 	// clientReader).
@@ -104,6 +106,65 @@ func (c *Conn) MayBlock() { c.mayBlock = true }
 // many requests that read brought): when it was received, for a Handler
 // that counts from it, as a lease does. Call it only from ServeCommand.
 func (c *Conn) ReadAt() time.Time { return c.readAt }
+
+// Pipelined reports whether the client sent more than the request being
+// served: requests already read follow it. Call it only from ServeCommand.
+func (c *Conn) Pipelined() bool { return c.Buffered() > 0 }
+
+// Buffered is how many bytes the client sent that are read and not yet
+// parsed. Call it only from ServeCommand.
+func (c *Conn) Buffered() int {
+	if c.rd == nil {
+		return 0
+	}
+	return c.rd.Buffered()
+}
+
+// FD is the client socket's file descriptor (CLIENT LIST's fd), -1 if it
+// has none. Safe from any goroutine: the descriptor changes when the
+// connection moves between the event loop and a goroutine (netloop's
+// Detach and Attach duplicate it), so it is kept in c.fd, set where it
+// changes, and nc, which the move replaces, is not read here.
+func (c *Conn) FD() int { return int(c.fd.Load()) }
+
+// fdOf is nc's file descriptor, -1 if it has none.
+func fdOf(nc net.Conn) int {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	raw.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+// Kill closes the client's connection from any goroutine (CLIENT KILL):
+// its goroutine then ends it as if the client had gone. A connection that
+// started on the event loop is closed on the loop, which holds its socket
+// while it is there (its nc is nil then): at once, or once the batch it
+// has in flight is written, as Shutdown's closeNow.
+func (c *Conn) Kill() {
+	if c.killed.Swap(true) {
+		return
+	}
+	if c.onLoop {
+		c.interruptOnLoop(true)
+		return
+	}
+	c.nc.Close()
+}
+
+// Killed reports whether Kill was called: the connection is closing, if
+// not closed yet (on the loop that may take a moment), and counts as gone,
+// as a killed client is to Redis.
+func (c *Conn) Killed() bool { return c.killed.Load() }
 
 // CloseAfterReply asks for the connection to be closed once the replies
 // queued so far are written (QUIT, protocol errors).
@@ -471,6 +532,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)
+	c.fd.Store(int64(fdOf(nc)))
 	c.bindRawConn()
 	return c
 }

@@ -80,6 +80,7 @@ func (c *Conn) startOnLoop() bool {
 	c.lp = lc
 	c.onLoop = true
 	c.nc, c.raw, c.rawConn = nil, nil, nil
+	c.fd.Store(int64(fd))
 	lc.loop.Post(lc.register)
 	return true
 }
@@ -303,6 +304,7 @@ func (c *Conn) attachToGoroutine() bool {
 		return false
 	}
 	c.nc, c.raw = nc, nc
+	c.fd.Store(int64(fdOf(nc)))
 	c.bindRawConn()
 	c.lp = nil
 	return true

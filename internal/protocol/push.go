@@ -12,12 +12,18 @@ import (
 //
 // A push must never reach the client ahead of a reply that Redis sent
 // before it: an invalidation written before the reply of the read it
-// invalidates would leave the client caching a stale value. So a push that
-// arrives while a batch is being served or written goes out right after
-// that batch; one that arrives while the connection waits for requests is
-// written at once (the next batch waits for that write). A later push
-// coming after a reply is always safe: at worst the client drops what it
-// had just cached. A connection with pushes writes every batch itself
+// invalidates would leave the client caching a stale value. Redis's order
+// is kept: a push that arrives while a batch is being served goes right
+// before the first of its replies still to come (the pushing connection
+// completes its replies in the order Redis sent them, so every one Redis
+// sent before the push is in: an invalidation of a key evicted while a
+// command runs comes before that command's reply, as from Redis, unit/
+// tracking "Tracking invalidation message of eviction keys should be
+// before response"); one that arrives once every reply of the batch is in
+// goes out right after the batch; one that arrives while the connection
+// waits for requests is written at once (the next batch waits for that
+// write). A later push coming after a reply is always safe: at worst the
+// client drops what it had just cached. A connection with pushes writes every batch itself
 // (never left to its last reply, later.go), so that the end of a batch is
 // always seen here.
 
@@ -47,6 +53,10 @@ func (c *Conn) Push(b []byte) {
 	case ps.stream != nil:
 		ps.stream.Write(b)
 	case ps.open:
+		if s := c.batch.pending(); s != nil {
+			s.pre = append(s.pre, b...)
+			return
+		}
 		ps.queued = append(ps.queued, b...)
 	default:
 		if err := c.writePush(b); err != nil {

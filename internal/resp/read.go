@@ -347,3 +347,14 @@ func Elements(raw []byte) (elems [][]byte, ok bool) {
 	}
 	return elems, true
 }
+
+// ElementsLen is how many bytes elems (from Elements) take together: the
+// array's header is the reply's first len(raw)-ElementsLen(elems) bytes,
+// which a filter that rewrites some elements keeps.
+func ElementsLen(elems [][]byte) int {
+	n := 0
+	for _, e := range elems {
+		n += len(e)
+	}
+	return n
+}

@@ -148,13 +148,19 @@ func TestKeylessCommandsWholeCluster(t *testing.T) {
 		t.Fatal("SLOWLOG GET -1: not an array")
 	}
 	seen := map[string]bool{}
+	ids := map[int64]bool{} // the proxy's: unique across masters (each numbers its own from 0)
 	var last int64 = 1 << 62
 	for _, entry := range all {
 		f, _ := testenv.SplitArray(entry)
+		id, _ := testenv.ParseInt(f[0])
 		when, _ := testenv.ParseInt(f[1])
 		if when > last {
 			t.Errorf("SLOWLOG GET: an entry at %d after one at %d: want the newest first", when, last)
 		}
+		if ids[id] {
+			t.Errorf("SLOWLOG GET: id %d twice (the masters' own ids, merged?)", id)
+		}
+		ids[id] = true
 		last = when
 		for _, k := range keys {
 			if strings.Contains(string(entry), "$3\r\nSET\r\n$"+strconv.Itoa(len(k))+"\r\n"+k+"\r\n") {
@@ -329,5 +335,128 @@ func TestClusterOneNodeView(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestClusterSubcommands: the rest of CLUSTER through the proxy, in front of
+// three masters. KEYSLOT is every node's answer; COUNTKEYSINSLOT and
+// GETKEYSINSLOT are the answer of the slot's own master (they went to the
+// first master, which counts none of another master's keys), with Redis's
+// errors for a bad slot; REPLICAS, SLAVES, COUNT-FAILURE-REPORTS and LINKS
+// describe the one node of the view; the subcommands that change the
+// cluster are refused with an error that says why, and change nothing.
+func TestClusterSubcommands(t *testing.T) {
+	e := startEnv(t, -1, 0)
+	st := readSlots(t, e.cl)
+	d := dialMasters(t, e.cl)
+	proxy := e.dial(t)
+	myid, _ := testenv.ParseBulk(proxy.Do("CLUSTER", "MYID"))
+
+	for i, m := range e.cl.Masters {
+		// Three keys in one slot of each master (a hash tag), written
+		// through the proxy.
+		k := st.keysOn(m, "sub:", 1)[0]
+		slot := strconv.Itoa(testenv.KeySlot(k))
+		for j := range 3 {
+			if got := proxy.Do("SET", "{"+k+"}:"+strconv.Itoa(j), "v"); string(got) != "+OK\r\n" {
+				t.Fatalf("SET: %s", testenv.ShowReply(got))
+			}
+		}
+		tag := "{" + k + "}"
+		if testenv.KeySlot(tag) != testenv.KeySlot(k) {
+			t.Fatalf("the hash tag of %s is in another slot", k)
+		}
+		for _, args := range [][]string{
+			{"CLUSTER", "KEYSLOT", k},
+			{"CLUSTER", "KEYSLOT", tag + ":0"},
+			{"CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(testenv.KeySlot(tag))},
+			{"CLUSTER", "GETKEYSINSLOT", strconv.Itoa(testenv.KeySlot(tag)), "10"},
+			{"CLUSTER", "GETKEYSINSLOT", strconv.Itoa(testenv.KeySlot(tag)), "1"},
+		} {
+			got, want := proxy.Do(args...), d[m].Do(args...)
+			if args[1] == "GETKEYSINSLOT" {
+				// The same keys; Redis's order within a slot is its own.
+				g, _ := testenv.SplitArray(got)
+				w, _ := testenv.SplitArray(want)
+				if len(g) != len(w) || len(g) == 0 {
+					t.Errorf("master %d: %s through the proxy %s, on the slot's master %s", i, testenv.ShowCommand(args), testenv.ShowReply(got), testenv.ShowReply(want))
+				}
+				continue
+			}
+			if string(got) != string(want) {
+				t.Errorf("master %d: %s through the proxy %s, on the slot's master %s", i, testenv.ShowCommand(args), testenv.ShowReply(got), testenv.ShowReply(want))
+			}
+		}
+		if got := proxy.Do("CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(testenv.KeySlot(tag))); string(got) != ":3\r\n" {
+			t.Errorf("master %d: CLUSTER COUNTKEYSINSLOT of slot %s holding 3 keys: %s", i, slot, testenv.ShowReply(got))
+		}
+	}
+
+	// Redis's own errors and arity answers.
+	for _, args := range [][]string{
+		{"CLUSTER", "COUNTKEYSINSLOT", "16384"},
+		{"CLUSTER", "COUNTKEYSINSLOT", "-1"},
+		{"CLUSTER", "COUNTKEYSINSLOT", "x"},
+		{"CLUSTER", "GETKEYSINSLOT", "1", "-1"},
+		{"CLUSTER", "GETKEYSINSLOT", "99999", "1"},
+		{"CLUSTER", "KEYSLOT"},
+		{"CLUSTER", "KEYSLOT", "a", "b"},
+	} {
+		got, want := proxy.Do(args...), d[e.cl.Masters[0]].Do(args...)
+		if string(got) != string(want) {
+			t.Errorf("%s through the proxy %s, Redis %s", testenv.ShowCommand(args), testenv.ShowReply(got), testenv.ShowReply(want))
+		}
+	}
+
+	// The one node of the view: no replicas, no failure reports, no links;
+	// another node id (a real master's) is unknown to it.
+	other := nodeID(t, e.cl.Masters[1])
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"CLUSTER", "REPLICAS", string(myid)}, "*0\r\n"},
+		{[]string{"CLUSTER", "SLAVES", string(myid)}, "*0\r\n"},
+		{[]string{"CLUSTER", "COUNT-FAILURE-REPORTS", string(myid)}, ":0\r\n"},
+		{[]string{"CLUSTER", "LINKS"}, "*0\r\n"},
+		{[]string{"CLUSTER", "REPLICAS", other}, "-ERR Unknown node " + other + "\r\n"},
+	} {
+		if got := proxy.Do(c.args...); string(got) != c.want {
+			t.Errorf("%s: %s, want %q", testenv.ShowCommand(c.args), testenv.ShowReply(got), c.want)
+		}
+	}
+
+	// Refused, and nothing changed: every master still owns its slots.
+	before := readSlots(t, e.cl)
+	for _, args := range [][]string{
+		{"CLUSTER", "FAILOVER"},
+		{"CLUSTER", "FAILOVER", "TAKEOVER"},
+		{"cluster", "addslots", "0"},
+		{"CLUSTER", "DELSLOTS", "0"},
+		{"CLUSTER", "ADDSLOTSRANGE", "0", "10"},
+		{"CLUSTER", "DELSLOTSRANGE", "0", "10"},
+		{"CLUSTER", "SETSLOT", "0", "STABLE"},
+		{"CLUSTER", "MEET", "127.0.0.1", "1"},
+		{"CLUSTER", "FORGET", other},
+		{"CLUSTER", "RESET", "HARD"},
+		{"CLUSTER", "REPLICATE", other},
+		{"CLUSTER", "FLUSHSLOTS"},
+		{"CLUSTER", "SAVECONFIG"},
+		{"CLUSTER", "BUMPEPOCH"},
+		{"CLUSTER", "SET-CONFIG-EPOCH", "1"},
+	} {
+		got := proxy.Do(args...)
+		want := "-ERR fenceproxy: CLUSTER " + strings.ToUpper(args[1]) + " is not served through fenceproxy, which shows its clients one node"
+		if !strings.HasPrefix(string(got), want) {
+			t.Errorf("%s: %s, want %q...", testenv.ShowCommand(args), testenv.ShowReply(got), want)
+		}
+	}
+	if after := readSlots(t, e.cl); after.owner != before.owner {
+		t.Errorf("the slots changed owner after the refused subcommands")
+	}
+	for _, m := range e.cl.Masters {
+		if got := d[m].Do("CLUSTER", "INFO"); !strings.Contains(string(got), "cluster_state:ok") {
+			t.Errorf("master %s after the refused subcommands: %s", m.Addr, testenv.ShowReply(got))
+		}
 	}
 }

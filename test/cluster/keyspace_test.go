@@ -264,9 +264,12 @@ func TestKeyspaceNotificationsAfterFailover(t *testing.T) {
 }
 
 // TestPubsubConnectionNeverRedirected: a client that used pub/sub (here an
-// UNSUBSCRIBE with no subscription, as Redis's suite does) and then sends a
-// keyed command on that connection, for a key on another master than its
-// pub/sub connection's, never sees MOVED (it gets an error that says why).
+// UNSUBSCRIBE with no subscription, as Redis's suite does; or RESP3, which
+// may send anything while subscribed) and then sends keyed commands on that
+// connection gets their own replies, in order, whichever master holds the
+// keys: never MOVED; CONFIG SET and DBSIZE there cover every master. Before, a key of another master than the pub/sub
+// connection's got an error (a MOVED turned into -CROSSSLOT), and Redis's
+// unit/pubsub ended there.
 func TestPubsubConnectionNeverRedirected(t *testing.T) {
 	e := startEnv(t, -1, 0)
 	st := readSlots(t, e.cl)
@@ -274,10 +277,56 @@ func TestPubsubConnectionNeverRedirected(t *testing.T) {
 	if got := c.Do("UNSUBSCRIBE"); string(got) != "*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n" {
 		t.Fatalf("UNSUBSCRIBE: %s", testenv.ShowReply(got))
 	}
-	k := st.keysOn(e.cl.Masters[2], "tun:", 1)[0]
-	got := c.Do("SET", k, "v")
-	noRedirect(t, "SET on a pub/sub connection", got)
-	if !isErr(got, "-CROSSSLOT") {
-		t.Errorf("SET %s (on another master) on a pub/sub connection: %s", k, testenv.ShowReply(got))
+	var ks []string
+	for _, m := range e.cl.Masters {
+		ks = append(ks, st.keysOn(m, "tun:", 1)[0])
+	}
+	for i, k := range ks {
+		c.Send("SET", k, "v"+itoa(int64(i)))
+		c.Send("PING")
+		c.Send("GET", k)
+	}
+	c.Flush()
+	for i, k := range ks {
+		for _, want := range []string{"+OK\r\n", "+PONG\r\n", "$2\r\nv" + itoa(int64(i)) + "\r\n"} {
+			got, err := c.ReadReply()
+			noRedirect(t, "a command on a pub/sub connection", got)
+			if err != nil || string(got) != want {
+				t.Fatalf("pipelined SET/PING/GET of %s on a pub/sub connection: %s (%v), want %q", k, testenv.ShowReply(got), err, want)
+			}
+		}
+	}
+
+	// Commands about the whole cluster reach every master, as from a
+	// connection that never used pub/sub.
+	if got := c.Do("CONFIG", "SET", "notify-keyspace-events", "KEA"); string(got) != "+OK\r\n" {
+		t.Fatalf("CONFIG SET on a pub/sub connection: %s", testenv.ShowReply(got))
+	}
+	for _, m := range e.cl.Masters {
+		if got := testenv.Dial(t, m.Addr).Do("CONFIG", "GET", "notify-keyspace-events"); !strings.Contains(string(got), "AKE") {
+			t.Errorf("CONFIG SET notify-keyspace-events on a pub/sub connection: master %s has %s", m.Addr, testenv.ShowReply(got))
+		}
+	}
+	if got, want := c.Do("DBSIZE"), e.dial(t).Do("DBSIZE"); string(got) != string(want) || string(got) != ":3\r\n" {
+		t.Errorf("DBSIZE on a pub/sub connection %s, on another %s; want :3", testenv.ShowReply(got), testenv.ShowReply(want))
+	}
+
+	// RESP3, subscribed: messages and replies in one stream.
+	r3 := e.dial(t)
+	r3.Do("HELLO", "3")
+	if got := r3.Do("SUBSCRIBE", "tun-ch"); string(got) != confirmation('>', "subscribe", "tun-ch", 1) {
+		t.Fatalf("SUBSCRIBE (RESP3): %s", testenv.ShowReply(got))
+	}
+	for i, k := range ks {
+		if got := r3.Do("SET", k, "w"); string(got) != "+OK\r\n" {
+			t.Fatalf("RESP3 subscribed: SET %s: %s", k, testenv.ShowReply(got))
+		}
+		if got := r3.Do("GET", k); string(got) != "$1\r\nw\r\n" {
+			t.Fatalf("RESP3 subscribed: GET %s: %s", k, testenv.ShowReply(got))
+		}
+		e.dial(t).Do("PUBLISH", "tun-ch", "m"+itoa(int64(i)))
+		if got, err := r3.ReadReply(); err != nil || string(got) != push('>', "message", "tun-ch", "m"+itoa(int64(i))) {
+			t.Fatalf("RESP3 subscribed: the message after PUBLISH: %s (%v)", testenv.ShowReply(got), err)
+		}
 	}
 }

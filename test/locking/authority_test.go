@@ -245,7 +245,9 @@ func TestRedisLossRewritesBound(t *testing.T) {
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 0})
 	c, direct := testenv.Dial(t, p.Addr), testenv.Dial(t, master.Addr)
 	before := token(t, c, "LOCK.ACQUIRE", "r", "a", "60000")
+	// The authority's keys live in Redis's highest database (15 here).
 	const boundKey = "fenceproxy:lock:{authority}:bound"
+	direct.Do("SELECT", "15")
 	bound := func() int64 {
 		b, _ := testenv.ParseBulk(direct.Do("HGET", boundKey, "bound"))
 		n, _ := strconv.ParseInt(string(b), 10, 64)

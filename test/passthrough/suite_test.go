@@ -270,6 +270,29 @@ func TestClientReply(t *testing.T) {
 	if got := other.Do("GET", "batch:n"); string(got) != "$1\r\n3\r\n" {
 		t.Errorf("another client's GET: %q, want the batch's writes applied", got)
 	}
+
+	// Inside MULTI it is refused and EXEC aborts: queued, it turned the
+	// replies off on the transaction's connection in Redis, and the client
+	// never heard from the proxy again (EXEC, then everything after it).
+	tx := testenv.Dial(t, pr.Proxy.Addr)
+	tx.SetTimeout(busyWait)
+	for _, ex := range []struct {
+		cmd  []string
+		want string
+	}{
+		{c("MULTI"), "+OK\r\n"},
+		{c("SET", "tx:reply", "1"), "+QUEUED\r\n"},
+		{c("CLIENT", "REPLY", "OFF"), "-ERR fenceproxy: CLIENT REPLY cannot be part of a transaction; send it before MULTI or after EXEC\r\n"},
+		{c("EXEC"), "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+		{c("GET", "tx:reply"), "$-1\r\n"},
+		{c("MULTI"), "+OK\r\n"},
+		{c("SET", "tx:reply", "2"), "+QUEUED\r\n"},
+		{c("EXEC"), "*1\r\n+OK\r\n"},
+	} {
+		if got := tx.Do(ex.cmd...); string(got) != ex.want {
+			t.Errorf("%s in a transaction: %q, want %q", testenv.ShowCommand(ex.cmd), got, ex.want)
+		}
+	}
 	pr.alive(t)
 }
 

@@ -3,6 +3,8 @@ package passthrough
 import (
 	"bytes"
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,6 +207,61 @@ func TestTrackingRedirectToIDAskedWhileSubscribed(t *testing.T) {
 			}
 			if got := sub.Do("PING"); string(got) != "+PONG\r\n" {
 				t.Fatalf("PING on the subscribed RESP3 connection after CLIENT ID = %q", got)
+			}
+		})
+	}
+	pr.alive(t)
+}
+
+// TestTrackingHelloAndEvictionOrder: a tracking client may switch
+// protocols with HELLO as in Redis (unit/tracking "HELLO without
+// protover", "Invalidations of previous keys can be redirected after
+// switching to RESP3"; refused before), and a key Redis evicts while a
+// command runs is invalidated before that command's reply, as Redis sends
+// them (unit/tracking "Tracking invalidation message of eviction keys
+// should be before response"; relayed after it before, the test failed
+// and left maxmemory set, and the unit ended on OOM).
+func TestTrackingHelloAndEvictionOrder(t *testing.T) {
+	pr := startPair(t)
+	for _, tc := range []struct{ name, addr, redis string }{{"proxy", pr.Proxy.Addr, pr.A.Addr}, {"redis", pr.B.Addr, pr.B.Addr}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, writer := testenv.Dial(t, tc.addr), testenv.Dial(t, tc.addr)
+			r.Do("HELLO", "3")
+			if got := r.Do("CLIENT", "TRACKING", "ON"); string(got) != "+OK\r\n" {
+				t.Fatalf("CLIENT TRACKING ON = %q", got)
+			}
+			for _, v := range []string{"2", "3", "2", "3"} {
+				if got := r.Do("HELLO", v); bytes.HasPrefix(got, []byte("-")) {
+					t.Fatalf("HELLO %s while tracking = %q", v, got)
+				}
+			}
+			r.Do("GET", "k")
+			writer.Do("SET", "k", "v")
+			if push, err := r.ReadReply(); err != nil || string(push) != ">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n" {
+				t.Fatalf("after HELLO 2 and back to 3, the invalidation = %q, %v", push, err)
+			}
+
+			direct := testenv.Dial(t, tc.redis)
+			used, _ := testenv.ParseBulk(direct.Do("INFO", "memory"))
+			var mem int64
+			for _, line := range strings.Split(string(used), "\r\n") {
+				if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+					mem, _ = strconv.ParseInt(v, 10, 64)
+				}
+			}
+			direct.Do("CONFIG", "SET", "maxmemory", strconv.FormatInt(mem+100*1024, 10))
+			direct.Do("CONFIG", "SET", "maxmemory-policy", "volatile-random")
+			defer direct.Do("CONFIG", "SET", "maxmemory", "0")
+			defer direct.Do("CONFIG", "SET", "maxmemory-policy", "noeviction")
+			r.Do("SETEX", "volatile-key", "10000", "x")
+			r.Do("GET", "volatile-key")
+			r.Do("SETBIT", "big-key", "1600000", "0")
+			r.Send("GETBIT", "big-key", "0")
+			r.Flush()
+			first, err1 := r.ReadReply()
+			second, err2 := r.ReadReply()
+			if err1 != nil || err2 != nil || string(first) != ">2\r\n$10\r\ninvalidate\r\n*1\r\n$12\r\nvolatile-key\r\n" || string(second) != ":0\r\n" {
+				t.Fatalf("GETBIT that evicts a tracked key: %q then %q (%v %v); want the invalidation, then :0", first, second, err1, err2)
 			}
 		})
 	}

@@ -35,6 +35,14 @@ func TestSameRepliesAsRedis(t *testing.T) {
 		{"", []string{"AUTH", "dis", disPass}},
 		{"", []string{"HELLO", "2", "AUTH", "alice", "wrong"}},
 		{"", []string{"AUTH", "a", "b", "c"}},
+		// Redis checks the command before the user: unknown commands and
+		// subcommands and arity errors come before NOAUTH.
+		{"", []string{"NOSUCHCOMMAND", "a", "b"}},
+		{"", []string{"GET"}},
+		{"", []string{"CLIENT"}},
+		{"", []string{"CLIENT", "BOGUS"}},
+		{"", []string{"CLIENT", "KILL"}},
+		{"", []string{"CONFIG", "GET"}},
 		{"default", []string{"ACL", "WHOAMI"}},
 		{"alice", []string{"ACL", "WHOAMI"}},
 		{"alice", []string{"GET", "x"}},

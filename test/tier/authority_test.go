@@ -25,6 +25,17 @@ const (
 	authorityWait = 60 * time.Second
 )
 
+// dialKeysDB is a connection to Redis at addr in the database of the
+// authority's keys: the highest (15 of the 16 testenv's Redis has).
+func dialKeysDB(t *testing.T, addr string) *testenv.Conn {
+	t.Helper()
+	c := testenv.Dial(t, addr)
+	if r := c.Do("SELECT", "15"); string(r) != "+OK\r\n" {
+		t.Fatalf("SELECT 15 = %s", testenv.ShowReply(r))
+	}
+	return c
+}
+
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(authorityWait)
@@ -114,7 +125,7 @@ func TestTierSharesItsBoundWithRedis(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	testenv.StartReplica(t, master)
 	tr := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr, MinReplicas: 1})
-	direct := testenv.Dial(t, master.Addr)
+	direct := dialKeysDB(t, master.Addr)
 	l := tr.Leader(t)
 	tierID := testenv.TierInfo(tr.Nodes[l].Addr)["tier_id"]
 	var last int64
@@ -223,7 +234,7 @@ func TestRedisLossNeverRegressesTierTokens(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	testenv.StartReplica(t, master)
 	tr := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr, MinReplicas: 1})
-	direct := testenv.Dial(t, master.Addr)
+	direct := dialKeysDB(t, master.Addr)
 	l := tr.Leader(t)
 	before := acquire(t, tr.Nodes[l].Addr, "r", "a")
 	waitFor(t, "the bound in Redis", func() bool { b, _ := redisBound(t, direct); return b >= uint64(before) })
@@ -260,7 +271,7 @@ func TestLeaderChangesKeepTheAuthority(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	testenv.StartReplica(t, master)
 	tr := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr, MinReplicas: 1})
-	direct := testenv.Dial(t, master.Addr)
+	direct := dialKeysDB(t, master.Addr)
 	var last int64
 	for round := range 4 {
 		l := tr.Leader(t)

@@ -718,15 +718,11 @@ func TestRueidisPubSub(t *testing.T) {
 
 // TestRueidisClientSideCache: rueidis with its client-side cache (RESP3,
 // CLIENT TRACKING OPTIN): a cached read is served from the cache, and a
-// write through another connection invalidates it. In front of a Redis
-// Cluster the proxy refuses CLIENT TRACKING, so the case runs in front of a
-// standalone Redis only.
+// write through another connection invalidates it, in front of a
+// standalone Redis and of a Redis Cluster (the proxy's connections of the
+// client's own to each master track what it read there).
 func TestRueidisClientSideCache(t *testing.T) {
 	const cl = "rueidis (client-side cache)"
-	if os.Getenv("FENCEPROXY_CLUSTER") == "1" {
-		fmt.Println("note: rueidis client-side cache case skipped in front of a Redis Cluster (CLIENT TRACKING is standalone only)")
-		return
-	}
 	run(t, "DoCache: cache hit, then invalidated by another connection's SET", func(t *testing.T) {
 		ctx := ctxT(t)
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, ConnWriteTimeout: 5 * time.Second})

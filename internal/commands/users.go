@@ -1,0 +1,80 @@
+package commands
+
+import (
+	"bytes"
+	"errors"
+
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Redis users through the proxy. Without fenceproxy's own users
+// (--aclfile), AUTH and HELLO ... AUTH are checked by Redis, on a
+// connection of their own. A client that authenticates as the user the
+// proxy's connections use (BackendUser) goes on with the shared
+// connections. One that authenticates as another user gets a connection
+// of its own, opened as that user, for all its requests (as a tracking
+// client's, tracking.go), and its tunnel if it subscribes (or SYNCs, or
+// MONITORs) is opened as that user too: Redis then applies that user's
+// ACL to what it sends, scripts' redis.call and acl_check_cmd included
+// (unit/scripting "Script ACL check"), and ACL WHOAMI names it. It keeps
+// that connection until RESET, or AUTH as the proxy's user.
+//
+// What differs: the lock family runs on the proxy's connections, as the
+// proxy's user, whoever the client is (fenceproxy's own users, --aclfile,
+// check lock commands per user); the user's password is kept with the
+// client's connection while it lasts, to open its tunnel; in front of a
+// Redis Cluster (a client's requests go to several masters) the client
+// keeps the shared connections.
+
+// authInMulti reports whether args is AUTH or HELLO, which are not sent
+// into a transaction.
+func authInMulti(args [][]byte) bool {
+	return bytes.EqualFold(args[0], []byte("auth")) || bytes.EqualFold(args[0], []byte("hello"))
+}
+
+// proxyUser is the Redis user of the proxy's connections.
+func (h *Handler) proxyUser() string {
+	if h.opts.BackendUser == "" {
+		return "default"
+	}
+	return h.opts.BackendUser
+}
+
+// becomeUser puts a client that Redis authenticated as user on the
+// connections of that user: the shared ones for the proxy's user, else one
+// of its own. It returns the error to reply, "" if done.
+func (h *Handler) becomeUser(c *protocol.Conn, s *session, user, password string, p *resp.Reply) string {
+	if h.opts.Backend.RoutesByKey() {
+		return ""
+	}
+	switch {
+	case user == h.proxyUser() && !s.asUser:
+		return ""
+	case s.tx.watching || s.tx.inMulti:
+		return "ERR fenceproxy: AUTH as another Redis user cannot be served while WATCH is open; UNWATCH first"
+	case s.track.on:
+		return "ERR fenceproxy: AUTH as another Redis user cannot be served while CLIENT TRACKING is on; authenticate before CLIENT TRACKING ON"
+	}
+	c.WaitReplies(p) // what the client sent before runs as the user it had
+	if s.tx.pinned != nil {
+		s.tx.pinned.Release(false)
+		s.tx.pinned = nil
+	}
+	s.asUser, s.backend.User, s.backend.Password = false, "", ""
+	if user == h.proxyUser() {
+		return ""
+	}
+	s.backend.User, s.backend.Password = user, password
+	own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
+	if err != nil {
+		s.backend.User, s.backend.Password = "", ""
+		var re resp.Error
+		if errors.As(err, &re) {
+			return re.Error() // Redis's own refusal on that connection
+		}
+		return "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly"
+	}
+	s.tx.pinned, s.asUser = own, true
+	return ""
+}

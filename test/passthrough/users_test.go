@@ -1,0 +1,62 @@
+package passthrough
+
+import (
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// TestRedisUserThroughProxy: a client that authenticates as a Redis user
+// other than the proxy's runs as that user in Redis, as it would connected
+// directly: its commands, keys and scripts' ACL checks are that user's
+// (unit/scripting "Script ACL check": before, it ran as the proxy's user
+// on a shared connection), ACL WHOAMI names it, other clients are not
+// affected, RESET puts it back, and its database is the one it had
+// selected, although bob may not SELECT (unit/scripting without
+// --singledb: TRYAGAIN before); AUTH inside MULTI is refused (EXEC would
+// have authenticated a connection the proxy gives other clients after).
+func TestRedisUserThroughProxy(t *testing.T) {
+	pr := startPair(t)
+	for _, addr := range []string{pr.A.Addr, pr.B.Addr} {
+		admin := testenv.Dial(t, addr)
+		if got := admin.Do("ACL", "SETUSER", "bob", "on", ">123", "+@scripting", "+set", "+get", "+acl|whoami", "+reset", "+ping", "~x*"); string(got) != "+OK\r\n" {
+			t.Fatalf("ACL SETUSER on %s: %q", addr, got)
+		}
+	}
+	proxy, direct := pr.conns(t)
+	other := testenv.Dial(t, pr.Proxy.Addr)
+	for _, cmd := range [][]string{
+		c("SELECT", "9"), // bob may not SELECT: its connection is in 9 all the same
+		c("AUTH", "bob", "123"),
+		c("ACL", "WHOAMI"),
+		c("SET", "xx", "1"),
+		c("SET", "yy", "1"),
+		c("GET", "xx"),
+		c("HSET", "xx", "f", "1"),
+		c("EVAL", "return redis.acl_check_cmd('set','xx',1)", "1", "xx"),
+		c("EVAL", "return redis.acl_check_cmd('hset','xx','f',1)", "1", "xx"),
+		c("EVAL", "return redis.acl_check_cmd('set','yy',1)", "0"),
+		c("EVAL", "return redis.call('set','yy',1)", "0"),
+		c("AUTH", "bob", "wrong"),
+		c("ACL", "WHOAMI"),
+	} {
+		same(t, proxy, direct, cmd...)
+	}
+	if got := other.Do("SET", "yy", "1"); string(got) != "+OK\r\n" {
+		t.Errorf("another client's SET yy while bob is authenticated on the first = %q", got)
+	}
+	same(t, proxy, direct, "RESET")
+	same(t, proxy, direct, "ACL", "WHOAMI")
+	same(t, proxy, direct, "SET", "yy", "2")
+	if got := proxy.Do("MULTI"); string(got) != "+OK\r\n" {
+		t.Fatalf("MULTI = %q", got)
+	}
+	if got := proxy.Do("AUTH", "bob", "123"); string(got) != "-ERR fenceproxy: AUTH and HELLO cannot be part of a transaction; authenticate before MULTI\r\n" {
+		t.Errorf("AUTH inside MULTI = %q", got)
+	}
+	if got := proxy.Do("EXEC"); string(got) != "-EXECABORT Transaction discarded because of previous errors.\r\n" {
+		t.Errorf("EXEC after a refused AUTH = %q", got)
+	}
+	same(t, proxy, direct, "ACL", "WHOAMI")
+	pr.alive(t)
+}
