@@ -19,6 +19,10 @@
 #   --multidb     run without the suite's --singledb, so its tests SELECT 9
 #                 (and 10, 11, 12) as they do against a server of their own
 #                 (standalone only)
+#   --skiptest NAME
+#                 skip the test NAME (the suite's --skiptest: an exact name,
+#                 or a regexp if it starts with /) in both columns; may be
+#                 repeated
 #   --keep        keep the work directory (logs of every run) and print it
 #   --cluster     in front of a Redis Cluster: fenceproxy fronts a fresh
 #                 3-master cluster (no replicas), and the baseline column is
@@ -77,6 +81,7 @@ unit_timeout=300
 fail_under=0
 keep=0
 singledb=(--singledb)
+skiptests=()
 units=()
 while (($#)); do
 	case $1 in
@@ -88,6 +93,11 @@ while (($#)); do
 		;;
 	--fail-under-baseline) fail_under=1 ;;
 	--multidb) singledb=() ;;
+	--skiptest)
+		[[ -n ${2:-} ]] || die "--skiptest needs a test name"
+		skiptests+=(--skiptest "$2")
+		shift
+		;;
 	--keep) keep=1 ;;
 	--cluster) cluster=1 ;;
 	-h | --help)
@@ -325,7 +335,7 @@ run_unit() {
 	local base
 	base=$(($(free_port) + 32))
 	(cd "$suite" && timeout -k 10 "$unit_timeout" ./runtest --host 127.0.0.1 --port "$port" \
-		--single "$unit" "${singledb[@]}" "${mode[@]}" --tags -needs:repl --timeout "$unit_timeout" \
+		--single "$unit" "${singledb[@]}" "${mode[@]}" "${skiptests[@]}" --tags -needs:repl --timeout "$unit_timeout" \
 		--baseport "$base" >"$out" 2>&1) || rc=$?
 	if [[ -n $proxy_pid ]]; then
 		stop_pid fenceproxy "$proxy_pid" >/dev/null 2>&1

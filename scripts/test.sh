@@ -74,11 +74,25 @@ done < <(grep -rlE '^func Fuzz' --include='*_test.go' internal cmd 2>/dev/null |
 # race two clients' requests sent at the same moment (unit/type/list,
 # unit/type/stream-cgroups), unit/other (DEBUG DIGEST sees the authority's
 # heartbeat), and those with a known difference (docs/compatibility.md);
-# REDIS_SUITE_UNITS replaces the list.
+# REDIS_SUITE_UNITS replaces the list. Skipped in both columns, here and in
+# front of a cluster: four tests of those units that fail now and then
+# through the proxy for a reason docs/compatibility.md gives. Two in
+# unit/pubsub send (P)UNSUBSCRIBE without arguments on one client and,
+# without reading its reply, PUBLISH on another, expecting no receiver
+# (two clients' requests at the same moment: one run in ten here); two see
+# the token authority's writes in Redis's counters when a heartbeat falls
+# between two readings (unit/bitops' dirty count, unit/scripting's eval
+# stats under maxmemory 1).
+suite_skips=(
+	--skiptest "PUBLISH/SUBSCRIBE after UNSUBSCRIBE without arguments"
+	--skiptest "PUBLISH/PSUBSCRIBE after PUNSUBSCRIBE without arguments"
+	--skiptest "SETBIT/BITFIELD only increase dirty when the value changed"
+	--skiptest "Consistent eval error reporting"
+)
 if [[ -n ${REDIS_SUITE:-} ]]; then
 	echo "== Redis 7.0.15's own tests, plain and through fenceproxy"
 	# shellcheck disable=SC2086 # a list of units
-	scripts/redis-suite.sh --fail-under-baseline --unit-timeout 180 \
+	scripts/redis-suite.sh --fail-under-baseline --unit-timeout 180 "${suite_skips[@]}" \
 		${REDIS_SUITE_UNITS:-unit/type/incr unit/type/hash unit/type/zset unit/type/stream unit/keyspace unit/protocol unit/functions unit/pubsub unit/info-command unit/bitops unit/bitfield unit/sort unit/dump unit/type/string unit/multi unit/scripting unit/introspection unit/introspection-2 unit/expire}
 fi
 # In front of a Redis Cluster (fenceproxy before 3 masters, the baseline a
@@ -88,7 +102,7 @@ fi
 if [[ -n ${REDIS_SUITE:-} ]]; then
 	echo "== Redis 7.0.15's own tests in front of a Redis Cluster, a one-node cluster and through fenceproxy"
 	# shellcheck disable=SC2086 # a list of units
-	scripts/redis-suite.sh --cluster --fail-under-baseline --unit-timeout 180 \
+	scripts/redis-suite.sh --cluster --fail-under-baseline --unit-timeout 180 "${suite_skips[@]}" \
 		${REDIS_SUITE_CLUSTER_UNITS:-unit/type/incr unit/type/hash unit/keyspace unit/protocol unit/pubsub unit/info-command unit/bitfield unit/sort unit/introspection-2 unit/lazyfree}
 fi
 # ---- end Redis's own test suite ----
