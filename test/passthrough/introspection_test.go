@@ -21,13 +21,6 @@ func fields(line string) (names []string, values map[string]string) {
 	return names, values
 }
 
-func clientInfo(t *testing.T, c *testenv.Conn, args ...string) map[string]string {
-	t.Helper()
-	b, _ := testenv.ParseBulk(c.Do(append([]string{"CLIENT"}, args...)...))
-	_, v := fields(strings.Split(strings.TrimSpace(string(b)), "\n")[0])
-	return v
-}
-
 // TestClientListLikeRedis: CLIENT INFO and LIST describe the proxy's
 // clients with Redis's fields in Redis's order (unit/introspection "CLIENT
 // LIST", "CLIENT INFO"), and flags, subscriptions, MULTI, blocking,
