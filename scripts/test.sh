@@ -69,8 +69,8 @@ done < <(grep -rlE '^func Fuzz' --include='*_test.go' internal cmd 2>/dev/null |
 # tclsh and deb.debian.org for the suite's source) and fails if a unit
 # passes fewer tests through fenceproxy. The units are those that pass
 # whole through fenceproxy, with --singledb, and together take about 4
-# minutes here (228 s for the 19, build included, at load average 3.5-5.5;
-# the 13 before issue 16 took 167 s). Left out: those that
+# minutes here (223 s for the 19, build included, at load average 1-2;
+# the 13 before issue 16 took 141 s). Left out: those that
 # race two clients' requests sent at the same moment (unit/type/list,
 # unit/type/stream-cgroups), unit/other (DEBUG DIGEST sees the authority's
 # heartbeat), and those with a known difference (docs/compatibility.md);
@@ -97,7 +97,7 @@ if [[ -n ${REDIS_SUITE:-} ]]; then
 fi
 # In front of a Redis Cluster (fenceproxy before 3 masters, the baseline a
 # one-node cluster): the units that pass whole there, within about 2 minutes
-# here (108 s, build included, at load average 4-5; docs/compatibility.md);
+# here (97 s, build included, at load average 1-2; docs/compatibility.md);
 # REDIS_SUITE_CLUSTER_UNITS replaces the list.
 if [[ -n ${REDIS_SUITE:-} ]]; then
 	echo "== Redis 7.0.15's own tests in front of a Redis Cluster, a one-node cluster and through fenceproxy"
