@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -59,6 +60,19 @@ func invalidatedKeys(t *testing.T, msg []byte) (keys []string, null bool) {
 // invalidation; then PING must answer at once (no invalidation left).
 func expectInvalidated(t *testing.T, c *testenv.Conn, what string, want ...string) {
 	t.Helper()
+	expectInvalidatedNulls(t, c, false, what, want...)
+}
+
+// expectInvalidatedNulls is expectInvalidated that, if nullsOK, reads past
+// null invalidations: while a failover settles, a view can show a former
+// master as a master for a moment (seen in TestTrackingFollowsMasters, 1
+// run in 4: the old master of the earlier manual failover, during the
+// killed master's failover), a request of the client opens a tracking
+// connection there, and the next view drops it again with one more null
+// invalidation. It tells the client to drop what it cached: never wrong,
+// only more than needed.
+func expectInvalidatedNulls(t *testing.T, c *testenv.Conn, nullsOK bool, what string, want ...string) {
+	t.Helper()
 	left := map[string]bool{}
 	for _, k := range want {
 		left[k] = true
@@ -76,6 +90,9 @@ func expectInvalidated(t *testing.T, c *testenv.Conn, what string, want ...strin
 			t.Fatalf("%s: no invalidation of %v within 10s (%v)", what, missing, err)
 		}
 		keys, null := invalidatedKeys(t, msg)
+		if null && nullsOK {
+			continue
+		}
 		if null {
 			t.Fatalf("%s: a null invalidation %s, want one of %v", what, testenv.ShowReply(msg), want)
 		}
@@ -397,6 +414,17 @@ func TestTrackingFollowsMasters(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		got := tc.Do("GET", ks[1])
+		for bytes.HasPrefix(got, []byte(">2\r\n$10\r\ninvalidate\r\n")) {
+			// Another null invalidation while the failover settles (see
+			// expectInvalidatedNulls); the GET's reply comes after it.
+			if _, null := invalidatedKeys(t, got); !null {
+				t.Fatalf("GET %s after its master was killed: an invalidation of keys %s", ks[1], testenv.ShowReply(got))
+			}
+			var err error
+			if got, err = tc.ReadReply(); err != nil {
+				t.Fatalf("GET %s after its master was killed: %v", ks[1], err)
+			}
+		}
 		if string(got) == "$1\r\nv\r\n" {
 			break
 		}
@@ -406,7 +434,7 @@ func TestTrackingFollowsMasters(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	mustReply(t, writer, "+OK\r\n", "SET", ks[1], "w")
-	expectInvalidated(t, tc, "a key read on the master promoted after a kill", ks[1])
+	expectInvalidatedNulls(t, tc, true, "a key read on the master promoted after a kill", ks[1])
 }
 
 // TestTrackingRueidis: rueidis's client-side cache through the proxy in
