@@ -65,32 +65,20 @@ func Close(fd int) error { return unix.Close(fd) }
 // its end), or the socket's error. It is a raw system call: it never
 // parks the goroutine, nor lets the runtime hand its thread's P on (the
 // socket is non-blocking, so the call is short).
-func Read(fd int, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-		switch e {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, ErrWouldBlock
-		}
-		return 0, e
-	}
-}
+func Read(fd int, p []byte) (int, error) { return rawIO(unix.SYS_READ, fd, p) }
 
 // Write makes one non-blocking write of p to fd and returns how much the
 // socket took: all, part, or 0 with ErrWouldBlock when it has no room.
-func Write(fd int, p []byte) (int, error) {
+func Write(fd int, p []byte) (int, error) { return rawIO(unix.SYS_WRITE, fd, p) }
+
+// rawIO is one read or write (trap) of p on the non-blocking fd, again
+// after EINTR.
+func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	for {
-		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		n, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
 		switch e {
 		case 0:
 			return int(n), nil
