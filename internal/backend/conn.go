@@ -198,14 +198,18 @@ func (c *Conn) connect() (net.Conn, error) {
 
 // authAs authenticates nc as AsUser, before it carries anything else.
 func (c *Conn) authAs(nc net.Conn) error {
-	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
-	defer nc.SetDeadline(time.Time{})
-	req := resp.AppendCommand(nil, [][]byte{[]byte("AUTH"), []byte(c.opts.AsUser), []byte(c.opts.AsPassword)})
-	if _, err := nc.Write(req); err != nil {
-		return err
+	return c.expectOK(nc, "AUTH", c.opts.AsUser, c.opts.AsPassword)
+}
+
+// expectOK sends one command on a fresh nc and wants +OK back; Redis's
+// own refusal comes back as the error, a resp.Error, so a caller can give
+// it to the client as Redis's answer.
+func (c *Conn) expectOK(nc net.Conn, args ...string) error {
+	req := make([][]byte, len(args))
+	for i, a := range args {
+		req[i] = []byte(a)
 	}
-	// Only this reply is outstanding, so the reader takes nothing beyond it.
-	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 512))
+	reply, err := c.exchange(nc, resp.AppendCommand(nil, req), 512)
 	if err != nil {
 		return err
 	}
@@ -213,7 +217,38 @@ func (c *Conn) authAs(nc net.Conn) error {
 		return re
 	}
 	if string(reply) != "+OK\r\n" {
-		return fmt.Errorf("AUTH answered %q", trimCRLF(reply))
+		return fmt.Errorf("%s answered %q", args[0], trimCRLF(reply))
+	}
+	return nil
+}
+
+// exchange writes req on nc before it carries anything else and reads its
+// one reply, within DialTimeout. Only this reply is outstanding, so a
+// reader of size bufSize takes nothing beyond it.
+func (c *Conn) exchange(nc net.Conn, req []byte, bufSize int) ([]byte, error) {
+	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Write(req); err != nil {
+		return nil, err
+	}
+	return resp.AppendReply(nil, bufio.NewReaderSize(nc, bufSize))
+}
+
+// readReply appends the next reply on rd to p.Buf. A reply over the
+// size limit is read to its end and fails this request alone
+// (ErrReplyTooLarge in p.Err): the stream stays in step and the connection
+// serves the others. Any other error leaves p.Buf as it was and breaks the
+// connection.
+func readReply(p *resp.Reply, rd *bufio.Reader) error {
+	start := len(p.Buf)
+	var err error
+	p.Buf, err = resp.AppendReply(p.Buf, rd)
+	switch {
+	case errors.Is(err, resp.ErrTooLarge):
+		p.Err = ErrReplyTooLarge
+	case err != nil:
+		p.Buf = p.Buf[:start]
+		return err
 	}
 	return nil
 }
@@ -223,13 +258,7 @@ var roleRequest = []byte("*1\r\n$4\r\nROLE\r\n")
 // role asks the server on nc for its role, before the connection carries
 // anything else.
 func (c *Conn) role(nc net.Conn) (string, error) {
-	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
-	defer nc.SetDeadline(time.Time{})
-	if _, err := nc.Write(roleRequest); err != nil {
-		return "", err
-	}
-	// Only this reply is outstanding, so the reader takes nothing beyond it.
-	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 4096))
+	reply, err := c.exchange(nc, roleRequest, 4096)
 	if err != nil {
 		return "", err
 	}
@@ -266,13 +295,7 @@ func (c *Conn) handshake(nc net.Conn) error {
 	default:
 		return nil
 	}
-	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
-	defer nc.SetDeadline(time.Time{})
-	if _, err := nc.Write(resp.AppendCommand(nil, args)); err != nil {
-		return err
-	}
-	// Only this reply is outstanding, so the reader takes nothing beyond it.
-	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 4096))
+	reply, err := c.exchange(nc, resp.AppendCommand(nil, args), 4096)
 	if err != nil {
 		return err
 	}
@@ -494,16 +517,7 @@ func (c *Conn) readReplies(nc net.Conn, rd *bufio.Reader) error {
 					break // the reply is not here yet: wait for it above
 				}
 			}
-			start := len(p.Buf)
-			var err error
-			p.Buf, err = resp.AppendReply(p.Buf, rd)
-			switch {
-			case errors.Is(err, resp.ErrTooLarge):
-				// Read to its end: this request fails, the stream is in
-				// step and the connection serves the others.
-				p.Err = ErrReplyTooLarge
-			case err != nil:
-				p.Buf = p.Buf[:start]
+			if err := readReply(p, rd); err != nil {
 				return err
 			}
 			// One critical section retires this request and, if its reply

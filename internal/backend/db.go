@@ -2,10 +2,8 @@ package backend
 
 import (
 	"bufio"
-	"fmt"
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -17,24 +15,7 @@ func (c *Conn) selectDB(nc net.Conn) error {
 	if c.opts.DB == 0 {
 		return nil
 	}
-	nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
-	defer nc.SetDeadline(time.Time{})
-	req := resp.AppendCommand(nil, [][]byte{[]byte("SELECT"), []byte(strconv.Itoa(c.opts.DB))})
-	if _, err := nc.Write(req); err != nil {
-		return err
-	}
-	// Only this reply is outstanding, so the reader takes nothing beyond it.
-	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 512))
-	if err != nil {
-		return err
-	}
-	if re, ok := resp.ErrorReply(reply); ok {
-		return re
-	}
-	if string(reply) != "+OK\r\n" {
-		return fmt.Errorf("SELECT answered %q", trimCRLF(reply))
-	}
-	return nil
+	return c.expectOK(nc, "SELECT", strconv.Itoa(c.opts.DB))
 }
 
 // readPush reads one push message and hands it to Options.OnPush.

@@ -315,14 +315,7 @@ func (c *Conn) readOne(rd *bufio.Reader) error {
 	f := c.queue[c.head]
 	c.mu.Unlock()
 	p := f.p
-	start := len(p.Buf)
-	var err error
-	p.Buf, err = resp.AppendReply(p.Buf, rd)
-	switch {
-	case errors.Is(err, resp.ErrTooLarge):
-		p.Err = ErrReplyTooLarge
-	case err != nil:
-		p.Buf = p.Buf[:start]
+	if err := readReply(p, rd); err != nil {
 		return err
 	}
 	c.mu.Lock()
