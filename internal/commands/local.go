@@ -177,6 +177,23 @@ func (h *Handler) authenticated(c *protocol.Conn, user string) {
 	h.clientInfoOf(c, sessionOf(c)).user.Store(&user)
 }
 
+// clientAtOnce is CLIENT's atOnce: the subcommands answered from the
+// client's connection alone (ID, GETNAME, SETNAME, SETINFO, NO-EVICT,
+// NO-TOUCH: what redis-py and Jedis send on every new connection).
+func clientAtOnce(args [][]byte) bool {
+	if len(args) < 2 || len(args[1]) > 8 {
+		return false
+	}
+	var lower [8]byte
+	switch string(lowerInto(lower[:0], args[1])) {
+	case "id", "getname", "setname", "setinfo", "no-evict", "no-touch":
+		return true
+	}
+	return false
+}
+
+func always([][]byte) bool { return true }
+
 func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	sub := strings.ToLower(string(args[1]))
 	switch {

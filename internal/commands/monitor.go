@@ -5,6 +5,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -21,17 +22,8 @@ import (
 
 func (h *Handler) monitor(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if s.tx.inMulti {
-		h.sendPinned(s, args, p) // queued: Redis's own answer at EXEC
-		return
-	}
-	if h.opts.Backend.RoutesByKey() {
-		replyError(p, "ERR fenceproxy: MONITOR is served in front of a standalone Redis only, not a Redis Cluster; connect to a master directly")
-		return
-	}
-	tunnel, err := h.opts.Backend.Subscribe(&s.backend)
-	if err != nil {
-		replyErr(p, err)
+	tunnel := h.streamTunnel(s, "MONITOR", args, p)
+	if tunnel == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -42,6 +34,28 @@ func (h *Handler) monitor(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &monitorStream{own: h.own, probe: []byte(probe), ci: ci}})
 	s.tunnel, s.tunnelKind = tunnel, tunnelMonitor
 	h.sendTunnel(s, args, p)
+}
+
+// streamTunnel opens the tunnel of a command that turns the client's
+// connection into Redis's stream (MONITOR, SYNC), or answers p and returns
+// nil: inside MULTI it is queued on the transaction's connection (Redis's
+// own answer at EXEC), and in front of a Redis Cluster it is refused (one
+// master's stream is not the cluster's).
+func (h *Handler) streamTunnel(s *session, name string, args [][]byte, p *resp.Reply) cluster.Tunnel {
+	if s.tx.inMulti {
+		h.sendPinned(s, args, p)
+		return nil
+	}
+	if h.opts.Backend.RoutesByKey() {
+		replyError(p, "ERR fenceproxy: "+name+" is served in front of a standalone Redis only, not a Redis Cluster; connect to a master directly")
+		return nil
+	}
+	tunnel, err := h.opts.Backend.Subscribe(&s.backend)
+	if err != nil {
+		replyErr(p, err)
+		return nil
+	}
+	return tunnel
 }
 
 // monitorStream is a MONITOR tunnel's streamFilter: each line

@@ -27,7 +27,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // plainest state (RESP2, database 0, replies on, nothing pinned, no
 // MULTI, no tunnel, no tracking, no ACL, not a tier), and the few of the
 // proxy's own that it answers at once from the connection's own state
-// (answeredAtOnce: what client libraries send when they connect, so that
+// (the table's atOnce: what client libraries send when they connect, so that
 // their clients stay on the loop). Everything else (the other commands of
 // the proxy's own, PING, which waits for the replies before it, blocking
 // commands, pub/sub, a cluster's routing) moves the client to a goroutine
@@ -47,26 +47,5 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return false
 	}
 	cmd := lookup(lowerInto(lower[:0], name))
-	return cmd == nil || answeredAtOnce(cmd, args)
-}
-
-// answeredAtOnce reports whether the proxy's own command cmd answers args
-// from the client's connection alone, with no I/O and no wait: ECHO, and
-// CLIENT ID, GETNAME, SETNAME, SETINFO, NO-EVICT and NO-TOUCH (what
-// redis-py and Jedis send on every new connection).
-func answeredAtOnce(cmd *command, args [][]byte) bool {
-	switch cmd.name {
-	case "echo":
-		return true
-	case "client":
-		if len(args) < 2 || len(args[1]) > 8 {
-			return false
-		}
-		var lower [8]byte
-		switch string(lowerInto(lower[:0], args[1])) {
-		case "id", "getname", "setname", "setinfo", "no-evict", "no-touch":
-			return true
-		}
-	}
-	return false
+	return cmd == nil || cmd.atOnce != nil && cmd.atOnce(args)
 }

@@ -34,17 +34,8 @@ const replyPSyncRefused = "ERR fenceproxy: PSYNC is not served through fenceprox
 
 func (h *Handler) sync(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	if s.tx.inMulti {
-		h.sendPinned(s, args, p) // queued: Redis's own answer at EXEC
-		return
-	}
-	if h.opts.Backend.RoutesByKey() {
-		replyError(p, "ERR fenceproxy: SYNC is served in front of a standalone Redis only, not a Redis Cluster; connect to a master directly")
-		return
-	}
-	tunnel, err := h.opts.Backend.Subscribe(&s.backend)
-	if err != nil {
-		replyErr(p, err)
+	tunnel := h.streamTunnel(s, "SYNC", args, p)
+	if tunnel == nil {
 		return
 	}
 	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &replicaStream{own: h.own, upDB: -1, downDB: -1}})

@@ -120,6 +120,10 @@ type command struct {
 	// serve answers the request; nil for the entries served by their
 	// flags (flagPubSub, flagMayBlock) or refused.
 	serve func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply)
+	// atOnce, if set, reports whether serve answers args from the client's
+	// connection alone, with no I/O and no wait, so that the serve loop
+	// may call it (ServesOnLoop); a command without it leaves the loop.
+	atOnce func(args [][]byte) bool
 
 	// Derived by init from the above.
 	categories []string // ACL categories without '@' (see categoriesOf)
@@ -163,10 +167,10 @@ func init() {
 		// Answered by the proxy: they describe the client's own connection,
 		// which Redis never sees.
 		{name: "ping", arity: -1, serve: (*Handler).ping},
-		{name: "echo", arity: 2, serve: (*Handler).echo},
+		{name: "echo", arity: 2, serve: (*Handler).echo, atOnce: always},
 		{name: "quit", arity: -1, flags: flagImmediate, serve: (*Handler).quit},
 		{name: "hello", arity: -1, serve: (*Handler).hello},
-		{name: "client", arity: -2, serve: (*Handler).client},
+		{name: "client", arity: -2, serve: (*Handler).client, atOnce: clientAtOnce},
 		{name: "select", arity: 2, serve: (*Handler).selectDB},
 		{name: "auth", arity: -2, serve: (*Handler).auth},
 		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
