@@ -13,9 +13,7 @@
 #   --fail-under-baseline
 #                 exit 1 when any unit does worse through fenceproxy than
 #                 against plain Redis: fewer passed, more failed, an
-#                 exception or a timeout Redis did not have (for CI); a
-#                 unit that did worse runs once more through fenceproxy
-#                 first, and counts as worse only if it does again
+#                 exception or a timeout Redis did not have (for CI)
 #   --multidb     run without the suite's --singledb, so its tests SELECT 9
 #                 (and 10, 11, 12) as they do against a server of their own
 #                 (standalone only)
@@ -386,21 +384,6 @@ for unit in "${units[@]}"; do
 	rcol="$rp/$rf/$re"
 	[[ $rend == ok ]] || rcol+=" $rend"
 	total_r=$((total_r + rp))
-	if ((fail_under)) && { ((pp < rp || pf > rf || pe > re)) || [[ $pend == timeout && $rend != timeout ]]; }; then
-		# Some tests of the suite race two clients (a subscriber's close
-		# against the next test's PUBLISH: 1 run in 6 of unit/pubsub
-		# through the proxy). In CI a unit that did worse runs once more
-		# through fenceproxy; it fails only if it does worse again, and
-		# the table says it took two runs.
-		first="$pcol: $problem"
-		total_p=$((total_p - pp))
-		run_unit "$unit" proxy
-		pp=$passed pf=$failed pe=$exc pend=$end
-		pcol="$pp/$pf/$pe"
-		[[ $pend == ok ]] || pcol+=" $pend"
-		problem="$(first_problem "$unit" proxy) (second run; the first: $first)"
-		total_p=$((total_p + pp))
-	fi
 	ratio=n/a
 	((rp > 0)) && ratio=$(awk -v p="$pp" -v r="$rp" 'BEGIN { printf "%.0f%%", 100 * p / r }')
 	((pp >= rp && pf <= rf && pe <= re)) && units_equal=$((units_equal + 1))
