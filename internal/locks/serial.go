@@ -209,12 +209,7 @@ type news struct {
 // last wake-ups said. If a release claimed it, it first waits for that
 // release to say how its handoff went.
 func (q *waitQueue) news(resource string, w *waiter) (n news) {
-	q.mu.Lock()
-	for w.claimed && w.handed == nil {
-		q.mu.Unlock()
-		<-w.wake
-		q.mu.Lock()
-	}
+	q.lockSettled(w)
 	defer q.mu.Unlock()
 	w.idle = false
 	n.pos = -1
@@ -231,16 +226,23 @@ func (q *waitQueue) news(resource string, w *waiter) (n news) {
 	return n
 }
 
-// stop marks w leaving, so that no release claims it from now; if one
-// already has, it waits for that release's outcome and returns it (nil if
-// there was none).
-func (q *waitQueue) stop(w *waiter) *handoff {
+// lockSettled takes q.mu once no release has w claimed without having said
+// how its handoff went: a claimed waiter waits for that outcome (its wake)
+// before it reads or changes its state.
+func (q *waitQueue) lockSettled(w *waiter) {
 	q.mu.Lock()
 	for w.claimed && w.handed == nil {
 		q.mu.Unlock()
 		<-w.wake
 		q.mu.Lock()
 	}
+}
+
+// stop marks w leaving, so that no release claims it from now; if one
+// already has, it waits for that release's outcome and returns it (nil if
+// there was none).
+func (q *waitQueue) stop(w *waiter) *handoff {
+	q.lockSettled(w)
 	defer q.mu.Unlock()
 	w.idle, w.leaving = false, true
 	return w.handed

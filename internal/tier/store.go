@@ -174,11 +174,17 @@ func (s *Store) Cancel(resource string, token uint64) error {
 // entry is dropped from it only after the state (Pebble and its cache) has
 // its token, so whichever is read second has it.
 func (n *Node) newest(resource string) (uint64, error) {
-	n.overlayMu.Lock()
-	o := n.overlay[resource]
-	n.overlayMu.Unlock()
+	o := n.overlaid(resource)
 	t, err := n.fsm.newestOf(resource)
 	return max(o, t), err
+}
+
+// overlaid is this leadership's newest Confirm of resource not yet
+// applied (0: none).
+func (n *Node) overlaid(resource string) uint64 {
+	n.overlayMu.Lock()
+	defer n.overlayMu.Unlock()
+	return n.overlay[resource]
 }
 
 // newestCached is newest when the state's cache has the resource (its
@@ -187,9 +193,7 @@ func (n *Node) newest(resource string) (uint64, error) {
 // over this leadership's Confirms, and a Confirm of an earlier leadership
 // of this node may arrive late, below what another leader confirmed since.
 func (n *Node) newestCached(resource string) (uint64, bool) {
-	n.overlayMu.Lock()
-	o := n.overlay[resource]
-	n.overlayMu.Unlock()
+	o := n.overlaid(resource)
 	t, cached := n.fsm.newestCached(resource)
 	return max(o, t), cached
 }
