@@ -108,69 +108,78 @@ func TestLaterWriteKeepsOrder(t *testing.T) {
 }
 
 // TestLaterWriteToFullSocket: a reply too big for the socket to take at
-// once is finished off the goroutine that completed it; a client that reads
+// once is finished off the goroutine that completed it (on the serve loop,
+// by a goroutine the connection leaves the loop for); a client that reads
 // only later still gets every byte, then the next reply in order.
 func TestLaterWriteToFullSocket(t *testing.T) {
-	addr := serveLater(t, func(*Server) {})
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	const size = 8 << 20
-	if _, err := nc.Write([]byte("*2\r\n$3\r\nBIG\r\n$7\r\n8388608\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond) // the socket fills; the write must not be lost
-	if _, err := nc.Write([]byte("*1\r\n$4\r\nnext\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
-	rd := bufio.NewReader(nc)
-	head, err := rd.ReadString('\n')
-	if err != nil || head != "$8388608\r\n" {
-		t.Fatalf("header %q, %v", head, err)
-	}
-	body := make([]byte, size+2)
-	if _, err := io.ReadFull(rd, body); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Trim(string(body[:size]), "x") != "" || string(body[size:]) != "\r\n" {
-		t.Fatal("big reply corrupted")
-	}
-	if line, err := rd.ReadString('\n'); err != nil || line != "+next\r\n" {
-		t.Fatalf("after the big reply: %q, %v", line, err)
-	}
+	bothServings(t, func(t *testing.T, configure func(*Server)) {
+		addr := serveLater(t, configure)
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		const size = 8 << 20
+		if _, err := nc.Write([]byte(multibulk("BIG", "8388608"))); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the socket fills; the write must not be lost
+		if _, err := nc.Write([]byte(multibulk("next"))); err != nil {
+			t.Fatal(err)
+		}
+		nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+		rd := bufio.NewReader(nc)
+		head, err := rd.ReadString('\n')
+		if err != nil || head != "$8388608\r\n" {
+			t.Fatalf("header %q, %v", head, err)
+		}
+		body := make([]byte, size+2)
+		if _, err := io.ReadFull(rd, body); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Trim(string(body[:size]), "x") != "" || string(body[size:]) != "\r\n" {
+			t.Fatal("big reply corrupted")
+		}
+		if line, err := rd.ReadString('\n'); err != nil || line != "+next\r\n" {
+			t.Fatalf("after the big reply: %q, %v", line, err)
+		}
+	})
 }
 
-// TestLaterWriteOverHardLimit: a batch written by its last reply still
-// honours the normal class's hard output limit: the client is closed, with
-// none of the reply.
+// TestLaterWriteOverHardLimit: a batch written by its last reply (on a
+// goroutine or on the serve loop) still honours the normal class's hard
+// output limit: the client is closed, with none of the reply.
 func TestLaterWriteOverHardLimit(t *testing.T) {
-	addr := serveLater(t, func(s *Server) { s.NormalOutput = OutputLimit{Hard: 1 << 20} })
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	if _, err := nc.Write([]byte("*1\r\n$4\r\nping\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	rd := bufio.NewReader(nc)
-	if line, _ := rd.ReadString('\n'); line != "+ping\r\n" {
-		t.Fatalf("got %q", line)
-	}
-	if _, err := nc.Write([]byte("*2\r\n$3\r\nBIG\r\n$7\r\n2097152\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, err := io.Copy(io.Discard, rd)
-	if err != nil {
-		t.Fatalf("want the connection closed, got %v after %d bytes", err, n)
-	}
-	if n != 0 {
-		t.Fatalf("got %d bytes of a reply over the hard limit", n)
-	}
+	bothServings(t, func(t *testing.T, configure func(*Server)) {
+		addr := serveLater(t, func(s *Server) { s.NormalOutput = OutputLimit{Hard: 1 << 20}; configure(s) })
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if _, err := nc.Write([]byte(multibulk("ping"))); err != nil {
+			t.Fatal(err)
+		}
+		rd := bufio.NewReader(nc)
+		if line, _ := rd.ReadString('\n'); line != "+ping\r\n" {
+			t.Fatalf("got %q", line)
+		}
+		if _, err := nc.Write([]byte(multibulk("BIG", "2097152"))); err != nil {
+			t.Fatal(err)
+		}
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := io.Copy(io.Discard, rd)
+		if err != nil || n != 0 {
+			t.Fatalf("want the connection closed with no bytes, got %d bytes, %v", n, err)
+		}
+	})
+}
+
+// bothServings runs test with each client served by a goroutine of its
+// own, then from the serve loop (where the platform has one).
+func bothServings(t *testing.T, test func(t *testing.T, configure func(*Server))) {
+	t.Run("goroutine", func(t *testing.T) { test(t, func(*Server) {}) })
+	t.Run("loop", func(t *testing.T) { test(t, func(s *Server) { onLoop(t, s) }) })
 }
 
 // BenchmarkServeLater is BenchmarkServeRoundTrip with replies completed by

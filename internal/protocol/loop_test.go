@@ -138,65 +138,6 @@ func TestLoopManyClients(t *testing.T) {
 	wg.Wait()
 }
 
-// TestLoopWriteToFullSocket: on the loop, a reply too big for the socket
-// to take at once is finished by a goroutine (the connection leaves the
-// loop); a client that reads only later still gets every byte, then the
-// next reply in order.
-func TestLoopWriteToFullSocket(t *testing.T) {
-	addr := serveLater(t, func(s *Server) { onLoop(t, s) })
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	const size = 8 << 20
-	if _, err := nc.Write([]byte(multibulk("BIG", "8388608"))); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond) // the socket fills; the write must not be lost
-	if _, err := nc.Write([]byte(multibulk("next"))); err != nil {
-		t.Fatal(err)
-	}
-	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
-	rd := bufio.NewReader(nc)
-	head, err := rd.ReadString('\n')
-	if err != nil || head != "$8388608\r\n" {
-		t.Fatalf("header %q, %v", head, err)
-	}
-	body := make([]byte, size+2)
-	if _, err := io.ReadFull(rd, body); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Trim(string(body[:size]), "x") != "" || string(body[size:]) != "\r\n" {
-		t.Fatal("big reply corrupted")
-	}
-	if line, err := rd.ReadString('\n'); err != nil || line != "+next\r\n" {
-		t.Fatalf("after the big reply: %q, %v", line, err)
-	}
-}
-
-// TestLoopWriteOverHardLimit: on the loop too, a batch over the normal
-// class's hard output limit closes the client, with none of the reply.
-func TestLoopWriteOverHardLimit(t *testing.T) {
-	addr := serveLater(t, func(s *Server) { s.NormalOutput = OutputLimit{Hard: 1 << 20}; onLoop(t, s) })
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.Write([]byte(multibulk("ping")))
-	rd := bufio.NewReader(nc)
-	if line, _ := rd.ReadString('\n'); line != "+ping\r\n" {
-		t.Fatalf("got %q", line)
-	}
-	nc.Write([]byte(multibulk("BIG", "2097152")))
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, err := io.Copy(io.Discard, rd)
-	if err != nil || n != 0 {
-		t.Fatalf("want the connection closed with no bytes, got %d bytes, %v", n, err)
-	}
-}
-
 // closeCounter counts requests and Closed calls, answering each request
 // from another goroutine after release is closed.
 type closeCounter struct {
