@@ -60,27 +60,33 @@ func TestRelayConnChunks(t *testing.T) {
 		stream = append(stream, arr('*', bs("pmessage"), bs("*"), bs("__keyspace@15__:"+live), bs("zadd"))...)
 	}
 	for _, size := range []int{1, 3, 7, 64, len(stream)} {
-		a, b := net.Pipe()
-		h := &relayConn{Conn: a, filter: newOwnKeys("fenceproxy:lock:")}
-		go func() {
-			for rest := stream; len(rest) > 0; {
-				n := min(size, len(rest))
-				h.Write(rest[:n])
-				rest = rest[n:]
-			}
-			a.Close()
-		}()
-		var got []byte
-		buf := make([]byte, 4096)
-		for {
-			n, err := b.Read(buf)
-			got = append(got, buf[:n]...)
-			if err != nil {
-				break
-			}
-		}
+		got := relayInChunks(newOwnKeys("fenceproxy:lock:"), stream, size)
 		if !bytes.Equal(got, want) {
 			t.Errorf("chunks of %d: got %q, want %q", size, got, want)
+		}
+	}
+}
+
+// relayInChunks writes in through a relayConn with filter, size bytes at
+// a time, and returns what came out of it.
+func relayInChunks(filter streamFilter, in []byte, size int) []byte {
+	a, b := net.Pipe()
+	r := &relayConn{Conn: a, filter: filter}
+	go func() {
+		for rest := in; len(rest) > 0; {
+			n := min(size, len(rest))
+			r.Write(rest[:n])
+			rest = rest[n:]
+		}
+		a.Close()
+	}()
+	var got []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := b.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			return got
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package commands
 
 import (
-	"net"
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -35,25 +34,7 @@ func TestReplicaStream(t *testing.T) {
 		string(cmd("MULTI")) + string(cmd("del", "a")) + string(cmd("EXEC")) +
 		string(cmd("SELECT", "0")) + string(cmd("hset", "fenceproxy:lock:{r}", "token", "7"))
 	for _, size := range []int{1, 5, 64, len(in)} {
-		a, b := net.Pipe()
-		r := &relayConn{Conn: a, filter: &replicaStream{own: newOwnKeys("fenceproxy:lock:"), upDB: -1, downDB: -1}}
-		go func() {
-			for rest := []byte(in); len(rest) > 0; {
-				n := min(size, len(rest))
-				r.Write(rest[:n])
-				rest = rest[n:]
-			}
-			a.Close()
-		}()
-		var got []byte
-		buf := make([]byte, 4096)
-		for {
-			n, err := b.Read(buf)
-			got = append(got, buf[:n]...)
-			if err != nil {
-				break
-			}
-		}
+		got := relayInChunks(&replicaStream{own: newOwnKeys("fenceproxy:lock:"), upDB: -1, downDB: -1}, []byte(in), size)
 		if string(got) != want {
 			t.Errorf("chunks of %d:\n got %q\nwant %q", size, got, want)
 		}
