@@ -1144,6 +1144,16 @@ tier_cpu_row() {
 	}'
 }
 
+# build_pair builds --compare's OLD and NEW (their descriptions into the
+# caller's desc) and lockbench, into $tmp.
+build_pair() {
+	build_fenceproxy old "$old_rev"
+	desc[old]=$built_desc
+	build_fenceproxy new "$new_rev"
+	desc[new]=$built_desc
+	go build -o "$tmp/lockbench" ./scripts/lockbench
+}
+
 # main_tier_compare: --tier --compare OLD NEW: two tiers of three, one of each
 # build, in front of one Redis master + replica (--min-replicas 1, each tier its
 # own --key-prefix), and rounds of lockbench through each tier's leader and a
@@ -1153,11 +1163,7 @@ main_tier_compare() {
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
 	local t0=$SECONDS
 	local -A desc=() leader=() follower=()
-	build_fenceproxy old "$old_rev"
-	desc[old]=$built_desc
-	build_fenceproxy new "$new_rev"
-	desc[new]=$built_desc
-	go build -o "$tmp/lockbench" ./scripts/lockbench
+	build_pair
 	start_local_redis
 	local s
 	for s in old new; do
@@ -1286,11 +1292,7 @@ main_compare() {
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
 	local t0=$SECONDS
 	local -A desc=() addr=() pid=()
-	build_fenceproxy old "$old_rev"
-	desc[old]=$built_desc
-	build_fenceproxy new "$new_rev"
-	desc[new]=$built_desc
-	go build -o "$tmp/lockbench" ./scripts/lockbench
+	build_pair
 
 	start_local_redis
 	local s
