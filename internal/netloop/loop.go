@@ -23,6 +23,11 @@ const (
 	In Events = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
 	// Out: room to write again after a write that did not take everything.
 	Out Events = unix.EPOLLOUT | unix.EPOLLHUP | unix.EPOLLERR
+	// Ended: the peer ended its stream, or the socket broke. It comes in
+	// the same edge as In, once: a reader that sees it must read on to
+	// the end (a short read no longer means "nothing more until the next
+	// edge", as no edge follows).
+	Ended Events = unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
 )
 
 // A Handler serves one socket of the loop.

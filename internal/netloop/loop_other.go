@@ -17,8 +17,9 @@ var errUnsupported = errors.New("netloop: event loops need Linux (epoll)")
 type Events uint32
 
 const (
-	In  Events = 1
-	Out Events = 4
+	In    Events = 1
+	Out   Events = 4
+	Ended Events = 8
 )
 
 type Handler interface{ Ready(ev Events) }

@@ -58,7 +58,10 @@ type loopClient struct {
 	// readable: no short read since the last readiness edge (netloop is
 	// edge-triggered: bytes left unread are not signalled again).
 	readable bool
-	eof      bool // the client ended its stream; close after the batch
+	// ended: an edge said the stream has ended (or the socket broke): it
+	// stays readable until a read says so, as no further edge will come.
+	ended bool
+	eof   bool // the client ended its stream; close after the batch
 	// closeNow: Shutdown's time is up; close once no batch is in flight.
 	closeNow bool
 	stopped  bool
@@ -102,6 +105,9 @@ func (lc *loopClient) register() {
 func (lc *loopClient) Ready(ev netloop.Events) {
 	if ev&netloop.In != 0 {
 		lc.readable = true
+	}
+	if ev&netloop.Ended != 0 {
+		lc.ended = true
 	}
 	if lc.stopped || lc.c.later {
 		return // resume goes on (invariant 2)
@@ -249,7 +255,7 @@ func (lc *loopClient) read(b []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
-	if n < len(b) {
+	if n < len(b) && !lc.ended {
 		lc.readable = false
 	}
 	// When the pass began: no later than the read (a lease counted from

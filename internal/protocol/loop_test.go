@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -433,5 +434,88 @@ func TestLoopShutdownServesWhatWasSent(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLoopSeesEndInTheSameEdge: a client whose last bytes and the end of
+// its stream reach the loop in one readiness edge (held here by keeping the
+// loop busy while the client writes and closes) is served what it sent
+// whole and then closed and released: no later edge comes to say the
+// stream ended, so a short read must not be taken for "nothing more yet".
+// Before netloop.Ended, each such client held a connection slot for good,
+// until max clients refused everyone (FuzzServeSplit found it).
+func TestLoopSeesEndInTheSameEdge(t *testing.T) {
+	for _, tc := range []struct {
+		name, send string
+		replies    []string
+	}{
+		{"a partial request", "*2\r\n$3\r\nEC", nil},
+		{"a partial header", "*ZZZ", nil},
+		{"whole requests, then a partial one", multibulk("ECHO", "a") + multibulk("ECHO", "b") + "*1\r\n$4\r\nPI", []string{"ECHO a", "ECHO b"}},
+		{"whole requests", multibulk("ECHO", "a"), []string{"ECHO a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewServer(newEchoHandler(false, false), slog.New(slog.DiscardHandler))
+			onLoop(t, s)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go s.Serve(ln)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				s.Shutdown(ctx)
+			})
+			nc, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			// Wait until the connection is counted (on the loop), then
+			// hold the loop while the client writes and half-closes.
+			waitConns(t, s, 1)
+			held, release := make(chan struct{}), make(chan struct{})
+			s.Loop.Post(func() { close(held); <-release })
+			<-held
+			if _, err := nc.Write([]byte(tc.send)); err != nil {
+				t.Fatal(err)
+			}
+			nc.(*net.TCPConn).CloseWrite()
+			time.Sleep(10 * time.Millisecond) // let the FIN land before the loop reads
+			close(release)
+			rd := bufio.NewReader(nc)
+			nc.SetReadDeadline(time.Now().Add(replyWait))
+			for _, req := range tc.replies {
+				want := echoReply(bytes.Fields([]byte(req)))
+				got := make([]byte, len(want))
+				if _, err := io.ReadFull(rd, got); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("reply %q, %v; want %q", got, err, want)
+				}
+			}
+			if b, err := rd.ReadByte(); err != io.EOF {
+				t.Fatalf("after the replies: %q, %v; want the server to close (EOF)", b, err)
+			}
+			waitConns(t, s, 0)
+		})
+	}
+}
+
+// waitConns waits (bounded by replyWait: this only ends a hang) until s
+// holds n connections.
+func waitConns(t *testing.T, s *Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(replyWait)
+	for {
+		s.mu.Lock()
+		got := len(s.conns)
+		s.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server holds %d connections, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
