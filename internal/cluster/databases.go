@@ -101,6 +101,13 @@ func (d *databases) pool(resp3 bool, db int) (*backend.Pool, error) {
 	return p, nil
 }
 
+// open reports whether database db's pools for resp3 are open.
+func (d *databases) open(resp3 bool, db int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pools[dbKey{resp3, db}] != nil
+}
+
 func (d *databases) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -131,6 +138,15 @@ func (s *standalone) Select(cl *Client, db int) error {
 	cl.DB = db
 	return nil
 }
+
+// DBOpen: database 0's connections are the master's own; another's are
+// open once a client selected it on this master.
+func (s *standalone) DBOpen(resp3 bool, db int) bool {
+	return db == 0 || s.master.Load().dbs.open(resp3, db)
+}
+
+// DBOpen: a Redis Cluster has database 0 only.
+func (c *Cluster) DBOpen(_ bool, db int) bool { return db == 0 }
 
 // Select accepts only database 0, as Redis Cluster does.
 func (c *Cluster) Select(cl *Client, db int) error {

@@ -69,6 +69,10 @@ type Forwarder interface {
 	// Cluster's refusal of any database but 0) or why Redis could not be
 	// reached.
 	Select(cl *Client, db int) error
+	// DBOpen reports whether database db's shared connections for a
+	// client speaking RESP3 if resp3 are open, so that Select and Forward
+	// of it dial nothing (the serve loop's question: it must not wait).
+	DBOpen(resp3 bool, db int) bool
 	// Track returns a connection of cl's own for client-side caching
 	// (tracking.go): onPush gets Redis's push messages on it, onLost is
 	// called when it is lost. The error is the client's reply.

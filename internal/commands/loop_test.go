@@ -22,10 +22,17 @@ func (w *loopWatcher) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		name += " " + strings.ToUpper(string(args[1]))
 	}
 	w.mu.Lock()
-	if ok {
+	switch {
+	case c.OnLoop() && ok:
 		w.answers = append(w.answers, name+":loop")
-	} else {
+	case c.OnLoop():
 		w.answers = append(w.answers, name+":leaves")
+	case ok:
+		// On a goroutine, the question is whether the batch lets the
+		// client go back to the loop.
+		w.answers = append(w.answers, name+":loopable")
+	default:
+		w.answers = append(w.answers, name+":goroutine")
 	}
 	w.mu.Unlock()
 	return ok
@@ -82,22 +89,30 @@ func TestServesOnLoop(t *testing.T) {
 		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, onLoop)
 	}
 
+	// after: what ServesOnLoop answers from then on, for the request
+	// itself on its goroutine, then ECHO, GET and GET: a client whose
+	// state the loop can serve goes back to it after two batches in a row
+	// it would have served (ECHO's and GET's), so its last GET is the
+	// loop's again.
+	const back = " ECHO:loopable GET:loopable GET:loop"
 	for _, tc := range []struct {
 		first []string
 		reply string
+		after string
 	}{
-		{[]string{"PING"}, "+PONG\r\n"}, // waits for the replies before it
-		{[]string{"SELECT", "1"}, "+OK\r\n"},
-		{[]string{"HELLO", "3"}, ""},
-		{[]string{"CLIENT", "REPLY", "ON"}, "+OK\r\n"},
-		{[]string{"CLIENT", "LIST"}, ""},
-		{[]string{"MULTI"}, "+OK\r\n"},
-		{[]string{"WATCH", "k"}, "+OK\r\n"},
-		{[]string{"BLPOP", "nolist", "0.01"}, "*-1\r\n"},
-		{[]string{"SUBSCRIBE", "ch"}, ""},
-		{[]string{"LOCK.ACQUIRE", "r", "o", "10000"}, ""},
-		{[]string{"FUNCTION", "STATS"}, ""},
-		{[]string{"INFO", "server"}, ""},
+		{[]string{"PING"}, "+PONG\r\n", back}, // waits for the replies before it
+		// Database 1 has no connections yet: a goroutine opens them.
+		{[]string{"SELECT", "1"}, "+OK\r\n", back},
+		{[]string{"HELLO", "3"}, "", " ECHO:goroutine GET:goroutine GET:goroutine"},
+		{[]string{"CLIENT", "REPLY", "ON"}, "+OK\r\n", back},
+		{[]string{"CLIENT", "LIST"}, "", back},
+		{[]string{"MULTI"}, "+OK\r\n", ""},
+		{[]string{"WATCH", "k"}, "+OK\r\n", " ECHO:goroutine GET:goroutine GET:goroutine"},
+		{[]string{"BLPOP", "nolist", "0.01"}, "*-1\r\n", back},
+		{[]string{"SUBSCRIBE", "ch"}, "", ""},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "10000"}, "", back},
+		{[]string{"FUNCTION", "STATS"}, "", back},
+		{[]string{"INFO", "server"}, "", back},
 	} {
 		c := p.dial(t)
 		run(t, c, []exchange{{[]string{"GET", "k"}, "$1\r\nv\r\n"}})
@@ -110,17 +125,50 @@ func TestServesOnLoop(t *testing.T) {
 		} else if strings.HasPrefix(string(got), "-") {
 			t.Fatalf("%s: %q", tc.first, got)
 		}
-		if tc.first[0] != "SUBSCRIBE" && tc.first[0] != "MULTI" {
-			// Served on its goroutine from now on: ServesOnLoop is not
-			// asked again.
+		if tc.after != "" {
 			c.TryDo("ECHO", "after")
+			c.TryDo("GET", "k")
+			c.TryDo("GET", "k")
 		}
 		name := strings.ToUpper(tc.first[0])
 		if name == "CLIENT" || name == "FUNCTION" {
 			name += " " + tc.first[1]
 		}
-		if got, want := w.take(), "GET:loop "+name+":leaves"; got != want {
-			t.Errorf("%s: ServesOnLoop answered %q; want %q", tc.first, got, want)
+		// The request that left is asked about once more on its
+		// goroutine, where it is not loopable either.
+		if got, want := w.take(), "GET:loop "+name+":leaves "+name+":goroutine"+tc.after; got != want {
+			t.Errorf("%s: ServesOnLoop answered\n%q; want\n%q", tc.first, got, want)
 		}
+	}
+
+	// Database 1 is open now: a client's SELECT of it first in its batch,
+	// and what it forwards there, stay on the loop, in database 1.
+	c = p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"SELECT", "1"}, "+OK\r\n"},
+		{[]string{"SET", "k", "one"}, "+OK\r\n"},
+		{[]string{"GET", "k"}, "$3\r\none\r\n"},
+		{[]string{"SELECT", "0"}, "+OK\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+	})
+	if got, want := w.take(), "SELECT:loop SET:loop GET:loop SELECT:loop GET:loop"; got != want {
+		t.Errorf("SELECT of an open database: ServesOnLoop answered %q; want %q", got, want)
+	}
+	// Behind another request of its batch, SELECT waits for that one's
+	// reply: a goroutine serves it.
+	c.Send("GET", "k")
+	c.Send("SELECT", "1")
+	c.Send("GET", "k")
+	c.Flush()
+	for i, want := range []string{"$1\r\nv\r\n", "+OK\r\n", "$3\r\none\r\n"} {
+		if got, err := c.ReadReply(); err != nil || string(got) != want {
+			t.Fatalf("pipelined SELECT, reply %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	// The batch the client left in is not asked about (it held SELECT):
+	// the next one is, and takes the client back to the loop.
+	run(t, c, []exchange{{[]string{"GET", "k"}, "$3\r\none\r\n"}, {[]string{"GET", "k"}, "$3\r\none\r\n"}, {[]string{"GET", "k"}, "$3\r\none\r\n"}})
+	if got, want := w.take(), "GET:loop SELECT:leaves GET:loopable GET:loopable GET:loop"; got != want {
+		t.Errorf("pipelined SELECT: ServesOnLoop answered %q; want %q", got, want)
 	}
 }

@@ -1,6 +1,8 @@
 package commands
 
 import (
+	"math"
+
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -24,21 +26,23 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // ServesOnLoop tells the server's event loop (protocol.LoopHandler) which
 // requests it may serve itself: those ServeCommand only forwards, on the
 // client's connection of the shared pool, while the client is in the
-// plainest state (RESP2, database 0, replies on, nothing pinned, no
-// MULTI, no tunnel, no tracking, no ACL, not a tier), and the few of the
+// plainest state (RESP2, a database whose connections are open, replies
+// on, nothing pinned, no MULTI, no tunnel, no tracking, no ACL, not a
+// tier), SELECT first in its batch, and the few of the
 // proxy's own that it answers at once from the connection's own state
 // (the table's atOnce: what client libraries send when they connect, so that
 // their clients stay on the loop). Everything else (the other commands of
 // the proxy's own, PING, which waits for the replies before it, blocking
 // commands, pub/sub, a cluster's routing) moves the client to a goroutine
-// of its own, for good.
+// of its own, which gives it back to the loop after a batch of requests
+// the loop would have served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	if h.opts.Tier != nil || h.opts.ACL != nil || h.opts.Backend.RoutesByKey() {
 		return false
 	}
 	s := sessionOf(c)
 	if s.tunnel != nil || s.tx.pinned != nil || s.tx.inMulti || s.tx.watching ||
-		s.replies.off || s.replies.skipNext || s.track.on || s.backend.RESP3 || s.backend.DB != 0 {
+		s.replies.off || s.replies.skipNext || s.track.on || s.backend.RESP3 || !h.opts.Backend.DBOpen(false, s.backend.DB) {
 		return false
 	}
 	var lower [32]byte
@@ -47,5 +51,21 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return false
 	}
 	cmd := lookup(lowerInto(lower[:0], name))
-	return cmd == nil || cmd.atOnce != nil && cmd.atOnce(args)
+	switch {
+	case cmd == nil:
+		return true
+	case cmd.atOnce != nil:
+		return cmd.atOnce(args)
+	case cmd.name == "select":
+		// First in its batch, it waits for no earlier reply, and to a
+		// database already open it dials nothing: the suite's clients
+		// (SELECT 9 first) and any application in another database stay
+		// on the loop.
+		if len(args) != 2 || c.BatchLen() != 0 {
+			return false
+		}
+		db, ok := parseInt(args[1])
+		return !ok || db >= 0 && db <= math.MaxInt32 && h.opts.Backend.DBOpen(false, int(db))
+	}
+	return false
 }

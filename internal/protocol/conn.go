@@ -92,6 +92,16 @@ type Conn struct {
 	// was on it); onLoop says it started there.
 	lp     *loopClient
 	onLoop bool
+	// leftLoop, while set, is closed once the request the loop handed over
+	// (leaveLoop's pending) is dispatched: the loop waits for that before
+	// it serves the next client (arrival order, see leaveLoop).
+	leftLoop chan struct{}
+	// loopable: every request of the goroutine's current batch is one the
+	// loop would have served (ServesOnLoop), so once the batch is written
+	// the client may go back to the loop (returnToLoop).
+	loopable bool
+	// loopStreak counts the batches in a row that were loopable.
+	loopStreak int
 }
 
 // MayBlock says a request of the current batch may wait indefinitely (a
@@ -100,6 +110,16 @@ type Conn struct {
 // Handler's ClientGone, so the wait can be cancelled instead of holding a
 // backend connection or a place in a lock's line for nobody.
 func (c *Conn) MayBlock() { c.mayBlock = true }
+
+// OnLoop reports whether the server's event loop serves the connection
+// now (its ServesOnLoop and ServeCommand calls are the loop's). Call it
+// only from the Handler.
+func (c *Conn) OnLoop() bool { return c.lp != nil }
+
+// BatchLen is how many requests the current batch holds: their replies
+// may still be on their way. From ServesOnLoop, args is not counted yet;
+// from ServeCommand, the request being served is.
+func (c *Conn) BatchLen() int { return c.batch.n }
 
 // ReadAt is when the bytes of the request being served were read from the
 // client (the monotonic clock, taken once per read of the socket, however
@@ -212,24 +232,51 @@ func clipCommand(args [][]byte) string {
 }
 
 func (c *Conn) serve() {
-	defer c.server.release(c)
 	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
+		c.server.release(c)
 		return
 	}
-	c.serveRequests(nil)
+	c.serveFrom(nil)
 }
 
 // serveFrom is serve for a connection that left the event loop (loop.go),
 // beginning with pending, the request the loop did not serve, if not nil.
+// It releases the connection when it ends, unless the connection went
+// back to the loop, which holds it then.
 func (c *Conn) serveFrom(pending [][]byte) {
-	defer c.server.release(c)
-	c.serveRequests(pending)
+	if !c.serveRequests(pending) {
+		c.server.release(c)
+	}
 }
 
-func (c *Conn) serveRequests(pending [][]byte) {
+// serveRequests serves the connection until it ends (false) or goes back
+// to the event loop (true).
+func (c *Conn) serveRequests(pending [][]byte) (backOnLoop bool) {
+	lh, _ := c.server.handler.(LoopHandler)
+	mayReturn := lh != nil && c.onLoop && c.server.Loop != nil && c.rawConn != nil && c.server.IdleTimeout == 0
 	for {
 		var args [][]byte
 		var err error
+		if pending == nil && mayReturn && c.rd.Buffered() == 0 {
+			// The client has sent nothing more. After returnAfter batches
+			// in a row that the loop would have served, it goes back to
+			// the loop once the last is written.
+			if c.loopable {
+				c.loopStreak++
+			} else {
+				c.loopStreak = 0
+			}
+			c.loopable = false
+			if c.loopStreak >= returnAfter {
+				c.loopStreak = 0
+				if c.later && c.awaitLater() != nil {
+					return false
+				}
+				if c.returnToLoop() {
+					return true
+				}
+			}
+		}
 		if pending != nil {
 			args, pending = pending, nil
 		} else {
@@ -241,7 +288,7 @@ func (c *Conn) serveRequests(pending [][]byte) {
 		// or endHeldBatch during the read) is always awaited here, before
 		// anything else: serve never returns with one in flight.
 		if c.later && c.awaitLater() != nil {
-			return
+			return false
 		}
 		if c.idleArmed && err == nil {
 			// Cleared here rather than in clientReader, so that the reads
@@ -266,7 +313,13 @@ func (c *Conn) serveRequests(pending [][]byte) {
 				c.server.limitClosed(c, closeIdle, "closing idle client", "timeout", c.server.IdleTimeout)
 			}
 			c.writeBatch()
-			return
+			return false
+		}
+		if c.batch.n == 0 {
+			c.loopable = mayReturn
+		}
+		if c.loopable {
+			c.loopable = lh.ServesOnLoop(c, args)
 		}
 		p := c.batch.next()
 		if c.batch.n == 1 {
@@ -276,6 +329,10 @@ func (c *Conn) serveRequests(pending [][]byte) {
 			}
 		}
 		c.dispatch(args, p)
+		if c.leftLoop != nil {
+			close(c.leftLoop)
+			c.leftLoop = nil
+		}
 		if c.batch.n == probeBatch && !c.mayBlock && !c.writesTaken {
 			// Requests are dispatched faster than the first reply comes
 			// back: learn how big they are before putting a whole window
@@ -297,7 +354,7 @@ func (c *Conn) serveRequests(pending [][]byte) {
 			}
 			// Shutting down, requests already read are still served.
 			if err := c.writeBatch(); err != nil || c.closeAfterReply || (c.closing.Load() && c.rd.Buffered() == 0) {
-				return
+				return false
 			}
 		}
 	}
@@ -612,6 +669,9 @@ func (c *Conn) disarmIdle() {
 // run first.
 func (c *Conn) WaitReplies(current *resp.Reply) {
 	if c.lp != nil {
+		if c.batch.n == 1 {
+			return // the batch's first request: nothing was sent before it
+		}
 		// On the event loop, whose replies may be completed by the loop
 		// itself: waiting here would stop every client of the loop for
 		// good. A LoopHandler's ServesOnLoop must refuse such requests;

@@ -81,10 +81,18 @@
 // At anything else (an inline, malformed, empty or over-long request, a
 // command that may block, pins a connection, subscribes, changes the
 // protocol or the database, the proxy's own commands), the client leaves
-// the loop for good: its socket goes back to Go's poller, and a goroutine
-// goes on with serve from the request the loop did not serve. A batch
-// whose write the socket does not take at once leaves the same way, the
-// rest of its write finished by a goroutine. Invariants:
+// the loop: its socket goes back to Go's poller, and a goroutine goes on
+// with serve from the request the loop did not serve; if that request is
+// the first of its batch, the loop waits for its dispatch (at most
+// leaveWait) before it serves anyone else, so that it reaches Redis ahead
+// of what other clients sent after it. A batch whose write the socket does
+// not take at once leaves the same way, the rest of its write finished by
+// a goroutine. After two batches in a row that the loop would have served
+// (returnAfter), with nothing more sent, the goroutine gives the client
+// back to the loop (returnToLoop): requests read by one loop in epoll's
+// order keep the order they arrived in across clients, as Redis's own
+// loop keeps it, where goroutines woken together run in any order.
+// Invariants:
 //
 //  1. A connection's loop state (loopClient) is touched on the loop only,
 //     but for laterErr, which the goroutine that completes a batch sets
@@ -97,10 +105,14 @@
 //     loop holds it (not c.later), except a batch whose write did not
 //     finish, which the loop hands over with the write still owning the
 //     batch: the goroutine that finishes the write releases it as
-//     later.go does, and the connection's new goroutine waits for it.
+//     later.go does, and the connection's new goroutine waits for it. It
+//     comes back only from its goroutine, between batches, with nothing
+//     buffered and its last batch written; the loop takes it on the loop
+//     (the goroutine touches it no more after posting that).
 //  4. The loop closes the socket only while it holds the connection, so a
 //     write of a batch never meets a closed (or reused) descriptor.
-//  5. The loop never waits: ServesOnLoop admits only requests whose
+//  5. The loop never waits, but in leaveLoop for at most leaveWait:
+//     ServesOnLoop admits only requests whose
 //     Handler neither blocks nor asks for MayBlock, WaitReplies,
 //     TakeWrites or EnablePushes (a Handler that does anyway is logged as
 //     a bug and its client moved to a goroutine); Reader.bufferedRequest

@@ -28,11 +28,13 @@ import (
 // (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy). At anything
 // else (an inline or malformed request, one longer than the read buffer,
 // a command that may block, pins a connection, subscribes, changes the
-// protocol...) the connection leaves the loop for good: its socket goes
-// back to Go's poller and a goroutine carries on with serve, where the loop
-// stopped, with the request that did not fit (leaveLoop). A batch whose
-// write the socket does not take at once leaves the same way, its rest
-// written by a goroutine as later.go writes it.
+// protocol...) the connection leaves the loop: its socket goes back to
+// Go's poller and a goroutine carries on with serve, where the loop
+// stopped, with the request that did not fit (leaveLoop), and gives the
+// client back to the loop once it sends plain requests again
+// (returnToLoop). A batch whose write the socket does not take at once
+// leaves the same way, its rest written by a goroutine as later.go writes
+// it.
 //
 // The invariants are in the package doc ("Serving from an event loop").
 
@@ -41,11 +43,14 @@ import (
 type LoopHandler interface {
 	Handler
 	// ServesOnLoop reports whether ServeCommand serves args without
-	// blocking its goroutine and without MayBlock, WaitReplies,
-	// TakeWrites, EnablePushes or CloseAfterReply, so that the loop may
-	// call it. When it reports false, nothing was done: the connection
-	// leaves the loop for a goroutine of its own, which serves args with
-	// ServeCommand (and every later request).
+	// blocking its goroutine and without MayBlock, WaitReplies (but as
+	// the first of its batch, which waits for nothing), TakeWrites,
+	// EnablePushes or CloseAfterReply, so that the loop may call it. When
+	// it reports false, nothing was done: the connection leaves the loop
+	// for a goroutine of its own, which serves args with ServeCommand
+	// (and later requests). It is asked on that goroutine too, for each
+	// request of a batch that begins there, to learn whether the client
+	// may go back to the loop: it must not change anything.
 	ServesOnLoop(c *Conn, args [][]byte) bool
 }
 
@@ -96,8 +101,8 @@ func (lc *loopClient) register() {
 		return
 	}
 	lc.reg = reg
-	if lc.c.closing.Load() {
-		lc.shutdown(false) // Shutdown came first
+	if killed := lc.c.killed.Load(); killed || lc.c.closing.Load() {
+		lc.shutdown(killed) // Kill or Shutdown came first
 	}
 }
 
@@ -269,13 +274,89 @@ func (lc *loopClient) read(b []byte) (int, error) {
 // serves pending (if not nil: the request the loop could not serve) and
 // goes on as serve. Called on the loop while it holds the connection
 // (invariant 3).
+//
+// A request that goes first in its batch is dispatched before the loop
+// serves anyone else, if that takes no longer than leaveWait: what other
+// clients sent after it must not reach Redis before it, as it would if
+// the goroutine were simply started (Go runs it some microseconds later,
+// on another thread, while the loop goes on). A blocking command and a
+// write another client sends just after it are the case that matters
+// (Redis's suite, unit/type/list "BRPOPLPUSH with multiple blocked
+// clients": the second blocked client overtaking the first leaves the
+// first blocked for good). A request behind others of its batch is not
+// waited for: its dispatch may wait for their replies, which the loop
+// itself may have to read.
 func (c *Conn) leaveLoop(pending [][]byte) {
 	lc := c.lp
+	first := pending != nil && c.batch.n == 0
 	if !c.attachToGoroutine() {
 		lc.stop()
 		return
 	}
+	var dispatched chan struct{}
+	if first {
+		dispatched = make(chan struct{})
+		c.leftLoop = dispatched
+	}
 	go c.serveFrom(pending)
+	if dispatched != nil {
+		t := time.NewTimer(leaveWait)
+		select {
+		case <-dispatched:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// leaveWait bounds how long the loop waits for a request it handed to a
+// goroutine to be dispatched (leaveLoop): a connection from a pool is
+// taken and written to in microseconds; one that must be dialled first
+// may take longer, and the loop then goes on rather than stop every other
+// client for it.
+const leaveWait = 5 * time.Millisecond
+
+// returnAfter is how many batches in a row the loop would have served
+// take a client back to it. Going back and leaving again costs some tens
+// of microseconds of system calls (netloop's Detach and Attach, a
+// goroutine, leaveLoop's wait): a client that alternates one blocking
+// command and one plain one (BLPOP a job, SET its result) stays on its
+// goroutine, where it costs less; one that has gone on with plain
+// requests goes back, where its requests keep their order among the
+// loop's clients' (Redis's suite: the client that writes just after
+// another's blocking command).
+const returnAfter = 2
+
+// returnToLoop gives a client served by a goroutine back to the loop, so
+// that its requests are read in the order the loop reads every client's
+// (a client that left once for a blocking command or a transaction would
+// otherwise race the loop's clients with a goroutine of its own for
+// good). Called by the connection's goroutine between batches, with
+// nothing buffered and the last batch written; it reports false, and
+// changes nothing, where the loop cannot take the client. After true the
+// goroutine must not touch the connection again: the loop holds it.
+func (c *Conn) returnToLoop() bool {
+	if c.batch.n != 0 || c.push != nil || c.writesTaken || c.outbound != nil || c.closeAfterReply ||
+		c.closing.Load() || c.killed.Load() {
+		return false
+	}
+	fd, err := netloop.Detach(c.raw)
+	if err != nil {
+		return false // still Go's: the goroutine goes on
+	}
+	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd, readable: true}
+	lc.resumeFn = lc.resume
+	// Handed over on the loop, where Kill's and Shutdown's interrupts for
+	// a connection that started there run (interruptOnLoop): one posted
+	// before this finds the old net.Conn (closed by Detach, so it does
+	// nothing) and register sees the flag it set.
+	lc.loop.Post(func() {
+		c.lp = lc
+		c.nc, c.raw, c.rawConn = nil, nil, nil
+		c.fd.Store(int64(fd))
+		lc.register()
+	})
+	return true
 }
 
 // handOverWrite hands a connection whose batch's write did not finish to a

@@ -455,19 +455,8 @@ func TestLoopSeesEndInTheSameEdge(t *testing.T) {
 		{"whole requests", multibulk("ECHO", "a"), []string{"ECHO a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewServer(newEchoHandler(false, false), slog.New(slog.DiscardHandler))
-			onLoop(t, s)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go s.Serve(ln)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				s.Shutdown(ctx)
-			})
-			nc, err := net.Dial("tcp", ln.Addr().String())
+			s, addr := startOnLoop(t, newEchoHandler(false, false))
+			nc, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -475,15 +464,13 @@ func TestLoopSeesEndInTheSameEdge(t *testing.T) {
 			// Wait until the connection is counted (on the loop), then
 			// hold the loop while the client writes and half-closes.
 			waitConns(t, s, 1)
-			held, release := make(chan struct{}), make(chan struct{})
-			s.Loop.Post(func() { close(held); <-release })
-			<-held
+			release := holdLoop(s)
 			if _, err := nc.Write([]byte(tc.send)); err != nil {
 				t.Fatal(err)
 			}
 			nc.(*net.TCPConn).CloseWrite()
 			time.Sleep(10 * time.Millisecond) // let the FIN land before the loop reads
-			close(release)
+			release()
 			rd := bufio.NewReader(nc)
 			nc.SetReadDeadline(time.Now().Add(replyWait))
 			for _, req := range tc.replies {
@@ -518,4 +505,159 @@ func waitConns(t *testing.T, s *Server, n int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// startOnLoop starts a server of h on an event loop (onLoop), stopped when
+// t ends, and returns it with its address.
+func startOnLoop(t *testing.T, h Handler) (*Server, string) {
+	t.Helper()
+	s := NewServer(h, slog.New(slog.DiscardHandler))
+	onLoop(t, s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	return s, ln.Addr().String()
+}
+
+// holdLoop keeps s's loop busy until the returned function is called, so
+// that what clients send meanwhile reaches it in one pass.
+func holdLoop(s *Server) (release func()) {
+	held, done := make(chan struct{}), make(chan struct{})
+	s.Loop.Post(func() { close(held); <-done })
+	<-held
+	return func() { close(done) }
+}
+
+// orderHandler answers each request with +NAME and notes, in the order
+// they were dispatched, each request's name and whether the loop served
+// it.
+type orderHandler struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (h *orderHandler) ServeCommand(c *Conn, args [][]byte, p *resp.Reply) {
+	name := string(args[0])
+	h.mu.Lock()
+	if c.OnLoop() {
+		h.seen = append(h.seen, name+":loop")
+	} else {
+		h.seen = append(h.seen, name+":goroutine")
+	}
+	h.mu.Unlock()
+	p.Buf = fmt.Appendf(p.Buf, "+%s\r\n", name)
+	p.Done()
+}
+func (h *orderHandler) BatchDone(*Conn)  {}
+func (h *orderHandler) ClientGone(*Conn) {}
+func (h *orderHandler) Closed(*Conn)     {}
+
+func (h *orderHandler) take() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := strings.Join(h.seen, " ")
+	h.seen = nil
+	return s
+}
+
+// do sends one request and expects +NAME back.
+func do(t *testing.T, nc net.Conn, rd *bufio.Reader, args ...string) {
+	t.Helper()
+	if _, err := nc.Write([]byte(multibulk(args...))); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(replyWait))
+	if line, err := rd.ReadString('\n'); err != nil || line != "+"+args[0]+"\r\n" {
+		t.Fatalf("%s: %q, %v", args[0], line, err)
+	}
+}
+
+// TestLoopKeepsArrivalOrderAcrossClients: a request the loop hands to a
+// goroutine (NOLOOP, standing for a blocking command) is dispatched
+// before what another client sent just after it, which the loop serves
+// itself; without leaveLoop's wait the loop's own is dispatched first
+// (the goroutine starts later, on another thread).
+func TestLoopKeepsArrivalOrderAcrossClients(t *testing.T) {
+	h := &orderHandler{}
+	s, addr := startOnLoop(t, h)
+	var ncs [2]net.Conn
+	var rds [2]*bufio.Reader
+	for i := range ncs {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		ncs[i], rds[i] = nc, bufio.NewReader(nc)
+		do(t, nc, rds[i], "HELLO") // on the loop
+	}
+	h.take()
+	for round := range 20 {
+		release := holdLoop(s)
+		ncs[0].Write([]byte(multibulk("NOLOOP")))
+		time.Sleep(time.Millisecond) // the first client's bytes land first
+		ncs[1].Write([]byte(multibulk("AFTER")))
+		time.Sleep(time.Millisecond)
+		release()
+		for i, name := range []string{"NOLOOP", "AFTER"} {
+			if line, err := rds[i].ReadString('\n'); err != nil || line != "+"+name+"\r\n" {
+				t.Fatalf("round %d: %s: %q, %v", round, name, line, err)
+			}
+		}
+		// Both back on the loop for the next round: the first client
+		// after two batches the loop would have served.
+		do(t, ncs[0], rds[0], "BACK")
+		do(t, ncs[0], rds[0], "BACK")
+		do(t, ncs[1], rds[1], "BACK")
+		if got, want := h.take(), "NOLOOP:goroutine AFTER:loop BACK:goroutine BACK:goroutine BACK:loop"; got != want {
+			t.Fatalf("round %d: dispatched %q; want %q", round, got, want)
+		}
+	}
+}
+
+// TestLoopTakesClientBack: a client that left the loop goes back to it
+// after a batch the loop would have served, over and over, with its
+// requests answered in order; Kill and Shutdown reach it there.
+func TestLoopTakesClientBack(t *testing.T) {
+	h := &orderHandler{}
+	s, addr := startOnLoop(t, h)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	for range 50 {
+		do(t, nc, rd, "A")
+		do(t, nc, rd, "NOLOOP")
+		do(t, nc, rd, "B")
+		do(t, nc, rd, "B")
+		// A pipeline across a leave: each reply in its place.
+		nc.Write([]byte(multibulk("C") + multibulk("NOLOOP") + multibulk("D")))
+		for _, name := range []string{"C", "NOLOOP", "D"} {
+			if line, err := rd.ReadString('\n'); err != nil || line != "+"+name+"\r\n" {
+				t.Fatalf("%s: %q, %v", name, line, err)
+			}
+		}
+		do(t, nc, rd, "E")
+		do(t, nc, rd, "E")
+	}
+	// After the pipeline, whose batch held NOLOOP, the client goes back
+	// after two E batches, as after two B batches.
+	if got, want := h.take(), strings.Repeat("A:loop NOLOOP:goroutine B:goroutine B:goroutine C:loop NOLOOP:goroutine D:goroutine E:goroutine E:goroutine ", 50); got+" " != want {
+		t.Fatalf("dispatched\n%q; want\n%q", got, want)
+	}
+	s.Each(func(c *Conn) { c.Kill() })
+	nc.SetReadDeadline(time.Now().Add(replyWait))
+	if b, err := rd.ReadByte(); err != io.EOF {
+		t.Fatalf("after Kill: %q, %v; want EOF", b, err)
+	}
+	waitConns(t, s, 0)
 }
