@@ -65,10 +65,12 @@ type Node struct {
 	mu       sync.Mutex
 	replicas []string
 	idle     [2][]*backend.Conn // pinned connections to reuse, RESP2 and RESP3
-	handed   map[any]func()     // pinned connections and tunnels in clients' hands: their Close
-	closed   bool
-	pinOpts  backend.Options
-	dbs      databases // the shared connections of databases other than 0 (databases.go)
+	// refilling: spare is dialling one for idle[i].
+	refilling [2]bool
+	handed    map[any]func() // pinned connections and tunnels in clients' hands: their Close
+	closed    bool
+	pinOpts   backend.Options
+	dbs       databases // the shared connections of databases other than 0 (databases.go)
 }
 
 // ErrNotMaster means a guarded node was found not to be the master when a
@@ -89,6 +91,7 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 	}
 	i := protoIndex(resp3)
 	n.mu.Lock()
+	defer n.spare(resp3)
 	for len(n.idle[i]) > 0 {
 		c := n.idle[i][len(n.idle[i])-1]
 		n.idle[i] = n.idle[i][:len(n.idle[i])-1]
@@ -110,6 +113,39 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 		return nil, ErrUnavailable
 	}
 	return c, nil
+}
+
+// spare dials a connection for the idle list in the background when a
+// client took the last one, so that the next client's blocking command
+// takes one instead of dialling: the serve loop waits for a blocking
+// command it hands over to be written before it serves anyone else
+// (protocol's leaveLoop), and a dial can outlast that wait, letting
+// another client's request reach Redis first.
+func (n *Node) spare(resp3 bool) {
+	i := protoIndex(resp3)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.idle[i]) > 0 || n.refilling[i] || n.closed || n.Refusal() != nil {
+		return
+	}
+	n.refilling[i] = true
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		opts := n.pinOpts
+		opts.RESP3 = resp3
+		c, err := backend.Dial(opts)
+		n.mu.Lock()
+		n.refilling[i] = false
+		keep := err == nil && !n.closed && n.Refusal() == nil && len(n.idle[i]) < maxIdlePinned
+		if keep {
+			n.idle[i] = append(n.idle[i], c)
+		}
+		n.mu.Unlock()
+		if err == nil && !keep {
+			c.Close()
+		}
+	}()
 }
 
 // Unpin gives back a pinned connection. Only a clean one (no MULTI, WATCH

@@ -100,7 +100,6 @@ func TestServesOnLoop(t *testing.T) {
 		reply string
 		after string
 	}{
-		{[]string{"PING"}, "+PONG\r\n", back}, // waits for the replies before it
 		// Database 1 has no connections yet: a goroutine opens them.
 		{[]string{"SELECT", "1"}, "+OK\r\n", back},
 		{[]string{"HELLO", "3"}, "", " ECHO:goroutine GET:goroutine GET:goroutine"},
@@ -139,6 +138,22 @@ func TestServesOnLoop(t *testing.T) {
 		if got, want := w.take(), "GET:loop "+name+":leaves "+name+":goroutine"+tc.after; got != want {
 			t.Errorf("%s: ServesOnLoop answered\n%q; want\n%q", tc.first, got, want)
 		}
+	}
+
+	// PING first in its batch waits for nothing: the loop's; behind
+	// another request it waits for that one's reply: a goroutine's.
+	c = p.dial(t)
+	run(t, c, []exchange{{[]string{"PING"}, "+PONG\r\n"}, {[]string{"PING", "x"}, "$1\r\nx\r\n"}})
+	c.Send("GET", "k")
+	c.Send("PING")
+	c.Flush()
+	for i, want := range []string{"$1\r\nv\r\n", "+PONG\r\n"} {
+		if got, err := c.ReadReply(); err != nil || string(got) != want {
+			t.Fatalf("GET, PING: reply %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	if got, want := w.take(), "PING:loop PING:loop GET:loop PING:leaves"; got != want {
+		t.Errorf("PING: ServesOnLoop answered %q; want %q", got, want)
 	}
 
 	// Database 1 is open now: a client's SELECT of it first in its batch,
