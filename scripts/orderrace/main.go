@@ -33,10 +33,10 @@ import (
 )
 
 var (
-	addr = flag.String("addr", "127.0.0.1:7379", "`host:port` of the server")
-	db   = flag.Int("db", 0, "database each client selects first (0: none sent)")
-	wait     = flag.Duration("wait", time.Second, "how long a reply that is due may take before the round counts as blocked")
-	noFirst  = flag.Bool("no-first", false, "send nothing before the race on a fresh client (the suite's --singledb): its first request may arrive with its connection")
+	addr    = flag.String("addr", "127.0.0.1:7379", "`host:port` of the server")
+	db      = flag.Int("db", 0, "database each client selects first (0: none sent)")
+	wait    = flag.Duration("wait", time.Second, "how long a reply that is due may take before the round counts as blocked")
+	noFirst = flag.Bool("no-first", false, "send nothing before the race on a fresh client (the suite's --singledb): its first request may arrive with its connection")
 )
 
 func main() {
