@@ -3,10 +3,12 @@
 // races Redis's own suite trips on through a proxy (docs/compatibility.md,
 // "Two clients' requests sent at the same moment").
 //
-//	go run ./scripts/orderrace -addr 127.0.0.1:7379 [-rounds 100] [-db 9]
+//	go run ./scripts/orderrace -addr 127.0.0.1:7379 [-rounds 100] [-db 9] [-no-first]
 //
 // Each round opens fresh clients, as the suite's redis_deferring_client
-// does (with -db N each first sends SELECT N), and writes on three sockets
+// does (with -db N each first sends SELECT N, else ECHO, and with
+// -no-first nothing: its first request then arrives with its connection,
+// a race plain Redis loses now and then too), and writes on three sockets
 // one after another, not waiting for a reply in between:
 //
 //   - list: BRPOPLPUSH blist target1 0 (client 1), BRPOPLPUSH blist
