@@ -42,7 +42,16 @@ func (laterHandler) ClientGone(*Conn) {}
 func (laterHandler) Closed(*Conn)     {}
 
 func serveLater(t *testing.T, configure func(*Server)) string {
-	s := NewServer(laterHandler{}, slog.New(slog.DiscardHandler))
+	_, addr := startServer(t, laterHandler{}, configure)
+	return addr
+}
+
+// startServer starts a server of h, configured by configure, on a
+// loopback port, and stops it when t ends (Shutdown must finish within
+// 5 s); it returns the server and its address.
+func startServer(t *testing.T, h Handler, configure func(*Server)) (*Server, string) {
+	t.Helper()
+	s := NewServer(h, slog.New(slog.DiscardHandler))
 	configure(s)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -56,7 +65,7 @@ func serveLater(t *testing.T, configure func(*Server)) string {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return ln.Addr().String()
+	return s, ln.Addr().String()
 }
 
 // TestLaterWriteKeepsOrder: single requests and pipelines, the latter cut

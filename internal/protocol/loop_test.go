@@ -166,19 +166,12 @@ func (h *closeCounter) Closed(*Conn)     { h.closed.Add(1) }
 // counts none of them any more.
 func TestLoopClientGoneWithBatchInFlight(t *testing.T) {
 	h := &closeCounter{release: make(chan struct{})}
-	s := NewServer(h, slog.New(slog.DiscardHandler))
-	onLoop(t, s)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.Shutdown(context.Background())
+	s, addr := startOnLoop(t, h)
 	// With replies still to come, with nothing sent, and halfway through a
 	// request after a whole one.
 	sends := []string{multibulk("a") + multibulk("b"), "", multibulk("a") + "*2\r\n$1", multibulk("a")}
 	for _, send := range sends {
-		nc, err := net.Dial("tcp", ln.Addr().String())
+		nc, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -488,42 +481,17 @@ func TestLoopSeesEndInTheSameEdge(t *testing.T) {
 	}
 }
 
-// waitConns waits (bounded by replyWait: this only ends a hang) until s
-// holds n connections.
+// waitConns waits until s holds n connections.
 func waitConns(t *testing.T, s *Server, n int) {
 	t.Helper()
-	deadline := time.Now().Add(replyWait)
-	for {
-		s.mu.Lock()
-		got := len(s.conns)
-		s.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server holds %d connections, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, fmt.Sprintf("%d connections", n), func() bool { return s.Clients() == n })
 }
 
 // startOnLoop starts a server of h on an event loop (onLoop), stopped when
 // t ends, and returns it with its address.
 func startOnLoop(t *testing.T, h Handler) (*Server, string) {
 	t.Helper()
-	s := NewServer(h, slog.New(slog.DiscardHandler))
-	onLoop(t, s)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
-	return s, ln.Addr().String()
+	return startServer(t, h, func(s *Server) { onLoop(t, s) })
 }
 
 // holdLoop keeps s's loop busy until the returned function is called, so

@@ -114,8 +114,9 @@ func TestBlockingCommands(t *testing.T) {
 	}
 }
 
-// backendClients counts the clients Redis A has.
-func backendClients(t *testing.T, addr string) int {
+// backendClientList is Redis A's CLIENT LIST, one line a client, the
+// asking connection's included.
+func backendClientList(t *testing.T, addr string) []string {
 	t.Helper()
 	conn := testenv.Dial(t, addr)
 	defer conn.Close()
@@ -123,21 +124,21 @@ func backendClients(t *testing.T, addr string) int {
 	if !ok {
 		t.Fatal("CLIENT LIST: no bulk reply")
 	}
-	return strings.Count(string(list), "\n") - 1 // not this connection
+	return strings.Split(strings.TrimSuffix(string(list), "\n"), "\n")
+}
+
+// backendClients counts the clients Redis A has.
+func backendClients(t *testing.T, addr string) int {
+	t.Helper()
+	return len(backendClientList(t, addr)) - 1 // not the asking connection
 }
 
 // backendClientsRunning lists the ids of the clients Redis A has whose
 // last command was cmd (CLIENT LIST's cmd=).
 func backendClientsRunning(t *testing.T, addr, cmd string) []string {
 	t.Helper()
-	conn := testenv.Dial(t, addr)
-	defer conn.Close()
-	list, ok := testenv.ParseBulk(conn.Do("CLIENT", "LIST"))
-	if !ok {
-		t.Fatal("CLIENT LIST: no bulk reply")
-	}
 	var ids []string
-	for _, line := range strings.Split(string(list), "\n") {
+	for _, line := range backendClientList(t, addr) {
 		fields := strings.Fields(line)
 		if len(fields) > 0 && slices.Contains(fields, "cmd="+cmd) {
 			ids = append(ids, strings.TrimPrefix(fields[0], "id="))
