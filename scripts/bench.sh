@@ -29,8 +29,8 @@
 #     polling every 1-3 ms, etcd Mutex.Lock, fenceproxy LOCK.ACQUIRE ... WAIT;
 #   - memory (not with --quick): fenceproxy's RSS with 10,000 idle clients
 #     (scripts/idleclients, against the proxy above: first clients that sent
-#     EXISTS, which stay on the --serve-loop, then clients that sent PING, which
-#     moves each to a goroutine of its own), and the RSS of a fresh
+#     EXISTS, which stay on the --serve-loop, then clients that sent two PINGs in
+#     one write, which moves each to a goroutine of its own), and the RSS of a fresh
 #     fenceproxy after 1M (--scale: 10M) distinct resources were locked once
 #     (scripts/lockload: 64 connections, pipelined LOCK.ACQUIRE, 2 s leases).
 #     That proxy runs with --min-replicas 0 (fsync, no replica wait) so the load

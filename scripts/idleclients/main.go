@@ -1,13 +1,14 @@
 // Command idleclients measures what idle client connections cost a server:
 // it reads the server's resident memory, opens N connections, checks each is
-// really accepted (PING answered with +PONG on every one), reads the resident
+// really accepted (two pipelined PINGs answered with +PONG on every one), reads the resident
 // memory again while they sit idle, then closes them.
 //
 //	go run ./scripts/idleclients -addr 127.0.0.1:7379 -pid PID [-n 10000] [-forwarded]
 //
 // -forwarded checks each connection with EXISTS (answered with an integer)
-// instead of PING: a command fenceproxy forwards to Redis, which keeps a
-// client on its --serve-loop, where PING moves it to a goroutine of its own;
+// instead of PINGs: a command fenceproxy forwards to Redis, which keeps a
+// client on its --serve-loop, where a PING behind another moves it to a
+// goroutine of its own;
 // so with it the figure is that of idle clients on the loop.
 //
 // It prints one RESULT line: clients=N accepted=N rss_before_mib=…
@@ -127,19 +128,24 @@ func open(addr string) (net.Conn, error) {
 func ping(c net.Conn, r *bufio.Reader) error {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	defer c.SetDeadline(time.Time{})
-	req, name := "*1\r\n$4\r\nPING\r\n", "PING"
+	// Two PINGs in one write: the second, behind the first, waits for its
+	// reply, which moves a client of fenceproxy's serve loop to a
+	// goroutine of its own (one PING alone stays on the loop).
+	req, name, replies := "*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n", "PING", 2
 	if forwarded {
-		req, name = "*2\r\n$6\r\nEXISTS\r\n$16\r\nidleclients:none\r\n", "EXISTS"
+		req, name, replies = "*2\r\n$6\r\nEXISTS\r\n$16\r\nidleclients:none\r\n", "EXISTS", 1
 	}
 	if _, err := c.Write([]byte(req)); err != nil {
 		return err
 	}
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if (!forwarded && line != "+PONG\r\n") || (forwarded && !strings.HasPrefix(line, ":")) {
-		return fmt.Errorf("%s answered %q", name, strings.TrimSpace(line))
+	for range replies {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if (!forwarded && line != "+PONG\r\n") || (forwarded && !strings.HasPrefix(line, ":")) {
+			return fmt.Errorf("%s answered %q", name, strings.TrimSpace(line))
+		}
 	}
 	return nil
 }
