@@ -650,7 +650,7 @@ main() {
 	local idle_line="" loop_idle_line="" load_line="" load_before=""
 	if ((!quick)); then
 		# Twice: clients that sent a forwarded request (EXISTS), which stay
-		# on the --serve-loop, then clients that sent PING, which moves each
+		# on the --serve-loop, then clients that sent two PINGs at once, which moves each
 		# to a goroutine of its own (the larger figure, so it runs second:
 		# what the first run leaves to the Go heap only inflates the first).
 		log "memory: $IDLE_CLIENTS idle clients on fenceproxy's serve loop (pid $proxy_pid)"
