@@ -50,9 +50,9 @@ type loopSock struct {
 	// a lending goroutine) and blocking (set before lending, read by the
 	// goroutine it lends to).
 	registered bool
-	readable   bool   // no short read since the last readiness edge
-	unsent     []byte // the rest of a write the socket did not take
-	sending    []byte // the whole buffer unsent is part of, for reuse
+	edge       netloop.Edge // whether the socket may have bytes (edge-triggered)
+	unsent     []byte       // the rest of a write the socket did not take
+	sending    []byte       // the whole buffer unsent is part of, for reuse
 	spare      []byte
 	lent       bool // a goroutine reads a reply too big for rd (readLarge)
 	blocking   bool // sockReader waits for bytes (for that goroutine)
@@ -74,7 +74,8 @@ var (
 // attach puts nc, just connected and authenticated, in service on the
 // loop.
 func (c *Conn) attach(nc net.Conn) error {
-	s := &loopSock{c: c, local: nc.LocalAddr(), remote: nc.RemoteAddr(), readable: true}
+	s := &loopSock{c: c, local: nc.LocalAddr(), remote: nc.RemoteAddr()}
+	s.edge.Readable() // bytes may have come before it was added
 	fd, err := netloop.Detach(nc)
 	if err != nil {
 		nc.Close()
@@ -116,8 +117,8 @@ func (s *loopSock) Ready(ev netloop.Events) {
 	if ev&netloop.Out != 0 && len(s.unsent) > 0 {
 		s.send(s.unsent)
 	}
+	s.edge.Saw(ev)
 	if ev&netloop.In != 0 {
-		s.readable = true
 		s.readReplies()
 	}
 }
@@ -184,7 +185,7 @@ func (s *loopSock) readReplies() {
 				break // the rest is the beginning of a reply
 			}
 		}
-		if !s.readable {
+		if !s.edge.MayRead() {
 			return
 		}
 		if s.rd.Buffered() == s.rd.Size() {
@@ -298,7 +299,7 @@ func (s *loopSock) readLarge() {
 			s.stop(err)
 			return
 		}
-		s.readable = true // the goroutine may have left bytes in the socket
+		s.edge.Readable() // the goroutine may have left bytes in the socket
 		s.readReplies()
 	})
 }
@@ -380,26 +381,23 @@ type sockReader struct{ s *loopSock }
 
 func (r sockReader) Read(p []byte) (int, error) {
 	s := r.s
+	if !s.blocking {
+		return s.edge.Read(s.fd, p)
+	}
+	// Lent to a goroutine: the edge is the loop's (Ready goes on noting
+	// edges meanwhile), so this reader leaves it alone.
 	for {
 		n, err := netloop.Read(s.fd, p)
 		switch {
-		case err == netloop.ErrWouldBlock && s.blocking:
+		case err == netloop.ErrWouldBlock:
 			if s.stopped.Load() {
 				return 0, net.ErrClosed
 			}
 			netloop.WaitReadable(s.fd, 200)
 			continue
-		case err == netloop.ErrWouldBlock:
-			s.readable = false
-			return 0, err
-		case err != nil:
-			return 0, err
-		case n == 0:
+		case err == nil && n == 0:
 			return 0, io.EOF
 		}
-		if n < len(p) && !s.blocking {
-			s.readable = false
-		}
-		return n, nil
+		return n, err
 	}
 }

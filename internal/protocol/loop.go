@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"io"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
@@ -60,13 +59,8 @@ type loopClient struct {
 	loop *netloop.Loop
 	fd   int
 	reg  netloop.Reg
-	// readable: no short read since the last readiness edge (netloop is
-	// edge-triggered: bytes left unread are not signalled again).
-	readable bool
-	// ended: an edge said the stream has ended (or the socket broke): it
-	// stays readable until a read says so, as no further edge will come.
-	ended bool
-	eof   bool // the client ended its stream; close after the batch
+	edge netloop.Edge // whether the socket may have bytes (netloop is edge-triggered)
+	eof  bool         // the client ended its stream; close after the batch
 	// closeNow: Shutdown's time is up; close once no batch is in flight.
 	closeNow bool
 	stopped  bool
@@ -79,18 +73,41 @@ type loopClient struct {
 // startOnLoop moves a new plaintext connection's socket to the server's
 // loop and reports whether it did (else a goroutine serves it).
 func (c *Conn) startOnLoop() bool {
+	c.onLoop = true // before the hand-over: Kill and Shutdown go through the loop
+	if !c.toLoop() {
+		c.onLoop = false
+		return false
+	}
+	return true
+}
+
+// toLoop takes the connection's socket off Go's poller and posts its
+// hand-over to the loop (moveIn), or reports false, having changed
+// nothing, if the socket could not be taken. After true the caller must
+// not touch the connection again.
+func (c *Conn) toLoop() bool {
 	fd, err := netloop.Detach(c.raw)
 	if err != nil {
 		return false
 	}
-	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd, readable: true}
+	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd}
+	lc.edge.Readable() // bytes may have come before it was added
 	lc.resumeFn = lc.resume
-	c.lp = lc
-	c.onLoop = true
-	c.nc, c.raw, c.rawConn = nil, nil, nil
-	c.fd.Store(int64(fd))
-	lc.loop.Post(lc.register)
+	lc.loop.Post(lc.moveIn)
 	return true
+}
+
+// moveIn gives the connection to the loop, on the loop, where Kill's and
+// Shutdown's interrupts for a connection that started there run
+// (interruptOnLoop): one posted before this finds the old net.Conn
+// (closed by Detach, so it does nothing) and register sees the flag it
+// set.
+func (lc *loopClient) moveIn() {
+	c := lc.c
+	c.lp = lc
+	c.nc, c.raw, c.rawConn = nil, nil, nil
+	c.fd.Store(int64(lc.fd))
+	lc.register()
 }
 
 func (lc *loopClient) register() {
@@ -108,12 +125,7 @@ func (lc *loopClient) register() {
 
 // Ready serves the client's readiness, on the loop.
 func (lc *loopClient) Ready(ev netloop.Events) {
-	if ev&netloop.In != 0 {
-		lc.readable = true
-	}
-	if ev&netloop.Ended != 0 {
-		lc.ended = true
-	}
+	lc.edge.Saw(ev)
 	if lc.stopped || lc.c.later {
 		return // resume goes on (invariant 2)
 	}
@@ -171,7 +183,7 @@ func (c *Conn) serveLoop() {
 			c.leaveLoop(nil)
 			return
 		default: // reqPartial: the beginning of a request, or nothing
-			if lc.readable && !lc.eof {
+			if lc.edge.MayRead() && !lc.eof {
 				if c.rd.Buffered() == c.rd.rd.Size() {
 					// A request longer than the buffer: a goroutine reads
 					// the rest (and writes the batch before it waits).
@@ -250,18 +262,9 @@ func (lc *loopClient) writeNow(b []byte) (int, error) {
 // read that comes back short ends the loop's reading until the next
 // readiness edge.
 func (lc *loopClient) read(b []byte) (int, error) {
-	n, err := netloop.Read(lc.fd, b)
-	switch {
-	case err == netloop.ErrWouldBlock:
-		lc.readable = false
+	n, err := lc.edge.Read(lc.fd, b)
+	if err != nil {
 		return 0, err
-	case err != nil:
-		return 0, err
-	case n == 0:
-		return 0, io.EOF
-	}
-	if n < len(b) && !lc.ended {
-		lc.readable = false
 	}
 	// When the pass began: no later than the read (a lease counted from
 	// it only ends sooner), and one clock read for every client of the
@@ -340,23 +343,7 @@ func (c *Conn) returnToLoop() bool {
 		c.closing.Load() || c.killed.Load() {
 		return false
 	}
-	fd, err := netloop.Detach(c.raw)
-	if err != nil {
-		return false // still Go's: the goroutine goes on
-	}
-	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd, readable: true}
-	lc.resumeFn = lc.resume
-	// Handed over on the loop, where Kill's and Shutdown's interrupts for
-	// a connection that started there run (interruptOnLoop): one posted
-	// before this finds the old net.Conn (closed by Detach, so it does
-	// nothing) and register sees the flag it set.
-	lc.loop.Post(func() {
-		c.lp = lc
-		c.nc, c.raw, c.rawConn = nil, nil, nil
-		c.fd.Store(int64(fd))
-		lc.register()
-	})
-	return true
+	return c.toLoop() // else still Go's: the goroutine goes on
 }
 
 // handOverWrite hands a connection whose batch's write did not finish to a
@@ -424,7 +411,7 @@ func (lc *loopClient) shutdown(closeNow bool) {
 	case lc.closeNow:
 		lc.stop()
 	default:
-		lc.readable = true // whatever came meanwhile is read once more
+		lc.edge.Readable() // whatever came meanwhile is read once more
 		lc.c.serveLoop()
 	}
 }
