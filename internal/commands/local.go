@@ -177,10 +177,10 @@ func (h *Handler) authenticated(c *protocol.Conn, user string) {
 	h.clientInfoOf(c, sessionOf(c)).user.Store(&user)
 }
 
-// clientAtOnce is CLIENT's atOnce: the subcommands answered from the
+// clientOnLoop is CLIENT's onLoop: the subcommands answered from the
 // client's connection alone (ID, GETNAME, SETNAME, SETINFO, NO-EVICT,
 // NO-TOUCH: what redis-py and Jedis send on every new connection).
-func clientAtOnce(args [][]byte) bool {
+func clientOnLoop(_ *Handler, _ *protocol.Conn, args [][]byte) bool {
 	if len(args) < 2 || len(args[1]) > 8 {
 		return false
 	}
@@ -192,7 +192,7 @@ func clientAtOnce(args [][]byte) bool {
 	return false
 }
 
-func always([][]byte) bool { return true }
+func always(*Handler, *protocol.Conn, [][]byte) bool { return true }
 
 func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	sub := strings.ToLower(string(args[1]))

@@ -30,7 +30,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // on, nothing pinned, no MULTI, no tunnel, no tracking, no ACL, not a
 // tier), PING and SELECT first in their batch, and the few of the
 // proxy's own that it answers at once from the connection's own state
-// (the table's atOnce: what client libraries send when they connect, so that
+// (the table's onLoop: what client libraries send when they connect, so that
 // their clients stay on the loop). Everything else (the other commands of
 // the proxy's own, a PING behind other requests, which waits for their
 // replies, blocking
@@ -52,27 +52,22 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return false
 	}
 	cmd := lookup(lowerInto(lower[:0], name))
-	switch {
-	case cmd == nil:
-		return true
-	case cmd.atOnce != nil:
-		return cmd.atOnce(args)
-	case cmd.name == "ping":
-		// First in its batch, it waits for no earlier reply (inOrder);
-		// Redis's answer comes on the control connection, the proxy's
-		// own from a timer. The suite's clients with --singledb send it
-		// first, as SELECT 9 without.
-		return c.BatchLen() == 0
-	case cmd.name == "select":
-		// First in its batch, it waits for no earlier reply, and to a
-		// database already open it dials nothing: the suite's clients
-		// (SELECT 9 first) and any application in another database stay
-		// on the loop.
-		if len(args) != 2 || c.BatchLen() != 0 {
-			return false
-		}
-		db, ok := parseInt(args[1])
-		return !ok || db >= 0 && db <= math.MaxInt32 && h.opts.Backend.DBOpen(false, int(db))
+	return cmd == nil || cmd.onLoop != nil && cmd.onLoop(h, c, args)
+}
+
+// pingOnLoop: PING first in its batch waits for no earlier reply
+// (inOrder); Redis's answer comes on the control connection, the proxy's
+// own from a timer. The suite's clients with --singledb send it first, as
+// SELECT 9 without.
+func pingOnLoop(_ *Handler, c *protocol.Conn, _ [][]byte) bool { return c.BatchLen() == 0 }
+
+// selectOnLoop: SELECT first in its batch waits for no earlier reply, and
+// to a database already open it dials nothing: the suite's clients (SELECT
+// 9 first) and any application in another database stay on the loop.
+func selectOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
+	if len(args) != 2 || c.BatchLen() != 0 {
+		return false
 	}
-	return false
+	db, ok := parseInt(args[1])
+	return !ok || db >= 0 && db <= math.MaxInt32 && h.opts.Backend.DBOpen(false, int(db))
 }

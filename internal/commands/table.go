@@ -120,10 +120,12 @@ type command struct {
 	// serve answers the request; nil for the entries served by their
 	// flags (flagPubSub, flagMayBlock) or refused.
 	serve func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply)
-	// atOnce, if set, reports whether serve answers args from the client's
-	// connection alone, with no I/O and no wait, so that the serve loop
-	// may call it (ServesOnLoop); a command without it leaves the loop.
-	atOnce func(args [][]byte) bool
+	// onLoop, if set, reports whether serve serves args for c without
+	// waiting, so that the serve loop may call it (ServesOnLoop): from the
+	// client's connection alone (ECHO, most of CLIENT), or as the first of
+	// its batch, which waits for no earlier reply (PING, SELECT of an open
+	// database). A command without it leaves the loop.
+	onLoop func(h *Handler, c *protocol.Conn, args [][]byte) bool
 
 	// Derived by init from the above.
 	categories []string // ACL categories without '@' (see categoriesOf)
@@ -166,12 +168,12 @@ func init() {
 	table = []command{
 		// Answered by the proxy: they describe the client's own connection,
 		// which Redis never sees.
-		{name: "ping", arity: -1, serve: (*Handler).ping},
-		{name: "echo", arity: 2, serve: (*Handler).echo, atOnce: always},
+		{name: "ping", arity: -1, serve: (*Handler).ping, onLoop: pingOnLoop},
+		{name: "echo", arity: 2, serve: (*Handler).echo, onLoop: always},
 		{name: "quit", arity: -1, flags: flagImmediate, serve: (*Handler).quit},
 		{name: "hello", arity: -1, serve: (*Handler).hello},
-		{name: "client", arity: -2, serve: (*Handler).client, atOnce: clientAtOnce},
-		{name: "select", arity: 2, serve: (*Handler).selectDB},
+		{name: "client", arity: -2, serve: (*Handler).client, onLoop: clientOnLoop},
+		{name: "select", arity: 2, serve: (*Handler).selectDB, onLoop: selectOnLoop},
 		{name: "auth", arity: -2, serve: (*Handler).auth},
 		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
 		{name: "info", arity: -1, serve: (*Handler).info},
