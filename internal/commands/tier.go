@@ -320,10 +320,10 @@ func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *re
 		switch {
 		case err != nil:
 			return nil, relayFailure(cmd, err)
-		case ttl <= 0 || h.opts.Locks == nil:
-			return reply, nil
 		case cmd.name == "lock.acquire":
 			return h.judgeRelayedGrant(user, resp3, own, received, ttl, wait > 0, reply), nil
+		case ttl <= 0 || h.opts.Locks == nil:
+			return reply, nil
 		case len(reply) > 0 && reply[0] == ':' && time.Now().After(h.opts.Locks.ReplyBy(received, ttl)):
 			h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
 			return []byte(replyLateRenewal), nil
@@ -351,14 +351,15 @@ func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *re
 // passed on as it came.
 func (h *Handler) judgeRelayedGrant(user string, resp3 bool, args [][]byte, received time.Time, ttl time.Duration, waited bool, reply []byte) []byte {
 	g, from, ok := parseRelayedGrant(reply)
+	judged := ttl > 0 && h.opts.Locks != nil
 	if !ok {
-		if _, plain := parseIntReply(reply); plain && !waited && time.Now().After(h.opts.Locks.ReplyBy(received, ttl)) {
+		if _, plain := parseIntReply(reply); plain && judged && !waited && time.Now().After(h.opts.Locks.ReplyBy(received, ttl)) {
 			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
 			return []byte(replyLateRelayedGrant)
 		}
 		return reply
 	}
-	if !time.Now().After(h.opts.Locks.ReplyBy(received.Add(from), ttl)) {
+	if !judged || !time.Now().After(h.opts.Locks.ReplyBy(received.Add(from), ttl)) {
 		return redcon.AppendInt(nil, int64(g.Token))
 	}
 	h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
