@@ -41,6 +41,12 @@ func pubsubCommand(name string) bool { return pushKinds[name] }
 // with its request (never expected): never a MOVED to the client.
 const replyOtherMasterPubsub = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than this connection's pub/sub; send commands on keys from a connection that has not used pub/sub\r\n"
 
+// replyMovedTimeout answers a redirected request whose master did not
+// answer within movedWait. It may have run (sent, its reply late), so it
+// is -ERR, never -TRYAGAIN, which clients retry by themselves: an INCR
+// would run twice.
+const replyMovedTimeout = "-ERR fenceproxy: the key's Redis Cluster master did not answer in time; the command may or may not have run\r\n"
+
 // movedWait bounds how long a redirected request waits for its key's
 // master (RetryWindow, and the reply itself).
 const movedWait = RetryWindow + 5*time.Second
@@ -117,7 +123,7 @@ func (s *subscriber) homeReply(msg []byte) []byte {
 	select {
 	case <-done:
 	case <-time.After(movedWait):
-		return []byte("-TRYAGAIN fenceproxy: the key's Redis Cluster master did not answer in time; the command may or may not have run\r\n")
+		return []byte(replyMovedTimeout)
 	}
 	if p.Err != nil {
 		if coded, ok := p.Err.(resp.CodedError); ok {

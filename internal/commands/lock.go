@@ -89,8 +89,11 @@ const (
 	replyLateGrant   = "-TRYAGAIN fenceproxy: the lock could not be granted with enough of its lease left; nothing was granted (a lease this owner already held stands as it was), retry\r\n"
 	replyLateRenewal = "-TRYAGAIN fenceproxy: the renewal could not be confirmed with enough of its lease left; count the lease as ending at the earlier of its previous end and ttl-ms from this request, and retry\r\n"
 	// A tier follower got the leader's grant too late (the link to the
-	// leader was slow): it cannot undo it, so the lease runs out by itself.
-	replyLateRelayedGrant = "-TRYAGAIN fenceproxy: the tier's leader granted the lock, but its reply reached this node too late to leave enough of the lease; count the lock as not held (the lease runs out by itself) and retry with the same owner (it gets the same token)\r\n"
+	// leader was slow): undone on the leader, or, when that could not be
+	// done (a re-arm, a link that failed again), the lease runs out by
+	// itself.
+	replyLateRelayedGrant       = "-TRYAGAIN fenceproxy: the tier's leader granted the lock, but its reply reached this node too late to leave enough of the lease; count the lock as not held (the lease runs out by itself) and retry with the same owner (it gets the same token)\r\n"
+	replyLateRelayedGrantUndone = "-TRYAGAIN fenceproxy: the tier's leader granted the lock, but its reply reached this node too late to leave enough of the lease; the grant was undone, nothing is held, retry\r\n"
 )
 
 // receivedAt is when the request being served was read from the client:
@@ -133,14 +136,18 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	null := nullReply(c)
 	addr := c.RemoteAddr
 	received := receivedAt(c)
+	forFollower := relaysGrantTimes(c)
 	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) ([]byte, error) {
 		start := time.Now()
-		token, err := h.opts.Locks.Acquire(ctx, a.resource, a.owner, addr, a.ttl, a.wait, received)
+		g, err := h.opts.Locks.AcquireGrant(ctx, a.resource, a.owner, addr, a.ttl, a.wait, received)
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		switch {
+		case err == nil && forFollower:
+			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+			return appendRelayedGrant(nil, g, received), nil
 		case err == nil:
 			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-			return redcon.AppendInt(nil, int64(token)), nil
+			return redcon.AppendInt(nil, int64(g.Token)), nil
 		case err == locks.ErrBusy:
 			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
 			return null, nil

@@ -1,12 +1,17 @@
 package commands
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -19,8 +24,11 @@ type Tier interface {
 	Leads() bool
 	// Relay sends a lock-family command to the leader on behalf of a
 	// client of user ("" with ACLs off) in its protocol, and returns the
-	// leader's reply; an error is a coded -TRYAGAIN. received is when the
-	// client's request was read: the leader counts a lease from it.
+	// leader's reply; an error is coded: -TRYAGAIN when the command was
+	// not done, or one with OutcomeUnknown() true when the link broke
+	// after it was sent (relayFailure words it per command). received is
+	// when the client's request was read: the leader counts a lease from
+	// it.
 	Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, received time.Time, args [][]byte) ([]byte, error)
 	// PeerSecret reports whether secret opens a relay link.
 	PeerSecret(secret string) bool
@@ -86,6 +94,10 @@ func (h *Handler) replyMembership(p *resp.Reply, err error) {
 // tierPeer marks a session that is a peer's relay link (TIER.PEER).
 type tierPeer struct {
 	node string
+	// version is the link's relay version (TIER.PEER's sixth argument; 1
+	// without it): from 3, a grant is answered with its lease's start
+	// (appendRelayedGrant).
+	version int
 	// elapsed is the time the request being served (TIER.RELAY's) had
 	// already spent on the follower when it was relayed (receivedAt).
 	elapsed time.Duration
@@ -107,9 +119,15 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 	switch name {
 	case "tier.peer":
 		// TIER.PEER secret node-id user proto [version]: version 2 sends
-		// client commands in TIER.RELAY (a follower of an earlier version
-		// sends them as they came, and leaves version out).
-		if (len(args) != 5 && (len(args) != 6 || string(args[5]) != "2")) || !h.opts.Tier.PeerSecret(string(args[1])) {
+		// client commands in TIER.RELAY, 3 also wants a grant's lease
+		// start back (a follower of an earlier version sends them as they
+		// came, and leaves version out). An unknown version is refused as
+		// an earlier leader refuses it, so its follower tries the next.
+		version := 1
+		if len(args) == 6 {
+			version = relayVersionOf(args[5])
+		}
+		if version == 0 || len(args) < 5 || len(args) > 6 || !h.opts.Tier.PeerSecret(string(args[1])) {
 			h.refuse(s, p, "ERR fenceproxy: not a tier peer")
 			return true
 		}
@@ -122,8 +140,15 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 			s.auth.user, s.auth.userSet = u, true
 		}
 		s.backend.RESP3 = string(args[4]) == "3"
-		s.tier = &tierPeer{node: string(args[2])}
+		s.tier = &tierPeer{node: string(args[2]), version: version}
 		replyOK(p)
+		return true
+	case "tier.undo":
+		// TIER.UNDO resource owner token armed-ms, on a relay link only.
+		if s.tier == nil || len(args) != 5 {
+			return false
+		}
+		h.tierUndo(c, args, p)
 		return true
 	case "tier.relay":
 		// TIER.RELAY elapsed-us command [args...], on a relay link only:
@@ -159,6 +184,98 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 	return false
 }
 
+// relayVersionOf is TIER.PEER's version argument if this node speaks it
+// (2 or 3), else 0.
+func relayVersionOf(b []byte) int {
+	switch string(b) {
+	case "2":
+		return 2
+	case "3":
+		return 3
+	}
+	return 0
+}
+
+// relaysGrantTimes reports whether the request being served came over a
+// relay link that wants a grant's lease start with its token (version 3).
+func relaysGrantTimes(c *protocol.Conn) bool {
+	tp := sessionOf(c).tier
+	return tp != nil && tp.version >= 3
+}
+
+// appendRelayedGrant appends a grant's reply to a follower of relay
+// version 3: [token, lease-from-us, armed-ms], lease-from-us being how long
+// after received (the request's receipt, as the follower counts it) the
+// lease is counted from, armed-ms the new grant's record's arming time (0
+// for a re-arm).
+func appendRelayedGrant(b []byte, g locks.Grant, received time.Time) []byte {
+	b = redcon.AppendArray(b, 3)
+	b = redcon.AppendInt(b, int64(g.Token))
+	b = redcon.AppendInt(b, max(g.LeaseFrom.Sub(received).Microseconds(), 0))
+	return redcon.AppendInt(b, g.Armed)
+}
+
+// parseRelayedGrant reads appendRelayedGrant's reply; ok is false for any
+// other reply (a null, an error, or a leader of an earlier version's
+// plain token).
+func parseRelayedGrant(reply []byte) (g locks.Grant, leaseFrom time.Duration, ok bool) {
+	elems, isArray := resp.Elements(reply)
+	if !isArray || len(elems) != 3 {
+		return g, 0, false
+	}
+	var n [3]int64
+	for i, e := range elems {
+		if n[i], ok = parseIntReply(e); !ok {
+			return g, 0, false
+		}
+	}
+	if n[0] <= 0 || n[1] < 0 || n[2] < 0 {
+		return g, 0, false
+	}
+	return locks.Grant{Token: uint64(n[0]), Armed: n[2]}, time.Duration(n[1]) * time.Microsecond, true
+}
+
+// parseIntReply reads a RESP integer reply (":n\r\n").
+func parseIntReply(r []byte) (int64, bool) {
+	if len(r) < 4 || r[0] != ':' || !bytes.HasSuffix(r, []byte("\r\n")) {
+		return 0, false
+	}
+	return parseInt(r[1 : len(r)-2])
+}
+
+// tierUndo is TIER.UNDO resource owner token armed-ms, from a follower
+// that got a grant too late to hand on (relayLock): the grant is undone
+// if it is still exactly that grant (locks.Manager.UndoGrant). :1 if it
+// was undone, :0 if it was not there as granted (gone, replaced, or
+// re-armed since).
+func (h *Handler) tierUndo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	resource, msg := parseResource(args[1])
+	owner := ""
+	if msg == "" {
+		owner, msg = parseOwner(args[2])
+	}
+	token, okT := parseInt(args[3])
+	armed, okA := parseInt(args[4])
+	if msg == "" && (!okT || token <= 0 || !okA || armed <= 0) {
+		msg = "ERR fenceproxy: TIER.UNDO needs resource, owner, a token and armed-ms (positive integers)"
+	}
+	if msg != "" || h.opts.Locks == nil {
+		replyError(p, cmp.Or(msg, "ERR fenceproxy: this node serves no locks"))
+		return
+	}
+	owner = h.lockOwner(c, owner)
+	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
+		undone, err := h.opts.Locks.UndoGrant(ctx, resource, owner, uint64(token), armed)
+		switch {
+		case err != nil:
+			return nil, h.lockError(err, "the grant may or may not be undone")
+		case undone:
+			return []byte(":1\r\n"), nil
+		}
+		return []byte(":0\r\n"), nil
+	})
+}
+
 // relaying reports whether cmd is to be relayed to the tier's leader: a
 // lock-family command on a node that does not lead, from a client (a relay
 // link's commands are served here, so two nodes that each take the other
@@ -188,27 +305,30 @@ func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *re
 		c.MayBlock()
 	}
 	received := receivedAt(c)
-	// A grant or renewal that does not wait in line is judged here too,
-	// from when this node read it: the leader counts the time spent here
-	// (TIER.RELAY's elapsed time) but cannot see the link's. A grant after
-	// waiting in line counts from the leader's attempt that made it, which
-	// only the leader can judge.
+	// Every grant and renewal is judged here too, by the lease left when
+	// this node replies: the leader counts the time spent here (TIER.RELAY's
+	// elapsed time) but cannot see the link's. A renewal's lease, and a
+	// grant made at once, count from when this node read the request; a
+	// grant after waiting in line from when the leader armed it, which the
+	// leader's reply carries (relay version 3: judgeRelayedGrant).
 	var ttl time.Duration
-	if (cmd.name == "lock.acquire" && len(args) == 4) || cmd.name == "lock.renew" {
+	if cmd.name == "lock.acquire" || cmd.name == "lock.renew" {
 		ttl, _ = parseMillis(args[3], "ttl-ms", 1, MaxTTL)
 	}
 	relay := func(ctx context.Context) ([]byte, error) {
 		reply, err := h.opts.Tier.Relay(ctx, user, resp3, wait, received, own)
-		if err == nil && ttl > 0 && len(reply) > 0 && reply[0] == ':' && h.opts.Locks != nil &&
-			time.Now().After(h.opts.Locks.ReplyBy(received, ttl)) {
-			if cmd.name == "lock.renew" {
-				h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
-				return []byte(replyLateRenewal), nil
-			}
-			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
-			return []byte(replyLateRelayedGrant), nil
+		switch {
+		case err != nil:
+			return nil, relayFailure(cmd, err)
+		case cmd.name == "lock.acquire":
+			return h.judgeRelayedGrant(user, resp3, own, received, ttl, wait > 0, reply), nil
+		case ttl <= 0 || h.opts.Locks == nil:
+			return reply, nil
+		case len(reply) > 0 && reply[0] == ':' && time.Now().After(h.opts.Locks.ReplyBy(received, ttl)):
+			h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
+			return []byte(replyLateRenewal), nil
 		}
-		return reply, err
+		return reply, nil
 	}
 	if cmd.resource > 0 && cmd.resource < len(own) {
 		h.runLock(c, string(own[cmd.resource]), p, wait, relay)
@@ -219,4 +339,78 @@ func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *re
 		p.Buf, p.Err = append(p.Buf, reply...), err
 		p.Done()
 	})
+}
+
+// judgeRelayedGrant answers the leader's reply to a relayed LOCK.ACQUIRE
+// (args) by the lease left now: a grant that can no longer be replied with
+// the safety margin (locks.Manager.ReplyBy) is not handed on; a new grant
+// is undone on the leader (TIER.UNDO), as a single node undoes a late
+// grant, and the client gets -TRYAGAIN either way. A leader of an earlier
+// relay version answers a plain token, whose lease this node can count
+// only from the request (a grant made at once); after a wait in line it is
+// passed on as it came.
+func (h *Handler) judgeRelayedGrant(user string, resp3 bool, args [][]byte, received time.Time, ttl time.Duration, waited bool, reply []byte) []byte {
+	g, from, ok := parseRelayedGrant(reply)
+	judged := ttl > 0 && h.opts.Locks != nil
+	if !ok {
+		if _, plain := parseIntReply(reply); plain && judged && !waited && time.Now().After(h.opts.Locks.ReplyBy(received, ttl)) {
+			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+			return []byte(replyLateRelayedGrant)
+		}
+		return reply
+	}
+	if !judged || !time.Now().After(h.opts.Locks.ReplyBy(received.Add(from), ttl)) {
+		return redcon.AppendInt(nil, int64(g.Token))
+	}
+	h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+	if g.Armed > 0 && h.undoRelayedGrant(user, resp3, args[1], args[2], g) {
+		return []byte(replyLateRelayedGrantUndone)
+	}
+	return []byte(replyLateRelayedGrant)
+}
+
+// relayUndoTimeout bounds a TIER.UNDO: past it the grant runs out by itself.
+const relayUndoTimeout = 5 * time.Second
+
+// undoRelayedGrant asks the leader to undo g, a grant of resource to owner
+// that this node will not hand on, and reports whether it was undone.
+func (h *Handler) undoRelayedGrant(user string, resp3 bool, resource, owner []byte, g locks.Grant) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), relayUndoTimeout)
+	defer cancel()
+	reply, err := h.opts.Tier.Relay(ctx, user, resp3, 0, time.Time{}, [][]byte{
+		[]byte("TIER.UNDO"), resource, owner,
+		strconv.AppendUint(nil, g.Token, 10), strconv.AppendInt(nil, g.Armed, 10)})
+	if err != nil || string(reply) != ":1\r\n" {
+		h.opts.Logger.Warn("tier: could not undo a grant relayed too late to hand on; it runs out with its lease",
+			"token", g.Token, "reply", strings.TrimSpace(string(reply)), "err", err)
+		return false
+	}
+	return true
+}
+
+// relayFailure is the error a client gets when cmd could not be relayed.
+// A command whose outcome is unknown (the link broke after it was sent)
+// gets -ERR saying what may have happened, never -TRYAGAIN, which
+// clients retry by themselves (a FENCE.EXEC would run twice): a command
+// that changes nothing (FENCE.CHECK, LOCK.INFO, LOCK.TOP) is the exception,
+// safe to retry. Anything else the relay knows was not done (-TRYAGAIN).
+func relayFailure(cmd *command, err error) error {
+	var unknown interface{ OutcomeUnknown() bool }
+	if !errors.As(err, &unknown) || !unknown.OutcomeUnknown() {
+		return err
+	}
+	const lost = "fenceproxy: lost contact with the tier's leader while relaying the command; "
+	switch {
+	case cmd.flags&flagReadonly != 0:
+		return resp.Error{Code: "TRYAGAIN", Msg: lost + "it changes nothing, retry"}
+	case cmd.name == "lock.acquire":
+		return resp.Error{Code: "ERR", Msg: lost + "the lock may or may not be granted: retry with the same owner (it gets the same token)"}
+	case cmd.name == "lock.renew":
+		return resp.Error{Code: "ERR", Msg: lost + "the lease may or may not be extended: retry"}
+	case cmd.name == "lock.release":
+		return resp.Error{Code: "ERR", Msg: lost + "the lock may or may not be released: retry"}
+	case cmd.name == "fence.exec":
+		return resp.Error{Code: "ERR", Msg: lost + "the command may or may not have run"}
+	}
+	return err
 }

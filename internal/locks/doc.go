@@ -26,7 +26,11 @@
 // line from the attempt that made it, and the reply must leave at least
 // Options.LeaseSafetyMargin of it after Redlock's drift allowance. A grant
 // too late for that is undone and answered ErrLate, as a renewal is (a
-// re-arm cannot be undone: the lease stands as Redis has it).
+// re-arm cannot be undone: the lease stands as Redis has it). A tier
+// follower that relays a grant applies the same rule when the reply
+// reaches it (ReplyBy, from the Grant's LeaseFrom that AcquireGrant
+// returns), and has a grant too late for it undone here (UndoGrant: only
+// if that grant is still armed as it was granted).
 //
 // A refused grant's reservation is cancelled only once the undo script has
 // shown that the master holds no record of it, so FENCE.CHECK and LOCK.INFO

@@ -82,12 +82,12 @@ type handoff struct {
 // resource, up to wait, and returns the token it is granted (by a release
 // that hands it the lock, or by its own attempt when the holder's lease
 // ran out or a release freed it) or ErrBusy.
-func (m *Manager) waitInLine(ctx context.Context, resource, owner, clientAddr string, ttl, wait, leaseLeft time.Duration) (token uint64, err error) {
+func (m *Manager) waitInLine(ctx context.Context, resource, owner, clientAddr string, ttl, wait, leaseLeft time.Duration) (g Grant, err error) {
 	start := time.Now()
 	deadline := start.Add(wait)
 	w := m.waiting.join(resource, owner, clientAddr, ttl, m.opts.MaxWaiters)
 	if w == nil {
-		return 0, &QueueFullError{Max: m.opts.MaxWaiters}
+		return Grant{}, &QueueFullError{Max: m.opts.MaxWaiters}
 	}
 	m.opts.Metrics.LockWaiters.Inc()
 	m.waitersNow.Add(1)
@@ -99,20 +99,20 @@ func (m *Manager) waitInLine(ctx context.Context, resource, owner, clientAddr st
 		m.waitersNow.Add(-1)
 		if waited := time.Since(start); m.opts.SlowWait >= 0 && waited > m.opts.SlowWait {
 			m.slowEntry(SlowEntry{Time: time.Now(), Duration: waited, Kind: SlowWait,
-				Resource: resource, Token: token, ClientAddr: clientAddr})
+				Resource: resource, Token: g.Token, ClientAddr: clientAddr})
 		}
 	}()
 	// leave ends the wait with err, unless a release claimed w first:
 	// then it settles that release's handoff.
-	leave := func(err error) (uint64, error) {
+	leave := func(err error) (Grant, error) {
 		if h := m.waiting.stop(w); h != nil {
-			token, err = m.settleHandoff(ctx, resource, w, h, err)
+			g, err = m.settleHandoff(ctx, resource, w, h, err)
 			if err == nil {
 				granted = ttl
 			}
-			return token, err
+			return g, err
 		}
-		return 0, err
+		return Grant{}, err
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -140,11 +140,11 @@ func (m *Manager) waitInLine(ctx context.Context, resource, owner, clientAddr st
 		}
 		n := m.waiting.news(resource, w)
 		if n.handed != nil {
-			token, err = m.settleHandoff(ctx, resource, w, n.handed, n.ended)
+			g, err = m.settleHandoff(ctx, resource, w, n.handed, n.ended)
 			if err == nil {
 				granted = ttl
 			}
-			return token, err
+			return g, err
 		}
 		if n.ended != nil {
 			return leave(n.ended)
@@ -166,7 +166,7 @@ func (m *Manager) waitInLine(ctx context.Context, resource, owner, clientAddr st
 			head = false
 			continue
 		}
-		token, leaseLeft, err = m.tryAcquire(ctx, resource, owner, clientAddr, ttl, false, time.Time{}, &ahead)
+		g, leaseLeft, err = m.tryAcquire(ctx, resource, owner, clientAddr, ttl, false, time.Time{}, &ahead)
 		if ahead != 0 && !m.waiting.giveBack(resource, ahead) {
 			m.opts.Store.Cancel(resource, ahead) // not used, and the line is gone
 		}
@@ -175,7 +175,7 @@ func (m *Manager) waitInLine(ctx context.Context, resource, owner, clientAddr st
 			if err == nil {
 				granted = ttl
 			}
-			return token, err
+			return g, err
 		}
 	}
 }
@@ -229,9 +229,9 @@ func (m *Manager) cancelAhead(resource string, tokens []uint64) {
 // the release passed on. ended, if set, is why w's wait ended meanwhile:
 // its client went away or its node lost leadership (the grant is then
 // undone), or its time ran out (the grant stands: it was made in time).
-func (m *Manager) settleHandoff(ctx context.Context, resource string, w *waiter, h *handoff, ended error) (uint64, error) {
+func (m *Manager) settleHandoff(ctx context.Context, resource string, w *waiter, h *handoff, ended error) (Grant, error) {
 	if h.err != nil {
-		return 0, h.err
+		return Grant{}, h.err
 	}
 	defer m.serial.unlock(resource, h.turn)
 	a := &h.a
@@ -243,7 +243,7 @@ func (m *Manager) settleHandoff(ctx context.Context, resource string, w *waiter,
 	}
 	if ended != nil && ended != ErrBusy {
 		// Nobody is there to take it: undo it, as a refused grant.
-		return 0, m.abandon(context.WithoutCancel(ctx), a, resource, w.owner, token, true, ended)
+		return Grant{}, m.abandon(context.WithoutCancel(ctx), a, resource, w.owner, token, true, ended)
 	}
 	evictable, _ := m.evictionGuard(a.call.Keys[0])
 	return m.settle(ctx, a, resource, w.owner, w.addr, w.ttl, a.start, token, evictable)

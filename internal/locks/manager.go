@@ -155,12 +155,35 @@ func (m *Manager) keys(key string) []string { return []string{key, key + ":delay
 // after waiting in line is counted from the attempt that made it instead
 // (Redis armed the lease then, long after the request arrived).
 func (m *Manager) Acquire(ctx context.Context, resource, owner, clientAddr string, ttl, wait time.Duration, received time.Time) (uint64, error) {
-	token, leaseLeft, err := m.tryAcquire(ctx, resource, owner, clientAddr, ttl, m.waiting.count(resource) > 0, received, nil)
+	g, err := m.AcquireGrant(ctx, resource, owner, clientAddr, ttl, wait, received)
+	return g.Token, err
+}
+
+// Grant is what a granted (or re-armed) acquire gives its caller beyond
+// the token: when its lease is counted from, so that a tier follower that
+// relays the reply can judge the lease left when it replies (ReplyBy), and
+// what identifies a new grant's record, so that such a follower can undo a
+// grant it cannot reply in time (UndoGrant).
+type Grant struct {
+	Token uint64
+	// LeaseFrom is when the lease is counted from: received for a grant
+	// made at once, the attempt (or the handing-off release) that armed
+	// it for a grant after waiting in line. At or before Redis armed it.
+	LeaseFrom time.Time
+	// Armed is the new grant's record's arming time (unix ms, as the
+	// record keeps it); 0 for a re-arm of the owner's own grant, which
+	// cannot be undone.
+	Armed int64
+}
+
+// AcquireGrant is Acquire, returning the Grant.
+func (m *Manager) AcquireGrant(ctx context.Context, resource, owner, clientAddr string, ttl, wait time.Duration, received time.Time) (Grant, error) {
+	g, leaseLeft, err := m.tryAcquire(ctx, resource, owner, clientAddr, ttl, m.waiting.count(resource) > 0, received, nil)
 	if err == ErrBusy {
 		m.hot.add(resource)
 	}
 	if err != ErrBusy || wait <= 0 {
-		return token, err
+		return g, err
 	}
 	return m.waitInLine(ctx, resource, owner, clientAddr, ttl, wait, leaseLeft)
 }
@@ -179,14 +202,14 @@ func (m *Manager) EndWaiters(err error) { m.waiting.endAll(err) }
 // token if it is still above the resource's newest (no fsync then), and
 // sets it to 0 once it is used up (granted, refused or its outcome
 // unknown) or too old to use (cancelled).
-func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool, leaseFrom time.Time, ahead *uint64) (token uint64, leaseLeft time.Duration, err error) {
+func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool, leaseFrom time.Time, ahead *uint64) (g Grant, leaseLeft time.Duration, err error) {
 	if leaseFrom.IsZero() {
 		leaseFrom = time.Now()
 	}
 	key := m.recordKey(resource)
 	evictable, err := m.evictionGuard(key)
 	if err != nil {
-		return 0, 0, err
+		return Grant{}, 0, err
 	}
 	if othersWaiting {
 		// Someone is in line, so only the owner's own re-arm can succeed,
@@ -198,13 +221,13 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// again below, serialized and with its WAIT.
 		a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, true, false, nil)
 		if err != nil {
-			return 0, 0, err
+			return Grant{}, 0, err
 		}
 		if err := m.sendAcquire(ctx, &a, false); err != nil {
-			return 0, 0, err
+			return Grant{}, 0, err
 		}
 		if a.kind == kindBusy {
-			return 0, busyLease(a.value), ErrBusy
+			return Grant{}, busyLease(a.value), ErrBusy
 		}
 	}
 
@@ -212,7 +235,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	defer m.serial.unlock(resource, turn)
 	a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, false, ahead)
 	if err != nil {
-		return 0, 0, err
+		return Grant{}, 0, err
 	}
 	err = m.sendAcquire(ctx, &a, true)
 	if err == nil && a.kind == kindTokenAhead {
@@ -229,7 +252,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
 		if a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true, ahead); err != nil {
-			return 0, 0, err
+			return Grant{}, 0, err
 		}
 		err = m.sendAcquire(ctx, &a, true)
 	}
@@ -239,28 +262,29 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 			m.countIssued(resource, a.candidate)
 			a.usedUp(ahead)
 		}
-		return 0, 0, err
+		return Grant{}, 0, err
 	}
+	var token uint64
 	switch a.kind {
 	case kindBusy:
-		return 0, busyLease(a.value), ErrBusy
+		return Grant{}, busyLease(a.value), ErrBusy
 	case kindRearmed:
 		token = uint64(a.value) // the owner's existing grant, re-armed
 	case kindGranted:
 		token = a.candidate
 		a.usedUp(ahead) // settled below, one way or the other
 	default:
-		return 0, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", a.kind)
+		return Grant{}, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", a.kind)
 	}
-	token, err = m.settle(ctx, &a, resource, owner, clientAddr, ttl, leaseFrom, token, evictable)
-	return token, 0, err
+	g, err = m.settle(ctx, &a, resource, owner, clientAddr, ttl, leaseFrom, token, evictable)
+	return g, 0, err
 }
 
 // settle finishes a grant or re-arm whose script has answered (a): it
 // makes a new token durable, waits for the replicas, checks the lease
 // left, and confirms the token as the resource's newest, or abandons the
 // grant. It runs in the resource's turn.
-func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clientAddr string, ttl time.Duration, leaseFrom time.Time, token uint64, evictable bool) (uint64, error) {
+func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clientAddr string, ttl time.Duration, leaseFrom time.Time, token uint64, evictable bool) (Grant, error) {
 	// While Redis waits for the replicas, make the token durable as
 	// "reserved" (unless it was reserved ahead): it becomes the
 	// resource's newest only once they have acknowledged (persist's
@@ -291,9 +315,11 @@ func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clien
 		err = m.opts.Store.Confirm(resource, token)
 	}
 	if err != nil {
-		return 0, m.abandon(ctx, a, resource, owner, token, record && reserveErr == nil, err)
+		return Grant{}, m.abandon(ctx, a, resource, owner, token, record && reserveErr == nil, err)
 	}
+	g := Grant{Token: token, LeaseFrom: leaseFrom}
 	if a.kind == kindGranted {
+		g.Armed = a.start.UnixMilli() // recordValue's at
 		if old := m.leases.granted(resource, token, a.start, a.start.Add(ttl), clientAddr); old != nil {
 			m.logExpired(old)
 		}
@@ -303,7 +329,7 @@ func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clien
 	if evictable {
 		m.evictableGranted(a.call.Keys[0], resource, token)
 	}
-	return token, nil
+	return g, nil
 }
 
 // replyBy is the latest moment a reply may promise a lease of ttl counted
@@ -480,7 +506,7 @@ func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, 
 		SHA:    opsSHA,
 		Op:     opUndo,
 		Keys:   a.call.Keys,
-		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term()},
+		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), ""},
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
@@ -494,6 +520,38 @@ func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, 
 		m.waiting.wakeHead(resource)
 	}
 	return true
+}
+
+// UndoGrant undoes a grant that was replied to a tier follower too late for
+// the follower to hand it on (its lease left, when the reply reached the
+// follower, was under the safety margin: ReplyBy): owner's record of token
+// is deleted only if it is still that grant, armed at armed (Grant.Armed)
+// and not re-armed since (a same-owner retry through another node re-arms
+// it, and that retry's reply stands). It reports whether it deleted the
+// record; the head of the line, if any, then tries at once. The token
+// stays issued: it was confirmed before it was replied to the follower.
+func (m *Manager) UndoGrant(ctx context.Context, resource, owner string, token uint64, armed int64) (bool, error) {
+	key := m.recordKey(resource)
+	turn := m.serial.lock(resource)
+	defer m.serial.unlock(resource, turn)
+	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
+		Source: opsScript,
+		SHA:    opsSHA,
+		Op:     opUndo,
+		Keys:   m.keys(key),
+		Args: []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(),
+			strconv.FormatInt(armed, 10)},
+	}, false)
+	reply, err := write.Reply()
+	if err != nil {
+		return false, deposed(err)
+	}
+	if n, _ := reply.(int64); n != 1 {
+		return false, nil
+	}
+	m.leases.released(resource, token)
+	m.waiting.wakeHead(resource)
+	return true, nil
 }
 
 // Renew re-arms owner's lease on resource to ttl and returns its token.

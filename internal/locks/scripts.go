@@ -246,14 +246,14 @@ local function release(k, g, a)
   return 0
 end
 local function undo(k, g, a)
-  local owner, token, delay, term = A[a], A[a + 1], A[a + 2], A[a + 3]
-  local cowner, ctok, cterm = load(k)
+  local owner, token, delay, term, armed = A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4]
+  local cowner, ctok, cterm, _, cren = load(k)
   local tn = num(term)
   local refused = newer(cterm, g, term, tn, num(delay) > 0 or tn > 0)
   if refused then
     return refused
   end
-  if cowner == owner and ctok == token then
+  if cowner == owner and ctok == token and (armed == '' or cren == armed) then
     call('DEL', k, g)
     return 1
   end
@@ -283,7 +283,7 @@ while a <= n do
   elseif op == 'r' then
     f, size = renew, 6
   elseif op == 'u' then
-    f, size = undo, 4
+    f, size = undo, 5
   else
     return redis.error_reply('ERR fenceproxy: unknown lock operation ' .. tostring(op))
   end
@@ -338,9 +338,11 @@ const (
 	// the token, acquired and addr for the slow-lock log
 	// (parseReleased); else 0.
 	opRelease lockOp = 'l'
-	// opUndo: owner, token, lock-delay-ms, term. Deletes the record (and
-	// guard) only if it is exactly the grant being undone: returns 1, else
-	// 0.
+	// opUndo: owner, token, lock-delay-ms, term, armed. Deletes the
+	// record (and guard) only if it is exactly the grant being undone:
+	// owner and token, and, unless armed is "", last armed at armed (unix
+	// ms: a grant that a same-owner retry re-armed since, and replied,
+	// is not undone). Returns 1, else 0.
 	opUndo lockOp = 'u'
 	// opHandoff: owner, lock-delay-ms, term, as opRelease; then the head
 	// of the line's ttl-ms, its reserved token, and its record (a

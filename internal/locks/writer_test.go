@@ -302,8 +302,11 @@ func TestOpsScriptBatch(t *testing.T) {
 		acquire("old", "o", 13, "5"),
 		opWrite(opRelease, "r", "b", int64(0), uint64(0)),
 		opWrite(opRelease, "r", "a", int64(0), uint64(0)),
-		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0)),
+		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0), ""),
 		opWrite(opRelease, "older", "o", int64(0), uint64(0)),
+		acquire("u", "a", 20, ""),
+		opWrite(opUndo, "u", "a", "20", int64(0), uint64(0), strconv.FormatInt(now+1, 10)),
+		opWrite(opUndo, "u", "a", "20", int64(0), uint64(0), strconv.FormatInt(now, 10)),
 	)
 	want := []string{
 		"10",        // granted: the token alone
@@ -316,6 +319,9 @@ func TestOpsScriptBatch(t *testing.T) {
 		"10 0 1733300000000 1733300000001 11 127.0.0.1:9a", // the released record, as a renewed it
 		"0",                         // not that token
 		"7 0 1000 0 10 10.0.0.1:5o", // a hash record released: its fields packed as a string's
+		"20",                        // granted
+		"0",                         // armed at another time (re-armed since): not undone
+		"1",                         // armed then: undone
 	}
 	for i, w := range want {
 		s := fmt.Sprint(got[i])

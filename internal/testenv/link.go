@@ -181,6 +181,17 @@ func (l *Link) Heal(t testing.TB) {
 	l.toxics = nil
 }
 
+// Restart closes every connection through the Link and listens again on
+// the same address: to its clients, the upstream restarted (their open
+// connections end, new ones work). Faults in place stay.
+func (l *Link) Restart(t testing.TB) {
+	t.Helper()
+	l.proxy.Stop()
+	if err := l.proxy.Start(); err != nil {
+		t.Fatalf("testenv: Link %s: listening again: %v", l.Addr, err)
+	}
+}
+
 // Faulty reports whether any fault is in place.
 func (l *Link) Faulty() bool {
 	l.mu.Lock()

@@ -227,8 +227,18 @@
 // A follower relays lock commands to the leader's client port (Relay), one
 // command per connection at a time, each wrapped in TIER.RELAY with the
 // time it has already spent on the follower, so the leader counts a lease
-// from when the follower read it; the follower judges the reply by its own
-// clock too, which alone sees the time on the link (commands.relayLock).
+// from when the follower read it. The follower judges every grant and
+// renewal again by its own clock, which alone sees the time on the link
+// (commands.relayLock): the leader answers a grant with when its lease
+// started relative to the request (relay version 3; a grant after waiting
+// in line started when the leader armed it), and a reply that leaves less
+// than the safety margin is answered -TRYAGAIN, the grant undone on the
+// leader (TIER.UNDO). A command whose reply the link lost after it was
+// sent has an unknown outcome (ErrRelayLost): the client gets -ERR saying
+// so, never -TRYAGAIN, which clients retry by themselves. A pooled link is
+// checked before a command is written on it (a non-blocking peek at its
+// socket, and an idle limit), so one that died while idle (a leader
+// restarted) costs a dial, not a command of unknown outcome.
 // A follower reports its applied index to the leader every second and at
 // once when it learns of a new leader; the leader's view of a peer's lag
 // is that report (PeerStatus), unknown until the peer has reported in

@@ -27,17 +27,31 @@ import (
 // that ACL user ("" with ACLs off) in that RESP protocol (2 or 3), so the
 // owner binding <user>\0<owner> and the null replies are the client's own.
 //
-// With version 2 (RelayVersion) each client command goes as
+// With version 2 each client command goes as
 //
 //	TIER.RELAY elapsed-us command args...
 //
 // elapsed-us being the microseconds since the follower read the client's
 // request: the leader counts a lease from then, not from when it read the
-// relayed command. A leader of an earlier version refuses the sixth
-// argument; the follower then opens the link without it (version 1) and
-// sends each command as it came (the time spent on the follower is then
-// not counted by the leader, only by the follower's own check of the
-// reply, see commands.relayLock).
+// relayed command. With version 3 (RelayVersion) the commands go the same
+// way, and the leader answers a LOCK.ACQUIRE that it granted (or re-armed)
+// with the array
+//
+//	[token, lease-from-us, armed-ms]
+//
+// instead of the token: lease-from-us is how long after the request's
+// receipt (elapsed-us before the leader read it) the lease is counted
+// from (0 for a grant made at once; the attempt or the release that armed
+// it for a grant after waiting in line), and armed-ms the new grant's
+// record's arming time (0 for a re-arm). The follower judges the lease
+// left when it replies from its own receipt plus lease-from-us, which is
+// never later than the true start by its clock (the link's forward time
+// is not counted, the safe side), and undoes a grant too late to hand on
+// with TIER.UNDO resource owner token armed-ms (commands.relayLock). A
+// leader of an earlier version refuses the sixth argument's value; the
+// follower then tries version 2, then the link without it (version 1),
+// which sends each command as it came (the time spent on the follower is
+// then not counted by the leader, only by the follower's own check).
 //
 // Connections are pooled per (leader, user, protocol), each carrying one
 // command at a time. Pipelining many clients' commands on a few links,
@@ -56,17 +70,27 @@ const (
 	PeerCommand    = "tier.peer"
 	AppliedCommand = "tier.applied"
 	RelayCommand   = "tier.relay"
-	// RelayVersion is the relay framing this node speaks and accepts
-	// (TIER.PEER's sixth argument): 2 is TIER.RELAY.
-	RelayVersion = "2"
+	// UndoCommand undoes a grant the follower got too late to hand on
+	// (TIER.UNDO resource owner token armed-ms).
+	UndoCommand = "tier.undo"
+	// RelayVersion is the newest relay framing this node speaks and
+	// accepts (TIER.PEER's sixth argument): 2 is TIER.RELAY, 3 adds the
+	// lease's start to a grant's reply.
+	RelayVersion = 3
 )
 
 // relayDialTimeout bounds connecting to the leader; relayGrace is added to
 // a command's own longest wait (LOCK.ACQUIRE ... WAIT) for its reply.
+// relayIdleMax is the longest a pooled link may sit idle and still be
+// used: an older one is redialed, since a leader whose host vanished
+// without closing it (power loss, a partition) leaves it looking alive,
+// and a request written on it would have an unknown outcome where a fresh
+// dial fails cleanly (nothing sent).
 const (
 	relayDialTimeout = 2 * time.Second
 	relayGrace       = 30 * time.Second
 	relayIdlePerKey  = 128
+	relayIdleMax     = 10 * time.Second
 )
 
 // reportEvery is how often a follower reports its applied index to the
@@ -78,15 +102,21 @@ const (
 )
 
 // ErrRelayLost: the link to the leader broke after the command was sent;
-// its outcome is unknown.
+// its outcome is unknown. Never -TRYAGAIN, which clients retry by
+// themselves: a FENCE.EXEC retried that way would run twice. The command
+// layer words it per command (OutcomeUnknown); this reply is the generic
+// one.
 var ErrRelayLost = &relayLostError{}
 
 type relayLostError struct{}
 
 func (*relayLostError) Error() string { return "tier: lost the link to the leader mid-command" }
 func (*relayLostError) RESPError() (string, string) {
-	return "TRYAGAIN", "fenceproxy: lost contact with the tier's leader while relaying the command; it may or may not have taken effect, retry (an acquire retried by the same owner gets the same token)"
+	return "ERR", "fenceproxy: lost contact with the tier's leader while relaying the command; it may or may not have taken effect"
 }
+
+// OutcomeUnknown marks the error as a command whose outcome is unknown.
+func (*relayLostError) OutcomeUnknown() bool { return true }
 
 // CheckSecret reports whether got is the tier secret (constant time).
 func CheckSecret(want, got string) bool {
@@ -152,7 +182,8 @@ func appendRelayed(b []byte, version int, received time.Time, args [][]byte) []b
 }
 
 // dial opens a relay link to key's leader: TIER.PEER with this node's
-// relay version, or, if the leader refuses it (an earlier version), without.
+// relay version, or, while the leader refuses it (an earlier version), an
+// earlier one, and last without.
 func (r *Relay) dial(ctx context.Context, key relayKey) (net.Conn, *bufio.Reader, int, error) {
 	d := net.Dialer{Timeout: relayDialTimeout}
 	c, err := d.DialContext(ctx, "tcp", key.addr)
@@ -164,12 +195,19 @@ func (r *Relay) dial(ctx context.Context, key relayKey) (net.Conn, *bufio.Reader
 	if key.resp3 {
 		proto = "3"
 	}
-	hello := [][]byte{[]byte(PeerCommand), []byte(r.secret), []byte(r.node.opts.NodeID), []byte(key.user), []byte(proto), []byte(RelayVersion)}
-	version := 2
-	reply, err := roundTrip(c, rd, hello, relayDialTimeout)
-	if err == nil && strings.HasPrefix(string(reply), "-ERR fenceproxy: not a tier peer") {
-		version = 1
-		reply, err = roundTrip(c, rd, hello[:5], relayDialTimeout)
+	hello := [][]byte{[]byte(PeerCommand), []byte(r.secret), []byte(r.node.opts.NodeID), []byte(key.user), []byte(proto), nil}
+	var reply []byte
+	version := RelayVersion
+	for ; version >= 1; version-- {
+		args := hello[:5] // version 1: no sixth argument
+		if version > 1 {
+			hello[5] = []byte(strconv.Itoa(version))
+			args = hello
+		}
+		reply, err = roundTrip(c, rd, args, relayDialTimeout)
+		if err != nil || version == 1 || !strings.HasPrefix(string(reply), "-ERR fenceproxy: not a tier peer") {
+			break
+		}
 	}
 	if err == nil && string(reply) != "+OK\r\n" {
 		err = errors.New("tier: the leader refused the relay link: " + strings.TrimSpace(string(reply)))
@@ -197,6 +235,16 @@ type relayConn struct {
 	c       net.Conn
 	rd      *bufio.Reader
 	version int
+	idle    time.Time // when it was put back in the pool
+}
+
+// usable reports whether a pooled link may carry the next request: idle
+// for no longer than relayIdleMax, nothing unread, and its socket neither
+// closed nor reset by the leader meanwhile (a leader restarted, a link
+// dropped while idle). A request is written only on a link that passes,
+// so a dead one costs a dial, not a command of unknown outcome.
+func (rc *relayConn) usable(now time.Time) bool {
+	return now.Sub(rc.idle) <= relayIdleMax && rc.rd.Buffered() == 0 && connAlive(rc.c)
 }
 
 // doAlone relays a command on a connection of its own.
@@ -223,7 +271,9 @@ func (rc *relayConn) do(ctx context.Context, received time.Time, args [][]byte, 
 		deadline = d
 	}
 	rc.c.SetDeadline(deadline)
-	if _, err := rc.c.Write(appendRelayed(nil, rc.version, received, args)); err != nil {
+	req := appendRelayed(nil, rc.version, received, args)
+	if n, err := rc.c.Write(req); err != nil && n < len(req) {
+		// The leader never read a whole command: nothing was done.
 		return nil, errNotSent
 	}
 	// A client that goes away ends the wait (its connection's context).
@@ -232,15 +282,19 @@ func (rc *relayConn) do(ctx context.Context, received time.Time, args [][]byte, 
 	return resp.AppendReply(nil, rc.rd)
 }
 
+// get takes a usable pooled link to key's leader (closing the dead ones it
+// finds on the way), or dials one.
 func (r *Relay) get(ctx context.Context, key relayKey) (*relayConn, error) {
-	r.mu.Lock()
-	if l := r.idle[key]; len(l) > 0 {
-		rc := l[len(l)-1]
-		r.idle[key] = l[:len(l)-1]
-		r.mu.Unlock()
-		return rc, nil
+	for {
+		rc := r.takeIdle(key)
+		if rc == nil {
+			break
+		}
+		if rc.usable(time.Now()) {
+			return rc, nil
+		}
+		rc.c.Close()
 	}
-	r.mu.Unlock()
 	c, rd, version, err := r.dial(ctx, key)
 	if err != nil {
 		return nil, err
@@ -248,8 +302,22 @@ func (r *Relay) get(ctx context.Context, key relayKey) (*relayConn, error) {
 	return &relayConn{c: c, rd: rd, version: version}, nil
 }
 
+// takeIdle takes key's most recently pooled link, nil if none.
+func (r *Relay) takeIdle(key relayKey) *relayConn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.idle[key]
+	if len(l) == 0 {
+		return nil
+	}
+	rc := l[len(l)-1]
+	r.idle[key] = l[:len(l)-1]
+	return rc
+}
+
 func (r *Relay) put(key relayKey, rc *relayConn) {
 	rc.c.SetDeadline(time.Time{})
+	rc.idle = time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.idle[key]) >= relayIdlePerKey || r.node.LeaderClientAddr() != key.addr {

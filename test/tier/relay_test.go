@@ -1,0 +1,207 @@
+package tier
+
+import (
+	"bytes"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// relayTier is a tier whose followers relay to the leader through the
+// leader's Link; it returns the tier, the leader's index and a follower's
+// client address.
+func relayTier(t *testing.T, args ...string) (*testenv.Tier, *testenv.Redis, int, string) {
+	t.Helper()
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	tr := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr, MinReplicas: 1, RelayLinks: true, Args: args})
+	l := tr.Leader(t)
+	return tr, master, l, tr.Nodes[followers(tr, l)[0]].Addr
+}
+
+// waitUntil polls cond every 20ms until it holds (bounded at 30s: it only
+// ends a hang).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("still not %s after 30s", what)
+}
+
+func lockInfo(t *testing.T, addr, resource string) testenv.LockInfo {
+	t.Helper()
+	li, err := testenv.ParseLockInfo(testenv.Dial(t, addr).Do("LOCK.INFO", resource))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return li
+}
+
+// Issue 22, item 3. A grant after waiting in line, relayed by a follower,
+// is judged by the lease left when the follower replies, counted from when
+// the leader armed it: bob waits for r through a follower, the leader hands
+// r to him when alice releases, his token is held up on the link back to
+// the follower until his 1 s lease is over and carol has been granted r.
+// Bob must not get that token (a lease that is over): -TRYAGAIN, or null.
+func TestRelayedWaitGrantJudgedWhenReplied(t *testing.T) {
+	tr, _, l, f := relayTier(t)
+	leader := tr.Nodes[l].Addr
+	if r := retry(t, leader, "LOCK.ACQUIRE", "r", "alice", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.ACQUIRE r alice = %s, want a token", testenv.ShowReply(r))
+	}
+	bob := testenv.Dial(t, f)
+	bob.SetTimeout(60 * time.Second)
+	bob.Send("LOCK.ACQUIRE", "r", "bob", "1000", "WAIT", "20000")
+	bob.Flush()
+	waitUntil(t, "bob waiting in line on the leader", func() bool { return lockInfo(t, leader, "r").Waiters == 1 })
+
+	tr.RelayLinks[l].Cut(t, testenv.Downstream) // the leader's replies to the follower wait
+	if r := testenv.Dial(t, leader).Do("LOCK.RELEASE", "r", "alice"); string(r) != ":1\r\n" {
+		t.Fatalf("LOCK.RELEASE r alice = %s, want :1", testenv.ShowReply(r))
+	}
+	carol := testenv.Dial(t, leader)
+	carol.SetTimeout(60 * time.Second)
+	rc := carol.Do("LOCK.ACQUIRE", "r", "carol", "30000", "WAIT", "20000") // granted once bob's lease is over
+	if !isToken(rc) {
+		t.Fatalf("LOCK.ACQUIRE r carol WAIT = %s, want a token once bob's lease ran out", testenv.ShowReply(rc))
+	}
+	tr.RelayLinks[l].Heal(t) // bob's grant reaches the follower now
+	rb, err := bob.ReadReply()
+	if err != nil {
+		t.Fatalf("bob's LOCK.ACQUIRE: %v", err)
+	}
+	if isToken(rb) {
+		t.Fatalf("bob got token %s through the follower after carol was granted %s: a lease that was over when it was replied",
+			testenv.ShowReply(rb), testenv.ShowReply(rc))
+	}
+	if !bytes.HasPrefix(rb, []byte("-TRYAGAIN")) && !testenv.IsNull(rb) {
+		t.Fatalf("bob's late grant through the follower = %s, want -TRYAGAIN (or null)", testenv.ShowReply(rb))
+	}
+	if li := lockInfo(t, leader, "r"); string(li.Owner) != "carol" {
+		t.Fatalf("LOCK.INFO r after bob's late grant: owner %q, want carol (the follower's undo must not touch her lease)", li.Owner)
+	}
+}
+
+// Item 3, the undo: a relayed grant whose reply reaches the follower too
+// late to hand on is undone on the leader, as a single node undoes a late
+// grant, so the resource is not left held for a client that never learned
+// of it. A safety margin of 0.9 makes "too late" a tenth of a 20 s lease.
+func TestRelayedLateGrantIsUndone(t *testing.T) {
+	tr, _, l, f := relayTier(t, "--lease-safety-margin", "0.9")
+	leader := tr.Nodes[l].Addr
+	if r := retry(t, f, "LOCK.ACQUIRE", "warm", "dave", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.ACQUIRE warm dave via a follower = %s, want a token", testenv.ShowReply(r))
+	}
+	alice := testenv.Dial(t, f)
+	alice.SetTimeout(60 * time.Second)
+	tr.RelayLinks[l].Cut(t, testenv.Downstream)
+	alice.Send("LOCK.ACQUIRE", "u", "alice", "20000")
+	alice.Flush()
+	// Her grant is on the leader; its reply waits on the link until a
+	// tenth of the lease (and the drift allowance) has gone by.
+	waitUntil(t, "alice's grant of u 2.5 s old on the leader", func() bool {
+		li := lockInfo(t, leader, "u")
+		return string(li.Owner) == "alice" && li.TTL < 17500
+	})
+	tr.RelayLinks[l].Heal(t)
+	r, err := alice.ReadReply()
+	if err != nil {
+		t.Fatalf("alice's LOCK.ACQUIRE: %v", err)
+	}
+	if !bytes.HasPrefix(r, []byte("-TRYAGAIN")) {
+		t.Fatalf("alice's grant that reached the follower with under the margin left = %s, want -TRYAGAIN", testenv.ShowReply(r))
+	}
+	if r := testenv.Dial(t, leader).Do("LOCK.ACQUIRE", "u", "bob", "20000"); !isToken(r) {
+		t.Fatalf("LOCK.ACQUIRE u bob after alice's late grant was refused = %s, want a token (the late grant undone, not held for 20 s)",
+			testenv.ShowReply(r))
+	}
+}
+
+// Issue 22, item 7. A relayed command whose reply is lost after the leader
+// ran it has an unknown outcome: the client gets -ERR saying it may or may
+// not have run, never -TRYAGAIN, which clients retry by themselves (the
+// INCR would run twice). So too for an acquire.
+func TestRelayedLostReplyIsNotRetryable(t *testing.T) {
+	tr, master, l, f := relayTier(t)
+	leader := tr.Nodes[l].Addr
+	tok := retry(t, leader, "LOCK.ACQUIRE", "r", "alice", "60000")
+	token, ok := testenv.ParseInt(tok)
+	if !ok {
+		t.Fatalf("LOCK.ACQUIRE r alice = %s, want a token", testenv.ShowReply(tok))
+	}
+	redis := testenv.Dial(t, master.Addr)
+	c := testenv.Dial(t, f)
+	c.SetTimeout(60 * time.Second)
+	if r := retry(t, f, "FENCE.EXEC", "r", strconv.FormatInt(token, 10), "INCR", "ctr"); string(r) != ":1\r\n" {
+		t.Fatalf("FENCE.EXEC r INCR ctr via a follower = %s, want :1", testenv.ShowReply(r))
+	}
+	for _, step := range []struct {
+		args []string
+		done func() bool // the leader has run it
+	}{
+		{[]string{"FENCE.EXEC", "r", strconv.FormatInt(token, 10), "INCR", "ctr"},
+			func() bool { return string(redis.Do("GET", "ctr")) == "$1\r\n2\r\n" }},
+		{[]string{"LOCK.ACQUIRE", "s", "bob", "60000"},
+			func() bool { return string(lockInfo(t, leader, "s").Owner) == "bob" }},
+	} {
+		// A relay connection open before the drop carries it (a new one
+		// could not even be opened).
+		if r := c.Do("LOCK.INFO", "r"); !bytes.HasPrefix(r, []byte("*")) {
+			t.Fatalf("LOCK.INFO r via the follower = %s", testenv.ShowReply(r))
+		}
+		tr.RelayLinks[l].Drop(t, testenv.Downstream)
+		c.Send(step.args...)
+		c.Flush()
+		waitUntil(t, "run on the leader: "+testenv.ShowCommand(step.args), step.done)
+		tr.RelayLinks[l].Heal(t) // closes the link: the reply is lost
+		r, err := c.ReadReply()
+		if err != nil {
+			t.Fatalf("%s via the follower: %v", testenv.ShowCommand(step.args), err)
+		}
+		if !bytes.HasPrefix(r, []byte("-ERR")) || !bytes.Contains(r, []byte("may or may not")) {
+			t.Fatalf("%s via a follower whose link lost the leader's reply = %s, want -ERR … may or may not … (never -TRYAGAIN: clients retry it by themselves)",
+				testenv.ShowCommand(step.args), testenv.ShowReply(r))
+		}
+	}
+	if r := redis.Do("GET", "ctr"); string(r) != "$1\r\n2\r\n" {
+		t.Fatalf("ctr = %s, want 2", testenv.ShowReply(r))
+	}
+}
+
+// Item 7, the pool: a relay connection that died while idle (the link
+// dropped it, or the leader restarted: its end closed) is not used for the
+// next command, which must succeed, not fail with an unknown outcome.
+func TestRelayRedialsADeadLink(t *testing.T) {
+	tr, _, l, f := relayTier(t)
+	c := testenv.Dial(t, f)
+	c.SetTimeout(60 * time.Second)
+	if r := retry(t, f, "LOCK.ACQUIRE", "warm", "dave", "30000"); !isToken(r) {
+		t.Fatalf("LOCK.ACQUIRE warm dave via a follower = %s, want a token", testenv.ShowReply(r))
+	}
+	for i, kill := range []struct {
+		what string
+		do   func()
+	}{
+		{"the link dropped while idle", func() { tr.RelayLinks[l].Drop(t, testenv.BothWays); tr.RelayLinks[l].Heal(t) }},
+		{"the leader restarted (its end of every relay connection closed)", func() { tr.RelayLinks[l].Restart(t) }},
+	} {
+		t.Run(kill.what, func(t *testing.T) {
+			// A pooled connection has carried a command (the follower's
+			// own reports run beside it).
+			if r := c.Do("LOCK.INFO", "warm"); !bytes.HasPrefix(r, []byte("*")) {
+				t.Fatalf("LOCK.INFO warm via the follower = %s", testenv.ShowReply(r))
+			}
+			kill.do()
+			resource := "after" + strconv.Itoa(i)
+			if r := c.Do("LOCK.ACQUIRE", resource, "erin", "30000"); !isToken(r) {
+				t.Errorf("the first relayed command after %s: LOCK.ACQUIRE %s erin = %s, want a token",
+					kill.what, resource, testenv.ShowReply(r))
+			}
+		})
+	}
+}
