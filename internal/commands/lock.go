@@ -322,7 +322,7 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 	switch {
 	case errors.As(err, &foreign):
 		return resp.Error{Code: "ERR", Msg: fmt.Sprintf("fenceproxy: the owner record of '%s' in Redis carries token %d, which no fenceproxy issued "+
-			"(it was written by a client, not through the lock commands); delete key '%s' directly in Redis to free the resource; nothing was granted",
+			"(it was written by a client, not through the lock commands); delete key '%s' directly in Redis (or let it expire) to free the resource; nothing was granted",
 			printable([]byte(foreign.Resource)), foreign.Token, printable([]byte(foreign.Key)))}
 	case errors.As(err, &conflict):
 		return resp.Error{Code: "ERR", Msg: "fenceproxy: " + conflict.Reason()}
