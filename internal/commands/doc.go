@@ -68,6 +68,12 @@
 //     subcommands that would act on a connection other clients share are
 //     refused with an error that says what to do instead.
 //
+// Before any of it (after the ACL check), a request that writes or
+// deletes one of the proxy's own keys (every key under --key-prefix: owner
+// records, guards, fence marks, the token authority's keys), as its
+// declared keys say, is refused, inside MULTI and FENCE.EXEC too
+// (ownwrites.go); reads are served.
+//
 // Forwarding does not know the topology: forward hands a request to the
 // backend's Forwarder (package cluster), which picks the connection of a
 // standalone master or, in front of a Redis Cluster, routes by slot,

@@ -325,7 +325,12 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 	var coded resp.CodedError
 	var conflict *authority.ConflictError
 	var shortfall *authority.NoReplicasError
+	var foreign *locks.ForeignTokenError
 	switch {
+	case errors.As(err, &foreign):
+		return resp.Error{Code: "ERR", Msg: fmt.Sprintf("fenceproxy: the owner record of '%s' in Redis carries token %d, which no fenceproxy issued "+
+			"(it was written by a client, not through the lock commands); delete key '%s' directly in Redis (or let it expire) to free the resource; nothing was granted",
+			printable([]byte(foreign.Resource)), foreign.Token, printable([]byte(foreign.Key)))}
 	case errors.As(err, &conflict):
 		return resp.Error{Code: "ERR", Msg: "fenceproxy: " + conflict.Reason()}
 	case errors.As(err, &shortfall):

@@ -62,6 +62,9 @@ type Handler struct {
 	receivers receivers
 	// own are the proxy's keys that relayed messages leave out (ownkeys.go).
 	own *ownKeys
+	// ownPrefix starts every key of the proxy's own, which clients may
+	// read but not write (ownwrites.go).
+	ownPrefix []byte
 	// clients are what CLIENT LIST shows of each client (clients.go).
 	clients clientRegistry
 }
@@ -71,7 +74,8 @@ func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout), own: newOwnKeys(opts.KeyPrefix)}
+	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout), own: newOwnKeys(opts.KeyPrefix),
+		ownPrefix: ownPrefix(opts.KeyPrefix)}
 	if opts.ACL != nil {
 		h.authm = opts.Metrics.NewAuth()
 	}
@@ -424,6 +428,9 @@ func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	if h.opts.ACL != nil && !h.authorize(c, args, p) {
+		return
+	}
+	if h.refuseOwnWrite(c, args, p) {
 		return
 	}
 	var lower [32]byte

@@ -1,6 +1,10 @@
 package locks
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/fenceproxy/fenceproxy/internal/ratelog"
+)
 
 // How the lock manager keeps to the token authority (internal/authority,
 // persist's floor):
@@ -21,6 +25,19 @@ import "fmt"
 //     store adopts that token (its floor and counter go above it, synced)
 //     and the acquire asks again, so that no grant ever gets a token below
 //     one a record shows, nor overwrites such a record with a lower one.
+//   - Unless no fence store can have issued that token: one above the
+//     store's issued bound (issuedBounder: every token any fence store
+//     ever issued is at most a bound it shared in Redis before issuing
+//     from it, and this store adopted the Redis bound before its first
+//     token, authority invariants 1 and 2; a crash between a record's
+//     write and its token's fsync leaves a token within the window the
+//     store had already synced, which a restart starts above). Such a
+//     record was written by a client (through an older proxy, or to Redis
+//     directly), and adopting it would let anyone raise every resource's
+//     floor to the end of the token space with one write. It is counted
+//     (Metrics.ForeignTokens), logged, and that resource's acquires are
+//     refused with a ForeignTokenError until the record is gone; the
+//     floor stays, and every other resource is granted as before.
 
 // admit asks Options.Admit, if any.
 func (m *Manager) admit() error {
@@ -37,12 +54,51 @@ func (m *Manager) neverIssued(token, newest uint64) bool {
 	return newest == 0 || token > newest || token == newest && token == m.opts.Store.Floor()
 }
 
-// adoptRecordToken raises the fence store above a record's token that it
-// never issued (kindTokenAhead).
-func (m *Manager) adoptRecordToken(token int64) error {
+// issuedBounder is a TokenStore that knows the highest token it can have
+// issued: its durable window bound (persist's synced bound, a tier's
+// committed one), which covers every token any fence store issued on this
+// backend once the store has joined it (see above). 0: not known.
+type issuedBounder interface {
+	IssuedBound() uint64
+}
+
+// ForeignTokenError: the owner record of Resource (at Key in Redis)
+// carries Token, above every token a fence store could have issued
+// (Bound): a client wrote it. The acquire is refused; nothing is adopted.
+type ForeignTokenError struct {
+	Resource, Key string
+	Token, Bound  uint64
+}
+
+func (e *ForeignTokenError) Error() string {
+	return fmt.Sprintf("locks: the owner record of %q carries token %d, above every token issued (%d)", e.Resource, e.Token, e.Bound)
+}
+
+var foreignTokenLog ratelog.EverySecond
+
+// judgeRecordToken takes a record's token at or above an acquire's
+// candidate (kindTokenAhead): adopted if a fence store may have issued
+// it, else refused with a ForeignTokenError.
+func (m *Manager) judgeRecordToken(resource, key string, token int64) error {
 	if token <= 0 {
 		return fmt.Errorf("locks: unexpected record token %d", token)
 	}
+	if b, ok := m.opts.Store.(issuedBounder); ok {
+		if bound := b.IssuedBound(); bound > 0 && uint64(token) > bound {
+			if m.opts.Metrics != nil {
+				m.opts.Metrics.ForeignTokens.Inc()
+			}
+			foreignTokenLog.Warn(m.opts.Logger, "an owner record in Redis carries a token no fence store issued (written by a client, not by fenceproxy): "+
+				"not adopted; the resource is refused until the record is deleted", "resource", resource, "key", key, "token", token, "issued_bound", bound)
+			return &ForeignTokenError{Resource: resource, Key: key, Token: uint64(token), Bound: bound}
+		}
+	}
+	return m.adoptRecordToken(token)
+}
+
+// adoptRecordToken raises the fence store above a record's token that it
+// never issued (kindTokenAhead) but another fence store may have.
+func (m *Manager) adoptRecordToken(token int64) error {
 	m.opts.Logger.Warn("an owner record carries a token this fence store never issued (a new or restored data dir, or another fenceproxy): "+
 		"tokens up to it are no longer honoured", "token", token)
 	return m.opts.Store.Adopt(uint64(token))

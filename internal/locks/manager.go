@@ -240,8 +240,9 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	err = m.sendAcquire(ctx, &a, true)
 	if err == nil && a.kind == kindTokenAhead {
 		// A record carries a token this store never issued (see
-		// authority.go): adopt it, then ask again above it.
-		if err = m.adoptRecordToken(a.value); err == nil {
+		// authority.go): adopt it, then ask again above it; or, if no
+		// fence store can have issued it, refuse.
+		if err = m.judgeRecordToken(resource, key, a.value); err == nil {
 			a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true, ahead)
 		}
 		if err == nil {

@@ -380,3 +380,44 @@ func TestAcquireWithOthersWaiting(t *testing.T) {
 		}
 	})
 }
+
+// boundedTokens is memTokens that knows its issued bound (issuedBounder).
+type boundedTokens struct {
+	*memTokens
+	bound uint64
+}
+
+func (b boundedTokens) IssuedBound() uint64 { return b.bound }
+
+// TestRecordTokenAboveEveryBound: a record token at or above the
+// candidate is adopted if a fence store may have issued it (at most the
+// issued bound), and refused, never adopted, above it: counted, and the
+// error names the resource, its key and the token.
+func TestRecordTokenAboveEveryBound(t *testing.T) {
+	const foreign = "9007199254740990"
+	bounded := func(f *fixture, bound uint64) {
+		f.m.opts.Store = boundedTokens{f.tokens, bound}
+	}
+
+	f := newFixture(t, newFakeScripts(t, reply{raw: kindReply(kindTokenAhead, foreign)}), nil)
+	bounded(f, 1<<20)
+	_, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now())
+	var fe *ForeignTokenError
+	if !errors.As(err, &fe) || fe.Resource != "r" || fe.Key != "fenceproxy:lock:{r}" || strconv.FormatUint(fe.Token, 10) != foreign || fe.Bound != 1<<20 {
+		t.Fatalf("Acquire over a record with token %s = %v, want a ForeignTokenError naming it", foreign, err)
+	}
+	if f.tokens.floor != 0 || slices.ContainsFunc(f.tokens.log, func(s string) bool { return strings.HasPrefix(s, "adopt") }) {
+		t.Fatalf("the store adopted the foreign token: floor %d, log %q", f.tokens.floor, f.tokens.log)
+	}
+	if n := counted(t, f.metrics.ForeignTokens); n != 1 {
+		t.Fatalf("foreign tokens counted %v, want 1", n)
+	}
+
+	// Within the bound: adopted, and the acquire asks again above it.
+	f = newFixture(t, newFakeScripts(t, reply{raw: kindReply(kindTokenAhead, "500")}, reply{raw: kindReply(kindGranted, "502"), acks: acked(1)}), nil)
+	bounded(f, 1<<20)
+	tok, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now())
+	if err != nil || tok <= 500 || f.tokens.floor != 501 {
+		t.Fatalf("Acquire over a record with token 500 (bound %d) = %d, %v (floor %d), want a grant above it after adopting it", 1<<20, tok, err, f.tokens.floor)
+	}
+}

@@ -104,6 +104,9 @@ func (p persistStore) NextToken() (uint64, error) { return p.s.NextToken() }
 func (p persistStore) Floor() uint64              { return p.s.Floor() }
 func (p persistStore) Adopt(token uint64) error   { return p.s.Adopt(token) }
 
+// IssuedBound is the store's synced window bound (issuedBounder).
+func (p persistStore) IssuedBound() uint64 { return p.s.SyncedBound() }
+
 func (p persistStore) Newest(resource string) (uint64, error) { return p.s.Newest([]byte(resource)) }
 
 func (p persistStore) NewestCached(resource string) (uint64, bool, error) {

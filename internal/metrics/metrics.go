@@ -44,6 +44,8 @@ type Metrics struct {
 	LockExpirations     prometheus.Counter
 	SlowLockEntries     *prometheus.CounterVec // kind: wait, held, expired
 	EvictableGrants     prometheus.Counter     // grants and renewals made under --allow-evictable-locks
+	ForeignTokens       prometheus.Counter     // acquires refused: the owner record carries a token no fence store issued
+	OwnKeyWritesRefused prometheus.Counter     // client requests refused for writing one of the proxy's own keys
 }
 
 // latencyBuckets span 50µs to about 3s.
@@ -107,6 +109,12 @@ func New() *Metrics {
 		EvictableGrants: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_evictable_lock_grants_total", Help: "Lock grants and renewals made under --allow-evictable-locks on a Redis master whose maxmemory-policy can evict owner records.",
 		}),
+		ForeignTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_lock_foreign_tokens_total", Help: "Acquires refused because the resource's owner record in Redis carries a token above every token a fence store could have issued (written by a client, not by fenceproxy); the token is not adopted.",
+		}),
+		OwnKeyWritesRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenceproxy_own_key_writes_refused_total", Help: "Client requests refused because they write or delete a key under --key-prefix (fenceproxy's owner records, guards and token-authority keys).",
+		}),
 	}
 	f(m.Acquires)
 	f(m.AcquireSeconds)
@@ -125,6 +133,8 @@ func New() *Metrics {
 	f(m.LockExpirations)
 	f(m.SlowLockEntries)
 	f(m.EvictableGrants)
+	f(m.ForeignTokens)
+	f(m.OwnKeyWritesRefused)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

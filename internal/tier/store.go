@@ -68,6 +68,10 @@ func (n *Node) exhausted() bool {
 // Floor is the state's floor.
 func (s *Store) Floor() uint64 { return s.n.fsm.floorNow() }
 
+// IssuedBound is the bound of every window the tier committed: no token
+// of the tier's is above it (the lock manager's issuedBounder).
+func (s *Store) IssuedBound() uint64 { return s.n.fsm.state().bound }
+
 // Adopt commits a floor above token (tokens up to it may have been issued
 // without the tier: an owner record carries one) and moves the counter
 // above it.
