@@ -700,40 +700,61 @@ func globEscape(s string) string {
 
 // scanRecords returns the largest token in any owner record on any
 // master (SCAN, then the records' tokens in pipelines of one batch each).
+// Records are strings ("token term ..."; see internal/locks/scripts.go)
+// and, when written by an older fenceproxy, hashes with a token field:
+// both are read.
 func (a *Authority) scanRecords(ctx context.Context) (uint64, error) {
 	pattern := globEscape(a.opts.KeyPrefix) + "{*}"
 	var best uint64
 	for _, n := range a.opts.Backend.Masters() {
-		var cursor uint64
-		for {
-			keys, next, err := n.Client.ScanType(ctx, cursor, pattern, 1000, "hash").Result()
+		for _, typ := range []string{"string", "hash"} {
+			found, err := scanRecordTokens(ctx, n.Client, pattern, typ)
 			if err != nil {
 				return 0, err
 			}
-			if len(keys) > 0 {
-				cmds := make([]*redis.StringCmd, len(keys))
-				_, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-					for i, k := range keys {
-						cmds[i] = p.HGet(ctx, k, "token")
-					}
-					return nil
-				})
-				if err != nil && !errors.Is(err, redis.Nil) {
-					return 0, err
-				}
-				for _, c := range cmds {
-					if t, err := c.Uint64(); err == nil {
-						best = max(best, t)
-					}
-				}
-			}
-			if next == 0 {
-				break
-			}
-			cursor = next
+			best = max(best, found)
 		}
 	}
 	return best, nil
+}
+
+// scanRecordTokens is scanRecords on one master for the records of one
+// type.
+func scanRecordTokens(ctx context.Context, c *redis.Client, pattern, typ string) (uint64, error) {
+	var best, cursor uint64
+	for {
+		keys, next, err := c.ScanType(ctx, cursor, pattern, 1000, typ).Result()
+		if err != nil {
+			return 0, err
+		}
+		if len(keys) > 0 {
+			cmds := make([]*redis.StringCmd, len(keys))
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, k := range keys {
+					if typ == "hash" {
+						cmds[i] = p.HGet(ctx, k, "token")
+					} else {
+						cmds[i] = p.Get(ctx, k)
+					}
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return 0, err
+			}
+			for _, cmd := range cmds {
+				v, _ := cmd.Result()
+				tok, _, _ := strings.Cut(v, " ")
+				if t, err := strconv.ParseUint(tok, 10, 64); err == nil {
+					best = max(best, t)
+				}
+			}
+		}
+		if next == 0 {
+			return best, nil
+		}
+		cursor = next
+	}
 }
 
 // Keys are the names of the authority's two keys under prefix (the

@@ -222,6 +222,22 @@ func TestJoinAdoptsRecordTokens(t *testing.T) {
 	}
 }
 
+// TestJoinAdoptsStringRecordTokens: today's owner records are strings
+// ("token term acquired renewed addr-length addr owner"); with no bound in
+// Redis, their tokens are adopted as the older hashes' are. (The scan read
+// only hashes, so a record of today's layout was not seen.)
+func TestJoinAdoptsStringRecordTokens(t *testing.T) {
+	su := newSetup(t)
+	direct := testenv.Dial(t, su.redis.Addr)
+	direct.Do("SET", "fenceproxy:lock:{a}", "6000 0 1 1 9 127.0.0.1owner-a")
+	direct.Do("HSET", "fenceproxy:lock:{b}", "owner", "y", "token", "70")
+	s := openStore(t, t.TempDir())
+	su.start(t, s)
+	if s.Floor() != 6001 {
+		t.Fatalf("floor after joining beside a string record with token 6000 = %d, want 6001", s.Floor())
+	}
+}
+
 // TestBoundRewrittenAfterLoss: Redis loses the bound while the store runs;
 // a round writes it again.
 func TestBoundRewrittenAfterLoss(t *testing.T) {
