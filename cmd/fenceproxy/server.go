@@ -377,10 +377,17 @@ func (p *proxy) startAuthority() error {
 	tokens := authority.New(authority.Options{
 		Backend: p.be, Writer: p.lockWrites, Store: p.store, KeyPrefix: p.cfg.keyPrefix,
 		MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout, Logger: p.logger,
+		// Another fenceproxy already serving this backend keeps serving:
+		// this one does not start (its member would make both refuse).
+		StartAlone: true,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), authorityTimeout)
 	err := tokens.Start(ctx)
 	cancel()
+	var conflict *authority.ConflictError
+	if errors.As(err, &conflict) {
+		return errors.New(conflict.StartReason(p.backendFlag))
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %v", p.backendFlag, err)
 	}

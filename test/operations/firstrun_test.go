@@ -1,0 +1,77 @@
+package operations
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// Frictions a new user meets on a first run (issue 22, item 5).
+
+// infoLine is field's value in an INFO reply (a bulk string of lines).
+func infoLine(info []byte, field string) string {
+	for _, line := range strings.Split(string(info), "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestSecondProxyRefusesToStart: a second fenceproxy, with a data dir of
+// its own, started in front of the backend a first one serves, does not
+// start: it exits non-zero with one line naming the first's fence store.
+// The first keeps granting. Before, the second started, wrote its member
+// in the live set, and both refused every lock command.
+func TestSecondProxyRefusesToStart(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	first := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, MinReplicas: 0})
+	c := testenv.Dial(t, first.Addr)
+	if r := c.Do("LOCK.ACQUIRE", "held", "a", "60000"); r[0] != ':' {
+		t.Fatalf("LOCK.ACQUIRE through the first = %q", r)
+	}
+	storeID := infoLine(c.Do("INFO", "fenceproxy"), "fence_store_id")
+	if storeID == "" {
+		t.Fatal("INFO fenceproxy has no fence_store_id")
+	}
+
+	code, stderr := testenv.StartFails(t, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--min-replicas", "0",
+		"--backend", redis.Addr, "--data-dir", t.TempDir())
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if code == 0 || len(lines) != 1 || !strings.Contains(lines[0], storeID) || !strings.Contains(lines[0], "Stop that one first") {
+		t.Fatalf("second fenceproxy on a live one's backend: exit %d, stderr %q; want non-zero and one line naming store %s and what to do",
+			code, stderr, storeID)
+	}
+
+	// The first never saw the second: it grants through several of its
+	// heartbeat rounds (500 ms each) after the second gave up.
+	for i := range 6 {
+		if r := c.Do("LOCK.ACQUIRE", "after", "a", "60000"); r[0] != ':' {
+			t.Fatalf("LOCK.ACQUIRE through the first, %d after the second gave up = %q, want a token", i, r)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if v := infoLine(c.Do("INFO", "fenceproxy"), "token_authority_conflict"); v != "0" {
+		t.Fatalf("the first's token_authority_conflict = %q, want 0", v)
+	}
+}
+
+// TestSecondProxyStartsAfterAKill9: the first fenceproxy is kill -9'd (its
+// member stays in the live set until it runs out): a second one with
+// another data dir waits for it to run out and starts, above its tokens.
+func TestSecondProxyStartsAfterAKill9(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	first := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, MinReplicas: 0})
+	tok, ok := testenv.ParseInt(testenv.Dial(t, first.Addr).Do("LOCK.ACQUIRE", "r", "a", "1000"))
+	if !ok {
+		t.Fatal("no token from the first")
+	}
+	first.Kill9()
+	second := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, MinReplicas: 0})
+	got, ok := testenv.ParseInt(testenv.Dial(t, second.Addr).Do("LOCK.ACQUIRE", "r2", "b", "1000"))
+	if !ok || got <= tok {
+		t.Fatalf("the second's token = %d (%v), want one above the first's %d", got, ok, tok)
+	}
+}
