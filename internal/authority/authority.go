@@ -94,7 +94,7 @@ type Options struct {
 	// refuse once both members are in the live set). A tier's leader
 	// leaves it off: its process is already serving.
 	StartAlone bool
-	Logger *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Authority is this process's seat as the backend's token authority. Safe
