@@ -538,7 +538,7 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 		return 0, err
 	}
 	if acked < a.opts.MinReplicas {
-		return 0, &NoReplicasError{Acked: acked, Wanted: a.opts.MinReplicas}
+		return 0, &NoReplicasError{Acked: acked, Wanted: a.opts.MinReplicas, Connected: len(node.Replicas())}
 	}
 	a.redisBound.Store(got)
 	return got, nil

@@ -75,3 +75,42 @@ func TestSecondProxyStartsAfterAKill9(t *testing.T) {
 		t.Fatalf("the second's token = %d (%v), want one above the first's %d", got, ok, tok)
 	}
 }
+
+// TestMasterWithoutReplicaSaysSo: a master with no replica and the default
+// --min-replicas 1. Every lock command is refused, and the refusal names
+// --min-replicas and what 0 gives up; /readyz is not ready and says why;
+// the log warns at start. Once a replica is added, locks are served and
+// /readyz is ready. Before, the reply spoke only of "the token bound" and
+// /readyz answered 200.
+func TestMasterWithoutReplicaSaysSo(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1})
+	c := testenv.Dial(t, p.Addr)
+	r := string(c.Do("LOCK.ACQUIRE", "r", "a", "60000"))
+	for _, want := range []string{"-NOREPLICAS fenceproxy: 0 of 1 required replicas acknowledged", "no replica", "--min-replicas 0", "fails over"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("LOCK.ACQUIRE with no replica = %q, want it to contain %q", r, want)
+		}
+	}
+	code, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/readyz")
+	if code == 200 || !strings.Contains(body, "lock commands unavailable") || !strings.Contains(body, "--min-replicas") {
+		t.Errorf("/readyz with no replica = %d %q, want not ready, saying lock commands are unavailable and naming --min-replicas", code, body)
+	}
+	if log := p.Log(); !strings.Contains(log, "fewer replicas connected than --min-replicas") {
+		t.Errorf("the start's log has no warning that the master has fewer replicas than --min-replicas:\n%s", log)
+	}
+
+	testenv.StartReplica(t, master)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := c.Do("LOCK.ACQUIRE", "r", "a", "60000")
+		code, body = testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/readyz")
+		if _, ok := testenv.ParseInt(r); ok && code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with a replica added: LOCK.ACQUIRE = %q, /readyz = %d %q; want a token and ready", r, code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
