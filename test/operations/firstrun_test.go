@@ -1,7 +1,12 @@
 package operations
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,5 +117,103 @@ func TestMasterWithoutReplicaSaysSo(t *testing.T) {
 			t.Fatalf("with a replica added: LOCK.ACQUIRE = %q, /readyz = %d %q; want a token and ready", r, code, body)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestDataDirNotWritable: an existing data dir that the process may not
+// write (Docker's root-owned volume, fenceproxy running as a non-root
+// user) stops the start with one line that says so, names the uid, and
+// says what to do; before, it said the dir was "in use by another
+// fenceproxy". The tests run as root here, and root writes through any
+// mode bits: the binary is run as uid 65534 (nobody) instead, on a dir
+// owned by root with mode 0755 (as Docker makes a volume). Run as another
+// user, the test makes the dir 0555 instead.
+func TestDataDirNotWritable(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	top, err := os.MkdirTemp("", "fenceproxy-notwritable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	data := filepath.Join(top, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.BuildProxy(t), "--listen", "127.0.0.1:0", "--metrics-listen", "", "--min-replicas", "0",
+		"--backend", redis.Addr, "--data-dir", data)
+	uid := os.Getuid()
+	if uid == 0 {
+		// uid 65534 must reach the binary and the dir.
+		bin := filepath.Join(top, "fenceproxy")
+		copyFile(t, testenv.BuildProxy(t), bin)
+		if err := os.Chmod(top, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Path, uid = bin, 65534
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	} else if err := os.Chmod(data, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("fenceproxy on a data dir it cannot write did not exit; stderr: %s", stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	want := fmt.Sprintf("not writable by uid %d", uid)
+	if cmd.ProcessState.ExitCode() == 0 || len(lines) != 1 || !strings.Contains(lines[0], want) ||
+		!strings.Contains(lines[0], "chown") || strings.Contains(lines[0], "in use") {
+		t.Fatalf("fenceproxy on a data dir it cannot write: exit %d, stderr %q; want one line saying %q and to chown it",
+			cmd.ProcessState.ExitCode(), stderr.String(), want)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDockerfileDataDirOwned: the image creates /data owned by the user it
+// runs as, so that a volume Docker creates for it is writable by
+// fenceproxy (a new volume takes the image directory's owner). Read from
+// the Dockerfile: no Docker daemon runs where the tests do.
+func TestDockerfileDataDirOwned(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := strings.Split(string(b), "\nFROM ")
+	final := stages[len(stages)-1]
+	var user, chown string
+	for _, line := range strings.Split(final, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "USER":
+			user = f[1]
+		case len(f) >= 3 && f[0] == "COPY" && f[len(f)-1] == "/data":
+			for _, opt := range f[1 : len(f)-2] {
+				if v, ok := strings.CutPrefix(opt, "--chown="); ok {
+					chown = v
+				}
+			}
+		}
+	}
+	if user == "" || chown != user {
+		t.Fatalf("the Dockerfile's final stage: USER %q, /data copied in with --chown=%q; want /data made by a COPY --chown of the USER the image runs as", user, chown)
 	}
 }
