@@ -362,9 +362,10 @@ func (p *proxy) compileACL(specs []auth.UserSpec, keyTable *keys.Table) (*auth.A
 }
 
 // startAuthority starts the lock-script writer and the token authority,
-// before any lock command: the authority's first heartbeat round finds
-// another fenceproxy live on this backend, or joins the fence store to the
-// token bound kept in Redis.
+// before any lock command: the start fails if another fenceproxy with
+// another fence store is live on this backend (StartAlone); otherwise the
+// authority's first heartbeat round joins the fence store to the token
+// bound kept in Redis.
 func (p *proxy) startAuthority() error {
 	p.lockWrites = locks.NewWriter(locks.WriterOptions{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
 	if p.tier != nil {
