@@ -229,7 +229,7 @@ func (a *Authority) awaitAlone(ctx context.Context) error {
 	for {
 		hb, err := a.readLive(ctx, true)
 		if err != nil {
-			return err
+			return fmt.Errorf("reading the token authority's live set (%s): %w", a.liveKey, err)
 		}
 		c, _ := a.classify(hb.members)
 		if c == nil {
