@@ -362,9 +362,10 @@ func (p *proxy) compileACL(specs []auth.UserSpec, keyTable *keys.Table) (*auth.A
 }
 
 // startAuthority starts the lock-script writer and the token authority,
-// before any lock command: the authority's first heartbeat round finds
-// another fenceproxy live on this backend, or joins the fence store to the
-// token bound kept in Redis.
+// before any lock command: the start fails if another fenceproxy with
+// another fence store is live on this backend (StartAlone); otherwise the
+// authority's first heartbeat round joins the fence store to the token
+// bound kept in Redis.
 func (p *proxy) startAuthority() error {
 	p.lockWrites = locks.NewWriter(locks.WriterOptions{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
 	if p.tier != nil {
@@ -377,10 +378,17 @@ func (p *proxy) startAuthority() error {
 	tokens := authority.New(authority.Options{
 		Backend: p.be, Writer: p.lockWrites, Store: p.store, KeyPrefix: p.cfg.keyPrefix,
 		MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout, Logger: p.logger,
+		// Another fenceproxy already serving this backend keeps serving:
+		// this one does not start (its member would make both refuse).
+		StartAlone: true,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), authorityTimeout)
 	err := tokens.Start(ctx)
 	cancel()
+	var conflict *authority.ConflictError
+	if errors.As(err, &conflict) {
+		return errors.New(conflict.StartReason(p.backendFlag))
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %v", p.backendFlag, err)
 	}
@@ -484,7 +492,8 @@ func (p *proxy) serveMetrics() error {
 }
 
 // ready is /readyz's answer: nil while every master is reachable and
-// written to, and the fence store healthy.
+// written to, the fence store healthy, and (a single node) lock commands
+// can be served (locksReady).
 func (p *proxy) ready() error {
 	for _, n := range p.be.Masters() {
 		if !n.Up() {
@@ -499,6 +508,30 @@ func (p *proxy) ready() error {
 	}
 	if !p.store.Stats().Healthy {
 		return errors.New("fence store unhealthy")
+	}
+	return p.locksReady()
+}
+
+// locksReady is nil while lock commands can be served: the token
+// authority admits them, and every master has --min-replicas replicas
+// connected. A proxy that forwards but can grant no lock is not ready: the
+// operator learns it here rather than from every client's -NOREPLICAS.
+// A heartbeat round that is merely late (ErrUnconfirmed) passes by itself
+// and is not counted.
+func (p *proxy) locksReady() error {
+	var shortfall *authority.NoReplicasError
+	var conflict *authority.ConflictError
+	if a := p.tokens.Load(); a != nil {
+		switch err := a.Admit(); {
+		case errors.As(err, &shortfall):
+			return fmt.Errorf("lock commands unavailable: %s", shortfall.Reason())
+		case errors.As(err, &conflict):
+			return fmt.Errorf("lock commands unavailable: %s", conflict.Reason())
+		}
+	}
+	if fewest := fewestReplicas(p.be); fewest < p.cfg.minReplicas {
+		return fmt.Errorf("lock commands unavailable: a master has %d replicas connected, fewer than --min-replicas %d; "+
+			"grants answer NOREPLICAS: add replicas, or start with --min-replicas %d", fewest, p.cfg.minReplicas, fewest)
 	}
 	return nil
 }
@@ -520,7 +553,8 @@ func (p *proxy) logReady() {
 		p.logger.Info("fence store", "token_bound", p.store.Stats().ReservedBound, "fence_store_id", p.store.ID(), "token_floor", p.store.Floor())
 	}
 	if fewest := fewestReplicas(be); fewest < cfg.minReplicas {
-		p.logger.Warn("a master has fewer replicas connected than --min-replicas: LOCK.ACQUIRE answers NOREPLICAS for its resources until enough replicas are online",
+		p.logger.Warn(fmt.Sprintf("a master has fewer replicas connected than --min-replicas: lock commands answer NOREPLICAS, and /readyz says not ready, "+
+			"until enough replicas are online; add replicas, or start with --min-replicas %d (with 0, a grant dies with the master if it fails over before replicating)", fewest),
 			"replicas_seen", fewest, "min_replicas", cfg.minReplicas)
 	}
 	warnEvictable(p.logger, be, cfg.allowEvictable)

@@ -87,7 +87,14 @@ type Options struct {
 	// node and process, so that the tier's nodes, which share one store
 	// and one authority id, are each other's peers, never copies.
 	Member string
-	Logger *slog.Logger
+	// StartAlone makes Start fail with a *ConflictError, having written
+	// nothing to Redis, when another token authority is live on the
+	// backend: a process that is starting steps back rather than make the
+	// one already serving refuse lock commands (invariant 3 makes both
+	// refuse once both members are in the live set). A tier's leader
+	// leaves it off: its process is already serving.
+	StartAlone bool
+	Logger     *slog.Logger
 }
 
 // Authority is this process's seat as the backend's token authority. Safe
@@ -183,6 +190,11 @@ var errHeartbeat = errors.New("heartbeat")
 // answers lock commands -NOREPLICAS for its first moments, with replicas
 // about to be in sync, only makes every client retry.
 func (a *Authority) Start(ctx context.Context) error {
+	if a.opts.StartAlone {
+		if err := a.awaitAlone(ctx); err != nil {
+			return err
+		}
+	}
 	giveUp := time.Now().Add(startPatience)
 	for {
 		err := a.round(ctx)
@@ -203,6 +215,38 @@ func (a *Authority) Start(ctx context.Context) error {
 	}
 	go a.loop()
 	return nil
+}
+
+// awaitAlone reads the live set, without writing this process's member,
+// until no other authority's member is in it (Options.StartAlone). A
+// member seen renewing (its score moved between two reads) is a live
+// process: awaitAlone returns the conflict, and that process never sees
+// this one. A member that does not renew is a process that stopped
+// without leaving (kill -9) whose member has not run out yet: awaitAlone
+// waits for it to run out (its live-for, a few seconds), within ctx.
+func (a *Authority) awaitAlone(ctx context.Context) error {
+	firstScore := map[string]string{}
+	for {
+		hb, err := a.readLive(ctx, true)
+		if err != nil {
+			return fmt.Errorf("reading the token authority's live set (%s): %w", a.liveKey, err)
+		}
+		c, _ := a.classify(hb.members)
+		if c == nil {
+			return nil
+		}
+		for m, score := range c.members {
+			if first, seen := firstScore[m]; seen && first != score {
+				return c
+			}
+			firstScore[m] = score
+		}
+		select {
+		case <-ctx.Done():
+			return c
+		case <-time.After(a.opts.Interval / 4):
+		}
+	}
 }
 
 // startPatience bounds how long Start retries a first round that failed
@@ -294,24 +338,9 @@ func (a *Authority) round(ctx context.Context) error {
 	began := time.Now()
 	// A round that cannot beat leaves the status alone: what the last
 	// good round admitted runs out by itself (validUntil).
-	node := a.opts.Backend.MasterForKey([]byte(a.liveKey))
-	if node == nil {
-		return fmt.Errorf("%w: %w", errHeartbeat, cluster.ErrUnavailable)
-	}
-	db, err := a.keysDB(ctx, node)
+	hb, err := a.readLive(ctx, false)
 	if err != nil {
-		return fmt.Errorf("%w: finding the database for the token authority's keys: %w", errHeartbeat, err)
-	}
-	reply, err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
-		a.member, a.liveFor.Milliseconds(), maxMembers, db).Slice()
-	if err != nil {
-		a.opts.Backend.Refresh() // in front of a cluster, the slot may have moved
-		a.db.Store(-1)           // a failover may have brought a Redis with fewer databases
-		return fmt.Errorf("%w: %w", errHeartbeat, err)
-	}
-	hb, err := parseHeartbeat(reply)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errHeartbeat, err)
+		return err
 	}
 	a.redisBound.Store(hb.bound)
 	if hb.bound > 0 {
@@ -362,6 +391,32 @@ func (a *Authority) round(ctx context.Context) error {
 	}
 	a.publish(&status{joined: true, validUntil: began.Add(a.validFor)})
 	return nil
+}
+
+// readLive runs heartbeatScript: it writes this process's member (unless
+// probe) and reads the live members and the bound. Its errors wrap
+// errHeartbeat.
+func (a *Authority) readLive(ctx context.Context, probe bool) (heartbeat, error) {
+	node := a.opts.Backend.MasterForKey([]byte(a.liveKey))
+	if node == nil {
+		return heartbeat{}, fmt.Errorf("%w: %w", errHeartbeat, cluster.ErrUnavailable)
+	}
+	db, err := a.keysDB(ctx, node)
+	if err != nil {
+		return heartbeat{}, fmt.Errorf("%w: finding the database for the token authority's keys: %w", errHeartbeat, err)
+	}
+	reply, err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
+		a.member, a.liveFor.Milliseconds(), maxMembers, db, b2i(probe)).Slice()
+	if err != nil {
+		a.opts.Backend.Refresh() // in front of a cluster, the slot may have moved
+		a.db.Store(-1)           // a failover may have brought a Redis with fewer databases
+		return heartbeat{}, fmt.Errorf("%w: %w", errHeartbeat, err)
+	}
+	hb, err := parseHeartbeat(reply)
+	if err != nil {
+		return heartbeat{}, fmt.Errorf("%w: %w", errHeartbeat, err)
+	}
+	return hb, nil
 }
 
 // foreign reports whether the Redis bound says tokens may have been issued
@@ -483,7 +538,7 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 		return 0, err
 	}
 	if acked < a.opts.MinReplicas {
-		return 0, &NoReplicasError{Acked: acked, Wanted: a.opts.MinReplicas}
+		return 0, &NoReplicasError{Acked: acked, Wanted: a.opts.MinReplicas, Connected: len(node.Replicas())}
 	}
 	a.redisBound.Store(got)
 	return got, nil
@@ -513,8 +568,9 @@ func (a *Authority) classify(members map[string]string) (c *ConflictError, liveC
 			continue // a peer of this authority (a tier)
 		}
 		if c == nil {
-			c = &ConflictError{}
+			c = &ConflictError{members: map[string]string{}}
 		}
+		c.members[m] = score
 		if store == myStore {
 			c.Copy = true
 		}

@@ -86,7 +86,13 @@
 //     replica timeout) and clock drift. So when another process sees the
 //     member expired, this one has stopped granting; a paused process
 //     stops by itself. A store waiting to Join needs a clean round (two
-//     after a conflict) and joins before its first token.
+//     after a conflict) and joins before its first token. A single
+//     fenceproxy that is starting (Options.StartAlone) first reads the
+//     live set without writing its member: another authority's member seen
+//     renewing makes it not start at all, so the process already serving
+//     never sees it and keeps granting; a member that does not renew (a
+//     process killed) is waited out. Both refuse only when both are live
+//     anyway (they started at once, or one was paused past its member).
 //  4. Conflict rules. A live member with another authority id is a
 //     conflict: both processes see each other and both refuse. One with
 //     this store's id and a run id of a process that opened this
@@ -109,8 +115,9 @@
 // So:
 //
 //   - A single fenceproxy with another fence store on the same backend and
-//     key prefix has another authority id: each sees the other's member,
-//     and both refuse lock commands while both live (invariant 3, 4).
+//     key prefix has another authority id: it does not start while the
+//     tier's leader is live; if both are live all the same, each sees the
+//     other's member, and both refuse lock commands (invariant 3, 4).
 //   - Tier nodes are peers: a new leader's heartbeat runs while the old
 //     leader's member leaves (a clean stop, or the leadership lost: Close)
 //     or runs out (kill -9, a partition), without a conflict; a deposed

@@ -7,8 +7,10 @@ import "github.com/redis/go-redis/v9"
 // connection that ran it stays in its database (Redis 2.8.12 and later).
 
 // heartbeatScript: KEYS[1] live set, KEYS[2] bound hash; ARGV member,
-// live-for ms, most members returned, db. Drops expired members, (re)writes
-// member with a score of now + live-for (Redis TIME), and returns {live
+// live-for ms, most members returned, db, probe. Drops expired members,
+// (re)writes member with a score of now + live-for (Redis TIME) unless
+// probe is "1" (a process that has not started yet only looks: probeLive),
+// and returns {live
 // members with their scores, bound, store, run, legacy members with their
 // scores, legacy bound, store, run} (false for a missing field). The set
 // itself expires when nobody has written it for twice the longest
@@ -24,7 +26,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = tonumber(ARGV[2])
 local db = tonumber(ARGV[4])
+local probe = ARGV[5] == '1'
 local function beat()
+  if probe then return end
   redis.call('ZADD', KEYS[1], now + live, ARGV[1])
   if redis.call('PTTL', KEYS[1]) < 2 * live then
     redis.call('PEXPIRE', KEYS[1], 2 * live)
@@ -42,7 +46,7 @@ if db ~= 0 then
   end
   if #legacy > 0 then
     beat()
-  elseif #all > 0 then
+  elseif #all > 0 and not probe then
     redis.call('ZREM', KEYS[1], ARGV[1])
   end
   lb = redis.call('HMGET', KEYS[2], 'bound', 'store', 'run')

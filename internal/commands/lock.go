@@ -334,9 +334,7 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 	case errors.As(err, &conflict):
 		return resp.Error{Code: "ERR", Msg: "fenceproxy: " + conflict.Reason()}
 	case errors.As(err, &shortfall):
-		return resp.Error{Code: "NOREPLICAS", Msg: fmt.Sprintf(
-			"%d of %d required replicas acknowledged the token bound (a new window of tokens) in time; nothing was done",
-			shortfall.Acked, shortfall.Wanted)}
+		return resp.Error{Code: "NOREPLICAS", Msg: "fenceproxy: " + shortfall.Reason()}
 	case errors.Is(err, authority.ErrUnconfirmed), errors.Is(err, persist.ErrNotShared):
 		if r := h.opts.Backend.Refusal(); r != nil {
 			// The heartbeat is late because the master refuses it: say why.

@@ -8,6 +8,9 @@ var (
 	ErrUnhealthy = errors.New("persist: store unhealthy after a failed sync; restart required")
 	// ErrLocked means another process (or another Store in this one) holds the directory.
 	ErrLocked = errors.New("persist: data dir is in use by another fenceproxy")
+	// ErrNotWritable means this process may not write in the directory
+	// (its owner or mode, or a read-only file system).
+	ErrNotWritable = errors.New("persist: data dir is not writable")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("persist: store closed")
 	// ErrExhausted means the token space (1..MaxToken) is used up.

@@ -3,9 +3,12 @@ package persist
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -135,10 +138,19 @@ func Open(dir string, opts Options) (*Store, error) {
 	// Create the directory ourselves (syncing every new parent, as Pebble
 	// would) so that we can take the lock first and name that failure.
 	if err := mkdirAllSynced(opts.FS, dir); err != nil {
+		if denied(err) {
+			return nil, notWritable(opts.FS, dir, err)
+		}
 		return nil, fmt.Errorf("persist: create data dir %q: %w", dir, err)
 	}
 	lock, err := pebble.LockDirectory(dir, opts.FS)
 	if err != nil {
+		if denied(err) {
+			// Opening the LOCK file failed before any lock was tried:
+			// the directory is not this process's to write (Docker's
+			// root-owned volume and a non-root user), not in use.
+			return nil, notWritable(opts.FS, dir, err)
+		}
 		return nil, fmt.Errorf("%w: %q: %v", ErrLocked, dir, err)
 	}
 	popts := &pebble.Options{
@@ -341,4 +353,28 @@ func mkdirAllSynced(fs vfs.FS, dir string) error {
 		}
 	}
 	return nil
+}
+
+// denied reports whether err is the file system refusing this process a
+// write: permissions, or a read-only file system.
+func denied(err error) bool {
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
+}
+
+// notWritable says which user may not write where, and what to do.
+func notWritable(fsys vfs.FS, dir string, err error) error {
+	if errors.Is(err, syscall.EROFS) {
+		return fmt.Errorf("%w: %s is on a read-only file system: %v; give --data-dir a writable directory", ErrNotWritable, dir, err)
+	}
+	owner := ""
+	if o := dirOwner(fsys, dir); o != "" {
+		owner = " (" + o + ")"
+	}
+	cause := err
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		cause = pe.Err // "permission denied", without the path said already
+	}
+	return fmt.Errorf("%w by uid %d: %s%s: %v; chown it to the user fenceproxy runs as (or give --data-dir a directory that user owns)",
+		ErrNotWritable, os.Getuid(), dir, owner, cause)
 }

@@ -24,6 +24,21 @@
 // line, whose lease began only when it was granted; a request that waited
 // for a paused proxy) is renewed at once, and the lease counted from that
 // renewal.
+//
+// # What is never sent twice
+//
+// go-redis resends a command by itself after a lost connection (EOF), a
+// read timeout or a -TRYAGAIN reply (Options.MaxRetries). For a fenced
+// write that is a second write: an INCR whose reply was lost or only late
+// would run twice. FencedExec is sent once and never resent: when its
+// outcome cannot be known (no reply, or fenceproxy's own "may or may not
+// have run") it fails with ErrUnknownOutcome, and the caller decides, as
+// it would for any write whose reply was lost. A Lock that waits in
+// fenceproxy's line reads its reply with a deadline of the wait plus the
+// client's ReadTimeout: with the client's deadline alone (5 s by default),
+// a wait longer than it would time out, and go-redis would close the
+// connection (fenceproxy then drops the waiter from the line) and send
+// the request again, at the back of the line.
 package fencelock
 
 import (
@@ -32,6 +47,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +60,18 @@ var ErrNotAcquired = errors.New("fencelock: held by another owner")
 
 // ErrLost: the lease is no longer held (it ran out or was taken).
 var ErrLost = errors.New("fencelock: lease lost")
+
+// ErrStale: FencedExec's token is no longer the newest for its resource (a
+// newer one was issued); the command was not run. The error keeps
+// fenceproxy's reply as its text ("STALE token ...") and is a redis.Error.
+var ErrStale = errors.New("fencelock: stale token")
+
+// ErrUnknownOutcome: FencedExec's command may or may not have run (the
+// connection broke or the reply came later than the read timeout, after
+// the request was sent; or fenceproxy lost Redis under it). It was not
+// sent again: read the state, or repeat the write yourself if it is safe
+// to run twice.
+var ErrUnknownOutcome = errors.New("fencelock: the fenced command may or may not have run")
 
 // Client acquires locks through a fenceproxy.
 type Client struct {
@@ -99,7 +128,7 @@ func (c *Client) acquire(ctx context.Context, resource string, ttl, wait time.Du
 		args = append(args, "WAIT", wait.Milliseconds())
 	}
 	sent := time.Now()
-	token, err := c.rdb.Do(ctx, args...).Int64()
+	token, err := c.waiting(wait).Do(ctx, args...).Int64()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, ErrNotAcquired
@@ -231,12 +260,74 @@ func (l *Lock) Check(ctx context.Context) (bool, error) {
 	return n == 1, err
 }
 
-// FencedExec runs one command in Redis only if this lock's token is still
-// the newest for its resource (FENCE.EXEC); a stale token gets a STALE error
-// and the command does not run.
-func (l *Lock) FencedExec(ctx context.Context, args ...any) *redis.Cmd {
-	return l.client.rdb.Do(ctx, append([]any{"FENCE.EXEC", l.Resource, l.Token}, args...)...)
+// waiting is the client a request that may wait in fenceproxy's line for
+// wait uses: one whose read deadline is the wait plus the client's own
+// ReadTimeout, so that the reply to a request still in line is never
+// given up (and the request resent, at the back of the line) before the
+// wait is over. It shares rdb's connections and hooks.
+func (c *Client) waiting(wait time.Duration) *redis.Client {
+	read := c.rdb.Options().ReadTimeout
+	if wait <= 0 || read <= 0 {
+		return c.rdb // no wait, or no read deadline at all
+	}
+	return c.rdb.WithTimeout(wait + read)
 }
+
+// FencedExec runs one command in Redis only if this lock's token is still
+// the newest for its resource (FENCE.EXEC). A stale token gets an error
+// that is ErrStale (errors.Is) and the command does not run. The request is
+// sent once: go-redis's own retries are off for it, and an outcome that
+// cannot be known (a lost connection or a late reply after sending, or
+// fenceproxy's "may or may not have run") is an error that is
+// ErrUnknownOutcome, never a second run.
+func (l *Lock) FencedExec(ctx context.Context, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, append([]any{"FENCE.EXEC", l.Resource, l.Token}, args...)...)
+	if err := l.client.rdb.Process(ctx, sendOnce{cmd}); err != nil && !errors.Is(err, redis.Nil) {
+		cmd.SetErr(fencedExecError(l.Resource, err))
+	}
+	return cmd
+}
+
+// sendOnce is a command that go-redis never resends (Cmder.NoRetry):
+// whatever its MaxRetries, a failure after the request may have reached the
+// server is returned as it is. (A failure go-redis knows came before the
+// request was written is still tried again: that is its first run.)
+type sendOnce struct{ *redis.Cmd }
+
+func (sendOnce) NoRetry() bool { return true }
+
+// fencedExecError makes FencedExec's failure say what is known of the
+// command's outcome: not run (STALE, another reply from fenceproxy or
+// Redis, no connection made), or unknown.
+func fencedExecError(resource string, err error) error {
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply) && strings.HasPrefix(err.Error(), "STALE "):
+		return staleError{reply: reply}
+	case errors.As(err, &reply) && !strings.Contains(err.Error(), "may or may not"):
+		return err // a reply: the command did not run (or ran and failed)
+	case notSent(err):
+		return err
+	}
+	return fmt.Errorf("%w (FENCE.EXEC %s, not resent): %w", ErrUnknownOutcome, resource, err)
+}
+
+// notSent reports whether err says the request never left this client: no
+// connection could be had or made.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) ||
+		errors.As(err, &op) && op.Op == "dial"
+}
+
+// staleError is fenceproxy's STALE reply, which errors.Is ErrStale and
+// stays a redis.Error with the reply's text.
+type staleError struct{ reply redis.Error }
+
+func (e staleError) Error() string      { return e.reply.Error() }
+func (e staleError) RedisError()        {}
+func (e staleError) Unwrap() error      { return e.reply }
+func (staleError) Is(target error) bool { return target == ErrStale }
 
 func newOwner() (string, error) {
 	var b [16]byte

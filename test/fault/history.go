@@ -396,7 +396,7 @@ func Classify(k Kind, reply []byte) (Outcome, int64, string) {
 		case strings.HasPrefix(r, "-ERR token ") && strings.Contains(r, "was never issued") && (k == Check || k == Exec):
 			return NeverIssued, 0, ""
 		case strings.HasPrefix(r, "-ERR fenceproxy: another fenceproxy "), strings.HasPrefix(r, "-TRYAGAIN fenceproxy: this proxy is not confirmed as the backend's token authority"),
-			strings.HasPrefix(r, "-NOREPLICAS") && strings.Contains(r, "acknowledged the token bound"):
+			strings.HasPrefix(r, "-NOREPLICAS") && strings.Contains(r, "fenceproxy's token bound"):
 			// Refused before anything was done: another token authority
 			// is live on the backend, or this one is not confirmed yet.
 			return NotRun, 0, ""

@@ -199,7 +199,8 @@ func TestLimitFlagsAsRedisParsesThem(t *testing.T) {
 			t.Errorf("INFO fenceproxy lacks %q:\n%s", strings.TrimSpace(want), info)
 		}
 	}
-	defaults := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr})
+	// On a Redis of its own: a second fenceproxy does not start beside p.
+	defaults := testenv.StartProxy(t, testenv.ProxyOptions{Backend: testenv.StartRedis(t, testenv.RedisOptions{}).Addr})
 	info = string(testenv.Dial(t, defaults.Addr).Do("INFO", "fenceproxy"))
 	if want := "\r\nclient_output_buffer_limit:normal 0 0 0 pubsub 33554432 8388608 60\r\n"; !strings.Contains(info, want) {
 		t.Errorf("INFO fenceproxy with Redis's defaults lacks %q:\n%s", strings.TrimSpace(want), info)

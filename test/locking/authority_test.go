@@ -57,7 +57,10 @@ func served(t *testing.T, addr, resource, owner string) int64 {
 // TestSecondFenceStoreRefused: two fenceproxy processes with different data
 // dirs in front of one Redis both refuse lock commands, with an error that
 // says why, while both live; once one stops, the other serves again, and no
-// token it grants is below one the other granted.
+// token it grants is below one the other granted. (A second one started
+// beside a live first does not start at all: test/operations'
+// TestSecondProxyRefusesToStart. Both live at once here because the first
+// was paused until its member ran out, and the second started meanwhile.)
 func TestSecondFenceStoreRefused(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	p1 := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 0})
@@ -68,7 +71,9 @@ func TestSecondFenceStoreRefused(t *testing.T) {
 	}
 	held := token(t, c1, "LOCK.ACQUIRE", "shared", "holder", "60000")
 
+	p1.Stop()
 	p2 := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 0})
+	p1.Cont()
 	c2 := testenv.Dial(t, p2.Addr)
 	refused := func(c *testenv.Conn, args ...string) bool {
 		r, err := c.TryDo(args...)

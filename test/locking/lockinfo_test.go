@@ -66,8 +66,16 @@ func TestLockInfoAcquiredAtAndClientAddr(t *testing.T) {
 			t.Fatalf("%s: LOCK.INFO = %q, want owner alice, acquired-at %d, renewed-at %d, client-addr %s", where, li.Raw, acquired, renewed, addr)
 		}
 	}
+	// One fenceproxy at a time: a second one with another fence store does
+	// not start beside a live one.
+	if _, err := p.Terminate(); err != nil {
+		t.Fatal(err)
+	}
 	p2 := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 0})
 	check("through a second proxy", testenv.Dial(t, p2.Addr))
+	if _, err := p2.Terminate(); err != nil {
+		t.Fatal(err)
+	}
 	p.Restart(t)
 	check("after a restart", testenv.Dial(t, p.Addr))
 }

@@ -158,8 +158,9 @@ func TestTierSharesItsBoundWithRedis(t *testing.T) {
 }
 
 // A single fenceproxy with its own fence store on the tier's backend and key
-// prefix: both refuse lock commands (through any tier node) while both
-// live. Once it stops, the tier serves above its tokens; once the tier is
+// prefix does not start while the tier serves; if both are live all the
+// same (the tier paused until its leader's member ran out, the stray
+// started meanwhile), both refuse lock commands (through any tier node). Once it stops, the tier serves above its tokens; once the tier is
 // gone (kill -9 of every node), it serves above every tier token; and the
 // tier, restarted, serves above its tokens again.
 func TestStrayFenceStoreRefusedBothWays(t *testing.T) {
@@ -173,7 +174,15 @@ func TestStrayFenceStoreRefusedBothWays(t *testing.T) {
 		testenv.Dial(t, tr.Nodes[l].Addr).Do("LOCK.RELEASE", "shared", fmt.Sprintf("t%d", i))
 	}
 
+	strayRefusedToStart(t, master.Addr)
+	for _, n := range tr.Nodes {
+		n.Stop()
+	}
 	stray := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1})
+	for _, n := range tr.Nodes {
+		n.Cont()
+	}
+	l = tr.Leader(t)
 	for _, addr := range []string{stray.Addr, tr.Nodes[l].Addr, tr.Nodes[(l+1)%3].Addr} {
 		waitFor(t, "lock commands refused via "+addr, func() bool {
 			return refused(addr, "LOCK.ACQUIRE", "fresh", "x", "60000")
@@ -226,6 +235,17 @@ func TestStrayFenceStoreRefusedBothWays(t *testing.T) {
 	}
 }
 
+// strayRefusedToStart: a single fenceproxy with a fence store of its own
+// does not start in front of a live tier's backend.
+func strayRefusedToStart(t *testing.T, backend string) {
+	t.Helper()
+	code, stderr := testenv.StartFails(t, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--min-replicas", "1",
+		"--backend", backend, "--data-dir", t.TempDir())
+	if code == 0 || !strings.Contains(stderr, conflictText) {
+		t.Fatalf("a stray fenceproxy beside a live tier: exit %d, stderr %q; want a refusal to start naming the tier's store", code, stderr)
+	}
+}
+
 // Redis loses every key while the tier runs: the leader writes the tier's
 // bound again, tokens keep rising, and a single fenceproxy started later on
 // an empty data dir (refused while the tier lives) starts above every tier
@@ -251,13 +271,11 @@ func TestRedisLossNeverRegressesTierTokens(t *testing.T) {
 		t.Fatalf("token %d after Redis lost its data, not above %d", after, before)
 	}
 
-	stray := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1})
-	waitFor(t, "the stray refused while the tier lives", func() bool {
-		return refused(stray.Addr, "LOCK.ACQUIRE", "x", "s", "60000")
-	})
+	strayRefusedToStart(t, master.Addr)
 	for _, n := range tr.Nodes {
 		n.Kill9()
 	}
+	stray := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1})
 	if tok := acquire(t, stray.Addr, "stray", "s"); tok <= after {
 		t.Fatalf("the stray's token %d after the tier went, not above the tier's %d", tok, after)
 	}
