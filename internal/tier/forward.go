@@ -56,6 +56,10 @@ const (
 	PeerCommand    = "tier.peer"
 	AppliedCommand = "tier.applied"
 	RelayCommand   = "tier.relay"
+	// RejoiningFlag ends a TIER.APPLIED of a node that lost its Raft state
+	// and has not caught up: the leader answers the commit index it must
+	// reach before it votes (rejoin.go).
+	RejoiningFlag = "REJOINING"
 	// RelayVersion is the relay framing this node speaks and accepts
 	// (TIER.PEER's sixth argument): 2 is TIER.RELAY.
 	RelayVersion = "2"
@@ -259,6 +263,23 @@ func (r *Relay) put(key relayKey, rc *relayConn) {
 	r.idle[key] = append(r.idle[key], rc)
 }
 
+// report sends TIER.APPLIED; a rejoining node adds REJOINING, and a
+// leader answers it with the commit index it must reach (rejoin.go).
+func (r *Relay) report(ctx context.Context) {
+	args := [][]byte{[]byte(AppliedCommand), []byte(r.node.opts.NodeID), []byte(strconv.FormatUint(r.node.raft.AppliedIndex(), 10))}
+	rejoining := r.node.Rejoining()
+	if rejoining {
+		args = append(args, []byte(RejoiningFlag))
+	}
+	reply, err := r.Do(ctx, "", false, 0, time.Time{}, args)
+	if err != nil || !rejoining || len(reply) < 4 || reply[0] != ':' {
+		return
+	}
+	if t, err := strconv.ParseUint(strings.TrimSpace(string(reply[1:])), 10, 64); err == nil && t > 0 {
+		r.node.RejoinTarget(t)
+	}
+}
+
 // reportApplied tells the leader this node's applied index every
 // reportEvery, and at once when it learns of a new leader (TIER.INFO's and
 // INFO's lag). It also closes the idle connections to a former leader.
@@ -285,8 +306,7 @@ func (r *Relay) reportApplied() {
 		ctx, cancel := context.WithTimeout(context.Background(), relayDialTimeout)
 		// A failed report is tried again a second later (or at once for
 		// another leader), not at every check.
-		r.Do(ctx, "", false, 0, time.Time{}, [][]byte{[]byte(AppliedCommand), []byte(r.node.opts.NodeID),
-			[]byte(strconv.FormatUint(r.node.raft.AppliedIndex(), 10))})
+		r.report(ctx)
 		cancel()
 		reportedTo, reportedAt = addr, time.Now()
 	}
