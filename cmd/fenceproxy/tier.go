@@ -317,11 +317,11 @@ func (p *proxy) tierInfo() string {
 	fmt.Fprintf(&b, "\r\n# Tier\r\ntier_node_id:%s\r\ntier_id:%s\r\ntier_role:%s\r\ntier_ready:%d\r\ntier_term:%d\r\ntier_leader_id:%s\r\ntier_leader_addr:%s\r\n"+
 		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_snapshot_resources:%d\r\ntier_pending_reservations:%d\r\n"+
 		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_batch_entries:%d\r\ntier_batch_ops:%d\r\ntier_peers:%d\r\n"+
-		"tier_voters:%d\r\ntier_rejoining:%d\r\ntier_removed:%d\r\n",
+		"tier_voters:%d\r\ntier_rejoining:%d\r\ntier_votes_refused:%d\r\ntier_removed:%d\r\n",
 		st.NodeID, st.TierID, st.Role, boolInt(p.tier.Ready()), st.Term, st.LeaderID, st.LeaderAddr,
 		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.SnapshotResources, st.Pending,
 		st.LogWrites, st.LogEntries, st.BatchEntries, st.BatchOps, st.Members,
-		st.Voters, boolInt(st.Rejoining), boolInt(st.Removed))
+		st.Voters, boolInt(st.Rejoining), st.VotesRefused, boolInt(st.Removed))
 	for _, peer := range st.Peers {
 		// lag=-1: the peer has not reported its progress to this leader yet.
 		lag := int64(-1)

@@ -538,6 +538,7 @@ type Status struct {
 	// Rejoining: this node lost its Raft state and has not caught up (it
 	// does not vote); Removed: it is no longer in the configuration.
 	Rejoining, Removed     bool
+	VotesRefused           uint64       // vote and pre-vote requests refused while rejoining
 	Peers                  []PeerStatus // on the leader: every other node
 	LogWrites, LogEntries  uint64       // log writes and the entries they carried (group commit)
 	BatchEntries, BatchOps uint64       // Batch entries this node proposed as leader, and the token ops they carried
@@ -577,7 +578,7 @@ func (n *Node) Status() Status {
 		Bound: st.bound, Floor: st.floor, Pending: st.pending, SnapshotResources: n.fsm.snapResources.Load(),
 		LogWrites: n.logs.writes.Load(), LogEntries: n.logs.entries.Load(),
 		BatchEntries: n.prop.entries.Load(), BatchOps: n.prop.ops.Load(),
-		Rejoining: n.Rejoining(), Removed: n.Removed()}
+		Rejoining: n.Rejoining(), Removed: n.Removed(), VotesRefused: n.gate.refused.Load()}
 	if leaderID == "" {
 		s.LeaderID = ""
 	}

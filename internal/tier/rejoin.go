@@ -70,7 +70,8 @@ var errRejoining = errors.New("tier: this node lost its raft state and has not c
 // gate is a node's rejoin state.
 type gate struct {
 	n       *Node
-	closed  atomic.Bool // rejoining: votes refused
+	closed  atomic.Bool   // rejoining: votes refused
+	refused atomic.Uint64 // vote and pre-vote requests refused while rejoining
 	mu      sync.Mutex
 	fresh   map[string]bool // peers seen asking for a vote with a log of at most the bootstrap entry
 	seen    bool            // a peer with a longer log was seen: the tier exists
@@ -262,12 +263,14 @@ func (t *gatedTransport) screen(rpc raft.RPC) bool {
 	case *raft.RequestVoteRequest:
 		g.observe(req.ID, req.LastLogIndex)
 		if g.closed.Load() {
+			g.refused.Add(1)
 			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: t.header(), Term: req.Term}, nil)
 			return true
 		}
 	case *raft.RequestPreVoteRequest:
 		g.observe(req.ID, req.LastLogIndex)
 		if g.closed.Load() {
+			g.refused.Add(1)
 			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: t.header(), Term: req.Term}, nil)
 			return true
 		}
