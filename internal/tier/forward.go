@@ -289,6 +289,7 @@ func (r *Relay) reportApplied() {
 	defer t.Stop()
 	var reportedTo string
 	var reportedAt time.Time
+	reportedRejoining := r.node.Rejoining()
 	for {
 		select {
 		case <-r.node.closing:
@@ -300,7 +301,10 @@ func (r *Relay) reportApplied() {
 		if addr != "" {
 			r.closeAll(addr)
 		}
-		if r.node.Ready() || addr == "" || (addr == reportedTo && time.Since(reportedAt) < reportEvery) {
+		// A node that stops rejoining reports at once: the leader then
+		// promotes it to a voter.
+		rejoining := r.node.Rejoining()
+		if r.node.Ready() || addr == "" || (addr == reportedTo && time.Since(reportedAt) < reportEvery && rejoining == reportedRejoining) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), relayDialTimeout)
@@ -308,7 +312,7 @@ func (r *Relay) reportApplied() {
 		// another leader), not at every check.
 		r.report(ctx)
 		cancel()
-		reportedTo, reportedAt = addr, time.Now()
+		reportedTo, reportedAt, reportedRejoining = addr, time.Now(), rejoining
 	}
 }
 

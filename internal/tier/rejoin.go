@@ -52,12 +52,15 @@ import (
 //     to lose. One node with a longer log seen (tierSeen) rules this out
 //     for the rest of the run, and the node then does not bootstrap.
 //
-// The leader's side: a voter that reports it is rejoining is demoted to a
-// non-voter (DemoteVoter) when the other voters are enough for a quorum
-// without it, and promoted back (AddVoter) once it reports it is no longer
-// rejoining and its applied index has reached the leader's commit index of
-// when it was first seen rejoining. TIER.ADD adds a new node as a
-// non-voter; it is promoted the same way.
+// The leader's side: a voter that reports it is rejoining, behind its
+// target, is demoted to a non-voter (DemoteVoter) when the other voters
+// are enough for a quorum without it, so its acknowledgements no longer
+// count either; it is promoted back (AddVoter) once a report shows its
+// applied index at the leader's commit index of when the leader first saw
+// it. A node reports at once when it stops rejoining. Between its catch-up
+// and its promotion the tier has one voter fewer: take no other node down
+// before the leader's TIER.INFO shows it voter=1. TIER.ADD adds a new node
+// as a non-voter; it is promoted the same way.
 
 // rejoinFile, in Options.Dir, marks a node that lost its Raft state and
 // has not yet caught up.
@@ -363,7 +366,8 @@ func (l *leaderTargets) forget() {
 // (the lag figures), and for a rejoining node the target it must reach,
 // answered after a VerifyLeader round: this leader's commit index, which
 // covers every entry committed before the round began. The leader also
-// demotes a rejoining voter and promotes a caught-up non-voter.
+// demotes a rejoining voter that is behind its target, and promotes a
+// non-voter whose applied index has reached it.
 func (n *Node) Report(id string, applied uint64, rejoining bool) (uint64, error) {
 	n.ReportApplied(id, applied)
 	if !rejoining {
@@ -373,14 +377,26 @@ func (n *Node) Report(id string, applied uint64, rejoining bool) (uint64, error)
 	if err := n.verify.wait(); err != nil {
 		return 0, err
 	}
-	target := n.raft.CommitIndex()
-	n.targets.mu.Lock()
-	if _, ok := n.targets.target[id]; !ok {
-		n.targets.target[id] = target
+	target := n.targetOf(id, n.raft.CommitIndex())
+	if applied < target {
+		n.demoteRejoining(id)
+	} else {
+		n.promoteIfCaughtUp(id, applied)
 	}
-	n.targets.mu.Unlock()
-	n.demoteRejoining(id)
 	return target, nil
+}
+
+// targetOf is the commit index id must reach before it is promoted: the
+// leader's commit index when this leader first saw it (now's, if not yet).
+func (n *Node) targetOf(id string, now uint64) uint64 {
+	n.targets.mu.Lock()
+	defer n.targets.mu.Unlock()
+	t, ok := n.targets.target[id]
+	if !ok {
+		t = now
+		n.targets.target[id] = t
+	}
+	return t
 }
 
 // configuration is the leader's newest configuration.
@@ -433,9 +449,12 @@ func (n *Node) demoteRejoining(id string) {
 	})
 }
 
-// promoteIfCaughtUp makes a non-voter a voter once it no longer rejoins
-// and its applied index has reached the leader's commit index of when it
-// was first seen (now, if this leader has not seen it before).
+// promoteIfCaughtUp makes a non-voter a voter once its applied index has
+// reached the leader's commit index of when it was first seen (now, if
+// this leader has not seen it before). A node still rejoining then stops
+// rejoining by itself (its target is at most the leader's): the two happen
+// about together, and a voter that does not vote yet is only as if it
+// were down for that moment.
 func (n *Node) promoteIfCaughtUp(id string, applied uint64) {
 	if !n.Ready() {
 		return
@@ -448,13 +467,7 @@ func (n *Node) promoteIfCaughtUp(id string, applied uint64) {
 	if !ok || s != raft.Nonvoter {
 		return
 	}
-	n.targets.mu.Lock()
-	target, known := n.targets.target[id]
-	if !known {
-		target = n.raft.CommitIndex()
-		n.targets.target[id] = target
-	}
-	n.targets.mu.Unlock()
+	target := n.targetOf(id, n.raft.CommitIndex())
 	if applied < target {
 		return
 	}
