@@ -363,6 +363,7 @@ func (e *env) injectTier(n int, p planned) {
 		b, c := leader, 3-leader-a
 		f.Start = e.h.Now()
 		tr.cutNode(t, a, "both", true)
+		probe := e.newRejoinProbe(n, b, a)
 		time.Sleep(p.D) // grants commit on b and c only
 		tr.nodes[b].Kill9()
 		tr.nodes[c].Kill9()
@@ -379,8 +380,8 @@ func (e *env) injectTier(n int, p planned) {
 		tr.nodes[b].Restart(t)
 		tr.waitFormed(t, 0, 1, 2)
 		f.End = e.h.Now()
-		f.Note = fmt.Sprintf("%s: follower %s cut, leader %s and %s killed, %s wiped and back, %s healed; %s with %s and %s alone for %v; %s back, rejoined",
-			p.Kind, tr.ids[a], tr.ids[b], tr.ids[c], tr.ids[c], tr.ids[a], alone, tr.ids[a], tr.ids[c], p.D, tr.ids[b])
+		f.Note = fmt.Sprintf("%s: follower %s cut, leader %s and %s killed, %s wiped and back, %s healed; %s with %s and %s alone for %v; %s back, rejoined; %s",
+			p.Kind, tr.ids[a], tr.ids[b], tr.ids[c], tr.ids[c], tr.ids[a], alone, tr.ids[a], tr.ids[c], p.D, tr.ids[b], probe.check())
 	case TierLeaderStop:
 		probe := e.newStaleProbe(n, victim)
 		f.Start = e.h.Now()
@@ -592,4 +593,48 @@ func TestTierLinksCarryRaft(t *testing.T) {
 		tr.heal(t)
 		tr.waitFormed(t, 0, 1, 2)
 	}
+}
+
+// rejoinProbe is tier-empty-disk-rejoin's witness: a token granted by the
+// leader while the follower it will be checked on is cut off (so only the
+// leader and the node about to be wiped have it), checked with
+// FENCE.CHECK through that follower once the tier has formed again. Had
+// the empty disk voted the follower in, the tier would have lost the
+// grant, and the check would answer "never issued" (the checker's
+// unissued-token).
+type rejoinProbe struct {
+	r        string
+	granted  *Op
+	at, from *client
+}
+
+// newRejoinProbe takes a resource of its own through node leader, to be
+// checked later through node other.
+func (e *env) newRejoinProbe(n, leader, other int) *rejoinProbe {
+	on := func(node int) *client {
+		id := 400000 + 10*n
+		id += node - id%len(e.tier.nodes)
+		return &client{e: e, id: id}
+	}
+	pr := &rejoinProbe{r: "rejoin:" + strconv.Itoa(n), at: on(leader), from: on(other)}
+	pr.granted = pr.at.acquireWithin(pr.r, "rejoin-"+strconv.Itoa(n), acrossTTL)
+	pr.at.close()
+	return pr
+}
+
+// check asks FENCE.CHECK of the granted token; the checker judges it.
+func (pr *rejoinProbe) check() string {
+	if pr.granted == nil {
+		return "probe: not granted before the kills"
+	}
+	defer pr.from.close()
+	tok := pr.granted.Result
+	for deadline := time.Now().Add(probeWait); time.Now().Before(deadline); {
+		op := pr.from.do(Check, pr.r, "", tok, 0, "FENCE.CHECK", pr.r, i64(tok))
+		if op != nil && op.Outcome != NotRun && op.Outcome != Unknown {
+			return fmt.Sprintf("probe: FENCE.CHECK %s %d (granted while cut off) = %s", pr.r, tok, op.Outcome)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "probe: FENCE.CHECK never answered"
 }
