@@ -608,7 +608,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 	t.Logf("fault: at %v: %s (choice %d, %v)", time.Duration(e.h.Now()).Round(time.Millisecond), p.Kind, p.N, p.D)
 	f := Fault{Kind: p.Kind, At: p.At}
 	switch p.Kind {
-	case TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay:
+	case TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay, TierEmptyDiskRejoin:
 		e.injectTier(n, p) // records its own Fault
 		return
 	case ProxyKill:
