@@ -237,7 +237,9 @@ func (t tierHooks) Relay(ctx context.Context, user string, resp3 bool, wait time
 
 func (t tierHooks) PeerSecret(secret string) bool { return tier.CheckSecret(t.secret, secret) }
 
-func (t tierHooks) ReportApplied(node string, index uint64) { t.node.ReportApplied(node, index) }
+func (t tierHooks) ReportApplied(node string, index uint64, rejoining bool) (uint64, error) {
+	return t.node.Report(node, index, rejoining)
+}
 
 func (t tierHooks) Info() string {
 	return strings.TrimPrefix(t.info(), "\r\n# Tier\r\n")
@@ -314,17 +316,19 @@ func (p *proxy) tierInfo() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\r\n# Tier\r\ntier_node_id:%s\r\ntier_id:%s\r\ntier_role:%s\r\ntier_ready:%d\r\ntier_term:%d\r\ntier_leader_id:%s\r\ntier_leader_addr:%s\r\n"+
 		"tier_commit_index:%d\r\ntier_applied_index:%d\r\ntier_last_index:%d\r\ntier_token_bound:%d\r\ntier_token_floor:%d\r\ntier_snapshot_resources:%d\r\ntier_pending_reservations:%d\r\n"+
-		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_batch_entries:%d\r\ntier_batch_ops:%d\r\ntier_peers:%d\r\n",
+		"tier_log_writes:%d\r\ntier_log_entries:%d\r\ntier_batch_entries:%d\r\ntier_batch_ops:%d\r\ntier_peers:%d\r\n"+
+		"tier_voters:%d\r\ntier_rejoining:%d\r\ntier_votes_refused:%d\r\ntier_removed:%d\r\n",
 		st.NodeID, st.TierID, st.Role, boolInt(p.tier.Ready()), st.Term, st.LeaderID, st.LeaderAddr,
 		st.CommitIndex, st.AppliedIndex, st.LastIndex, st.Bound, st.Floor, st.SnapshotResources, st.Pending,
-		st.LogWrites, st.LogEntries, st.BatchEntries, st.BatchOps, st.Members)
+		st.LogWrites, st.LogEntries, st.BatchEntries, st.BatchOps, st.Members,
+		st.Voters, boolInt(st.Rejoining), st.VotesRefused, boolInt(st.Removed))
 	for _, peer := range st.Peers {
 		// lag=-1: the peer has not reported its progress to this leader yet.
 		lag := int64(-1)
 		if peer.LagKnown {
 			lag = int64(peer.Lag)
 		}
-		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), lag)
+		fmt.Fprintf(&b, "tier_peer_%s:addr=%s,healthy=%d,voter=%d,lag=%d\r\n", peer.ID, peer.Addr, boolInt(peer.Healthy), boolInt(peer.Voter), lag)
 	}
 	return b.String()
 }

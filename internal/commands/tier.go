@@ -32,8 +32,10 @@ type Tier interface {
 	Relay(ctx context.Context, user string, resp3 bool, wait time.Duration, received time.Time, args [][]byte) ([]byte, error)
 	// PeerSecret reports whether secret opens a relay link.
 	PeerSecret(secret string) bool
-	// ReportApplied records a follower's applied index.
-	ReportApplied(node string, index uint64)
+	// ReportApplied records a follower's applied index; for a node that
+	// lost its Raft state (rejoining) it returns the commit index the node
+	// must reach before it votes (internal/tier's rejoin.go).
+	ReportApplied(node string, index uint64, rejoining bool) (uint64, error)
 	// Info is INFO's "# Tier" section body (TIER.INFO).
 	Info() string
 	// AddNode and RemoveNode change the tier's membership (on the
@@ -171,14 +173,31 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 		s.tier.elapsed = 0
 		return true
 	case "tier.applied":
-		// TIER.APPLIED node-id index, on a relay link only.
-		if s.tier == nil || len(args) != 3 {
+		// TIER.APPLIED node-id index [REJOINING], on a relay link only:
+		// +OK, or to a rejoining node the commit index it must reach.
+		if s.tier == nil || len(args) < 3 || len(args) > 4 {
 			return false
 		}
-		if n, err := strconv.ParseUint(string(args[2]), 10, 64); err == nil {
-			h.opts.Tier.ReportApplied(string(args[1]), n)
+		rejoining := len(args) == 4 && strings.EqualFold(string(args[3]), "rejoining")
+		n, err := strconv.ParseUint(string(args[2]), 10, 64)
+		if err != nil {
+			replyOK(p)
+			return true
 		}
-		replyOK(p)
+		if !rejoining {
+			h.opts.Tier.ReportApplied(string(args[1]), n, false)
+			replyOK(p)
+			return true
+		}
+		node := string(args[1])
+		h.runner.Go(func() { // a leadership round: not on the connection's goroutine
+			target, err := h.opts.Tier.ReportApplied(node, n, true)
+			if err != nil {
+				replyErr(p, err)
+				return
+			}
+			replyInt(p, int64(target))
+		})
 		return true
 	}
 	return false

@@ -19,6 +19,10 @@ type TierOptions struct {
 	// it the node's --tier-advertise: a follower relays lock commands to
 	// the leader through the leader's Link (Tier.RelayLinks).
 	RelayLinks bool
+	// RaftLinks puts a Link on every Raft connection from one node to
+	// another (Tier.RaftLinks): each node's --peers names every other
+	// node at a Link of its own, so IsolateRaft can cut one node off.
+	RaftLinks bool
 }
 
 // Tier is a tier of fenceproxy nodes (--node-id, --raft-listen, --peers)
@@ -31,6 +35,9 @@ type Tier struct {
 	// relay lock commands through it while Nodes[i] leads (with
 	// TierOptions.RelayLinks; else nil).
 	RelayLinks []*Link
+	// RaftLinks[i][j] carries node i's Raft connections to node j (nil
+	// for i == j; with TierOptions.RaftLinks, else nil).
+	RaftLinks [][]*Link
 }
 
 // StartTier starts opts.Nodes fenceproxy processes as one tier, each with
@@ -48,8 +55,30 @@ func StartTier(t testing.TB, opts TierOptions) *Tier {
 		peers = append(peers, tr.IDs[i]+"="+tr.Raft[i])
 	}
 	bin := BuildProxy(t)
+	if opts.RaftLinks {
+		tr.RaftLinks = make([][]*Link, opts.Nodes)
+		for i := range opts.Nodes {
+			tr.RaftLinks[i] = make([]*Link, opts.Nodes)
+			for j := range opts.Nodes {
+				if j != i {
+					tr.RaftLinks[i][j] = StartLink(t, tr.Raft[j])
+				}
+			}
+		}
+	}
 	for i := 0; i < opts.Nodes; i++ {
-		args := append([]string{"--node-id", tr.IDs[i], "--raft-listen", tr.Raft[i], "--peers", strings.Join(peers, ",")}, opts.Args...)
+		nodePeers := peers
+		if opts.RaftLinks {
+			nodePeers = nil
+			for j := range opts.Nodes {
+				addr := tr.Raft[j]
+				if j != i {
+					addr = tr.RaftLinks[i][j].Addr
+				}
+				nodePeers = append(nodePeers, tr.IDs[j]+"="+addr)
+			}
+		}
+		args := append([]string{"--node-id", tr.IDs[i], "--raft-listen", tr.Raft[i], "--peers", strings.Join(nodePeers, ",")}, opts.Args...)
 		listen := ""
 		if opts.RelayLinks {
 			listen = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
@@ -108,4 +137,29 @@ func (tr *Tier) Leader(t testing.TB) int {
 	}
 	t.Fatalf("testenv: no tier node became the ready leader within 60s")
 	return -1
+}
+
+// IsolateRaft drops every Raft byte to and from node i (Link.Drop both
+// ways on its Links to and from each other node) until HealRaft. Needs
+// TierOptions.RaftLinks.
+func (tr *Tier) IsolateRaft(t testing.TB, i int) {
+	t.Helper()
+	for j := range tr.Nodes {
+		if j != i {
+			tr.RaftLinks[i][j].Drop(t, BothWays)
+			tr.RaftLinks[j][i].Drop(t, BothWays)
+		}
+	}
+}
+
+// HealRaft ends every fault on the Raft Links.
+func (tr *Tier) HealRaft(t testing.TB) {
+	t.Helper()
+	for _, row := range tr.RaftLinks {
+		for _, l := range row {
+			if l != nil {
+				l.Heal(t)
+			}
+		}
+	}
 }

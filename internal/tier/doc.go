@@ -117,11 +117,12 @@
 //     scripts refuse writes from an older term (internal/locks).
 //  6. Tokens never regress while a majority keeps its disk: every entry a
 //     reply depended on (1) is in a majority's logs, and any leader holds
-//     it (2). A node that lost its disk comes back empty; it bootstraps
-//     only if no leader contacts it within Options.BootstrapWait (the
-//     leader catches it up with a snapshot instead). Losing the disks of
-//     a majority loses the guarantee, as does wiping a node within an
-//     election of its vote (it may vote twice in one term).
+//     it (2), because no node votes with a log that lost entries (9).
+//     Losing the disks of a majority loses the guarantee; so does wiping
+//     a node within an election of its last vote (it may vote twice in
+//     one term), or while a leader that was deposed behind a partition
+//     still counts its acknowledgements (a lost disk is safest as a new
+//     identity: TIER.REMOVE the old id, TIER.ADD a new one).
 //  7. Every node's state is its committed entries applied once each, in
 //     order: a state on disk is the state as of its m/applied index A (a
 //     batch and its A are one Pebble batch), ApplyBatch skips entries at
@@ -145,6 +146,25 @@
 //     shared, or for a token above the window's end; the Window and
 //     Adopt entries that move the bound and the floor are proposed alone,
 //     under windowMu, never queued in a Batch.
+//  9. A node that lost its Raft state never votes before it has caught up
+//     (rejoin.go). Opened without Raft state (or with the synced
+//     Dir/rejoining mark of an earlier such start), its transport answers
+//     every RequestVote and RequestPreVote "not granted" and refuses
+//     TimeoutNow, and it sends no RequestVote, until its applied index
+//     reaches the commit index a ready leader answered its report with
+//     after a VerifyLeader round (every entry committed before the node
+//     restarted is at or below it), or until every other node of --peers
+//     has asked it for a vote with no more than the bootstrap entry (a
+//     new tier: nothing was ever committed). hashicorp/raft alone would
+//     grant an empty node's vote to any candidate (its log is the
+//     shortest; with no configuration it grants whoever asks), so a
+//     follower that missed what a majority committed could be elected by
+//     it. Such a node does not bootstrap once a node with a longer log
+//     asked it for a vote. The leader demotes a rejoining voter to a
+//     non-voter while it is behind (when the other voters make a quorum
+//     without it) and promotes it at its target; TIER.ADD adds a node as
+//     a non-voter, promoted the same way, and refuses an address where
+//     nothing listens.
 //
 // # The token authority (leadership.go)
 //
@@ -186,7 +206,8 @@
 //     at least as new as the snapshot, or the next start would need the
 //     whole snapshot restored (correct, only slow).
 //   - A node without Raft state (a wiped or new node) starts its state
-//     empty, whatever its state dir held, and is caught up by the leader.
+//     empty, whatever its state dir held, and is caught up by the leader;
+//     it does not vote until then (invariant 9).
 //   - The state dir lost alone (the log kept) reads as applied 0: the
 //     snapshot is restored and the log after it applied.
 //   - Raft takes a snapshot between two ApplyBatch calls, so it holds

@@ -73,6 +73,10 @@ const (
 	// UndoCommand undoes a grant the follower got too late to hand on
 	// (TIER.UNDO resource owner token armed-ms).
 	UndoCommand = "tier.undo"
+	// RejoiningFlag ends a TIER.APPLIED of a node that lost its Raft state
+	// and has not caught up: the leader answers the commit index it must
+	// reach before it votes (rejoin.go).
+	RejoiningFlag = "REJOINING"
 	// RelayVersion is the newest relay framing this node speaks and
 	// accepts (TIER.PEER's sixth argument): 2 is TIER.RELAY, 3 adds the
 	// lease's start to a grant's reply.
@@ -327,6 +331,23 @@ func (r *Relay) put(key relayKey, rc *relayConn) {
 	r.idle[key] = append(r.idle[key], rc)
 }
 
+// report sends TIER.APPLIED; a rejoining node adds REJOINING, and a
+// leader answers it with the commit index it must reach (rejoin.go).
+func (r *Relay) report(ctx context.Context) {
+	args := [][]byte{[]byte(AppliedCommand), []byte(r.node.opts.NodeID), []byte(strconv.FormatUint(r.node.raft.AppliedIndex(), 10))}
+	rejoining := r.node.Rejoining()
+	if rejoining {
+		args = append(args, []byte(RejoiningFlag))
+	}
+	reply, err := r.Do(ctx, "", false, 0, time.Time{}, args)
+	if err != nil || !rejoining || len(reply) < 4 || reply[0] != ':' {
+		return
+	}
+	if t, err := strconv.ParseUint(strings.TrimSpace(string(reply[1:])), 10, 64); err == nil && t > 0 {
+		r.node.RejoinTarget(t)
+	}
+}
+
 // reportApplied tells the leader this node's applied index every
 // reportEvery, and at once when it learns of a new leader (TIER.INFO's and
 // INFO's lag). It also closes the idle connections to a former leader.
@@ -336,6 +357,7 @@ func (r *Relay) reportApplied() {
 	defer t.Stop()
 	var reportedTo string
 	var reportedAt time.Time
+	reportedRejoining := r.node.Rejoining()
 	for {
 		select {
 		case <-r.node.closing:
@@ -347,16 +369,18 @@ func (r *Relay) reportApplied() {
 		if addr != "" {
 			r.closeAll(addr)
 		}
-		if r.node.Ready() || addr == "" || (addr == reportedTo && time.Since(reportedAt) < reportEvery) {
+		// A node that stops rejoining reports at once: the leader then
+		// promotes it to a voter.
+		rejoining := r.node.Rejoining()
+		if r.node.Ready() || addr == "" || (addr == reportedTo && time.Since(reportedAt) < reportEvery && rejoining == reportedRejoining) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), relayDialTimeout)
 		// A failed report is tried again a second later (or at once for
 		// another leader), not at every check.
-		r.Do(ctx, "", false, 0, time.Time{}, [][]byte{[]byte(AppliedCommand), []byte(r.node.opts.NodeID),
-			[]byte(strconv.FormatUint(r.node.raft.AppliedIndex(), 10))})
+		r.report(ctx)
 		cancel()
-		reportedTo, reportedAt = addr, time.Now()
+		reportedTo, reportedAt, reportedRejoining = addr, time.Now(), rejoining
 	}
 }
 

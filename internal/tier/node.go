@@ -151,6 +151,13 @@ type Node struct {
 	overlay   map[string]uint64
 
 	health peerHealth
+
+	// gate refuses this node's vote while it rejoins (rejoin.go);
+	// targets are the leader's catch-up targets for rejoining nodes;
+	// removed: this node is no longer in the tier's configuration.
+	gate    gate
+	targets leaderTargets
+	removed atomic.Bool
 }
 
 // Open starts the node: its Raft log and snapshots under opts.Dir, its
@@ -173,6 +180,8 @@ func Open(opts Options) (*Node, error) {
 	n.verify.node = n
 	n.prop.n, n.prop.depth = n, proposeDepth
 	n.health.init()
+	n.gate.init(n)
+	n.targets.init()
 
 	cfg := raft.DefaultConfig()
 	cfg.LocalID = raft.ServerID(opts.NodeID)
@@ -266,15 +275,26 @@ func Open(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("tier: opening the state: %v", err)
 	}
 	n.fsm.onConfirmApplied = n.confirmApplied
-	r, err := raft.NewRaft(cfg, n.fsm, logs, stable, snaps, trans)
+	// Before raft starts: a node without Raft state does not vote until
+	// it has caught up (rejoin.go).
+	if err := n.gate.start(hasState); err != nil {
+		return nil, err
+	}
+	gated := newGatedTransport(trans, &n.gate)
+	r, err := raft.NewRaft(cfg, n.fsm, logs, stable, snaps, gated)
 	if err != nil {
 		return nil, fmt.Errorf("tier: starting raft: %v", err)
 	}
 	n.raft = r
 	ok = true
 	n.health.observe(r)
-	n.wg.Add(1)
+	n.wg.Add(3)
 	go n.leadershipLoop(notify)
+	go func() {
+		defer n.wg.Done()
+		gated.forward(n.closing)
+	}()
+	go n.watchMembership()
 	if !hasState {
 		wait := opts.BootstrapWait
 		if wait == 0 {
@@ -297,7 +317,9 @@ func (n *Node) bootstrapLater(wait time.Duration) {
 	case <-n.closing:
 		return
 	}
-	if !n.raft.LastContact().IsZero() || n.raft.LastIndex() > 0 {
+	if !n.raft.LastContact().IsZero() || n.raft.LastIndex() > 0 || n.gate.tierSeen() {
+		// Contacted, or a peer with a longer log asked for a vote: the
+		// tier exists, and its leader will catch this node up.
 		return
 	}
 	servers := []raft.Server{}
@@ -341,6 +363,7 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 			clear(n.overlay)
 			n.overlayMu.Unlock()
 			n.health.forget()
+			n.targets.forget()
 			if wasReady && n.opts.OnLeadershipLost != nil {
 				go n.opts.OnLeadershipLost()
 			}
@@ -448,6 +471,9 @@ func (n *Node) NotReady() error { return n.notLeader() }
 
 // notLeader is the error for a node that is not the ready leader.
 func (n *Node) notLeader() error {
+	if n.removed.Load() {
+		return ErrRemoved
+	}
 	return &UnavailableError{LeaderAddr: n.LeaderClientAddr()}
 }
 
@@ -506,8 +532,13 @@ type Status struct {
 	Pending                                    int
 	// SnapshotResources is how many resources the state held when this
 	// node last wrote or restored a snapshot (0 before its first).
-	SnapshotResources      int64
-	Members                int          // nodes in the tier's configuration
+	SnapshotResources int64
+	Members           int // nodes in the tier's configuration
+	Voters            int // of them, voters
+	// Rejoining: this node lost its Raft state and has not caught up (it
+	// does not vote); Removed: it is no longer in the configuration.
+	Rejoining, Removed     bool
+	VotesRefused           uint64       // vote and pre-vote requests refused while rejoining
 	Peers                  []PeerStatus // on the leader: every other node
 	LogWrites, LogEntries  uint64       // log writes and the entries they carried (group commit)
 	BatchEntries, BatchOps uint64       // Batch entries this node proposed as leader, and the token ops they carried
@@ -517,6 +548,7 @@ type Status struct {
 type PeerStatus struct {
 	ID, Addr string
 	Healthy  bool
+	Voter    bool // a voter in the configuration (a non-voter is catching up)
 	// Lag is how many log entries the node's applied index was behind the
 	// leader's last index when the node last reported it (every second,
 	// and at once when it learns of a new leader); if the last report is
@@ -545,7 +577,8 @@ func (n *Node) Status() Status {
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastIndex: n.raft.LastIndex(),
 		Bound: st.bound, Floor: st.floor, Pending: st.pending, SnapshotResources: n.fsm.snapResources.Load(),
 		LogWrites: n.logs.writes.Load(), LogEntries: n.logs.entries.Load(),
-		BatchEntries: n.prop.entries.Load(), BatchOps: n.prop.ops.Load()}
+		BatchEntries: n.prop.entries.Load(), BatchOps: n.prop.ops.Load(),
+		Rejoining: n.Rejoining(), Removed: n.Removed(), VotesRefused: n.gate.refused.Load()}
 	if leaderID == "" {
 		s.LeaderID = ""
 	}
@@ -553,30 +586,61 @@ func (n *Node) Status() Status {
 		servers := cf.Configuration().Servers
 		s.Members = len(servers)
 		for _, srv := range servers {
+			if srv.Suffrage == raft.Voter {
+				s.Voters++
+			}
 			if role != "leader" || string(srv.ID) == n.opts.NodeID {
 				continue
 			}
 			lag, known := n.health.lag(string(srv.ID), s.LastIndex, time.Now())
 			s.Peers = append(s.Peers, PeerStatus{ID: string(srv.ID), Addr: string(srv.Address),
-				Healthy: n.health.healthy(string(srv.ID)), Lag: lag, LagKnown: known})
+				Healthy: n.health.healthy(string(srv.ID)), Voter: srv.Suffrage == raft.Voter, Lag: lag, LagKnown: known})
 		}
 		sort.Slice(s.Peers, func(i, j int) bool { return s.Peers[i].ID < s.Peers[j].ID })
 	}
 	return s
 }
 
-// AddNode adds a voter (on the leader). A node started with an empty
-// disk and no bootstrap is caught up by the leader (InstallSnapshot when
-// the log it needs is compacted).
+// AddNode adds a node (on the leader) as a non-voter: it is caught up
+// (InstallSnapshot when the log it needs is compacted) and promoted to a
+// voter once it has (rejoin.go), so a node that never answers never
+// counts against a quorum. Nothing is changed if nothing listens at
+// raftAddr. An id already in the tier keeps its suffrage (its address is
+// updated).
 func (n *Node) AddNode(id, raftAddr string) error {
 	if _, _, err := net.SplitHostPort(raftAddr); err != nil || id == "" {
 		return resp.Error{Code: "ERR", Msg: "TIER.ADD needs the node's id and its --raft-listen host:port"}
 	}
-	return n.fromRaft(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 10*time.Second).Error())
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	if err := probeRaft(raftAddr); err != nil {
+		return resp.Error{Code: "ERR", Msg: "fenceproxy: TIER.ADD: nothing answers at " + raftAddr +
+			" (the node's --raft-listen); start the node first (with --peers naming the tier), then add it; nothing was changed"}
+	}
+	servers, err := n.configuration()
+	if err != nil {
+		return err
+	}
+	if s, ok := suffrageOf(servers, id); ok && s == raft.Voter {
+		return n.fromRaft(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 10*time.Second).Error())
+	}
+	return n.fromRaft(n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, 10*time.Second).Error())
 }
 
-// RemoveNode removes a node from the tier (on the leader).
+// RemoveNode removes a node from the tier (on the leader); an id the tier
+// does not have is refused, naming the ids it has.
 func (n *Node) RemoveNode(id string) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	servers, err := n.configuration()
+	if err != nil {
+		return err
+	}
+	if _, ok := suffrageOf(servers, id); !ok {
+		return resp.Error{Code: "ERR", Msg: fmt.Sprintf("fenceproxy: TIER.REMOVE: the tier has no node %q (its nodes: %s); nothing was changed", id, memberIDs(servers))}
+	}
 	return n.fromRaft(n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error())
 }
 

@@ -570,24 +570,25 @@ func drawPlan(rng *rand.Rand, kinds []FaultKind, first, last, gap time.Duration)
 // faultLengths are the kinds that have a length of their own
 // (planned.D): drawn as min plus up to spread, in milliseconds.
 var faultLengths = map[FaultKind]struct{ min, spread int }{
-	ProxyKill:          {0, 300},
-	DataDirWipe:        {0, 300},
-	DataDirRestore:     {0, 300},
-	MasterFailover:     {0, 1500},
-	MasterKill:         {100, 700},
-	ReplicaStop:        {700, 1300},
-	PausedHolder:       {100, 600},
-	SlowClient:         {10, 40},
-	LockConnKill:       {400, 800},
-	ProxyStop:          {400, 600}, // longer than the short ttls (150, 300ms)
-	MasterKillFailover: {0, 1500},
-	SlotMigration:      {200, 1300},
-	TierLeaderKill:     {0, 1000},
-	TierFollowerKill:   {0, 1000},
-	TierDataDirWipe:    {0, 1000},
-	TierLeaderStop:     {200, 800},   // kept stopped after the new leader is known
-	TierIsolate:        {2000, 2000}, // longer than an election
-	TierOneWay:         {2000, 2000},
+	ProxyKill:           {0, 300},
+	DataDirWipe:         {0, 300},
+	DataDirRestore:      {0, 300},
+	MasterFailover:      {0, 1500},
+	MasterKill:          {100, 700},
+	ReplicaStop:         {700, 1300},
+	PausedHolder:        {100, 600},
+	SlowClient:          {10, 40},
+	LockConnKill:        {400, 800},
+	ProxyStop:           {400, 600}, // longer than the short ttls (150, 300ms)
+	MasterKillFailover:  {0, 1500},
+	SlotMigration:       {200, 1300},
+	TierLeaderKill:      {0, 1000},
+	TierFollowerKill:    {0, 1000},
+	TierDataDirWipe:     {0, 1000},
+	TierLeaderStop:      {200, 800},   // kept stopped after the new leader is known
+	TierIsolate:         {2000, 2000}, // longer than an election
+	TierOneWay:          {2000, 2000},
+	TierEmptyDiskRejoin: {2000, 2000}, // the cut, then A and C alone: longer than an election
 }
 
 // faultLength draws a fault's own length; a kind that has none draws
@@ -607,7 +608,7 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 	t.Logf("fault: at %v: %s (choice %d, %v)", time.Duration(e.h.Now()).Round(time.Millisecond), p.Kind, p.N, p.D)
 	f := Fault{Kind: p.Kind, At: p.At}
 	switch p.Kind {
-	case TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay:
+	case TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay, TierEmptyDiskRejoin:
 		e.injectTier(n, p) // records its own Fault
 		return
 	case ProxyKill:

@@ -45,11 +45,17 @@ const (
 	TierDataDirWipe  FaultKind = "tier-data-dir-wipe" // kill -9 of a node, its data dir emptied, restarted: it must rejoin and catch up
 	TierIsolate      FaultKind = "tier-isolate"       // one node's Raft traffic cut both ways (held or dropped), longer than an election
 	TierOneWay       FaultKind = "tier-one-way"       // one node's Raft traffic cut one way: it cannot send, or cannot receive
+	// TierEmptyDiskRejoin is issue 22's attack on an empty disk's vote:
+	// follower A's Raft traffic dropped while grants commit on B (the
+	// leader) and C; B and C kill -9'd; C restarted on an empty data dir;
+	// A healed; a while with A and C alone (C must not vote A in: A lacks
+	// what B and C committed); then B restarted on its data dir.
+	TierEmptyDiskRejoin FaultKind = "tier-empty-disk-rejoin"
 )
 
 // tierNodeFaults are the faults of the tier's nodes and of the network
 // between them, in both tier modes.
-var tierNodeFaults = []FaultKind{TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay}
+var tierNodeFaults = []FaultKind{TierLeaderKill, TierFollowerKill, TierLeaderStop, TierDataDirWipe, TierIsolate, TierOneWay, TierEmptyDiskRejoin}
 
 // TierFaults is TestFaultTier's schedule, every kind once per round; a
 // redis-partition cuts every node off from the master at once.
@@ -71,7 +77,7 @@ var TierClusterFaults = slices.Concat(tierNodeFaults, []FaultKind{MasterKillFail
 // in the kernel, so their leases began when it woke.
 func tierRecordedAs(k FaultKind) FaultKind {
 	switch k {
-	case TierLeaderKill, TierFollowerKill, TierDataDirWipe:
+	case TierLeaderKill, TierFollowerKill, TierDataDirWipe, TierEmptyDiskRejoin:
 		return ProxyKill
 	case TierLeaderStop:
 		return ProxyStop
@@ -235,9 +241,10 @@ func (tr *tier) describe() string {
 // waitFormed waits until each node of which follows the current leader,
 // counts every node in its configuration (tier_peers, where INFO has it)
 // and has applied what the leader had committed when the wait began
-// (tier_commit_index, tier_applied_index, where INFO has them): the tier
-// is whole before the next fault, and a wiped node has caught up before
-// another disk may go.
+// (tier_commit_index, tier_applied_index, where INFO has them), and, where
+// INFO has tier_rejoining and tier_voters, votes again and is a voter on
+// the leader: the tier is whole before the next fault, and a wiped node
+// has caught up before another disk may go.
 func (tr *tier) waitFormed(t *testing.T, which ...int) {
 	t.Helper()
 	l := tr.waitLeader(t, -1)
@@ -251,7 +258,13 @@ func (tr *tier) waitFormed(t *testing.T, which ...int) {
 			ti, ok := tr.info(i)
 			applied, _ := strconv.ParseInt(ti.fields["tier_applied_index"], 10, 64)
 			members, known := ti.fields["tier_peers"]
-			if ok && (i == l || ti.leaderID == tr.ids[l]) && applied >= target && (!known || members == strconv.Itoa(tierNodes)) {
+			// A node that lost its Raft state votes again, and is a voter
+			// again, once caught up (where INFO has the fields).
+			voting := ti.fields["tier_rejoining"] != "1"
+			if lv, ok := tr.info(l); ok && lv.fields["tier_voters"] != "" && lv.fields["tier_voters"] != strconv.Itoa(tierNodes) {
+				voting = false
+			}
+			if ok && (i == l || ti.leaderID == tr.ids[l]) && applied >= target && (!known || members == strconv.Itoa(tierNodes)) && voting {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -345,6 +358,30 @@ func (e *env) injectTier(n int, p planned) {
 		tr.waitFormed(t, victim)
 		f.End = e.h.Now()
 		f.Note = fmt.Sprintf("%s: %s %s wiped, down %v, rejoined", p.Kind, role, tr.ids[victim], p.D)
+	case TierEmptyDiskRejoin:
+		a := (leader + 1 + p.N%(tierNodes-1)) % tierNodes
+		b, c := leader, 3-leader-a
+		f.Start = e.h.Now()
+		tr.cutNode(t, a, "both", true)
+		probe := e.newRejoinProbe(n, b, a)
+		time.Sleep(p.D) // grants commit on b and c only
+		tr.nodes[b].Kill9()
+		tr.nodes[c].Kill9()
+		if err := os.RemoveAll(tr.nodes[c].DataDir); err != nil {
+			t.Fatalf("fault: %v", err)
+		}
+		tr.nodes[c].Restart(t)
+		tr.heal(t)
+		time.Sleep(p.D) // a and c alone: no leader may come of them
+		alone := "nobody led"
+		if l, _ := tr.leader(b); l >= 0 {
+			alone = tr.ids[l] + " LED"
+		}
+		tr.nodes[b].Restart(t)
+		tr.waitFormed(t, 0, 1, 2)
+		f.End = e.h.Now()
+		f.Note = fmt.Sprintf("%s: follower %s cut, leader %s and %s killed, %s wiped and back, %s healed; %s with %s and %s alone for %v; %s back, rejoined; %s",
+			p.Kind, tr.ids[a], tr.ids[b], tr.ids[c], tr.ids[c], tr.ids[a], alone, tr.ids[a], tr.ids[c], p.D, tr.ids[b], probe.check())
 	case TierLeaderStop:
 		probe := e.newStaleProbe(n, victim)
 		f.Start = e.h.Now()
@@ -556,4 +593,48 @@ func TestTierLinksCarryRaft(t *testing.T) {
 		tr.heal(t)
 		tr.waitFormed(t, 0, 1, 2)
 	}
+}
+
+// rejoinProbe is tier-empty-disk-rejoin's witness: a token granted by the
+// leader while the follower it will be checked on is cut off (so only the
+// leader and the node about to be wiped have it), checked with
+// FENCE.CHECK through that follower once the tier has formed again. Had
+// the empty disk voted the follower in, the tier would have lost the
+// grant, and the check would answer "never issued" (the checker's
+// unissued-token).
+type rejoinProbe struct {
+	r        string
+	granted  *Op
+	at, from *client
+}
+
+// newRejoinProbe takes a resource of its own through node leader, to be
+// checked later through node other.
+func (e *env) newRejoinProbe(n, leader, other int) *rejoinProbe {
+	on := func(node int) *client {
+		id := 400000 + 10*n
+		id += node - id%len(e.tier.nodes)
+		return &client{e: e, id: id}
+	}
+	pr := &rejoinProbe{r: "rejoin:" + strconv.Itoa(n), at: on(leader), from: on(other)}
+	pr.granted = pr.at.acquireWithin(pr.r, "rejoin-"+strconv.Itoa(n), acrossTTL)
+	pr.at.close()
+	return pr
+}
+
+// check asks FENCE.CHECK of the granted token; the checker judges it.
+func (pr *rejoinProbe) check() string {
+	if pr.granted == nil {
+		return "probe: not granted before the kills"
+	}
+	defer pr.from.close()
+	tok := pr.granted.Result
+	for deadline := time.Now().Add(probeWait); time.Now().Before(deadline); {
+		op := pr.from.do(Check, pr.r, "", tok, 0, "FENCE.CHECK", pr.r, i64(tok))
+		if op != nil && op.Outcome != NotRun && op.Outcome != Unknown {
+			return fmt.Sprintf("probe: FENCE.CHECK %s %d (granted while cut off) = %s", pr.r, tok, op.Outcome)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "probe: FENCE.CHECK never answered"
 }
