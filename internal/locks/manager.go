@@ -95,6 +95,15 @@ type Options struct {
 	// leader that has heard of the newer term must not write under it
 	// (see terms.go).
 	Term func() uint64
+	// FenceMarkTTL is how long a resource's fence mark lives after it was
+	// last raised (by a grant or a FENCE.EXEC), and twice the longest a
+	// FENCE.EXEC's write may take to reach Redis after its check
+	// (fencemark.go). 0 means 24h.
+	FenceMarkTTL time.Duration
+	// Cluster: the backend is a Redis Cluster, whose scripts' keys must
+	// share one slot: a FENCE.EXEC that writes another slot than the
+	// resource's record checks that slot's own fence mark (fencemark.go).
+	Cluster bool
 	// LeaseSafetyMargin is the part of a lease (0 to 1) that a reply must
 	// still leave, after the time since the request was received and a
 	// clock-drift allowance (see replyBy); a grant or renewal that would
@@ -125,6 +134,9 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.FenceMarkTTL <= 0 {
+		opts.FenceMarkTTL = defaultFenceMarkTTL
+	}
 	m := &Manager{opts: opts, hot: newTopK(topKSize), slow: newSlowLog(opts.SlowLogLen, opts.Logger)}
 	m.leases.byRes = make(map[string]*lease)
 	m.leases.kick = make(chan struct{}, 1)
@@ -138,8 +150,12 @@ func (m *Manager) recordKey(resource string) string {
 	return m.opts.KeyPrefix + "{" + resource + "}"
 }
 
-// keys are a resource's record and lock-delay guard, in one hash slot.
-func (m *Manager) keys(key string) []string { return []string{key, key + ":delay"} }
+// keys are a resource's record, lock-delay guard and fence mark, in one
+// hash slot: opsScript's keys for each operation.
+func (m *Manager) keys(key string) []string { return []string{key, key + ":delay", markKey(key)} }
+
+// markLife is the fence mark's life in ms, as the scripts take it.
+func (m *Manager) markLife() int64 { return m.opts.FenceMarkTTL.Milliseconds() }
 
 // Acquire grants resource to owner for ttl and returns the fencing token. If
 // owner already holds it, the lease is re-armed and the same token returned.
@@ -443,7 +459,8 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 		Op:     opAcquire,
 		Keys:   m.keys(key),
 		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			a.start.UnixMilli(), recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}, term},
+			a.start.UnixMilli(), recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}, term,
+			m.markLife()},
 	}
 	return a, nil
 }
@@ -571,12 +588,19 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 
 // FencedExec runs one command in Redis only if token is the newest token
 // issued for resource, and returns the command's reply as Redis wrote it.
-// The check and the command run while grants of the resource wait (its
-// serializer is held), so a stale holder's write can never land after a
-// newer grant. It protects only writes made through it.
+// The check is made twice: here, against the fence store, while grants of
+// the resource wait (its serializer is held), and again inside the script
+// that runs the command, against the resource's fence mark in Redis
+// (fencemark.go), so that a write delayed on its way to Redis (across a
+// restart of this proxy, or a tier's change of leader) never lands after a
+// newer token was granted. It protects only writes made through it.
 func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64, command [][]byte) ([]byte, error) {
 	return m.FencedExecAs(ctx, resource, token, command, nil, "")
 }
+
+// ErrExecLate: a FENCE.EXEC's write reached Redis more than half the fence
+// mark's life after its token was checked (fencemark.go); it did not run.
+var ErrExecLate = errors.New("locks: the fenced write reached Redis too long after its token was checked")
 
 // FencedExecAs is FencedExec that, when holderPrefix is not empty, also
 // requires the resource's current lease to carry token and an owner that
@@ -590,7 +614,15 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 // keyAt are the indexes into command of its keys (keys.Command.Keys), which
 // the script declares to Redis and routes by; nil takes command[1], if any,
 // for the key (right for most commands, not for OBJECT ENCODING k).
+//
+// The script refuses a write that a newer token's mark or a newer term
+// overtook on its way (ErrStale, ErrDeposed) or that arrived too late to be
+// judged (ErrExecLate); the command then did not run.
 func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint64, command [][]byte, keyAt []int, holderPrefix string) ([]byte, error) {
+	// Before the token is judged (and, in a tier, before the leadership
+	// round that Newest waits for begins): every grant of a newer token
+	// comes after it (fencemark.go).
+	checkedAt := time.Now().UnixMilli()
 	if err := m.admit(); err != nil {
 		return nil, err
 	}
@@ -616,31 +648,63 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 			return nil, ErrOtherHolder
 		}
 	}
-	args := make([]any, len(command))
-	for i, a := range command {
-		args[i] = a
+	call := m.execCall(resource, token, checkedAt, command, keyAt)
+	write := m.opts.Scripts.Start(ctx, call.Keys[0], call, false)
+	raw, err := write.Raw()
+	if err != nil {
+		return nil, err
 	}
-	// The command's keys are declared to Redis as well (KEYS): a script
-	// with no keys runs on whatever node it reaches, so in front of a
-	// Redis Cluster one sent on a stale slot map answered "non local key"
-	// (the slot moved) or -READONLY (its master became a replica) instead
-	// of the -MOVED or -ASK that Start follows; keys in several slots get
-	// Redis Cluster's own -CROSSSLOT.
+	return raw, execRefusal(raw)
+}
+
+// execCall is FENCE.EXEC's script call (execScript). The command's keys
+// are declared to Redis as well (KEYS, after the fence mark): a script
+// with no keys runs on whatever node it reaches, so in front of a Redis
+// Cluster one sent on a stale slot map answered "non local key" (the slot
+// moved) or -READONLY (its master became a replica) instead of the -MOVED
+// or -ASK that Start follows; keys in several slots get Redis Cluster's
+// own -CROSSSLOT. It goes to the master of its first key, which the mark
+// shares a slot with (execMarkKey), or of the record's mark if it has
+// none.
+func (m *Manager) execCall(resource string, token uint64, checkedAt int64, command [][]byte, keyAt []int) ScriptCall {
 	if keyAt == nil && len(command) > 1 {
 		keyAt = []int{1}
 	}
-	var key string
-	keys := make([]string, 0, len(keyAt))
+	keys := make([]string, 1, 1+len(keyAt))
 	for _, at := range keyAt {
 		if at > 0 && at < len(command) {
 			keys = append(keys, string(command[at]))
 		}
 	}
-	if len(keys) > 0 {
-		key = keys[0]
+	first := ""
+	if len(keys) > 1 {
+		first = keys[1]
 	}
-	write := m.opts.Scripts.Start(ctx, key, ScriptCall{Source: execScript, Keys: keys, Args: args}, false)
-	return write.Raw()
+	keys[0] = m.execMarkKey(resource, m.recordKey(resource), first)
+	args := make([]any, 4, 4+len(command))
+	args[0], args[1], args[2], args[3] = token, m.term(), checkedAt, m.markLife()
+	for _, a := range command {
+		args = append(args, a)
+	}
+	return ScriptCall{Source: execScript, SHA: execSHA, Keys: keys, Args: args}
+}
+
+// execRefusal is the error for execScript's own refusals (raw is the
+// script's reply), nil for any other reply, the command's own.
+func execRefusal(raw []byte) error {
+	if len(raw) == 0 || raw[0] != '-' {
+		return nil
+	}
+	code, _, _ := strings.Cut(string(raw[1:min(len(raw), 24)]), " ")
+	switch code {
+	case fenceStaleCode:
+		return ErrStale
+	case newerTermCode:
+		return ErrDeposed
+	case fenceLateCode:
+		return ErrExecLate
+	}
+	return nil
 }
 
 // record is an owner record as infoScript reads it.
