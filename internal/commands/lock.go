@@ -390,9 +390,6 @@ func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			return redcon.AppendError(nil, "STALE token "+strconv.FormatInt(token, 10)+" is older than the newest issued for this resource; the command was not run"), nil
 		case err == locks.ErrNeverIssued:
 			return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource"), nil
-		case err == locks.ErrExecLate:
-			return redcon.AppendError(nil, "ERR fenceproxy: the command reached Redis more than half of --fence-mark-ttl after its token was checked "+
-				"(a newer token's fence mark may have expired meanwhile), so it was not run; check the token again and retry"), nil
 		}
 		return nil, h.lockError(err, "the command may or may not have run")
 	})

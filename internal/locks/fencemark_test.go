@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -211,6 +212,74 @@ func TestSlotMarks(t *testing.T) {
 			if keys.SlotOf([]byte(got)) != slot || !strings.HasPrefix(got, "fenceproxy:lock:{") || !strings.HasSuffix(got, "}:fence:acct") {
 				t.Errorf("cluster, key %q (slot %d): mark %q in slot %d", tc.first, slot, got, keys.SlotOf([]byte(got)))
 			}
+		}
+	}
+}
+
+// TestUndoLowersTheFenceMark: an undone grant's token comes back out of
+// the mark, to the newest token issued besides it, if nothing raised the
+// mark since; with the newest unknown the mark stays (the safe side).
+func TestUndoLowersTheFenceMark(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := testenv.Dial(t, master.Addr)
+	c.Do("SCRIPT", "LOAD", opsScript)
+	const now, life = int64(1733300000000), int64(600000)
+	grant := func(r string, cand uint64) {
+		runOps(t, c, opWrite(opAcquire, r, "a", int64(10000), cand, "", false, int64(0), now,
+			recordValue{token: cand, at: now, owner: "a"}, uint64(0), life))
+	}
+	undo := func(r, token string, newest any) any {
+		return runOps(t, c, opWrite(opUndo, r, "a", token, int64(0), uint64(0), newest, life))[0]
+	}
+	mark := func(r string) string { return markOf(t, c, markKey("fenceproxy:lock:{"+r+"}")) }
+
+	grant("r", 30)
+	if got := undo("r", "30", uint64(12)); fmt.Sprint(got) != "1" || mark("r") != "12 0" {
+		t.Errorf("undo of 30 with 12 the newest: %v, mark %q; want 1 and \"12 0\"", got, mark("r"))
+	}
+	grant("first", 31)
+	if undo("first", "31", uint64(0)); mark("first") != "" {
+		t.Errorf("undo of a resource's first grant: mark %q, want none", mark("first"))
+	}
+	grant("unknown", 32)
+	if undo("unknown", "32", ""); mark("unknown") != "32 0" {
+		t.Errorf("undo with the newest unknown: mark %q, want it kept", mark("unknown"))
+	}
+	// Raised again since (a newer grant, another's record): kept.
+	grant("newer", 33)
+	c.Do("SET", markKey("fenceproxy:lock:{newer}"), "40 0", "PX", "60000")
+	if got := undo("newer", "33", uint64(12)); mark("newer") != "40 0" {
+		t.Errorf("undo of 33 under a mark of 40: %v, mark %q, want it kept", got, mark("newer"))
+	}
+	// The record ran out before the undo (a late grant): the mark comes
+	// down all the same, since the token is cancelled.
+	grant("expired", 34)
+	c.Do("DEL", "fenceproxy:lock:{expired}")
+	if got := undo("expired", "34", uint64(20)); fmt.Sprint(got) != "0" || mark("expired") != "20 0" {
+		t.Errorf("undo of an expired grant: %v, mark %q; want 0 and \"20 0\"", got, mark("expired"))
+	}
+}
+
+// TestFencedExecRefusedInRedis: the script's refusals reach the caller as
+// the Manager's errors; a mark above every token this node knows as issued
+// is not called stale (ErrMarkAhead, -TRYAGAIN).
+func TestFencedExecRefusedInRedis(t *testing.T) {
+	command := [][]byte{[]byte("SET"), []byte("k"), []byte("v")}
+	for _, tc := range []struct {
+		raw  string
+		want error
+	}{
+		{"-FENCESTALE 5\r\n", ErrStale}, // cannot happen for the newest, 5, but is stale by what the node knows
+		{"-FENCESTALE 9\r\n", ErrMarkAhead},
+		{"-NEWERTERM 4\r\n", ErrDeposed},
+		{"-FENCELATE 43200001\r\n", ErrExecLate},
+		{"-ERR value is not an integer or out of range\r\n", nil},
+	} {
+		scripts := newFakeScripts(t, reply{raw: tc.raw})
+		f := holding(t, scripts, nil)
+		raw, err := f.m.FencedExec(context.Background(), "r", 5, command)
+		if err != tc.want || (err == nil && string(raw) != tc.raw) {
+			t.Errorf("script reply %q: FencedExec = %q, %v; want %v", tc.raw, raw, err, tc.want)
 		}
 	}
 }

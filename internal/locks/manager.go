@@ -12,6 +12,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Errors the command layer turns into replies.
@@ -492,12 +493,19 @@ func busyLease(ms int64) time.Duration {
 // and reports whether the master certainly holds no record of it now
 // (deleted, or already gone: it expired).
 func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, token uint64) bool {
+	// The newest token issued besides this one, for the fence mark (the
+	// reservation of token is not counted: it is not confirmed). Unknown
+	// if it cannot be read: the mark then stays up, the safe side.
+	var newest any = ""
+	if n, err := m.opts.Store.Newest(resource); err == nil && n < token {
+		newest = n
+	}
 	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, ScriptCall{
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opUndo,
 		Keys:   a.call.Keys,
-		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term()},
+		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), newest, m.markLife()},
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
@@ -598,9 +606,19 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 	return m.FencedExecAs(ctx, resource, token, command, nil, "")
 }
 
-// ErrExecLate: a FENCE.EXEC's write reached Redis more than half the fence
-// mark's life after its token was checked (fencemark.go); it did not run.
-var ErrExecLate = errors.New("locks: the fenced write reached Redis too long after its token was checked")
+// FENCE.EXEC's refusals by its script that are their own replies (each a
+// resp.CodedError); the command did not run.
+var (
+	// ErrExecLate: the write reached Redis more than half the fence
+	// mark's life after its token was checked (fencemark.go).
+	ErrExecLate error = resp.Error{Code: "ERR", Msg: "fenceproxy: the command reached Redis more than half of --fence-mark-ttl " +
+		"after its token was checked (a newer token's fence mark may have expired meanwhile), so it was not run; check the token and retry"}
+	// ErrMarkAhead: the fence mark shows a token above the newest this
+	// node knows as issued: a newer leader of its tier granted it, or a
+	// grant is being undone.
+	ErrMarkAhead error = resp.Error{Code: "TRYAGAIN", Msg: "fenceproxy: Redis holds a grant of this resource newer than this node knows of " +
+		"(a newer leader of its tier granted it, or a refused grant is being undone); the command was not run, retry shortly"}
+)
 
 // FencedExecAs is FencedExec that, when holderPrefix is not empty, also
 // requires the resource's current lease to carry token and an owner that
@@ -654,7 +672,14 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	if err != nil {
 		return nil, err
 	}
-	return raw, execRefusal(raw)
+	if err := execRefusal(raw); err != nil {
+		if err == ErrStale && markToken(raw) > newest {
+			// Not stale by what this node knows: it must not say so.
+			return nil, ErrMarkAhead
+		}
+		return nil, err
+	}
+	return raw, nil
 }
 
 // execCall is FENCE.EXEC's script call (execScript). The command's keys
@@ -687,6 +712,14 @@ func (m *Manager) execCall(resource string, token uint64, checkedAt int64, comma
 		args = append(args, a)
 	}
 	return ScriptCall{Source: execScript, SHA: execSHA, Keys: keys, Args: args}
+}
+
+// markToken is the mark's token in execScript's FENCESTALE refusal (0 if
+// it cannot be read).
+func markToken(raw []byte) uint64 {
+	s := strings.TrimPrefix(string(raw), "-"+fenceStaleCode+" ")
+	n, _ := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	return n
 }
 
 // execRefusal is the error for execScript's own refusals (raw is the

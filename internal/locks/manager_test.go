@@ -191,8 +191,8 @@ func TestAcquireOutcomes(t *testing.T) {
 		{name: "replica shortfall, undone", replies: []reply{{raw: granted.raw, acks: acked(0)}}, undos: []reply{undone},
 			wantErr: noReplicas(0, 1), calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"},
 			check: func(t *testing.T, f *fixture) {
-				if u := f.scripts.sent()[1]; !slices.Equal(u.args, []string{owner, "1", "0", "0"}) || len(u.keys) != 3 || u.keys[0] != "fenceproxy:lock:{r}" {
-					t.Errorf("undo sent keys %q args %q, want the record's and (owner, 1, lock-delay 0, term 0)", u.keys, u.args)
+				if u := f.scripts.sent()[1]; !slices.Equal(u.args, []string{owner, "1", "0", "0", "0", "86400000"}) || len(u.keys) != 3 || u.keys[0] != "fenceproxy:lock:{r}" {
+					t.Errorf("undo sent keys %q args %q, want the record's and (owner, 1, lock-delay 0, term 0, newest 0, the mark's life)", u.keys, u.args)
 				}
 				if n := counted(t, f.metrics.ReplicaShortfalls); n != 1 {
 					t.Errorf("%v shortfalls counted", n)

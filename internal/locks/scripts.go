@@ -273,6 +273,21 @@ local function release(k, g, mk, a)
   end
   return 0
 end
+-- lower takes an undone grant's token back out of the fence mark: if the
+-- mark still shows it (nothing newer raised it since), it goes back to
+-- newest, the resource's newest token issued ('0': none, the mark goes;
+-- '': unknown, it stays, the safe side).
+local function lower(mk, token, newest, life)
+  local mt, mterm = readMark(mk)
+  if mt ~= token or newest == '' then
+    return
+  end
+  if newest == '0' then
+    call('DEL', mk)
+  else
+    call('SET', mk, newest .. ' ' .. mterm, 'PX', life)
+  end
+end
 local function undo(k, g, mk, a)
   local owner, token, delay, term = A[a], A[a + 1], A[a + 2], A[a + 3]
   local cowner, ctok, cterm = load(k)
@@ -281,6 +296,7 @@ local function undo(k, g, mk, a)
   if refused then
     return refused
   end
+  lower(mk, token, A[a + 4], A[a + 5])
   if cowner == owner and ctok == token then
     call('DEL', k, g)
     return 1
@@ -312,7 +328,7 @@ while a <= n do
   elseif op == 'r' then
     f, size = renew, 6
   elseif op == 'u' then
-    f, size = undo, 4
+    f, size = undo, 6
   else
     return redis.error_reply('ERR fenceproxy: unknown lock operation ' .. tostring(op))
   end
@@ -369,9 +385,13 @@ const (
 	// the token, acquired and addr for the slow-lock log
 	// (parseReleased); else 0.
 	opRelease lockOp = 'l'
-	// opUndo: owner, token, lock-delay-ms, term. Deletes the record (and
-	// guard) only if it is exactly the grant being undone: returns 1, else
-	// 0.
+	// opUndo: owner, token, lock-delay-ms, term, the resource's newest
+	// token issued without this one ("" if unknown), fence-mark-life-ms.
+	// Deletes the record (and guard) only if it is exactly the grant being
+	// undone: returns 1, else 0. Either way, a fence mark that still
+	// shows the token goes back to that newest (the token will not be
+	// issued: a mark left above every token issued would refuse the
+	// current holder's FENCE.EXEC as stale).
 	opUndo lockOp = 'u'
 	// opHandoff: owner, lock-delay-ms, term, as opRelease; then the head
 	// of the line's ttl-ms, its reserved token, and its record (a

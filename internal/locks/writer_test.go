@@ -302,7 +302,7 @@ func TestOpsScriptBatch(t *testing.T) {
 		acquire("old", "o", 13, "5"),
 		opWrite(opRelease, "r", "b", int64(0), uint64(0)),
 		opWrite(opRelease, "r", "a", int64(0), uint64(0)),
-		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0)),
+		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0), "", int64(60000)),
 		opWrite(opRelease, "older", "o", int64(0), uint64(0)),
 	)
 	want := []string{
