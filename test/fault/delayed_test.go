@@ -194,7 +194,12 @@ func (e *env) delayedWrite(n int, p planned) {
 	go func() {
 		defer close(replied)
 		conn.SetTimeout(probeWait)
-		conn.WriteRaw(testenv.AppendCommand(nil, op.Args...))
+		nc := conn.NetConn()
+		nc.SetWriteDeadline(time.Now().Add(opTimeout))
+		if _, err := nc.Write(testenv.AppendCommand(nil, op.Args...)); err != nil {
+			e.h.Finish(op, nil, err)
+			return
+		}
 		reply, err := conn.ReadReply()
 		e.h.Finish(op, reply, err)
 	}()
@@ -240,6 +245,7 @@ func (e *env) delayedWrite(n int, p planned) {
 		e.tier.waitFormed(t, 0, 1, 2)
 	}
 	f.Note = fmt.Sprintf("%s: X's token %d, write %s held=%v (%d connections held); Y's token %d", r, tokX, marker, wasHeld, len(held), tokY)
+	t.Logf("fault: %s", f.Note)
 	e.h.AddFault(kill)
 	e.h.AddFault(f)
 	if tokY != 0 {
