@@ -30,6 +30,7 @@ type config struct {
 	lockConns       int
 	keyPrefix       string
 	lockDelay       time.Duration
+	fenceMarkTTL    time.Duration // --fence-mark-ttl
 	maxWaiters      int
 	slowWaitMs      int
 	slowHeldMs      int
@@ -58,6 +59,7 @@ func defaultConfig() config {
 		minReplicas:     1,
 		replicaTimeout:  500 * time.Millisecond,
 		leaseMargin:     0.1,
+		fenceMarkTTL:    24 * time.Hour,
 		metricsListen:   "127.0.0.1:9121",
 		maxClients:      10000,
 		backendConns:    4,
@@ -100,6 +102,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.lockConns, "lock-conns", c.lockConns, "connections of each kind (with WAIT, without) to each master that run batched lock writes")
 	fs.StringVar(&c.keyPrefix, "key-prefix", c.keyPrefix, "prefix of owner-record keys in Redis")
 	fs.DurationVar(&c.lockDelay, "lock-delay", c.lockDelay, "after a lease runs out without a release, grant the resource to nobody for this long (0: off)")
+	fs.DurationVar(&c.fenceMarkTTL, "fence-mark-ttl", c.fenceMarkTTL, "how long a resource's fence mark (the newest token that was granted or wrote, checked inside Redis by FENCE.EXEC) is kept after its last grant or fenced write; a FENCE.EXEC whose write reaches Redis more than half of it after its check is refused")
 	fs.IntVar(&c.maxWaiters, "max-waiters", c.maxWaiters, "LOCK.ACQUIRE ... WAIT requests that may wait for one resource at once; more get -QUEUEFULL (0: no waiting)")
 	fs.IntVar(&c.slowWaitMs, "slowlock-log-slower-than", c.slowWaitMs, "log an acquire that waited longer than this many `ms` in LOCK.SLOWLOG (-1: never)")
 	fs.IntVar(&c.slowHeldMs, "slowlock-held-longer-than", c.slowHeldMs, "log a lease released after being held longer than this many `ms` in LOCK.SLOWLOG (-1: never); an expired lease is always logged")
@@ -161,6 +164,8 @@ func (c *config) check() error {
 		return errors.New("--backend-conns and --lock-conns must be at least 1")
 	case c.lockDelay < 0:
 		return errors.New("--lock-delay must be 0 or more")
+	case c.fenceMarkTTL < time.Minute:
+		return errors.New("--fence-mark-ttl must be at least 1m (half of it bounds how late a fenced write may reach Redis, clock differences included; 24h by default)")
 	case c.maxWaiters < 0:
 		return errors.New("--max-waiters must be 0 or more")
 	case c.slowWaitMs < -1 || c.slowHeldMs < -1:

@@ -414,6 +414,8 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		Admit:             p.admit,
 		Term:              p.term,
 		LeaseSafetyMargin: cfg.leaseMargin,
+		FenceMarkTTL:      cfg.fenceMarkTTL,
+		Cluster:           p.be.RoutesByKey(),
 	})
 	p.lockManager.Store(mgr)
 	return commands.NewHandler(commands.Options{

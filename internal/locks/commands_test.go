@@ -200,9 +200,13 @@ func TestFencedExec(t *testing.T) {
 			}
 			if tc.err == nil {
 				c := scripts.sent()[len(tc.calls)-1]
-				// The key is declared too, so that Redis Cluster redirects
-				// the script (test/cluster TestFenceExecFollowsItsSlot).
-				if c.key != "k" || !slices.Equal(c.args, []string{"SET", "k", "v"}) || !slices.Equal(c.keys, []string{"k"}) {
+				// The fence mark first, then the command's key, declared
+				// too so that Redis Cluster redirects the script (test/cluster
+				// TestFenceExecFollowsItsSlot); token, term, checked-at,
+				// the mark's life, then the command.
+				const mark = "fenceproxy:lock:{r}:fence"
+				if c.key != mark || !slices.Equal(c.args[4:], []string{"SET", "k", "v"}) || !slices.Equal(c.keys, []string{mark, "k"}) ||
+					c.args[0] != "5" || c.args[1] != "0" || c.args[3] != "86400000" {
 					t.Errorf("exec sent for key %q with keys %q args %q", c.key, c.keys, c.args)
 				}
 			}
@@ -214,8 +218,8 @@ func TestFencedExec(t *testing.T) {
 	if raw, err := f.m.FencedExec(context.Background(), "r", 5, [][]byte{[]byte("PING")}); err != nil || string(raw) != "+PONG\r\n" {
 		t.Fatalf("FencedExec(PING) = %q, %v", raw, err)
 	}
-	if c := scripts.sent()[0]; c.key != "" || len(c.keys) != 0 {
-		t.Errorf("a keyless command went by key %q", c.key)
+	if c := scripts.sent()[0]; c.key != "fenceproxy:lock:{r}:fence" || len(c.keys) != 1 {
+		t.Errorf("a keyless command went by key %q with keys %q, want the record's fence mark alone", c.key, c.keys)
 	}
 	f.tokens.failNewest = persist.ErrUnhealthy
 	if _, err := f.m.FencedExec(context.Background(), "r", 5, command); err != persist.ErrUnhealthy {

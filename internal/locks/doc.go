@@ -143,6 +143,12 @@
 //     (ErrDeposed, -TRYAGAIN), so a deposed leader of a tier that has not
 //     yet noticed never grants over, renews, releases nor undoes a lease
 //     of a newer term.
+//   - Fenced writes are checked where they land (fencemark.go): every new
+//     grant raises the resource's fence mark in Redis to its token in the
+//     script that grants, and FENCE.EXEC's script runs its command only if
+//     its token and term are at or above the mark's, within half the mark's
+//     life of its check, so a write delayed past a newer grant (a restart,
+//     a new tier leader) is refused inside Redis.
 //   - One token authority (authority.go): commands that issue or judge
 //     tokens run only while Options.Admit says no other fenceproxy with
 //     another fence store is live on the backend; no token below the

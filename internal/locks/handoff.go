@@ -263,7 +263,7 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	if w != nil {
 		call.Op = opHandoff
 		call.Args = append(call.Args, w.ttl.Milliseconds(), token,
-			recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner})
+			recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner}, m.markLife())
 	}
 	// A release alone needs no replica acknowledgement: if a failover
 	// loses it, the lease merely runs out. A handoff's grant does.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Errors the command layer turns into replies.
@@ -95,6 +96,15 @@ type Options struct {
 	// leader that has heard of the newer term must not write under it
 	// (see terms.go).
 	Term func() uint64
+	// FenceMarkTTL is how long a resource's fence mark lives after it was
+	// last raised (by a grant or a FENCE.EXEC), and twice the longest a
+	// FENCE.EXEC's write may take to reach Redis after its check
+	// (fencemark.go). 0 means 24h.
+	FenceMarkTTL time.Duration
+	// Cluster: the backend is a Redis Cluster, whose scripts' keys must
+	// share one slot: a FENCE.EXEC that writes another slot than the
+	// resource's record checks that slot's own fence mark (fencemark.go).
+	Cluster bool
 	// LeaseSafetyMargin is the part of a lease (0 to 1) that a reply must
 	// still leave, after the time since the request was received and a
 	// clock-drift allowance (see replyBy); a grant or renewal that would
@@ -125,6 +135,9 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.FenceMarkTTL <= 0 {
+		opts.FenceMarkTTL = defaultFenceMarkTTL
+	}
 	m := &Manager{opts: opts, hot: newTopK(topKSize), slow: newSlowLog(opts.SlowLogLen, opts.Logger)}
 	m.leases.byRes = make(map[string]*lease)
 	m.leases.kick = make(chan struct{}, 1)
@@ -138,8 +151,12 @@ func (m *Manager) recordKey(resource string) string {
 	return m.opts.KeyPrefix + "{" + resource + "}"
 }
 
-// keys are a resource's record and lock-delay guard, in one hash slot.
-func (m *Manager) keys(key string) []string { return []string{key, key + ":delay"} }
+// keys are a resource's record, lock-delay guard and fence mark, in one
+// hash slot: opsScript's keys for each operation.
+func (m *Manager) keys(key string) []string { return []string{key, key + ":delay", markKey(key)} }
+
+// markLife is the fence mark's life in ms, as the scripts take it.
+func (m *Manager) markLife() int64 { return m.opts.FenceMarkTTL.Milliseconds() }
 
 // Acquire grants resource to owner for ttl and returns the fencing token. If
 // owner already holds it, the lease is re-armed and the same token returned.
@@ -470,7 +487,8 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 		Op:     opAcquire,
 		Keys:   m.keys(key),
 		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			a.start.UnixMilli(), recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}, term},
+			a.start.UnixMilli(), recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}, term,
+			m.markLife()},
 	}
 	return a, nil
 }
@@ -502,12 +520,19 @@ func busyLease(ms int64) time.Duration {
 // and reports whether the master certainly holds no record of it now
 // (deleted, or already gone: it expired).
 func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, token uint64) bool {
+	// The newest token issued besides this one, for the fence mark (the
+	// reservation of token is not counted: it is not confirmed). Unknown
+	// if it cannot be read: the mark then stays up, the safe side.
+	var newest any = ""
+	if n, err := m.opts.Store.Newest(resource); err == nil && n < token {
+		newest = n
+	}
 	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, ScriptCall{
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opUndo,
 		Keys:   a.call.Keys,
-		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), ""},
+		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), "", newest, m.markLife()},
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
@@ -541,7 +566,7 @@ func (m *Manager) UndoGrant(ctx context.Context, resource, owner string, token u
 		Op:     opUndo,
 		Keys:   m.keys(key),
 		Args: []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(),
-			strconv.FormatInt(armed, 10)},
+			strconv.FormatInt(armed, 10), "", m.markLife()},
 	}, false)
 	reply, err := write.Reply()
 	if err != nil {
@@ -630,12 +655,29 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 
 // FencedExec runs one command in Redis only if token is the newest token
 // issued for resource, and returns the command's reply as Redis wrote it.
-// The check and the command run while grants of the resource wait (its
-// serializer is held), so a stale holder's write can never land after a
-// newer grant. It protects only writes made through it.
+// The check is made twice: here, against the fence store, while grants of
+// the resource wait (its serializer is held), and again inside the script
+// that runs the command, against the resource's fence mark in Redis
+// (fencemark.go), so that a write delayed on its way to Redis (across a
+// restart of this proxy, or a tier's change of leader) never lands after a
+// newer token was granted. It protects only writes made through it.
 func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64, command [][]byte) ([]byte, error) {
 	return m.FencedExecAs(ctx, resource, token, command, nil, "")
 }
+
+// FENCE.EXEC's refusals by its script that are their own replies (each a
+// resp.CodedError); the command did not run.
+var (
+	// ErrExecLate: the write reached Redis more than half the fence
+	// mark's life after its token was checked (fencemark.go).
+	ErrExecLate error = resp.Error{Code: "ERR", Msg: "fenceproxy: the command reached Redis more than half of --fence-mark-ttl " +
+		"after its token was checked (a newer token's fence mark may have expired meanwhile), so it was not run; check the token and retry"}
+	// ErrMarkAhead: the fence mark shows a token above the newest this
+	// node knows as issued: a newer leader of its tier granted it, or a
+	// grant is being undone.
+	ErrMarkAhead error = resp.Error{Code: "TRYAGAIN", Msg: "fenceproxy: Redis holds a grant of this resource newer than this node knows of " +
+		"(a newer leader of its tier granted it, or a refused grant is being undone); the command was not run, retry shortly"}
+)
 
 // FencedExecAs is FencedExec that, when holderPrefix is not empty, also
 // requires the resource's current lease to carry token and an owner that
@@ -649,7 +691,15 @@ func (m *Manager) FencedExec(ctx context.Context, resource string, token uint64,
 // keyAt are the indexes into command of its keys (keys.Command.Keys), which
 // the script declares to Redis and routes by; nil takes command[1], if any,
 // for the key (right for most commands, not for OBJECT ENCODING k).
+//
+// The script refuses a write that a newer token's mark or a newer term
+// overtook on its way (ErrStale, ErrDeposed) or that arrived too late to be
+// judged (ErrExecLate); the command then did not run.
 func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint64, command [][]byte, keyAt []int, holderPrefix string) ([]byte, error) {
+	// Before the token is judged (and, in a tier, before the leadership
+	// round that Newest waits for begins): every grant of a newer token
+	// comes after it (fencemark.go).
+	checkedAt := time.Now().UnixMilli()
 	if err := m.admit(); err != nil {
 		return nil, err
 	}
@@ -675,31 +725,78 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 			return nil, ErrOtherHolder
 		}
 	}
-	args := make([]any, len(command))
-	for i, a := range command {
-		args[i] = a
+	call := m.execCall(resource, token, checkedAt, command, keyAt)
+	write := m.opts.Scripts.Start(ctx, call.Keys[0], call, false)
+	raw, err := write.Raw()
+	if err != nil {
+		return nil, err
 	}
-	// The command's keys are declared to Redis as well (KEYS): a script
-	// with no keys runs on whatever node it reaches, so in front of a
-	// Redis Cluster one sent on a stale slot map answered "non local key"
-	// (the slot moved) or -READONLY (its master became a replica) instead
-	// of the -MOVED or -ASK that Start follows; keys in several slots get
-	// Redis Cluster's own -CROSSSLOT.
+	if err := execRefusal(raw); err != nil {
+		if err == ErrStale && markToken(raw) > newest {
+			// Not stale by what this node knows: it must not say so.
+			return nil, ErrMarkAhead
+		}
+		return nil, err
+	}
+	return raw, nil
+}
+
+// execCall is FENCE.EXEC's script call (execScript). The command's keys
+// are declared to Redis as well (KEYS, after the fence mark): a script
+// with no keys runs on whatever node it reaches, so in front of a Redis
+// Cluster one sent on a stale slot map answered "non local key" (the slot
+// moved) or -READONLY (its master became a replica) instead of the -MOVED
+// or -ASK that Start follows; keys in several slots get Redis Cluster's
+// own -CROSSSLOT. It goes to the master of its first key, which the mark
+// shares a slot with (execMarkKey), or of the record's mark if it has
+// none.
+func (m *Manager) execCall(resource string, token uint64, checkedAt int64, command [][]byte, keyAt []int) ScriptCall {
 	if keyAt == nil && len(command) > 1 {
 		keyAt = []int{1}
 	}
-	var key string
-	keys := make([]string, 0, len(keyAt))
+	keys := make([]string, 1, 1+len(keyAt))
 	for _, at := range keyAt {
 		if at > 0 && at < len(command) {
 			keys = append(keys, string(command[at]))
 		}
 	}
-	if len(keys) > 0 {
-		key = keys[0]
+	first := ""
+	if len(keys) > 1 {
+		first = keys[1]
 	}
-	write := m.opts.Scripts.Start(ctx, key, ScriptCall{Source: execScript, Keys: keys, Args: args}, false)
-	return write.Raw()
+	keys[0] = m.execMarkKey(resource, m.recordKey(resource), first)
+	args := make([]any, 4, 4+len(command))
+	args[0], args[1], args[2], args[3] = token, m.term(), checkedAt, m.markLife()
+	for _, a := range command {
+		args = append(args, a)
+	}
+	return ScriptCall{Source: execScript, SHA: execSHA, Keys: keys, Args: args}
+}
+
+// markToken is the mark's token in execScript's FENCESTALE refusal (0 if
+// it cannot be read).
+func markToken(raw []byte) uint64 {
+	s := strings.TrimPrefix(string(raw), "-"+fenceStaleCode+" ")
+	n, _ := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	return n
+}
+
+// execRefusal is the error for execScript's own refusals (raw is the
+// script's reply), nil for any other reply, the command's own.
+func execRefusal(raw []byte) error {
+	if len(raw) == 0 || raw[0] != '-' {
+		return nil
+	}
+	code, _, _ := strings.Cut(string(raw[1:min(len(raw), 24)]), " ")
+	switch code {
+	case fenceStaleCode:
+		return ErrStale
+	case newerTermCode:
+		return ErrDeposed
+	case fenceLateCode:
+		return ErrExecLate
+	}
+	return nil
 }
 
 // record is an owner record as infoScript reads it.

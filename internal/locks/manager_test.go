@@ -160,12 +160,12 @@ func TestAcquireOutcomes(t *testing.T) {
 			calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "confirm r 1"}, newest: 1,
 			check: func(t *testing.T, f *fixture) {
 				c := f.scripts.sent()[0]
-				if want := []string{"fenceproxy:lock:{r}", "fenceproxy:lock:{r}:delay"}; !slices.Equal(c.keys, want) || c.key != want[0] {
+				if want := []string{"fenceproxy:lock:{r}", "fenceproxy:lock:{r}:delay", "fenceproxy:lock:{r}:fence"}; !slices.Equal(c.keys, want) || c.key != want[0] {
 					t.Errorf("keys %q (key %q), want %q", c.keys, c.key, want)
 				}
-				// owner, ttl, candidate, newest ("": not cached), others waiting, lock-delay, now, the record, term
+				// owner, ttl, candidate, newest ("": not cached), others waiting, lock-delay, now, the record, term, mark life
 				if got := c.args; got[0] != owner || got[1] != "10000" || got[2] != "1" || got[3] != "" || got[4] != "0" || got[5] != "0" ||
-					got[7] != "1 0 "+got[6]+" "+got[6]+" "+strconv.Itoa(len(addr))+" "+addr+owner || got[8] != "0" {
+					got[7] != "1 0 "+got[6]+" "+got[6]+" "+strconv.Itoa(len(addr))+" "+addr+owner || got[8] != "0" || got[9] != "86400000" {
 					t.Errorf("args %q", got)
 				}
 				if st := f.m.Stats(); st.Held != 1 {
@@ -191,8 +191,8 @@ func TestAcquireOutcomes(t *testing.T) {
 		{name: "replica shortfall, undone", replies: []reply{{raw: granted.raw, acks: acked(0)}}, undos: []reply{undone},
 			wantErr: noReplicas(0, 1), calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"},
 			check: func(t *testing.T, f *fixture) {
-				if u := f.scripts.sent()[1]; !slices.Equal(u.args, []string{owner, "1", "0", "0", ""}) || len(u.keys) != 2 || u.keys[0] != "fenceproxy:lock:{r}" {
-					t.Errorf("undo sent keys %q args %q, want the record's and (owner, 1, lock-delay 0, term 0)", u.keys, u.args)
+				if u := f.scripts.sent()[1]; !slices.Equal(u.args, []string{owner, "1", "0", "0", "", "0", "86400000"}) || len(u.keys) != 3 || u.keys[0] != "fenceproxy:lock:{r}" {
+					t.Errorf("undo sent keys %q args %q, want the record's and (owner, 1, lock-delay 0, term 0, armed empty, newest 0, the mark's life)", u.keys, u.args)
 				}
 				if n := counted(t, f.metrics.ReplicaShortfalls); n != 1 {
 					t.Errorf("%v shortfalls counted", n)

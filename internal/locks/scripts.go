@@ -58,9 +58,9 @@ import (
 // and runs one script, and replicates one transaction, for many grants.
 // Each operation runs under pcall: an error (a key of another type, a write
 // refused) answers that operation alone, as its own error reply, and the
-// others' replies stand. KEYS are two per operation (record, guard); ARGV
-// holds, per operation, its letter (opAcquire ...) and then its arguments,
-// as many as opArgs says.
+// others' replies stand. KEYS are three per operation (record, guard,
+// fence mark: fencemark.go); ARGV holds, per operation, its letter
+// (opAcquire ...) and then its arguments, as many as opArgs says.
 //
 // Replies are tables so the manager can tell the outcomes apart.
 
@@ -92,6 +92,23 @@ local function load(k)
 end
 `
 
+// markLua reads and compares fence marks (fencemark.go): a mark's value is
+// "token term", decimal strings compared exactly (above) rather than as
+// Lua's doubles. readMark(mk) is the mark's token and term, or nothing if
+// there is none, or what is there is not a mark (then the next raise
+// writes over it).
+const markLua = `
+local function above(a, b)
+  return #a > #b or (#a == #b and a > b)
+end
+local function readMark(mk)
+  local m = redis.pcall('GET', mk)
+  if type(m) == 'string' then
+    return string.match(m, '^(%d+) (%d+)$')
+  end
+end
+`
+
 // opsScript: see above. Each function's arguments are documented with the
 // ScriptCall that carries them (opAcquire and so on); each reads them from
 // ARGV at its own offset a.
@@ -115,7 +132,7 @@ end
 //   - The guard is read once per operation at most: acquire's fast path
 //     reads it before its SET NX GET and not again after (nothing in
 //     between writes it).
-const opsScript = recordLua + `
+const opsScript = recordLua + markLua + `
 local A = ARGV
 local function pack(owner, tok, term, acq, ren, addr)
   return tok .. ' ' .. term .. ' ' .. acq .. ' ' .. ren .. ' ' .. #addr .. ' ' .. addr .. owner
@@ -147,9 +164,18 @@ local function arm(k, g, value, ttl, tn, delay)
     call('SET', g, tn + 1, 'PX', tonumber(ttl) + delay)
   end
 end
-local function acquire(k, g, a)
-  local owner, ttl, cand, newest, others, delay, now, value, term =
-    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7], A[a + 8]
+-- raise is a new grant's: the fence mark mk goes up to its token, of its
+-- term, for life ms, unless it already shows this token or a newer one.
+local function raise(mk, tok, term, life)
+  local mt = readMark(mk)
+  if mt and not above(tok, mt) then
+    return
+  end
+  call('SET', mk, tok .. ' ' .. term, 'PX', life)
+end
+local function acquire(k, g, mk, a)
+  local owner, ttl, cand, newest, others, delay, now, value, term, life =
+    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7], A[a + 8], A[a + 9]
   local dn, tn = num(delay), num(term)
   local guarded = dn > 0 or tn > 0
   local cowner, ctok, cterm, cacq, _, caddr
@@ -162,6 +188,7 @@ local function acquire(k, g, a)
     end
     local old = redis.pcall('SET', k, value, 'NX', 'GET', 'PX', ttl)
     if not old then
+      raise(mk, cand, term, life)
       return cand
     elseif type(old) == 'string' then
       cowner, ctok, cterm, cacq, _, caddr = parse(k, old)
@@ -201,9 +228,10 @@ local function acquire(k, g, a)
     return {0, call('PTTL', k)}
   end
   arm(k, g, value, ttl, tn, dn)
+  raise(mk, cand, term, life)
   return cand
 end
-local function renew(k, g, a)
+local function renew(k, g, mk, a)
   local owner, ttl, newest, delay, now, term = A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5]
   local dn, tn = num(delay), num(term)
   local cowner, ctok, cterm, cacq, _, caddr = load(k)
@@ -219,7 +247,7 @@ local function renew(k, g, a)
 end
 -- release returns the released record's value (an older hash record's
 -- fields packed as one) and its token, or 0.
-local function release(k, g, a)
+local function release(k, g, mk, a)
   local owner, delay, term = A[a], A[a + 1], A[a + 2]
   local v = redis.pcall('GET', k)
   local cowner, ctok, cterm
@@ -245,7 +273,22 @@ local function release(k, g, a)
   end
   return 0
 end
-local function undo(k, g, a)
+-- lower takes an undone grant's token back out of the fence mark: if the
+-- mark still shows it (nothing newer raised it since), it goes back to
+-- newest, the resource's newest token issued ('0': none, the mark goes;
+-- '': unknown, it stays, the safe side).
+local function lower(mk, token, newest, life)
+  local mt, mterm = readMark(mk)
+  if mt ~= token or newest == '' then
+    return
+  end
+  if newest == '0' then
+    call('DEL', mk)
+  else
+    call('SET', mk, newest .. ' ' .. mterm, 'PX', life)
+  end
+end
+local function undo(k, g, mk, a)
   local owner, token, delay, term, armed = A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4]
   local cowner, ctok, cterm, _, cren = load(k)
   local tn = num(term)
@@ -253,14 +296,19 @@ local function undo(k, g, a)
   if refused then
     return refused
   end
-  if cowner == owner and ctok == token and (armed == '' or cren == armed) then
+  local ours = cowner == owner and ctok == token
+  if ours and armed ~= '' and cren ~= armed then
+    return 0 -- re-armed (and replied) by a same-owner retry since: it stands
+  end
+  lower(mk, token, A[a + 5], A[a + 6])
+  if ours then
     call('DEL', k, g)
     return 1
   end
   return 0
 end
-local function handoff(k, g, a)
-  local rel, rtok = release(k, g, a)
+local function handoff(k, g, mk, a)
+  local rel, rtok = release(k, g, mk, a)
   if type(rel) ~= 'string' then
     return rel
   end
@@ -269,31 +317,32 @@ local function handoff(k, g, a)
     return {rel, {4, rtok}}
   end
   arm(k, g, value, ttl, num(A[a + 2]), num(A[a + 1]))
+  raise(mk, cand, A[a + 2], A[a + 6])
   return {rel, cand}
 end
 local out, a, k, n, i = {}, 1, 1, #A, 0
 while a <= n do
   local op, f, size = A[a], nil, 0
   if op == 'a' then
-    f, size = acquire, 9
+    f, size = acquire, 10
   elseif op == 'l' then
     f, size = release, 3
   elseif op == 'h' then
-    f, size = handoff, 6
+    f, size = handoff, 7
   elseif op == 'r' then
     f, size = renew, 6
   elseif op == 'u' then
-    f, size = undo, 5
+    f, size = undo, 7
   else
     return redis.error_reply('ERR fenceproxy: unknown lock operation ' .. tostring(op))
   end
-  local ok, r = pcall(f, KEYS[k], KEYS[k + 1], a + 1)
+  local ok, r = pcall(f, KEYS[k], KEYS[k + 1], KEYS[k + 2], a + 1)
   if not ok and type(r) ~= 'table' then
     r = redis.error_reply(tostring(r))
   end
   i = i + 1
   out[i] = r
-  a, k = a + 1 + size, k + 2
+  a, k = a + 1 + size, k + 3
 end
 return out
 `
@@ -303,8 +352,9 @@ var opsSHA = cluster.ScriptSHA(opsScript)
 
 // lockOp names one of opsScript's operations: the letter that starts its
 // arguments in a batch. A ScriptCall with an Op carries that operation's
-// two keys (record, guard) and its arguments, in the order below; the
-// Writer runs it through opsScript, alone or with others.
+// three keys (record, guard, fence mark: Manager.keys) and its arguments,
+// in the order below; the Writer runs it through opsScript, alone or with
+// others.
 type lockOp byte
 
 const (
@@ -313,9 +363,10 @@ const (
 	// in line (then only the owner's own re-arm is allowed: no barging),
 	// lock-delay-ms, now (unix ms), the new grant's record (a
 	// recordValue: this token, term, now, the client's addr and owner),
-	// term. Returns the token alone (a bulk string) for a new grant
-	// (kindGranted), else {kind, value} (replyKind below); pair reads
-	// both. The owner's own record is re-armed only if
+	// term, fence-mark-life-ms. Returns the token alone (a bulk string)
+	// for a new grant (kindGranted), which raises the resource's fence
+	// mark to it (fencemark.go), else {kind, value} (replyKind below);
+	// pair reads both. The owner's own record is re-armed only if
 	// its token is the newest the fence store knows as issued: a token
 	// above it was never issued (a grant whose reservation was cancelled,
 	// or whose outcome was lost in a crash before it was recorded) and one
@@ -338,17 +389,23 @@ const (
 	// the token, acquired and addr for the slow-lock log
 	// (parseReleased); else 0.
 	opRelease lockOp = 'l'
-	// opUndo: owner, token, lock-delay-ms, term, armed. Deletes the
-	// record (and guard) only if it is exactly the grant being undone:
-	// owner and token, and, unless armed is "", last armed at armed (unix
-	// ms: a grant that a same-owner retry re-armed since, and replied,
-	// is not undone). Returns 1, else 0.
+	// opUndo: owner, token, lock-delay-ms, term, armed, the resource's
+	// newest token issued without this one ("" if unknown),
+	// fence-mark-life-ms. Deletes the record (and guard) only if it is
+	// exactly the grant being undone: owner and token, and, unless armed
+	// is "", last armed at armed (unix ms: a grant that a same-owner retry
+	// re-armed since, and replied, is not undone: 0, and nothing else is
+	// touched). Returns 1, else 0. Unless re-armed, a fence mark that still
+	// shows the token goes back to that newest (the token will not be
+	// issued: a mark left above every token issued would refuse the
+	// current holder's FENCE.EXEC as stale).
 	opUndo lockOp = 'u'
 	// opHandoff: owner, lock-delay-ms, term, as opRelease; then the head
 	// of the line's ttl-ms, its reserved token, and its record (a
 	// recordValue: that token, term, now, the head's client addr and
-	// owner). A release that, if it freed the resource, grants it to the
-	// head at once (handoff.go). Returns opRelease's reply if nothing was
+	// owner), and fence-mark-life-ms. A release that, if it freed the
+	// resource, grants it to the head at once (handoff.go), raising the
+	// fence mark as opAcquire's grant does. Returns opRelease's reply if nothing was
 	// released (0, or the error), else {that reply, grant}: the token
 	// alone if granted, or {4, the released record's token} if that was
 	// at or above the head's (kindTokenAhead: not granted).
@@ -442,12 +499,50 @@ const (
 	kindTokenAhead replyKind = 4
 )
 
-// execScript runs the command in ARGV inside a script, so that it runs
-// whole with nothing between the fence check and it. pcall hands back the
-// command's own error as an error reply. KEYS, if any, are the command's
-// keys again (also in ARGV), declared so that Redis Cluster redirects the
-// script to their slot's master rather than running it where it landed.
-const execScript = `return redis.pcall(unpack(ARGV))`
+// execScript is FENCE.EXEC's write, checked where it lands
+// (fencemark.go): KEYS[1] is the fence mark of the slot it writes, the
+// other KEYS the command's own keys (declared so that Redis Cluster
+// redirects the script to their slot's master rather than running it
+// where it landed); ARGV: token, term, checked-at (unix ms, by the proxy's
+// clock, taken before the proxy judged the token), the mark's life (ms),
+// then the command. Atomically, it refuses the command when the mark
+// shows a newer token (FENCESTALE <token>) or a newer term (NEWERTERM
+// <term>), or when Redis's own clock is past checked-at plus half the
+// mark's life (FENCELATE <ms since checked-at>: a write so late that a
+// newer token's mark may have expired before it arrived); otherwise it
+// raises the mark to its token and term for the mark's life and runs the
+// command, whose own error pcall hands back as an error reply. The
+// refusals' codes are the script's own: a command run inside a script
+// cannot answer with one (EVAL and FCALL cannot be called from a script).
+const execScript = markLua + `
+local A = ARGV
+local mk, tok, term, checked, life = KEYS[1], A[1], A[2], tonumber(A[3]), A[4]
+local mt, mterm = readMark(mk)
+if mt then
+  if above(mt, tok) then
+    return redis.error_reply('FENCESTALE ' .. mt)
+  end
+  if above(mterm, term) then
+    return redis.error_reply('NEWERTERM ' .. mterm)
+  end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now > checked + tonumber(life) / 2 then
+  return redis.error_reply('FENCELATE ' .. string.format('%d', now - checked))
+end
+redis.call('SET', mk, tok .. ' ' .. term, 'PX', life)
+return redis.pcall(unpack(A, 5))
+`
+
+// execSHA is execScript's name for EVALSHA.
+var execSHA = cluster.ScriptSHA(execScript)
+
+// execScript's refusals (error codes), each before anything was written.
+const (
+	fenceStaleCode = "FENCESTALE"
+	fenceLateCode  = "FENCELATE"
+)
 
 // infoScript: KEYS[1] record. Returns {owner, token, pttl, acquired,
 // renewed, addr}: false for owner and token when the resource is free,

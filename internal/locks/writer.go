@@ -35,7 +35,7 @@ type ScriptCall struct {
 	Keys   []string
 	Args   []any
 	// Op, if set, makes the call one operation of opsScript (Source and
-	// SHA are then opsScript's, Keys its record and guard, Args its own
+	// SHA are then opsScript's, Keys its record, guard and fence mark, Args its own
 	// arguments): the Writer runs it in one call with the other
 	// operations of its batch that go to the same slot (see sendBatch).
 	Op lockOp
@@ -550,8 +550,8 @@ func (g *opsGroup) Complete(r *resp.Reply) {
 
 // appendOps appends the RESP request that runs ws's operations in one call
 // of opsScript: EVALSHA (EVAL with its source if any of them was told
-// NOSCRIPT), every operation's two keys, then for each its letter and its
-// arguments.
+// NOSCRIPT), every operation's three keys, then for each its letter and
+// its arguments.
 func appendOps(b []byte, ws []*Write) []byte {
 	nargs := 0
 	bySHA := true
@@ -559,17 +559,18 @@ func appendOps(b []byte, ws []*Write) []byte {
 		nargs += 1 + len(w.call.Args)
 		bySHA = bySHA && w.call.SHA != ""
 	}
-	b = redcon.AppendArray(b, 3+2*len(ws)+nargs)
+	b = redcon.AppendArray(b, 3+3*len(ws)+nargs)
 	if bySHA {
 		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVALSHA"), opsSHA)
 	} else {
 		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVAL"), opsScript)
 	}
 	var num [20]byte
-	b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], int64(2*len(ws)), 10))
+	b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], int64(3*len(ws)), 10))
 	for _, w := range ws {
 		b = redcon.AppendBulkString(b, w.call.Keys[0])
 		b = redcon.AppendBulkString(b, w.call.Keys[1])
+		b = redcon.AppendBulkString(b, w.call.Keys[2])
 	}
 	for _, w := range ws {
 		op := [1]byte{byte(w.call.Op)}

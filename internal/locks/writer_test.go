@@ -244,7 +244,7 @@ func TestRawKeepsTheReplysError(t *testing.T) {
 // opWrite is a Write of one lock operation, ready for a batch.
 func opWrite(op lockOp, resource string, args ...any) *Write {
 	key := "fenceproxy:lock:{" + resource + "}"
-	w := &Write{call: ScriptCall{Source: opsScript, SHA: opsSHA, Op: op, Keys: []string{key, key + ":delay"}, Args: args}}
+	w := &Write{call: ScriptCall{Source: opsScript, SHA: opsSHA, Op: op, Keys: []string{key, key + ":delay", key + ":fence"}, Args: args}}
 	w.replied.Add(1)
 	w.reply = resp.NewReply(&w.replied)
 	return w
@@ -291,7 +291,7 @@ func TestOpsScriptBatch(t *testing.T) {
 	const now = int64(1733300000000)
 	acquire := func(r, owner string, cand uint64, newest string) *Write {
 		return opWrite(opAcquire, r, owner, int64(10000), cand, newest, false, int64(0), now,
-			recordValue{token: cand, at: now, addr: "127.0.0.1:9", owner: owner}, uint64(0))
+			recordValue{token: cand, at: now, addr: "127.0.0.1:9", owner: owner}, uint64(0), int64(60000))
 	}
 	got := runOps(t, c,
 		acquire("r", "a", 10, ""),
@@ -302,11 +302,11 @@ func TestOpsScriptBatch(t *testing.T) {
 		acquire("old", "o", 13, "5"),
 		opWrite(opRelease, "r", "b", int64(0), uint64(0)),
 		opWrite(opRelease, "r", "a", int64(0), uint64(0)),
-		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0), ""),
+		opWrite(opUndo, "old", "o", "6", int64(0), uint64(0), "", "", int64(60000)),
 		opWrite(opRelease, "older", "o", int64(0), uint64(0)),
 		acquire("u", "a", 20, ""),
-		opWrite(opUndo, "u", "a", "20", int64(0), uint64(0), strconv.FormatInt(now+1, 10)),
-		opWrite(opUndo, "u", "a", "20", int64(0), uint64(0), strconv.FormatInt(now, 10)),
+		opWrite(opUndo, "u", "a", "20", int64(0), uint64(0), strconv.FormatInt(now+1, 10), "", int64(60000)),
+		opWrite(opUndo, "u", "a", "20", int64(0), uint64(0), strconv.FormatInt(now, 10), "", int64(60000)),
 	)
 	want := []string{
 		"10",        // granted: the token alone
@@ -356,11 +356,11 @@ func TestOpsScriptHandoff(t *testing.T) {
 	const now = int64(1733300000000)
 	acquire := func(r, owner string, cand uint64) *Write {
 		return opWrite(opAcquire, r, owner, int64(10000), cand, "", false, int64(0), now,
-			recordValue{token: cand, at: now, addr: "127.0.0.1:9", owner: owner}, uint64(0))
+			recordValue{token: cand, at: now, addr: "127.0.0.1:9", owner: owner}, uint64(0), int64(60000))
 	}
 	handoff := func(r, owner, head string, cand uint64) *Write {
 		return opWrite(opHandoff, r, owner, int64(0), uint64(0), int64(20000), cand,
-			recordValue{token: cand, at: now + 5, addr: "127.0.0.1:8", owner: head})
+			recordValue{token: cand, at: now + 5, addr: "127.0.0.1:8", owner: head}, int64(60000))
 	}
 	got := runOps(t, c,
 		acquire("r", "a", 10),

@@ -2,6 +2,7 @@ package fault
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,6 +87,7 @@ type Lease struct {
 //	replica-stop      no grant or renewal is acknowledged while its master's only replica is stopped
 //	data-order        the tokens in a fenced data list never go backwards
 //	exec-landed       a FENCE.EXEC answered -STALE (or never issued) never appears in the data
+//	delayed-write     a FENCE.EXEC held on its way to Redis never lands once a newer token was granted before it arrived
 //	counter           INCR of a client's own counter rises by one when nothing could have lost or repeated it
 //	redirect          no reply is -MOVED or -ASK (in front of a cluster a client sees one node)
 //	internal-error    no reply is the proxy's fallback for a failure it did not expect
@@ -121,6 +123,7 @@ func CheckHistory(h *History) Report {
 	c.replicaStop()
 	c.redisPartition()
 	c.dataOrder()
+	c.delayedWrite()
 	c.counters()
 	c.errorReplies()
 	rep := Report{Violations: c.violations, Grants: c.grants, LeaseUsed: c.leaseUsed}
@@ -761,6 +764,53 @@ func (c *checker) errorReplies() {
 			c.fail("internal-error", []*Op{op}, "answered with the proxy's fallback error")
 		case strings.HasPrefix(r, "-READONLY You can't write"), strings.Contains(r, "non local key"):
 			c.fail("wrong-node", []*Op{op}, "Redis refused it as sent to the wrong node (a replica, or a master without its slot)")
+		}
+	}
+}
+
+// DelayedWrite holds a fenced write on its way to Redis across a restart
+// of the proxy (the single-node modes) or a change of the tier's leader
+// (the tier modes): holder X's FENCE.EXEC is checked and sent while the
+// proxy's connections to the master are held (a holdRelay under the
+// master's Link); the proxy (or the leader) is killed (-9), X's lock is
+// released through the restarted proxy (or the new leader), Y is granted a
+// newer token and writes with FENCE.EXEC; then the held bytes reach Redis.
+// The fault is recorded as the proxy kill it contains and as a
+// delayed-write with the held op, which check.go's delayedWrite judges.
+const DelayedWrite FaultKind = "delayed-write"
+
+// delayedWrite: guarantee 7, fenced writes are checked where they land.
+// A FENCE.EXEC whose bytes a delayed-write fault held on their way to Redis
+// (Fault.Delayed) reached Redis when the fault ended; if a grant of its
+// resource with a bigger token was replied before then, the newer grant
+// had raised the resource's fence mark, and the held write must not be in
+// the data. (data-order catches it too when the newer holder's own write
+// came first; this catches it whether or not that holder wrote.)
+func (c *checker) delayedWrite() {
+	for _, f := range c.faults {
+		if f.Kind != DelayedWrite || f.Delayed < 0 || f.Delayed >= len(c.h.Ops) {
+			continue
+		}
+		op := c.h.Ops[f.Delayed]
+		if op.Kind != Exec || len(op.Args) == 0 {
+			continue
+		}
+		var newer *Op
+		for _, g := range c.byRes[op.Resource] {
+			if g.Kind == Acquire && g.Outcome == OK && g.Result > op.Token && g.End < f.End {
+				newer = g
+				break
+			}
+		}
+		if newer == nil {
+			continue
+		}
+		item := op.Args[len(op.Args)-1]
+		for _, s := range c.h.Snapshots {
+			if s.Resource == op.Resource && slices.Contains(s.Items, item) {
+				c.fail("delayed-write", []*Op{newer, op}, "%q: a FENCE.EXEC with token %d held on its way to Redis landed after token %d was granted (%s)", op.Resource, op.Token, newer.Result, f)
+				break
+			}
 		}
 	}
 }

@@ -55,13 +55,14 @@ type env struct {
 	t               *testing.T
 	h               *History
 	seed            uint64
-	mode            string             // "standalone", "cluster", "tier" or "tier-cluster" (modeFaults)
-	master, replica *testenv.Redis     // standalone: the backend
-	sentinels       *testenv.Sentinels // standalone: name the master; the proxy follows them
-	links           redisLinks         // standalone: in front of each Redis; the proxy and Sentinel reach it through them
-	tier            *tier              // a tier mode's nodes; nil otherwise
-	cl              *testenv.Cluster   // cluster: the backend
-	probes          []string           // cluster: a resource on each master's slots (probeMaster)
+	mode            string                        // "standalone", "cluster", "tier" or "tier-cluster" (modeFaults)
+	master, replica *testenv.Redis                // standalone: the backend
+	sentinels       *testenv.Sentinels            // standalone: name the master; the proxy follows them
+	links           redisLinks                    // standalone: in front of each Redis; the proxy and Sentinel reach it through them
+	holds           map[*testenv.Redis]*holdRelay // standalone: under each Link, in front of its Redis (delayed-write)
+	tier            *tier                         // a tier mode's nodes; nil otherwise
+	cl              *testenv.Cluster              // cluster: the backend
+	probes          []string                      // cluster: a resource on each master's slots (probeMaster)
 	proxy           *testenv.Proxy
 	dataDir         string
 	backup          string // a copy of dataDir taken while the proxy was down
@@ -69,8 +70,9 @@ type env struct {
 	resources       []string
 	holderBin       string
 
-	mu     sync.Mutex
-	newest map[string]int64 // biggest token any reply carried, per resource
+	mu      sync.Mutex
+	newest  map[string]int64 // biggest token any reply carried, per resource
+	delayed []string         // delayed-write's resources, whose data lists are read too
 
 	flightMu sync.Mutex
 	inFlight map[int]flight // by client id: its request written, its reply not yet read
@@ -723,6 +725,9 @@ func (e *env) inject(n int, p planned, async *sync.WaitGroup) {
 	case RedisPartition:
 		e.redisPartition(p) // records a Fault per phase
 		return
+	case DelayedWrite:
+		e.delayedWrite(n, p) // records its own Faults
+		return
 	case ProxyStop:
 		f.Start = e.h.Now()
 		e.proxy.Stop() // returns once it is stopped: it reads nothing more
@@ -938,7 +943,10 @@ func (e *env) snapshotData(why string) {
 	if e.cl != nil {
 		owners = e.cl.Owners(e.t)
 	}
-	for _, r := range e.resources {
+	e.mu.Lock()
+	resources := append(slices.Clone(e.resources), e.delayed...)
+	e.mu.Unlock()
+	for _, r := range resources {
 		master := e.master
 		if owners != nil {
 			master = owners[testenv.KeySlot(dataKey(r))]

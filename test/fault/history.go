@@ -160,7 +160,7 @@ const (
 
 // StandaloneFaults lists the faults of TestFault, in a fixed order.
 var StandaloneFaults = []FaultKind{ProxyKill, MasterFailover, MasterKill, RedisFlush, ReplicaStop, PausedHolder, SlowClient, CutPipeline,
-	DataDirWipe, DataDirRestore, LockConnKill, ProxyStop, RedisPartition}
+	DataDirWipe, DataDirRestore, LockConnKill, ProxyStop, RedisPartition, DelayedWrite}
 
 // ClusterFaults lists the faults of TestFaultCluster, in a fixed order.
 var ClusterFaults = []FaultKind{ProxyKill, MasterKillFailover, ClusterFailover, SlotMigration, ReplicaStop, PausedHolder, SlowClient, CutPipeline,
@@ -172,6 +172,8 @@ var ClusterFaults = []FaultKind{ProxyKill, MasterKillFailover, ClusterFailover, 
 // replica that is promoted holds it, and the old master comes back as that
 // replica's replica. What it loses was never acknowledged (an outcome the
 // proxy could not know), and the model allows for that.
+func (k FaultKind) String() string { return string(k) }
+
 func (k FaultKind) LosesData() bool { return k == MasterKill || k == RedisFlush }
 
 // LosesUnreplicated reports whether the fault may lose writes that no
@@ -218,6 +220,9 @@ type Fault struct {
 	// and the data clients' counter keys whose slot it hit. Empty: the
 	// fault hit the whole backend (and the proxy's faults hit everything).
 	Scope []string `json:"scope,omitempty"`
+	// Delayed (delayed-write): the FENCE.EXEC whose bytes were held on
+	// their way to Redis from Start to End.
+	Delayed int `json:"delayed,omitempty"`
 }
 
 func (f Fault) String() string {

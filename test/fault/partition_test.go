@@ -19,8 +19,10 @@ type redisLinks map[*testenv.Redis]*testenv.Link
 // StartSentinels.
 func (e *env) linkRedis() {
 	e.links = redisLinks{}
+	e.holds = map[*testenv.Redis]*holdRelay{}
 	for _, r := range []*testenv.Redis{e.master, e.replica} {
-		l := testenv.StartLink(e.t, r.Addr)
+		e.holds[r] = startHoldRelay(e.t, r.Addr)
+		l := testenv.StartLink(e.t, e.holds[r].addr())
 		r.AnnounceVia(e.t, l)
 		e.links[r] = l
 	}

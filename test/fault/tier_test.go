@@ -59,7 +59,7 @@ var tierNodeFaults = []FaultKind{TierLeaderKill, TierFollowerKill, TierLeaderSto
 
 // TierFaults is TestFaultTier's schedule, every kind once per round; a
 // redis-partition cuts every node off from the master at once.
-var TierFaults = slices.Concat(tierNodeFaults, []FaultKind{RedisPartition})
+var TierFaults = slices.Concat(tierNodeFaults, []FaultKind{RedisPartition, DelayedWrite})
 
 // TierClusterFaults is TestFaultTierCluster's: the nodes' faults, the
 // cluster's own (a master killed and failed over, CLUSTER FAILOVER, a
