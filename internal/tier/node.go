@@ -158,6 +158,8 @@ type Node struct {
 	gate    gate
 	targets leaderTargets
 	removed atomic.Bool
+	// nudging: a barrier of nudge is in flight.
+	nudging atomic.Bool
 }
 
 // Open starts the node: its Raft log and snapshots under opts.Dir, its

@@ -380,6 +380,7 @@ func (n *Node) Report(id string, applied uint64, rejoining bool) (uint64, error)
 	target := n.targetOf(id, n.raft.CommitIndex())
 	if applied < target {
 		n.demoteRejoining(id)
+		n.nudge()
 	} else {
 		n.promoteIfCaughtUp(id, applied)
 	}
@@ -482,6 +483,21 @@ func (n *Node) promoteIfCaughtUp(id string, applied uint64) {
 	})
 }
 
+// nudge appends a barrier, at most one at a time, so that a follower
+// one entry short of its target learns that entry is committed (see
+// changeMembership).
+func (n *Node) nudge() {
+	if !n.nudging.CompareAndSwap(false, true) {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.nudging.Store(false)
+		n.raft.Barrier(applyTimeout).Error()
+	}()
+}
+
 // changeMembership runs one configuration change for id at a time, on
 // its own goroutine (a report is not held up by a commit).
 func (n *Node) changeMembership(id, what string, change func() raft.IndexFuture) {
@@ -505,6 +521,14 @@ func (n *Node) changeMembership(id, what string, change func() raft.IndexFuture)
 			return
 		}
 		n.logger.Info("tier: node "+what, "node", id)
+		// A follower learns that an entry is committed only from the
+		// next entry it is sent (hashicorp/raft's heartbeats carry no
+		// commit index), and a node catching up must apply the change
+		// just made to reach its target: in a quiet tier no next entry
+		// would come. A barrier is that entry.
+		if err := n.raft.Barrier(applyTimeout).Error(); err != nil {
+			n.logger.Debug("tier: barrier after a membership change", "node", id, "err", err)
+		}
 	}()
 }
 
