@@ -200,7 +200,14 @@ func (p *Proxy) cleanup(t testing.TB) {
 // process.
 func StartFails(t testing.TB, args ...string) (exitCode int, stderr string) {
 	t.Helper()
-	cmd := exec.Command(BuildProxy(t), args...)
+	return RunUntilExit(t, exec.Command(BuildProxy(t), args...))
+}
+
+// RunUntilExit runs cmd (a fenceproxy expected to refuse to start) and
+// returns its exit code and stderr; one still running after 30 s is
+// killed and fails the test.
+func RunUntilExit(t testing.TB, cmd *exec.Cmd) (exitCode int, stderr string) {
+	t.Helper()
 	var out strings.Builder
 	cmd.Stderr = &out
 	done := make(chan error, 1)
@@ -213,7 +220,7 @@ func StartFails(t testing.TB, args ...string) (exitCode int, stderr string) {
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		<-done
-		t.Fatalf("fenceproxy %v did not exit; stderr: %s", args, out.String())
+		t.Fatalf("fenceproxy %v did not exit; stderr: %s", cmd.Args[1:], out.String())
 	}
 	return cmd.ProcessState.ExitCode(), out.String()
 }

@@ -303,3 +303,29 @@ func (r *Redis) AnnounceVia(t testing.TB, l *Link) {
 	}
 	r.waitLinkUp(t)
 }
+
+// SeenInMonitor watches r's MONITOR for a command line holding word and
+// closes the returned channel once one has been seen: that command has
+// reached Redis (it runs, or is being run). The watch ends with the test.
+func (r *Redis) SeenInMonitor(t testing.TB, word string) <-chan struct{} {
+	t.Helper()
+	mon := Dial(t, r.Addr)
+	mon.SetTimeout(2 * time.Minute)
+	if got := string(mon.Do("MONITOR")); got != "+OK\r\n" {
+		t.Fatalf("MONITOR = %q", got)
+	}
+	seen := make(chan struct{})
+	go func() {
+		for {
+			line, err := mon.ReadReply()
+			if err != nil {
+				return // closed by the test's cleanup
+			}
+			if strings.Contains(string(line), word) {
+				close(seen)
+				return
+			}
+		}
+	}()
+	return seen
+}

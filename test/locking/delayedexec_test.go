@@ -9,33 +9,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
-// monitorFor watches master's MONITOR for a command line holding word and
-// closes the returned channel once one has been seen: that command has
-// reached Redis (it is run, or being run: anything sent to Redis after the
-// channel closes runs after it).
-func monitorFor(t *testing.T, master *testenv.Redis, word string) <-chan struct{} {
-	t.Helper()
-	mon := testenv.Dial(t, master.Addr)
-	mon.SetTimeout(time.Minute)
-	if got := string(mon.Do("MONITOR")); got != "+OK\r\n" {
-		t.Fatalf("MONITOR = %q", got)
-	}
-	seen := make(chan struct{})
-	go func() {
-		for {
-			line, err := mon.ReadReply()
-			if err != nil {
-				return // closed by the test's cleanup
-			}
-			if strings.Contains(string(line), word) {
-				close(seen)
-				return
-			}
-		}
-	}()
-	return seen
-}
-
 // TestDelayedFenceExecAcrossRestart is issue 22's item 1 (b) on one node:
 // holder X's FENCE.EXEC is checked by the proxy and sent, but its bytes are
 // held on the way to Redis (a Link in front of the backend, cut); the
@@ -65,7 +38,7 @@ func TestDelayedFenceExecAcrossRestart(t *testing.T) {
 	// proxy's lock connection gives up on its reply (--replica-timeout
 	// plus 2s) and answers that it may or may not have run: the write
 	// was sent.
-	landed := monitorFor(t, master, "x-stale")
+	landed := master.SeenInMonitor(t, "x-stale")
 	link.Cut(t, testenv.Upstream)
 	got := x.Do("FENCE.EXEC", r, strconv.FormatInt(tokX, 10), "SET", k, "x-stale")
 	if !strings.Contains(string(got), "may or may not") {

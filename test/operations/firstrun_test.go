@@ -154,26 +154,13 @@ func TestDataDirNotWritable(t *testing.T) {
 	} else if err := os.Chmod(data, 0o555); err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("fenceproxy on a data dir it cannot write did not exit; stderr: %s", stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	code, stderr := testenv.RunUntilExit(t, cmd)
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	want := fmt.Sprintf("not writable by uid %d", uid)
-	if cmd.ProcessState.ExitCode() == 0 || len(lines) != 1 || !strings.Contains(lines[0], want) ||
+	if code == 0 || len(lines) != 1 || !strings.Contains(lines[0], want) ||
 		!strings.Contains(lines[0], "chown") || strings.Contains(lines[0], "in use") {
 		t.Fatalf("fenceproxy on a data dir it cannot write: exit %d, stderr %q; want one line saying %q and to chown it",
-			cmd.ProcessState.ExitCode(), stderr.String(), want)
+			code, stderr, want)
 	}
 }
 

@@ -34,32 +34,6 @@ func startTierBehindLinks(t *testing.T, backend string) (*testenv.Tier, []*teste
 	return tr, links
 }
 
-// monitorFor watches master's MONITOR for a command line holding word and
-// closes the returned channel once one has been seen: that command has
-// reached Redis (anything sent to Redis afterwards runs after it).
-func monitorFor(t *testing.T, master *testenv.Redis, word string) <-chan struct{} {
-	t.Helper()
-	mon := testenv.Dial(t, master.Addr)
-	mon.SetTimeout(2 * time.Minute)
-	if got := string(mon.Do("MONITOR")); got != "+OK\r\n" {
-		t.Fatalf("MONITOR = %q", got)
-	}
-	seen := make(chan struct{})
-	go func() {
-		for {
-			line, err := mon.ReadReply()
-			if err != nil {
-				return // closed by the test's cleanup
-			}
-			if strings.Contains(string(line), word) {
-				close(seen)
-				return
-			}
-		}
-	}()
-	return seen
-}
-
 // TestDelayedFenceExecAcrossLeaderChange is issue 22's item 1 (a): the
 // leader checks holder X's token and sends X's FENCE.EXEC, whose bytes are
 // held on the way to Redis (the leader's Link to the backend, cut); the
@@ -88,7 +62,7 @@ func TestDelayedFenceExecAcrossLeaderChange(t *testing.T) {
 	// X's second write is checked by the leader and sent, and held in its
 	// Link. The leader's lock connection gives up on the reply and answers
 	// that it may or may not have run: the write was sent.
-	landed := monitorFor(t, master, "x-stale")
+	landed := master.SeenInMonitor(t, "x-stale")
 	links[l].Cut(t, testenv.Upstream)
 	got := x.Do("FENCE.EXEC", r, strconv.FormatInt(tokX, 10), "SET", k, "x-stale")
 	if !strings.Contains(string(got), "may or may not") {
