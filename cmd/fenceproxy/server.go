@@ -415,7 +415,6 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		Term:              p.term,
 		LeaseSafetyMargin: cfg.leaseMargin,
 		FenceMarkTTL:      cfg.fenceMarkTTL,
-		Cluster:           p.be.RoutesByKey(),
 	})
 	p.lockManager.Store(mgr)
 	return commands.NewHandler(commands.Options{

@@ -44,6 +44,7 @@ type fakeScripts struct {
 	replies  []reply // Start's, taken in order
 	undos    []reply // RunAfter's, taken in order
 	respond  func(c sent) reply
+	cluster  bool // RoutesByKey
 	read     func(key string) (any, error)
 	policy   cluster.MemoryPolicy
 	noMaster bool
@@ -165,6 +166,8 @@ func (f *fakeScripts) Read(ctx context.Context, key string, call ScriptCall) (an
 	}
 	return read(key)
 }
+
+func (f *fakeScripts) RoutesByKey() bool { return f.cluster }
 
 func (f *fakeScripts) MemoryPolicy(key string) (cluster.MemoryPolicy, bool) {
 	f.mu.Lock()

@@ -61,7 +61,10 @@ func markKey(recordKey string) string { return recordKey + ":fence" }
 // record's (recordKey's) unless, in front of a Redis Cluster, its first key
 // is in another slot; then that slot's mark for resource.
 func (m *Manager) execMarkKey(resource, recordKey, firstKey string) string {
-	if !m.opts.Cluster || firstKey == "" {
+	// Asked of the script runner, not configured: a Manager built without
+	// saying (a test's) would have checked the record's mark, in another
+	// slot than the command's keys: -CROSSSLOT for every such FENCE.EXEC.
+	if firstKey == "" || !m.opts.Scripts.RoutesByKey() {
 		return markKey(recordKey)
 	}
 	slot := keys.SlotOf([]byte(firstKey))

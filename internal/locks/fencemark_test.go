@@ -190,7 +190,7 @@ func TestSlotMarks(t *testing.T) {
 		}
 	}
 	for _, cl := range []bool{false, true} {
-		m := New(Options{Cluster: cl})
+		m := New(Options{Scripts: &fakeScripts{cluster: cl}})
 		record := m.recordKey("acct")
 		for _, tc := range []struct {
 			first string

@@ -101,10 +101,6 @@ type Options struct {
 	// FENCE.EXEC's write may take to reach Redis after its check
 	// (fencemark.go). 0 means 24h.
 	FenceMarkTTL time.Duration
-	// Cluster: the backend is a Redis Cluster, whose scripts' keys must
-	// share one slot: a FENCE.EXEC that writes another slot than the
-	// resource's record checks that slot's own fence mark (fencemark.go).
-	Cluster bool
 	// LeaseSafetyMargin is the part of a lease (0 to 1) that a reply must
 	// still leave, after the time since the request was received and a
 	// clock-drift allowance (see replyBy); a grant or renewal that would

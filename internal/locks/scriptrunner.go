@@ -40,4 +40,7 @@ type ScriptRunner interface {
 	RunAfter(ctx context.Context, prev *Write, call ScriptCall) (any, error)
 	Read(ctx context.Context, key string, call ScriptCall) (any, error)
 	MemoryPolicy(key string) (policy cluster.MemoryPolicy, ok bool)
+	// RoutesByKey reports whether scripts go to the master of their keys'
+	// slot (a Redis Cluster), whose keys must then share one slot.
+	RoutesByKey() bool
 }

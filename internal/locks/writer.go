@@ -233,6 +233,9 @@ func (wr *Writer) Read(ctx context.Context, key string, call ScriptCall) (any, e
 	return wr.Start(ctx, key, call, false).Reply()
 }
 
+// RoutesByKey reports whether the backend is a Redis Cluster.
+func (wr *Writer) RoutesByKey() bool { return wr.opts.Backend.RoutesByKey() }
+
 // MemoryPolicy is the last maxmemory-policy reading of key's master (no
 // I/O); ok is false if no master of its slot is reachable.
 func (wr *Writer) MemoryPolicy(key string) (p cluster.MemoryPolicy, ok bool) {
