@@ -189,6 +189,10 @@ func init() {
 		// (control.go).
 		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction},
 		{name: "function", arity: -2, serve: (*Handler).scriptOrFunction},
+		// Clients' own lock recipes run as the lock manager's twins;
+		// every other script is forwarded (recipes.go).
+		{name: "eval", arity: -3, serve: (*Handler).evalScript, onLoop: evalOnLoop},
+		{name: "evalsha", arity: -3, serve: (*Handler).evalScript, onLoop: evalOnLoop},
 
 		// The lock family, in the order of INFO's "# locks" lines.
 		{name: "lock.acquire", arity: -4, flags: lockFlags | flagWrite | flagWritesResource, resource: 1,
@@ -239,6 +243,10 @@ func init() {
 			summary: "Show a lock's owner, newest token, remaining lease and waiters",
 			syntax:  "resource",
 			serve:   (*Handler).lockInfo},
+		{name: "lock.token", arity: 3, flags: lockFlags | flagReadonly | flagFast, resource: 1,
+			summary: "Get the fencing token of a holder's current grant of a lock: a client recipe's lock key, or a lock-family resource",
+			syntax:  "resource holder",
+			serve:   (*Handler).lockToken},
 		{name: "lock.top", arity: -1, flags: lockFlags | flagReadonly,
 			summary: "List the most contended resources, most first",
 			syntax:  "[count]",

@@ -1,0 +1,255 @@
+// Package recipes tests clients' own lock recipes through fenceproxy
+// (issue #23): the requests a real client library sends, byte for byte
+// (EVALSHA with the library's SHA-1 and argument layout; see
+// docs/design/recipes.md), against a real master and replica. The library
+// itself runs in test/clients (the Java suite runs Redisson's RLock).
+package recipes
+
+import (
+	"bufio"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// Redisson's scripts (3.52.0, 4.0.0 and 4.7.0 send the same bodies).
+const (
+	shaAcquire = "149c5a8bf18676fd99e9e6e24923bd64d9b62f94"
+	shaRenew   = "6a3d31570dc6f4b0bd32bcdc8e75667747c6f635"
+	shaUnlock  = "6866459238a13a701d42f4971f12d9f3a50e2442"
+	shaSpinAcq = "dad0f8d619e548e04f21fb48d50be5034df3adae"
+)
+
+// setup is a master with one replica, a proxy with --min-replicas 1, and
+// connections to the proxy (c), the master (m) and the replica (r).
+type setup struct {
+	master, replica *testenv.Redis
+	p               *testenv.Proxy
+	c, m, r         *testenv.Conn
+}
+
+func newSetup(t *testing.T) setup {
+	t.Helper()
+	var e setup
+	e.master = testenv.StartRedis(t, testenv.RedisOptions{})
+	e.replica = testenv.StartReplica(t, e.master)
+	e.p = testenv.StartProxy(t, testenv.ProxyOptions{Backend: e.master.Addr, MinReplicas: 1, ReplicaTimeout: 300 * time.Millisecond})
+	e.c = testenv.Dial(t, e.p.Addr)
+	e.c.SetTimeout(30 * time.Second)
+	e.m = testenv.Dial(t, e.master.Addr)
+	e.r = testenv.Dial(t, e.replica.Addr)
+	return e
+}
+
+// acquire sends RLock's acquire as Redisson does: EVALSHA sha 1 name
+// leaseMs lockName.
+func acquire(c *testenv.Conn, name string, lease int, holder string) []byte {
+	return c.Do("EVALSHA", shaAcquire, "1", name, strconv.Itoa(lease), holder)
+}
+
+// unlock sends RLock's unlock as Redisson does, with latch request id req.
+func unlock(c *testenv.Conn, name, holder, req string) []byte {
+	return c.Do("EVALSHA", shaUnlock, "3", name, "redisson_lock__channel:{"+name+"}",
+		"redisson_unlock_latch:{"+name+"}:"+req, "0", "30000", holder, "PUBLISH", "13500")
+}
+
+func mustNull(t *testing.T, got []byte, what string) {
+	t.Helper()
+	if !testenv.IsNull(got) {
+		t.Fatalf("%s = %q, want nil (Redisson: acquired)", what, got)
+	}
+}
+
+func mustInt(t *testing.T, got []byte, what string) int64 {
+	t.Helper()
+	n, ok := testenv.ParseInt(got)
+	if !ok {
+		t.Fatalf("%s = %q, want an integer", what, got)
+	}
+	return n
+}
+
+func token(t *testing.T, c *testenv.Conn, name, holder string) int64 {
+	t.Helper()
+	return mustInt(t, c.Do("LOCK.TOKEN", name, holder), "LOCK.TOKEN "+name+" "+holder)
+}
+
+// A grant is replied only once the replica has it; it gets a fence-store
+// token, which FENCE.CHECK, LOCK.INFO and LOCK.TOKEN know by the lock key;
+// another holder is told the pttl; re-entry keeps the token; the last
+// unlock publishes the wake-up and frees the lock for the next holder,
+// whose token is newer.
+func TestRedissonLockThroughProxy(t *testing.T) {
+	e := newSetup(t)
+	const name, a, b = "orders", "uuid-a:1", "uuid-b:7"
+
+	mustNull(t, acquire(e.c, name, 30000, a), "A's acquire")
+	// Replied after the replica acknowledged: the replica has it now.
+	if got := string(e.r.Do("HGET", name, a)); got != "$1\r\n1\r\n" {
+		t.Fatalf("replica's HGET %s %s right after the grant = %q, want 1", name, a, got)
+	}
+	tokA := token(t, e.c, name, a)
+	if got := string(e.c.Do("FENCE.CHECK", name, strconv.FormatInt(tokA, 10))); got != ":1\r\n" {
+		t.Fatalf("FENCE.CHECK %s %d = %q, want 1", name, tokA, got)
+	}
+	li, err := testenv.ParseLockInfo(e.c.Do("LOCK.INFO", name))
+	if err != nil || string(li.Owner) != a || li.Token != tokA {
+		t.Fatalf("LOCK.INFO %s = %+v (%v), want owner %s token %d", name, li, err, a, tokA)
+	}
+	if got := e.c.Do("LOCK.TOKEN", name, b); !testenv.IsNull(got) {
+		t.Fatalf("LOCK.TOKEN %s %s (not the holder) = %q, want null", name, b, got)
+	}
+	if pttl := mustInt(t, acquire(e.c, name, 30000, b), "B's acquire while A holds"); pttl <= 0 || pttl > 30000 {
+		t.Fatalf("B's acquire while A holds = %d, want A's pttl", pttl)
+	}
+	// Also against the lock family: the resource is held.
+	if got := e.c.Do("LOCK.ACQUIRE", name, "family", "1000"); !testenv.IsNull(got) {
+		t.Fatalf("LOCK.ACQUIRE %s while Redisson's A holds it = %q, want null", name, got)
+	}
+
+	mustNull(t, acquire(e.c, name, 30000, a), "A's re-entry")
+	if got := string(e.m.Do("HGET", name, a)); got != "$1\r\n2\r\n" {
+		t.Fatalf("count after re-entry = %q, want 2", got)
+	}
+	if again := token(t, e.c, name, a); again != tokA {
+		t.Fatalf("LOCK.TOKEN after re-entry = %d, want A's %d", again, tokA)
+	}
+
+	// The wake-up: a subscriber on the channel hears the last unlock.
+	sub, err := net.Dial("tcp", e.p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	sub.Write(testenv.AppendCommand(nil, "SUBSCRIBE", "redisson_lock__channel:{"+name+"}"))
+	rd := bufio.NewReader(sub)
+	sub.SetReadDeadline(time.Now().Add(10 * time.Second))
+	readLines(t, rd, 6) // the subscribe confirmation
+
+	if got := mustInt(t, unlock(e.c, name, a, "r1"), "A's first unlock"); got != 0 {
+		t.Fatalf("A's first unlock = %d, want 0 (still held once)", got)
+	}
+	if got := mustInt(t, unlock(e.c, name, a, "r1"), "A's first unlock retried"); got != 0 {
+		t.Fatalf("A's first unlock retried with the same latch = %d, want 0 again", got)
+	}
+	if got := mustInt(t, unlock(e.c, name, a, "r2"), "A's last unlock"); got != 1 {
+		t.Fatalf("A's last unlock = %d, want 1 (released)", got)
+	}
+	msg := readLines(t, rd, 7)
+	if !strings.Contains(msg, "message") || !strings.HasSuffix(msg, "0\r\n") {
+		t.Fatalf("the channel carried %q, want the unlock message 0", msg)
+	}
+	if got := unlock(e.c, name, a, "r3"); !testenv.IsNull(got) {
+		t.Fatalf("unlock by a non-holder = %q, want nil", got)
+	}
+	if li, _ := testenv.ParseLockInfo(e.c.Do("LOCK.INFO", name)); li.Owner != nil {
+		t.Fatalf("LOCK.INFO after the release shows owner %q", li.Owner)
+	}
+
+	mustNull(t, acquire(e.c, name, 30000, b), "B's acquire after the release")
+	tokB := token(t, e.c, name, b)
+	if tokB <= tokA {
+		t.Fatalf("B's token %d is not above A's %d", tokB, tokA)
+	}
+	if got := string(e.c.Do("FENCE.CHECK", name, strconv.FormatInt(tokA, 10))); got != ":0\r\n" {
+		t.Fatalf("FENCE.CHECK of A's token after B's grant = %q, want 0 (stale)", got)
+	}
+	// RSpinLock's acquire is the same lock: B re-enters by it.
+	if got := e.c.Do("EVALSHA", shaSpinAcq, "1", name, "30000", b); !testenv.IsNull(got) {
+		t.Fatalf("B's re-entry by RSpinLock's acquire = %q, want nil", got)
+	}
+}
+
+// readLines reads n CRLF lines (a small pub/sub reply) and returns them.
+func readLines(t *testing.T, rd *bufio.Reader, n int) string {
+	t.Helper()
+	var b strings.Builder
+	for range n {
+		l, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the channel: %v (so far %q)", err, b.String())
+		}
+		b.WriteString(l)
+	}
+	return b.String()
+}
+
+// With the only replica stopped, a fresh grant is undone and answered
+// with a positive retry time (Redisson: "held, try again"): the master
+// holds no lock and no record, and no token counts as issued.
+func TestRedissonGrantRefusedWithoutReplica(t *testing.T) {
+	e := newSetup(t)
+	const name, a = "refused", "uuid-a:1"
+	e.replica.Stop()
+	defer e.replica.Cont()
+
+	if got := mustInt(t, acquire(e.c, name, 30000, a), "acquire with the replica stopped"); got <= 0 {
+		t.Fatalf("acquire with the replica stopped = %d, want a positive retry time (not acquired)", got)
+	}
+	if n := mustInt(t, e.m.Do("EXISTS", name, "fenceproxy:lock:{"+name+"}"), "EXISTS"); n != 0 {
+		t.Fatalf("after the refused grant %d of the lock and its record are left on the master, want none", n)
+	}
+	if li, _ := testenv.ParseLockInfo(e.c.Do("LOCK.INFO", name)); li.Owner != nil || li.Token != 0 {
+		t.Fatalf("LOCK.INFO after the refused grant = %s, want free and no token issued", li.Raw)
+	}
+}
+
+// With the replica stopped, a re-entry is undone exactly: the count is
+// stepped back and the lock's expiry is what it was.
+func TestRedissonReentryUndoneWithoutReplica(t *testing.T) {
+	e := newSetup(t)
+	const name, a = "reentry", "uuid-a:1"
+	mustNull(t, acquire(e.c, name, 60000, a), "A's acquire")
+	tokA := token(t, e.c, name, a)
+	before := mustInt(t, e.m.Do("PEXPIRETIME", name), "PEXPIRETIME before")
+	time.Sleep(20 * time.Millisecond) // a re-arm would move the expiry
+
+	e.replica.Stop()
+	if got := mustInt(t, acquire(e.c, name, 60000, a), "A's re-entry with the replica stopped"); got <= 0 {
+		t.Fatalf("re-entry with the replica stopped = %d, want a positive retry time", got)
+	}
+	e.replica.Cont()
+	if got := string(e.m.Do("HGET", name, a)); got != "$1\r\n1\r\n" {
+		t.Fatalf("count after the refused re-entry = %q, want 1", got)
+	}
+	if after := mustInt(t, e.m.Do("PEXPIRETIME", name), "PEXPIRETIME after"); after != before {
+		t.Fatalf("expiry after the refused re-entry = %d, want %d restored", after, before)
+	}
+	if got := token(t, e.c, name, a); got != tokA {
+		t.Fatalf("LOCK.TOKEN after the refused re-entry = %d, want %d", got, tokA)
+	}
+}
+
+// The watchdog's batched renewal re-arms every lock its holder holds (1)
+// and reports the others (0); with the replica stopped it answers
+// NOREPLICAS (Redisson retries the batch) and restores the old expiries.
+func TestRedissonRenewBatch(t *testing.T) {
+	e := newSetup(t)
+	mustNull(t, acquire(e.c, "k1", 20000, "h:1"), "k1")
+	mustNull(t, acquire(e.c, "k2", 20000, "h:2"), "k2")
+	got := string(e.c.Do("EVALSHA", shaRenew, "3", "k1", "k2", "k3", "60000", "h:1", "h:2", "h:3"))
+	if got != "*3\r\n:1\r\n:1\r\n:0\r\n" {
+		t.Fatalf("renewal of k1 k2 (held) and k3 (not) = %q, want [1 1 0]", got)
+	}
+	for _, k := range []string{"k1", "k2", "fenceproxy:lock:{k1}"} {
+		if pttl := mustInt(t, e.r.Do("PTTL", k), "replica's PTTL "+k); pttl <= 20000 {
+			t.Fatalf("replica's PTTL %s after the renewal = %d, want above the old 20000", k, pttl)
+		}
+	}
+	before := mustInt(t, e.m.Do("PEXPIRETIME", "k1"), "PEXPIRETIME k1")
+	e.replica.Stop()
+	got = string(e.c.Do("EVALSHA", shaRenew, "1", "k1", "90000", "h:1"))
+	e.replica.Cont()
+	if !strings.HasPrefix(got, "-NOREPLICAS") {
+		t.Fatalf("renewal with the replica stopped = %q, want -NOREPLICAS", got)
+	}
+	if after := mustInt(t, e.m.Do("PEXPIRETIME", "k1"), "PEXPIRETIME k1 after"); after != before {
+		t.Fatalf("k1's expiry after the refused renewal = %d, want %d restored", after, before)
+	}
+}
