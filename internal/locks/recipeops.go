@@ -14,6 +14,12 @@ package locks
 //     keys' absolute expiry times before, PEXPIRETIME: -1 none), so that a
 //     grant or renewal the replicas did not acknowledge is undone exactly.
 //
+// A side record's client address ends with recipeAddrMark, so that a
+// twin can tell a recipe's record from a lock-family grant of the same
+// name: a recipe's record whose lock is gone is stale (its unlock ran
+// where the proxy did not see it, inside a client's MULTI for instance,
+// as Redisson's RTransaction commits), while a family grant stands.
+//
 // Every twin takes two KEYS, like the family's operations: the lock key
 // and its side record (in place of the lock-delay guard, which recipes do
 // not use). An unlock's latch key and channel travel in ARGV: they share
@@ -22,6 +28,7 @@ package locks
 // Redisson's RLock is a hash: field the holder (<uuid>:<threadId>), value
 // its re-entry count, expiring with the lease.
 const recipeOpsLua = `
+local RECIPE = '` + recipeAddrMark + `'
 local function restore(k, at)
   at = tonumber(at)
   if at == -1 then
@@ -46,7 +53,12 @@ local function hashAcquire(k, s, a)
     end
   end
   if sowner and sowner ~= holder then
-    return {0, call('PTTL', s)} -- a lock-family holder of the same name
+    if count ~= 0 or sub(saddr, -#RECIPE) ~= RECIPE then
+      return {0, call('PTTL', s)} -- a lock-family holder of the same name
+    end
+    -- A recipe's record whose lock is gone: unlocked where the proxy did
+    -- not see it (inside MULTI, or a DEL). It is stale: replaced below.
+    sowner, stok = false, false
   end
   local st = stok and tonumber(stok)
   if st and st >= tonumber(cand) then
@@ -182,6 +194,10 @@ local recipeOps = {
   U = {hashUnlock, 8}, F = {hashForceUnlock, 4},
 }
 `
+
+// recipeAddrMark ends a recipe side record's client address (LOCK.INFO's
+// client-addr shows it).
+const recipeAddrMark = " (recipe)"
 
 // The twins' operation letters and arguments (all strings or numbers, in
 // this order). Replies are {kind, ...}: kind 0 busy, 1 the holder's

@@ -94,7 +94,7 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, holder, client
 	term := m.term()
 	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: []string{key, side},
 		Args: []any{holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
-			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr, owner: holder}, term}}
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term}}
 	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
 	reply, err := g.write.Reply()
 	if err != nil {

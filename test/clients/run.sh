@@ -155,6 +155,8 @@ if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 		scripts/redis-local.sh start "$tmp/redis" >/dev/null || die "scripts/redis-local.sh start failed"
 		# shellcheck disable=SC1091
 		. "$tmp/redis/env"
+		# The Java suite's recipe case detaches the replica for a while.
+		export FENCEPROXY_MASTER_ADDR=$MASTER_ADDR FENCEPROXY_REPLICA_ADDR=$REPLICA_ADDR
 	fi
 	for try in 1 2 3 4 5; do
 		port=$((20000 + RANDOM % 10000))
