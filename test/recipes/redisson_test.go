@@ -352,3 +352,75 @@ func TestRedissonUnlockElsewhereFreesTheLock(t *testing.T) {
 		t.Fatalf("Redisson's acquire of a resource the lock family holds = %d, want its pttl", pttl)
 	}
 }
+
+// A grant whose lease would be over, or nearly, by the time it is replied
+// (the late-reply rule: here a 2 ms lease, which can never leave the
+// safety margin) is undone and answered "held, retry": nothing is left.
+func TestRedissonLateGrantUndone(t *testing.T) {
+	e := newSetup(t)
+	const name, a = "late", "uuid-a:1"
+	if got := mustInt(t, acquire(e.c, name, 2, a), "acquire with a 2 ms lease"); got <= 0 {
+		t.Fatalf("acquire with a 2 ms lease = %d, want a positive retry time (not acquired)", got)
+	}
+	if n := mustInt(t, e.m.Do("EXISTS", name, "fenceproxy:lock:{"+name+"}"), "EXISTS"); n != 0 {
+		t.Fatalf("after the late grant %d of the lock and its record are left, want none", n)
+	}
+}
+
+// The twins have the effect of Redisson's own scripts: the same sequence
+// of calls, run through the proxy on one lock and with Redisson's bodies
+// straight on the master on another, leaves the same hash, the same
+// replies and expiries within a few ms, and the same latch. Needs the
+// bodies ($RECIPES_BODIES).
+func TestTwinsMatchRedissonScripts(t *testing.T) {
+	if os.Getenv(bodiesEnv) == "" {
+		t.Skip("set " + bodiesEnv + " to a directory with Redisson's script bodies")
+	}
+	e := newSetup(t)
+	steps := []struct {
+		sha  string
+		keys func(n string) []string
+		argv []string
+	}{
+		{shaAcquire, func(n string) []string { return []string{n} }, []string{"30000", "h:1"}},
+		{shaAcquire, func(n string) []string { return []string{n} }, []string{"40000", "h:1"}}, // re-entry
+		{shaAcquire, func(n string) []string { return []string{n} }, []string{"30000", "h:2"}}, // busy
+		{shaRenew, func(n string) []string { return []string{n, n + "x"} }, []string{"50000", "h:1", "h:1"}},
+		{shaUnlock, func(n string) []string { return unlockKeys(n, "r1") }, []string{"0", "20000", "h:2", "PUBLISH", "13500"}}, // not holder
+		{shaUnlock, func(n string) []string { return unlockKeys(n, "r2") }, []string{"0", "20000", "h:1", "PUBLISH", "13500"}}, // count 1 left
+		{shaUnlock, func(n string) []string { return unlockKeys(n, "r2") }, []string{"0", "20000", "h:1", "PUBLISH", "13500"}}, // latch
+		{shaUnlock, func(n string) []string { return unlockKeys(n, "r3") }, []string{"0", "20000", "h:1", "PUBLISH", "13500"}}, // released
+		{shaSpinAcq, func(n string) []string { return []string{n} }, []string{"30000", "h:2"}},
+	}
+	for i, s := range steps {
+		real, twin := "real", "twin"
+		cmd := func(n string) []string {
+			ks := s.keys(n)
+			return append(append([]string{"EVALSHA", s.sha, strconv.Itoa(len(ks))}, ks...), s.argv...)
+		}
+		want := string(e.m.Do(cmd(real)...))
+		got := string(e.c.Do(cmd(twin)...))
+		if got != want {
+			t.Fatalf("step %d: the proxy's reply %q, Redisson's script's %q", i, got, want)
+		}
+		hw, hg := string(e.m.Do("HGETALL", real)), string(e.m.Do("HGETALL", twin))
+		if hw != hg {
+			t.Fatalf("step %d: the twin left %q, Redisson's script %q", i, hg, hw)
+		}
+		pw, pg := mustInt(t, e.m.Do("PTTL", real), "PTTL"), mustInt(t, e.m.Do("PTTL", twin), "PTTL")
+		if d := pw - pg; d < -50 || d > 50 {
+			t.Fatalf("step %d: the twin's PTTL %d, Redisson's script's %d", i, pg, pw)
+		}
+	}
+	for _, req := range []string{"r1", "r2", "r3"} {
+		lw := string(e.m.Do("GET", "redisson_unlock_latch:{real}:"+req))
+		lg := string(e.m.Do("GET", "redisson_unlock_latch:{twin}:"+req))
+		if lw != lg {
+			t.Fatalf("latch %s: the twin's %q, Redisson's script's %q", req, lg, lw)
+		}
+	}
+}
+
+func unlockKeys(n, req string) []string {
+	return []string{n, "redisson_lock__channel:{" + n + "}", "redisson_unlock_latch:{" + n + "}:" + req}
+}
