@@ -100,8 +100,18 @@ func (h *Handler) recipeAcquire(c *protocol.Conn, call recipes.Call, p *resp.Rep
 			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
 			return reply, nil
 		}
+		ferr := h.lockError(err, "the lock may or may not be granted; it expires with its lease")
+		var coded resp.Error
+		if errors.As(ferr, &coded) && coded.Code == "TRYAGAIN" {
+			// Nothing was done (this proxy is not the token authority
+			// right now, or no longer its tier's leader): "held, retry",
+			// which lock() waits on, where an error would reach the
+			// application (Redisson sends acquires without retry).
+			h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+			return redcon.AppendInt(nil, retry), nil
+		}
 		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-		return nil, h.lockError(err, "the lock may or may not be granted; it expires with its lease")
+		return nil, ferr
 	})
 }
 

@@ -144,6 +144,9 @@ func TestRedissonLockThroughProxy(t *testing.T) {
 	if err != nil || string(li.Owner) != a || li.Token != tokA {
 		t.Fatalf("LOCK.INFO %s = %+v (%v), want owner %s token %d", name, li, err, a, tokA)
 	}
+	if got := string(e.c.Do("FENCE.EXEC", name, strconv.FormatInt(tokA, 10), "SET", "orders:data", "a")); got != "+OK\r\n" {
+		t.Fatalf("FENCE.EXEC %s %d SET = %q, want +OK", name, tokA, got)
+	}
 	if got := e.c.Do("LOCK.TOKEN", name, b); !testenv.IsNull(got) {
 		t.Fatalf("LOCK.TOKEN %s %s (not the holder) = %q, want null", name, b, got)
 	}
@@ -201,6 +204,9 @@ func TestRedissonLockThroughProxy(t *testing.T) {
 	}
 	if got := string(e.c.Do("FENCE.CHECK", name, strconv.FormatInt(tokA, 10))); got != ":0\r\n" {
 		t.Fatalf("FENCE.CHECK of A's token after B's grant = %q, want 0 (stale)", got)
+	}
+	if got := string(e.c.Do("FENCE.EXEC", name, strconv.FormatInt(tokA, 10), "SET", "orders:data", "a")); !strings.HasPrefix(got, "-STALE") {
+		t.Fatalf("FENCE.EXEC with A's token after B's grant = %q, want -STALE", got)
 	}
 	// RSpinLock's acquire is the same lock: B re-enters by it.
 	if got := e.c.Do("EVALSHA", shaSpinAcq, "1", name, "30000", b); !testenv.IsNull(got) {
