@@ -103,6 +103,27 @@ final class RedissonRecipes {
             Suite.skip(REDISSON, name, "needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh, master + replica)");
             return;
         }
+        String renewName = "RLock watchdog with the only replica detached: renewals refused (NOREPLICAS), the lease runs out; "
+                + "the client goes on and locks again once the replica is back";
+        test(REDISSON, renewName, 40, () -> {
+            String lock = key("recipe-renew");
+            RLock l = a.getLock(lock);
+            l.lock(); // watchdog: lease 3000 ms, renewed every 1000 ms
+            withoutReplica(replica, master, m -> {
+                long end = System.currentTimeMillis() + 15_000;
+                while (m.exists(lock) && System.currentTimeMillis() < end) Thread.sleep(50);
+                check("EXISTS " + lock + " on the master within 15 s of detaching the replica (renewals must not extend it)",
+                        !m.exists(lock), true, "the lease ran out (false)");
+            });
+            RLock o = b.getLock(lock);
+            check("other client RLock.tryLock(5s, 10s) after the unrenewed lease ran out",
+                    submitGet(() -> {
+                        boolean ok = o.tryLock(5, 10, TimeUnit.SECONDS);
+                        if (ok) o.unlock();
+                        return ok;
+                    }), false, "true");
+        });
+
         test(REDISSON, name, 40, () -> {
             String lock = key("recipe-noreplica");
             RLock l = a.getLock(lock);
@@ -126,6 +147,25 @@ final class RedissonRecipes {
                 l.unlock();
             }
         });
+    }
+
+    /** Detaches the replica for the body, and waits for it to be back after. */
+    interface WithoutReplica {
+        void run(Jedis master) throws Exception;
+    }
+
+    static void withoutReplica(String replica, String master, WithoutReplica body) throws Exception {
+        try (Jedis r = jedis(replica); Jedis m = jedis(master)) {
+            r.replicaofNoOne();
+            try {
+                waitReplicas(m, 0);
+                body.run(m);
+            } finally {
+                String host = master.substring(0, master.lastIndexOf(':'));
+                r.replicaof(host, Integer.parseInt(master.substring(master.lastIndexOf(':') + 1)));
+                waitReplicas(m, 1);
+            }
+        }
     }
 
     /** Waits (bounded) until the master counts n online replicas. */
