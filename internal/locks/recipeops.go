@@ -20,9 +20,10 @@ package locks
 // where the proxy did not see it, inside a client's MULTI for instance,
 // as Redisson's RTransaction commits), while a family grant stands.
 //
-// Every twin takes two KEYS, like the family's operations: the lock key
-// and its side record (in place of the lock-delay guard, which recipes do
-// not use). An unlock's latch key and channel travel in ARGV: they share
+// Every twin takes three KEYS, like the family's operations: the lock
+// key, its side record (in place of the lock-delay guard, which recipes do
+// not use) and the side record's fence mark (fencemark.go), which a grant
+// of a new token raises as the family's grants do, and its undo lowers. An unlock's latch key and channel travel in ARGV: they share
 // the lock key's hash tag. A twin checks terms on the side record.
 //
 // Redisson's RLock is a hash: field the holder (<uuid>:<threadId>), value
@@ -37,9 +38,9 @@ local function restore(k, at)
     call('PEXPIREAT', k, at) -- a time already past deletes the key
   end
 end
-local function hashAcquire(k, s, a)
-  local holder, lease, cand, newest, now, value, term =
-    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6]
+local function hashAcquire(k, s, mk, a)
+  local holder, lease, cand, newest, now, value, term, life =
+    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7]
   local sowner, stok, sterm, sacq, _, saddr = load(s)
   local refused = newer(sterm, s, term, num(term), false)
   if refused then
@@ -73,9 +74,10 @@ local function hashAcquire(k, s, a)
     return {1, stok, count, was, swas}
   end
   call('SET', s, value, 'PX', lease)
+  raise(mk, cand, term, life)
   return {2, cand, count, was, ''}
 end
-local function hashAcquireUndo(k, s, a)
+local function hashAcquireUndo(k, s, mk, a)
   local holder, tok, count, was, swas, term = A[a], A[a + 1], tonumber(A[a + 2]), A[a + 3], A[a + 4], A[a + 5]
   local sowner, stok, sterm = load(s)
   local refused = newer(sterm, s, term, num(term), false)
@@ -93,13 +95,14 @@ local function hashAcquireUndo(k, s, a)
   if sowner == holder and stok == tok then
     if swas == '' then
       call('DEL', s)
+      lower(mk, tok, A[a + 6], A[a + 7])
     else
       restore(s, swas)
     end
   end
   return 1
 end
-local function hashRenew(k, s, a)
+local function hashRenew(k, s, _, a)
   local holder, lease, newest, now, term = A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4]
   local sowner, stok, sterm, sacq, _, saddr = load(s)
   local refused = newer(sterm, s, term, num(term), false)
@@ -117,7 +120,7 @@ local function hashRenew(k, s, a)
   end
   return {1, was, swas, stok or ''}
 end
-local function hashRenewUndo(k, s, a)
+local function hashRenewUndo(k, s, _, a)
   local holder, was, swas, tok, term = A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4]
   local sowner, stok, sterm = load(s)
   local refused = newer(sterm, s, term, num(term), false)
@@ -140,7 +143,7 @@ local function dropSide(s, sowner, stok, sterm, sacq, sren, saddr)
   call('DEL', s)
   return pack(sowner, stok or '0', sterm, sacq, sren, saddr)
 end
-local function hashUnlock(k, s, a)
+local function hashUnlock(k, s, _, a)
   local holder, lease, channel, latch, pub, msg, lttl, term =
     A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7]
   local sowner, stok, sterm, sacq, sren, saddr = load(s)
@@ -173,7 +176,7 @@ local function hashUnlock(k, s, a)
   end
   return {1, 1}
 end
-local function hashForceUnlock(k, s, a)
+local function hashForceUnlock(k, s, _, a)
   local channel, pub, msg, term = A[a], A[a + 1], A[a + 2], A[a + 3]
   local sowner, stok, sterm, sacq, sren, saddr = load(s)
   local refused = newer(sterm, s, term, num(term), false)
@@ -189,7 +192,7 @@ local function hashForceUnlock(k, s, a)
   return {1, 1, dropSide(s, sowner, stok, sterm, sacq, sren, saddr)}
 end
 local recipeOps = {
-  H = {hashAcquire, 7}, I = {hashAcquireUndo, 6},
+  H = {hashAcquire, 8}, I = {hashAcquireUndo, 8},
   N = {hashRenew, 5}, O = {hashRenewUndo, 5},
   U = {hashUnlock, 8}, F = {hashForceUnlock, 4},
 }
@@ -206,7 +209,9 @@ const recipeAddrMark = " (recipe)"
 // replyKind.
 const (
 	// opHashAcquire: holder, lease-ms, candidate token, newest token, now
-	// (unix ms), the new side record (a recordValue), term. Returns {0,
+	// (unix ms), the new side record (a recordValue), term,
+	// fence-mark-life-ms. A grant under a new token raises the fence mark
+	// to it. Returns {0,
 	// pttl} busy (pttl of the lock, or of a lock-family holder's record);
 	// {1, token, count before, lock's PEXPIRETIME before, side record's
 	// PEXPIRETIME before} a grant under the holder's current token; {2,
@@ -214,10 +219,13 @@ const (
 	// token; {4, token} (kindTokenAhead).
 	opHashAcquire lockOp = 'H'
 	// opHashAcquireUndo: holder, token, count before, lock's PEXPIRETIME
-	// before, side record's ("" if the grant wrote a new one), term. Puts
-	// the count and the expiry back (a fresh grant's field removed) if the
-	// count is still the grant's, and deletes or restores the side record
-	// if it is still the grant's. Returns 1.
+	// before, side record's ("" if the grant wrote a new one), term, the
+	// resource's newest token issued without this one ("" if unknown),
+	// fence-mark-life-ms. Puts the count and the expiry back (a fresh
+	// grant's field removed) if the count is still the grant's, and deletes
+	// or restores the side record if it is still the grant's; a new
+	// token's side record deleted, the fence mark goes back as opUndo's
+	// does. Returns 1.
 	opHashAcquireUndo lockOp = 'I'
 	// opHashRenew: holder, lease-ms, newest token, now, term. Returns 0 if
 	// the holder does not hold the lock, else {1, PEXPIRETIME before, the

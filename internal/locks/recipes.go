@@ -39,6 +39,10 @@ type hashGrant struct {
 	was, swas any    // PEXPIRETIME before: the lock's, the side record's ("" if new)
 }
 
+// recipeKeys are a recipe twin's KEYS: the lock key, its side record
+// (the resource's owner record) and the side record's fence mark.
+func recipeKeys(key, side string) []string { return []string{key, side, markKey(side)} }
+
 // RecipeAcquire runs a recipe's acquire of the hash lock key for holder
 // (Redisson's RLock and RSpinLock): it grants, re-enters, or finds the
 // lock held. It returns nil once the grant is acknowledged and its token
@@ -92,9 +96,9 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, holder, client
 	}
 	g.start = time.Now()
 	term := m.term()
-	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: []string{key, side},
+	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
 		Args: []any{holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
-			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term}}
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife()}}
 	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
 	reply, err := g.write.Reply()
 	if err != nil {
@@ -182,8 +186,14 @@ func (m *Manager) settleHashGrant(ctx context.Context, g *hashGrant, key, holder
 func (m *Manager) abandonHashGrant(ctx context.Context, g *hashGrant, key, holder string, reserved bool, err error) error {
 	undone := false
 	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		// The newest token issued besides this one, for the fence mark, as
+		// undo has it ("" if unknown: the mark stays up, the safe side).
+		var newest any = ""
+		if n, err := m.opts.Store.Newest(key); err == nil && n < g.token {
+			newest = n
+		}
 		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquireUndo, Keys: g.call.Keys,
-			Args: []any{holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term()}})
+			Args: []any{holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife()}})
 		if uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged recipe grant; it expires with its lease", "err", uerr)
 		} else {
@@ -253,7 +263,7 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 		return false, err
 	}
 	now := time.Now()
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: []string{l.Key, side},
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(l.Key, side),
 		Args: []any{l.Holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term()}}
 	w := m.opts.Scripts.Start(ctx, l.Key, call, true)
 	reply, err := w.Reply()
@@ -309,7 +319,7 @@ func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, nu
 	side := m.recordKey(u.Key)
 	turn := m.serial.lock(u.Key)
 	defer m.serial.unlock(u.Key, turn)
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: []string{u.Key, side},
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: recipeKeys(u.Key, side),
 		Args: []any{u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL, m.term()}}
 	if u.Force {
 		call.Op = opHashForceUnlock

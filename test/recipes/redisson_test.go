@@ -143,6 +143,11 @@ func TestRedissonLockThroughProxy(t *testing.T) {
 	if got := string(e.c.Do("FENCE.CHECK", name, strconv.FormatInt(tokA, 10))); got != ":1\r\n" {
 		t.Fatalf("FENCE.CHECK %s %d = %q, want 1", name, tokA, got)
 	}
+	// The grant raised the resource's fence mark, against which a delayed
+	// FENCE.EXEC is checked inside Redis.
+	if got, _ := testenv.ParseBulk(e.m.Do("GET", "fenceproxy:lock:{"+name+"}:fence")); string(got) != strconv.FormatInt(tokA, 10)+" 0" {
+		t.Fatalf("fence mark after A's grant = %q, want %d 0", got, tokA)
+	}
 	li, err := testenv.ParseLockInfo(e.c.Do("LOCK.INFO", name))
 	if err != nil || string(li.Owner) != a || li.Token != tokA {
 		t.Fatalf("LOCK.INFO %s = %+v (%v), want owner %s token %d", name, li, err, a, tokA)
@@ -243,8 +248,8 @@ func TestRedissonGrantRefusedWithoutReplica(t *testing.T) {
 	if got := mustInt(t, acquire(e.c, name, 30000, a), "acquire with the replica stopped"); got <= 0 {
 		t.Fatalf("acquire with the replica stopped = %d, want a positive retry time (not acquired)", got)
 	}
-	if n := mustInt(t, e.m.Do("EXISTS", name, "fenceproxy:lock:{"+name+"}"), "EXISTS"); n != 0 {
-		t.Fatalf("after the refused grant %d of the lock and its record are left on the master, want none", n)
+	if n := mustInt(t, e.m.Do("EXISTS", name, "fenceproxy:lock:{"+name+"}", "fenceproxy:lock:{"+name+"}:fence"), "EXISTS"); n != 0 {
+		t.Fatalf("after the refused grant %d of the lock, its record and its fence mark are left on the master, want none", n)
 	}
 	if li, _ := testenv.ParseLockInfo(e.c.Do("LOCK.INFO", name)); li.Owner != nil || li.Token != 0 {
 		t.Fatalf("LOCK.INFO after the refused grant = %s, want free and no token issued", li.Raw)
