@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
@@ -22,15 +23,51 @@ import (
 // again in n ms", a refused renewal with an error its watchdog retries
 // (README, "Clients' own lock recipes").
 //
-// Recognised only in front of one master (not a Redis Cluster, whose
-// scripts go through the cluster's split rules as before), on a single
-// node (not a tier), and with fenceproxy's client authentication off (a
-// recipe's holder is the client library's, not a user's): elsewhere the
-// scripts are forwarded as today.
+// Recognised on a single node (not a tier) with fenceproxy's client
+// authentication off (a recipe's holder is the client library's, not a
+// user's): elsewhere the scripts are forwarded as today. In front of a
+// Redis Cluster a twin's keys must share one slot (sameSlot); a call
+// that names a lock whose slot is not its owner record's (a name with a
+// hash tag of its own, such as {user}:lock) is forwarded as today, and
+// goes through the cluster's split rules.
 
 // recipesOn reports whether recognised recipes run as twins here.
 func (h *Handler) recipesOn() bool {
-	return h.opts.Locks != nil && h.opts.Tier == nil && h.opts.ACL == nil && !h.opts.Backend.RoutesByKey()
+	return h.opts.Locks != nil && h.opts.Tier == nil && h.opts.ACL == nil
+}
+
+// sameSlot reports whether every key a twin of call touches is in its
+// lock's owner record's slot (always true in front of one master): the
+// lock key, the unlock's latch, and a sharded unlock message's channel.
+func (h *Handler) sameSlot(call recipes.Call) bool {
+	if !h.opts.Backend.RoutesByKey() {
+		return true
+	}
+	aligned := func(lock string, others ...string) bool {
+		slot := keys.SlotOf([]byte(h.opts.KeyPrefix + "{" + lock + "}"))
+		if keys.SlotOf([]byte(lock)) != slot {
+			return false
+		}
+		for _, k := range others {
+			if k != "" && keys.SlotOf([]byte(k)) != slot {
+				return false
+			}
+		}
+		return true
+	}
+	if call.Recipe.Kind == recipes.RenewBatch {
+		for _, l := range call.Locks {
+			if !aligned(l.Key) {
+				return false
+			}
+		}
+		return true
+	}
+	channel := ""
+	if call.Publish == "spublish" {
+		channel = call.Channel
+	}
+	return aligned(call.Key, call.Latch, channel)
 }
 
 // evalOnLoop: an unknown script is forwarded, and the serve loop may do
@@ -46,7 +83,7 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	call, ok := recipes.Match(args)
-	if !ok {
+	if !ok || !h.sameSlot(call) {
 		h.forward(c, args, p)
 		return
 	}
