@@ -26,6 +26,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/tier"
 )
 
@@ -418,6 +419,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		Cluster:           p.be.RoutesByKey(),
 	})
 	p.lockManager.Store(mgr)
+	lockKeys, _ := recipes.ParseKeyPatterns(cfg.lockKeys) // checked by parseFlags
 	return commands.NewHandler(commands.Options{
 		Backend:        p.be,
 		Keys:           keyTable,
@@ -431,6 +433,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		ACL:            acl,
 		Tier:           p.tierOptions(),
 		BackendUser:    cfg.backendUser,
+		LockKeys:       lockKeys,
 	})
 }
 

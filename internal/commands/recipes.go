@@ -82,6 +82,9 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.forward(c, args, p)
 		return
 	}
+	if h.valueScript(c, args, p) { // setnx.go
+		return
+	}
 	call, ok := recipes.Match(args)
 	if !ok || !h.sameSlot(call) {
 		h.forward(c, args, p)

@@ -13,6 +13,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -47,6 +48,9 @@ type Options struct {
 	// as ("" is "default"): a client that authenticates (through Redis)
 	// as another gets a connection of its own as that user (users.go).
 	BackendUser string
+	// LockKeys are --lock-keys: a SET NX on a key matching them is a
+	// client recipe's lock grant (setnx.go); nil or empty for none.
+	LockKeys *recipes.KeyPatterns
 }
 
 // Handler serves every client request; it implements protocol.Handler.
@@ -193,6 +197,9 @@ func init() {
 		// every other script is forwarded (recipes.go).
 		{name: "eval", arity: -3, serve: (*Handler).evalScript, onLoop: evalOnLoop},
 		{name: "evalsha", arity: -3, serve: (*Handler).evalScript, onLoop: evalOnLoop},
+		// SET NX on a --lock-keys key is a value lock's grant; every other
+		// SET is forwarded (setnx.go).
+		{name: "set", arity: -1, serve: (*Handler).setCommand, onLoop: setOnLoop},
 
 		// The lock family, in the order of INFO's "# locks" lines.
 		{name: "lock.acquire", arity: -4, flags: lockFlags | flagWrite | flagWritesResource, resource: 1,
