@@ -1,5 +1,5 @@
 // Package recipes recognises the lock scripts of clients' own lock
-// libraries (Redisson's RLock and RSpinLock today) in the requests they
+// libraries (Redisson's RLock and RSpinLock; value locks, setnx.go) in the requests they
 // send, so that fenceproxy can make those locks as safe as its own lock
 // family without a change to the client: a recognised grant or renewal is
 // replied only after --min-replicas acknowledgements, undone on a

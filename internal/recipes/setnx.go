@@ -125,8 +125,17 @@ func init() {
 		valueBySHA[r.SHA] = r
 		bySHA[r.SHA] = &r.Recipe
 		lengths[r.BodyLen] = true
-		catalogue = append(catalogue, r.Recipe)
 	}
+}
+
+// ValueCatalogue returns the known value-lock scripts, for documentation
+// and tests.
+func ValueCatalogue() []Recipe {
+	out := make([]Recipe, len(valueCatalogue))
+	for i := range valueCatalogue {
+		out[i] = valueCatalogue[i].Recipe
+	}
+	return out
 }
 
 // MatchValue recognises a value-lock script call (EVAL or EVALSHA): ok is
