@@ -323,3 +323,68 @@ func TestSetNXLateGrantUndone(t *testing.T) {
 	}
 	mustReply(t, e.m.Do("EXISTS", "lock:late", "fenceproxy:lock:{lock:late}"), ":0\r\n", "EXISTS after the late grant")
 }
+
+// The value twins have the effect of the libraries' own scripts: the same
+// sequence of calls, run through the proxy on one key and with the
+// library's body straight on the master on another, gives the same
+// replies and leaves the same value and expiry (within a few ms). Needs
+// the bodies ($RECIPES_BODIES).
+func TestValueTwinsMatchLibraryScripts(t *testing.T) {
+	if os.Getenv(bodiesEnv) == "" {
+		t.Skip("set " + bodiesEnv + " to the recipes study's redisson directory (its parent holds the other bodies)")
+	}
+	e := newValueSetup(t)
+	const a, b = "tokentokentokentokenAAmeta", "othertokenothertokenBBmeta"
+	steps := []struct {
+		sha  string // "" for SET key value NX PX argv[1]
+		argv []string
+	}{
+		{"", []string{a, "30000"}},
+		{"", []string{b, "30000"}},                // held
+		{shaPyRelease, []string{b}},               // not the holder
+		{shaPyExtend, []string{a, "40000", "1"}},  // replace
+		{shaPyExtend, []string{a, "5000", "0"}},   // add
+		{shaPyExtend, []string{b, "5000", "0"}},   // not the holder
+		{shaPyReacquire, []string{a, "20000"}},    //
+		{shaRsTouch, []string{a, "21000"}},        //
+		{shaRsTouch, []string{b, "21000"}},        // not the holder
+		{shaRsTouchNX, []string{b, "22000"}},      // another's
+		{shaRlRefresh, []string{a, "23000"}},      //
+		{shaRedlockExt, []string{a, "24000"}},     //
+		{shaRedlockExt, []string{b, "24000"}},     // not the holder
+		{shaRlObtain, []string{a, "22", "25000"}}, // re-obtain
+		{shaRlObtain, []string{b, "22", "25000"}}, // another's
+		{shaRedlockAcq, []string{b, "25000"}},     // held
+		{shaRsDelete, []string{b}},                // another's
+		{shaRsDelete, []string{a}},                // released
+		{shaRsDelete, []string{a}},                // gone: -1
+		{shaRsTouchNX, []string{b, "26000"}},      // a free key: granted
+		{shaRlRelease, []string{a}},               // not the holder
+		{shaRlRelease, []string{b}},               //
+		{shaRlObtain, []string{a, "22", "27000"}}, // a free key
+		{shaRedlockRel, []string{a}},              //
+		{shaRedlockAcq, []string{b, "28000"}},     //
+		{shaPyRelease, []string{b}},               //
+		{shaPyExtend, []string{b, "5000", "1"}},   // gone
+	}
+	for i, s := range steps {
+		run := func(c *testenv.Conn, key string) string {
+			if s.sha == "" {
+				return string(c.Do("SET", key, s.argv[0], "NX", "PX", s.argv[1]))
+			}
+			return string(script(c, s.sha, key, s.argv...))
+		}
+		want, got := run(e.m, "lock:real"), run(e.c, "lock:twin")
+		if got != want {
+			t.Fatalf("step %d (%s %q): the proxy's reply %q, the library's %q", i, s.sha, s.argv, got, want)
+		}
+		vw, vg := string(e.m.Do("GET", "lock:real")), string(e.m.Do("GET", "lock:twin"))
+		if vw != vg {
+			t.Fatalf("step %d: the twin left %q, the library's script %q", i, vg, vw)
+		}
+		pw, pg := mustInt(t, e.m.Do("PTTL", "lock:real"), "PTTL"), mustInt(t, e.m.Do("PTTL", "lock:twin"), "PTTL")
+		if d := pw - pg; d < -50 || d > 50 {
+			t.Fatalf("step %d: the twin's PTTL %d, the library's script's %d", i, pg, pw)
+		}
+	}
+}
