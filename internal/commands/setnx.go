@@ -89,10 +89,18 @@ func (h *Handler) valueRecipe(c *protocol.Conn, call recipes.ValueCall, p *resp.
 		} else {
 			h.opts.Metrics.Renewals.WithLabelValues(result).Inc()
 		}
-		if err != nil {
-			return nil, h.lockError(err, "the lock may or may not be held; it expires with its lease")
+		if err == nil {
+			return reply, nil
 		}
-		return reply, nil
+		ferr := h.lockError(err, "the lock may or may not be held; it expires with its lease")
+		var coded resp.Error
+		if grant && errors.As(ferr, &coded) && coded.Code == "TRYAGAIN" {
+			// Nothing was done (this proxy is not the token authority
+			// right now): "not acquired", which the libraries retry,
+			// where an error would reach the application.
+			return no, nil
+		}
+		return nil, ferr
 	})
 }
 
