@@ -83,7 +83,9 @@
 // shares its batch's WAIT, a grant gets a token settled as above, and a
 // shortfall or a late reply is undone exactly from the pre-image the twin
 // returned. The recipe's lock key is the resource: its owner record (the
-// side record) stands beside the recipe's own key.
+// side record) stands beside the recipe's own key. Value locks (SET NX and
+// the scripts of redis-py, redsync, redislock and node-redlock) have their
+// own twins and settling: setnx.go, setnxops.go.
 //
 // # Seams
 //
