@@ -75,11 +75,19 @@ func (h *Handler) valueRecipe(c *protocol.Conn, call recipes.ValueCall, p *resp.
 		v.Mode = locks.ValueExtendAdd
 	}
 	yes, no := valueReplies(c, call.Shape)
+	if call.Shape == recipes.ShapeCount {
+		yes = redcon.AppendInt(nil, int64(max(len(call.Keys), 1)))
+	}
 	addr := c.RemoteAddr
 	received := receivedAt(c)
 	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		start := time.Now()
-		_, err := h.opts.Locks.RecipeValueWrite(ctx, v, addr, received)
+		var err error
+		if len(call.Keys) > 1 {
+			err = h.opts.Locks.RecipeValueMulti(ctx, call.Keys, call.Holder, v.Mode, v.Lease, addr, received)
+		} else {
+			_, err = h.opts.Locks.RecipeValueWrite(ctx, v, addr, received)
+		}
 		if grant {
 			h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		}
@@ -142,6 +150,10 @@ func valueOutcome(err error, grant bool, yes, no []byte) (string, []byte, error)
 
 // valueRelease runs a value lock's release and answers in its shape.
 func (h *Handler) valueRelease(c *protocol.Conn, call recipes.ValueCall, p *resp.Reply) {
+	if len(call.Keys) > 1 {
+		h.valueReleaseKeys(c, call, p)
+		return
+	}
 	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		found, err := h.opts.Locks.RecipeValueRelease(ctx, call.Key, call.Holder)
 		if err != nil {
@@ -157,5 +169,28 @@ func (h *Handler) valueRelease(c *protocol.Conn, call recipes.ValueCall, p *resp
 			return redcon.AppendInt(nil, -1), nil // redsync: ErrLockAlreadyExpired
 		}
 		return redcon.AppendInt(nil, 0), nil
+	})
+}
+
+// valueReleaseKeys runs redlock's release of several keys, each in its
+// own turn (a release needs no atomicity: each key is deleted if it holds
+// the value), and answers how many it deleted.
+func (h *Handler) valueReleaseKeys(c *protocol.Conn, call recipes.ValueCall, p *resp.Reply) {
+	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		n := int64(0)
+		for _, k := range call.Keys {
+			found, err := h.opts.Locks.RecipeValueRelease(ctx, k, call.Holder)
+			if err != nil {
+				h.opts.Metrics.Releases.WithLabelValues("error").Inc()
+				return nil, h.lockError(err, "the locks may or may not be released: retry")
+			}
+			if found == locks.ValueDeleted {
+				h.opts.Metrics.Releases.WithLabelValues("released").Inc()
+				n++
+			} else {
+				h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+			}
+		}
+		return redcon.AppendInt(nil, n), nil
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -283,4 +284,226 @@ func (m *Manager) RecipeValueRelease(ctx context.Context, key, holder string) (V
 		m.waiting.wakeHead(key)
 	}
 	return ValueReleased(kind), nil
+}
+
+// RecipeValueMulti runs redlock's acquire (ValueGrant) or extend
+// (ValueExtend) of several keys: all of them or none, each key a resource
+// of its own with its own side record and token (one candidate token
+// serves them all: it is above every token issued). keys must be
+// distinct. It holds every key's turn, taken in sorted order. Its results
+// are RecipeValueWrite's; a shortfall or a late grant undoes every key.
+func (m *Manager) RecipeValueMulti(ctx context.Context, keys []string, holder string, mode ValueMode, lease time.Duration, clientAddr string, received time.Time) error {
+	if err := m.admit(); err != nil {
+		return err
+	}
+	sides := make([]string, len(keys))
+	evictable := false
+	for i, k := range keys {
+		sides[i] = m.recordKey(k)
+		risky, err := m.evictionGuard(sides[i])
+		if err != nil {
+			return err
+		}
+		evictable = evictable || risky
+	}
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	for _, k := range sorted {
+		turn := m.serial.lock(k)
+		defer m.serial.unlock(k, turn)
+	}
+	g, err := m.sendValueMulti(ctx, keys, sides, holder, mode, lease, clientAddr)
+	if err == nil && g.kind == kindTokenAhead {
+		if err = m.adoptRecordToken(int64(g.token)); err == nil {
+			g, err = m.sendValueMulti(ctx, keys, sides, holder, mode, lease, clientAddr)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
+			for _, k := range keys {
+				m.countIssued(k, g.candidate)
+			}
+		}
+		return err
+	}
+	switch g.kind {
+	case kindBusy:
+		m.hot.add(keys[0])
+		return ErrBusy
+	case kindNotHeld:
+		return ErrNotHeld
+	case kindGranted, kindRearmed:
+		return m.settleValueMulti(ctx, &g, keys, sides, holder, lease, clientAddr, received, evictable)
+	}
+	return fmt.Errorf("locks: unexpected value lock reply kind %d", g.kind)
+}
+
+// multiGrant is one run of opValueMulti.
+type multiGrant struct {
+	call      ScriptCall
+	write     *Write
+	start     time.Time
+	candidate uint64
+	kind      replyKind
+	token     uint64 // kindTokenAhead
+	lease     time.Duration
+	tokens    []uint64 // per key: its grant's or current token, 0 for none
+	pre       [][]any  // per key: opValueUndo's arguments after the holder, less the term
+}
+
+func (m *Manager) sendValueMulti(ctx context.Context, keys, sides []string, holder string, mode ValueMode, lease time.Duration, clientAddr string) (g multiGrant, err error) {
+	items := make([]string, 0, 3*len(keys))
+	for i, k := range keys {
+		newest, err := m.opts.Store.Newest(k)
+		if err != nil {
+			return g, err
+		}
+		items = append(items, k, sides[i], strconv.FormatUint(newest, 10))
+	}
+	if mode == ValueGrant {
+		if g.candidate, err = m.opts.Store.NextToken(); err != nil {
+			return g, err
+		}
+	}
+	g.start = time.Now()
+	term := m.term()
+	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueMulti, Keys: []string{keys[0], sides[0]},
+		Args: []any{holder, string(mode), lease.Milliseconds(), g.candidate, g.start.UnixMilli(),
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder},
+			term, packStrings(items...)}}
+	g.write = m.opts.Scripts.Start(ctx, keys[0], g.call, true)
+	reply, err := g.write.Reply()
+	if err != nil {
+		return g, deposed(err)
+	}
+	return g, g.read(reply, len(keys))
+}
+
+// read decodes opValueMulti's reply for n keys into g.
+func (g *multiGrant) read(reply any, n int) error {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) == 0 {
+		return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+	}
+	kind, err := toInt(arr[0])
+	if err != nil {
+		return err
+	}
+	g.kind = replyKind(kind)
+	switch g.kind {
+	case kindNotHeld, kindBusy:
+		return nil
+	case kindTokenAhead:
+		if len(arr) != 2 {
+			return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+		}
+		v, err := toInt(arr[1])
+		g.token = uint64(v)
+		return err
+	}
+	if len(arr) != 3+6*n {
+		return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+	}
+	ms, err := toInt(arr[2])
+	if err != nil {
+		return err
+	}
+	g.lease = time.Duration(ms) * time.Millisecond
+	g.tokens, g.pre = make([]uint64, n), make([][]any, n)
+	for i := range n {
+		e := arr[3+6*i : 3+6*i+6]
+		g.pre[i] = e[:5]
+		if tok, _ := e[5].(string); tok != "" {
+			if g.tokens[i], err = strconv.ParseUint(tok, 10, 64); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Manager) settleValueMulti(ctx context.Context, g *multiGrant, keys, sides []string, holder string, lease time.Duration, clientAddr string, received time.Time, evictable bool) error {
+	fresh := g.kind == kindGranted
+	var reserveErr error
+	reserved := 0
+	if fresh {
+		for _, k := range keys {
+			if reserveErr = m.opts.Store.Reserve(k, g.candidate); reserveErr != nil {
+				break
+			}
+			reserved++
+		}
+	}
+	acked, err := g.write.Acks()
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(g.start).Seconds())
+	switch {
+	case err != nil:
+	case acked < m.opts.MinReplicas:
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	case reserveErr != nil:
+		err = reserveErr
+	case fresh && time.Now().After(m.replyBy(received, lease)):
+		err = ErrLate
+	case fresh:
+		for _, k := range keys {
+			if err = m.opts.Store.Confirm(k, g.candidate); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return m.abandonValueMulti(ctx, g, keys, sides, holder, reserved, err)
+	}
+	for i, k := range keys {
+		switch {
+		case fresh:
+			if old := m.leases.granted(k, g.candidate, g.start, g.start.Add(g.lease), clientAddr); old != nil {
+				m.logExpired(old)
+			}
+		case g.tokens[i] != 0:
+			m.leases.rearmed(k, g.tokens[i], g.start.Add(g.lease))
+		}
+		if evictable && g.tokens[i] != 0 {
+			m.evictableGranted(sides[i], k, g.tokens[i])
+		}
+	}
+	return nil
+}
+
+// abandonValueMulti undoes every key of a multi-key write that will not be
+// replied (unless its outcome is unknown), and settles the reservations
+// of the first reserved keys: cancelled where the undo ran, else issued.
+func (m *Manager) abandonValueMulti(ctx context.Context, g *multiGrant, keys, sides []string, holder string, reserved int, err error) error {
+	undone := make([]bool, len(keys))
+	all := true
+	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		for i, k := range keys {
+			args := append(append([]any{holder}, g.pre[i]...), m.term())
+			_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: []string{k, sides[i]}, Args: args})
+			if uerr != nil {
+				m.opts.Logger.Warn("could not undo an unacknowledged value lock write; it stands until its lease ends", "key", k, "err", uerr)
+				all = false
+				continue
+			}
+			undone[i] = true
+			if g.kind == kindGranted {
+				m.waiting.wakeHead(k)
+			}
+		}
+	} else {
+		all = false
+	}
+	for i := range reserved {
+		if undone[i] {
+			m.opts.Store.Cancel(keys[i], g.candidate)
+		} else if cerr := m.opts.Store.Confirm(keys[i], g.candidate); cerr != nil {
+			m.opts.Logger.Warn("could not record a token whose grant may stand", "err", cerr)
+		}
+	}
+	var nr *NoReplicasError
+	if !all && (err == ErrLate || errors.As(err, &nr)) {
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+	}
+	return err
 }

@@ -1,5 +1,7 @@
 package locks
 
+import "strconv"
+
 // The twins of value locks (internal/recipes, setnx.go: SET NX and the
 // release and extend scripts of redis-py's Lock, redsync, redislock and
 // node-redlock): a string key holding the holder's random value, expiring
@@ -26,7 +28,13 @@ local function valueWrite(k, s, a)
   if refused then
     return refused
   end
-  local cur = call('GET', k)
+  local cur = redis.pcall('GET', k)
+  if type(cur) == 'table' then -- not a string: not a value lock
+    if mode == 'g' then
+      return {0, call('PTTL', k)}
+    end
+    return {5}
+  end
   local was = call('PEXPIRETIME', k)
   local sold, swas = '', -2
   if cur and (cur == holder and mode ~= 'g' or
@@ -125,7 +133,74 @@ local function valueRelease(k, s, a)
   end
   return {2}
 end
+-- The strings packed in one argument, each as <length>:<bytes>.
+local function unpackStrings(blob)
+  local out, p = {}, 1
+  while p <= #blob do
+    local c = string.find(blob, ':', p, true)
+    local l = tonumber(sub(blob, p, c - 1))
+    out[#out + 1] = sub(blob, c + 1, c + l)
+    p = c + l + 1
+  end
+  return out
+end
+-- valueMulti is redlock's acquire or extend of several keys at once: all
+-- of them or none. Its keys travel in ARGV (recipes run in front of one
+-- master only, where a script may name keys beyond KEYS).
+local function valueMulti(_, _, a)
+  local holder, mode, lease, cand, now, value, term, items =
+    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], unpackStrings(A[a + 7])
+  local n, st = #items / 3, {}
+  for i = 1, n do
+    local k, s, newest = items[3 * i - 2], items[3 * i - 1], items[3 * i]
+    local sowner, stok, sterm, sacq, _, saddr = load(s)
+    local refused = newer(sterm, s, term, num(term), false)
+    if refused then
+      return refused
+    end
+    local cur = redis.pcall('GET', k)
+    if mode == 'g' then
+      if cur then
+        return {0, call('PTTL', k)}
+      end
+      if sowner and sub(saddr, -#RECIPE) ~= RECIPE then
+        return {0, call('PTTL', s)}
+      end
+      local t = stok and tonumber(stok)
+      if t and t >= tonumber(cand) then
+        return {4, stok}
+      end
+    elseif cur ~= holder then
+      return {5}
+    end
+    st[i] = {k, s, newest, cur, sowner, stok, sacq, saddr}
+  end
+  local out = {2, cand, lease}
+  if mode ~= 'g' then
+    out[1] = 1
+  end
+  for i = 1, n do
+    local k, s, newest, cur, sowner, stok, sacq, saddr = unpack(st[i])
+    local was, sold, swas, wrote, tok = call('PEXPIRETIME', k), '', -2, '', ''
+    if mode == 'g' then
+      if sowner then
+        sold, swas = call('GET', s), call('PEXPIRETIME', s)
+      end
+      wrote, tok = value, cand
+      setx(s, value, lease)
+    elseif sowner == cur and stok == newest and sub(saddr, -#RECIPE) == RECIPE then
+      sold, swas, tok = call('GET', s), call('PEXPIRETIME', s), stok
+      wrote = pack(holder, stok, term, sacq, now, saddr)
+      setx(s, wrote, lease)
+    end
+    setx(k, holder, lease)
+    local j = #out
+    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] = cur or '', was, sold, swas, wrote, tok
+  end
+  return out
+end
 recipeOps.V = {valueWrite, 9}
+recipeOps.Q = {valueMulti, 8}
 recipeOps.Y = {valueUndo, 7}
 recipeOps.Z = {valueRelease, 2}
 `
@@ -158,7 +233,29 @@ const (
 	// and its side record if it is holder's recipe record. Returns {0} no
 	// key, {1} another's value, {2, released side record or false}.
 	opValueRelease lockOp = 'Z'
+	// opValueMulti: holder, mode ('g' or 'e' only), lease-ms, candidate
+	// token (mode 'g'), now, the new side record, term, and the keys as
+	// one argument: for each, its key, its side record and its newest
+	// token, packed as <length>:<bytes> (packStrings). Its own KEYS (the
+	// first key and side record) are for routing only. All of the keys or
+	// none: {0, pttl} one is held (a grant); {5} one is not the holder's
+	// (an extend); {4, token} kindTokenAhead; else {2 (grant) or 1
+	// (extend), candidate, lease armed, then for each key: value before
+	// or "", PEXPIRETIME before, side record before or "", its
+	// PEXPIRETIME before, side record written or "", its token or ""}.
+	opValueMulti lockOp = 'Q'
 )
+
+// packStrings packs strings as one argument of opValueMulti.
+func packStrings(ss ...string) string {
+	var b []byte
+	for _, s := range ss {
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		b = append(b, s...)
+	}
+	return string(b)
+}
 
 // kindNotHeld: opValueWrite's extend found the key not the holder's.
 const kindNotHeld replyKind = 5

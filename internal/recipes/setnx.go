@@ -20,8 +20,8 @@ import (
 //     repeated option it is not a lock grant and is forwarded.
 //   - the libraries' own acquire, release and extend scripts, by SHA-1
 //     alone (their bodies are unambiguous, so they need no --lock-keys).
-//     A call whose arguments do not fit (redlock with more than one key, a
-//     lease that is not a positive integer) is forwarded.
+//     A call whose arguments do not fit (a lease that is not a positive
+//     integer, a redlock key given twice) is forwarded.
 //
 // MatchValue returns such a request's ValueCall; the command layer runs
 // it as the lock manager's value twin and answers in the library's reply
@@ -49,8 +49,8 @@ type Shape int
 const (
 	// ShapeOK: +OK granted, nil not (SET NX, redislock's obtain).
 	ShapeOK Shape = iota + 1
-	// ShapeCount: the number of keys granted, extended or released (1),
-	// 0 for none (redlock: its calls here have one key).
+	// ShapeCount: the number of keys granted, extended or released, 0
+	// for none (redlock).
 	ShapeCount
 	// ShapeOne: 1 done, 0 not (redis-py's release, extend and reacquire;
 	// redsync's touch and touchWithSetNX; redislock's release and
@@ -63,10 +63,13 @@ const (
 
 // ValueCall is a recognised value-lock request's fields.
 type ValueCall struct {
-	Name   string // the recipe, for logs
-	Kind   Kind
-	Shape  Shape
-	Key    string
+	Name  string // the recipe, for logs
+	Kind  Kind
+	Shape Shape
+	Key   string
+	// Keys: redlock's calls with more than one key (all of them, Key the
+	// first), distinct; nil for one key.
+	Keys   []string
 	Holder string // the key's value: the holder's random token
 	// Lease is what a grant or extend arms; 0 for SET NX without an
 	// expiry (redis-py's default Lock(timeout=None)): a grant with no lease.
@@ -109,12 +112,14 @@ var valueCatalogue = []valueRecipe{
 	{Recipe{Name: "redislock obtain", SHA: "80a1b5f2cfccec3b7119ba7721d2127682b691a7", BodyLen: 285, Kind: ValueAcquire}, ShapeOK, parseRedislockObtain},
 	{Recipe{Name: "redislock release", SHA: "cf0e94b2e9ffc7e04395cf88f7583fc309985910", BodyLen: 97, Kind: ValueRelease}, ShapeOne, parseValueRelease},
 	{Recipe{Name: "redislock refresh", SHA: "a7aba3bc5d6e99b3003da8b9d80a63b9f4092ecf", BodyLen: 110, Kind: ValueExtend}, ShapeOne, parseValueExtend},
-	{Recipe{Name: "redlock 4 acquire", SHA: "e5a322e2634ef59a516e8ea150cb085afafee684", BodyLen: 321, Kind: ValueAcquire}, ShapeCount, parseValueExtend},
-	{Recipe{Name: "redlock 4 extend", SHA: "ce46f80993d5dac20dd066eb301a4e37994bdbed", BodyLen: 349, Kind: ValueExtend}, ShapeCount, parseValueExtend},
-	{Recipe{Name: "redlock 4 release", SHA: "0f0f23b9048b36752b5be114f357ba083449f908", BodyLen: 257, Kind: ValueRelease}, ShapeCount, parseValueRelease},
-	{Recipe{Name: "redlock 5 acquire", SHA: "96da70f7716f27d278a5218544df37fd8b0a5e4c", BodyLen: 338, Kind: ValueAcquire}, ShapeCount, parseValueExtend},
-	{Recipe{Name: "redlock 5 extend", SHA: "aed6f382e410db8ba7926d4e5e9aab410bf2a78a", BodyLen: 366, Kind: ValueExtend}, ShapeCount, parseValueExtend},
-	{Recipe{Name: "redlock 5 release", SHA: "e4612211c9f8f51c257e26e056b0a654b3187242", BodyLen: 274, Kind: ValueRelease}, ShapeCount, parseValueRelease},
+	// redlock's scripts take any number of keys (all of a lock's
+	// resources); a key given twice is forwarded.
+	{Recipe{Name: "redlock 4 acquire", SHA: "e5a322e2634ef59a516e8ea150cb085afafee684", BodyLen: 321, Kind: ValueAcquire}, ShapeCount, parseRedlock},
+	{Recipe{Name: "redlock 4 extend", SHA: "ce46f80993d5dac20dd066eb301a4e37994bdbed", BodyLen: 349, Kind: ValueExtend}, ShapeCount, parseRedlock},
+	{Recipe{Name: "redlock 4 release", SHA: "0f0f23b9048b36752b5be114f357ba083449f908", BodyLen: 257, Kind: ValueRelease}, ShapeCount, parseRedlockRelease},
+	{Recipe{Name: "redlock 5 acquire", SHA: "96da70f7716f27d278a5218544df37fd8b0a5e4c", BodyLen: 338, Kind: ValueAcquire}, ShapeCount, parseRedlock},
+	{Recipe{Name: "redlock 5 extend", SHA: "aed6f382e410db8ba7926d4e5e9aab410bf2a78a", BodyLen: 366, Kind: ValueExtend}, ShapeCount, parseRedlock},
+	{Recipe{Name: "redlock 5 release", SHA: "e4612211c9f8f51c257e26e056b0a654b3187242", BodyLen: 274, Kind: ValueRelease}, ShapeCount, parseRedlockRelease},
 }
 
 var valueBySHA = map[string]*valueRecipe{}
@@ -181,6 +186,44 @@ func parseValueExtend(r *valueRecipe, keys, argv [][]byte) (c ValueCall, ok bool
 		return c, false
 	}
 	c.Lease, ok = lease(argv[1])
+	return c, ok
+}
+
+// parseRedlock: KEYS key1..keyN (distinct); ARGV value, ms.
+func parseRedlock(r *valueRecipe, keys, argv [][]byte) (c ValueCall, ok bool) {
+	if len(keys) <= 1 {
+		return parseValueExtend(r, keys, argv)
+	}
+	if c, ok = r.redlockKeys(keys, argv, 2); !ok {
+		return c, false
+	}
+	c.Lease, ok = lease(argv[1])
+	return c, ok
+}
+
+// parseRedlockRelease: KEYS key1..keyN (distinct); ARGV value.
+func parseRedlockRelease(r *valueRecipe, keys, argv [][]byte) (c ValueCall, ok bool) {
+	if len(keys) <= 1 {
+		return parseValueRelease(r, keys, argv)
+	}
+	return r.redlockKeys(keys, argv, 1)
+}
+
+// redlockKeys starts a redlock call of several keys.
+func (r *valueRecipe) redlockKeys(keys, argv [][]byte, nargv int) (c ValueCall, ok bool) {
+	if len(keys) > maxBatch || len(argv) != nargv {
+		return c, false
+	}
+	c = ValueCall{Name: r.Name, Kind: r.Kind, Shape: r.shape, Keys: make([]string, len(keys))}
+	seen := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		if c.Keys[i], ok = key(k); !ok || seen[c.Keys[i]] {
+			return c, false
+		}
+		seen[c.Keys[i]] = true
+	}
+	c.Key = c.Keys[0]
+	c.Holder, ok = holder(argv[0])
 	return c, ok
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -75,15 +76,19 @@ func TestMatchValue(t *testing.T) {
 			ValueCall{Kind: ValueAcquire, Shape: ShapeCount, Key: "k", Holder: "v", Lease: 100 * time.Millisecond}},
 		{[]string{"EVALSHA", "e950836ed1e694540c503ef9972b8de518044d3b", "1", "k", "v"},
 			ValueCall{Kind: ValueRelease, Shape: ShapeDelete, Key: "k", Holder: "v"}},
+		{[]string{"EVALSHA", "96da70f7716f27d278a5218544df37fd8b0a5e4c", "2", "k1", "k2", "v", "100"},
+			ValueCall{Kind: ValueAcquire, Shape: ShapeCount, Key: "k1", Keys: []string{"k1", "k2"}, Holder: "v", Lease: 100 * time.Millisecond}},
+		{[]string{"EVALSHA", "e4612211c9f8f51c257e26e056b0a654b3187242", "3", "k1", "k2", "k3", "v"},
+			ValueCall{Kind: ValueRelease, Shape: ShapeCount, Key: "k1", Keys: []string{"k1", "k2", "k3"}, Holder: "v"}},
 	} {
 		c, ok := MatchValue(args(tc.req...))
 		c.Name = ""
-		if !ok || c != tc.want {
+		if !ok || !reflect.DeepEqual(c, tc.want) {
 			t.Errorf("MatchValue(%q) = %+v, %v; want %+v", tc.req, c, ok, tc.want)
 		}
 	}
 	for _, req := range [][]string{
-		{"EVALSHA", "96da70f7716f27d278a5218544df37fd8b0a5e4c", "2", "k1", "k2", "v", "100"}, // redlock, two keys
+		{"EVALSHA", "96da70f7716f27d278a5218544df37fd8b0a5e4c", "2", "k1", "k1", "v", "100"}, // redlock, a key twice
 		{"EVALSHA", "a4e8783852e6b949f9ef3a97212805108459a890", "1", "k", "tok", "-5", "0"},  // a lease not above 0
 		{"EVALSHA", "a4e8783852e6b949f9ef3a97212805108459a890", "1", "k", "tok", "5", "2"},
 		{"EVALSHA", "80a1b5f2cfccec3b7119ba7721d2127682b691a7", "1", "k", "tok", "9", "100"}, // prefix longer than the value

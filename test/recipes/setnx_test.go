@@ -387,4 +387,82 @@ func TestValueTwinsMatchLibraryScripts(t *testing.T) {
 			t.Fatalf("step %d: the twin's PTTL %d, the library's script's %d", i, pg, pw)
 		}
 	}
+	// redlock with several keys, one of them taken by another at step 4.
+	multi := []struct {
+		sha  string // "" for SET key[1] "other" PX 30000
+		argv []string
+	}{
+		{shaRedlockAcq, []string{a, "30000"}},
+		{shaRedlockAcq, []string{b, "30000"}},
+		{shaRedlockExt, []string{a, "40000"}},
+		{shaRedlockRel, []string{a}},
+		{"", nil},
+		{shaRedlockAcq, []string{a, "30000"}},
+		{shaRedlockRel, []string{"other"}},
+		{shaRedlockAcq, []string{a, "30000"}},
+		{shaRedlockExt, []string{b, "30000"}},
+		{shaRedlockRel, []string{a}},
+	}
+	for i, s := range multi {
+		keys := func(tag string) []string { return []string{"{" + tag + "}1", "{" + tag + "}2", "{" + tag + "}3"} }
+		run := func(c *testenv.Conn, tag string) string {
+			ks := keys(tag)
+			if s.sha == "" {
+				return string(c.Do("SET", ks[1], "other", "PX", "30000"))
+			}
+			return string(c.Do(append(append([]string{"EVALSHA", s.sha, "3"}, ks...), s.argv...)...))
+		}
+		want, got := run(e.m, "real"), run(e.c, "twin")
+		if got != want {
+			t.Fatalf("several keys, step %d (%s %q): the proxy's reply %q, the library's %q", i, s.sha, s.argv, got, want)
+		}
+		for j := range 3 {
+			kw, kg := keys("real")[j], keys("twin")[j]
+			if vw, vg := string(e.m.Do("GET", kw)), string(e.m.Do("GET", kg)); vw != vg {
+				t.Fatalf("several keys, step %d: the twin left %q at %s, the library's script %q", i, vg, kg, vw)
+			}
+			pw, pg := mustInt(t, e.m.Do("PTTL", kw), "PTTL"), mustInt(t, e.m.Do("PTTL", kg), "PTTL")
+			if d := pw - pg; d < -50 || d > 50 {
+				t.Fatalf("several keys, step %d: the twin's PTTL %d at %s, the library's script's %d", i, pg, kg, pw)
+			}
+		}
+	}
+}
+
+// redlock's scripts with several keys (a lock over several resources):
+// all of them or none, each key a resource with its own token; with the
+// replica stopped neither the acquire nor the extend stands.
+func TestRedlockSeveralKeys(t *testing.T) {
+	e := newValueSetup(t)
+	keys := []string{"res:{m}:a", "res:{m}:b", "res:{m}:c"}
+	do := func(sha string, argv ...string) []byte {
+		return e.c.Do(append(append([]string{"EVALSHA", sha, strconv.Itoa(len(keys))}, keys...), argv...)...)
+	}
+	mustReply(t, do(shaRedlockAcq, "v1", "30000"), ":3\r\n", "redlock acquire of three keys")
+	for _, k := range keys {
+		token(t, e.c, k, "v1")
+		mustReply(t, e.r.Do("GET", k), "$2\r\nv1\r\n", "the replica's GET "+k+" right after the grant")
+	}
+	mustReply(t, do(shaRedlockAcq, "v2", "30000"), ":0\r\n", "redlock acquire while held")
+	mustReply(t, do(shaRedlockExt, "v1", "60000"), ":3\r\n", "redlock extend")
+	mustReply(t, do(shaRedlockExt, "v2", "60000"), ":0\r\n", "redlock extend by another")
+	before := mustInt(t, e.m.Do("PEXPIRETIME", keys[2]), "PEXPIRETIME")
+	e.replica.Stop()
+	mustReply(t, do(shaRedlockExt, "v1", "90000"), ":0\r\n", "redlock extend with the replica stopped")
+	e.replica.Cont()
+	if after := mustInt(t, e.m.Do("PEXPIRETIME", keys[2]), "PEXPIRETIME"); after != before {
+		t.Fatalf("expiry after the refused extend = %d, want %d restored", after, before)
+	}
+	// One key taken by another: the acquire takes none.
+	mustReply(t, do(shaRedlockRel, "v1"), ":3\r\n", "redlock release of three keys")
+	mustReply(t, e.c.Do("SET", "res:{m}:b", "other", "PX", "30000"), "+OK\r\n", "SET of one key")
+	mustReply(t, do(shaRedlockAcq, "v3", "30000"), ":0\r\n", "redlock acquire with one key taken")
+	mustReply(t, e.m.Do("EXISTS", keys[0], keys[2]), ":0\r\n", "EXISTS of the other keys")
+	e.c.Do("DEL", "res:{m}:b")
+	e.replica.Stop()
+	mustReply(t, do(shaRedlockAcq, "v4", "30000"), ":0\r\n", "redlock acquire with the replica stopped")
+	e.replica.Cont()
+	if n := mustInt(t, e.m.Do("EXISTS", keys[0], keys[1], keys[2], "fenceproxy:lock:{res:{m}:a}"), "EXISTS"); n != 0 {
+		t.Fatalf("after the refused acquire %d keys are left", n)
+	}
 }

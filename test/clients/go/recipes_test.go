@@ -24,7 +24,9 @@ import (
 // only replica detached they are not granted.
 
 // recipeKey is a recipe lock's key: one --lock-keys matches.
-func recipeKey(client, name string) string { return "recipelock:go:{" + runID + ":" + client + "}:" + name }
+func recipeKey(client, name string) string {
+	return "recipelock:go:{" + runID + ":" + client + "}:" + name
+}
 
 // recipesOrSkip skips a case where run.sh did not start the proxy with
 // --lock-keys (a given FENCEPROXY_ADDR, or --cluster, where recipes are

@@ -369,6 +369,34 @@ recipeTest(`${REDLOCK5}: with the only replica detached, acquire throws and noth
   await lock.release();
 }, true);
 
+recipeTest(`${REDLOCK5}: a lock over three resources: all granted with tokens, held against a lock over one of them, extended, released`, async () => {
+  const ks = [recipeKey('multi:a'), recipeKey('multi:b'), recipeKey('multi:c')];
+  const rl = new Redlock5([r], { retryCount: 0 });
+  const lock = await rl.acquire(ks, 10000);
+  for (const k of ks) await mustToken(r, k, lock.value);
+  let err = null;
+  try { await rl.acquire([ks[1]], 10000); } catch (e) { err = e; }
+  if (!err) throw new Fail('acquire of one of the held resources', 'granted', 'ExecutionError');
+  const ext = await lock.extend(30000);
+  for (const k of ks) {
+    const pttl = await r.pttl(k);
+    if (!(pttl > 10000 && pttl <= 30000)) throw new Fail(`PTTL ${k} after extend(30000)`, pttl, '10000..30000');
+  }
+  await ext.release();
+  expect('EXISTS after release', await r.exists(...ks), 0);
+});
+
+recipeTest(`${REDLOCK5}: a lock over three resources with the only replica detached: acquire throws, none is left`, async () => {
+  const ks = [recipeKey('multi-nr:a'), recipeKey('multi-nr:b'), recipeKey('multi-nr:c')];
+  const rl = new Redlock5([r], { retryCount: 0 });
+  await withDetachedReplica(async (m) => {
+    let err = null;
+    try { await rl.acquire(ks, 10000); } catch (e) { err = e; }
+    if (!err) throw new Fail('acquire with the replica detached', 'granted', 'ExecutionError');
+    expect('EXISTS on the master after the refused grant', await m.exists(...ks), 0);
+  });
+}, true);
+
 recipeTest(`${REDLOCK4}: lock with a token, another's lock fails, extend, unlock`, async () => {
   const k = recipeKey('redlock4');
   const rl = new Redlock4([r], { retryCount: 0 });
