@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
@@ -41,7 +42,7 @@ func (h *Handler) setCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	call, ok := recipes.MatchSet(h.opts.LockKeys, args)
-	if !ok {
+	if !ok || !h.valueAligned(call) {
 		h.forward(c, args, p)
 		return
 	}
@@ -52,10 +53,27 @@ func (h *Handler) setCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // other script.
 func (h *Handler) valueScript(c *protocol.Conn, args [][]byte, p *resp.Reply) bool {
 	call, ok := recipes.MatchValue(args)
-	if ok {
+	switch {
+	case !ok:
+		return false
+	case !h.valueAligned(call):
+		h.forward(c, args, p)
+	default:
 		h.valueRecipe(c, call, p)
 	}
-	return ok
+	return true
+}
+
+// valueAligned reports whether a value lock's twin can run: always in
+// front of one master; in front of a Redis Cluster when its key is in its
+// owner record's slot (a key with a hash tag of its own is not), and for
+// one key only (a twin of several keys names them beyond its KEYS, which
+// only one master allows).
+func (h *Handler) valueAligned(call recipes.ValueCall) bool {
+	if !h.opts.Backend.RoutesByKey() {
+		return true
+	}
+	return len(call.Keys) <= 1 && keys.SlotOf([]byte(call.Key)) == keys.SlotOf([]byte(h.opts.KeyPrefix+"{"+call.Key+"}"))
 }
 
 // valueRecipe runs a value lock's request.

@@ -20,9 +20,9 @@ local function setx(k, v, lease)
     call('SET', k, v, 'PX', lease)
   end
 end
-local function valueWrite(k, s, a)
-  local holder, mode, lease, cand, newest, now, value, term, prefix =
-    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7], tonumber(A[a + 8])
+local function valueWrite(k, s, mk, a)
+  local holder, mode, lease, cand, newest, now, value, term, prefix, life =
+    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7], tonumber(A[a + 8]), A[a + 9]
   local sowner, stok, sterm, sacq, _, saddr = load(s)
   local refused = newer(sterm, s, term, num(term), false)
   if refused then
@@ -85,10 +85,12 @@ local function valueWrite(k, s, a)
   end
   setx(k, holder, lease)
   setx(s, value, lease)
+  raise(mk, cand, term, life)
   return {2, cand, cur or '', was, sold, swas, value, lease}
 end
-local function valueUndo(k, s, a)
-  local holder, oldval, was, sold, swas, wrote, term = A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6]
+local function valueUndo(k, s, mk, a)
+  local holder, oldval, was, sold, swas, wrote, term, tok, newest, life =
+    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7], A[a + 8], A[a + 9]
   local _, _, sterm = load(s)
   local refused = newer(sterm, s, term, num(term), false)
   if refused then
@@ -111,10 +113,13 @@ local function valueUndo(k, s, a)
       call('SET', s, sold)
       restore(s, swas)
     end
+    if tok ~= '' then
+      lower(mk, tok, newest, life) -- a new token's grant: its mark goes back
+    end
   end
   return 1
 end
-local function valueRelease(k, s, a)
+local function valueRelease(k, s, _, a)
   local holder, term = A[a], A[a + 1]
   local sowner, stok, sterm, sacq, sren, saddr = load(s)
   local refused = newer(sterm, s, term, num(term), false)
@@ -147,12 +152,12 @@ end
 -- valueMulti is redlock's acquire or extend of several keys at once: all
 -- of them or none. Its keys travel in ARGV (recipes run in front of one
 -- master only, where a script may name keys beyond KEYS).
-local function valueMulti(_, _, a)
-  local holder, mode, lease, cand, now, value, term, items =
-    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], unpackStrings(A[a + 7])
-  local n, st = #items / 3, {}
+local function valueMulti(_, _, _, a)
+  local holder, mode, lease, cand, now, value, term, life, items =
+    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7], unpackStrings(A[a + 8])
+  local n, st = #items / 4, {}
   for i = 1, n do
-    local k, s, newest = items[3 * i - 2], items[3 * i - 1], items[3 * i]
+    local k, s, mk, newest = items[4 * i - 3], items[4 * i - 2], items[4 * i - 1], items[4 * i]
     local sowner, stok, sterm, sacq, _, saddr = load(s)
     local refused = newer(sterm, s, term, num(term), false)
     if refused then
@@ -173,14 +178,14 @@ local function valueMulti(_, _, a)
     elseif cur ~= holder then
       return {5}
     end
-    st[i] = {k, s, newest, cur, sowner, stok, sacq, saddr}
+    st[i] = {k, s, mk, newest, cur, sowner, stok, sacq, saddr}
   end
   local out = {2, cand, lease}
   if mode ~= 'g' then
     out[1] = 1
   end
   for i = 1, n do
-    local k, s, newest, cur, sowner, stok, sacq, saddr = unpack(st[i])
+    local k, s, mk, newest, cur, sowner, stok, sacq, saddr = unpack(st[i])
     local was, sold, swas, wrote, tok = call('PEXPIRETIME', k), '', -2, '', ''
     if mode == 'g' then
       if sowner then
@@ -188,6 +193,7 @@ local function valueMulti(_, _, a)
       end
       wrote, tok = value, cand
       setx(s, value, lease)
+      raise(mk, cand, term, life)
     elseif sowner == cur and stok == newest and sub(saddr, -#RECIPE) == RECIPE then
       sold, swas, tok = call('GET', s), call('PEXPIRETIME', s), stok
       wrote = pack(holder, stok, term, sacq, now, saddr)
@@ -199,9 +205,9 @@ local function valueMulti(_, _, a)
   end
   return out
 end
-recipeOps.V = {valueWrite, 9}
-recipeOps.Q = {valueMulti, 8}
-recipeOps.Y = {valueUndo, 7}
+recipeOps.V = {valueWrite, 10}
+recipeOps.Q = {valueMulti, 9}
+recipeOps.Y = {valueUndo, 10}
 recipeOps.Z = {valueRelease, 2}
 `
 
@@ -210,7 +216,8 @@ const (
 	// opValueWrite: holder (the value), mode, lease-ms ("0": none),
 	// candidate token, newest token, now (unix ms), the new side record
 	// (a recordValue), term, prefix length (redislock's re-obtain; 0 for
-	// none). Modes: 'g' grant a free key (SET NX; with a prefix, also
+	// none), fence-mark-life-ms. KEYS: the key, its side record and the
+	// side record's fence mark, which a new token's grant raises. Modes: 'g' grant a free key (SET NX; with a prefix, also
 	// re-obtain a key whose value starts with the holder's); 'e' extend
 	// the holder's key; 'E' extend it, or grant it if free (redsync's
 	// touchWithSetNX); 'a' extend by adding the lease to the key's pttl
@@ -225,19 +232,22 @@ const (
 	opValueWrite lockOp = 'V'
 	// opValueUndo: holder, value before ("" absent), PEXPIRETIME before,
 	// side record before ("" absent), its PEXPIRETIME before, the side
-	// record written ("" none), term. Restores the key if it still holds
-	// holder, and the side record if it is still the one written.
-	// Returns 1.
+	// record written ("" none), term, the new token the write granted (""
+	// none), the resource's newest token issued without it ("" unknown),
+	// fence-mark-life-ms. Restores the key if it still holds holder, and
+	// the side record if it is still the one written; a new token's fence
+	// mark goes back as opUndo's does. Returns 1.
 	opValueUndo lockOp = 'Y'
 	// opValueRelease: holder, term. Deletes the key if it holds holder,
 	// and its side record if it is holder's recipe record. Returns {0} no
 	// key, {1} another's value, {2, released side record or false}.
 	opValueRelease lockOp = 'Z'
 	// opValueMulti: holder, mode ('g' or 'e' only), lease-ms, candidate
-	// token (mode 'g'), now, the new side record, term, and the keys as
-	// one argument: for each, its key, its side record and its newest
-	// token, packed as <length>:<bytes> (packStrings). Its own KEYS (the
-	// first key and side record) are for routing only. All of the keys or
+	// token (mode 'g'), now, the new side record, term,
+	// fence-mark-life-ms, and the keys as one argument: for each, its key,
+	// its side record, the side record's fence mark and its newest token,
+	// packed as <length>:<bytes> (packStrings). Its own KEYS (the first
+	// key's) are for routing only. All of the keys or
 	// none: {0, pttl} one is held (a grant); {5} one is not the holder's
 	// (an extend); {4, token} kindTokenAhead; else {2 (grant) or 1
 	// (extend), candidate, lease armed, then for each key: value before

@@ -125,6 +125,7 @@ func TestSetNXGrantThroughProxy(t *testing.T) {
 	mustReply(t, e.r.Do("GET", key), "$7\r\ntoken-a\r\n", "the replica's GET right after the grant")
 	tokA := token(t, e.c, key, a)
 	mustReply(t, e.c.Do("FENCE.CHECK", key, strconv.FormatInt(tokA, 10)), ":1\r\n", "FENCE.CHECK of A's token")
+	mustReply(t, e.c.Do("FENCE.EXEC", key, strconv.FormatInt(tokA, 10), "SET", "orders:data", "a"), "+OK\r\n", "FENCE.EXEC with A's token")
 	if li, err := testenv.ParseLockInfo(e.c.Do("LOCK.INFO", key)); err != nil || string(li.Owner) != a || li.Token != tokA {
 		t.Fatalf("LOCK.INFO %s = %+v (%v), want owner %s token %d", key, li, err, a, tokA)
 	}
@@ -150,6 +151,13 @@ func TestSetNXGrantThroughProxy(t *testing.T) {
 		t.Fatalf("B's token %d is not above A's %d", tokB, tokA)
 	}
 	mustReply(t, e.c.Do("FENCE.CHECK", key, strconv.FormatInt(tokA, 10)), ":0\r\n", "FENCE.CHECK of A's token after B's grant")
+	if got := string(e.c.Do("FENCE.EXEC", key, strconv.FormatInt(tokA, 10), "SET", "orders:data", "late")); !strings.HasPrefix(got, "-STALE") {
+		t.Fatalf("FENCE.EXEC with A's token after B's grant = %q, want -STALE", got)
+	}
+	// B's grant raised the key's fence mark inside Redis.
+	if mark := string(e.m.Do("GET", "fenceproxy:lock:{"+key+"}:fence")); !strings.Contains(mark, strconv.FormatInt(token(t, e.c, key, b), 10)+" ") {
+		t.Fatalf("the fence mark after B's grant = %q, want B's token", mark)
+	}
 }
 
 // With the only replica stopped, SET NX on a lock key grants nothing: the
@@ -170,8 +178,8 @@ func TestSetNXRefusedWithoutReplica(t *testing.T) {
 			t.Fatalf("%q with the replica stopped = %q, want nil (not acquired)", cmd, got)
 		}
 		key := cmd[1]
-		if n := mustInt(t, e.m.Do("EXISTS", key, "fenceproxy:lock:{"+key+"}"), "EXISTS"); n != 0 {
-			t.Fatalf("after the refused %q, %d of the key and its record are on the master, want none", cmd, n)
+		if n := mustInt(t, e.m.Do("EXISTS", key, "fenceproxy:lock:{"+key+"}", "fenceproxy:lock:{"+key+"}:fence"), "EXISTS"); n != 0 {
+			t.Fatalf("after the refused %q, %d of the key, its record and its fence mark are on the master, want none", cmd, n)
 		}
 		if li, _ := testenv.ParseLockInfo(e.c.Do("LOCK.INFO", key)); li.Owner != nil || li.Token != 0 {
 			t.Fatalf("LOCK.INFO %s after the refused grant = %s, want free and no token issued", key, li.Raw)
