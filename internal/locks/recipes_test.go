@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -79,12 +80,12 @@ func TestRecipeAcquireSettles(t *testing.T) {
 				}
 				names = append(names, n)
 			}
-			if !equal(names, tc.calls) {
+			if !slices.Equal(names, tc.calls) {
 				t.Fatalf("sent %q, want %q", names, tc.calls)
 			}
 			if tc.undoArgs != nil {
 				u := calls[len(calls)-1].args
-				if got := u[2:5]; !equal(got, tc.undoArgs) {
+				if got := u[2:5]; !slices.Equal(got, tc.undoArgs) {
 					t.Errorf("undo's count and expiries = %q, want %q", got, tc.undoArgs)
 				}
 			}
@@ -118,16 +119,4 @@ func TestRecipeRenewRestoresOnShortfall(t *testing.T) {
 	if !undone {
 		t.Fatalf("no undo restoring the old expiry: %+v", scripts.sent())
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
