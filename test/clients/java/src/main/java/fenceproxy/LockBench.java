@@ -41,20 +41,28 @@ public final class LockBench {
         RedissonClient direct = client(c -> c.useMasterSlaveServers().setMasterAddress("redis://" + master)
                 .addSlaveAddress("redis://" + replica)
                 .setMasterConnectionPoolSize(threads).setMasterConnectionMinimumIdleSize(threads));
+        // For reference: single-server mode straight at the master, which
+        // waits for no replica (the unsafe setup the proxy replaces).
+        RedissonClient unsafe = client(c -> c.useSingleServer().setAddress("redis://" + master)
+                .setConnectionPoolSize(threads).setConnectionMinimumIdleSize(threads));
         double proxySum = 0, directSum = 0;
         try {
             run(viaProxy, threads, 1, "warmup"); // scripts loaded, connections open
             run(direct, threads, 1, "warmup");
+            run(unsafe, threads, 1, "warmup");
             for (int r = 1; r <= rounds; r++) {
                 double p = run(viaProxy, threads, seconds, "proxy");
                 double d = run(direct, threads, seconds, "direct");
-                System.out.printf("round %d: fenceproxy (single-server) %.0f cycles/s, direct (master-slave, WAIT) %.0f cycles/s%n", r, p, d);
+                double u = run(unsafe, threads, seconds, "unsafe");
+                System.out.printf("round %d: fenceproxy (single-server) %.0f cycles/s, direct (master-slave, WAIT) %.0f cycles/s; "
+                        + "for reference, single-server straight at the master (no replica wait) %.0f cycles/s%n", r, p, d, u);
                 proxySum += p;
                 directSum += d;
             }
         } finally {
             viaProxy.shutdown(0, 2, TimeUnit.SECONDS);
             direct.shutdown(0, 2, TimeUnit.SECONDS);
+            unsafe.shutdown(0, 2, TimeUnit.SECONDS);
         }
         System.out.printf("threads %d, %d x %d s: ratio proxy/direct: %.2f%n", threads, rounds, seconds, proxySum / directSum);
     }
