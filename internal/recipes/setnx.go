@@ -17,7 +17,12 @@ import (
 //     (KeyPatterns): a plain SET NX could be anything, so only the keys
 //     the operator names are locks. Options in any order and case (go-redis
 //     sends "set k v ex 8 nx"); with GET, XX, KEEPTTL, EXAT, PXAT or a
-//     repeated option it is not a lock grant and is forwarded.
+//     repeated option it is not a lock grant and is forwarded. (No lock
+//     library sends EXAT or PXAT, and a lease given as a time on the
+//     client's clock cannot be judged by the late-reply rule, which counts
+//     from when the proxy read the request.) Without PX or EX it is a
+//     grant with no lease (redis-py's Lock(timeout=None)): acknowledged and
+//     tokened, held until it is released.
 //   - the libraries' own acquire, release and extend scripts, by SHA-1
 //     alone (their bodies are unambiguous, so they need no --lock-keys).
 //     A call whose arguments do not fit (a lease that is not a positive
