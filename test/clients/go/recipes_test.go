@@ -33,7 +33,7 @@ func recipeKey(client, name string) string {
 // forwarded).
 func recipesOrSkip(t *testing.T, name string) bool {
 	if os.Getenv("FENCEPROXY_RECIPE_LOCKS") != "1" {
-		fmt.Printf("SKIP go: %s/%s: needs the proxy run.sh starts with --lock-keys (FENCEPROXY_RECIPE_LOCKS=1)\n", t.Name(), name)
+		fmt.Printf("SKIP go: %s/%s: needs the proxy run.sh starts with --lock-keys in front of a master and replica (FENCEPROXY_RECIPE_LOCKS=1: not with --cluster or a given FENCEPROXY_ADDR)\n", t.Name(), name)
 		return false
 	}
 	return true

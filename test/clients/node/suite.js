@@ -297,7 +297,7 @@ const MASTER_ADDR = process.env.FENCEPROXY_MASTER_ADDR, REPLICA_ADDR = process.e
 const recipeKey = (n) => `recipelock:node:{${RUN}}:${n}`;
 const skipped = [];
 const recipeTest = (name, fn, needsReplica = false) => {
-  if (!RECIPES) skipped.push(`${name}: needs the proxy run.sh starts with --lock-keys (FENCEPROXY_RECIPE_LOCKS=1)`);
+  if (!RECIPES) skipped.push(`${name}: needs the proxy run.sh starts with --lock-keys in front of a master and replica (FENCEPROXY_RECIPE_LOCKS=1: not with --cluster or a given FENCEPROXY_ADDR)`);
   else if (needsReplica && !(MASTER_ADDR && REPLICA_ADDR)) skipped.push(`${name}: needs FENCEPROXY_MASTER_ADDR and FENCEPROXY_REPLICA_ADDR`);
   else test(name, fn);
 };

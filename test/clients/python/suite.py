@@ -707,7 +707,7 @@ def recipe_case(name, needs_replica=False):
     needs_replica, the master and replica addresses): printed as SKIP elsewhere."""
     why = None
     if not RECIPES:
-        why = "needs the proxy run.sh starts with --lock-keys (FENCEPROXY_RECIPE_LOCKS=1)"
+        why = "needs the proxy run.sh starts with --lock-keys in front of a master and replica (FENCEPROXY_RECIPE_LOCKS=1: not with --cluster or a given FENCEPROXY_ADDR)"
     elif needs_replica and not (MASTER_ADDR and REPLICA_ADDR):
         why = "needs FENCEPROXY_MASTER_ADDR and FENCEPROXY_REPLICA_ADDR (run.sh, master + replica)"
     if why:
