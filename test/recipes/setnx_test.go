@@ -308,6 +308,24 @@ func TestValueAcquireReleaseScripts(t *testing.T) {
 	}
 }
 
+// A grant pipelined between forwarded commands is answered in its place.
+func TestSetNXPipelined(t *testing.T) {
+	e := newValueSetup(t)
+	e.c.Send("SET", "plain", "1")
+	e.c.Send("SET", "lock:piped", "v", "NX", "PX", "30000")
+	e.c.Send("GET", "plain")
+	e.c.Send("SET", "lock:piped", "w", "NX", "PX", "30000")
+	e.c.Send("EVALSHA", shaPyRelease, "1", "lock:piped", "v")
+	e.c.Send("INCR", "plain")
+	e.c.Flush()
+	for i, want := range []string{"+OK\r\n", "+OK\r\n", "$1\r\n1\r\n", "$-1\r\n", ":1\r\n", ":2\r\n"} {
+		got, err := e.c.ReadReply()
+		if err != nil || string(got) != want {
+			t.Fatalf("pipelined reply %d = %q (%v), want %q", i, got, err, want)
+		}
+	}
+}
+
 // SET NX with no expiry (redis-py's default) is a grant with no lease: a
 // token, no expiry on the key or its record; released by the library.
 func TestSetNXWithoutExpiry(t *testing.T) {
