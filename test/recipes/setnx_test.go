@@ -22,6 +22,8 @@ const (
 	shaPyRelease   = "c3f8721cbb97f72bc19e972846bd7aaf91901658"
 	shaPyExtend    = "a4e8783852e6b949f9ef3a97212805108459a890"
 	shaPyReacquire = "1cac51482acf5858da00f6d685d68f886cd6b6b2"
+	shaPyExtend82  = "f335028e570b0f7f958d558097d9857b8dd9b09b"
+	shaPyReacq82   = "86adac77e1e4eac7090cbbe12386ad98a2b4124c"
 	shaRsDelete    = "e950836ed1e694540c503ef9972b8de518044d3b"
 	shaRsTouch     = "d75bb8b5bd13532ddedd17762e772346e39b321e"
 	shaRsTouchNX   = "b6b55c439e02c6f52ffb8be7ec8c0d0ac816ea79"
@@ -38,7 +40,8 @@ const (
 var valueBodyFiles = map[string]string{
 	shaPyRelease: "redis-py-5.2.1-LUA_RELEASE_SCRIPT.lua", shaPyExtend: "redis-py-5.2.1-LUA_EXTEND_SCRIPT.lua",
 	shaPyReacquire: "redis-py-5.2.1-LUA_REACQUIRE_SCRIPT.lua",
-	shaRsDelete:    "redsync-v4.18.1-deleteScript.lua", shaRsTouch: "redsync-v4.18.1-touchScript.lua",
+	shaPyExtend82:  "redis-py-8.2.0-LUA_EXTEND_SCRIPT.lua", shaPyReacq82: "redis-py-8.2.0-LUA_REACQUIRE_SCRIPT.lua",
+	shaRsDelete: "redsync-v4.18.1-deleteScript.lua", shaRsTouch: "redsync-v4.18.1-touchScript.lua",
 	shaRsTouchNX: "redsync-v4.18.1-touchWithSetNXScript.lua",
 	shaRlObtain:  "redislock-v0.9.4-luaObtain.lua", shaRlRelease: "redislock-v0.9.4-luaRelease.lua",
 	shaRlRefresh:  "redislock-v0.9.4-luaRefresh.lua",
@@ -219,6 +222,8 @@ func TestValueExtendScripts(t *testing.T) {
 	}{
 		{"redis-py extend (replace)", shaPyExtend, []string{a, "40000", "1"}},
 		{"redis-py reacquire", shaPyReacquire, []string{a, "41000"}},
+		{"redis-py 8.2 extend (replace)", shaPyExtend82, []string{a, "40500", "1"}},
+		{"redis-py 8.2 reacquire", shaPyReacq82, []string{a, "41500"}},
 		{"redsync touch", shaRsTouch, []string{a, "42000"}},
 		{"redislock refresh", shaRlRefresh, []string{a, "43000"}},
 		{"redlock extend", shaRedlockExt, []string{a, "44000"}},
@@ -372,6 +377,9 @@ func TestValueTwinsMatchLibraryScripts(t *testing.T) {
 		{shaPyExtend, []string{a, "5000", "0"}},   // add
 		{shaPyExtend, []string{b, "5000", "0"}},   // not the holder
 		{shaPyReacquire, []string{a, "20000"}},    //
+		{shaPyExtend82, []string{a, "3000", "0"}}, // 8.2, add
+		{shaPyReacq82, []string{a, "19000"}},      // 8.2
+		{shaPyReacq82, []string{b, "19000"}},      // 8.2, not the holder
 		{shaRsTouch, []string{a, "21000"}},        //
 		{shaRsTouch, []string{b, "21000"}},        // not the holder
 		{shaRsTouchNX, []string{b, "22000"}},      // another's
