@@ -135,10 +135,10 @@ func valueReplies(c *protocol.Conn, shape recipes.Shape) (yes, no []byte) {
 	switch shape {
 	case recipes.ShapeOK:
 		return []byte("+OK\r\n"), nullReply(c)
-	case recipes.ShapeDelete:
-		return []byte(":1\r\n"), []byte(":0\r\n")
 	}
-	return []byte(":1\r\n"), []byte(":0\r\n") // ShapeOne; ShapeCount of one key
+	// ShapeOne, ShapeDelete (its -1 is a release's), ShapeCount (of one
+	// key; valueRecipe counts several)
+	return []byte(":1\r\n"), []byte(":0\r\n")
 }
 
 // valueOutcome maps a value write's result to its metric's result label
