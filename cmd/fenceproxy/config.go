@@ -9,6 +9,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
 )
 
 // config is every setting. defaultConfig fills in the defaults, the flags
@@ -47,6 +48,7 @@ type config struct {
 	requirepass     string // or $FENCEPROXY_REQUIREPASS
 	allowEvictable  bool   // --allow-evictable-locks
 	tier            tierFlags
+	lockKeys        string // --lock-keys: globs of SET NX lock keys
 }
 
 // defaultConfig is every setting's default, in one place: what the flags
@@ -114,6 +116,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.allowEvictable, "allow-evictable-locks", c.allowEvictable, "grant locks even on a Redis master whose maxmemory-policy can evict their records (each such grant is logged and counted); without it they are refused")
 	fs.BoolVar(&c.pprof, "pprof", c.pprof, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
 	fs.BoolVar(&c.serveLoop, "serve-loop", c.serveLoop, "serve plaintext clients' forwarded requests, and the shared connections to a standalone master, from one event loop (epoll) instead of goroutines; clients move to a goroutine of their own at their first other command (not with --timeout, client authentication, a tier or a Redis Cluster)")
+	fs.StringVar(&c.lockKeys, "lock-keys", c.lockKeys, "comma-separated `globs` of keys whose SET key value NX [PX|EX] is a lock grant of a client's own recipe (redis-py, redsync...): replied only after --min-replicas acknowledgements, with a fencing token (empty: none)")
 	c.limits.register(fs)
 	c.tier.register(fs)
 	c.tls.register(fs)
@@ -146,6 +149,9 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("a tier with --aclfile needs $FENCEPROXY_TIER_SECRET (or --requirepass): it authenticates the nodes' relay links, which act as any user")
 	}
 	if err := c.check(); err != nil {
+		return c, err
+	}
+	if _, err := recipes.ParseKeyPatterns(c.lockKeys); err != nil {
 		return c, err
 	}
 	return c, c.tls.check(c.listen)

@@ -26,6 +26,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/tier"
 )
 
@@ -417,6 +418,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		FenceMarkTTL:      cfg.fenceMarkTTL,
 	})
 	p.lockManager.Store(mgr)
+	lockKeys, _ := recipes.ParseKeyPatterns(cfg.lockKeys) // checked by parseFlags
 	return commands.NewHandler(commands.Options{
 		Backend:        p.be,
 		Keys:           keyTable,
@@ -430,6 +432,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		ACL:            acl,
 		Tier:           p.tierOptions(),
 		BackendUser:    cfg.backendUser,
+		LockKeys:       lockKeys,
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -47,6 +48,9 @@ type Options struct {
 	// as ("" is "default"): a client that authenticates (through Redis)
 	// as another gets a connection of its own as that user (users.go).
 	BackendUser string
+	// LockKeys are --lock-keys: a SET NX on a key matching them is a
+	// client recipe's lock grant (setnx.go); nil or empty for none.
+	LockKeys *recipes.KeyPatterns
 }
 
 // Handler serves every client request; it implements protocol.Handler.
@@ -189,6 +193,13 @@ func init() {
 		// (control.go).
 		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction},
 		{name: "function", arity: -2, serve: (*Handler).scriptOrFunction},
+		// Clients' own lock recipes run as the lock manager's twins;
+		// every other script is forwarded (recipes.go).
+		{name: "eval", arity: -3, serve: (*Handler).evalScript, onLoop: evalOnLoop},
+		{name: "evalsha", arity: -3, serve: (*Handler).evalScript, onLoop: evalOnLoop},
+		// SET NX on a --lock-keys key is a value lock's grant; every other
+		// SET is forwarded (setnx.go).
+		{name: "set", arity: -1, serve: (*Handler).setCommand, onLoop: setOnLoop},
 
 		// The lock family, in the order of INFO's "# locks" lines.
 		{name: "lock.acquire", arity: -4, flags: lockFlags | flagWrite | flagWritesResource, resource: 1,
@@ -239,6 +250,10 @@ func init() {
 			summary: "Show a lock's owner, newest token, remaining lease and waiters",
 			syntax:  "resource",
 			serve:   (*Handler).lockInfo},
+		{name: "lock.token", arity: 3, flags: lockFlags | flagReadonly | flagFast, resource: 1,
+			summary: "Get the fencing token of a holder's current grant of a lock: a client recipe's lock key, or a lock-family resource",
+			syntax:  "resource holder",
+			serve:   (*Handler).lockToken},
 		{name: "lock.top", arity: -1, flags: lockFlags | flagReadonly,
 			summary: "List the most contended resources, most first",
 			syntax:  "[count]",

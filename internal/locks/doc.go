@@ -77,6 +77,16 @@
 // runs out unreleased, and keeps a slow-lock log of long waits, long holds
 // and expiries (slowlog.go).
 //
+// Clients' own lock recipes (internal/recipes recognises them; recipes.go,
+// recipeops.go): the Manager runs its own twin of a recognised script as
+// an operation of opsScript, with the family's rules: a grant or renewal
+// shares its batch's WAIT, a grant gets a token settled as above, and a
+// shortfall or a late reply is undone exactly from the pre-image the twin
+// returned. The recipe's lock key is the resource: its owner record (the
+// side record) stands beside the recipe's own key. Value locks (SET NX and
+// the scripts of redis-py, redsync, redislock and node-redlock) have their
+// own twins and settling: setnx.go, setnxops.go.
+//
 // # Seams
 //
 // The Manager reaches the world outside through two small interfaces, so

@@ -66,6 +66,16 @@ func scriptName(c ScriptCall) string {
 		return "undo"
 	case opHandoff:
 		return "handoff"
+	case opHashAcquire:
+		return "hash-acquire"
+	case opHashAcquireUndo:
+		return "hash-undo"
+	case opHashRenew:
+		return "hash-renew"
+	case opHashRenewUndo:
+		return "hash-renew-undo"
+	case opHashUnlock, opHashForceUnlock:
+		return "hash-unlock"
 	}
 	switch c.Source {
 	case execScript:

@@ -320,6 +320,7 @@ local function handoff(k, g, mk, a)
   raise(mk, cand, A[a + 2], A[a + 6])
   return {rel, cand}
 end
+` + recipeOpsLua + valueOpsLua + `
 local out, a, k, n, i = {}, 1, 1, #A, 0
 while a <= n do
   local op, f, size = A[a], nil, 0
@@ -333,6 +334,8 @@ while a <= n do
     f, size = renew, 6
   elseif op == 'u' then
     f, size = undo, 7
+  elseif recipeOps[op] then
+    f, size = recipeOps[op][1], recipeOps[op][2]
   else
     return redis.error_reply('ERR fenceproxy: unknown lock operation ' .. tostring(op))
   end

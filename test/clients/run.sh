@@ -155,12 +155,17 @@ if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 		scripts/redis-local.sh start "$tmp/redis" >/dev/null || die "scripts/redis-local.sh start failed"
 		# shellcheck disable=SC1091
 		. "$tmp/redis/env"
+		# The Java suite's recipe case detaches the replica for a while.
+		export FENCEPROXY_MASTER_ADDR=$MASTER_ADDR FENCEPROXY_REPLICA_ADDR=$REPLICA_ADDR
+		# The suites' SET NX recipe locks (redis-py, redsync, redislock) use
+		# recipelock:* keys, which the proxy's --lock-keys names (below).
+		export FENCEPROXY_RECIPE_LOCKS=1
 	fi
 	for try in 1 2 3 4 5; do
 		port=$((20000 + RANDOM % 10000))
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
 		proxy_cmd=("$tmp/fenceproxy" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data"
-			--min-replicas 1 --replica-timeout 2s --metrics-listen '')
+			--min-replicas 1 --replica-timeout 2s --metrics-listen '' --lock-keys 'recipelock:*')
 		"${proxy_cmd[@]}" >"$tmp/proxy.log" 2>&1 &
 		proxy_pid=$!
 		for _ in $(seq 100); do

@@ -287,6 +287,142 @@ test("pubsub: subscribe/psubscribe on a dedicated connection, 'message'/'pmessag
   } finally { sub.disconnect(); }
 });
 
+// Clients' own lock recipes: node-redlock 5.0.0-beta.2 (multi-key Lua scripts, one key per
+// call here) and 4.2.0 (npm latest), unchanged. Their scripts are recognised by SHA-1: a
+// grant is replied only once the replica has it and has a fence-store token (LOCK.TOKEN);
+// with the only replica detached nothing is granted. They need the proxy run.sh starts
+// (FENCEPROXY_RECIPE_LOCKS=1: a standalone master, where recipes run); skipped elsewhere.
+const RECIPES = process.env.FENCEPROXY_RECIPE_LOCKS === '1';
+const MASTER_ADDR = process.env.FENCEPROXY_MASTER_ADDR, REPLICA_ADDR = process.env.FENCEPROXY_REPLICA_ADDR;
+const recipeKey = (n) => `recipelock:node:{${RUN}}:${n}`;
+const skipped = [];
+const recipeTest = (name, fn, needsReplica = false) => {
+  if (!RECIPES) skipped.push(`${name}: needs the proxy run.sh starts with --lock-keys in front of a master and replica (FENCEPROXY_RECIPE_LOCKS=1: not with --cluster or a given FENCEPROXY_ADDR)`);
+  else if (needsReplica && !(MASTER_ADDR && REPLICA_ADDR)) skipped.push(`${name}: needs FENCEPROXY_MASTER_ADDR and FENCEPROXY_REPLICA_ADDR`);
+  else test(name, fn);
+};
+function direct(addr) {
+  const [host, port] = addr.split(/:(?=\d+$)/);
+  return new Redis({ host, port: Number(port), maxRetriesPerRequest: 1, retryStrategy: () => null });
+}
+async function waitOnlineReplicas(m, n) {
+  const end = Date.now() + 10000;
+  let info = '';
+  while (Date.now() < end) {
+    info = await m.info('replication');
+    if (info.includes(`connected_slaves:${n}\r`) && (info.match(/state=online/g) || []).length === n) return;
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+  throw new Fail('INFO replication on the master', info, `connected_slaves:${n}`);
+}
+// withDetachedReplica runs fn(master) with the only replica made a master of its own.
+async function withDetachedReplica(fn) {
+  const m = direct(MASTER_ADDR), rep = direct(REPLICA_ADDR);
+  try {
+    await rep.replicaof('NO', 'ONE');
+    await waitOnlineReplicas(m, 0);
+    try { return await fn(m); } finally {
+      const [host, port] = MASTER_ADDR.split(/:(?=\d+$)/);
+      await rep.replicaof(host, Number(port));
+      await waitOnlineReplicas(m, 1);
+    }
+  } finally { m.disconnect(); rep.disconnect(); }
+}
+async function mustToken(c, k, holder, above = 0) {
+  const t = await c.call('LOCK.TOKEN', k, holder);
+  if (!(Number.isInteger(t) && t > above)) throw new Fail(`LOCK.TOKEN ${k} <value>`, t, `a token above ${above}`);
+  return t;
+}
+const Redlock5 = require('redlock').default;
+const Redlock4 = require('redlock4');
+const REDLOCK5 = `redlock ${require('./package.json').dependencies.redlock}`; // its exports hide its package.json
+const REDLOCK4 = `redlock ${require('redlock4/package.json').version}`;
+
+recipeTest(`${REDLOCK5}: acquire with a token, another's acquire fails, extend, release`, async () => {
+  const k = recipeKey('redlock5');
+  const rl = new Redlock5([r], { retryCount: 0 });
+  const lock = await rl.acquire([k], 10000);
+  const t = await mustToken(r, k, lock.value);
+  let err = null;
+  try { await rl.acquire([k], 10000); } catch (e) { err = e; }
+  if (!err) throw new Fail("another acquire while held", 'granted', 'ExecutionError');
+  const ext = await lock.extend(30000);
+  const pttl = await r.pttl(k);
+  if (!(pttl > 10000 && pttl <= 30000)) throw new Fail('PTTL after extend(30000)', pttl, '10000..30000');
+  await ext.release();
+  expect('EXISTS after release', await r.exists(k), 0);
+  const next = await rl.acquire([k], 10000);
+  await mustToken(r, k, next.value, t);
+  await next.release();
+});
+
+recipeTest(`${REDLOCK5}: with the only replica detached, acquire throws and nothing is left`, async () => {
+  const k = recipeKey('redlock5-noreplica');
+  const rl = new Redlock5([r], { retryCount: 0 });
+  await withDetachedReplica(async (m) => {
+    let err = null;
+    try { await rl.acquire([k], 10000); } catch (e) { err = e; }
+    if (!err) throw new Fail('acquire with the replica detached', 'granted', 'ExecutionError');
+    expect('EXISTS on the master after the refused grant', await m.exists(k), 0);
+  });
+  const lock = await rl.acquire([k], 10000);
+  await lock.release();
+}, true);
+
+recipeTest(`${REDLOCK5}: a lock over three resources: all granted with tokens, held against a lock over one of them, extended, released`, async () => {
+  const ks = [recipeKey('multi:a'), recipeKey('multi:b'), recipeKey('multi:c')];
+  const rl = new Redlock5([r], { retryCount: 0 });
+  const lock = await rl.acquire(ks, 10000);
+  for (const k of ks) await mustToken(r, k, lock.value);
+  let err = null;
+  try { await rl.acquire([ks[1]], 10000); } catch (e) { err = e; }
+  if (!err) throw new Fail('acquire of one of the held resources', 'granted', 'ExecutionError');
+  const ext = await lock.extend(30000);
+  for (const k of ks) {
+    const pttl = await r.pttl(k);
+    if (!(pttl > 10000 && pttl <= 30000)) throw new Fail(`PTTL ${k} after extend(30000)`, pttl, '10000..30000');
+  }
+  await ext.release();
+  expect('EXISTS after release', await r.exists(...ks), 0);
+});
+
+recipeTest(`${REDLOCK5}: a lock over three resources with the only replica detached: acquire throws, none is left`, async () => {
+  const ks = [recipeKey('multi-nr:a'), recipeKey('multi-nr:b'), recipeKey('multi-nr:c')];
+  const rl = new Redlock5([r], { retryCount: 0 });
+  await withDetachedReplica(async (m) => {
+    let err = null;
+    try { await rl.acquire(ks, 10000); } catch (e) { err = e; }
+    if (!err) throw new Fail('acquire with the replica detached', 'granted', 'ExecutionError');
+    expect('EXISTS on the master after the refused grant', await m.exists(...ks), 0);
+  });
+}, true);
+
+recipeTest(`${REDLOCK4}: lock with a token, another's lock fails, extend, unlock`, async () => {
+  const k = recipeKey('redlock4');
+  const rl = new Redlock4([r], { retryCount: 0 });
+  const lock = await rl.lock(k, 10000);
+  await mustToken(r, k, lock.value);
+  let err = null;
+  try { await rl.lock(k, 10000); } catch (e) { err = e; }
+  if (!err) throw new Fail('another lock while held', 'granted', 'LockError');
+  const ext = await lock.extend(30000);
+  const pttl = await r.pttl(k);
+  if (!(pttl > 10000 && pttl <= 30000)) throw new Fail('PTTL after extend(30000)', pttl, '10000..30000');
+  await ext.unlock();
+  expect('EXISTS after unlock', await r.exists(k), 0);
+});
+
+recipeTest(`${REDLOCK4}: with the only replica detached, lock fails and nothing is left`, async () => {
+  const k = recipeKey('redlock4-noreplica');
+  const rl = new Redlock4([r], { retryCount: 0 });
+  await withDetachedReplica(async (m) => {
+    let err = null;
+    try { await rl.lock(k, 10000); } catch (e) { err = e; }
+    if (!err) throw new Fail('lock with the replica detached', 'granted', 'LockError');
+    expect('EXISTS on the master after the refused grant', await m.exists(k), 0);
+  });
+}, true);
+
 process.on('unhandledRejection', (e) => console.log(`note: unhandled rejection: ${fmt(e)}`));
 
 (async () => {
@@ -303,8 +439,10 @@ process.on('unhandledRejection', (e) => console.log(`note: unhandled rejection: 
       console.log(`FAIL ${CLIENT}: ${name}: ${e instanceof Fail ? e.message : 'raised ' + fmt(e)}`);
     }
   }
+  for (const why of skipped) console.log(`SKIP ${CLIENT}: ${why}`);
   try {
     const keys = await r.keys(`clients:node:{${RUN}}:*`);
+    keys.push(...await r.keys(`recipelock:node:{${RUN}}:*`));
     for (let i = 0; i < keys.length; i += 500) await r.del(...keys.slice(i, i + 500));
   } catch (e) { console.log(`note: cleanup failed: ${e.message}`); }
   r.disconnect(); r2.disconnect();

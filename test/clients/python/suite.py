@@ -687,10 +687,146 @@ def _():
         c.close()
 
 
+# --- redis.lock.Lock on --lock-keys keys: a recipe lock made safe ------------------
+# run.sh starts the proxy with --lock-keys 'recipelock:*' and sets
+# FENCEPROXY_RECIPE_LOCKS=1: SET NX on these keys is granted only once the replica
+# has it, with a fence-store token (LOCK.TOKEN), and redis-py's release/extend/
+# reacquire scripts run as the proxy's twins of them.
+
+RECIPES = os.environ.get("FENCEPROXY_RECIPE_LOCKS") == "1"
+MASTER_ADDR = os.environ.get("FENCEPROXY_MASTER_ADDR")
+REPLICA_ADDR = os.environ.get("FENCEPROXY_REPLICA_ADDR")
+
+
+def recipe_key(name):
+    return "recipelock:py:{%s}:%s" % (RUN, name)
+
+
+def recipe_case(name, needs_replica=False):
+    """A case that needs the proxy run.sh starts with --lock-keys (and, if
+    needs_replica, the master and replica addresses): printed as SKIP elsewhere."""
+    why = None
+    if not RECIPES:
+        why = "needs the proxy run.sh starts with --lock-keys in front of a master and replica (FENCEPROXY_RECIPE_LOCKS=1: not with --cluster or a given FENCEPROXY_ADDR)"
+    elif needs_replica and not (MASTER_ADDR and REPLICA_ADDR):
+        why = "needs FENCEPROXY_MASTER_ADDR and FENCEPROXY_REPLICA_ADDR (run.sh, master + replica)"
+    if why:
+        def skip(fn):
+            print("SKIP %s: %s: %s" % (CLIENT, name, why), flush=True)
+            return fn
+        return skip
+    return case(name)
+
+
+def direct(addr):
+    host, port = addr.rsplit(":", 1)
+    return redis.Redis(host=host, port=int(port), protocol=2, socket_timeout=5)
+
+
+def wait_online_replicas(m, n):
+    deadline = time.monotonic() + 10
+    info = None
+    while time.monotonic() < deadline:
+        info = m.info("replication")
+        online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"]
+        if info.get("connected_slaves") == n and len(online) == n:
+            return
+        time.sleep(0.05)
+    raise Fail("INFO replication on the master", info, "connected_slaves:%d" % n)
+
+
+class detached_replica:
+    """The only replica made a master of its own (REPLICAOF NO ONE) for the
+    block, then attached again."""
+
+    def __enter__(self):
+        self.m, self.r = direct(MASTER_ADDR), direct(REPLICA_ADDR)
+        self.r.replicaof("NO", "ONE")
+        wait_online_replicas(self.m, 0)
+        return self.m
+
+    def __exit__(self, *exc):
+        host, port = MASTER_ADDR.rsplit(":", 1)
+        self.r.replicaof(host, int(port))
+        wait_online_replicas(self.m, 1)
+        self.m.close()
+        self.r.close()
+        return False
+
+
+for proto, label in ((3, "default RESP3"), (2, "protocol=2")):
+    c_lock = client(protocol=proto)
+    c_other = client(protocol=proto)
+
+    @recipe_case("redis.lock.Lock on a --lock-keys key (%s): acquire with a token, contention, extend, reacquire, release" % label)
+    def _(c=c_lock, o=c_other, label=label):
+        k = recipe_key("lock-" + label)
+        lock = c.lock(k, timeout=10)
+        expect("Lock.acquire(blocking=False)", lock.acquire(blocking=False), True)
+        tok = c.execute_command("LOCK.TOKEN", k, lock.local.token)
+        if not isinstance(tok, int) or tok <= 0:
+            raise Fail("LOCK.TOKEN %s <token>" % k, tok, "a token")
+        expect("FENCE.CHECK %s %d" % (k, tok), c.execute_command("FENCE.CHECK", k, tok), 1)
+        expect("another Lock.acquire(blocking=False)", o.lock(k, timeout=10).acquire(blocking=False), False)
+        expect("Lock.extend(10)", lock.extend(10), True)
+        ttl = c.pttl(k)
+        if not 10000 < ttl <= 20000:
+            raise Fail("PTTL after extend(10)", ttl, "10000..20000")
+        expect("Lock.extend(30, replace_ttl=True)", lock.extend(30, replace_ttl=True), True)
+        expect("Lock.reacquire()", lock.reacquire(), True)
+        expect("Lock.owned()", lock.owned(), True)
+        lock.release()
+        expect("Lock.locked() after release", lock.locked(), False)
+        nxt = o.lock(k, timeout=10)
+        expect("another Lock.acquire after the release", nxt.acquire(blocking=False), True)
+        tok2 = o.execute_command("LOCK.TOKEN", k, nxt.local.token)
+        if not isinstance(tok2, int) or tok2 <= tok:
+            raise Fail("LOCK.TOKEN of the next holder", tok2, "above %d" % tok)
+        nxt.release()
+
+    @recipe_case("redis.lock.Lock(timeout=None) on a --lock-keys key (%s): a grant with no lease, with a token" % label)
+    def _(c=c_lock, label=label):
+        k = recipe_key("forever-" + label)
+        lock = c.lock(k)
+        expect("Lock(timeout=None).acquire(blocking=False)", lock.acquire(blocking=False), True)
+        expect("PTTL", c.pttl(k), -1)
+        tok = c.execute_command("LOCK.TOKEN", k, lock.local.token)
+        if not isinstance(tok, int) or tok <= 0:
+            raise Fail("LOCK.TOKEN %s <token>" % k, tok, "a token")
+        lock.release()
+        expect("EXISTS after release", c.exists(k), 0)
+
+    @recipe_case("redis.lock.Lock with the only replica detached (%s): acquire returns False, extend raises LockNotOwnedError and the lease stands" % label,
+                 needs_replica=True)
+    def _(c=c_lock, label=label):
+        from redis.exceptions import LockNotOwnedError
+        k, held = recipe_key("noreplica-" + label), recipe_key("held-" + label)
+        mine = c.lock(held, timeout=20)
+        expect("Lock.acquire before the detach", mine.acquire(blocking=False), True)
+        with detached_replica() as m:
+            expect("Lock.acquire(blocking=False) with the replica detached", c.lock(k, timeout=10).acquire(blocking=False), False)
+            expect("Lock(timeout=None).acquire(blocking=False) with the replica detached",
+                   c.lock(recipe_key("noreplica-forever-" + label)).acquire(blocking=False), False)
+            expect("EXISTS on the master after the refused grants", m.exists(k, recipe_key("noreplica-forever-" + label)), 0)
+            try:
+                got = mine.extend(60, replace_ttl=True)
+                raise Fail("Lock.extend(60) with the replica detached", got, "LockNotOwnedError")
+            except LockNotOwnedError:
+                pass
+            ttl = m.pttl(held)
+            if not 0 < ttl <= 20000:
+                raise Fail("PTTL of the held lock after the refused extend", ttl, "its old lease (<= 20000)")
+        lock = c.lock(k, timeout=10)
+        expect("Lock.acquire once the replica is back", lock.acquire(blocking=False), True)
+        lock.release()
+        mine.release()
+
+
 # --- cleanup and totals -----------------------------------------------------------
 
 try:
     keys = list(r.scan_iter(match="clients:py:{%s}:*" % RUN, count=1000))
+    keys += list(r.scan_iter(match="recipelock:py:{%s}:*" % RUN, count=1000))
     for i in range(0, len(keys), 500):
         r.delete(*keys[i : i + 500])
 except Exception as e:  # noqa: BLE001

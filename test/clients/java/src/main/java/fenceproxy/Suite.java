@@ -442,7 +442,7 @@ public final class Suite {
 
     enum Cmd implements ProtocolCommand {
         ACQUIRE("LOCK.ACQUIRE"), RENEW("LOCK.RENEW"), RELEASE("LOCK.RELEASE"),
-        CHECK("FENCE.CHECK"), INFO("LOCK.INFO");
+        CHECK("FENCE.CHECK"), INFO("LOCK.INFO"), TOKEN("LOCK.TOKEN");
 
         final byte[] raw;
 
@@ -626,6 +626,7 @@ public final class Suite {
                         ra.getRedisNodes(org.redisson.api.redisnode.RedisNodes.SINGLE).pingAll(), false, "true");
             });
             redissonCases(a, b);
+            RedissonRecipes.cases(a, b);
             // Mid-suite: every case after it runs on the clients that lived through it.
             Reconnect.cases(a, b);
             RedissonObjects.cases(a, b);

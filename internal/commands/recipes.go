@@ -1,0 +1,242 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Clients' own lock recipes: EVAL and EVALSHA of a script that
+// internal/recipes recognises run as the lock manager's twin of it
+// (Manager.RecipeAcquire and the others), and are answered in the recipe's
+// own reply shape; every other script is forwarded as it came. A refused
+// grant is answered with what the client already handles as "held, try
+// again in n ms", a refused renewal with an error its watchdog retries
+// (README, "Clients' own lock recipes").
+//
+// Recognised on a single node (not a tier) with fenceproxy's client
+// authentication off (a recipe's holder is the client library's, not a
+// user's): elsewhere the scripts are forwarded as today. In front of a
+// Redis Cluster a twin's keys must share one slot (sameSlot); a call
+// that names a lock whose slot is not its owner record's (a name with a
+// hash tag of its own, such as {user}:lock) is forwarded as today, and
+// goes through the cluster's split rules.
+
+// recipesOn reports whether recognised recipes run as twins here.
+func (h *Handler) recipesOn() bool {
+	return h.opts.Locks != nil && h.opts.Tier == nil && h.opts.ACL == nil
+}
+
+// sameSlot reports whether every key a twin of call touches is in its
+// lock's owner record's slot (always true in front of one master): the
+// lock key, the unlock's latch, and a sharded unlock message's channel.
+func (h *Handler) sameSlot(call recipes.Call) bool {
+	if !h.opts.Backend.RoutesByKey() {
+		return true
+	}
+	aligned := func(lock string, others ...string) bool {
+		slot := keys.SlotOf([]byte(h.opts.KeyPrefix + "{" + lock + "}"))
+		if keys.SlotOf([]byte(lock)) != slot {
+			return false
+		}
+		for _, k := range others {
+			if k != "" && keys.SlotOf([]byte(k)) != slot {
+				return false
+			}
+		}
+		return true
+	}
+	if call.Recipe.Kind == recipes.RenewBatch {
+		for _, l := range call.Locks {
+			if !aligned(l.Key) {
+				return false
+			}
+		}
+		return true
+	}
+	channel := ""
+	if call.Publish == "spublish" {
+		channel = call.Channel
+	}
+	return aligned(call.Key, call.Latch, channel)
+}
+
+// evalOnLoop: an unknown script is forwarded, and the serve loop may do
+// that; a recognised one leaves it for the lock path.
+func evalOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
+	return !h.recipesOn() || recipes.Lookup(args) == nil
+}
+
+// evalScript serves EVAL and EVALSHA.
+func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if !h.recipesOn() {
+		h.forward(c, args, p)
+		return
+	}
+	if h.valueScript(c, args, p) { // setnx.go
+		return
+	}
+	call, ok := recipes.Match(args)
+	if !ok || !h.sameSlot(call) {
+		h.forward(c, args, p)
+		return
+	}
+	switch call.Recipe.Kind {
+	case recipes.Acquire:
+		h.recipeAcquire(c, call, p)
+	case recipes.RenewBatch:
+		h.recipeRenew(c, call, p)
+	case recipes.Unlock, recipes.ForceUnlock:
+		h.recipeUnlock(c, call, p)
+	default:
+		h.forward(c, args, p)
+	}
+}
+
+// recipeRetry is the "held, retry in n ms" a refused grant is answered
+// with: Redisson's lock() then waits up to n ms for an unlock message and
+// tries again, and tryLock(wait) does so until its wait is over. One
+// replica wait: long enough not to spin while the replicas are away, short
+// enough to retry soon after they are back; never above the lease.
+func (h *Handler) recipeRetry(lease time.Duration) int64 {
+	ms := max(h.opts.ReplicaTimeout.Milliseconds(), 1)
+	return min(ms, lease.Milliseconds())
+}
+
+func (h *Handler) recipeAcquire(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+	null := nullReply(c)
+	addr := c.RemoteAddr
+	received := receivedAt(c)
+	retry := h.recipeRetry(call.Lease)
+	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		start := time.Now()
+		pttl, err := h.opts.Locks.RecipeAcquire(ctx, call.Key, call.Holder, addr, call.Lease, received)
+		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
+		var nr *locks.NoReplicasError
+		switch {
+		case err == nil:
+			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+			return null, nil // the recipe's "acquired"
+		case err == locks.ErrBusy:
+			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+			return redcon.AppendInt(nil, pttl), nil
+		case errors.As(err, &nr):
+			h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
+			return redcon.AppendInt(nil, retry), nil
+		case err == locks.ErrLate:
+			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+			return redcon.AppendInt(nil, retry), nil
+		}
+		if reply, ok := evictableReply(err, "nothing was granted"); ok {
+			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
+			return reply, nil
+		}
+		ferr := h.lockError(err, "the lock may or may not be granted; it expires with its lease")
+		var coded resp.Error
+		if errors.As(ferr, &coded) && coded.Code == "TRYAGAIN" {
+			// Nothing was done (this proxy is not the token authority
+			// right now, or no longer its tier's leader): "held, retry",
+			// which lock() waits on, where an error would reach the
+			// application (Redisson sends acquires without retry).
+			h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+			return redcon.AppendInt(nil, retry), nil
+		}
+		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+		return nil, ferr
+	})
+}
+
+func (h *Handler) recipeRenew(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+	batch := make([]locks.RecipeLock, len(call.Locks))
+	for i, l := range call.Locks {
+		batch[i] = locks.RecipeLock{Key: l.Key, Holder: l.Holder}
+	}
+	h.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		held, err := h.opts.Locks.RecipeRenew(ctx, batch, call.Lease)
+		var nr *locks.NoReplicasError
+		switch {
+		case err == nil:
+			b := redcon.AppendArray(nil, len(held))
+			for _, ok := range held {
+				if ok {
+					h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+					b = redcon.AppendInt(b, 1)
+				} else {
+					h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
+					b = redcon.AppendInt(b, 0)
+				}
+			}
+			return b, nil
+		case errors.As(err, &nr):
+			// Not 0s: a 0 makes the watchdog stop renewing that lock for
+			// good. An error is logged and the batch retried.
+			h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
+			return redcon.AppendError(nil, fmt.Sprintf(
+				"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
+				nr.Acked, nr.Wanted)), nil
+		}
+		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
+			h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
+			return reply, nil
+		}
+		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+		return nil, h.lockError(err, "the leases may or may not be extended: retry")
+	})
+}
+
+func (h *Handler) recipeUnlock(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+	null := nullReply(c)
+	u := locks.RecipeUnlock{Key: call.Key, Holder: call.Holder, Lease: call.Lease, Channel: call.Channel,
+		Publish: call.Publish, Message: call.Message, Latch: call.Latch, LatchTTL: call.LatchTTL,
+		Force: call.Recipe.Kind == recipes.ForceUnlock}
+	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		n, isNull, err := h.opts.Locks.RecipeUnlock(ctx, u)
+		switch {
+		case err != nil:
+			h.opts.Metrics.Releases.WithLabelValues("error").Inc()
+			return nil, h.lockError(err, "the lock may or may not be released: retry")
+		case isNull:
+			h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+			return null, nil
+		case n == 1:
+			h.opts.Metrics.Releases.WithLabelValues("released").Inc()
+		}
+		return redcon.AppendInt(nil, n), nil
+	})
+}
+
+// lockToken is LOCK.TOKEN resource holder: the token of holder's current
+// grant of resource (a client recipe's lock key, or a lock-family
+// resource), null if holder does not hold it.
+func (h *Handler) lockToken(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	resource, msg := parseResource(args[1])
+	var holder string
+	if msg == "" {
+		holder, msg = parseOwner(args[2])
+	}
+	if msg != "" {
+		replyError(p, msg)
+		return
+	}
+	holder = h.lockOwner(c, holder)
+	null := nullReply(c)
+	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
+		token, ok, err := h.opts.Locks.HolderToken(ctx, resource, holder)
+		switch {
+		case err != nil:
+			return nil, h.lockError(err, "retry")
+		case !ok:
+			return null, nil
+		}
+		return redcon.AppendInt(nil, int64(token)), nil
+	})
+}

@@ -1,0 +1,377 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+)
+
+// Clients' own lock recipes (internal/recipes recognises them): the
+// Manager runs their twins (recipeops.go) with the lock family's rules. The
+// resource is the recipe's lock key; its side record is the resource's
+// owner record (recordKey), owner = the recipe's holder. A grant, fresh or
+// a re-entry, is settled as LOCK.ACQUIRE's is: a new token is reserved
+// while the replicas acknowledge and confirmed after; a shortfall, or a
+// reply that would leave less than the safety margin of the lease, is
+// undone exactly (the count stepped back, the expiry restored, a fresh
+// grant's field and side record deleted). A renewal the replicas did not
+// acknowledge has its old expiry restored. Unlocks wait for no replica (a
+// lost unlock only delays the next grant until the lease ends) and end the
+// side record, so the fence store's lease bookkeeping and LOCK.INFO see
+// the release.
+
+// hashGrant is one run of opHashAcquire: what it offered and what came
+// back, including the pre-image its undo needs.
+type hashGrant struct {
+	call      ScriptCall
+	write     *Write
+	start     time.Time
+	candidate uint64
+	kind      replyKind
+	busy      int64  // kindBusy: the holder's pttl as the recipe replies it
+	token     uint64 // kindGranted, kindRearmed: the grant's; kindTokenAhead: the record's
+	count     int64  // the holder's count before
+	was, swas any    // PEXPIRETIME before: the lock's, the side record's ("" if new)
+}
+
+// recipeKeys are a recipe twin's KEYS: the lock key, its side record
+// (the resource's owner record) and the side record's fence mark.
+func recipeKeys(key, side string) []string { return []string{key, side, markKey(side)} }
+
+// RecipeAcquire runs a recipe's acquire of the hash lock key for holder
+// (Redisson's RLock and RSpinLock): it grants, re-enters, or finds the
+// lock held. It returns nil once the grant is acknowledged and its token
+// recorded; ErrBusy with the holder's pttl (as the recipe replies it); a
+// NoReplicasError or ErrLate when the grant was undone; another error when
+// the outcome is unknown or nothing was tried.
+func (m *Manager) RecipeAcquire(ctx context.Context, key, holder, clientAddr string, lease time.Duration, received time.Time) (pttl int64, err error) {
+	if err := m.admit(); err != nil {
+		return 0, err
+	}
+	side := m.recordKey(key)
+	evictable, err := m.evictionGuard(side)
+	if err != nil {
+		return 0, err
+	}
+	turn := m.serial.lock(key)
+	defer m.serial.unlock(key, turn)
+	g, err := m.sendHashAcquire(ctx, key, side, holder, clientAddr, lease)
+	if err == nil && g.kind == kindTokenAhead {
+		// The side record carries a token this store never issued (see
+		// authority.go): adopt it, then ask again above it.
+		if err = m.adoptRecordToken(int64(g.token)); err == nil {
+			g, err = m.sendHashAcquire(ctx, key, side, holder, clientAddr, lease)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
+			m.countIssued(key, g.candidate) // it may stand in a side record
+		}
+		return 0, err
+	}
+	switch g.kind {
+	case kindBusy:
+		m.hot.add(key)
+		return g.busy, ErrBusy
+	case kindGranted, kindRearmed:
+		return 0, m.settleHashGrant(ctx, &g, key, holder, clientAddr, lease, received, evictable)
+	}
+	return 0, fmt.Errorf("locks: unexpected recipe acquire reply kind %d", g.kind)
+}
+
+// sendHashAcquire runs one opHashAcquire with a fresh candidate token and
+// reads its reply.
+func (m *Manager) sendHashAcquire(ctx context.Context, key, side, holder, clientAddr string, lease time.Duration) (g hashGrant, err error) {
+	newest, err := m.opts.Store.Newest(key)
+	if err != nil {
+		return g, err
+	}
+	if g.candidate, err = m.opts.Store.NextToken(); err != nil {
+		return g, err
+	}
+	g.start = time.Now()
+	term := m.term()
+	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
+		Args: []any{holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife()}}
+	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
+	reply, err := g.write.Reply()
+	if err != nil {
+		return g, deposed(err)
+	}
+	return g, g.read(reply)
+}
+
+// read decodes opHashAcquire's reply into g.
+func (g *hashGrant) read(reply any) error {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) < 2 {
+		return fmt.Errorf("locks: unexpected recipe acquire reply %v", reply)
+	}
+	kind, err := toInt(arr[0])
+	if err != nil {
+		return err
+	}
+	g.kind = replyKind(kind)
+	v, err := toInt(arr[1])
+	if err != nil {
+		return err
+	}
+	switch g.kind {
+	case kindBusy:
+		g.busy = v
+		return nil
+	case kindTokenAhead:
+		g.token = uint64(v)
+		return nil
+	}
+	if len(arr) != 5 {
+		return fmt.Errorf("locks: unexpected recipe acquire reply %v", reply)
+	}
+	g.token = uint64(v)
+	if g.count, err = toInt(arr[2]); err != nil {
+		return err
+	}
+	g.was, g.swas = arr[3], arr[4]
+	return nil
+}
+
+// settleHashGrant finishes a recipe grant whose script has answered, in
+// the resource's turn, as settle does a LOCK.ACQUIRE's.
+func (m *Manager) settleHashGrant(ctx context.Context, g *hashGrant, key, holder, clientAddr string, lease time.Duration, received time.Time, evictable bool) error {
+	fresh := g.kind == kindGranted // a new token; else the holder's current one
+	var reserveErr error
+	if fresh {
+		reserveErr = m.opts.Store.Reserve(key, g.token)
+	}
+	acked, err := g.write.Acks()
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(g.start).Seconds())
+	switch {
+	case err != nil:
+		// The grant may stand, with or without its replicas.
+	case acked < m.opts.MinReplicas:
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	case reserveErr != nil:
+		err = reserveErr
+	case time.Now().After(m.replyBy(received, lease)):
+		err = ErrLate
+	case fresh:
+		err = m.opts.Store.Confirm(key, g.token)
+	}
+	if err != nil {
+		return m.abandonHashGrant(ctx, g, key, holder, fresh && reserveErr == nil, err)
+	}
+	if fresh {
+		if old := m.leases.granted(key, g.token, g.start, g.start.Add(lease), clientAddr); old != nil {
+			m.logExpired(old)
+		}
+	} else {
+		m.leases.rearmed(key, g.token, g.start.Add(lease))
+	}
+	if evictable {
+		m.evictableGranted(g.call.Keys[1], key, g.token)
+	}
+	return nil
+}
+
+// abandonHashGrant undoes a recipe grant that will not be replied (unless
+// its outcome is already unknown) and settles its reserved token as
+// abandon does: cancelled only if the undo ran, else counted as issued.
+func (m *Manager) abandonHashGrant(ctx context.Context, g *hashGrant, key, holder string, reserved bool, err error) error {
+	undone := false
+	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		// The newest token issued besides this one, for the fence mark, as
+		// undo has it ("" if unknown: the mark stays up, the safe side).
+		var newest any = ""
+		if n, err := m.opts.Store.Newest(key); err == nil && n < g.token {
+			newest = n
+		}
+		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquireUndo, Keys: g.call.Keys,
+			Args: []any{holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife()}})
+		if uerr != nil {
+			m.opts.Logger.Warn("could not undo an unacknowledged recipe grant; it expires with its lease", "err", uerr)
+		} else {
+			undone = true
+			if g.count == 0 {
+				m.waiting.wakeHead(key)
+			}
+		}
+	}
+	if reserved {
+		if undone {
+			m.opts.Store.Cancel(key, g.token)
+		} else if cerr := m.opts.Store.Confirm(key, g.token); cerr != nil {
+			m.opts.Logger.Warn("could not record a token whose grant may stand", "err", cerr)
+		}
+	}
+	var nr *NoReplicasError
+	if !undone && (err == ErrLate || errors.As(err, &nr)) {
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+	}
+	return err
+}
+
+// RecipeLock is one lock of a recipe's renewal batch.
+type RecipeLock struct{ Key, Holder string }
+
+// RecipeRenew re-arms each lock of a recipe's renewal batch (Redisson's
+// watchdog) that its holder still holds, and reports which. Each lock is
+// renewed in its own resource's turn, all at once, so their writes share
+// the writer's batches and WAITs. A renewal the replicas did not
+// acknowledge has its old expiry restored; then the error is a
+// NoReplicasError (the others stand: they were acknowledged).
+func (m *Manager) RecipeRenew(ctx context.Context, locks []RecipeLock, lease time.Duration) ([]bool, error) {
+	if err := m.admit(); err != nil {
+		return nil, err
+	}
+	held := make([]bool, len(locks))
+	errs := make([]error, len(locks))
+	var wg sync.WaitGroup
+	for i := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			held[i], errs[i] = m.renewHash(ctx, locks[i], lease)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return held, err
+		}
+	}
+	return held, nil
+}
+
+// renewHash renews one lock of a batch.
+func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Duration) (bool, error) {
+	side := m.recordKey(l.Key)
+	evictable, err := m.evictionGuard(side)
+	if err != nil {
+		return false, err
+	}
+	turn := m.serial.lock(l.Key)
+	defer m.serial.unlock(l.Key, turn)
+	newest, err := m.opts.Store.Newest(l.Key)
+	if err != nil {
+		return false, err
+	}
+	now := time.Now()
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(l.Key, side),
+		Args: []any{l.Holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term()}}
+	w := m.opts.Scripts.Start(ctx, l.Key, call, true)
+	reply, err := w.Reply()
+	if err != nil {
+		return false, deposed(err)
+	}
+	if n, ok := reply.(int64); ok && n == 0 {
+		return false, nil
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 4 {
+		return false, fmt.Errorf("locks: unexpected recipe renewal reply %v", reply)
+	}
+	acked, err := w.Acks()
+	if err != nil {
+		return false, err // the renewal may stand: nothing to undo
+	}
+	if acked < m.opts.MinReplicas {
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		if _, uerr := m.opts.Scripts.RunAfter(ctx, w, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenewUndo, Keys: call.Keys,
+			Args: []any{l.Holder, arr[1], arr[2], arr[3], m.term()}}); uerr != nil {
+			m.opts.Logger.Warn("could not undo an unacknowledged recipe renewal; the lease stands as Redis has it", "err", uerr)
+		}
+		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	}
+	if tok, _ := arr[3].(string); tok != "" {
+		if t, err := strconv.ParseUint(tok, 10, 64); err == nil {
+			m.leases.rearmed(l.Key, t, now.Add(lease))
+			if evictable {
+				m.evictableGranted(side, l.Key, t)
+			}
+		}
+	}
+	return true, nil
+}
+
+// RecipeUnlock is a recipe's unlock or force-unlock (Force: whoever holds
+// it), with what the recipe's own script would publish and latch.
+type RecipeUnlock struct {
+	Key, Holder               string
+	Lease                     time.Duration // re-armed while the holder's count stays above 0
+	Channel, Publish, Message string        // Publish: "publish", "spublish" or "" (none)
+	Latch                     string
+	LatchTTL                  int64 // ms
+	Force                     bool
+}
+
+// RecipeUnlock runs a recipe's unlock in the resource's turn, with no
+// replica wait, and returns the recipe's integer reply, or null when the
+// recipe answers nil (not the holder). A release ends the side record and
+// the lease the proxy tracks.
+func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, null bool, err error) {
+	side := m.recordKey(u.Key)
+	turn := m.serial.lock(u.Key)
+	defer m.serial.unlock(u.Key, turn)
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: recipeKeys(u.Key, side),
+		Args: []any{u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL, m.term()}}
+	if u.Force {
+		call.Op = opHashForceUnlock
+		call.Args = []any{u.Channel, u.Publish, u.Message, m.term()}
+	}
+	reply, err := m.opts.Scripts.Start(ctx, u.Key, call, false).Reply()
+	if err != nil {
+		return 0, false, deposed(err)
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) == 0 {
+		return 0, false, fmt.Errorf("locks: unexpected recipe unlock reply %v", reply)
+	}
+	if kind, err := toInt(arr[0]); err != nil || kind == 0 {
+		return 0, true, err
+	}
+	if len(arr) < 2 {
+		return 0, false, fmt.Errorf("locks: unexpected recipe unlock reply %v", reply)
+	}
+	if n, err = toInt(arr[1]); err != nil {
+		return 0, false, err
+	}
+	if len(arr) == 3 {
+		if v, ok := arr[2].(string); ok {
+			if rec, ok := parseReleased(v); ok {
+				m.released(u.Key, rec)
+			}
+		}
+		m.waiting.wakeHead(u.Key)
+	}
+	return n, false, nil
+}
+
+// HolderToken returns the token of holder's current grant of resource, a
+// recipe's lock or the lock family's: ok is false when holder does not
+// hold it, or its record's token is not the newest issued (a stale
+// record).
+func (m *Manager) HolderToken(ctx context.Context, resource, holder string) (token uint64, ok bool, err error) {
+	if err := m.admit(); err != nil {
+		return 0, false, err
+	}
+	newest, err := m.opts.Store.Newest(resource)
+	if err != nil {
+		return 0, false, err
+	}
+	rec, held, err := m.readRecord(ctx, resource)
+	if err != nil || !held || rec.Owner != holder {
+		return 0, false, err
+	}
+	token, perr := strconv.ParseUint(rec.Token, 10, 64)
+	if perr != nil || token != newest {
+		return 0, false, nil
+	}
+	return token, true, nil
+}

@@ -1,0 +1,122 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+)
+
+// hashReply is opHashAcquire's reply: {kind, token, count before,
+// PEXPIRETIME before, the side record's (or "")}.
+func hashReply(k replyKind, token string, count int, was int64, swas string) string {
+	s := "*5\r\n:" + itoa(int64(k)) + "\r\n" + bulk(token) + ":" + itoa(int64(count)) + "\r\n:" + itoa(was) + "\r\n"
+	if swas == "" {
+		return s + bulk("")
+	}
+	return s + ":" + swas + "\r\n"
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A recipe's grant is settled as LOCK.ACQUIRE's is: reserved, confirmed
+// after the replicas; on a shortfall or a late reply undone with the
+// pre-image the twin returned and its reservation cancelled; an undo that
+// fails, or a script reply lost, leaves the token counted as issued.
+func TestRecipeAcquireSettles(t *testing.T) {
+	fresh := hashReply(kindGranted, "1", 0, -2, "")
+	reentry := hashReply(kindRearmed, "7", 2, 1700000000000, "1700000000001")
+	for _, tc := range []struct {
+		name     string
+		s        setup
+		wantErr  func(error) bool
+		newest   uint64
+		calls    []string
+		undoArgs []string // the undo's count, PEXPIRETIMEs before (its args 2-4)
+	}{
+		{name: "fresh grant acknowledged", s: setup{replies: []reply{{raw: fresh, acks: acked(1)}}},
+			newest: 1, calls: []string{"hash-acquire+acks"}},
+		{name: "fresh grant short of replicas: undone, not issued",
+			s:       setup{replies: []reply{{raw: fresh, acks: acked(0)}}, undos: []reply{{raw: ":1\r\n"}}},
+			wantErr: noReplicas(0, 1), newest: 0, calls: []string{"hash-acquire+acks", "hash-undo"},
+			undoArgs: []string{"0", "-2", ""}},
+		{name: "fresh grant too late: undone", s: setup{replies: []reply{{raw: fresh, acks: acked(1)}}, undos: []reply{{raw: ":1\r\n"}}, late: true},
+			wantErr: errIs(ErrLate), newest: 0, calls: []string{"hash-acquire+acks", "hash-undo"}},
+		{name: "undo fails: counted as issued, outcome unknown",
+			s:       setup{replies: []reply{{raw: fresh, acks: acked(0)}}, undos: []reply{{err: cluster.ErrUnavailable}}},
+			wantErr: errIs(cluster.ErrOutcomeUnknown), newest: 1, calls: []string{"hash-acquire+acks", "hash-undo"}},
+		{name: "script reply lost: counted as issued", s: setup{replies: []reply{{err: cluster.ErrOutcomeUnknown}}},
+			wantErr: errIs(cluster.ErrOutcomeUnknown), newest: 1, calls: []string{"hash-acquire+acks"}},
+		{name: "re-entry short of replicas: count and expiries restored",
+			s: setup{store: func(s *memTokens) { s.newest["r"] = 7 },
+				replies: []reply{{raw: reentry, acks: acked(0)}}, undos: []reply{{raw: ":1\r\n"}}},
+			wantErr: noReplicas(0, 1), newest: 7, calls: []string{"hash-acquire+acks", "hash-undo"},
+			undoArgs: []string{"2", "1700000000000", "1700000000001"}},
+		{name: "busy: nothing to settle", s: setup{replies: []reply{{raw: "*2\r\n:0\r\n:900\r\n"}}},
+			wantErr: errIs(ErrBusy), newest: 0, calls: []string{"hash-acquire+acks"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, received := arrange(t, newFixture, tc.s)
+			_, err := f.m.RecipeAcquire(context.Background(), "r", owner, addr, ttl, received)
+			switch {
+			case tc.wantErr == nil && err != nil:
+				t.Fatalf("RecipeAcquire: %v", err)
+			case tc.wantErr != nil && !tc.wantErr(err):
+				t.Fatalf("RecipeAcquire: err %v, not the one expected", err)
+			}
+			if got := f.newest(); got != tc.newest {
+				t.Errorf("newest token recorded = %d, want %d", got, tc.newest)
+			}
+			calls := f.scripts.sent()
+			var names []string
+			for _, c := range calls {
+				n := c.script
+				if c.wantAcks {
+					n += "+acks"
+				}
+				names = append(names, n)
+			}
+			if !slices.Equal(names, tc.calls) {
+				t.Fatalf("sent %q, want %q", names, tc.calls)
+			}
+			if tc.undoArgs != nil {
+				u := calls[len(calls)-1].args
+				if got := u[2:5]; !slices.Equal(got, tc.undoArgs) {
+					t.Errorf("undo's count and expiries = %q, want %q", got, tc.undoArgs)
+				}
+			}
+		})
+	}
+}
+
+// A renewal batch: each lock's renewal joins the writer's batches; one
+// short of replicas has its old expiries put back and fails the batch.
+func TestRecipeRenewRestoresOnShortfall(t *testing.T) {
+	scripts := newFakeScripts(t)
+	scripts.respond = func(c sent) reply {
+		if c.keys[0] == "held" {
+			return reply{raw: "*4\r\n:1\r\n:1700000000000\r\n" + bulk("") + bulk(""), acks: acked(0)}
+		}
+		return reply{raw: ":0\r\n", acks: acked(1)}
+	}
+	scripts.undos = []reply{{raw: ":1\r\n"}}
+	f := newFixture(t, scripts, nil)
+	held, err := f.m.RecipeRenew(context.Background(), []RecipeLock{{"held", "h"}, {"gone", "h"}}, 30*time.Second)
+	var nr *NoReplicasError
+	if !errors.As(err, &nr) {
+		t.Fatalf("RecipeRenew = %v, %v; want a NoReplicasError", held, err)
+	}
+	var undone bool
+	for _, c := range scripts.sent() {
+		if c.script == "hash-renew-undo" {
+			undone = c.args[1] == "1700000000000"
+		}
+	}
+	if !undone {
+		t.Fatalf("no undo restoring the old expiry: %+v", scripts.sent())
+	}
+}

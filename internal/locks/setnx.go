@@ -1,0 +1,524 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+)
+
+// Value locks (setnxops.go): SET NX and the lock scripts of redis-py,
+// redsync, redislock and node-redlock. A grant, fresh or under the
+// holder's current token (redislock's re-obtain, an extend), is settled as
+// a hash recipe's is (recipes.go): replied only once --min-replicas
+// acknowledged, a fresh grant's token reserved meanwhile and confirmed
+// after; on a shortfall, or a grant whose reply would leave less than the
+// safety margin of its lease, the write is undone exactly from the
+// pre-image the twin returned. Extends are not held to the late-reply
+// rule (as renewals are not): an acknowledged extend stands. A grant with
+// no lease (SET NX without PX or EX) has no late-reply rule either.
+
+// ValueMode is what a value write may do: the modes of opValueWrite.
+type ValueMode byte
+
+const (
+	// ValueGrant grants a free key (SET NX; redlock's acquire; with a
+	// Prefix, redislock's obtain, which also re-obtains).
+	ValueGrant ValueMode = 'g'
+	// ValueExtend re-arms the holder's key.
+	ValueExtend ValueMode = 'e'
+	// ValueExtendOrGrant re-arms the holder's key or grants a free one
+	// (redsync's touchWithSetNX).
+	ValueExtendOrGrant ValueMode = 'E'
+	// ValueExtendAdd adds the lease to what is left of the holder's
+	// key's expiry (redis-py's extend without replace_ttl).
+	ValueExtendAdd ValueMode = 'a'
+)
+
+// ValueWrite is one value-lock grant or extend.
+type ValueWrite struct {
+	Key, Holder string
+	Mode        ValueMode
+	Lease       time.Duration // 0: a grant with no lease
+	Prefix      int           // redislock's token length; 0 for none
+}
+
+// noLeaseEnd is the tracked end of a grant with no lease: never swept.
+const noLeaseEnd = 100 * 365 * 24 * time.Hour
+
+// valueGrant is one run of opValueWrite.
+type valueGrant struct {
+	call      ScriptCall
+	write     *Write
+	start     time.Time
+	candidate uint64
+	kind      replyKind
+	busy      int64
+	token     uint64 // 0: no side record (an extend of a lock the proxy did not grant)
+	lease     time.Duration
+	pre       []any // the undo's arguments after the holder: value, PEXPIRETIME, side, its PEXPIRETIME, written
+}
+
+// RecipeValueWrite runs a value lock's grant or extend. It returns nil
+// once it is acknowledged (and a fresh grant's token recorded); ErrBusy
+// (with the holder's pttl) when another holds the key; ErrNotHeld when an
+// extend found the key not the holder's; a NoReplicasError or ErrLate
+// when it was undone; another error when the outcome is unknown or
+// nothing was tried.
+func (m *Manager) RecipeValueWrite(ctx context.Context, v ValueWrite, clientAddr string, received time.Time) (pttl int64, err error) {
+	if err := m.admit(); err != nil {
+		return 0, err
+	}
+	side := m.recordKey(v.Key)
+	evictable, err := m.evictionGuard(side)
+	if err != nil {
+		return 0, err
+	}
+	turn := m.serial.lock(v.Key)
+	defer m.serial.unlock(v.Key, turn)
+	g, err := m.sendValueWrite(ctx, v, side, clientAddr)
+	if err == nil && g.kind == kindTokenAhead {
+		if err = m.adoptRecordToken(int64(g.token)); err == nil {
+			g, err = m.sendValueWrite(ctx, v, side, clientAddr)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
+			m.countIssued(v.Key, g.candidate)
+		}
+		return 0, err
+	}
+	switch g.kind {
+	case kindBusy:
+		m.hot.add(v.Key)
+		return g.busy, ErrBusy
+	case kindNotHeld:
+		return 0, ErrNotHeld
+	case kindGranted, kindRearmed:
+		return 0, m.settleValueWrite(ctx, &g, v, clientAddr, received, evictable)
+	}
+	return 0, fmt.Errorf("locks: unexpected value lock reply kind %d", g.kind)
+}
+
+func (m *Manager) sendValueWrite(ctx context.Context, v ValueWrite, side, clientAddr string) (g valueGrant, err error) {
+	newest, err := m.opts.Store.Newest(v.Key)
+	if err != nil {
+		return g, err
+	}
+	if v.Mode == ValueGrant || v.Mode == ValueExtendOrGrant {
+		if g.candidate, err = m.opts.Store.NextToken(); err != nil {
+			return g, err
+		}
+	}
+	g.start = time.Now()
+	term := m.term()
+	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueWrite, Keys: recipeKeys(v.Key, side),
+		Args: []any{v.Holder, string(v.Mode), v.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: v.Holder},
+			term, v.Prefix, m.markLife()}}
+	g.write = m.opts.Scripts.Start(ctx, v.Key, g.call, true)
+	reply, err := g.write.Reply()
+	if err != nil {
+		return g, deposed(err)
+	}
+	return g, g.read(reply)
+}
+
+// read decodes opValueWrite's reply into g.
+func (g *valueGrant) read(reply any) error {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) == 0 {
+		return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+	}
+	kind, err := toInt(arr[0])
+	if err != nil {
+		return err
+	}
+	g.kind = replyKind(kind)
+	switch g.kind {
+	case kindNotHeld:
+		return nil
+	case kindBusy, kindTokenAhead:
+		if len(arr) != 2 {
+			return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+		}
+		v, err := toInt(arr[1])
+		g.busy, g.token = v, uint64(v)
+		return err
+	}
+	if len(arr) != 8 {
+		return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+	}
+	if tok, _ := arr[1].(string); tok != "" {
+		if g.token, err = strconv.ParseUint(tok, 10, 64); err != nil {
+			return err
+		}
+	} else if n, ok := arr[1].(int64); ok {
+		g.token = uint64(n)
+	}
+	ms, err := toInt(arr[7])
+	if err != nil {
+		return err
+	}
+	g.lease = time.Duration(ms) * time.Millisecond
+	g.pre = arr[2:7]
+	return nil
+}
+
+// settleValueWrite finishes a value write whose script has answered, in
+// the key's turn.
+func (m *Manager) settleValueWrite(ctx context.Context, g *valueGrant, v ValueWrite, clientAddr string, received time.Time, evictable bool) error {
+	fresh := g.kind == kindGranted
+	var reserveErr error
+	if fresh {
+		reserveErr = m.opts.Store.Reserve(v.Key, g.token)
+	}
+	acked, err := g.write.Acks()
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(g.start).Seconds())
+	grant := fresh || v.Mode == ValueGrant // a re-obtain is a grant too
+	switch {
+	case err != nil:
+	case acked < m.opts.MinReplicas:
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	case reserveErr != nil:
+		err = reserveErr
+	case grant && v.Lease > 0 && time.Now().After(m.replyBy(received, v.Lease)):
+		err = ErrLate
+	case fresh:
+		err = m.opts.Store.Confirm(v.Key, g.token)
+	}
+	if err != nil {
+		return m.abandonValueWrite(ctx, g, v, fresh && reserveErr == nil, err)
+	}
+	end := g.start.Add(g.lease)
+	if g.lease <= 0 {
+		end = g.start.Add(noLeaseEnd)
+	}
+	switch {
+	case fresh:
+		if old := m.leases.granted(v.Key, g.token, g.start, end, clientAddr); old != nil {
+			m.logExpired(old)
+		}
+	case g.token != 0:
+		m.leases.rearmed(v.Key, g.token, end)
+	}
+	if evictable && g.token != 0 {
+		m.evictableGranted(g.call.Keys[1], v.Key, g.token)
+	}
+	return nil
+}
+
+// abandonValueWrite undoes a value write that will not be replied (unless
+// its outcome is already unknown) and settles a fresh grant's reserved
+// token as abandonHashGrant does.
+func (m *Manager) abandonValueWrite(ctx context.Context, g *valueGrant, v ValueWrite, reserved bool, err error) error {
+	undone := false
+	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		args := append(append([]any{v.Holder}, g.pre...), m.undoMark(v.Key, g.kind == kindGranted, g.token)...)
+		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: g.call.Keys, Args: args})
+		if uerr != nil {
+			m.opts.Logger.Warn("could not undo an unacknowledged value lock write; it stands until its lease ends", "key", v.Key, "err", uerr)
+		} else {
+			undone = true
+			if g.kind == kindGranted {
+				m.waiting.wakeHead(v.Key)
+			}
+		}
+	}
+	if reserved {
+		if undone {
+			m.opts.Store.Cancel(v.Key, g.token)
+		} else if cerr := m.opts.Store.Confirm(v.Key, g.token); cerr != nil {
+			m.opts.Logger.Warn("could not record a token whose grant may stand", "err", cerr)
+		}
+	}
+	var nr *NoReplicasError
+	if !undone && (err == ErrLate || errors.As(err, &nr)) {
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+	}
+	return err
+}
+
+// ValueReleased is what a value lock's release found.
+type ValueReleased int
+
+const (
+	ValueAbsent  ValueReleased = iota // no key
+	ValueOthers                       // the key holds another value
+	ValueDeleted                      // deleted: it was the holder's
+)
+
+// RecipeValueRelease runs a value lock's release in the key's turn, with
+// no replica wait (a lost release only delays the next grant until the
+// lease ends), and ends the side record and the lease the proxy tracks.
+func (m *Manager) RecipeValueRelease(ctx context.Context, key, holder string) (ValueReleased, error) {
+	side := m.recordKey(key)
+	turn := m.serial.lock(key)
+	defer m.serial.unlock(key, turn)
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side), Args: []any{holder, m.term()}}
+	reply, err := m.opts.Scripts.Start(ctx, key, call, false).Reply()
+	if err != nil {
+		return 0, deposed(err)
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) == 0 {
+		return 0, fmt.Errorf("locks: unexpected value lock release reply %v", reply)
+	}
+	kind, err := toInt(arr[0])
+	if err != nil || kind < 0 || kind > 2 {
+		return 0, fmt.Errorf("locks: unexpected value lock release reply %v", reply)
+	}
+	if kind == 2 {
+		if len(arr) == 2 {
+			if s, ok := arr[1].(string); ok {
+				if rec, ok := parseReleased(s); ok {
+					m.released(key, rec)
+				}
+			}
+		}
+		m.waiting.wakeHead(key)
+	}
+	return ValueReleased(kind), nil
+}
+
+// RecipeValueMulti runs redlock's acquire (ValueGrant) or extend
+// (ValueExtend) of several keys: all of them or none, each key a resource
+// of its own with its own side record and token (one candidate token
+// serves them all: it is above every token issued). keys must be
+// distinct. It holds every key's turn, taken in sorted order. Its results
+// are RecipeValueWrite's; a shortfall or a late grant undoes every key.
+func (m *Manager) RecipeValueMulti(ctx context.Context, keys []string, holder string, mode ValueMode, lease time.Duration, clientAddr string, received time.Time) error {
+	if err := m.admit(); err != nil {
+		return err
+	}
+	sides := make([]string, len(keys))
+	evictable := false
+	for i, k := range keys {
+		sides[i] = m.recordKey(k)
+		risky, err := m.evictionGuard(sides[i])
+		if err != nil {
+			return err
+		}
+		evictable = evictable || risky
+	}
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	for _, k := range sorted {
+		turn := m.serial.lock(k)
+		defer m.serial.unlock(k, turn)
+	}
+	g, err := m.sendValueMulti(ctx, keys, sides, holder, mode, lease, clientAddr)
+	if err == nil && g.kind == kindTokenAhead {
+		if err = m.adoptRecordToken(int64(g.token)); err == nil {
+			g, err = m.sendValueMulti(ctx, keys, sides, holder, mode, lease, clientAddr)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
+			for _, k := range keys {
+				m.countIssued(k, g.candidate)
+			}
+		}
+		return err
+	}
+	switch g.kind {
+	case kindBusy:
+		m.hot.add(keys[0])
+		return ErrBusy
+	case kindNotHeld:
+		return ErrNotHeld
+	case kindGranted, kindRearmed:
+		return m.settleValueMulti(ctx, &g, keys, sides, holder, lease, clientAddr, received, evictable)
+	}
+	return fmt.Errorf("locks: unexpected value lock reply kind %d", g.kind)
+}
+
+// multiGrant is one run of opValueMulti.
+type multiGrant struct {
+	call      ScriptCall
+	write     *Write
+	start     time.Time
+	candidate uint64
+	kind      replyKind
+	token     uint64 // kindTokenAhead
+	lease     time.Duration
+	tokens    []uint64 // per key: its grant's or current token, 0 for none
+	pre       [][]any  // per key: opValueUndo's arguments after the holder, less the term
+}
+
+func (m *Manager) sendValueMulti(ctx context.Context, keys, sides []string, holder string, mode ValueMode, lease time.Duration, clientAddr string) (g multiGrant, err error) {
+	items := make([]string, 0, 3*len(keys))
+	for i, k := range keys {
+		newest, err := m.opts.Store.Newest(k)
+		if err != nil {
+			return g, err
+		}
+		items = append(items, k, sides[i], markKey(sides[i]), strconv.FormatUint(newest, 10))
+	}
+	if mode == ValueGrant {
+		if g.candidate, err = m.opts.Store.NextToken(); err != nil {
+			return g, err
+		}
+	}
+	g.start = time.Now()
+	term := m.term()
+	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueMulti, Keys: recipeKeys(keys[0], sides[0]),
+		Args: []any{holder, string(mode), lease.Milliseconds(), g.candidate, g.start.UnixMilli(),
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder},
+			term, m.markLife(), packStrings(items...)}}
+	g.write = m.opts.Scripts.Start(ctx, keys[0], g.call, true)
+	reply, err := g.write.Reply()
+	if err != nil {
+		return g, deposed(err)
+	}
+	return g, g.read(reply, len(keys))
+}
+
+// read decodes opValueMulti's reply for n keys into g.
+func (g *multiGrant) read(reply any, n int) error {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) == 0 {
+		return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+	}
+	kind, err := toInt(arr[0])
+	if err != nil {
+		return err
+	}
+	g.kind = replyKind(kind)
+	switch g.kind {
+	case kindNotHeld, kindBusy:
+		return nil
+	case kindTokenAhead:
+		if len(arr) != 2 {
+			return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+		}
+		v, err := toInt(arr[1])
+		g.token = uint64(v)
+		return err
+	}
+	if len(arr) != 3+6*n {
+		return fmt.Errorf("locks: unexpected value lock reply %v", reply)
+	}
+	ms, err := toInt(arr[2])
+	if err != nil {
+		return err
+	}
+	g.lease = time.Duration(ms) * time.Millisecond
+	g.tokens, g.pre = make([]uint64, n), make([][]any, n)
+	for i := range n {
+		e := arr[3+6*i : 3+6*i+6]
+		g.pre[i] = e[:5]
+		if tok, _ := e[5].(string); tok != "" {
+			if g.tokens[i], err = strconv.ParseUint(tok, 10, 64); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Manager) settleValueMulti(ctx context.Context, g *multiGrant, keys, sides []string, holder string, lease time.Duration, clientAddr string, received time.Time, evictable bool) error {
+	fresh := g.kind == kindGranted
+	var reserveErr error
+	reserved := 0
+	if fresh {
+		for _, k := range keys {
+			if reserveErr = m.opts.Store.Reserve(k, g.candidate); reserveErr != nil {
+				break
+			}
+			reserved++
+		}
+	}
+	acked, err := g.write.Acks()
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(g.start).Seconds())
+	switch {
+	case err != nil:
+	case acked < m.opts.MinReplicas:
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	case reserveErr != nil:
+		err = reserveErr
+	case fresh && time.Now().After(m.replyBy(received, lease)):
+		err = ErrLate
+	case fresh:
+		for _, k := range keys {
+			if err = m.opts.Store.Confirm(k, g.candidate); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return m.abandonValueMulti(ctx, g, keys, sides, holder, reserved, err)
+	}
+	for i, k := range keys {
+		switch {
+		case fresh:
+			if old := m.leases.granted(k, g.candidate, g.start, g.start.Add(g.lease), clientAddr); old != nil {
+				m.logExpired(old)
+			}
+		case g.tokens[i] != 0:
+			m.leases.rearmed(k, g.tokens[i], g.start.Add(g.lease))
+		}
+		if evictable && g.tokens[i] != 0 {
+			m.evictableGranted(sides[i], k, g.tokens[i])
+		}
+	}
+	return nil
+}
+
+// abandonValueMulti undoes every key of a multi-key write that will not be
+// replied (unless its outcome is unknown), and settles the reservations
+// of the first reserved keys: cancelled where the undo ran, else issued.
+func (m *Manager) abandonValueMulti(ctx context.Context, g *multiGrant, keys, sides []string, holder string, reserved int, err error) error {
+	undone := make([]bool, len(keys))
+	all := true
+	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		for i, k := range keys {
+			args := append(append([]any{holder}, g.pre[i]...), m.undoMark(k, g.kind == kindGranted, g.candidate)...)
+			_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: recipeKeys(k, sides[i]), Args: args})
+			if uerr != nil {
+				m.opts.Logger.Warn("could not undo an unacknowledged value lock write; it stands until its lease ends", "key", k, "err", uerr)
+				all = false
+				continue
+			}
+			undone[i] = true
+			if g.kind == kindGranted {
+				m.waiting.wakeHead(k)
+			}
+		}
+	} else {
+		all = false
+	}
+	for i := range reserved {
+		if undone[i] {
+			m.opts.Store.Cancel(keys[i], g.candidate)
+		} else if cerr := m.opts.Store.Confirm(keys[i], g.candidate); cerr != nil {
+			m.opts.Logger.Warn("could not record a token whose grant may stand", "err", cerr)
+		}
+	}
+	var nr *NoReplicasError
+	if !all && (err == ErrLate || errors.As(err, &nr)) {
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+	}
+	return err
+}
+
+// undoMark is opValueUndo's last arguments: the term, the new token the
+// write granted ("" if it granted none: fresh is false), the resource's
+// newest token issued besides it ("" if unknown: the fence mark then
+// stays up, the safe side) and the mark's life.
+func (m *Manager) undoMark(key string, fresh bool, token uint64) []any {
+	var tok, newest any = "", ""
+	if fresh {
+		tok = strconv.FormatUint(token, 10)
+		if n, err := m.opts.Store.Newest(key); err == nil && n < token {
+			newest = n
+		}
+	}
+	return []any{m.term(), tok, newest, m.markLife()}
+}

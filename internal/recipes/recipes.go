@@ -1,0 +1,299 @@
+// Package recipes recognises the lock scripts of clients' own lock
+// libraries (Redisson's RLock and RSpinLock; value locks, setnx.go) in the requests they
+// send, so that fenceproxy can make those locks as safe as its own lock
+// family without a change to the client: a recognised grant or renewal is
+// replied only after --min-replicas acknowledgements, undone on a
+// shortfall, and given a fence-store token (the resource is the lock key).
+//
+// Its job is recognition only: Match reads an EVAL or EVALSHA request and,
+// if it is a known recipe with arguments that parse, returns the request's
+// canonical fields (Call). The proxy never runs the client's script: it runs
+// its own twin, an operation of the lock writer's opsScript with the same
+// effect on the recipe's keys (internal/locks, recipeops.go), and answers
+// in the recipe's own reply shape (internal/commands, recipes.go). So a
+// known SHA never meets NOSCRIPT, whether or not Redis has the body cached.
+//
+// Recognition is by the script's SHA-1 alone: EVALSHA names it, and an
+// EVAL's body is hashed only when its length is a known body's, so other
+// scripts cost a map lookup. The repository holds the SHA-1s and the
+// argument layouts (docs/design/recipes.md), never a library's script.
+// Anything that does not match, or whose arguments do not parse (a wrong
+// key count, a lease that is not a positive integer), is forwarded as
+// before.
+package recipes
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind is what a recognised script does to its lock.
+type Kind int
+
+const (
+	// Acquire grants the lock to its holder, or re-enters it (count +1);
+	// a busy lock answers its pttl.
+	Acquire Kind = iota + 1
+	// RenewBatch re-arms each of its locks that its holder still holds
+	// (Redisson's watchdog: up to lockWatchdogBatchSize locks per call).
+	RenewBatch
+	// Unlock steps the holder's count back, deleting the lock (and
+	// publishing the wake-up) at 0; a latch key makes a retry idempotent.
+	Unlock
+	// ForceUnlock deletes the lock whoever holds it.
+	ForceUnlock
+)
+
+// Recipe is one known script.
+type Recipe struct {
+	Name    string // library and script, for logs and docs
+	SHA     string // hex SHA-1 of the body, lower case
+	BodyLen int    // the body's length in bytes (an EVAL of another length is not it)
+	Kind    Kind
+	// Publishes: the script publishes the unlock message (RLock), which
+	// RSpinLock's does not.
+	Publishes bool
+	parse     func(r *Recipe, keys, argv [][]byte) (Call, bool)
+}
+
+// Lock is one lock a renewal names: its key and its holder.
+type Lock struct{ Key, Holder string }
+
+// Call is a recognised request's fields, copied out of the request.
+type Call struct {
+	Recipe *Recipe
+	// Key and Holder: the lock (Acquire, Unlock, ForceUnlock: Key only).
+	Key, Holder string
+	// Lease is the lease an Acquire, RenewBatch or Unlock (a count still
+	// above 0 re-arms it) asks for.
+	Lease time.Duration
+	// Locks are a RenewBatch's locks, in the request's order.
+	Locks []Lock
+	// Unlock and ForceUnlock: the wake-up channel, the command that
+	// publishes on it (PUBLISH or SPUBLISH; "" for none) and the message;
+	// Unlock's latch key and its ttl (ms).
+	Channel, Publish, Message string
+	Latch                     string
+	LatchTTL                  int64
+}
+
+// Bounds on what a recognised call may carry; a call beyond them is
+// forwarded, and Redis answers it as it would.
+const (
+	MaxKeyLen    = 512 // the fence store's longest resource
+	MaxHolderLen = 256 // the lock family's longest owner
+	MaxLease     = 30 * 24 * time.Hour
+	maxBatch     = 1000 // renewals in one call (Redisson sends up to 100)
+)
+
+// The catalogue: Redisson 3.52.0, 4.0.0 and 4.7.0 send these same bodies
+// (docs/design/recipes.md, "Script catalogue").
+var catalogue = []Recipe{
+	{Name: "redisson lock.acquire", SHA: "149c5a8bf18676fd99e9e6e24923bd64d9b62f94", BodyLen: 234, Kind: Acquire, parse: parseAcquire},
+	{Name: "redisson spin.acquire", SHA: "dad0f8d619e548e04f21fb48d50be5034df3adae", BodyLen: 339, Kind: Acquire, parse: parseAcquire},
+	{Name: "redisson lock.renew-batch", SHA: "6a3d31570dc6f4b0bd32bcdc8e75667747c6f635", BodyLen: 220, Kind: RenewBatch, parse: parseRenewBatch},
+	{Name: "redisson lock.unlock", SHA: "6866459238a13a701d42f4971f12d9f3a50e2442", BodyLen: 471, Kind: Unlock, Publishes: true, parse: parseUnlock},
+	{Name: "redisson spin.unlock", SHA: "73ac2729af29ea9a975f95e8097f7ee9a74cce3d", BodyLen: 432, Kind: Unlock, parse: parseSpinUnlock},
+	{Name: "redisson lock.forceunlock", SHA: "605e338249a7a1d40df83b04f7658354f883b41b", BodyLen: 107, Kind: ForceUnlock, Publishes: true, parse: parseForceUnlock},
+	{Name: "redisson spin.forceunlock", SHA: "51b433c3cc9a6ca991b3aefec63d23490c246318", BodyLen: 68, Kind: ForceUnlock, parse: parseSpinForceUnlock},
+}
+
+var (
+	bySHA   = map[string]*Recipe{}
+	lengths = map[int]bool{}
+)
+
+func init() {
+	for i := range catalogue {
+		r := &catalogue[i]
+		bySHA[r.SHA] = r
+		lengths[r.BodyLen] = true
+	}
+}
+
+// Catalogue returns the known recipes, for documentation and tests.
+func Catalogue() []Recipe { return append([]Recipe(nil), catalogue...) }
+
+// Lookup returns the recipe an EVAL or EVALSHA request runs (args[0] is
+// the command name, args[1] the body or the SHA), nil if it is not one of
+// them. It does not parse the rest; Match does.
+func Lookup(args [][]byte) *Recipe {
+	if len(args) < 3 {
+		return nil
+	}
+	switch {
+	case strings.EqualFold(string(args[0]), "evalsha"):
+		if len(args[1]) != 2*sha1.Size {
+			return nil
+		}
+		var lower [2 * sha1.Size]byte
+		for i, c := range args[1] {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			lower[i] = c
+		}
+		return bySHA[string(lower[:])]
+	case strings.EqualFold(string(args[0]), "eval"):
+		if !lengths[len(args[1])] {
+			return nil
+		}
+		sum := sha1.Sum(args[1])
+		return bySHA[hex.EncodeToString(sum[:])]
+	}
+	return nil
+}
+
+// Match recognises a request: the recipe it runs and its fields. ok is
+// false for anything to forward as it came.
+func Match(args [][]byte) (c Call, ok bool) {
+	r := Lookup(args)
+	if r == nil {
+		return c, false
+	}
+	n, ok := parseCount(args[2])
+	if !ok || 3+n > len(args) {
+		return c, false
+	}
+	return r.parse(r, args[3:3+n], args[3+n:])
+}
+
+// parseAcquire: KEYS name; ARGV lease, lockName.
+func parseAcquire(r *Recipe, keys, argv [][]byte) (c Call, ok bool) {
+	if len(keys) != 1 || len(argv) != 2 {
+		return c, false
+	}
+	c = Call{Recipe: r}
+	if c.Key, ok = key(keys[0]); !ok {
+		return c, false
+	}
+	if c.Lease, ok = lease(argv[0]); !ok {
+		return c, false
+	}
+	c.Holder, ok = holder(argv[1])
+	return c, ok
+}
+
+// parseRenewBatch: KEYS name1..nameN; ARGV lease, lockName1..lockNameN.
+func parseRenewBatch(r *Recipe, keys, argv [][]byte) (c Call, ok bool) {
+	if len(keys) == 0 || len(keys) > maxBatch || len(argv) != len(keys)+1 {
+		return c, false
+	}
+	c = Call{Recipe: r, Locks: make([]Lock, len(keys))}
+	if c.Lease, ok = lease(argv[0]); !ok {
+		return c, false
+	}
+	for i := range keys {
+		l := &c.Locks[i]
+		if l.Key, ok = key(keys[i]); !ok {
+			return c, false
+		}
+		if l.Holder, ok = holder(argv[i+1]); !ok {
+			return c, false
+		}
+	}
+	return c, true
+}
+
+// parseUnlock: KEYS name, channel, latch; ARGV message, lease, lockName,
+// PUBLISH|SPUBLISH, latchTtl.
+func parseUnlock(r *Recipe, keys, argv [][]byte) (c Call, ok bool) {
+	if len(keys) != 3 || len(argv) != 5 {
+		return c, false
+	}
+	c = Call{Recipe: r, Channel: string(keys[1]), Latch: string(keys[2]), Message: string(argv[0])}
+	if c.Key, ok = key(keys[0]); !ok {
+		return c, false
+	}
+	if c.Publish, ok = publish(argv[3]); !ok {
+		return c, false
+	}
+	return unlockTail(c, argv[1], argv[2], argv[4])
+}
+
+// parseSpinUnlock: KEYS name, latch; ARGV lease, lockName, latchTtl.
+func parseSpinUnlock(r *Recipe, keys, argv [][]byte) (c Call, ok bool) {
+	if len(keys) != 2 || len(argv) != 3 {
+		return c, false
+	}
+	c = Call{Recipe: r, Latch: string(keys[1])}
+	if c.Key, ok = key(keys[0]); !ok {
+		return c, false
+	}
+	return unlockTail(c, argv[0], argv[1], argv[2])
+}
+
+// unlockTail reads an unlock's lease, lockName and latch ttl.
+func unlockTail(c Call, leaseArg, holderArg, latchTTL []byte) (Call, bool) {
+	var ok bool
+	if c.Lease, ok = lease(leaseArg); !ok {
+		return c, false
+	}
+	if c.Holder, ok = holder(holderArg); !ok {
+		return c, false
+	}
+	n, err := strconv.ParseInt(string(latchTTL), 10, 64)
+	if err != nil || n <= 0 || n > MaxLease.Milliseconds() || len(c.Latch) == 0 {
+		return c, false
+	}
+	c.LatchTTL = n
+	return c, true
+}
+
+// parseForceUnlock: KEYS name, channel; ARGV message, PUBLISH|SPUBLISH.
+func parseForceUnlock(r *Recipe, keys, argv [][]byte) (c Call, ok bool) {
+	if len(keys) != 2 || len(argv) != 2 {
+		return c, false
+	}
+	c = Call{Recipe: r, Channel: string(keys[1]), Message: string(argv[0])}
+	if c.Key, ok = key(keys[0]); !ok {
+		return c, false
+	}
+	c.Publish, ok = publish(argv[1])
+	return c, ok
+}
+
+// parseSpinForceUnlock: KEYS name; no ARGV.
+func parseSpinForceUnlock(r *Recipe, keys, argv [][]byte) (c Call, ok bool) {
+	if len(keys) != 1 || len(argv) != 0 {
+		return c, false
+	}
+	c = Call{Recipe: r}
+	c.Key, ok = key(keys[0])
+	return c, ok
+}
+
+func parseCount(b []byte) (int, bool) {
+	n, err := strconv.Atoi(string(b))
+	return n, err == nil && n >= 0
+}
+
+func key(b []byte) (string, bool) {
+	return string(b), len(b) > 0 && len(b) <= MaxKeyLen
+}
+
+func holder(b []byte) (string, bool) {
+	return string(b), len(b) > 0 && len(b) <= MaxHolderLen
+}
+
+func lease(b []byte) (time.Duration, bool) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || n <= 0 || n > MaxLease.Milliseconds() {
+		return 0, false
+	}
+	return time.Duration(n) * time.Millisecond, true
+}
+
+// publish accepts the two commands an unlock may publish with.
+func publish(b []byte) (string, bool) {
+	switch strings.ToLower(string(b)) {
+	case "publish":
+		return "publish", true
+	case "spublish":
+		return "spublish", true
+	}
+	return "", false
+}

@@ -1,0 +1,101 @@
+package fenceproxy;
+
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.redisson.Redisson;
+import org.redisson.api.RLock;
+import org.redisson.api.RedissonClient;
+import org.redisson.config.Config;
+
+/**
+ * Redisson RLock lock/unlock cycles per second, side by side in one run (issue #23's speed
+ * item; a benchmark, not a test): Redisson in single-server mode through fenceproxy
+ * (FENCEPROXY_ADDR, which makes each grant wait for --min-replicas, sharing WAITs across
+ * clients) against Redisson in master-slave mode straight at the same master and replica
+ * (FENCEPROXY_MASTER_ADDR, FENCEPROXY_REPLICA_ADDR), where it sends its own WAIT after every
+ * lock script: the same safety. Each thread locks and unlocks a resource of its own, so
+ * nothing contends. The two alternate (A B A B) so the machine's noise hits both alike.
+ *
+ * Args: [threads (32)] [seconds per round (5)] [rounds (2)]. Prints one line per round and
+ * "ratio proxy/direct: X".
+ */
+public final class LockBench {
+    private LockBench() {
+    }
+
+    public static void main(String[] argv) throws Exception {
+        int threads = argv.length > 0 ? Integer.parseInt(argv[0]) : 32;
+        int seconds = argv.length > 1 ? Integer.parseInt(argv[1]) : 5;
+        int rounds = argv.length > 2 ? Integer.parseInt(argv[2]) : 2;
+        String proxy = System.getenv("FENCEPROXY_ADDR");
+        String master = System.getenv("FENCEPROXY_MASTER_ADDR");
+        String replica = System.getenv("FENCEPROXY_REPLICA_ADDR");
+        if (proxy == null || master == null || replica == null) {
+            System.err.println("LockBench: set FENCEPROXY_ADDR, FENCEPROXY_MASTER_ADDR and FENCEPROXY_REPLICA_ADDR");
+            System.exit(2);
+        }
+        RedissonClient viaProxy = client(c -> c.useSingleServer().setAddress("redis://" + proxy)
+                .setConnectionPoolSize(threads).setConnectionMinimumIdleSize(threads));
+        RedissonClient direct = client(c -> c.useMasterSlaveServers().setMasterAddress("redis://" + master)
+                .addSlaveAddress("redis://" + replica)
+                .setMasterConnectionPoolSize(threads).setMasterConnectionMinimumIdleSize(threads));
+        // For reference: single-server mode straight at the master, which
+        // waits for no replica (the unsafe setup the proxy replaces).
+        RedissonClient unsafe = client(c -> c.useSingleServer().setAddress("redis://" + master)
+                .setConnectionPoolSize(threads).setConnectionMinimumIdleSize(threads));
+        double proxySum = 0, directSum = 0;
+        try {
+            run(viaProxy, threads, 1, "warmup"); // scripts loaded, connections open
+            run(direct, threads, 1, "warmup");
+            run(unsafe, threads, 1, "warmup");
+            for (int r = 1; r <= rounds; r++) {
+                double p = run(viaProxy, threads, seconds, "proxy");
+                double d = run(direct, threads, seconds, "direct");
+                double u = run(unsafe, threads, seconds, "unsafe");
+                System.out.printf("round %d: fenceproxy (single-server) %.0f cycles/s, direct (master-slave, WAIT) %.0f cycles/s; "
+                        + "for reference, single-server straight at the master (no replica wait) %.0f cycles/s%n", r, p, d, u);
+                proxySum += p;
+                directSum += d;
+            }
+        } finally {
+            viaProxy.shutdown(0, 2, TimeUnit.SECONDS);
+            direct.shutdown(0, 2, TimeUnit.SECONDS);
+            unsafe.shutdown(0, 2, TimeUnit.SECONDS);
+        }
+        System.out.printf("threads %d, %d x %d s: ratio proxy/direct: %.2f%n", threads, rounds, seconds, proxySum / directSum);
+    }
+
+    static RedissonClient client(java.util.function.Consumer<Config> tune) {
+        Config c = new Config();
+        tune.accept(c);
+        return Redisson.create(c);
+    }
+
+    /** threads loop lock()/unlock() on a resource each for seconds; returns cycles/s. */
+    static double run(RedissonClient c, int threads, int seconds, String label) throws InterruptedException {
+        AtomicLong cycles = new AtomicLong();
+        CountDownLatch done = new CountDownLatch(threads);
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        String run = label + ":" + System.nanoTime();
+        for (int t = 0; t < threads; t++) {
+            RLock l = c.getLock("bench:" + run + ":" + t);
+            Thread th = new Thread(() -> {
+                try {
+                    while (System.nanoTime() < end) {
+                        l.lock(30, TimeUnit.SECONDS);
+                        l.unlock();
+                        cycles.incrementAndGet();
+                    }
+                } finally {
+                    done.countDown();
+                }
+            });
+            th.setDaemon(true);
+            th.start();
+        }
+        done.await();
+        return cycles.get() / (double) seconds;
+    }
+}

@@ -1,0 +1,185 @@
+package fenceproxy;
+
+import static fenceproxy.Suite.check;
+import static fenceproxy.Suite.expect;
+import static fenceproxy.Suite.key;
+import static fenceproxy.Suite.send;
+import static fenceproxy.Suite.submitGet;
+import static fenceproxy.Suite.test;
+
+import java.util.concurrent.TimeUnit;
+
+import org.redisson.Redisson;
+import org.redisson.api.RLock;
+import org.redisson.api.RedissonClient;
+import org.redisson.config.Config;
+
+import redis.clients.jedis.Jedis;
+
+/**
+ * Redisson's own RLock made safe by fenceproxy (issue #23): the unchanged client, in
+ * single-server mode, whose lock scripts the proxy recognises. Its ordinary behaviour is
+ * Suite's RLock cases; these are what the proxy adds: every grant has a fence-store token
+ * (LOCK.TOKEN, FENCE.CHECK on the lock key), and with the only replica away nothing is
+ * granted. The replica case needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR
+ * (run.sh exports them) and is skipped without them.
+ */
+final class RedissonRecipes {
+    private RedissonRecipes() {
+    }
+
+    static final String REDISSON = Suite.REDISSON;
+
+    /** Redisson's lockName for the calling thread: what its scripts name the holder. */
+    static String holder(RedissonClient c) {
+        return c.getId() + ":" + Thread.currentThread().getId();
+    }
+
+    static Jedis jedis(String addr) {
+        return new Jedis(addr.substring(0, addr.lastIndexOf(':')), Integer.parseInt(addr.substring(addr.lastIndexOf(':') + 1)), 5000);
+    }
+
+    static void cases(RedissonClient a, RedissonClient b) {
+        test(REDISSON, "RLock grant has a fence-store token: LOCK.TOKEN, FENCE.CHECK, LOCK.INFO on the lock key", () -> {
+            String name = key("recipe-token");
+            RLock l = a.getLock(name);
+            l.lock();
+            try (Jedis j = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
+                Object tok = send(j, Suite.Cmd.TOKEN, name, holder(a));
+                check("LOCK.TOKEN " + name + " <holder>", tok instanceof Long t && t > 0, tok, "a positive token");
+                expect("FENCE.CHECK " + name + " " + tok, send(j, Suite.Cmd.CHECK, name, tok), 1L);
+                expect("LOCK.TOKEN " + name + " <another holder>", send(j, Suite.Cmd.TOKEN, name, "not-the-holder:1"), null);
+                l.lock(); // re-entry: the same grant, the same token
+                expect("LOCK.TOKEN after re-entry", send(j, Suite.Cmd.TOKEN, name, holder(a)), tok);
+                l.unlock();
+                l.unlock();
+                check("RLock.isLocked() after two unlocks", !l.isLocked(), true, "false");
+                expect("LOCK.TOKEN after the release", send(j, Suite.Cmd.TOKEN, name, holder(a)), null);
+                RLock o = b.getLock(name);
+                Object tok2 = submitGet(() -> {
+                    if (!o.tryLock(2, 5, TimeUnit.SECONDS)) return "tryLock false";
+                    try (Jedis j2 = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
+                        return send(j2, Suite.Cmd.TOKEN, name, holder(b));
+                    } finally {
+                        o.unlock();
+                    }
+                });
+                check("other client's LOCK.TOKEN after its grant", tok2 instanceof Long t2 && t2 > (Long) tok, tok2, "> " + tok);
+                expect("FENCE.CHECK of the first holder's token after the second grant", send(j, Suite.Cmd.CHECK, name, tok), 0L);
+            }
+        });
+
+        test(REDISSON, "RLock by EVAL (useScriptCache off): lock, re-entry, waiter, unlock", () -> {
+            Config config = new Config();
+            config.setUseScriptCache(false);
+            config.setLockWatchdogTimeout(Suite.WATCHDOG_MS);
+            config.useSingleServer().setAddress("redis://" + Suite.ADDR).setClientName("java-suite-eval")
+                    .setConnectionMinimumIdleSize(1).setTimeout(5000);
+            RedissonClient e = Redisson.create(config);
+            try {
+                String name = key("recipe-eval");
+                RLock l = e.getLock(name);
+                l.lock();
+                l.lock();
+                expect("RLock.getHoldCount() (EVAL)", l.getHoldCount(), 2);
+                try (Jedis j = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
+                    Object tok = send(j, Suite.Cmd.TOKEN, name, holder(e));
+                    check("LOCK.TOKEN of an EVAL grant", tok instanceof Long t && t > 0, tok, "a positive token");
+                }
+                RLock o = b.getLock(name);
+                check("other client RLock.tryLock(0, 1s)", !submitGet(() -> o.tryLock(0, 1, TimeUnit.SECONDS)), true, "false");
+                l.unlock();
+                l.unlock();
+                check("RLock.isLocked() after two unlocks (EVAL)", !l.isLocked(), true, "false");
+            } finally {
+                e.shutdown(0, 2, TimeUnit.SECONDS);
+            }
+        });
+
+        String replica = System.getenv("FENCEPROXY_REPLICA_ADDR");
+        String master = System.getenv("FENCEPROXY_MASTER_ADDR");
+        String name = "RLock with the only replica detached: no grant (tryLock false, nothing left), granted once it is back";
+        if (replica == null || master == null || Suite.CLUSTER) {
+            Suite.skip(REDISSON, name, "needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh, master + replica)");
+            return;
+        }
+        String renewName = "RLock watchdog with the only replica detached: renewals refused (NOREPLICAS), the lease runs out; "
+                + "the client goes on and locks again once the replica is back";
+        test(REDISSON, renewName, 40, () -> {
+            String lock = key("recipe-renew");
+            RLock l = a.getLock(lock);
+            l.lock(); // watchdog: lease 3000 ms, renewed every 1000 ms
+            withoutReplica(replica, master, m -> {
+                long end = System.currentTimeMillis() + 15_000;
+                while (m.exists(lock) && System.currentTimeMillis() < end) Thread.sleep(50);
+                check("EXISTS " + lock + " on the master within 15 s of detaching the replica (renewals must not extend it)",
+                        !m.exists(lock), true, "the lease ran out (false)");
+            });
+            RLock o = b.getLock(lock);
+            check("other client RLock.tryLock(5s, 10s) after the unrenewed lease ran out",
+                    submitGet(() -> {
+                        boolean ok = o.tryLock(5, 10, TimeUnit.SECONDS);
+                        if (ok) o.unlock();
+                        return ok;
+                    }), false, "true");
+        });
+
+        test(REDISSON, name, 40, () -> {
+            String lock = key("recipe-noreplica");
+            RLock l = a.getLock(lock);
+            try (Jedis r = jedis(replica); Jedis m = jedis(master)) {
+                r.replicaofNoOne();
+                try {
+                    waitReplicas(m, 0);
+                    check("RLock.tryLock() with the replica detached", !l.tryLock(), true, "false");
+                    long t0 = System.nanoTime();
+                    boolean got = l.tryLock(3, 10, TimeUnit.SECONDS);
+                    long ms = (System.nanoTime() - t0) / 1_000_000;
+                    check("RLock.tryLock(3s, 10s) with the replica detached", !got, got + " after " + ms + " ms", "false");
+                    check("RLock.isLocked() after the refused grants", !l.isLocked(), true, "false");
+                    expect("EXISTS " + lock + " on the master", m.exists(lock), false);
+                } finally {
+                    String host = master.substring(0, master.lastIndexOf(':'));
+                    r.replicaof(host, Integer.parseInt(master.substring(master.lastIndexOf(':') + 1)));
+                    waitReplicas(m, 1);
+                }
+                check("RLock.tryLock(5s, 10s) once the replica is back", l.tryLock(5, 10, TimeUnit.SECONDS), false, "true");
+                l.unlock();
+            }
+        });
+    }
+
+    /** Detaches the replica for the body, and waits for it to be back after. */
+    interface WithoutReplica {
+        void run(Jedis master) throws Exception;
+    }
+
+    static void withoutReplica(String replica, String master, WithoutReplica body) throws Exception {
+        try (Jedis r = jedis(replica); Jedis m = jedis(master)) {
+            r.replicaofNoOne();
+            try {
+                waitReplicas(m, 0);
+                body.run(m);
+            } finally {
+                String host = master.substring(0, master.lastIndexOf(':'));
+                r.replicaof(host, Integer.parseInt(master.substring(master.lastIndexOf(':') + 1)));
+                waitReplicas(m, 1);
+            }
+        }
+    }
+
+    /** Waits (bounded) until the master counts n online replicas. */
+    static void waitReplicas(Jedis m, int n) throws InterruptedException {
+        long end = System.currentTimeMillis() + 20_000;
+        String info = "";
+        while (System.currentTimeMillis() < end) {
+            info = m.info("replication");
+            long online = info.lines().filter(s -> s.startsWith("slave") && s.contains("state=online")).count();
+            if (info.contains("connected_slaves:" + n + "\r") || info.contains("connected_slaves:" + n + "\n")) {
+                if (online == n) return;
+            }
+            Thread.sleep(50);
+        }
+        throw new Suite.Fail("INFO replication on the master", info, "connected_slaves:" + n);
+    }
+}
