@@ -67,7 +67,7 @@ func (h *Handler) sameSlot(call recipes.Call) bool {
 	if call.Publish == "spublish" {
 		channel = call.Channel
 	}
-	return aligned(call.Key, call.Latch, channel)
+	return aligned(call.Key, call.Latch, channel, call.TokenKey)
 }
 
 // evalOnLoop: an unknown script is forwarded, and the serve loop may do
@@ -112,29 +112,56 @@ func (h *Handler) recipeRetry(lease time.Duration) int64 {
 	return min(ms, lease.Milliseconds())
 }
 
-func (h *Handler) recipeAcquire(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+// recipeGrantReplies are an acquire recipe's two reply shapes: granted
+// (with the grant's token) and "held, retry in ms".
+type recipeGrantReplies struct {
+	granted func(token uint64) []byte
+	held    func(ms int64) []byte
+}
+
+// grantReplies: nil and the pttl (RLock, RSpinLock, RFencedLock's lock());
+// RFencedLock's lockAndGetToken reads [-1, token] and [pttl, -1].
+func grantReplies(c *protocol.Conn, r *recipes.Recipe) recipeGrantReplies {
+	if r.TokenReply {
+		return recipeGrantReplies{
+			granted: func(token uint64) []byte {
+				return redcon.AppendInt(redcon.AppendInt(redcon.AppendArray(nil, 2), -1), int64(token))
+			},
+			held: func(ms int64) []byte {
+				return redcon.AppendInt(redcon.AppendInt(redcon.AppendArray(nil, 2), ms), -1)
+			},
+		}
+	}
 	null := nullReply(c)
+	return recipeGrantReplies{
+		granted: func(uint64) []byte { return null },
+		held:    func(ms int64) []byte { return redcon.AppendInt(nil, ms) },
+	}
+}
+
+func (h *Handler) recipeAcquire(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+	replies := grantReplies(c, call.Recipe)
 	addr := c.RemoteAddr
 	received := receivedAt(c)
 	retry := h.recipeRetry(call.Lease)
 	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		start := time.Now()
-		pttl, err := h.opts.Locks.RecipeAcquire(ctx, call.Key, call.Holder, addr, call.Lease, received)
+		token, pttl, err := h.opts.Locks.RecipeAcquire(ctx, call.Key, call.TokenKey, call.Holder, addr, call.Lease, received)
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		var nr *locks.NoReplicasError
 		switch {
 		case err == nil:
 			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-			return null, nil // the recipe's "acquired"
+			return replies.granted(token), nil // the recipe's "acquired"
 		case err == locks.ErrBusy:
 			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
-			return redcon.AppendInt(nil, pttl), nil
+			return replies.held(pttl), nil
 		case errors.As(err, &nr):
 			h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
-			return redcon.AppendInt(nil, retry), nil
+			return replies.held(retry), nil
 		case err == locks.ErrLate:
 			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
-			return redcon.AppendInt(nil, retry), nil
+			return replies.held(retry), nil
 		}
 		if reply, ok := evictableReply(err, "nothing was granted"); ok {
 			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
@@ -148,7 +175,7 @@ func (h *Handler) recipeAcquire(c *protocol.Conn, call recipes.Call, p *resp.Rep
 			// which lock() waits on, where an error would reach the
 			// application (Redisson sends acquires without retry).
 			h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-			return redcon.AppendInt(nil, retry), nil
+			return replies.held(retry), nil
 		}
 		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
 		return nil, ferr

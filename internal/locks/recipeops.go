@@ -27,7 +27,10 @@ package locks
 // the lock key's hash tag. A twin checks terms on the side record.
 //
 // Redisson's RLock is a hash: field the holder (<uuid>:<threadId>), value
-// its re-entry count, expiring with the lease.
+// its re-entry count, expiring with the lease. RFencedLock is the same
+// hash plus a token key that Redisson INCRs on every grant; its twin
+// raises that key to the grant's fence-store token instead (SET to the
+// larger of the two), so the token never goes back with Redis's data.
 const recipeOpsLua = `
 local RECIPE = '` + recipeAddrMark + `'
 local function restore(k, at)
@@ -38,9 +41,32 @@ local function restore(k, at)
     call('PEXPIREAT', k, at) -- a time already past deletes the key
   end
 end
+-- A token-key value below tok (decimal strings compared exactly; anything
+-- that is not a positive integer counts as below).
+local function below(v, tok)
+  if not v or not string.match(v, '^[1-9]%d*$') then
+    return true
+  end
+  if #v ~= #tok then
+    return #v < #tok
+  end
+  return v < tok
+end
+-- Raises a fenced recipe's token key to the grant's token (never lowers
+-- it) and returns its value before ('' if absent), or '' for no token key.
+local function raiseTokenKey(t, tok)
+  if t == '' then
+    return ''
+  end
+  local v = call('GET', t)
+  if below(v, tok) then
+    call('SET', t, tok)
+  end
+  return v or ''
+end
 local function hashAcquire(k, s, mk, a)
-  local holder, lease, cand, newest, now, value, term, life =
-    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7]
+  local holder, lease, cand, newest, now, value, term, life, tkey =
+    A[a], A[a + 1], A[a + 2], A[a + 3], A[a + 4], A[a + 5], A[a + 6], A[a + 7], A[a + 8]
   local sowner, stok, sterm, sacq, _, saddr = load(s)
   local refused = newer(sterm, s, term, num(term), false)
   if refused then
@@ -71,18 +97,26 @@ local function hashAcquire(k, s, mk, a)
   if sowner and stok == newest then
     local swas = call('PEXPIRETIME', s)
     call('SET', s, pack(holder, stok, term, sacq, now, saddr), 'PX', lease)
-    return {1, stok, count, was, swas}
+    return {1, stok, count, was, swas, raiseTokenKey(tkey, stok)}
   end
   call('SET', s, value, 'PX', lease)
   raise(mk, cand, term, life)
-  return {2, cand, count, was, ''}
+  return {2, cand, count, was, '', raiseTokenKey(tkey, cand)}
 end
 local function hashAcquireUndo(k, s, mk, a)
   local holder, tok, count, was, swas, term = A[a], A[a + 1], tonumber(A[a + 2]), A[a + 3], A[a + 4], A[a + 5]
+  local tkey, twas = A[a + 8], A[a + 9]
   local sowner, stok, sterm = load(s)
   local refused = newer(sterm, s, term, num(term), false)
   if refused then
     return refused
+  end
+  if tkey ~= '' and call('GET', tkey) == tok then
+    if twas == '' then
+      call('DEL', tkey)
+    else
+      call('SET', tkey, twas)
+    end
   end
   if tonumber(call('HGET', k, holder)) == count + 1 then
     if count == 0 then
@@ -192,7 +226,7 @@ local function hashForceUnlock(k, s, _, a)
   return {1, 1, dropSide(s, sowner, stok, sterm, sacq, sren, saddr)}
 end
 local recipeOps = {
-  H = {hashAcquire, 8}, I = {hashAcquireUndo, 8},
+  H = {hashAcquire, 9}, I = {hashAcquireUndo, 10},
   N = {hashRenew, 5}, O = {hashRenewUndo, 5},
   U = {hashUnlock, 8}, F = {hashForceUnlock, 4},
 }
@@ -210,22 +244,28 @@ const recipeAddrMark = " (recipe)"
 const (
 	// opHashAcquire: holder, lease-ms, candidate token, newest token, now
 	// (unix ms), the new side record (a recordValue), term,
-	// fence-mark-life-ms. A grant under a new token raises the fence mark
-	// to it. Returns {0,
+	// fence-mark-life-ms, token key ("" for none: RFencedLock's
+	// redisson_lock_token:{name}, which a grant raises to its token, never
+	// lowers; Redisson INCRs it). A grant under a new token raises the
+	// fence mark to it. Returns {0,
 	// pttl} busy (pttl of the lock, or of a lock-family holder's record);
 	// {1, token, count before, lock's PEXPIRETIME before, side record's
-	// PEXPIRETIME before} a grant under the holder's current token; {2,
-	// candidate, count before, PEXPIRETIME before, ""} a grant under a new
-	// token; {4, token} (kindTokenAhead).
+	// PEXPIRETIME before, token key's value before} a grant under the
+	// holder's current token; {2, candidate, count before, PEXPIRETIME
+	// before, "", token key's before} a grant under a new token; {4, token}
+	// (kindTokenAhead). A token key's value before is "" when it was
+	// absent or there is none.
 	opHashAcquire lockOp = 'H'
 	// opHashAcquireUndo: holder, token, count before, lock's PEXPIRETIME
 	// before, side record's ("" if the grant wrote a new one), term, the
 	// resource's newest token issued without this one ("" if unknown),
-	// fence-mark-life-ms. Puts the count and the expiry back (a fresh
+	// fence-mark-life-ms, token key (or ""), its value before ("" absent).
+	// Puts the count and the expiry back (a fresh
 	// grant's field removed) if the count is still the grant's, and deletes
 	// or restores the side record if it is still the grant's; a new
 	// token's side record deleted, the fence mark goes back as opUndo's
-	// does. Returns 1.
+	// does; the token key goes back to its value before if it still holds
+	// the grant's token. Returns 1.
 	opHashAcquireUndo lockOp = 'I'
 	// opHashRenew: holder, lease-ms, newest token, now, term. Returns 0 if
 	// the holder does not hold the lock, else {1, PEXPIRETIME before, the

@@ -37,6 +37,8 @@ type hashGrant struct {
 	token     uint64 // kindGranted, kindRearmed: the grant's; kindTokenAhead: the record's
 	count     int64  // the holder's count before
 	was, swas any    // PEXPIRETIME before: the lock's, the side record's ("" if new)
+	tokenKey  string // a fenced recipe's token key, or ""
+	twas      any    // the token key's value before ("" absent or none)
 }
 
 // recipeKeys are a recipe twin's KEYS: the lock key, its side record
@@ -44,49 +46,59 @@ type hashGrant struct {
 func recipeKeys(key, side string) []string { return []string{key, side, markKey(side)} }
 
 // RecipeAcquire runs a recipe's acquire of the hash lock key for holder
-// (Redisson's RLock and RSpinLock): it grants, re-enters, or finds the
-// lock held. It returns nil once the grant is acknowledged and its token
-// recorded; ErrBusy with the holder's pttl (as the recipe replies it); a
-// NoReplicasError or ErrLate when the grant was undone; another error when
-// the outcome is unknown or nothing was tried.
-func (m *Manager) RecipeAcquire(ctx context.Context, key, holder, clientAddr string, lease time.Duration, received time.Time) (pttl int64, err error) {
+// (Redisson's RLock, RSpinLock and RFencedLock): it grants, re-enters, or
+// finds the lock held. It returns the grant's fence-store token once the
+// grant is acknowledged and its token recorded; ErrBusy with the holder's
+// pttl (as the recipe replies it); a NoReplicasError or ErrLate when the
+// grant was undone; another error when the outcome is unknown or nothing
+// was tried.
+//
+// tokenKey is RFencedLock's token key ("" for the others): the grant
+// raises it to the returned token (never lowers it), in place of
+// Redisson's INCR, so the token the client reads comes from the fence
+// store and never goes back after a kill -9, a flush or a failover. A
+// re-entry keeps its grant's token, as LOCK.ACQUIRE's re-arm does (where
+// Redisson's INCR would hand out a new one): the lock's token is the
+// grant's, which FENCE.CHECK accepts while the grant stands.
+func (m *Manager) RecipeAcquire(ctx context.Context, key, tokenKey, holder, clientAddr string, lease time.Duration, received time.Time) (token uint64, pttl int64, err error) {
 	if err := m.admit(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	side := m.recordKey(key)
 	evictable, err := m.evictionGuard(side)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	turn := m.serial.lock(key)
 	defer m.serial.unlock(key, turn)
-	g, err := m.sendHashAcquire(ctx, key, side, holder, clientAddr, lease)
+	g, err := m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease)
 	if err == nil && g.kind == kindTokenAhead {
 		// The side record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
 		if err = m.adoptRecordToken(int64(g.token)); err == nil {
-			g, err = m.sendHashAcquire(ctx, key, side, holder, clientAddr, lease)
+			g, err = m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease)
 		}
 	}
 	if err != nil {
 		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
 			m.countIssued(key, g.candidate) // it may stand in a side record
 		}
-		return 0, err
+		return 0, 0, err
 	}
 	switch g.kind {
 	case kindBusy:
 		m.hot.add(key)
-		return g.busy, ErrBusy
+		return 0, g.busy, ErrBusy
 	case kindGranted, kindRearmed:
-		return 0, m.settleHashGrant(ctx, &g, key, holder, clientAddr, lease, received, evictable)
+		return g.token, 0, m.settleHashGrant(ctx, &g, key, holder, clientAddr, lease, received, evictable)
 	}
-	return 0, fmt.Errorf("locks: unexpected recipe acquire reply kind %d", g.kind)
+	return 0, 0, fmt.Errorf("locks: unexpected recipe acquire reply kind %d", g.kind)
 }
 
 // sendHashAcquire runs one opHashAcquire with a fresh candidate token and
 // reads its reply.
-func (m *Manager) sendHashAcquire(ctx context.Context, key, side, holder, clientAddr string, lease time.Duration) (g hashGrant, err error) {
+func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, holder, clientAddr string, lease time.Duration) (g hashGrant, err error) {
+	g.tokenKey = tokenKey
 	newest, err := m.opts.Store.Newest(key)
 	if err != nil {
 		return g, err
@@ -98,7 +110,7 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, holder, client
 	term := m.term()
 	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
 		Args: []any{holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
-			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife()}}
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife(), tokenKey}}
 	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
 	reply, err := g.write.Reply()
 	if err != nil {
@@ -130,14 +142,17 @@ func (g *hashGrant) read(reply any) error {
 		g.token = uint64(v)
 		return nil
 	}
-	if len(arr) != 5 {
+	if len(arr) != 5 && len(arr) != 6 {
 		return fmt.Errorf("locks: unexpected recipe acquire reply %v", reply)
 	}
 	g.token = uint64(v)
 	if g.count, err = toInt(arr[2]); err != nil {
 		return err
 	}
-	g.was, g.swas = arr[3], arr[4]
+	g.was, g.swas, g.twas = arr[3], arr[4], ""
+	if len(arr) == 6 {
+		g.twas = arr[5]
+	}
 	return nil
 }
 
@@ -193,7 +208,7 @@ func (m *Manager) abandonHashGrant(ctx context.Context, g *hashGrant, key, holde
 			newest = n
 		}
 		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquireUndo, Keys: g.call.Keys,
-			Args: []any{holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife()}})
+			Args: []any{holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife(), g.tokenKey, g.twas}})
 		if uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged recipe grant; it expires with its lease", "err", uerr)
 		} else {

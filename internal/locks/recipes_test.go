@@ -61,7 +61,7 @@ func TestRecipeAcquireSettles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, received := arrange(t, newFixture, tc.s)
-			_, err := f.m.RecipeAcquire(context.Background(), "r", owner, addr, ttl, received)
+			_, _, err := f.m.RecipeAcquire(context.Background(), "r", "", owner, addr, ttl, received)
 			switch {
 			case tc.wantErr == nil && err != nil:
 				t.Fatalf("RecipeAcquire: %v", err)

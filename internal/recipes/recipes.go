@@ -1,5 +1,5 @@
 // Package recipes recognises the lock scripts of clients' own lock
-// libraries (Redisson's RLock and RSpinLock; value locks, setnx.go) in the requests they
+// libraries (Redisson's RLock, RSpinLock and RFencedLock; value locks, setnx.go) in the requests they
 // send, so that fenceproxy can make those locks as safe as its own lock
 // family without a change to the client: a recognised grant or renewal is
 // replied only after --min-replicas acknowledgements, undone on a
@@ -56,7 +56,14 @@ type Recipe struct {
 	// Publishes: the script publishes the unlock message (RLock), which
 	// RSpinLock's does not.
 	Publishes bool
-	parse     func(r *Recipe, keys, argv [][]byte) (Call, bool)
+	// Fenced: an Acquire that also hands out a token (RFencedLock): its
+	// second key is the token key, which Redisson INCRs; the proxy raises
+	// it to the grant's fence-store token instead.
+	Fenced bool
+	// TokenReply: the grant is answered [-1, token], a refusal [pttl, -1]
+	// (RFencedLock's lockAndGetToken); else nil and pttl.
+	TokenReply bool
+	parse      func(r *Recipe, keys, argv [][]byte) (Call, bool)
 }
 
 // Lock is one lock a renewal names: its key and its holder.
@@ -67,6 +74,8 @@ type Call struct {
 	Recipe *Recipe
 	// Key and Holder: the lock (Acquire, Unlock, ForceUnlock: Key only).
 	Key, Holder string
+	// TokenKey: a Fenced Acquire's token key (redisson_lock_token:{name}).
+	TokenKey string
 	// Lease is the lease an Acquire, RenewBatch or Unlock (a count still
 	// above 0 re-arms it) asks for.
 	Lease time.Duration
@@ -93,6 +102,8 @@ const (
 // (docs/design/recipes.md, "Script catalogue").
 var catalogue = []Recipe{
 	{Name: "redisson lock.acquire", SHA: "149c5a8bf18676fd99e9e6e24923bd64d9b62f94", BodyLen: 234, Kind: Acquire, parse: parseAcquire},
+	{Name: "redisson fenced.acquire-token", SHA: "49babb5a1e6a0c5f188c2ae62b93b51cdfd63e45", BodyLen: 288, Kind: Acquire, Fenced: true, TokenReply: true, parse: parseFencedAcquire},
+	{Name: "redisson fenced.acquire", SHA: "46b5551ba403d6152a7a6eca122e08728d6c8c66", BodyLen: 262, Kind: Acquire, Fenced: true, parse: parseFencedAcquire},
 	{Name: "redisson spin.acquire", SHA: "dad0f8d619e548e04f21fb48d50be5034df3adae", BodyLen: 339, Kind: Acquire, parse: parseAcquire},
 	{Name: "redisson lock.renew-batch", SHA: "6a3d31570dc6f4b0bd32bcdc8e75667747c6f635", BodyLen: 220, Kind: RenewBatch, parse: parseRenewBatch},
 	{Name: "redisson lock.unlock", SHA: "6866459238a13a701d42f4971f12d9f3a50e2442", BodyLen: 471, Kind: Unlock, Publishes: true, parse: parseUnlock},
@@ -174,6 +185,18 @@ func parseAcquire(r *Recipe, keys, argv [][]byte) (c Call, ok bool) {
 		return c, false
 	}
 	c.Holder, ok = holder(argv[1])
+	return c, ok
+}
+
+// parseFencedAcquire: KEYS name, tokenKey; ARGV lease, lockName.
+func parseFencedAcquire(r *Recipe, keys, argv [][]byte) (c Call, ok bool) {
+	if len(keys) != 2 {
+		return c, false
+	}
+	if c, ok = parseAcquire(r, keys[:1], argv); !ok {
+		return c, false
+	}
+	c.TokenKey, ok = key(keys[1])
 	return c, ok
 }
 

@@ -22,6 +22,8 @@ const (
 	acquireSHA = "149c5a8bf18676fd99e9e6e24923bd64d9b62f94"
 	renewSHA   = "6a3d31570dc6f4b0bd32bcdc8e75667747c6f635"
 	unlockSHA  = "6866459238a13a701d42f4971f12d9f3a50e2442"
+	fencedTok  = "49babb5a1e6a0c5f188c2ae62b93b51cdfd63e45"
+	fencedAcq  = "46b5551ba403d6152a7a6eca122e08728d6c8c66"
 )
 
 func TestMatch(t *testing.T) {
@@ -43,6 +45,13 @@ func TestMatch(t *testing.T) {
 		c.Publish != "publish" || c.Message != "0" || c.LatchTTL != 13500 || c.Holder != "h:1" {
 		t.Fatalf("unlock: %+v %v", c, ok)
 	}
+	for _, sha := range []string{fencedTok, fencedAcq} {
+		c, ok = Match(args("EVALSHA", sha, "2", "f", "redisson_lock_token:{f}", "30000", "h:1"))
+		if !ok || c.Recipe.Kind != Acquire || !c.Recipe.Fenced || c.Recipe.TokenReply != (sha == fencedTok) ||
+			c.Key != "f" || c.TokenKey != "redisson_lock_token:{f}" || c.Holder != "h:1" || c.Lease != 30*time.Second {
+			t.Fatalf("fenced acquire %s: %+v %v", sha, c, ok)
+		}
+	}
 }
 
 // Requests that must be forwarded as they came: not a known script, or
@@ -63,6 +72,9 @@ func TestMatchRejects(t *testing.T) {
 		{"EVALSHA", acquireSHA, "9", "k", "30000", "h"}, // more keys than arguments
 		{"EVALSHA", renewSHA, "2", "a", "b", "9000", "h:1"},
 		{"EVALSHA", renewSHA, "0", "9000"},
+		{"EVALSHA", fencedTok, "1", "f", "30000", "h"},                                 // no token key
+		{"EVALSHA", fencedAcq, "2", "f", "", "30000", "h"},                             // empty token key
+		{"EVALSHA", fencedAcq, "3", "f", "t", "x", "30000", "h"},                       // three keys
 		{"EVALSHA", unlockSHA, "3", "n", "c", "l", "0", "30000", "h", "EXEC", "13500"}, // not a publish
 		{"EVALSHA", unlockSHA, "3", "n", "c", "l", "0", "30000", "h", "PUBLISH", "0"},
 	} {

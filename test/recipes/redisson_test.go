@@ -28,6 +28,8 @@ const (
 	shaSpinAcq = "dad0f8d619e548e04f21fb48d50be5034df3adae"
 	shaSpinUnl = "73ac2729af29ea9a975f95e8097f7ee9a74cce3d"
 	shaForce   = "605e338249a7a1d40df83b04f7658354f883b41b"
+	shaFenTok  = "49babb5a1e6a0c5f188c2ae62b93b51cdfd63e45" // RFencedLock lockAndGetToken
+	shaFenAcq  = "46b5551ba403d6152a7a6eca122e08728d6c8c66" // RFencedLock lock()
 )
 
 // setup is a master with one replica, a proxy with --min-replicas 1, and
@@ -65,6 +67,7 @@ var bodyFiles = map[string]string{
 	shaAcquire: "lock.acquire.lua", shaRenew: "lock.renew-batch.lua",
 	shaUnlock: "lock.unlock.lua", shaSpinAcq: "spin.acquire.lua",
 	shaSpinUnl: "spin.unlock.lua", shaForce: "lock.forceunlock.lua",
+	shaFenTok: "fenced.acquire-token.lua", shaFenAcq: "fenced.acquire.lua",
 }
 
 // body reads the body of sha from $RECIPES_BODIES ("" without it).
