@@ -10,6 +10,7 @@ import static fenceproxy.Suite.test;
 import java.util.concurrent.TimeUnit;
 
 import org.redisson.Redisson;
+import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
 import org.redisson.api.RedissonClient;
 import org.redisson.config.Config;
@@ -21,8 +22,9 @@ import redis.clients.jedis.Jedis;
  * single-server mode, whose lock scripts the proxy recognises. Its ordinary behaviour is
  * Suite's RLock cases; these are what the proxy adds: every grant has a fence-store token
  * (LOCK.TOKEN, FENCE.CHECK on the lock key), and with the only replica away nothing is
- * granted. The replica case needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR
- * (run.sh exports them) and is skipped without them.
+ * granted; RFencedLock's tokens are the fence store's, so they never go back when the
+ * master loses its data. The replica and flush cases need FENCEPROXY_REPLICA_ADDR and
+ * FENCEPROXY_MASTER_ADDR (run.sh exports them) and are skipped without them.
  */
 final class RedissonRecipes {
     private RedissonRecipes() {
@@ -98,6 +100,7 @@ final class RedissonRecipes {
 
         String replica = System.getenv("FENCEPROXY_REPLICA_ADDR");
         String master = System.getenv("FENCEPROXY_MASTER_ADDR");
+        fencedCases(a, master);
         String name = "RLock with the only replica detached: no grant (tryLock false, nothing left), granted once it is back";
         if (replica == null || master == null || Suite.CLUSTER) {
             Suite.skip(REDISSON, name, "needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh, master + replica)");
@@ -146,6 +149,43 @@ final class RedissonRecipes {
                 check("RLock.tryLock(5s, 10s) once the replica is back", l.tryLock(5, 10, TimeUnit.SECONDS), false, "true");
                 l.unlock();
             }
+        });
+    }
+
+    /**
+     * RFencedLock through the proxy: its token is the fence store's, so it goes on increasing
+     * when the master loses its data (a FLUSHALL straight on the master: Redisson's own INCR
+     * would start again at 1); the token key Redisson reads (getToken) is raised to it; a
+     * re-entry reads its grant's token.
+     */
+    static void fencedCases(RedissonClient a, String master) {
+        String name = "RFencedLock.lockAndGetToken: tokens increase across a FLUSHALL on the master; getToken() reads the token";
+        if (master == null || Suite.CLUSTER) {
+            Suite.skip(REDISSON, name, "needs FENCEPROXY_MASTER_ADDR (run.sh, master + replica)");
+            return;
+        }
+        test(REDISSON, name, 40, () -> {
+            String lock = key("recipe-fenced");
+            RFencedLock l = a.getFencedLock(lock);
+            Long t1 = l.lockAndGetToken();
+            check("RFencedLock.lockAndGetToken()", t1 != null && t1 > 0, t1, "a positive token");
+            expect("RFencedLock.lockAndGetToken() on re-entry (the grant's token)", l.lockAndGetToken(), t1);
+            expect("RFencedLock.getToken() (the token key)", l.getToken(), t1);
+            l.unlock();
+            l.unlock();
+            try (Jedis m = jedis(master)) {
+                expect("FLUSHALL on the master", m.flushAll(), "OK");
+            }
+            Long t2 = l.lockAndGetToken();
+            check("RFencedLock.lockAndGetToken() after a FLUSHALL of the master", t2 != null && t2 > t1, t2, "> " + t1);
+            expect("RFencedLock.getToken() after the FLUSHALL (the token key raised)", l.getToken(), t2);
+            try (Jedis j = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
+                expect("LOCK.TOKEN " + lock + " <holder>", send(j, Suite.Cmd.TOKEN, lock, holder(a)), t2);
+            }
+            l.unlock();
+            Long t3 = l.lockAndGetToken();
+            check("RFencedLock.lockAndGetToken() after the unlock", t3 != null && t3 > t2, t3, "> " + t2);
+            l.unlock();
         });
     }
 
