@@ -1,6 +1,7 @@
 package recipes
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,5 +251,53 @@ func TestRedissonLockNoSecondHolderAfterFailover(t *testing.T) {
 	}
 	if n, ok := testenv.ParseInt(first); !ok || n <= 0 {
 		t.Fatalf("through fenceproxy, A's acquire with the replica cut off = %q, want a positive retry time (not acquired)", first)
+	}
+}
+
+// RFencedLock's twins have the effect of Redisson's own scripts on the
+// lock: the same calls, through the proxy on one lock and with Redisson's
+// bodies straight on the master on another, leave the same hash and
+// expiry and answer in the same shapes ([-1, token] granted, [pttl, -1]
+// held; nil or pttl for lock()). The tokens differ by design: the
+// proxy's come from the fence store. Needs the bodies ($RECIPES_BODIES).
+func TestFencedTwinsMatchRedissonScripts(t *testing.T) {
+	if os.Getenv(bodiesEnv) == "" {
+		t.Skip("set " + bodiesEnv + " to a directory with Redisson's script bodies")
+	}
+	e := newSetup(t)
+	steps := []struct {
+		sha           string
+		lease, holder string
+	}{
+		{shaFenTok, "30000", "h:1"}, // granted
+		{shaFenTok, "40000", "h:1"}, // re-entry
+		{shaFenTok, "30000", "h:2"}, // held
+		{shaFenAcq, "50000", "h:1"}, // lock()'s re-entry
+		{shaFenAcq, "30000", "h:2"}, // lock() held
+	}
+	for i, s := range steps {
+		cmd := func(n string) []string { return []string{"EVALSHA", s.sha, "2", n, tokenKey(n), s.lease, s.holder} }
+		want := e.m.Do(cmd("real")...)
+		got := e.c.Do(cmd("twin")...)
+		if s.sha == shaFenTok {
+			wa, wb, ok1 := pair(want)
+			ga, gb, ok2 := pair(got)
+			sameShape := ok1 && ok2 && (wa == -1) == (ga == -1) && (wb == -1) == (gb == -1) && (wa != -1 || gb > 0)
+			if !sameShape || (wa != -1 && !samePTTL(":"+strconv.FormatInt(wa, 10)+"\r\n", ":"+strconv.FormatInt(ga, 10)+"\r\n")) {
+				t.Fatalf("step %d: the proxy's reply %q, Redisson's script's %q", i, got, want)
+			}
+		} else if string(got) != string(want) && !samePTTL(string(got), string(want)) {
+			t.Fatalf("step %d: the proxy's reply %q, Redisson's script's %q", i, got, want)
+		}
+		if hw, hg := string(e.m.Do("HGETALL", "real")), string(e.m.Do("HGETALL", "twin")); hw != hg {
+			t.Fatalf("step %d: the twin left %q, Redisson's script %q", i, hg, hw)
+		}
+		pw, pg := mustInt(t, e.m.Do("PTTL", "real"), "PTTL"), mustInt(t, e.m.Do("PTTL", "twin"), "PTTL")
+		if d := pw - pg; d < -50 || d > 50 {
+			t.Fatalf("step %d: the twin's PTTL %d, Redisson's script's %d", i, pg, pw)
+		}
+	}
+	if pttl := mustInt(t, e.m.Do("PTTL", tokenKey("twin")), "PTTL of the token key"); pttl != -1 {
+		t.Fatalf("the twin's token key has PTTL %d, want -1 (no expiry, as Redisson's)", pttl)
 	}
 }
