@@ -83,7 +83,10 @@
 // shares its batch's WAIT, a grant gets a token settled as above, and a
 // shortfall or a late reply is undone exactly from the pre-image the twin
 // returned. The recipe's lock key is the resource: its owner record (the
-// side record) stands beside the recipe's own key. Value locks (SET NX and
+// side record) stands beside the recipe's own key. A recipe that hands its
+// client a token (Redisson's RFencedLock) hands out the grant's token, and
+// its twin raises the recipe's token key in Redis to it, never lowering it.
+// Value locks (SET NX and
 // the scripts of redis-py, redsync, redislock and node-redlock) have their
 // own twins and settling: setnx.go, setnxops.go.
 //
