@@ -64,6 +64,10 @@ const (
 	Incr    Kind = "incr"    // INCR of the client's own counter
 	Set     Kind = "set"     // SET of ordinary data
 	Get     Kind = "get"     // GET of ordinary data
+	// TokenOf is LOCK.TOKEN resource holder: the fence-store token of a
+	// recipe lock's grant (recipes.go), recorded for the history's reader;
+	// the checks read it from the acquire it completes (GrantToken).
+	TokenOf Kind = "token"
 )
 
 // Outcome classifies a reply.
@@ -102,11 +106,19 @@ type Op struct {
 	Result int64 `json:"result,omitempty"`
 	// InfoOwner is the owner LOCK.INFO reported ("" when free).
 	InfoOwner string `json:"info_owner,omitempty"`
+	// Recipe: the op is a client's own lock recipe (recipes.go), not the
+	// lock family's command: its reply is read in the recipe's shape.
+	Recipe Recipe `json:"recipe,omitempty"`
 }
 
 // refused reports whether a grant or renewal was answered with a refusal
 // that leaves nothing granted (a re-armed lease stands as it was).
-func (o *Op) refused() bool { return o.Outcome == Refused || o.Outcome == Late }
+// A recipe lock's refused grant is answered as "held by another" (an
+// integer for Redisson, nil for SET NX), which a busy lock is answered
+// with too: every recipe acquire not granted counts as possibly refused.
+func (o *Op) refused() bool {
+	return o.Outcome == Refused || o.Outcome == Late || (o.Recipe != "" && o.Kind == Acquire && o.Outcome == Null)
+}
 
 // waited reports whether the op is a LOCK.ACQUIRE ... WAIT.
 func (o *Op) waited() bool {
@@ -338,7 +350,13 @@ func (h *History) Now() int64 { return int64(time.Since(h.base)) }
 // The last argument of an Exec, if empty, is set to "token:op-id", the
 // item its fenced RPUSH appends to the data list.
 func (h *History) Begin(client int, kind Kind, resource, owner string, token, ttl int64, args []string) *Op {
-	op := &Op{Client: client, Kind: kind, Resource: resource, Owner: owner, Token: token, TTL: ttl, Args: args, End: Never, Outcome: Unknown}
+	return h.BeginRecipe("", client, kind, resource, owner, token, ttl, args)
+}
+
+// BeginRecipe is Begin of an op of a client's own lock recipe ("" for the
+// lock family's and everything else).
+func (h *History) BeginRecipe(recipe Recipe, client int, kind Kind, resource, owner string, token, ttl int64, args []string) *Op {
+	op := &Op{Client: client, Kind: kind, Resource: resource, Owner: owner, Token: token, TTL: ttl, Args: args, End: Never, Outcome: Unknown, Recipe: recipe}
 	h.mu.Lock()
 	op.ID = len(h.Ops)
 	if kind == Exec && len(args) > 0 && args[len(args)-1] == "" {
@@ -364,7 +382,19 @@ func (h *History) Finish(op *Op, reply []byte, err error) {
 	}
 	op.End = end
 	op.Reply = string(reply)
+	if op.Recipe != "" {
+		op.Outcome, op.Result = ClassifyRecipe(op.Recipe, op.Kind, reply)
+		return
+	}
 	op.Outcome, op.Result, op.InfoOwner = Classify(op.Kind, reply)
+}
+
+// GrantToken completes a recipe lock's grant with the token its holder's
+// LOCK.TOKEN answered (tokenOp; nil if it could not be sent).
+func (h *History) GrantToken(grant, tokenOp *Op) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	grantToken(grant, tokenOp)
 }
 
 // AddFault, AddPause and AddSnapshot record the run's events.
@@ -431,6 +461,13 @@ func Classify(k Kind, reply []byte) (Outcome, int64, string) {
 		}
 	case Exec, Set, Get:
 		return OK, 0, ""
+	case TokenOf:
+		if isNull(reply) {
+			return Null, 0, ""
+		}
+		if n, ok := parseInt(reply); ok && n > 0 {
+			return OK, n, ""
+		}
 	case Incr:
 		if n, ok := parseInt(reply); ok {
 			return OK, n, ""
