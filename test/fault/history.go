@@ -113,12 +113,15 @@ type Op struct {
 
 // refused reports whether a grant or renewal was answered with a refusal
 // that leaves nothing granted (a re-armed lease stands as it was).
+//
 // A recipe lock's refused grant is answered as "held by another" (an
-// integer for Redisson, nil for SET NX), which a busy lock is answered
-// with too: every recipe acquire not granted counts as possibly refused.
-func (o *Op) refused() bool {
-	return o.Outcome == Refused || o.Outcome == Late || (o.Recipe != "" && o.Kind == Acquire && o.Outcome == Null)
-}
+// integer for Redisson, nil for SET NX) and recorded as Null, not as a
+// refusal: the proxy replies it only after the grant was undone and its
+// reserved token cancelled (written before the reply, so a later kill -9
+// keeps the cancellation); one it could not undo is answered with an
+// error, an unknown outcome (locks/recipes.go abandonHashGrant,
+// locks/setnx.go abandonValueWrite).
+func (o *Op) refused() bool { return o.Outcome == Refused || o.Outcome == Late }
 
 // waited reports whether the op is a LOCK.ACQUIRE ... WAIT.
 func (o *Op) waited() bool {
