@@ -1,6 +1,7 @@
 package fault
 
 import (
+	"strconv"
 	"strings"
 )
 
@@ -50,12 +51,12 @@ const (
 	recipeClients   = 4
 )
 
-// recipeArgs is the acquire of recipe r on key for holder with a ttl ms lease.
+// recipeAcquireArgs is the acquire of recipe r on key for holder with a ttl ms lease.
 func recipeAcquireArgs(r Recipe, key, holder string, ttl int64) []string {
 	if r == Redisson {
-		return []string{"EVALSHA", redissonAcquireSHA, "1", key, i64(ttl), holder}
+		return []string{"EVALSHA", redissonAcquireSHA, "1", key, strconv.FormatInt(ttl, 10), holder}
 	}
-	return []string{"SET", key, holder, "NX", "PX", i64(ttl)}
+	return []string{"SET", key, holder, "NX", "PX", strconv.FormatInt(ttl, 10)}
 }
 
 // recipeReleaseArgs is the release of recipe r; req makes Redisson's
@@ -63,7 +64,7 @@ func recipeAcquireArgs(r Recipe, key, holder string, ttl int64) []string {
 func recipeReleaseArgs(r Recipe, key, holder string, ttl int64, req string) []string {
 	if r == Redisson {
 		return []string{"EVALSHA", redissonUnlockSHA, "3", key, "redisson_lock__channel:{" + key + "}",
-			"redisson_unlock_latch:{" + key + "}:" + req, "0", i64(ttl), holder, "PUBLISH", "3000"}
+			"redisson_unlock_latch:{" + key + "}:" + req, "0", strconv.FormatInt(ttl, 10), holder, "PUBLISH", "3000"}
 	}
 	return []string{"EVALSHA", redisPyReleaseSHA, "1", key, holder}
 }
