@@ -20,6 +20,10 @@
 // TestFaultCluster in front of a Redis Cluster of three masters with a
 // replica each, with the cluster's own faults; a fault there may hit one
 // master or one slot only (Fault.Scope), and excuses nothing elsewhere.
+// Beside the lock family's clients, in front of one proxy, clients lock
+// with their own recipes as unchanged libraries do (recipes.go: Redisson's
+// RLock scripts by EVALSHA, redis-py's SET NX PX on --lock-keys keys), and
+// are recorded as the same ops of the lock key.
 // checker_test.go feeds the checker hand-written bad histories and
 // asserts each is reported.
 //
