@@ -485,3 +485,85 @@ func TestCheckFile(t *testing.T) {
 		t.Error(v)
 	}
 }
+
+// recipeGrant adds a recipe lock's acquire read from its raw reply and
+// completed by its holder's LOCK.TOKEN, read from its raw reply too, as
+// the workload records them (recipes.go); tokenReply "" is a LOCK.TOKEN
+// whose connection failed.
+func (b *hist) recipeGrant(rc Recipe, c int, owner string, ttl, start, end int64, reply, tokenReply string) *Op {
+	acq := b.add(c, Acquire, "r", owner, 0, ttl, start, end, Unknown, 0)
+	acq.Recipe = rc
+	acq.Outcome, acq.Result = ClassifyRecipe(rc, Acquire, []byte(reply))
+	if acq.Outcome != OK {
+		return acq
+	}
+	tok := b.add(c, TokenOf, "r", owner, 0, 0, end, end+1, Unknown, 0)
+	if tokenReply == "" {
+		tok.End, tok.ErrAt, tok.Err = Never, tok.Start+1, "connection reset"
+	} else {
+		tok.Outcome, tok.Result, _ = Classify(TokenOf, []byte(tokenReply))
+	}
+	grantToken(acq, tok)
+	return acq
+}
+
+func (b *hist) recipeRelease(rc Recipe, c int, owner string, start, end int64, reply string) *Op {
+	op := b.add(c, Release, "r", owner, 0, 0, start, end, Unknown, 0)
+	op.Recipe = rc
+	op.Outcome, op.Result = ClassifyRecipe(rc, Release, []byte(reply))
+	return op
+}
+
+// Two recipe locks granted to two holders while the first one's lease is
+// certainly on: the checker must see it, for either recipe's replies.
+func TestCheckerOverlappingRecipeGrants(t *testing.T) {
+	for _, rc := range Recipes {
+		t.Run(string(rc), func(t *testing.T) {
+			granted := "$-1\r\n" // Redisson: nil is "acquired"
+			if rc == SetNX {
+				granted = "+OK\r\n"
+			}
+			b := newHist()
+			a := b.recipeGrant(rc, 1, "A", 1000, 0, 1, granted, ":10\r\n")
+			c := b.recipeGrant(rc, 2, "B", 1000, 10, 11, granted, ":12\r\n") // A's lease runs to 1000ms
+			if a.Outcome != OK || a.Result != 10 || c.Outcome != OK || c.Result != 12 {
+				t.Fatalf("recorded %v and %v, want grants with tokens 10 and 12", a, c)
+			}
+			expect(t, b, "lease-overlap")
+		})
+	}
+}
+
+// A recipe's "held by another" (Redisson's pttl, SET NX's nil) is no
+// grant; a grant whose LOCK.TOKEN failed is a grant with a token nobody
+// saw; and a legal recipe history reports nothing.
+func TestCheckerRecipeHistory(t *testing.T) {
+	b := newHist()
+	a := b.recipeGrant(Redisson, 1, "A", 1000, 0, 1, "$-1\r\n", ":10\r\n")
+	busy := b.recipeGrant(Redisson, 2, "B", 1000, 2, 3, ":997\r\n", "")
+	b.exec(1, 10, 4, 5, OK)
+	b.recipeRelease(Redisson, 1, "A", 6, 7, ":1\r\n")
+	lost := b.recipeGrant(Redisson, 2, "B", 1000, 8, 9, "$-1\r\n", "") // its token is a newer one nobody saw
+	b.check(1, 10, 12, 13, Zero)
+	b.recipeRelease(Redisson, 2, "B", 14, 15, ":1\r\n")
+	b.recipeRelease(Redisson, 1, "A", 16, 17, "$-1\r\n")
+	if a.Outcome != OK || busy.Outcome != Null || lost.Outcome != Unknown || !lost.Known() {
+		t.Fatalf("recorded %v, %v and %v: want a grant, a refusal and a grant of unknown token", a, busy, lost)
+	}
+	rep := expect(t, b)
+	if rep.Linearizability != "ok" {
+		t.Errorf("linearizability %q, want ok", rep.Linearizability)
+	}
+	if g, unknown := recipeCounts(b.h); g[Redisson] != 1 || unknown != 1 {
+		t.Errorf("recipeCounts = %v, %d; want redisson:1 and 1 unknown token", g, unknown)
+	}
+
+	// The same with redis-py's replies, and a stale FENCE.EXEC accepted.
+	b = newHist()
+	b.recipeGrant(SetNX, 1, "A", 1000, 0, 1, "+OK\r\n", ":10\r\n")
+	b.recipeRelease(SetNX, 1, "A", 2, 3, ":1\r\n")
+	b.recipeGrant(SetNX, 2, "B", 1000, 4, 5, "+OK\r\n", ":11\r\n")
+	b.recipeGrant(SetNX, 1, "C", 1000, 6, 7, "$-1\r\n", "")
+	b.exec(1, 10, 8, 9, OK)
+	expect(t, b, "stale-exec", "linearizability")
+}

@@ -80,7 +80,7 @@ func (e *env) scopeOf(m *testenv.Redis) []string { return e.namesWhere(e.onMaste
 // namesWhere lists the resources, probes and counters whose slot in picks.
 func (e *env) namesWhere(in func(slot int) bool) []string {
 	var out []string
-	for _, r := range append(slices.Clone(e.resources), e.probes...) {
+	for _, r := range append(e.allResources(), e.probes...) {
 		if in(recordSlot(r)) {
 			out = append(out, r)
 		}

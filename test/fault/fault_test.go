@@ -68,6 +68,7 @@ type env struct {
 	backup          string // a copy of dataDir taken while the proxy was down
 	addr            atomic.Pointer[string]
 	resources       []string
+	recipeRes       map[Recipe][]string // each recipe's lock keys (recipes.go); none in a tier
 	holderBin       string
 
 	mu      sync.Mutex
@@ -142,6 +143,7 @@ func runFault(t *testing.T, mode string) {
 	if slices.Contains(kinds, PausedHolder) {
 		e.holderBin = buildHolder(t)
 	}
+	e.pickRecipeResources()
 	if strings.HasSuffix(mode, "cluster") {
 		e.startCluster()
 	} else {
@@ -214,8 +216,9 @@ func runFault(t *testing.T, mode string) {
 			late++
 		}
 	}
-	line := fmt.Sprintf("fault: mode=%s seed=%d duration=%v ops=%d grants=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
-		mode, seed, duration, len(e.h.Ops), rep.Grants, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(perKind, " "), rep.Linearizability, len(rep.Violations))
+	recipeGrants, unknownToken := recipeCounts(e.h)
+	line := fmt.Sprintf("fault: mode=%s seed=%d duration=%v ops=%d grants=%d recipe-grants=redisson:%d,setnx:%d recipe-token-unknown=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
+		mode, seed, duration, len(e.h.Ops), rep.Grants, recipeGrants[Redisson], recipeGrants[SetNX], unknownToken, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(perKind, " "), rep.Linearizability, len(rep.Violations))
 	t.Log(line)
 	if n := len(e.h.Stalls); n > 0 {
 		var longest int64
@@ -233,6 +236,13 @@ func runFault(t *testing.T, mode string) {
 		t.Logf("fault: history written to %s", path)
 	}
 	e.judge(line, fmt.Sprintf("go test ./test/fault/ -run '^%s$' -fault.seed=%d -fault.duration=%v", t.Name(), seed, duration), rep)
+	if e.withRecipes() {
+		for _, rc := range Recipes {
+			if recipeGrants[rc] == 0 {
+				t.Errorf("fault: no %s recipe lock was granted: the recipe workload did not run", rc)
+			}
+		}
+	}
 	// The proxy itself, not a restart, must have moved to each new master.
 	// (In a cluster each failover's probe shows it: probeMaster.)
 	if followed := strings.Count(e.proxy.Log(), "following the Sentinel failover"); followed < counts[MasterFailover] {
@@ -271,9 +281,17 @@ func (e *env) startProxy() {
 
 func (e *env) proxyOptions() testenv.ProxyOptions {
 	if e.cl != nil {
-		return testenv.ProxyOptions{Backend: e.clusterSeeds(), DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
+		return testenv.ProxyOptions{Backend: e.clusterSeeds(), DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: e.recipeArgs()}
 	}
-	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout}
+	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: e.recipeArgs()}
+}
+
+// recipeArgs are the proxy's flags for the recipe clients' SET NX locks.
+func (e *env) recipeArgs() []string {
+	if !e.withRecipes() {
+		return nil
+	}
+	return []string{"--lock-keys", lockKeysFlag}
 }
 
 // writeHistory writes the history as JSON into dir ($FAULT_OUT), or into
@@ -346,12 +364,17 @@ func (c *client) dial() bool {
 // do sends args and records the op; nil if no connection could be made
 // (nothing was sent).
 func (c *client) do(kind Kind, res, owner string, token, ttl int64, args ...string) *Op {
+	return c.doRecipe("", kind, res, owner, token, ttl, args...)
+}
+
+// doRecipe is do of an op of a client's own lock recipe (recipes.go).
+func (c *client) doRecipe(recipe Recipe, kind Kind, res, owner string, token, ttl int64, args ...string) *Op {
 	if !c.dial() {
 		time.Sleep(50 * time.Millisecond)
 		return nil
 	}
 	c.fresh = false
-	op := c.e.h.Begin(c.id, kind, res, owner, token, ttl, args)
+	op := c.e.h.BeginRecipe(recipe, c.id, kind, res, owner, token, ttl, args)
 	reply, err := c.send(op, args)
 	c.e.h.Finish(op, reply, err)
 	if err != nil {
@@ -504,6 +527,84 @@ func (e *env) lockClient(id int, stop <-chan struct{}) {
 			h = nil
 		}
 	}
+}
+
+// recipeClient locks the recipe's keys as its unchanged client library
+// would (recipes.go), then asks LOCK.TOKEN for the grant's token and, with
+// it, checks and fences writes like a lock-family holder; sometimes it
+// pauses beyond its lease first; then it releases with the recipe's own
+// script. An acquire whose outcome is unknown is not retried: a Redisson
+// retry by the same holder would re-enter a grant it may have.
+func (e *env) recipeClient(id int, recipe Recipe, stop <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(e.seed, uint64(id)))
+	c := &client{e: e, id: id}
+	defer c.close()
+	res := e.recipeRes[recipe]
+	for n := 0; !stopped(stop); n++ {
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		r := res[rng.IntN(len(res))]
+		holder := fmt.Sprintf("%s-c%d-%d", recipe, id, n)
+		if recipe == Redisson {
+			holder = fmt.Sprintf("5e1f%04d-%06d:%d", id, n, 1) // uuid:threadId
+		}
+		ttl := ttls[rng.IntN(len(ttls))]
+		acq := c.doRecipe(recipe, Acquire, r, holder, 0, ttl, recipeAcquireArgs(recipe, r, holder, ttl)...)
+		if acq == nil || acq.Outcome != OK {
+			if acq != nil && acq.Outcome == Unknown {
+				time.Sleep(20 * time.Millisecond) // Redis or the proxy is down: back off a little
+			}
+			continue
+		}
+		tokOp := c.do(TokenOf, r, holder, 0, 0, "LOCK.TOKEN", r, holder)
+		e.h.GrantToken(acq, tokOp)
+		if tok := acq.Result; acq.Outcome == OK {
+			e.noteToken(r, tok)
+			for range rng.IntN(4) {
+				if rng.IntN(3) == 0 {
+					c.do(Check, r, holder, tok, 0, "FENCE.CHECK", r, i64(tok))
+				} else {
+					c.do(Exec, r, holder, tok, 0, "FENCE.EXEC", r, i64(tok), "RPUSH", dataKey(r), "")
+				}
+			}
+			if rng.IntN(10) == 0 {
+				// A pause that may outlast the lease; then the holder
+				// fences with its possibly stale token.
+				d := time.Duration(rng.Int64N(2*ttl)) * time.Millisecond
+				start := e.h.Now()
+				time.Sleep(d)
+				e.h.AddPause(Pause{Client: id, Start: start, End: e.h.Now()})
+				c.do(Exec, r, holder, tok, 0, "FENCE.EXEC", r, i64(tok), "RPUSH", dataKey(r), "")
+			}
+		}
+		c.doRecipe(recipe, Release, r, holder, 0, 0, recipeReleaseArgs(recipe, r, holder, ttl, fmt.Sprintf("%d-%d", id, n))...)
+	}
+}
+
+// withRecipes reports whether the mode runs recipe clients: recipes are
+// recognised on a single proxy, not in a tier (commands/recipes.go).
+func (e *env) withRecipes() bool { return e.mode == "standalone" || e.mode == "cluster" }
+
+// pickRecipeResources names each recipe's lock keys.
+func (e *env) pickRecipeResources() {
+	e.recipeRes = map[Recipe][]string{}
+	if !e.withRecipes() {
+		return
+	}
+	for _, rc := range Recipes {
+		for i := range recipeResources {
+			e.recipeRes[rc] = append(e.recipeRes[rc], recipeKeyPrefix[rc]+strconv.Itoa(i))
+		}
+	}
+}
+
+// allResources is every lock resource of the run: the family's hot ones
+// and the recipes' lock keys.
+func (e *env) allResources() []string {
+	out := slices.Clone(e.resources)
+	for _, rc := range Recipes {
+		out = append(out, e.recipeRes[rc]...)
+	}
+	return out
 }
 
 // dataClient reads and writes ordinary keys and INCRs its own counter.
@@ -944,7 +1045,7 @@ func (e *env) snapshotData(why string) {
 		owners = e.cl.Owners(e.t)
 	}
 	e.mu.Lock()
-	resources := append(slices.Clone(e.resources), e.delayed...)
+	resources := append(e.allResources(), e.delayed...)
 	e.mu.Unlock()
 	for _, r := range resources {
 		master := e.master

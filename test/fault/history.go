@@ -20,6 +20,10 @@
 // TestFaultCluster in front of a Redis Cluster of three masters with a
 // replica each, with the cluster's own faults; a fault there may hit one
 // master or one slot only (Fault.Scope), and excuses nothing elsewhere.
+// Beside the lock family's clients, in front of one proxy, clients lock
+// with their own recipes as unchanged libraries do (recipes.go: Redisson's
+// RLock scripts by EVALSHA, redis-py's SET NX PX on --lock-keys keys), and
+// are recorded as the same ops of the lock key.
 // checker_test.go feeds the checker hand-written bad histories and
 // asserts each is reported.
 //
@@ -64,6 +68,10 @@ const (
 	Incr    Kind = "incr"    // INCR of the client's own counter
 	Set     Kind = "set"     // SET of ordinary data
 	Get     Kind = "get"     // GET of ordinary data
+	// TokenOf is LOCK.TOKEN resource holder: the fence-store token of a
+	// recipe lock's grant (recipes.go), recorded for the history's reader;
+	// the checks read it from the acquire it completes (GrantToken).
+	TokenOf Kind = "token"
 )
 
 // Outcome classifies a reply.
@@ -102,10 +110,21 @@ type Op struct {
 	Result int64 `json:"result,omitempty"`
 	// InfoOwner is the owner LOCK.INFO reported ("" when free).
 	InfoOwner string `json:"info_owner,omitempty"`
+	// Recipe: the op is a client's own lock recipe (recipes.go), not the
+	// lock family's command: its reply is read in the recipe's shape.
+	Recipe Recipe `json:"recipe,omitempty"`
 }
 
 // refused reports whether a grant or renewal was answered with a refusal
 // that leaves nothing granted (a re-armed lease stands as it was).
+//
+// A recipe lock's refused grant is answered as "held by another" (an
+// integer for Redisson, nil for SET NX) and recorded as Null, not as a
+// refusal: the proxy replies it only after the grant was undone and its
+// reserved token cancelled (written before the reply, so a later kill -9
+// keeps the cancellation); one it could not undo is answered with an
+// error, an unknown outcome (locks/recipes.go abandonHashGrant,
+// locks/setnx.go abandonValueWrite).
 func (o *Op) refused() bool { return o.Outcome == Refused || o.Outcome == Late }
 
 // waited reports whether the op is a LOCK.ACQUIRE ... WAIT.
@@ -338,7 +357,13 @@ func (h *History) Now() int64 { return int64(time.Since(h.base)) }
 // The last argument of an Exec, if empty, is set to "token:op-id", the
 // item its fenced RPUSH appends to the data list.
 func (h *History) Begin(client int, kind Kind, resource, owner string, token, ttl int64, args []string) *Op {
-	op := &Op{Client: client, Kind: kind, Resource: resource, Owner: owner, Token: token, TTL: ttl, Args: args, End: Never, Outcome: Unknown}
+	return h.BeginRecipe("", client, kind, resource, owner, token, ttl, args)
+}
+
+// BeginRecipe is Begin of an op of a client's own lock recipe ("" for the
+// lock family's and everything else).
+func (h *History) BeginRecipe(recipe Recipe, client int, kind Kind, resource, owner string, token, ttl int64, args []string) *Op {
+	op := &Op{Client: client, Kind: kind, Resource: resource, Owner: owner, Token: token, TTL: ttl, Args: args, End: Never, Outcome: Unknown, Recipe: recipe}
 	h.mu.Lock()
 	op.ID = len(h.Ops)
 	if kind == Exec && len(args) > 0 && args[len(args)-1] == "" {
@@ -364,7 +389,19 @@ func (h *History) Finish(op *Op, reply []byte, err error) {
 	}
 	op.End = end
 	op.Reply = string(reply)
+	if op.Recipe != "" {
+		op.Outcome, op.Result = ClassifyRecipe(op.Recipe, op.Kind, reply)
+		return
+	}
 	op.Outcome, op.Result, op.InfoOwner = Classify(op.Kind, reply)
+}
+
+// GrantToken completes a recipe lock's grant with the token its holder's
+// LOCK.TOKEN answered (tokenOp; nil if it could not be sent).
+func (h *History) GrantToken(grant, tokenOp *Op) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	grantToken(grant, tokenOp)
 }
 
 // AddFault, AddPause and AddSnapshot record the run's events.
@@ -431,6 +468,13 @@ func Classify(k Kind, reply []byte) (Outcome, int64, string) {
 		}
 	case Exec, Set, Get:
 		return OK, 0, ""
+	case TokenOf:
+		if isNull(reply) {
+			return Null, 0, ""
+		}
+		if n, ok := parseInt(reply); ok && n > 0 {
+			return OK, n, ""
+		}
 	case Incr:
 		if n, ok := parseInt(reply); ok {
 			return OK, n, ""

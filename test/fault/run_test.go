@@ -13,6 +13,16 @@ func (e *env) startClients(stop <-chan struct{}, workers *sync.WaitGroup) {
 		workers.Add(1)
 		go func() { defer workers.Done(); e.lockClient(i, stop) }()
 	}
+	for k, rc := range Recipes {
+		if len(e.recipeRes[rc]) == 0 {
+			continue // not in this mode
+		}
+		for i := range recipeClients {
+			id := 600 + 50*k + i
+			workers.Add(1)
+			go func() { defer workers.Done(); e.recipeClient(id, rc, stop) }()
+		}
+	}
 	for i := range dataClients {
 		workers.Add(1)
 		go func() { defer workers.Done(); e.dataClient(500+i, stop) }()
