@@ -56,13 +56,13 @@ func detachReplica(t *testing.T) (reattach func()) {
 	ctx := context.Background()
 	m := redis.NewClient(&redis.Options{Addr: maddr, Protocol: 2})
 	r := redis.NewClient(&redis.Options{Addr: raddr, Protocol: 2})
-	if err := r.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+	if err := r.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatalf("REPLICAOF NO ONE on the replica: %v", err)
 	}
 	waitOnlineReplicas(t, m, 0)
 	return func() {
 		host, port, _ := net.SplitHostPort(maddr)
-		if err := r.SlaveOf(ctx, host, port).Err(); err != nil {
+		if err := r.ReplicaOf(ctx, host, port).Err(); err != nil {
 			t.Errorf("REPLICAOF %s on the replica: %v", maddr, err)
 		}
 		waitOnlineReplicas(t, m, 1)
