@@ -53,13 +53,16 @@ func TestKeyspaceIsTheClients(t *testing.T) {
 		!strings.HasPrefix(got, strings.TrimSpace(want+"\r\ndb15:keys=2,expires=1,")) {
 		t.Errorf("INFO keyspace via the proxy %q, on Redis %q", got, want)
 	}
-	// Lock owner records are the lock family's data, in database 0.
+	// Lock owner records and fence marks are the lock family's data, in
+	// database 0.
 	proxy.Do("SELECT", "0")
 	if got := proxy.Do("LOCK.ACQUIRE", "ks", "me", "60000"); len(got) == 0 || got[0] != ':' {
 		t.Fatalf("LOCK.ACQUIRE = %s", testenv.ShowReply(got))
 	}
-	if got := string(proxy.Do("KEYS", "*")); got != "*1\r\n$20\r\nfenceproxy:lock:{ks}\r\n" {
-		t.Errorf("KEYS * after LOCK.ACQUIRE = %q, want the owner record alone", got)
+	got := string(proxy.Do("KEYS", "*"))
+	if got != "*2\r\n$20\r\nfenceproxy:lock:{ks}\r\n$26\r\nfenceproxy:lock:{ks}:fence\r\n" &&
+		got != "*2\r\n$26\r\nfenceproxy:lock:{ks}:fence\r\n$20\r\nfenceproxy:lock:{ks}\r\n" {
+		t.Errorf("KEYS * after LOCK.ACQUIRE = %q, want the owner record and its fence mark alone", got)
 	}
 	pr.alive(t)
 }
