@@ -138,6 +138,14 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 func (c *Conn) serveLoop() {
 	lc := c.lp
 	for {
+		if c.killed.Load() {
+			// CLIENT KILL (Kill) posts the close to the loop, where it may
+			// come after a request that arrived meanwhile: as in Redis, a
+			// killed client is served nothing more.
+			lc.eof = true
+			c.endLoopBatch()
+			return
+		}
 		switch c.rd.bufferedRequest() {
 		case reqWhole:
 			args, err := c.rd.ReadCommand()
