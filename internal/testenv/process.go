@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -153,13 +154,62 @@ func waitReady(p *proc, addr string, d time.Duration) error {
 			return fmt.Errorf("%w (%v)", errExited, p.cmd.ProcessState)
 		}
 		if last = ping(addr); last == nil {
-			return nil
+			// Someone answered: it must be p. A port FreePort handed out
+			// can be taken by another test's server before p binds it (a
+			// fenceproxy binds its port only after its backend checks),
+			// and that server's PONG would pass for p's.
+			if owns, known := listensOn(p.pid(), addr); owns || !known {
+				return nil
+			}
+			last = fmt.Errorf("%s is answered by another process", addr)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("testenv: %s did not answer PING within %v: %v", addr, d, last)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// listensOn reports whether process pid holds the listening socket of
+// addr (host:port) by /proc: the socket's inode in /proc/net/tcp, among
+// pid's descriptors. known is false where /proc cannot say.
+func listensOn(pid int, addr string) (owns, known bool) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, false
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return false, false
+	}
+	inodes := map[string]bool{}
+	suffix := fmt.Sprintf(":%04X", n)
+	for _, path := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		table, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(table), "\n")[1:] {
+			f := strings.Fields(line)
+			// local_address is f[1], st f[3] (0A: LISTEN), inode f[9]
+			if len(f) > 9 && strings.HasSuffix(f[1], suffix) && f[3] == "0A" {
+				inodes["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return false, false // a listener /proc does not show: cannot say
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false, false
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[link] {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 // ping sends one PING to addr and expects +PONG (or -NOAUTH from a server
