@@ -75,7 +75,7 @@ func (m *Manager) RecipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 	if err == nil && g.kind == kindTokenAhead {
 		// The side record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
-		if err = m.adoptRecordToken(int64(g.token)); err == nil {
+		if err = m.judgeRecordToken(key, side, int64(g.token)); err == nil {
 			g, err = m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease)
 		}
 	}

@@ -82,7 +82,7 @@ func (m *Manager) RecipeValueWrite(ctx context.Context, v ValueWrite, clientAddr
 	defer m.serial.unlock(v.Key, turn)
 	g, err := m.sendValueWrite(ctx, v, side, clientAddr)
 	if err == nil && g.kind == kindTokenAhead {
-		if err = m.adoptRecordToken(int64(g.token)); err == nil {
+		if err = m.judgeRecordToken(v.Key, side, int64(g.token)); err == nil {
 			g, err = m.sendValueWrite(ctx, v, side, clientAddr)
 		}
 	}
@@ -314,7 +314,9 @@ func (m *Manager) RecipeValueMulti(ctx context.Context, keys []string, holder st
 	}
 	g, err := m.sendValueMulti(ctx, keys, sides, holder, mode, lease, clientAddr)
 	if err == nil && g.kind == kindTokenAhead {
-		if err = m.adoptRecordToken(int64(g.token)); err == nil {
+		// Which of the keys' records carries it is not said: the error
+		// names the first.
+		if err = m.judgeRecordToken(keys[0], sides[0], int64(g.token)); err == nil {
 			g, err = m.sendValueMulti(ctx, keys, sides, holder, mode, lease, clientAddr)
 		}
 	}

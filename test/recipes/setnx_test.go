@@ -500,3 +500,27 @@ func TestRedlockSeveralKeys(t *testing.T) {
 	mustReply(t, e.m.Do("EXISTS", keys[0], keys[2]), ":0\r\n", "EXISTS of the other keys")
 	e.c.Do("DEL", "res:{m}:b")
 }
+
+// An owner record that no fence store could have issued (written straight
+// into Redis, past the proxy, with a token near 2^53) is not adopted
+// through a recipe's grant either: that lock is refused with an error, and
+// every other lock keeps its ordinary tokens. (The recipes' grants adopted
+// it, raising the fence store's floor for every resource: the token space
+// ran out for all of them, issue 22's item 4 through another door.)
+func TestSetNXForeignRecordNotAdopted(t *testing.T) {
+	e := newValueSetup(t)
+	const foreign = "9007199254740990"
+	// A recipe's record (its client-addr ends with " (recipe)") whose key
+	// is gone: the twin replaces such a record, after judging its token.
+	mustReply(t, e.m.Do("SET", "fenceproxy:lock:{lock:foreign}", foreign+" 0 1 1 9  (recipe)intruder", "PX", "600000"), "+OK\r\n", "a foreign record written straight into Redis")
+	if got := string(e.c.Do("SET", "lock:foreign", "v1", "NX", "PX", "30000")); !strings.HasPrefix(got, "-ERR fenceproxy: ") ||
+		!strings.Contains(got, foreign) || !strings.Contains(got, "delete key 'fenceproxy:lock:{lock:foreign}'") {
+		t.Fatalf("SET NX of a lock whose record carries a foreign token = %q, want an error naming the token and the key to delete", got)
+	}
+	for _, k := range []string{"lock:a", "lock:b"} {
+		mustReply(t, e.c.Do("SET", k, "v1", "NX", "PX", "30000"), "+OK\r\n", "SET NX of "+k)
+		if tok := token(t, e.c, k, "v1"); tok >= 1<<40 {
+			t.Fatalf("LOCK.TOKEN %s = %d: the foreign token was adopted", k, tok)
+		}
+	}
+}
