@@ -294,6 +294,31 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	return g, 0, err
 }
 
+// grantVerdict waits for a grant's replica acknowledgements (w, sent at
+// start) and judges it, in this order: the write's own error (its outcome
+// is unknown: the grant may stand), too few acknowledgements (counted),
+// the token's reservation failing (reserveErr), and, unless replyBy is
+// zero, a reply that could no longer leave the lease's safety margin: as
+// late as that can be checked, after the replicas and the fsync, just
+// before the reply. nil: the grant may be confirmed and replied. Every
+// grant (the lock family's and the recipes') is judged here.
+func (m *Manager) grantVerdict(w *Write, start time.Time, reserveErr error, replyBy time.Time) error {
+	acked, err := w.Acks()
+	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		return err
+	case acked < m.opts.MinReplicas:
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		return &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+	case reserveErr != nil:
+		return reserveErr
+	case !replyBy.IsZero() && time.Now().After(replyBy):
+		return ErrLate
+	}
+	return nil
+}
+
 // settle finishes a grant or re-arm whose script has answered (a): it
 // makes a new token durable, waits for the replicas, checks the lease
 // left, and confirms the token as the resource's newest, or abandons the
@@ -308,23 +333,11 @@ func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clien
 	if record && !a.reserved {
 		reserveErr = m.opts.Store.Reserve(resource, token)
 	}
-	acked, err := a.write.Acks()
-	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(a.start).Seconds())
-	switch {
-	case err != nil:
-		// The grant may stand on the master, with or without its
-		// replicas: its token counts as issued (abandon). A retry by the
-		// same owner re-arms it and waits for the replicas again.
-	case acked < m.opts.MinReplicas:
-		m.opts.Metrics.ReplicaShortfalls.Inc()
-		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
-	case reserveErr != nil:
-		err = reserveErr
-	case time.Now().After(m.replyBy(leaseFrom, ttl)):
-		// As late as it can be: after the replicas and the fsync, just
-		// before the reply.
-		err = ErrLate
-	case record:
+	// An error whose outcome is unknown counts the token as issued
+	// (abandon); a retry by the same owner re-arms the grant and waits for
+	// the replicas again.
+	err := m.grantVerdict(a.write, a.start, reserveErr, m.replyBy(leaseFrom, ttl))
+	if err == nil && record {
 		// Serialized per resource and above the newest just read: exact.
 		err = m.opts.Store.Confirm(resource, token)
 	}

@@ -164,19 +164,8 @@ func (m *Manager) settleHashGrant(ctx context.Context, g *hashGrant, key, holder
 	if fresh {
 		reserveErr = m.opts.Store.Reserve(key, g.token)
 	}
-	acked, err := g.write.Acks()
-	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(g.start).Seconds())
-	switch {
-	case err != nil:
-		// The grant may stand, with or without its replicas.
-	case acked < m.opts.MinReplicas:
-		m.opts.Metrics.ReplicaShortfalls.Inc()
-		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
-	case reserveErr != nil:
-		err = reserveErr
-	case time.Now().After(m.replyBy(received, lease)):
-		err = ErrLate
-	case fresh:
+	err := m.grantVerdict(g.write, g.start, reserveErr, m.replyBy(received, lease))
+	if err == nil && fresh {
 		err = m.opts.Store.Confirm(key, g.token)
 	}
 	if err != nil {

@@ -177,19 +177,14 @@ func (m *Manager) settleValueWrite(ctx context.Context, g *valueGrant, v ValueWr
 	if fresh {
 		reserveErr = m.opts.Store.Reserve(v.Key, g.token)
 	}
-	acked, err := g.write.Acks()
-	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(g.start).Seconds())
-	grant := fresh || v.Mode == ValueGrant // a re-obtain is a grant too
-	switch {
-	case err != nil:
-	case acked < m.opts.MinReplicas:
-		m.opts.Metrics.ReplicaShortfalls.Inc()
-		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
-	case reserveErr != nil:
-		err = reserveErr
-	case grant && v.Lease > 0 && time.Now().After(m.replyBy(received, v.Lease)):
-		err = ErrLate
-	case fresh:
+	// Only a grant with a lease can be late (a re-obtain is a grant too);
+	// an extend has no late-reply rule here.
+	var replyBy time.Time
+	if grant := fresh || v.Mode == ValueGrant; grant && v.Lease > 0 {
+		replyBy = m.replyBy(received, v.Lease)
+	}
+	err := m.grantVerdict(g.write, g.start, reserveErr, replyBy)
+	if err == nil && fresh {
 		err = m.opts.Store.Confirm(v.Key, g.token)
 	}
 	if err != nil {
@@ -436,18 +431,12 @@ func (m *Manager) settleValueMulti(ctx context.Context, g *multiGrant, keys, sid
 			reserved++
 		}
 	}
-	acked, err := g.write.Acks()
-	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(g.start).Seconds())
-	switch {
-	case err != nil:
-	case acked < m.opts.MinReplicas:
-		m.opts.Metrics.ReplicaShortfalls.Inc()
-		err = &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
-	case reserveErr != nil:
-		err = reserveErr
-	case fresh && time.Now().After(m.replyBy(received, lease)):
-		err = ErrLate
-	case fresh:
+	var replyBy time.Time // none for an extend
+	if fresh {
+		replyBy = m.replyBy(received, lease)
+	}
+	err := m.grantVerdict(g.write, g.start, reserveErr, replyBy)
+	if err == nil && fresh {
 		for _, k := range keys {
 			if err = m.opts.Store.Confirm(k, g.candidate); err != nil {
 				break
