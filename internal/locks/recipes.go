@@ -119,17 +119,28 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 	return g, g.read(reply)
 }
 
-// read decodes opHashAcquire's reply into g.
-func (g *hashGrant) read(reply any) error {
+// readKindReply decodes the {kind, ...} reply of a recipe's twin (what names
+// the operation for the error): the array, at least min long, and its
+// kind.
+func readKindReply(reply any, min int, what string) ([]any, replyKind, error) {
 	arr, ok := reply.([]any)
-	if !ok || len(arr) < 2 {
-		return fmt.Errorf("locks: unexpected recipe acquire reply %v", reply)
+	if !ok || len(arr) < max(min, 1) {
+		return nil, 0, fmt.Errorf("locks: unexpected %s reply %v", what, reply)
 	}
 	kind, err := toInt(arr[0])
 	if err != nil {
+		return nil, 0, fmt.Errorf("locks: unexpected %s reply %v", what, reply)
+	}
+	return arr, replyKind(kind), nil
+}
+
+// read decodes opHashAcquire's reply into g.
+func (g *hashGrant) read(reply any) error {
+	arr, kind, err := readKindReply(reply, 2, "recipe acquire")
+	if err != nil {
 		return err
 	}
-	g.kind = replyKind(kind)
+	g.kind = kind
 	v, err := toInt(arr[1])
 	if err != nil {
 		return err

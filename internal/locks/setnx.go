@@ -130,15 +130,11 @@ func (m *Manager) sendValueWrite(ctx context.Context, v ValueWrite, side, client
 
 // read decodes opValueWrite's reply into g.
 func (g *valueGrant) read(reply any) error {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) == 0 {
-		return fmt.Errorf("locks: unexpected value lock reply %v", reply)
-	}
-	kind, err := toInt(arr[0])
+	arr, kind, err := readKindReply(reply, 1, "value lock")
 	if err != nil {
 		return err
 	}
-	g.kind = replyKind(kind)
+	g.kind = kind
 	switch g.kind {
 	case kindNotHeld:
 		return nil
@@ -260,11 +256,7 @@ func (m *Manager) RecipeValueRelease(ctx context.Context, key, holder string) (V
 	if err != nil {
 		return 0, deposed(err)
 	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) == 0 {
-		return 0, fmt.Errorf("locks: unexpected value lock release reply %v", reply)
-	}
-	kind, err := toInt(arr[0])
+	arr, kind, err := readKindReply(reply, 1, "value lock release")
 	if err != nil || kind < 0 || kind > 2 {
 		return 0, fmt.Errorf("locks: unexpected value lock release reply %v", reply)
 	}
@@ -378,15 +370,11 @@ func (m *Manager) sendValueMulti(ctx context.Context, keys, sides []string, hold
 
 // read decodes opValueMulti's reply for n keys into g.
 func (g *multiGrant) read(reply any, n int) error {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) == 0 {
-		return fmt.Errorf("locks: unexpected value lock reply %v", reply)
-	}
-	kind, err := toInt(arr[0])
+	arr, kind, err := readKindReply(reply, 1, "value lock")
 	if err != nil {
 		return err
 	}
-	g.kind = replyKind(kind)
+	g.kind = kind
 	switch g.kind {
 	case kindNotHeld, kindBusy:
 		return nil
