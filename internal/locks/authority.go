@@ -93,12 +93,9 @@ func (m *Manager) judgeRecordToken(resource, key string, token int64) error {
 			return &ForeignTokenError{Resource: resource, Key: key, Token: uint64(token), Bound: bound}
 		}
 	}
-	return m.adoptRecordToken(token)
-}
-
-// adoptRecordToken raises the fence store above a record's token that it
-// never issued (kindTokenAhead) but another fence store may have.
-func (m *Manager) adoptRecordToken(token int64) error {
+	// Another fence store may have issued it: raise this one above it.
+	// (The only way a record's token is adopted: every grant path, the
+	// recipes' too, comes through this judgement.)
 	m.opts.Logger.Warn("an owner record carries a token this fence store never issued (a new or restored data dir, or another fenceproxy): "+
 		"tokens up to it are no longer honoured", "token", token)
 	return m.opts.Store.Adopt(uint64(token))
