@@ -1,5 +1,6 @@
 // Package recipes recognises the lock scripts of clients' own lock
-// libraries (Redisson's RLock, RSpinLock and RFencedLock; value locks, setnx.go) in the requests they
+// libraries (Redisson's RLock, RSpinLock and RFencedLock; RReadWriteLock, rwlock.go;
+// value locks, setnx.go) in the requests they
 // send, so that fenceproxy can make those locks as safe as its own lock
 // family without a change to the client: a recognised grant or renewal is
 // replied only after --min-replicas acknowledgements, undone on a

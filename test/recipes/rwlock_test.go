@@ -174,11 +174,11 @@ func TestRWTwinsMatchRedissonScripts(t *testing.T) {
 	}
 	steps := [][]string{ // n stands for the lock's name
 		readArgs("n", 30000, "1"), readArgs("n", 10000, "2"), readArgs("n", 40000, "1"), // shared, re-entry
-		writeArgs("n", 30000, "3"),                                                       // busy
+		writeArgs("n", 30000, "3"), // busy
 		{"EVALSHA", shaReadRen40, "2", "n", "{n}", "50000", "uuid:2"},
 		{"EVALSHA", shaReadRen47, "2", "n", "{n}", "55000", "2", "uuid:1", "uuid:9"},
 		{"EVALSHA", shaReadRen352, "2", "n", "{n}", "50000", "uuid:2"}, // count 2: 3.52.0's body fails
-		readUnlockArgs("n", "9", "r0"), // not a holder
+		readUnlockArgs("n", "9", "r0"),                                 // not a holder
 		readUnlockArgs("n", "1", "r1"), readUnlockArgs("n", "1", "r1"), readUnlockArgs("n", "1", "r2"),
 		readUnlockArgs("n", "2", "r3"), // the last reader
 		readUnlockArgs("n", "2", "r4"), // mode absent: publish, nil
