@@ -86,6 +86,10 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	call, ok := recipes.Match(args)
+	if ok && call.RW != nil {
+		h.rwScript(c, args, call, p) // rwlock.go
+		return
+	}
 	if !ok || !h.sameSlot(call) {
 		h.forward(c, args, p)
 		return

@@ -88,7 +88,9 @@
 // its twin raises the recipe's token key in Redis to it, never lowering it.
 // Value locks (SET NX and
 // the scripts of redis-py, redsync, redislock and node-redlock) have their
-// own twins and settling: setnx.go, setnxops.go.
+// own twins and settling: setnx.go, setnxops.go. Redisson's RReadWriteLock
+// has its own too (rwlock.go, rwlockops.go): its side record stands for
+// the lock's epoch, whose one token every reader shares.
 //
 // # Seams
 //

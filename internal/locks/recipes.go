@@ -381,8 +381,8 @@ func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, nu
 }
 
 // HolderToken returns the token of holder's current grant of resource, a
-// recipe's lock or the lock family's: ok is false when holder does not
-// hold it, or its record's token is not the newest issued (a stale
+// recipe's lock or the lock family's (a read-write lock's: its epoch's,
+// for any of its holders): ok is false when holder does not hold it, or its record's token is not the newest issued (a stale
 // record).
 func (m *Manager) HolderToken(ctx context.Context, resource, holder string) (token uint64, ok bool, err error) {
 	if err := m.admit(); err != nil {
@@ -393,8 +393,15 @@ func (m *Manager) HolderToken(ctx context.Context, resource, holder string) (tok
 		return 0, false, err
 	}
 	rec, held, err := m.readRecord(ctx, resource)
-	if err != nil || !held || rec.Owner != holder {
+	if err != nil || !held {
 		return 0, false, err
+	}
+	if rec.Owner != holder {
+		// A read-write lock's record is its epoch's, every holder's
+		// (rwlock.go).
+		if ok, err := m.holdsRW(ctx, resource, holder, rec); err != nil || !ok {
+			return 0, false, err
+		}
 	}
 	token, perr := strconv.ParseUint(rec.Token, 10, 64)
 	if perr != nil || token != newest {

@@ -1,5 +1,6 @@
 // Package recipes recognises the lock scripts of clients' own lock
-// libraries (Redisson's RLock, RSpinLock and RFencedLock; value locks, setnx.go) in the requests they
+// libraries (Redisson's RLock, RSpinLock and RFencedLock; RReadWriteLock, rwlock.go;
+// value locks, setnx.go) in the requests they
 // send, so that fenceproxy can make those locks as safe as its own lock
 // family without a change to the client: a recognised grant or renewal is
 // replied only after --min-replicas acknowledgements, undone on a
@@ -72,6 +73,8 @@ type Lock struct{ Key, Holder string }
 // Call is a recognised request's fields, copied out of the request.
 type Call struct {
 	Recipe *Recipe
+	// RW: a read-write lock's own fields (rwlock.go); nil for the others.
+	RW *RWCall
 	// Key and Holder: the lock (Acquire, Unlock, ForceUnlock: Key only).
 	Key, Holder string
 	// TokenKey: a Fenced Acquire's token key (redisson_lock_token:{name}).
@@ -110,6 +113,16 @@ var catalogue = []Recipe{
 	{Name: "redisson spin.unlock", SHA: "73ac2729af29ea9a975f95e8097f7ee9a74cce3d", BodyLen: 432, Kind: Unlock, parse: parseSpinUnlock},
 	{Name: "redisson lock.forceunlock", SHA: "605e338249a7a1d40df83b04f7658354f883b41b", BodyLen: 107, Kind: ForceUnlock, Publishes: true, parse: parseForceUnlock},
 	{Name: "redisson spin.forceunlock", SHA: "51b433c3cc9a6ca991b3aefec63d23490c246318", BodyLen: 68, Kind: ForceUnlock, parse: parseSpinForceUnlock},
+	// RReadWriteLock (rwlock.go): the write lock's watchdog sends lock.renew-batch above.
+	{Name: "redisson read.acquire", SHA: "95553a6ff11176c18e71344e89d116b06fd6f753", BodyLen: 717, Kind: Acquire, parse: parseReadAcquire},
+	{Name: "redisson write.acquire", SHA: "6306ba3bf1f563b284bed52d305fce615c6664d9", BodyLen: 508, Kind: Acquire, parse: parseWriteAcquire},
+	{Name: "redisson read.unlock", SHA: "6e1b10e11ac0a3ed8e902562ecd32ce01b553039", BodyLen: 1295, Kind: Unlock, Publishes: true, parse: parseReadUnlock},
+	{Name: "redisson write.unlock", SHA: "21f5fb0f8ddfa9be5c3e0c9757c128796add75c6", BodyLen: 860, Kind: Unlock, Publishes: true, parse: parseWriteUnlock},
+	{Name: "redisson read.forceunlock", SHA: "27dbe744e95c1d854a7f556cc6817030de2d0d01", BodyLen: 148, Kind: ForceUnlock, Publishes: true, parse: parseReadForceUnlock},
+	{Name: "redisson write.forceunlock", SHA: "2e2cb2a3b13e2e80e4236ef6a25beaf365dba608", BodyLen: 149, Kind: ForceUnlock, Publishes: true, parse: parseWriteForceUnlock},
+	{Name: "redisson read.renew-batch.3.52", SHA: "1affef780a01e1406cb1968c62918f618d10d6a3", BodyLen: 596, Kind: RenewBatch, parse: parseReadRenew352},
+	{Name: "redisson read.renew-batch.4.0", SHA: "d6564f42b98d6eece0e940a478ee248f80b8a90a", BodyLen: 596, Kind: RenewBatch, parse: parseReadRenew40},
+	{Name: "redisson read.renew-batch.4.7", SHA: "38d2b478dfbe264ab67c221b7e4be62245f00ba0", BodyLen: 574, Kind: RenewBatch, parse: parseReadRenew47},
 }
 
 var (

@@ -12,6 +12,7 @@ import java.util.concurrent.TimeUnit;
 import org.redisson.Redisson;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
+import org.redisson.api.RReadWriteLock;
 import org.redisson.api.RedissonClient;
 import org.redisson.config.Config;
 
@@ -101,6 +102,7 @@ final class RedissonRecipes {
         String replica = System.getenv("FENCEPROXY_REPLICA_ADDR");
         String master = System.getenv("FENCEPROXY_MASTER_ADDR");
         fencedCases(a, master);
+        rwCases(a, b, replica, master);
         String name = "RLock with the only replica detached: no grant (tryLock false, nothing left), granted once it is back";
         if (replica == null || master == null || Suite.CLUSTER) {
             Suite.skip(REDISSON, name, "needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh, master + replica)");
@@ -221,5 +223,83 @@ final class RedissonRecipes {
             Thread.sleep(50);
         }
         throw new Suite.Fail("INFO replication on the master", info, "connected_slaves:" + n);
+    }
+
+    /**
+     * RReadWriteLock (and RMultiLock over an RLock and a write lock) through the proxy:
+     * readers share the lock and one token (LOCK.TOKEN), a writer is kept out while they read
+     * and gets a newer token, the writer may read; with the only replica detached, neither
+     * lock is granted.
+     */
+    static void rwCases(RedissonClient a, RedissonClient b, String replica, String master) {
+        test(REDISSON, "RReadWriteLock: readers share one token, the writer waits and gets a newer one, the writer reads", () -> {
+            String name = key("recipe-rw");
+            RReadWriteLock rw = a.getReadWriteLock(name);
+            rw.readLock().lock();
+            try (Jedis j = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
+                Object tok = send(j, Suite.Cmd.TOKEN, name, holder(a));
+                check("LOCK.TOKEN " + name + " <reader>", tok instanceof Long t && t > 0, tok, "a positive token");
+                Object other = submitGet(() -> {
+                    RReadWriteLock o = b.getReadWriteLock(name);
+                    if (!o.readLock().tryLock(2, 10, TimeUnit.SECONDS)) return "readLock().tryLock false";
+                    try (Jedis j2 = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
+                        return send(j2, Suite.Cmd.TOKEN, name, holder(b));
+                    } finally {
+                        o.readLock().unlock();
+                    }
+                });
+                expect("other client's read lock beside it: LOCK.TOKEN (the readers' one token)", other, tok);
+                check("other client writeLock().tryLock(0, 5s) while a reader holds",
+                        !submitGet(() -> b.getReadWriteLock(name).writeLock().tryLock(0, 5, TimeUnit.SECONDS)), true, "false");
+                rw.readLock().unlock();
+                rw.writeLock().lock();
+                Object wtok = send(j, Suite.Cmd.TOKEN, name, holder(a) + ":write");
+                check("LOCK.TOKEN " + name + " <writer>", wtok instanceof Long w && w > (Long) tok, wtok, "> " + tok);
+                expect("FENCE.CHECK of the readers' token after the write grant", send(j, Suite.Cmd.CHECK, name, tok), 0L);
+                check("other client readLock().tryLock(0, 5s) while a writer holds",
+                        !submitGet(() -> b.getReadWriteLock(name).readLock().tryLock(0, 5, TimeUnit.SECONDS)), true, "false");
+                rw.readLock().lock(); // the writer reads
+                expect("LOCK.TOKEN of the writer's read hold", send(j, Suite.Cmd.TOKEN, name, holder(a)), wtok);
+                rw.readLock().unlock();
+                rw.writeLock().unlock();
+                check("RReadWriteLock.isLocked() after the unlocks", !rw.writeLock().isLocked() && !rw.readLock().isLocked(), true, "false");
+            }
+        });
+
+        test(REDISSON, "RMultiLock over an RLock and a write lock: both granted with tokens, both kept from others", () -> {
+            String n1 = key("recipe-multi-lock"), n2 = key("recipe-multi-rw");
+            RLock multi = a.getMultiLock(a.getLock(n1), a.getReadWriteLock(n2).writeLock());
+            check("RMultiLock.tryLock(5s, 30s)", multi.tryLock(5, 30, TimeUnit.SECONDS), false, "true");
+            try (Jedis j = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
+                Object t1 = send(j, Suite.Cmd.TOKEN, n1, holder(a));
+                Object t2 = send(j, Suite.Cmd.TOKEN, n2, holder(a) + ":write");
+                check("LOCK.TOKEN of both parts", t1 instanceof Long && t2 instanceof Long, t1 + ", " + t2, "two tokens");
+                check("other client tryLock(0, 5s) of the RLock part", !submitGet(() -> b.getLock(n1).tryLock(0, 5, TimeUnit.SECONDS)), true, "false");
+                check("other client readLock().tryLock(0, 5s) of the write part",
+                        !submitGet(() -> b.getReadWriteLock(n2).readLock().tryLock(0, 5, TimeUnit.SECONDS)), true, "false");
+            }
+            multi.unlock();
+        });
+
+        String name = "RReadWriteLock and RMultiLock with the only replica detached: no grant (tryLock false, nothing left)";
+        if (replica == null || master == null || Suite.CLUSTER) {
+            Suite.skip(REDISSON, name, "needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh, master + replica)");
+            return;
+        }
+        test(REDISSON, name, 40, () -> {
+            String n = key("recipe-rw-noreplica"), n1 = key("recipe-multi-noreplica");
+            RReadWriteLock rw = a.getReadWriteLock(n);
+            RLock multi = a.getMultiLock(a.getLock(n1), a.getReadWriteLock(n + "-w").writeLock());
+            withoutReplica(replica, master, m -> {
+                check("readLock().tryLock() with the replica detached", !rw.readLock().tryLock(), true, "false");
+                check("writeLock().tryLock() with the replica detached", !rw.writeLock().tryLock(), true, "false");
+                check("RMultiLock.tryLock(1s, 10s) with the replica detached", !multi.tryLock(1, 10, TimeUnit.SECONDS), true, "false");
+                expect("EXISTS of the locks on the master", m.exists(n, n1, n + "-w"), 0L);
+            });
+            check("readLock().tryLock(5s, 10s) once the replica is back", rw.readLock().tryLock(5, 10, TimeUnit.SECONDS), false, "true");
+            rw.readLock().unlock();
+            check("writeLock().tryLock(5s, 10s) once the replica is back", rw.writeLock().tryLock(5, 10, TimeUnit.SECONDS), false, "true");
+            rw.writeLock().unlock();
+        });
     }
 }

@@ -1,0 +1,215 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Redisson's RReadWriteLock (recognised by internal/recipes, run by the
+// lock manager's twins, internal/locks/rwlock.go): answered in the
+// scripts' own reply shapes, as RLock's are (recipes.go). A refused grant,
+// read or write, is "held, retry in n ms"; a refused read renewal is
+// -NOREPLICAS, which the watchdog logs and retries (a 0 would stop it for
+// good). Redisson 3.52.0's read renewal body fails on a lock with a hold
+// count at or above its key count (docs/design/recipes.md, "Surprises"):
+// that call is run by Redis itself, so the client reads its own error as
+// before.
+
+// rwScript serves a recognised read-write lock script (call.RW set).
+func (h *Handler) rwScript(c *protocol.Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
+	if !h.rwSameSlot(call) {
+		h.forward(c, args, p)
+		return
+	}
+	switch call.Recipe.Kind {
+	case recipes.Acquire:
+		h.rwAcquire(c, call, p)
+	case recipes.RenewBatch:
+		h.rwRenew(c, args, call, p)
+	case recipes.Unlock, recipes.ForceUnlock:
+		h.rwUnlock(c, call, p)
+	default:
+		h.forward(c, args, p)
+	}
+}
+
+// rwSameSlot is sameSlot for a read-write lock's call: every key its twin
+// touches (timeout keys and the {name} prefix included) in the slot of
+// its lock's owner record.
+func (h *Handler) rwSameSlot(call recipes.Call) bool {
+	if !h.opts.Backend.RoutesByKey() {
+		return true
+	}
+	aligned := func(lock string, others ...string) bool {
+		slot := keys.SlotOf([]byte(h.opts.KeyPrefix + "{" + lock + "}"))
+		if keys.SlotOf([]byte(lock)) != slot {
+			return false
+		}
+		for _, k := range others {
+			if k != "" && keys.SlotOf([]byte(k)) != slot {
+				return false
+			}
+		}
+		return true
+	}
+	rw := call.RW
+	if call.Recipe.Kind == recipes.RenewBatch {
+		for _, l := range rw.Locks {
+			if !aligned(l.Key, append([]string{l.Prefix}, rw.BatchKeys...)...) {
+				return false
+			}
+		}
+		return true
+	}
+	channel := ""
+	if call.Publish == "spublish" {
+		channel = call.Channel
+	}
+	return aligned(call.Key, call.Latch, channel, rw.TimeoutPrefix, rw.KeyPrefix)
+}
+
+func (h *Handler) rwAcquire(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+	replies := grantReplies(c, call.Recipe)
+	addr := c.RemoteAddr
+	received := receivedAt(c)
+	retry := h.recipeRetry(call.Lease)
+	a := locks.RWAcquire{Key: call.Key, Holder: call.Holder, Write: call.RW.Write,
+		WriteHolder: call.RW.WriteHolder, TimeoutPrefix: call.RW.TimeoutPrefix, Lease: call.Lease}
+	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		start := time.Now()
+		token, pttl, err := h.opts.Locks.RWAcquire(ctx, a, addr, received)
+		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
+		return h.recipeGrantReply(replies, token, pttl, retry, err)
+	})
+}
+
+// recipeGrantReply is a recipe acquire's reply to its twin's outcome (the
+// same answers recipeAcquire gives RLock's): granted, the holder's pttl,
+// or "held, retry in retry ms" for a grant that was refused and undone, or
+// not tried (-TRYAGAIN's causes); an error only when the outcome is
+// unknown or the master's policy could evict the lock.
+func (h *Handler) recipeGrantReply(replies recipeGrantReplies, token uint64, pttl, retry int64, err error) ([]byte, error) {
+	var nr *locks.NoReplicasError
+	switch {
+	case err == nil:
+		h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+		return replies.granted(token), nil
+	case err == locks.ErrBusy:
+		h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+		return replies.held(pttl), nil
+	case errors.As(err, &nr):
+		h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
+		return replies.held(retry), nil
+	case err == locks.ErrLate:
+		h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+		return replies.held(retry), nil
+	}
+	if reply, ok := evictableReply(err, "nothing was granted"); ok {
+		h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
+		return reply, nil
+	}
+	h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+	ferr := h.lockError(err, "the lock may or may not be granted; it expires with its lease")
+	var coded resp.Error
+	if errors.As(ferr, &coded) && coded.Code == "TRYAGAIN" {
+		return replies.held(retry), nil // nothing was done; lock() waits on it
+	}
+	return nil, ferr
+}
+
+func (h *Handler) rwRenew(c *protocol.Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
+	rw := call.RW
+	batch := make([]locks.RWRenewLock, len(rw.Locks))
+	for i, l := range rw.Locks {
+		batch[i] = locks.RWRenewLock{Key: l.Key, Prefix: l.Prefix, Holders: l.Holders}
+	}
+	h.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		held, err := h.opts.Locks.RWRenew(ctx, locks.RWRenewStyle(rw.Style), batch, rw.BatchKeys, call.Lease)
+		var nr *locks.NoReplicasError
+		switch {
+		case err == nil:
+			b := redcon.AppendArray(nil, len(held))
+			for _, ok := range held {
+				if ok {
+					h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+					b = redcon.AppendInt(b, 1)
+				} else {
+					h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
+					b = redcon.AppendInt(b, 0)
+				}
+			}
+			return b, nil
+		case err == locks.ErrScriptFails:
+			return h.runOwnScript(ctx, args)
+		case errors.As(err, &nr):
+			h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
+			return redcon.AppendError(nil, fmt.Sprintf(
+				"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
+				nr.Acked, nr.Wanted)), nil
+		}
+		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
+			h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
+			return reply, nil
+		}
+		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+		return nil, h.lockError(err, "the leases may or may not be extended: retry")
+	})
+}
+
+// runOwnScript runs the client's request on its keys' master as it came
+// (Redis runs the client's own script, or answers NOSCRIPT, on which the
+// client loads it and sends it again) and returns Redis's reply bytes.
+func (h *Handler) runOwnScript(ctx context.Context, args [][]byte) ([]byte, error) {
+	var first []byte
+	if len(args) > 3 {
+		first = args[3]
+	}
+	node := h.opts.Backend.MasterForKey(first)
+	if node == nil {
+		return nil, resp.Error{Code: "TRYAGAIN", Msg: "fenceproxy: no master is reachable, retry"}
+	}
+	req := make([]string, len(args))
+	for i, a := range args {
+		req[i] = string(a)
+	}
+	raw, err := node.Raw(ctx, req...)
+	var re resp.Error
+	if errors.As(err, &re) {
+		return resp.AppendError(nil, re.Code, re.Msg), nil
+	}
+	if err != nil {
+		return nil, h.lockError(err, "the leases may or may not be extended: retry")
+	}
+	return raw, nil
+}
+
+func (h *Handler) rwUnlock(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+	null := nullReply(c)
+	u := locks.RWUnlock{Key: call.Key, Holder: call.Holder, Write: call.RW.Write, Force: call.Recipe.Kind == recipes.ForceUnlock,
+		Lease: call.Lease, Channel: call.Channel, Publish: call.Publish, Message: call.Message, Latch: call.Latch,
+		LatchTTL: call.LatchTTL, TimeoutPrefix: call.RW.TimeoutPrefix, KeyPrefix: call.RW.KeyPrefix}
+	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		n, isNull, err := h.opts.Locks.RWUnlock(ctx, u)
+		switch {
+		case err != nil:
+			h.opts.Metrics.Releases.WithLabelValues("error").Inc()
+			return nil, h.lockError(err, "the lock may or may not be released: retry")
+		case isNull:
+			h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+			return null, nil
+		case n == 1:
+			h.opts.Metrics.Releases.WithLabelValues("released").Inc()
+		}
+		return redcon.AppendInt(nil, n), nil
+	})
+}
