@@ -1,5 +1,6 @@
 // Package recipes recognises the lock scripts of clients' own lock
-// libraries (Redisson's RLock, RSpinLock and RFencedLock; value locks, setnx.go) in the requests they
+// libraries (Redisson's RLock, RSpinLock and RFencedLock; RFairLock, fair.go;
+// value locks, setnx.go) in the requests they
 // send, so that fenceproxy can make those locks as safe as its own lock
 // family without a change to the client: a recognised grant or renewal is
 // replied only after --min-replicas acknowledgements, undone on a
@@ -87,6 +88,8 @@ type Call struct {
 	Channel, Publish, Message string
 	Latch                     string
 	LatchTTL                  int64
+	// Fair: a fair lock's queue, timeout set, wait and clock (fair.go).
+	Fair FairQueue
 }
 
 // Bounds on what a recognised call may carry; a call beyond them is
@@ -110,6 +113,12 @@ var catalogue = []Recipe{
 	{Name: "redisson spin.unlock", SHA: "73ac2729af29ea9a975f95e8097f7ee9a74cce3d", BodyLen: 432, Kind: Unlock, parse: parseSpinUnlock},
 	{Name: "redisson lock.forceunlock", SHA: "605e338249a7a1d40df83b04f7658354f883b41b", BodyLen: 107, Kind: ForceUnlock, Publishes: true, parse: parseForceUnlock},
 	{Name: "redisson spin.forceunlock", SHA: "51b433c3cc9a6ca991b3aefec63d23490c246318", BodyLen: 68, Kind: ForceUnlock, parse: parseSpinForceUnlock},
+	// RFairLock (fair.go).
+	{Name: "redisson fair.acquire", SHA: "8f6ed299ffd259f0539c20f89253998c0777ea75", BodyLen: 1541, Kind: FairAcquire, parse: parseFairAcquire(false)},
+	{Name: "redisson fair.tryonce", SHA: "d20501c26a30adf6fb0fe9883bbbcc497e6157e2", BodyLen: 929, Kind: FairAcquire, parse: parseFairAcquire(true)},
+	{Name: "redisson fair.unlock", SHA: "367f80bd2e300e411fb0936d9b601e5bcb3fd4b6", BodyLen: 1173, Kind: FairUnlock, Publishes: true, parse: parseFairUnlock},
+	{Name: "redisson fair.forceunlock", SHA: "71ed11d4e4818119ac560b3d670a7f08256afc46", BodyLen: 555, Kind: FairForceUnlock, Publishes: true, parse: parseFairForceUnlock},
+	{Name: "redisson fair.dequeue", SHA: "d1ddef65ad80886b5d36e023c99930044ddd653a", BodyLen: 305, Kind: FairDequeue, parse: parseFairDequeue},
 }
 
 var (
