@@ -59,9 +59,9 @@ func TestMatchFairRejects(t *testing.T) {
 		{"EVALSHA", fairOnce, "3", "f", fq, ft, "30000", "h:1", "5000"},
 		{"EVALSHA", fairUnl, "5", "f", fq, ft, "c", "l", "0", "30000", "h:1", "x", "PUBLISH", "13500"},
 		{"EVALSHA", fairForce, "4", "f", fq, ft, "c", "0", "1733300000000", "EXEC"},
-		{"EVALSHA", fairDequeu, "2", "q", ft, "h:1", "5000"},                                              // not a fair queue's name
-		{"EVALSHA", fairDequeu, "2", fq, "redisson_lock_timeout:{g}", "h:1", "5000"},                      // another lock's
-		{"EVALSHA", fairDequeu, "2", "redisson_lock_queue:x", "redisson_lock_timeout:x", "h:1", "5000"},   // no braces
+		{"EVALSHA", fairDequeu, "2", "q", ft, "h:1", "5000"},                                            // not a fair queue's name
+		{"EVALSHA", fairDequeu, "2", fq, "redisson_lock_timeout:{g}", "h:1", "5000"},                    // another lock's
+		{"EVALSHA", fairDequeu, "2", "redisson_lock_queue:x", "redisson_lock_timeout:x", "h:1", "5000"}, // no braces
 	} {
 		if c, ok := Match(args(a...)); ok {
 			t.Errorf("%q recognised as %s: %+v", a, c.Recipe.Name, c)
