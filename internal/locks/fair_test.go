@@ -3,6 +3,8 @@ package locks
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -293,4 +295,132 @@ func TestOpLettersDistinct(t *testing.T) {
 	if found < 15 {
 		t.Fatalf("found %d operation letters in opsScript; the pattern no longer reads the table", found)
 	}
+}
+
+// TestFairTwinsMatchRedissonScripts: the same calls, run through the
+// twins on one fair lock and as Redisson's own scripts straight on Redis on
+// another, give the same replies and leave the same hash, queue and
+// deadlines (pttls and the deadlines made from them within a few ms).
+// Needs the bodies: RECIPES_BODIES names a directory with fair.*.lua, as
+// the recipes study captured them (not in this repository).
+func TestFairTwinsMatchRedissonScripts(t *testing.T) {
+	dir := os.Getenv("RECIPES_BODIES")
+	if dir == "" {
+		t.Skip("set RECIPES_BODIES to a directory with Redisson's fair.*.lua")
+	}
+	body := func(f string) string {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	f, _ := newFairLock(t, false)
+	const real = "real"
+	rq, rt := "redisson_lock_queue:{"+real+"}", "redisson_lock_timeout:{"+real+"}"
+	now := f.q.ClientNow
+	ctx := context.Background()
+	type step struct {
+		what       string
+		real, twin func() string
+	}
+	acq := func(h string, once bool, clock int64) step {
+		return step{what: "acquire " + h, real: func() string {
+			sha, a3, a4 := "fair.acquire.lua", "5000", strconv.FormatInt(clock, 10)
+			if once {
+				sha, a3, a4 = "fair.tryonce.lua", a4, a3
+			}
+			return testenv.ShowReply(f.redis.Do("EVAL", body(sha), "3", real, rq, rt, "30000", h, a3, a4))
+		}, twin: func() string {
+			q := f.q
+			q.Once, q.ClientNow = once, clock
+			_, n, err := f.m.RecipeFairAcquire(ctx, f.name, h, "127.0.0.1:9", 30*time.Second, q, time.Now())
+			if err != nil && err != ErrBusy {
+				t.Fatalf("twin acquire %s: %v", h, err)
+			}
+			return testenv.ShowReply([]byte(replyOf(n, err == nil)))
+		}}
+	}
+	unl := func(h, req string, force bool, clock int64) step {
+		return step{what: "unlock " + h, real: func() string {
+			c := strconv.FormatInt(clock, 10)
+			if force {
+				return testenv.ShowReply(f.redis.Do("EVAL", body("fair.forceunlock.lua"), "4", real, rq, rt, "redisson_lock__channel:{"+real+"}", "0", c, "PUBLISH"))
+			}
+			return testenv.ShowReply(f.redis.Do("EVAL", body("fair.unlock.lua"), "5", real, rq, rt, "redisson_lock__channel:{"+real+"}",
+				"redisson_unlock_latch:{"+real+"}:"+req, "0", "30000", h, c, "PUBLISH", "13500"))
+		}, twin: func() string {
+			q := f.q
+			q.ClientNow = clock
+			n, null, err := f.m.RecipeUnlock(ctx, RecipeUnlock{Key: f.name, Holder: h, Lease: 30 * time.Second,
+				Channel: "redisson_lock__channel:{" + f.name + "}", Publish: "publish", Message: "0",
+				Latch: "redisson_unlock_latch:{" + f.name + "}:" + req, LatchTTL: 13500, Fair: &q, Force: force})
+			if err != nil {
+				t.Fatalf("twin unlock %s: %v", h, err)
+			}
+			return testenv.ShowReply([]byte(replyOf(n, null)))
+		}}
+	}
+	deq := func(h string) step {
+		return step{what: "dequeue " + h, real: func() string {
+			return testenv.ShowReply(f.redis.Do("EVAL", body("fair.dequeue.lua"), "2", rq, rt, h, "5000"))
+		}, twin: func() string {
+			if err := f.m.RecipeFairDequeue(ctx, f.name, h, f.q); err != nil {
+				t.Fatal(err)
+			}
+			return testenv.ShowReply([]byte("$-1\r\n"))
+		}}
+	}
+	later := now + 600000 // every deadline made so far has passed on this clock
+	steps := []step{
+		acq("A", false, now), acq("B", false, now), acq("C", false, now), acq("B", false, now), acq("D", true, now),
+		acq("A", false, now), unl("A", "r1", false, now), unl("A", "r2", false, now), unl("A", "r2", false, now),
+		acq("C", false, now), acq("B", false, now), acq("E", false, now), deq("C"), acq("C", false, now),
+		unl("B", "r3", true, now), unl("B", "r4", false, now), acq("F", true, now), acq("G", false, later),
+		acq("E", false, later), unl("X", "r5", false, later),
+	}
+	f.redis.Do("SCRIPT", "FLUSH")
+	for i, s := range steps {
+		r, w := s.real(), s.twin()
+		if !closeEnough(r, w) {
+			t.Fatalf("step %d (%s): Redisson's script replied %s, the twin %s", i, s.what, r, w)
+		}
+		rs := state(f.redis, real, rq, rt)
+		ws := state(f.redis, f.name, f.q.Queue, f.q.Timeouts)
+		if !closeEnough(rs, ws) {
+			t.Fatalf("step %d (%s): Redisson's script left\n%s\nthe twin\n%s", i, s.what, rs, ws)
+		}
+	}
+}
+
+func replyOf(n int64, null bool) string {
+	if null {
+		return "$-1\r\n"
+	}
+	return ":" + strconv.FormatInt(n, 10) + "\r\n"
+}
+
+// state is a fair lock's hash, queue and deadlines, shown.
+func state(c *testenv.Conn, name, q, t string) string {
+	return testenv.ShowReply(c.Do("HGETALL", name)) + " pttl " + testenv.ShowReply(c.Do("PTTL", name)) + " queue " +
+		testenv.ShowReply(c.Do("LRANGE", q, "0", "-1")) + " deadlines " + testenv.ShowReply(c.Do("ZRANGE", t, "0", "-1", "WITHSCORES"))
+}
+
+var numbers = regexp.MustCompile(`-?\d+`)
+
+// closeEnough: a and b are the same but for numbers within 100 (ms: pttls
+// and deadlines read a moment apart).
+func closeEnough(a, b string) bool {
+	if numbers.ReplaceAllString(a, "#") != numbers.ReplaceAllString(b, "#") {
+		return false
+	}
+	na, nb := numbers.FindAllString(a, -1), numbers.FindAllString(b, -1)
+	for i := range na {
+		x, _ := strconv.ParseInt(na[i], 10, 64)
+		y, _ := strconv.ParseInt(nb[i], 10, 64)
+		if x-y > 100 || y-x > 100 {
+			return false
+		}
+	}
+	return true
 }
