@@ -33,13 +33,14 @@ type hashGrant struct {
 	start     time.Time
 	candidate uint64
 	kind      replyKind
-	busy      int64      // kindBusy: the holder's pttl as the recipe replies it
-	token     uint64     // kindGranted, kindRearmed: the grant's; kindTokenAhead: the record's
-	count     int64      // the holder's count before
-	was, swas any        // PEXPIRETIME before: the lock's, the side record's ("" if new)
-	tokenKey  string     // a fenced recipe's token key, or ""
-	twas      any        // the token key's value before ("" absent or none)
-	fair      *fairGrant // a fair lock's queue and its pre-image (fair.go), or nil
+	busy      int64  // kindBusy: the holder's pttl as the recipe replies it
+	token     uint64 // kindGranted, kindRearmed: the grant's; kindTokenAhead: the record's
+	count     int64  // the holder's count before
+	was, swas any    // PEXPIRETIME before: the lock's, the side record's ("" if new)
+	tokenKey  string // a fenced recipe's token key, or ""
+	twas      any    // the token key's value before ("" absent or none)
+
+	fair *fairGrant // a fair lock's queue and its pre-image (fair.go), or nil
 }
 
 // recipeKeys are a recipe twin's KEYS: the lock key, its side record

@@ -23,8 +23,9 @@ import redis.clients.jedis.Jedis;
  * Suite's RLock cases; these are what the proxy adds: every grant has a fence-store token
  * (LOCK.TOKEN, FENCE.CHECK on the lock key), and with the only replica away nothing is
  * granted; RFencedLock's tokens are the fence store's, so they never go back when the
- * master loses its data. The replica and flush cases need FENCEPROXY_REPLICA_ADDR and
- * FENCEPROXY_MASTER_ADDR (run.sh exports them) and are skipped without them.
+ * master loses its data; RFairLock's grants likewise (fairCases). The replica and flush cases
+ * need FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh exports them) and are
+ * skipped without them.
  */
 final class RedissonRecipes {
     private RedissonRecipes() {
