@@ -101,6 +101,8 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.recipeRenew(c, call, p)
 	case recipes.Unlock, recipes.ForceUnlock:
 		h.recipeUnlock(c, call, p)
+	case recipes.FairAcquire, recipes.FairUnlock, recipes.FairForceUnlock, recipes.FairDequeue:
+		h.fairRecipe(c, args, call, p) // fair.go
 	default:
 		h.forward(c, args, p)
 	}
@@ -147,10 +149,10 @@ func (h *Handler) recipeAcquire(c *protocol.Conn, call recipes.Call, p *resp.Rep
 	replies := grantReplies(c, call.Recipe)
 	addr := c.RemoteAddr
 	received := receivedAt(c)
-	retry := h.recipeRetry(call.Lease)
+	retry := refusalReply(call, h.recipeRetry(call.Lease)) // fair.go
 	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		start := time.Now()
-		token, pttl, err := h.opts.Locks.RecipeAcquire(ctx, call.Key, call.TokenKey, call.Holder, addr, call.Lease, received)
+		token, pttl, err := h.acquireRecipe(ctx, call, addr, received) // fair.go: RLock's or RFairLock's
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		var nr *locks.NoReplicasError
 		switch {
@@ -229,6 +231,7 @@ func (h *Handler) recipeUnlock(c *protocol.Conn, call recipes.Call, p *resp.Repl
 	u := locks.RecipeUnlock{Key: call.Key, Holder: call.Holder, Lease: call.Lease, Channel: call.Channel,
 		Publish: call.Publish, Message: call.Message, Latch: call.Latch, LatchTTL: call.LatchTTL,
 		Force: call.Recipe.Kind == recipes.ForceUnlock}
+	fairUnlock(&u, call) // fair.go
 	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		n, isNull, err := h.opts.Locks.RecipeUnlock(ctx, u)
 		switch {

@@ -86,7 +86,9 @@
 // side record) stands beside the recipe's own key. A recipe that hands its
 // client a token (Redisson's RFencedLock) hands out the grant's token, and
 // its twin raises the recipe's token key in Redis to it, never lowering it.
-// Value locks (SET NX and
+// Redisson's RFairLock (fair.go, fairops.go) is RLock's hash with a queue
+// beside it: its grants take the same path, and an undo puts the queue
+// back too. Value locks (SET NX and
 // the scripts of redis-py, redsync, redislock and node-redlock) have their
 // own twins and settling: setnx.go, setnxops.go. Redisson's RReadWriteLock
 // has its own too (rwlock.go, rwlockops.go): its side record stands for

@@ -40,6 +40,8 @@ type hashGrant struct {
 	tokenKey  string        // a fenced recipe's token key, or ""
 	twas      any           // the token key's value before ("" absent or none)
 	early     *earlyReserve // candidate's reservation, started with the script (nil: none)
+
+	fair *fairGrant // a fair lock's queue and its pre-image (fair.go), or nil
 }
 
 // recipeKeys are a recipe twin's KEYS: the lock key, its side record
@@ -62,6 +64,12 @@ func recipeKeys(key, side string) []string { return []string{key, side, markKey(
 // Redisson's INCR would hand out a new one): the lock's token is the
 // grant's, which FENCE.CHECK accepts while the grant stands.
 func (m *Manager) RecipeAcquire(ctx context.Context, key, tokenKey, holder, clientAddr string, lease time.Duration, received time.Time) (token uint64, pttl int64, err error) {
+	return m.recipeAcquire(ctx, key, tokenKey, holder, clientAddr, lease, received, nil)
+}
+
+// recipeAcquire is RecipeAcquire, and RecipeFairAcquire's with the fair
+// lock's queue q.
+func (m *Manager) recipeAcquire(ctx context.Context, key, tokenKey, holder, clientAddr string, lease time.Duration, received time.Time, q *FairQueue) (token uint64, pttl int64, err error) {
 	if err := m.admit(); err != nil {
 		return 0, 0, err
 	}
@@ -72,13 +80,13 @@ func (m *Manager) RecipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 	}
 	turn := m.serial.lock(key)
 	defer m.serial.unlock(key, turn)
-	g, err := m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease)
+	g, err := m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease, q)
 	if err == nil && g.kind == kindTokenAhead {
 		// The side record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
 		m.dropEarly(g.early)
 		if err = m.judgeRecordToken(key, side, int64(g.token)); err == nil {
-			g, err = m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease)
+			g, err = m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease, q)
 		}
 	}
 	if err != nil {
@@ -103,7 +111,7 @@ func (m *Manager) RecipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 
 // sendHashAcquire runs one opHashAcquire with a fresh candidate token and
 // reads its reply.
-func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, holder, clientAddr string, lease time.Duration) (g hashGrant, err error) {
+func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, holder, clientAddr string, lease time.Duration, q *FairQueue) (g hashGrant, err error) {
 	g.tokenKey = tokenKey
 	newest, err := m.opts.Store.Newest(key)
 	if err != nil {
@@ -118,10 +126,16 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
 		Args: []any{holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
 			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife(), tokenKey}}
+	if q != nil {
+		g.fair = q.grant(&g.call) // fair.go
+	}
 	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
 	reply, err := g.write.Reply()
 	if err != nil {
 		return g, deposed(err)
+	}
+	if g.fair != nil {
+		reply = g.fair.read(reply)
 	}
 	return g, g.read(reply)
 }
@@ -219,8 +233,12 @@ func (m *Manager) abandonHashGrant(ctx context.Context, g *hashGrant, key, holde
 		if n, err := m.opts.Store.Newest(key); err == nil && n < g.token {
 			newest = n
 		}
-		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquireUndo, Keys: g.call.Keys,
-			Args: []any{holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife(), g.tokenKey, g.twas}})
+		undo := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquireUndo, Keys: g.call.Keys,
+			Args: []any{holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife(), g.tokenKey, g.twas}}
+		if g.fair != nil {
+			g.fair.undo(&undo) // fair.go: the queue goes back too
+		}
+		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, undo)
 		if uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged recipe grant; it expires with its lease", "err", uerr)
 		} else {
@@ -336,6 +354,7 @@ type RecipeUnlock struct {
 	Latch                     string
 	LatchTTL                  int64 // ms
 	Force                     bool
+	Fair                      *FairQueue // a fair lock's queue (fair.go), or nil
 }
 
 // RecipeUnlock runs a recipe's unlock in the resource's turn, with no
@@ -351,6 +370,9 @@ func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, nu
 	if u.Force {
 		call.Op = opHashForceUnlock
 		call.Args = []any{u.Channel, u.Publish, u.Message, m.term()}
+	}
+	if u.Fair != nil {
+		u.Fair.unlock(&call) // fair.go
 	}
 	reply, err := m.opts.Scripts.Start(ctx, u.Key, call, false).Reply()
 	if err != nil {

@@ -320,7 +320,7 @@ local function handoff(k, g, mk, a)
   raise(mk, cand, A[a + 2], A[a + 6])
   return {rel, cand}
 end
-` + recipeOpsLua + valueOpsLua + rwlockOpsLua + `
+` + recipeOpsLua + valueOpsLua + rwlockOpsLua + fairOpsLua + `
 local out, a, k, n, i = {}, 1, 1, #A, 0
 while a <= n do
   local op, f, size = A[a], nil, 0

@@ -1,5 +1,6 @@
 // Package recipes recognises the lock scripts of clients' own lock
 // libraries (Redisson's RLock, RSpinLock and RFencedLock; RReadWriteLock, rwlock.go;
+// RFairLock, fair.go;
 // value locks, setnx.go) in the requests they
 // send, so that fenceproxy can make those locks as safe as its own lock
 // family without a change to the client: a recognised grant or renewal is
@@ -90,6 +91,8 @@ type Call struct {
 	Channel, Publish, Message string
 	Latch                     string
 	LatchTTL                  int64
+	// Fair: a fair lock's queue, timeout set, wait and clock (fair.go).
+	Fair FairQueue
 }
 
 // Bounds on what a recognised call may carry; a call beyond them is
@@ -123,6 +126,12 @@ var catalogue = []Recipe{
 	{Name: "redisson read.renew-batch.3.52", SHA: "1affef780a01e1406cb1968c62918f618d10d6a3", BodyLen: 596, Kind: RenewBatch, parse: parseReadRenew352},
 	{Name: "redisson read.renew-batch.4.0", SHA: "d6564f42b98d6eece0e940a478ee248f80b8a90a", BodyLen: 596, Kind: RenewBatch, parse: parseReadRenew40},
 	{Name: "redisson read.renew-batch.4.7", SHA: "38d2b478dfbe264ab67c221b7e4be62245f00ba0", BodyLen: 574, Kind: RenewBatch, parse: parseReadRenew47},
+	// RFairLock (fair.go).
+	{Name: "redisson fair.acquire", SHA: "8f6ed299ffd259f0539c20f89253998c0777ea75", BodyLen: 1541, Kind: FairAcquire, parse: parseFairAcquire(false)},
+	{Name: "redisson fair.tryonce", SHA: "d20501c26a30adf6fb0fe9883bbbcc497e6157e2", BodyLen: 929, Kind: FairAcquire, parse: parseFairAcquire(true)},
+	{Name: "redisson fair.unlock", SHA: "367f80bd2e300e411fb0936d9b601e5bcb3fd4b6", BodyLen: 1173, Kind: FairUnlock, Publishes: true, parse: parseFairUnlock},
+	{Name: "redisson fair.forceunlock", SHA: "71ed11d4e4818119ac560b3d670a7f08256afc46", BodyLen: 555, Kind: FairForceUnlock, Publishes: true, parse: parseFairForceUnlock},
+	{Name: "redisson fair.dequeue", SHA: "d1ddef65ad80886b5d36e023c99930044ddd653a", BodyLen: 305, Kind: FairDequeue, parse: parseFairDequeue},
 }
 
 var (

@@ -24,8 +24,9 @@ import redis.clients.jedis.Jedis;
  * Suite's RLock cases; these are what the proxy adds: every grant has a fence-store token
  * (LOCK.TOKEN, FENCE.CHECK on the lock key), and with the only replica away nothing is
  * granted; RFencedLock's tokens are the fence store's, so they never go back when the
- * master loses its data. The replica and flush cases need FENCEPROXY_REPLICA_ADDR and
- * FENCEPROXY_MASTER_ADDR (run.sh exports them) and are skipped without them.
+ * master loses its data; RFairLock's grants likewise (fairCases). The replica and flush cases
+ * need FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh exports them) and are
+ * skipped without them.
  */
 final class RedissonRecipes {
     private RedissonRecipes() {
@@ -103,6 +104,7 @@ final class RedissonRecipes {
         String master = System.getenv("FENCEPROXY_MASTER_ADDR");
         fencedCases(a, master);
         rwCases(a, b, replica, master);
+        fairCases(a, b, replica, master);
         String name = "RLock with the only replica detached: no grant (tryLock false, nothing left), granted once it is back";
         if (replica == null || master == null || Suite.CLUSTER) {
             Suite.skip(REDISSON, name, "needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh, master + replica)");
@@ -187,6 +189,55 @@ final class RedissonRecipes {
             l.unlock();
             Long t3 = l.lockAndGetToken();
             check("RFencedLock.lockAndGetToken() after the unlock", t3 != null && t3 > t2, t3, "> " + t2);
+            l.unlock();
+        });
+    }
+
+    /**
+     * RFairLock through the proxy: its ordinary lock, re-entry, waiter and unlock, a grant with
+     * a fence-store token; with the only replica detached no grant (tryLock() and tryLock(wait)
+     * false, nothing left on the master), and granted once it is back.
+     */
+    static void fairCases(RedissonClient a, RedissonClient b, String replica, String master) {
+        test(REDISSON, "RFairLock: lock, re-entry, fence-store token, a waiter refused then granted after unlock", () -> {
+            String name = key("recipe-fair");
+            RLock l = a.getFairLock(name);
+            l.lock();
+            l.lock();
+            expect("RFairLock.getHoldCount()", l.getHoldCount(), 2);
+            try (Jedis j = new Jedis(Suite.HOST, Suite.PORT, 5000)) {
+                Object tok = send(j, Suite.Cmd.TOKEN, name, holder(a));
+                check("LOCK.TOKEN " + name + " <holder> of an RFairLock", tok instanceof Long t && t > 0, tok, "a positive token");
+                expect("FENCE.CHECK " + name + " " + tok, send(j, Suite.Cmd.CHECK, name, tok), 1L);
+            }
+            RLock o = b.getFairLock(name);
+            check("other client RFairLock.tryLock() while held", !submitGet(() -> o.tryLock()), true, "false");
+            check("other client RFairLock.tryLock(0, 1s) while held", !submitGet(() -> o.tryLock(0, 1, TimeUnit.SECONDS)), true, "false");
+            l.unlock();
+            l.unlock();
+            check("RFairLock.isLocked() after two unlocks", !l.isLocked(), true, "false");
+            check("other client RFairLock.tryLock(2s, 5s) after the unlock", submitGet(() -> {
+                boolean ok = o.tryLock(2, 5, TimeUnit.SECONDS);
+                if (ok) o.unlock();
+                return ok;
+            }), false, "true");
+        });
+        String name = "RFairLock with the only replica detached: no grant (tryLock false, nothing left), granted once it is back";
+        if (replica == null || master == null || Suite.CLUSTER) {
+            Suite.skip(REDISSON, name, "needs FENCEPROXY_REPLICA_ADDR and FENCEPROXY_MASTER_ADDR (run.sh, master + replica)");
+            return;
+        }
+        test(REDISSON, name, 40, () -> {
+            String lock = key("recipe-fair-noreplica");
+            RLock l = a.getFairLock(lock);
+            withoutReplica(replica, master, m -> {
+                check("RFairLock.tryLock() with the replica detached", !l.tryLock(), true, "false");
+                boolean got = l.tryLock(3, 10, TimeUnit.SECONDS);
+                check("RFairLock.tryLock(3s, 10s) with the replica detached", !got, got, "false");
+                check("RFairLock.isLocked() after the refused grants", !l.isLocked(), true, "false");
+                expect("EXISTS " + lock + " on the master", m.exists(lock), false);
+            });
+            check("RFairLock.tryLock(5s, 10s) once the replica is back", l.tryLock(5, 10, TimeUnit.SECONDS), false, "true");
             l.unlock();
         });
     }
