@@ -23,12 +23,15 @@ func newRWFixture(t *testing.T) rwFixture {
 	t.Helper()
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	replica := testenv.StartReplica(t, master)
+	master.WaitReplicas(t, 1)
 	store, err := persist.Open(t.TempDir(), persist.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	wr := NewWriter(WriterOptions{Backend: connect(t, master.Addr), MinReplicas: 1, ReplicaTimeout: 300 * time.Millisecond})
+	// A second: under a loaded machine's scheduling a replica's
+	// acknowledgement has been seen to take over 300 ms.
+	wr := NewWriter(WriterOptions{Backend: connect(t, master.Addr), MinReplicas: 1, ReplicaTimeout: time.Second})
 	m := New(Options{Scripts: wr, Store: PersistStore(store), Metrics: metrics.New(), Logger: quiet, MinReplicas: 1,
 		MaxWaiters: 10, SlowWait: -1, SlowHeld: -1})
 	return rwFixture{m: m, replica: replica, redis: testenv.Dial(t, master.Addr)}
