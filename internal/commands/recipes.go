@@ -23,9 +23,12 @@ import (
 // again in n ms", a refused renewal with an error its watchdog retries
 // (README, "Clients' own lock recipes").
 //
-// Recognised on a single node (not a tier) with fenceproxy's client
-// authentication off (a recipe's holder is the client library's, not a
-// user's): elsewhere the scripts are forwarded as today. In front of a
+// Recognised with fenceproxy's client authentication off (a recipe's
+// holder is the client library's, not a user's): with it the scripts are
+// forwarded as today. In a tier the leader runs the twins, with the tier's
+// tokens and terms; a follower relays a recognised call (a known script,
+// a SET on a --lock-keys key) to the leader as it relays the lock family's
+// commands, and answers the leader's reply (relayRecipe). In front of a
 // Redis Cluster a twin's keys must share one slot (sameSlot); a call
 // that names a lock whose slot is not its owner record's (a name with a
 // hash tag of its own, such as {user}:lock) is forwarded as today, and
@@ -33,7 +36,39 @@ import (
 
 // recipesOn reports whether recognised recipes run as twins here.
 func (h *Handler) recipesOn() bool {
-	return h.opts.Locks != nil && h.opts.Tier == nil && h.opts.ACL == nil
+	return h.opts.Locks != nil && h.opts.ACL == nil
+}
+
+// relayingRecipe reports whether a recognised recipe call on c is to be
+// relayed to the tier's leader (relaying's rule for the lock family).
+func (h *Handler) relayingRecipe(c *protocol.Conn) bool {
+	return h.opts.Tier != nil && sessionOf(c).tier == nil && !h.opts.Tier.Leads()
+}
+
+// relayRecipe relays a recognised recipe call (args, on lock key) to the
+// tier's leader, which runs its twin, and answers the leader's reply, in
+// the order of the connection's other lock requests for the key. The
+// leader counts the lease from when this node read the request
+// (TIER.RELAY's elapsed time).
+func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, p *resp.Reply) {
+	s := sessionOf(c)
+	own := make([][]byte, len(args))
+	for i, a := range args {
+		own[i] = append([]byte(nil), a...)
+	}
+	user := ""
+	if h.opts.ACL != nil && s.auth.user != nil {
+		user = s.auth.user.Name()
+	}
+	resp3, received := s.backend.RESP3, receivedAt(c)
+	h.runLock(c, key, p, 0, func(ctx context.Context) ([]byte, error) {
+		reply, err := h.opts.Tier.Relay(ctx, user, resp3, 0, received, own)
+		var unknown interface{ OutcomeUnknown() bool }
+		if errors.As(err, &unknown) && unknown.OutcomeUnknown() {
+			return nil, resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with the tier's leader while relaying the lock script; the lock may or may not be granted, renewed or released: it expires with its lease"}
+		}
+		return reply, err
+	})
 }
 
 // sameSlot reports whether every key a twin of call touches is in its
@@ -81,6 +116,12 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if !h.recipesOn() {
 		h.forward(c, args, p)
 		return
+	}
+	if h.relayingRecipe(c) {
+		if r := recipes.Lookup(args); r != nil && len(args) > 3 {
+			h.relayRecipe(c, string(args[3]), args, p) // args[3]: the first key, the lock
+			return
+		}
 	}
 	if h.valueScript(c, args, p) { // setnx.go
 		return

@@ -42,11 +42,14 @@ func (h *Handler) setCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	call, ok := recipes.MatchSet(h.opts.LockKeys, args)
-	if !ok || !h.valueAligned(call) {
+	switch {
+	case ok && h.relayingRecipe(c):
+		h.relayRecipe(c, call.Key, args, p) // recipes.go: the tier's leader grants it
+	case !ok || !h.valueAligned(call):
 		h.forward(c, args, p)
-		return
+	default:
+		h.valueRecipe(c, call, p)
 	}
-	h.valueRecipe(c, call, p)
 }
 
 // valueScript serves a recognised value-lock script; ok is false for any
