@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -23,9 +24,13 @@ import (
 // again in n ms", a refused renewal with an error its watchdog retries
 // (README, "Clients' own lock recipes").
 //
-// Recognised with fenceproxy's client authentication off (a recipe's
-// holder is the client library's, not a user's): with it the scripts are
-// forwarded as today. In a tier the leader runs the twins, with the tier's
+// With fenceproxy's client authentication on, a recipe runs as its twin
+// for any user the ACL allows the command and the script's keys (checked
+// before, as for any command: Redis's own NOPERM otherwise). Its holder is
+// the client library's (the hash field or the key's value), not bound to
+// the user as the lock family's owners are; so a call whose holder has a
+// NUL byte, which could name a user-bound family owner ("user\x00owner"),
+// is forwarded as it came (boundHolder). In a tier the leader runs the twins, with the tier's
 // tokens and terms; a follower relays a recognised call (a known script,
 // a SET on a --lock-keys key) to the leader as it relays the lock family's
 // commands, and answers the leader's reply (relayRecipe). In front of a
@@ -36,7 +41,32 @@ import (
 
 // recipesOn reports whether recognised recipes run as twins here.
 func (h *Handler) recipesOn() bool {
-	return h.opts.Locks != nil && h.opts.ACL == nil
+	return h.opts.Locks != nil
+}
+
+// boundHolder reports whether, with client authentication on, one of
+// holders could be a lock-family owner bound to a user (lockOwner's
+// "user\x00owner"): such a call is not run as a twin, whose holder could
+// then take or renew another user's lock.
+func (h *Handler) boundHolder(holders ...string) bool {
+	if h.opts.ACL == nil {
+		return false
+	}
+	for _, o := range holders {
+		if strings.IndexByte(o, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// callHolders are the holders a recognised Redisson call names.
+func callHolders(call recipes.Call) []string {
+	hs := []string{call.Holder}
+	for _, l := range call.Locks {
+		hs = append(hs, l.Holder)
+	}
+	return hs
 }
 
 // relayingRecipe reports whether a recognised recipe call on c is to be
@@ -127,7 +157,7 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	call, ok := recipes.Match(args)
-	if !ok || !h.sameSlot(call) {
+	if !ok || !h.sameSlot(call) || h.boundHolder(callHolders(call)...) {
 		h.forward(c, args, p)
 		return
 	}
@@ -295,10 +325,22 @@ func (h *Handler) lockToken(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, msg)
 		return
 	}
-	holder = h.lockOwner(c, holder)
+	// A lock-family owner is bound to the user (lockOwner); a recipe's
+	// holder is the library's own, as the twin stored it.
+	owners := []string{h.lockOwner(c, holder)}
+	if h.opts.ACL != nil && !h.boundHolder(holder) {
+		owners = append(owners, holder)
+	}
 	null := nullReply(c)
 	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		token, ok, err := h.opts.Locks.HolderToken(ctx, resource, holder)
+		var token uint64
+		var ok bool
+		var err error
+		for _, o := range owners {
+			if token, ok, err = h.opts.Locks.HolderToken(ctx, resource, o); err != nil || ok {
+				break
+			}
+		}
 		switch {
 		case err != nil:
 			return nil, h.lockError(err, "retry")

@@ -45,7 +45,7 @@ func (h *Handler) setCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	switch {
 	case ok && h.relayingRecipe(c):
 		h.relayRecipe(c, call.Key, args, p) // recipes.go: the tier's leader grants it
-	case !ok || !h.valueAligned(call):
+	case !ok || !h.valueAligned(call) || h.boundHolder(call.Holder):
 		h.forward(c, args, p)
 	default:
 		h.valueRecipe(c, call, p)
@@ -59,7 +59,7 @@ func (h *Handler) valueScript(c *protocol.Conn, args [][]byte, p *resp.Reply) bo
 	switch {
 	case !ok:
 		return false
-	case !h.valueAligned(call):
+	case !h.valueAligned(call) || h.boundHolder(call.Holder):
 		h.forward(c, args, p)
 	default:
 		h.valueRecipe(c, call, p)
