@@ -118,10 +118,19 @@ place() {
 }
 
 # Each fetcher downloads a package once into $tmp and prints where it is.
+pip_python() { # a python3 with pip: the system's, or a throwaway venv's
+	if python3 -m pip --version >/dev/null 2>&1; then
+		echo python3
+		return
+	fi
+	[[ -x $tmp/venv/bin/python ]] || python3 -m venv "$tmp/venv" >&2 ||
+		die "python3 has no pip, and python3 -m venv failed (apt-get install python3-venv)"
+	echo "$tmp/venv/bin/python"
+}
 pypi_pkg() { # NAME VERSION: an unpacked wheel
 	local d=$tmp/pypi-$1-$2
 	if [[ ! -d $d ]]; then
-		python3 -m pip download -q --no-deps --only-binary=:all: -d "$d.whl" "$1==$2" >&2 ||
+		"$(pip_python)" -m pip download -q --no-deps --only-binary=:all: -d "$d.whl" "$1==$2" >&2 ||
 			die "pip download $1==$2 failed (PyPI unreachable?)"
 		python3 -m zipfile -e "$d.whl"/*.whl "$d" || die "could not unpack $1 $2's wheel"
 	fi
