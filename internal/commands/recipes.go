@@ -79,8 +79,11 @@ func (h *Handler) relayingRecipe(c *protocol.Conn) bool {
 // tier's leader, which runs its twin, and answers the leader's reply, in
 // the order of the connection's other lock requests for the key. The
 // leader counts the lease from when this node read the request
-// (TIER.RELAY's elapsed time).
-func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, p *resp.Reply) {
+// (TIER.RELAY's elapsed time). A grant that could not be relayed (no
+// leader known: nothing was done) is answered refused, the recipe's
+// "not acquired" (relayRefusal), as a single node that may not grant
+// right now answers; any other call gets the relay's error.
+func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, refused []byte, p *resp.Reply) {
 	s := sessionOf(c)
 	own := make([][]byte, len(args))
 	for i, a := range args {
@@ -94,11 +97,27 @@ func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, p *re
 	h.runLock(c, key, p, 0, func(ctx context.Context) ([]byte, error) {
 		reply, err := h.opts.Tier.Relay(ctx, user, resp3, 0, received, own)
 		var unknown interface{ OutcomeUnknown() bool }
-		if errors.As(err, &unknown) && unknown.OutcomeUnknown() {
-			return nil, resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with the tier's leader while relaying the lock script; the lock may or may not be granted, renewed or released: it expires with its lease"}
+		switch {
+		case errors.As(err, &unknown) && unknown.OutcomeUnknown():
+			return nil, resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with the tier's leader while relaying the lock request; the lock may or may not be granted, renewed or released: it expires with its lease"}
+		case err != nil && refused != nil:
+			return refused, nil
 		}
 		return reply, err
 	})
+}
+
+// relayRefusal is a recognised script's "not acquired" when it is a grant
+// (relayRecipe), nil otherwise.
+func (h *Handler) relayRefusal(c *protocol.Conn, args [][]byte) []byte {
+	if call, ok := recipes.Match(args); ok && call.Recipe.Kind == recipes.Acquire {
+		return grantReplies(c, call.Recipe).held(h.recipeRetry(call.Lease))
+	}
+	if call, ok := recipes.MatchValue(args); ok && call.Kind == recipes.ValueAcquire {
+		_, no := valueReplies(c, call.Shape)
+		return no
+	}
+	return nil
 }
 
 // sameSlot reports whether every key a twin of call touches is in its
@@ -149,7 +168,7 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	if h.relayingRecipe(c) {
 		if r := recipes.Lookup(args); r != nil && len(args) > 3 {
-			h.relayRecipe(c, string(args[3]), args, p) // args[3]: the first key, the lock
+			h.relayRecipe(c, string(args[3]), args, h.relayRefusal(c, args), p) // args[3]: the first key, the lock
 			return
 		}
 	}

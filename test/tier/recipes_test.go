@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
@@ -86,5 +87,32 @@ func TestRecipeLockThroughTier(t *testing.T) {
 		if got := string(m.Do("EXISTS", "refused")); got != ":0\r\n" {
 			t.Fatalf("after the refused grant via %s the master holds the lock (EXISTS = %q)", addr, got)
 		}
+	}
+}
+
+// With no leader in reach (the other two nodes killed), a follower cannot
+// relay an RLock acquire: it answers Redisson's "held, retry in n ms",
+// which lock() waits on, as a single node that may not grant right now
+// does, not an error (Redisson sends acquires without retry, so an error
+// would reach the application).
+func TestRecipeAcquireWithoutLeaderIsHeld(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	tr := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr, MinReplicas: 1})
+	loadRLockBody(t, master.Addr)
+	l := tr.Leader(t)
+	f := followers(tr, l)
+	follower := tr.Nodes[f[0]].Addr
+	retry(t, follower, "LOCK.ACQUIRE", "warm-up", "w", "30000") // the leader grants
+	if r := rlockAcquire(t, follower, "orders", "uuid-a:1"); !testenv.IsNull(r) {
+		t.Fatalf("RLock acquire via a follower = %s, want nil (acquired)", testenv.ShowReply(r))
+	}
+	tr.Nodes[l].Kill9()
+	tr.Nodes[f[1]].Kill9()
+	c := testenv.Dial(t, follower)
+	c.SetTimeout(30 * time.Second)
+	r := c.Do("EVALSHA", shaRLockAcquire, "1", "invoices", "30000", "uuid-b:1")
+	if n, ok := testenv.ParseInt(r); !ok || n <= 0 {
+		t.Fatalf("RLock acquire via the follower with no leader in reach = %s, want a positive retry time (held, retry)", testenv.ShowReply(r))
 	}
 }
