@@ -580,8 +580,11 @@ func (e *env) recipeClient(id int, recipe Recipe, stop <-chan struct{}) {
 	}
 }
 
-// withRecipes reports whether the mode runs recipe clients: recipes are
-// recognised on a single proxy, not in a tier (commands/recipes.go).
+// withRecipes reports whether the mode runs recipe clients: the single
+// proxy's modes. A tier runs recipes too (the leader runs the twins,
+// followers relay them: commands/recipes.go), but its modes do not run
+// recipe clients yet: a relayed recipe grant is not judged again on the
+// follower when the leader's reply arrives (LOCK.ACQUIRE's is).
 func (e *env) withRecipes() bool { return e.mode == "standalone" || e.mode == "cluster" }
 
 // pickRecipeResources names each recipe's lock keys.
