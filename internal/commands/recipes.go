@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -79,11 +80,16 @@ func (h *Handler) relayingRecipe(c *protocol.Conn) bool {
 // tier's leader, which runs its twin, and answers the leader's reply, in
 // the order of the connection's other lock requests for the key. The
 // leader counts the lease from when this node read the request
-// (TIER.RELAY's elapsed time). A grant that could not be relayed (no
-// leader known: nothing was done) is answered refused, the recipe's
-// "not acquired" (relayRefusal), as a single node that may not grant
-// right now answers; any other call gets the relay's error.
-func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, refused []byte, p *resp.Reply) {
+// (TIER.RELAY's elapsed time). For a grant (g not nil), this node judges
+// the leader's reply again when it arrives, as a single node judges its
+// own (locks.ErrLate): a grant that no longer leaves the safety margin of
+// its lease is answered refused, the recipe's "not acquired" (it is not
+// undone on the leader: it runs out with its lease; a retry by the same
+// holder is a re-entry, or for a value lock refused until then). A grant
+// that could not be relayed (no leader in reach: nothing was done) is
+// answered refused too, as a single node that may not grant right now
+// answers; any other call gets the relay's error.
+func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, g *relayedGrant, p *resp.Reply) {
 	s := sessionOf(c)
 	own := make([][]byte, len(args))
 	for i, a := range args {
@@ -100,22 +106,46 @@ func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, refus
 		switch {
 		case errors.As(err, &unknown) && unknown.OutcomeUnknown():
 			return nil, resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with the tier's leader while relaying the lock request; the lock may or may not be granted, renewed or released: it expires with its lease"}
-		case err != nil && refused != nil:
-			return refused, nil
+		case err != nil && g != nil:
+			return g.refused, nil
+		case err == nil && g != nil && g.lease > 0 && h.opts.Locks != nil && g.isGrant(reply) &&
+			time.Now().After(h.opts.Locks.ReplyBy(received, g.lease)):
+			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+			return g.refused, nil
 		}
 		return reply, err
 	})
 }
 
-// relayRefusal is a recognised script's "not acquired" when it is a grant
-// (relayRecipe), nil otherwise.
-func (h *Handler) relayRefusal(c *protocol.Conn, args [][]byte) []byte {
+// relayedGrant is what a follower needs to judge a relayed recipe grant:
+// its lease (0: none, never late), how to tell the leader's "granted"
+// reply, and the recipe's "not acquired".
+type relayedGrant struct {
+	lease   time.Duration
+	isGrant func(reply []byte) bool
+	refused []byte
+}
+
+// relayedGrantOf is a recognised script's relayedGrant when it is a
+// grant, nil otherwise.
+func (h *Handler) relayedGrantOf(c *protocol.Conn, args [][]byte) *relayedGrant {
 	if call, ok := recipes.Match(args); ok && call.Recipe.Kind == recipes.Acquire {
-		return grantReplies(c, call.Recipe).held(h.recipeRetry(call.Lease))
+		replies := grantReplies(c, call.Recipe)
+		granted := replies.granted(0) // nil; [-1, token] for a TokenReply
+		if call.Recipe.TokenReply {
+			granted = granted[:len(granted)-len(":0\r\n")] // "*2\r\n:-1\r\n", then the token
+		}
+		return &relayedGrant{lease: call.Lease, refused: replies.held(h.recipeRetry(call.Lease)),
+			isGrant: func(r []byte) bool {
+				return bytes.HasPrefix(r, granted) && (call.Recipe.TokenReply || len(r) == len(granted))
+			}}
 	}
 	if call, ok := recipes.MatchValue(args); ok && call.Kind == recipes.ValueAcquire {
-		_, no := valueReplies(c, call.Shape)
-		return no
+		yes, no := valueReplies(c, call.Shape)
+		if call.Shape == recipes.ShapeCount {
+			yes = redcon.AppendInt(nil, int64(max(len(call.Keys), 1)))
+		}
+		return &relayedGrant{lease: call.Lease, refused: no, isGrant: func(r []byte) bool { return bytes.Equal(r, yes) }}
 	}
 	return nil
 }
@@ -168,7 +198,7 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	if h.relayingRecipe(c) {
 		if r := recipes.Lookup(args); r != nil && len(args) > 3 {
-			h.relayRecipe(c, string(args[3]), args, h.relayRefusal(c, args), p) // args[3]: the first key, the lock
+			h.relayRecipe(c, string(args[3]), args, h.relayedGrantOf(c, args), p) // args[3]: the first key, the lock
 			return
 		}
 	}

@@ -44,7 +44,8 @@ func (h *Handler) setCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	call, ok := recipes.MatchSet(h.opts.LockKeys, args)
 	switch {
 	case ok && h.relayingRecipe(c):
-		h.relayRecipe(c, call.Key, args, nullReply(c), p) // recipes.go: the tier's leader grants it
+		h.relayRecipe(c, call.Key, args, &relayedGrant{lease: call.Lease, refused: nullReply(c),
+			isGrant: func(r []byte) bool { return string(r) == "+OK\r\n" }}, p) // recipes.go: the tier's leader grants it
 	case !ok || !h.valueAligned(call) || h.boundHolder(call.Holder):
 		h.forward(c, args, p)
 	default:
