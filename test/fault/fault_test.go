@@ -583,8 +583,9 @@ func (e *env) recipeClient(id int, recipe Recipe, stop <-chan struct{}) {
 // withRecipes reports whether the mode runs recipe clients: the single
 // proxy's modes. A tier runs recipes too (the leader runs the twins,
 // followers relay them: commands/recipes.go), but its modes do not run
-// recipe clients yet: a relayed recipe grant is not judged again on the
-// follower when the leader's reply arrives (LOCK.ACQUIRE's is).
+// recipe clients yet (not tried under faults; a late relayed recipe grant
+// is refused on the follower but, unlike LOCK.ACQUIRE's, not undone on
+// the leader).
 func (e *env) withRecipes() bool { return e.mode == "standalone" || e.mode == "cluster" }
 
 // pickRecipeResources names each recipe's lock keys.
