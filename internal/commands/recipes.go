@@ -31,10 +31,14 @@ import (
 // the client library's (the hash field or the key's value), not bound to
 // the user as the lock family's owners are; so a call whose holder has a
 // NUL byte, which could name a user-bound family owner ("user\x00owner"),
-// is forwarded as it came (boundHolder). In a tier the leader runs the twins, with the tier's
-// tokens and terms; a follower relays a recognised call (a known script,
-// a SET on a --lock-keys key) to the leader as it relays the lock family's
-// commands, and answers the leader's reply (relayRecipe). In front of a
+// is forwarded as it came (boundHolder).
+//
+// In a tier the leader runs the twins, with the tier's tokens and terms;
+// a follower relays a recognised call (a known script, a SET on a
+// --lock-keys key) to the leader as it relays the lock family's commands,
+// and answers the leader's reply (relayRecipe).
+//
+// In front of a
 // Redis Cluster a twin's keys must share one slot (sameSlot); a call
 // that names a lock whose slot is not its owner record's (a name with a
 // hash tag of its own, such as {user}:lock) is forwarded as today, and
