@@ -6,6 +6,8 @@
 #   FUZZTIME=60s scripts/test.sh   fuzz longer (a duration, or a count such as 1000000x)
 #   REDIS_SUITE=1 scripts/test.sh  also units of Redis's own Tcl suite through
 #                              fenceproxy (scripts/redis-suite.sh; CI sets it)
+#   RECIPES_BODIES=DIR scripts/test.sh  use the clients' lock-script bodies in
+#                              DIR instead of fetching them (scripts/recipe-bodies.sh)
 #
 # The tests start their own redis-server processes on free loopback ports
 # and build fenceproxy themselves; nothing needs to be running first.
@@ -40,6 +42,23 @@ go vet ./...
 STATICCHECK_VERSION=v0.8.2
 echo "== staticcheck $STATICCHECK_VERSION"
 go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
+
+# The clients' own lock-script bodies, for the tests that prove each twin
+# script has exactly the client's effect (test/recipes, internal/recipes).
+# They are third-party code, never committed: scripts/recipe-bodies.sh
+# fetches them from PyPI, the Go module proxy, npm and Maven Central into a
+# cache outside the repository. Without them those tests skip, so a failed
+# fetch fails the run here instead of passing it untested. A RECIPES_BODIES
+# already set is used as it is.
+if [[ -z ${RECIPES_BODIES:-} ]]; then
+	echo "== lock-script bodies of the clients' recipes (scripts/recipe-bodies.sh)"
+	bodies=${XDG_CACHE_HOME:-$HOME/.cache}/fenceproxy/recipe-bodies
+	scripts/recipe-bodies.sh "$bodies" || {
+		echo "test: could not fetch the clients' lock-script bodies (see above); the recipe twin tests need them. Fix the fetch, or set RECIPES_BODIES to a directory that has them" >&2
+		exit 1
+	}
+	export RECIPES_BODIES=$bodies/redisson
+fi
 
 echo "== go test -race"
 # test/fault runs its four modes (TestFault, TestFaultCluster,

@@ -1,9 +1,11 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -23,9 +25,20 @@ import (
 // again in n ms", a refused renewal with an error its watchdog retries
 // (README, "Clients' own lock recipes").
 //
-// Recognised on a single node (not a tier) with fenceproxy's client
-// authentication off (a recipe's holder is the client library's, not a
-// user's): elsewhere the scripts are forwarded as today. In front of a
+// With fenceproxy's client authentication on, a recipe runs as its twin
+// for any user the ACL allows the command and the script's keys (checked
+// before, as for any command: Redis's own NOPERM otherwise). Its holder is
+// the client library's (the hash field or the key's value), not bound to
+// the user as the lock family's owners are; so a call whose holder has a
+// NUL byte, which could name a user-bound family owner ("user\x00owner"),
+// is forwarded as it came (boundHolder).
+//
+// In a tier the leader runs the twins, with the tier's tokens and terms;
+// a follower relays a recognised call (a known script, a SET on a
+// --lock-keys key) to the leader as it relays the lock family's commands,
+// and answers the leader's reply (relayRecipe).
+//
+// In front of a
 // Redis Cluster a twin's keys must share one slot (sameSlot); a call
 // that names a lock whose slot is not its owner record's (a name with a
 // hash tag of its own, such as {user}:lock) is forwarded as today, and
@@ -33,7 +46,118 @@ import (
 
 // recipesOn reports whether recognised recipes run as twins here.
 func (h *Handler) recipesOn() bool {
-	return h.opts.Locks != nil && h.opts.Tier == nil && h.opts.ACL == nil
+	return h.opts.Locks != nil
+}
+
+// boundHolder reports whether, with client authentication on, one of
+// holders could be a lock-family owner bound to a user (lockOwner's
+// "user\x00owner"): such a call is not run as a twin, whose holder could
+// then take or renew another user's lock.
+func (h *Handler) boundHolder(holders ...string) bool {
+	if h.opts.ACL == nil {
+		return false
+	}
+	for _, o := range holders {
+		if strings.IndexByte(o, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// callHolders are the holders a recognised Redisson call names.
+func callHolders(call recipes.Call) []string {
+	hs := []string{call.Holder}
+	for _, l := range call.Locks {
+		hs = append(hs, l.Holder)
+	}
+	if call.RW != nil {
+		hs = append(hs, call.RW.WriteHolder)
+		for _, l := range call.RW.Locks {
+			hs = append(hs, l.Holders...)
+		}
+	}
+	return hs
+}
+
+// relayingRecipe reports whether a recognised recipe call on c is to be
+// relayed to the tier's leader (relaying's rule for the lock family).
+func (h *Handler) relayingRecipe(c *protocol.Conn) bool {
+	return h.opts.Tier != nil && sessionOf(c).tier == nil && !h.opts.Tier.Leads()
+}
+
+// relayRecipe relays a recognised recipe call (args, on lock key) to the
+// tier's leader, which runs its twin, and answers the leader's reply, in
+// the order of the connection's other lock requests for the key. The
+// leader counts the lease from when this node read the request
+// (TIER.RELAY's elapsed time). For a grant (g not nil), this node judges
+// the leader's reply again when it arrives, as a single node judges its
+// own (locks.ErrLate): a grant that no longer leaves the safety margin of
+// its lease is answered refused, the recipe's "not acquired" (it is not
+// undone on the leader: it runs out with its lease; a retry by the same
+// holder is a re-entry, or for a value lock refused until then). A grant
+// that could not be relayed (no leader in reach: nothing was done) is
+// answered refused too, as a single node that may not grant right now
+// answers; any other call gets the relay's error.
+func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, g *relayedGrant, p *resp.Reply) {
+	s := sessionOf(c)
+	own := make([][]byte, len(args))
+	for i, a := range args {
+		own[i] = append([]byte(nil), a...)
+	}
+	user := ""
+	if h.opts.ACL != nil && s.auth.user != nil {
+		user = s.auth.user.Name()
+	}
+	resp3, received := s.backend.RESP3, receivedAt(c)
+	h.runLock(c, key, p, 0, func(ctx context.Context) ([]byte, error) {
+		reply, err := h.opts.Tier.Relay(ctx, user, resp3, 0, received, own)
+		var unknown interface{ OutcomeUnknown() bool }
+		switch {
+		case errors.As(err, &unknown) && unknown.OutcomeUnknown():
+			return nil, resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with the tier's leader while relaying the lock request; the lock may or may not be granted, renewed or released: it expires with its lease"}
+		case err != nil && g != nil:
+			return g.refused, nil
+		case err == nil && g != nil && g.lease > 0 && h.opts.Locks != nil && g.isGrant(reply) &&
+			time.Now().After(h.opts.Locks.ReplyBy(received, g.lease)):
+			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+			return g.refused, nil
+		}
+		return reply, err
+	})
+}
+
+// relayedGrant is what a follower needs to judge a relayed recipe grant:
+// its lease (0: none, never late), how to tell the leader's "granted"
+// reply, and the recipe's "not acquired".
+type relayedGrant struct {
+	lease   time.Duration
+	isGrant func(reply []byte) bool
+	refused []byte
+}
+
+// relayedGrantOf is a recognised script's relayedGrant when it is a
+// grant, nil otherwise.
+func (h *Handler) relayedGrantOf(c *protocol.Conn, args [][]byte) *relayedGrant {
+	if call, ok := recipes.Match(args); ok && (call.Recipe.Kind == recipes.Acquire || call.Recipe.Kind == recipes.FairAcquire) {
+		replies := grantReplies(c, call.Recipe)
+		granted := replies.granted(0) // nil; [-1, token] for a TokenReply
+		if call.Recipe.TokenReply {
+			granted = granted[:len(granted)-len(":0\r\n")] // "*2\r\n:-1\r\n", then the token
+		}
+		return &relayedGrant{lease: call.Lease, refused: replies.held(refusalReply(call, h.recipeRetry(call.Lease))), // fair.go
+			isGrant: func(r []byte) bool {
+				return bytes.HasPrefix(r, granted) && (call.Recipe.TokenReply || len(r) == len(granted))
+			}}
+	}
+	if call, ok := recipes.MatchValue(args); ok && call.Kind == recipes.ValueAcquire {
+		yes, no := valueReplies(c, call.Shape)
+		if call.Shape == recipes.ShapeCount {
+			yes = redcon.AppendInt(nil, int64(max(len(call.Keys), 1)))
+		}
+		return &relayedGrant{lease: call.Lease, refused: no, isGrant: func(r []byte) bool { return bytes.Equal(r, yes) }}
+	}
+	return nil
 }
 
 // sameSlot reports whether every key a twin of call touches is in its
@@ -82,15 +206,25 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.forward(c, args, p)
 		return
 	}
+	if h.relayingRecipe(c) {
+		if r := recipes.Lookup(args); r != nil && len(args) > 3 {
+			h.relayRecipe(c, string(args[3]), args, h.relayedGrantOf(c, args), p) // args[3]: the first key, the lock
+			return
+		}
+	}
 	if h.valueScript(c, args, p) { // setnx.go
 		return
 	}
 	call, ok := recipes.Match(args)
-	if ok && call.RW != nil {
+	if !ok || h.boundHolder(callHolders(call)...) {
+		h.forward(c, args, p)
+		return
+	}
+	if call.RW != nil {
 		h.rwScript(c, args, call, p) // rwlock.go
 		return
 	}
-	if !ok || !h.sameSlot(call) {
+	if !h.sameSlot(call) {
 		h.forward(c, args, p)
 		return
 	}
@@ -261,10 +395,22 @@ func (h *Handler) lockToken(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, msg)
 		return
 	}
-	holder = h.lockOwner(c, holder)
+	// A lock-family owner is bound to the user (lockOwner); a recipe's
+	// holder is the library's own, as the twin stored it.
+	owners := []string{h.lockOwner(c, holder)}
+	if h.opts.ACL != nil && !h.boundHolder(holder) {
+		owners = append(owners, holder)
+	}
 	null := nullReply(c)
 	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		token, ok, err := h.opts.Locks.HolderToken(ctx, resource, holder)
+		var token uint64
+		var ok bool
+		var err error
+		for _, o := range owners {
+			if token, ok, err = h.opts.Locks.HolderToken(ctx, resource, o); err != nil || ok {
+				break
+			}
+		}
 		switch {
 		case err != nil:
 			return nil, h.lockError(err, "retry")

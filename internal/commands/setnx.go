@@ -42,11 +42,15 @@ func (h *Handler) setCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	call, ok := recipes.MatchSet(h.opts.LockKeys, args)
-	if !ok || !h.valueAligned(call) {
+	switch {
+	case ok && h.relayingRecipe(c):
+		h.relayRecipe(c, call.Key, args, &relayedGrant{lease: call.Lease, refused: nullReply(c),
+			isGrant: func(r []byte) bool { return string(r) == "+OK\r\n" }}, p) // recipes.go: the tier's leader grants it
+	case !ok || !h.valueAligned(call) || h.boundHolder(call.Holder):
 		h.forward(c, args, p)
-		return
+	default:
+		h.valueRecipe(c, call, p)
 	}
-	h.valueRecipe(c, call, p)
 }
 
 // valueScript serves a recognised value-lock script; ok is false for any
@@ -56,7 +60,7 @@ func (h *Handler) valueScript(c *protocol.Conn, args [][]byte, p *resp.Reply) bo
 	switch {
 	case !ok:
 		return false
-	case !h.valueAligned(call):
+	case !h.valueAligned(call) || h.boundHolder(call.Holder):
 		h.forward(c, args, p)
 	default:
 		h.valueRecipe(c, call, p)

@@ -85,8 +85,9 @@ func TestMatchRejects(t *testing.T) {
 }
 
 // EVAL of a known body is recognised by its SHA-1. The bodies are not in
-// this repository: RECIPES_BODIES names a directory with them (as the
-// recipes study extracted them, lock.acquire.lua ...); without it only
+// this repository: RECIPES_BODIES names a directory with them
+// (lock.acquire.lua ...; scripts/recipe-bodies.sh fetches them from the
+// packages, scripts/test.sh sets it); without it only
 // the catalogue's own consistency is checked.
 func TestEvalBodies(t *testing.T) {
 	seen := map[string]bool{}

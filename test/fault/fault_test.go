@@ -580,8 +580,12 @@ func (e *env) recipeClient(id int, recipe Recipe, stop <-chan struct{}) {
 	}
 }
 
-// withRecipes reports whether the mode runs recipe clients: recipes are
-// recognised on a single proxy, not in a tier (commands/recipes.go).
+// withRecipes reports whether the mode runs recipe clients: the single
+// proxy's modes. A tier runs recipes too (the leader runs the twins,
+// followers relay them: commands/recipes.go), but its modes do not run
+// recipe clients yet (not tried under faults; a late relayed recipe grant
+// is refused on the follower but, unlike LOCK.ACQUIRE's, not undone on
+// the leader).
 func (e *env) withRecipes() bool { return e.mode == "standalone" || e.mode == "cluster" }
 
 // pickRecipeResources names each recipe's lock keys.

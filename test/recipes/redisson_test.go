@@ -54,9 +54,10 @@ func newSetup(t *testing.T) setup {
 	return e
 }
 
-// bodiesEnv names a directory with Redisson's script bodies, as the
-// recipes study extracted them (lock.acquire.lua and so on; not in this
-// repository). With it, each test first loads them through the proxy with
+// bodiesEnv names a directory with Redisson's script bodies
+// (lock.acquire.lua and so on; not in this repository):
+// scripts/recipe-bodies.sh fetches them from the packages, and
+// scripts/test.sh sets it. With it, each test first loads them through the proxy with
 // SCRIPT LOAD, as Redisson does after a NOSCRIPT: a proxy that forwards
 // the scripts (today's main) then runs Redisson's own, and each test fails
 // on what the proxy must add, not on NOSCRIPT.
