@@ -169,9 +169,11 @@ local function hashRenewUndo(k, s, _, a)
   end
   return 1
 end
--- The released side record's value, or false.
+-- The released side record's value, or false. Only a recipe's record is
+-- dropped: a lock-family grant of the same name (a hash a client wrote at
+-- that name, then force-unlocked, does not end it) stands.
 local function dropSide(s, sowner, stok, sterm, sacq, sren, saddr)
-  if not sowner then
+  if not sowner or sub(saddr or '', -#RECIPE) ~= RECIPE then
     return false
   end
   call('DEL', s)

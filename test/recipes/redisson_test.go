@@ -371,6 +371,23 @@ func TestRedissonUnlockElsewhereFreesTheLock(t *testing.T) {
 	}
 }
 
+// A recipe's unlock never ends a lock-family grant of the same name: a
+// hash written at the resource's name and force-unlocked as Redisson does
+// leaves the family's holder holding (its token still the newest), where
+// the twins used to drop whatever record the name had.
+func TestRecipeForceUnlockLeavesFamilyGrant(t *testing.T) {
+	e := newSetup(t)
+	const name = "shared-name"
+	tok := mustInt(t, e.c.Do("LOCK.ACQUIRE", name, "owner", "30000"), "LOCK.ACQUIRE")
+	e.c.Do("HSET", name, "uuid-x:1", "1")
+	if n := mustInt(t, e.c.Do("EVALSHA", shaForce, "2", name, "redisson_lock__channel:{"+name+"}", "0", "PUBLISH"), "forceUnlock"); n != 1 {
+		t.Fatalf("forceUnlock of the hash = %d, want 1 (it deleted the hash)", n)
+	}
+	if got := e.c.Do("LOCK.RENEW", name, "owner", "30000"); testenv.IsNull(got) || mustInt(t, got, "LOCK.RENEW") != tok {
+		t.Fatalf("LOCK.RENEW by the family holder after a recipe's forceUnlock = %q, want its token %d: its record was dropped", got, tok)
+	}
+}
+
 // A grant whose lease would be over, or nearly, by the time it is replied
 // (the late-reply rule: here a 2 ms lease, which can never leave the
 // safety margin) is undone and answered "held, retry": nothing is left.
