@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -570,7 +571,11 @@ func TestLoopKeepsArrivalOrderAcrossClients(t *testing.T) {
 	for round := range 20 {
 		release := holdLoop(s)
 		ncs[0].Write([]byte(multibulk("NOLOOP")))
-		time.Sleep(time.Millisecond) // the first client's bytes land first
+		// The first client's bytes land first: in the server's socket
+		// before the second client writes (a sleep was not enough when
+		// the machine was loaded: the kernel can queue a loopback write
+		// after a later one made on another CPU).
+		waitReceived(t, ncs[0])
 		ncs[1].Write([]byte(multibulk("AFTER")))
 		time.Sleep(time.Millisecond)
 		release()
@@ -588,6 +593,35 @@ func TestLoopKeepsArrivalOrderAcrossClients(t *testing.T) {
 			t.Fatalf("round %d: dispatched %q; want %q", round, got, want)
 		}
 	}
+}
+
+// waitReceived waits until the server's end of nc has bytes to read (its
+// receive queue in /proc/net/tcp is not empty), or, where that file cannot
+// be read, a while.
+func waitReceived(t *testing.T, nc net.Conn) {
+	t.Helper()
+	client, server := nc.LocalAddr().(*net.TCPAddr), nc.RemoteAddr().(*net.TCPAddr)
+	// /proc/net/tcp: "sl local rem st tx_queue:rx_queue ...", addresses as
+	// hex IPv4:port; the server's end has local = server, rem = client.
+	want := fmt.Sprintf(":%04X %s:%04X ", server.Port, "0100007F", client.Port)
+	deadline := time.Now().Add(replyWait)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			return
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && strings.Contains(" "+f[1]+" "+f[2]+" ", want) {
+				if q := strings.SplitN(f[4], ":", 2); len(q) == 2 && strings.Trim(q[1], "0") != "" {
+					return
+				}
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	t.Fatalf("the server never received %v's bytes", client)
 }
 
 // TestLoopTakesClientBack: a client that left the loop goes back to it

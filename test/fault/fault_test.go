@@ -580,13 +580,13 @@ func (e *env) recipeClient(id int, recipe Recipe, stop <-chan struct{}) {
 	}
 }
 
-// withRecipes reports whether the mode runs recipe clients: the single
-// proxy's modes. A tier runs recipes too (the leader runs the twins,
-// followers relay them: commands/recipes.go), but its modes do not run
-// recipe clients yet (not tried under faults; a late relayed recipe grant
-// is refused on the follower but, unlike LOCK.ACQUIRE's, not undone on
-// the leader).
-func (e *env) withRecipes() bool { return e.mode == "standalone" || e.mode == "cluster" }
+// withRecipes reports whether the mode runs recipe clients: every mode.
+// In a tier the leader runs the twins and followers relay them
+// (commands/recipes.go); a late relayed recipe grant is refused on the
+// follower and, unlike LOCK.ACQUIRE's, not undone on the leader: it stands
+// until its lease ends, which delays the next grant and never makes a
+// second holder.
+func (e *env) withRecipes() bool { return true }
 
 // pickRecipeResources names each recipe's lock keys.
 func (e *env) pickRecipeResources() {
