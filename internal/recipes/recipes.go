@@ -184,7 +184,7 @@ func Lookup(args [][]byte) *Recipe {
 // false for anything to forward as it came.
 func Match(args [][]byte) (c Call, ok bool) {
 	r := Lookup(args)
-	if r == nil {
+	if r == nil || r.parse == nil { // a value lock's script: MatchValue's
 		return c, false
 	}
 	n, ok := parseCount(args[2])

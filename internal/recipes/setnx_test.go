@@ -137,3 +137,14 @@ func TestValueBodies(t *testing.T) {
 		}
 	}
 }
+
+// Match leaves a value lock's script to MatchValue: it shares Lookup's
+// table but has no Redisson layout (a tier follower's relay asked Match of
+// redis-py's release, and panicked on it).
+func TestMatchLeavesValueScripts(t *testing.T) {
+	for _, r := range ValueCatalogue() {
+		if c, ok := Match([][]byte{[]byte("EVALSHA"), []byte(r.SHA), []byte("1"), []byte("lock:x"), []byte("v"), []byte("1000"), []byte("0")}); ok {
+			t.Errorf("Match of %s = %+v, want not a Redisson call", r.Name, c)
+		}
+	}
+}

@@ -146,3 +146,35 @@ func TestRelayedLateRecipeGrantRefused(t *testing.T) {
 		t.Fatalf("an RLock grant that reached the follower with under the margin left = %s, want a positive retry time (not acquired)", testenv.ShowReply(r))
 	}
 }
+
+// A value lock (SET NX on a --lock-keys key) and its release script
+// (redis-py's), through a follower and through the leader: granted once,
+// released by its holder, and never answered with the proxy's internal
+// error (the fault suite's tier mode saw every relayed release end in it).
+func TestValueLockThroughTier(t *testing.T) {
+	const shaPyRelease = "c3f8721cbb97f72bc19e972846bd7aaf91901658"
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	tr := testenv.StartTier(t, testenv.TierOptions{Backend: master.Addr, MinReplicas: 1, Args: []string{"--lock-keys", "nxlock:*"}})
+	l := tr.Leader(t)
+	f := followers(tr, l)
+	follower, leader := tr.Nodes[f[0]].Addr, tr.Nodes[l].Addr
+	retry(t, follower, "LOCK.ACQUIRE", "warm-up", "w", "30000") // the relay link is up
+	for _, tc := range []struct{ via, addr, key string }{
+		{"a follower", follower, "nxlock:f"},
+		{"the leader", leader, "nxlock:l"},
+	} {
+		if r := retry(t, tc.addr, "SET", tc.key, "mine", "NX", "PX", "30000"); string(r) != "+OK\r\n" {
+			t.Fatalf("SET %s NX via %s = %s, want +OK", tc.key, tc.via, testenv.ShowReply(r))
+		}
+		if r := retry(t, tc.addr, "SET", tc.key, "other", "NX", "PX", "30000"); !testenv.IsNull(r) {
+			t.Fatalf("a second SET %s NX via %s = %s, want nil (held)", tc.key, tc.via, testenv.ShowReply(r))
+		}
+		for _, holder := range []string{"other", "mine"} {
+			want := map[string]string{"other": ":0\r\n", "mine": ":1\r\n"}[holder]
+			if r := retry(t, tc.addr, "EVALSHA", shaPyRelease, "1", tc.key, holder); string(r) != want {
+				t.Fatalf("redis-py's release of %s by %s via %s = %s, want %q", tc.key, holder, tc.via, testenv.ShowReply(r), want)
+			}
+		}
+	}
+}
