@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh: the client compatibility suites, against a real fenceproxy.
 #
-#   test/clients/run.sh                 every suite: python node go cli java
+#   test/clients/run.sh                 every suite: python node go cli java failover
 #   SUITES="go cli" test/clients/run.sh only those
 #   FENCEPROXY_ADDR=host:port test/clients/run.sh   use a running proxy instead
 #   test/clients/run.sh --cluster       the same suites, the proxy fronting a Redis Cluster
@@ -23,6 +23,14 @@
 # FENCEPROXY_PROXY_DIR the directory it reads; the Java suite does it mid-run and
 # carries on with the same clients, so it runs last. With FENCEPROXY_ADDR given,
 # neither is set and that case is skipped.
+#
+# The failover suite (test/clients/failover, a Go test) needs no running proxy: it
+# installs what the python, node and java suites install, then starts its own
+# master + replica + 3 Sentinels and fenceproxy --sentinel (testenv; the fenceproxy
+# built here, or FENCEPROXY_BIN), and runs each real lock library (Redisson RLock,
+# redis-py Lock, node-redlock 5, redsync) across a master killed right after a grant
+# and a replica promoted by Sentinel: straight at Redis it must show the double
+# grant, through fenceproxy at most one holder. Standalone only: SKIP with --cluster.
 #
 # --cluster: a 3-master/3-replica Redis Cluster (scripts/redis-cluster.sh) instead
 # of master + replica, and fenceproxy --backend naming its masters. The suites run
@@ -46,7 +54,7 @@ case "${1:-}" in
 *) echo "usage: $0 [--cluster]" >&2; exit 2 ;;
 esac
 [[ $# -le 1 ]] || { echo "usage: $0 [--cluster]" >&2; exit 2; }
-SUITES=${SUITES:-python node go cli java}
+SUITES=${SUITES:-python node go cli java failover}
 started=$(date +%s)
 
 die() {
@@ -90,6 +98,12 @@ want() { [[ " $SUITES " == *" $1 "* ]]; }
 if want go; then
 	(go test -c -o "$tmp/clients.test" ./test/clients/go >"$tmp/go-build.log" 2>&1; echo $? >"$tmp/go-build.rc") &
 	go_build_pid=$!
+fi
+
+# The failover suite's test binary too (a SKIP line instead with --cluster).
+if want failover && ((!cluster)); then
+	(go test -c -o "$tmp/failover.test" ./test/clients/failover >"$tmp/failover-build.log" 2>&1; echo $? >"$tmp/failover-build.rc") &
+	failover_build_pid=$!
 fi
 
 install_python() {
@@ -250,6 +264,24 @@ if want java; then
 		suite java 150 java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
 			-cp "$here/java/target/classes:$(cat "$here/java/target/classpath.txt")" "$java_main"
 	else setup_failed java; fi
+fi
+if want failover; then
+	if ((cluster)); then
+		echo "== failover"
+		echo "SKIP failover: a master killed after a grant and a replica promoted by Sentinel: Sentinel fronts a standalone master, not a Redis Cluster"
+	else
+		wait "$failover_build_pid"
+		if [[ $(cat "$tmp/failover-build.rc" 2>/dev/null) != 0 ]]; then
+			cat "$tmp/failover-build.log"
+			setup_failed failover
+		elif install_python && install_node && install_java; then
+			# Its own Redis, Sentinels and proxy; the proxy built above if there is one.
+			bin=${FENCEPROXY_BIN:-}
+			[[ -z $bin && -x $tmp/fenceproxy ]] && bin=$tmp/fenceproxy
+			suite failover 300 env FENCEPROXY_CLIENTS_DIR="$here" ${bin:+FENCEPROXY_BIN="$bin"} \
+				"$tmp/failover.test" -test.count=1 -test.timeout=280s
+		else setup_failed failover; fi
+	fi
 fi
 
 if [[ -n $proxy_pid ]] && ! kill -0 "$(current_proxy_pid)" 2>/dev/null; then
