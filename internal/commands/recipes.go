@@ -160,6 +160,21 @@ func (h *Handler) relayedGrantOf(c *protocol.Conn, args [][]byte) *relayedGrant 
 	return nil
 }
 
+// alignedWithRecord reports whether lock and the others a twin touches
+// ("" skipped) are all in the slot of lock's owner record.
+func (h *Handler) alignedWithRecord(lock string, others ...string) bool {
+	slot := keys.SlotOf([]byte(h.opts.KeyPrefix + "{" + lock + "}"))
+	if keys.SlotOf([]byte(lock)) != slot {
+		return false
+	}
+	for _, k := range others {
+		if k != "" && keys.SlotOf([]byte(k)) != slot {
+			return false
+		}
+	}
+	return true
+}
+
 // sameSlot reports whether every key a twin of call touches is in its
 // lock's owner record's slot (always true in front of one master): the
 // lock key, the unlock's latch, and a sharded unlock message's channel.
@@ -167,18 +182,7 @@ func (h *Handler) sameSlot(call recipes.Call) bool {
 	if !h.opts.Backend.RoutesByKey() {
 		return true
 	}
-	aligned := func(lock string, others ...string) bool {
-		slot := keys.SlotOf([]byte(h.opts.KeyPrefix + "{" + lock + "}"))
-		if keys.SlotOf([]byte(lock)) != slot {
-			return false
-		}
-		for _, k := range others {
-			if k != "" && keys.SlotOf([]byte(k)) != slot {
-				return false
-			}
-		}
-		return true
-	}
+	aligned := h.alignedWithRecord
 	if call.Recipe.Kind == recipes.RenewBatch {
 		for _, l := range call.Locks {
 			if !aligned(l.Key) {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
@@ -50,18 +49,7 @@ func (h *Handler) rwSameSlot(call recipes.Call) bool {
 	if !h.opts.Backend.RoutesByKey() {
 		return true
 	}
-	aligned := func(lock string, others ...string) bool {
-		slot := keys.SlotOf([]byte(h.opts.KeyPrefix + "{" + lock + "}"))
-		if keys.SlotOf([]byte(lock)) != slot {
-			return false
-		}
-		for _, k := range others {
-			if k != "" && keys.SlotOf([]byte(k)) != slot {
-				return false
-			}
-		}
-		return true
-	}
+	aligned := h.alignedWithRecord
 	rw := call.RW
 	if call.Recipe.Kind == recipes.RenewBatch {
 		for _, l := range rw.Locks {

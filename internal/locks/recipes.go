@@ -334,15 +334,23 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 		}
 		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
-	if tok, _ := arr[3].(string); tok != "" {
-		if t, err := strconv.ParseUint(tok, 10, 64); err == nil {
-			m.leases.rearmed(l.Key, t, now.Add(lease))
-			if evictable {
-				m.evictableGranted(side, l.Key, t)
-			}
-		}
-	}
+	m.rearmedSide(l.Key, side, arr[3], now.Add(lease), evictable)
 	return true, nil
+}
+
+// rearmedSide records a recipe renewal the replicas acknowledged: the
+// lease of its side record's token (tok, as the twin replied it: "" for
+// none) now ends at ends, and on an evictable master the grant is noted.
+func (m *Manager) rearmedSide(key, side string, tok any, ends time.Time, evictable bool) {
+	s, _ := tok.(string)
+	t, err := strconv.ParseUint(s, 10, 64)
+	if s == "" || err != nil {
+		return
+	}
+	m.leases.rearmed(key, t, ends)
+	if evictable {
+		m.evictableGranted(side, key, t)
+	}
 }
 
 // RecipeUnlock is a recipe's unlock or force-unlock (Force: whoever holds

@@ -356,14 +356,7 @@ func (m *Manager) renewRW(ctx context.Context, style RWRenewStyle, l RWRenewLock
 		}
 		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
-	if tok, _ := arr[3].(string); tok != "" {
-		if t, err := strconv.ParseUint(tok, 10, 64); err == nil {
-			m.leases.rearmed(l.Key, t, now.Add(lease))
-			if evictable {
-				m.evictableGranted(side, l.Key, t)
-			}
-		}
-	}
+	m.rearmedSide(l.Key, side, arr[3], now.Add(lease), evictable)
 	return true, nil
 }
 
