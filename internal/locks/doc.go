@@ -17,13 +17,9 @@
 //     replicas have acknowledged, it is confirmed as the resource's newest
 //     (no second fsync: the reservation is durable). The two slow waits,
 //     replicas and disk, overlap: the script and its WAIT travel in one
-//     pipeline, and Redis answers the script before the WAIT. The
-//     reservation starts as the script is sent when the resource has no
-//     running lease of this proxy's (early.go: a likely-fresh grant; a
-//     busy or re-entering attempt cancels it), so the fsync overlaps the
-//     script's round trip too. A grant to an acquire waiting in line uses
-//     a token its line reserved ahead, so its fsync is already behind it
-//     (handoff.go).
+//     pipeline, and Redis answers the script before the WAIT. A grant to
+//     an acquire waiting in line uses a token its line reserved ahead, so
+//     its fsync is already behind it (handoff.go).
 //
 // Before the reply, the time left of the lease is checked (replyBy): it
 // runs from when the request was read, or for a grant after waiting in

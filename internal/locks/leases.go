@@ -91,15 +91,6 @@ func (ls *leases) granted(resource string, token uint64, acquired, ends time.Tim
 	return expired
 }
 
-// running reports whether a tracked lease of resource has not yet reached
-// its known end at now.
-func (ls *leases) running(resource string, now time.Time) bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	l := ls.byRes[resource]
-	return l != nil && l.ends.After(now)
-}
-
 // rearmed moves a tracked lease's end (a renewal or same-owner re-acquire).
 func (ls *leases) rearmed(resource string, token uint64, ends time.Time) {
 	ls.mu.Lock()

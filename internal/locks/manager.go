@@ -255,7 +255,6 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// A record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it; or, if no
 		// fence store can have issued it, refuse.
-		m.dropEarly(a.early)
 		if err = m.judgeRecordToken(resource, key, a.value); err == nil {
 			a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true, ahead)
 		}
@@ -266,7 +265,6 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	if err == nil && a.kind == kindNeedNewest {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
-		m.dropEarly(a.early)
 		if a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true, ahead); err != nil {
 			return Grant{}, 0, err
 		}
@@ -277,24 +275,19 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 			// The script's reply was lost: it may have granted candidate.
 			m.countIssued(resource, a.candidate)
 			a.usedUp(ahead)
-		} else {
-			m.dropEarly(a.early)
 		}
 		return Grant{}, 0, err
 	}
 	var token uint64
 	switch a.kind {
 	case kindBusy:
-		m.dropEarly(a.early)
 		return Grant{}, busyLease(a.value), ErrBusy
 	case kindRearmed:
-		m.dropEarly(a.early)
 		token = uint64(a.value) // the owner's existing grant, re-armed
 	case kindGranted:
 		token = a.candidate
 		a.usedUp(ahead) // settled below, one way or the other
 	default:
-		m.dropEarly(a.early)
 		return Grant{}, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", a.kind)
 	}
 	g, err = m.settle(ctx, &a, resource, owner, clientAddr, ttl, leaseFrom, token, evictable)
@@ -337,14 +330,8 @@ func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clien
 	// invariant 7), so a refused grant never shows.
 	record := token > a.newest
 	var reserveErr error
-	switch {
-	case record && !a.reserved && a.early != nil && a.early.token == token:
-		reserveErr = a.early.wait()
-	case record && !a.reserved:
-		m.dropEarly(a.early)
+	if record && !a.reserved {
 		reserveErr = m.opts.Store.Reserve(resource, token)
-	default:
-		m.dropEarly(a.early)
 	}
 	// An error whose outcome is unknown counts the token as issued
 	// (abandon); a retry by the same owner re-arms the grant and waits for
@@ -449,10 +436,6 @@ type attempt struct {
 	// reserved: candidate is a waiter's token reserved ahead (its
 	// Reserve is done).
 	reserved bool
-	resource string
-	// early is candidate's reservation, started as the call was sent
-	// (early.go; nil: none).
-	early *earlyReserve
 }
 
 // usedUp clears a waiter's token reserved ahead once a's grant took it.
@@ -505,7 +488,6 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 			return a, err
 		}
 	}
-	a.resource = resource
 	a.start = time.Now()
 	term := m.term() // one read: the record's term is the one checked
 	a.call = ScriptCall{
@@ -523,11 +505,6 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 // sendAcquire runs a's call and reads its reply into a.kind and a.value.
 // With wantAcks, a.write.Acks then gives the replicas' count.
 func (m *Manager) sendAcquire(ctx context.Context, a *attempt, wantAcks bool) error {
-	if wantAcks && !a.reserved {
-		// A busy attempt without a WAIT (a newcomer behind a line) is
-		// not worth a sync.
-		a.early = m.reserveEarly(a.resource, a.candidate)
-	}
 	a.write = m.opts.Scripts.Start(ctx, a.call.Keys[0], a.call, wantAcks)
 	reply, err := a.write.Reply()
 	if err != nil {

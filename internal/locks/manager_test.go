@@ -175,14 +175,14 @@ func TestAcquireOutcomes(t *testing.T) {
 		{name: "re-arm of the owner's grant",
 			store:   func(s *memTokens) { s.newest["r"], s.known["r"], s.last = 5, true, 5 },
 			replies: []reply{{raw: kindReply(kindRearmed, "5"), acks: acked(1)}}, want: 5,
-			calls: []string{"acquire+acks"}, newest: 5, log: []string{"reserve r 6", "cancel r 6"}, // an early reservation, cancelled
+			calls: []string{"acquire+acks"}, newest: 5,
 			check: func(t *testing.T, f *fixture) {
 				if args := f.scripts.sent()[0].args; args[3] != "5" || args[2] != "6" {
 					t.Errorf("newest %q, candidate %q: want the cached 5 and a fresh 6", args[3], args[2])
 				}
 			}},
 		{name: "busy", replies: []reply{{raw: kindReply(kindBusy, "1500")}}, wantErr: errIs(ErrBusy),
-			calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"},
+			calls: []string{"acquire+acks"},
 			check: func(t *testing.T, f *fixture) {
 				if top, _ := f.m.Top(1); len(top) != 1 || top[0].Resource != "r" || top[0].Count != 1 {
 					t.Errorf("LOCK.TOP after a busy acquire: %+v", top)
@@ -210,13 +210,13 @@ func TestAcquireOutcomes(t *testing.T) {
 			wantErr: errIs(cluster.ErrOutcomeUnknown), calls: []string{"acquire+acks"},
 			log: []string{"reserve r 1", "confirm r 1"}, newest: 1},
 		{name: "not sent", replies: []reply{{err: cluster.ErrUnavailable}}, wantErr: errIs(cluster.ErrUnavailable),
-			calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"}},
+			calls: []string{"acquire+acks"}},
 		{name: "no master", scripts: func(s *fakeScripts) { s.noMaster = true }, wantErr: errIs(cluster.ErrUnavailable),
-			calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"}},
+			calls: []string{"acquire+acks"}},
 		{name: "script refused by Redis", replies: []reply{{raw: "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"}},
 			wantErr: func(err error) bool {
 				return errContains("WRONGTYPE")(err) && !errors.Is(err, cluster.ErrOutcomeUnknown)
-			}, calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"}},
+			}, calls: []string{"acquire+acks"}},
 		{name: "Reserve failed", store: func(s *memTokens) { s.failReserve = persist.ErrUnhealthy },
 			replies: []reply{granted}, undos: []reply{undone}, wantErr: errIs(persist.ErrUnhealthy),
 			calls: []string{"acquire+acks", "undo"}},
@@ -239,7 +239,6 @@ func TestAcquireOutcomes(t *testing.T) {
 			store:   func(s *memTokens) { s.newest["r"], s.last = 5, 5 },
 			replies: []reply{{raw: kindReply(kindNeedNewest, "0")}, {raw: kindReply(kindRearmed, "5"), acks: acked(1)}},
 			want:    5, calls: []string{"acquire+acks", "acquire+acks"}, newest: 5,
-			log: []string{"reserve r 6", "cancel r 6", "reserve r 7", "cancel r 7"},
 			check: func(t *testing.T, f *fixture) {
 				first, second := f.scripts.sent()[0].args, f.scripts.sent()[1].args
 				if first[3] != "" || second[3] != "5" || first[2] != "6" || second[2] != "7" {
@@ -249,12 +248,12 @@ func TestAcquireOutcomes(t *testing.T) {
 			}},
 		{name: "newest token needed, and unreadable", store: func(s *memTokens) { s.failNewest = persist.ErrUnhealthy },
 			replies: []reply{{raw: kindReply(kindNeedNewest, "0")}}, wantErr: errIs(persist.ErrUnhealthy),
-			calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"}},
+			calls: []string{"acquire+acks"}},
 		{name: "cached newest unreadable", store: func(s *memTokens) { s.failCached = persist.ErrUnhealthy },
 			wantErr: errIs(persist.ErrUnhealthy)},
 		{name: "record token ahead (kind 4): adopted, asked again",
 			replies: []reply{{raw: kindReply(kindTokenAhead, "500")}, {raw: kindReply(kindGranted, "502"), acks: acked(1)}},
-			want:    502, calls: []string{"acquire+acks", "acquire+acks"}, log: []string{"reserve r 1", "cancel r 1", "adopt 500", "reserve r 502", "confirm r 502"}, newest: 502,
+			want:    502, calls: []string{"acquire+acks", "acquire+acks"}, log: []string{"adopt 500", "reserve r 502", "confirm r 502"}, newest: 502,
 			check: func(t *testing.T, f *fixture) {
 				if args := f.scripts.sent()[1].args; args[2] != "502" || args[3] != "501" {
 					t.Errorf("asked again with candidate %q, newest %q; want above the adopted token, with the floor read", args[2], args[3])
@@ -262,9 +261,9 @@ func TestAcquireOutcomes(t *testing.T) {
 			}},
 		{name: "record token ahead, adopt failed", store: func(s *memTokens) { s.failAdopt = persist.ErrUnhealthy },
 			replies: []reply{{raw: kindReply(kindTokenAhead, "500")}}, wantErr: errIs(persist.ErrUnhealthy),
-			calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"}},
+			calls: []string{"acquire+acks"}},
 		{name: "record token ahead, malformed", replies: []reply{{raw: kindReply(kindTokenAhead, "0")}},
-			wantErr: errContains("unexpected record token"), calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"}},
+			wantErr: errContains("unexpected record token"), calls: []string{"acquire+acks"}},
 		{name: "late grant, undone", late: true, replies: []reply{granted}, undos: []reply{undone}, wantErr: errIs(ErrLate),
 			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"}},
 		{name: "late grant, undo failed", late: true, replies: []reply{granted}, undos: []reply{{err: cluster.ErrOutcomeUnknown}},
@@ -272,7 +271,7 @@ func TestAcquireOutcomes(t *testing.T) {
 		{name: "late re-arm: stands, not undone", late: true,
 			store:   func(s *memTokens) { s.newest["r"], s.known["r"], s.last = 5, true, 5 },
 			replies: []reply{{raw: kindReply(kindRearmed, "5"), acks: acked(1)}}, wantErr: errIs(ErrLate),
-			calls: []string{"acquire+acks"}, newest: 5, log: []string{"reserve r 6", "cancel r 6"}},
+			calls: []string{"acquire+acks"}, newest: 5},
 		{name: "not the token authority", opts: func(o *Options) { o.Admit = func() error { return errNotAdmitted } },
 			wantErr: errIs(errNotAdmitted),
 			check: func(t *testing.T, f *fixture) {
@@ -302,9 +301,9 @@ func TestAcquireOutcomes(t *testing.T) {
 			replies: []reply{{raw: granted.raw}}, want: 1, calls: []string{"acquire+acks"},
 			log: []string{"reserve r 1", "confirm r 1"}, newest: 1},
 		{name: "unknown reply kind", replies: []reply{{raw: kindReply(9, "1"), acks: acked(1)}},
-			wantErr: errContains("unexpected acquire reply kind 9"), calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"}},
+			wantErr: errContains("unexpected acquire reply kind 9"), calls: []string{"acquire+acks"}},
 		{name: "malformed reply", replies: []reply{{raw: ":1\r\n", acks: acked(1)}},
-			wantErr: errContains("unexpected script reply"), calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "cancel r 1"}},
+			wantErr: errContains("unexpected script reply"), calls: []string{"acquire+acks"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, received := arrange(t, newFixture, setup{tc.opts, tc.store, tc.scripts, tc.replies, tc.undos, tc.late})
@@ -420,24 +419,5 @@ func TestRecordTokenAboveEveryBound(t *testing.T) {
 	tok, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now())
 	if err != nil || tok <= 500 || f.tokens.floor != 501 {
 		t.Fatalf("Acquire over a record with token 500 (bound %d) = %d, %v (floor %d), want a grant above it after adopting it", 1<<20, tok, err, f.tokens.floor)
-	}
-}
-
-// TestEarlyReservation: a grant's token is reserved as its script is sent
-// (early.go), so a grant is one fsync beside the WAIT; an attempt on a
-// resource whose lease this proxy granted and still runs, nearly always
-// busy, reserves nothing before its reply; and an early reservation no
-// grant took is cancelled (TestAcquireOutcomes has every outcome's).
-func TestEarlyReservation(t *testing.T) {
-	granted := reply{raw: kindReply(kindGranted, "1"), acks: acked(1)}
-	f, received := arrange(t, newFixture, setup{replies: []reply{granted, {raw: kindReply(kindBusy, "1500")}}})
-	if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, received); err != nil {
-		t.Fatalf("first Acquire: %v", err)
-	}
-	if _, err := f.m.Acquire(context.Background(), "r", "other", addr, ttl, 0, received); !errors.Is(err, ErrBusy) {
-		t.Fatalf("second Acquire = %v, want ErrBusy", err)
-	}
-	if want := []string{"reserve r 1", "confirm r 1"}; !slices.Equal(f.tokens.log, want) {
-		t.Errorf("fence store saw %q, want %q: the busy attempt on a running lease reserved", f.tokens.log, want)
 	}
 }

@@ -33,13 +33,12 @@ type hashGrant struct {
 	start     time.Time
 	candidate uint64
 	kind      replyKind
-	busy      int64         // kindBusy: the holder's pttl as the recipe replies it
-	token     uint64        // kindGranted, kindRearmed: the grant's; kindTokenAhead: the record's
-	count     int64         // the holder's count before
-	was, swas any           // PEXPIRETIME before: the lock's, the side record's ("" if new)
-	tokenKey  string        // a fenced recipe's token key, or ""
-	twas      any           // the token key's value before ("" absent or none)
-	early     *earlyReserve // candidate's reservation, started with the script (nil: none)
+	busy      int64  // kindBusy: the holder's pttl as the recipe replies it
+	token     uint64 // kindGranted, kindRearmed: the grant's; kindTokenAhead: the record's
+	count     int64  // the holder's count before
+	was, swas any    // PEXPIRETIME before: the lock's, the side record's ("" if new)
+	tokenKey  string // a fenced recipe's token key, or ""
+	twas      any    // the token key's value before ("" absent or none)
 
 	fair *fairGrant // a fair lock's queue and its pre-image (fair.go), or nil
 }
@@ -84,7 +83,6 @@ func (m *Manager) recipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 	if err == nil && g.kind == kindTokenAhead {
 		// The side record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
-		m.dropEarly(g.early)
 		if err = m.judgeRecordToken(key, side, int64(g.token)); err == nil {
 			g, err = m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease, q)
 		}
@@ -92,20 +90,16 @@ func (m *Manager) recipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 	if err != nil {
 		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
 			m.countIssued(key, g.candidate) // it may stand in a side record
-		} else {
-			m.dropEarly(g.early)
 		}
 		return 0, 0, err
 	}
 	switch g.kind {
 	case kindBusy:
-		m.dropEarly(g.early)
 		m.hot.add(key)
 		return 0, g.busy, ErrBusy
 	case kindGranted, kindRearmed:
 		return g.token, 0, m.settleHashGrant(ctx, &g, key, holder, clientAddr, lease, received, evictable)
 	}
-	m.dropEarly(g.early)
 	return 0, 0, fmt.Errorf("locks: unexpected recipe acquire reply kind %d", g.kind)
 }
 
@@ -120,7 +114,6 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 	if g.candidate, err = m.opts.Store.NextToken(); err != nil {
 		return g, err
 	}
-	g.early = m.reserveEarly(key, g.candidate)
 	g.start = time.Now()
 	term := m.term()
 	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
@@ -193,13 +186,8 @@ func (g *hashGrant) read(reply any) error {
 func (m *Manager) settleHashGrant(ctx context.Context, g *hashGrant, key, holder, clientAddr string, lease time.Duration, received time.Time, evictable bool) error {
 	fresh := g.kind == kindGranted // a new token; else the holder's current one
 	var reserveErr error
-	switch {
-	case fresh && g.early != nil:
-		reserveErr = g.early.wait()
-	case fresh:
+	if fresh {
 		reserveErr = m.opts.Store.Reserve(key, g.token)
-	default:
-		m.dropEarly(g.early) // a re-entry keeps its grant's token
 	}
 	err := m.grantVerdict(g.write, g.start, reserveErr, m.replyBy(received, lease))
 	if err == nil && fresh {

@@ -60,8 +60,7 @@ type valueGrant struct {
 	busy      int64
 	token     uint64 // 0: no side record (an extend of a lock the proxy did not grant)
 	lease     time.Duration
-	pre       []any         // the undo's arguments after the holder: value, PEXPIRETIME, side, its PEXPIRETIME, written
-	early     *earlyReserve // candidate's reservation, started with the script (nil: none)
+	pre       []any // the undo's arguments after the holder: value, PEXPIRETIME, side, its PEXPIRETIME, written
 }
 
 // RecipeValueWrite runs a value lock's grant or extend. It returns nil
@@ -83,7 +82,6 @@ func (m *Manager) RecipeValueWrite(ctx context.Context, v ValueWrite, clientAddr
 	defer m.serial.unlock(v.Key, turn)
 	g, err := m.sendValueWrite(ctx, v, side, clientAddr)
 	if err == nil && g.kind == kindTokenAhead {
-		m.dropEarly(g.early)
 		if err = m.judgeRecordToken(v.Key, side, int64(g.token)); err == nil {
 			g, err = m.sendValueWrite(ctx, v, side, clientAddr)
 		}
@@ -91,23 +89,18 @@ func (m *Manager) RecipeValueWrite(ctx context.Context, v ValueWrite, clientAddr
 	if err != nil {
 		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
 			m.countIssued(v.Key, g.candidate)
-		} else {
-			m.dropEarly(g.early)
 		}
 		return 0, err
 	}
 	switch g.kind {
 	case kindBusy:
-		m.dropEarly(g.early)
 		m.hot.add(v.Key)
 		return g.busy, ErrBusy
 	case kindNotHeld:
-		m.dropEarly(g.early)
 		return 0, ErrNotHeld
 	case kindGranted, kindRearmed:
 		return 0, m.settleValueWrite(ctx, &g, v, clientAddr, received, evictable)
 	}
-	m.dropEarly(g.early)
 	return 0, fmt.Errorf("locks: unexpected value lock reply kind %d", g.kind)
 }
 
@@ -120,7 +113,6 @@ func (m *Manager) sendValueWrite(ctx context.Context, v ValueWrite, side, client
 		if g.candidate, err = m.opts.Store.NextToken(); err != nil {
 			return g, err
 		}
-		g.early = m.reserveEarly(v.Key, g.candidate)
 	}
 	g.start = time.Now()
 	term := m.term()
@@ -178,13 +170,8 @@ func (g *valueGrant) read(reply any) error {
 func (m *Manager) settleValueWrite(ctx context.Context, g *valueGrant, v ValueWrite, clientAddr string, received time.Time, evictable bool) error {
 	fresh := g.kind == kindGranted
 	var reserveErr error
-	switch {
-	case fresh && g.early != nil:
-		reserveErr = g.early.wait()
-	case fresh:
+	if fresh {
 		reserveErr = m.opts.Store.Reserve(v.Key, g.token)
-	default:
-		m.dropEarly(g.early) // an extend keeps its grant's token
 	}
 	// Only a grant with a lease can be late (a re-obtain is a grant too);
 	// an extend has no late-reply rule here.
