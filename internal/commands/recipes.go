@@ -292,37 +292,7 @@ func (h *Handler) recipeAcquire(c *protocol.Conn, call recipes.Call, p *resp.Rep
 		start := time.Now()
 		token, pttl, err := h.acquireRecipe(ctx, call, addr, received) // fair.go: RLock's or RFairLock's
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
-		var nr *locks.NoReplicasError
-		switch {
-		case err == nil:
-			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-			return replies.granted(token), nil // the recipe's "acquired"
-		case err == locks.ErrBusy:
-			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
-			return replies.held(pttl), nil
-		case errors.As(err, &nr):
-			h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
-			return replies.held(retry), nil
-		case err == locks.ErrLate:
-			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
-			return replies.held(retry), nil
-		}
-		if reply, ok := evictableReply(err, "nothing was granted"); ok {
-			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
-			return reply, nil
-		}
-		ferr := h.lockError(err, "the lock may or may not be granted; it expires with its lease")
-		var coded resp.Error
-		if errors.As(ferr, &coded) && coded.Code == "TRYAGAIN" {
-			// Nothing was done (this proxy is not the token authority
-			// right now, or no longer its tier's leader): "held, retry",
-			// which lock() waits on, where an error would reach the
-			// application (Redisson sends acquires without retry).
-			h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-			return replies.held(retry), nil
-		}
-		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-		return nil, ferr
+		return h.recipeGrantReply(replies, token, pttl, retry, err)
 	})
 }
 
@@ -333,35 +303,75 @@ func (h *Handler) recipeRenew(c *protocol.Conn, call recipes.Call, p *resp.Reply
 	}
 	h.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		held, err := h.opts.Locks.RecipeRenew(ctx, batch, call.Lease)
-		var nr *locks.NoReplicasError
-		switch {
-		case err == nil:
-			b := redcon.AppendArray(nil, len(held))
-			for _, ok := range held {
-				if ok {
-					h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
-					b = redcon.AppendInt(b, 1)
-				} else {
-					h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
-					b = redcon.AppendInt(b, 0)
-				}
-			}
-			return b, nil
-		case errors.As(err, &nr):
-			// Not 0s: a 0 makes the watchdog stop renewing that lock for
-			// good. An error is logged and the batch retried.
-			h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
-			return redcon.AppendError(nil, fmt.Sprintf(
-				"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
-				nr.Acked, nr.Wanted)), nil
-		}
-		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
-			h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
-			return reply, nil
-		}
-		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
-		return nil, h.lockError(err, "the leases may or may not be extended: retry")
+		return h.recipeRenewReply(held, err)
 	})
+}
+
+// recipeRenewReply is a watchdog renewal's reply to its twin's outcome:
+// 1 or 0 per lock, or -NOREPLICAS for the batch. Not 0s on a shortfall: a
+// 0 makes the watchdog stop renewing that lock for good, where an error is
+// logged and the batch retried.
+func (h *Handler) recipeRenewReply(held []bool, err error) ([]byte, error) {
+	var nr *locks.NoReplicasError
+	switch {
+	case err == nil:
+		b := redcon.AppendArray(nil, len(held))
+		for _, ok := range held {
+			if ok {
+				h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+				b = redcon.AppendInt(b, 1)
+			} else {
+				h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
+				b = redcon.AppendInt(b, 0)
+			}
+		}
+		return b, nil
+	case errors.As(err, &nr):
+		h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
+		return redcon.AppendError(nil, fmt.Sprintf(
+			"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
+			nr.Acked, nr.Wanted)), nil
+	}
+	if reply, ok := evictableReply(err, "the lease was not extended"); ok {
+		h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
+		return reply, nil
+	}
+	h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+	return nil, h.lockError(err, "the leases may or may not be extended: retry")
+}
+
+// recipeGrantReply is a recipe acquire's reply to its twin's outcome (the
+// same answers recipeAcquire gives RLock's): granted, the holder's pttl,
+// or "held, retry in retry ms" for a grant that was refused and undone, or
+// not tried (-TRYAGAIN's causes); an error only when the outcome is
+// unknown or the master's policy could evict the lock.
+func (h *Handler) recipeGrantReply(replies recipeGrantReplies, token uint64, pttl, retry int64, err error) ([]byte, error) {
+	var nr *locks.NoReplicasError
+	switch {
+	case err == nil:
+		h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+		return replies.granted(token), nil
+	case err == locks.ErrBusy:
+		h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+		return replies.held(pttl), nil
+	case errors.As(err, &nr):
+		h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
+		return replies.held(retry), nil
+	case err == locks.ErrLate:
+		h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+		return replies.held(retry), nil
+	}
+	if reply, ok := evictableReply(err, "nothing was granted"); ok {
+		h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
+		return reply, nil
+	}
+	h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+	ferr := h.lockError(err, "the lock may or may not be granted; it expires with its lease")
+	var coded resp.Error
+	if errors.As(ferr, &coded) && coded.Code == "TRYAGAIN" {
+		return replies.held(retry), nil // nothing was done; lock() waits on it
+	}
+	return nil, ferr
 }
 
 func (h *Handler) recipeUnlock(c *protocol.Conn, call recipes.Call, p *resp.Reply) {

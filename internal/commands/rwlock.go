@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -81,40 +80,6 @@ func (h *Handler) rwAcquire(c *protocol.Conn, call recipes.Call, p *resp.Reply) 
 	})
 }
 
-// recipeGrantReply is a recipe acquire's reply to its twin's outcome (the
-// same answers recipeAcquire gives RLock's): granted, the holder's pttl,
-// or "held, retry in retry ms" for a grant that was refused and undone, or
-// not tried (-TRYAGAIN's causes); an error only when the outcome is
-// unknown or the master's policy could evict the lock.
-func (h *Handler) recipeGrantReply(replies recipeGrantReplies, token uint64, pttl, retry int64, err error) ([]byte, error) {
-	var nr *locks.NoReplicasError
-	switch {
-	case err == nil:
-		h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-		return replies.granted(token), nil
-	case err == locks.ErrBusy:
-		h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
-		return replies.held(pttl), nil
-	case errors.As(err, &nr):
-		h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
-		return replies.held(retry), nil
-	case err == locks.ErrLate:
-		h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
-		return replies.held(retry), nil
-	}
-	if reply, ok := evictableReply(err, "nothing was granted"); ok {
-		h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
-		return reply, nil
-	}
-	h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-	ferr := h.lockError(err, "the lock may or may not be granted; it expires with its lease")
-	var coded resp.Error
-	if errors.As(ferr, &coded) && coded.Code == "TRYAGAIN" {
-		return replies.held(retry), nil // nothing was done; lock() waits on it
-	}
-	return nil, ferr
-}
-
 func (h *Handler) rwRenew(c *protocol.Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
 	rw := call.RW
 	batch := make([]locks.RWRenewLock, len(rw.Locks))
@@ -123,34 +88,10 @@ func (h *Handler) rwRenew(c *protocol.Conn, args [][]byte, call recipes.Call, p 
 	}
 	h.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		held, err := h.opts.Locks.RWRenew(ctx, locks.RWRenewStyle(rw.Style), batch, rw.BatchKeys, call.Lease)
-		var nr *locks.NoReplicasError
-		switch {
-		case err == nil:
-			b := redcon.AppendArray(nil, len(held))
-			for _, ok := range held {
-				if ok {
-					h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
-					b = redcon.AppendInt(b, 1)
-				} else {
-					h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
-					b = redcon.AppendInt(b, 0)
-				}
-			}
-			return b, nil
-		case err == locks.ErrScriptFails:
-			return h.runOwnScript(ctx, args)
-		case errors.As(err, &nr):
-			h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
-			return redcon.AppendError(nil, fmt.Sprintf(
-				"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
-				nr.Acked, nr.Wanted)), nil
+		if err == locks.ErrScriptFails {
+			return h.runOwnScript(ctx, args) // 3.52.0's body fails here: Redis answers as it would
 		}
-		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
-			h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
-			return reply, nil
-		}
-		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
-		return nil, h.lockError(err, "the leases may or may not be extended: retry")
+		return h.recipeRenewReply(held, err)
 	})
 }
 
