@@ -64,7 +64,7 @@ echo "== go test -race"
 # test/fault runs its four modes (TestFault, TestFaultCluster,
 # TestFaultTier, TestFaultTierCluster) with their default -fault.duration
 # (30 s of workload and faults each, about 4.5 min in all with -race);
-# longer seeded runs are for by hand (README, "Fault suite").
+# longer seeded runs are for by hand (docs/testing.md, "Fault suite").
 go test -race -count=1 -timeout 15m ./...
 
 echo "== fuzz targets, ${FUZZTIME:=50000x} each"

@@ -20,7 +20,7 @@ import (
 )
 
 // Bounds on lock-family arguments. They keep owner records small and Redis
-// keys sane; every one is stated in the README.
+// keys sane; every one is stated in docs/lock-family.md.
 const (
 	MaxResourceLen = persist.MaxResourceLen // bytes
 	MaxOwnerLen    = 256                    // bytes

@@ -23,7 +23,7 @@ import (
 // own reply shape; every other script is forwarded as it came. A refused
 // grant is answered with what the client already handles as "held, try
 // again in n ms", a refused renewal with an error its watchdog retries
-// (README, "Clients' own lock recipes").
+// (docs/lock-family.md, "Clients' own lock recipes").
 //
 // With fenceproxy's client authentication on, a recipe runs as its twin
 // for any user the ACL allows the command and the script's keys (checked

@@ -25,7 +25,7 @@ import (
 // missed entries a majority committed could be elected with the empty
 // node's vote and never know of them. Raft's own answer is that a lost
 // disk is a new server; here the same id may come back on a new disk (the
-// README's replacing a node), so the node itself refuses to vote until it
+// docs/operating.md, "Replacing a node"), so the node itself refuses to vote until it
 // has caught up:
 //
 //   - A node opened without Raft state (an empty data dir, or one whose

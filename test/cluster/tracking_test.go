@@ -17,7 +17,7 @@ import (
 // Client-side caching (CLIENT TRACKING) through the proxy in front of a
 // Redis Cluster: a tracking client's reads go to each key's master on a
 // connection of its own, so every master invalidates what the client read
-// there (README, "In front of Redis Cluster").
+// there (docs/operating.md, "In front of Redis Cluster").
 
 // invalidation is a RESP3 invalidate push of keys (none: a null one, "drop
 // everything").

@@ -1,4 +1,4 @@
-// Package contract_test checks fenceproxy against /work/shared/CONTRACT.md:
+// Package contract_test checks fenceproxy against docs/contract.md:
 // every clause of "The lock family" and "The guarantees", against the real
 // fenceproxy binary in front of real redis-server processes (testenv).
 //

@@ -15,7 +15,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
-// storeCannotWrite is the README's reply when the fence store cannot sync.
+// storeCannotWrite is the reply docs/operating.md gives when the fence store cannot sync.
 const storeCannotWrite = "-ERR fenceproxy: the fence store cannot write to disk; no token was issued (see the proxy's log)\r\n"
 
 // smallDisk mounts a tmpfs of size bytes on a new directory and unmounts it

@@ -36,7 +36,7 @@ func readyLeader(tr *testenv.Tier, which ...int) int {
 // An empty disk does not vote a lagging node in (issue 22, item 2; the
 // contract's guarantee 8). Follower A's Raft links are cut while holder
 // N's grant commits on B (the leader) and C; B and C are kill -9'd; C
-// comes back with an empty data dir (the README's replacing a node); A's
+// comes back with an empty data dir (docs/operating.md, "Replacing a node"); A's
 // links heal. A's log lacks N's grant: were it elected with C's vote,
 // FENCE.CHECK of N's token would answer "never issued". C must refuse to
 // vote until it has caught up, so A and C elect nobody and every lock
