@@ -57,14 +57,11 @@
 //     connection they would wait behind it. A Pinned's Unblock sends
 //     CLIENT UNBLOCK there too, for the connection's id in Redis.
 //   - Subscribe: a pub/sub tunnel; a standalone master's connection is
-//     relayed as it is (tunnel.go), a cluster's subscriber keeps shard
-//     channels on their slots' masters and follows them when slots move
-//     (subscriber.go), and mirrors keyspace notification channels and
-//     patterns (and __redis__:invalidate, for CLIENT TRACKING REDIRECT) on
-//     every master, since each node publishes only its own keys' events
-//     (keyspace.go, mirror.go). Its ordinary commands go home, or, when
-//     home is not the master for them, by Forward in their turn
-//     (moved.go).
+//     relayed as it is (tunnel.go); a cluster's subscriber keeps shard
+//     channels on their slots' masters as slots move (subscriber.go) and
+//     mirrors keyspace notifications (and __redis__:invalidate) from every
+//     master (keyspace.go, mirror.go); its ordinary commands go home, or by
+//     Forward when home is not their master (moved.go).
 //
 // The proxy's own requests (lock scripts, the token authority's heartbeat,
 // INFO) go to the Node that MasterForKey names; RetryAfterRefresh and
@@ -83,11 +80,10 @@
 // # Errors
 //
 // Failures travel as errors, never as reply text: a request no master could
-// take gets ErrUnavailable (the backend's own) in its Reply's Err, a broken
-// connection backend.ErrLost; the client's reply is written from them by the
-// connection that owes it. Redis's own MOVED, ASK, TRYAGAIN and CLUSTERDOWN
-// are Redis's bytes: the cluster's Forward reads them to follow the slot,
-// and the client never sees MOVED or ASK.
+// take gets ErrUnavailable in its Reply's Err, a broken connection
+// backend.ErrLost; the connection that owes the reply writes it from them.
+// Redis's own MOVED, ASK, TRYAGAIN and CLUSTERDOWN are Redis's bytes: the
+// cluster's Forward follows the slot, and no client sees MOVED or ASK.
 //
 // # Nodes
 //
@@ -99,7 +95,6 @@
 // connection).
 //
 // Each Node also keeps its master's last maxmemory-policy reading
-// (memory.go), read at connect, on topology refreshes and periodically, so
-// the lock path can refuse grants that Redis could evict without asking
-// Redis first.
+// (memory.go: at connect, on topology refreshes and periodically), so the
+// lock path refuses grants Redis could evict without asking Redis first.
 package cluster

@@ -4,8 +4,8 @@ import "github.com/fenceproxy/fenceproxy/internal/persist"
 
 // TokenStore is the fence store as the Manager uses it: where fencing
 // tokens come from and where each resource's newest issued token is
-// recorded. PersistStore (a Pebble database under --data-dir) is one; a
-// store replicated across a tier of proxies is to be another. The
+// recorded. PersistStore (a Pebble database under --data-dir) is one; the
+// tier's store, replicated across its nodes (internal/tier), is another. The
 // Manager's invariants (see the package doc) hold over any TokenStore that
 // keeps the contract below; a method that cannot keep it must return an
 // error, and the Manager then replies no token.

@@ -2,7 +2,7 @@
 // waits in epoll for any of its sockets to be ready, serves every ready one
 // in turn, and then runs what was deferred to the end of the pass. It is
 // how fenceproxy serves unpipelined passthrough requests without a
-// goroutine wake-up per request (issue 15).
+// goroutine wake-up per request (docs/how-it-works.md, "The data path").
 //
 // # Why not Go's own poller
 //

@@ -190,14 +190,14 @@ func (c *Conn) Killed() bool { return c.killed.Load() }
 // queued so far are written (QUIT, protocol errors).
 func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }
 
-// serve is the connection's whole life: read, dispatch, reply, repeat.
 // dispatch hands one request to the Handler. A panic there is a bug of
 // the proxy's, never the client's: the request is answered with an
 // internal error (unless its reply was already complete), the panic and
 // its stack go to the log, and the connection is closed after the batch,
 // since the Handler's state for it may be half changed. Other clients are
-// not affected. (Left to run, the panic would end the process; and serve's
-// deferred release would wait forever for the reply that never comes.)
+// not affected. (Left to run, the panic would end the process; and the
+// connection's release, when its serving ends, would wait forever for the
+// reply that never comes.)
 func (c *Conn) dispatch(args [][]byte, p *resp.Reply) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -231,6 +231,8 @@ func clipCommand(args [][]byte) string {
 	return string(name)
 }
 
+// serve is a connection's life on a goroutine of its own: the TLS
+// handshake, if any, then read, dispatch, reply, repeat (serveFrom).
 func (c *Conn) serve() {
 	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
 		c.server.release(c)

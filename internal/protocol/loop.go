@@ -250,14 +250,14 @@ func (lc *loopClient) resume() {
 	}
 }
 
-// doneLaterOnLoop is doneLater for a connection on the loop.
+// doneLater is Conn.doneLater (later.go) for a connection on the loop.
 func (lc *loopClient) doneLater(err error) {
 	lc.laterErr = err
 	lc.c.batch.left.Store(1)
 	lc.loop.Post(lc.resumeFn)
 }
 
-// writeNowLoop is writeNow for a connection on the loop.
+// writeNow is Conn.writeNow (rawio_unix.go) for a connection on the loop.
 func (lc *loopClient) writeNow(b []byte) (int, error) {
 	n, err := netloop.Write(lc.fd, b)
 	if err == netloop.ErrWouldBlock {
@@ -281,9 +281,9 @@ func (lc *loopClient) read(b []byte) (int, error) {
 	return n, nil
 }
 
-// leaveLoop hands the connection to a goroutine of its own for good, which
-// serves pending (if not nil: the request the loop could not serve) and
-// goes on as serve. Called on the loop while it holds the connection
+// leaveLoop hands the connection to a goroutine of its own, which serves
+// pending (if not nil: the request the loop could not serve) and goes on as
+// serve, until it gives the connection back to the loop (returnToLoop). Called on the loop while it holds the connection
 // (invariant 3).
 //
 // A request that goes first in its batch is dispatched before the loop
