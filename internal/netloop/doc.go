@@ -11,10 +11,9 @@
 // reader's. On a machine whose cores are busy with Redis and the load
 // generator, those wake-ups are wake-ups of OS threads (futex, epoll_wait,
 // the runtime's sysmon polling every 20 µs while threads come and go): a
-// `perf` profile of the proxy under redis-benchmark -c 50 -P 1 put 45% of
-// its CPU in the kernel's context switches and wake-ups, and it made 0.43
-// voluntary context switches per request against twemproxy's 0.07
-// (docs/performance.md, "Where the CPU goes"). A loop instead wakes once for
+// `perf` profile of the proxy under redis-benchmark put most of its CPU in
+// the kernel's context switches and wake-ups (docs/performance.md, "The
+// serve loop against twemproxy"). A loop instead wakes once for
 // everything that is ready, reads each ready client, sends all of their
 // requests to Redis in one write per backend connection at the end of the
 // pass (Schedule), and writes each client's replies as soon as the reply
