@@ -124,26 +124,12 @@ func TestRecipeAcquireWithoutLeaderIsHeld(t *testing.T) {
 func TestRelayedLateRecipeGrantRefused(t *testing.T) {
 	tr, master, l, f := relayTier(t, "--lease-safety-margin", "0.9")
 	loadRLockBody(t, master.Addr)
-	leader := tr.Nodes[l].Addr
-	retry(t, f, "LOCK.ACQUIRE", "warm", "dave", "30000") // the leader grants
-	a := testenv.Dial(t, f)
-	a.SetTimeout(60 * time.Second)
-	tr.RelayLinks[l].Cut(t, testenv.Downstream)
-	a.Send("EVALSHA", shaRLockAcquire, "1", "u", "20000", "uuid-a:1")
-	a.Flush()
-	// The grant is on the leader; its reply waits on the link until a
-	// tenth of the lease (and the drift allowance) has gone by.
-	waitUntil(t, "the grant of u 2.5 s old on the leader", func() bool {
-		li := lockInfo(t, leader, "u")
-		return string(li.Owner) == "uuid-a:1" && li.TTL < 17500
+	u, r := lateRelayedGrant(t, tr, l, f, "uuid-a:1", func(resource string) []string {
+		return []string{"EVALSHA", shaRLockAcquire, "1", resource, "20000", "uuid-a:1"}
 	})
-	tr.RelayLinks[l].Heal(t)
-	r, err := a.ReadReply()
-	if err != nil {
-		t.Fatalf("RLock acquire: %v", err)
-	}
 	if n, ok := testenv.ParseInt(r); !ok || n <= 0 {
-		t.Fatalf("an RLock grant that reached the follower with under the margin left = %s, want a positive retry time (not acquired)", testenv.ShowReply(r))
+		t.Fatalf("an RLock grant of %s that reached the follower with under the margin left = %s, want a positive retry time (not acquired)",
+			u, testenv.ShowReply(r))
 	}
 }
 
