@@ -164,19 +164,34 @@ func TestStoppedIsCleanedUp(t *testing.T) {
 	}
 }
 
-// Kill may race with Pid from another goroutine (run with -race).
+// Kill may race with Pid from another goroutine (run with -race): Pid
+// keeps naming the same process, and once Kill returns that process has
+// exited and been reaped, and its port answers no more.
 func TestKillFromGoroutine(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		t.Run("", func(t *testing.T) {
 			r := StartRedis(t, RedisOptions{})
+			pid := r.Pid()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				r.Kill()
 			}()
-			_ = r.Pid()
+			if got := r.Pid(); got != pid {
+				t.Errorf("Pid during Kill = %d, want %d", got, pid)
+			}
 			wg.Wait()
+			if !r.proc().exited() {
+				t.Fatalf("pid %d not reaped after Kill returned", pid)
+			}
+			if processAlive(pid) {
+				t.Fatalf("pid %d still alive after Kill returned", pid)
+			}
+			if c, err := net.DialTimeout("tcp", r.Addr, time.Second); err == nil {
+				c.Close()
+				t.Fatalf("%s still accepts connections after Kill returned", r.Addr)
+			}
 		})
 	}
 }
