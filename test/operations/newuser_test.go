@@ -1,6 +1,7 @@
 package operations
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -105,4 +106,66 @@ func TestLockCommandsWhileSubscribedSaySo(t *testing.T) {
 		}
 		c.Close()
 	}
+}
+
+// TestBadFlagValueSaysWhatWasExpected: a flag value that does not parse
+// stops the start with exit 2, one line naming the flag, what was wrong
+// and the expected form, and one line pointing to --help: not the whole
+// usage (101 lines before, with no hint that a duration needs a unit).
+func TestBadFlagValueSaysWhatWasExpected(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replica-timeout", "500"}, "--replica-timeout: 500 needs a unit: 500ms"},
+		{[]string{"--shutdown-timeout", "ten"}, "--shutdown-timeout: \"ten\" is not a duration"},
+		{[]string{"--max-clients", "many"}, "--max-clients: \"many\" is not an integer"},
+		{[]string{"--no-such-flag"}, "unknown flag --no-such-flag"},
+	} {
+		code, stderr := testenv.StartFails(t, tc.args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		if code != 2 || len(lines) != 2 || !strings.Contains(lines[0], tc.want) || !strings.Contains(lines[1], "--help") {
+			t.Errorf("fenceproxy %s: exit %d, stderr (%d lines) %q; want exit 2, a line with %q and a line pointing to --help",
+				strings.Join(tc.args, " "), code, len(lines), clip(stderr), tc.want)
+		}
+	}
+}
+
+// TestSettingsOutOfRangeRefused: a negative --max-clients or
+// --shutdown-timeout and an empty --key-prefix stop the start with one
+// line naming the flag (all three were accepted before).
+func TestSettingsOutOfRangeRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-clients", "-1"}, "--max-clients"},
+		{[]string{"--shutdown-timeout", "-1s"}, "--shutdown-timeout"},
+		{[]string{"--key-prefix", ""}, "--key-prefix"},
+	} {
+		args := append([]string{"--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", t.TempDir(), "--backend", "127.0.0.1:1"}, tc.args...)
+		code, stderr := testenv.StartFails(t, args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		if code != 2 || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+			t.Errorf("fenceproxy %q: exit %d, stderr %q; want exit 2 and one line naming %s", tc.args, code, clip(stderr), tc.want)
+		}
+	}
+}
+
+// TestVersionFlag: --version prints one line, "fenceproxy <module
+// version> ...", and exits 0.
+func TestVersionFlag(t *testing.T) {
+	out, err := exec.Command(testenv.BuildProxy(t), "--version").Output()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || len(lines) != 1 || !strings.HasPrefix(lines[0], "fenceproxy ") {
+		t.Fatalf("fenceproxy --version: %v, stdout %q; want exit 0 and one line starting \"fenceproxy \"", err, out)
+	}
+}
+
+// clip is s cut to a few hundred bytes, for a failure message.
+func clip(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "..."
+	}
+	return s
 }
