@@ -1,6 +1,7 @@
 package operations
 
 import (
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -168,4 +169,28 @@ func clip(s string) string {
 		return s[:300] + "..."
 	}
 	return s
+}
+
+// TestMetricsPortTakenSaysSoFirst: a --metrics-listen port in use stops
+// the start with exit 1 and one line naming the flag and the address,
+// before anything else is logged; and so does one equal to --listen.
+// Before, the clash was reported after the log lines of a start that
+// looked good (the fence store, the backend).
+func TestMetricsPortTakenSaysSoFirst(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	listen := net.JoinHostPort("127.0.0.1", itoa(testenv.FreePort(t)))
+	for _, metrics := range []string{busy.Addr().String(), listen} {
+		code, stderr := testenv.StartFails(t, "--listen", listen, "--metrics-listen", metrics,
+			"--backend", redis.Addr, "--data-dir", t.TempDir()) // --min-replicas 1, no replica: the authority warns while it starts
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], "--metrics-listen "+metrics) {
+			t.Errorf("--metrics-listen %s (--listen %s): exit %d, stderr %q; want exit 1 and one line naming --metrics-listen %s",
+				metrics, listen, code, clip(stderr), metrics)
+		}
+	}
 }
