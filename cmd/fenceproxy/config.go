@@ -122,8 +122,13 @@ func parseFlags(args []string) (config, error) {
 	c.tls.register(fs)
 	fs.StringVar(&c.aclFile, "aclfile", c.aclFile, "`file` of client users in Redis ACL syntax (\"user <name> <rules>\" per line); turns on client authentication")
 	fs.StringVar(&c.requirepass, "requirepass", c.requirepass, "password of the \"default\" client user (prefer $FENCEPROXY_REQUIREPASS: flags show in ps); turns on client authentication")
-	if err := fs.Parse(args); err != nil {
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := parseArgs(fs, args); err != nil {
 		return c, err
+	}
+	if *version {
+		fmt.Println(versionLine())
+		return c, errVersion
 	}
 	if err := c.limits.check(); err != nil {
 		return c, err
@@ -180,6 +185,12 @@ func (c *config) check() error {
 		return errors.New("--slowlock-log-max-len must be 0 or more")
 	case c.dataDir == "":
 		return errors.New("--data-dir must name a directory")
+	case c.maxClients < 0:
+		return errors.New("--max-clients must be 0 (no limit) or more")
+	case c.shutdownTimeout < 0:
+		return errors.New("--shutdown-timeout must be 0 or more, with a unit (10s by default)")
+	case c.keyPrefix == "":
+		return errors.New("--key-prefix must not be empty: the owner records would mix with the application's keys (fenceproxy:lock: by default)")
 	case c.tokenFloor >= persist.MaxToken:
 		return fmt.Errorf("--token-floor must be from 0 to %d", uint64(persist.MaxToken)-1)
 	}

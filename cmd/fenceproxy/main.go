@@ -21,10 +21,13 @@ import (
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersion) {
 			os.Exit(0)
 		}
 		fmt.Fprintf(os.Stderr, "fenceproxy: %v\n", err)
+		if errors.As(err, new(usageError)) {
+			fmt.Fprintln(os.Stderr, "fenceproxy --help lists every flag")
+		}
 		os.Exit(2)
 	}
 	if err := run(cfg); err != nil {

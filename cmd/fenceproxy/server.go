@@ -198,9 +198,11 @@ func (p *proxy) readACLFile() ([]auth.UserSpec, error) {
 	return specs, nil
 }
 
-// tryPorts binds --listen and --tls-listen and lets them go again, and
-// loads the TLS certificates, so that a port in use or a bad certificate
-// stops the start before the backend is dialled.
+// tryPorts binds --listen, --tls-listen and --metrics-listen and lets them
+// go again, and loads the TLS certificates, so that a port in use or a bad
+// certificate stops the start with one line before anything else is done
+// or logged (the metrics port used to be bound last, after lines that read
+// as a good start).
 func (p *proxy) tryPorts() error {
 	if p.cfg.tls.listen != "" {
 		cfg, err := p.cfg.tls.serverConfig(p.logger)
@@ -209,9 +211,14 @@ func (p *proxy) tryPorts() error {
 		}
 		p.tlsCfg = cfg
 	}
-	for _, try := range []struct{ flag, addr string }{{"--listen", p.cfg.listen}, {"--tls-listen", p.cfg.tls.listen}} {
+	for _, try := range []struct{ flag, addr string }{
+		{"--listen", p.cfg.listen}, {"--tls-listen", p.cfg.tls.listen}, {"--metrics-listen", p.cfg.metricsListen},
+	} {
 		if try.addr == "" {
 			continue
+		}
+		if try.flag != "--listen" && (try.addr == p.cfg.listen || try.flag == "--metrics-listen" && try.addr == p.cfg.tls.listen) {
+			return fmt.Errorf("%s %s: the same address as another listening flag; give each its own port", try.flag, try.addr)
 		}
 		ln, err := net.Listen("tcp", try.addr)
 		if err != nil {

@@ -29,13 +29,22 @@ func main() {
 	orders := flag.Int("orders", 5, "demo orders to create, all already expired")
 	flag.Parse()
 
-	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: *addr})
-	defer rdb.Close()
+	err := closeExpired(context.Background(), rdb, *orders)
+	rdb.Close()
+	if err != nil {
+		log.Fatal(err) // after closeExpired returned: its deferred Unlock has run
+	}
+}
 
+// closeExpired creates the demo orders, takes the lock and closes the
+// expired ones. It returns its errors rather than exiting: log.Fatal (an
+// os.Exit) runs no deferred call, so the lock would be left held until its
+// lease ran out and the next run would find it taken.
+func closeExpired(ctx context.Context, rdb *redis.Client, orders int) error {
 	// Demo data: order IDs in a sorted set by payment deadline.
 	now := time.Now()
-	for i := 1; i <= *orders; i++ {
+	for i := 1; i <= orders; i++ {
 		id := "order:" + strconv.Itoa(i)
 		rdb.HSet(ctx, id, "state", "awaiting-payment")
 		rdb.ZAdd(ctx, "orders:deadline", redis.Z{Score: float64(now.Add(-time.Minute).Unix()), Member: id})
@@ -44,10 +53,10 @@ func main() {
 	lock, err := fencelock.New(rdb).Lock(ctx, "orders:close-expired", 10*time.Second, 5*time.Second)
 	if errors.Is(err, fencelock.ErrNotAcquired) {
 		log.Print("another run holds the lock; nothing to do")
-		return
+		return nil
 	}
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer lock.Unlock(context.Background())
 	log.Printf("holding the lock with token %d", lock.Token)
@@ -57,18 +66,19 @@ func main() {
 		Start: "-inf", Stop: strconv.FormatInt(time.Now().Unix(), 10),
 	}).Result()
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	for _, id := range expired {
 		// Stop as soon as the lease is lost: another run may be closing now.
 		if err := lock.Context().Err(); err != nil {
-			log.Fatalf("lease lost after closing some orders: %v", context.Cause(lock.Context()))
+			return fmt.Errorf("lease lost after closing some orders: %w", context.Cause(lock.Context()))
 		}
 		// The write itself carries the token: refused if it is stale.
 		if err := lock.FencedExec(ctx, "HSET", id, "state", "closed", "closed-by-token", lock.Token).Err(); err != nil {
-			log.Fatalf("closing %s: %v", id, err)
+			return fmt.Errorf("closing %s: %w", id, err)
 		}
 		rdb.ZRem(ctx, "orders:deadline", id)
 		fmt.Printf("closed %s\n", id)
 	}
+	return nil
 }

@@ -70,6 +70,19 @@ func parseLock(args [][]byte) (a lockArgs, msg string) {
 	return
 }
 
+// ttlTooShort is the error for a ttl no grant or renewal could ever be
+// replied with (locks.Manager.Grantable), or "". Such a request used to be
+// granted, undone and answered -TRYAGAIN ... retry, which no retry could
+// change; a ttl that can be granted keeps -TRYAGAIN for a reply that was
+// late this time.
+func (h *Handler) ttlTooShort(ttl time.Duration) string {
+	if h.opts.Locks.Grantable(ttl) {
+		return ""
+	}
+	return fmt.Sprintf("ERR fenceproxy: ttl-ms %d is too short to ever be granted: a reply must leave Redlock's drift allowance (1%% + 2 ms) and --lease-safety-margin of the lease, so the shortest ttl that can be granted is %d ms; use a ttl well above the time a grant takes (a Redis round trip and the replicas' WAIT), seconds for most work",
+		ttl.Milliseconds(), h.opts.Locks.MinTTL().Milliseconds())
+}
+
 // runLock serves a lock request off the connection's goroutine, after the
 // connection's earlier requests for resource (locks.Runner: the lock path's
 // concurrency policy); fn's reply, or its error, completes p. timeout is how
@@ -123,6 +136,9 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		} else {
 			a.wait, msg = parseMillis(args[5], "WAIT timeout-ms", 0, MaxWait)
 		}
+	}
+	if msg == "" {
+		msg = h.ttlTooShort(a.ttl)
 	}
 	if msg != "" {
 		h.opts.Metrics.Acquires.WithLabelValues("invalid").Inc()
@@ -178,6 +194,9 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 
 func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	a, msg := parseLock(args)
+	if msg == "" {
+		msg = h.ttlTooShort(a.ttl)
+	}
 	if msg != "" {
 		h.opts.Metrics.Renewals.WithLabelValues("invalid").Inc()
 		replyError(p, msg)

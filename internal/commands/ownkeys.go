@@ -251,6 +251,11 @@ func (r *pubsubRelay) next(data, out []byte) (int, []byte) {
 		return 0, out
 	}
 	msg := data[:n]
+	if msg[0] == '-' {
+		if refusal := subscribedRefusal(msg); refusal != nil {
+			return n, append(out, refusal...)
+		}
+	}
 	if len(msg) > 4 && msg[1] == '3' && msg[2] == '\r' && (msg[0] == '*' || msg[0] == '>') {
 		for _, k := range confirmations {
 			if bytes.HasPrefix(msg[4:], []byte(k.head)) {

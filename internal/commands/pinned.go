@@ -1,6 +1,8 @@
 package commands
 
 import (
+	"strings"
+
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -98,6 +100,17 @@ func (h *Handler) beginMulti(c *protocol.Conn, s *session, args [][]byte, p *res
 	s.tx.deferred = false
 	s.tx.pinned.Do([][]byte{[]byte("MULTI")}, resp.NewReplyFunc(func() {}))
 	return true
+}
+
+// refuseOwnInMulti refuses one of the proxy's own commands (the lock
+// family) inside MULTI: Redis cannot queue a command it does not know,
+// and the proxy runs none inside a transaction. Queued as before, it was
+// answered Redis's "unknown command", as if the proxy were not there. As
+// Redis does for a command refused while queuing, EXEC then aborts the
+// transaction (EXECABORT).
+func refuseOwnInMulti(s *session, cmd *command, p *resp.Reply) {
+	s.tx.denied = true
+	replyError(p, "ERR fenceproxy: "+strings.ToUpper(cmd.name)+" cannot run inside MULTI: the lock family is the proxy's own and Redis cannot queue it, so EXEC will discard this transaction (EXECABORT); send it before MULTI or after EXEC")
 }
 
 // execOrDiscard ends a transaction (or, outside one, gets Redis's error).

@@ -21,7 +21,7 @@ func TestTransactions(t *testing.T) {
 		{[]string{"MULTI"}, "-ERR MULTI calls can not be nested\r\n"},
 		{[]string{"SET", "tx", "1"}, "+QUEUED\r\n"},
 		{[]string{"INCR", "tx"}, "+QUEUED\r\n"},
-		{[]string{"LOCK.INFO", "r"}, "-ERR unknown command 'LOCK.INFO', with args beginning with: 'r' \r\n"}, // queued in Redis, as any command
+		{[]string{"LOCK.INFO", "r"}, "-ERR fenceproxy: LOCK.INFO cannot run inside MULTI: the lock family is the proxy's own and Redis cannot queue it, so EXEC will discard this transaction (EXECABORT); send it before MULTI or after EXEC\r\n"}, // refused, and the transaction aborts as Redis's would
 		{[]string{"EXEC"}, "-EXECABORT Transaction discarded because of previous errors.\r\n"},
 		{[]string{"GET", "tx"}, "$-1\r\n"},
 		{[]string{"MULTI"}, "+OK\r\n"},

@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"strconv"
+	"strings"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -35,6 +36,52 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s.tunnel = tunnel
 	h.noteReceiver(c, tunnel)
 	h.sendTunnel(s, args, p)
+}
+
+// refuseOwnSubscribed refuses one of the proxy's own commands (the lock
+// family) on a subscribed connection, where Redis writes every reply: sent
+// on, it was answered Redis's "unknown command", as if the proxy were not
+// there. A reply of the proxy's own could not be placed in order among
+// the tunnel's, so Redis is sent an unknown command, subscribedRefusal,
+// carrying the command's name, and the tunnel's filter (pubsubRelay)
+// rewrites Redis's refusal of it into the reply a client expects: over
+// RESP2 Redis's own for a command not allowed in subscribed mode; over
+// RESP3, where Redis runs any command there, the proxy's.
+func (h *Handler) refuseOwnSubscribed(s *session, cmd *command, p *resp.Reply) {
+	marker := subscribedRefusalRESP2
+	if s.backend.RESP3 {
+		marker = subscribedRefusalRESP3
+	}
+	h.sendTunnel(s, [][]byte{[]byte(marker), []byte(cmd.name)}, p)
+}
+
+// The unknown commands refuseOwnSubscribed sends, and Redis's refusal of
+// them up to the command's name (then "' \r\n").
+const (
+	subscribedRefusalRESP2 = "fenceproxy.refused-in-subscribed-mode"
+	subscribedRefusalRESP3 = "fenceproxy.refused-in-subscribed-mode-resp3"
+	unknownCommandHead     = "-ERR unknown command '"
+	unknownCommandArgs     = "', with args beginning with: '"
+)
+
+// subscribedRefusal is the reply that replaces Redis's refusal msg of
+// refuseOwnSubscribed's unknown command, or nil if msg is another reply.
+func subscribedRefusal(msg []byte) []byte {
+	if len(msg) < len(unknownCommandHead) || msg[0] != '-' || !bytes.HasPrefix(msg, []byte(unknownCommandHead+subscribedRefusalRESP2)) {
+		return nil
+	}
+	marker, rest, ok := bytes.Cut(msg[len(unknownCommandHead):], []byte(unknownCommandArgs))
+	name, _, ok2 := bytes.Cut(rest, []byte("' "))
+	if !ok || !ok2 {
+		return nil
+	}
+	switch string(marker) {
+	case subscribedRefusalRESP2:
+		return []byte("-ERR Can't execute '" + string(name) + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n")
+	case subscribedRefusalRESP3:
+		return []byte("-ERR fenceproxy: " + strings.ToUpper(string(name)) + " cannot run on a subscribed connection: its replies come from Redis, which does not know the lock family; send it on another connection\r\n")
+	}
+	return nil
 }
 
 // sendTunnel passes a request through the tunnel; its reply comes from Redis.

@@ -456,11 +456,19 @@ func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.served(c, s, cmd, args)
 		defer h.publish(c, s)
 		if s.tunnel != nil {
+			if cmd != nil && cmd.flags&flagOwn != 0 {
+				h.refuseOwnSubscribed(s, cmd, p)
+				return
+			}
 			h.sendTunnel(s, args, p)
 			return
 		} else if s.tx.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {
-			// Inside MULTI Redis queues everything, arity errors and lock
-			// commands included (an unknown command makes EXEC abort).
+			if cmd != nil && cmd.flags&flagOwn != 0 {
+				refuseOwnInMulti(s, cmd, p)
+				return
+			}
+			// Inside MULTI Redis queues everything else, arity errors
+			// included (an unknown command makes EXEC abort).
 			if s.tx.deferred && !h.beginMulti(c, s, args, p) {
 				return
 			}

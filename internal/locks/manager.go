@@ -370,6 +370,24 @@ func (m *Manager) replyBy(from time.Time, ttl time.Duration) time.Time {
 	return from.Add(ttl - drift - time.Duration(m.opts.LeaseSafetyMargin*float64(ttl)))
 }
 
+// Grantable reports whether a lease of ttl could ever be replied: whether
+// replyBy leaves any time at all after the request. One that cannot (a ttl
+// of a few ms, below MinTTL) would be granted, undone and answered ErrLate
+// every time, so the commands refuse it as too short instead.
+func (m *Manager) Grantable(ttl time.Duration) bool {
+	var from time.Time
+	return m.replyBy(from, ttl).After(from)
+}
+
+// MinTTL is the shortest ttl, in whole milliseconds, that Grantable admits.
+func (m *Manager) MinTTL() time.Duration {
+	ttl := time.Millisecond
+	for !m.Grantable(ttl) { // at most ~25 steps: the margin is at most 0.9
+		ttl += time.Millisecond
+	}
+	return ttl
+}
+
 // ReplyBy is the latest moment a reply may promise a lease of ttl counted
 // from from (replyBy): a tier follower judges the leader's reply to a
 // relayed grant or renewal by it, from when the follower read the request.

@@ -13,7 +13,7 @@ import (
 // (Options.Shared), and its first leadership.
 func startSharedTier(t *testing.T) (*testTier, *Leadership) {
 	t.Helper()
-	tt := &testTier{t: t, store: logStoreUnderTest, shared: true, leads: make(chan *Leadership, 16)}
+	tt := &testTier{t: t, store: defaultLogStore, shared: true, leads: make(chan *Leadership, 16)}
 	for i := 0; i < 3; i++ {
 		tt.peers = append(tt.peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: freeAddr(t)})
 		tt.dirs = append(tt.dirs, filepath.Join(t.TempDir(), "raft"))

@@ -37,9 +37,29 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// defaultLogStore is the log store a node uses unless told otherwise.
+const defaultLogStore = "pebble"
+
+// logStores are the log stores the tests of the token path run on: the
+// default and raft-boltdb (--raft-log-store).
+var logStores = []string{defaultLogStore, "bolt"}
+
+// onEachLogStore runs test once per log store, as a subtest named for it.
+func onEachLogStore(t *testing.T, test func(t *testing.T, store string)) {
+	for _, store := range logStores {
+		t.Run(store, func(t *testing.T) { test(t, store) })
+	}
+}
+
 func startTestTier(t *testing.T, size int) *testTier {
 	t.Helper()
-	tt := &testTier{t: t, store: logStoreUnderTest}
+	return startTestTierOn(t, size, defaultLogStore)
+}
+
+// startTestTierOn is startTestTier with the given log store.
+func startTestTierOn(t *testing.T, size int, store string) *testTier {
+	t.Helper()
+	tt := &testTier{t: t, store: store}
 	for i := 0; i < size; i++ {
 		tt.peers = append(tt.peers, Peer{ID: fmt.Sprintf("n%d", i+1), Addr: freeAddr(t)})
 		tt.dirs = append(tt.dirs, filepath.Join(t.TempDir(), "raft"))
@@ -138,7 +158,11 @@ func grant(t *testing.T, s *Store, resource string) uint64 {
 }
 
 func TestTokensRiseAcrossLeaderChanges(t *testing.T) {
-	tt := startTestTier(t, 3)
+	onEachLogStore(t, tokensRiseAcrossLeaderChanges)
+}
+
+func tokensRiseAcrossLeaderChanges(t *testing.T, store string) {
+	tt := startTestTierOn(t, 3, store)
 	var last, lastTerm uint64
 	for round := 0; round < 3; round++ {
 		l := tt.leader()
@@ -172,7 +196,11 @@ func TestTokensRiseAcrossLeaderChanges(t *testing.T) {
 }
 
 func TestReservationCountsAfterFailover(t *testing.T) {
-	tt := startTestTier(t, 3)
+	onEachLogStore(t, reservationCountsAfterFailover)
+}
+
+func reservationCountsAfterFailover(t *testing.T, store string) {
+	tt := startTestTierOn(t, 3, store)
 	l := tt.leader()
 	s := tt.nodes[l].Store()
 	tok, err := s.NextToken()
@@ -198,8 +226,10 @@ func TestReservationCountsAfterFailover(t *testing.T) {
 	}
 }
 
-func TestFollowerRefuses(t *testing.T) {
-	tt := startTestTier(t, 3)
+func TestFollowerRefuses(t *testing.T) { onEachLogStore(t, followerRefuses) }
+
+func followerRefuses(t *testing.T, store string) {
+	tt := startTestTierOn(t, 3, store)
 	l := tt.leader()
 	grant(t, tt.nodes[l].Store(), "r")
 	f := tt.nodes[tt.follower(l)]
@@ -261,8 +291,10 @@ func TestReadsShareLeadershipRounds(t *testing.T) {
 
 // 50 concurrent reservers: their reservations share log entries
 // (proposer) and log writes.
-func TestReservesShareLogWrites(t *testing.T) {
-	tt := startTestTier(t, 3)
+func TestReservesShareLogWrites(t *testing.T) { onEachLogStore(t, reservesShareLogWrites) }
+
+func reservesShareLogWrites(t *testing.T, store string) {
+	tt := startTestTierOn(t, 3, store)
 	l := tt.leader()
 	n := tt.nodes[l]
 	s := n.Store()
@@ -297,22 +329,6 @@ func TestReservesShareLogWrites(t *testing.T) {
 	if writes >= reservers*each || entries >= reservers*each {
 		t.Fatalf("%d writes and %d entries for %d reservations: no group commit", writes, entries, reservers*each)
 	}
-}
-
-// logStoreUnderTest is the log store the tests run on (the default);
-// TestBoltLogStore runs them again on raft-boltdb.
-var logStoreUnderTest = "pebble"
-
-func TestBoltLogStore(t *testing.T) {
-	if logStoreUnderTest != "pebble" {
-		return
-	}
-	logStoreUnderTest = "bolt"
-	defer func() { logStoreUnderTest = "pebble" }()
-	t.Run("TokensRise", TestTokensRiseAcrossLeaderChanges)
-	t.Run("ReservationCounts", TestReservationCountsAfterFailover)
-	t.Run("FollowerRefuses", TestFollowerRefuses)
-	t.Run("GroupCommit", TestReservesShareLogWrites)
 }
 
 // A node added with an empty disk after the leader compacted its log is

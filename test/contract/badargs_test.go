@@ -127,15 +127,24 @@ func TestBadArguments(t *testing.T) {
 	expect(t, c, replyOne, "FENCE.CHECK", free, itoa(freeTok))
 
 	// The bounds themselves are accepted (checks the rejections above are
-	// off by nothing): 512-byte resource, 256-byte owner, ttl-ms 1 and the
-	// maximum, WAIT 0. A 1 ms lease is over before any reply could reach
-	// the client, so it is accepted and answered -TRYAGAIN (guarantee 5),
-	// never -ERR.
+	// off by nothing): 512-byte resource, 256-byte owner, the maximum
+	// ttl-ms, WAIT 0. A ttl-ms too short for any reply to leave the drift
+	// allowance and safety margin (1 ms) is refused -ERR, naming the
+	// shortest that can be granted; that one is accepted: granted, or
+	// answered -TRYAGAIN when its reply was late (guarantee 5), never -ERR.
 	r512, o256 := strings.Repeat("r", 512), strings.Repeat("o", 256)
 	t512 := token(t, c, "LOCK.ACQUIRE", r512, o256, "2592000000")
 	expectHeld(t, c, r512, o256, t512)
 	expect(t, c, replyOne, "LOCK.RELEASE", r512, o256)
-	expectErr(t, c, "-TRYAGAIN", "LOCK.ACQUIRE", "bad-args/one-ms", "o", "1", "WAIT", "0")
+	tooShort := expectErr(t, c, "-ERR", "LOCK.ACQUIRE", "bad-args/one-ms", "o", "1", "WAIT", "0")
+	_, rest, _ := strings.Cut(tooShort, "the shortest ttl that can be granted is ")
+	minTTL, ok := testenv.ParseInt([]byte(":" + strings.Fields(rest + " x")[0] + "\r\n"))
+	if !strings.Contains(tooShort, "too short") || !ok || minTTL < 2 {
+		t.Fatalf("ttl-ms 1: %q, want -ERR saying it is too short and naming the shortest ttl that can be granted", tooShort)
+	}
+	if got := c.Do("LOCK.ACQUIRE", "bad-args/min-ttl", "o", itoa(minTTL), "WAIT", "0"); got[0] != ':' && !strings.HasPrefix(string(got), "-TRYAGAIN") {
+		t.Fatalf("LOCK.ACQUIRE with the shortest ttl-ms %d = %q, want a token or -TRYAGAIN", minTTL, got)
+	}
 
 	// A pipeline mixing bad and good requests is answered in order, and the
 	// connection stays usable.

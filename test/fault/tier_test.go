@@ -106,10 +106,25 @@ func (e *env) clientAddr(id int) string {
 	return e.tier.nodes[id%len(e.tier.nodes)].Addr
 }
 
-// tierSupported reports whether the fenceproxy binary knows --peers.
-func tierSupported(t *testing.T) bool {
-	out, _ := exec.Command(testenv.BuildProxy(t), "--help").CombinedOutput()
-	return strings.Contains(string(out), "-peers")
+// tierFlags are the flags startTier gives each node.
+var tierFlags = []string{"--node-id", "--raft-listen", "--peers"}
+
+// requireTier fails t unless the fenceproxy binary's --help names every
+// flag of tierFlags. It used to skip instead, so a renamed flag would have
+// switched the tier suites off without a sound.
+func requireTier(t *testing.T) {
+	t.Helper()
+	bin := testenv.BuildProxy(t)
+	out, _ := exec.Command(bin, "--help").CombinedOutput()
+	var missing []string
+	for _, flag := range tierFlags {
+		if !strings.Contains(string(out), flag[1:]) { // the flag package prints "-peers"
+			missing = append(missing, flag)
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%s --help names no %s: the tier suites start nodes with %s; rename them here (tierFlags, startTier) to follow the binary", bin, strings.Join(missing, ", "), strings.Join(tierFlags, " "))
+	}
 }
 
 // startTier starts tierNodes nodes in front of the suite's Sentinels, each
@@ -544,7 +559,7 @@ func (pr *staleProbe) String() string {
 // backend of TestFault, under a seeded schedule of the tier's faults and a
 // Redis partition, and checks the history as TestFault does.
 func TestFaultTier(t *testing.T) {
-	skipWithoutTier(t)
+	requireTier(t)
 	runFault(t, "tier")
 }
 
@@ -554,14 +569,8 @@ func TestFaultTier(t *testing.T) {
 // master (TierClusterFaults), and checks the history as TestFaultCluster
 // does.
 func TestFaultTierCluster(t *testing.T) {
-	skipWithoutTier(t)
+	requireTier(t)
 	runFault(t, "tier-cluster")
-}
-
-func skipWithoutTier(t *testing.T) {
-	if !tierSupported(t) {
-		t.Skip("fenceproxy has no --peers yet: the tier suite waits for it")
-	}
 }
 
 // TestTierLinksCarryRaft proves the harness's premise: the Links are on
@@ -572,7 +581,7 @@ func skipWithoutTier(t *testing.T) {
 // instead of its own --peers bypasses some Links: the first leader can be
 // cut off, a later one cannot, and this test fails.
 func TestTierLinksCarryRaft(t *testing.T) {
-	skipWithoutTier(t)
+	requireTier(t)
 	e := &env{t: t, h: NewHistory(1), newest: map[string]int64{}, inFlight: map[int]flight{}}
 	e.startStandalone()
 	e.tier = e.startTier()

@@ -357,7 +357,7 @@ func TestAttributeReply(t *testing.T) {
 	pr := startPair(t)
 	for _, addr := range []string{pr.A.Addr, pr.B.Addr} {
 		if got := testenv.Dial(t, addr).Do("CONFIG", "GET", "enable-debug-command"); !bytes.Contains(got, []byte("local")) && !bytes.Contains(got, []byte("yes")) {
-			t.Skipf("DEBUG is not enabled: %q", got)
+			t.Fatalf("DEBUG is not enabled on %s (%q): testenv starts redis-server with --enable-debug-command local, which this test needs", addr, got)
 		}
 	}
 	proxy, direct := pr.conns(t)

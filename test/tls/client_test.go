@@ -300,7 +300,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 func TestRedisCLI(t *testing.T) {
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		t.Skip("redis-cli not installed")
+		t.Fatal("redis-cli not found: install redis-tools (scripts/test.sh and CI require it; this is the only test of redis-cli --tls through the proxy)")
 	}
 	p, certs := startClientTLS(t)
 	host, port, _ := net.SplitHostPort(p.Addr)
