@@ -107,7 +107,8 @@ type Store struct {
 	dirID  string // the directory's inode (m/dir), "" if unknown
 	copied bool   // m/dir named another inode: a copied or restored directory
 
-	deferred deferred // confirmations and cancellations for the next Reserve's batch (reserve.go)
+	commits  committer // the group commit of Reserves (commit.go)
+	deferred deferred  // tokens reserved ahead, and their confirmations for the next group's batch (reserve.go)
 
 	syncs  atomic.Uint64
 	broken atomic.Pointer[error] // set once by fail
