@@ -230,9 +230,9 @@ type memTokens struct {
 	last     uint64
 	floor    uint64
 	newest   map[string]uint64
-	known    map[string]bool // what NewestCached knows without "I/O"
+	known    map[string]bool            // what NewestCached knows without "I/O"
 	reserved map[string]map[uint64]bool // reserved ahead (ReserveAll)
-	log      []string // reserve, confirm, cancel and adopt calls that succeeded
+	log      []string                   // reserve, confirm, cancel and adopt calls that succeeded
 
 	failNext, failNewest, failCached, failReserve, failConfirm, failCancel, failAdopt error
 }
