@@ -39,35 +39,39 @@ import (
 //
 // Newest tokens:
 //
-//   - Newest(r) is the newest token recorded for r (Reserve) or confirmed
-//     for r, or Floor if that is higher (0 if none): never below the
-//     floor, and at least the token of every Reserve(r) and Confirm(r)
-//     that returned nil before the call. A token reserved ahead
-//     (ReserveAll) and not yet confirmed does not count while the process
-//     lives.
+//   - Newest(r) is the newest token counted for r, or Floor if that is
+//     higher (0 if none): never below the floor, and at least the token
+//     of every Confirm(r) that returned nil before the call. A token
+//     reserved and not yet confirmed may count at once (PersistStore) or
+//     not while the process lives (the tier's store); one reserved ahead
+//     (ReserveAll) does not.
 //   - NewestCached(r) is Newest(r) when the store knows it without I/O
 //     (ok true), and ok false otherwise; the Manager then offers a new
 //     token without knowing the newest (every new token is above it).
-//   - Reserve(r, t) durably records t, returned by NextToken, as issued
-//     for r, before the grant is known to stand (the store's write runs
-//     while Redis's replicas answer): once it returns nil, Newest(r) >= t
-//     now and after any crash. A grant refused after it leaves t issued
-//     and stale, never current: the contract counts an outcome that may
-//     not be known as issued, and the Manager's undo leaves the fence mark
-//     up (it reads t as the newest). Concurrent Reserves may share one
-//     commit and one sync.
+//   - Reserve(r, t) durably records that t, returned by NextToken, may be
+//     issued for r, before the grant is known to stand (the write runs
+//     while Redis's replicas answer): once it returns nil, a crash at any
+//     later moment leaves r's newest at least t when the store opens
+//     again, unless Cancel(r, t) dropped it first. PersistStore counts t
+//     at once (one record per grant, persist's reserve.go): Newest(r) >= t
+//     from then on, and Cancel leaves it issued, stale, never current
+//     (the contract counts an outcome that may not be known as issued;
+//     the Manager's undo then reads t as the newest and leaves the fence
+//     mark up, the safe side). The tier's store counts it once confirmed.
+//     Concurrent Reserves may share one commit and one sync.
 //   - ReserveAll(r, ts) (optional, reserverAll) durably reserves tokens a
 //     waiting line will use, without issuing them: Newest ignores them
 //     while the process lives, a crash counts them all as issued.
 //   - Confirm(r, t) makes t r's newest, exactly: the Manager vouches that
-//     t is above every token recorded for r before (it read Newest since
+//     t is above every token counted for r before its Reserve (it read Newest since
 //     its last Confirm of r, and serializes them). It is called only
 //     after Reserve(r, t) or ReserveAll(r, [..t..]) returned nil, so it
 //     need not sync: the record or the reservation is durable.
-//   - Cancel(r, t): t was not issued. For a token reserved ahead it drops
-//     the reservation; a token Reserve recorded stays issued (stale). Its
-//     error is only logged: a reservation it failed to drop counts as
-//     issued after a crash, which errs on the safe side.
+//   - Cancel(r, t): t was not issued. A store that did not count t yet
+//     drops its reservation; PersistStore drops only a reservation ahead
+//     (a token Reserve recorded stays issued). Its error is only logged: a
+//     reservation it failed to drop counts as issued after a crash, which
+//     errs on the safe side.
 //
 // A store that cannot tell whether a write reached its disk (a failed
 // sync) must fail every later call rather than answer from what may be
