@@ -22,7 +22,7 @@ import (
 // grant used them, outside it, concurrently with the resource's other
 // calls (each token is its own reservation). Confirm always comes from the
 // section.
-
+//
 // Tokens:
 //
 //   - NextToken returns a token strictly greater than every token it
