@@ -3,6 +3,7 @@ package persist
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -126,4 +127,54 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkGrowth measures what a grant costs as the store grows: grants
+// of distinct new resources (a lock service that sees every resource once),
+// from 64 goroutines, CPU per grant (Pebble's flushes and compactions
+// included) over the first 200k grants, then again after 1.3M more, with
+// the bytes compactions wrote per grant. It runs its fixed workload once,
+// whatever b.N (run it with -benchtime 1x).
+func BenchmarkGrowth(b *testing.B) {
+	s := openT(b, b.TempDir(), Options{})
+	defer s.Close()
+	var seq, named atomic.Uint64 // grants in this run, and ever (for distinct names)
+	run := func(n int) (cpuPerGrant, compactedPerGrant float64) {
+		cpu0 := cpuTime(b)
+		m0 := s.db.Metrics()
+		compacted0 := m0.Total().TableBytesCompacted
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for seq.Load() < uint64(n) {
+					seq.Add(1)
+					i := named.Add(1)
+					tok, err := s.NextToken()
+					if err == nil {
+						err = grant(s, Grant{Resource: []byte(fmt.Sprintf("lock:%016x", i*0x9E3779B97F4A7C15)), Token: tok, AboveAll: true})
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		done := float64(seq.Load())
+		seq.Store(0)
+		compacted := s.db.Metrics().Total().TableBytesCompacted - compacted0
+		return float64(cpuTime(b)-cpu0) / done, float64(compacted) / done
+	}
+	for range b.N {
+		freshCPU, freshCompacted := run(200_000)
+		run(1_300_000)
+		grownCPU, grownCompacted := run(200_000)
+		b.ReportMetric(freshCPU, "fresh-cpu-ns/grant")
+		b.ReportMetric(grownCPU, "grown-cpu-ns/grant")
+		b.ReportMetric(freshCompacted, "fresh-compacted-B/grant")
+		b.ReportMetric(grownCompacted, "grown-compacted-B/grant")
+	}
 }

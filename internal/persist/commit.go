@@ -63,7 +63,12 @@ func (s *Store) groupCommit(add func(b *pebble.Batch) error) error {
 	}
 	if err := add(g.b); err != nil {
 		// Only a closed or oversized batch refuses a write. What was
-		// added is harmless: a token written counts as issued.
+		// added is harmless: a token written counts as issued. A group
+		// nobody else joined yet goes: it would have no leader.
+		if starter {
+			c.forming = nil
+			g.b.Close()
+		}
 		c.mu.Unlock()
 		return err
 	}

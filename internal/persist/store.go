@@ -78,7 +78,7 @@ type Stats struct {
 	SyncedBound   uint64 // m/bound as last synced; above ReservedBound while a reservation is being shared
 	Floor         uint64 // the token floor (invariant 8): no token at or below it is issued or current
 	LastIssued    uint64 // greatest token that may have been returned by NextToken
-	SyncedCommits uint64 // pebble.Sync commits made (Records + reservations); fsyncs may be fewer
+	SyncedCommits uint64 // pebble.Sync commits made (group commits of Reserves, bound reservations); fsyncs may be fewer
 	Healthy       bool   // false after a failed sync (invariant 6)
 }
 
