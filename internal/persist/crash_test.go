@@ -15,7 +15,9 @@ import (
 // filesystem mid-run (only synced data is certain to survive; some unsynced
 // data may too), reopens it and checks the two promises of a reply:
 // NextToken exceeds every token returned before the crash, and Newest(r) is
-// at least every token whose Record returned nil before the crash.
+// at least every token whose Reserve returned nil before the crash: granted,
+// refused (cancelled: it counts as issued all the same), or reserved ahead
+// and confirmed.
 func TestCrashKeepsSyncedState(t *testing.T) {
 	const resources = 50
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -58,7 +60,7 @@ func TestCrashKeepsSyncedState(t *testing.T) {
 					}
 					atomicMax(&returned, tok)
 					i := rng.IntN(resources)
-					if err := grant(s, Grant{Resource: names[i], Token: tok}); err != nil {
+					if err := crashTestOp(s, rng.IntN(10), names[i], tok); err != nil {
 						t.Error(err)
 						return
 					}
@@ -84,5 +86,26 @@ func TestCrashKeepsSyncedState(t *testing.T) {
 			t.Fatal(err)
 		}
 		fs = crashed
+	}
+}
+
+// crashTestOp makes tok count for resource one of the ways the lock
+// manager does: a grant (Reserve, Confirm), a refused grant (Reserve,
+// Cancel: one record, issued all the same), or a line's token reserved
+// ahead and then granted (ReserveAhead, Confirm).
+func crashTestOp(s *Store, op int, resource []byte, tok uint64) error {
+	switch {
+	case op < 6:
+		return grant(s, Grant{Resource: resource, Token: tok})
+	case op < 8:
+		if err := s.Reserve(resource, tok); err != nil {
+			return err
+		}
+		return s.Cancel(resource, tok)
+	default:
+		if err := s.ReserveAhead(resource, []uint64{tok}); err != nil {
+			return err
+		}
+		return s.Confirm(Grant{Resource: resource, Token: tok})
 	}
 }

@@ -10,43 +10,48 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// TestReserveConfirmCancel: while the process lives, only confirmed tokens
-// count; a cancelled reservation never shows.
-func TestReserveConfirmCancel(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestReserveCountsAtOnce: a token Reserve wrote counts at once and stays
+// counted when its grant is cancelled (stale, never current again: one
+// record per grant); a token reserved ahead counts only once confirmed,
+// and a cancelled one never shows.
+func TestReserveCountsAtOnce(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{})
 	defer s.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := []byte("res")
-	t1, _ := s.NextToken()
-	t2, _ := s.NextToken()
-	if err := s.Reserve(r, t1); err != nil {
-		t.Fatal(err)
+	t1, t2 := nextT(t, s), nextT(t, s)
+	must(s.Reserve(r, t1))
+	if n := newestT(t, s, "res"); n != t1 {
+		t.Fatalf("Newest after Reserve = %d, want %d: the one record counts at once", n, t1)
 	}
-	if n, _ := s.Newest(r); n != 0 {
-		t.Fatalf("Newest after Reserve only = %d, want 0", n)
+	must(s.Confirm(Grant{Resource: r, Token: t1, AboveAll: true}))
+	must(s.Reserve(r, t2))
+	must(s.Cancel(r, t2))
+	if n := newestT(t, s, "res"); n != t2 {
+		t.Fatalf("Newest after a cancelled grant = %d, want %d (it counts as issued)", n, t2)
 	}
-	if err := s.Confirm(Grant{Resource: r, Token: t1, AboveAll: true}); err != nil {
-		t.Fatal(err)
+
+	a1, a2 := nextT(t, s), nextT(t, s)
+	must(s.ReserveAhead(r, []uint64{a1, a2}))
+	if n := newestT(t, s, "res"); n != t2 {
+		t.Fatalf("Newest after ReserveAhead = %d, want %d: tokens reserved ahead do not count", n, t2)
 	}
-	if n, _ := s.Newest(r); n != t1 {
-		t.Fatalf("Newest after Confirm = %d, want %d", n, t1)
-	}
-	if err := s.Reserve(r, t2); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Cancel(r, t2); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := s.Newest(r); n != t1 {
-		t.Fatalf("Newest after a cancelled reservation = %d, want %d", n, t1)
+	must(s.Cancel(r, a1))
+	must(s.Confirm(Grant{Resource: r, Token: a2, AboveAll: true}))
+	if n := newestT(t, s, "res"); n != a2 {
+		t.Fatalf("Newest after Confirm of a token reserved ahead = %d, want %d", n, a2)
 	}
 }
 
-// TestReservationSurvivesCrash: a token reserved (synced) but confirmed only
-// without a sync, or not at all, counts as issued after a crash; one
-// cancelled before a later sync does not.
+// TestReservationSurvivesCrash: a token written by Reserve counts as
+// issued after a crash, confirmed, cancelled or neither; one reserved
+// ahead counts if confirmed or left, and not if cancelled before a later
+// sync.
 func TestReservationSurvivesCrash(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	s, err := Open("/data", Options{FS: fs})
@@ -54,21 +59,26 @@ func TestReservationSurvivesCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, c := []byte("a"), []byte("b"), []byte("c")
-	ta, _ := s.NextToken()
-	tb, _ := s.NextToken()
-	tc, _ := s.NextToken()
+	ea, eb, ec := []byte("ahead-a"), []byte("ahead-b"), []byte("ahead-c")
+	ta, tb, tc := nextT(t, s), nextT(t, s), nextT(t, s)
+	tea, teb, tec := nextT(t, s), nextT(t, s), nextT(t, s)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(s.Reserve(a, ta)) // replied: confirmed without a sync
+	must(s.Reserve(a, ta)) // replied
 	must(s.Confirm(Grant{Resource: a, Token: ta}))
 	must(s.Reserve(b, tb)) // crash before its replicas answered
-	must(s.Reserve(c, tc)) // refused, and a later sync carries the cancel
+	must(s.Reserve(c, tc)) // refused
 	must(s.Cancel(c, tc))
-	td, _ := s.NextToken()
+	must(s.ReserveAhead(ea, []uint64{tea})) // granted: confirmed without a sync
+	must(s.Confirm(Grant{Resource: ea, Token: tea}))
+	must(s.ReserveAhead(eb, []uint64{teb})) // left in line at the crash
+	must(s.ReserveAhead(ec, []uint64{tec})) // unused: a later sync carries the cancel
+	must(s.Cancel(ec, tec))
+	td := nextT(t, s)
 	must(grant(s, Grant{Resource: []byte("d"), Token: td}))
 
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
@@ -80,7 +90,7 @@ func TestReservationSurvivesCrash(t *testing.T) {
 	for _, tc := range []struct {
 		r    []byte
 		want uint64
-	}{{a, ta}, {b, tb}, {c, 0}} {
+	}{{a, ta}, {b, tb}, {c, tc}, {ea, tea}, {eb, teb}, {ec, 0}} {
 		if n, _ := s2.Newest(tc.r); n != tc.want {
 			t.Errorf("after the crash Newest(%s) = %d, want %d", tc.r, n, tc.want)
 		}
@@ -88,8 +98,8 @@ func TestReservationSurvivesCrash(t *testing.T) {
 	s.Close()
 }
 
-// TestOverlappingReservationsOfOneResource: two grants of one resource in
-// flight at once (B's token older than A's). B's Confirm reaches the disk,
+// TestOverlappingReservationsOfOneResource: two tokens of one resource
+// reserved ahead and in flight at once (B's token older than A's). B's Confirm reaches the disk,
 // A's does not; A's token was replied, so it must survive the crash. With
 // one reservation key per resource B's Confirm deleted A's reservation too.
 func TestOverlappingReservationsOfOneResource(t *testing.T) {
@@ -107,8 +117,8 @@ func TestOverlappingReservationsOfOneResource(t *testing.T) {
 	r := []byte("r")
 	tb, _ := s.NextToken()
 	ta, _ := s.NextToken()
-	must(s.Reserve(r, tb))
-	must(s.Reserve(r, ta))
+	must(s.ReserveAhead(r, []uint64{tb}))
+	must(s.ReserveAhead(r, []uint64{ta}))
 	must(s.Confirm(Grant{Resource: r, Token: tb}))
 	td, _ := s.NextToken() // a synced write that carries B's Confirm
 	must(s.Reserve([]byte("other"), td))
@@ -164,9 +174,8 @@ func TestNewestCached(t *testing.T) {
 	}
 }
 
-// TestDeferredConfirmations: a Confirm writes nothing of its own; the next
-// Reserve's batch carries it (one synced commit per grant, where there
-// were two commits). Until then Newest knows it even with the cache
+// TestDeferredConfirmations: a Confirm of a token reserved ahead writes
+// nothing of its own; the next group commit's batch carries it. Until then Newest knows it even with the cache
 // holding nothing of the resource, and a crash before it is written loses
 // nothing: its reservation counts. A clean Close writes what is deferred.
 func TestDeferredConfirmations(t *testing.T) {
@@ -180,7 +189,7 @@ func TestDeferredConfirmations(t *testing.T) {
 	}
 	r := []byte("r")
 	tr := nextT(t, s)
-	must(s.Reserve(r, tr))
+	must(s.ReserveAhead(r, []uint64{tr}))
 	commits := s.Stats().SyncedCommits
 	must(s.Confirm(Grant{Resource: r, Token: tr, AboveAll: true}))
 	// Evict r from the one-entry cache.

@@ -78,7 +78,7 @@ type Stats struct {
 	SyncedBound   uint64 // m/bound as last synced; above ReservedBound while a reservation is being shared
 	Floor         uint64 // the token floor (invariant 8): no token at or below it is issued or current
 	LastIssued    uint64 // greatest token that may have been returned by NextToken
-	SyncedCommits uint64 // pebble.Sync commits made (Records + reservations); fsyncs may be fewer
+	SyncedCommits uint64 // pebble.Sync commits made (group commits of Reserves, bound reservations); fsyncs may be fewer
 	Healthy       bool   // false after a failed sync (invariant 6)
 }
 
@@ -107,7 +107,8 @@ type Store struct {
 	dirID  string // the directory's inode (m/dir), "" if unknown
 	copied bool   // m/dir named another inode: a copied or restored directory
 
-	deferred deferred // confirmations and cancellations for the next Reserve's batch (reserve.go)
+	commits  committer // the group commit of Reserves (commit.go)
+	deferred deferred  // tokens reserved ahead, and their confirmations for the next group's batch (reserve.go)
 
 	syncs  atomic.Uint64
 	broken atomic.Pointer[error] // set once by fail
