@@ -225,7 +225,7 @@ func TestFairTwin(t *testing.T) {
 }
 
 // A fair grant the replica did not acknowledge is refused and undone
-// exactly: no hold, no side record (its token stays issued, stale), and the queue and
+// exactly: no hold, no side record, no token issued, and the queue and
 // every deadline as they were, so the caller heads the queue again.
 func TestFairGrantUndoneRestoresQueue(t *testing.T) {
 	f, replica := newFairLock(t, true)
@@ -251,9 +251,8 @@ func TestFairGrantUndoneRestoresQueue(t *testing.T) {
 	if n, _ := testenv.ParseInt(f.redis.Do("EXISTS", f.name, f.m.recordKey(f.name))); n != 0 {
 		t.Fatalf("%d of the lock and its side record left after the undo", n)
 	}
-	// B's token stays issued (one fence-store record per grant): A's is stale.
-	if newest, _ := f.store.Newest(f.name); newest <= tokA {
-		t.Fatalf("newest token %d after the undone grant, want above A's %d (B's counts as issued)", newest, tokA)
+	if newest, _ := f.store.Newest(f.name); newest != tokA {
+		t.Fatalf("newest token %d after the undone grant, want A's %d (none issued)", newest, tokA)
 	}
 	// Its next try finds it at the head: granted, C and D lowered once.
 	dC := f.deadline("C")

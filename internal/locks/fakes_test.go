@@ -222,17 +222,16 @@ func bulk(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
 func acked(n int) string { return fmt.Sprintf(":%d\r\n", n) }
 
 // memTokens is a TokenStore in memory, with failures a test can set. Its
-// "disk" is what reopen keeps: every recorded or confirmed token, every
-// reservation ahead not cancelled (folded in), the floor and the counter's
-// bound.
+// "disk" is what reopen keeps: every confirmed token, every reservation
+// not cancelled (folded in), the floor and the counter's bound.
 type memTokens struct {
 	mu       sync.Mutex
 	last     uint64
 	floor    uint64
 	newest   map[string]uint64
-	known    map[string]bool            // what NewestCached knows without "I/O"
-	reserved map[string]map[uint64]bool // reserved ahead (ReserveAll)
-	log      []string                   // reserve, confirm, cancel and adopt calls that succeeded
+	known    map[string]bool // what NewestCached knows without "I/O"
+	reserved map[string]map[uint64]bool
+	log      []string // reserve, confirm, cancel and adopt calls that succeeded
 
 	failNext, failNewest, failCached, failReserve, failConfirm, failCancel, failAdopt error
 }
@@ -302,31 +301,21 @@ func (s *memTokens) Reserve(resource string, token uint64) error {
 	if token == 0 || token > s.last {
 		return persist.ErrBadToken
 	}
-	s.newest[resource] = max(s.newest[resource], token) // one record: issued at once
+	if s.reserved[resource] == nil {
+		s.reserved[resource] = map[uint64]bool{}
+	}
+	s.reserved[resource][token] = true
 	s.logf("reserve %s %d", resource, token)
 	return nil
 }
 
 // ReserveAll makes memTokens a store that reserves ahead for waiting
-// lines, as the fence store does (one sync for all in the real one):
-// they do not count until confirmed.
+// lines, as the fence store does (one sync for all in the real one).
 func (s *memTokens) ReserveAll(resource string, tokens []uint64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failReserve != nil {
-		return s.failReserve
-	}
 	for _, t := range tokens {
-		if t == 0 || t > s.last {
-			return persist.ErrBadToken
+		if err := s.Reserve(resource, t); err != nil {
+			return err
 		}
-	}
-	if s.reserved[resource] == nil {
-		s.reserved[resource] = map[uint64]bool{}
-	}
-	for _, t := range tokens {
-		s.reserved[resource][t] = true
-		s.logf("reserve %s %d", resource, t)
 	}
 	return nil
 }
@@ -439,8 +428,8 @@ func checkTokenStore(t *testing.T, reopen func() TokenStore) {
 		t.Fatalf("NextToken gave %d then %d: not rising", a, b)
 	}
 	must(s.Reserve("r", a))
-	if n := newest("r"); n != a {
-		t.Fatalf("Newest after Reserve = %d, want %d: a grant's record counts at once", n, a)
+	if n := newest("r"); n != 0 {
+		t.Fatalf("Newest after Reserve = %d: a reservation counted while the process lives", n)
 	}
 	must(s.Confirm("r", a))
 	if n, ok, err := s.NewestCached("r"); err != nil || !ok || n != a {
@@ -448,19 +437,8 @@ func checkTokenStore(t *testing.T, reopen func() TokenStore) {
 	}
 	must(s.Reserve("r", b))
 	must(s.Cancel("r", b))
-	if n := newest("r"); n != b {
-		t.Fatalf("Newest after a cancelled grant = %d, want %d (it stays issued)", n, b)
-	}
-	ra := s.(reserverAll)
-	c1, c2, c3 := next(), next(), next()
-	must(ra.ReserveAll("r", []uint64{c1, c2, c3}))
-	if n := newest("r"); n != b {
-		t.Fatalf("Newest after ReserveAll = %d, want %d: tokens reserved ahead count only once confirmed", n, b)
-	}
-	must(s.Cancel("r", c1))
-	must(s.Confirm("r", c2))
-	if n := newest("r"); n != c2 {
-		t.Fatalf("Newest after Confirm of a token reserved ahead = %d, want %d", n, c2)
+	if n := newest("r"); n != a {
+		t.Fatalf("Newest after a cancelled reservation = %d, want %d", n, a)
 	}
 	c := next()
 	must(s.Reserve("crashed", c)) // neither confirmed nor cancelled
@@ -469,11 +447,11 @@ func checkTokenStore(t *testing.T, reopen func() TokenStore) {
 	}
 
 	s = reopen()
-	if n := newest("r"); n != c3 {
-		t.Fatalf("Newest after a crash = %d, want %d (left reserved ahead: counts; the cancelled %d below it)", n, c3, c1)
+	if n := newest("r"); n != a {
+		t.Fatalf("Newest after a crash = %d, want %d (the cancelled %d must not count)", n, a, b)
 	}
 	if n := newest("crashed"); n != c {
-		t.Fatalf("Newest of a grant's record left by a crash = %d, want %d", n, c)
+		t.Fatalf("Newest of a reservation left by a crash = %d, want %d", n, c)
 	}
 	if d := next(); d <= c {
 		t.Fatalf("NextToken after a crash = %d, not above %d", d, c)

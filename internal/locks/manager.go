@@ -324,10 +324,10 @@ func (m *Manager) grantVerdict(w *Write, start time.Time, reserveErr error, repl
 // left, and confirms the token as the resource's newest, or abandons the
 // grant. It runs in the resource's turn.
 func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clientAddr string, ttl time.Duration, leaseFrom time.Time, token uint64, evictable bool) (Grant, error) {
-	// While Redis waits for the replicas, record the token durably
-	// (unless it was reserved ahead): one fence-store record, issued from
-	// then on, so a refused grant's token stays issued, stale (its undo
-	// leaves the fence mark up).
+	// While Redis waits for the replicas, make the token durable as
+	// "reserved" (unless it was reserved ahead): it becomes the
+	// resource's newest only once they have acknowledged (persist's
+	// invariant 7), so a refused grant never shows.
 	record := token > a.newest
 	var reserveErr error
 	if record && !a.reserved {
@@ -547,10 +547,9 @@ func busyLease(ms int64) time.Duration {
 // and reports whether the master certainly holds no record of it now
 // (deleted, or already gone: it expired).
 func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, token uint64) bool {
-	// The newest token issued besides this one, for the fence mark.
-	// Unknown if it cannot be read, or if the store counts this one
-	// already (Reserve records it: only a token reserved ahead is not
-	// counted): the mark then stays up, the safe side.
+	// The newest token issued besides this one, for the fence mark (the
+	// reservation of token is not counted: it is not confirmed). Unknown
+	// if it cannot be read: the mark then stays up, the safe side.
 	var newest any = ""
 	if n, err := m.opts.Store.Newest(resource); err == nil && n < token {
 		newest = n

@@ -190,11 +190,9 @@ func TestAcquireOutcomes(t *testing.T) {
 			}},
 		{name: "replica shortfall, undone", replies: []reply{{raw: granted.raw, acks: acked(0)}}, undos: []reply{undone},
 			wantErr: noReplicas(0, 1), calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"},
-			newest: 1, // the grant's one record: its token stays issued, stale
 			check: func(t *testing.T, f *fixture) {
-				// newest "": the store's newest is the refused token itself, so the fence mark stays up.
-				if u := f.scripts.sent()[1]; !slices.Equal(u.args, []string{owner, "1", "0", "0", "", "", "86400000"}) || len(u.keys) != 3 || u.keys[0] != "fenceproxy:lock:{r}" {
-					t.Errorf("undo sent keys %q args %q, want the record's and (owner, 1, lock-delay 0, term 0, armed empty, newest unknown, the mark's life)", u.keys, u.args)
+				if u := f.scripts.sent()[1]; !slices.Equal(u.args, []string{owner, "1", "0", "0", "", "0", "86400000"}) || len(u.keys) != 3 || u.keys[0] != "fenceproxy:lock:{r}" {
+					t.Errorf("undo sent keys %q args %q, want the record's and (owner, 1, lock-delay 0, term 0, armed empty, newest 0, the mark's life)", u.keys, u.args)
 				}
 				if n := counted(t, f.metrics.ReplicaShortfalls); n != 1 {
 					t.Errorf("%v shortfalls counted", n)
@@ -202,7 +200,7 @@ func TestAcquireOutcomes(t *testing.T) {
 			}},
 		{name: "replica shortfall, record already gone", replies: []reply{{raw: granted.raw, acks: acked(0)}},
 			undos: []reply{{raw: ":0\r\n"}}, wantErr: noReplicas(0, 1), calls: []string{"acquire+acks", "undo"},
-			log: []string{"reserve r 1", "cancel r 1"}, newest: 1},
+			log: []string{"reserve r 1", "cancel r 1"}},
 		{name: "replica shortfall, undo failed", replies: []reply{{raw: granted.raw, acks: acked(0)}},
 			undos: []reply{{err: cluster.ErrUnavailable}}, wantErr: undoFailed, calls: []string{"acquire+acks", "undo"},
 			log: []string{"reserve r 1", "confirm r 1"}, newest: 1},
@@ -224,13 +222,13 @@ func TestAcquireOutcomes(t *testing.T) {
 			calls: []string{"acquire+acks", "undo"}},
 		{name: "Confirm failed", store: func(s *memTokens) { s.failConfirm = persist.ErrUnhealthy },
 			replies: []reply{granted}, undos: []reply{undone}, wantErr: errIs(persist.ErrUnhealthy),
-			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"}, newest: 1},
+			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"}},
 		{name: "Confirm failed, undo failed", store: func(s *memTokens) { s.failConfirm = persist.ErrUnhealthy },
 			replies: []reply{granted}, undos: []reply{{err: cluster.ErrOutcomeUnknown}}, wantErr: errIs(persist.ErrUnhealthy),
-			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1"}, newest: 1,
+			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1"},
 			check: func(t *testing.T, f *fixture) {
-				// Neither confirmed nor cancelled: the record stands,
-				// and the token counts as issued after a restart too.
+				// Neither confirmed nor cancelled: the reservation stands,
+				// and the token counts as issued after a restart.
 				if n, _ := f.tokens.reopen().Newest("r"); n != 1 {
 					t.Errorf("after a crash the newest is %d, want the grant that may stand, 1", n)
 				}
@@ -267,7 +265,7 @@ func TestAcquireOutcomes(t *testing.T) {
 		{name: "record token ahead, malformed", replies: []reply{{raw: kindReply(kindTokenAhead, "0")}},
 			wantErr: errContains("unexpected record token"), calls: []string{"acquire+acks"}},
 		{name: "late grant, undone", late: true, replies: []reply{granted}, undos: []reply{undone}, wantErr: errIs(ErrLate),
-			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"}, newest: 1},
+			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"}},
 		{name: "late grant, undo failed", late: true, replies: []reply{granted}, undos: []reply{{err: cluster.ErrOutcomeUnknown}},
 			wantErr: undoFailed, calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "confirm r 1"}, newest: 1},
 		{name: "late re-arm: stands, not undone", late: true,

@@ -176,7 +176,7 @@ func TestRWLockTwins(t *testing.T) {
 }
 
 // With the replica stopped, every grant is undone exactly: a fresh read
-// or write leaves no lock (its token stays issued, stale), a reader joining leaves the hash, its expiry,
+// or write leaves nothing, a reader joining leaves the hash, its expiry,
 // the timeout keys and the side record as they were, and a write
 // re-entry's count and expiry (to which the grant had added the lease) go
 // back.
@@ -213,7 +213,7 @@ func TestRWLockUndoneWithoutReplica(t *testing.T) {
 	f.replica.Cont()
 
 	if n, _ := testenv.ParseInt(f.redis.Do("EXISTS", "fresh-r", "fresh-w", "{fresh-r}:u:1:rwlock_timeout:1",
-		"fenceproxy:lock:{fresh-r}", "fenceproxy:lock:{fresh-w}")); n != 0 {
+		"fenceproxy:lock:{fresh-r}", "fenceproxy:lock:{fresh-w}", "fenceproxy:lock:{fresh-r}:fence")); n != 0 {
 		t.Fatalf("%d keys of the refused fresh grants are left", n)
 	}
 	if got := snap("shared"); got != shared {
@@ -228,12 +228,9 @@ func TestRWLockUndoneWithoutReplica(t *testing.T) {
 	if _, ok, _ := f.m.HolderToken(context.Background(), "shared", "u:2"); ok {
 		t.Fatal("B, refused, has a token")
 	}
-	// A refused grant's token stays issued (one fence-store record per
-	// grant, written while the replicas answer): stale, never current,
-	// and its fence mark may stay up (the safe side).
 	for _, k := range []string{"fresh-r", "fresh-w"} {
-		if n, _ := f.m.opts.Store.Newest(k); n == 0 {
-			t.Fatalf("a refused fresh grant of %s left no token issued", k)
+		if n, _ := f.m.opts.Store.Newest(k); n != 0 {
+			t.Fatalf("a refused fresh grant of %s left token %d issued", k, n)
 		}
 	}
 }

@@ -1,10 +1,6 @@
 package locks
 
-import (
-	"errors"
-
-	"github.com/fenceproxy/fenceproxy/internal/persist"
-)
+import "github.com/fenceproxy/fenceproxy/internal/persist"
 
 // TokenStore is the fence store as the Manager uses it: where fencing
 // tokens come from and where each resource's newest issued token is
@@ -18,10 +14,9 @@ import (
 // called concurrently, but Reserve, Confirm and Cancel of one resource come
 // one at a time, from a section the Manager serializes per resource,
 // except for the tokens a waiting line reserves ahead of its grants
-// (handoff.go, ReserveAll): those are reserved, and cancelled when no
-// grant used them, outside it, concurrently with the resource's other
-// calls (each token is its own reservation). Confirm always comes from the
-// section.
+// (handoff.go): those are reserved, and cancelled when no grant used them,
+// outside it, concurrently with the resource's other calls (each token is
+// its own reservation). Confirm always comes from the section.
 //
 // Tokens:
 //
@@ -39,39 +34,26 @@ import (
 //
 // Newest tokens:
 //
-//   - Newest(r) is the newest token counted for r, or Floor if that is
-//     higher (0 if none): never below the floor, and at least the token
-//     of every Confirm(r) that returned nil before the call. A token
-//     reserved and not yet confirmed may count at once (PersistStore) or
-//     not while the process lives (the tier's store); one reserved ahead
-//     (ReserveAll) does not.
+//   - Newest(r) is the newest token confirmed for r, or Floor if that is
+//     higher (0 if neither): never below the floor, and at least the token
+//     of every Confirm(r) that returned nil before the call. A reserved
+//     token not yet confirmed does not count while the process lives.
 //   - NewestCached(r) is Newest(r) when the store knows it without I/O
 //     (ok true), and ok false otherwise; the Manager then offers a new
 //     token without knowing the newest (every new token is above it).
 //   - Reserve(r, t) durably records that t, returned by NextToken, may be
-//     issued for r, before the grant is known to stand (the write runs
-//     while Redis's replicas answer): once it returns nil, a crash at any
-//     later moment leaves r's newest at least t when the store opens
-//     again, unless Cancel(r, t) dropped it first. PersistStore counts t
-//     at once (one record per grant, persist's reserve.go): Newest(r) >= t
-//     from then on, and Cancel leaves it issued, stale, never current
-//     (the contract counts an outcome that may not be known as issued;
-//     the Manager's undo then reads t as the newest and leaves the fence
-//     mark up, the safe side). The tier's store counts it once confirmed.
-//     Concurrent Reserves may share one commit and one sync.
-//   - ReserveAll(r, ts) (optional, reserverAll) durably reserves tokens a
-//     waiting line will use, without issuing them: Newest ignores them
-//     while the process lives, a crash counts them all as issued.
+//     issued for r: once it returns nil, a crash at any later moment leaves
+//     r's newest at least t when the store opens again, unless Cancel(r,
+//     t) returned first. Concurrent Reserves may share
+//     one sync. It does not change Newest while the process lives.
 //   - Confirm(r, t) makes t r's newest, exactly: the Manager vouches that
-//     t is above every token counted for r before its Reserve (it read Newest since
+//     t is above every token confirmed for r before (it read Newest since
 //     its last Confirm of r, and serializes them). It is called only
-//     after Reserve(r, t) or ReserveAll(r, [..t..]) returned nil, so it
-//     need not sync: the record or the reservation is durable.
-//   - Cancel(r, t): t was not issued. A store that did not count t yet
-//     drops its reservation; PersistStore drops only a reservation ahead
-//     (a token Reserve recorded stays issued). Its error is only logged: a
-//     reservation it failed to drop counts as issued after a crash, which
-//     errs on the safe side.
+//     after Reserve(r, t) returned nil, so it need not sync: the
+//     reservation is durable.
+//   - Cancel(r, t) drops the reservation: t was not issued. Its error is
+//     only logged: a reservation it failed to drop counts as issued after
+//     a crash, which errs on the safe side.
 //
 // A store that cannot tell whether a write reached its disk (a failed
 // sync) must fail every later call rather than answer from what may be
@@ -92,21 +74,23 @@ type TokenStore interface {
 }
 
 // reserverAll is a TokenStore that can reserve several tokens of one
-// resource ahead, with one sync and without issuing them (PersistStore),
-// as a line's refill does (handoff.go); without it no line reserves ahead.
+// resource with one sync (PersistStore), as a line's refill does
+// (handoff.go); another store reserves them one by one.
 type reserverAll interface {
 	ReserveAll(resource string, tokens []uint64) error
 }
 
-// reserveAll reserves tokens ahead for resource in store. A store
-// without ReserveAll has none: its Reserve would issue them (refill does
-// not call it then).
+// reserveAll reserves tokens for resource in store.
 func reserveAll(store TokenStore, resource string, tokens []uint64) error {
-	r, ok := store.(reserverAll)
-	if !ok {
-		return errors.New("locks: this token store cannot reserve tokens ahead")
+	if r, ok := store.(reserverAll); ok {
+		return r.ReserveAll(resource, tokens)
 	}
-	return r.ReserveAll(resource, tokens)
+	for _, t := range tokens {
+		if err := store.Reserve(resource, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PersistStore is s as a TokenStore.
@@ -134,7 +118,7 @@ func (p persistStore) Reserve(resource string, token uint64) error {
 }
 
 func (p persistStore) ReserveAll(resource string, tokens []uint64) error {
-	return p.s.ReserveAhead([]byte(resource), tokens)
+	return p.s.ReserveAll([]byte(resource), tokens)
 }
 
 func (p persistStore) Confirm(resource string, token uint64) error {

@@ -16,9 +16,7 @@
 // # What it keeps
 //
 // Three key families in Pebble: m/ for the store's own state, t/ and p/
-// per resource. A grant is one t/ record; p/ holds only the tokens a
-// waiting line reserves ahead (and, after an upgrade, what an older
-// fenceproxy left).
+// per resource.
 //
 //	m/bound       8-byte big-endian: the durable token bound
 //	m/floor       8-byte big-endian: the token floor (invariant 8)
@@ -27,23 +25,20 @@
 //	              newest first, comma-separated
 //	m/dir         the directory's inode when it was last opened
 //	t/<resource>  8-byte big-endian: newest token recorded for resource
-//	p/<token><resource>  empty: token (8-byte big-endian) reserved ahead
-//	                     for resource, not yet confirmed or cancelled
+//	p/<token><resource>  empty: token (8-byte big-endian) reserved for
+//	                     resource, not yet confirmed or cancelled
 //
 // m/id names the store on the backend; m/run and m/dir let the next process
 // tell a dead predecessor from a live copy of the directory (shared.go).
-// A grant is one record (reserve.go): Reserve max-merges t/<resource> and
-// syncs it while the caller waits for Redis's replicas, in one group
-// commit with every Reserve that arrives meanwhile (commit.go); from then
-// on the token counts as issued, whether the grant is replied or refused.
-// Tokens a waiting line reserves ahead (ReserveAhead) are p/ keys that
-// reads ignore until Confirm makes one t/ (in memory at once, on disk with
-// the next group's batch) or Cancel deletes it.
+// A grant is recorded in two steps (reserve.go): Reserve syncs
+// p/<token><resource> while the caller waits for Redis's replicas, then
+// Confirm makes it t/<resource> (or Cancel drops the reservation), in
+// memory at once and on disk with the next Reserve's batch.
 //
 // In memory it keeps last (the counter), bound (the published bound: m/bound
 // as synced and, for a Shared store, shared), synced (m/bound as last
-// synced), floor (m/floor as synced), the newest-token cache, the tokens
-// reserved ahead, and their confirmations not yet written (deferred).
+// synced), floor (m/floor as synced), the newest-token cache, and the
+// confirmations not yet written (deferred).
 //
 // # Invariants
 //
@@ -61,24 +56,22 @@
 //  3. A record is a max. t/ is written with a Pebble merge operator
 //     whose result is the maximum of its operands, so the stored value is the
 //     max of every write ever applied, whatever the order of concurrent
-//     commits, of the writes within one group's batch, or of WAL replay.
-//     Reserve returns nil only after the batch that carries it is synced;
-//     no read is needed and no lock is held across the commit. Concurrent
-//     Reserves share one batch and one synced commit (commit.go): the
-//     first caller of a group leads it once the commit in progress is
-//     done, and every caller of the group gets that commit's outcome.
-//  4. Recorded <= issued. Reserve, ReserveAhead and Confirm reject a token
-//     above the last issued one, so every t/ and p/ value is <= m/bound
-//     and, by (2), below every later token.
-//  5. The cache never hides a recorded token. A cached entry starts as a
-//     value read from Pebble and is raised (max) by every Reserve once its
-//     commit has succeeded, and by every Confirm. A Pebble read races with
-//     a write only through a per-shard write epoch: a miss fills the cache
-//     only if no raise touched that shard during the read. A miss reads
-//     the deferred confirmations (of tokens reserved ahead) before Pebble,
-//     and one leaves them only once a commit has put it in Pebble, so
-//     whichever is read second has it. So Newest(r) >= the token of every
-//     Reserve(r) and Confirm(r) that returned nil before Newest was called.
+//     commits or of WAL replay (a caller that vouches a token is above all
+//     before it, Grant.AboveAll, gets a plain Set, which reads faster).
+//     Reserve returns nil only after its batch is synced; no read is needed
+//     and no lock is held across the commit, so concurrent Reserves share
+//     one batch and one synced commit (commit.go: a group commit).
+//  4. Recorded <= issued. Reserve and Confirm reject a token above the last
+//     issued one, so every t/ and p/ value is <= m/bound and, by (2), below
+//     every later token.
+//  5. The cache never hides a confirmed token. A cached entry starts as a
+//     value read from Pebble and is raised (max) by every Confirm. A Pebble
+//     read races with a Confirm only through a per-shard write epoch: a miss
+//     fills the cache only if no Confirm touched that shard during the read.
+//     A miss reads the deferred confirmations before Pebble, and one leaves
+//     them only once a commit has put it in Pebble, so whichever is read
+//     second has it. So Newest(r) >= the token of every Confirm(r) that
+//     returned nil before Newest was called.
 //  6. Fail-stop. If any synced commit fails (disk full, I/O error) or Pebble
 //     reports a fatal error, the failing call returns an error whose outcome
 //     is unknown (its write may or may not be on disk), the cache is not
@@ -87,21 +80,15 @@
 //     may hold data that is not on disk; answering from them could regress a
 //     token after a crash. Restarting the process recovers: Open re-reserves
 //     above whatever bound did reach the disk.
-//  7. A record counts at once; a reservation ahead counts after a crash.
-//     Reserve's t/ record is written before the caller knows whether the
-//     grant will be replied, so a grant refused after it (no replicas,
-//     too late) leaves its token issued: stale, never current, as an
-//     outcome that may not be known counts (the contract's guarantee 5).
-//     ReserveAhead syncs p/<token><resource> for tokens a waiting line may
-//     issue while the resource is held (counting them at once would make
-//     the holder stale); Confirm (no write of its own: the reservation is
-//     durable) moves one to t/<resource> with the next group's batch (by
-//     max-merge: batches may commit in either order), Cancel drops one
-//     (unsynced). While the process lives, reads ignore p/. Open folds
-//     every p/ left by a crash, or by a directory an older fenceproxy
-//     wrote (it reserved every grant so), into t/ before serving, so a
-//     token that may have been replied is never forgotten, nor one
-//     confirmed but not yet written.
+//  7. A reservation counts after a crash. Reserve syncs p/<token><resource> before
+//     the caller knows whether the token will be issued; Confirm (no write
+//     of its own: the reservation already is durable) moves it to
+//     t/<resource> with the next Reserve's batch (by max-merge: batches
+//     may commit in either order), Cancel drops it (unsynced). Open folds
+//     every p/ left by a crash into t/ before serving, so a token that may
+//     have been replied is never forgotten, nor one confirmed but not yet
+//     written. While the process lives, reads ignore p/: a cancelled token
+//     never counts.
 //  8. The floor is a token issued to every resource and to no owner. Adopt
 //     (a token or bound issued without this store: a new, empty or
 //     restored directory, another store on the backend) and
@@ -131,13 +118,10 @@
 //     crossed the bound). Tokens between the last one returned and that bound
 //     are skipped forever: a restart skips at most ReserveWindow tokens, so the
 //     2^63-1 tokens that fit a RESP integer last 2^43 restarts at the default.
-//   - For every Reserve that returned nil, its token, as t/ (replied,
-//     refused or cancelled alike). For every ReserveAhead that returned
-//     nil, its tokens not cancelled before a later sync: as t/ if a
-//     Confirm reached the disk (a later sync carries it), else as p/,
-//     folded into t/ at the next Open. A call that returned an error or
-//     had not returned may or may not have survived (a failed group commit
-//     fails every caller in it).
+//   - For every Reserve that returned nil, its token: as t/ if its Confirm
+//     reached the disk (a later sync carries it), else as p/, folded into t/
+//     at the next Open. A call that returned an error or had not returned may
+//     or may not have survived.
 //   - m/floor as of the last successful Adopt or reservation.
 //   - Nothing in memory: the counter and the cache are rebuilt from disk.
 //
@@ -164,45 +148,35 @@
 // fsyncs of unrelated resources that share a stripe. The max merge operator
 // needs neither. One fsync per token (a synced counter) was dropped for (2).
 //
-// A grant in two steps (until issue 26): a synced reservation p/ that
-// reads ignored, a confirmation into t/ deferred to the next Reserve's
-// batch, and the reservation's delete. A refused grant never showed, but
-// every grant cost three entries, each Reserve was a Pebble commit of its
-// own, and the sets and deletes of p/ made flushes and compactions cost
-// 18-20 µs per lock cycle once 1.3M resources had been seen (4-5 fresh).
+// One record per grant (t/ written by Reserve, counted at once; tried in
+// issue 26): a third of the entries and half the compaction as resources
+// grow, but a refused grant's token then counts as issued and stales the
+// holder of the moment, which the clients' own lock recipes cannot see
+// coming (a refusal reads as "held" to them): the fault suite's checker
+// called those holders falsely stale.
 //
 // # Size and compaction
 //
 // The store holds one t/ key per resource ever granted (about 20 bytes
-// plus the resource, before Pebble's compression), a handful of m/ keys,
-// and the p/ keys of the tokens lines reserve ahead (a few per waiting
-// line, deleted when used). A grant adds one memtable entry; a flush turns
-// them into L0 tables, and compactions merge them into the levels below.
-// New resources are keys spread over the whole key space, so each
-// compaction into a level rewrites the overlapping tables of that level:
+// plus the resource, before compression), a handful of m/ keys, and the
+// p/ keys of grants in flight. A grant adds three memtable entries (p/
+// set, t/ merge, p/ delete); new resources are keys spread over the whole
+// key space, so compactions rewrite the overlapping tables of each level:
 // write amplification grows with the number of levels, about the log of
-// the resources ever seen, and the size itself linearly.
-//
-// Not done (proposed): keep a resource that has been free for longer than
-// any lease and lock-delay in a compact form, for instance by dropping its
-// t/ key and raising a store-wide horizon below which every token counts
-// as stale. Tokens are global, so the horizon must stay below the token of
-// every lease that may still be live (renewals keep a lease's token for
-// ever, so one long-held lock pins it), below every token a waiting line
-// reserved ahead, and it changes answers: FENCE.CHECK of a free
-// resource's last token says 1 (newest) today, and would say 0. That is
-// outside this package's contract, so the size bound needs the lock
-// manager's leases to set the horizon.
+// the resources ever seen, and the size linearly. A bound would keep a
+// resource free for longer than any lease and lock-delay in a compact form
+// (a store-wide horizon below which every token is stale), which needs
+// the lock manager's leases to set the horizon: not done.
 //
 // # Concurrency
 //
-// NextToken, Reserve, ReserveAhead, Confirm, Cancel, Newest, Adopt, Join
-// and Stats are safe for concurrent use. Join's share function runs under reserveMu and
+// NextToken, Reserve, Confirm, Cancel, Newest, Adopt, Join and Stats are
+// safe for concurrent use. Join's share function runs under reserveMu and
 // must not call back into the store. Close must not run concurrently with
 // them; calls after Close return ErrClosed. Lock order: reserveMu (token
 // reservations) and the cache shard mutexes are never held together; shard
-// mutexes, the group commit's mutex and the deferred writes' mutex are
-// leaves and are never held during I/O (the whole proxy's order is in docs/lock-order.md).
+// mutexes and the deferred writes' mutex are leaves and are never held
+// during I/O (the whole proxy's order is in docs/lock-order.md).
 //
 // The merge operator's name ("fenceproxy.max_u64_be.v1") is stored in the
 // database: Pebble refuses to open the directory with any other merger.

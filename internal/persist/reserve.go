@@ -11,57 +11,43 @@ import (
 
 // A grant's token must be on disk before its reply, but whether the grant
 // will be replied at all is known only when Redis's replicas have answered.
-// So the write runs while they answer, and a grant is one record:
+// Reserve, Confirm and Cancel let the fsync run while they answer:
 //
-//   - Reserve(resource, token) writes "t/"+resource = token (max-merge,
-//     invariant 3) and syncs it, in one group commit with every Reserve
-//     that arrives meanwhile (commit.go). Once it returns nil the token
-//     counts as issued: Newest is at least token, now and after any crash.
-//   - Confirm(grant) adds nothing to disk: the record is there. It raises
-//     the cache (exactly, when the caller vouches Grant.AboveAll).
-//   - Cancel(resource, token) does nothing for such a token: a token
-//     written whose grant is then refused (no replicas, too late) stays
-//     issued, stale, never current again. That is what a crash between
-//     the write and the refusal always did, and the contract allows it
-//     (an outcome that may not be known counts as issued).
+//   - Reserve(resource, token) syncs "p/"+token+resource: token may be
+//     issued. Reads ignore it while the process lives. Concurrent Reserves
+//     (and ReserveAll, a waiting line's tokens reserved ahead of its
+//     grants) share one batch and one synced commit (commit.go), which
+//     also carries the confirmations deferred so far.
+//   - Confirm(grant) makes token the resource's newest ("t/") and drops the
+//     reservation: at once in memory (the cache, and the deferred writes
+//     below), on disk with the next group's batch. It needs no write of its
+//     own: the reservation already made the token durable.
+//   - Cancel(resource, token) drops the reservation, without a sync.
 //
-// The grants of one resource come one at a time (the lock manager's turn),
-// so a Reserve raises what the resource's holder of the moment sees only
-// when that holder's lease is over.
+// So a refused grant (no replicas, too late) never shows: its token does
+// not count while the process lives. That matters for the clients' own
+// lock recipes, which cannot tell a refusal from "held" (issue 26 tried
+// one record per grant, counted at once; the fault suite's checker then
+// found holders called stale by grants their clients saw refused).
 //
-// Until issue 26 a grant was three entries: a synced reservation
-// "p/"+token+resource that reads ignored, its confirmation into "t/"
-// written with the next Reserve's batch, and the reservation's delete. A
-// refused grant then never showed, but every grant cost three memtable
-// entries, and the reservations' sets and deletes made flushes and
-// compactions grow with every resource ever seen (4-5 to 18-20 µs of
-// compaction per lock cycle after 1.3M resources).
+// After a crash, Open folds every reservation left into "t/": a token that
+// may have been replied counts as issued (invariant 7). A grant refused for
+// want of replicas can thus become a resource's newest token only if the
+// process crashed between its Reserve and its Cancel.
 //
-// One case keeps that form: tokens a waiting line reserves AHEAD of its
-// grants (ReserveAhead, the lock manager's handoff.go) while the resource
-// is held. Counting them at once would make the holder of the moment stale
-// and every token reserved ahead at most the newest. They are written as
-// "p/"+token+resource in the same group commits, ignored by reads while the
-// process lives; Confirm of one makes it "t/" (at once in memory: the cache
-// and the deferred writes below; on disk with the next group's batch) and
-// drops its reservation; Cancel of one deletes its reservation. After a
-// crash, Open folds every "p/" left into "t/": a token that may have been
-// replied counts as issued (invariant 7). Open folds the "p/" of a
-// directory written before issue 26 (every grant reserved so) the same way.
-//
-// Why a confirmation of a token reserved ahead is deferred: it needs no
-// sync of its own (the reservation is durable), and a commit of its own
-// cost a commit and its memtable inserts. Until the next group writes
-// them, the deferred confirmations are read with the cache: Newest
-// consults them before Pebble (invariant 5). They are written with a
-// max-merge, since two batches that carry confirmations of one resource
-// may commit in either order. A cancellation is not deferred: one lost in
-// a crash is a reservation that counts as issued, which makes the
-// resource's holder of the moment stale; deferred, that happened after a
-// kill -9 whenever no Reserve had come since (the fault suite's
-// linearizability check caught a holder called stale after a proxy kill,
-// its line's unused tokens cancelled in memory only), where an unsynced
-// write of its own reaches the kernel at once.
+// Why a confirmation is deferred: it needs no sync of its own (the
+// reservation is durable), and a commit of its own cost a commit and its
+// memtable inserts for every grant. Until the next group writes them, the
+// deferred confirmations are read with the cache: Newest consults them
+// before Pebble (invariant 5). They are written with a max-merge, since
+// two batches that carry confirmations of one resource may commit in
+// either order. A cancellation is not deferred: one lost in a crash is a
+// reservation that counts as issued, which makes the resource's holder of
+// the moment stale; deferred, that happened after a kill -9 whenever no
+// Reserve had come since (the fault suite's linearizability check caught
+// a holder called stale after a proxy kill, its line's unused tokens
+// cancelled in memory only), where an unsynced write of its own reaches
+// the kernel at once.
 //
 // Each reservation has a key of its own. With one key per resource, two
 // overlapping reservations of one resource would lose a token after a
@@ -80,33 +66,15 @@ func reservedKey(resource []byte, token uint64) []byte {
 	return append(k, resource...)
 }
 
-// Reserve durably records token as issued for resource: one max-merged
-// "t/" record, synced in a group commit shared with the concurrent
-// Reserves (commit.go), which also carries the confirmations deferred so
-// far. Once it returns nil, Newest(resource) >= token, now and after any
-// crash. An error leaves the outcome unknown (the token may be on disk).
+// Reserve durably reserves token for resource (see above): it returns
+// after the group commit that carries it is synced.
 func (s *Store) Reserve(resource []byte, token uint64) error {
-	if err := s.check(Grant{Resource: resource, Token: token}); err != nil {
-		return err
-	}
-	err := s.groupCommit(func(b *pebble.Batch) error {
-		return b.Merge(tokenKey(resource), encodeToken(token), nil)
-	})
-	if err != nil {
-		return err
-	}
-	// After the commit (invariant 5): the stored value is now >= token.
-	// Not exact: another record may be higher; Confirm of a grant the
-	// caller vouches for (AboveAll) makes it so.
-	s.cache.Raise(resource, token, false)
-	return nil
+	return s.ReserveAll(resource, []uint64{token})
 }
 
-// ReserveAhead durably reserves tokens for resource without issuing them:
-// reads ignore them while the process lives, until Confirm makes one the
-// newest; Cancel drops one (see above). A crash counts them all as issued.
-// One group commit for all.
-func (s *Store) ReserveAhead(resource []byte, tokens []uint64) error {
+// ReserveAll is Reserve of several tokens for one resource (a waiting
+// line's, reserved ahead of its grants), in one group commit.
+func (s *Store) ReserveAll(resource []byte, tokens []uint64) error {
 	for _, t := range tokens {
 		if err := s.check(Grant{Resource: resource, Token: t}); err != nil {
 			return err
@@ -116,7 +84,7 @@ func (s *Store) ReserveAhead(resource []byte, tokens []uint64) error {
 	for i, t := range tokens {
 		keys[i] = reservedKey(resource, t)
 	}
-	s.deferred.reserveAhead(keys)
+	s.deferred.reserve(keys)
 	return s.groupCommit(func(b *pebble.Batch) error {
 		for _, k := range keys {
 			if err := b.Set(k, nil, nil); err != nil {
@@ -127,11 +95,9 @@ func (s *Store) ReserveAhead(resource []byte, tokens []uint64) error {
 	})
 }
 
-// Confirm makes a token the resource's newest: call it only after Reserve
-// or ReserveAhead of the same token returned nil. After Reserve the record
-// is on disk, and Confirm only tells the cache (exactly, with AboveAll);
-// after ReserveAhead it makes the token count, at once for every read, on
-// disk with the next group commit.
+// Confirm makes a reserved token the resource's newest, at once for every
+// read, on disk with the next group commit: call it only after Reserve of
+// the same token returned nil.
 func (s *Store) Confirm(g Grant) error {
 	if err := s.check(g); err != nil {
 		return err
@@ -141,14 +107,13 @@ func (s *Store) Confirm(g Grant) error {
 	return nil
 }
 
-// Cancel says token was not issued for resource. A token reserved ahead
-// (ReserveAhead) has its reservation deleted, without a sync. A token
-// written by Reserve stays issued (stale): Cancel does nothing for it.
+// Cancel drops the reservation of token for resource: it was not issued.
+// It does not sync.
 func (s *Store) Cancel(resource []byte, token uint64) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	k := s.deferred.cancelAhead(resource, token)
+	k := s.deferred.cancel(resource, token)
 	if k == nil {
 		return nil
 	}
@@ -187,16 +152,17 @@ func (s *Store) flushDeferred() error {
 	return err
 }
 
-// deferred holds the tokens reserved ahead, and the confirmations of
-// them not yet on disk. Its mutex is a leaf, never held during I/O.
+// deferred holds the reservations neither confirmed nor cancelled, and
+// the confirmations not yet on disk. Its mutex is a leaf, never held
+// during I/O.
 type deferred struct {
-	// nAhead counts ahead's keys, so that the Confirm and Cancel of a
-	// token written by Reserve (every grant but a line's) skip the mutex.
-	nAhead atomic.Int64
-	mu     sync.Mutex
-	// ahead are the reservation keys of tokens reserved ahead, neither
-	// confirmed nor cancelled.
-	ahead map[string]struct{}
+	// nReserved counts reserved's keys, so that a Cancel with none
+	// skips the mutex.
+	nReserved atomic.Int64
+	mu        sync.Mutex
+	// reserved are the keys of reservations neither confirmed nor
+	// cancelled.
+	reserved map[string]struct{}
 	// newest is each resource's newest confirmed token not yet written,
 	// with the batch that took it to be written (0: none yet).
 	newest map[string]deferredToken
@@ -217,57 +183,52 @@ type taken struct {
 	confirmed int
 }
 
-// reserveAhead notes keys as reserved ahead, before they are written (a
-// Cancel after a failed write still deletes them).
-func (d *deferred) reserveAhead(keys [][]byte) {
+// reserve notes keys as reserved, before they are written (a Cancel
+// after a failed write still deletes them).
+func (d *deferred) reserve(keys [][]byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.ahead == nil {
-		d.ahead = make(map[string]struct{})
+	if d.reserved == nil {
+		d.reserved = make(map[string]struct{})
 	}
 	for _, k := range keys {
-		if _, ok := d.ahead[string(k)]; !ok {
-			d.ahead[string(k)] = struct{}{}
-			d.nAhead.Add(1)
+		if _, ok := d.reserved[string(k)]; !ok {
+			d.reserved[string(k)] = struct{}{}
+			d.nReserved.Add(1)
 		}
 	}
 }
 
-// takeAheadLocked forgets the reservation of token for resource and
-// returns its key, or nil if it was not reserved ahead.
-func (d *deferred) takeAheadLocked(resource []byte, token uint64) []byte {
+// takeReservedLocked forgets the reservation of token for resource and
+// returns its key, or nil if it was not reserved.
+func (d *deferred) takeReservedLocked(resource []byte, token uint64) []byte {
 	k := reservedKey(resource, token)
-	if _, ok := d.ahead[string(k)]; !ok {
+	if _, ok := d.reserved[string(k)]; !ok {
 		return nil
 	}
-	delete(d.ahead, string(k))
-	d.nAhead.Add(-1)
+	delete(d.reserved, string(k))
+	d.nReserved.Add(-1)
 	return k
 }
 
-// cancelAhead forgets the reservation of token for resource and returns
-// its key to delete, or nil if it was not reserved ahead.
-func (d *deferred) cancelAhead(resource []byte, token uint64) []byte {
-	if d.nAhead.Load() == 0 {
+// cancel forgets the reservation of token for resource and returns
+// its key to delete, or nil if it was not reserved.
+func (d *deferred) cancel(resource []byte, token uint64) []byte {
+	if d.nReserved.Load() == 0 {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.takeAheadLocked(resource, token)
+	return d.takeReservedLocked(resource, token)
 }
 
-// confirm defers the write of a token reserved ahead as resource's newest
-// and the delete of its reservation; a token written by Reserve needs
-// neither.
+// confirm defers the write of token as resource's newest and the delete
+// of its reservation.
 func (d *deferred) confirm(resource []byte, token uint64) {
-	if d.nAhead.Load() == 0 {
-		return
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := d.takeAheadLocked(resource, token)
-	if k == nil {
-		return
+	if k := d.takeReservedLocked(resource, token); k != nil {
+		d.drop = append(d.drop, k)
 	}
 	if d.newest == nil {
 		d.newest = make(map[string]deferredToken)
@@ -275,7 +236,6 @@ func (d *deferred) confirm(resource []byte, token uint64) {
 	if e, ok := d.newest[string(resource)]; !ok || token > e.token {
 		d.newest[string(resource)] = deferredToken{token: token}
 	}
-	d.drop = append(d.drop, k)
 }
 
 // get is resource's deferred newest token, 0 if none.

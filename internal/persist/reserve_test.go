@@ -10,41 +10,37 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// TestReserveCountsAtOnce: a token Reserve wrote counts at once and stays
-// counted when its grant is cancelled (stale, never current again: one
-// record per grant); a token reserved ahead counts only once confirmed,
-// and a cancelled one never shows.
-func TestReserveCountsAtOnce(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
+// TestReserveConfirmCancel: while the process lives, only confirmed tokens
+// count; a cancelled reservation never shows.
+func TestReserveConfirmCancel(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	r := []byte("res")
-	t1, t2 := nextT(t, s), nextT(t, s)
-	must(s.Reserve(r, t1))
-	if n := newestT(t, s, "res"); n != t1 {
-		t.Fatalf("Newest after Reserve = %d, want %d: the one record counts at once", n, t1)
+	t1, _ := s.NextToken()
+	t2, _ := s.NextToken()
+	if err := s.Reserve(r, t1); err != nil {
+		t.Fatal(err)
 	}
-	must(s.Confirm(Grant{Resource: r, Token: t1, AboveAll: true}))
-	must(s.Reserve(r, t2))
-	must(s.Cancel(r, t2))
-	if n := newestT(t, s, "res"); n != t2 {
-		t.Fatalf("Newest after a cancelled grant = %d, want %d (it counts as issued)", n, t2)
+	if n, _ := s.Newest(r); n != 0 {
+		t.Fatalf("Newest after Reserve only = %d, want 0", n)
 	}
-
-	a1, a2 := nextT(t, s), nextT(t, s)
-	must(s.ReserveAhead(r, []uint64{a1, a2}))
-	if n := newestT(t, s, "res"); n != t2 {
-		t.Fatalf("Newest after ReserveAhead = %d, want %d: tokens reserved ahead do not count", n, t2)
+	if err := s.Confirm(Grant{Resource: r, Token: t1, AboveAll: true}); err != nil {
+		t.Fatal(err)
 	}
-	must(s.Cancel(r, a1))
-	must(s.Confirm(Grant{Resource: r, Token: a2, AboveAll: true}))
-	if n := newestT(t, s, "res"); n != a2 {
-		t.Fatalf("Newest after Confirm of a token reserved ahead = %d, want %d", n, a2)
+	if n, _ := s.Newest(r); n != t1 {
+		t.Fatalf("Newest after Confirm = %d, want %d", n, t1)
+	}
+	if err := s.Reserve(r, t2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(r, t2); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Newest(r); n != t1 {
+		t.Fatalf("Newest after a cancelled reservation = %d, want %d", n, t1)
 	}
 }
 
@@ -71,12 +67,12 @@ func TestReservationSurvivesCrash(t *testing.T) {
 	must(s.Reserve(a, ta)) // replied
 	must(s.Confirm(Grant{Resource: a, Token: ta}))
 	must(s.Reserve(b, tb)) // crash before its replicas answered
-	must(s.Reserve(c, tc)) // refused
+	must(s.Reserve(c, tc)) // refused: a later sync carries the cancel
 	must(s.Cancel(c, tc))
-	must(s.ReserveAhead(ea, []uint64{tea})) // granted: confirmed without a sync
+	must(s.ReserveAll(ea, []uint64{tea})) // granted: confirmed without a sync
 	must(s.Confirm(Grant{Resource: ea, Token: tea}))
-	must(s.ReserveAhead(eb, []uint64{teb})) // left in line at the crash
-	must(s.ReserveAhead(ec, []uint64{tec})) // unused: a later sync carries the cancel
+	must(s.ReserveAll(eb, []uint64{teb})) // left in line at the crash
+	must(s.ReserveAll(ec, []uint64{tec})) // unused: a later sync carries the cancel
 	must(s.Cancel(ec, tec))
 	td := nextT(t, s)
 	must(grant(s, Grant{Resource: []byte("d"), Token: td}))
@@ -90,7 +86,7 @@ func TestReservationSurvivesCrash(t *testing.T) {
 	for _, tc := range []struct {
 		r    []byte
 		want uint64
-	}{{a, ta}, {b, tb}, {c, tc}, {ea, tea}, {eb, teb}, {ec, 0}} {
+	}{{a, ta}, {b, tb}, {c, 0}, {ea, tea}, {eb, teb}, {ec, 0}} {
 		if n, _ := s2.Newest(tc.r); n != tc.want {
 			t.Errorf("after the crash Newest(%s) = %d, want %d", tc.r, n, tc.want)
 		}
@@ -117,8 +113,8 @@ func TestOverlappingReservationsOfOneResource(t *testing.T) {
 	r := []byte("r")
 	tb, _ := s.NextToken()
 	ta, _ := s.NextToken()
-	must(s.ReserveAhead(r, []uint64{tb}))
-	must(s.ReserveAhead(r, []uint64{ta}))
+	must(s.ReserveAll(r, []uint64{tb}))
+	must(s.ReserveAll(r, []uint64{ta}))
 	must(s.Confirm(Grant{Resource: r, Token: tb}))
 	td, _ := s.NextToken() // a synced write that carries B's Confirm
 	must(s.Reserve([]byte("other"), td))
@@ -189,7 +185,7 @@ func TestDeferredConfirmations(t *testing.T) {
 	}
 	r := []byte("r")
 	tr := nextT(t, s)
-	must(s.ReserveAhead(r, []uint64{tr}))
+	must(s.ReserveAll(r, []uint64{tr}))
 	commits := s.Stats().SyncedCommits
 	must(s.Confirm(Grant{Resource: r, Token: tr, AboveAll: true}))
 	// Evict r from the one-entry cache.
