@@ -26,19 +26,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Second})
-	cancel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
+	be := benchBackend(b, master.Addr)
 	m := newBenchManager(be, store)
 	resources := make([]string, 1024)
 	for i := range resources {
 		resources[i] = "bench-" + strconv.Itoa(i)
 	}
-	ctx = context.Background()
+	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -50,6 +44,19 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.Fatal(ok, err)
 		}
 	}
+}
+
+// benchBackend is a standalone backend over addr with one lock connection
+// of each kind, closed when b ends.
+func benchBackend(b *testing.B, addr string) cluster.Backend {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(be.Close)
+	return be
 }
 
 func newBenchManager(be cluster.Backend, store *persist.Store) *Manager {
@@ -69,17 +76,11 @@ func acquireForBench(ctx context.Context, m *Manager, r string) (uint64, error) 
 func BenchmarkWriterBatches(b *testing.B) {
 	master := testenv.StartRedis(b, testenv.RedisOptions{})
 	testenv.StartReplica(b, master)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Second})
-	cancel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
+	be := benchBackend(b, master.Addr)
 	wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Second})
 	const script = "return redis.call('INCR', KEYS[1])"
 	call := ScriptCall{Source: script, SHA: cluster.ScriptSHA(script), Keys: []string{"bench"}}
-	ctx = context.Background()
+	ctx := context.Background()
 	if _, err := wr.Start(ctx, "bench", call, true).Acks(); err != nil {
 		b.Fatal(err)
 	}
