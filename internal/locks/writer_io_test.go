@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -117,4 +118,69 @@ func TestBatchOnABrokenConnection(t *testing.T) {
 func send(wr *Writer, conn *backend.SyncConn, ws []*Write, st *writerState) []*Write {
 	wr.sendBatch(conn, ws, st)
 	return ws
+}
+
+// TestScriptReplyBeforeItsWAIT: a write's script reply reaches its caller
+// while its batch's WAIT is still out (the writer completes each reply as
+// it reads it), so the caller can fsync meanwhile; the acknowledgements
+// follow when the replica answers. The replica is stopped until the script
+// reply is in, and WAIT's timeout is longer than the test: no clock decides.
+func TestScriptReplyBeforeItsWAIT(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Hour, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close)
+	wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Hour})
+	call := ScriptCall{Source: "return redis.call('INCR', KEYS[1])", Keys: []string{"k"}}
+	if n, err := wr.Start(ctx, "k", call, true).Acks(); n != 1 || err != nil {
+		t.Fatalf("a write with the replica up: %d acks, %v", n, err)
+	}
+
+	replica.Stop()
+	stopped := true
+	defer func() {
+		if stopped {
+			replica.Cont()
+		}
+	}()
+	// Start itself returns once the script's reply is in.
+	started := make(chan *Write, 1)
+	go func() { started <- wr.Start(context.Background(), "k", call, true) }()
+	var w *Write
+	select {
+	case w = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no script reply within 10s while its WAIT was out")
+	}
+	if v, err := w.Reply(); v != int64(2) || err != nil {
+		t.Fatalf("the script's reply with the replica stopped: %v, %v", v, err)
+	}
+	acked := make(chan error, 1)
+	go func() {
+		n, err := w.Acks()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("%d acks, want 1", n)
+		}
+		acked <- err
+	}()
+	select {
+	case err := <-acked:
+		t.Fatalf("the WAIT was answered with the replica stopped: %v", err)
+	default:
+	}
+	replica.Cont()
+	stopped = false
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatalf("the WAIT after the replica came back: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the WAIT was not answered within 10s of the replica's return")
+	}
 }
