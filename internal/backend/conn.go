@@ -24,13 +24,12 @@ type Options struct {
 	Logger      *slog.Logger
 	// ObserveReply, if set, is called with each request's round-trip time.
 	ObserveReply func(time.Duration)
-	// NoYield skips the writer's yield before each write (see writeLoop):
-	// for a connection fed by one goroutine, where there is nothing to wait for.
-	NoYield bool
 	// ReplyTimeout, if set, bounds how long a reply may take: past it the
 	// connection is taken as dead (a stopped or hung Redis) and every request
 	// on it fails with ErrLost. For connections that carry only
 	// requests of bounded duration (the proxy's lock scripts and WAITs).
+	// A SyncConn bounds a whole batch by it, give or take a quarter
+	// (SyncConn.armDeadline).
 	ReplyTimeout time.Duration
 	// RESP3 makes the connection speak RESP3 (HELLO 3), for clients that
 	// asked for it: Redis then writes their replies in RESP3 itself.
@@ -114,17 +113,14 @@ type Conn struct {
 	// loop serves the connection instead of the writer and reader
 	// goroutines (loop.go); nc is then a *loopSock.
 	loop *netloop.Loop
+	// synchronous: the connection is a SyncConn's, whose user writes and
+	// reads it (exchange.go); it has no writer or reader goroutine.
+	synchronous bool
 }
 
 // Dial connects to Redis and starts the connection's goroutines.
 func Dial(opts Options) (*Conn, error) {
-	if opts.DialTimeout == 0 {
-		opts.DialTimeout = 2 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	c := &Conn{opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c := newConn(opts)
 	if opts.Loop != nil && opts.TLS == nil && opts.ReplyTimeout == 0 && opts.OnPush == nil && !opts.NoReconnect {
 		c.loop = opts.Loop
 	}
@@ -148,10 +144,18 @@ func Dial(opts Options) (*Conn, error) {
 // and hands it over as it is: for a client that gets a stream from Redis
 // rather than one reply per request (pub/sub).
 func DialRaw(opts Options) (net.Conn, error) {
+	return newConn(opts).connect()
+}
+
+// newConn is a Conn of opts, not connected yet, with their defaults filled in.
+func newConn(opts Options) *Conn {
 	if opts.DialTimeout == 0 {
 		opts.DialTimeout = 2 * time.Second
 	}
-	return (&Conn{opts: opts}).connect()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Conn{opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // connect dials and authenticates one TCP connection.
@@ -406,9 +410,7 @@ func (c *Conn) writeLoop() {
 		// client goroutines that the same network poll made ready. Yield
 		// once so they append their requests first and one write carries
 		// them all.
-		if !c.opts.NoYield {
-			runtime.Gosched()
-		}
+		runtime.Gosched()
 		c.wmu.Lock()
 		c.write()
 		c.wmu.Unlock()
@@ -454,22 +456,35 @@ func (c *Conn) broken(err error) {
 	lost := append([]inflight(nil), c.queue[c.head:]...)
 	clear(c.queue)
 	c.queue, c.head = c.queue[:0], 0
-	closed := c.closed
 	c.mu.Unlock()
 	for _, f := range lost {
 		f.p.Err = ErrLost
 		f.p.Done()
 	}
-	if !closed && c.opts.OnBreak != nil {
+	c.afterBreak(err, len(lost))
+}
+
+// afterBreak tells OnBreak and reconnects, unless the connection was
+// closed, once a broken connection's requests (failed of them) have their
+// ErrLost.
+func (c *Conn) afterBreak(err error, failed int) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return
+	}
+	if c.opts.OnBreak != nil {
 		c.opts.OnBreak()
 	}
-	if !closed && !c.opts.NoReconnect {
-		c.opts.Logger.Warn("lost backend connection; reconnecting", "addr", c.opts.Addr, "err", err, "requests_failed", len(lost))
-		if c.loop != nil {
-			go c.reconnect() // the loop must not wait for a dial
-		} else {
-			c.reconnect()
-		}
+	if c.opts.NoReconnect {
+		return
+	}
+	c.opts.Logger.Warn("lost backend connection; reconnecting", "addr", c.opts.Addr, "err", err, "requests_failed", failed)
+	if c.loop != nil || c.synchronous {
+		go c.reconnect() // neither the loop nor a SyncConn's user waits for a dial
+	} else {
+		c.reconnect() // on the reader's goroutine, which has nothing else to do
 	}
 }
 
@@ -594,7 +609,9 @@ func (c *Conn) reconnect() {
 		c.nc = nc
 		c.mu.Unlock()
 		c.opts.Logger.Info("backend connection restored", "addr", c.opts.Addr)
-		go c.readLoop(nc)
+		if !c.synchronous {
+			go c.readLoop(nc)
+		}
 		return
 	}
 }

@@ -45,6 +45,22 @@
 // TLS, ReplyTimeout, OnPush and NoReconnect connections keep their
 // goroutines.
 //
+// # A connection its user reads and writes
+//
+// A SyncConn (exchange.go) has no goroutine either, nor a queue: its one
+// user, the lock writer (internal/locks), hands Exchange a batch already
+// encoded (its scripts and one WAIT) and the batch's replies; Exchange
+// writes the batch in one write on the caller's goroutine, reads the
+// replies there in order and completes each as it is read, and returns
+// when the last is in. The lock writer sends nothing else while a batch
+// is out, so a Conn's writer and reader were only handoffs for it. The
+// SyncConn's dialling, ROLE and Admit check, Gate, OnBreak and
+// reconnection in the background are a Conn's (it wraps one), and so are
+// its failures: the Gate's refusal or ErrUnavailable before anything is
+// sent, ErrLost for each reply not read when the connection broke.
+// ReplyTimeout bounds a whole batch there, set as a read deadline once in
+// a quarter of it rather than per reply.
+//
 // A request that gets no reply from Redis is completed with a typed error
 // in its Reply's Err, never with reply text: ErrUnavailable (Redis could
 // not be reached: nothing was sent), ErrLost (the connection broke with the

@@ -92,7 +92,8 @@
 // writes, which the Node dials, guards and closes but hands to the lock
 // writer to serve (Node.ServeLockWrites; the writer, internal/locks, runs
 // lock scripts in batches, each followed by one WAIT on the same
-// connection).
+// connection, and writes and reads the connection on its own goroutine:
+// backend.SyncConn).
 //
 // Each Node also keeps its master's last maxmemory-policy reading
 // (memory.go: at connect, on topology refreshes and periodically), so the

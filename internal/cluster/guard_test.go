@@ -52,12 +52,11 @@ func lockScript(t *testing.T, n *Node, script string) string {
 	t.Helper()
 	replies := make(chan *resp.Reply, 1)
 	var once sync.Once
-	n.ServeLockWrites(func(conn *backend.Conn, acked bool) {
+	n.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
 		once.Do(func() {
-			done := make(chan struct{})
-			p := resp.NewReplyFunc(func() { close(done) })
-			conn.Do([][]byte{[]byte("EVAL"), []byte(script), []byte("0")}, p)
-			<-done
+			p := resp.NewReplyFunc(func() {})
+			req := resp.AppendCommand(nil, [][]byte{[]byte("EVAL"), []byte(script), []byte("0")})
+			conn.Exchange(req, []*resp.Reply{p})
 			replies <- p
 		})
 		<-n.Closed()

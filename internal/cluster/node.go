@@ -47,7 +47,7 @@ type Node struct {
 
 	// lockConn are the lock writer's connections (ServeLockWrites); wg
 	// counts the goroutines serving them, which Close waits for.
-	lockConn []*backend.Conn
+	lockConn []*backend.SyncConn
 	done     chan struct{}
 	wg       sync.WaitGroup
 	closing  sync.Once
@@ -444,13 +444,13 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		ReadBuffer: 4 << 10,
 		Admit:      admit, Gate: gate,
 	}
-	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, NoYield: true, TLS: opts.TLS,
+	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, TLS: opts.TLS,
 		// A lock script or WAIT slower than this means Redis is stopped or
 		// hung: fail the writes (outcome unknown) rather than hang clients.
 		ReplyTimeout: opts.ReplicaTimeout + 2*time.Second,
 		Admit:        admit, OnBreak: onBreak, Gate: gate}
 	for range 2 * max(opts.WriterConns, 1) {
-		conn, err := backend.Dial(lockOpts)
+		conn, err := backend.DialSync(lockOpts)
 		if err != nil {
 			n.Close()
 			return nil, fmt.Errorf("cannot reach Redis at %s: %w", opts.Addr, err)
@@ -462,7 +462,8 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 }
 
 // ServeLockWrites hands the node's lock connections to the lock writer
-// (internal/locks): it runs serve once for each, on a goroutine of its own,
+// (internal/locks): it runs serve once for each, on a goroutine of its own
+// that writes and reads the connection itself (backend.SyncConn),
 // acked true for the NodeOptions.WriterConns that carry writes followed by
 // a WAIT, false for as many that carry writes without one. Nothing else is
 // ever sent on them. serve must return once Closed is closed; Close waits
@@ -475,7 +476,7 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 // cannot reach fails there, as the rest of the node's connections do) and
 // closes them: every connection to a master shares its gate and its ROLE
 // check, and ends with the node.
-func (n *Node) ServeLockWrites(serve func(conn *backend.Conn, acked bool)) bool {
+func (n *Node) ServeLockWrites(serve func(conn *backend.SyncConn, acked bool)) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {

@@ -110,7 +110,9 @@
 //     comes after the script's reply. Writer (writer.go) is fenceproxy's:
 //     for each master it serves the lock connections the cluster Node
 //     hands it (Node.ServeLockWrites) with batched writers, one WAIT per
-//     batch, and it owns the NOSCRIPT and cluster-redirect retries. A
+//     batch, each writer writing a batch in one write and reading its
+//     replies itself (backend.SyncConn), and it owns the NOSCRIPT and
+//     cluster-redirect retries. A
 //     failure on the way (not sent, connection lost, a refused node)
 //     arrives as the reply slot's typed error (resp.Reply's Err), never
 //     as reply text. The token authority (internal/authority) sends its

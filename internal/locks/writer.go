@@ -156,7 +156,8 @@ type WriterOptions struct {
 // lock connections are served once.
 type Writer struct {
 	opts        WriterOptions
-	routesByKey bool // the backend's RoutesByKey, read once
+	routesByKey bool   // the backend's RoutesByKey, read once
+	waitRequest []byte // the WAIT behind a batch, encoded once
 
 	mu    sync.Mutex // making a master's writers
 	nodes sync.Map   // *cluster.Node -> *nodeWriter, until the node closes
@@ -165,7 +166,15 @@ type Writer struct {
 // NewWriter returns a Writer over opts.Backend's masters. A master's
 // writers start with its first write.
 func NewWriter(opts WriterOptions) *Writer {
-	return &Writer{opts: opts, routesByKey: opts.Backend.RoutesByKey()}
+	wr := &Writer{opts: opts, routesByKey: opts.Backend.RoutesByKey()}
+	if opts.MinReplicas > 0 {
+		wr.waitRequest = resp.AppendCommand(nil, [][]byte{
+			[]byte("WAIT"),
+			strconv.AppendInt(nil, int64(opts.MinReplicas), 10),
+			strconv.AppendInt(nil, max(opts.ReplicaTimeout.Milliseconds(), 1), 10),
+		})
+	}
+	return wr
 }
 
 var _ ScriptRunner = (*Writer)(nil)
@@ -306,7 +315,7 @@ func (wr *Writer) writers(node *cluster.Node) *nodeWriter {
 		return nw.(*nodeWriter)
 	}
 	nw := &nodeWriter{writes: make(chan *Write, writeQueueLen), unacked: make(chan *Write, writeQueueLen)}
-	serving := node.ServeLockWrites(func(conn *backend.Conn, acked bool) {
+	serving := node.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
 		queue := nw.unacked
 		if acked {
 			queue = nw.writes
@@ -378,8 +387,9 @@ func (wr *Writer) retire(node *cluster.Node, nw *nodeWriter) {
 // of opsScript: the busier the node, the more grants share one script
 // call and one round of acknowledgements. (Sending each release as soon as
 // it came, as before, made batches of one: 1.7 operations per script call
-// at 50 clients.)
-func (wr *Writer) writeLoop(queue chan *Write, conn *backend.Conn, closed <-chan struct{}) {
+// at 50 clients.) It does the batch's I/O itself (sendBatch): nothing else
+// would run on a goroutine of the connection's own meanwhile.
+func (wr *Writer) writeLoop(queue chan *Write, conn *backend.SyncConn, closed <-chan struct{}) {
 	batch := make([]*Write, 0, maxWriteBatch)
 	var st writerState
 	for {
@@ -398,24 +408,27 @@ func (wr *Writer) writeLoop(queue chan *Write, conn *backend.Conn, closed <-chan
 				break gather
 			}
 		}
-		wr.sendBatch(conn, batch, &st).Wait()
+		wr.sendBatch(conn, batch, &st)
 		clear(batch)
 		batch = batch[:0]
 	}
 }
 
-// sendBatch pipelines the batch and, if any write asks for
-// acknowledgements, one WAIT behind them. It returns what the writer waits
-// for before it sends its next batch: that WAIT, or else the batch's last
-// reply, so that what arrives meanwhile goes in one call (see writeLoop).
+// sendBatch sends the batch and, if any write asks for acknowledgements,
+// one WAIT behind them, in one write on conn, and reads their replies on
+// the writer's goroutine (backend.SyncConn.Exchange): each write's caller
+// has its script's reply as soon as it is read, with the WAIT still out. It
+// returns once the last reply (the WAIT's) is in, so that what arrives
+// meanwhile goes in one call (see writeLoop). A connection that breaks
+// fails every reply not read yet with backend.ErrLost: an unknown outcome.
 // The lock operations (ScriptCall.Op) of the batch go as one call of
 // opsScript per hash slot (one in all for a backend that does not route by
 // key), in the order they came: Redis then parses, looks up and runs one
 // script, and replicates one transaction, for many grants, renewals or
 // releases. Every other write goes as its own script. st is the calling
-// writer's own: its buffer for encoding requests, and its opsGroups, free
-// again once what sendBatch returns is done.
-func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, st *writerState) *sync.WaitGroup {
+// writer's own: its buffer for encoding the batch, and its opsGroups, free
+// again once sendBatch returns.
+func (wr *Writer) sendBatch(conn *backend.SyncConn, batch []*Write, st *writerState) {
 	var ack *ackWait
 	for _, w := range batch {
 		if w.wantAcks && wr.opts.MinReplicas > 0 {
@@ -428,8 +441,7 @@ func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, st *writerState)
 		}
 	}
 	groups := wr.groupOps(batch, st)
-	scratch := &st.scratch
-	var last *sync.WaitGroup
+	req, replies := st.req[:0], st.replies[:0]
 	for _, w := range batch {
 		if w.wantAcks {
 			w.ack = ack
@@ -437,31 +449,31 @@ func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, st *writerState)
 		if w.call.Op != 0 {
 			continue // sent with its group, below
 		}
-		*scratch = appendEval((*scratch)[:0], w.call)
-		conn.DoEncoded(*scratch, false, w.reply) // copies the request
-		last = &w.replied
+		req = appendEval(req, w.call)
+		replies = append(replies, w.reply)
 	}
 	for _, g := range groups {
-		*scratch = appendOps((*scratch)[:0], g.writes)
+		req = appendOps(req, g.writes)
 		g.done.Add(1)
-		conn.DoEncoded(*scratch, false, g.reply)
-		last = &g.done
+		replies = append(replies, g.reply)
 	}
 	if ack != nil {
-		conn.Do([][]byte{
-			[]byte("WAIT"),
-			strconv.AppendInt(nil, int64(wr.opts.MinReplicas), 10),
-			strconv.AppendInt(nil, max(wr.opts.ReplicaTimeout.Milliseconds(), 1), 10),
-		}, ack.reply)
-		return &ack.done
+		req = append(req, wr.waitRequest...)
+		replies = append(replies, ack.reply)
 	}
-	return last
+	conn.Exchange(req, replies)
+	if cap(req) > 1<<20 {
+		req = nil // a rare huge batch: not kept for every later one
+	}
+	clear(replies)
+	st.req, st.replies = req[:0], replies[:0]
 }
 
 // writerState is one writer's own, reused from batch to batch.
 type writerState struct {
-	scratch []byte
-	groups  []*opsGroup // the first used of them are the batch's
+	req     []byte        // the batch's requests, encoded
+	replies []*resp.Reply // and their replies, in order
+	groups  []*opsGroup   // the first used of them are the batch's
 	used    int
 }
 

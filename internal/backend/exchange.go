@@ -1,0 +1,151 @@
+package backend
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// SyncConn is a connection to Redis that its one user's goroutine writes
+// and reads itself (Exchange): a batch of requests leaves in one write and
+// its replies are read on the same goroutine, with no writer or reader
+// goroutine in between. It is for a user that does nothing else while a
+// batch is out, the lock writer (internal/locks: it sends its scripts and
+// one WAIT, then waits for the WAIT), for whom a Conn's goroutines were
+// only handoffs: a wake-up of the writer, one of the reader when the
+// replies came, and one of the user when the last was in.
+//
+// It is a Conn's dialling, gate and reconnection, shared, not copied: the
+// same Options (ROLE and Admit before a connection carries anything, the
+// Gate, OnBreak, TLS), the same failures in a reply's Err, and after a
+// break the same reconnection in the background, during which Exchange
+// answers ErrUnavailable. ObserveReply, OnPush, RESP3 pushes, Loop and
+// NoReconnect do not apply.
+type SyncConn struct {
+	c *Conn
+	// Exchange's own, touched by its caller only.
+	nc       net.Conn      // the connection rd reads: c.nc when it was last looked at
+	rd       *bufio.Reader // nc's replies
+	deadline time.Time     // nc's read deadline
+}
+
+// DialSync connects to Redis for a SyncConn.
+func DialSync(opts Options) (*SyncConn, error) {
+	c := newConn(opts)
+	c.synchronous = true
+	nc, err := c.connect()
+	if err != nil {
+		return nil, err
+	}
+	c.nc = nc
+	return &SyncConn{c: c}, nil
+}
+
+// Exchange sends req, RESP requests whose replies are replies' in order, in
+// one write, and reads their replies, completing each (its Done) as soon
+// as it is read: whoever waits for the first is answered while the later
+// ones (a WAIT) are still out. It returns once every reply is complete.
+//
+// What keeps a request from its reply is its Err, as on a Conn: the Gate's
+// refusal or ErrUnavailable (the connection is down) for the whole batch,
+// nothing sent; ErrLost for every reply not read when the connection broke
+// or a reply took longer than ReplyTimeout (the request may or may not have
+// run), after which the connection reconnects in the background. One
+// goroutine at a time may call Exchange.
+func (s *SyncConn) Exchange(req []byte, replies []*resp.Reply) {
+	err := s.c.opts.Gate.Refusal()
+	var nc net.Conn
+	if err == nil {
+		if nc = s.current(); nc == nil {
+			err = ErrUnavailable
+		}
+	}
+	if err != nil {
+		completeWith(replies, err)
+		return
+	}
+	s.armDeadline(nc)
+	if _, err := nc.Write(req); err != nil {
+		s.broke(nc, err, replies)
+		return
+	}
+	for i, p := range replies {
+		if err := readReply(p, s.rd); err != nil {
+			s.broke(nc, err, replies[i:])
+			return
+		}
+		p.Done()
+	}
+	if s.rd.Buffered() > 0 {
+		// Bytes no request of this batch asked for would be read as the
+		// next batch's replies.
+		s.broke(nc, errors.New("reply with no request: stream out of step"), nil)
+	}
+}
+
+// current is the connection in service (nil while it is down), with rd
+// reading it.
+func (s *SyncConn) current() net.Conn {
+	s.c.mu.Lock()
+	nc := s.c.nc
+	s.c.mu.Unlock()
+	if nc != nil && nc != s.nc {
+		s.nc, s.deadline = nc, time.Time{}
+		if s.rd == nil {
+			s.rd = bufio.NewReaderSize(nc, s.c.readBufferSize())
+		} else {
+			s.rd.Reset(nc)
+		}
+	}
+	return nc
+}
+
+// armDeadline makes sure nc's read deadline is at least ReplyTimeout
+// away. It moves it a quarter further than that, so that it is set once in
+// that quarter rather than for every batch (a deadline is a runtime timer
+// to reset); a batch thus has between ReplyTimeout and 1.25 times it for
+// its replies. The deadline passes unnoticed while no batch is out: nobody
+// reads then.
+func (s *SyncConn) armDeadline(nc net.Conn) {
+	timeout := s.c.opts.ReplyTimeout
+	if timeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if s.deadline.Sub(now) >= timeout {
+		return
+	}
+	s.deadline = now.Add(timeout + timeout/4)
+	nc.SetReadDeadline(s.deadline)
+}
+
+// broke takes the broken nc out of service, fails the replies it owed
+// (lost) with ErrLost, and reconnects in the background, as a Conn's
+// reader does (Conn.broken).
+func (s *SyncConn) broke(nc net.Conn, err error, lost []*resp.Reply) {
+	s.c.fail(nc, err)
+	completeWith(lost, ErrLost)
+	s.c.afterBreak(err, len(lost))
+}
+
+// completeWith completes each of replies with err.
+func completeWith(replies []*resp.Reply, err error) {
+	for _, p := range replies {
+		p.Err = err
+		p.Done()
+	}
+}
+
+// Up reports whether the connection is established.
+func (s *SyncConn) Up() bool { return s.c.Up() }
+
+// LocalAddr is the connection's local address as Redis shows it (CLIENT
+// LIST's addr), "" while it is down.
+func (s *SyncConn) LocalAddr() string { return s.c.LocalAddr() }
+
+// Close ends the connection: an Exchange under way gets ErrLost for the
+// replies it has not read yet.
+func (s *SyncConn) Close() { s.c.Close() }

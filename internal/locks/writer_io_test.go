@@ -1,0 +1,186 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// TestBatchOnABrokenConnection: a lock connection that breaks with a batch
+// on it (its scripts ran on Redis, their replies and the WAIT's were lost
+// on the way back) fails every write of the batch with an unknown outcome,
+// its script's reply and its acknowledgements alike, never "not sent"; the
+// writer's next batch is turned away as not sent while the connection is
+// down, then goes on a fresh connection and is answered. Real Redis, the
+// break made by a Link that drops the replies and then closes the
+// connection (a partition that outlasted TCP).
+func TestBatchOnABrokenConnection(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	link := testenv.StartLink(t, master.Addr)
+	be := connect(t, link.Addr)
+	node := be.Masters()[0]
+	wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
+	conns := make(chan *backend.SyncConn, 2)
+	node.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
+		if acked {
+			conns <- conn
+		}
+		<-node.Closed()
+	})
+	conn := <-conns
+	var st writerState
+	const incr = "return redis.call('INCR', KEYS[1])"
+	batch := func(prefix string, n int) []*Write {
+		ws := make([]*Write, n)
+		for i := range ws {
+			key := prefix + strconv.Itoa(i)
+			ws[i] = &Write{call: ScriptCall{Source: incr, Keys: []string{key}}, wantAcks: true, node: node}
+			ws[i].replied.Add(1)
+			ws[i].reply = resp.NewReply(&ws[i].replied)
+		}
+		return ws
+	}
+	for i, w := range send(wr, conn, batch("warm", 1), &st) {
+		if n, err := w.Acks(); n != 1 || err != nil {
+			t.Fatalf("write %d before the break: %d acks, %v", i, n, err)
+		}
+	}
+	before := conn.LocalAddr()
+
+	link.Drop(t, testenv.Downstream)
+	const n = 8
+	out := make(chan []*Write, 1)
+	go func() { out <- send(wr, conn, batch("cut", n), &st) }()
+	m := testenv.Dial(t, master.Addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for string(m.Do("GET", "cut"+strconv.Itoa(n-1))) != "$1\r\n1\r\n" { // the batch's scripts ran
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch's scripts did not run on Redis within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	link.Heal(t) // closes the connection the replies were dropped on
+	var ws []*Write
+	select {
+	case ws = <-out:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the batch on the broken connection was not answered within 10s")
+	}
+	for i, w := range ws {
+		if v, err := w.Reply(); !errors.Is(err, cluster.ErrOutcomeUnknown) {
+			t.Errorf("write %d of the broken batch (it ran): %v, %v; want an unknown outcome", i, v, err)
+		}
+		if _, err := w.Acks(); !errors.Is(err, cluster.ErrOutcomeUnknown) {
+			t.Errorf("write %d of the broken batch: acks %v; want an unknown outcome", i, err)
+		}
+	}
+
+	// The next batches: not sent while the connection is down, then on a
+	// fresh one.
+	for attempt := 0; ; attempt++ {
+		if attempt == 1000 {
+			t.Fatalf("no batch was answered on a fresh connection after %d attempts", attempt)
+		}
+		prefix := fmt.Sprintf("after%d-", attempt)
+		w := send(wr, conn, batch(prefix, 1), &st)[0]
+		_, err := w.Reply()
+		if errors.Is(err, cluster.ErrUnavailable) {
+			if got := string(m.Do("EXISTS", prefix+"0")); got != ":0\r\n" {
+				t.Fatalf("a write answered \"not sent\" ran on Redis")
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("the first write after the break: %v; want it answered, or turned away as not sent", err)
+		}
+		if n, err := w.Acks(); n != 1 || err != nil {
+			t.Fatalf("the first write after the break: %d acks, %v", n, err)
+		}
+		break
+	}
+	if after := conn.LocalAddr(); after == before || after == "" {
+		t.Fatalf("the next batch went on %q, the broken connection was %q: want a fresh one", after, before)
+	}
+}
+
+// send runs ws as one batch on conn, as the writer's loop does, and
+// returns them.
+func send(wr *Writer, conn *backend.SyncConn, ws []*Write, st *writerState) []*Write {
+	wr.sendBatch(conn, ws, st)
+	return ws
+}
+
+// TestScriptReplyBeforeItsWAIT: a write's script reply reaches its caller
+// while its batch's WAIT is still out (the writer completes each reply as
+// it reads it), so the caller can fsync meanwhile; the acknowledgements
+// follow when the replica answers. The replica is stopped until the script
+// reply is in, and WAIT's timeout is longer than the test: no clock decides.
+func TestScriptReplyBeforeItsWAIT(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Hour, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close)
+	wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Hour})
+	call := ScriptCall{Source: "return redis.call('INCR', KEYS[1])", Keys: []string{"k"}}
+	if n, err := wr.Start(ctx, "k", call, true).Acks(); n != 1 || err != nil {
+		t.Fatalf("a write with the replica up: %d acks, %v", n, err)
+	}
+
+	replica.Stop()
+	stopped := true
+	defer func() {
+		if stopped {
+			replica.Cont()
+		}
+	}()
+	// Start itself returns once the script's reply is in.
+	started := make(chan *Write, 1)
+	go func() { started <- wr.Start(context.Background(), "k", call, true) }()
+	var w *Write
+	select {
+	case w = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no script reply within 10s while its WAIT was out")
+	}
+	if v, err := w.Reply(); v != int64(2) || err != nil {
+		t.Fatalf("the script's reply with the replica stopped: %v, %v", v, err)
+	}
+	acked := make(chan error, 1)
+	go func() {
+		n, err := w.Acks()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("%d acks, want 1", n)
+		}
+		acked <- err
+	}()
+	select {
+	case err := <-acked:
+		t.Fatalf("the WAIT was answered with the replica stopped: %v", err)
+	default:
+	}
+	replica.Cont()
+	stopped = false
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatalf("the WAIT after the replica came back: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the WAIT was not answered within 10s of the replica's return")
+	}
+}
