@@ -40,10 +40,15 @@ func NewRunner(replicaTimeout time.Duration) *Runner {
 type ConnRequests struct {
 	mu sync.Mutex
 	// running maps a resource to the completion of the connection's latest
-	// request for it; entries go away as requests finish. cancels ends the
-	// requests in flight, each keyed by its completion.
+	// request for it; entries go away as requests finish.
 	running map[string]chan struct{}
-	cancels map[chan struct{}]context.CancelFunc
+	// ctx is the context of the requests that start now (made with the
+	// first), and cancel ends it: CancelAll ends every request running
+	// under it at once, and the requests that start later get a fresh
+	// one. (A context of its own per request, tracked in a map to be
+	// cancelled, was three allocations of every lock request.)
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // Run runs fn(ctx) for a request of c's connection for resource, after the
@@ -60,16 +65,12 @@ func (r *Runner) Run(c *ConnRequests, resource string, timeout time.Duration, fn
 		// ends by itself (the lock connections' reply timeout, WAIT's own
 		// timeout, the writer's queue draining), and its client going
 		// away still cancels it.
-		var ctx context.Context
-		var cancel context.CancelFunc
+		ctx := c.context()
 		if timeout > 0 {
-			ctx, cancel = context.WithTimeout(context.Background(), timeout+r.slack)
-		} else {
-			ctx, cancel = context.WithCancel(context.Background())
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout+r.slack)
+			defer cancel()
 		}
-		defer cancel()
-		c.track(done, cancel)
-		defer c.untrack(done)
 		fn(ctx)
 	}
 	switch {
@@ -116,9 +117,20 @@ func (c *ConnRequests) Busy(resource string) bool {
 func (c *ConnRequests) CancelAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, cancel := range c.cancels {
-		cancel()
+	if c.cancel != nil {
+		c.cancel()
+		c.ctx, c.cancel = nil, nil
 	}
+}
+
+// context is the context for a request of the connection that starts now.
+func (c *ConnRequests) context() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		c.ctx, c.cancel = context.WithCancel(context.Background())
+	}
+	return c.ctx
 }
 
 // chain registers a request for resource and returns the completion of
@@ -142,21 +154,4 @@ func (c *ConnRequests) unchain(resource string, done chan struct{}) {
 		delete(c.running, resource)
 	}
 	close(done)
-}
-
-// track registers a running request's cancel function under its
-// completion; untrack forgets it.
-func (c *ConnRequests) track(done chan struct{}, cancel context.CancelFunc) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cancels == nil {
-		c.cancels = make(map[chan struct{}]context.CancelFunc)
-	}
-	c.cancels[done] = cancel
-}
-
-func (c *ConnRequests) untrack(done chan struct{}) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.cancels, done)
 }
