@@ -258,12 +258,12 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	w, token, newest := m.claimHead(resource, key)
 	now := time.Now()
 	term := m.term() // one read: the head's record's term is the one checked
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: m.keys(key),
-		Args: []any{owner, m.opts.LockDelay.Milliseconds(), term}}
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: m.keys(key)}
+	call.Args.Str(owner).Int(m.opts.LockDelay.Milliseconds()).Uint(term)
 	if w != nil {
 		call.Op = opHandoff
-		call.Args = append(call.Args, w.ttl.Milliseconds(), token,
-			recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner}, m.markLife())
+		call.Args.Int(w.ttl.Milliseconds()).Uint(token).
+			record(recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner}).Int(m.markLife())
 	}
 	// A release alone needs no replica acknowledgement: if a failover
 	// loses it, the lease merely runs out. A handoff's grant does.

@@ -454,7 +454,6 @@ func (a *attempt) usedUp(ahead *uint64) {
 // and the token offered if it is above it; if not, it is cancelled (and
 // *ahead set to 0) and a fresh one drawn.
 func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool, ahead *uint64) (a attempt, err error) {
-	var newestArg any = ""
 	known := false
 	if err = m.admit(); err != nil {
 		return a, err
@@ -470,9 +469,6 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 	}
 	if err != nil {
 		return a, err
-	}
-	if known {
-		newestArg = a.newest
 	}
 	if ahead != nil && *ahead != 0 {
 		if *ahead > a.newest {
@@ -490,15 +486,17 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 	}
 	a.start = time.Now()
 	term := m.term() // one read: the record's term is the one checked
-	a.call = ScriptCall{
-		Source: opsScript,
-		SHA:    opsSHA,
-		Op:     opAcquire,
-		Keys:   m.keys(key),
-		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			a.start.UnixMilli(), recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}, term,
-			m.markLife()},
+	a.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opAcquire, Keys: m.keys(key)}
+	args := &a.call.Args
+	args.Str(owner).Int(ttl.Milliseconds()).Uint(a.candidate)
+	if known {
+		args.Uint(a.newest)
+	} else {
+		args.Str("")
 	}
+	args.Bool(othersWaiting).Int(m.opts.LockDelay.Milliseconds()).Int(a.start.UnixMilli()).
+		record(recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}).
+		Uint(term).Int(m.markLife())
 	return a, nil
 }
 
@@ -541,7 +539,7 @@ func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, 
 		SHA:    opsSHA,
 		Op:     opUndo,
 		Keys:   a.call.Keys,
-		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), "", newest, m.markLife()},
+		Args:   ArgsOf(owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), "", newest, m.markLife()),
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
@@ -574,8 +572,8 @@ func (m *Manager) UndoGrant(ctx context.Context, resource, owner string, token u
 		SHA:    opsSHA,
 		Op:     opUndo,
 		Keys:   m.keys(key),
-		Args: []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(),
-			strconv.FormatInt(armed, 10), "", m.markLife()},
+		Args: ArgsOf(owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(),
+			strconv.FormatInt(armed, 10), "", m.markLife()),
 	}, false)
 	reply, err := write.Reply()
 	if err != nil {
@@ -616,7 +614,7 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		SHA:    opsSHA,
 		Op:     opRenew,
 		Keys:   m.keys(key),
-		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()},
+		Args:   ArgsOf(owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()),
 	}, true)
 	reply, err := write.Reply()
 	if err != nil {
@@ -774,10 +772,10 @@ func (m *Manager) execCall(resource string, token uint64, checkedAt int64, comma
 		first = keys[1]
 	}
 	keys[0] = m.execMarkKey(resource, m.recordKey(resource), first)
-	args := make([]any, 4, 4+len(command))
-	args[0], args[1], args[2], args[3] = token, m.term(), checkedAt, m.markLife()
+	var args ScriptArgs
+	args.Uint(token).Uint(m.term()).Int(checkedAt).Int(m.markLife())
 	for _, a := range command {
-		args = append(args, a)
+		args.Add(a)
 	}
 	return ScriptCall{Source: execScript, SHA: execSHA, Keys: keys, Args: args}
 }
