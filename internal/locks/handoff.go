@@ -254,11 +254,12 @@ func (m *Manager) settleHandoff(ctx context.Context, resource string, w *waiter,
 // script when it can be (a handoff, above); else it is woken to try.
 func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, error) {
 	turn := m.serial.lock(resource)
-	key := m.recordKey(resource)
+	keys := m.keys(resource)
+	key := keys[0]
 	w, token, newest := m.claimHead(resource, key)
 	now := time.Now()
 	term := m.term() // one read: the head's record's term is the one checked
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: m.keys(key)}
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: keys}
 	call.Args.Str(owner).Int(m.opts.LockDelay.Milliseconds()).Uint(term)
 	if w != nil {
 		call.Op = opHandoff
