@@ -269,6 +269,18 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	// A release alone needs no replica acknowledgement: if a failover
 	// loses it, the lease merely runs out. A handoff's grant does.
 	write := m.opts.Scripts.Start(ctx, key, call, w != nil)
+	if w == nil {
+		if body, ok := write.bulkReply(); ok {
+			// The usual reply, the released record, read from its
+			// bytes (see bulkReply); the switch below does the same.
+			if rec, ok := parseReleased(string(body)); ok {
+				m.waiting.wakeHead(resource)
+				m.serial.unlock(resource, turn)
+				m.released(resource, rec)
+				return true, nil
+			}
+		}
+	}
 	reply, err := write.Reply()
 	if err != nil {
 		if w != nil {

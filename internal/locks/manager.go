@@ -511,6 +511,10 @@ func (m *Manager) acquireCall(resource string, keys []string, owner, clientAddr 
 // With wantAcks, a.write.Acks then gives the replicas' count.
 func (m *Manager) sendAcquire(ctx context.Context, a *attempt, wantAcks bool) error {
 	a.write = m.opts.Scripts.Start(ctx, a.call.Keys[0], a.call, wantAcks)
+	if kind, value, ok := rawPair(a.write); ok {
+		a.kind, a.value = replyKind(kind), value
+		return nil
+	}
 	reply, err := a.write.Reply()
 	if err != nil {
 		return deposed(err)
@@ -936,6 +940,30 @@ type Stats struct {
 func (m *Manager) Stats() Stats {
 	held, untracked := m.leases.counts()
 	return Stats{Held: held, Untracked: untracked, Waiters: m.waitersNow.Load(), SlowLen: m.slow.len(), Options: m.opts}
+}
+
+// rawPair reads opAcquire's usual replies, {kind, value} or a grant's
+// token alone, straight from their bytes (see bulkReply); ok is false for
+// any other, which pair reads.
+func rawPair(w *Write) (kind, value int64, ok bool) {
+	if tok, ok := w.bulkReply(); ok {
+		value, ok = resp.ParseInt(tok)
+		return int64(kindGranted), value, ok
+	}
+	raw, err := w.Raw()
+	if err != nil {
+		return 0, 0, false
+	}
+	elems, n, ok := resp.ArrayHeader(raw)
+	if !ok || n != 2 {
+		return 0, 0, false
+	}
+	kind, elems, ok = intOf(elems)
+	if !ok {
+		return 0, 0, false
+	}
+	value, elems, ok = intOf(elems)
+	return kind, value, ok && len(elems) == 0
 }
 
 // pair decodes opAcquire's reply: {kind, value}, or a grant's token alone.

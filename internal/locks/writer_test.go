@@ -386,3 +386,37 @@ func TestOpsScriptHandoff(t *testing.T) {
 		t.Errorf("s still has a record after a's release with a head token too low to grant")
 	}
 }
+
+// TestRawPair: opAcquire's replies read from their bytes (rawPair) read
+// as pair reads them parsed, and anything else, cut short anywhere
+// included, is left to pair.
+func TestRawPair(t *testing.T) {
+	replies := []string{
+		"$2\r\n17\r\n", "*2\r\n:1\r\n:5000\r\n", "*2\r\n:-1\r\n:-2\r\n", "*2\r\n:3\r\n$2\r\n12\r\n",
+		"$-1\r\n", "$0\r\n\r\n", "$2\r\n1x\r\n", "$3\r\n17\r\n", "$2\r\n17\r\nx", "$2\r\n017\r\n", "$02\r\n17\r\n",
+		"*1\r\n:1\r\n", "*3\r\n:1\r\n:2\r\n:3\r\n", "*2\r\n:1\r\n:2\r\n:3\r\n", ":5\r\n", "-ERR x\r\n", "*2\r\n:1\n:2\r\n",
+	}
+	for _, r := range replies {
+		for cut := 0; cut <= len(r); cut++ {
+			raw := []byte(r[:cut])
+			w := &Write{reply: &resp.Reply{Buf: raw}}
+			kind, value, ok := rawPair(w)
+			if !ok {
+				continue
+			}
+			v, err := resp.Parse(raw)
+			if err != nil {
+				t.Errorf("rawPair(%q) = %d, %d, but it does not parse: %v", raw, kind, value, err)
+				continue
+			}
+			if k, val, err := pair(v); err != nil || k != kind || val != value {
+				t.Errorf("rawPair(%q) = %d, %d; pair reads %d, %d, %v", raw, kind, value, k, val, err)
+			}
+		}
+	}
+	for _, r := range []string{"$2\r\n17\r\n", "*2\r\n:1\r\n:5000\r\n"} {
+		if _, _, ok := rawPair(&Write{reply: &resp.Reply{Buf: []byte(r)}}); !ok {
+			t.Errorf("rawPair(%q) left it to pair", r)
+		}
+	}
+}
