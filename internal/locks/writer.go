@@ -51,7 +51,8 @@ type Write struct {
 	wantAcks bool
 	node     *cluster.Node // the master it went to; nil if none was reachable
 
-	reply   *resp.Reply
+	reply   *resp.Reply // &own, for a Write of StartOn
+	own     resp.Reply  // kept in the Write: one allocation less per write
 	replied sync.WaitGroup
 	ack     *ackWait // nil unless the batch sent a WAIT for this write
 	err     error    // set, before replied is done, if the write was never sent
@@ -308,7 +309,8 @@ func (wr *Writer) StartOn(ctx context.Context, node *cluster.Node, call ScriptCa
 	}
 	w := &Write{call: call, wantAcks: wantAcks, node: node}
 	w.replied.Add(1)
-	w.reply = resp.NewReply(&w.replied)
+	w.own = *resp.NewReply(&w.replied)
+	w.reply = &w.own
 	wr.writers(node).queue(ctx, w)
 	return w
 }
