@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // Runner is the lock path's concurrency policy: it runs each lock request
@@ -56,6 +58,18 @@ type ConnRequests struct {
 // long the request may wait for the lock (LOCK.ACQUIRE … WAIT), 0 for
 // requests that do not wait. fn must answer the request itself.
 func (r *Runner) Run(c *ConnRequests, resource string, timeout time.Duration, fn func(ctx context.Context)) {
+	r.Reply(c, resource, timeout, nil, func(ctx context.Context, _ []byte) ([]byte, error) {
+		fn(ctx)
+		return nil, nil
+	})
+}
+
+// Reply is Run for a request that p answers: fn appends its reply to dst
+// (p.Buf) and returns it, or returns an error, and p is completed with
+// them. (Completing p in a closure of the caller's, around fn, was one
+// allocation of every lock request.) With p nil, fn answers the request
+// itself, as Run's does.
+func (r *Runner) Reply(c *ConnRequests, resource string, timeout time.Duration, p *resp.Reply, fn func(ctx context.Context, dst []byte) ([]byte, error)) {
 	prev, done := c.chain(resource)
 	task := func() {
 		defer c.unchain(resource, done)
@@ -71,7 +85,12 @@ func (r *Runner) Run(c *ConnRequests, resource string, timeout time.Duration, fn
 			ctx, cancel = context.WithTimeout(ctx, timeout+r.slack)
 			defer cancel()
 		}
-		fn(ctx)
+		if p == nil {
+			fn(ctx, nil)
+			return
+		}
+		p.Buf, p.Err = fn(ctx, p.Buf)
+		p.Done()
 	}
 	switch {
 	case timeout > 0:
