@@ -520,6 +520,10 @@ type opsGroup struct {
 	done   sync.WaitGroup // the reply is in, and every operation has its own
 }
 
+// opReplyRoom is the room made for each operation's reply in its group's
+// reply buffer.
+const opReplyRoom = 128
+
 // groupOps gathers the batch's lock operations into opsGroups, one per
 // slot in front of a Redis Cluster (a script's declared keys must all be
 // in one slot there; a batch of random resources then makes groups of
@@ -555,11 +559,16 @@ func (wr *Writer) groupOps(batch []*Write, st *writerState) []*opsGroup {
 			g = st.groups[st.used]
 			st.used++
 			g.slot = slot
-			// A fresh buffer for each reply: the operations' replies are
-			// slices of it, read after the writer has moved on.
-			g.reply.Buf, g.reply.Err = nil, nil
 		}
 		g.writes = append(g.writes, w)
+	}
+	for _, g := range st.groups[:st.used] {
+		// A fresh buffer for each reply: the operations' replies are
+		// slices of it, read after the writer has moved on. Made with
+		// room for the usual replies, so that reading it in is one
+		// allocation, not one per growth (a release's reply, its record,
+		// is about 100 bytes).
+		g.reply.Buf, g.reply.Err = make([]byte, 0, opReplyRoom*len(g.writes)), nil
 	}
 	return st.groups[:st.used]
 }
