@@ -200,7 +200,8 @@ type WriterOptions struct {
 // lock connections are served once.
 type Writer struct {
 	opts        WriterOptions
-	routesByKey bool // the backend's RoutesByKey, read once
+	routesByKey bool     // the backend's RoutesByKey, read once
+	wait        [][]byte // the WAIT behind a batch, made once (never changed: it is shared)
 
 	mu    sync.Mutex // making a master's writers
 	nodes sync.Map   // *cluster.Node -> *nodeWriter, until the node closes
@@ -209,7 +210,12 @@ type Writer struct {
 // NewWriter returns a Writer over opts.Backend's masters. A master's
 // writers start with its first write.
 func NewWriter(opts WriterOptions) *Writer {
-	return &Writer{opts: opts, routesByKey: opts.Backend.RoutesByKey()}
+	wait := [][]byte{
+		[]byte("WAIT"),
+		strconv.AppendInt(nil, int64(opts.MinReplicas), 10),
+		strconv.AppendInt(nil, max(opts.ReplicaTimeout.Milliseconds(), 1), 10),
+	}
+	return &Writer{opts: opts, routesByKey: opts.Backend.RoutesByKey(), wait: wait}
 }
 
 var _ ScriptRunner = (*Writer)(nil)
@@ -493,11 +499,7 @@ func (wr *Writer) sendBatch(conn *backend.Conn, batch []*Write, st *writerState)
 		last = &g.done
 	}
 	if ack != nil {
-		conn.Do([][]byte{
-			[]byte("WAIT"),
-			strconv.AppendInt(nil, int64(wr.opts.MinReplicas), 10),
-			strconv.AppendInt(nil, max(wr.opts.ReplicaTimeout.Milliseconds(), 1), 10),
-		}, ack.reply)
+		conn.Do(wr.wait, ack.reply)
 		return &ack.done
 	}
 	return last
