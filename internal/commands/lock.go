@@ -36,17 +36,33 @@ type lockArgs struct {
 }
 
 func parseResource(b []byte) (string, string) {
-	if len(b) == 0 || len(b) > MaxResourceLen {
-		return "", fmt.Sprintf("ERR resource must be 1 to %d bytes", MaxResourceLen)
+	if msg := resourceError(b); msg != "" {
+		return "", msg
 	}
 	return string(b), ""
 }
 
+// resourceError is why b is no resource ("" if it is one).
+func resourceError(b []byte) string {
+	if len(b) == 0 || len(b) > MaxResourceLen {
+		return fmt.Sprintf("ERR resource must be 1 to %d bytes", MaxResourceLen)
+	}
+	return ""
+}
+
 func parseOwner(b []byte) (string, string) {
-	if len(b) == 0 || len(b) > MaxOwnerLen {
-		return "", fmt.Sprintf("ERR owner must be 1 to %d bytes", MaxOwnerLen)
+	if msg := ownerError(b); msg != "" {
+		return "", msg
 	}
 	return string(b), ""
+}
+
+// ownerError is why b is no owner ("" if it is one).
+func ownerError(b []byte) string {
+	if len(b) == 0 || len(b) > MaxOwnerLen {
+		return fmt.Sprintf("ERR owner must be 1 to %d bytes", MaxOwnerLen)
+	}
+	return ""
 }
 
 func parseMillis(b []byte, what string, lo int64, hi time.Duration) (time.Duration, string) {
@@ -60,10 +76,20 @@ func parseMillis(b []byte, what string, lo int64, hi time.Duration) (time.Durati
 // parseLock validates resource [owner [ttl-ms]] in order and stops at the
 // first bad one.
 func parseLock(args [][]byte) (a lockArgs, msg string) {
-	if a.resource, msg = parseResource(args[1]); msg != "" || len(args) < 3 {
+	if len(args) < 3 {
+		a.resource, msg = parseResource(args[1])
 		return
 	}
-	if a.owner, msg = parseOwner(args[2]); msg != "" || len(args) < 4 {
+	if msg = resourceError(args[1]); msg != "" {
+		return
+	}
+	if msg = ownerError(args[2]); msg != "" {
+		return
+	}
+	// Both copied out of the connection's buffer in one allocation.
+	both := string(args[1]) + string(args[2])
+	a.resource, a.owner = both[:len(args[1])], both[len(args[1]):]
+	if len(args) < 4 {
 		return
 	}
 	a.ttl, msg = parseMillis(args[3], "ttl-ms", 1, MaxTTL)
