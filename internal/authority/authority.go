@@ -523,7 +523,7 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 	w := a.opts.Writer.StartOn(ctx, node, locks.ScriptCall{
 		Source: shareScript,
 		Keys:   []string{a.boundKey},
-		Args:   []any{strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run(), db},
+		Args:   locks.ArgsOf(strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run(), db),
 	}, true)
 	reply, err := w.Reply()
 	if err != nil {

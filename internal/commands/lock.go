@@ -36,17 +36,33 @@ type lockArgs struct {
 }
 
 func parseResource(b []byte) (string, string) {
-	if len(b) == 0 || len(b) > MaxResourceLen {
-		return "", fmt.Sprintf("ERR resource must be 1 to %d bytes", MaxResourceLen)
+	if msg := resourceError(b); msg != "" {
+		return "", msg
 	}
 	return string(b), ""
 }
 
+// resourceError is why b is no resource ("" if it is one).
+func resourceError(b []byte) string {
+	if len(b) == 0 || len(b) > MaxResourceLen {
+		return fmt.Sprintf("ERR resource must be 1 to %d bytes", MaxResourceLen)
+	}
+	return ""
+}
+
 func parseOwner(b []byte) (string, string) {
-	if len(b) == 0 || len(b) > MaxOwnerLen {
-		return "", fmt.Sprintf("ERR owner must be 1 to %d bytes", MaxOwnerLen)
+	if msg := ownerError(b); msg != "" {
+		return "", msg
 	}
 	return string(b), ""
+}
+
+// ownerError is why b is no owner ("" if it is one).
+func ownerError(b []byte) string {
+	if len(b) == 0 || len(b) > MaxOwnerLen {
+		return fmt.Sprintf("ERR owner must be 1 to %d bytes", MaxOwnerLen)
+	}
+	return ""
 }
 
 func parseMillis(b []byte, what string, lo int64, hi time.Duration) (time.Duration, string) {
@@ -60,10 +76,20 @@ func parseMillis(b []byte, what string, lo int64, hi time.Duration) (time.Durati
 // parseLock validates resource [owner [ttl-ms]] in order and stops at the
 // first bad one.
 func parseLock(args [][]byte) (a lockArgs, msg string) {
-	if a.resource, msg = parseResource(args[1]); msg != "" || len(args) < 3 {
+	if len(args) < 3 {
+		a.resource, msg = parseResource(args[1])
 		return
 	}
-	if a.owner, msg = parseOwner(args[2]); msg != "" || len(args) < 4 {
+	if msg = resourceError(args[1]); msg != "" {
+		return
+	}
+	if msg = ownerError(args[2]); msg != "" {
+		return
+	}
+	// Both copied out of the connection's buffer in one allocation.
+	both := string(args[1]) + string(args[2])
+	a.resource, a.owner = both[:len(args[1])], both[len(args[1]):]
+	if len(args) < 4 {
 		return
 	}
 	a.ttl, msg = parseMillis(args[3], "ttl-ms", 1, MaxTTL)
@@ -88,11 +114,17 @@ func (h *Handler) ttlTooShort(ttl time.Duration) string {
 // concurrency policy); fn's reply, or its error, completes p. timeout is how
 // long the request may wait for the lock.
 func (h *Handler) runLock(c *protocol.Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context) ([]byte, error)) {
-	h.runner.Run(&sessionOf(c).lockRequests, resource, timeout, func(ctx context.Context) {
+	h.runLockTo(c, resource, p, timeout, func(ctx context.Context, dst []byte) ([]byte, error) {
 		reply, err := fn(ctx)
-		p.Buf, p.Err = append(p.Buf, reply...), err
-		p.Done()
+		return append(dst, reply...), err
 	})
+}
+
+// runLockTo is runLock for an fn that appends its reply to dst (p's
+// buffer) itself: LOCK.ACQUIRE's and LOCK.RELEASE's, which then cost
+// neither a closure around fn nor a buffer of their own.
+func (h *Handler) runLockTo(c *protocol.Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context, dst []byte) ([]byte, error)) {
+	h.runner.Reply(&sessionOf(c).lockRequests, resource, timeout, p, fn)
 }
 
 // The replies to a grant or renewal that could not be answered while
@@ -153,42 +185,42 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	addr := c.RemoteAddr
 	received := receivedAt(c)
 	forFollower := relaysGrantTimes(c)
-	h.runLock(c, a.resource, p, a.wait, func(ctx context.Context) ([]byte, error) {
+	h.runLockTo(c, a.resource, p, a.wait, func(ctx context.Context, dst []byte) ([]byte, error) {
 		start := time.Now()
 		g, err := h.opts.Locks.AcquireGrant(ctx, a.resource, a.owner, addr, a.ttl, a.wait, received)
 		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		switch {
 		case err == nil && forFollower:
 			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-			return appendRelayedGrant(nil, g, received), nil
+			return appendRelayedGrant(dst, g, received), nil
 		case err == nil:
 			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-			return redcon.AppendInt(nil, int64(g.Token)), nil
+			return redcon.AppendInt(dst, int64(g.Token)), nil
 		case err == locks.ErrBusy:
 			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
-			return null, nil
+			return append(dst, null...), nil
 		}
 		var qf *locks.QueueFullError
 		if errors.As(err, &qf) {
 			h.opts.Metrics.Acquires.WithLabelValues("queuefull").Inc()
-			return queueFullReply(qf), nil
+			return append(dst, queueFullReply(qf)...), nil
 		}
 		var nr *locks.NoReplicasError
 		if errors.As(err, &nr) {
 			h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
-			return redcon.AppendError(nil, fmt.Sprintf(
+			return redcon.AppendError(dst, fmt.Sprintf(
 				"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted)), nil
 		}
 		if reply, ok := evictableReply(err, "nothing was granted"); ok {
 			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
-			return reply, nil
+			return append(dst, reply...), nil
 		}
 		if err == locks.ErrLate {
 			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
-			return []byte(replyLateGrant), nil
+			return append(dst, replyLateGrant...), nil
 		}
 		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-		return nil, h.lockError(err, "the lock may or may not be granted: retry with the same owner")
+		return dst, h.lockError(err, "the lock may or may not be granted: retry with the same owner")
 	})
 }
 
@@ -242,18 +274,18 @@ func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	a.owner = h.lockOwner(c, a.owner)
-	h.runLock(c, a.resource, p, 0, func(ctx context.Context) ([]byte, error) {
+	h.runLockTo(c, a.resource, p, 0, func(ctx context.Context, dst []byte) ([]byte, error) {
 		released, err := h.opts.Locks.Release(ctx, a.resource, a.owner)
 		switch {
 		case err != nil:
 			h.opts.Metrics.Releases.WithLabelValues("error").Inc()
-			return nil, h.lockError(err, "the lock may or may not be released: retry")
+			return dst, h.lockError(err, "the lock may or may not be released: retry")
 		case released:
 			h.opts.Metrics.Releases.WithLabelValues("released").Inc()
-			return []byte(":1\r\n"), nil
+			return append(dst, ":1\r\n"...), nil
 		default:
 			h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
-			return []byte(":0\r\n"), nil
+			return append(dst, ":0\r\n"...), nil
 		}
 	})
 }

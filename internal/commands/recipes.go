@@ -137,9 +137,9 @@ type relayedGrant struct {
 }
 
 // relayedGrantOf is a recognised script's relayedGrant when it is a
-// grant, nil otherwise.
-func (h *Handler) relayedGrantOf(c *protocol.Conn, args [][]byte) *relayedGrant {
-	if call, ok := recipes.Match(args); ok && (call.Recipe.Kind == recipes.Acquire || call.Recipe.Kind == recipes.FairAcquire) {
+// grant, nil otherwise; args run r.
+func (h *Handler) relayedGrantOf(c *protocol.Conn, r *recipes.Recipe, args [][]byte) *relayedGrant {
+	if call, ok := r.Match(args); ok && (call.Recipe.Kind == recipes.Acquire || call.Recipe.Kind == recipes.FairAcquire) {
 		replies := grantReplies(c, call.Recipe)
 		granted := replies.granted(0) // nil; [-1, token] for a TokenReply
 		if call.Recipe.TokenReply {
@@ -150,7 +150,7 @@ func (h *Handler) relayedGrantOf(c *protocol.Conn, args [][]byte) *relayedGrant 
 				return bytes.HasPrefix(r, granted) && (call.Recipe.TokenReply || len(r) == len(granted))
 			}}
 	}
-	if call, ok := recipes.MatchValue(args); ok && call.Kind == recipes.ValueAcquire {
+	if call, ok := r.MatchValue(args); ok && call.Kind == recipes.ValueAcquire {
 		yes, no := valueReplies(c, call.Shape)
 		if call.Shape == recipes.ShapeCount {
 			yes = redcon.AppendInt(nil, int64(max(len(call.Keys), 1)))
@@ -210,16 +210,19 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.forward(c, args, p)
 		return
 	}
+	// Looked up once, and handed down: for an EVAL that is a SHA-1 of
+	// the body (three of them per request before, four when relaying).
+	r := recipes.Lookup(args)
 	if h.relayingRecipe(c) {
-		if r := recipes.Lookup(args); r != nil && len(args) > 3 {
-			h.relayRecipe(c, string(args[3]), args, h.relayedGrantOf(c, args), p) // args[3]: the first key, the lock
+		if r != nil && len(args) > 3 {
+			h.relayRecipe(c, string(args[3]), args, h.relayedGrantOf(c, r, args), p) // args[3]: the first key, the lock
 			return
 		}
 	}
-	if h.valueScript(c, args, p) { // setnx.go
+	if h.valueScript(c, r, args, p) { // setnx.go
 		return
 	}
-	call, ok := recipes.Match(args)
+	call, ok := r.Match(args)
 	if !ok || h.boundHolder(callHolders(call)...) {
 		h.forward(c, args, p)
 		return

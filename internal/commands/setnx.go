@@ -55,8 +55,8 @@ func (h *Handler) setCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 
 // valueScript serves a recognised value-lock script; ok is false for any
 // other script.
-func (h *Handler) valueScript(c *protocol.Conn, args [][]byte, p *resp.Reply) bool {
-	call, ok := recipes.MatchValue(args)
+func (h *Handler) valueScript(c *protocol.Conn, r *recipes.Recipe, args [][]byte, p *resp.Reply) bool {
+	call, ok := r.MatchValue(args)
 	switch {
 	case !ok:
 		return false

@@ -51,7 +51,7 @@ func (m *Manager) RecipeFairDequeue(ctx context.Context, key, holder string, q F
 	turn := m.serial.lock(key)
 	defer m.serial.unlock(key, turn)
 	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opFairDequeue, Keys: recipeKeys(key, side),
-		Args: []any{holder, q.Queue, q.Timeouts, q.Wait, m.term()}}
+		Args: ArgsOf(holder, q.Queue, q.Timeouts, q.Wait, m.term())}
 	reply, err := m.opts.Scripts.Start(ctx, key, call, false).Reply()
 	if err != nil {
 		return deposed(err)
@@ -77,7 +77,7 @@ func (q *FairQueue) grant(c *ScriptCall) *fairGrant {
 		once = "1"
 	}
 	c.Op = opFairAcquire
-	c.Args = append(c.Args, q.Queue, q.Timeouts, q.Wait, q.ClientNow, once)
+	c.Args.Add(q.Queue, q.Timeouts, q.Wait, q.ClientNow, once)
 	// A re-entry's: nothing popped, no deadline, both keys as if absent.
 	return &fairGrant{q: q, popped: "0", deadline: "", qwas: "-2", twas: "-2", lowered: ""}
 }
@@ -97,7 +97,7 @@ func (f *fairGrant) read(reply any) any {
 // lock's, which also puts the queue back.
 func (f *fairGrant) undo(c *ScriptCall) {
 	c.Op = opFairAcquireUndo
-	c.Args = append(c.Args, f.q.Queue, f.q.Timeouts, f.q.Wait, f.popped, f.deadline, f.qwas, f.twas, f.lowered)
+	c.Args.Add(f.q.Queue, f.q.Timeouts, f.q.Wait, f.popped, f.deadline, f.qwas, f.twas, f.lowered)
 }
 
 // unlock turns a recipe unlock's call (opHashUnlock, opHashForceUnlock)
@@ -108,5 +108,5 @@ func (q *FairQueue) unlock(c *ScriptCall) {
 	} else {
 		c.Op = opFairUnlock
 	}
-	c.Args = append(c.Args, q.Queue, q.Timeouts, q.ClientNow)
+	c.Args.Add(q.Queue, q.Timeouts, q.ClientNow)
 }

@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -86,35 +87,27 @@ func scriptName(c ScriptCall) string {
 	return "other"
 }
 
-// argString is an argument as appendEval puts it on the wire.
-func argString(a any) string {
-	switch v := a.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case int:
-		return strconv.Itoa(v)
-	case uint64:
-		return strconv.FormatUint(v, 10)
-	case bool:
-		if v {
-			return "1"
+// argStrings reads a call's arguments back as the strings Redis gets.
+func argStrings(a ScriptArgs) []string {
+	var out []string
+	rest := a.enc
+	for len(rest) > 0 {
+		head, body, _ := bytes.Cut(rest, []byte("\r\n"))
+		n, err := strconv.Atoi(string(head[1:]))
+		if head[0] != '$' || err != nil || len(body) < n+2 {
+			panic(fmt.Sprintf("malformed script arguments %q", a.enc))
 		}
-		return "0"
-	case recordValue:
-		return string(v.appendTo(nil))
+		out, rest = append(out, string(body[:n])), body[n+2:]
 	}
-	panic(fmt.Sprintf("unsupported script argument %T", a))
+	if len(out) != a.Len() {
+		panic(fmt.Sprintf("script arguments %q: %d, counted %d", a.enc, len(out), a.Len()))
+	}
+	return out
 }
 
 func (f *fakeScripts) record(key string, c ScriptCall, wantAcks bool) sent {
 	s := sent{script: scriptName(c), key: key, keys: c.Keys, wantAcks: wantAcks}
-	for _, a := range c.Args {
-		s.args = append(s.args, argString(a))
-	}
+	s.args = argStrings(c.Args)
 	f.mu.Lock()
 	f.calls = append(f.calls, s)
 	f.mu.Unlock()

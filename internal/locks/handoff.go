@@ -254,20 +254,33 @@ func (m *Manager) settleHandoff(ctx context.Context, resource string, w *waiter,
 // script when it can be (a handoff, above); else it is woken to try.
 func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, error) {
 	turn := m.serial.lock(resource)
-	key := m.recordKey(resource)
+	keys := m.keys(resource)
+	key := keys[0]
 	w, token, newest := m.claimHead(resource, key)
 	now := time.Now()
 	term := m.term() // one read: the head's record's term is the one checked
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: m.keys(key),
-		Args: []any{owner, m.opts.LockDelay.Milliseconds(), term}}
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: keys}
+	call.Args.Str(owner).Int(m.opts.LockDelay.Milliseconds()).Uint(term)
 	if w != nil {
 		call.Op = opHandoff
-		call.Args = append(call.Args, w.ttl.Milliseconds(), token,
-			recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner}, m.markLife())
+		call.Args.Int(w.ttl.Milliseconds()).Uint(token).
+			record(recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner}).Int(m.markLife())
 	}
 	// A release alone needs no replica acknowledgement: if a failover
 	// loses it, the lease merely runs out. A handoff's grant does.
 	write := m.opts.Scripts.Start(ctx, key, call, w != nil)
+	if w == nil {
+		if body, ok := write.bulkReply(); ok {
+			// The usual reply, the released record, read from its
+			// bytes (see bulkReply); the switch below does the same.
+			if rec, ok := parseReleased(string(body)); ok {
+				m.waiting.wakeHead(resource)
+				m.serial.unlock(resource, turn)
+				m.released(resource, rec)
+				return true, nil
+			}
+		}
+	}
 	reply, err := write.Reply()
 	if err != nil {
 		if w != nil {

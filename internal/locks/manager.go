@@ -147,9 +147,15 @@ func (m *Manager) recordKey(resource string) string {
 	return m.opts.KeyPrefix + "{" + resource + "}"
 }
 
-// keys are a resource's record, lock-delay guard and fence mark, in one
-// hash slot: opsScript's keys for each operation.
-func (m *Manager) keys(key string) []string { return []string{key, key + ":delay", markKey(key)} }
+// keys are a resource's record (recordKey), lock-delay guard and fence
+// mark (markKey), in one hash slot: opsScript's keys for each operation.
+// The record's key starts the other two, and all three are slices of one
+// string: one allocation for them, not three.
+func (m *Manager) keys(resource string) []string {
+	n := len(m.opts.KeyPrefix) + len(resource) + 2 // recordKey's length
+	all := m.opts.KeyPrefix + "{" + resource + "}:delay" + m.opts.KeyPrefix + "{" + resource + "}:fence"
+	return []string{all[:n], all[:n+len(":delay")], all[n+len(":delay"):]}
+}
 
 // markLife is the fence mark's life in ms, as the scripts take it.
 func (m *Manager) markLife() int64 { return m.opts.FenceMarkTTL.Milliseconds() }
@@ -219,7 +225,8 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	if leaseFrom.IsZero() {
 		leaseFrom = time.Now()
 	}
-	key := m.recordKey(resource)
+	keys := m.keys(resource)
+	key := keys[0]
 	evictable, err := m.evictionGuard(key)
 	if err != nil {
 		return Grant{}, 0, err
@@ -232,7 +239,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// nor its round trip should hold up the grant to the head of the
 		// line (on a hot lock, that was in every handoff). A re-arm runs
 		// again below, serialized and with its WAIT.
-		a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, true, false, nil)
+		a, err := m.acquireCall(resource, keys, owner, clientAddr, ttl, true, false, nil)
 		if err != nil {
 			return Grant{}, 0, err
 		}
@@ -246,7 +253,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	a, err := m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, false, ahead)
+	a, err := m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, false, ahead)
 	if err != nil {
 		return Grant{}, 0, err
 	}
@@ -256,7 +263,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// authority.go): adopt it, then ask again above it; or, if no
 		// fence store can have issued it, refuse.
 		if err = m.judgeRecordToken(resource, key, a.value); err == nil {
-			a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true, ahead)
+			a, err = m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, true, ahead)
 		}
 		if err == nil {
 			err = m.sendAcquire(ctx, &a, true)
@@ -265,7 +272,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	if err == nil && a.kind == kindNeedNewest {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
-		if a, err = m.acquireCall(resource, key, owner, clientAddr, ttl, othersWaiting, true, ahead); err != nil {
+		if a, err = m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, true, ahead); err != nil {
 			return Grant{}, 0, err
 		}
 		err = m.sendAcquire(ctx, &a, true)
@@ -471,8 +478,7 @@ func (a *attempt) usedUp(ahead *uint64) {
 // ahead (*ahead not 0; called in the resource's turn) the newest is read
 // and the token offered if it is above it; if not, it is cancelled (and
 // *ahead set to 0) and a fresh one drawn.
-func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool, ahead *uint64) (a attempt, err error) {
-	var newestArg any = ""
+func (m *Manager) acquireCall(resource string, keys []string, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool, ahead *uint64) (a attempt, err error) {
 	known := false
 	if err = m.admit(); err != nil {
 		return a, err
@@ -488,9 +494,6 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 	}
 	if err != nil {
 		return a, err
-	}
-	if known {
-		newestArg = a.newest
 	}
 	if ahead != nil && *ahead != 0 {
 		if *ahead > a.newest {
@@ -508,15 +511,17 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 	}
 	a.start = time.Now()
 	term := m.term() // one read: the record's term is the one checked
-	a.call = ScriptCall{
-		Source: opsScript,
-		SHA:    opsSHA,
-		Op:     opAcquire,
-		Keys:   m.keys(key),
-		Args: []any{owner, ttl.Milliseconds(), a.candidate, newestArg, othersWaiting, m.opts.LockDelay.Milliseconds(),
-			a.start.UnixMilli(), recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}, term,
-			m.markLife()},
+	a.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opAcquire, Keys: keys}
+	args := &a.call.Args
+	args.Str(owner).Int(ttl.Milliseconds()).Uint(a.candidate)
+	if known {
+		args.Uint(a.newest)
+	} else {
+		args.Str("")
 	}
+	args.Bool(othersWaiting).Int(m.opts.LockDelay.Milliseconds()).Int(a.start.UnixMilli()).
+		record(recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}).
+		Uint(term).Int(m.markLife())
 	return a, nil
 }
 
@@ -524,6 +529,10 @@ func (m *Manager) acquireCall(resource, key, owner, clientAddr string, ttl time.
 // With wantAcks, a.write.Acks then gives the replicas' count.
 func (m *Manager) sendAcquire(ctx context.Context, a *attempt, wantAcks bool) error {
 	a.write = m.opts.Scripts.Start(ctx, a.call.Keys[0], a.call, wantAcks)
+	if kind, value, ok := rawPair(a.write); ok {
+		a.kind, a.value = replyKind(kind), value
+		return nil
+	}
 	reply, err := a.write.Reply()
 	if err != nil {
 		return deposed(err)
@@ -559,7 +568,7 @@ func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, 
 		SHA:    opsSHA,
 		Op:     opUndo,
 		Keys:   a.call.Keys,
-		Args:   []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), "", newest, m.markLife()},
+		Args:   ArgsOf(owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), "", newest, m.markLife()),
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
@@ -584,16 +593,16 @@ func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, 
 // record; the head of the line, if any, then tries at once. The token
 // stays issued: it was confirmed before it was replied to the follower.
 func (m *Manager) UndoGrant(ctx context.Context, resource, owner string, token uint64, armed int64) (bool, error) {
-	key := m.recordKey(resource)
+	keys := m.keys(resource)
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
+	write := m.opts.Scripts.Start(ctx, keys[0], ScriptCall{
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opUndo,
-		Keys:   m.keys(key),
-		Args: []any{owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(),
-			strconv.FormatInt(armed, 10), "", m.markLife()},
+		Keys:   keys,
+		Args: ArgsOf(owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(),
+			strconv.FormatInt(armed, 10), "", m.markLife()),
 	}, false)
 	reply, err := write.Reply()
 	if err != nil {
@@ -617,7 +626,8 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 	if err := m.admit(); err != nil {
 		return 0, err
 	}
-	key := m.recordKey(resource)
+	keys := m.keys(resource)
+	key := keys[0]
 	evictable, err := m.evictionGuard(key)
 	if err != nil {
 		return 0, err
@@ -633,8 +643,8 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opRenew,
-		Keys:   m.keys(key),
-		Args:   []any{owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()},
+		Keys:   keys,
+		Args:   ArgsOf(owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()),
 	}, true)
 	reply, err := write.Reply()
 	if err != nil {
@@ -792,10 +802,10 @@ func (m *Manager) execCall(resource string, token uint64, checkedAt int64, comma
 		first = keys[1]
 	}
 	keys[0] = m.execMarkKey(resource, m.recordKey(resource), first)
-	args := make([]any, 4, 4+len(command))
-	args[0], args[1], args[2], args[3] = token, m.term(), checkedAt, m.markLife()
+	var args ScriptArgs
+	args.Uint(token).Uint(m.term()).Int(checkedAt).Int(m.markLife())
 	for _, a := range command {
-		args = append(args, a)
+		args.Add(a)
 	}
 	return ScriptCall{Source: execScript, SHA: execSHA, Keys: keys, Args: args}
 }
@@ -948,6 +958,30 @@ type Stats struct {
 func (m *Manager) Stats() Stats {
 	held, untracked := m.leases.counts()
 	return Stats{Held: held, Untracked: untracked, Waiters: m.waitersNow.Load(), SlowLen: m.slow.len(), Options: m.opts}
+}
+
+// rawPair reads opAcquire's usual replies, {kind, value} or a grant's
+// token alone, straight from their bytes (see bulkReply); ok is false for
+// any other, which pair reads.
+func rawPair(w *Write) (kind, value int64, ok bool) {
+	if tok, ok := w.bulkReply(); ok {
+		value, ok = resp.ParseInt(tok)
+		return int64(kindGranted), value, ok
+	}
+	raw, err := w.Raw()
+	if err != nil {
+		return 0, 0, false
+	}
+	elems, n, ok := resp.ArrayHeader(raw)
+	if !ok || n != 2 {
+		return 0, 0, false
+	}
+	kind, elems, ok = intOf(elems)
+	if !ok {
+		return 0, 0, false
+	}
+	value, elems, ok = intOf(elems)
+	return kind, value, ok && len(elems) == 0
 }
 
 // pair decodes opAcquire's reply: {kind, value}, or a grant's token alone.

@@ -421,3 +421,14 @@ func TestRecordTokenAboveEveryBound(t *testing.T) {
 		t.Fatalf("Acquire over a record with token 500 (bound %d) = %d, %v (floor %d), want a grant above it after adopting it", 1<<20, tok, err, f.tokens.floor)
 	}
 }
+
+// TestKeys: an operation's keys, sliced from one string, are the record's
+// key, its lock-delay guard and its fence mark.
+func TestKeys(t *testing.T) {
+	m := &Manager{opts: Options{KeyPrefix: "p:"}}
+	got := m.keys("r{x}")
+	want := []string{m.recordKey("r{x}"), m.recordKey("r{x}") + ":delay", markKey(m.recordKey("r{x}"))}
+	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("keys = %q, want %q", got, want)
+	}
+}

@@ -117,8 +117,8 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 	g.start = time.Now()
 	term := m.term()
 	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
-		Args: []any{holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
-			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife(), tokenKey}}
+		Args: ArgsOf(holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife(), tokenKey)}
 	if q != nil {
 		g.fair = q.grant(&g.call) // fair.go
 	}
@@ -222,7 +222,7 @@ func (m *Manager) abandonHashGrant(ctx context.Context, g *hashGrant, key, holde
 			newest = n
 		}
 		undo := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquireUndo, Keys: g.call.Keys,
-			Args: []any{holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife(), g.tokenKey, g.twas}}
+			Args: ArgsOf(holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife(), g.tokenKey, g.twas)}
 		if g.fair != nil {
 			g.fair.undo(&undo) // fair.go: the queue goes back too
 		}
@@ -297,7 +297,7 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 	}
 	now := time.Now()
 	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(l.Key, side),
-		Args: []any{l.Holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term()}}
+		Args: ArgsOf(l.Holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
 	w := m.opts.Scripts.Start(ctx, l.Key, call, true)
 	reply, err := w.Reply()
 	if err != nil {
@@ -317,7 +317,7 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 	if acked < m.opts.MinReplicas {
 		m.opts.Metrics.ReplicaShortfalls.Inc()
 		if _, uerr := m.opts.Scripts.RunAfter(ctx, w, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenewUndo, Keys: call.Keys,
-			Args: []any{l.Holder, arr[1], arr[2], arr[3], m.term()}}); uerr != nil {
+			Args: ArgsOf(l.Holder, arr[1], arr[2], arr[3], m.term())}); uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged recipe renewal; the lease stands as Redis has it", "err", uerr)
 		}
 		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
@@ -362,10 +362,10 @@ func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, nu
 	turn := m.serial.lock(u.Key)
 	defer m.serial.unlock(u.Key, turn)
 	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: recipeKeys(u.Key, side),
-		Args: []any{u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL, m.term()}}
+		Args: ArgsOf(u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL, m.term())}
 	if u.Force {
 		call.Op = opHashForceUnlock
-		call.Args = []any{u.Channel, u.Publish, u.Message, m.term()}
+		call.Args = ArgsOf(u.Channel, u.Publish, u.Message, m.term())
 	}
 	if u.Fair != nil {
 		u.Fair.unlock(&call) // fair.go

@@ -73,7 +73,8 @@ func TestRunnerWaitsHoldNoWorker(t *testing.T) {
 }
 
 // TestRunnerCancel: the connection going away cancels its requests, and
-// each request's context allows its own wait plus the slack.
+// each request's context allows its own wait plus the slack; a request
+// that starts later runs under a live context.
 func TestRunnerCancel(t *testing.T) {
 	r := NewRunner(time.Second)
 	var c ConnRequests
@@ -90,8 +91,17 @@ func TestRunnerCancel(t *testing.T) {
 	if min := before.Add(time.Minute + 11*time.Second); deadline.Before(min) {
 		t.Errorf("deadline %v, want at least the wait and the slack after %v", deadline, before)
 	}
+	quickStarted, quick := make(chan struct{}), make(chan struct{})
+	r.Run(&c, "y", 0, func(ctx context.Context) { close(quickStarted); <-ctx.Done(); close(quick) })
+	within(t, quickStarted, "the request that does not wait for the lock")
 	c.CancelAll()
 	within(t, ended, "the cancelled request")
+	within(t, quick, "the cancelled request that does not wait for the lock")
+	live := make(chan error, 1)
+	r.Run(&c, "x", 0, func(ctx context.Context) { live <- ctx.Err() })
+	if err := <-live; err != nil {
+		t.Errorf("a request started after CancelAll: context %v, want live", err)
+	}
 }
 
 // TestRunnerGo: Go runs its task on a worker.

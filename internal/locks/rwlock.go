@@ -138,8 +138,8 @@ func (m *Manager) sendRWAcquire(ctx context.Context, a RWAcquire, side, clientAd
 	g.start = time.Now()
 	term := m.term()
 	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWAcquire, Keys: recipeKeys(a.Key, side),
-		Args: []any{rwMode(a.Write), a.Holder, a.WriteHolder, a.TimeoutPrefix, a.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
-			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + rwAddrMark, owner: a.Holder}, term, m.markLife()}}
+		Args: ArgsOf(rwMode(a.Write), a.Holder, a.WriteHolder, a.TimeoutPrefix, a.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + rwAddrMark, owner: a.Holder}, term, m.markLife())}
 	g.write = m.opts.Scripts.Start(ctx, a.Key, g.call, true)
 	reply, err := g.write.Reply()
 	if err != nil {
@@ -220,8 +220,8 @@ func (m *Manager) abandonRWGrant(ctx context.Context, g *rwGrant, a RWAcquire, r
 			newest = n
 		}
 		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWAcquireUndo, Keys: g.call.Keys,
-			Args: []any{rwMode(a.Write), a.Holder, a.TimeoutPrefix, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, g.added, g.tw,
-				m.term(), newest, m.markLife(), g.sold}})
+			Args: ArgsOf(rwMode(a.Write), a.Holder, a.TimeoutPrefix, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, g.added, g.tw,
+				m.term(), newest, m.markLife(), g.sold)})
 		if uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged read-write lock grant; it expires with its lease", "err", uerr)
 		} else {
@@ -315,7 +315,7 @@ func (m *Manager) renewRW(ctx context.Context, style RWRenewStyle, l RWRenewLock
 	}
 	now := time.Now()
 	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWRenew, Keys: recipeKeys(l.Key, side),
-		Args: []any{strconv.Itoa(int(style)), packStrings(l.Holders...), l.Prefix, batch, lease.Milliseconds(), newest, now.UnixMilli(), m.term()}}
+		Args: ArgsOf(strconv.Itoa(int(style)), packStrings(l.Holders...), l.Prefix, batch, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
 	w := m.opts.Scripts.Start(ctx, l.Key, call, true)
 	reply, err := w.Reply()
 	if err != nil {
@@ -351,7 +351,7 @@ func (m *Manager) renewRW(ctx context.Context, style RWRenewStyle, l RWRenewLock
 			}
 		}
 		if _, uerr := m.opts.Scripts.RunAfter(ctx, w, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWRenewUndo, Keys: call.Keys,
-			Args: []any{arr[1], arr[2], arr[3], packStrings(pre...), m.term()}}); uerr != nil {
+			Args: ArgsOf(arr[1], arr[2], arr[3], packStrings(pre...), m.term())}); uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged read-write lock renewal; the lease stands as Redis has it", "err", uerr)
 		}
 		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
@@ -380,11 +380,11 @@ func (m *Manager) RWUnlock(ctx context.Context, u RWUnlock) (n int64, null bool,
 	turn := m.serial.lock(u.Key)
 	defer m.serial.unlock(u.Key, turn)
 	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWUnlock, Keys: recipeKeys(u.Key, side),
-		Args: []any{rwMode(u.Write), u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL,
-			u.TimeoutPrefix, u.KeyPrefix, m.term()}}
+		Args: ArgsOf(rwMode(u.Write), u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL,
+			u.TimeoutPrefix, u.KeyPrefix, m.term())}
 	if u.Force {
 		call.Op = opRWForceUnlock
-		call.Args = []any{rwMode(u.Write), u.Channel, u.Publish, u.Message, m.term()}
+		call.Args = ArgsOf(rwMode(u.Write), u.Channel, u.Publish, u.Message, m.term())
 	}
 	reply, err := m.opts.Scripts.Start(ctx, u.Key, call, false).Reply()
 	if err != nil {
@@ -432,7 +432,7 @@ func (m *Manager) holdsRW(ctx context.Context, key, holder string, rec record) (
 	if len(rec.ClientAddr) < len(rwAddrMark) || rec.ClientAddr[len(rec.ClientAddr)-len(rwAddrMark):] != rwAddrMark {
 		return false, nil
 	}
-	v, err := m.opts.Scripts.Read(ctx, key, ScriptCall{Source: rwHoldsScript, SHA: rwHoldsSHA, Keys: []string{key}, Args: []any{holder}})
+	v, err := m.opts.Scripts.Read(ctx, key, ScriptCall{Source: rwHoldsScript, SHA: rwHoldsSHA, Keys: []string{key}, Args: ArgsOf(holder)})
 	if err != nil {
 		return false, err
 	}

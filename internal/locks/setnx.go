@@ -117,9 +117,9 @@ func (m *Manager) sendValueWrite(ctx context.Context, v ValueWrite, side, client
 	g.start = time.Now()
 	term := m.term()
 	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueWrite, Keys: recipeKeys(v.Key, side),
-		Args: []any{v.Holder, string(v.Mode), v.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+		Args: ArgsOf(v.Holder, string(v.Mode), v.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
 			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: v.Holder},
-			term, v.Prefix, m.markLife()}}
+			term, v.Prefix, m.markLife())}
 	g.write = m.opts.Scripts.Start(ctx, v.Key, g.call, true)
 	reply, err := g.write.Reply()
 	if err != nil {
@@ -210,7 +210,7 @@ func (m *Manager) settleValueWrite(ctx context.Context, g *valueGrant, v ValueWr
 func (m *Manager) abandonValueWrite(ctx context.Context, g *valueGrant, v ValueWrite, reserved bool, err error) error {
 	undone := false
 	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
-		args := append(append([]any{v.Holder}, g.pre...), m.undoMark(v.Key, g.kind == kindGranted, g.token)...)
+		args := ArgsOf(append(append([]any{v.Holder}, g.pre...), m.undoMark(v.Key, g.kind == kindGranted, g.token)...)...)
 		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: g.call.Keys, Args: args})
 		if uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged value lock write; it stands until its lease ends", "key", v.Key, "err", uerr)
@@ -251,7 +251,7 @@ func (m *Manager) RecipeValueRelease(ctx context.Context, key, holder string) (V
 	side := m.recordKey(key)
 	turn := m.serial.lock(key)
 	defer m.serial.unlock(key, turn)
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side), Args: []any{holder, m.term()}}
+	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side), Args: ArgsOf(holder, m.term())}
 	reply, err := m.opts.Scripts.Start(ctx, key, call, false).Reply()
 	if err != nil {
 		return 0, deposed(err)
@@ -357,9 +357,9 @@ func (m *Manager) sendValueMulti(ctx context.Context, keys, sides []string, hold
 	g.start = time.Now()
 	term := m.term()
 	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueMulti, Keys: recipeKeys(keys[0], sides[0]),
-		Args: []any{holder, string(mode), lease.Milliseconds(), g.candidate, g.start.UnixMilli(),
+		Args: ArgsOf(holder, string(mode), lease.Milliseconds(), g.candidate, g.start.UnixMilli(),
 			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder},
-			term, m.markLife(), packStrings(items...)}}
+			term, m.markLife(), packStrings(items...))}
 	g.write = m.opts.Scripts.Start(ctx, keys[0], g.call, true)
 	reply, err := g.write.Reply()
 	if err != nil {
@@ -458,7 +458,7 @@ func (m *Manager) abandonValueMulti(ctx context.Context, g *multiGrant, keys, si
 	all := true
 	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
 		for i, k := range keys {
-			args := append(append([]any{holder}, g.pre[i]...), m.undoMark(k, g.kind == kindGranted, g.candidate)...)
+			args := ArgsOf(append(append([]any{holder}, g.pre[i]...), m.undoMark(k, g.kind == kindGranted, g.candidate)...)...)
 			_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: recipeKeys(k, sides[i]), Args: args})
 			if uerr != nil {
 				m.opts.Logger.Warn("could not undo an unacknowledged value lock write; it stands until its lease ends", "key", k, "err", uerr)

@@ -89,7 +89,7 @@ func TestOlderTermCannotTouchNewerRecord(t *testing.T) {
 	if _, err := prev.Reply(); err != nil {
 		t.Fatal(err)
 	}
-	if gone := m4.undo(ctx, &attempt{call: ScriptCall{Keys: m4.keys(key)}, write: prev}, "r", "a", token); gone {
+	if gone := m4.undo(ctx, &attempt{call: ScriptCall{Keys: m4.keys("r")}, write: prev}, "r", "a", token); gone {
 		t.Fatalf("an undo by an older term reports the grant gone")
 	}
 	rec, held, err := m5.readRecord(ctx, "r")

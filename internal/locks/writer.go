@@ -33,7 +33,7 @@ type ScriptCall struct {
 	Source string
 	SHA    string
 	Keys   []string
-	Args   []any
+	Args   ScriptArgs
 	// Op, if set, makes the call one operation of opsScript (Source and
 	// SHA are then opsScript's, Keys its record, guard and fence mark, Args its own
 	// arguments): the Writer runs it in one call with the other
@@ -51,7 +51,8 @@ type Write struct {
 	wantAcks bool
 	node     *cluster.Node // the master it went to; nil if none was reachable
 
-	reply   *resp.Reply
+	reply   *resp.Reply // &own, for a Write of StartOn
+	own     resp.Reply  // kept in the Write: one allocation less per write
 	replied sync.WaitGroup
 	ack     *ackWait // nil unless the batch sent a WAIT for this write
 	err     error    // set, before replied is done, if the write was never sent
@@ -135,6 +136,49 @@ func decode(r *resp.Reply) (any, error) {
 		return nil, cluster.ErrOutcomeUnknown
 	}
 	return v, err
+}
+
+// The lock operations' usual replies are read straight from their bytes,
+// without building a value (resp.Parse's strings and []any, each boxed,
+// were about five allocations of every lock cycle); anything else goes
+// through Reply, which reads it and its errors.
+
+// bulkReply is the script's reply if it is a bulk string, which it waits
+// for; ok is false for any other reply or error.
+func (w *Write) bulkReply() (body []byte, ok bool) {
+	raw, err := w.Raw()
+	if err != nil {
+		return nil, false
+	}
+	body, rest, ok := bulkOf(raw)
+	return body, ok && len(rest) == 0
+}
+
+// bulkOf reads a bulk string (not null) off the front of b.
+func bulkOf(b []byte) (body, rest []byte, ok bool) {
+	head := bytes.IndexByte(b, '\n')
+	if head < 3 || b[0] != '$' || b[head-1] != '\r' {
+		return nil, nil, false
+	}
+	n, ok := resp.ParseInt(b[1 : head-1])
+	if !ok || n < 0 || int64(len(b)-head-1) < n+2 {
+		return nil, nil, false
+	}
+	body, rest = b[head+1:head+1+int(n)], b[head+1+int(n):]
+	if rest[0] != '\r' || rest[1] != '\n' {
+		return nil, nil, false
+	}
+	return body, rest[2:], true
+}
+
+// intOf reads an integer reply off the front of b.
+func intOf(b []byte) (n int64, rest []byte, ok bool) {
+	head := bytes.IndexByte(b, '\n')
+	if head < 3 || b[0] != ':' || b[head-1] != '\r' {
+		return 0, nil, false
+	}
+	n, ok = resp.ParseInt(b[1 : head-1])
+	return n, b[head+1:], ok
 }
 
 // WriterOptions configure a Writer.
@@ -274,7 +318,8 @@ func (wr *Writer) StartOn(ctx context.Context, node *cluster.Node, call ScriptCa
 	}
 	w := &Write{call: call, wantAcks: wantAcks, node: node}
 	w.replied.Add(1)
-	w.reply = resp.NewReply(&w.replied)
+	w.own = *resp.NewReply(&w.replied)
+	w.reply = &w.own
 	wr.writers(node).queue(ctx, w)
 	return w
 }
@@ -487,6 +532,10 @@ type opsGroup struct {
 	done   sync.WaitGroup // the reply is in, and every operation has its own
 }
 
+// opReplyRoom is the room made for each operation's reply in its group's
+// reply buffer.
+const opReplyRoom = 128
+
 // groupOps gathers the batch's lock operations into opsGroups, one per
 // slot in front of a Redis Cluster (a script's declared keys must all be
 // in one slot there; a batch of random resources then makes groups of
@@ -522,11 +571,16 @@ func (wr *Writer) groupOps(batch []*Write, st *writerState) []*opsGroup {
 			g = st.groups[st.used]
 			st.used++
 			g.slot = slot
-			// A fresh buffer for each reply: the operations' replies are
-			// slices of it, read after the writer has moved on.
-			g.reply.Buf, g.reply.Err = nil, nil
 		}
 		g.writes = append(g.writes, w)
+	}
+	for _, g := range st.groups[:st.used] {
+		// A fresh buffer for each reply: the operations' replies are
+		// slices of it, read after the writer has moved on. Made with
+		// room for the usual replies, so that reading it in is one
+		// allocation, not one per growth (a release's reply, its record,
+		// is about 100 bytes).
+		g.reply.Buf, g.reply.Err = make([]byte, 0, opReplyRoom*len(g.writes)), nil
 	}
 	return st.groups[:st.used]
 }
@@ -571,7 +625,7 @@ func appendOps(b []byte, ws []*Write) []byte {
 	nargs := 0
 	bySHA := true
 	for _, w := range ws {
-		nargs += 1 + len(w.call.Args)
+		nargs += 1 + w.call.Args.Len()
 		bySHA = bySHA && w.call.SHA != ""
 	}
 	b = redcon.AppendArray(b, 3+3*len(ws)+nargs)
@@ -590,7 +644,7 @@ func appendOps(b []byte, ws []*Write) []byte {
 	for _, w := range ws {
 		op := [1]byte{byte(w.call.Op)}
 		b = redcon.AppendBulk(b, op[:])
-		b = appendArgs(b, w.call.Args)
+		b = append(b, w.call.Args.enc...)
 	}
 	return b
 }
@@ -601,7 +655,7 @@ func appendOps(b []byte, ws []*Write) []byte {
 // lock cycle. (Numbers go through a stack buffer: redcon.AppendBulkInt
 // would allocate one each.)
 func appendEval(b []byte, c ScriptCall) []byte {
-	b = redcon.AppendArray(b, 3+len(c.Keys)+len(c.Args))
+	b = redcon.AppendArray(b, 3+len(c.Keys)+c.Args.Len())
 	if c.SHA != "" {
 		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVALSHA"), c.SHA)
 	} else {
@@ -612,36 +666,104 @@ func appendEval(b []byte, c ScriptCall) []byte {
 	for _, k := range c.Keys {
 		b = redcon.AppendBulkString(b, k)
 	}
-	return appendArgs(b, c.Args)
+	return append(b, c.Args.enc...)
 }
 
-// appendArgs appends each script argument as a bulk string.
-func appendArgs(b []byte, args []any) []byte {
+// ScriptArgs are a script call's arguments, each encoded as a RESP bulk
+// string as it is added: the writer copies them into its request as they
+// are. The lock path adds them by type (Str, Int, Uint...), so that none is
+// boxed into an interface: a []any of them was a third of a lock cycle's
+// allocations. The zero value is no arguments.
+type ScriptArgs struct {
+	n   int
+	enc []byte
+}
+
+// ArgsOf returns args (strings, []byte, int, int64, uint64, bool) as
+// ScriptArgs, for calls off the lock path.
+func ArgsOf(args ...any) ScriptArgs {
+	var a ScriptArgs
+	return *a.Add(args...)
+}
+
+// Len is the number of arguments.
+func (a *ScriptArgs) Len() int { return a.n }
+
+// grow readies a's buffer for its first argument: one allocation for a
+// lock operation's whole list.
+func (a *ScriptArgs) grow() {
+	if a.enc == nil {
+		a.enc = make([]byte, 0, 256)
+	}
+}
+
+// Str adds s.
+func (a *ScriptArgs) Str(s string) *ScriptArgs {
+	a.grow()
+	a.n++
+	a.enc = redcon.AppendBulkString(a.enc, s)
+	return a
+}
+
+// Int adds n in decimal. (Through a stack buffer: redcon.AppendBulkInt
+// would allocate one.)
+func (a *ScriptArgs) Int(n int64) *ScriptArgs {
 	var num [20]byte
-	for _, a := range args {
-		switch v := a.(type) {
+	a.grow()
+	a.n++
+	a.enc = redcon.AppendBulk(a.enc, strconv.AppendInt(num[:0], n, 10))
+	return a
+}
+
+// Uint adds n in decimal.
+func (a *ScriptArgs) Uint(n uint64) *ScriptArgs {
+	var num [20]byte
+	a.grow()
+	a.n++
+	a.enc = redcon.AppendBulk(a.enc, strconv.AppendUint(num[:0], n, 10))
+	return a
+}
+
+// Bool adds b as "1" or "0".
+func (a *ScriptArgs) Bool(b bool) *ScriptArgs {
+	if b {
+		return a.Str("1")
+	}
+	return a.Str("0")
+}
+
+// record adds an owner record's value.
+func (a *ScriptArgs) record(v recordValue) *ScriptArgs {
+	var buf [128]byte
+	a.grow()
+	a.n++
+	a.enc = redcon.AppendBulk(a.enc, v.appendTo(buf[:0]))
+	return a
+}
+
+// Add adds each of args by its type (as ArgsOf).
+func (a *ScriptArgs) Add(args ...any) *ScriptArgs {
+	for _, v := range args {
+		switch v := v.(type) {
 		case string:
-			b = redcon.AppendBulkString(b, v)
+			a.Str(v)
 		case []byte:
-			b = redcon.AppendBulk(b, v)
+			a.grow()
+			a.n++
+			a.enc = redcon.AppendBulk(a.enc, v)
 		case int64:
-			b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], v, 10))
+			a.Int(v)
 		case int:
-			b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], int64(v), 10))
+			a.Int(int64(v))
 		case uint64:
-			b = redcon.AppendBulk(b, strconv.AppendUint(num[:0], v, 10))
+			a.Uint(v)
 		case recordValue:
-			var buf [128]byte
-			b = redcon.AppendBulk(b, v.appendTo(buf[:0]))
+			a.record(v)
 		case bool:
-			if v {
-				b = redcon.AppendBulkString(b, "1")
-			} else {
-				b = redcon.AppendBulkString(b, "0")
-			}
+			a.Bool(v)
 		default:
 			panic("locks: unsupported script argument type")
 		}
 	}
-	return b
+	return a
 }

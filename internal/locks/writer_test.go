@@ -25,9 +25,9 @@ func TestAppendEval(t *testing.T) {
 		want []string
 	}{
 		{ScriptCall{Source: "return 1"}, []string{"EVAL", "return 1", "0"}},
-		{ScriptCall{Source: "x", SHA: "abc", Keys: []string{"k1", "k2"}, Args: []any{"own", int64(-5), 7, uint64(18446744073709551615), true, false, []byte("b\r\n")}},
+		{ScriptCall{Source: "x", SHA: "abc", Keys: []string{"k1", "k2"}, Args: ArgsOf("own", int64(-5), 7, uint64(18446744073709551615), true, false, []byte("b\r\n"))},
 			[]string{"EVALSHA", "abc", "2", "k1", "k2", "own", "-5", "7", "18446744073709551615", "1", "0", "b\r\n"}},
-		{ScriptCall{SHA: "s", Keys: []string{""}, Args: []any{""}}, []string{"EVALSHA", "s", "1", "", ""}},
+		{ScriptCall{SHA: "s", Keys: []string{""}, Args: ArgsOf("")}, []string{"EVALSHA", "s", "1", "", ""}},
 	}
 	for _, c := range cases {
 		args := make([][]byte, len(c.want))
@@ -76,7 +76,7 @@ func TestWriter(t *testing.T) {
 	}
 
 	const set = "redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
-	w = wr.Start(ctx, "k", ScriptCall{Source: set, Keys: []string{"k"}, Args: []any{"v"}}, true)
+	w = wr.Start(ctx, "k", ScriptCall{Source: set, Keys: []string{"k"}, Args: ArgsOf("v")}, true)
 	if v, err := w.Reply(); err != nil || v != "v" {
 		t.Fatalf("SET script: %v, %v", v, err)
 	}
@@ -99,7 +99,7 @@ func TestWriter(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := wr.Start(ctx, "k", ScriptCall{Source: set, SHA: cluster.ScriptSHA(set), Keys: []string{"k"}, Args: []any{"v"}}, true)
+			w := wr.Start(ctx, "k", ScriptCall{Source: set, SHA: cluster.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}, true)
 			if _, err := w.Reply(); err != nil {
 				errs <- err
 				return
@@ -244,7 +244,7 @@ func TestRawKeepsTheReplysError(t *testing.T) {
 // opWrite is a Write of one lock operation, ready for a batch.
 func opWrite(op lockOp, resource string, args ...any) *Write {
 	key := "fenceproxy:lock:{" + resource + "}"
-	w := &Write{call: ScriptCall{Source: opsScript, SHA: opsSHA, Op: op, Keys: []string{key, key + ":delay", key + ":fence"}, Args: args}}
+	w := &Write{call: ScriptCall{Source: opsScript, SHA: opsSHA, Op: op, Keys: []string{key, key + ":delay", key + ":fence"}, Args: ArgsOf(args...)}}
 	w.replied.Add(1)
 	w.reply = resp.NewReply(&w.replied)
 	return w
@@ -384,5 +384,39 @@ func TestOpsScriptHandoff(t *testing.T) {
 	}
 	if _, ok := testenv.ReadLockRecord(t, c, "fenceproxy:lock:{s}"); ok {
 		t.Errorf("s still has a record after a's release with a head token too low to grant")
+	}
+}
+
+// TestRawPair: opAcquire's replies read from their bytes (rawPair) read
+// as pair reads them parsed, and anything else, cut short anywhere
+// included, is left to pair.
+func TestRawPair(t *testing.T) {
+	replies := []string{
+		"$2\r\n17\r\n", "*2\r\n:1\r\n:5000\r\n", "*2\r\n:-1\r\n:-2\r\n", "*2\r\n:3\r\n$2\r\n12\r\n",
+		"$-1\r\n", "$0\r\n\r\n", "$2\r\n1x\r\n", "$3\r\n17\r\n", "$2\r\n17\r\nx", "$2\r\n017\r\n", "$02\r\n17\r\n",
+		"*1\r\n:1\r\n", "*3\r\n:1\r\n:2\r\n:3\r\n", "*2\r\n:1\r\n:2\r\n:3\r\n", ":5\r\n", "-ERR x\r\n", "*2\r\n:1\n:2\r\n",
+	}
+	for _, r := range replies {
+		for cut := 0; cut <= len(r); cut++ {
+			raw := []byte(r[:cut])
+			w := &Write{reply: &resp.Reply{Buf: raw}}
+			kind, value, ok := rawPair(w)
+			if !ok {
+				continue
+			}
+			v, err := resp.Parse(raw)
+			if err != nil {
+				t.Errorf("rawPair(%q) = %d, %d, but it does not parse: %v", raw, kind, value, err)
+				continue
+			}
+			if k, val, err := pair(v); err != nil || k != kind || val != value {
+				t.Errorf("rawPair(%q) = %d, %d; pair reads %d, %d, %v", raw, kind, value, k, val, err)
+			}
+		}
+	}
+	for _, r := range []string{"$2\r\n17\r\n", "*2\r\n:1\r\n:5000\r\n"} {
+		if _, _, ok := rawPair(&Write{reply: &resp.Reply{Buf: []byte(r)}}); !ok {
+			t.Errorf("rawPair(%q) left it to pair", r)
+		}
 	}
 }

@@ -182,8 +182,11 @@ func Lookup(args [][]byte) *Recipe {
 
 // Match recognises a request: the recipe it runs and its fields. ok is
 // false for anything to forward as it came.
-func Match(args [][]byte) (c Call, ok bool) {
-	r := Lookup(args)
+func Match(args [][]byte) (c Call, ok bool) { return Lookup(args).Match(args) }
+
+// Match is Match for a request that Lookup found runs r (nil: none), which
+// it does not look up again: for an EVAL that is a SHA-1 of the body.
+func (r *Recipe) Match(args [][]byte) (c Call, ok bool) {
 	if r == nil || r.parse == nil { // a value lock's script: MatchValue's
 		return c, false
 	}

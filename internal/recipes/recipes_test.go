@@ -116,3 +116,19 @@ func TestEvalBodies(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchNoRecipe: a request Lookup found no recipe for matches nothing,
+// as a lock recipe nor as a value lock.
+func TestMatchNoRecipe(t *testing.T) {
+	args := [][]byte{[]byte("EVAL"), []byte("return 1"), []byte("1"), []byte("k")}
+	var r *Recipe
+	if Lookup(args) != nil {
+		t.Fatal("Lookup found a recipe for return 1")
+	}
+	if _, ok := r.Match(args); ok {
+		t.Error("Match: ok for no recipe")
+	}
+	if _, ok := r.MatchValue(args); ok {
+		t.Error("MatchValue: ok for no recipe")
+	}
+}

@@ -150,8 +150,11 @@ func ValueCatalogue() []Recipe {
 
 // MatchValue recognises a value-lock script call (EVAL or EVALSHA): ok is
 // false for anything else, which Match or the forwarder then takes.
-func MatchValue(args [][]byte) (c ValueCall, ok bool) {
-	r := Lookup(args)
+func MatchValue(args [][]byte) (c ValueCall, ok bool) { return Lookup(args).MatchValue(args) }
+
+// MatchValue is MatchValue for a request that Lookup found runs r (nil:
+// none), which it does not look up again.
+func (r *Recipe) MatchValue(args [][]byte) (c ValueCall, ok bool) {
 	if r == nil {
 		return c, false
 	}
