@@ -338,6 +338,38 @@ type nodeWriter struct {
 	// scripts holds the SHAs this master has run (EVAL caches a script),
 	// so that Start sends EVALSHA only for those.
 	scripts sync.Map
+	// rounds counts the batches with a WAIT out now, and roundNanos is
+	// how long such a batch has taken (a moving average): with more than
+	// one WriterConn, a writer free while another's round is out gathers
+	// for a part of a round before it sends (gatherWindow).
+	rounds     atomic.Int32
+	roundNanos atomic.Int64
+}
+
+// gatherWindow is how long an acknowledged writer that found writes
+// waiting goes on gathering before it sends them, when another writer's
+// round is out: a quarter of a round (within 50 µs and 2 ms), so that the
+// rounds overlap (a write that arrives just after a round left waits for
+// a part of a round, not for all of it before its own) and yet each
+// carries many writes (sent at once, the first write found would go
+// alone: --lock-conns 4 without this made rounds of one or two writes,
+// more WAITs and more CPU for each grant). Zero when no other round is
+// out: a write on an idle writer leaves at once.
+func (nw *nodeWriter) gatherWindow() time.Duration {
+	if nw.rounds.Load() == 0 {
+		return 0
+	}
+	return min(max(time.Duration(nw.roundNanos.Load())/4, 50*time.Microsecond), 2*time.Millisecond)
+}
+
+// roundDone folds a round's duration into roundNanos.
+func (nw *nodeWriter) roundDone(took time.Duration) {
+	old := nw.roundNanos.Load()
+	if old == 0 {
+		nw.roundNanos.Store(int64(took))
+		return
+	}
+	nw.roundNanos.Store(old + (int64(took)-old)/8) // a lost update only ages the average
 }
 
 func (nw *nodeWriter) hasScript(sha string) bool { _, ok := nw.scripts.Load(sha); return ok }
@@ -362,10 +394,11 @@ func (wr *Writer) writers(node *cluster.Node) *nodeWriter {
 	nw := &nodeWriter{writes: make(chan *Write, writeQueueLen), unacked: make(chan *Write, writeQueueLen)}
 	serving := node.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
 		queue := nw.unacked
+		var rounds *nodeWriter // counted only for batches with a WAIT
 		if acked {
-			queue = nw.writes
+			queue, rounds = nw.writes, nw
 		}
-		wr.writeLoop(queue, conn, node.Closed())
+		wr.writeLoop(queue, conn, node.Closed(), rounds)
 	})
 	if !serving {
 		nw.closing.Store(true) // a closed node: its writes are not sent
@@ -434,9 +467,19 @@ func (wr *Writer) retire(node *cluster.Node, nw *nodeWriter) {
 // it came, as before, made batches of one: 1.7 operations per script call
 // at 50 clients.) It does the batch's I/O itself (sendBatch): nothing else
 // would run on a goroutine of the connection's own meanwhile.
-func (wr *Writer) writeLoop(queue chan *Write, conn *backend.SyncConn, closed <-chan struct{}) {
+//
+// rounds, set for the writers whose batches carry a WAIT, counts theirs
+// while they are out: with several such writers (--lock-conns), one that
+// is free while another's round is out gathers for a part of a round
+// first (nodeWriter.gatherWindow), so that the rounds overlap and still
+// carry many writes each.
+func (wr *Writer) writeLoop(queue chan *Write, conn *backend.SyncConn, closed <-chan struct{}, rounds *nodeWriter) {
+	if wr.opts.MinReplicas == 0 {
+		rounds = nil // no WAIT: nothing to overlap
+	}
 	batch := make([]*Write, 0, maxWriteBatch)
 	var st writerState
+	var window *time.Timer
 	for {
 		select {
 		case w := <-queue:
@@ -453,10 +496,44 @@ func (wr *Writer) writeLoop(queue chan *Write, conn *backend.SyncConn, closed <-
 				break gather
 			}
 		}
-		wr.sendBatch(conn, batch, &st)
+		if rounds == nil {
+			wr.sendBatch(conn, batch, &st)
+		} else {
+			if d := rounds.gatherWindow(); d > 0 && len(batch) < maxWriteBatch {
+				if window == nil {
+					window = time.NewTimer(d)
+				} else {
+					window.Reset(d)
+				}
+				batch = gatherFor(queue, batch, window.C, closed)
+				window.Stop()
+			}
+			rounds.rounds.Add(1)
+			began := time.Now()
+			wr.sendBatch(conn, batch, &st)
+			rounds.roundDone(time.Since(began))
+			rounds.rounds.Add(-1)
+		}
 		clear(batch)
 		batch = batch[:0]
 	}
+}
+
+// gatherFor adds what queue brings to batch until the window ends, the
+// batch is full or the node closes (the batch then still goes: its callers
+// are answered by its replies, or by its failure).
+func gatherFor(queue chan *Write, batch []*Write, window <-chan time.Time, closed <-chan struct{}) []*Write {
+	for len(batch) < maxWriteBatch {
+		select {
+		case w := <-queue:
+			batch = append(batch, w)
+		case <-window:
+			return batch
+		case <-closed:
+			return batch
+		}
+	}
+	return batch
 }
 
 // sendBatch sends the batch and, if any write asks for acknowledgements,

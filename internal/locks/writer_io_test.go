@@ -184,3 +184,95 @@ func TestScriptReplyBeforeItsWAIT(t *testing.T) {
 		t.Fatalf("the WAIT was not answered within 10s of the replica's return")
 	}
 }
+
+// TestRoundsOverlap: with two connections that carry WAITs
+// (--lock-conns 2), writes that come while one batch's WAIT is out leave
+// on the other connection, their scripts answered with that WAIT still
+// out, instead of waiting for it to end first; with one connection they
+// wait. Real Redis; the replica stopped holds the first WAIT.
+func TestRoundsOverlap(t *testing.T) {
+	for _, conns := range []int{1, 2} {
+		t.Run(fmt.Sprintf("lock-conns=%d", conns), func(t *testing.T) {
+			master := testenv.StartRedis(t, testenv.RedisOptions{})
+			replica := testenv.StartReplica(t, master)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: conns, ReplicaTimeout: time.Minute, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(be.Close)
+			wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Minute})
+			const incr = "return redis.call('INCR', KEYS[1])"
+			start := func(key string) *Write {
+				return wr.Start(context.Background(), key, ScriptCall{Source: incr, Keys: []string{key}}, true)
+			}
+			if n, err := start("warm").Acks(); n != 1 || err != nil {
+				t.Fatalf("warm-up write: %d acks, %v", n, err)
+			}
+			replica.Stop()
+			first := start("first") // its script answered, its WAIT held by the stopped replica
+			if _, err := first.Reply(); err != nil {
+				t.Fatal(err)
+			}
+			later := make(chan *Write, 3)
+			for i := range 3 {
+				go func() { later <- start("later" + strconv.Itoa(i)) }()
+			}
+			answered := 0
+			deadline := time.After(10 * time.Second)
+			if conns == 1 {
+				deadline = time.After(2 * time.Second) // none is to come
+			}
+		wait:
+			for answered < 3 {
+				select {
+				case w := <-later:
+					if _, err := w.Reply(); err != nil {
+						t.Fatal(err)
+					}
+					answered++
+				case <-deadline:
+					break wait
+				}
+			}
+			replica.Cont()
+			if n, err := first.Acks(); n != 1 || err != nil {
+				t.Fatalf("first write: %d acks, %v", n, err)
+			}
+			switch {
+			case conns == 1 && answered != 0:
+				t.Fatalf("one connection: %d later writes answered while the first WAIT was out, want none (Redis holds what follows a WAIT)", answered)
+			case conns == 2 && answered != 3:
+				t.Fatalf("two connections: %d of 3 later writes answered in 10s while the first WAIT was out, want all: the rounds do not overlap", answered)
+			}
+		})
+	}
+}
+
+// TestGatherWindow: a writer gathers only while another round is out, for
+// a quarter of a round, within 50 µs and 2 ms.
+func TestGatherWindow(t *testing.T) {
+	var nw nodeWriter
+	if d := nw.gatherWindow(); d != 0 {
+		t.Fatalf("no round out: window %v, want 0", d)
+	}
+	nw.rounds.Add(1)
+	for _, c := range []struct{ round, want time.Duration }{
+		{0, 50 * time.Microsecond},
+		{100 * time.Microsecond, 50 * time.Microsecond},
+		{4 * time.Millisecond, time.Millisecond},
+		{time.Second, 2 * time.Millisecond},
+	} {
+		nw.roundNanos.Store(int64(c.round))
+		if d := nw.gatherWindow(); d != c.want {
+			t.Errorf("round %v out: window %v, want %v", c.round, d, c.want)
+		}
+	}
+	nw.roundNanos.Store(0)
+	nw.roundDone(8 * time.Millisecond)
+	nw.roundDone(0)
+	if got := time.Duration(nw.roundNanos.Load()); got != 7*time.Millisecond {
+		t.Errorf("average after 8ms then 0: %v, want 7ms (an eighth moves)", got)
+	}
+}
