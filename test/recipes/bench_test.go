@@ -1,6 +1,7 @@
 package recipes
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,7 +57,8 @@ func TestRedissonBench(t *testing.T) {
 	args := strings.Fields(os.Getenv("REDISSON_BENCH_ARGS"))
 	cmd := exec.Command("java", append([]string{"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-cp", filepath.Join(java, "target", "classes") + ":" + strings.TrimSpace(string(cp)), "fenceproxy.LockBench"}, args...)...)
-	cmd.Env = append(os.Environ(), "FENCEPROXY_ADDR="+p.Addr, "FENCEPROXY_MASTER_ADDR="+master.Addr, "FENCEPROXY_REPLICA_ADDR="+replica.Addr)
+	cmd.Env = append(os.Environ(), "FENCEPROXY_ADDR="+p.Addr, "FENCEPROXY_MASTER_ADDR="+master.Addr, "FENCEPROXY_REPLICA_ADDR="+replica.Addr,
+		fmt.Sprintf("FENCEPROXY_BENCH_PIDS=fenceproxy:%d,master:%d,replica:%d", p.Pid(), master.Pid(), replica.Pid()))
 	out, err := cmd.CombinedOutput()
 	t.Logf("replication delayed by %v, fenceproxy %s:\n%s", delay, os.Getenv("REDISSON_BENCH_PROXY_ARGS"), out)
 	if err != nil {

@@ -73,8 +73,62 @@ public final class LockBench {
         return Redisson.create(c);
     }
 
+    /**
+     * CPU time of this JVM and of the processes named in FENCEPROXY_BENCH_PIDS
+     * ("name:pid,..."), in microseconds, from /proc: what a run costs each of
+     * them, to tell whether the machine's cores, not the round trips, bound it.
+     */
+    static java.util.LinkedHashMap<String, Long> cpuNow() {
+        java.util.LinkedHashMap<String, Long> m = new java.util.LinkedHashMap<>();
+        java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+        if (os instanceof com.sun.management.OperatingSystemMXBean sun) {
+            m.put("java", sun.getProcessCpuTime() / 1000);
+        }
+        String pids = System.getenv("FENCEPROXY_BENCH_PIDS");
+        if (pids == null || pids.isEmpty()) {
+            return m;
+        }
+        for (String np : pids.split(",")) {
+            String[] kv = np.split(":");
+            try {
+                String stat = new String(java.nio.file.Files.readAllBytes(java.nio.file.Paths.get("/proc/" + kv[1] + "/stat")));
+                String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+                // utime and stime (fields 14 and 15 of stat), in ticks of 10 ms
+                m.put(kv[0], (Long.parseLong(f[11]) + Long.parseLong(f[12])) * 10_000);
+            } catch (java.io.IOException | RuntimeException e) {
+                m.put(kv[0], -1L);
+            }
+        }
+        return m;
+    }
+
+    /** Prints each process's CPU µs per cycle between two cpuNow readings. */
+    static void printCpu(String label, java.util.Map<String, Long> before, java.util.Map<String, Long> after, long cycles) {
+        StringBuilder b = new StringBuilder("  cpu µs/cycle " + label + ":");
+        long total = 0;
+        for (String k : after.keySet()) {
+            long d = after.get(k) - before.getOrDefault(k, 0L);
+            if (after.get(k) < 0 || before.getOrDefault(k, -1L) < 0) {
+                continue;
+            }
+            total += d;
+            b.append(String.format(" %s %.0f", k, d / (double) cycles));
+        }
+        b.append(String.format(" total %.0f", total / (double) cycles));
+        System.out.println(b);
+    }
+
     /** threads loop lock()/unlock() on a resource each for seconds; returns cycles/s. */
     static double run(RedissonClient c, int threads, int seconds, String label) throws InterruptedException {
+        java.util.Map<String, Long> before = cpuNow();
+        double rate = loop(c, threads, seconds, label);
+        if (!label.equals("warmup")) {
+            printCpu(label, before, cpuNow(), Math.max(1, (long) (rate * seconds)));
+        }
+        return rate;
+    }
+
+    static double loop(RedissonClient c, int threads, int seconds, String label) throws InterruptedException {
         AtomicLong cycles = new AtomicLong();
         CountDownLatch done = new CountDownLatch(threads);
         long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
