@@ -786,18 +786,20 @@ func (a *ScriptArgs) Str(s string) *ScriptArgs {
 // would allocate one.)
 func (a *ScriptArgs) Int(n int64) *ScriptArgs {
 	var num [20]byte
-	a.grow()
-	a.n++
-	a.enc = redcon.AppendBulk(a.enc, strconv.AppendInt(num[:0], n, 10))
-	return a
+	return a.bulk(strconv.AppendInt(num[:0], n, 10))
 }
 
 // Uint adds n in decimal.
 func (a *ScriptArgs) Uint(n uint64) *ScriptArgs {
 	var num [20]byte
+	return a.bulk(strconv.AppendUint(num[:0], n, 10))
+}
+
+// bulk adds b, copied.
+func (a *ScriptArgs) bulk(b []byte) *ScriptArgs {
 	a.grow()
 	a.n++
-	a.enc = redcon.AppendBulk(a.enc, strconv.AppendUint(num[:0], n, 10))
+	a.enc = redcon.AppendBulk(a.enc, b)
 	return a
 }
 
