@@ -48,7 +48,7 @@ import (
 // and get the full check. A command without keys uses the record's mark.
 //
 // Cost: one key per resource granted within the last L (about 100 bytes,
-// README), and one GET and one SET more per grant in the script it
+// docs/lock-family.md), and one GET and one SET more per grant in the script it
 // already runs.
 
 // defaultFenceMarkTTL is Options.FenceMarkTTL's default.

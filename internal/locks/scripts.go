@@ -30,7 +30,7 @@ import (
 // it writes is the string, so an older record is converted by its first
 // re-arm or renewal. An older proxy cannot read the new records (its HMGET
 // meets a string: WRONGTYPE, an error reply, never a grant); a tier is
-// upgraded whole, not node by node (README, "Upgrading").
+// upgraded whole, not node by node (docs/operating.md, "Upgrading").
 //
 // With a lock-delay, a guard key beside it (same hash tag) outlives every
 // lease by the delay; a clean release deletes both, so only a lease that ran
