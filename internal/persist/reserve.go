@@ -119,7 +119,10 @@ func (s *Store) Cancel(resource []byte, token uint64) error {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.Delete(k, nil); err != nil {
+	// A reservation key is set once (its token is unique): SingleDelete
+	// lets a flush drop the set and the delete together, where a Delete
+	// left a tombstone to carry down through every level.
+	if err := b.SingleDelete(k, nil); err != nil {
 		return err
 	}
 	return s.commitNoSync(b)
@@ -262,7 +265,7 @@ func (d *deferred) takeInto(b *pebble.Batch) (t taken, err error) {
 		t.confirmed++
 	}
 	for _, k := range d.drop {
-		if err = b.Delete(k, nil); err != nil {
+		if err = b.SingleDelete(k, nil); err != nil {
 			return t, err
 		}
 	}
