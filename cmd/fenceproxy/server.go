@@ -48,10 +48,10 @@ type proxy struct {
 	tlsLn  net.Listener // nil without --tls-listen
 	tlsCfg *tls.Config
 
-	store       *persist.Store // nil in a tier (tier.go)
-	tier        *tier.Node     // nil without --peers
-	tierAuth    *tierAuthority // the token authority while this tier node leads
-	relay       *tier.Relay    // a tier node's link to its leader
+	store       *persist.Store    // nil in a tier (tier.go)
+	tier        *tier.Node        // nil without --peers
+	tierAuth    *authority.Leader // the token authority while this tier node leads
+	relay       *tier.Relay       // a tier node's link to its leader
 	be          cluster.Backend
 	backendFlag string                              // how errors name the backend: the flags that chose it
 	version     string                              // the backend's redis_version, reported by HELLO
@@ -379,8 +379,9 @@ func (p *proxy) startAuthority() error {
 	if p.tier != nil {
 		// The tier's leader runs the token authority while it leads
 		// (tier.go); closed before the backend, so its member leaves.
-		p.tierAuth.start()
-		p.onClose(p.tierAuth.close)
+		p.tierAuth.Start(authority.Options{Backend: p.be, Writer: p.lockWrites, KeyPrefix: p.cfg.keyPrefix,
+			MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout, Logger: p.logger})
+		p.onClose(p.tierAuth.Close)
 		return nil
 	}
 	tokens := authority.New(authority.Options{

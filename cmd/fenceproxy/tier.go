@@ -88,10 +88,10 @@ func (p *proxy) openTier() error {
 		ClientAddr:   advertise,
 		LogStore:     cfg.tier.logStore,
 		Logger:       p.logger,
-		// The leader runs the token authority (tierAuthority) and shares
-		// each window's bound with Redis before issuing from it.
+		// The leader runs the token authority (authority.Leader) and
+		// shares each window's bound with Redis before issuing from it.
 		Shared:    true,
-		OnLeading: p.tierAuth.lead,
+		OnLeading: func(l *tier.Leadership) { p.tierAuth.Lead(l) },
 		// Waiters in line here end -TRYAGAIN; in-flight grants end so by
 		// themselves (their Reserve fails).
 		OnLeadershipLost: func() {
@@ -118,107 +118,27 @@ func (p *proxy) openTier() error {
 	return nil
 }
 
-// tierAuthority runs the token authority (internal/authority) on this node
-// while it leads the tier: one Authority per leadership, over the tier's
-// state (tier.Leadership), under the tier's id, with a live member of this
-// node's own. So a single fenceproxy with another fence store on the same
-// backend and key prefix is refused and refuses, the tier's nodes are each
-// other's peers, the bound in Redis is the tier's, and a new leader starts
-// its own heartbeat while the old one's member runs out (or leaves, on a
-// clean stop).
-type tierAuthority struct {
-	p       *proxy
-	started chan struct{} // closed by start: the backend and the lock writer are up
-	closing chan struct{}
-	mu      sync.Mutex
-	closed  bool
-	wg      sync.WaitGroup
-	metrics sync.Once
-}
-
-func newTierAuthority(p *proxy) *tierAuthority {
-	return &tierAuthority{p: p, started: make(chan struct{}), closing: make(chan struct{})}
-}
-
-// start lets leaderships run the authority (the backend is connected).
-func (t *tierAuthority) start() { close(t.started) }
-
-// close ends the current leadership's authority (its member leaves Redis)
-// and lets no new one start.
-func (t *tierAuthority) close() {
-	t.mu.Lock()
-	if !t.closed {
-		t.closed = true
-		close(t.closing)
-	}
-	t.mu.Unlock()
-	t.wg.Wait()
-}
-
-// lead runs the authority while l lasts: tier.Options.OnLeading.
-func (t *tierAuthority) lead(l *tier.Leadership) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return
-	}
-	t.wg.Add(1)
-	t.mu.Unlock()
-	defer t.wg.Done()
-	select {
-	case <-t.started:
-	case <-l.Done():
-		return
-	case <-t.closing:
-		return
-	}
-	p := t.p
-	a := authority.New(authority.Options{
-		Backend: p.be, Writer: p.lockWrites, Store: l, ID: l.ID(), Member: l.Member(), KeyPrefix: p.cfg.keyPrefix,
-		MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout, Logger: p.logger,
+// newTierAuthority is the token authority this node runs while it leads
+// the tier (authority.Leader, started by startAuthority once the backend is
+// up), published in p.tokens; the authority's metrics are registered when
+// it first serves here.
+func newTierAuthority(p *proxy) *authority.Leader {
+	var registered sync.Once
+	return authority.NewLeader(authority.LeaderOptions{
+		Serving: &p.tokens,
+		OnServing: func(*authority.Authority) {
+			registered.Do(func() {
+				p.metrics.RegisterAuthority(func() metrics.AuthorityStats {
+					cur := p.tokens.Load()
+					if cur == nil {
+						return metrics.AuthorityStats{StoreID: p.tier.TierID()}
+					}
+					st := cur.Stats()
+					return metrics.AuthorityStats{StoreID: st.StoreID, RedisBound: st.RedisBound, Floor: st.Floor, Conflict: len(st.Others) > 0, Confirmed: st.Confirmed}
+				})
+			})
+		},
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-l.Done():
-		case <-t.closing:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	// Start fails only when the heartbeat cannot run at all (Redis
-	// unreachable): lock commands wait (-TRYAGAIN) and it is tried again.
-	for {
-		err := a.Start(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		p.logger.Warn("tier: the leader's token authority cannot beat on Redis yet; lock commands wait", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(authority.DefaultInterval):
-		}
-	}
-	p.tokens.Store(a)
-	t.metrics.Do(func() {
-		p.metrics.RegisterAuthority(func() metrics.AuthorityStats {
-			cur := p.tokens.Load()
-			if cur == nil {
-				return metrics.AuthorityStats{StoreID: p.tier.TierID()}
-			}
-			st := cur.Stats()
-			return metrics.AuthorityStats{StoreID: st.StoreID, RedisBound: st.RedisBound, Floor: st.Floor, Conflict: len(st.Others) > 0, Confirmed: st.Confirmed}
-		})
-	})
-	p.logger.Info("tier: this leader is the backend's token authority", "authority_id", l.ID(), "member", l.Member())
-	<-ctx.Done()
-	p.tokens.CompareAndSwap(a, nil)
-	a.Close()
 }
 
 // tierHooks are the command layer's view of the tier (commands.Tier).

@@ -64,7 +64,9 @@
 // # In a tier
 //
 // A tier (internal/tier) is one token authority: its ready leader runs an
-// Authority while it leads, with the tier's id as authority id and as the
+// Authority while it leads (Leader, leader.go: one per Leadership, started
+// once the backend is up, published while it serves, closed when the
+// leadership ends), with the tier's id as authority id and as the
 // store id of the bound it shares, and a member of its own
 // (Options.Member: "<node id>@<run>"). A single fenceproxy with another
 // fence store is a conflict (3, 4); tier nodes, a deposed leader included,

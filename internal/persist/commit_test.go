@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // formingCallers is how many callers the group now forming holds.
@@ -134,9 +136,9 @@ func TestOpenFoldsOldReservations(t *testing.T) {
 	// confirmed, then "p/" reservations of b (x) and c (y) left by a kill.
 	batch := s.db.NewBatch()
 	for _, err := range []error{
-		batch.Merge(tokenKey([]byte("x")), encodeToken(a), nil),
-		batch.Set(reservedKey([]byte("x"), b), nil, nil),
-		batch.Set(reservedKey([]byte("y\x00z"), c), nil, nil),
+		batch.Merge(tokenstate.TokenKey([]byte("x")), tokenstate.EncodeToken(a), nil),
+		batch.Set(tokenstate.ReservedKey([]byte("x"), b), nil, nil),
+		batch.Set(tokenstate.ReservedKey([]byte("y\x00z"), c), nil, nil),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +164,7 @@ func TestOpenFoldsOldReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	for it.SeekGE(reservedPrefix); it.Valid() && it.Key()[0] == 'p'; it.Next() {
+	for it.SeekGE(tokenstate.ReservedPrefix); it.Valid() && it.Key()[0] == 'p'; it.Next() {
 		t.Errorf("reservation %q still there after the fold", it.Key())
 	}
 	if tok := nextT(t, s2); tok <= c {

@@ -15,18 +15,11 @@
 //
 // # What it keeps
 //
-// Three key families in Pebble: m/ for the store's own state, t/ and p/
-// per resource.
-//
-//	m/bound       8-byte big-endian: the durable token bound
-//	m/floor       8-byte big-endian: the token floor (invariant 8)
-//	m/id          the store's id: random, made with the directory
-//	m/run         the run ids of the last processes that opened it,
-//	              newest first, comma-separated
-//	m/dir         the directory's inode when it was last opened
-//	t/<resource>  8-byte big-endian: newest token recorded for resource
-//	p/<token><resource>  empty: token (8-byte big-endian) reserved for
-//	                     resource, not yet confirmed or cancelled
+// Three key families in Pebble, whose schema, token encoding and max merge
+// are internal/tokenstate's (shared with the tier's state): m/ for the
+// store's own state (m/bound, m/floor, and its identity m/id, m/run, m/dir),
+// t/<resource> for the resource's newest token, p/<token><resource> (empty)
+// for a token reserved and not yet confirmed or cancelled.
 //
 // m/id names the store on the backend; m/run and m/dir let the next process
 // tell a dead predecessor from a live copy of the directory (shared.go).

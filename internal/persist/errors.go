@@ -1,6 +1,10 @@
 package persist
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
+)
 
 var (
 	// ErrUnhealthy is returned by every call after a synced commit failed or
@@ -19,6 +23,7 @@ var (
 	ErrBadResource = errors.New("persist: resource must be 1 to 512 bytes")
 	// ErrBadToken means Reserve or Confirm got token 0 or a token not issued yet.
 	ErrBadToken = errors.New("persist: token was never issued")
-	// ErrCorrupt means a stored value is not an 8-byte token.
-	ErrCorrupt = errors.New("persist: corrupt stored value")
+	// ErrCorrupt means a stored value is not an 8-byte token (tokenstate's,
+	// which the max merge also returns).
+	ErrCorrupt = tokenstate.ErrCorrupt
 )

@@ -1,9 +1,9 @@
 package persist
 
 import (
-	"io"
-
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // Newest returns the newest token recorded for resource, 0 if none, or the
@@ -18,12 +18,12 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 	}
 	t, epoch, ok := s.cache.Get(resource)
 	if ok {
-		return max(t, s.floor.Load()), nil
+		return tokenstate.Newest(t, s.floor.Load()), nil
 	}
 	// A confirmation not yet on disk, then the disk: in that order, since
 	// one is dropped from the deferred writes only after it is on disk.
 	d := s.deferred.get(resource)
-	t, err := s.get(tokenKey(resource))
+	t, err := s.get(tokenstate.TokenKey(resource))
 	if err != nil {
 		return 0, err
 	}
@@ -33,7 +33,7 @@ func (s *Store) Newest(resource []byte) (uint64, error) {
 		return 0, err
 	}
 	s.cache.Fill(resource, t, epoch)
-	return max(t, s.floor.Load()), nil
+	return tokenstate.Newest(t, s.floor.Load()), nil
 }
 
 // check validates a grant before anything is written.
@@ -63,40 +63,14 @@ func checkResource(r []byte) error {
 // max-merge otherwise (invariant 3).
 func putToken(b *pebble.Batch, g Grant) error {
 	if g.AboveAll {
-		return b.Set(tokenKey(g.Resource), encodeToken(g.Token), nil)
+		return b.Set(tokenstate.TokenKey(g.Resource), tokenstate.EncodeToken(g.Token), nil)
 	}
-	return b.Merge(tokenKey(g.Resource), encodeToken(g.Token), nil)
+	return b.Merge(tokenstate.TokenKey(g.Resource), tokenstate.EncodeToken(g.Token), nil)
 }
 
-func tokenKey(resource []byte) []byte {
-	k := make([]byte, 0, 2+len(resource))
-	return append(append(k, "t/"...), resource...)
-}
-
-// MaxMerger makes a key's value (an 8-byte big-endian token) the maximum
-// of every token merged into it: t/<resource> here, and the tier's state
-// (internal/tier). Its name is stored in the database; never change it.
-var MaxMerger = &pebble.Merger{
-	Name: "fenceproxy.max_u64_be.v1",
-	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
-		m := &maxValueMerger{}
-		return m, m.MergeNewer(value)
-	},
-}
-
-type maxValueMerger struct{ max uint64 }
-
-func (m *maxValueMerger) MergeNewer(value []byte) error {
-	t, err := decodeToken(value)
-	m.max = max(m.max, t)
-	return err
-}
-
-func (m *maxValueMerger) MergeOlder(value []byte) error { return m.MergeNewer(value) }
-
-func (m *maxValueMerger) Finish(bool) ([]byte, io.Closer, error) {
-	return encodeToken(m.max), nil, nil
-}
+// MaxMerger is tokenstate's max merge (t/<resource>), kept here for the
+// callers that open the store's database themselves.
+var MaxMerger = tokenstate.MaxMerger
 
 // NewestCached is Newest when the resource's newest token is in the cache,
 // without reading the disk; ok is false when it is not. A lock manager
@@ -111,5 +85,5 @@ func (s *Store) NewestCached(resource []byte) (token uint64, ok bool, err error)
 		return 0, false, err
 	}
 	token, _, ok = s.cache.Get(resource)
-	return max(token, s.floor.Load()), ok, nil
+	return tokenstate.Newest(token, s.floor.Load()), ok, nil
 }

@@ -1,12 +1,13 @@
 package persist
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // A grant's token must be on disk before its reply, but whether the grant
@@ -55,17 +56,6 @@ import (
 // deletes p/, A's Confirm is not yet synced when the process dies, and 544
 // (replied to A) is gone. TestCrashKeepsSyncedState found exactly that.
 
-var reservedPrefix = []byte("p/")
-
-// reservedKey is "p/", the token (8 bytes, big-endian), then the resource:
-// fixed-width before the resource, so any resource bytes parse back.
-func reservedKey(resource []byte, token uint64) []byte {
-	k := make([]byte, 0, len(reservedPrefix)+8+len(resource))
-	k = append(k, reservedPrefix...)
-	k = binary.BigEndian.AppendUint64(k, token)
-	return append(k, resource...)
-}
-
 // Reserve durably reserves token for resource (see above): it returns
 // after the group commit that carries it is synced.
 func (s *Store) Reserve(resource []byte, token uint64) error {
@@ -82,7 +72,7 @@ func (s *Store) ReserveAll(resource []byte, tokens []uint64) error {
 	}
 	keys := make([][]byte, len(tokens))
 	for i, t := range tokens {
-		keys[i] = reservedKey(resource, t)
+		keys[i] = tokenstate.ReservedKey(resource, t)
 	}
 	s.deferred.reserve(keys)
 	return s.groupCommit(func(b *pebble.Batch) error {
@@ -205,7 +195,7 @@ func (d *deferred) reserve(keys [][]byte) {
 // takeReservedLocked forgets the reservation of token for resource and
 // returns its key, or nil if it was not reserved.
 func (d *deferred) takeReservedLocked(resource []byte, token uint64) []byte {
-	k := reservedKey(resource, token)
+	k := tokenstate.ReservedKey(resource, token)
 	if _, ok := d.reserved[string(k)]; !ok {
 		return nil
 	}
@@ -258,7 +248,7 @@ func (d *deferred) takeInto(b *pebble.Batch) (t taken, err error) {
 		if e.batch != 0 {
 			continue // another batch writes it
 		}
-		if err = b.Merge(tokenKey([]byte(r)), encodeToken(e.token), nil); err != nil {
+		if err = b.Merge(tokenstate.TokenKey([]byte(r)), tokenstate.EncodeToken(e.token), nil); err != nil {
 			return t, err
 		}
 		d.newest[r] = deferredToken{token: e.token, batch: t.batch}
@@ -292,9 +282,7 @@ func (d *deferred) written(t taken, ok bool) {
 // foldReservations turns every reservation a crash left behind into the
 // resource's newest token, and syncs that before the store serves anyone.
 func (s *Store) foldReservations() (int, error) {
-	upper := append([]byte(nil), reservedPrefix...)
-	upper[len(upper)-1]++
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: reservedPrefix, UpperBound: upper})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tokenstate.ReservedPrefix, UpperBound: tokenstate.PrefixUpper(tokenstate.ReservedPrefix)})
 	if err != nil {
 		return 0, err
 	}
@@ -302,13 +290,12 @@ func (s *Store) foldReservations() (int, error) {
 	defer b.Close()
 	n := 0
 	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()[len(reservedPrefix):]
-		if len(k) <= 8 {
+		token, resource, ok := tokenstate.ParseReservedKey(it.Key())
+		if !ok || len(resource) == 0 {
 			it.Close()
 			return n, fmt.Errorf("%w: reservation key %q", ErrCorrupt, it.Key())
 		}
-		token, resource := k[:8], k[8:]
-		if err := b.Merge(tokenKey(resource), append([]byte(nil), token...), nil); err != nil {
+		if err := b.Merge(tokenstate.TokenKey(resource), tokenstate.EncodeToken(token), nil); err != nil {
 			it.Close()
 			return n, err
 		}

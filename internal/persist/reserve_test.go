@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // TestReserveConfirmCancel: while the process lives, only confirmed tokens
@@ -195,7 +197,7 @@ func TestDeferredConfirmations(t *testing.T) {
 	if got := newestT(t, s, "r"); got != tr {
 		t.Fatalf("Newest(r) with its confirmation deferred and r out of the cache = %d, want %d", got, tr)
 	}
-	if v, err := s.get(tokenKey(r)); err != nil || v != 0 {
+	if v, err := s.get(tokenstate.TokenKey(r)); err != nil || v != 0 {
 		t.Fatalf("t/r on disk before the next Reserve: %d, %v; want nothing written by Confirm", v, err)
 	}
 	if s.Stats().SyncedCommits != commits {
@@ -213,10 +215,10 @@ func TestDeferredConfirmations(t *testing.T) {
 	// The next Reserve writes it: t/r is on disk, and the reservation gone.
 	to := nextT(t, s)
 	must(s.Reserve([]byte("o"), to))
-	if v, err := s.get(tokenKey(r)); err != nil || v != tr {
+	if v, err := s.get(tokenstate.TokenKey(r)); err != nil || v != tr {
 		t.Fatalf("t/r on disk after the next Reserve: %d, %v; want %d", v, err, tr)
 	}
-	if v, closer, err := s.db.Get(reservedKey(r, tr)); err == nil {
+	if v, closer, err := s.db.Get(tokenstate.ReservedKey(r, tr)); err == nil {
 		closer.Close()
 		t.Fatalf("r's reservation still on disk after its confirmation was written: %q", v)
 	}
@@ -228,7 +230,7 @@ func TestDeferredConfirmations(t *testing.T) {
 	var log bytes.Buffer
 	s3 := openT(t, "/data", Options{FS: fs, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	defer s3.Close()
-	if v, err := s3.get(tokenKey([]byte("o"))); err != nil || v != to {
+	if v, err := s3.get(tokenstate.TokenKey([]byte("o"))); err != nil || v != to {
 		t.Fatalf("t/o after a clean Close: %d, %v; want %d", v, err, to)
 	}
 	if strings.Contains(log.String(), "reserved before a crash") {

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // The store's bound is only as safe as the directory it is on: an empty,
@@ -35,13 +37,6 @@ import (
 // directory tell its dead predecessors from a live copy of the directory
 // (a copy has the same id). A directory whose inode changed since it was
 // last opened (m/dir) was copied or restored: it knows no predecessor.
-
-var (
-	floorKey = []byte("m/floor")
-	idKey    = []byte("m/id")
-	runKey   = []byte("m/run")
-	dirKey   = []byte("m/dir")
-)
 
 // ErrNotShared means a Shared store has not (yet) had a reservation's bound
 // written to the backend: no token is issued until it has.
@@ -128,7 +123,7 @@ func (s *Store) raiseFloorLocked(foreign uint64) bool {
 	if foreign == 0 || foreign < s.floorNext {
 		return false
 	}
-	s.floorNext = min(foreign, MaxToken-1) + 1
+	s.floorNext = tokenstate.FloorAbove(foreign)
 	return true
 }
 
@@ -148,10 +143,10 @@ func (s *Store) publishFloorLocked() {
 // putMeta adds the floor and the store's identity to b.
 func (s *Store) putMeta(b *pebble.Batch) error {
 	return errors.Join(
-		b.Set(floorKey, encodeToken(s.floorNext), nil),
-		b.Set(idKey, []byte(s.id), nil),
-		b.Set(runKey, []byte(s.runs), nil),
-		b.Set(dirKey, []byte(s.dirID), nil),
+		b.Set(tokenstate.FloorKey, tokenstate.EncodeToken(s.floorNext), nil),
+		b.Set(tokenstate.IDKey, []byte(s.id), nil),
+		b.Set(tokenstate.RunKey, []byte(s.runs), nil),
+		b.Set(tokenstate.DirKey, []byte(s.dirID), nil),
 	)
 }
 
@@ -172,25 +167,25 @@ func (s *Store) syncMetaLocked() error {
 // loadMeta reads the bound, floor and identity at Open (making an id for a
 // directory that has none) and sets the counter; it returns the bound.
 func (s *Store) loadMeta(dir string) (bound uint64, err error) {
-	if bound, err = s.get(boundKey); err != nil {
+	if bound, err = s.get(tokenstate.BoundKey); err != nil {
 		return 0, err
 	}
-	floor, err := s.get(floorKey)
+	floor, err := s.get(tokenstate.FloorKey)
 	if err != nil {
 		return 0, err
 	}
-	if s.id, err = s.getString(idKey); err != nil {
+	if s.id, err = s.getString(tokenstate.IDKey); err != nil {
 		return 0, err
 	}
 	if s.id == "" {
 		s.id = randomID()
 	}
-	prev, err := s.getString(runKey)
+	prev, err := s.getString(tokenstate.RunKey)
 	if err != nil {
 		return 0, err
 	}
 	s.dirID = dirIdentity(s.opts.FS, dir)
-	was, err := s.getString(dirKey)
+	was, err := s.getString(tokenstate.DirKey)
 	if err != nil {
 		return 0, err
 	}

@@ -16,17 +16,16 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fenceproxy/fenceproxy/internal/tokencache"
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 const (
-	// MaxResourceLen is the longest resource the store accepts, in bytes.
-	MaxResourceLen = 512
-	// MaxToken is the largest token ever issued, 2^53: the lock scripts
-	// compare a record's token with a candidate in Lua, whose numbers are
-	// doubles, exact only up to 2^53 (above it, a record's token just
-	// above the candidate could compare equal or below, and be
-	// overwritten). At a million tokens a second that is 285 years.
-	MaxToken = 1 << 53
+	// MaxResourceLen is the longest resource the store accepts, in bytes
+	// (tokenstate's).
+	MaxResourceLen = tokenstate.MaxResourceLen
+	// MaxToken is the largest token ever issued, 2^53 (tokenstate's: the
+	// lock scripts' exact Lua numbers).
+	MaxToken = tokenstate.MaxToken
 
 	defaultCacheEntries  = 1 << 18
 	defaultReserveWindow = 1 << 20
@@ -290,7 +289,7 @@ func (s *Store) get(key []byte) (uint64, error) {
 		return 0, fmt.Errorf("persist: read %q: %w", key, err)
 	}
 	defer closer.Close()
-	return decodeToken(v)
+	return tokenstate.DecodeToken(v)
 }
 
 // pebbleLogger routes Pebble's log to slog. Pebble calls Fatalf when a

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 func TestTokensIncreaseAcrossReopen(t *testing.T) {
@@ -149,7 +151,7 @@ func TestTokenSpaceExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Set(boundKey, encodeToken(MaxToken-3), pebble.Sync); err != nil {
+	if err := db.Set(tokenstate.BoundKey, tokenstate.EncodeToken(MaxToken-3), pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

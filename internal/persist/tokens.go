@@ -1,11 +1,10 @@
 package persist
 
 import (
-	"encoding/binary"
 	"fmt"
-)
 
-var boundKey = []byte("m/bound")
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
+)
 
 // NextToken returns a token strictly greater than every token returned before,
 // by this process or any earlier one using the same dir, and above the
@@ -21,7 +20,7 @@ func (s *Store) NextToken() (uint64, error) {
 		return 0, err
 	}
 	t := s.last.Add(1)
-	if t <= s.bound.Load() && t > s.floor.Load() {
+	if tokenstate.Issuable(t, s.floor.Load(), s.bound.Load()) {
 		return t, nil
 	}
 	return s.nextTokenSlow(t)
@@ -38,7 +37,7 @@ func (s *Store) nextTokenSlow(t uint64) (uint64, error) {
 		}
 		floor, bound := s.floor.Load(), s.bound.Load()
 		switch {
-		case t > floor && t <= bound:
+		case tokenstate.Issuable(t, floor, bound):
 			return t, nil // covered: by another caller's reservation, or by ours below
 		case t > MaxToken:
 			return 0, ErrExhausted
@@ -71,14 +70,11 @@ func (s *Store) reserveLocked(above uint64) error {
 			return err
 		}
 		above = max(above, s.floorNext)
-		nb := uint64(MaxToken)
-		if above < MaxToken-s.opts.ReserveWindow {
-			nb = above + s.opts.ReserveWindow
-		}
+		nb := tokenstate.NextBound(above, s.opts.ReserveWindow)
 		b := s.db.NewBatch()
 		err := s.putMeta(b)
 		if err == nil {
-			err = b.Set(boundKey, encodeToken(nb), nil)
+			err = b.Set(tokenstate.BoundKey, tokenstate.EncodeToken(nb), nil)
 		}
 		if err == nil {
 			err = s.commitSync(b)
@@ -106,13 +102,4 @@ func (s *Store) reserveLocked(above uint64) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the backend's bound kept rising above this store's", ErrNotShared)
-}
-
-func encodeToken(t uint64) []byte { return binary.BigEndian.AppendUint64(nil, t) }
-
-func decodeToken(v []byte) (uint64, error) {
-	if len(v) != 8 {
-		return 0, ErrCorrupt
-	}
-	return binary.BigEndian.Uint64(v), nil
 }

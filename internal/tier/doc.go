@@ -12,8 +12,10 @@
 // The state (fsm.go, state.go, snapshot.go) is the window bound, the floor,
 // each resource's newest confirmed token, the pending reservations, the
 // tier's id and the current leader, in a local Pebble (Options.Dir/state)
-// with the index of the last entry applied, and a bounded cache of newest
-// tokens (internal/tokencache). Its entries are LeaderStart (a new leader's
+// with the index of the last entry applied (its keys, token encoding, max
+// merge and floor and window rules are internal/tokenstate's, shared with
+// a single node's fence store), and a bounded cache of newest tokens
+// (internal/tokencache). Its entries are LeaderStart (a new leader's
 // first: the fold and a fresh window), Window, Reserve, Confirm, Cancel,
 // Adopt, and Batch (many grants' Reserves, Confirms and Cancels, applied in
 // order under one index: how the leader proposes them, propose.go).

@@ -11,8 +11,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 
-	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/tokencache"
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // Window is how many tokens one window entry reserves (Hi/Lo, as persist's
@@ -20,9 +20,9 @@ import (
 // at most Window tokens of its predecessor's.
 const Window = 1 << 16
 
-// maxToken is the highest token, persist's: the lock scripts compare
+// maxToken is the highest token (tokenstate's): the lock scripts compare
 // tokens in Lua, exactly only up to 2^53.
-const maxToken = persist.MaxToken
+const maxToken = tokenstate.MaxToken
 
 // The log's entry kinds. Each entry is one version byte (entryVersion), one
 // kind byte, then the kind's fields as uvarints and length-prefixed strings.
@@ -404,7 +404,7 @@ func (a *applier) dropPending(k pendingKey) {
 // max merge, which reads nothing.
 func (a *applier) raise(resource string, token uint64) {
 	a.newest[resource] = max(a.newest[resource], token)
-	a.check(a.b.Merge(tokenKey(resource), encodeUint(token), nil))
+	a.check(a.b.Merge(tokenstate.TokenKey(resource), tokenstate.EncodeToken(token), nil))
 }
 
 // check fails the batch (ApplyBatch panics) on a Pebble error.
@@ -419,7 +419,7 @@ func (a *applier) check(err error) {
 func (a *applier) newWindow() windowStart {
 	m := &a.f.meta
 	from := max(m.bound, m.floor)
-	to := min(from+Window, maxToken)
+	to := tokenstate.NextBound(from, Window)
 	m.bound = to
 	return windowStart{from: from, to: to}
 }
@@ -437,7 +437,7 @@ func (f *fsm) stored(resource string) (uint64, error) {
 	if f.closed.Load() {
 		return 0, ErrClosed
 	}
-	v, closer, err := f.db.Get(tokenKey(resource))
+	v, closer, err := f.db.Get(tokenstate.TokenKey(resource))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 		t = 0
@@ -454,13 +454,13 @@ func (f *fsm) stored(resource string) (uint64, error) {
 // newestOf is resource's newest confirmed token, or the floor if higher.
 func (f *fsm) newestOf(resource string) (uint64, error) {
 	t, err := f.stored(resource)
-	return max(t, f.floor.Load()), err
+	return tokenstate.Newest(t, f.floor.Load()), err
 }
 
 // newestCached is newestOf when the cache has the resource, without I/O.
 func (f *fsm) newestCached(resource string) (uint64, bool) {
 	t, _, ok := f.cache.Get([]byte(resource))
-	return max(t, f.floor.Load()), ok
+	return tokenstate.Newest(t, f.floor.Load()), ok
 }
 
 func (f *fsm) floorNow() uint64 { return f.floor.Load() }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // The state machine alone, without raft: entries applied by hand.
@@ -293,7 +295,7 @@ func TestBatchConfirmsAndTheCache(t *testing.T) {
 		if c, _, ok := f.cache.Get([]byte(resource)); ok && c < token {
 			seen = append(seen, fmt.Sprintf("%s: the cache has %d when the overlay drops %d", resource, c, token))
 		}
-		v, closer, err := f.db.Get(tokenKey(resource))
+		v, closer, err := f.db.Get(tokenstate.TokenKey(resource))
 		if err != nil {
 			seen = append(seen, fmt.Sprintf("%s: %v when the overlay drops %d", resource, err, token))
 			return

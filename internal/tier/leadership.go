@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // Leadership is one stretch of this node as the tier's ready leader, from
@@ -159,7 +161,7 @@ func (n *Node) newWindow(epoch uint64, share func(uint64) (uint64, error)) error
 // the counter with them (the next token comes from a new window if that
 // passes this one's end). The caller holds windowMu.
 func (n *Node) adopt(epoch, token uint64) error {
-	above := min(token, maxToken-1) + 1
+	above := tokenstate.FloorAbove(token)
 	e := entry{kind: kindAdopt, token: above}
 	if err := n.raft.Apply(e.encode(), applyTimeout).Error(); err != nil {
 		return n.fromRaft(err)

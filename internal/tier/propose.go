@@ -62,7 +62,7 @@ func (p *proposer) submit(op proposal) {
 // maxBatchBytes bounds one Batch entry's encoding. Every node keeps its
 // newest logCacheEntries entries whole in memory (raft.LogCache), so the
 // Batches' size is memory on every node: without a bound, maxBatchOps ops
-// of resources of persist.MaxResourceLen bytes would make a Batch of 2 MiB.
+// of resources of tokenstate.MaxResourceLen bytes would make a Batch of 2 MiB.
 // Under load a Batch is a few hundred ops of short names, far below it.
 const maxBatchBytes = 64 << 10
 

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // Snapshots stream: Persist reads a Pebble snapshot of the state and
@@ -91,13 +93,13 @@ func (s *snapshot) persist(sink io.Writer) error {
 		prefix []byte
 		record func(b, key, value []byte) ([]byte, error)
 	}{
-		{tokenPrefix, func(b, k, v []byte) ([]byte, error) {
+		{tokenstate.TokenPrefix, func(b, k, v []byte) ([]byte, error) {
 			resources++
 			b = append(b, recToken)
-			b = appendString(b, string(k[len(tokenPrefix):]))
+			b = appendString(b, string(k[len(tokenstate.TokenPrefix):]))
 			return binary.AppendUvarint(b, decodeUint(v)), nil
 		}},
-		{pendingPrefix, func(b, k, v []byte) ([]byte, error) {
+		{tokenstate.ReservedPrefix, func(b, k, v []byte) ([]byte, error) {
 			p, ok := parsePendingKey(k)
 			term, n := binary.Uvarint(v)
 			if !ok || n <= 0 {
@@ -109,7 +111,7 @@ func (s *snapshot) persist(sink io.Writer) error {
 			return binary.AppendUvarint(b, term), nil
 		}},
 	} {
-		it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: fam.prefix, UpperBound: prefixUpper(fam.prefix)})
+		it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: fam.prefix, UpperBound: tokenstate.PrefixUpper(fam.prefix)})
 		if err != nil {
 			return err
 		}
@@ -238,7 +240,7 @@ func readRecords(rd *snapReader, resources *int64, pending map[pendingKey]uint64
 			res, tok := rd.string(), rd.uvarint()
 			if rd.err == nil {
 				*resources++
-				rd.err = put(tokenKey(res), encodeUint(tok))
+				rd.err = put(tokenstate.TokenKey(res), tokenstate.EncodeToken(tok))
 			}
 		case recPending:
 			k := pendingKey{resource: rd.string(), token: rd.uvarint()}
@@ -261,7 +263,7 @@ func readV1Records(rd *snapReader, resources *int64, pending map[pendingKey]uint
 		res, tok := rd.string(), rd.uvarint()
 		if rd.err == nil {
 			*resources++
-			rd.err = put(tokenKey(res), encodeUint(tok))
+			rd.err = put(tokenstate.TokenKey(res), tokenstate.EncodeToken(tok))
 		}
 	}
 	n = rd.uvarint()

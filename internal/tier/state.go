@@ -10,69 +10,32 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 
-	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // The state machine's Pebble database (Options.Dir/state), beside the Raft
-// log store. Every key family, and what it holds:
-//
-//	m/applied          8-byte big-endian: the index of the last command entry
-//	                   applied (written in the same batch as its effects)
-//	m/bound, m/floor   8-byte big-endian: the window bound and the floor
-//	m/tier             the tier's id
-//	m/leader           the last LeaderStart's term, node id and client address
-//	t/<resource>       8-byte big-endian: the resource's newest token,
-//	                   written with persist's max merge operator
-//	p/<token><resource>  uvarint: the term of the leader that reserved token
-//	                     (8-byte big-endian) for resource, not yet confirmed
-//	                     or cancelled
+// log store. Its keys are internal/tokenstate's schema (the tier's m/ keys:
+// m/applied, m/bound, m/floor, m/tier, m/leader; t/<resource>, max-merged;
+// p/<token><resource> whose value is the uvarint term of the leader that
+// reserved it).
 var (
-	appliedKey = []byte("m/applied")
-	boundKey   = []byte("m/bound")
-	floorKey   = []byte("m/floor")
-	tierKey    = []byte("m/tier")
-	leaderKey  = []byte("m/leader")
-
-	tokenPrefix   = []byte("t/")
-	pendingPrefix = []byte("p/")
 	// Every key sorts between these (a restore deletes the range).
 	keysLower, keysUpper = []byte{0}, []byte{0xff}
 )
 
-func tokenKey(resource string) []byte {
-	k := make([]byte, 0, len(tokenPrefix)+len(resource))
-	return append(append(k, tokenPrefix...), resource...)
-}
-
-func pendingKeyBytes(p pendingKey) []byte {
-	k := make([]byte, 0, len(pendingPrefix)+8+len(p.resource))
-	k = append(k, pendingPrefix...)
-	k = binary.BigEndian.AppendUint64(k, p.token)
-	return append(k, p.resource...)
-}
+func pendingKeyBytes(p pendingKey) []byte { return tokenstate.ReservedKey(p.resource, p.token) }
 
 func parsePendingKey(k []byte) (pendingKey, bool) {
-	if len(k) < len(pendingPrefix)+8 {
-		return pendingKey{}, false
-	}
-	k = k[len(pendingPrefix):]
-	return pendingKey{token: binary.BigEndian.Uint64(k), resource: string(k[8:])}, true
-}
-
-// prefixUpper is the first key after every key that starts with prefix
-// (prefixes here end below 0xff).
-func prefixUpper(prefix []byte) []byte {
-	u := append([]byte(nil), prefix...)
-	u[len(u)-1]++
-	return u
+	token, resource, ok := tokenstate.ParseReservedKey(k)
+	return pendingKey{token: token, resource: string(resource)}, ok
 }
 
 func openStateDB(dir string, logger *slog.Logger) (*pebble.DB, error) {
-	// A token is merged into t/<resource> (persist.MaxMerger: the value is
+	// A token is merged into t/<resource> (tokenstate.MaxMerger: the value is
 	// the maximum of every token written), so applying a Confirm or a fold
 	// reads nothing: a read per Confirm (to take the maximum, and to count
 	// new resources) was 11% of a leader's CPU on lock cycles.
-	opts := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Merger: persist.MaxMerger, Logger: pebbleLogger{logger}}
+	opts := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Merger: tokenstate.MaxMerger, Logger: pebbleLogger{logger}}
 	// Most reads of a resource new to the cache look for a key that is not
 	// there at all (a resource never granted before): Bloom filters answer
 	// that without reading data blocks (as in internal/persist).
@@ -93,15 +56,15 @@ type stateMeta struct {
 func (m *stateMeta) put(b *pebble.Batch) error {
 	return errors.Join(
 		m.putApplied(b),
-		b.Set(boundKey, encodeUint(m.bound), nil),
-		b.Set(floorKey, encodeUint(m.floor), nil),
-		b.Set(tierKey, []byte(m.tierID), nil),
-		b.Set(leaderKey, m.leader.encode(), nil),
+		b.Set(tokenstate.BoundKey, tokenstate.EncodeToken(m.bound), nil),
+		b.Set(tokenstate.FloorKey, tokenstate.EncodeToken(m.floor), nil),
+		b.Set(tokenstate.TierKey, []byte(m.tierID), nil),
+		b.Set(tokenstate.LeaderKey, m.leader.encode(), nil),
 	)
 }
 
 func (m *stateMeta) putApplied(b *pebble.Batch) error {
-	return b.Set(appliedKey, encodeUint(m.applied), nil)
+	return b.Set(tokenstate.AppliedKey, tokenstate.EncodeToken(m.applied), nil)
 }
 
 // reader is a pebble.DB or a pebble.Snapshot.
@@ -119,8 +82,8 @@ func loadMeta(r reader) (m stateMeta, err error) {
 		s   *string
 		b   *[]byte
 	}{
-		{key: appliedKey, u: &m.applied}, {key: boundKey, u: &m.bound}, {key: floorKey, u: &m.floor},
-		{key: tierKey, s: &m.tierID}, {key: leaderKey, b: &lead},
+		{key: tokenstate.AppliedKey, u: &m.applied}, {key: tokenstate.BoundKey, u: &m.bound}, {key: tokenstate.FloorKey, u: &m.floor},
+		{key: tokenstate.TierKey, s: &m.tierID}, {key: tokenstate.LeaderKey, b: &lead},
 	} {
 		v, closer, err := r.Get(f.key)
 		if errors.Is(err, pebble.ErrNotFound) {
@@ -170,7 +133,7 @@ func decodeLeader(b []byte) (leaderInfo, error) {
 
 // loadPending reads every p/ key.
 func loadPending(r reader) (map[pendingKey]uint64, error) {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: pendingPrefix, UpperBound: prefixUpper(pendingPrefix)})
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: tokenstate.ReservedPrefix, UpperBound: tokenstate.PrefixUpper(tokenstate.ReservedPrefix)})
 	if err != nil {
 		return nil, err
 	}
@@ -187,11 +150,9 @@ func loadPending(r reader) (map[pendingKey]uint64, error) {
 	return pending, it.Error()
 }
 
-func encodeUint(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-
+// decodeUint is a stored 8-byte value, 0 if it is not 8 bytes (the tier
+// reads a short value as none).
 func decodeUint(b []byte) uint64 {
-	if len(b) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(b)
+	t, _ := tokenstate.DecodeToken(b)
+	return t
 }
