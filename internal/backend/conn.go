@@ -600,20 +600,29 @@ func (c *Conn) reconnect() {
 			c.opts.Logger.Info("backend connection restored", "addr", c.opts.Addr)
 			return
 		}
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			nc.Close()
+		if !c.install(nc) {
 			return
 		}
-		c.nc = nc
-		c.mu.Unlock()
-		c.opts.Logger.Info("backend connection restored", "addr", c.opts.Addr)
 		if !c.synchronous {
 			go c.readLoop(nc)
 		}
 		return
 	}
+}
+
+// install puts a new connection nc in service, unless the Conn was closed
+// meanwhile (nc is then closed, and install reports false).
+func (c *Conn) install(nc net.Conn) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		nc.Close()
+		return false
+	}
+	c.nc = nc
+	c.mu.Unlock()
+	c.opts.Logger.Info("backend connection restored", "addr", c.opts.Addr)
+	return true
 }
 
 // LocalAddr is the connection's local address as Redis shows it (CLIENT

@@ -3,6 +3,7 @@ package backend
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"time"
 
@@ -63,6 +64,15 @@ func (s *SyncConn) Exchange(req []byte, replies []*resp.Reply) {
 			err = ErrUnavailable
 		}
 	}
+	if err == nil && s.peerClosed(nc) {
+		// Redis closed it while no batch was out (a restart, CLIENT
+		// KILL): nobody was reading to notice, as a Conn's reader would
+		// have. Sent into it, the batch would end in ErrLost, an unknown
+		// outcome, for requests Redis never got: dial again first.
+		if nc = s.redial(nc); nc == nil {
+			err = ErrUnavailable
+		}
+	}
 	if err != nil {
 		completeWith(replies, err)
 		return
@@ -101,6 +111,41 @@ func (s *SyncConn) current() net.Conn {
 		}
 	}
 	return nc
+}
+
+// peerClosed reports whether nc was closed by Redis (or reset) since its
+// last batch, or holds bytes no request asked for: one non-blocking peek
+// at the socket, no read.
+func (s *SyncConn) peerClosed(nc net.Conn) bool {
+	if s.rd.Buffered() > 0 {
+		return true
+	}
+	if t, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = t.NetConn() // TLS: the socket beneath (a record waiting there is not a close)
+	}
+	return socketClosed(nc)
+}
+
+var errPeerClosed = errors.New("closed by Redis while idle")
+
+// redial replaces old, found closed by Redis, with a new connection at
+// once, on the caller's goroutine (the lock writer has nothing else to
+// do); if Redis cannot be reached it reconnects in the background, as
+// after any break, and redial returns nil.
+func (s *SyncConn) redial(old net.Conn) net.Conn {
+	s.c.fail(old, errPeerClosed)
+	nc, err := s.c.connect()
+	if err != nil {
+		s.c.afterBreak(fmt.Errorf("%w; redial: %w", errPeerClosed, err), 0)
+		return nil
+	}
+	if s.c.opts.OnBreak != nil {
+		s.c.opts.OnBreak()
+	}
+	if !s.c.install(nc) {
+		return nil
+	}
+	return s.current()
 }
 
 // armDeadline makes sure nc's read deadline is at least ReplyTimeout
