@@ -373,10 +373,10 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // The errors a client may see carry their own reply (resp.CodedError:
 // the fence store's, the token authority's, a foreign owner record's, a
 // refused node's, Redis's refusal of a script), so this needs to know no
-// package's error values. Two optional methods say more: an error that is
-// AuthorityUnconfirmed is answered with the backend's refusal while there
-// is one (it is why the authority is late), and one with a LogDetail has
-// that line logged with the error, at most once a second.
+// package's error values; where the reply is written (protocol), one whose
+// reply sends the client to the log (resp.LoggedError) is logged. An error
+// that is AuthorityUnconfirmed is answered with the backend's refusal while
+// there is one (it is why the authority is late).
 func (h *Handler) lockError(err error, unknownOutcome string) error {
 	var re redis.Error
 	var coded resp.CodedError
@@ -394,9 +394,9 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 	}
 	switch {
 	case errors.As(err, &coded):
-		var detail logDetail
-		if errors.As(err, &detail) && detail.LogDetail() != "" {
-			storeErrorLog.Error(h.opts.Logger, detail.LogDetail(), "err", err)
+		var logged resp.LoggedError
+		if errors.As(err, &logged) {
+			return err // with its cause, for the log
 		}
 		return coded
 	case errors.As(err, &re):
@@ -411,10 +411,6 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 // the backend right now (the authority's heartbeat is late, or the fence
 // store's bound is not yet shared).
 type authorityUnconfirmed interface{ AuthorityUnconfirmed() }
-
-// logDetail is an error whose reply sends the client to the proxy's log:
-// LogDetail is the line logged with it ("" for none).
-type logDetail interface{ LogDetail() string }
 
 // fenceExec is FENCE.EXEC resource token command [arg ...]: the command runs
 // only if token is the newest issued for resource (see Manager.FencedExec).

@@ -44,7 +44,7 @@ func (e *clientError) Error() string { return e.text }
 // RESPError is the client's error reply (resp.CodedError).
 func (e *clientError) RESPError() (code, msg string) { return e.code, e.reply }
 
-// LogDetail is the line the proxy's log gets for the error, "" for none:
-// a reply that sends the client to the log has its detail (the error,
-// with its cause) logged there, under this line.
+// LogDetail is the line the proxy's log gets for the error, "" for none
+// (resp.LoggedError): a reply that sends the client to the log has its
+// detail (the error, with its cause) logged there, under this line.
 func (e *clientError) LogDetail() string { return e.log }
