@@ -436,6 +436,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		RedisVersion:   p.version,
 		ReplicaTimeout: cfg.replicaTimeout,
 		KeyPrefix:      cfg.keyPrefix,
+		OwnKeys:        authority.Keys(authorityPrefix(cfg.keyPrefix)),
 		Info:           p.info,
 		ACL:            acl,
 		Tier:           p.tierOptions(),

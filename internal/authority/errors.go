@@ -1,7 +1,6 @@
 package authority
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -10,7 +9,27 @@ import (
 // token authority right now: its heartbeat round is overdue (Redis slow or
 // unreachable, or the process was paused), or its token bound is not yet
 // written to Redis. Retry shortly.
-var ErrUnconfirmed = errors.New("authority: the token authority is not confirmed on Redis right now")
+var ErrUnconfirmed error = unconfirmed{}
+
+// unconfirmed is ErrUnconfirmed's type. It implements resp.CodedError (a
+// lock command's client is answered with TRYAGAIN), and marks itself
+// AuthorityUnconfirmed: while the backend refuses the proxy's writes, the
+// command layer answers with that refusal instead, which says why.
+type unconfirmed struct{}
+
+func (unconfirmed) Error() string {
+	return "authority: the token authority is not confirmed on Redis right now"
+}
+
+// RESPError is the client's error reply (resp.CodedError).
+func (unconfirmed) RESPError() (code, msg string) {
+	return "TRYAGAIN", "fenceproxy: this proxy is not confirmed as the backend's token authority right now " +
+		"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly"
+}
+
+// AuthorityUnconfirmed marks the error as the token authority's not being
+// confirmed on the backend right now.
+func (unconfirmed) AuthorityUnconfirmed() {}
 
 // NoReplicasError means a token bound reached the master but fewer
 // replicas than --min-replicas acknowledged it in time: no token of its
@@ -22,6 +41,11 @@ type NoReplicasError struct {
 	// Connected is how many replicas the master had connected when last
 	// looked at (INFO replication).
 	Connected int
+}
+
+// RESPError is the client's error reply (resp.CodedError).
+func (e *NoReplicasError) RESPError() (code, msg string) {
+	return "NOREPLICAS", "fenceproxy: " + e.Reason()
 }
 
 func (e *NoReplicasError) Error() string {
@@ -59,6 +83,9 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string { return "authority: " + e.Reason() }
+
+// RESPError is the client's error reply (resp.CodedError).
+func (e *ConflictError) RESPError() (code, msg string) { return "ERR", "fenceproxy: " + e.Reason() }
 
 // StartReason says why a process that is starting does not start
 // (Options.StartAlone), and what to do, in one line; backend names the

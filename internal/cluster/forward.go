@@ -77,6 +77,13 @@ type Forwarder interface {
 	// (tracking.go): onPush gets Redis's push messages on it, onLost is
 	// called when it is lost. The error is the client's reply.
 	Track(cl *Client, onPush func(frame []byte), onLost func()) (*Pinned, error)
+	// ClusterView answers CLUSTER (args, args[1] its subcommand) itself
+	// where the topology calls for it, for cl that reached the proxy at
+	// laddr, and reports whether it did: in front of a Redis Cluster the
+	// proxy shows one node, itself, and refuses the subcommands that would
+	// change the cluster (view.go). Unanswered, the request is forwarded as
+	// any other: in front of a standalone Redis every CLUSTER command.
+	ClusterView(cl *Client, args [][]byte, laddr string, p *resp.Reply) bool
 }
 
 // Client is one client connection as a Forwarder knows it. The caller

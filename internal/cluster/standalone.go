@@ -173,6 +173,10 @@ func (s *standalone) Pin(cl *Client, _ [][]byte) (*Pinned, error) {
 // RoutesByKey is false: one master holds every key.
 func (s *standalone) RoutesByKey() bool { return false }
 
+// ClusterView answers nothing: a standalone Redis answers CLUSTER itself
+// (that it has no cluster support).
+func (s *standalone) ClusterView(*Client, [][]byte, string, *resp.Reply) bool { return false }
+
 // WaitReplicas runs WAIT on the master after a write of the proxy's own.
 func (s *standalone) WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *resp.Reply) {
 	waitOn(cl, []*Node{s.master.Load()}, func(int) string { return offsetKey }, args, p)

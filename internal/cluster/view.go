@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // A client that probes the server it talks to with CLUSTER INFO, NODES,
@@ -184,4 +185,21 @@ func (c *Cluster) Covered() bool {
 		}
 	}
 	return true
+}
+
+// ClusterView answers CLUSTER in front of a Redis Cluster (Forwarder): a
+// refusal for a subcommand that would change the cluster, else the one-node
+// view where it has an answer.
+func (c *Cluster) ClusterView(cl *Client, args [][]byte, laddr string, p *resp.Reply) bool {
+	if why := ClusterRefusal(strings.ToLower(string(args[1]))); why != "" {
+		p.Buf = redcon.AppendError(p.Buf, why)
+		p.Done()
+		return true
+	}
+	reply, ok := OneNodeView(args, laddr, cl.RESP3, c.Covered())
+	if ok {
+		p.Buf = append(p.Buf, reply...)
+		p.Done()
+	}
+	return ok
 }

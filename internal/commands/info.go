@@ -8,7 +8,6 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -46,7 +45,7 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			text, err = cluster.Info(ctx, h.opts.Backend, sections...)
 			cancel()
 			if err != nil {
-				replyErr(p, backend.ErrUnavailable)
+				replyErr(p, cluster.ErrUnavailable)
 				return
 			}
 		}

@@ -11,10 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/authority"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
-	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -22,10 +20,10 @@ import (
 // Bounds on lock-family arguments. They keep owner records small and Redis
 // keys sane; every one is stated in docs/lock-family.md.
 const (
-	MaxResourceLen = persist.MaxResourceLen // bytes
-	MaxOwnerLen    = 256                    // bytes
-	MaxTTL         = 30 * 24 * time.Hour    // longest lease
-	MaxWait        = 10 * time.Minute       // longest LOCK.ACQUIRE ... WAIT
+	MaxResourceLen = locks.MaxResourceLen // bytes
+	MaxOwnerLen    = 256                  // bytes
+	MaxTTL         = 30 * 24 * time.Hour  // longest lease
+	MaxWait        = 10 * time.Minute     // longest LOCK.ACQUIRE ... WAIT
 )
 
 // lockArgs are a lock request's validated arguments, copied out of the
@@ -371,42 +369,35 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // lockError turns a lock-manager failure into the error value the client
 // is answered with (its reply is written by protocol), saying what the
 // client can do, and logs the detail the client does not get.
+//
+// The errors a client may see carry their own reply (resp.CodedError:
+// the fence store's, the token authority's, a foreign owner record's, a
+// refused node's, Redis's refusal of a script), so this needs to know no
+// package's error values; where the reply is written (protocol), one whose
+// reply sends the client to the log (resp.LoggedError) is logged. An error
+// that is AuthorityUnconfirmed is answered with the backend's refusal while
+// there is one (it is why the authority is late).
 func (h *Handler) lockError(err error, unknownOutcome string) error {
 	var re redis.Error
 	var coded resp.CodedError
-	var conflict *authority.ConflictError
-	var shortfall *authority.NoReplicasError
-	var foreign *locks.ForeignTokenError
+	var late authorityUnconfirmed
 	switch {
-	case errors.As(err, &foreign):
-		return resp.Error{Code: "ERR", Msg: fmt.Sprintf("fenceproxy: the owner record of '%s' in Redis carries token %d, which no fenceproxy issued "+
-			"(it was written by a client, not through the lock commands); delete key '%s' directly in Redis (or let it expire) to free the resource; nothing was granted",
-			printable([]byte(foreign.Resource)), foreign.Token, printable([]byte(foreign.Key)))}
-	case errors.As(err, &conflict):
-		return resp.Error{Code: "ERR", Msg: "fenceproxy: " + conflict.Reason()}
-	case errors.As(err, &shortfall):
-		return resp.Error{Code: "NOREPLICAS", Msg: "fenceproxy: " + shortfall.Reason()}
-	case errors.Is(err, authority.ErrUnconfirmed), errors.Is(err, persist.ErrNotShared):
+	case errors.As(err, &late):
 		if r := h.opts.Backend.Refusal(); r != nil {
 			// The heartbeat is late because the master refuses it: say why.
 			return r
 		}
-		return resp.Error{Code: "TRYAGAIN", Msg: "fenceproxy: this proxy is not confirmed as the backend's token authority right now " +
-			"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly"}
 	case errors.Is(err, cluster.ErrUnavailable):
 		return cluster.ErrUnavailable
 	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
 		return resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with Redis; " + unknownOutcome}
-	case errors.Is(err, persist.ErrUnhealthy), errors.Is(err, persist.ErrClosed):
-		storeErrorLog.Error(h.opts.Logger, "fence store cannot issue tokens", "err", err)
-		return resp.Error{Code: "ERR", Msg: "fenceproxy: the fence store cannot write to disk; no token was issued (see the proxy's log)"}
-	case errors.Is(err, persist.ErrExhausted):
-		return resp.Error{Code: "ERR", Msg: "fenceproxy: the token space is exhausted; no token was issued"}
+	}
+	switch {
 	case errors.As(err, &coded):
-		// An error that knows its reply: Redis refused the script (a
-		// resp.Error, e.g. WRONGTYPE when a client wrote over an owner
-		// record's key), a refused node, the connection lost under
-		// FENCE.EXEC's command (backend.ErrLost).
+		var logged resp.LoggedError
+		if errors.As(err, &logged) {
+			return err // with its cause, for the log
+		}
 		return coded
 	case errors.As(err, &re):
 		// Redis refused a lock read, which goes through go-redis.
@@ -415,6 +406,11 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 	h.opts.Logger.Error("lock command failed", "err", err)
 	return resp.Error{Code: "ERR", Msg: "fenceproxy: internal error serving the lock command (see the proxy's log)"}
 }
+
+// authorityUnconfirmed is an error of a token authority not confirmed on
+// the backend right now (the authority's heartbeat is late, or the fence
+// store's bound is not yet shared).
+type authorityUnconfirmed interface{ AuthorityUnconfirmed() }
 
 // fenceExec is FENCE.EXEC resource token command [arg ...]: the command runs
 // only if token is the newest issued for resource (see Manager.FencedExec).

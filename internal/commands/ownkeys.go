@@ -6,13 +6,12 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/fenceproxy/fenceproxy/internal/authority"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // The proxy's own keys in what it relays. The token authority writes its
 // live set twice a second (internal/authority), so Redis tells whoever
-// listens: keyspace notifications (__keyspace@15__:<prefix>{authority}:live,
+// listens (Options.OwnKeys names them): keyspace notifications (__keyspace@15__:<prefix>{authority}:live,
 // __keyevent@15__:zadd and, under maxmemory, evicted), and invalidations
 // for a CLIENT TRACKING BCAST client (RESP3 pushes, or __redis__:invalidate
 // messages to the client it redirects to). A client listening to all of
@@ -34,12 +33,28 @@ type ownKeys struct {
 	marker []byte
 }
 
-func newOwnKeys(prefix string) *ownKeys {
-	o := &ownKeys{marker: []byte(prefix + "{authority}:")}
-	for _, k := range authority.Keys(prefix) {
+// newOwnKeys hides names; the marker is what they all begin with.
+func newOwnKeys(names []string) *ownKeys {
+	o := &ownKeys{}
+	for _, k := range names {
 		o.names = append(o.names, []byte(k))
 	}
+	if len(o.names) > 0 {
+		o.marker = o.names[0]
+		for _, n := range o.names[1:] {
+			o.marker = o.marker[:commonPrefix(o.marker, n)]
+		}
+	}
 	return o
+}
+
+// commonPrefix is the length of what a and b begin with alike.
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 func (o *ownKeys) own(key []byte) bool {
@@ -64,7 +79,7 @@ var (
 // tracking client, as the client is to get it: msg itself, a copy without
 // the proxy's keys, or nil to drop it.
 func (o *ownKeys) filter(msg []byte) []byte {
-	if !bytes.Contains(msg, o.marker) {
+	if len(o.names) == 0 || !bytes.Contains(msg, o.marker) {
 		return msg
 	}
 	elems, ok := resp.Elements(msg)

@@ -5,6 +5,8 @@ import (
 	"net"
 	"strconv"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/authority"
 )
 
 func arr(head byte, elems ...[]byte) []byte {
@@ -22,7 +24,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // TestOwnKeysFilter: notifications of the authority's keys are dropped,
 // invalidations lose them, everything else is relayed as it came.
 func TestOwnKeysFilter(t *testing.T) {
-	o := newOwnKeys("fenceproxy:lock:")
+	o := newOwnKeys(authority.Keys("fenceproxy:lock:"))
 	live, bound := "fenceproxy:lock:{authority}:live", "fenceproxy:lock:{authority}:bound"
 	for _, tc := range []struct {
 		name    string
@@ -60,7 +62,7 @@ func TestRelayConnChunks(t *testing.T) {
 		stream = append(stream, arr('*', bs("pmessage"), bs("*"), bs("__keyspace@15__:"+live), bs("zadd"))...)
 	}
 	for _, size := range []int{1, 3, 7, 64, len(stream)} {
-		got := relayInChunks(newOwnKeys("fenceproxy:lock:"), stream, size)
+		got := relayInChunks(newOwnKeys(authority.Keys("fenceproxy:lock:")), stream, size)
 		if !bytes.Equal(got, want) {
 			t.Errorf("chunks of %d: got %q, want %q", size, got, want)
 		}
@@ -98,7 +100,7 @@ func BenchmarkRelayConn(b *testing.B) {
 	for i := range 64 {
 		chunk = append(chunk, arr('*', bs("message"), bs("channel:"+itoa(i)), bs("a payload of some forty bytes, as many are"))...)
 	}
-	h := &relayConn{Conn: discardConn{}, filter: newOwnKeys("fenceproxy:lock:")}
+	h := &relayConn{Conn: discardConn{}, filter: newOwnKeys(authority.Keys("fenceproxy:lock:"))}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
 		h.Write(chunk)

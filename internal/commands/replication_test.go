@@ -3,6 +3,7 @@ package commands
 import (
 	"testing"
 
+	"github.com/fenceproxy/fenceproxy/internal/authority"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -34,7 +35,7 @@ func TestReplicaStream(t *testing.T) {
 		string(cmd("MULTI")) + string(cmd("del", "a")) + string(cmd("EXEC")) +
 		string(cmd("SELECT", "0")) + string(cmd("hset", "fenceproxy:lock:{r}", "token", "7"))
 	for _, size := range []int{1, 5, 64, len(in)} {
-		got := relayInChunks(&replicaStream{own: newOwnKeys("fenceproxy:lock:"), upDB: -1, downDB: -1}, []byte(in), size)
+		got := relayInChunks(&replicaStream{own: newOwnKeys(authority.Keys("fenceproxy:lock:")), upDB: -1, downDB: -1}, []byte(in), size)
 		if string(got) != want {
 			t.Errorf("chunks of %d:\n got %q\nwant %q", size, got, want)
 		}

@@ -35,6 +35,9 @@ type Options struct {
 	// KeyPrefix is the lock manager's key prefix; the proxy's own helper
 	// keys use it too.
 	KeyPrefix string
+	// OwnKeys are the keys of the proxy's own bookkeeping that relayed
+	// messages leave out (the token authority's, ownkeys.go); nil for none.
+	OwnKeys []string
 	// Info returns the body of INFO's "# fenceproxy" section, lines of
 	// field:value ending in CRLF.
 	Info func() string
@@ -78,7 +81,7 @@ func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout), own: newOwnKeys(opts.KeyPrefix),
+	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout), own: newOwnKeys(opts.OwnKeys),
 		ownPrefix: ownPrefix(opts.KeyPrefix)}
 	if opts.ACL != nil {
 		h.authm = opts.Metrics.NewAuth()

@@ -70,6 +70,32 @@ type ForeignTokenError struct {
 	Token, Bound  uint64
 }
 
+// RESPError is the client's error reply (resp.CodedError): what to do to
+// free the resource.
+func (e *ForeignTokenError) RESPError() (code, msg string) {
+	return "ERR", fmt.Sprintf("fenceproxy: the owner record of '%s' in Redis carries token %d, which no fenceproxy issued "+
+		"(it was written by a client, not through the lock commands); delete key '%s' directly in Redis (or let it expire) to free the resource; nothing was granted",
+		printable(e.Resource), e.Token, printable(e.Key))
+}
+
+// printable is s for an error reply: bytes outside printable ASCII become
+// '?', and past 128 bytes it is cut short with "...".
+func printable(s string) string {
+	const most = 128
+	b := make([]byte, 0, min(len(s), most)+3)
+	for i := 0; i < len(s); i++ {
+		if i == most {
+			return string(append(b, "..."...))
+		}
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
 func (e *ForeignTokenError) Error() string {
 	return fmt.Sprintf("locks: the owner record of %q carries token %d, above every token issued (%d)", e.Resource, e.Token, e.Bound)
 }

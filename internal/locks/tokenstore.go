@@ -2,6 +2,11 @@ package locks
 
 import "github.com/fenceproxy/fenceproxy/internal/persist"
 
+// MaxResourceLen is the longest resource name, in bytes: the fence store's
+// bound (persist.MaxResourceLen), which the command layer checks before a
+// request reaches the Manager.
+const MaxResourceLen = persist.MaxResourceLen
+
 // TokenStore is the fence store as the Manager uses it: where fencing
 // tokens come from and where each resource's newest issued token is
 // recorded. PersistStore (a Pebble database under --data-dir) is one; the
@@ -10,7 +15,7 @@ import "github.com/fenceproxy/fenceproxy/internal/persist"
 // keeps the contract below; a method that cannot keep it must return an
 // error, and the Manager then replies no token.
 //
-// Resources are 1 to persist.MaxResourceLen bytes. Every method may be
+// Resources are 1 to MaxResourceLen bytes. Every method may be
 // called concurrently, but Reserve, Confirm and Cancel of one resource come
 // one at a time, from a section the Manager serializes per resource,
 // except for the tokens a waiting line reserves ahead of its grants

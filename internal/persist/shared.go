@@ -40,7 +40,19 @@ import (
 
 // ErrNotShared means a Shared store has not (yet) had a reservation's bound
 // written to the backend: no token is issued until it has.
-var ErrNotShared = errors.New("persist: the token bound is not yet written to the backend; no token was issued")
+var ErrNotShared error = &notShared{clientError{text: "persist: the token bound is not yet written to the backend; no token was issued",
+	code: "TRYAGAIN", reply: "fenceproxy: this proxy is not confirmed as the backend's token authority right now " +
+		"(its heartbeat to Redis is late, or the token bound is not yet written there with the required replicas); nothing was done, retry shortly"}}
+
+// notShared is ErrNotShared's type: a client error that, as
+// authority.ErrUnconfirmed, is answered with the backend's own refusal
+// while the backend refuses the proxy's writes (that is then why the bound
+// is not written).
+type notShared struct{ clientError }
+
+// AuthorityUnconfirmed marks the error as the token authority's not being
+// confirmed on the backend right now.
+func (*notShared) AuthorityUnconfirmed() {}
 
 // ID is the store's id: random, made with the directory, kept for its life
 // (a copy of the directory has the same id).

@@ -92,7 +92,8 @@
 // bytes in Buf, or an error value in Err, and calls Done. Done tells the
 // batch (slot.Complete), the only place where an error value becomes RESP
 // bytes (appendErr): an error that knows its reply (resp.CodedError) gets
-// it, any other is logged and answered "-ERR fenceproxy: internal error
+// it (and is logged, at most once a second, if its reply sends the client
+// to the log: resp.LoggedError), any other is logged and answered "-ERR fenceproxy: internal error
 // (see the proxy's log)", so that no Go error text, address or secret
 // reaches a client. Completing a slot with bytes allocates nothing.
 package protocol

@@ -19,10 +19,16 @@ const (
 // knows its reply (resp.CodedError: resp.Error, the backend's failures, a
 // refused node...) gets it; any other is a bug or a failure nobody named,
 // and is logged (at most once a second) and answered as an internal error,
-// so that no Go error text reaches a client.
+// so that no Go error text reaches a client. A coded error whose reply
+// sends the client to the log (resp.LoggedError) is logged too, at most
+// once a second.
 func (s *Server) appendErr(b []byte, err error) []byte {
 	var coded resp.CodedError
 	if errors.As(err, &coded) {
+		var logged resp.LoggedError
+		if errors.As(err, &logged) && logged.LogDetail() != "" {
+			s.detailLog.Error(s.Logger, logged.LogDetail(), "err", err)
+		}
 		code, msg := coded.RESPError()
 		return resp.AppendError(b, code, msg)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
+	"github.com/fenceproxy/fenceproxy/internal/ratelog"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -84,6 +85,10 @@ type Server struct {
 	lastLimitLog [closeReasons]atomic.Int64
 	lastTLSLog   atomic.Int64
 	lastErrLog   atomic.Int64
+	// detailLog rate-limits the lines of resp.LoggedError replies
+	// (errreply.go): a failure such as a fence store that cannot write
+	// fails every request.
+	detailLog ratelog.EverySecond
 }
 
 // NewServer returns a Server with Redis's default limits.

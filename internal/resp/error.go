@@ -38,6 +38,15 @@ type CodedError interface {
 	RESPError() (code, msg string)
 }
 
+// A LoggedError is a CodedError whose reply sends the client to the
+// proxy's log ("see the proxy's log"): where its reply is written, the
+// line LogDetail gives ("" for none) is logged with the error and its
+// cause, at most once a second.
+type LoggedError interface {
+	CodedError
+	LogDetail() string
+}
+
 // ErrorReply reports whether reply is an error reply, and which.
 func ErrorReply(reply []byte) (Error, bool) {
 	if len(reply) == 0 || reply[0] != '-' {
