@@ -6,6 +6,9 @@
 // backend, so that losing the directory alone (an empty, new or restored
 // --data-dir) cannot either: see shared.go and internal/authority.
 //
+// What survives a crash, what it costs in memory, how it grows, and the
+// designs tried and dropped: docs/design/persist.md.
+//
 // # The fencing invariant
 //
 // Every token NextToken returns is strictly greater than every token returned
@@ -100,66 +103,6 @@
 //     the floor goes above it (8) and the reservation is made again. A
 //     failed share refuses tokens (ErrNotShared) without making the store
 //     unhealthy: the next NextToken tries again.
-//
-// # What survives a crash
-//
-// Only what a successful pebble.Sync commit wrote (and, for a Shared store,
-// the bound on the backend, which the next Join adopts when it is above
-// the directory's):
-//
-//   - m/bound as of the last successful reservation (Open or a NextToken that
-//     crossed the bound). Tokens between the last one returned and that bound
-//     are skipped forever: a restart skips at most ReserveWindow tokens, so the
-//     2^63-1 tokens that fit a RESP integer last 2^43 restarts at the default.
-//   - For every Reserve that returned nil, its token: as t/ if its Confirm
-//     reached the disk (a later sync carries it), else as p/, folded into t/
-//     at the next Open. A call that returned an error or had not returned may
-//     or may not have survived.
-//   - m/floor as of the last successful Adopt or reservation.
-//   - Nothing in memory: the counter and the cache are rebuilt from disk.
-//
-// What survives the loss of the whole directory: with a Shared store, the
-// bound on the backend (every new token is above it, every older one is
-// stale); without one, or with the backend's copy lost too, nothing, and
-// tokens may regress (Options.TokenFloor, above every token issued, is the
-// operator's way out).
-//
-// # Memory
-//
-// The newest-token cache (internal/tokencache) is a sharded LRU bounded to
-// Options.CacheEntries entries, however many resources have ever been
-// recorded. One entry costs
-// about 100 bytes plus the resource length (at most MaxResourceLen), so the
-// default 262144 entries take about 42 MB for 64-byte resources and at most
-// about 160 MB. Pebble adds its own block cache (8 MB) and memtables (4 MB each).
-//
-// # Rejected designs
-//
-// Read-max-write under a striped mutex released before the commit is wrong:
-// A reads 5 and writes 7, B reads 5 and writes 6, the commits land 7 then 6.
-// Holding the stripe across the synced commit is correct but serializes the
-// fsyncs of unrelated resources that share a stripe. The max merge operator
-// needs neither. One fsync per token (a synced counter) was dropped for (2).
-//
-// One record per grant (t/ written by Reserve, counted at once; tried in
-// issue 26): a third of the entries and half the compaction as resources
-// grow, but a refused grant's token then counts as issued and stales the
-// holder of the moment, which the clients' own lock recipes cannot see
-// coming (a refusal reads as "held" to them): the fault suite's checker
-// called those holders falsely stale.
-//
-// # Size and compaction
-//
-// The store holds one t/ key per resource ever granted (about 20 bytes
-// plus the resource, before compression), a handful of m/ keys, and the
-// p/ keys of grants in flight. A grant adds three memtable entries (p/
-// set, t/ merge, p/ delete); new resources are keys spread over the whole
-// key space, so compactions rewrite the overlapping tables of each level:
-// write amplification grows with the number of levels, about the log of
-// the resources ever seen, and the size linearly. A bound would keep a
-// resource free for longer than any lease and lock-delay in a compact form
-// (a store-wide horizon below which every token is stale), which needs
-// the lock manager's leases to set the horizon: not done.
 //
 // # Concurrency
 //
