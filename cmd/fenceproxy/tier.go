@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/authority"
-	"github.com/fenceproxy/fenceproxy/internal/commands"
+	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
@@ -141,7 +141,7 @@ func newTierAuthority(p *proxy) *authority.Leader {
 	})
 }
 
-// tierHooks are the command layer's view of the tier (commands.Tier).
+// tierHooks are the command layer's view of the tier (lockcmd.Tier).
 type tierHooks struct {
 	info   func() string
 	node   *tier.Node
@@ -169,7 +169,7 @@ func (t tierHooks) AddNode(id, raftAddr string) error { return t.node.AddNode(id
 func (t tierHooks) RemoveNode(id string) error        { return t.node.RemoveNode(id) }
 
 // tierOptions is the command layer's tier (nil for a single node).
-func (p *proxy) tierOptions() commands.Tier {
+func (p *proxy) tierOptions() lockcmd.Tier {
 	if p.tier == nil {
 		return nil
 	}

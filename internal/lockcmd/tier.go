@@ -1,4 +1,4 @@
-package commands
+package lockcmd
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/locks"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -44,14 +43,14 @@ type Tier interface {
 	RemoveNode(id string) error
 }
 
-// tierInfo is TIER.INFO: the node's tier section as a bulk string.
-func (h *Handler) tierInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	if h.opts.Tier == nil {
+// TierInfo is TIER.INFO: the node's tier section as a bulk string.
+func (fam *Family) TierInfo(c Conn, args [][]byte, p *resp.Reply) {
+	if fam.opts.Tier == nil {
 		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
 		return
 	}
 	p.Buf = append(p.Buf, '$')
-	info := h.opts.Tier.Info()
+	info := fam.opts.Tier.Info()
 	p.Buf = strconv.AppendInt(p.Buf, int64(len(info)), 10)
 	p.Buf = append(p.Buf, "\r\n"...)
 	p.Buf = append(p.Buf, info...)
@@ -59,28 +58,28 @@ func (h *Handler) tierInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	p.Done()
 }
 
-// tierAdd is TIER.ADD id raft-addr: the node joins as a voter; it catches
+// TierAdd is TIER.ADD id raft-addr: the node joins as a voter; it catches
 // up from the leader (a snapshot if it is far behind).
-func (h *Handler) tierAdd(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	if h.opts.Tier == nil {
+func (fam *Family) TierAdd(c Conn, args [][]byte, p *resp.Reply) {
+	if fam.opts.Tier == nil {
 		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
 		return
 	}
 	id, addr := string(args[1]), string(args[2])
-	h.runner.Go(func() { h.replyMembership(p, h.opts.Tier.AddNode(id, addr)) })
+	fam.runner.Go(func() { fam.replyMembership(p, fam.opts.Tier.AddNode(id, addr)) })
 }
 
-// tierRemove is TIER.REMOVE id.
-func (h *Handler) tierRemove(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	if h.opts.Tier == nil {
+// TierRemove is TIER.REMOVE id.
+func (fam *Family) TierRemove(c Conn, args [][]byte, p *resp.Reply) {
+	if fam.opts.Tier == nil {
 		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
 		return
 	}
 	id := string(args[1])
-	h.runner.Go(func() { h.replyMembership(p, h.opts.Tier.RemoveNode(id)) })
+	fam.runner.Go(func() { fam.replyMembership(p, fam.opts.Tier.RemoveNode(id)) })
 }
 
-func (h *Handler) replyMembership(p *resp.Reply, err error) {
+func (fam *Family) replyMembership(p *resp.Reply, err error) {
 	var coded resp.CodedError
 	switch {
 	case err == nil:
@@ -88,124 +87,31 @@ func (h *Handler) replyMembership(p *resp.Reply, err error) {
 	case errors.As(err, &coded):
 		replyErr(p, coded)
 	default:
-		h.opts.Logger.Warn("tier membership change failed", "err", err)
+		fam.opts.Logger.Warn("tier membership change failed", "err", err)
 		replyError(p, "ERR fenceproxy: the membership change failed (see the node's log)")
 	}
 }
 
-// tierPeer marks a session that is a peer's relay link (TIER.PEER).
-type tierPeer struct {
-	node string
-	// version is the link's relay version (TIER.PEER's sixth argument; 1
+// Peer is the state of a tier peer's relay link (TIER.PEER), kept in its
+// session (ConnState.Peer).
+type Peer struct {
+	Node string
+	// Version is the link's relay version (TIER.PEER's sixth argument; 1
 	// without it): from 3, a grant is answered with its lease's start
 	// (appendRelayedGrant).
-	version int
-	// elapsed is the time the request being served (TIER.RELAY's) had
+	Version int
+	// Elapsed is the time the request being served (TIER.RELAY's) had
 	// already spent on the follower when it was relayed (receivedAt).
-	elapsed time.Duration
+	Elapsed time.Duration
 }
 
-// maxRelayElapsed bounds TIER.RELAY's elapsed time: a lease is never
+// MaxRelayElapsed bounds TIER.RELAY's elapsed time: a lease is never
 // longer (MaxTTL), so any more is as late as can be.
-const maxRelayElapsed = MaxTTL
+const MaxRelayElapsed = MaxTTL
 
-// serveTierLink serves the internal link's own commands, before any ACL
-// check (a relay link authenticates with the tier secret, not as a user).
-// It reports whether it answered.
-func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) bool {
-	if len(args[0]) < 5 || !strings.EqualFold(string(args[0][:5]), "tier.") {
-		return false
-	}
-	name := strings.ToLower(string(args[0]))
-	s := sessionOf(c)
-	switch name {
-	case "tier.peer":
-		// TIER.PEER secret node-id user proto [version]: version 2 sends
-		// client commands in TIER.RELAY, 3 also wants a grant's lease
-		// start back (a follower of an earlier version sends them as they
-		// came, and leaves version out). An unknown version is refused as
-		// an earlier leader refuses it, so its follower tries the next.
-		version := 1
-		if len(args) == 6 {
-			version = relayVersionOf(args[5])
-		}
-		if version == 0 || len(args) < 5 || len(args) > 6 || !h.opts.Tier.PeerSecret(string(args[1])) {
-			h.refuse(s, p, "ERR fenceproxy: not a tier peer")
-			return true
-		}
-		if user := string(args[3]); h.opts.ACL != nil {
-			u := h.opts.ACL.User(user)
-			if u == nil {
-				replyError(p, "ERR fenceproxy: the relayed client's user is unknown on the leader (the nodes' ACL files differ)")
-				return true
-			}
-			s.auth.user, s.auth.userSet = u, true
-		}
-		s.backend.RESP3 = string(args[4]) == "3"
-		s.tier = &tierPeer{node: string(args[2]), version: version}
-		replyOK(p)
-		return true
-	case "tier.undo":
-		// TIER.UNDO resource owner token armed-ms, on a relay link only.
-		if s.tier == nil || len(args) != 5 {
-			return false
-		}
-		h.tierUndo(c, args, p)
-		return true
-	case "tier.relay":
-		// TIER.RELAY elapsed-us command [args...], on a relay link only:
-		// the client's command, served as if it had come on its own, its
-		// lease counted from elapsed-us before this request was read.
-		if s.tier == nil {
-			return false
-		}
-		if len(args) < 3 {
-			replyError(p, "ERR fenceproxy: TIER.RELAY needs elapsed-us (an integer from 0) and a command")
-			return true
-		}
-		us, ok := parseInt(args[1])
-		if !ok || us < 0 || strings.EqualFold(string(args[2]), "tier.relay") {
-			replyError(p, "ERR fenceproxy: TIER.RELAY needs elapsed-us (an integer from 0) and a command")
-			return true
-		}
-		s.tier.elapsed = min(time.Duration(us)*time.Microsecond, maxRelayElapsed)
-		h.serve(c, args[2:], p)
-		s.tier.elapsed = 0
-		return true
-	case "tier.applied":
-		// TIER.APPLIED node-id index [REJOINING], on a relay link only:
-		// +OK, or to a rejoining node the commit index it must reach.
-		if s.tier == nil || len(args) < 3 || len(args) > 4 {
-			return false
-		}
-		rejoining := len(args) == 4 && strings.EqualFold(string(args[3]), "rejoining")
-		n, err := strconv.ParseUint(string(args[2]), 10, 64)
-		if err != nil {
-			replyOK(p)
-			return true
-		}
-		if !rejoining {
-			h.opts.Tier.ReportApplied(string(args[1]), n, false)
-			replyOK(p)
-			return true
-		}
-		node := string(args[1])
-		h.runner.Go(func() { // a leadership round: not on the connection's goroutine
-			target, err := h.opts.Tier.ReportApplied(node, n, true)
-			if err != nil {
-				replyErr(p, err)
-				return
-			}
-			replyInt(p, int64(target))
-		})
-		return true
-	}
-	return false
-}
-
-// relayVersionOf is TIER.PEER's version argument if this node speaks it
+// PeerVersion is TIER.PEER's version argument if this node speaks it
 // (2 or 3), else 0.
-func relayVersionOf(b []byte) int {
+func PeerVersion(b []byte) int {
 	switch string(b) {
 	case "2":
 		return 2
@@ -217,9 +123,9 @@ func relayVersionOf(b []byte) int {
 
 // relaysGrantTimes reports whether the request being served came over a
 // relay link that wants a grant's lease start with its token (version 3).
-func relaysGrantTimes(c *protocol.Conn) bool {
-	tp := sessionOf(c).tier
-	return tp != nil && tp.version >= 3
+func relaysGrantTimes(c Conn) bool {
+	tp := c.State().Peer
+	return tp != nil && tp.Version >= 3
 }
 
 // appendRelayedGrant appends a grant's reply to a follower of relay
@@ -262,12 +168,12 @@ func parseIntReply(r []byte) (int64, bool) {
 	return parseInt(r[1 : len(r)-2])
 }
 
-// tierUndo is TIER.UNDO resource owner token armed-ms, from a follower
+// TierUndo is TIER.UNDO resource owner token armed-ms, from a follower
 // that got a grant too late to hand on (relayLock): the grant is undone
 // if it is still exactly that grant (locks.Manager.UndoGrant). :1 if it
 // was undone, :0 if it was not there as granted (gone, replaced, or
 // re-armed since).
-func (h *Handler) tierUndo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) TierUndo(c Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
 	owner := ""
 	if msg == "" {
@@ -278,16 +184,16 @@ func (h *Handler) tierUndo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if msg == "" && (!okT || token <= 0 || !okA || armed <= 0) {
 		msg = "ERR fenceproxy: TIER.UNDO needs resource, owner, a token and armed-ms (positive integers)"
 	}
-	if msg != "" || h.opts.Locks == nil {
+	if msg != "" || fam.opts.Manager == nil {
 		replyError(p, cmp.Or(msg, "ERR fenceproxy: this node serves no locks"))
 		return
 	}
-	owner = h.lockOwner(c, owner)
-	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		undone, err := h.opts.Locks.UndoGrant(ctx, resource, owner, uint64(token), armed)
+	owner = fam.lockOwner(c, owner)
+	fam.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
+		undone, err := fam.opts.Manager.UndoGrant(ctx, resource, owner, uint64(token), armed)
 		switch {
 		case err != nil:
-			return nil, h.lockError(err, "the grant may or may not be undone")
+			return nil, fam.lockError(err, "the grant may or may not be undone")
 		case undone:
 			return []byte(":1\r\n"), nil
 		}
@@ -295,31 +201,38 @@ func (h *Handler) tierUndo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	})
 }
 
-// relaying reports whether cmd is to be relayed to the tier's leader: a
-// lock-family command on a node that does not lead, from a client (a relay
-// link's commands are served here, so two nodes that each take the other
-// for leader cannot pass one back and forth).
-func (h *Handler) relaying(c *protocol.Conn, cmd *command) bool {
-	return cmd.flags&flagLock != 0 && h.opts.Tier != nil && sessionOf(c).tier == nil && !h.opts.Tier.Leads() &&
-		!strings.HasPrefix(cmd.name, "tier.") // the tier's own: each node answers them
+// Relayed is what relaying needs to know of a lock-family command, from
+// the command layer's table.
+type Relayed struct {
+	Name string
+	// Resource is the argument naming the lock resource (0: none).
+	Resource int
+	// Readonly: it changes nothing, so a relay whose outcome is unknown
+	// may be retried.
+	Readonly bool
 }
 
-// relayLock relays a lock-family command to the leader and answers the
+// Relaying reports whether a lock-family command on c is to be relayed to
+// the tier's leader: on a node that does not lead, from a client (a relay
+// link's commands are served here, so two nodes that each take the other
+// for leader cannot pass one back and forth), and not one of the tier's
+// own (TIER.*: each node answers them).
+func (fam *Family) Relaying(c Conn, name string) bool {
+	return fam.opts.Tier != nil && c.State().Peer == nil && !fam.opts.Tier.Leads() &&
+		!strings.HasPrefix(name, "tier.")
+}
+
+// RelayLock relays a lock-family command to the leader and answers the
 // leader's reply, in the order of the connection's other lock requests for
 // the same resource.
-func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *resp.Reply) {
-	s := sessionOf(c)
-	user := ""
-	if h.opts.ACL != nil && s.auth.user != nil {
-		user = s.auth.user.Name()
-	}
-	resp3 := s.backend.RESP3
+func (fam *Family) RelayLock(c Conn, cmd Relayed, args [][]byte, p *resp.Reply) {
+	user, resp3 := fam.relayUser(c), c.RESP3()
 	own := make([][]byte, len(args))
 	for i, a := range args {
 		own[i] = append([]byte(nil), a...)
 	}
 	var wait time.Duration
-	if cmd.name == "lock.acquire" && len(args) == 6 {
+	if cmd.Name == "lock.acquire" && len(args) == 6 {
 		wait = MaxWait
 		c.MayBlock()
 	}
@@ -331,29 +244,29 @@ func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *re
 	// grant after waiting in line from when the leader armed it, which the
 	// leader's reply carries (relay version 3: judgeRelayedGrant).
 	var ttl time.Duration
-	if cmd.name == "lock.acquire" || cmd.name == "lock.renew" {
+	if cmd.Name == "lock.acquire" || cmd.Name == "lock.renew" {
 		ttl, _ = parseMillis(args[3], "ttl-ms", 1, MaxTTL)
 	}
 	relay := func(ctx context.Context) ([]byte, error) {
-		reply, err := h.opts.Tier.Relay(ctx, user, resp3, wait, received, own)
+		reply, err := fam.opts.Tier.Relay(ctx, user, resp3, wait, received, own)
 		switch {
 		case err != nil:
 			return nil, relayFailure(cmd, err)
-		case cmd.name == "lock.acquire":
-			return h.judgeRelayedGrant(user, resp3, own, received, ttl, wait > 0, reply), nil
-		case ttl <= 0 || h.opts.Locks == nil:
+		case cmd.Name == "lock.acquire":
+			return fam.judgeRelayedGrant(user, resp3, own, received, ttl, wait > 0, reply), nil
+		case ttl <= 0 || fam.opts.Manager == nil:
 			return reply, nil
-		case len(reply) > 0 && reply[0] == ':' && time.Now().After(h.opts.Locks.ReplyBy(received, ttl)):
-			h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
+		case len(reply) > 0 && reply[0] == ':' && time.Now().After(fam.opts.Manager.ReplyBy(received, ttl)):
+			fam.opts.Metrics.Renewals.WithLabelValues("late").Inc()
 			return []byte(replyLateRenewal), nil
 		}
 		return reply, nil
 	}
-	if cmd.resource > 0 && cmd.resource < len(own) {
-		h.runLock(c, string(own[cmd.resource]), p, wait, relay)
+	if cmd.Resource > 0 && cmd.Resource < len(own) {
+		fam.runLock(c, string(own[cmd.Resource]), p, wait, relay)
 		return
 	}
-	h.runner.Go(func() {
+	fam.runner.Go(func() {
 		reply, err := relay(context.Background())
 		p.Buf, p.Err = append(p.Buf, reply...), err
 		p.Done()
@@ -368,21 +281,21 @@ func (h *Handler) relayLock(c *protocol.Conn, cmd *command, args [][]byte, p *re
 // relay version answers a plain token, whose lease this node can count
 // only from the request (a grant made at once); after a wait in line it is
 // passed on as it came.
-func (h *Handler) judgeRelayedGrant(user string, resp3 bool, args [][]byte, received time.Time, ttl time.Duration, waited bool, reply []byte) []byte {
+func (fam *Family) judgeRelayedGrant(user string, resp3 bool, args [][]byte, received time.Time, ttl time.Duration, waited bool, reply []byte) []byte {
 	g, from, ok := parseRelayedGrant(reply)
-	judged := ttl > 0 && h.opts.Locks != nil
+	judged := ttl > 0 && fam.opts.Manager != nil
 	if !ok {
-		if _, plain := parseIntReply(reply); plain && judged && !waited && time.Now().After(h.opts.Locks.ReplyBy(received, ttl)) {
-			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+		if _, plain := parseIntReply(reply); plain && judged && !waited && time.Now().After(fam.opts.Manager.ReplyBy(received, ttl)) {
+			fam.opts.Metrics.Acquires.WithLabelValues("late").Inc()
 			return []byte(replyLateRelayedGrant)
 		}
 		return reply
 	}
-	if !judged || !time.Now().After(h.opts.Locks.ReplyBy(received.Add(from), ttl)) {
+	if !judged || !time.Now().After(fam.opts.Manager.ReplyBy(received.Add(from), ttl)) {
 		return redcon.AppendInt(nil, int64(g.Token))
 	}
-	h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
-	if g.Armed > 0 && h.undoRelayedGrant(user, resp3, args[1], args[2], g) {
+	fam.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+	if g.Armed > 0 && fam.undoRelayedGrant(user, resp3, args[1], args[2], g) {
 		return []byte(replyLateRelayedGrantUndone)
 	}
 	return []byte(replyLateRelayedGrant)
@@ -393,14 +306,14 @@ const relayUndoTimeout = 5 * time.Second
 
 // undoRelayedGrant asks the leader to undo g, a grant of resource to owner
 // that this node will not hand on, and reports whether it was undone.
-func (h *Handler) undoRelayedGrant(user string, resp3 bool, resource, owner []byte, g locks.Grant) bool {
+func (fam *Family) undoRelayedGrant(user string, resp3 bool, resource, owner []byte, g locks.Grant) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), relayUndoTimeout)
 	defer cancel()
-	reply, err := h.opts.Tier.Relay(ctx, user, resp3, 0, time.Time{}, [][]byte{
+	reply, err := fam.opts.Tier.Relay(ctx, user, resp3, 0, time.Time{}, [][]byte{
 		[]byte("TIER.UNDO"), resource, owner,
 		strconv.AppendUint(nil, g.Token, 10), strconv.AppendInt(nil, g.Armed, 10)})
 	if err != nil || string(reply) != ":1\r\n" {
-		h.opts.Logger.Warn("tier: could not undo a grant relayed too late to hand on; it runs out with its lease",
+		fam.opts.Logger.Warn("tier: could not undo a grant relayed too late to hand on; it runs out with its lease",
 			"token", g.Token, "reply", strings.TrimSpace(string(reply)), "err", err)
 		return false
 	}
@@ -413,23 +326,32 @@ func (h *Handler) undoRelayedGrant(user string, resp3 bool, resource, owner []by
 // clients retry by themselves (a FENCE.EXEC would run twice): a command
 // that changes nothing (FENCE.CHECK, LOCK.INFO, LOCK.TOP) is the exception,
 // safe to retry. Anything else the relay knows was not done (-TRYAGAIN).
-func relayFailure(cmd *command, err error) error {
+func relayFailure(cmd Relayed, err error) error {
 	var unknown interface{ OutcomeUnknown() bool }
 	if !errors.As(err, &unknown) || !unknown.OutcomeUnknown() {
 		return err
 	}
 	const lost = "fenceproxy: lost contact with the tier's leader while relaying the command; "
 	switch {
-	case cmd.flags&flagReadonly != 0:
+	case cmd.Readonly:
 		return resp.Error{Code: "TRYAGAIN", Msg: lost + "it changes nothing, retry"}
-	case cmd.name == "lock.acquire":
+	case cmd.Name == "lock.acquire":
 		return resp.Error{Code: "ERR", Msg: lost + "the lock may or may not be granted: retry with the same owner (it gets the same token)"}
-	case cmd.name == "lock.renew":
+	case cmd.Name == "lock.renew":
 		return resp.Error{Code: "ERR", Msg: lost + "the lease may or may not be extended: retry"}
-	case cmd.name == "lock.release":
+	case cmd.Name == "lock.release":
 		return resp.Error{Code: "ERR", Msg: lost + "the lock may or may not be released: retry"}
-	case cmd.name == "fence.exec":
+	case cmd.Name == "fence.exec":
 		return resp.Error{Code: "ERR", Msg: lost + "the command may or may not have run"}
 	}
 	return err
+}
+
+// relayUser is the user a relayed request runs as on the leader: the
+// client's, "" with authentication off.
+func (fam *Family) relayUser(c Conn) string {
+	if !fam.opts.Auth {
+		return ""
+	}
+	return c.User()
 }
