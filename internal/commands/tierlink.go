@@ -33,7 +33,7 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 		// an earlier leader refuses it, so its follower tries the next.
 		version := 1
 		if len(args) == 6 {
-			version = lockcmd.PeerVersion(args[5])
+			version = relayVersionOf(args[5])
 		}
 		if version == 0 || len(args) < 5 || len(args) > 6 || !h.opts.Locks.Tier.PeerSecret(string(args[1])) {
 			h.refuse(s, p, "ERR fenceproxy: not a tier peer")
@@ -107,4 +107,16 @@ func (h *Handler) serveTierLink(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 		return true
 	}
 	return false
+}
+
+// relayVersionOf is TIER.PEER's version argument if this node speaks it
+// (2 or 3), else 0.
+func relayVersionOf(b []byte) int {
+	switch string(b) {
+	case "2":
+		return 2
+	case "3":
+		return 3
+	}
+	return 0
 }

@@ -165,6 +165,3 @@ func nullReply(c Conn) []byte {
 	}
 	return null2
 }
-
-// parseInt parses an integer argument as Redis does.
-func parseInt(b []byte) (int64, bool) { return resp.ParseInt(b) }

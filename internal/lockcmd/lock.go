@@ -63,7 +63,7 @@ func ownerError(b []byte) string {
 }
 
 func parseMillis(b []byte, what string, lo int64, hi time.Duration) (time.Duration, string) {
-	n, ok := parseInt(b)
+	n, ok := resp.ParseInt(b)
 	if !ok || n < lo || n > hi.Milliseconds() {
 		return 0, fmt.Sprintf("ERR %s must be an integer from %d to %d (milliseconds)", what, lo, hi.Milliseconds())
 	}
@@ -289,7 +289,7 @@ func (fam *Family) Release(c Conn, args [][]byte, p *resp.Reply) {
 
 func (fam *Family) FenceCheck(c Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
-	token, ok := parseInt(args[2])
+	token, ok := resp.ParseInt(args[2])
 	if msg == "" && (!ok || token <= 0) {
 		msg = "ERR token must be a positive integer"
 	}
@@ -415,7 +415,7 @@ type authorityUnconfirmed interface{ AuthorityUnconfirmed() }
 // only if token is the newest issued for resource (see Manager.FencedExec).
 func (fam *Family) FenceExec(c Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
-	token, ok := parseInt(args[2])
+	token, ok := resp.ParseInt(args[2])
 	if msg == "" && (!ok || token <= 0) {
 		msg = "ERR token must be a positive integer"
 	}
@@ -461,7 +461,7 @@ func (fam *Family) Top(c Conn, args [][]byte, p *resp.Reply) {
 	}
 	if len(args) == 2 {
 		var ok bool
-		if n, ok = parseInt(args[1]); !ok || n < 1 || n > 1024 {
+		if n, ok = resp.ParseInt(args[1]); !ok || n < 1 || n > 1024 {
 			replyError(p, "ERR count must be an integer from 1 to 1024")
 			return
 		}

@@ -71,7 +71,7 @@ func (fam *Family) Slowlog(c Conn, args [][]byte, p *resp.Reply) {
 		n := int64(10)
 		if len(args) == 3 {
 			var ok bool
-			if n, ok = parseInt(args[2]); !ok {
+			if n, ok = resp.ParseInt(args[2]); !ok {
 				replyError(p, "ERR value is not an integer or out of range")
 				return
 			}

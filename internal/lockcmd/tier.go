@@ -109,18 +109,6 @@ type Peer struct {
 // longer (MaxTTL), so any more is as late as can be.
 const MaxRelayElapsed = MaxTTL
 
-// PeerVersion is TIER.PEER's version argument if this node speaks it
-// (2 or 3), else 0.
-func PeerVersion(b []byte) int {
-	switch string(b) {
-	case "2":
-		return 2
-	case "3":
-		return 3
-	}
-	return 0
-}
-
 // relaysGrantTimes reports whether the request being served came over a
 // relay link that wants a grant's lease start with its token (version 3).
 func relaysGrantTimes(c Conn) bool {
@@ -165,7 +153,7 @@ func parseIntReply(r []byte) (int64, bool) {
 	if len(r) < 4 || r[0] != ':' || !bytes.HasSuffix(r, []byte("\r\n")) {
 		return 0, false
 	}
-	return parseInt(r[1 : len(r)-2])
+	return resp.ParseInt(r[1 : len(r)-2])
 }
 
 // TierUndo is TIER.UNDO resource owner token armed-ms, from a follower
@@ -179,8 +167,8 @@ func (fam *Family) TierUndo(c Conn, args [][]byte, p *resp.Reply) {
 	if msg == "" {
 		owner, msg = parseOwner(args[2])
 	}
-	token, okT := parseInt(args[3])
-	armed, okA := parseInt(args[4])
+	token, okT := resp.ParseInt(args[3])
+	armed, okA := resp.ParseInt(args[4])
 	if msg == "" && (!okT || token <= 0 || !okA || armed <= 0) {
 		msg = "ERR fenceproxy: TIER.UNDO needs resource, owner, a token and armed-ms (positive integers)"
 	}
