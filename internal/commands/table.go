@@ -540,46 +540,24 @@ func arityOK(arity, n int) bool {
 
 // reply helpers: each completes p.
 
-func replyError(p *resp.Reply, msg string) {
-	p.Buf = redcon.AppendError(p.Buf, msg)
-	p.Done()
-}
+func replyError(p *resp.Reply, msg string) { p.DoneError(msg) }
 
 // replyErr answers err, an error value that becomes the client's reply
 // where it is written (protocol): one of the backend's failures, a refused
 // node's error.
-func replyErr(p *resp.Reply, err error) {
-	p.Err = err
-	p.Done()
-}
+func replyErr(p *resp.Reply, err error) { p.DoneErr(err) }
 
-func replyOK(p *resp.Reply) {
-	p.Buf = append(p.Buf, "+OK\r\n"...)
-	p.Done()
-}
+func replyOK(p *resp.Reply) { p.DoneOK() }
 
-func replyInt(p *resp.Reply, n int64) {
-	p.Buf = redcon.AppendInt(p.Buf, n)
-	p.Done()
-}
+func replyInt(p *resp.Reply, n int64) { p.DoneInt(n) }
 
 func replyNull(c *protocol.Conn, p *resp.Reply) {
 	p.Buf = append(p.Buf, nullReply(c)...)
 	p.Done()
 }
 
-var (
-	null2 = []byte("$-1\r\n")
-	null3 = []byte("_\r\n")
-)
-
 // nullReply is the null of the client's protocol.
-func nullReply(c *protocol.Conn) []byte {
-	if sessionOf(c).backend.RESP3 {
-		return null3
-	}
-	return null2
-}
+func nullReply(c *protocol.Conn) []byte { return resp.Null(sessionOf(c).backend.RESP3) }
 
 // parseInt parses an integer argument as Redis does (no leading zeros, no
 // sign but '-').

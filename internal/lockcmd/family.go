@@ -4,8 +4,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
@@ -131,37 +129,5 @@ func (fam *Family) holderPrefix(c Conn) string {
 	return c.HolderPrefix()
 }
 
-// reply helpers: each completes p.
-
-func replyError(p *resp.Reply, msg string) {
-	p.Buf = redcon.AppendError(p.Buf, msg)
-	p.Done()
-}
-
-func replyErr(p *resp.Reply, err error) {
-	p.Err = err
-	p.Done()
-}
-
-func replyOK(p *resp.Reply) {
-	p.Buf = append(p.Buf, "+OK\r\n"...)
-	p.Done()
-}
-
-func replyInt(p *resp.Reply, n int64) {
-	p.Buf = redcon.AppendInt(p.Buf, n)
-	p.Done()
-}
-
-var (
-	null2 = []byte("$-1\r\n")
-	null3 = []byte("_\r\n")
-)
-
 // nullReply is the null of the client's protocol.
-func nullReply(c Conn) []byte {
-	if c.RESP3() {
-		return null3
-	}
-	return null2
-}
+func nullReply(c Conn) []byte { return resp.Null(c.RESP3()) }

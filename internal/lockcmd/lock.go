@@ -155,7 +155,7 @@ func receivedAt(c Conn) time.Time {
 
 func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
 	if len(args) != 4 && len(args) != 6 {
-		replyError(p, "ERR wrong number of arguments for 'lock.acquire' command")
+		p.DoneError("ERR wrong number of arguments for 'lock.acquire' command")
 		return
 	}
 	a, msg := parseLock(args)
@@ -171,7 +171,7 @@ func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
 	}
 	if msg != "" {
 		fam.opts.Metrics.Acquires.WithLabelValues("invalid").Inc()
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	if a.wait > 0 {
@@ -228,7 +228,7 @@ func (fam *Family) Renew(c Conn, args [][]byte, p *resp.Reply) {
 	}
 	if msg != "" {
 		fam.opts.Metrics.Renewals.WithLabelValues("invalid").Inc()
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	a.owner = fam.lockOwner(c, a.owner)
@@ -267,7 +267,7 @@ func (fam *Family) Release(c Conn, args [][]byte, p *resp.Reply) {
 	a, msg := parseLock(args)
 	if msg != "" {
 		fam.opts.Metrics.Releases.WithLabelValues("invalid").Inc()
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	a.owner = fam.lockOwner(c, a.owner)
@@ -295,7 +295,7 @@ func (fam *Family) FenceCheck(c Conn, args [][]byte, p *resp.Reply) {
 	}
 	if msg != "" {
 		fam.opts.Metrics.FenceChecks.WithLabelValues("invalid").Inc()
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	if c.State().Requests.Busy(resource) {
@@ -334,7 +334,7 @@ func (fam *Family) fenceCheckReply(resource string, token int64) ([]byte, error)
 func (fam *Family) LockInfo(c Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
 	if msg != "" {
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	null := nullReply(c)
@@ -420,7 +420,7 @@ func (fam *Family) FenceExec(c Conn, args [][]byte, p *resp.Reply) {
 		msg = "ERR token must be a positive integer"
 	}
 	if msg != "" {
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	command := make([][]byte, len(args)-3)
@@ -456,13 +456,13 @@ func (fam *Family) FenceExec(c Conn, args [][]byte, p *resp.Reply) {
 func (fam *Family) Top(c Conn, args [][]byte, p *resp.Reply) {
 	n := int64(10)
 	if len(args) > 2 {
-		replyError(p, "ERR wrong number of arguments for 'lock.top' command")
+		p.DoneError("ERR wrong number of arguments for 'lock.top' command")
 		return
 	}
 	if len(args) == 2 {
 		var ok bool
 		if n, ok = resp.ParseInt(args[1]); !ok || n < 1 || n > 1024 {
-			replyError(p, "ERR count must be an integer from 1 to 1024")
+			p.DoneError("ERR count must be an integer from 1 to 1024")
 			return
 		}
 	}

@@ -72,11 +72,11 @@ func (fam *Family) Slowlog(c Conn, args [][]byte, p *resp.Reply) {
 		if len(args) == 3 {
 			var ok bool
 			if n, ok = resp.ParseInt(args[2]); !ok {
-				replyError(p, "ERR value is not an integer or out of range")
+				p.DoneError("ERR value is not an integer or out of range")
 				return
 			}
 			if n < -1 {
-				replyError(p, "ERR count should be greater than or equal to -1")
+				p.DoneError("ERR count should be greater than or equal to -1")
 				return
 			}
 		}
@@ -105,10 +105,10 @@ func (fam *Family) Slowlog(c Conn, args [][]byte, p *resp.Reply) {
 		p.Buf = b
 		p.Done()
 	case sub == "len" && len(args) == 2:
-		replyInt(p, int64(lm.SlowLogLen()))
+		p.DoneInt(int64(lm.SlowLogLen()))
 	case sub == "reset" && len(args) == 2:
 		lm.SlowLogReset()
-		replyOK(p)
+		p.DoneOK()
 	case sub == "help" && len(args) == 2:
 		b := redcon.AppendArray(p.Buf, len(slowlogHelp))
 		for _, l := range slowlogHelp {
@@ -117,9 +117,9 @@ func (fam *Family) Slowlog(c Conn, args [][]byte, p *resp.Reply) {
 		p.Buf = b
 		p.Done()
 	case sub == "get" || sub == "len" || sub == "reset" || sub == "help":
-		replyError(p, "ERR wrong number of arguments for 'lock.slowlog|"+sub+"' command")
+		p.DoneError("ERR wrong number of arguments for 'lock.slowlog|" + sub + "' command")
 	default:
-		replyError(p, "ERR unknown subcommand '"+clip(string(args[1]), 128)+"'. Try LOCK.SLOWLOG HELP.")
+		p.DoneError("ERR unknown subcommand '" + clip(string(args[1]), 128) + "'. Try LOCK.SLOWLOG HELP.")
 	}
 }
 

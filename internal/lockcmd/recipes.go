@@ -399,7 +399,7 @@ func (fam *Family) Token(c Conn, args [][]byte, p *resp.Reply) {
 		holder, msg = parseOwner(args[2])
 	}
 	if msg != "" {
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	// A lock-family owner is bound to the user (lockOwner); a recipe's

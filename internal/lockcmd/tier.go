@@ -46,7 +46,7 @@ type Tier interface {
 // TierInfo is TIER.INFO: the node's tier section as a bulk string.
 func (fam *Family) TierInfo(c Conn, args [][]byte, p *resp.Reply) {
 	if fam.opts.Tier == nil {
-		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		p.DoneError("ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
 		return
 	}
 	p.Buf = append(p.Buf, '$')
@@ -62,7 +62,7 @@ func (fam *Family) TierInfo(c Conn, args [][]byte, p *resp.Reply) {
 // up from the leader (a snapshot if it is far behind).
 func (fam *Family) TierAdd(c Conn, args [][]byte, p *resp.Reply) {
 	if fam.opts.Tier == nil {
-		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		p.DoneError("ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
 		return
 	}
 	id, addr := string(args[1]), string(args[2])
@@ -72,7 +72,7 @@ func (fam *Family) TierAdd(c Conn, args [][]byte, p *resp.Reply) {
 // TierRemove is TIER.REMOVE id.
 func (fam *Family) TierRemove(c Conn, args [][]byte, p *resp.Reply) {
 	if fam.opts.Tier == nil {
-		replyError(p, "ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
+		p.DoneError("ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
 		return
 	}
 	id := string(args[1])
@@ -83,12 +83,12 @@ func (fam *Family) replyMembership(p *resp.Reply, err error) {
 	var coded resp.CodedError
 	switch {
 	case err == nil:
-		replyOK(p)
+		p.DoneOK()
 	case errors.As(err, &coded):
-		replyErr(p, coded)
+		p.DoneErr(coded)
 	default:
 		fam.opts.Logger.Warn("tier membership change failed", "err", err)
-		replyError(p, "ERR fenceproxy: the membership change failed (see the node's log)")
+		p.DoneError("ERR fenceproxy: the membership change failed (see the node's log)")
 	}
 }
 
@@ -173,7 +173,7 @@ func (fam *Family) TierUndo(c Conn, args [][]byte, p *resp.Reply) {
 		msg = "ERR fenceproxy: TIER.UNDO needs resource, owner, a token and armed-ms (positive integers)"
 	}
 	if msg != "" || fam.opts.Manager == nil {
-		replyError(p, cmp.Or(msg, "ERR fenceproxy: this node serves no locks"))
+		p.DoneError(cmp.Or(msg, "ERR fenceproxy: this node serves no locks"))
 		return
 	}
 	owner = fam.lockOwner(c, owner)
