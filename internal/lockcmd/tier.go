@@ -15,7 +15,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
-// Tier is what the command layer needs of a tier node (internal/tier):
+// Tier is what the lock family needs of a tier node (internal/tier):
 // while this node does not lead, lock-family commands are relayed to the
 // leader; the leader accepts relay links from its peers.
 type Tier interface {
@@ -157,7 +157,7 @@ func parseIntReply(r []byte) (int64, bool) {
 }
 
 // TierUndo is TIER.UNDO resource owner token armed-ms, from a follower
-// that got a grant too late to hand on (relayLock): the grant is undone
+// that got a grant too late to hand on (RelayLock): the grant is undone
 // if it is still exactly that grant (locks.Manager.UndoGrant). :1 if it
 // was undone, :0 if it was not there as granted (gone, replaced, or
 // re-armed since).
