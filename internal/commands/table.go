@@ -519,8 +519,8 @@ func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 				p.Done()
 				return
 			}
-			if cmd.flags&flagLock != 0 && h.locks.Relaying(lockConn(c), cmd.name) {
-				h.locks.RelayLock(lockConn(c), lockcmd.Relayed{Name: cmd.name, Resource: cmd.resource,
+			if lc := (lockcmd.Conn{Conn: c, Client: s}); cmd.flags&flagLock != 0 && h.locks.Relaying(lc, cmd.name) {
+				h.locks.RelayLock(lc, lockcmd.Relayed{Name: cmd.name, Resource: cmd.resource,
 					Readonly: cmd.flags&flagReadonly != 0}, args, p)
 				return
 			}
