@@ -21,6 +21,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/commands"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
@@ -430,7 +431,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 	return commands.NewHandler(commands.Options{
 		Backend:        p.be,
 		Keys:           keyTable,
-		Locks:          mgr,
+		Locks:          lockcmd.Locks{Manager: mgr, Tier: p.tierOptions(), LockKeys: lockKeys},
 		Metrics:        p.metrics,
 		Logger:         p.logger,
 		RedisVersion:   p.version,
@@ -439,9 +440,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		OwnKeys:        authority.Keys(authorityPrefix(cfg.keyPrefix)),
 		Info:           p.info,
 		ACL:            acl,
-		Tier:           p.tierOptions(),
 		BackendUser:    cfg.backendUser,
-		LockKeys:       lockKeys,
 	})
 }
 

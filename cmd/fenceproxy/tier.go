@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/authority"
-	"github.com/fenceproxy/fenceproxy/internal/commands"
+	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
@@ -141,7 +141,7 @@ func newTierAuthority(p *proxy) *authority.Leader {
 	})
 }
 
-// tierHooks are the command layer's view of the tier (commands.Tier).
+// tierHooks are the lock family's view of the tier (lockcmd.Tier).
 type tierHooks struct {
 	info   func() string
 	node   *tier.Node
@@ -168,8 +168,8 @@ func (t tierHooks) Info() string {
 func (t tierHooks) AddNode(id, raftAddr string) error { return t.node.AddNode(id, raftAddr) }
 func (t tierHooks) RemoveNode(id string) error        { return t.node.RemoveNode(id) }
 
-// tierOptions is the command layer's tier (nil for a single node).
-func (p *proxy) tierOptions() commands.Tier {
+// tierOptions is the lock family's tier (nil for a single node).
+func (p *proxy) tierOptions() lockcmd.Tier {
 	if p.tier == nil {
 		return nil
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
-	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -36,11 +35,6 @@ const (
 func noPermCommand(name string) string {
 	return "NOPERM this user has no permissions to run the '" + name + "' command"
 }
-
-// hiddenOwner is what LOCK.INFO shows as the owner of a lock held by
-// another user than the caller's: the owner string is a credential (it
-// renews and releases), so it is never shown across users.
-const hiddenOwner = "(held by another user)"
 
 // ACLCommands is the command universe auth.Compile resolves rules against:
 // every command and subcommand of the backend's COMMAND reply with its
@@ -400,76 +394,6 @@ func (h *Handler) authenticate(s *session, user, password []byte) string {
 	return ""
 }
 
-// lockOwner is the owner string stored for a lock: with authentication on,
-// the user's name, a NUL byte, then the client's owner. User names have no
-// NUL (auth refuses them), so no owner string one user chooses can equal
-// another user's stored owner, and only the user renews or releases it.
-func (h *Handler) lockOwner(c *protocol.Conn, owner string) string {
-	if h.opts.ACL == nil {
-		return owner
-	}
-	return sessionOf(c).auth.user.Name() + "\x00" + owner
-}
-
-// holderPrefix is what every stored owner of the connection's user starts
-// with; "" with authentication off.
-func (h *Handler) holderPrefix(c *protocol.Conn) string {
-	if h.opts.ACL == nil {
-		return ""
-	}
-	return sessionOf(c).auth.user.Name() + "\x00"
-}
-
-// visibleOwner is the owner LOCK.INFO shows a connection whose
-// holderPrefix is prefix: the stored owner with authentication off; the
-// client's own owner string for its user's locks, hiddenOwner for anyone
-// else's.
-func visibleOwner(prefix, stored string) string {
-	if prefix == "" {
-		return stored
-	}
-	if strings.HasPrefix(stored, prefix) {
-		return stored[len(prefix):]
-	}
-	return hiddenOwner
-}
-
-// visibleTop is LOCK.TOP for the connection's user: only resources its key
-// patterns let it read, so one tenant does not learn another's resource
-// names.
-func (h *Handler) visibleTop(c *protocol.Conn, n int) ([]locks.Contended, []int) {
-	u := sessionOf(c).auth.user
-	top, waiters := h.opts.Locks.Top(1024) // every counter the sketch keeps
-	kept := 0
-	for i, t := range top {
-		if kept == n {
-			break
-		}
-		if u.CanKey([]byte(t.Resource), true, false) {
-			top[kept], waiters[kept] = t, waiters[i]
-			kept++
-		}
-	}
-	return top[:kept], waiters[:kept]
-}
-
-// visibleSlowLog is LOCK.SLOWLOG GET for a user: the newest n entries (all
-// for -1) of resources the user may read, as LOCK.TOP.
-func (h *Handler) visibleSlowLog(c *protocol.Conn, n int) []locks.SlowEntry {
-	u := sessionOf(c).auth.user
-	all := h.opts.Locks.SlowLog(-1)
-	kept := all[:0]
-	for _, e := range all {
-		if n >= 0 && len(kept) == n {
-			break
-		}
-		if u.CanKey([]byte(e.Resource), true, false) {
-			kept = append(kept, e)
-		}
-	}
-	return kept
-}
-
 // commandError is Redis's answer to an unknown command or subcommand, or
 // to a wrong number of arguments, "" for a command it would go on with:
 // Redis gives these before NOAUTH (processCommand). Redis's commands are
@@ -520,4 +444,12 @@ func lookupOwn(name []byte) *command {
 		return e
 	}
 	return nil
+}
+
+// clip shortens s for an error message.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

@@ -1,6 +1,17 @@
 // Package commands is fenceproxy's command table and dispatch: what each
 // request name means and who answers it.
 //
+// A request goes connection -> command -> backend -> reply: protocol reads
+// it and calls ServeCommand; the table (table.go) names its serve function;
+// that one answers it itself, forwards it (the backend's Forwarder, package
+// cluster) or, for the lock family, hands it to package lockcmd, whose
+// reply protocol writes. A GET goes ServeCommand -> serve -> forward
+// (passthrough.go) -> Forwarder. A LOCK.ACQUIRE goes ServeCommand -> serve
+// -> its entry's serve (lockServe) -> lockcmd's Family.Acquire -> the lock
+// manager. An EVAL goes through its entry to lockcmd's Family.Eval, which
+// runs a Redisson script it recognises as the lock manager's twin and
+// hands any other back to forward (lockcmd's Options.Forward).
+//
 // The table (table.go) is one declarative list of every command the proxy
 // does more with than forward it. An entry gives its name, arity, flags
 // (Redis's write/readonly/admin/fast, and the proxy's own: lock family,
@@ -21,14 +32,14 @@
 //     Redis's, in Redis 7's shapes (INFO, DOCS, COUNT, LIST);
 //   - INFO's "# locks" section and the counters' results (lockobs.go).
 //
-// A new lock command is its entry, its serve function and what the lock
-// manager does for it.
+// A new lock command is its entry, its serve function (in lockcmd) and
+// what the lock manager does for it.
 //
-// In a tier (Options.Tier, tier.go) a node that does not lead relays every
-// lock-family command but the TIER.* ones to the leader, after its own ACL
-// check, over links the leader accepts with the tier secret (TIER.PEER,
-// served before any ACL check); a relay link's own commands are never
-// relayed again.
+// In a tier (Options.Locks.Tier) a node that does not lead relays every
+// lock-family command but the TIER.* ones to the leader (lockcmd's
+// RelayLock), after its own ACL check, over links the leader accepts with
+// the tier secret (TIER.PEER, tierlink.go, served before any ACL check); a
+// relay link's own commands are never relayed again.
 //
 // Five kinds of command:
 //
@@ -48,8 +59,10 @@
 //     script is busy: on the backend's control connection
 //     (Forwarder.Control, control.go), so none waits behind the script;
 //   - the lock family (LOCK.ACQUIRE, LOCK.RENEW, LOCK.RELEASE, FENCE.CHECK,
-//     FENCE.EXEC, LOCK.INFO, LOCK.TOP, LOCK.SLOWLOG), served by the lock
-//     manager;
+//     FENCE.EXEC, LOCK.INFO, LOCK.TOKEN, LOCK.TOP, LOCK.SLOWLOG, TIER.*),
+//     and EVAL, EVALSHA and SET, which may be a client's own lock recipe:
+//     served by package lockcmd, given the connection as a lockcmd.Conn
+//     (the session is its lockcmd.Client);
 //   - commands that need a backend connection of the client's own: MULTI,
 //     EXEC, WATCH and blocking commands keep the one Forwarder.Pin gave
 //     them while their state lasts (pinned.go); pub/sub makes the
@@ -82,7 +95,7 @@
 //
 // Each connection's state is a session (session.go), one part per concern
 // (what the Forwarder keeps of the client, CLIENT SETINFO, the transaction,
-// the tunnel, authentication, the running lock requests), reached only by
+// the tunnel, authentication, the lock family's lockcmd.ConnState), reached only by
 // sessionOf. Most of it is touched only while a request of that connection
 // is served or its batch ends (BatchDone, ClientGone, Closed), which
 // protocol never runs at the same time (see its Handler interface); what
@@ -93,6 +106,6 @@
 //
 // A request is answered through its resp.Reply: with bytes (Redis's reply,
 // or one the proxy builds), or with an error value in Err (the backend's
-// failures, a refused node, lockError's answer for a lock-manager failure),
+// failures, a refused node, lockcmd's answer for a lock-manager failure),
 // which protocol writes as the client's reply.
 package commands

@@ -36,7 +36,7 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		onlyOurs = false
 		sections = append(sections, sec)
 	}
-	h.runner.Go(func() {
+	h.locks.Go(func() {
 		var text string
 		if !onlyOurs {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -56,11 +56,11 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			}
 			text += "# fenceproxy\r\n" + h.opts.Info()
 		}
-		if lockSec && h.opts.Locks != nil {
+		if lockSec && h.locks.On() {
 			if text != "" && !strings.HasSuffix(text, "\r\n\r\n") {
 				text = strings.TrimRight(text, "\r\n") + "\r\n\r\n"
 			}
-			text += "# locks\r\n" + h.locksInfo()
+			text += "# locks\r\n" + h.locks.Section(lockCounts(h.opts.Metrics))
 		}
 		p.Buf = redcon.AppendBulkString(p.Buf, text)
 		p.Done()

@@ -38,7 +38,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // of its own, which gives it back to the loop after a batch of requests
 // the loop would have served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
-	if h.opts.Tier != nil || h.opts.ACL != nil || h.opts.Backend.RoutesByKey() {
+	if h.locks.InTier() || h.opts.ACL != nil || h.opts.Backend.RoutesByKey() {
 		return false
 	}
 	s := sessionOf(c)

@@ -228,7 +228,7 @@ func (h *Handler) ClientGone(c *protocol.Conn) {
 		s.tx.pinned.Close()
 	}
 	s.backend.Gone()
-	s.lockRequests.CancelAll()
+	s.lock.Requests.CancelAll()
 }
 
 // Closed releases what a connection held.
@@ -236,7 +236,7 @@ func (h *Handler) Closed(c *protocol.Conn) {
 	s := sessionOf(c)
 	h.receivers.m.Delete(c.ID)
 	h.clients.m.Delete(c.ID)
-	s.lockRequests.CancelAll()
+	s.lock.Requests.CancelAll()
 	if s.tunnel != nil {
 		s.tunnel.Close()
 	}

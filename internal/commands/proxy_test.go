@@ -13,6 +13,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
@@ -108,11 +109,11 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 	h := NewHandler(Options{
 		Backend: be,
 		Keys:    kt,
-		Locks: locks.New(locks.Options{
+		Locks: lockcmd.Locks{Manager: locks.New(locks.Options{
 			Scripts: locks.NewWriter(locks.WriterOptions{Backend: be, MinReplicas: po.minReplicas, ReplicaTimeout: time.Second}),
 			Store:   locks.PersistStore(store), MinReplicas: po.minReplicas, Metrics: m, Logger: logger,
 			MaxWaiters: 2, SlowLogLen: 16, SlowWait: 0, SlowHeld: 0,
-		}),
+		})},
 		Metrics:        m,
 		Logger:         logger,
 		RedisVersion:   "7.0.15",

@@ -6,7 +6,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
-	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 )
 
@@ -33,12 +33,11 @@ type session struct {
 	pipelined bool
 	// replies is what CLIENT REPLY set (reply.go).
 	replies replyMode
-	// lockRequests are the connection's lock requests in flight
-	// (locks.Runner), ended when the client goes away; lock workers use
-	// them too.
-	lockRequests locks.ConnRequests
-	// tier is set on a tier peer's relay link (tier.go).
-	tier *tierPeer
+	// lock is the lock family's part: the connection's lock requests in
+	// flight, ended when the client goes away (lock workers use them
+	// too), and on a tier peer's relay link the link's state
+	// (tierlink.go).
+	lock lockcmd.ConnState
 	// track is the client's CLIENT TRACKING (tracking.go).
 	track trackState
 	// info is what other clients see of this one (clients.go), made on
@@ -115,3 +114,34 @@ type authState struct {
 	userSet bool
 	keyRefs []keys.KeyRef
 }
+
+// The session is the lock family's view of the connection
+// (lockcmd.Client).
+var _ lockcmd.Client = (*session)(nil)
+
+// State is the lock family's part of the session.
+func (s *session) State() *lockcmd.ConnState { return &s.lock }
+
+// HolderPrefix is what every owner stored for the connection's user starts
+// with (with authentication on, asked only then): the user's name and a
+// NUL byte.
+func (s *session) HolderPrefix() string { return s.auth.user.Name() + "\x00" }
+
+// RESP3 reports whether the client speaks RESP3 (HELLO 3).
+func (s *session) RESP3() bool { return s.backend.RESP3 }
+
+// User is the name of the connection's ACL user, "" before it
+// authenticated.
+func (s *session) User() string {
+	if s.auth.user == nil {
+		return ""
+	}
+	return s.auth.user.Name()
+}
+
+// CanRead reports whether the connection's user may read key (with
+// authentication on, asked only then).
+func (s *session) CanRead(key []byte) bool { return s.auth.user.CanKey(key, true, false) }
+
+// lockConn is c as the lock family sees it.
+func lockConn(c *protocol.Conn) lockcmd.Conn { return lockcmd.Conn{Conn: c, Client: sessionOf(c)} }

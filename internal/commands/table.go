@@ -10,10 +10,9 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
-	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
-	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -24,8 +23,10 @@ type Options struct {
 	Backend cluster.Backend
 	// Keys finds a request's keys (from the backend's COMMAND), for the
 	// ACL's key patterns.
-	Keys    *keys.Table
-	Locks   *locks.Manager
+	Keys *keys.Table
+	// Locks are the lock family's own parts: the lock manager, the tier
+	// this node is one of, --lock-keys (package lockcmd).
+	Locks   lockcmd.Locks
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	// RedisVersion is reported by HELLO (the backend's own version).
@@ -45,22 +46,19 @@ type Options struct {
 	// and per-user permissions (see acl.go); nil keeps everyone "default"
 	// with every permission, at no cost.
 	ACL *auth.ACL
-	// Tier, when not nil, makes this node one of a tier (tier.go).
-	Tier Tier
 	// BackendUser is the Redis user the proxy's connections authenticate
 	// as ("" is "default"): a client that authenticates (through Redis)
 	// as another gets a connection of its own as that user (users.go).
 	BackendUser string
-	// LockKeys are --lock-keys: a SET NX on a key matching them is a
-	// client recipe's lock grant (setnx.go); nil or empty for none.
-	LockKeys *recipes.KeyPatterns
 }
 
 // Handler serves every client request; it implements protocol.Handler.
 type Handler struct {
-	opts   Options
-	runner *locks.Runner // where lock requests (and INFO) run
-	authm  *metrics.Auth
+	opts Options
+	// locks serves the lock family and clients' lock recipes (package
+	// lockcmd); its workers run INFO too.
+	locks *lockcmd.Family
+	authm *metrics.Auth
 	// blocked maps the proxy's clients to the connection their blocking
 	// command waits on, for CLIENT UNBLOCK (unblock.go).
 	blocked blockedClients
@@ -81,8 +79,10 @@ func NewHandler(opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &Handler{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout), own: newOwnKeys(opts.OwnKeys),
-		ownPrefix: ownPrefix(opts.KeyPrefix)}
+	h := &Handler{opts: opts, own: newOwnKeys(opts.OwnKeys), ownPrefix: ownPrefix(opts.KeyPrefix)}
+	h.locks = lockcmd.New(lockcmd.Options{Locks: opts.Locks, Backend: opts.Backend, Keys: opts.Keys,
+		Metrics: opts.Metrics, Logger: opts.Logger, ReplicaTimeout: opts.ReplicaTimeout,
+		KeyPrefix: opts.KeyPrefix, Auth: opts.ACL != nil, Forward: h.forward})
 	if opts.ACL != nil {
 		h.authm = opts.Metrics.NewAuth()
 	}
@@ -197,12 +197,12 @@ func init() {
 		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction},
 		{name: "function", arity: -2, serve: (*Handler).scriptOrFunction},
 		// Clients' own lock recipes run as the lock manager's twins;
-		// every other script is forwarded (recipes.go).
-		{name: "eval", arity: -3, serve: (*Handler).evalScript, onLoop: evalOnLoop},
-		{name: "evalsha", arity: -3, serve: (*Handler).evalScript, onLoop: evalOnLoop},
+		// every other script is forwarded (lockcmd's recipes.go).
+		{name: "eval", arity: -3, serve: lockServe((*lockcmd.Family).Eval), onLoop: evalOnLoop},
+		{name: "evalsha", arity: -3, serve: lockServe((*lockcmd.Family).Eval), onLoop: evalOnLoop},
 		// SET NX on a --lock-keys key is a value lock's grant; every other
-		// SET is forwarded (setnx.go).
-		{name: "set", arity: -1, serve: (*Handler).setCommand, onLoop: setOnLoop},
+		// SET is forwarded (lockcmd's setnx.go).
+		{name: "set", arity: -1, serve: lockServe((*lockcmd.Family).Set), onLoop: setOnLoop},
 
 		// The lock family, in the order of INFO's "# locks" lines.
 		{name: "lock.acquire", arity: -4, flags: lockFlags | flagWrite | flagWritesResource, resource: 1,
@@ -217,7 +217,7 @@ func init() {
 					{"lock_acquires_errors", []string{"error"}},
 				},
 			},
-			serve: (*Handler).lockAcquire},
+			serve: lockServe((*lockcmd.Family).Acquire)},
 		{name: "lock.renew", arity: 4, flags: lockFlags | flagWrite | flagWritesResource | flagFast, resource: 1,
 			summary: "Extend the lease of a lock the owner holds, keeping its token",
 			syntax:  "resource owner ttl-ms",
@@ -226,7 +226,7 @@ func init() {
 				results: []string{"renewed", "lost", "noreplicas", "evictable", "late", "invalid", "error"},
 				info:    []infoLine{{"lock_renewals", []string{"renewed"}}, {"lock_renewals_lost", []string{"lost"}}},
 			},
-			serve: (*Handler).lockRenew},
+			serve: lockServe((*lockcmd.Family).Renew)},
 		{name: "lock.release", arity: 3, flags: lockFlags | flagWrite | flagWritesResource | flagFast, resource: 1,
 			summary: "Release a lock the owner holds; the next waiter gets it",
 			syntax:  "resource owner",
@@ -235,7 +235,7 @@ func init() {
 				results: []string{"released", "notheld", "invalid", "error"},
 				info:    []infoLine{{"lock_releases", []string{"released"}}, {"lock_releases_not_held", []string{"notheld"}}},
 			},
-			serve: (*Handler).lockRelease},
+			serve: lockServe((*lockcmd.Family).Release)},
 		{name: "fence.check", arity: 3, flags: lockFlags | flagReadonly | flagFast, resource: 1,
 			summary: "Tell whether a token is the newest issued for a resource (1) or stale (0)",
 			syntax:  "resource token",
@@ -244,39 +244,39 @@ func init() {
 				results: []string{"current", "stale", "invalid", "error"},
 				info:    []infoLine{{"fence_checks", []string{"current", "stale"}}, {"stale_fence_checks", []string{"stale"}}},
 			},
-			serve: (*Handler).fenceCheck},
+			serve: lockServe((*lockcmd.Family).FenceCheck)},
 		{name: "fence.exec", arity: -4, flags: lockFlags | flagWrite | flagMovableKeys, resource: 1, fenced: 3,
 			summary: "Run a command in Redis only if a token is the newest issued for a resource",
 			syntax:  "resource token command [arg ...]",
-			serve:   (*Handler).fenceExec},
+			serve:   lockServe((*lockcmd.Family).FenceExec)},
 		{name: "lock.info", arity: 2, flags: lockFlags | flagReadonly | flagFast, resource: 1,
 			summary: "Show a lock's owner, newest token, remaining lease and waiters",
 			syntax:  "resource",
-			serve:   (*Handler).lockInfo},
+			serve:   lockServe((*lockcmd.Family).LockInfo)},
 		{name: "lock.token", arity: 3, flags: lockFlags | flagReadonly | flagFast, resource: 1,
 			summary: "Get the fencing token of a holder's current grant of a lock: a client recipe's lock key, or a lock-family resource",
 			syntax:  "resource holder",
-			serve:   (*Handler).lockToken},
+			serve:   lockServe((*lockcmd.Family).Token)},
 		{name: "lock.top", arity: -1, flags: lockFlags | flagReadonly,
 			summary: "List the most contended resources, most first",
 			syntax:  "[count]",
-			serve:   (*Handler).lockTop},
+			serve:   lockServe((*lockcmd.Family).Top)},
 		// As Redis's SLOWLOG: it shows other clients' resources and addresses.
 		{name: "lock.slowlog", arity: -2, flags: lockFlags | flagAdmin,
 			summary: "Read or reset the slow-lock log: long waits, long holds, expired leases",
 			syntax:  "GET|LEN|RESET|HELP [count]",
-			serve:   (*Handler).lockSlowlog},
+			serve:   lockServe((*lockcmd.Family).Slowlog)},
 
-		// A tier's membership and state (tier.go): an operator's.
+		// A tier's membership and state (lockcmd's tier.go): an operator's.
 		{name: "tier.info", arity: 1, flags: lockFlags | flagAdmin,
 			summary: "Show this tier node's role, term, leader, indexes and peers",
-			syntax:  "", serve: (*Handler).tierInfo},
+			syntax:  "", serve: lockServe((*lockcmd.Family).TierInfo)},
 		{name: "tier.add", arity: 3, flags: lockFlags | flagAdmin,
 			summary: "Add a node to the tier (on the leader); it catches up from the leader",
-			syntax:  "id raft-addr", serve: (*Handler).tierAdd},
+			syntax:  "id raft-addr", serve: lockServe((*lockcmd.Family).TierAdd)},
 		{name: "tier.remove", arity: 2, flags: lockFlags | flagAdmin,
 			summary: "Remove a node from the tier (on the leader)",
-			syntax:  "id", serve: (*Handler).tierRemove},
+			syntax:  "id", serve: lockServe((*lockcmd.Family).TierRemove)},
 
 		// Transactions: their state is kept on a connection of the
 		// client's own (pinned.go).
@@ -421,6 +421,41 @@ func countFromZero(m *metrics.Metrics) {
 	}
 }
 
+// lockServe is the serve function of a lock-family command: the family's
+// serve function, given the connection as the family sees it.
+func lockServe(serve func(*lockcmd.Family, lockcmd.Conn, [][]byte, *resp.Reply)) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
+	return func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply) {
+		serve(h.locks, lockConn(c), args, p)
+	}
+}
+
+// evalOnLoop: an EVAL the serve loop may forward (lockcmd's EvalOnLoop).
+func evalOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool { return h.locks.EvalOnLoop(args) }
+
+// setOnLoop: a SET the serve loop may forward (lockcmd's SetOnLoop).
+func setOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool { return h.locks.SetOnLoop(args) }
+
+// lockCounts writes INFO's "# locks" lines of each lock command's
+// counters, as its entry says (lockcmd's Section).
+func lockCounts(m *metrics.Metrics) func(line func(name string, v int64)) {
+	return func(line func(name string, v int64)) {
+		for i := range table {
+			rc := table[i].results
+			if rc == nil {
+				continue
+			}
+			vec := rc.of(m)
+			for _, l := range rc.info {
+				var n uint64
+				for _, r := range l.results {
+					n += metrics.Count(vec.WithLabelValues(r))
+				}
+				line(l.field, int64(n))
+			}
+		}
+	}
+}
+
 func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
 	return func(h *Handler, c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, "ERR fenceproxy: "+why)
@@ -442,7 +477,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // serve dispatches one request: ServeCommand's, or the client command a
 // tier peer's TIER.RELAY carries.
 func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	if h.opts.Tier != nil && h.serveTierLink(c, args, p) {
+	if h.locks.InTier() && h.serveTierLink(c, args, p) {
 		return
 	}
 	if h.opts.ACL != nil && !h.authorize(c, args, p) {
@@ -484,8 +519,9 @@ func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 				p.Done()
 				return
 			}
-			if h.relaying(c, cmd) {
-				h.relayLock(c, cmd, args, p)
+			if lc := (lockcmd.Conn{Conn: c, Client: s}); cmd.flags&flagLock != 0 && h.locks.Relaying(lc, cmd.name) {
+				h.locks.RelayLock(lc, lockcmd.Relayed{Name: cmd.name, Resource: cmd.resource,
+					Readonly: cmd.flags&flagReadonly != 0}, args, p)
 				return
 			}
 			cmd.serve(h, c, args, p)
@@ -504,46 +540,24 @@ func arityOK(arity, n int) bool {
 
 // reply helpers: each completes p.
 
-func replyError(p *resp.Reply, msg string) {
-	p.Buf = redcon.AppendError(p.Buf, msg)
-	p.Done()
-}
+func replyError(p *resp.Reply, msg string) { p.DoneError(msg) }
 
 // replyErr answers err, an error value that becomes the client's reply
 // where it is written (protocol): one of the backend's failures, a refused
 // node's error.
-func replyErr(p *resp.Reply, err error) {
-	p.Err = err
-	p.Done()
-}
+func replyErr(p *resp.Reply, err error) { p.DoneErr(err) }
 
-func replyOK(p *resp.Reply) {
-	p.Buf = append(p.Buf, "+OK\r\n"...)
-	p.Done()
-}
+func replyOK(p *resp.Reply) { p.DoneOK() }
 
-func replyInt(p *resp.Reply, n int64) {
-	p.Buf = redcon.AppendInt(p.Buf, n)
-	p.Done()
-}
+func replyInt(p *resp.Reply, n int64) { p.DoneInt(n) }
 
 func replyNull(c *protocol.Conn, p *resp.Reply) {
 	p.Buf = append(p.Buf, nullReply(c)...)
 	p.Done()
 }
 
-var (
-	null2 = []byte("$-1\r\n")
-	null3 = []byte("_\r\n")
-)
-
 // nullReply is the null of the client's protocol.
-func nullReply(c *protocol.Conn) []byte {
-	if sessionOf(c).backend.RESP3 {
-		return null3
-	}
-	return null2
-}
+func nullReply(c *protocol.Conn) []byte { return resp.Null(sessionOf(c).backend.RESP3) }
 
 // parseInt parses an integer argument as Redis does (no leading zeros, no
 // sign but '-').

@@ -1,6 +1,10 @@
 package resp
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/tidwall/redcon"
+)
 
 // Reply is the reply to one request, filled in by whoever serves it and
 // read by whoever waits for it (see the package doc).
@@ -26,6 +30,46 @@ type Completer interface {
 
 // Done marks the reply complete and hands it to its Completer.
 func (r *Reply) Done() { r.to.Complete(r) }
+
+// The replies the proxy answers with itself most often; each completes r.
+
+// DoneError answers the error reply msg ("CODE text").
+func (r *Reply) DoneError(msg string) {
+	r.Buf = redcon.AppendError(r.Buf, msg)
+	r.Done()
+}
+
+// DoneErr answers err, an error value that becomes the client's reply
+// where it is written (protocol).
+func (r *Reply) DoneErr(err error) {
+	r.Err = err
+	r.Done()
+}
+
+// DoneOK answers +OK.
+func (r *Reply) DoneOK() {
+	r.Buf = append(r.Buf, "+OK\r\n"...)
+	r.Done()
+}
+
+// DoneInt answers the integer n.
+func (r *Reply) DoneInt(n int64) {
+	r.Buf = redcon.AppendInt(r.Buf, n)
+	r.Done()
+}
+
+var (
+	null2 = []byte("$-1\r\n")
+	null3 = []byte("_\r\n")
+)
+
+// Null is the null reply of RESP3 (resp3) or RESP2; not to be changed.
+func Null(resp3 bool) []byte {
+	if resp3 {
+		return null3
+	}
+	return null2
+}
 
 // NewReplyTo returns a Reply whose Done calls c.Complete: the slot of a
 // Completer that keeps and reuses it (a client connection's batch).

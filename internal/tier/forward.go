@@ -47,7 +47,7 @@ import (
 // left when it replies from its own receipt plus lease-from-us, which is
 // never later than the true start by its clock (the link's forward time
 // is not counted, the safe side), and undoes a grant too late to hand on
-// with TIER.UNDO resource owner token armed-ms (commands.relayLock). A
+// with TIER.UNDO resource owner token armed-ms (lockcmd.RelayLock). A
 // leader of an earlier version refuses the sixth argument's value; the
 // follower then tries version 2, then the link without it (version 1),
 // which sends each command as it came (the time spent on the follower is

@@ -582,7 +582,7 @@ func (e *env) recipeClient(id int, recipe Recipe, stop <-chan struct{}) {
 
 // withRecipes reports whether the mode runs recipe clients: every mode.
 // In a tier the leader runs the twins and followers relay them
-// (commands/recipes.go); a late relayed recipe grant is refused on the
+// (lockcmd/recipes.go); a late relayed recipe grant is refused on the
 // follower and, unlike LOCK.ACQUIRE's, not undone on the leader: it stands
 // until its lease ends, which delays the next grant and never makes a
 // second holder.

@@ -1,4 +1,4 @@
-package commands
+package lockcmd
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -44,17 +43,12 @@ import (
 // hash tag of its own, such as {user}:lock) is forwarded as today, and
 // goes through the cluster's split rules.
 
-// recipesOn reports whether recognised recipes run as twins here.
-func (h *Handler) recipesOn() bool {
-	return h.opts.Locks != nil
-}
-
 // boundHolder reports whether, with client authentication on, one of
 // holders could be a lock-family owner bound to a user (lockOwner's
 // "user\x00owner"): such a call is not run as a twin, whose holder could
 // then take or renew another user's lock.
-func (h *Handler) boundHolder(holders ...string) bool {
-	if h.opts.ACL == nil {
+func (fam *Family) boundHolder(holders ...string) bool {
+	if !fam.opts.Auth {
 		return false
 	}
 	for _, o := range holders {
@@ -82,8 +76,8 @@ func callHolders(call recipes.Call) []string {
 
 // relayingRecipe reports whether a recognised recipe call on c is to be
 // relayed to the tier's leader (relaying's rule for the lock family).
-func (h *Handler) relayingRecipe(c *protocol.Conn) bool {
-	return h.opts.Tier != nil && sessionOf(c).tier == nil && !h.opts.Tier.Leads()
+func (fam *Family) relayingRecipe(c Conn) bool {
+	return fam.opts.Tier != nil && c.State().Peer == nil && !fam.opts.Tier.Leads()
 }
 
 // relayRecipe relays a recognised recipe call (args, on lock key) to the
@@ -99,28 +93,24 @@ func (h *Handler) relayingRecipe(c *protocol.Conn) bool {
 // that could not be relayed (no leader in reach: nothing was done) is
 // answered refused too, as a single node that may not grant right now
 // answers; any other call gets the relay's error.
-func (h *Handler) relayRecipe(c *protocol.Conn, key string, args [][]byte, g *relayedGrant, p *resp.Reply) {
-	s := sessionOf(c)
+func (fam *Family) relayRecipe(c Conn, key string, args [][]byte, g *relayedGrant, p *resp.Reply) {
 	own := make([][]byte, len(args))
 	for i, a := range args {
 		own[i] = append([]byte(nil), a...)
 	}
-	user := ""
-	if h.opts.ACL != nil && s.auth.user != nil {
-		user = s.auth.user.Name()
-	}
-	resp3, received := s.backend.RESP3, receivedAt(c)
-	h.runLock(c, key, p, 0, func(ctx context.Context) ([]byte, error) {
-		reply, err := h.opts.Tier.Relay(ctx, user, resp3, 0, received, own)
+	user := fam.relayUser(c)
+	resp3, received := c.RESP3(), receivedAt(c)
+	fam.runLock(c, key, p, 0, func(ctx context.Context) ([]byte, error) {
+		reply, err := fam.opts.Tier.Relay(ctx, user, resp3, 0, received, own)
 		var unknown interface{ OutcomeUnknown() bool }
 		switch {
 		case errors.As(err, &unknown) && unknown.OutcomeUnknown():
 			return nil, resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with the tier's leader while relaying the lock request; the lock may or may not be granted, renewed or released: it expires with its lease"}
 		case err != nil && g != nil:
 			return g.refused, nil
-		case err == nil && g != nil && g.lease > 0 && h.opts.Locks != nil && g.isGrant(reply) &&
-			time.Now().After(h.opts.Locks.ReplyBy(received, g.lease)):
-			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+		case err == nil && g != nil && g.lease > 0 && fam.opts.Manager != nil && g.isGrant(reply) &&
+			time.Now().After(fam.opts.Manager.ReplyBy(received, g.lease)):
+			fam.opts.Metrics.Acquires.WithLabelValues("late").Inc()
 			return g.refused, nil
 		}
 		return reply, err
@@ -138,14 +128,14 @@ type relayedGrant struct {
 
 // relayedGrantOf is a recognised script's relayedGrant when it is a
 // grant, nil otherwise; args run r.
-func (h *Handler) relayedGrantOf(c *protocol.Conn, r *recipes.Recipe, args [][]byte) *relayedGrant {
+func (fam *Family) relayedGrantOf(c Conn, r *recipes.Recipe, args [][]byte) *relayedGrant {
 	if call, ok := r.Match(args); ok && (call.Recipe.Kind == recipes.Acquire || call.Recipe.Kind == recipes.FairAcquire) {
 		replies := grantReplies(c, call.Recipe)
 		granted := replies.granted(0) // nil; [-1, token] for a TokenReply
 		if call.Recipe.TokenReply {
 			granted = granted[:len(granted)-len(":0\r\n")] // "*2\r\n:-1\r\n", then the token
 		}
-		return &relayedGrant{lease: call.Lease, refused: replies.held(refusalReply(call, h.recipeRetry(call.Lease))), // fair.go
+		return &relayedGrant{lease: call.Lease, refused: replies.held(refusalReply(call, fam.recipeRetry(call.Lease))), // fair.go
 			isGrant: func(r []byte) bool {
 				return bytes.HasPrefix(r, granted) && (call.Recipe.TokenReply || len(r) == len(granted))
 			}}
@@ -162,8 +152,8 @@ func (h *Handler) relayedGrantOf(c *protocol.Conn, r *recipes.Recipe, args [][]b
 
 // alignedWithRecord reports whether lock and the others a twin touches
 // ("" skipped) are all in the slot of lock's owner record.
-func (h *Handler) alignedWithRecord(lock string, others ...string) bool {
-	slot := keys.SlotOf([]byte(h.opts.KeyPrefix + "{" + lock + "}"))
+func (fam *Family) alignedWithRecord(lock string, others ...string) bool {
+	slot := keys.SlotOf([]byte(fam.opts.KeyPrefix + "{" + lock + "}"))
 	if keys.SlotOf([]byte(lock)) != slot {
 		return false
 	}
@@ -178,11 +168,11 @@ func (h *Handler) alignedWithRecord(lock string, others ...string) bool {
 // sameSlot reports whether every key a twin of call touches is in its
 // lock's owner record's slot (always true in front of one master): the
 // lock key, the unlock's latch, and a sharded unlock message's channel.
-func (h *Handler) sameSlot(call recipes.Call) bool {
-	if !h.opts.Backend.RoutesByKey() {
+func (fam *Family) sameSlot(call recipes.Call) bool {
+	if !fam.opts.Backend.RoutesByKey() {
 		return true
 	}
-	aligned := h.alignedWithRecord
+	aligned := fam.alignedWithRecord
 	if call.Recipe.Kind == recipes.RenewBatch {
 		for _, l := range call.Locks {
 			if !aligned(l.Key) {
@@ -198,54 +188,54 @@ func (h *Handler) sameSlot(call recipes.Call) bool {
 	return aligned(call.Key, call.Latch, channel, call.TokenKey)
 }
 
-// evalOnLoop: an unknown script is forwarded, and the serve loop may do
+// EvalOnLoop: an unknown script is forwarded, and the serve loop may do
 // that; a recognised one leaves it for the lock path.
-func evalOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
-	return !h.recipesOn() || recipes.Lookup(args) == nil
+func (fam *Family) EvalOnLoop(args [][]byte) bool {
+	return !fam.On() || recipes.Lookup(args) == nil
 }
 
-// evalScript serves EVAL and EVALSHA.
-func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	if !h.recipesOn() {
-		h.forward(c, args, p)
+// Eval serves EVAL and EVALSHA.
+func (fam *Family) Eval(c Conn, args [][]byte, p *resp.Reply) {
+	if !fam.On() {
+		fam.opts.Forward(c.Conn, args, p)
 		return
 	}
 	// Looked up once, and handed down: for an EVAL that is a SHA-1 of
 	// the body (three of them per request before, four when relaying).
 	r := recipes.Lookup(args)
-	if h.relayingRecipe(c) {
+	if fam.relayingRecipe(c) {
 		if r != nil && len(args) > 3 {
-			h.relayRecipe(c, string(args[3]), args, h.relayedGrantOf(c, r, args), p) // args[3]: the first key, the lock
+			fam.relayRecipe(c, string(args[3]), args, fam.relayedGrantOf(c, r, args), p) // args[3]: the first key, the lock
 			return
 		}
 	}
-	if h.valueScript(c, r, args, p) { // setnx.go
+	if fam.valueScript(c, r, args, p) { // setnx.go
 		return
 	}
 	call, ok := r.Match(args)
-	if !ok || h.boundHolder(callHolders(call)...) {
-		h.forward(c, args, p)
+	if !ok || fam.boundHolder(callHolders(call)...) {
+		fam.opts.Forward(c.Conn, args, p)
 		return
 	}
 	if call.RW != nil {
-		h.rwScript(c, args, call, p) // rwlock.go
+		fam.rwScript(c, args, call, p) // rwlock.go
 		return
 	}
-	if !h.sameSlot(call) {
-		h.forward(c, args, p)
+	if !fam.sameSlot(call) {
+		fam.opts.Forward(c.Conn, args, p)
 		return
 	}
 	switch call.Recipe.Kind {
 	case recipes.Acquire:
-		h.recipeAcquire(c, call, p)
+		fam.recipeAcquire(c, call, p)
 	case recipes.RenewBatch:
-		h.recipeRenew(c, call, p)
+		fam.recipeRenew(c, call, p)
 	case recipes.Unlock, recipes.ForceUnlock:
-		h.recipeUnlock(c, call, p)
+		fam.recipeUnlock(c, call, p)
 	case recipes.FairAcquire, recipes.FairUnlock, recipes.FairForceUnlock, recipes.FairDequeue:
-		h.fairRecipe(c, args, call, p) // fair.go
+		fam.fairRecipe(c, args, call, p) // fair.go
 	default:
-		h.forward(c, args, p)
+		fam.opts.Forward(c.Conn, args, p)
 	}
 }
 
@@ -254,8 +244,8 @@ func (h *Handler) evalScript(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // tries again, and tryLock(wait) does so until its wait is over. One
 // replica wait: long enough not to spin while the replicas are away, short
 // enough to retry soon after they are back; never above the lease.
-func (h *Handler) recipeRetry(lease time.Duration) int64 {
-	ms := max(h.opts.ReplicaTimeout.Milliseconds(), 1)
+func (fam *Family) recipeRetry(lease time.Duration) int64 {
+	ms := max(fam.opts.ReplicaTimeout.Milliseconds(), 1)
 	return min(ms, lease.Milliseconds())
 }
 
@@ -268,7 +258,7 @@ type recipeGrantReplies struct {
 
 // grantReplies: nil and the pttl (RLock, RSpinLock, RFencedLock's lock());
 // RFencedLock's lockAndGetToken reads [-1, token] and [pttl, -1].
-func grantReplies(c *protocol.Conn, r *recipes.Recipe) recipeGrantReplies {
+func grantReplies(c Conn, r *recipes.Recipe) recipeGrantReplies {
 	if r.TokenReply {
 		return recipeGrantReplies{
 			granted: func(token uint64) []byte {
@@ -286,27 +276,27 @@ func grantReplies(c *protocol.Conn, r *recipes.Recipe) recipeGrantReplies {
 	}
 }
 
-func (h *Handler) recipeAcquire(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+func (fam *Family) recipeAcquire(c Conn, call recipes.Call, p *resp.Reply) {
 	replies := grantReplies(c, call.Recipe)
 	addr := c.RemoteAddr
 	received := receivedAt(c)
-	retry := refusalReply(call, h.recipeRetry(call.Lease)) // fair.go
-	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+	retry := refusalReply(call, fam.recipeRetry(call.Lease)) // fair.go
+	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		start := time.Now()
-		token, pttl, err := h.acquireRecipe(ctx, call, addr, received) // fair.go: RLock's or RFairLock's
-		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
-		return h.recipeGrantReply(replies, token, pttl, retry, err)
+		token, pttl, err := fam.acquireRecipe(ctx, call, addr, received) // fair.go: RLock's or RFairLock's
+		fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
+		return fam.recipeGrantReply(replies, token, pttl, retry, err)
 	})
 }
 
-func (h *Handler) recipeRenew(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+func (fam *Family) recipeRenew(c Conn, call recipes.Call, p *resp.Reply) {
 	batch := make([]locks.RecipeLock, len(call.Locks))
 	for i, l := range call.Locks {
 		batch[i] = locks.RecipeLock{Key: l.Key, Holder: l.Holder}
 	}
-	h.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		held, err := h.opts.Locks.RecipeRenew(ctx, batch, call.Lease)
-		return h.recipeRenewReply(held, err)
+	fam.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		held, err := fam.opts.Manager.RecipeRenew(ctx, batch, call.Lease)
+		return fam.recipeRenewReply(held, err)
 	})
 }
 
@@ -314,33 +304,33 @@ func (h *Handler) recipeRenew(c *protocol.Conn, call recipes.Call, p *resp.Reply
 // 1 or 0 per lock, or -NOREPLICAS for the batch. Not 0s on a shortfall: a
 // 0 makes the watchdog stop renewing that lock for good, where an error is
 // logged and the batch retried.
-func (h *Handler) recipeRenewReply(held []bool, err error) ([]byte, error) {
+func (fam *Family) recipeRenewReply(held []bool, err error) ([]byte, error) {
 	var nr *locks.NoReplicasError
 	switch {
 	case err == nil:
 		b := redcon.AppendArray(nil, len(held))
 		for _, ok := range held {
 			if ok {
-				h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+				fam.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
 				b = redcon.AppendInt(b, 1)
 			} else {
-				h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
+				fam.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
 				b = redcon.AppendInt(b, 0)
 			}
 		}
 		return b, nil
 	case errors.As(err, &nr):
-		h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
+		fam.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
 		return redcon.AppendError(nil, fmt.Sprintf(
 			"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
 			nr.Acked, nr.Wanted)), nil
 	}
 	if reply, ok := evictableReply(err, "the lease was not extended"); ok {
-		h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
+		fam.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
 		return reply, nil
 	}
-	h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
-	return nil, h.lockError(err, "the leases may or may not be extended: retry")
+	fam.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+	return nil, fam.lockError(err, "the leases may or may not be extended: retry")
 }
 
 // recipeGrantReply is a recipe acquire's reply to its twin's outcome (the
@@ -348,28 +338,28 @@ func (h *Handler) recipeRenewReply(held []bool, err error) ([]byte, error) {
 // or "held, retry in retry ms" for a grant that was refused and undone, or
 // not tried (-TRYAGAIN's causes); an error only when the outcome is
 // unknown or the master's policy could evict the lock.
-func (h *Handler) recipeGrantReply(replies recipeGrantReplies, token uint64, pttl, retry int64, err error) ([]byte, error) {
+func (fam *Family) recipeGrantReply(replies recipeGrantReplies, token uint64, pttl, retry int64, err error) ([]byte, error) {
 	var nr *locks.NoReplicasError
 	switch {
 	case err == nil:
-		h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+		fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
 		return replies.granted(token), nil
 	case err == locks.ErrBusy:
-		h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+		fam.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
 		return replies.held(pttl), nil
 	case errors.As(err, &nr):
-		h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
+		fam.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
 		return replies.held(retry), nil
 	case err == locks.ErrLate:
-		h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+		fam.opts.Metrics.Acquires.WithLabelValues("late").Inc()
 		return replies.held(retry), nil
 	}
 	if reply, ok := evictableReply(err, "nothing was granted"); ok {
-		h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
+		fam.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
 		return reply, nil
 	}
-	h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-	ferr := h.lockError(err, "the lock may or may not be granted; it expires with its lease")
+	fam.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+	ferr := fam.lockError(err, "the lock may or may not be granted; it expires with its lease")
 	var coded resp.Error
 	if errors.As(ferr, &coded) && coded.Code == "TRYAGAIN" {
 		return replies.held(retry), nil // nothing was done; lock() waits on it
@@ -377,60 +367,60 @@ func (h *Handler) recipeGrantReply(replies recipeGrantReplies, token uint64, ptt
 	return nil, ferr
 }
 
-func (h *Handler) recipeUnlock(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+func (fam *Family) recipeUnlock(c Conn, call recipes.Call, p *resp.Reply) {
 	null := nullReply(c)
 	u := locks.RecipeUnlock{Key: call.Key, Holder: call.Holder, Lease: call.Lease, Channel: call.Channel,
 		Publish: call.Publish, Message: call.Message, Latch: call.Latch, LatchTTL: call.LatchTTL,
 		Force: call.Recipe.Kind == recipes.ForceUnlock}
 	fairUnlock(&u, call) // fair.go
-	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		n, isNull, err := h.opts.Locks.RecipeUnlock(ctx, u)
+	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		n, isNull, err := fam.opts.Manager.RecipeUnlock(ctx, u)
 		switch {
 		case err != nil:
-			h.opts.Metrics.Releases.WithLabelValues("error").Inc()
-			return nil, h.lockError(err, "the lock may or may not be released: retry")
+			fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
+			return nil, fam.lockError(err, "the lock may or may not be released: retry")
 		case isNull:
-			h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+			fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
 			return null, nil
 		case n == 1:
-			h.opts.Metrics.Releases.WithLabelValues("released").Inc()
+			fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
 		}
 		return redcon.AppendInt(nil, n), nil
 	})
 }
 
-// lockToken is LOCK.TOKEN resource holder: the token of holder's current
+// Token is LOCK.TOKEN resource holder: the token of holder's current
 // grant of resource (a client recipe's lock key, or a lock-family
 // resource), null if holder does not hold it.
-func (h *Handler) lockToken(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) Token(c Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
 	var holder string
 	if msg == "" {
 		holder, msg = parseOwner(args[2])
 	}
 	if msg != "" {
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	// A lock-family owner is bound to the user (lockOwner); a recipe's
 	// holder is the library's own, as the twin stored it.
-	owners := []string{h.lockOwner(c, holder)}
-	if h.opts.ACL != nil && !h.boundHolder(holder) {
+	owners := []string{fam.lockOwner(c, holder)}
+	if fam.opts.Auth && !fam.boundHolder(holder) {
 		owners = append(owners, holder)
 	}
 	null := nullReply(c)
-	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
+	fam.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
 		var token uint64
 		var ok bool
 		var err error
 		for _, o := range owners {
-			if token, ok, err = h.opts.Locks.HolderToken(ctx, resource, o); err != nil || ok {
+			if token, ok, err = fam.opts.Manager.HolderToken(ctx, resource, o); err != nil || ok {
 				break
 			}
 		}
 		switch {
 		case err != nil:
-			return nil, h.lockError(err, "retry")
+			return nil, fam.lockError(err, "retry")
 		case !ok:
 			return null, nil
 		}

@@ -1,4 +1,4 @@
-package commands
+package lockcmd
 
 import (
 	"errors"

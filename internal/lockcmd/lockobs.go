@@ -1,4 +1,4 @@
-package commands
+package lockcmd
 
 import (
 	"strconv"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -62,28 +61,28 @@ var slowlogHelp = []string{
 	"    Print this help.",
 }
 
-// lockSlowlog is LOCK.SLOWLOG GET [count] | LEN | RESET | HELP, shaped like
+// Slowlog is LOCK.SLOWLOG GET [count] | LEN | RESET | HELP, shaped like
 // Redis's SLOWLOG.
-func (h *Handler) lockSlowlog(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) Slowlog(c Conn, args [][]byte, p *resp.Reply) {
 	sub := strings.ToLower(string(args[1]))
-	lm := h.opts.Locks
+	lm := fam.opts.Manager
 	switch {
 	case sub == "get" && len(args) <= 3:
 		n := int64(10)
 		if len(args) == 3 {
 			var ok bool
-			if n, ok = parseInt(args[2]); !ok {
-				replyError(p, "ERR value is not an integer or out of range")
+			if n, ok = resp.ParseInt(args[2]); !ok {
+				p.DoneError("ERR value is not an integer or out of range")
 				return
 			}
 			if n < -1 {
-				replyError(p, "ERR count should be greater than or equal to -1")
+				p.DoneError("ERR count should be greater than or equal to -1")
 				return
 			}
 		}
 		var entries []locks.SlowEntry
-		if h.opts.ACL != nil {
-			entries = h.visibleSlowLog(c, int(n))
+		if fam.opts.Auth {
+			entries = fam.visibleSlowLog(c, int(n))
 		} else {
 			entries = lm.SlowLog(int(n))
 		}
@@ -106,10 +105,10 @@ func (h *Handler) lockSlowlog(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		p.Buf = b
 		p.Done()
 	case sub == "len" && len(args) == 2:
-		replyInt(p, int64(lm.SlowLogLen()))
+		p.DoneInt(int64(lm.SlowLogLen()))
 	case sub == "reset" && len(args) == 2:
 		lm.SlowLogReset()
-		replyOK(p)
+		p.DoneOK()
 	case sub == "help" && len(args) == 2:
 		b := redcon.AppendArray(p.Buf, len(slowlogHelp))
 		for _, l := range slowlogHelp {
@@ -118,9 +117,9 @@ func (h *Handler) lockSlowlog(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		p.Buf = b
 		p.Done()
 	case sub == "get" || sub == "len" || sub == "reset" || sub == "help":
-		replyError(p, "ERR wrong number of arguments for 'lock.slowlog|"+sub+"' command")
+		p.DoneError("ERR wrong number of arguments for 'lock.slowlog|" + sub + "' command")
 	default:
-		replyError(p, "ERR unknown subcommand '"+clip(string(args[1]), 128)+"'. Try LOCK.SLOWLOG HELP.")
+		p.DoneError("ERR unknown subcommand '" + clip(string(args[1]), 128) + "'. Try LOCK.SLOWLOG HELP.")
 	}
 }
 
@@ -132,10 +131,11 @@ func clip(s string, n int) string {
 	return s
 }
 
-// locksInfo is the body of INFO's "# locks" section.
-func (h *Handler) locksInfo() string {
-	st := h.opts.Locks.Stats()
-	m := h.opts.Metrics
+// Section is the body of INFO's "# locks" section; counts writes each lock
+// command's counters' lines (the command table knows them) with line.
+func (fam *Family) Section(counts func(line func(name string, v int64))) string {
+	st := fam.opts.Manager.Stats()
+	m := fam.opts.Metrics
 	ms := func(d time.Duration) int64 {
 		if d < 0 {
 			return -1
@@ -152,20 +152,7 @@ func (h *Handler) locksInfo() string {
 	line("locks_held", int64(st.Held))
 	line("locks_untracked_grants", int64(st.Untracked))
 	line("lock_waiters", st.Waiters)
-	for i := range table { // each lock command's counts, as its entry says
-		rc := table[i].results
-		if rc == nil {
-			continue
-		}
-		vec := rc.of(m)
-		for _, l := range rc.info {
-			var n uint64
-			for _, r := range l.results {
-				n += metrics.Count(vec.WithLabelValues(r))
-			}
-			line(l.field, int64(n))
-		}
-	}
+	counts(line) // each lock command's counts, as the command table says
 	line("lock_expirations", int64(metrics.Count(m.LockExpirations)))
 	line("lock_delay_ms", st.Options.LockDelay.Milliseconds())
 	line("max_waiters", int64(st.Options.MaxWaiters))

@@ -1,4 +1,4 @@
-package commands
+package lockcmd
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -25,30 +24,30 @@ import (
 
 // fairRecipe serves a recognised fair-lock script; one whose queue or
 // timeout set is not in its lock's slot is forwarded as it came.
-func (h *Handler) fairRecipe(c *protocol.Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
-	if !h.fairAligned(call) {
-		h.forward(c, args, p)
+func (fam *Family) fairRecipe(c Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
+	if !fam.fairAligned(call) {
+		fam.opts.Forward(c.Conn, args, p)
 		return
 	}
 	switch call.Recipe.Kind {
 	case recipes.FairAcquire:
-		h.recipeAcquire(c, call, p)
+		fam.recipeAcquire(c, call, p)
 	case recipes.FairUnlock, recipes.FairForceUnlock:
-		h.recipeUnlock(c, call, p)
+		fam.recipeUnlock(c, call, p)
 	case recipes.FairDequeue:
-		h.fairDequeue(c, call, p)
+		fam.fairDequeue(c, call, p)
 	default:
-		h.forward(c, args, p)
+		fam.opts.Forward(c.Conn, args, p)
 	}
 }
 
 // fairAligned reports whether a fair script's queue and timeout set are in
 // its lock's owner record's slot (sameSlot checked the rest).
-func (h *Handler) fairAligned(call recipes.Call) bool {
-	if !h.opts.Backend.RoutesByKey() {
+func (fam *Family) fairAligned(call recipes.Call) bool {
+	if !fam.opts.Backend.RoutesByKey() {
 		return true
 	}
-	slot := keys.SlotOf([]byte(h.opts.KeyPrefix + "{" + call.Key + "}"))
+	slot := keys.SlotOf([]byte(fam.opts.KeyPrefix + "{" + call.Key + "}"))
 	return keys.SlotOf([]byte(call.Fair.Queue)) == slot && keys.SlotOf([]byte(call.Fair.Timeouts)) == slot
 }
 
@@ -64,11 +63,11 @@ func fairQueue(call recipes.Call) *locks.FairQueue {
 }
 
 // acquireRecipe runs a recipe's acquire: RLock's twin, or the fair lock's.
-func (h *Handler) acquireRecipe(ctx context.Context, call recipes.Call, addr string, received time.Time) (token uint64, n int64, err error) {
+func (fam *Family) acquireRecipe(ctx context.Context, call recipes.Call, addr string, received time.Time) (token uint64, n int64, err error) {
 	if q := fairQueue(call); q != nil {
-		return h.opts.Locks.RecipeFairAcquire(ctx, call.Key, call.Holder, addr, call.Lease, *q, received)
+		return fam.opts.Manager.RecipeFairAcquire(ctx, call.Key, call.Holder, addr, call.Lease, *q, received)
 	}
-	return h.opts.Locks.RecipeAcquire(ctx, call.Key, call.TokenKey, call.Holder, addr, call.Lease, received)
+	return fam.opts.Manager.RecipeAcquire(ctx, call.Key, call.TokenKey, call.Holder, addr, call.Lease, received)
 }
 
 // refusalReply is what a refused grant is answered with: fair.tryonce's
@@ -88,12 +87,12 @@ func fairUnlock(u *locks.RecipeUnlock, call recipes.Call) {
 	}
 }
 
-func (h *Handler) fairDequeue(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+func (fam *Family) fairDequeue(c Conn, call recipes.Call, p *resp.Reply) {
 	null := nullReply(c)
 	q := fairQueue(call)
-	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		if err := h.opts.Locks.RecipeFairDequeue(ctx, call.Key, call.Holder, *q); err != nil {
-			return nil, h.lockError(err, "the waiter may or may not have left the queue: retry")
+	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		if err := fam.opts.Manager.RecipeFairDequeue(ctx, call.Key, call.Holder, *q); err != nil {
+			return nil, fam.lockError(err, "the waiter may or may not have left the queue: retry")
 		}
 		return null, nil
 	})

@@ -1,4 +1,4 @@
-package commands
+package lockcmd
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/locks"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -24,31 +23,31 @@ import (
 // before.
 
 // rwScript serves a recognised read-write lock script (call.RW set).
-func (h *Handler) rwScript(c *protocol.Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
-	if !h.rwSameSlot(call) {
-		h.forward(c, args, p)
+func (fam *Family) rwScript(c Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
+	if !fam.rwSameSlot(call) {
+		fam.opts.Forward(c.Conn, args, p)
 		return
 	}
 	switch call.Recipe.Kind {
 	case recipes.Acquire:
-		h.rwAcquire(c, call, p)
+		fam.rwAcquire(c, call, p)
 	case recipes.RenewBatch:
-		h.rwRenew(c, args, call, p)
+		fam.rwRenew(c, args, call, p)
 	case recipes.Unlock, recipes.ForceUnlock:
-		h.rwUnlock(c, call, p)
+		fam.rwUnlock(c, call, p)
 	default:
-		h.forward(c, args, p)
+		fam.opts.Forward(c.Conn, args, p)
 	}
 }
 
 // rwSameSlot is sameSlot for a read-write lock's call: every key its twin
 // touches (timeout keys and the {name} prefix included) in the slot of
 // its lock's owner record.
-func (h *Handler) rwSameSlot(call recipes.Call) bool {
-	if !h.opts.Backend.RoutesByKey() {
+func (fam *Family) rwSameSlot(call recipes.Call) bool {
+	if !fam.opts.Backend.RoutesByKey() {
 		return true
 	}
-	aligned := h.alignedWithRecord
+	aligned := fam.alignedWithRecord
 	rw := call.RW
 	if call.Recipe.Kind == recipes.RenewBatch {
 		for _, l := range rw.Locks {
@@ -65,45 +64,45 @@ func (h *Handler) rwSameSlot(call recipes.Call) bool {
 	return aligned(call.Key, call.Latch, channel, rw.TimeoutPrefix, rw.KeyPrefix)
 }
 
-func (h *Handler) rwAcquire(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+func (fam *Family) rwAcquire(c Conn, call recipes.Call, p *resp.Reply) {
 	replies := grantReplies(c, call.Recipe)
 	addr := c.RemoteAddr
 	received := receivedAt(c)
-	retry := h.recipeRetry(call.Lease)
+	retry := fam.recipeRetry(call.Lease)
 	a := locks.RWAcquire{Key: call.Key, Holder: call.Holder, Write: call.RW.Write,
 		WriteHolder: call.RW.WriteHolder, TimeoutPrefix: call.RW.TimeoutPrefix, Lease: call.Lease}
-	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		start := time.Now()
-		token, pttl, err := h.opts.Locks.RWAcquire(ctx, a, addr, received)
-		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
-		return h.recipeGrantReply(replies, token, pttl, retry, err)
+		token, pttl, err := fam.opts.Manager.RWAcquire(ctx, a, addr, received)
+		fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
+		return fam.recipeGrantReply(replies, token, pttl, retry, err)
 	})
 }
 
-func (h *Handler) rwRenew(c *protocol.Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
+func (fam *Family) rwRenew(c Conn, args [][]byte, call recipes.Call, p *resp.Reply) {
 	rw := call.RW
 	batch := make([]locks.RWRenewLock, len(rw.Locks))
 	for i, l := range rw.Locks {
 		batch[i] = locks.RWRenewLock{Key: l.Key, Prefix: l.Prefix, Holders: l.Holders}
 	}
-	h.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		held, err := h.opts.Locks.RWRenew(ctx, locks.RWRenewStyle(rw.Style), batch, rw.BatchKeys, call.Lease)
+	fam.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		held, err := fam.opts.Manager.RWRenew(ctx, locks.RWRenewStyle(rw.Style), batch, rw.BatchKeys, call.Lease)
 		if err == locks.ErrScriptFails {
-			return h.runOwnScript(ctx, args) // 3.52.0's body fails here: Redis answers as it would
+			return fam.runOwnScript(ctx, args) // 3.52.0's body fails here: Redis answers as it would
 		}
-		return h.recipeRenewReply(held, err)
+		return fam.recipeRenewReply(held, err)
 	})
 }
 
 // runOwnScript runs the client's request on its keys' master as it came
 // (Redis runs the client's own script, or answers NOSCRIPT, on which the
 // client loads it and sends it again) and returns Redis's reply bytes.
-func (h *Handler) runOwnScript(ctx context.Context, args [][]byte) ([]byte, error) {
+func (fam *Family) runOwnScript(ctx context.Context, args [][]byte) ([]byte, error) {
 	var first []byte
 	if len(args) > 3 {
 		first = args[3]
 	}
-	node := h.opts.Backend.MasterForKey(first)
+	node := fam.opts.Backend.MasterForKey(first)
 	if node == nil {
 		return nil, resp.Error{Code: "TRYAGAIN", Msg: "fenceproxy: no master is reachable, retry"}
 	}
@@ -117,27 +116,27 @@ func (h *Handler) runOwnScript(ctx context.Context, args [][]byte) ([]byte, erro
 		return resp.AppendError(nil, re.Code, re.Msg), nil
 	}
 	if err != nil {
-		return nil, h.lockError(err, "the leases may or may not be extended: retry")
+		return nil, fam.lockError(err, "the leases may or may not be extended: retry")
 	}
 	return raw, nil
 }
 
-func (h *Handler) rwUnlock(c *protocol.Conn, call recipes.Call, p *resp.Reply) {
+func (fam *Family) rwUnlock(c Conn, call recipes.Call, p *resp.Reply) {
 	null := nullReply(c)
 	u := locks.RWUnlock{Key: call.Key, Holder: call.Holder, Write: call.RW.Write, Force: call.Recipe.Kind == recipes.ForceUnlock,
 		Lease: call.Lease, Channel: call.Channel, Publish: call.Publish, Message: call.Message, Latch: call.Latch,
 		LatchTTL: call.LatchTTL, TimeoutPrefix: call.RW.TimeoutPrefix, KeyPrefix: call.RW.KeyPrefix}
-	h.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		n, isNull, err := h.opts.Locks.RWUnlock(ctx, u)
+	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		n, isNull, err := fam.opts.Manager.RWUnlock(ctx, u)
 		switch {
 		case err != nil:
-			h.opts.Metrics.Releases.WithLabelValues("error").Inc()
-			return nil, h.lockError(err, "the lock may or may not be released: retry")
+			fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
+			return nil, fam.lockError(err, "the lock may or may not be released: retry")
 		case isNull:
-			h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+			fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
 			return null, nil
 		case n == 1:
-			h.opts.Metrics.Releases.WithLabelValues("released").Inc()
+			fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
 		}
 		return redcon.AppendInt(nil, n), nil
 	})

@@ -1,4 +1,4 @@
-package commands
+package lockcmd
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -64,7 +63,7 @@ func ownerError(b []byte) string {
 }
 
 func parseMillis(b []byte, what string, lo int64, hi time.Duration) (time.Duration, string) {
-	n, ok := parseInt(b)
+	n, ok := resp.ParseInt(b)
 	if !ok || n < lo || n > hi.Milliseconds() {
 		return 0, fmt.Sprintf("ERR %s must be an integer from %d to %d (milliseconds)", what, lo, hi.Milliseconds())
 	}
@@ -99,20 +98,20 @@ func parseLock(args [][]byte) (a lockArgs, msg string) {
 // granted, undone and answered -TRYAGAIN ... retry, which no retry could
 // change; a ttl that can be granted keeps -TRYAGAIN for a reply that was
 // late this time.
-func (h *Handler) ttlTooShort(ttl time.Duration) string {
-	if h.opts.Locks.Grantable(ttl) {
+func (fam *Family) ttlTooShort(ttl time.Duration) string {
+	if fam.opts.Manager.Grantable(ttl) {
 		return ""
 	}
 	return fmt.Sprintf("ERR fenceproxy: ttl-ms %d is too short to ever be granted: a reply must leave Redlock's drift allowance (1%% + 2 ms) and --lease-safety-margin of the lease, so the shortest ttl that can be granted is %d ms; use a ttl well above the time a grant takes (a Redis round trip and the replicas' WAIT), seconds for most work",
-		ttl.Milliseconds(), h.opts.Locks.MinTTL().Milliseconds())
+		ttl.Milliseconds(), fam.opts.Manager.MinTTL().Milliseconds())
 }
 
 // runLock serves a lock request off the connection's goroutine, after the
 // connection's earlier requests for resource (locks.Runner: the lock path's
 // concurrency policy); fn's reply, or its error, completes p. timeout is how
 // long the request may wait for the lock.
-func (h *Handler) runLock(c *protocol.Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context) ([]byte, error)) {
-	h.runLockTo(c, resource, p, timeout, func(ctx context.Context, dst []byte) ([]byte, error) {
+func (fam *Family) runLock(c Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context) ([]byte, error)) {
+	fam.runLockTo(c, resource, p, timeout, func(ctx context.Context, dst []byte) ([]byte, error) {
 		reply, err := fn(ctx)
 		return append(dst, reply...), err
 	})
@@ -121,8 +120,8 @@ func (h *Handler) runLock(c *protocol.Conn, resource string, p *resp.Reply, time
 // runLockTo is runLock for an fn that appends its reply to dst (p's
 // buffer) itself: LOCK.ACQUIRE's and LOCK.RELEASE's, which then cost
 // neither a closure around fn nor a buffer of their own.
-func (h *Handler) runLockTo(c *protocol.Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context, dst []byte) ([]byte, error)) {
-	h.runner.Reply(&sessionOf(c).lockRequests, resource, timeout, p, fn)
+func (fam *Family) runLockTo(c Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context, dst []byte) ([]byte, error)) {
+	fam.runner.Reply(&c.State().Requests, resource, timeout, p, fn)
 }
 
 // The replies to a grant or renewal that could not be answered while
@@ -143,20 +142,20 @@ const (
 // a lease is counted from it. (A connection that never read, as in unit
 // tests, counts from now.) A command relayed by a tier follower counts from
 // when the follower read it (TIER.RELAY's elapsed time).
-func receivedAt(c *protocol.Conn) time.Time {
+func receivedAt(c Conn) time.Time {
 	t := c.ReadAt()
 	if t.IsZero() {
 		t = time.Now()
 	}
-	if tp := sessionOf(c).tier; tp != nil {
-		t = t.Add(-tp.elapsed)
+	if tp := c.State().Peer; tp != nil {
+		t = t.Add(-tp.Elapsed)
 	}
 	return t
 }
 
-func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
 	if len(args) != 4 && len(args) != 6 {
-		replyError(p, "ERR wrong number of arguments for 'lock.acquire' command")
+		p.DoneError("ERR wrong number of arguments for 'lock.acquire' command")
 		return
 	}
 	a, msg := parseLock(args)
@@ -168,182 +167,182 @@ func (h *Handler) lockAcquire(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		}
 	}
 	if msg == "" {
-		msg = h.ttlTooShort(a.ttl)
+		msg = fam.ttlTooShort(a.ttl)
 	}
 	if msg != "" {
-		h.opts.Metrics.Acquires.WithLabelValues("invalid").Inc()
-		replyError(p, msg)
+		fam.opts.Metrics.Acquires.WithLabelValues("invalid").Inc()
+		p.DoneError(msg)
 		return
 	}
 	if a.wait > 0 {
 		c.MayBlock() // a client that leaves stops waiting and leaves the line
 	}
-	a.owner = h.lockOwner(c, a.owner)
+	a.owner = fam.lockOwner(c, a.owner)
 	null := nullReply(c)
 	addr := c.RemoteAddr
 	received := receivedAt(c)
 	forFollower := relaysGrantTimes(c)
-	h.runLockTo(c, a.resource, p, a.wait, func(ctx context.Context, dst []byte) ([]byte, error) {
+	fam.runLockTo(c, a.resource, p, a.wait, func(ctx context.Context, dst []byte) ([]byte, error) {
 		start := time.Now()
-		g, err := h.opts.Locks.AcquireGrant(ctx, a.resource, a.owner, addr, a.ttl, a.wait, received)
-		h.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
+		g, err := fam.opts.Manager.AcquireGrant(ctx, a.resource, a.owner, addr, a.ttl, a.wait, received)
+		fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		switch {
 		case err == nil && forFollower:
-			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+			fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
 			return appendRelayedGrant(dst, g, received), nil
 		case err == nil:
-			h.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+			fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
 			return redcon.AppendInt(dst, int64(g.Token)), nil
 		case err == locks.ErrBusy:
-			h.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+			fam.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
 			return append(dst, null...), nil
 		}
 		var qf *locks.QueueFullError
 		if errors.As(err, &qf) {
-			h.opts.Metrics.Acquires.WithLabelValues("queuefull").Inc()
+			fam.opts.Metrics.Acquires.WithLabelValues("queuefull").Inc()
 			return append(dst, queueFullReply(qf)...), nil
 		}
 		var nr *locks.NoReplicasError
 		if errors.As(err, &nr) {
-			h.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
+			fam.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
 			return redcon.AppendError(dst, fmt.Sprintf(
 				"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted)), nil
 		}
 		if reply, ok := evictableReply(err, "nothing was granted"); ok {
-			h.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
+			fam.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
 			return append(dst, reply...), nil
 		}
 		if err == locks.ErrLate {
-			h.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+			fam.opts.Metrics.Acquires.WithLabelValues("late").Inc()
 			return append(dst, replyLateGrant...), nil
 		}
-		h.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-		return dst, h.lockError(err, "the lock may or may not be granted: retry with the same owner")
+		fam.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+		return dst, fam.lockError(err, "the lock may or may not be granted: retry with the same owner")
 	})
 }
 
-func (h *Handler) lockRenew(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) Renew(c Conn, args [][]byte, p *resp.Reply) {
 	a, msg := parseLock(args)
 	if msg == "" {
-		msg = h.ttlTooShort(a.ttl)
+		msg = fam.ttlTooShort(a.ttl)
 	}
 	if msg != "" {
-		h.opts.Metrics.Renewals.WithLabelValues("invalid").Inc()
-		replyError(p, msg)
+		fam.opts.Metrics.Renewals.WithLabelValues("invalid").Inc()
+		p.DoneError(msg)
 		return
 	}
-	a.owner = h.lockOwner(c, a.owner)
+	a.owner = fam.lockOwner(c, a.owner)
 	null := nullReply(c)
 	received := receivedAt(c)
-	h.runLock(c, a.resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		token, err := h.opts.Locks.Renew(ctx, a.resource, a.owner, a.ttl, received)
+	fam.runLock(c, a.resource, p, 0, func(ctx context.Context) ([]byte, error) {
+		token, err := fam.opts.Manager.Renew(ctx, a.resource, a.owner, a.ttl, received)
 		switch {
 		case err == nil:
-			h.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+			fam.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
 			return redcon.AppendInt(nil, int64(token)), nil
 		case err == locks.ErrNotHeld:
-			h.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
+			fam.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
 			return null, nil
 		}
 		var nr *locks.NoReplicasError
 		if errors.As(err, &nr) {
-			h.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
+			fam.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
 			return redcon.AppendError(nil, fmt.Sprintf(
 				"NOREPLICAS %d of %d required replicas acknowledged the renewal in time; the lease may be extended on the master only", nr.Acked, nr.Wanted)), nil
 		}
 		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
-			h.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
+			fam.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
 			return reply, nil
 		}
 		if err == locks.ErrLate {
-			h.opts.Metrics.Renewals.WithLabelValues("late").Inc()
+			fam.opts.Metrics.Renewals.WithLabelValues("late").Inc()
 			return []byte(replyLateRenewal), nil
 		}
-		h.opts.Metrics.Renewals.WithLabelValues("error").Inc()
-		return nil, h.lockError(err, "the lease may or may not be extended: retry")
+		fam.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+		return nil, fam.lockError(err, "the lease may or may not be extended: retry")
 	})
 }
 
-func (h *Handler) lockRelease(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) Release(c Conn, args [][]byte, p *resp.Reply) {
 	a, msg := parseLock(args)
 	if msg != "" {
-		h.opts.Metrics.Releases.WithLabelValues("invalid").Inc()
-		replyError(p, msg)
+		fam.opts.Metrics.Releases.WithLabelValues("invalid").Inc()
+		p.DoneError(msg)
 		return
 	}
-	a.owner = h.lockOwner(c, a.owner)
-	h.runLockTo(c, a.resource, p, 0, func(ctx context.Context, dst []byte) ([]byte, error) {
-		released, err := h.opts.Locks.Release(ctx, a.resource, a.owner)
+	a.owner = fam.lockOwner(c, a.owner)
+	fam.runLockTo(c, a.resource, p, 0, func(ctx context.Context, dst []byte) ([]byte, error) {
+		released, err := fam.opts.Manager.Release(ctx, a.resource, a.owner)
 		switch {
 		case err != nil:
-			h.opts.Metrics.Releases.WithLabelValues("error").Inc()
-			return dst, h.lockError(err, "the lock may or may not be released: retry")
+			fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
+			return dst, fam.lockError(err, "the lock may or may not be released: retry")
 		case released:
-			h.opts.Metrics.Releases.WithLabelValues("released").Inc()
+			fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
 			return append(dst, ":1\r\n"...), nil
 		default:
-			h.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+			fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
 			return append(dst, ":0\r\n"...), nil
 		}
 	})
 }
 
-func (h *Handler) fenceCheck(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) FenceCheck(c Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
-	token, ok := parseInt(args[2])
+	token, ok := resp.ParseInt(args[2])
 	if msg == "" && (!ok || token <= 0) {
 		msg = "ERR token must be a positive integer"
 	}
 	if msg != "" {
-		h.opts.Metrics.FenceChecks.WithLabelValues("invalid").Inc()
-		replyError(p, msg)
+		fam.opts.Metrics.FenceChecks.WithLabelValues("invalid").Inc()
+		p.DoneError(msg)
 		return
 	}
-	if sessionOf(c).lockRequests.Busy(resource) {
+	if c.State().Requests.Busy(resource) {
 		// An earlier request of this client for the resource is still
 		// running (say, a pipelined ACQUIRE): check after it, not before.
-		h.runLock(c, resource, p, 0, func(context.Context) ([]byte, error) {
-			return h.fenceCheckReply(resource, token)
+		fam.runLock(c, resource, p, 0, func(context.Context) ([]byte, error) {
+			return fam.fenceCheckReply(resource, token)
 		})
 		return
 	}
-	reply, err := h.fenceCheckReply(resource, token)
+	reply, err := fam.fenceCheckReply(resource, token)
 	p.Buf, p.Err = append(p.Buf, reply...), err
 	p.Done()
 }
 
-func (h *Handler) fenceCheckReply(resource string, token int64) ([]byte, error) {
-	current, err := h.opts.Locks.FenceCheck(resource, uint64(token))
+func (fam *Family) fenceCheckReply(resource string, token int64) ([]byte, error) {
+	current, err := fam.opts.Manager.FenceCheck(resource, uint64(token))
 	switch {
 	case err == locks.ErrNeverIssued:
 		// The caller's mistake, not a failure of the proxy: kept apart
 		// from "error" so that dashboards of backend errors stay quiet.
-		h.opts.Metrics.FenceChecks.WithLabelValues("invalid").Inc()
+		fam.opts.Metrics.FenceChecks.WithLabelValues("invalid").Inc()
 		return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource"), nil
 	case err != nil:
-		h.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
-		return nil, h.lockError(err, "retry")
+		fam.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
+		return nil, fam.lockError(err, "retry")
 	case current:
-		h.opts.Metrics.FenceChecks.WithLabelValues("current").Inc()
+		fam.opts.Metrics.FenceChecks.WithLabelValues("current").Inc()
 		return []byte(":1\r\n"), nil
 	default:
-		h.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
+		fam.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
 		return []byte(":0\r\n"), nil
 	}
 }
 
-func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) LockInfo(c Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
 	if msg != "" {
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	null := nullReply(c)
-	prefix := h.holderPrefix(c)
-	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		info, err := h.opts.Locks.Info(ctx, resource)
+	prefix := fam.holderPrefix(c)
+	fam.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
+		info, err := fam.opts.Manager.Info(ctx, resource)
 		if err != nil {
-			return nil, h.lockError(err, "retry")
+			return nil, fam.lockError(err, "retry")
 		}
 		b := redcon.AppendArray(nil, 14)
 		b = redcon.AppendBulkString(b, "owner")
@@ -377,13 +376,13 @@ func (h *Handler) lockInfo(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // reply sends the client to the log (resp.LoggedError) is logged. An error
 // that is AuthorityUnconfirmed is answered with the backend's refusal while
 // there is one (it is why the authority is late).
-func (h *Handler) lockError(err error, unknownOutcome string) error {
+func (fam *Family) lockError(err error, unknownOutcome string) error {
 	var re redis.Error
 	var coded resp.CodedError
 	var late authorityUnconfirmed
 	switch {
 	case errors.As(err, &late):
-		if r := h.opts.Backend.Refusal(); r != nil {
+		if r := fam.opts.Backend.Refusal(); r != nil {
 			// The heartbeat is late because the master refuses it: say why.
 			return r
 		}
@@ -403,7 +402,7 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 		// Redis refused a lock read, which goes through go-redis.
 		return resp.NewError(re.Error())
 	}
-	h.opts.Logger.Error("lock command failed", "err", err)
+	fam.opts.Logger.Error("lock command failed", "err", err)
 	return resp.Error{Code: "ERR", Msg: "fenceproxy: internal error serving the lock command (see the proxy's log)"}
 }
 
@@ -412,16 +411,16 @@ func (h *Handler) lockError(err error, unknownOutcome string) error {
 // store's bound is not yet shared).
 type authorityUnconfirmed interface{ AuthorityUnconfirmed() }
 
-// fenceExec is FENCE.EXEC resource token command [arg ...]: the command runs
+// FenceExec is FENCE.EXEC resource token command [arg ...]: the command runs
 // only if token is the newest issued for resource (see Manager.FencedExec).
-func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) FenceExec(c Conn, args [][]byte, p *resp.Reply) {
 	resource, msg := parseResource(args[1])
-	token, ok := parseInt(args[2])
+	token, ok := resp.ParseInt(args[2])
 	if msg == "" && (!ok || token <= 0) {
 		msg = "ERR token must be a positive integer"
 	}
 	if msg != "" {
-		replyError(p, msg)
+		p.DoneError(msg)
 		return
 	}
 	command := make([][]byte, len(args)-3)
@@ -429,12 +428,12 @@ func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		command[i] = append([]byte(nil), a...) // outlives the request buffer
 	}
 	var keyAt []int // nil: the Manager takes command[1]
-	if h.opts.Keys != nil {
-		keyAt = h.opts.Keys.LookupBytes(command[0]).Keys([]int{}, command)
+	if fam.opts.Keys != nil {
+		keyAt = fam.opts.Keys.LookupBytes(command[0]).Keys([]int{}, command)
 	}
-	prefix := h.holderPrefix(c)
-	h.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		reply, err := h.opts.Locks.FencedExecAs(ctx, resource, uint64(token), command, keyAt, prefix)
+	prefix := fam.holderPrefix(c)
+	fam.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
+		reply, err := fam.opts.Manager.FencedExecAs(ctx, resource, uint64(token), command, keyAt, prefix)
 		switch {
 		case err == nil:
 			return reply, nil
@@ -443,36 +442,36 @@ func (h *Handler) fenceExec(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		case err == locks.ErrLeaseOver:
 			return redcon.AppendError(nil, "ERR fenceproxy: token "+strconv.FormatInt(token, 10)+" has no current lease; with authentication on, FENCE.EXEC runs only while the caller's user holds the lock; the command was not run"), nil
 		case err == locks.ErrStale:
-			h.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
+			fam.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()
 			return redcon.AppendError(nil, "STALE token "+strconv.FormatInt(token, 10)+" is older than the newest issued for this resource; the command was not run"), nil
 		case err == locks.ErrNeverIssued:
 			return redcon.AppendError(nil, "ERR token "+strconv.FormatInt(token, 10)+" was never issued for this resource"), nil
 		}
-		return nil, h.lockError(err, "the command may or may not have run")
+		return nil, fam.lockError(err, "the command may or may not have run")
 	})
 }
 
-// lockTop is LOCK.TOP [count]: the most contended resources, most first, as
+// Top is LOCK.TOP [count]: the most contended resources, most first, as
 // [resource, contended-acquires, waiting-now] triples (default 10).
-func (h *Handler) lockTop(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+func (fam *Family) Top(c Conn, args [][]byte, p *resp.Reply) {
 	n := int64(10)
 	if len(args) > 2 {
-		replyError(p, "ERR wrong number of arguments for 'lock.top' command")
+		p.DoneError("ERR wrong number of arguments for 'lock.top' command")
 		return
 	}
 	if len(args) == 2 {
 		var ok bool
-		if n, ok = parseInt(args[1]); !ok || n < 1 || n > 1024 {
-			replyError(p, "ERR count must be an integer from 1 to 1024")
+		if n, ok = resp.ParseInt(args[1]); !ok || n < 1 || n > 1024 {
+			p.DoneError("ERR count must be an integer from 1 to 1024")
 			return
 		}
 	}
 	var top []locks.Contended
 	var waiters []int
-	if h.opts.ACL != nil {
-		top, waiters = h.visibleTop(c, int(n))
+	if fam.opts.Auth {
+		top, waiters = fam.visibleTop(c, int(n))
 	} else {
-		top, waiters = h.opts.Locks.Top(int(n))
+		top, waiters = fam.opts.Manager.Top(int(n))
 	}
 	b := redcon.AppendArray(p.Buf, len(top))
 	for i, t := range top {

@@ -1,0 +1,133 @@
+package lockcmd
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Locks is what the caller gives the lock family: the lock manager (nil:
+// this node serves no locks; clients' recipes are then forwarded), the
+// tier this node is one of (nil: a single node), and --lock-keys.
+type Locks struct {
+	Manager *locks.Manager
+	// Tier, when not nil, makes this node one of a tier (tier.go).
+	Tier Tier
+	// LockKeys are --lock-keys: a SET NX on a key matching them is a
+	// client recipe's lock grant (setnx.go); nil or empty for none.
+	LockKeys *recipes.KeyPatterns
+}
+
+// Options configure a Family: Locks, and what the command layer shares
+// with it.
+type Options struct {
+	Locks
+	// Backend is the Redis fronted: the lock family asks it how it routes
+	// (a twin's keys must share a slot in front of a Redis Cluster), why
+	// it refuses writes, and runs a client's own script on it.
+	Backend cluster.Backend
+	// Keys finds FENCE.EXEC's command's keys.
+	Keys    *keys.Table
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// ReplicaTimeout bounds one lock write's wait for acknowledgements;
+	// a refused recipe grant is answered "retry in" that long.
+	ReplicaTimeout time.Duration
+	// KeyPrefix is the lock manager's key prefix (owner records' slots).
+	KeyPrefix string
+	// Auth: fenceproxy's own client authentication is on, so owners are
+	// bound to the client's user (Conn.HolderPrefix) and LOCK.TOP and
+	// LOCK.SLOWLOG show a user only what it may read (Conn.CanRead).
+	Auth bool
+	// Forward sends a request to Redis as it came and answers Redis's
+	// reply: a script or SET that is no lock recipe the family runs.
+	Forward func(c *protocol.Conn, args [][]byte, p *resp.Reply)
+}
+
+// Family serves the lock family's commands and clients' lock recipes.
+type Family struct {
+	opts   Options
+	runner *locks.Runner // where lock requests run
+}
+
+// New returns a Family.
+func New(opts Options) *Family {
+	return &Family{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout)}
+}
+
+// Client is what the lock family needs of a client's connection beyond
+// protocol's: the command layer's session implements it.
+type Client interface {
+	// State is the connection's lock requests in flight and, on a tier
+	// peer's relay link, the link's state.
+	State() *ConnState
+	// HolderPrefix starts every owner stored for the connection's user
+	// ("" with authentication off).
+	HolderPrefix() string
+	// RESP3: the client switched to RESP3 (HELLO 3); its null is "_".
+	RESP3() bool
+	// User is the name of the client's ACL user, "" with authentication
+	// off or before it authenticated.
+	User() string
+	// CanRead reports whether the client's user may read key (its key
+	// patterns): asked only with authentication on.
+	CanRead(key []byte) bool
+}
+
+// Conn is the client's connection, as protocol reads it and as the
+// command layer keeps it: what every serve function of the family gets.
+// It is two words, passed by value.
+type Conn struct {
+	*protocol.Conn
+	Client
+}
+
+// ConnState is the lock family's part of a connection's session.
+type ConnState struct {
+	// Requests are the connection's lock requests in flight
+	// (locks.Runner), ended when the client goes away; lock workers use
+	// them too.
+	Requests locks.ConnRequests
+	// Peer is set on a tier peer's relay link (TIER.PEER, tier.go).
+	Peer *Peer
+}
+
+// On reports whether this node serves locks (it has a lock manager):
+// otherwise recipes are forwarded as they came.
+func (fam *Family) On() bool { return fam.opts.Manager != nil }
+
+// InTier reports whether this node is one of a tier.
+func (fam *Family) InTier() bool { return fam.opts.Tier != nil }
+
+// Go runs fn on one of the lock path's workers, off the connection's
+// goroutine (INFO's sections and tier membership use it too).
+func (fam *Family) Go(fn func()) { fam.runner.Go(fn) }
+
+// lockOwner is the owner string stored for a lock: with authentication on,
+// the user's name, a NUL byte, then the client's owner. User names have no
+// NUL (auth refuses them), so no owner string one user chooses can equal
+// another user's stored owner, and only the user renews or releases it.
+func (fam *Family) lockOwner(c Conn, owner string) string {
+	if !fam.opts.Auth {
+		return owner
+	}
+	return c.HolderPrefix() + owner
+}
+
+// holderPrefix is Client.HolderPrefix, "" with authentication off.
+func (fam *Family) holderPrefix(c Conn) string {
+	if !fam.opts.Auth {
+		return ""
+	}
+	return c.HolderPrefix()
+}
+
+// nullReply is the null of the client's protocol.
+func nullReply(c Conn) []byte { return resp.Null(c.RESP3()) }
