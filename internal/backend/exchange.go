@@ -31,6 +31,7 @@ type SyncConn struct {
 	nc       net.Conn      // the connection rd reads: c.nc when it was last looked at
 	rd       *bufio.Reader // nc's replies
 	deadline time.Time     // nc's read deadline
+	peek     peeker        // whether Redis closed nc between batches
 }
 
 // DialSync connects to Redis for a SyncConn.
@@ -123,7 +124,7 @@ func (s *SyncConn) peerClosed(nc net.Conn) bool {
 	if t, ok := nc.(interface{ NetConn() net.Conn }); ok {
 		nc = t.NetConn() // TLS: the socket beneath (a record waiting there is not a close)
 	}
-	return socketClosed(nc)
+	return s.peek.socketClosed(nc)
 }
 
 var errPeerClosed = errors.New("closed by Redis while idle")

@@ -1,9 +1,11 @@
-//go:build !unix
+//go:build !linux
 
 package backend
 
 import "net"
 
-// socketClosed cannot peek here: a closed connection shows at its next
-// batch (ErrLost) instead.
-func socketClosed(net.Conn) bool { return false }
+// peeker cannot peek here: a connection Redis closed while idle shows at
+// its next batch (ErrLost) instead.
+type peeker struct{}
+
+func (*peeker) socketClosed(net.Conn) bool { return false }
