@@ -1288,7 +1288,7 @@ added_row() {
 
 # main_compare: the --compare run (see the top of this file).
 main_compare() {
-	need_tools
+	need_tools nutcracker:nutcracker # twemproxy runs in the same rounds
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
 	local t0=$SECONDS
 	local -A desc=() addr=() pid=()

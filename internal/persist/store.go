@@ -35,7 +35,8 @@ const (
 type Options struct {
 	// CacheEntries bounds the in-memory newest-token cache (LRU). Default 262144.
 	CacheEntries int
-	// ReserveWindow is how many tokens one durable reservation covers. Default 1<<20.
+	// ReserveWindow is how many tokens one durable reservation covers. Default
+	// 1<<20; at most MaxToken.
 	ReserveWindow uint64
 	// FS lets tests use vfs.NewCrashableMem(); nil means the real disk (vfs.Default).
 	FS vfs.FS
@@ -126,7 +127,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.ReserveWindow == 0 {
 		opts.ReserveWindow = defaultReserveWindow
 	}
-	opts.ReserveWindow = min(opts.ReserveWindow, 1<<62)
+	// Within the token space: a wider window would underflow the bound
+	// arithmetic (tokenstate.NextBound).
+	opts.ReserveWindow = min(opts.ReserveWindow, MaxToken)
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}

@@ -168,3 +168,23 @@ func TestTokenSpaceExhausted(t *testing.T) {
 		mustIs(t, err, ErrExhausted)
 	}
 }
+
+// TestWideReserveWindowIsClamped: a ReserveWindow wider than the token
+// space is taken as MaxToken, so the bound arithmetic cannot underflow:
+// tokens are issued, and the bound never passes MaxToken.
+func TestWideReserveWindowIsClamped(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{ReserveWindow: 1 << 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 3 {
+		tok, err := s.NextToken()
+		if err != nil || tok == 0 || tok > MaxToken {
+			t.Fatalf("NextToken with a window of 2^60 = %d, %v; want a token in 1..MaxToken", tok, err)
+		}
+	}
+	if b := s.Stats().ReservedBound; b > MaxToken {
+		t.Fatalf("reserved bound %d above MaxToken %d", b, MaxToken)
+	}
+}
