@@ -68,10 +68,6 @@ func putToken(b *pebble.Batch, g Grant) error {
 	return b.Merge(tokenstate.TokenKey(g.Resource), tokenstate.EncodeToken(g.Token), nil)
 }
 
-// MaxMerger is tokenstate's max merge (t/<resource>), kept here for the
-// callers that open the store's database themselves.
-var MaxMerger = tokenstate.MaxMerger
-
 // NewestCached is Newest when the resource's newest token is in the cache,
 // without reading the disk; ok is false when it is not. A lock manager
 // granting a resource it has not seen lately needs no newest token at all

@@ -3,7 +3,6 @@ package persist
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -70,14 +69,9 @@ func (s *Store) ReserveAll(resource []byte, tokens []uint64) error {
 			return err
 		}
 	}
-	keys := make([][]byte, len(tokens))
-	for i, t := range tokens {
-		keys[i] = tokenstate.ReservedKey(resource, t)
-	}
-	s.deferred.reserve(keys)
 	return s.groupCommit(func(b *pebble.Batch) error {
-		for _, k := range keys {
-			if err := b.Set(k, nil, nil); err != nil {
+		for _, t := range tokens {
+			if err := b.Set(tokenstate.ReservedKey(resource, t), nil, nil); err != nil {
 				return err
 			}
 		}
@@ -103,16 +97,12 @@ func (s *Store) Cancel(resource []byte, token uint64) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	k := s.deferred.cancel(resource, token)
-	if k == nil {
-		return nil
-	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	// A reservation key is set once (its token is unique): SingleDelete
 	// lets a flush drop the set and the delete together, where a Delete
 	// left a tombstone to carry down through every level.
-	if err := b.SingleDelete(k, nil); err != nil {
+	if err := b.SingleDelete(tokenstate.ReservedKey(resource, token), nil); err != nil {
 		return err
 	}
 	return s.commitNoSync(b)
@@ -145,17 +135,10 @@ func (s *Store) flushDeferred() error {
 	return err
 }
 
-// deferred holds the reservations neither confirmed nor cancelled, and
-// the confirmations not yet on disk. Its mutex is a leaf, never held
-// during I/O.
+// deferred holds the confirmations not yet on disk. Its mutex is a leaf,
+// never held during I/O.
 type deferred struct {
-	// nReserved counts reserved's keys, so that a Cancel with none
-	// skips the mutex.
-	nReserved atomic.Int64
-	mu        sync.Mutex
-	// reserved are the keys of reservations neither confirmed nor
-	// cancelled.
-	reserved map[string]struct{}
+	mu sync.Mutex
 	// newest is each resource's newest confirmed token not yet written,
 	// with the batch that took it to be written (0: none yet).
 	newest map[string]deferredToken
@@ -176,53 +159,13 @@ type taken struct {
 	confirmed int
 }
 
-// reserve notes keys as reserved, before they are written (a Cancel
-// after a failed write still deletes them).
-func (d *deferred) reserve(keys [][]byte) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.reserved == nil {
-		d.reserved = make(map[string]struct{})
-	}
-	for _, k := range keys {
-		if _, ok := d.reserved[string(k)]; !ok {
-			d.reserved[string(k)] = struct{}{}
-			d.nReserved.Add(1)
-		}
-	}
-}
-
-// takeReservedLocked forgets the reservation of token for resource and
-// returns its key, or nil if it was not reserved.
-func (d *deferred) takeReservedLocked(resource []byte, token uint64) []byte {
-	k := tokenstate.ReservedKey(resource, token)
-	if _, ok := d.reserved[string(k)]; !ok {
-		return nil
-	}
-	delete(d.reserved, string(k))
-	d.nReserved.Add(-1)
-	return k
-}
-
-// cancel forgets the reservation of token for resource and returns
-// its key to delete, or nil if it was not reserved.
-func (d *deferred) cancel(resource []byte, token uint64) []byte {
-	if d.nReserved.Load() == 0 {
-		return nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.takeReservedLocked(resource, token)
-}
-
 // confirm defers the write of token as resource's newest and the delete
 // of its reservation.
 func (d *deferred) confirm(resource []byte, token uint64) {
+	k := tokenstate.ReservedKey(resource, token)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if k := d.takeReservedLocked(resource, token); k != nil {
-		d.drop = append(d.drop, k)
-	}
+	d.drop = append(d.drop, k)
 	if d.newest == nil {
 		d.newest = make(map[string]deferredToken)
 	}

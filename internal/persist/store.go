@@ -108,7 +108,7 @@ type Store struct {
 	copied bool   // m/dir named another inode: a copied or restored directory
 
 	commits  committer // the group commit of Reserves (commit.go)
-	deferred deferred  // tokens reserved ahead, and their confirmations for the next group's batch (reserve.go)
+	deferred deferred  // confirmations for the next group's batch (reserve.go)
 
 	syncs  atomic.Uint64
 	broken atomic.Pointer[error] // set once by fail
@@ -159,7 +159,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	popts := &pebble.Options{
 		FS:                 opts.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Merger:             MaxMerger,
+		Merger:             tokenstate.MaxMerger,
 		Lock:               lock,
 		Logger:             pebbleLogger{s},
 	}

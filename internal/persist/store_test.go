@@ -147,7 +147,7 @@ func TestTokenSpaceExhausted(t *testing.T) {
 	fs := vfs.NewMem()
 	openT(t, "/data", Options{FS: fs}).Close()
 	// Plant a bound 3 short of MaxToken, as if after very many restarts.
-	db, err := pebble.Open("/data", &pebble.Options{FS: fs, Merger: MaxMerger, FormatMajorVersion: pebble.FormatNewest})
+	db, err := pebble.Open("/data", &pebble.Options{FS: fs, Merger: tokenstate.MaxMerger, FormatMajorVersion: pebble.FormatNewest})
 	if err != nil {
 		t.Fatal(err)
 	}
