@@ -576,7 +576,6 @@ func (wr *Writer) sendBatch(conn *backend.SyncConn, batch []*Write, st *writerSt
 	}
 	for _, g := range groups {
 		req = appendOps(req, g.writes)
-		g.done.Add(1)
 		replies = append(replies, g.reply)
 	}
 	if ack != nil {
@@ -605,8 +604,7 @@ type writerState struct {
 type opsGroup struct {
 	slot   int
 	writes []*Write
-	reply  *resp.Reply    // completes the group (Complete)
-	done   sync.WaitGroup // the reply is in, and every operation has its own
+	reply  *resp.Reply // completes the group (Complete)
 }
 
 // opReplyRoom is the room made for each operation's reply in its group's
@@ -691,7 +689,6 @@ func (g *opsGroup) Complete(r *resp.Reply) {
 		}
 		w.reply.Done()
 	}
-	g.done.Done()
 }
 
 // appendOps appends the RESP request that runs ws's operations in one call

@@ -260,7 +260,6 @@ func runOps(t *testing.T, c *testenv.Conn, ws ...*Write) []any {
 		t.Fatal(err)
 	}
 	g := &opsGroup{writes: ws}
-	g.done.Add(1)
 	g.Complete(&resp.Reply{Buf: raw})
 	out := make([]any, len(ws))
 	for i, w := range ws {
