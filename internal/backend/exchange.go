@@ -115,16 +115,35 @@ func (s *SyncConn) current() net.Conn {
 }
 
 // peerClosed reports whether nc was closed by Redis (or reset) since its
-// last batch, or holds bytes no request asked for: one non-blocking peek
-// at the socket, no read.
+// last batch, by a non-blocking peek at the socket. Bytes waiting there
+// are no reply to anything on a plaintext connection (Redis sends nothing
+// unasked on a lock connection): out of step, as good as closed. Under TLS
+// they may be a record with no data for us (a session ticket) or the
+// close_notify Redis sends as it closes: tlsClosed reads them to tell.
 func (s *SyncConn) peerClosed(nc net.Conn) bool {
-	if s.rd.Buffered() > 0 {
-		return true
+	sock := nc
+	t, isTLS := nc.(interface{ NetConn() net.Conn })
+	if isTLS {
+		sock = t.NetConn()
 	}
-	if t, ok := nc.(interface{ NetConn() net.Conn }); ok {
-		nc = t.NetConn() // TLS: the socket beneath (a record waiting there is not a close)
+	closed, waiting := s.peek.look(sock)
+	if closed || !waiting {
+		return closed
 	}
-	return s.peek.socketClosed(nc)
+	return !isTLS || s.tlsClosed(nc)
+}
+
+// tlsClosed reads what waits on a TLS connection between batches, for at
+// most a millisecond (a deadline already past would not read even what is
+// there): a timeout means only records with nothing for the reader (the
+// connection is fine); an end of stream, an alert or reply bytes nobody
+// asked for mean it is not.
+func (s *SyncConn) tlsClosed(nc net.Conn) bool {
+	nc.SetReadDeadline(time.Now().Add(time.Millisecond))
+	s.deadline = time.Time{} // armDeadline sets the real one again
+	_, err := s.rd.Peek(1)
+	var ne net.Error
+	return !errors.As(err, &ne) || !ne.Timeout()
 }
 
 var errPeerClosed = errors.New("closed by Redis while idle")

@@ -8,4 +8,4 @@ import "net"
 // its next batch (ErrLost) instead.
 type peeker struct{}
 
-func (*peeker) socketClosed(net.Conn) bool { return false }
+func (*peeker) look(net.Conn) (closed, waiting bool) { return false, false }
