@@ -375,18 +375,25 @@ func (fam *Family) recipeUnlock(c Conn, call recipes.Call, p *resp.Reply) {
 	fairUnlock(&u, call) // fair.go
 	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		n, isNull, err := fam.opts.Manager.RecipeUnlock(ctx, u)
-		switch {
-		case err != nil:
-			fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
-			return nil, fam.lockError(err, "the lock may or may not be released: retry")
-		case isNull:
-			fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
-			return null, nil
-		case n == 1:
-			fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
-		}
-		return redcon.AppendInt(nil, n), nil
+		return fam.recipeUnlockReply(n, isNull, err, null)
 	})
+}
+
+// recipeUnlockReply is a Redisson unlock's answer (RLock's, the fair and
+// the read-write lock's: the number its script returns, or null when the
+// caller held nothing), counted in the release metrics.
+func (fam *Family) recipeUnlockReply(n int64, isNull bool, err error, null []byte) ([]byte, error) {
+	switch {
+	case err != nil:
+		fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
+		return nil, fam.lockError(err, "the lock may or may not be released: retry")
+	case isNull:
+		fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+		return null, nil
+	case n == 1:
+		fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
+	}
+	return redcon.AppendInt(nil, n), nil
 }
 
 // Token is LOCK.TOKEN resource holder: the token of holder's current

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -128,16 +126,6 @@ func (fam *Family) rwUnlock(c Conn, call recipes.Call, p *resp.Reply) {
 		LatchTTL: call.LatchTTL, TimeoutPrefix: call.RW.TimeoutPrefix, KeyPrefix: call.RW.KeyPrefix}
 	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		n, isNull, err := fam.opts.Manager.RWUnlock(ctx, u)
-		switch {
-		case err != nil:
-			fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
-			return nil, fam.lockError(err, "the lock may or may not be released: retry")
-		case isNull:
-			fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
-			return null, nil
-		case n == 1:
-			fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
-		}
-		return redcon.AppendInt(nil, n), nil
+		return fam.recipeUnlockReply(n, isNull, err, null)
 	})
 }
