@@ -811,10 +811,7 @@ func (a *ScriptArgs) Bool(b bool) *ScriptArgs {
 // record adds an owner record's value.
 func (a *ScriptArgs) record(v recordValue) *ScriptArgs {
 	var buf [128]byte
-	a.grow()
-	a.n++
-	a.enc = redcon.AppendBulk(a.enc, v.appendTo(buf[:0]))
-	return a
+	return a.bulk(v.appendTo(buf[:0]))
 }
 
 // Add adds each of args by its type (as ArgsOf).
@@ -824,9 +821,7 @@ func (a *ScriptArgs) Add(args ...any) *ScriptArgs {
 		case string:
 			a.Str(v)
 		case []byte:
-			a.grow()
-			a.n++
-			a.enc = redcon.AppendBulk(a.enc, v)
+			a.bulk(v)
 		case int64:
 			a.Int(v)
 		case int:
