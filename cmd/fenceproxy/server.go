@@ -446,12 +446,11 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 
 // startLoop starts --serve-loop's event loop, where it can serve: a
 // standalone master (a Redis Cluster's routing keeps goroutines; the loop
-// then serves nothing), no --timeout, no client authentication, no tier
-// (whose clients would all leave the loop at their first command).
+// then serves nothing) and no --timeout. Clients of fenceproxy's own users
+// and of a tier node are served there as any other (commands' ServesOnLoop).
 func (p *proxy) startLoop() error {
 	cfg := &p.cfg
-	if !cfg.serveLoop || !netloop.Supported || cfg.limits.timeout > 0 ||
-		cfg.aclFile != "" || cfg.requirepass != "" || cfg.tier.on() {
+	if !cfg.serveLoop || !netloop.Supported || cfg.limits.timeout > 0 {
 		return nil
 	}
 	l, err := netloop.New()
@@ -481,10 +480,10 @@ func (p *proxy) newServer(h protocol.Handler) *protocol.Server {
 func (p *proxy) info() string {
 	st := p.storeStats()
 	be := p.be
-	return fmt.Sprintf("fenceproxy_mode:%s\r\nmasters:%d\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nreplicas_seen:%d\r\n"+
+	return fmt.Sprintf("fenceproxy_mode:%s\r\nmasters:%d\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nloop_clients:%d\r\nreplicas_seen:%d\r\n"+
 		"min_replicas:%d\r\nreplica_timeout_ms:%d\r\nfence_store_healthy:%d\r\ntoken_bound:%d\r\n"+
 		"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
-		be.Mode(), len(be.Masters()), int(time.Since(p.startedAt).Seconds()), p.srv.Clients(), fewestReplicas(be),
+		be.Mode(), len(be.Masters()), int(time.Since(p.startedAt).Seconds()), p.srv.Clients(), p.srv.LoopClients(), fewestReplicas(be),
 		p.cfg.minReplicas, p.cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
 		st.CacheEntries, st.CacheHits, st.CacheMisses) + p.authorityInfo() + limitsInfo(p.srv) + memoryInfo(be, p.cfg.allowEvictable, p.metrics) + p.tierInfo()
 }

@@ -102,7 +102,7 @@ func TestServesOnLoop(t *testing.T) {
 	}{
 		// Database 1 has no connections yet: a goroutine opens them.
 		{[]string{"SELECT", "1"}, "+OK\r\n", back},
-		{[]string{"HELLO", "3"}, "", " ECHO:goroutine GET:goroutine GET:goroutine"},
+		{[]string{"HELLO", "3"}, "", back},
 		{[]string{"CLIENT", "REPLY", "ON"}, "+OK\r\n", back},
 		{[]string{"CLIENT", "LIST"}, "", back},
 		{[]string{"MULTI"}, "+OK\r\n", ""},
@@ -185,5 +185,60 @@ func TestServesOnLoop(t *testing.T) {
 	run(t, c, []exchange{{[]string{"GET", "k"}, "$3\r\none\r\n"}, {[]string{"GET", "k"}, "$3\r\none\r\n"}, {[]string{"GET", "k"}, "$3\r\none\r\n"}})
 	if got, want := w.take(), "GET:loop SELECT:leaves GET:loopable GET:loopable GET:loop"; got != want {
 		t.Errorf("pipelined SELECT: ServesOnLoop answered %q; want %q", got, want)
+	}
+}
+
+// TestServesOnLoopEveryKindOfClient: a RESP3 client and the clients of
+// fenceproxy's own users are served on the loop as a plaintext RESP2 one
+// is: HELLO 3 and AUTH leave it (they change the client's protocol or
+// user, and wait for earlier replies), and two batches of forwarded
+// requests later the client is the loop's again; there a RESP3 client's
+// forwarded replies are Redis's RESP3 ones (its connections of the shared
+// pool speak RESP3), and the ACL check answers on the loop (NOAUTH,
+// NOPERM) as on a goroutine.
+func TestServesOnLoopEveryKindOfClient(t *testing.T) {
+	var w *loopWatcher
+	p, _ := startStandalone(t, proxyOptions{loop: true,
+		acl:         "user reader on >reader-pass ~* +@read +@connection\n",
+		requirepass: "root-pass",
+		wrap: func(h *Handler) protocol.Handler {
+			w = &loopWatcher{Handler: h}
+			return w
+		}}, false)
+
+	c := p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"GET", "k"}, "-NOAUTH Authentication required.\r\n"},
+		{[]string{"AUTH", "root-pass"}, "+OK\r\n"},
+		{[]string{"SET", "k", "v"}, "+OK\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+	})
+	if got, err := c.TryDo("HELLO", "3"); err != nil || !strings.HasPrefix(string(got), "%7\r\n") {
+		t.Fatalf("HELLO 3: %q, %v", got, err)
+	}
+	run(t, c, []exchange{
+		{[]string{"GET", "missing"}, "_\r\n"},
+		{[]string{"GET", "missing"}, "_\r\n"},
+		{[]string{"GET", "missing"}, "_\r\n"},
+		{[]string{"ECHO", "e"}, "$1\r\ne\r\n"},
+	})
+	want := "GET:loop AUTH:leaves AUTH:goroutine SET:loopable GET:loopable GET:loop " +
+		"HELLO:leaves HELLO:goroutine GET:loopable GET:loopable GET:loop ECHO:loop"
+	if got := w.take(); got != want {
+		t.Errorf("a RESP3 client of the default user: ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+
+	r := p.dial(t)
+	run(t, r, []exchange{
+		{[]string{"AUTH", "reader", "reader-pass"}, "+OK\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+		{[]string{"SET", "k", "w"}, "-NOPERM this user has no permissions to run the 'set' command\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+	})
+	want = "AUTH:leaves AUTH:goroutine GET:loopable GET:loopable SET:loop GET:loop"
+	if got := w.take(); got != want {
+		t.Errorf("a client of a user without @write: ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}
 }

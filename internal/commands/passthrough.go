@@ -25,25 +25,29 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 
 // ServesOnLoop tells the server's event loop (protocol.LoopHandler) which
 // requests it may serve itself: those ServeCommand only forwards, on the
-// client's connection of the shared pool, while the client is in the
-// plainest state (RESP2, a database whose connections are open, replies
-// on, nothing pinned, no MULTI, no tunnel, no tracking, no ACL, not a
-// tier), PING and SELECT first in their batch, and the few of the
-// proxy's own that it answers at once from the connection's own state
-// (the table's onLoop: what client libraries send when they connect, so that
-// their clients stay on the loop). Everything else (the other commands of
-// the proxy's own, a PING behind other requests, which waits for their
-// replies, blocking
-// commands, pub/sub, a cluster's routing) moves the client to a goroutine
-// of its own, which gives it back to the loop after a batch of requests
-// the loop would have served (protocol's returnToLoop).
+// client's connection of the shared pool (RESP2 or RESP3, in a database
+// whose connections are open), while nothing holds the client elsewhere
+// (replies on, nothing pinned, no MULTI or WATCH, no tunnel, no tracking),
+// PING and SELECT first in their batch, and the few of the proxy's own
+// that it answers at once from the connection's own state (the table's
+// onLoop: what client libraries send when they connect, so that their
+// clients stay on the loop). A client of fenceproxy's own users (--aclfile,
+// --requirepass) is checked on the loop too (authorize only reads the
+// user's rules), and a tier node's clients are served there as any other
+// node's: what a tier does differently (relaying the lock family, the
+// TIER.* commands of peers' links) is never forwarded. Everything else (the
+// other commands of the proxy's own, AUTH and HELLO, a PING behind other
+// requests, which waits for their replies, blocking commands, pub/sub, a
+// cluster's routing) moves the client to a goroutine of its own, which
+// gives it back to the loop after a batch of requests the loop would have
+// served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
-	if h.locks.InTier() || h.opts.ACL != nil || h.opts.Backend.RoutesByKey() {
+	if h.opts.Backend.RoutesByKey() {
 		return false
 	}
 	s := sessionOf(c)
 	if s.tunnel != nil || s.tx.pinned != nil || s.tx.inMulti || s.tx.watching ||
-		s.replies.off || s.replies.skipNext || s.track.on || s.backend.RESP3 || !h.opts.Backend.DBOpen(false, s.backend.DB) {
+		s.replies.off || s.replies.skipNext || s.track.on || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
 		return false
 	}
 	var lower [32]byte
@@ -51,7 +55,11 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	if len(name) > len(lower) {
 		return false
 	}
-	cmd := lookup(lowerInto(lower[:0], name))
+	lname := lowerInto(lower[:0], name)
+	if h.locks.InTier() && len(lname) >= 5 && string(lname[:5]) == "tier." {
+		return false // a peer's link (serveTierLink): TIER.RELAY runs a lock command
+	}
+	cmd := lookup(lname)
 	return cmd == nil || cmd.onLoop != nil && cmd.onLoop(h, c, args)
 }
 
@@ -69,5 +77,5 @@ func selectOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
 		return false
 	}
 	db, ok := parseInt(args[1])
-	return !ok || db >= 0 && db <= math.MaxInt32 && h.opts.Backend.DBOpen(false, int(db))
+	return !ok || db >= 0 && db <= math.MaxInt32 && h.opts.Backend.DBOpen(sessionOf(c).backend.RESP3, int(db))
 }

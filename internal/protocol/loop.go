@@ -64,6 +64,7 @@ type loopClient struct {
 	// closeNow: Shutdown's time is up; close once no batch is in flight.
 	closeNow bool
 	stopped  bool
+	counted  bool // in the server's loopClients
 	// laterErr is the write's outcome of a batch left to its last reply,
 	// set by doneLater before it posts resume.
 	laterErr error
@@ -118,6 +119,8 @@ func (lc *loopClient) register() {
 		return
 	}
 	lc.reg = reg
+	lc.counted = true
+	lc.c.server.loopClients.Add(1)
 	if killed := lc.c.killed.Load(); killed || lc.c.closing.Load() {
 		lc.shutdown(killed) // Kill or Shutdown came first
 	}
@@ -378,6 +381,7 @@ func (c *Conn) handOverWrite() {
 // that failed (the socket is closed then).
 func (c *Conn) attachToGoroutine() bool {
 	lc := c.lp
+	lc.uncount()
 	lc.loop.Del(lc.reg)
 	nc, err := netloop.Attach(lc.fd) // closes lc.fd either way
 	lc.fd = -1
@@ -399,12 +403,21 @@ func (lc *loopClient) stop() {
 		return
 	}
 	lc.stopped = true
+	lc.uncount()
 	if lc.fd >= 0 {
 		lc.loop.Del(lc.reg)
 		netloop.Close(lc.fd)
 		lc.fd = -1
 	}
 	go lc.c.server.release(lc.c) // Closed may take what a loop must not wait for
+}
+
+// uncount takes the connection out of the server's loopClients.
+func (lc *loopClient) uncount() {
+	if lc.counted {
+		lc.counted = false
+		lc.c.server.loopClients.Add(-1)
+	}
 }
 
 // shutdown is Shutdown's interrupt on the loop: the requests the client

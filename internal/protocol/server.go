@@ -74,6 +74,8 @@ type Server struct {
 
 	handler Handler
 	nextID  atomic.Int64
+	// loopClients counts the connections the event loop holds now.
+	loopClients atomic.Int64
 
 	mu       sync.Mutex
 	lns      []net.Listener
@@ -229,6 +231,11 @@ func (s *Server) Clients() int {
 	defer s.mu.Unlock()
 	return len(s.conns)
 }
+
+// LoopClients is how many clients the event loop (Loop) serves now: the
+// rest are on goroutines of their own (INFO's loop_clients, for an operator
+// to see which clients the loop's cheaper path serves).
+func (s *Server) LoopClients() int { return int(s.loopClients.Load()) }
 
 // Shutdown stops accepting, lets every connection finish the requests it has
 // already read and write their replies, then closes them. It returns when all

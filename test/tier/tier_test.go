@@ -364,3 +364,42 @@ func TestPeerLagAfterElection(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTierNodesServeClientsOnTheLoop: a tier node's clients are served by
+// its event loop as a single node's are (INFO's loop_clients counts them):
+// a client's forwarded requests keep it there, its lock command (relayed
+// to the leader from a follower) moves it to a goroutine for the while,
+// and two batches of forwarded requests later it is the loop's again.
+func TestTierNodesServeClientsOnTheLoop(t *testing.T) {
+	tr := startTier(t)
+	l := tr.Leader(t)
+	for _, i := range []int{l, followers(tr, l)[0]} {
+		addr := tr.Nodes[i].Addr
+		loopClients := func() int {
+			n, err := strconv.Atoi(infoField(addr, "fenceproxy", "loop_clients"))
+			if err != nil {
+				t.Fatalf("node %d: INFO fenceproxy has no loop_clients", i)
+			}
+			return n
+		}
+		before := loopClients()
+		c := testenv.Dial(t, addr)
+		c.Do("SET", "plain", "v")
+		if got := loopClients(); got != before+1 {
+			t.Fatalf("node %d: loop_clients %d after a client's SET, want %d", i, got, before+1)
+		}
+		retry(t, addr, "LOCK.ACQUIRE", fmt.Sprintf("loopres%d", i), "o", "30000")
+		if r := c.Do("LOCK.INFO", fmt.Sprintf("loopres%d", i)); bytes.HasPrefix(r, []byte("-")) {
+			t.Fatalf("node %d: LOCK.INFO = %s", i, testenv.ShowReply(r))
+		}
+		if got := loopClients(); got != before {
+			t.Fatalf("node %d: loop_clients %d after the client's lock command, want %d", i, got, before)
+		}
+		c.Do("GET", "plain")
+		c.Do("GET", "plain")
+		c.Do("GET", "plain")
+		if got := loopClients(); got != before+1 {
+			t.Fatalf("node %d: loop_clients %d after three GETs, want %d", i, got, before+1)
+		}
+	}
+}
