@@ -446,11 +446,11 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 
 // startLoop starts --serve-loop's event loop, where it can serve: a
 // standalone master (a Redis Cluster's routing keeps goroutines; the loop
-// then serves nothing), no --timeout, no client authentication, no tier
-// (whose clients would all leave the loop at their first command).
+// then serves nothing), no client authentication, no tier (whose clients
+// would all leave the loop at their first command).
 func (p *proxy) startLoop() error {
 	cfg := &p.cfg
-	if !cfg.serveLoop || !netloop.Supported || cfg.limits.timeout > 0 ||
+	if !cfg.serveLoop || !netloop.Supported ||
 		cfg.aclFile != "" || cfg.requirepass != "" || cfg.tier.on() {
 		return nil
 	}
