@@ -386,8 +386,8 @@ func (c *Conn) handOverWrite() {
 func (c *Conn) attachToGoroutine() bool {
 	lc := c.lp
 	lc.loop.Del(lc.reg)
-	lc.untrackIdle() // its goroutine arms read deadlines instead
-
+	// Its goroutine arms read deadlines for the idle timeout instead.
+	lc.untrackIdle()
 	nc, err := netloop.Attach(lc.fd) // closes lc.fd either way
 	lc.fd = -1
 	if err != nil {
