@@ -446,11 +446,12 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 
 // startLoop starts --serve-loop's event loop, where it can serve: a
 // standalone master (a Redis Cluster's routing keeps goroutines; the loop
-// then serves nothing) and no --timeout. Clients of fenceproxy's own users
-// and of a tier node are served there as any other (commands' ServesOnLoop).
+// then serves nothing). Clients of fenceproxy's own users and of a tier
+// node are served there as any other (commands' ServesOnLoop), and
+// --timeout's idle clients are closed there too (protocol's loopidle.go).
 func (p *proxy) startLoop() error {
 	cfg := &p.cfg
-	if !cfg.serveLoop || !netloop.Supported || cfg.limits.timeout > 0 {
+	if !cfg.serveLoop || !netloop.Supported {
 		return nil
 	}
 	l, err := netloop.New()

@@ -255,7 +255,7 @@ func (c *Conn) serveFrom(pending [][]byte) {
 // to the event loop (true).
 func (c *Conn) serveRequests(pending [][]byte) (backOnLoop bool) {
 	lh, _ := c.server.handler.(LoopHandler)
-	mayReturn := lh != nil && c.onLoop && c.server.Loop != nil && c.rawConn != nil && c.server.IdleTimeout == 0
+	mayReturn := lh != nil && c.onLoop && c.server.Loop != nil && c.rawConn != nil
 	for {
 		var args [][]byte
 		var err error

@@ -27,8 +27,8 @@
 //     for a goroutine (leaveLoop); after two batches in a row the loop
 //     would have served, with nothing more sent, it comes back
 //     (returnToLoop), so requests keep their arrival order across clients.
-//     Not on the loop: TLS clients, servers with an IdleTimeout, and
-//     Handlers that are not LoopHandlers.
+//     Not on the loop: TLS clients and Handlers that are not
+//     LoopHandlers.
 //
 // # When a batch is written
 //
@@ -51,8 +51,11 @@
 // at most, and backend readers never block on a client: they only fill
 // reply slots. Requests are bounded while read (Limits; the query buffer
 // limit counts all of a request's arguments). The idle timeout runs only
-// while a connection waits for a request, from the last byte read, so
-// blocked and subscribed clients are never idle.
+// while a connection waits for a request, from the last byte read (or
+// the last batch written), so blocked and subscribed clients are never
+// idle. On a goroutine it is a read deadline; on the loop, a timer sweeps
+// the loop's clients every min(IdleTimeout/4, 1s) (loopidle.go), so a
+// client there is closed at most that much later than IdleTimeout.
 //
 // # Invariants of the loop
 //

@@ -80,6 +80,9 @@ var heldSetups = []heldSetup{
 	{name: "tls", later: true, tls: true},
 	{name: "loop, replies at once", loop: true},
 	{name: "loop, replies later", later: true, loop: true},
+	// The loop closes idle clients itself (loopidle.go); its clients that
+	// leave for a goroutine arm read deadlines there.
+	{name: "loop, idle timeout", later: true, loop: true, idle: time.Hour},
 }
 
 // serveEcho starts a server with h, stopped when tb ends, and returns a
@@ -310,7 +313,8 @@ func FuzzServeSplit(f *testing.F) {
 // goes away while it waits is noticed; and with an idle timeout the blocked
 // client is not idle (Redis exempts blocked clients).
 func TestBlockedRequestAnsweredBeforeRest(t *testing.T) {
-	for _, setup := range []heldSetup{heldSetups[0], heldSetups[3], {name: "short idle timeout", idle: 100 * time.Millisecond}, heldSetups[4]} {
+	for _, setup := range []heldSetup{heldSetups[0], heldSetups[3], {name: "short idle timeout", idle: 100 * time.Millisecond}, heldSetups[4],
+		{name: "loop, short idle timeout", idle: 100 * time.Millisecond, loop: true}} {
 		t.Run(setup.name, func(t *testing.T) {
 			t.Run("reply without the rest", func(t *testing.T) {
 				h := newEchoHandler(false, true)

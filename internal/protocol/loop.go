@@ -69,6 +69,11 @@ type loopClient struct {
 	// set by doneLater before it posts resume.
 	laterErr error
 	resumeFn func() // resume, bound once: posting it allocates nothing
+	// idleFrom is when the loop last began to wait for the client's next
+	// request (it came to the loop, or its batch was written): with
+	// c.readAt, where its idle time counts from (loopidle.go).
+	idleFrom time.Time
+	idleIdx  int // its place in the server's loopIdle, -1 if not there
 }
 
 // startOnLoop moves a new plaintext connection's socket to the server's
@@ -91,7 +96,7 @@ func (c *Conn) toLoop() bool {
 	if err != nil {
 		return false
 	}
-	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd}
+	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd, idleFrom: time.Now(), idleIdx: -1}
 	lc.edge.Readable() // bytes may have come before it was added
 	lc.resumeFn = lc.resume
 	lc.loop.Post(lc.moveIn)
@@ -121,6 +126,7 @@ func (lc *loopClient) register() {
 	lc.reg = reg
 	lc.counted = true
 	lc.c.server.loopClients.Add(1)
+	lc.trackIdle()
 	if killed := lc.c.killed.Load(); killed || lc.c.closing.Load() {
 		lc.shutdown(killed) // Kill or Shutdown came first
 	}
@@ -240,6 +246,7 @@ func (c *Conn) endLoopBatch() {
 func (lc *loopClient) resume() {
 	c := lc.c
 	c.later = false
+	lc.idleFrom = lc.loop.Now() // the batch is written: waiting for the client again
 	err := lc.laterErr
 	lc.laterErr = nil
 	switch {
@@ -383,6 +390,8 @@ func (c *Conn) attachToGoroutine() bool {
 	lc := c.lp
 	lc.uncount()
 	lc.loop.Del(lc.reg)
+	// Its goroutine arms read deadlines for the idle timeout instead.
+	lc.untrackIdle()
 	nc, err := netloop.Attach(lc.fd) // closes lc.fd either way
 	lc.fd = -1
 	if err != nil {
@@ -404,6 +413,7 @@ func (lc *loopClient) stop() {
 	}
 	lc.stopped = true
 	lc.uncount()
+	lc.untrackIdle()
 	if lc.fd >= 0 {
 		lc.loop.Del(lc.reg)
 		netloop.Close(lc.fd)

@@ -69,13 +69,17 @@ type Server struct {
 	HandshakeTimeout time.Duration
 	// Loop, if set (and the Handler is a LoopHandler), serves plaintext
 	// clients from that event loop while their requests allow it, instead
-	// of from a goroutine each (loop.go). Not with IdleTimeout.
+	// of from a goroutine each (loop.go); the loop closes its idle clients
+	// itself (loopidle.go).
 	Loop *netloop.Loop
 
 	handler Handler
 	nextID  atomic.Int64
 	// loopClients counts the connections the event loop holds now.
 	loopClients atomic.Int64
+	// loopIdle lists the clients on Loop for the idle sweep (loopidle.go);
+	// touched on the loop only.
+	loopIdle loopIdle
 
 	mu       sync.Mutex
 	lns      []net.Listener
@@ -185,7 +189,7 @@ func (s *Server) accept(raw net.Conn, cfg *tls.Config) {
 	if s.OnConnect != nil {
 		s.OnConnect(1)
 	}
-	if cfg == nil && s.Loop != nil && s.IdleTimeout == 0 && rawIOSupported {
+	if cfg == nil && s.Loop != nil && rawIOSupported {
 		if _, ok := s.handler.(LoopHandler); ok && c.startOnLoop() {
 			return
 		}
