@@ -2,29 +2,29 @@ package limits
 
 import (
 	"regexp"
-	"strings"
+	"strconv"
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
-// clientFD is the fd= of client id in the proxy's CLIENT LIST, asked on a
-// connection of its own, closed at once (so it is never idle).
-func clientFD(t *testing.T, p *testenv.Proxy, id string) string {
+// loopClients is INFO fenceproxy's loop_clients: how many clients the
+// serve loop holds. Asked on a connection of its own (INFO takes it off the
+// loop, so it does not count itself), closed at once.
+func loopClients(t *testing.T, p *testenv.Proxy) int {
 	t.Helper()
 	c := testenv.Dial(t, p.Addr)
 	defer c.Close()
-	list, _ := testenv.ParseBulk(c.Do("CLIENT", "LIST", "ID", id))
-	m := regexp.MustCompile(`\bfd=(-?\d+)`).FindSubmatch(list)
+	m := regexp.MustCompile(`\bloop_clients:(\d+)`).FindSubmatch(c.Do("INFO", "fenceproxy"))
 	if m == nil {
-		t.Fatalf("CLIENT LIST ID %s = %q", id, list)
+		t.Fatal("INFO fenceproxy has no loop_clients")
 	}
-	return string(m[1])
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
 
 // TestIdleTimeoutOnTheLoop: with --timeout the --serve-loop still serves
-// clients (a client's socket, and so its fd= in CLIENT LIST, changes as it
-// leaves the loop for a goroutine and comes back): a client blocked in
+// clients (INFO's loop_clients counts them): a client blocked in
 // BLPOP past the timeout is not idle, and once it is back on the loop
 // after its BLPOP and two PINGs, it is closed when idle, and counted as
 // idle-timeout as a goroutine's client is.
@@ -33,15 +33,15 @@ func TestIdleTimeoutOnTheLoop(t *testing.T) {
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr, Args: []string{"--timeout", "1"}})
 	c := testenv.Dial(t, p.Addr)
 	c.SetTimeout(2 * patience)
-	id := strings.TrimSpace(strings.TrimPrefix(string(c.Do("CLIENT", "ID")), ":"))
-	onLoop := clientFD(t, p, id)
+	c.Do("CLIENT", "ID")
+	if n := loopClients(t, p); n != 1 {
+		t.Fatalf("loop_clients %d with one client that sent CLIENT ID, want 1", n)
+	}
 
 	c.Send("BLPOP", "idle-loop-list", "0")
 	c.Flush()
-	blocked := onLoop
-	eventually(t, "the client's fd changes as its BLPOP moves it from the serve loop to a goroutine", func() bool {
-		blocked = clientFD(t, p, id)
-		return blocked != onLoop
+	eventually(t, "the client's BLPOP moves it from the serve loop to a goroutine", func() bool {
+		return loopClients(t, p) == 0
 	})
 	// Connected after the BLPOP: once it is closed as idle, the blocked
 	// client has been quiet at least as long.
@@ -65,8 +65,8 @@ func TestIdleTimeoutOnTheLoop(t *testing.T) {
 			t.Fatalf("PING = %q", r)
 		}
 	}
-	eventually(t, "the client's fd changes as it goes back to the serve loop", func() bool {
-		return clientFD(t, p, id) != blocked
+	eventually(t, "the client goes back to the serve loop", func() bool {
+		return loopClients(t, p) == 1
 	})
 	drainUntilClosed(t, c.NetConn())
 	eventually(t, "2 clients counted as closed for idle-timeout", func() bool {
