@@ -7,6 +7,8 @@
 #                              in the memory section (adds 10-15 minutes here)
 #   scripts/bench.sh --cluster [--quick]   fenceproxy in front of a Redis Cluster
 #   scripts/bench.sh --compare OLD NEW [--quick]   two fenceproxy builds A/B (below)
+#   scripts/bench.sh --clients [--quick] [--compare OLD NEW]   CPU per request of each
+#                              kind of client against twemproxy's (below)
 #
 # Installs what is missing from Debian's packages when run as root (redis-server,
 # redis-tools, nutcracker, etcd-server), builds ./bin/fenceproxy and the harnesses,
@@ -89,6 +91,27 @@
 # node's RSS.
 # --tier --compare OLD NEW: two tiers of three, one of each build, and rounds of
 # lockbench through each one's leader and a follower, OLD and NEW back to back.
+#
+# --clients [--quick]: what each kind of client costs (issue 24). One Redis
+# master + replica, twemproxy in front of it, and per fenceproxy build: one
+# fenceproxy with --listen and --tls-listen (a throwaway CA and certificate
+# made with openssl in the temp dir), one with --aclfile, and a tier of three
+# (--peers), each with its own --key-prefix. Then rounds (2 with --quick, else 3;
+# n=150000 at -P 1, 800000 at -P 16, 20000 at -c 1 with --quick: about 2 minutes
+# with --compare on a quiet machine, 4 on a loaded one; else 400000, 2000000,
+# 50000: 5 minutes, 10 loaded) of `redis-benchmark -c 50
+# -t get` at -P 1 and -P 16 for each kind: plaintext RESP2, RESP3 (-3), an ACL
+# user (--user U -a PASS), TLS (--tls --cacert), and through the tier's leader
+# and a follower; twemproxy's plaintext in the same rounds (first in odd rounds,
+# last in even ones); and at one client (-c 1 -P 1) plaintext, TLS and
+# twemproxy. Prints each kind's better round: req/s, the user+sys CPU of its
+# fenceproxy process(es) (a tier's three nodes together) per request, and that
+# over twemproxy's CPU per plaintext request (xtwem); and p50/p99 at one client.
+# A kind whose warm-up run fails is reported as not run. --clients --compare OLD
+# NEW (as --compare takes them): both builds' processes at once, every kind
+# through OLD and NEW back to back in each round (OLD first in odd rounds), and
+# NEW/OLD of each figure with the spread of the rounds' CPU NEW/OLD. Writes no file.
+#
 # A redis-benchmark run that gets error replies is reported as FAIL and the script
 # exits non-zero after the tables.
 set -euo pipefail
@@ -100,16 +123,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 usage() {
 	echo "usage: $0 [--quick | --scale] [--cluster | --tier]" >&2
 	echo "       $0 [--quick] [--no-locks | --tier] --compare OLD NEW   (git revisions or fenceproxy binaries)" >&2
+	echo "       $0 --clients [--quick] [--compare OLD NEW]" >&2
 	exit 2
 }
 
-quick=0 cluster=0 scale=0 tier=0 compare=0 old_rev="" new_rev="" no_locks=0
+quick=0 cluster=0 scale=0 tier=0 compare=0 old_rev="" new_rev="" no_locks=0 clients=0
 while (($# > 0)); do
 	case $1 in
 	--quick) quick=1 ;;
 	--no-locks) no_locks=1 ;;
 	--cluster) cluster=1 ;;
 	--tier) tier=1 ;;
+	--clients) clients=1 ;;
 	--scale) scale=1 ;;
 	--compare)
 		(($# >= 3)) || usage
@@ -124,9 +149,18 @@ done
 ((!(compare && (cluster || scale)))) || usage
 # --no-locks drops the lock runs of the plain --compare; a tier's runs are all lock runs.
 ((!no_locks || (compare && !tier))) || usage
+((!(clients && (cluster || tier || scale || no_locks)))) || usage
 
 readonly CLIENTS=50
-if ((quick && compare)); then
+if ((clients && quick)); then
+	# GET only, a run of each kind of client per build per round. A GET costs
+	# the proxy a few us at -P 1 and about 1 us at -P 16, and CPU time is
+	# counted in ticks of 10 ms: these runs' CPU is some 50-100 ticks (n=30000
+	# was some 10: a tick's error alone moved a ratio by 10%).
+	readonly N_P1=150000 N_P16=800000 N_C1=20000 CL_ROUNDS=2
+elif ((clients)); then
+	readonly N_P1=400000 N_P16=2000000 N_C1=50000 CL_ROUNDS=3
+elif ((quick && compare)); then
 	# Runs of a second or more: CPU time is counted in ticks of 10 ms, and a
 	# shorter run's CPU per request is off by a tick in a dozen.
 	readonly N_P1=50000 N_P16=400000 N_C1=20000 LOCK_DUR=3s AB_ROUNDS=4
@@ -381,12 +415,15 @@ declare -A cpu=()     # KEY -> "total master replica middle rest" in us per op, 
 run_cpu=""
 hz=$(getconf CLK_TCK)
 
+# pid_ticks PIDS: the user+sys ticks of PIDS (one pid, or several
+# space-separated: the sum, as for the nodes of a tier), 0 for none.
 pid_ticks() {
-	[[ -n $1 ]] || {
-		echo 0
-		return
-	}
-	awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
+	local p t=0 n
+	for p in $1; do
+		n=$(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null) || n=0
+		t=$((t + ${n:-0}))
+	done
+	echo "$t"
 }
 
 # cpu_snap MIDDLE_PID: "busy master replica middle" ticks now.
@@ -395,14 +432,17 @@ cpu_snap() {
 		"$(pid_ticks "${cpu_pid[replica]:-}") $(pid_ticks "$1")"
 }
 
-# cpu_per_op BEFORE AFTER OPS: "total master replica middle rest", us per op.
+# cpu_per_op BEFORE AFTER OPS: "total master replica middle rest", us per op,
+# with cpu_digits decimals (--clients: 3, for figures of about 1 us at -P 16).
+cpu_digits=1
 cpu_per_op() {
-	awk -v a="$1" -v b="$2" -v ops="$3" -v hz="$hz" 'BEGIN {
+	awk -v a="$1" -v b="$2" -v ops="$3" -v hz="$hz" -v d="$cpu_digits" 'BEGIN {
 		split(a, x, " "); split(b, y, " ")
 		if (ops + 0 <= 0) { print "-"; exit }
 		us = 1e6 / hz / ops
 		t = (y[1] - x[1]) * us; m = (y[2] - x[2]) * us; r = (y[3] - x[3]) * us; p = (y[4] - x[4]) * us
-		printf "%.1f %.1f %.1f %.1f %.1f", t, m, r, p, t - m - r - p
+		f = "%." d "f"
+		printf f " " f " " f " " f " " f, t, m, r, p, t - m - r - p
 	}'
 }
 
@@ -1425,7 +1465,329 @@ main_compare() {
 	done
 }
 
-if ((compare && tier)); then
+# The --clients run's kinds of client, in the order of its tables, and
+# their names there.
+readonly CL_KINDS="plain resp3 acl tls leader follower"
+declare -A cl_title=(
+	[plain]="plaintext RESP2"
+	[resp3]="RESP3 (-3)"
+	[acl]="ACL user (--user -a)"
+	[tls]="TLS (--tls)"
+	[leader]="tier of 3, the leader"
+	[follower]="tier of 3, a follower"
+)
+# The ACL user the acl kind authenticates as; the file also lets the default
+# user in without a password, so that wait_ping's PING is answered.
+readonly CL_ACL_USER=bench CL_ACL_PASS=benchpass
+# (Without -@scripting, fenceproxy warns that scripts reach beyond ~key:*.)
+readonly CL_ACL_RULES="on >$CL_ACL_PASS ~key:* &* +@all -@scripting"
+# cl_addr[KIND/BUILD]: where that kind of client of that build connects;
+# cl_skip[KIND/BUILD]: why it could not be run (its warm-up failed).
+declare -A cl_addr=() cl_skip=()
+
+# cl_args KIND: redis-benchmark's arguments for KIND, into the caller's
+# array args (paths are the run's; the header prints their form).
+cl_args() {
+	args=()
+	case $1 in
+	resp3) args=(-3) ;;
+	acl) args=(--user "$CL_ACL_USER" -a "$CL_ACL_PASS") ;;
+	tls) args=(--tls --cacert "$tmp/tls/ca.crt") ;;
+	esac
+}
+
+# make_tls_certs: a throwaway CA and a certificate for 127.0.0.1 it signs
+# (ECDSA P-256), in $tmp/tls.
+make_tls_certs() {
+	local d=$tmp/tls
+	mkdir -p "$d"
+	{
+		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+			-subj /CN=fenceproxy-bench-ca -keyout "$d/ca.key" -out "$d/ca.crt" &&
+			openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+				-subj /CN=127.0.0.1 -keyout "$d/server.key" -out "$d/server.csr" &&
+			printf 'subjectAltName=IP:127.0.0.1\n' >"$d/san.ext" &&
+			openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+				-days 2 -extfile "$d/san.ext" -out "$d/server.crt"
+	} >"$d/openssl.log" 2>&1 || die "openssl could not make the TLS certificates: $(tail -n 3 "$d/openssl.log")"
+}
+
+# cl_start BUILD BIN: BUILD's fenceproxy processes in front of the run's
+# master: one with --listen and --tls-listen (the plaintext, RESP3 and TLS
+# kinds), one with --aclfile, and a tier of three; each with its own
+# --key-prefix of one length for every build. Sets cl_addr[KIND/BUILD] and
+# middle_of for each (a tier's: all three nodes' pids).
+cl_start() {
+	local s=$1 bin=$2 tport
+	tport=$(free_port)
+	ports+=("$tport")
+	launch_proxy "fenceproxy-$s" "$bin" "$tmp/fenceproxy-$s.log" "$tmp/data-$s" --key-prefix "cb-$s-plain:" \
+		--tls-listen "127.0.0.1:$tport" --tls-cert-file "$tmp/tls/server.crt" --tls-key-file "$tmp/tls/server.key"
+	cl_addr[plain/$s]=$launched_addr cl_addr[resp3/$s]=$launched_addr cl_addr[tls/$s]=127.0.0.1:$tport
+	middle_of[127.0.0.1:$tport]=$launched_pid
+	printf 'user default on nopass ~* &* +@all\nuser %s %s\n' "$CL_ACL_USER" "$CL_ACL_RULES" >"$tmp/users-$s.acl"
+	launch_proxy "fenceproxy-$s-acl" "$bin" "$tmp/fenceproxy-$s-acl.log" "$tmp/data-$s-acl" --key-prefix "cb-$s-acls:" \
+		--aclfile "$tmp/users-$s.acl"
+	cl_addr[acl/$s]=$launched_addr
+	start_tier "tier-$s" "$bin" 1 --key-prefix "cb-$s-tier:"
+	cl_addr[leader/$s]=$tier_leader cl_addr[follower/$s]=$tier_follower
+	middle_of[$tier_leader]="${tier_pids[*]}" middle_of[$tier_follower]="${tier_pids[*]}"
+	log "$s: plaintext/RESP3 ${cl_addr[plain/$s]}, TLS ${cl_addr[tls/$s]}, ACL ${cl_addr[acl/$s]}," \
+		"tier leader $tier_leader, follower $tier_follower (pids ${tier_pids[*]})"
+}
+
+# cl_warm KIND BUILD: a short GET run of KIND against BUILD, not recorded:
+# the first run after a start pays for connections; a kind whose run fails
+# is skipped (cl_skip says why) instead of failing the whole run.
+cl_warm() {
+	local k=$1 s=$2 at=${cl_addr[$1/$2]} out
+	local -a args
+	cl_args "$k"
+	if out=$(timeout 60 redis-benchmark -h "${at%:*}" -p "${at##*:}" -c "$CLIENTS" -n 5000 -r 100000 \
+		-t get -P 1 --csv "${args[@]}" 2>&1) && [[ $out == *'"GET"'* && $out != *Error* ]]; then
+		return
+	fi
+	cl_skip[$k/$s]=$(grep -v '^"' <<<"$out" | tr -d '\r' | tr '\n' ' ' | cut -c1-120)
+	log "skipping $k through $s: ${cl_skip[$k/$s]}"
+}
+
+# cl_rb KIND BUILD P N [PREFIX]: one recorded GET run of KIND against BUILD,
+# under GET/P/PREFIXKIND/BUILD (rb_clients as rb's).
+cl_rb() {
+	local k=$1 s=$2
+	local -a args
+	[[ -z ${cl_skip[$k/$s]:-} ]] || return 0
+	cl_args "$k"
+	rb "${5:-}$k/$s" "${cl_addr[$k/$s]}" "$3" "$4" get "${args[@]}"
+}
+
+# cl_get KEY FIELD: FIELD (as in record: 1 rate, 2 p50, 3 p99, 7 the middle
+# system's CPU us per op) of KEY's better round, or nothing.
+cl_get() {
+	awk -v e="${best_round[$1]:-}" -v f="$2" 'BEGIN {
+		n = split(e, x, ",")
+		if (f <= n && x[f] != "-" && x[f] != "") print x[f] + 0
+	}'
+}
+
+# cl_fmt FORMAT VALUE: VALUE in FORMAT, or - when there is none.
+cl_fmt() {
+	# shellcheck disable=SC2059 # the format is the caller's
+	if [[ -n $2 ]]; then printf "$1" "$2"; else printf -- -; fi
+}
+
+# cl_spread KEY FIELD: the least, median and greatest NEW/OLD of FIELD over the
+# rounds one by one (KEY/old against KEY/new), or -.
+cl_spread() {
+	awk -v f="$2" -v o="${rounds[$1/old]:-}" -v n="${rounds[$1/new]:-}" '
+	function val(e, x, k) { k = split(e, x, ","); return (f <= k && x[f] != "-" && x[f] != "") ? x[f] + 0 : "" }
+	BEGIN {
+		no = split(o, ro, " "); nn = split(n, rn, " "); k = 0
+		for (i = 1; i <= no && i <= nn; i++) {
+			a = val(ro[i]); b = val(rn[i])
+			if (a != "" && b != "" && a > 0) r[++k] = b / a
+		}
+		for (i = 2; i <= k; i++) { v = r[i]; for (j = i - 1; j >= 1 && r[j] > v; j--) r[j + 1] = r[j]; r[j + 1] = v }
+		if (!k) { print "-"; exit }
+		printf "%.2f %.2f %.2f", r[1], k % 2 ? r[(k + 1) / 2] : (r[k / 2] + r[k / 2 + 1]) / 2, r[k]
+	}'
+}
+
+# cl_row TITLE KEY P: one line of a -P table: for each build, the better
+# round's rate and fenceproxy CPU per request, and that CPU over
+# twemproxy's per plaintext request (its better round at the same -P); with
+# --compare, NEW/OLD of each and the spread of the rounds' CPU NEW/OLD.
+cl_row() {
+	local title=$1 key=GET/$3/$2 twem s
+	local -A rate=() us=() x=()
+	twem=$(cl_get "GET/$3/twem" 7)
+	for s in "${cl_builds[@]}"; do
+		rate[$s]=$(cl_get "$key/$s" 1)
+		us[$s]=$(cl_get "$key/$s" 7)
+		x[$s]=""
+		[[ -z ${us[$s]} || -z $twem ]] || x[$s]=$(ratio "${us[$s]}" "$twem")
+	done
+	if ((!compare)); then
+		printf '%-26s %10s %10s %8s\n' "$title" "$(cl_fmt %.0f "${rate[new]}")" "$(cl_fmt %.2f "${us[new]}")" "$(cl_fmt %s "${x[new]}")"
+		return
+	fi
+	printf '%-26s %9s %9s %6s  %7s %7s %6s  %7s %6s   %s\n' "$title" \
+		"$(cl_fmt %.0f "${rate[old]}")" "$(cl_fmt %.0f "${rate[new]}")" "$(ratio "${rate[new]}" "${rate[old]}")" \
+		"$(cl_fmt %.2f "${us[old]}")" "$(cl_fmt %.2f "${us[new]}")" "$(ratio "${us[new]}" "${us[old]}")" \
+		"$(cl_fmt %s "${x[old]}")" "$(cl_fmt %s "${x[new]}")" "$(cl_spread "$key" 7)"
+}
+
+# cl_twem_row P: twemproxy's line of a -P table (the denominator).
+cl_twem_row() {
+	local rate us
+	rate=$(cl_fmt %.0f "$(cl_get "GET/$1/twem" 1)")
+	us=$(cl_fmt %.2f "$(cl_get "GET/$1/twem" 7)")
+	if ((!compare)); then
+		printf '%-26s %10s %10s %8s\n' "twemproxy, plaintext" "$rate" "$us" 1.00
+	else
+		printf '%-26s %9s %9s %6s  %7s %7s %6s  %7s\n' "twemproxy, plaintext" "$rate" "" "" "$us" "" "" 1.00
+	fi
+}
+
+# cl_c1_row TITLE KEY: one line of the one-client table: p50/p99 of each
+# build's better round, and with --compare NEW/OLD of the p50 and its spread.
+cl_c1_row() {
+	local title=$1 key=GET/1/c1/$2 s
+	local -A l=()
+	for s in "${cl_builds[@]}"; do
+		l[$s]="$(cl_fmt %.3f "$(cl_get "$key/$s" 2)")/$(cl_fmt %.3f "$(cl_get "$key/$s" 3)")"
+	done
+	if ((!compare)); then
+		printf '%-26s %15s\n' "$title" "${l[new]}"
+		return
+	fi
+	printf '%-26s %15s %15s %8s   %s\n' "$title" "${l[old]}" "${l[new]}" \
+		"$(ratio "$(cl_get "$key/new" 2)" "$(cl_get "$key/old" 2)")" "$(cl_spread "$key" 2)"
+}
+
+# main_clients: the --clients run (see the top of this file).
+main_clients() {
+	need_tools nutcracker:nutcracker openssl:openssl
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-bench.XXXXXX")
+	local t0=$SECONDS s k p n round pid
+	local -A desc=()
+	cpu_digits=3
+	cl_builds=(new)
+	if ((compare)); then
+		cl_builds=(old new)
+		build_fenceproxy old "$old_rev"
+		desc[old]=$built_desc
+		build_fenceproxy new "$new_rev"
+		desc[new]=$built_desc
+	else
+		log "building ./bin/fenceproxy"
+		mkdir -p bin
+		go build -o ./bin/fenceproxy ./cmd/fenceproxy
+		cp ./bin/fenceproxy "$tmp/fenceproxy-new"
+		desc[new]="./bin/fenceproxy, built from the work tree at $(git log -1 --format='%h (%cd) %s' --date=format:'%Y-%m-%d %H:%M' | cut -c1-90)"
+	fi
+	make_tls_certs
+	start_local_redis
+	for s in "${cl_builds[@]}"; do
+		cl_start "$s" "$tmp/fenceproxy-$s"
+	done
+	start_twemproxy
+	log "redis master $MASTER_ADDR, replica $REPLICA_ADDR, twemproxy $TWEM_ADDR (pid $TWEM_PID)"
+	for s in "${cl_builds[@]}"; do
+		for k in $CL_KINDS; do
+			cl_warm "$k" "$s"
+		done
+	done
+
+	local order=()
+	for ((round = 1; round <= CL_ROUNDS; round++)); do
+		order=("${cl_builds[@]}")
+		if ((compare && !(round % 2))); then
+			order=(new old)
+		fi
+		log "round $round of $CL_ROUNDS (${order[*]}; twemproxy $( ((round % 2)) && echo first || echo last))"
+		for p in 1 16; do
+			n=$N_P1
+			((p == 1)) || n=$N_P16
+			((!(round % 2))) || rb twem "$TWEM_ADDR" "$p" "$n" get
+			for k in $CL_KINDS; do
+				for s in "${order[@]}"; do
+					cl_rb "$k" "$s" "$p" "$n"
+				done
+			done
+			((round % 2)) || rb twem "$TWEM_ADDR" "$p" "$n" get
+		done
+		((!(round % 2))) || rb_clients=1 rb c1/twem "$TWEM_ADDR" 1 "$N_C1" get
+		for k in plain tls; do
+			for s in "${order[@]}"; do
+				rb_clients=1 cl_rb "$k" "$s" 1 "$N_C1" c1/
+			done
+		done
+		((round % 2)) || rb_clients=1 rb c1/twem "$TWEM_ADDR" 1 "$N_C1" get
+		for s in "${cl_builds[@]}"; do
+			check_proxy "fenceproxy-$s" "${middle_of[${cl_addr[plain/$s]}]}" "$tmp/fenceproxy-$s.log"
+			check_proxy "fenceproxy-$s-acl" "${middle_of[${cl_addr[acl/$s]}]}" "$tmp/fenceproxy-$s-acl.log"
+			for pid in ${middle_of[${cl_addr[leader/$s]}]}; do
+				kill -0 "$pid" 2>/dev/null || {
+					tail -n 10 "$tmp/tier-$s"-n*.log >&2 || true
+					die "a tier-$s node (pid $pid) died"
+				}
+			done
+		done
+	done
+	cl_report "$((SECONDS - t0))"
+}
+
+# cl_report SECONDS: the --clients tables.
+cl_report() {
+	local mode=full p k s
+	((quick)) && mode=quick
+	echo
+	echo "== fenceproxy per kind of client against twemproxy ($mode; $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores shared by"
+	echo "   every process; loopback; one Redis master + replica, --min-replicas 1; $CL_ROUNDS rounds, each running every kind of"
+	if ((compare)); then
+		echo "   client through OLD and NEW back to back (OLD first in odd rounds) and twemproxy (first in odd rounds, last in even)"
+		echo "   OLD: ${desc[old]}"
+		echo "   NEW: ${desc[new]}"
+	else
+		echo "   client and twemproxy (first in odd rounds, last in even)"
+		echo "   fenceproxy: ${desc[new]}"
+	fi
+	echo "   each run: redis-benchmark -h HOST -p PORT -c $CLIENTS -n N -r 100000 -t get -P {1,16} --csv KIND'S ARGS (n=$N_P1 at -P 1,"
+	echo "   n=$N_P16 at -P 16), and at one client -c 1 -P 1 -n $N_C1; the kinds' ARGS and fenceproxy processes:"
+	echo "     plaintext RESP2: none (fenceproxy --listen)            RESP3: -3 (the same fenceproxy)"
+	echo "     ACL user: --user $CL_ACL_USER -a $CL_ACL_PASS (a fenceproxy with --aclfile: \"user $CL_ACL_USER $CL_ACL_RULES\")"
+	echo "     TLS: --tls --cacert ca.crt (the first fenceproxy's --tls-listen; a throwaway CA and ECDSA P-256 certificate)"
+	echo "     tier: none, at the leader's or a follower's --listen of a tier of three (--peers); its CPU is all three nodes'"
+	echo "-- each figure is that of the better round (the higher rate; its CPU with it); CPU: us of user+sys CPU time of the"
+	echo "   fenceproxy process(es) per request (/proc); xtwem (xtw): that over twemproxy's CPU per plaintext request at the same -P"
+	if ((compare)); then
+		echo "   (twemproxy's better round); rounds: the least, median and greatest NEW/OLD CPU of the rounds one by one (the noise)"
+	else
+		echo "   (twemproxy's better round)"
+	fi
+	for p in 1 16; do
+		echo "-- GET -P $p, $CLIENTS clients"
+		if ((compare)); then
+			printf '%-26s %9s %9s %6s  %7s %7s %6s  %7s %6s   %s\n' kind "req/s OLD" NEW NEW/OLD "CPU OLD" NEW NEW/OLD \
+				"xtw OLD" NEW "rounds: CPU NEW/OLD min med max"
+		else
+			printf '%-26s %10s %10s %8s\n' kind req/s "CPU us" xtwem
+		fi
+		cl_twem_row "$p"
+		for k in $CL_KINDS; do
+			cl_row "${cl_title[$k]}" "$k" "$p"
+		done
+	done
+	echo "-- one client: GET -c 1 -P 1, p50/p99 (ms) of the better round"
+	if ((compare)); then
+		printf '%-26s %15s %15s %8s   %s\n' kind OLD NEW "p50 N/O" "rounds: p50 NEW/OLD min med max"
+		printf '%-26s %15s\n' "twemproxy, plaintext" "$(cl_fmt %.3f "$(cl_get GET/1/c1/twem 2)")/$(cl_fmt %.3f "$(cl_get GET/1/c1/twem 3)")"
+	else
+		printf '%-26s %15s\n' kind p50/p99
+		printf '%-26s %15s\n' "twemproxy, plaintext" "$(cl_fmt %.3f "$(cl_get GET/1/c1/twem 2)")/$(cl_fmt %.3f "$(cl_get GET/1/c1/twem 3)")"
+	fi
+	cl_c1_row "${cl_title[plain]}" plain
+	cl_c1_row "${cl_title[tls]}" tls
+	for s in "${cl_builds[@]}"; do
+		for k in $CL_KINDS; do
+			[[ -z ${cl_skip[$k/$s]:-} ]] || echo "not run: ${cl_title[$k]} through $s: ${cl_skip[$k/$s]}"
+		done
+	done
+	echo "(run took $1 s)"
+	local warn f
+	for f in "$tmp"/fenceproxy-*.log "$tmp"/tier-*.log; do
+		warn=$(grep -cE 'level=(WARN|ERROR)' "$f" || true)
+		((warn == 0)) || {
+			echo "${f##*/}: $warn WARN/ERROR lines"
+			grep -E 'level=(WARN|ERROR)' "$f" | head -n 5
+		}
+	done
+}
+
+if ((clients)); then
+	main_clients
+elif ((compare && tier)); then
 	main_tier_compare
 elif ((compare)); then
 	main_compare
