@@ -1516,7 +1516,7 @@ make_tls_certs() {
 # master: one with --listen and --tls-listen (the plaintext, RESP3 and TLS
 # kinds), one with --aclfile, and a tier of three; each with its own
 # --key-prefix of one length for every build. Sets cl_addr[KIND/BUILD] and
-# middle_of for each (a tier's: all three nodes' pids).
+# middle_of for each (a tier's: the pid of the node the client connects to).
 cl_start() {
 	local s=$1 bin=$2 tport
 	tport=$(free_port)
@@ -1531,7 +1531,9 @@ cl_start() {
 	cl_addr[acl/$s]=$launched_addr
 	start_tier "tier-$s" "$bin" 1 --key-prefix "cb-$s-tier:"
 	cl_addr[leader/$s]=$tier_leader cl_addr[follower/$s]=$tier_follower
-	middle_of[$tier_leader]="${tier_pids[*]}" middle_of[$tier_follower]="${tier_pids[*]}"
+	# A GET through a tier node is that node's work alone (the others only
+	# keep Raft's heartbeats), as the issue counts "a tier node's client".
+	middle_of[$tier_leader]=$tier_leader_pid middle_of[$tier_follower]=$tier_follower_pid
 	log "$s: plaintext/RESP3 ${cl_addr[plain/$s]}, TLS ${cl_addr[tls/$s]}, ACL ${cl_addr[acl/$s]}," \
 		"tier leader $tier_leader, follower $tier_follower (pids ${tier_pids[*]})"
 }
@@ -1738,7 +1740,7 @@ cl_report() {
 	echo "     plaintext RESP2: none (fenceproxy --listen)            RESP3: -3 (the same fenceproxy)"
 	echo "     ACL user: --user $CL_ACL_USER -a $CL_ACL_PASS (a fenceproxy with --aclfile: \"user $CL_ACL_USER $CL_ACL_RULES\")"
 	echo "     TLS: --tls --cacert ca.crt (the first fenceproxy's --tls-listen; a throwaway CA and ECDSA P-256 certificate)"
-	echo "     tier: none, at the leader's or a follower's --listen of a tier of three (--peers); its CPU is all three nodes'"
+	echo "     tier: none, at the leader's or a follower's --listen of a tier of three (--peers); its CPU is that node's"
 	echo "-- each figure is that of the better round (the higher rate; its CPU with it); CPU: us of user+sys CPU time of the"
 	echo "   fenceproxy process(es) per request (/proc); xtwem (xtw): that over twemproxy's CPU per plaintext request at the same -P"
 	if ((compare)); then
