@@ -13,7 +13,7 @@ import (
 // with the backend's writer and reader, three per unpipelined request; on
 // a machine whose cores are busy, they are wake-ups of OS threads, which
 // cost the proxy twice the CPU per request of twemproxy's single epoll
-// thread (docs/performance.md). So a plaintext client starts on the
+// thread (docs/performance.md). So a client starts on the
 // server's loop (netloop), which serves every ready client in turn: it
 // reads what the client sent, dispatches each whole request as serve
 // would, ends the batch once the client has sent nothing more (left to its
