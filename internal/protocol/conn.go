@@ -45,9 +45,12 @@ type Conn struct {
 	name atomic.Pointer[string] // CLIENT SETNAME; read by CLIENT LIST from elsewhere
 	db   atomic.Int32           // SELECT; read by CLIENT LIST from elsewhere
 
-	server          *Server
-	nc              net.Conn // a *tls.Conn for a TLS client
-	raw             net.Conn // the TCP connection under nc (nc itself in plaintext)
+	server *Server
+	nc     net.Conn // a *tls.Conn for a TLS client
+	raw    net.Conn // the TCP connection under nc (nc itself in plaintext)
+	// tio is a TLS client's transport under nc, which follows it between
+	// its goroutine and the event loop (tlsloop.go); nil in plaintext.
+	tio             *tlsTransport
 	rd              *Reader
 	out             []byte
 	batch           batch
@@ -152,6 +155,9 @@ func fdOf(nc net.Conn) int {
 	if tc, ok := nc.(*tls.Conn); ok {
 		nc = tc.NetConn()
 	}
+	if t, ok := nc.(*tlsTransport); ok {
+		nc = t.conn
+	}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return -1
@@ -232,11 +238,18 @@ func clipCommand(args [][]byte) string {
 }
 
 // serve is a connection's life on a goroutine of its own: the TLS
-// handshake, if any, then read, dispatch, reply, repeat (serveFrom).
+// handshake, if any, then read, dispatch, reply, repeat (serveFrom). A TLS
+// client bound for the event loop (onLoop) goes there once its handshake
+// is done (tlsloop.go).
 func (c *Conn) serve() {
-	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
-		c.server.release(c)
-		return
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if !c.handshake(tc) {
+			c.server.release(c)
+			return
+		}
+		if c.onLoop && c.toLoop() {
+			return
+		}
 	}
 	c.serveFrom(nil)
 }
@@ -255,7 +268,7 @@ func (c *Conn) serveFrom(pending [][]byte) {
 // to the event loop (true).
 func (c *Conn) serveRequests(pending [][]byte) (backOnLoop bool) {
 	lh, _ := c.server.handler.(LoopHandler)
-	mayReturn := lh != nil && c.onLoop && c.server.Loop != nil && c.rawConn != nil
+	mayReturn := lh != nil && c.onLoop && c.server.Loop != nil && (c.rawConn != nil || c.tio != nil)
 	for {
 		var args [][]byte
 		var err error
@@ -474,8 +487,15 @@ func nextWindow(window, n int, produced int64) int {
 // output buffer; while this goroutine writes, it reads no more requests, so
 // the buffer only shrinks. Over the normal class's soft limit, the write
 // has SoftFor to bring it back under the limit, or the client is closed.
-func (c *Conn) write() error {
-	buf := c.out
+func (c *Conn) write() error { return c.writeTo(c.nc, c.out) }
+
+// writeTo is write of buf to w: c.nc, or, for the encrypted rest of a TLS
+// client's batch that the event loop hands over, the TCP connection under
+// it (handOverWrite).
+func (c *Conn) writeTo(w net.Conn, buf []byte) error {
+	if len(buf) == 0 {
+		return nil
+	}
 	lim := c.server.NormalOutput
 	var end time.Time // WriteTimeout, for the whole batch
 	if c.server.WriteTimeout > 0 {
@@ -483,9 +503,9 @@ func (c *Conn) write() error {
 	}
 	if lim.Soft == 0 || int64(len(buf)) <= lim.Soft {
 		if !end.IsZero() {
-			c.nc.SetWriteDeadline(end)
+			w.SetWriteDeadline(end)
 		}
-		_, err := c.nc.Write(buf)
+		_, err := w.Write(buf)
 		return err
 	}
 	softEnd := time.Now().Add(lim.SoftFor)
@@ -494,13 +514,13 @@ func (c *Conn) write() error {
 		if soft && (deadline.IsZero() || softEnd.Before(deadline)) {
 			deadline = softEnd
 		}
-		c.nc.SetWriteDeadline(deadline)
-		n, err := c.nc.Write(buf)
+		w.SetWriteDeadline(deadline)
+		n, err := w.Write(buf)
 		buf = buf[n:]
 		var ne net.Error
 		switch {
 		case err == nil:
-			c.nc.SetWriteDeadline(end)
+			w.SetWriteDeadline(end)
 			return nil
 		case deadline.Equal(softEnd) && errors.As(err, &ne) && ne.Timeout():
 			if int64(len(buf)) > lim.Soft {

@@ -14,7 +14,8 @@
 //     ends because the client sent nothing more is written by whoever
 //     completes its last reply (later.go).
 //   - On the event loop (Server.Loop, a netloop.Loop, with a LoopHandler;
-//     loop.go): a plaintext client starts there. When its socket is ready,
+//     loop.go): a client starts there (a TLS client once its handshake is
+//     done, through the same tls.Conn: tlsloop.go). When its socket is ready,
 //     the loop reads what it sent, dispatches every whole request the
 //     Handler serves without blocking (LoopHandler.ServesOnLoop), ends the
 //     batch when the client has sent nothing more (or at a full batch, or
@@ -27,8 +28,7 @@
 //     for a goroutine (leaveLoop); after two batches in a row the loop
 //     would have served, with nothing more sent, it comes back
 //     (returnToLoop), so requests keep their arrival order across clients.
-//     Not on the loop: TLS clients and Handlers that are not
-//     LoopHandlers.
+//     Not on the loop: Handlers that are not LoopHandlers.
 //
 // # When a batch is written
 //

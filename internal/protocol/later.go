@@ -48,6 +48,19 @@ func (c *Conn) finishLater() {
 		return
 	}
 	if lim := c.server.NormalOutput; lim.Soft == 0 || int64(len(c.out)) <= lim.Soft {
+		if c.lp != nil && c.lp.tls != nil {
+			all, err := c.lp.writeTLS(c.out)
+			if err != nil || all {
+				c.dropBigOut()
+				c.doneLater(err)
+				return
+			}
+			// Encrypted, the rest waits in the transport's outbox for
+			// handOverWrite.
+			c.out = c.out[:0]
+			c.lp.loop.Post(c.handOverWrite)
+			return
+		}
 		written, err := c.writeNow(c.out)
 		if err != nil || written == len(c.out) {
 			c.dropBigOut()

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"crypto/tls"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
@@ -12,7 +13,7 @@ import (
 // with the backend's writer and reader, three per unpipelined request; on
 // a machine whose cores are busy, they are wake-ups of OS threads, which
 // cost the proxy twice the CPU per request of twemproxy's single epoll
-// thread (docs/performance.md). So a plaintext client starts on the
+// thread (docs/performance.md). So a client starts on the
 // server's loop (netloop), which serves every ready client in turn: it
 // reads what the client sent, dispatches each whole request as serve
 // would, ends the batch once the client has sent nothing more (left to its
@@ -74,6 +75,11 @@ type loopClient struct {
 	// c.readAt, where its idle time counts from (loopidle.go).
 	idleFrom time.Time
 	idleIdx  int // its place in the server's loopIdle, -1 if not there
+	// tls is a TLS client's record layer (tlsloop.go), nil in plaintext;
+	// tlsDry: its last read found nothing, in the tls.Conn nor in the
+	// socket, so only the next readiness edge brings more.
+	tls    *tls.Conn
+	tlsDry bool
 }
 
 // startOnLoop moves a new plaintext connection's socket to the server's
@@ -97,6 +103,9 @@ func (c *Conn) toLoop() bool {
 		return false
 	}
 	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd, idleFrom: time.Now(), idleIdx: -1}
+	if c.tio != nil {
+		lc.tls = c.nc.(*tls.Conn)
+	}
 	lc.edge.Readable() // bytes may have come before it was added
 	lc.resumeFn = lc.resume
 	lc.loop.Post(lc.moveIn)
@@ -111,6 +120,9 @@ func (c *Conn) toLoop() bool {
 func (lc *loopClient) moveIn() {
 	c := lc.c
 	c.lp = lc
+	if lc.tls != nil {
+		c.tio.useLoop(lc) // here, where interrupts read its conn
+	}
 	c.nc, c.raw, c.rawConn = nil, nil, nil
 	c.fd.Store(int64(lc.fd))
 	lc.register()
@@ -129,12 +141,22 @@ func (lc *loopClient) register() {
 	lc.trackIdle()
 	if killed := lc.c.killed.Load(); killed || lc.c.closing.Load() {
 		lc.shutdown(killed) // Kill or Shutdown came first
+		return
+	}
+	if lc.tls != nil {
+		// The tls.Conn may hold requests read with the handshake's last
+		// bytes, or by the goroutine the client comes back from, for
+		// which no edge comes.
+		lc.c.serveLoop()
 	}
 }
 
 // Ready serves the client's readiness, on the loop.
 func (lc *loopClient) Ready(ev netloop.Events) {
 	lc.edge.Saw(ev)
+	if ev&netloop.In != 0 {
+		lc.tlsDry = false
+	}
 	if lc.stopped || lc.c.later {
 		return // resume goes on (invariant 2)
 	}
@@ -200,7 +222,7 @@ func (c *Conn) serveLoop() {
 			c.leaveLoop(nil)
 			return
 		default: // reqPartial: the beginning of a request, or nothing
-			if lc.edge.MayRead() && !lc.eof {
+			if lc.mayRead() && !lc.eof {
 				if c.rd.Buffered() == c.rd.rd.Size() {
 					// A request longer than the buffer: a goroutine reads
 					// the rest (and writes the batch before it waits).
@@ -211,7 +233,7 @@ func (c *Conn) serveLoop() {
 				switch {
 				case err == nil:
 					continue
-				case err == netloop.ErrWouldBlock:
+				case err == netloop.ErrWouldBlock, err == errTLSWouldBlock:
 				default: // the end of the stream, or a broken socket
 					lc.eof = true
 				}
@@ -280,6 +302,9 @@ func (lc *loopClient) writeNow(b []byte) (int, error) {
 // read that comes back short ends the loop's reading until the next
 // readiness edge.
 func (lc *loopClient) read(b []byte) (int, error) {
+	if lc.tls != nil {
+		return lc.readTLS(b)
+	}
 	n, err := lc.edge.Read(lc.fd, b)
 	if err != nil {
 		return 0, err
@@ -368,9 +393,21 @@ func (c *Conn) returnToLoop() bool {
 // goroutine, which finishes the write (and calls doneLater) as later.go
 // does, while another goroutine serves the connection from then on (its
 // first read waits for the write: awaitLater). Posted by finishLater.
+//
+// For a TLS client, what the socket did not take is already encrypted, in
+// the transport's outbox (tlsloop.go): that goroutine writes it first, on
+// the TCP connection, holding the transport's writes meanwhile, so that
+// nothing crypto/tls writes from the new goroutine's reads overtakes it.
 func (c *Conn) handOverWrite() {
 	lc := c.lp
+	t := c.tio
+	if t != nil {
+		t.mu.Lock()
+	}
 	if !c.attachToGoroutine() {
+		if t != nil {
+			t.mu.Unlock()
+		}
 		lc.stopped = true
 		go func() {
 			c.batch.left.Store(1)
@@ -379,7 +416,21 @@ func (c *Conn) handOverWrite() {
 		}()
 		return
 	}
-	go func() { c.doneLater(c.flush()) }()
+	if t == nil {
+		go func() { c.doneLater(c.flush()) }()
+	} else {
+		box := t.takeOutboxLocked()
+		go func() {
+			err := c.writeTo(c.raw, box)
+			t.mu.Unlock()
+			if le, ok := err.(*errOutputLimit); ok {
+				err = c.overLimit(le)
+			} else if err == nil && len(c.out) > 0 {
+				err = c.flush()
+			}
+			c.doneLater(err)
+		}()
+	}
 	go c.serveFrom(nil)
 }
 
@@ -399,6 +450,13 @@ func (c *Conn) attachToGoroutine() bool {
 		return false
 	}
 	c.nc, c.raw = nc, nc
+	if c.tio != nil {
+		c.tio.useConn(nc)
+		c.nc = lc.tls
+		if c.laterDone == nil {
+			c.laterDone = make(chan error, 1) // for handOverWrite
+		}
+	}
 	c.fd.Store(int64(fdOf(nc)))
 	c.bindRawConn()
 	c.lp = nil
@@ -415,6 +473,7 @@ func (lc *loopClient) stop() {
 	lc.uncount()
 	lc.untrackIdle()
 	if lc.fd >= 0 {
+		lc.closeNotify()
 		lc.loop.Del(lc.reg)
 		netloop.Close(lc.fd)
 		lc.fd = -1
@@ -443,6 +502,7 @@ func (lc *loopClient) shutdown(closeNow bool) {
 		lc.stop()
 	default:
 		lc.edge.Readable() // whatever came meanwhile is read once more
+		lc.tlsDry = false
 		lc.c.serveLoop()
 	}
 }

@@ -67,10 +67,10 @@ type Server struct {
 	// HandshakeTimeout bounds a TLS client's handshake (see ServeTLS): a
 	// client that never finishes it does not keep its slot for longer.
 	HandshakeTimeout time.Duration
-	// Loop, if set (and the Handler is a LoopHandler), serves plaintext
-	// clients from that event loop while their requests allow it, instead
-	// of from a goroutine each (loop.go); the loop closes its idle clients
-	// itself (loopidle.go).
+	// Loop, if set (and the Handler is a LoopHandler), serves clients from
+	// that event loop while their requests allow it, instead of from a
+	// goroutine each (loop.go; TLS clients once their handshake is done,
+	// tlsloop.go); the loop closes its idle clients itself (loopidle.go).
 	Loop *netloop.Loop
 
 	handler Handler
@@ -161,11 +161,18 @@ func (s *Server) accept(raw net.Conn, cfg *tls.Config) {
 		tc.SetKeepAlive(true)
 	}
 	nc := raw
+	var tio *tlsTransport
 	if cfg != nil {
-		nc = tls.Server(raw, cfg) // the handshake waits for the first read
+		nc, tio = newTLSConn(raw, cfg) // the handshake waits for the first read
 	}
 	c := newConn(s, nc, s.nextID.Add(1))
-	c.raw = raw
+	c.raw, c.tio = raw, tio
+	_, loopHandler := s.handler.(LoopHandler)
+	toLoop := s.Loop != nil && rawIOSupported && loopHandler
+	// A TLS client goes to the loop after its handshake (serve): set
+	// before Kill and Shutdown can see the connection, which they then
+	// reach through the loop.
+	c.onLoop = toLoop && tio != nil
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -189,10 +196,8 @@ func (s *Server) accept(raw net.Conn, cfg *tls.Config) {
 	if s.OnConnect != nil {
 		s.OnConnect(1)
 	}
-	if cfg == nil && s.Loop != nil && rawIOSupported {
-		if _, ok := s.handler.(LoopHandler); ok && c.startOnLoop() {
-			return
-		}
+	if toLoop && tio == nil && c.startOnLoop() {
+		return
 	}
 	go c.serve()
 }
