@@ -89,20 +89,9 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 	if n.Refusal() != nil {
 		return nil, ErrNotMaster
 	}
-	i := protoIndex(resp3)
-	n.mu.Lock()
-	defer n.spare(resp3)
-	for len(n.idle[i]) > 0 {
-		c := n.idle[i][len(n.idle[i])-1]
-		n.idle[i] = n.idle[i][:len(n.idle[i])-1]
-		if c.Up() {
-			n.handed[c] = c.Close
-			n.mu.Unlock()
-			return c, nil
-		}
-		c.Close()
+	if c := n.idlePinned(resp3); c != nil {
+		return c, nil
 	}
-	n.mu.Unlock()
 	opts := n.pinOpts
 	opts.RESP3 = resp3
 	c, err := backend.Dial(opts)
@@ -113,6 +102,29 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 		return nil, ErrUnavailable
 	}
 	return c, nil
+}
+
+// idlePinned is Pinned without a dial: an idle clean connection, nil if
+// there is none (a spare is then dialled for the next client).
+func (n *Node) idlePinned(resp3 bool) *backend.Conn {
+	if n.Refusal() != nil {
+		return nil
+	}
+	i := protoIndex(resp3)
+	n.mu.Lock()
+	defer n.spare(resp3)
+	for len(n.idle[i]) > 0 {
+		c := n.idle[i][len(n.idle[i])-1]
+		n.idle[i] = n.idle[i][:len(n.idle[i])-1]
+		if c.Up() {
+			n.handed[c] = c.Close
+			n.mu.Unlock()
+			return c
+		}
+		c.Close()
+	}
+	n.mu.Unlock()
+	return nil
 }
 
 // spare dials a connection for the idle list in the background when a

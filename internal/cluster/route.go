@@ -133,6 +133,10 @@ func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
 	return pin(cl, c.target(slot), true)
 }
 
+// PinSpare is nil: a Redis Cluster's clients are not served on the serve
+// loop (Forwarder.PinSpare).
+func (c *Cluster) PinSpare(*Client, [][]byte) *Pinned { return nil }
+
 // RoutesByKey is true: a Redis Cluster routes by slot.
 func (c *Cluster) RoutesByKey() bool { return true }
 

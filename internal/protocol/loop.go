@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"crypto/tls"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
@@ -80,6 +81,11 @@ type loopClient struct {
 	// socket, so only the next readiness edge brings more.
 	tls    *tls.Conn
 	tlsDry bool
+	// hungUp: a readiness edge said the client's stream ended.
+	hungUp bool
+	// gone: ClientGone was called for its blocked batch (clientGone); set
+	// on the loop, read by finishLater too.
+	gone atomic.Bool
 }
 
 // startOnLoop moves a new plaintext connection's socket to the server's
@@ -157,7 +163,16 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 	if ev&netloop.In != 0 {
 		lc.tlsDry = false
 	}
-	if lc.stopped || lc.c.later {
+	if ev&netloop.Ended != 0 {
+		lc.hungUp = true
+	}
+	if lc.stopped {
+		return
+	}
+	if lc.c.later {
+		if lc.hungUp {
+			lc.clientGone() // a blocked command waits for nobody now
+		}
 		return // resume goes on (invariant 2)
 	}
 	lc.c.serveLoop()
@@ -202,7 +217,18 @@ func (c *Conn) serveLoop() {
 				c.endLoopBatch()
 				return
 			}
-			if c.mayBlock || c.writesTaken || c.push != nil {
+			if c.mayBlock {
+				// A request that may block (first in its batch, on a
+				// connection of its own that is open already: ServesOnLoop)
+				// ends its batch; the loop watches the client until its
+				// reply is in (clientGone).
+				c.endLoopBatch()
+				if c.later && lc.hungUp {
+					lc.clientGone() // it hung up with the request
+				}
+				return
+			}
+			if c.writesTaken || c.push != nil {
 				// ServesOnLoop said it would not: the goroutine path
 				// knows how to wait for such a batch.
 				c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
@@ -268,12 +294,15 @@ func (c *Conn) endLoopBatch() {
 func (lc *loopClient) resume() {
 	c := lc.c
 	c.later = false
+	c.mayBlock = false
 	lc.idleFrom = lc.loop.Now() // the batch is written: waiting for the client again
 	err := lc.laterErr
 	lc.laterErr = nil
 	switch {
 	case lc.stopped:
-	case err != nil || lc.eof || lc.closeNow:
+	case err != nil || lc.eof || lc.closeNow || lc.gone.Load():
+		// Gone: ClientGone may still run, and nothing more of the
+		// client's is served (the Handler's calls never overlap).
 		lc.stop()
 	default:
 		// Shutting down too: what the client has sent is still served
@@ -401,6 +430,16 @@ func (c *Conn) returnToLoop() bool {
 func (c *Conn) handOverWrite() {
 	lc := c.lp
 	t := c.tio
+	c.mayBlock = false // the batch's reply is in: nothing blocks now
+	if lc.gone.Load() {
+		// Killed, hung up or shut down while blocked: the rest is for
+		// nobody, and no goroutine may serve the client while ClientGone
+		// runs.
+		c.out = c.out[:0]
+		c.dropBigOut()
+		c.doneLater(errClientGone)
+		return
+	}
 	if t != nil {
 		t.mu.Lock()
 	}
@@ -497,7 +536,13 @@ func (lc *loopClient) uncount() {
 func (lc *loopClient) shutdown(closeNow bool) {
 	lc.closeNow = lc.closeNow || closeNow
 	switch {
-	case lc.stopped || lc.c.later:
+	case lc.stopped:
+	case lc.c.later:
+		if lc.closeNow {
+			// A blocked command would hold the close (invariant 4)
+			// until its reply, for as long as it blocks.
+			lc.clientGone()
+		}
 	case lc.closeNow:
 		lc.stop()
 	default:
@@ -505,6 +550,26 @@ func (lc *loopClient) shutdown(closeNow bool) {
 		lc.tlsDry = false
 		lc.c.serveLoop()
 	}
+}
+
+// clientGone ends the wait of a batch that may block (MayBlock) whose
+// client is gone (it hung up, was killed, or outlasted Shutdown): the
+// Handler's ClientGone, once, on a goroutine of its own (it may wait),
+// which cancels the blocked command, so that its reply comes and the
+// loop gets the connection back to close it (resume). ClientGone runs
+// under goneMu, as do BatchDone (collect) and Closed (release), since
+// the batch's last reply may complete meanwhile.
+func (lc *loopClient) clientGone() {
+	c := lc.c
+	if !c.mayBlock || lc.gone.Load() {
+		return
+	}
+	lc.gone.Store(true)
+	go func() {
+		c.goneMu.Lock()
+		defer c.goneMu.Unlock()
+		c.server.handler.ClientGone(c)
+	}()
 }
 
 // interruptOnLoop is interrupt for a connection that started on the loop,

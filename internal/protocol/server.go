@@ -210,7 +210,9 @@ func (s *Server) release(c *Conn) {
 	if c.nc != nil { // nil for a connection closed on the event loop
 		c.nc.Close()
 	}
+	c.goneMu.Lock() // after a ClientGone the loop started (clientGone)
 	s.handler.Closed(c)
+	c.goneMu.Unlock()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
