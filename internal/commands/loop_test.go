@@ -55,9 +55,10 @@ func (w *loopWatcher) take() string {
 // ID, GETNAME, ECHO) are served on the loop, with Redis's and the proxy's
 // replies in order; the first request the loop must not serve (one that
 // waits for earlier replies, changes the client's protocol, database or
-// reply mode, pins a connection, subscribes, may block, or is a lock
-// command) moves the client to a goroutine, which serves it and every
-// later request (ServesOnLoop is not asked again).
+// reply mode, pins a connection, subscribes, or is a lock command; a
+// blocking command only where it would wait: see TestBlockingOnTheLoop)
+// moves the client to a goroutine, which serves it and every later
+// request (ServesOnLoop is not asked again).
 func TestServesOnLoop(t *testing.T) {
 	var w *loopWatcher
 	p, _ := startStandalone(t, proxyOptions{loop: true, wrap: func(h *Handler) protocol.Handler {
@@ -111,7 +112,6 @@ func TestServesOnLoop(t *testing.T) {
 		{[]string{"CLIENT", "LIST"}, "", back},
 		{[]string{"MULTI"}, "+OK\r\n", ""},
 		{[]string{"WATCH", "k"}, "+OK\r\n", " ECHO:goroutine GET:goroutine GET:goroutine"},
-		{[]string{"BLPOP", "nolist", "0.01"}, "*-1\r\n", back},
 		{[]string{"SUBSCRIBE", "ch"}, "", ""},
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000"}, "", back},
 		{[]string{"FUNCTION", "STATS"}, "", back},
@@ -142,6 +142,22 @@ func TestServesOnLoop(t *testing.T) {
 		if got, want := w.take(), "GET:loop "+name+":leaves "+name+":goroutine"+tc.after; got != want {
 			t.Errorf("%s: ServesOnLoop answered\n%q; want\n%q", tc.first, got, want)
 		}
+	}
+
+	// A blocking command first in its batch, with a spare pinned
+	// connection ready, is the loop's (TestBlockingOnTheLoop), and so is
+	// XREAD without BLOCK, which is only forwarded.
+	primeSpares(t, p, 1)
+	w.take()
+	c = p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+		{[]string{"BLPOP", "nolist", "0.01"}, "*-1\r\n"},
+		{[]string{"XREAD", "STREAMS", "nostream", "0"}, "*-1\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+	})
+	if got, want := w.take(), "GET:loop BLPOP:loop XREAD:loop GET:loop"; got != want {
+		t.Errorf("BLPOP, XREAD: ServesOnLoop answered %q; want %q", got, want)
 	}
 
 	// PING first in its batch waits for nothing: the loop's; behind
