@@ -129,10 +129,11 @@ func (n *Node) idlePinned(resp3 bool) *backend.Conn {
 
 // spare dials a connection for the idle list in the background when a
 // client took the last one, so that the next client's blocking command
-// takes one instead of dialling: the serve loop waits for a blocking
-// command it hands over to be written before it serves anyone else
-// (protocol's leaveLoop), and a dial can outlast that wait, letting
-// another client's request reach Redis first.
+// takes one instead of dialling: the serve loop serves a blocking command
+// itself only with one ready (PinSpare: it must not wait for a dial), and
+// waits for one it hands over to a goroutine to be written before it
+// serves anyone else (protocol's leaveLoop), which a dial can outlast,
+// letting another client's request reach Redis first.
 func (n *Node) spare(resp3 bool) {
 	i := protoIndex(resp3)
 	n.mu.Lock()

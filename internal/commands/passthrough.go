@@ -37,8 +37,10 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // node's: what a tier does differently (relaying the lock family, the
 // TIER.* commands of peers' links) is never forwarded. Everything else (the
 // other commands of the proxy's own, AUTH and HELLO, a PING behind other
-// requests, which waits for their replies, blocking commands, pub/sub, a
-// cluster's routing) moves the client to a goroutine of its own, which
+// requests, which waits for their replies, a blocking command behind
+// others or with no spare pinned connection ready (blockingOnLoop),
+// WAIT, pub/sub, a cluster's routing) moves the client to a goroutine of
+// its own, which
 // gives it back to the loop after a batch of requests the loop would have
 // served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {

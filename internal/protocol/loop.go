@@ -26,10 +26,13 @@ import (
 //
 // The loop serves only what cannot make it wait: whole multibulk requests
 // (Reader.bufferedRequest) that the Handler serves without blocking
-// (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy). At anything
+// (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy, and a
+// blocking command first in its batch that a spare connection of its own
+// takes at once). A request that may block (MayBlock) ends its batch, and
+// the loop watches the client while it waits (clientGone). At anything
 // else (an inline or malformed request, one longer than the read buffer,
-// a command that may block, pins a connection, subscribes, changes the
-// protocol...) the connection leaves the loop: its socket goes back to
+// a command that pins a connection or would dial one, subscribes, changes
+// the protocol...) the connection leaves the loop: its socket goes back to
 // Go's poller and a goroutine carries on with serve, where the loop
 // stopped, with the request that did not fit (leaveLoop), and gives the
 // client back to the loop once it sends plain requests again
@@ -44,9 +47,11 @@ import (
 type LoopHandler interface {
 	Handler
 	// ServesOnLoop reports whether ServeCommand serves args without
-	// blocking its goroutine and without MayBlock, WaitReplies (but as
-	// the first of its batch, which waits for nothing), TakeWrites,
-	// EnablePushes or CloseAfterReply, so that the loop may call it. When
+	// blocking its goroutine and without WaitReplies (but as the first of
+	// its batch, which waits for nothing), TakeWrites, EnablePushes or
+	// CloseAfterReply, so that the loop may call it. MayBlock is allowed
+	// (the loop ends the batch with it and watches the client: ClientGone
+	// as on a goroutine). When
 	// it reports false, nothing was done: the connection leaves the loop
 	// for a goroutine of its own, which serves args with ServeCommand
 	// (and later requests). It is asked on that goroutine too, for each

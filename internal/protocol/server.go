@@ -34,10 +34,13 @@ type Handler interface {
 	// (a backend reader, a lock worker) while the connection's goroutine
 	// waits for the next request. It must not block.
 	BatchDone(c *Conn)
-	// ClientGone is called, from the connection's goroutine, when the client
-	// disconnects while a batch marked MayBlock is still waiting (its
-	// replies may be completing meanwhile): cancel what waits for it. The
-	// batch's replies must still complete.
+	// ClientGone is called when the client disconnects while a batch
+	// marked MayBlock is still waiting (its replies may be completing
+	// meanwhile), and, for a client on the event loop, when it is killed
+	// or outlasts Shutdown then (the loop closes it only once its batch is
+	// written): cancel what waits for it. The batch's replies must still
+	// complete. From the connection's goroutine, or, on the loop, from a
+	// goroutine of its own, never at the same time as BatchDone or Closed.
 	ClientGone(c *Conn)
 	// Closed is called once when a connection ends, on its goroutine, after
 	// its last reply.
