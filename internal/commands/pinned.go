@@ -255,7 +255,7 @@ func xreadOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
 // maxBlockingOnLoop bounds the request a loop writes to a pinned
 // connection (sendPinned's DoNow writes on the caller's goroutine): far
 // under any socket buffer, so the write never waits.
-const maxBlockingOnLoop = 16 << 10
+const maxBlockingOnLoop = 4 << 10
 
 // requestSize is the bytes of args' arguments.
 func requestSize(args [][]byte) int {
