@@ -40,7 +40,9 @@ type Handler interface {
 	// or outlasts Shutdown then (the loop closes it only once its batch is
 	// written): cancel what waits for it. The batch's replies must still
 	// complete. From the connection's goroutine, or, on the loop, from a
-	// goroutine of its own, never at the same time as BatchDone or Closed.
+	// goroutine of its own, never at the same time as BatchDone or Closed
+	// (all three under the connection's goneMu there): it must not
+	// complete the batch's replies itself, only make them come.
 	ClientGone(c *Conn)
 	// Closed is called once when a connection ends, on its goroutine, after
 	// its last reply.
