@@ -170,6 +170,9 @@ func (s *standalone) Pin(cl *Client, _ [][]byte) (*Pinned, error) {
 	return pin(cl, s.master.Load(), false)
 }
 
+// ServesOnLoop: Forward sends every request to the master at once.
+func (s *standalone) ServesOnLoop(*Client, [][]byte, bool) bool { return true }
+
 // RoutesByKey is false: one master holds every key.
 func (s *standalone) RoutesByKey() bool { return false }
 
