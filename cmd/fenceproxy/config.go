@@ -115,7 +115,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.allowEvictable, "allow-evictable-locks", c.allowEvictable, "grant locks even on a Redis master whose maxmemory-policy can evict their records (each such grant is logged and counted); without it they are refused")
 	fs.BoolVar(&c.pprof, "pprof", c.pprof, "serve Go's profiler under /debug/pprof/ on --metrics-listen")
-	fs.BoolVar(&c.serveLoop, "serve-loop", c.serveLoop, "serve clients' forwarded requests (TLS clients too, after their handshake), and the shared connections to a standalone master, from one event loop (epoll) instead of goroutines; clients move to a goroutine of their own at their first other command (not in front of a Redis Cluster)")
+	fs.BoolVar(&c.serveLoop, "serve-loop", c.serveLoop, "serve clients' forwarded requests (TLS clients too, after their handshake), and the shared connections to the masters (a standalone master's, or each Redis Cluster master's), from one event loop (epoll) instead of goroutines; clients move to a goroutine of their own at their first other command (in front of a Redis Cluster also at a request whose keys span slots, a command about every master, SCAN)")
 	fs.StringVar(&c.lockKeys, "lock-keys", c.lockKeys, "comma-separated `globs` of keys whose SET key value NX [PX|EX] is a lock grant of a client's own recipe (redis-py, redsync...): replied only after --min-replicas acknowledgements, with a fencing token (empty: none)")
 	c.limits.register(fs)
 	c.tier.register(fs)

@@ -444,9 +444,9 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 	})
 }
 
-// startLoop starts --serve-loop's event loop, where it can serve: a
-// standalone master (a Redis Cluster's routing keeps goroutines; the loop
-// then serves nothing). Clients of fenceproxy's own users and of a tier
+// startLoop starts --serve-loop's event loop: in front of a standalone
+// master or a Redis Cluster (whose single-slot requests the loop serves,
+// commands' ServesOnLoop asking the Forwarder). Clients of fenceproxy's own users and of a tier
 // node are served there as any other (commands' ServesOnLoop), and
 // --timeout's idle clients are closed there too (protocol's loopidle.go).
 func (p *proxy) startLoop() error {
@@ -466,7 +466,7 @@ func (p *proxy) startLoop() error {
 // newServer is the client side, with the client limits.
 func (p *proxy) newServer(h protocol.Handler) *protocol.Server {
 	srv := protocol.NewServer(h, p.logger)
-	if p.loop != nil && !p.be.RoutesByKey() {
+	if p.loop != nil {
 		srv.Loop = p.loop
 	}
 	srv.MaxClients = p.cfg.maxClients

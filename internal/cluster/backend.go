@@ -79,10 +79,10 @@ type Options struct {
 	// on the master (the token authority's heartbeat) to be written there
 	// at once.
 	OnMasterChange func()
-	// Loop, if set, serves a standalone master's shared connections (the
-	// pools clients' requests are forwarded on) from that event loop
-	// (backend.Options.Loop), LoopPoolSize of them (0: PoolSize). A Redis
-	// Cluster's are not.
+	// Loop, if set, serves the masters' shared connections (the pools
+	// clients' requests are forwarded on: a standalone master's, or each
+	// Redis Cluster master's) from that event loop (backend.Options.Loop),
+	// LoopPoolSize of them (0: PoolSize).
 	Loop         *netloop.Loop
 	LoopPoolSize int
 }

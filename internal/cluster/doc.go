@@ -21,7 +21,15 @@
 //     Cluster sends it to the master of its keys' slot (route.go) through
 //     MOVED, ASK, TRYAGAIN and failovers, and holds it while the client's
 //     requests routed by an older view of the slots are still out (the view
-//     epoch kept in the Client), so it never overtakes them. Requests whose
+//     epoch kept in the Client), so it never overtakes them. ServesOnLoop
+//     tells the serve loop which requests Forward sends without waiting:
+//     a standalone master's, any; a Redis Cluster's, a request of one slot
+//     (or keyless) from a client that does not track, while the client's
+//     view of the slots holds or when nothing of the client's is out (the
+//     view it read is the one Forward then routes by, so a change in
+//     between never makes the loop wait); its redirects are resent from
+//     the reply's reader (the loop) or, when they must pause for the
+//     topology, from a goroutine of their own. Requests whose
 //     keys span slots are split and merged by split.go's tables (command,
 //     arguments per key, merge; scripts known to treat keys alone are
 //     entries of their own), commands about the whole keyspace run on every
@@ -88,7 +96,8 @@
 // # Nodes
 //
 // Each master is a Node with two ways in: pools of shared connections that
-// forward client requests byte for byte, and connections kept for lock
+// forward client requests byte for byte (served by the serve loop with
+// Options.Loop, a standalone master's and a Redis Cluster's alike), and connections kept for lock
 // writes, which the Node dials, guards and closes but hands to the lock
 // writer to serve (Node.ServeLockWrites; the writer, internal/locks, runs
 // lock scripts in batches, each followed by one WAIT on the same

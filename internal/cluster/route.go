@@ -34,6 +34,9 @@ const (
 // other to the master of its keys' slot (keyless: the first master),
 // through redirects.
 func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
+	// The view ServesOnLoop read, for this request alone.
+	loopView := cl.loopView
+	cl.loopView = nil
 	var lower [32]byte
 	name := keys.AppendLower(lower[:0], args[0])
 	if cl.track != nil {
@@ -46,48 +49,44 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 			defer func() { cl.caching = nil }()
 		}
 	}
-	if len(c.own) > 0 && string(name) == "dbsize" && len(args) == 1 {
+	if c.ownDBSize(name, args) {
 		c.afterViewChange(cl, p)
 		c.dbsize(cl, args, p)
 		return
 	}
-	if subs, ok := broadcasts[string(name)]; ok {
-		if r := broadcastRuleOf(subs, args); r != nil {
-			c.afterViewChange(cl, p)
-			masters := c.Masters()
-			m := r.mergeFor(c, masters, args)
-			if len(c.own) > 0 && string(name) == "keys" {
-				m = c.withoutOwn(m)
-			}
-			if string(name) == "config" && keys.LowerName(args[1]) == "set" {
-				p = c.configSet(args, p)
-			}
-			c.broadcast(cl, masters, args, m, p)
-			return
+	if r := broadcastRuleFor(name, args); r != nil {
+		c.afterViewChange(cl, p)
+		masters := c.Masters()
+		m := r.mergeFor(c, masters, args)
+		if len(c.own) > 0 && string(name) == "keys" {
+			m = c.withoutOwn(m)
 		}
+		if string(name) == "config" && keys.LowerName(args[1]) == "set" {
+			p = c.configSet(args, p)
+		}
+		c.broadcast(cl, masters, args, m, p)
+		return
 	}
 	if string(name) == "scan" {
 		c.afterViewChange(cl, p)
 		c.scan(cl, args, p)
 		return
 	}
-	slot := keyedSlot(name, args)
-	var positions []int
-	if cmd := c.keys.LookupBytes(args[0]); cmd != nil && slot < 0 {
-		var buf [16]int
-		positions = cmd.Keys(buf[:0], args)
-	}
-	for i, at := range positions {
-		sl := keys.SlotOf(args[at])
-		if i == 0 {
-			slot = sl
-		} else if sl != slot {
-			c.afterViewChange(cl, p)
-			c.crossSlot(cl, string(name), args, positions, p)
-			return
-		}
+	var buf [16]int
+	slot, positions, single := c.slotOf(name, args, buf[:0])
+	if !single {
+		c.afterViewChange(cl, p)
+		c.crossSlot(cl, string(name), args, positions, p)
+		return
 	}
 	v := c.view.Load()
+	if loopView != nil && loopView.epoch == cl.view {
+		// The serve loop admitted the request by this view (the client's
+		// last): routed by it, the request queues behind the client's
+		// earlier ones on the same masters, and is redirected after them
+		// if its slot moved, with no wait, which the loop cannot afford.
+		v = loopView
+	}
 	node, epoch := v.target(slot), v.epoch
 	if epoch != cl.view {
 		// A slot changed master since this client's last request: the
@@ -101,6 +100,77 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 		cl.view = epoch
 	}
 	c.forwardTo(node, slot, cl, args, p)
+}
+
+// ServesOnLoop reports whether Forward sends args for cl to one master
+// without waiting, so that the serve loop may call it: a request of one
+// slot (or keyless), from a client that does not track, routed by the view
+// the client's last request was routed by, or with nothing of the
+// client's awaiting its reply (first: the loop's batch is empty), as then
+// a view change costs no wait (WaitReplies returns at once). Broadcasts,
+// SCAN, requests that span slots and a view change behind a request still
+// out are served on a goroutine. The view read here is the one Forward
+// routes by, so a change between the two does not make it wait. Forward
+// itself never blocks on the single-slot path otherwise: the masters'
+// shared connections are dialled with their Node, a broken one answers
+// ErrUnavailable at once, and redirects are resent from the reply's
+// reader, or from a goroutine of their own when they must pause.
+func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
+	cl.loopView = nil
+	if cl.track != nil {
+		return false
+	}
+	var lower [32]byte
+	name := keys.AppendLower(lower[:0], args[0])
+	if c.ownDBSize(name, args) || broadcastRuleFor(name, args) != nil || string(name) == "scan" {
+		return false
+	}
+	var buf [16]int
+	if _, _, single := c.slotOf(name, args, buf[:0]); !single {
+		return false
+	}
+	v := c.view.Load()
+	if v.epoch == cl.view {
+		cl.loopView = v
+		return true
+	}
+	return cl.view == 0 || first
+}
+
+// ownDBSize: DBSIZE, which leaves the proxy's own keys out (ownkeys.go).
+func (c *Cluster) ownDBSize(name []byte, args [][]byte) bool {
+	return len(c.own) > 0 && string(name) == "dbsize" && len(args) == 1
+}
+
+// broadcastRuleFor is the rule of a command about the whole keyspace
+// (name is lower case), nil for any other.
+func broadcastRuleFor(name []byte, args [][]byte) *broadcastRule {
+	if subs, ok := broadcasts[string(name)]; ok {
+		return broadcastRuleOf(subs, args)
+	}
+	return nil
+}
+
+// slotOf is the slot of a request's keys (-1: keyless), and whether they
+// are all in it; if not, positions are where its keys are (appended to
+// dst).
+func (c *Cluster) slotOf(name []byte, args [][]byte, dst []int) (slot int, positions []int, single bool) {
+	slot = keyedSlot(name, args)
+	if slot >= 0 {
+		return slot, nil, true
+	}
+	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
+		positions = cmd.Keys(dst, args)
+	}
+	for i, at := range positions {
+		sl := keys.SlotOf(args[at])
+		if i == 0 {
+			slot = sl
+		} else if sl != slot {
+			return -1, positions, false
+		}
+	}
+	return slot, nil, true
 }
 
 // afterViewChange makes a request wait, if a slot changed master since the
@@ -133,8 +203,8 @@ func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
 	return pin(cl, c.target(slot), true)
 }
 
-// PinSpare is nil: a Redis Cluster's clients are not served on the serve
-// loop (Forwarder.PinSpare).
+// PinSpare is nil (Forwarder.PinSpare): a blocking command's master is
+// its key's, whose connection a goroutine pins (dialling if it must).
 func (c *Cluster) PinSpare(*Client, [][]byte) *Pinned { return nil }
 
 // RoutesByKey is true: a Redis Cluster routes by slot.

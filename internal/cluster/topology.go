@@ -373,10 +373,15 @@ func (c *Cluster) node(ctx context.Context, addr string) (*Node, error) {
 	if n != nil {
 		return n, nil
 	}
+	poolSize := c.opts.PoolSize
+	if c.opts.Loop != nil && c.opts.LoopPoolSize > 0 {
+		poolSize = c.opts.LoopPoolSize
+	}
 	n, err := NewNode(ctx, NodeOptions{
 		Addr: addr, Username: c.opts.Username, Password: c.opts.Password,
-		PoolSize: c.opts.PoolSize, WriterConns: c.opts.WriterConns, ReplicaTimeout: c.opts.ReplicaTimeout,
+		PoolSize: poolSize, WriterConns: c.opts.WriterConns, ReplicaTimeout: c.opts.ReplicaTimeout,
 		ObserveReply: c.opts.ObserveReply, Logger: c.opts.Logger, TLS: c.opts.TLS,
+		Loop: c.opts.Loop,
 	})
 	if err != nil {
 		return nil, err

@@ -38,15 +38,14 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // TIER.* commands of peers' links) is never forwarded. Everything else (the
 // other commands of the proxy's own, AUTH and HELLO, a PING behind other
 // requests, which waits for their replies, a blocking command behind
-// others or with no spare pinned connection ready (blockingOnLoop),
-// WAIT, pub/sub, a cluster's routing) moves the client to a goroutine of
-// its own, which
+// others or with no spare pinned connection ready (blockingOnLoop), WAIT,
+// pub/sub, and in front of a Redis Cluster what the Forwarder does not
+// send to one master at once: broadcasts, SCAN, requests that span slots,
+// a request behind others after the view of the slots changed) moves the
+// client to a goroutine of its own, which
 // gives it back to the loop after a batch of requests the loop would have
 // served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
-	if h.opts.Backend.RoutesByKey() {
-		return false
-	}
 	s := sessionOf(c)
 	if s.tunnel != nil || s.tx.pinned != nil || s.tx.inMulti || s.tx.watching ||
 		s.replies.off || s.replies.skipNext || s.track.on || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
@@ -62,7 +61,12 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return false // a peer's link (serveTierLink): TIER.RELAY runs a lock command
 	}
 	cmd := lookup(lname)
-	return cmd == nil || cmd.onLoop != nil && cmd.onLoop(h, c, args)
+	if cmd != nil && (cmd.onLoop == nil || !cmd.onLoop(h, c, args)) {
+		return false
+	}
+	// In front of a Redis Cluster, whose routing the Forwarder knows: a
+	// request of one slot, by the client's view of the slots.
+	return h.opts.Backend.ServesOnLoop(&s.backend, args, c.BatchLen() == 0)
 }
 
 // pingOnLoop: PING first in its batch waits for no earlier reply

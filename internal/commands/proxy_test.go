@@ -37,8 +37,8 @@ type proxyOptions struct {
 	// wrap, if set, serves the Handler through what it returns (to watch
 	// the protocol.Handler calls).
 	wrap func(*Handler) protocol.Handler
-	// loop serves plaintext clients and a standalone master's shared
-	// connections from an event loop (fenceproxy's --serve-loop).
+	// loop serves plaintext clients and the masters' shared connections
+	// from an event loop (fenceproxy's --serve-loop).
 	loop bool
 }
 
@@ -127,7 +127,7 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 		served = po.wrap(h)
 	}
 	srv := protocol.NewServer(served, logger)
-	if loop != nil && !be.RoutesByKey() {
+	if loop != nil {
 		srv.Loop = loop
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,0 +1,131 @@
+package commands
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// TestClusterServesOnLoop: in front of a Redis Cluster, a client's
+// requests of one slot are served on the loop, each reaching its slot's
+// master (keys on all three), one by one and pipelined; after a slot
+// moved to another master behind the proxy's back, the loop's GET is
+// redirected (MOVED) and answered with the value, never with MOVED, and
+// the loop goes on serving the client by the new view; a request whose
+// keys span slots (MGET) moves the client to a goroutine, which gives it
+// back after two batches of single-slot requests.
+func TestClusterServesOnLoop(t *testing.T) {
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{ReplicasPerMaster: -1})
+	var w *loopWatcher
+	p := startProxy(t, proxyOptions{seeds: []string{cl.Masters[0].Addr}, loop: true, wrap: func(h *Handler) protocol.Handler {
+		w = &loopWatcher{Handler: h}
+		return w
+	}})
+	c := p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"SET", "{a}k", "A"}, "+OK\r\n"},
+		{[]string{"SET", "{b}k", "B"}, "+OK\r\n"},
+		{[]string{"SET", "{c}k", "C"}, "+OK\r\n"},
+		{[]string{"GET", "{c}k"}, "$1\r\nC\r\n"},
+		{[]string{"GET", "{a}k"}, "$1\r\nA\r\n"},
+		{[]string{"GET", "{b}k"}, "$1\r\nB\r\n"},
+	})
+	// Each value is on its slot's master.
+	for key, want := range map[string]string{"{a}k": "$1\r\nA\r\n", "{b}k": "$1\r\nB\r\n", "{c}k": "$1\r\nC\r\n"} {
+		m := cl.MasterForSlot(t, testenv.KeySlot(key))
+		if got := string(testenv.Dial(t, m.Addr).Do("GET", key)); got != want {
+			t.Fatalf("GET %s on its master %s: %q, want %q", key, m.Addr, got, want)
+		}
+	}
+	// Pipelined over the three masters: replies in request order.
+	for i := range 20 {
+		for _, tag := range []string{"{a}", "{b}", "{c}"} {
+			c.Send("SET", tag+"p", tag+strconv.Itoa(i))
+			c.Send("GET", tag+"p")
+		}
+	}
+	c.Flush()
+	for i := range 20 {
+		for _, tag := range []string{"{a}", "{b}", "{c}"} {
+			v := tag + strconv.Itoa(i)
+			for j, want := range []string{"+OK\r\n", "$" + strconv.Itoa(len(v)) + "\r\n" + v + "\r\n"} {
+				if got, err := c.ReadReply(); err != nil || string(got) != want {
+					t.Fatalf("pipelined %d %s reply %d: %q, %v; want %q", i, tag, j, got, err, want)
+				}
+			}
+		}
+	}
+	const served = "SET:loop SET:loop SET:loop GET:loop GET:loop GET:loop"
+	if got := w.take(); got[:len(served)] != served || containsOtherThan(got, ":loop") {
+		t.Fatalf("ServesOnLoop answered\n%s\nwant every request :loop", got)
+	}
+
+	// {a}'s slot moves to another master: the proxy learns it from the
+	// MOVED its next request meets there.
+	slot := testenv.KeySlot("{a}k")
+	from := cl.MasterForSlot(t, slot)
+	to := cl.Masters[0]
+	if to == from {
+		to = cl.Masters[1]
+	}
+	cl.MigrateSlot(t, slot, from, to, 0)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := cl.MasterForSlot(t, slot); m == to {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %d never moved to %s", slot, to.Addr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	run(t, c, []exchange{
+		{[]string{"GET", "{a}k"}, "$1\r\nA\r\n"},
+		{[]string{"SET", "{a}k", "A2"}, "+OK\r\n"},
+		{[]string{"GET", "{a}k"}, "$2\r\nA2\r\n"},
+	})
+	// Pipelined after the move: the first request of the batch routes by
+	// the new view at once, those behind it by the same.
+	c.Send("GET", "{a}k")
+	c.Send("GET", "{b}k")
+	c.Send("GET", "{a}k")
+	c.Flush()
+	for i, want := range []string{"$2\r\nA2\r\n", "$1\r\nB\r\n", "$2\r\nA2\r\n"} {
+		if got, err := c.ReadReply(); err != nil || string(got) != want {
+			t.Fatalf("after the move, pipelined reply %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	if got, want := w.take(), "GET:loop SET:loop GET:loop GET:loop GET:loop GET:loop"; got != want {
+		t.Fatalf("after the move, ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+	if got := string(testenv.Dial(t, to.Addr).Do("GET", "{a}k")); got != "$2\r\nA2\r\n" {
+		t.Fatalf("GET {a}k on its new master: %q", got)
+	}
+
+	// Keys of three slots: split on a goroutine; the client comes back
+	// after two batches the loop would have served.
+	run(t, c, []exchange{
+		{[]string{"MGET", "{a}k", "{b}k", "{c}k"}, "*3\r\n$2\r\nA2\r\n$1\r\nB\r\n$1\r\nC\r\n"},
+		{[]string{"GET", "{b}k"}, "$1\r\nB\r\n"},
+		{[]string{"GET", "{c}k"}, "$1\r\nC\r\n"},
+		{[]string{"GET", "{a}k"}, "$2\r\nA2\r\n"},
+	})
+	if got, want := w.take(), "MGET:leaves MGET:goroutine GET:loopable GET:loopable GET:loop"; got != want {
+		t.Fatalf("MGET: ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+}
+
+// containsOtherThan reports whether a loopWatcher's answers hold one that
+// does not end in suffix.
+func containsOtherThan(answers, suffix string) bool {
+	for _, a := range strings.Fields(answers) {
+		if len(a) < len(suffix) || a[len(a)-len(suffix):] != suffix {
+			return true
+		}
+	}
+	return false
+}
