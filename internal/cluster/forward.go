@@ -38,6 +38,11 @@ type Forwarder interface {
 	// request. The error is the client's reply: the master's refusal, or
 	// backend.ErrUnavailable.
 	Pin(cl *Client, args [][]byte) (*Pinned, error)
+	// PinSpare is Pin without a dial: a connection of cl's own for args
+	// that is open already (a spare the master keeps idle), or nil. It is
+	// the serve loop's Pin, which must not wait (a standalone master's
+	// only: in front of a Redis Cluster, nil).
+	PinSpare(cl *Client, args [][]byte) *Pinned
 	// RoutesByKey reports whether the master for a request depends on its
 	// keys (a Redis Cluster). Then a transaction's master is that of its
 	// first queued command, so MULTI waits for it; a caller that would
@@ -327,6 +332,21 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 		conn.Do(selectRequest(cl.DB), discard())
 	}
 	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB, keyed: keyed}, nil
+}
+
+// pinSpare is pin with node's idle connection, nil if it has none.
+func pinSpare(cl *Client, node *Node) *Pinned {
+	if node == nil {
+		return nil
+	}
+	conn := node.idlePinned(cl.RESP3)
+	if conn == nil {
+		return nil
+	}
+	if cl.DB != 0 {
+		conn.Do(selectRequest(cl.DB), discard())
+	}
+	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB}
 }
 
 // unreachable is the error for a request that could not get a connection

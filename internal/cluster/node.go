@@ -89,20 +89,9 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 	if n.Refusal() != nil {
 		return nil, ErrNotMaster
 	}
-	i := protoIndex(resp3)
-	n.mu.Lock()
-	defer n.spare(resp3)
-	for len(n.idle[i]) > 0 {
-		c := n.idle[i][len(n.idle[i])-1]
-		n.idle[i] = n.idle[i][:len(n.idle[i])-1]
-		if c.Up() {
-			n.handed[c] = c.Close
-			n.mu.Unlock()
-			return c, nil
-		}
-		c.Close()
+	if c := n.idlePinned(resp3); c != nil {
+		return c, nil
 	}
-	n.mu.Unlock()
 	opts := n.pinOpts
 	opts.RESP3 = resp3
 	c, err := backend.Dial(opts)
@@ -115,12 +104,36 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 	return c, nil
 }
 
+// idlePinned is Pinned without a dial: an idle clean connection, nil if
+// there is none (a spare is then dialled for the next client).
+func (n *Node) idlePinned(resp3 bool) *backend.Conn {
+	if n.Refusal() != nil {
+		return nil
+	}
+	i := protoIndex(resp3)
+	n.mu.Lock()
+	defer n.spare(resp3)
+	for len(n.idle[i]) > 0 {
+		c := n.idle[i][len(n.idle[i])-1]
+		n.idle[i] = n.idle[i][:len(n.idle[i])-1]
+		if c.Up() {
+			n.handed[c] = c.Close
+			n.mu.Unlock()
+			return c
+		}
+		c.Close()
+	}
+	n.mu.Unlock()
+	return nil
+}
+
 // spare dials a connection for the idle list in the background when a
 // client took the last one, so that the next client's blocking command
-// takes one instead of dialling: the serve loop waits for a blocking
-// command it hands over to be written before it serves anyone else
-// (protocol's leaveLoop), and a dial can outlast that wait, letting
-// another client's request reach Redis first.
+// takes one instead of dialling: the serve loop serves a blocking command
+// itself only with one ready (PinSpare: it must not wait for a dial), and
+// waits for one it hands over to a goroutine to be written before it
+// serves anyone else (protocol's leaveLoop), which a dial can outlast,
+// letting another client's request reach Redis first.
 func (n *Node) spare(resp3 bool) {
 	i := protoIndex(resp3)
 	n.mu.Lock()

@@ -203,6 +203,10 @@ func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
 	return pin(cl, c.target(slot), true)
 }
 
+// PinSpare is nil (Forwarder.PinSpare): a blocking command's master is
+// its key's, whose connection a goroutine pins (dialling if it must).
+func (c *Cluster) PinSpare(*Client, [][]byte) *Pinned { return nil }
+
 // RoutesByKey is true: a Redis Cluster routes by slot.
 func (c *Cluster) RoutesByKey() bool { return true }
 

@@ -170,6 +170,12 @@ func (s *standalone) Pin(cl *Client, _ [][]byte) (*Pinned, error) {
 	return pin(cl, s.master.Load(), false)
 }
 
+// PinSpare returns the master's idle pinned connection as the client's
+// own, nil if it has none (Forwarder.PinSpare).
+func (s *standalone) PinSpare(cl *Client, _ [][]byte) *Pinned {
+	return pinSpare(cl, s.master.Load())
+}
+
 // ServesOnLoop: Forward sends every request to the master at once.
 func (s *standalone) ServesOnLoop(*Client, [][]byte, bool) bool { return true }
 

@@ -1,11 +1,15 @@
 package commands
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
 // loopWatcher records what ServesOnLoop answered, per request name.
@@ -51,9 +55,10 @@ func (w *loopWatcher) take() string {
 // ID, GETNAME, ECHO) are served on the loop, with Redis's and the proxy's
 // replies in order; the first request the loop must not serve (one that
 // waits for earlier replies, changes the client's protocol, database or
-// reply mode, pins a connection, subscribes, may block, or is a lock
-// command) moves the client to a goroutine, which serves it and every
-// later request (ServesOnLoop is not asked again).
+// reply mode, pins a connection, subscribes, or is a lock command; a
+// blocking command only where it would wait: see TestBlockingOnTheLoop)
+// moves the client to a goroutine, which serves it and every later
+// request (ServesOnLoop is not asked again).
 func TestServesOnLoop(t *testing.T) {
 	var w *loopWatcher
 	p, _ := startStandalone(t, proxyOptions{loop: true, wrap: func(h *Handler) protocol.Handler {
@@ -107,7 +112,6 @@ func TestServesOnLoop(t *testing.T) {
 		{[]string{"CLIENT", "LIST"}, "", back},
 		{[]string{"MULTI"}, "+OK\r\n", ""},
 		{[]string{"WATCH", "k"}, "+OK\r\n", " ECHO:goroutine GET:goroutine GET:goroutine"},
-		{[]string{"BLPOP", "nolist", "0.01"}, "*-1\r\n", back},
 		{[]string{"SUBSCRIBE", "ch"}, "", ""},
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000"}, "", back},
 		{[]string{"FUNCTION", "STATS"}, "", back},
@@ -138,6 +142,22 @@ func TestServesOnLoop(t *testing.T) {
 		if got, want := w.take(), "GET:loop "+name+":leaves "+name+":goroutine"+tc.after; got != want {
 			t.Errorf("%s: ServesOnLoop answered\n%q; want\n%q", tc.first, got, want)
 		}
+	}
+
+	// A blocking command first in its batch, with a spare pinned
+	// connection ready, is the loop's (TestBlockingOnTheLoop), and so is
+	// XREAD without BLOCK, which is only forwarded.
+	primeSpares(t, p, 1)
+	w.take()
+	c = p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+		{[]string{"BLPOP", "nolist", "0.01"}, "*-1\r\n"},
+		{[]string{"XREAD", "STREAMS", "nostream", "0"}, "*-1\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+	})
+	if got, want := w.take(), "GET:loop BLPOP:loop XREAD:loop GET:loop"; got != want {
+		t.Errorf("BLPOP, XREAD: ServesOnLoop answered %q; want %q", got, want)
 	}
 
 	// PING first in its batch waits for nothing: the loop's; behind
@@ -241,4 +261,171 @@ func TestServesOnLoopEveryKindOfClient(t *testing.T) {
 	if got := w.take(); got != want {
 		t.Errorf("a client of a user without @write: ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}
+}
+
+// primeSpares leaves n idle pinned connections at the master (the spares
+// a blocking command on the loop takes): n clients in MULTI at once, each
+// on a connection of its own, whose EXEC gives it back clean before its
+// reply is written (BatchDone).
+func primeSpares(t *testing.T, p *testProxy, n int) {
+	t.Helper()
+	conns := make([]*testenv.Conn, n)
+	for i := range conns {
+		conns[i] = p.dial(t)
+		run(t, conns[i], []exchange{{[]string{"MULTI"}, "+OK\r\n"}, {[]string{"PING"}, "+QUEUED\r\n"}})
+	}
+	for _, c := range conns {
+		run(t, c, []exchange{{[]string{"EXEC"}, "*1\r\n+PONG\r\n"}})
+		c.Close()
+	}
+}
+
+// redisBlocked is how many clients Redis has blocked (INFO clients).
+func redisBlocked(t *testing.T, r *testenv.Conn) int {
+	t.Helper()
+	info := string(r.Do("INFO", "clients"))
+	_, rest, _ := strings.Cut(info, "blocked_clients:")
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\r\n", 2)[0]))
+	return n
+}
+
+// clientID is the proxy's CLIENT ID of c.
+func clientID(t *testing.T, c *testenv.Conn) string {
+	t.Helper()
+	return strings.TrimSuffix(strings.TrimPrefix(string(c.Do("CLIENT", "ID")), ":"), "\r\n")
+}
+
+// TestBlockingOnTheLoop: a blocking command first in its batch, with a
+// spare pinned connection ready, is served on the loop (ServesOnLoop
+// answers "loop", the client stays there): it is answered when another
+// client pushes, blocked clients are served in the order they blocked, a
+// timeout answers nil, CLIENT LIST shows it blocked (flags=b) and CLIENT
+// UNBLOCK ends it; a client that hangs up, or is killed, while blocked has
+// its command cancelled in Redis (its pinned connection closed), and a
+// killed one is closed at once, with no reply.
+func TestBlockingOnTheLoop(t *testing.T) {
+	var w *loopWatcher
+	p, master := startStandalone(t, proxyOptions{loop: true, wrap: func(h *Handler) protocol.Handler {
+		w = &loopWatcher{Handler: h}
+		return w
+	}}, false)
+	r := testenv.Dial(t, master.Addr)
+	waitBlocked := func(n int) {
+		t.Helper()
+		waitFor(t, func() bool { return redisBlocked(t, r) == n })
+	}
+	pusher := p.dial(t)
+
+	// Two clients block in turn; two pushes go to them in that order.
+	primeSpares(t, p, 2)
+	w.take()
+	first, second := p.dial(t), p.dial(t)
+	first.Send("BLPOP", "q", "0")
+	first.Flush()
+	waitBlocked(1)
+	second.Send("BRPOPLPUSH", "q", "dst", "0")
+	second.Flush()
+	waitBlocked(2)
+	if got, want := w.take(), "BLPOP:loop BRPOPLPUSH:loop"; got != want {
+		t.Fatalf("ServesOnLoop answered %q; want %q", got, want)
+	}
+	if loop := p.Server.LoopClients(); loop != 3 {
+		t.Errorf("the loop serves %d clients; want the two blocked ones and the pusher", loop)
+	}
+	lister := p.dial(t) // CLIENT LIST leaves the loop
+	if list := string(lister.Do("CLIENT", "LIST")); strings.Count(list, "flags=b") != 2 {
+		t.Errorf("CLIENT LIST shows %d blocked clients, want 2:\n%s", strings.Count(list, "flags=b"), list)
+	}
+	lister.Close()
+	w.take()
+	run(t, pusher, []exchange{{[]string{"RPUSH", "q", "a"}, ":1\r\n"}})
+	if got, err := first.ReadReply(); err != nil || string(got) != "*2\r\n$1\r\nq\r\n$1\r\na\r\n" {
+		t.Fatalf("the first blocked client got %q, %v; want q's a", got, err)
+	}
+	run(t, pusher, []exchange{{[]string{"RPUSH", "q", "b"}, ":1\r\n"}})
+	if got, err := second.ReadReply(); err != nil || string(got) != "$1\r\nb\r\n" {
+		t.Fatalf("the second blocked client got %q, %v; want b", got, err)
+	}
+
+	// A timeout answers nil; the client is still the loop's.
+	run(t, first, []exchange{{[]string{"BLPOP", "nolist", "0.01"}, "*-1\r\n"}, {[]string{"GET", "k"}, "$-1\r\n"}})
+	if got, want := w.take(), "RPUSH:loop RPUSH:loop BLPOP:loop GET:loop"; got != want {
+		t.Errorf("ServesOnLoop answered %q; want %q", got, want)
+	}
+
+	// CLIENT UNBLOCK ends a BLPOP served on the loop.
+	firstID := clientID(t, first)
+	primeSpares(t, p, 1)
+	w.take()
+	first.Send("BLPOP", "q", "0")
+	first.Flush()
+	waitBlocked(1)
+	run(t, pusher, []exchange{{[]string{"CLIENT", "UNBLOCK", firstID}, ":1\r\n"}})
+	if got, err := first.ReadReply(); err != nil || string(got) != "*-1\r\n" {
+		t.Fatalf("the unblocked client got %q, %v; want nil", got, err)
+	}
+	if got := w.take(); !strings.HasPrefix(got, "BLPOP:loop") {
+		t.Errorf("ServesOnLoop answered %q; want BLPOP on the loop", got)
+	}
+
+	// A client that hangs up while blocked: Redis's blocked client goes
+	// too, and takes no element pushed after.
+	primeSpares(t, p, 1)
+	w.take()
+	gone := p.dial(t)
+	gone.Send("BLPOP", "q3", "0")
+	gone.Flush()
+	waitBlocked(1)
+	gone.Close()
+	waitBlocked(0)
+	run(t, pusher, []exchange{{[]string{"RPUSH", "q3", "x"}, ":1\r\n"}, {[]string{"LLEN", "q3"}, ":1\r\n"}})
+
+	// CLIENT KILL of a blocked client: closed with no reply, and its
+	// blocked command ended in Redis.
+	primeSpares(t, p, 1)
+	killed := p.dial(t)
+	killedID := clientID(t, killed)
+	w.take()
+	killed.Send("BLPOP", "q4", "0")
+	killed.Flush()
+	waitBlocked(1)
+	run(t, pusher, []exchange{{[]string{"CLIENT", "KILL", "ID", killedID}, ":1\r\n"}})
+	if got, err := killed.ReadReply(); err == nil {
+		t.Errorf("the killed client got %q; want its connection closed", got)
+	}
+	waitBlocked(0)
+	if got := w.take(); !strings.HasPrefix(got, "BLPOP:loop") {
+		t.Errorf("ServesOnLoop answered %q; want BLPOP on the loop", got)
+	}
+}
+
+// TestShutdownEndsBlockedOnTheLoop: Shutdown with a client blocked on
+// the loop (BLPOP 0) returns when its time is up, the client is closed,
+// and its blocked command ends in Redis (its pinned connection closed)
+// rather than wait on for nobody.
+func TestShutdownEndsBlockedOnTheLoop(t *testing.T) {
+	var w *loopWatcher
+	p, master := startStandalone(t, proxyOptions{loop: true, wrap: func(h *Handler) protocol.Handler {
+		w = &loopWatcher{Handler: h}
+		return w
+	}}, false)
+	r := testenv.Dial(t, master.Addr)
+	primeSpares(t, p, 1)
+	w.take()
+	c := p.dial(t)
+	c.Send("BLPOP", "q", "0")
+	c.Flush()
+	waitFor(t, func() bool { return redisBlocked(t, r) == 1 })
+	if got := w.take(); got != "BLPOP:loop" {
+		t.Errorf("ServesOnLoop answered %q; want BLPOP:loop", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := p.Server.Shutdown(ctx); err != context.DeadlineExceeded {
+		t.Errorf("Shutdown: %v; want its time up (the client was blocked)", err)
+	}
+	if got, err := c.ReadReply(); err == nil {
+		t.Errorf("the blocked client got %q after Shutdown; want its connection closed", got)
+	}
+	waitFor(t, func() bool { return redisBlocked(t, r) == 0 })
 }

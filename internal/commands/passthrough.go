@@ -37,10 +37,12 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // node's: what a tier does differently (relaying the lock family, the
 // TIER.* commands of peers' links) is never forwarded. Everything else (the
 // other commands of the proxy's own, AUTH and HELLO, a PING behind other
-// requests, which waits for their replies, blocking commands, pub/sub, and
-// in front of a Redis Cluster what the Forwarder does not send to one
-// master at once: broadcasts, SCAN, requests that span slots, a request
-// behind others after the view of the slots changed) moves the client to a goroutine of its own, which
+// requests, which waits for their replies, a blocking command behind
+// others or with no spare pinned connection ready (blockingOnLoop), WAIT,
+// pub/sub, and in front of a Redis Cluster what the Forwarder does not
+// send to one master at once: broadcasts, SCAN, requests that span slots,
+// a request behind others after the view of the slots changed) moves the
+// client to a goroutine of its own, which
 // gives it back to the loop after a batch of requests the loop would have
 // served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {

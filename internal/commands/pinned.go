@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
@@ -203,7 +204,66 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	c.MayBlock()
 	h.blocked.add(c.ID, s.tx.pinned)
 	s.tx.blocked = true
+	if c.OnLoop() {
+		// The loop ends the batch with it (what the client pipelined after
+		// it waits for its reply): written now, ahead of what the loop's
+		// other clients send after it, rather than by the connection's
+		// writer a goroutine hop later.
+		s.pipelined = false
+	}
 	h.sendPinned(s, args, p)
+}
+
+// blockingOnLoop is a blocking command's onLoop (not WAIT's, which goes
+// to every master): the serve loop serves it where that waits for
+// nothing: first in its batch (pin's WaitReplies waits for no earlier
+// reply), with a connection of the client's own open already (the
+// master's spare: Forwarder.PinSpare, taken here so that ServeCommand's
+// pin, which follows at once, dials nothing), and short enough that its
+// write to that idle connection is taken at once. The loop then watches
+// the client while the command blocks (protocol's MayBlock): a client
+// that hangs up, is killed or outlasts Shutdown gets ClientGone. Off the
+// loop it is never loopable (a goroutine's ServesOnLoop must change
+// nothing), as before.
+func blockingOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
+	if !c.OnLoop() || c.BatchLen() != 0 || requestSize(args) > maxBlockingOnLoop {
+		return false
+	}
+	s := sessionOf(c)
+	pinned := h.opts.Backend.PinSpare(&s.backend, args)
+	if pinned == nil {
+		return false // a dial would wait: a goroutine pins it (leaveLoop)
+	}
+	s.tx.pinned = pinned
+	return true
+}
+
+// xreadOnLoop: XREAD and XREADGROUP without BLOCK are only forwarded;
+// with it, they block (blockingOnLoop).
+func xreadOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
+	for _, a := range args[1:] {
+		if bytes.EqualFold(a, []byte("streams")) {
+			break
+		}
+		if bytes.EqualFold(a, []byte("block")) {
+			return blockingOnLoop(h, c, args)
+		}
+	}
+	return true
+}
+
+// maxBlockingOnLoop bounds the request a loop writes to a pinned
+// connection (sendPinned's DoNow writes on the caller's goroutine): far
+// under any socket buffer, so the write never waits.
+const maxBlockingOnLoop = 4 << 10
+
+// requestSize is the bytes of args' arguments.
+func requestSize(args [][]byte) int {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	return n
 }
 
 // BatchDone gives back a connection the client no longer needs once every

@@ -303,18 +303,18 @@ func init() {
 		// Commands that wait in Redis for data (or, WAIT, for replicas): on a
 		// connection of the client's own, so they stall nobody else. XREAD and
 		// XREADGROUP do only with BLOCK.
-		{name: "blpop", arity: -1, flags: flagMayBlock},
-		{name: "brpop", arity: -1, flags: flagMayBlock},
-		{name: "brpoplpush", arity: -1, flags: flagMayBlock},
-		{name: "blmove", arity: -1, flags: flagMayBlock},
-		{name: "blmpop", arity: -1, flags: flagMayBlock},
-		{name: "bzpopmin", arity: -1, flags: flagMayBlock},
-		{name: "bzpopmax", arity: -1, flags: flagMayBlock},
-		{name: "bzmpop", arity: -1, flags: flagMayBlock},
+		{name: "blpop", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
+		{name: "brpop", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
+		{name: "brpoplpush", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
+		{name: "blmove", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
+		{name: "blmpop", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
+		{name: "bzpopmin", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
+		{name: "bzpopmax", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
+		{name: "bzmpop", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
 		{name: "wait", arity: -1, flags: flagMayBlock},
 		{name: "waitaof", arity: -1, flags: flagMayBlock},
-		{name: "xread", arity: -4, flags: flagMayBlock, serve: (*Handler).xread},
-		{name: "xreadgroup", arity: -7, flags: flagMayBlock, serve: (*Handler).xread},
+		{name: "xread", arity: -4, flags: flagMayBlock, serve: (*Handler).xread, onLoop: xreadOnLoop},
+		{name: "xreadgroup", arity: -7, flags: flagMayBlock, serve: (*Handler).xread, onLoop: xreadOnLoop},
 
 		// Refused: they cannot run on a shared backend connection, or would
 		// take the proxy's Redis away.

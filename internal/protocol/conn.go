@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -105,6 +106,9 @@ type Conn struct {
 	loopable bool
 	// loopStreak counts the batches in a row that were loopable.
 	loopStreak int
+	// goneMu keeps a ClientGone that the loop runs on a goroutine of its
+	// own (clientGone) from overlapping BatchDone and Closed.
+	goneMu sync.Mutex
 }
 
 // MayBlock says a request of the current batch may wait indefinitely (a
@@ -438,7 +442,14 @@ func (c *Conn) writeBatch() error {
 func (c *Conn) collect() error {
 	n := c.batch.n
 	c.out = c.batch.appendTo(c.out[:0])
-	c.server.handler.BatchDone(c)
+	if c.mayBlock && c.lp != nil {
+		// The loop may be running ClientGone meanwhile (clientGone).
+		c.goneMu.Lock()
+		c.server.handler.BatchDone(c)
+		c.goneMu.Unlock()
+	} else {
+		c.server.handler.BatchDone(c)
+	}
 	o := c.batch.out
 	produced := o.reset()
 	c.window = nextWindow(c.window, n, produced)

@@ -21,10 +21,16 @@
 //     batch when the client has sent nothing more (or at a full batch, or
 //     64 requests), and goes on to the next ready client; the batch is
 //     written where its last reply completes it, on the loop itself when
-//     the backend's connections are served by the same loop. At anything
-//     else (a request that may block, pins a connection, subscribes,
-//     changes the protocol or database, an inline, malformed or over-long
-//     request, a write the socket does not take at once) the client leaves
+//     the backend's connections are served by the same loop. A request
+//     that may block (MayBlock: first in its batch, on a backend
+//     connection of its own that is open already, as the Handler decides)
+//     is served there too and ends its batch; while it waits the loop
+//     watches the client, and one that hangs up, is killed or outlasts
+//     Shutdown gets the Handler's ClientGone (clientGone). At anything
+//     else (a request that pins a connection or would dial one,
+//     subscribes, changes the protocol or database, an inline, malformed
+//     or over-long request, a write the socket does not take at once) the
+//     client leaves
 //     for a goroutine (leaveLoop); after two batches in a row the loop
 //     would have served, with nothing more sent, it comes back
 //     (returnToLoop), so requests keep their arrival order across clients.
@@ -61,7 +67,8 @@
 //
 //  1. A connection's loop state (loopClient) is touched on the loop only,
 //     but for laterErr, which the goroutine that completes a batch sets
-//     before it posts resume.
+//     before it posts resume, and gone (atomic), which that goroutine
+//     reads.
 //  2. While a batch is left to its last reply (c.later), the loop reads
 //     and dispatches nothing of the connection's; resume, posted when the
 //     batch is written, gives it back. Replies leave in order, one batch
@@ -75,18 +82,28 @@
 //     buffered and its last batch written; the loop takes it on the loop
 //     (the goroutine touches it no more after posting that).
 //  4. The loop closes the socket only while it holds the connection, so a
-//     write of a batch never meets a closed (or reused) descriptor.
+//     write of a batch never meets a closed (or reused) descriptor. A
+//     batch that may block would hold a close (CLIENT KILL, Shutdown's
+//     time up, a hang-up) for as long as it blocks, so the loop calls
+//     ClientGone for it first, once, on a goroutine (clientGone), under
+//     the connection's goneMu, which BatchDone and Closed take too: the
+//     Handler's calls never overlap. Its reply is then not written, and
+//     the connection is closed once it is in (resume).
 //  5. The loop never waits, but in leaveLoop for at most leaveWait (a
 //     request first in its batch reaches Redis before what other clients
 //     sent after it): ServesOnLoop admits only requests whose Handler
-//     neither blocks nor asks for MayBlock, WaitReplies, TakeWrites or
-//     EnablePushes (one that does anyway is logged as a bug and its client
-//     moved to a goroutine); Reader.bufferedRequest calls a request whole
-//     only when ReadCommand parses it from the buffer without reading
+//     does not block and asks for no WaitReplies (but as the first of its
+//     batch), TakeWrites or EnablePushes (one that does anyway is logged
+//     as a bug and its client moved to a goroutine); MayBlock is the
+//     Handler's to admit where serving it waits for nothing (in
+//     fenceproxy, first in its batch with a spare pinned connection: no
+//     dial); Reader.bufferedRequest calls a request whole only when
+//     ReadCommand parses it from the buffer without reading
 //     (FuzzBufferedRequest).
 //  6. Shutdown serves what a client on the loop has already sent, then
 //     closes it once its replies are written; when Shutdown's time is up,
-//     once the batch in flight is written.
+//     once the batch in flight is written (a blocked one is ended first:
+//     invariant 4).
 //
 // # Replies and errors
 //

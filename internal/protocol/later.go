@@ -1,5 +1,7 @@
 package protocol
 
+import "errors"
+
 // Writing a batch from its last reply.
 //
 // An unpipelined client (redis-benchmark -P 1, most application code)
@@ -47,6 +49,14 @@ func (c *Conn) finishLater() {
 		c.doneLater(err)
 		return
 	}
+	if c.mayBlock && c.lp != nil && c.lp.gone.Load() {
+		// A blocked client the loop gave up (clientGone: killed, hung up,
+		// or past Shutdown's time) gets nothing more, as from Redis: the
+		// reply is the cancelled command's error.
+		c.out = c.out[:0]
+		c.doneLater(errClientGone)
+		return
+	}
 	if lim := c.server.NormalOutput; lim.Soft == 0 || int64(len(c.out)) <= lim.Soft {
 		if c.lp != nil && c.lp.tls != nil {
 			all, err := c.lp.writeTLS(c.out)
@@ -92,6 +102,10 @@ func (c *Conn) doneLater(err error) {
 	c.batch.left.Store(1)
 	c.laterDone <- err
 }
+
+// errClientGone ends a blocked batch whose client the loop gave up
+// (clientGone): the connection is closed without its reply.
+var errClientGone = errors.New("protocol: the blocked client is gone")
 
 // awaitLater waits until the batch left to its last reply is written, and
 // returns the write's error.

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"crypto/tls"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
@@ -25,10 +26,13 @@ import (
 //
 // The loop serves only what cannot make it wait: whole multibulk requests
 // (Reader.bufferedRequest) that the Handler serves without blocking
-// (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy). At anything
+// (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy, and a
+// blocking command first in its batch that a spare connection of its own
+// takes at once). A request that may block (MayBlock) ends its batch, and
+// the loop watches the client while it waits (clientGone). At anything
 // else (an inline or malformed request, one longer than the read buffer,
-// a command that may block, pins a connection, subscribes, changes the
-// protocol...) the connection leaves the loop: its socket goes back to
+// a command that pins a connection or would dial one, subscribes, changes
+// the protocol...) the connection leaves the loop: its socket goes back to
 // Go's poller and a goroutine carries on with serve, where the loop
 // stopped, with the request that did not fit (leaveLoop), and gives the
 // client back to the loop once it sends plain requests again
@@ -43,9 +47,11 @@ import (
 type LoopHandler interface {
 	Handler
 	// ServesOnLoop reports whether ServeCommand serves args without
-	// blocking its goroutine and without MayBlock, WaitReplies (but as
-	// the first of its batch, which waits for nothing), TakeWrites,
-	// EnablePushes or CloseAfterReply, so that the loop may call it. When
+	// blocking its goroutine and without WaitReplies (but as the first of
+	// its batch, which waits for nothing), TakeWrites, EnablePushes or
+	// CloseAfterReply, so that the loop may call it. MayBlock is allowed
+	// (the loop ends the batch with it and watches the client: ClientGone
+	// as on a goroutine). When
 	// it reports false, nothing was done: the connection leaves the loop
 	// for a goroutine of its own, which serves args with ServeCommand
 	// (and later requests). It is asked on that goroutine too, for each
@@ -80,6 +86,11 @@ type loopClient struct {
 	// socket, so only the next readiness edge brings more.
 	tls    *tls.Conn
 	tlsDry bool
+	// hungUp: a readiness edge said the client's stream ended.
+	hungUp bool
+	// gone: ClientGone was called for its blocked batch (clientGone); set
+	// on the loop, read by finishLater too.
+	gone atomic.Bool
 }
 
 // startOnLoop moves a new plaintext connection's socket to the server's
@@ -157,7 +168,16 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 	if ev&netloop.In != 0 {
 		lc.tlsDry = false
 	}
-	if lc.stopped || lc.c.later {
+	if ev&netloop.Ended != 0 {
+		lc.hungUp = true
+	}
+	if lc.stopped {
+		return
+	}
+	if lc.c.later {
+		if lc.hungUp {
+			lc.clientGone() // a blocked command waits for nobody now
+		}
 		return // resume goes on (invariant 2)
 	}
 	lc.c.serveLoop()
@@ -202,7 +222,18 @@ func (c *Conn) serveLoop() {
 				c.endLoopBatch()
 				return
 			}
-			if c.mayBlock || c.writesTaken || c.push != nil {
+			if c.mayBlock {
+				// A request that may block (first in its batch, on a
+				// connection of its own that is open already: ServesOnLoop)
+				// ends its batch; the loop watches the client until its
+				// reply is in (clientGone).
+				c.endLoopBatch()
+				if c.later && lc.hungUp {
+					lc.clientGone() // it hung up with the request
+				}
+				return
+			}
+			if c.writesTaken || c.push != nil {
 				// ServesOnLoop said it would not: the goroutine path
 				// knows how to wait for such a batch.
 				c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
@@ -268,12 +299,15 @@ func (c *Conn) endLoopBatch() {
 func (lc *loopClient) resume() {
 	c := lc.c
 	c.later = false
+	c.mayBlock = false
 	lc.idleFrom = lc.loop.Now() // the batch is written: waiting for the client again
 	err := lc.laterErr
 	lc.laterErr = nil
 	switch {
 	case lc.stopped:
-	case err != nil || lc.eof || lc.closeNow:
+	case err != nil || lc.eof || lc.closeNow || lc.gone.Load():
+		// Gone: ClientGone may still run, and nothing more of the
+		// client's is served (the Handler's calls never overlap).
 		lc.stop()
 	default:
 		// Shutting down too: what the client has sent is still served
@@ -401,6 +435,16 @@ func (c *Conn) returnToLoop() bool {
 func (c *Conn) handOverWrite() {
 	lc := c.lp
 	t := c.tio
+	c.mayBlock = false // the batch's reply is in: nothing blocks now
+	if lc.gone.Load() {
+		// Killed, hung up or shut down while blocked: the rest is for
+		// nobody, and no goroutine may serve the client while ClientGone
+		// runs.
+		c.out = c.out[:0]
+		c.dropBigOut()
+		c.doneLater(errClientGone)
+		return
+	}
 	if t != nil {
 		t.mu.Lock()
 	}
@@ -497,7 +541,13 @@ func (lc *loopClient) uncount() {
 func (lc *loopClient) shutdown(closeNow bool) {
 	lc.closeNow = lc.closeNow || closeNow
 	switch {
-	case lc.stopped || lc.c.later:
+	case lc.stopped:
+	case lc.c.later:
+		if lc.closeNow {
+			// A blocked command would hold the close (invariant 4)
+			// until its reply, for as long as it blocks.
+			lc.clientGone()
+		}
 	case lc.closeNow:
 		lc.stop()
 	default:
@@ -505,6 +555,26 @@ func (lc *loopClient) shutdown(closeNow bool) {
 		lc.tlsDry = false
 		lc.c.serveLoop()
 	}
+}
+
+// clientGone ends the wait of a batch that may block (MayBlock) whose
+// client is gone (it hung up, was killed, or outlasted Shutdown): the
+// Handler's ClientGone, once, on a goroutine of its own (it may wait),
+// which cancels the blocked command, so that its reply comes and the
+// loop gets the connection back to close it (resume). ClientGone runs
+// under goneMu, as do BatchDone (collect) and Closed (release), since
+// the batch's last reply may complete meanwhile.
+func (lc *loopClient) clientGone() {
+	c := lc.c
+	if !c.mayBlock || lc.gone.Load() {
+		return
+	}
+	lc.gone.Store(true)
+	go func() {
+		c.goneMu.Lock()
+		defer c.goneMu.Unlock()
+		c.server.handler.ClientGone(c)
+	}()
 }
 
 // interruptOnLoop is interrupt for a connection that started on the loop,

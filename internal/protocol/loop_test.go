@@ -267,54 +267,142 @@ func BenchmarkServeLoop(b *testing.B) {
 	benchServe(b, laterNowHandler{}, func(s *Server) { onLoop(b, s) })
 }
 
-// lyingHandler says it serves everything on the loop, BLOCK too, which
-// calls MayBlock.
-type lyingHandler struct{ *echoHandler }
+// blockingLoopHandler serves everything on the loop, BLOCK too, which
+// calls MayBlock and is answered once release is closed; blocked gets a
+// value as BLOCK is served. Its ClientGone cancels BLOCK as fenceproxy's
+// cancels a blocked command (its reply then comes), and closes gone (a
+// second call would panic).
+type blockingLoopHandler struct {
+	*echoHandler
+	blocked chan struct{}
+	cancel  sync.Once
+}
 
-func (lyingHandler) ServesOnLoop(*Conn, [][]byte) bool { return true }
+func (*blockingLoopHandler) ServesOnLoop(*Conn, [][]byte) bool { return true }
 
-// TestLoopHandlerThatLies: a request the Handler served on the loop
-// although it may block moves the client to a goroutine, which waits for
-// it as for any blocking request: a client that goes away meanwhile is
-// noticed (ClientGone), and the replies of one that stays come in order
-// once it is released.
-func TestLoopHandlerThatLies(t *testing.T) {
-	h := newEchoHandler(false, true)
-	s := NewServer(lyingHandler{h}, slog.New(slog.DiscardHandler))
+func (h *blockingLoopHandler) ServeCommand(c *Conn, args [][]byte, p *resp.Reply) {
+	h.echoHandler.ServeCommand(c, args, p)
+	if string(args[0]) == "BLOCK" {
+		h.blocked <- struct{}{}
+	}
+}
+
+func (h *blockingLoopHandler) ClientGone(*Conn) {
+	close(h.gone)
+	h.release()
+}
+
+func (h *blockingLoopHandler) release() { h.cancel.Do(func() { close(h.echoHandler.release) }) }
+
+// serveBlocking serves a blockingLoopHandler on a loop of its own and
+// returns it, the server and its address.
+func serveBlocking(t *testing.T) (*blockingLoopHandler, *Server, string) {
+	h := &blockingLoopHandler{echoHandler: newEchoHandler(false, true), blocked: make(chan struct{}, 4)}
+	s := NewServer(h, slog.New(slog.DiscardHandler))
 	onLoop(t, s)
-	s.handler = lyingHandler{h} // onLoop wrapped it
+	s.handler = h // onLoop wrapped it
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go s.Serve(ln)
-	var release sync.Once
-	defer func() {
-		release.Do(func() { close(h.release) }) // else Shutdown waits for BLOCK
+	t.Cleanup(func() {
+		h.release() // else Shutdown waits for BLOCK
 		s.Shutdown(context.Background())
-	}()
-	gone, err := net.Dial("tcp", ln.Addr().String())
+	})
+	return h, s, ln.Addr().String()
+}
+
+// blockOnLoop dials s, sends BLOCK and waits until it is served, on the
+// loop.
+func blockOnLoop(t *testing.T, h *blockingLoopHandler, s *Server, addr string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone.Write([]byte(multibulk("BLOCK")))
-	gone.Close()
+	t.Cleanup(func() { nc.Close() })
+	nc.Write([]byte(multibulk("BLOCK")))
+	waitChan(t, h.blocked, "BLOCK was not served")
+	if n := s.LoopClients(); n != 1 {
+		t.Fatalf("a client blocked on the loop: the loop serves %d clients, want 1 (it stays there)", n)
+	}
+	return nc
+}
+
+func waitChan(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
 	select {
-	case <-h.gone:
+	case <-ch:
 	case <-time.After(replyWait):
-		t.Fatal("ClientGone was not called for a client that went away while blocked")
+		t.Fatal(what)
 	}
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+}
+
+// expectClosed reads nc to its end: no reply must come before it.
+func expectClosed(t *testing.T, nc net.Conn, what string) {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(replyWait))
+	if b, err := io.ReadAll(nc); err != nil || len(b) > 0 {
+		t.Fatalf("%s: read %q, %v; want the connection closed with nothing more", what, b, err)
 	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
-	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("BLOCK") + multibulk("ECHO", "b")))
-	release.Do(func() { close(h.release) })
-	expectReplies(t, nc, rd, "ECHO a, BLOCK, ECHO b", words("ECHO a", "BLOCK", "ECHO b")...)
-	nc.Write([]byte(multibulk("LAST")))
-	expectReplies(t, nc, rd, "LAST", words("LAST")...)
+}
+
+// TestLoopBlockingRequest: a request that may block (MayBlock) is served
+// on the loop, which keeps the client there while it waits: the replies
+// of a pipeline around it come in order once it is answered, and a client
+// that hangs up while blocked, is killed (CLIENT KILL) or outlasts
+// Shutdown gets ClientGone, once, so the blocked request is cancelled
+// instead of holding the connection (the loop closes a socket only once
+// its batch is written) for as long as it blocks.
+func TestLoopBlockingRequest(t *testing.T) {
+	t.Run("replies", func(t *testing.T) {
+		h, s, addr := serveBlocking(t)
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		rd := bufio.NewReader(nc)
+		nc.Write([]byte(multibulk("ECHO", "a") + multibulk("BLOCK") + multibulk("ECHO", "b")))
+		waitChan(t, h.blocked, "BLOCK was not served")
+		if n := s.LoopClients(); n != 1 {
+			t.Errorf("the loop serves %d clients while one is blocked; want 1", n)
+		}
+		h.release()
+		expectReplies(t, nc, rd, "ECHO a, BLOCK, ECHO b", words("ECHO a", "BLOCK", "ECHO b")...)
+		nc.Write([]byte(multibulk("LAST")))
+		expectReplies(t, nc, rd, "LAST", words("LAST")...)
+		if n := s.LoopClients(); n != 1 {
+			t.Errorf("the loop serves %d clients after the blocking request; want 1", n)
+		}
+	})
+	t.Run("hang-up", func(t *testing.T) {
+		h, s, addr := serveBlocking(t)
+		blockOnLoop(t, h, s, addr).Close()
+		waitChan(t, h.gone, "ClientGone was not called for a client that went away while blocked")
+		waitFor(t, "the client released", func() bool { return s.Clients() == 0 })
+	})
+	t.Run("kill", func(t *testing.T) {
+		h, s, addr := serveBlocking(t)
+		nc := blockOnLoop(t, h, s, addr)
+		s.Each(func(c *Conn) { c.Kill() })
+		waitChan(t, h.gone, "ClientGone was not called for a client killed while blocked")
+		expectClosed(t, nc, "killed while blocked")
+		waitFor(t, "the client released", func() bool { return s.Clients() == 0 })
+	})
+	t.Run("shutdown", func(t *testing.T) {
+		h, s, addr := serveBlocking(t)
+		nc := blockOnLoop(t, h, s, addr)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != context.DeadlineExceeded {
+			t.Errorf("Shutdown: %v; want its time up (a client was blocked)", err)
+		}
+		waitChan(t, h.gone, "ClientGone was not called for a client blocked past Shutdown's time")
+		expectClosed(t, nc, "blocked past Shutdown's time")
+		waitFor(t, "the client released", func() bool { return s.Clients() == 0 })
+	})
 }
 
 // waitingHandler serves everything on the loop (it says), but completes

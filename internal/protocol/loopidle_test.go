@@ -151,7 +151,11 @@ func TestLoopClosesIdleClients(t *testing.T) {
 func TestLoopKeepsClientsThatSend(t *testing.T) {
 	const idle = 500 * time.Millisecond
 	h, addr, idleClosed := idleLoopServer(t, idle)
-	slow := dialIdle(t, addr)
+	// SLOW's client connects when its subtest begins: the three run two at
+	// a time on a 2-core machine (-parallel), so one connected before them
+	// could wait out the timeout idle before it sends SLOW.
+	var slow *idleClient
+	top := t
 	t.Run("group", func(t *testing.T) {
 		t.Run("requests", func(t *testing.T) {
 			t.Parallel()
@@ -179,6 +183,12 @@ func TestLoopKeepsClientsThatSend(t *testing.T) {
 		})
 		t.Run("reply slower than the timeout", func(t *testing.T) {
 			t.Parallel()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			top.Cleanup(func() { nc.Close() }) // open past the subtest: checked below
+			slow = &idleClient{nc: nc, rd: bufio.NewReader(nc)}
 			slow.nc.Write([]byte(multibulk("SLOW", "x")))
 			waitFor(t, "SLOW served", func() bool { return h.served("SLOW x") })
 			if !h.servedOnLoop("SLOW x") {

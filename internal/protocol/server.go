@@ -34,10 +34,15 @@ type Handler interface {
 	// (a backend reader, a lock worker) while the connection's goroutine
 	// waits for the next request. It must not block.
 	BatchDone(c *Conn)
-	// ClientGone is called, from the connection's goroutine, when the client
-	// disconnects while a batch marked MayBlock is still waiting (its
-	// replies may be completing meanwhile): cancel what waits for it. The
-	// batch's replies must still complete.
+	// ClientGone is called when the client disconnects while a batch
+	// marked MayBlock is still waiting (its replies may be completing
+	// meanwhile), and, for a client on the event loop, when it is killed
+	// or outlasts Shutdown then (the loop closes it only once its batch is
+	// written): cancel what waits for it. The batch's replies must still
+	// complete. From the connection's goroutine, or, on the loop, from a
+	// goroutine of its own, never at the same time as BatchDone or Closed
+	// (all three under the connection's goneMu there): it must not
+	// complete the batch's replies itself, only make them come.
 	ClientGone(c *Conn)
 	// Closed is called once when a connection ends, on its goroutine, after
 	// its last reply.
@@ -210,7 +215,9 @@ func (s *Server) release(c *Conn) {
 	if c.nc != nil { // nil for a connection closed on the event loop
 		c.nc.Close()
 	}
+	c.goneMu.Lock() // after a ClientGone the loop started (clientGone)
 	s.handler.Closed(c)
+	c.goneMu.Unlock()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()

@@ -38,6 +38,8 @@ func TestIdleTimeoutOnTheLoop(t *testing.T) {
 		t.Fatalf("loop_clients %d with one client that sent CLIENT ID, want 1", n)
 	}
 
+	// The proxy's first blocking command: no spare pinned connection is
+	// open yet, so a goroutine pins one (with a spare, the loop serves it).
 	c.Send("BLPOP", "idle-loop-list", "0")
 	c.Flush()
 	eventually(t, "the client's BLPOP moves it from the serve loop to a goroutine", func() bool {
