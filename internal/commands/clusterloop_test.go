@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
@@ -20,11 +19,9 @@ import (
 // back after two batches of single-slot requests.
 func TestClusterServesOnLoop(t *testing.T) {
 	cl := testenv.StartCluster(t, testenv.ClusterOptions{ReplicasPerMaster: -1})
-	var w *loopWatcher
-	p := startProxy(t, proxyOptions{seeds: []string{cl.Masters[0].Addr}, loop: true, wrap: func(h *Handler) protocol.Handler {
-		w = &loopWatcher{Handler: h}
-		return w
-	}})
+	po := proxyOptions{seeds: []string{cl.Masters[0].Addr}}
+	w := watchLoop(&po)
+	p := startProxy(t, po)
 	c := p.dial(t)
 	run(t, c, []exchange{
 		{[]string{"SET", "{a}k", "A"}, "+OK\r\n"},

@@ -50,6 +50,18 @@ func (w *loopWatcher) take() string {
 	return a
 }
 
+// watchLoop has po's proxy serve from the event loop through a
+// loopWatcher, which it returns; po.loop and po.wrap are set here.
+func watchLoop(po *proxyOptions) *loopWatcher {
+	w := &loopWatcher{}
+	po.loop = true
+	po.wrap = func(h *Handler) protocol.Handler {
+		w.Handler = h
+		return w
+	}
+	return w
+}
+
 // TestServesOnLoop: with the serve loop, a client's forwarded requests and
 // what client libraries send when they connect (CLIENT SETINFO, SETNAME,
 // ID, GETNAME, ECHO) are served on the loop, with Redis's and the proxy's
@@ -60,11 +72,9 @@ func (w *loopWatcher) take() string {
 // moves the client to a goroutine, which serves it and every later
 // request (ServesOnLoop is not asked again).
 func TestServesOnLoop(t *testing.T) {
-	var w *loopWatcher
-	p, _ := startStandalone(t, proxyOptions{loop: true, wrap: func(h *Handler) protocol.Handler {
-		w = &loopWatcher{Handler: h}
-		return w
-	}}, false)
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, _ := startStandalone(t, po, false)
 
 	c := p.dial(t)
 	run(t, c, []exchange{
@@ -217,14 +227,12 @@ func TestServesOnLoop(t *testing.T) {
 // pool speak RESP3), and the ACL check answers on the loop (NOAUTH,
 // NOPERM) as on a goroutine.
 func TestServesOnLoopEveryKindOfClient(t *testing.T) {
-	var w *loopWatcher
-	p, _ := startStandalone(t, proxyOptions{loop: true,
+	po := proxyOptions{
 		acl:         "user reader on >reader-pass ~* +@read +@connection\n",
 		requirepass: "root-pass",
-		wrap: func(h *Handler) protocol.Handler {
-			w = &loopWatcher{Handler: h}
-			return w
-		}}, false)
+	}
+	w := watchLoop(&po)
+	p, _ := startStandalone(t, po, false)
 
 	c := p.dial(t)
 	run(t, c, []exchange{
@@ -304,11 +312,9 @@ func clientID(t *testing.T, c *testenv.Conn) string {
 // its command cancelled in Redis (its pinned connection closed), and a
 // killed one is closed at once, with no reply.
 func TestBlockingOnTheLoop(t *testing.T) {
-	var w *loopWatcher
-	p, master := startStandalone(t, proxyOptions{loop: true, wrap: func(h *Handler) protocol.Handler {
-		w = &loopWatcher{Handler: h}
-		return w
-	}}, false)
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, master := startStandalone(t, po, false)
 	r := testenv.Dial(t, master.Addr)
 	waitBlocked := func(n int) {
 		t.Helper()
@@ -404,11 +410,9 @@ func TestBlockingOnTheLoop(t *testing.T) {
 // and its blocked command ends in Redis (its pinned connection closed)
 // rather than wait on for nobody.
 func TestShutdownEndsBlockedOnTheLoop(t *testing.T) {
-	var w *loopWatcher
-	p, master := startStandalone(t, proxyOptions{loop: true, wrap: func(h *Handler) protocol.Handler {
-		w = &loopWatcher{Handler: h}
-		return w
-	}}, false)
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, master := startStandalone(t, po, false)
 	r := testenv.Dial(t, master.Addr)
 	primeSpares(t, p, 1)
 	w.take()
