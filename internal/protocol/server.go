@@ -211,7 +211,7 @@ var errMaxClients = []byte("-ERR max number of clients reached\r\n")
 
 // What admit decided.
 const (
-	admitted = iota
+	admitted    = iota
 	admitClosed // the server is shutting down
 	admitFull   // MaxClients are connected already
 )
