@@ -4,6 +4,7 @@ package netloop
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -25,6 +26,21 @@ func Detach(nc net.Conn) (int, error) {
 	if !ok {
 		return -1, errors.New("netloop: connection has no descriptor")
 	}
+	return detach(sc, nc)
+}
+
+// DetachListener is Detach for a listening socket, whose connections a
+// loop then accepts (Accept): ln is closed, its socket stays open through
+// the returned descriptor. ln must be a *net.TCPListener.
+func DetachListener(ln net.Listener) (int, error) {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return -1, errors.New("netloop: only a TCP listener can be served from a loop")
+	}
+	return detach(tl, ln)
+}
+
+func detach(sc syscall.Conn, closer io.Closer) (int, error) {
 	raw, err := sc.SyscallConn()
 	if err != nil {
 		return -1, err
@@ -43,7 +59,7 @@ func Detach(nc net.Conn) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	nc.Close()
+	closer.Close()
 	return fd, nil
 }
 

@@ -608,22 +608,28 @@ func (c *Conn) interrupt() {
 }
 
 func newConn(s *Server, nc net.Conn, id int64) *Conn {
+	c := newConnOf(s, id, nc.RemoteAddr().String(), nc.LocalAddr().String())
+	c.nc, c.raw = nc, nc
+	c.fd.Store(int64(fdOf(nc)))
+	c.bindRawConn()
+	return c
+}
+
+// newConnOf is a new connection with no socket yet: newConn gives it a
+// net.Conn, the loop's accept a descriptor (loopaccept.go).
+func newConnOf(s *Server, id int64, remote, local string) *Conn {
 	c := &Conn{
 		ID:         id,
-		RemoteAddr: nc.RemoteAddr().String(),
-		LocalAddr:  nc.LocalAddr().String(),
+		RemoteAddr: remote,
+		LocalAddr:  local,
 		Created:    time.Now(),
 		server:     s,
-		nc:         nc,
 		window:     maxBatch,
-		raw:        nc,
 	}
 	c.rd = NewReader(bufio.NewReaderSize(readClock{clientReader{c}}, readBufferSize), s.Limits)
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)
-	c.fd.Store(int64(fdOf(nc)))
-	c.bindRawConn()
 	return c
 }
 

@@ -14,8 +14,10 @@
 //     ends because the client sent nothing more is written by whoever
 //     completes its last reply (later.go).
 //   - On the event loop (Server.Loop, a netloop.Loop, with a LoopHandler;
-//     loop.go): a client starts there (a TLS client once its handshake is
-//     done, through the same tls.Conn: tlsloop.go). When its socket is ready,
+//     loop.go): a client starts there (the loop accepts plaintext clients
+//     itself and reads a new client at once: loopaccept.go; a TLS client
+//     comes once its handshake is done, through the same tls.Conn:
+//     tlsloop.go). When its socket is ready,
 //     the loop reads what it sent, dispatches every whole request the
 //     Handler serves without blocking (LoopHandler.ServesOnLoop), ends the
 //     batch when the client has sent nothing more (or at a full batch, or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -87,7 +88,7 @@ type Server struct {
 	loopIdle loopIdle
 
 	mu       sync.Mutex
-	lns      []net.Listener
+	lns      []io.Closer // the listeners (a loopListener for one the loop serves)
 	conns    map[*Conn]struct{}
 	shutdown bool
 	wg       sync.WaitGroup
@@ -100,6 +101,8 @@ type Server struct {
 	// (errreply.go): a failure such as a fence store that cannot write
 	// fails every request.
 	detailLog ratelog.EverySecond
+	// acceptLog rate-limits the loop's failed accepts (loopaccept.go).
+	acceptLog ratelog.EverySecond
 }
 
 // NewServer returns a Server with Redis's default limits.
@@ -140,6 +143,11 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
+	if cfg == nil && s.acceptsOnLoop() {
+		if ll, ok := s.listenOnLoop(ln); ok {
+			return ll.wait()
+		}
+	}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -178,22 +186,47 @@ func (s *Server) accept(raw net.Conn, cfg *tls.Config) {
 	// before Kill and Shutdown can see the connection, which they then
 	// reach through the loop.
 	c.onLoop = toLoop && tio != nil
-	s.mu.Lock()
-	if s.shutdown {
-		s.mu.Unlock()
+	switch s.admit(c) {
+	case admitClosed:
 		nc.Close()
 		return
-	}
-	if s.MaxClients > 0 && len(s.conns) >= s.MaxClients {
-		s.mu.Unlock()
+	case admitFull:
 		// Over TLS the error could only be written after a handshake, which
 		// must not run on the accept loop: the client is just dropped, as
 		// Redis drops it.
 		if cfg == nil {
-			nc.Write([]byte("-ERR max number of clients reached\r\n"))
+			nc.Write(errMaxClients)
 		}
 		raw.Close()
 		return
+	}
+	if toLoop && tio == nil && c.startOnLoop() {
+		return
+	}
+	go c.serve()
+}
+
+// errMaxClients is Redis's refusal of a client past maxclients.
+var errMaxClients = []byte("-ERR max number of clients reached\r\n")
+
+// What admit decided.
+const (
+	admitted    = iota
+	admitClosed // the server is shutting down
+	admitFull   // MaxClients are connected already
+)
+
+// admit counts a new connection in, or says why not (the caller then
+// closes it).
+func (s *Server) admit(c *Conn) int {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return admitClosed
+	}
+	if s.MaxClients > 0 && len(s.conns) >= s.MaxClients {
+		s.mu.Unlock()
+		return admitFull
 	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
@@ -201,10 +234,7 @@ func (s *Server) accept(raw net.Conn, cfg *tls.Config) {
 	if s.OnConnect != nil {
 		s.OnConnect(1)
 	}
-	if toLoop && tio == nil && c.startOnLoop() {
-		return
-	}
-	go c.serve()
+	return admitted
 }
 
 func (s *Server) release(c *Conn) {
