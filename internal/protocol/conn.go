@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bufio"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -618,7 +617,7 @@ func newConn(s *Server, nc net.Conn, id int64) *Conn {
 		window:     maxBatch,
 		raw:        nc,
 	}
-	c.rd = NewReader(bufio.NewReaderSize(readClock{clientReader{c}}, readBufferSize), s.Limits)
+	c.rd = NewReader(readClock{clientReader{c}}, s.Limits)
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)

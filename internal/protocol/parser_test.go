@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -11,7 +10,7 @@ import (
 
 func readOne(t *testing.T, in string, limits Limits) ([][]byte, error) {
 	t.Helper()
-	r := NewReader(bufio.NewReaderSize(strings.NewReader(in), 16), limits)
+	r := newReaderSize(strings.NewReader(in), limits, 16)
 	return r.ReadCommand()
 }
 
@@ -245,7 +244,7 @@ func (r *fixedChunks) Read(p []byte) (int, error) {
 // TestArgumentsSurviveUntilNextRead: arguments point into the Reader's
 // storage; a pipelined stream must still give each command its own bytes.
 func TestArgumentsSurviveUntilNextRead(t *testing.T) {
-	r := NewReader(bufio.NewReaderSize(strings.NewReader("*2\r\n$1\r\na\r\n$1\r\nb\r\nX Y\r\n"), 16), DefaultLimits)
+	r := newReaderSize(strings.NewReader("*2\r\n$1\r\na\r\n$1\r\nb\r\nX Y\r\n"), DefaultLimits, 16)
 	first, err := r.ReadCommand()
 	if err != nil || string(first[0]) != "a" || string(first[1]) != "b" {
 		t.Fatalf("first: %q %v", first, err)
