@@ -201,8 +201,8 @@ func (s *loopSource) Read(p []byte) (int, error) {
 
 // frameAll frames src as the event loop does (loop.go's serveLoop): Frame,
 // and when it wants more, one read, until the source has nothing more or
-// Frame fails. It returns the requests (copied), Frame's error, and the
-// bytes left buffered.
+// Frame fails. It returns the requests (copied), the bytes left
+// buffered, and Frame's error.
 func frameAll(r *Reader) ([][][]byte, []byte, error) {
 	var cmds [][][]byte
 	for {
