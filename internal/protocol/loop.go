@@ -26,15 +26,15 @@ import (
 // reads their replies (the backend's connections are on the same loop),
 // each client's batch is written where its last reply completes it.
 //
-// The loop serves only what cannot make it wait: whole multibulk requests
-// (Reader.bufferedRequest) that the Handler serves without blocking
+// The loop serves only what cannot make it wait: whole requests, framed
+// from what it read (Reader.Frame: multibulk or inline, the buffer grown
+// for a long one), that the Handler serves without blocking
 // (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy, and a
 // blocking command first in its batch that a spare connection of its own
 // takes at once). A request that may block (MayBlock) ends its batch, and
 // the loop watches the client while it waits (clientGone). At anything
-// else (an inline or malformed request, one longer than the read buffer,
-// a command that pins a connection or would dial one, subscribes, changes
-// the protocol...) the connection leaves the loop: its socket goes back to
+// else (a command that pins a connection or would dial one, subscribes,
+// changes the protocol...) the connection leaves the loop: its socket goes back to
 // Go's poller and a goroutine carries on with serve, where the loop
 // stopped, with the request that did not fit (leaveLoop), and gives the
 // client back to the loop once it sends plain requests again
