@@ -254,3 +254,29 @@ func TestArgumentsSurviveUntilNextRead(t *testing.T) {
 		t.Fatalf("second: %q %v", second, err)
 	}
 }
+
+// TestReaderBufferGrowsAndShrinks: a request longer than the read buffer
+// grows it to about the request's size (not doubling past it), and once
+// the request is framed and the client has sent nothing more, the buffer
+// goes back to readBufferSize, so an idle client stays small.
+func TestReaderBufferGrowsAndShrinks(t *testing.T) {
+	req := multibulk("SET", "k", strings.Repeat("v", 2<<20))
+	src := &loopSource{b: []byte(req + multibulk("GET", "k"))}
+	r := NewReader(src, DefaultLimits)
+	args, err := r.ReadCommand()
+	if err != nil || len(args) != 3 || len(args[2]) != 2<<20 {
+		t.Fatalf("the 2 MB SET: %d args, %v", len(args), err)
+	}
+	if n := len(r.buf); n < len(req) || n > len(req)+2*readBufferSize {
+		t.Errorf("the buffer grew to %d bytes for a request of %d", n, len(req))
+	}
+	if args, err := r.ReadCommand(); err != nil || string(args[0]) != "GET" {
+		t.Fatalf("the GET after it: %q, %v", args, err)
+	}
+	if err := r.Fill(); err != errNothingYet {
+		t.Fatalf("read of nothing: %v", err)
+	}
+	if len(r.buf) != readBufferSize {
+		t.Errorf("drained, the buffer is %d bytes, want %d", len(r.buf), readBufferSize)
+	}
+}
