@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"testing"
@@ -27,10 +26,10 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 var _ io.Reader = (*repeatReader)(nil)
 
 // BenchmarkReadCommand measures parsing one pipelined SET; allocs/op should
-// be 0 once the reader's arena has grown.
+// be 0 once the reader's buffer has grown.
 func BenchmarkReadCommand(b *testing.B) {
 	cmd := []byte("*3\r\n$3\r\nSET\r\n$16\r\nkey:000000000001\r\n$64\r\n" + string(bytes.Repeat([]byte("v"), 64)) + "\r\n")
-	rd := NewReader(bufio.NewReaderSize(&repeatReader{data: bytes.Repeat(cmd, 64)}, readBufferSize), DefaultLimits)
+	rd := NewReader(&repeatReader{data: bytes.Repeat(cmd, 64)}, DefaultLimits)
 	b.SetBytes(int64(len(cmd)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -43,7 +42,7 @@ func BenchmarkReadCommand(b *testing.B) {
 // BenchmarkReadInline measures an inline request (redis-cli, telnet).
 func BenchmarkReadInline(b *testing.B) {
 	cmd := []byte("SET key:000000000001 \"hello world\"\r\n")
-	rd := NewReader(bufio.NewReaderSize(&repeatReader{data: bytes.Repeat(cmd, 64)}, readBufferSize), DefaultLimits)
+	rd := NewReader(&repeatReader{data: bytes.Repeat(cmd, 64)}, DefaultLimits)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := rd.ReadCommand(); err != nil {

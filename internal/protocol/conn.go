@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bufio"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -626,7 +625,7 @@ func newConnOf(s *Server, id int64, remote, local string) *Conn {
 		server:     s,
 		window:     maxBatch,
 	}
-	c.rd = NewReader(bufio.NewReaderSize(readClock{clientReader{c}}, readBufferSize), s.Limits)
+	c.rd = NewReader(readClock{clientReader{c}}, s.Limits)
 	c.batch.out = newOutCount(s.NormalOutput.Hard)
 	c.batch.conn = c
 	c.batch.left.Store(1)

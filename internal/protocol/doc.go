@@ -18,7 +18,10 @@
 //     itself and reads a new client at once: loopaccept.go; a TLS client
 //     comes once its handshake is done, through the same tls.Conn:
 //     tlsloop.go). When its socket is ready,
-//     the loop reads what it sent, dispatches every whole request the
+//     the loop reads what it sent, frames it (Reader.Frame, the one
+//     parser both ways of serving use: a request longer than the read
+//     buffer grows it, and a malformed one is answered and closed there,
+//     as on a goroutine), dispatches every whole request the
 //     Handler serves without blocking (LoopHandler.ServesOnLoop), ends the
 //     batch when the client has sent nothing more (or at a full batch, or
 //     64 requests), and goes on to the next ready client; the batch is
@@ -30,10 +33,9 @@
 //     watches the client, and one that hangs up, is killed or outlasts
 //     Shutdown gets the Handler's ClientGone (clientGone). At anything
 //     else (a request that pins a connection or would dial one,
-//     subscribes, changes the protocol or database, an inline, malformed
-//     or over-long request, a write the socket does not take at once) the
-//     client leaves
-//     for a goroutine (leaveLoop); after two batches in a row the loop
+//     subscribes, changes the protocol or database, a write the socket
+//     does not take at once) the client leaves for a goroutine
+//     (leaveLoop); after two batches in a row the loop
 //     would have served, with nothing more sent, it comes back
 //     (returnToLoop), so requests keep their arrival order across clients.
 //     Not on the loop: Handlers that are not LoopHandlers.
@@ -99,9 +101,9 @@
 //     as a bug and its client moved to a goroutine); MayBlock is the
 //     Handler's to admit where serving it waits for nothing (in
 //     fenceproxy, first in its batch with a spare pinned connection: no
-//     dial); Reader.bufferedRequest calls a request whole only when
-//     ReadCommand parses it from the buffer without reading
-//     (FuzzBufferedRequest).
+//     dial); the framer (Reader.Frame) never reads: it frames what is
+//     buffered, the same however the bytes were cut into reads
+//     (FuzzFramerChunks).
 //  6. Shutdown serves what a client on the loop has already sent, then
 //     closes it once its replies are written; when Shutdown's time is up,
 //     once the batch in flight is written (a blocked one is ended first:

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidwall/redcon"
+
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
 )
 
@@ -24,15 +26,15 @@ import (
 // reads their replies (the backend's connections are on the same loop),
 // each client's batch is written where its last reply completes it.
 //
-// The loop serves only what cannot make it wait: whole multibulk requests
-// (Reader.bufferedRequest) that the Handler serves without blocking
+// The loop serves only what cannot make it wait: whole requests, framed
+// from what it read (Reader.Frame: multibulk or inline, the buffer grown
+// for a long one), that the Handler serves without blocking
 // (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy, and a
 // blocking command first in its batch that a spare connection of its own
 // takes at once). A request that may block (MayBlock) ends its batch, and
 // the loop watches the client while it waits (clientGone). At anything
-// else (an inline or malformed request, one longer than the read buffer,
-// a command that pins a connection or would dial one, subscribes, changes
-// the protocol...) the connection leaves the loop: its socket goes back to
+// else (a command that pins a connection or would dial one, subscribes,
+// changes the protocol...) the connection leaves the loop: its socket goes back to
 // Go's poller and a goroutine carries on with serve, where the loop
 // stopped, with the request that did not fit (leaveLoop), and gives the
 // client back to the loop once it sends plain requests again
@@ -197,74 +199,20 @@ func (c *Conn) serveLoop() {
 			c.endLoopBatch()
 			return
 		}
-		switch c.rd.bufferedRequest() {
-		case reqWhole:
-			args, err := c.rd.ReadCommand()
-			if err != nil {
-				// bufferedRequest said it is whole and well formed.
-				c.server.Logger.Error("bug: a whole request failed to parse on the event loop", "client", c.RemoteAddr, "err", err)
-				lc.eof = true
-				c.endLoopBatch()
-				return
-			}
-			if !c.server.handler.(LoopHandler).ServesOnLoop(c, args) {
-				c.leaveLoop(args)
-				return
-			}
-			p := c.batch.next()
-			if c.batch.n == 1 {
-				c.heldInput = 0
-			}
-			c.dispatch(args, p)
-			if c.closeAfterReply {
-				// The Handler panicked: close after the batch.
-				lc.eof = true
-				c.endLoopBatch()
-				return
-			}
-			if c.mayBlock {
-				// A request that may block (first in its batch, on a
-				// connection of its own that is open already: ServesOnLoop)
-				// ends its batch; the loop watches the client until its
-				// reply is in (clientGone).
-				c.endLoopBatch()
-				if c.later && lc.hungUp {
-					lc.clientGone() // it hung up with the request
-				}
-				return
-			}
-			if c.writesTaken || c.push != nil {
-				// ServesOnLoop said it would not: the goroutine path
-				// knows how to wait for such a batch.
-				c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
-				c.leaveLoop(nil)
-				return
-			}
-			// As serve: a full batch is written before more is read; one
-			// as long as probeBatch too, since the loop cannot wait to learn
-			// its replies' size.
-			if c.batch.out.full(c.window) || c.batch.n >= c.window || c.batch.n >= probeBatch {
-				c.endLoopBatch()
-				return
-			}
-		case reqOther:
-			// Inline, malformed, empty, over a limit: the goroutine's
-			// Reader answers it as always.
-			c.leaveLoop(nil)
+		args, err := c.rd.Frame()
+		if err != nil {
+			c.refuseOnLoop(err)
 			return
-		default: // reqPartial: the beginning of a request, or nothing
+		}
+		if args == nil {
+			// The beginning of a request, or nothing: read what the
+			// socket has, without waiting (a request longer than the
+			// buffer grows it), and frame again.
 			if lc.mayRead() && !lc.eof {
-				if c.rd.Buffered() == c.rd.rd.Size() {
-					// A request longer than the buffer: a goroutine reads
-					// the rest (and writes the batch before it waits).
-					c.leaveLoop(nil)
-					return
-				}
-				_, err := c.rd.rd.Peek(c.rd.Buffered() + 1)
-				switch {
-				case err == nil:
+				switch err := c.rd.Fill(); err {
+				case nil:
 					continue
-				case err == netloop.ErrWouldBlock, err == errTLSWouldBlock:
+				case netloop.ErrWouldBlock, errTLSWouldBlock:
 				default: // the end of the stream, or a broken socket
 					lc.eof = true
 				}
@@ -274,7 +222,66 @@ func (c *Conn) serveLoop() {
 			c.endLoopBatch()
 			return
 		}
+		if !c.server.handler.(LoopHandler).ServesOnLoop(c, args) {
+			c.leaveLoop(args)
+			return
+		}
+		p := c.batch.next()
+		if c.batch.n == 1 {
+			c.heldInput = 0
+		}
+		c.dispatch(args, p)
+		if c.closeAfterReply {
+			// The Handler panicked: close after the batch.
+			lc.eof = true
+			c.endLoopBatch()
+			return
+		}
+		if c.mayBlock {
+			// A request that may block (first in its batch, on a
+			// connection of its own that is open already: ServesOnLoop)
+			// ends its batch; the loop watches the client until its
+			// reply is in (clientGone).
+			c.endLoopBatch()
+			if c.later && lc.hungUp {
+				lc.clientGone() // it hung up with the request
+			}
+			return
+		}
+		if c.writesTaken || c.push != nil {
+			// ServesOnLoop said it would not: the goroutine path
+			// knows how to wait for such a batch.
+			c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
+			c.leaveLoop(nil)
+			return
+		}
+		// As serve: a full batch is written before more is read; one
+		// as long as probeBatch too, since the loop cannot wait to learn
+		// its replies' size.
+		if c.batch.out.full(c.window) || c.batch.n >= c.window || c.batch.n >= probeBatch {
+			c.endLoopBatch()
+			return
+		}
 	}
+}
+
+// refuseOnLoop ends a connection on the loop whose stream cannot be framed
+// (a malformed request, or one over a limit), as serveRequests does on a
+// goroutine: the batch so far is written, with Redis's "-ERR Protocol
+// error: ..." after it for a malformed request (none for the query buffer
+// limit, which Redis closes at once), and then the connection is closed.
+func (c *Conn) refuseOnLoop(err error) {
+	if perr, ok := err.(*ProtocolError); ok {
+		p := c.batch.next()
+		p.Buf = redcon.AppendError(p.Buf, "ERR "+perr.Error())
+		p.Done()
+		c.server.logProtocolError(c, perr)
+	} else {
+		c.server.limitClosed(c, closeQuery, "closing client that reached max query buffer length",
+			"client_query_buffer_limit", c.server.Limits.MaxQueryBuf)
+	}
+	c.lp.eof = true
+	c.endLoopBatch()
 }
 
 // endLoopBatch ends the batch: it is left to its last reply (or written

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -55,204 +54,296 @@ var (
 // server.
 var ErrQueryBufferLimit = errors.New("protocol: request over the query buffer limit")
 
-// maxRetainedArena is the largest argument arena a Reader keeps between
-// requests.
-const maxRetainedArena = 1 << 20
+// maxRetainedBuffer is the largest read buffer a Reader keeps once it is
+// drained: a buffer grown for one long request goes back to readBufferSize
+// before the client's next read, so an idle client stays small.
+const maxRetainedBuffer = 64 << 10
 
-// Reader parses client requests, multibulk or inline, from a buffered stream.
+// Reader frames client requests, multibulk or inline, from a byte stream.
 //
-// Arguments returned by ReadCommand point into the Reader's own storage and
-// stay valid only until the next ReadCommand: whoever keeps one must copy it.
+// Its one parser is Frame, which works from the bytes already read only
+// and never reads: it returns a whole request, or nothing (the buffered
+// bytes are the beginning of one: nothing is consumed), or the protocol
+// error Redis gives. Both transports use it: a goroutine through
+// ReadCommand, which reads more and frames again while a request is not
+// whole; the event loop by calling Frame after each read that does not
+// wait (loop.go). A request longer than the buffer grows it, within the
+// bounds the Limits set on a request's lines and arguments; a grown
+// buffer is let go once drained (maxRetainedBuffer).
+//
+// Arguments returned point into the Reader's buffer and stay valid only
+// until the Reader next reads (ReadCommand, Fill, Peek): whoever keeps one
+// must copy it.
 type Reader struct {
-	rd     *bufio.Reader
+	src    io.Reader
 	limits Limits
+	buf    []byte // buf[r:w] is read and not yet framed
+	r, w   int
+	err    error // a read's error that came with bytes, returned by the next read
 	args   [][]byte
-	arena  []byte
-	long   []byte
+	f      frameState
 }
 
-// NewReader returns a Reader over rd with the given limits.
-func NewReader(rd *bufio.Reader, limits Limits) *Reader {
-	return &Reader{rd: rd, limits: limits}
+// frameState is how far Frame got through the request at buf[r:] when it
+// last found it incomplete, so that a request arriving in many reads is
+// scanned once (offsets are from r, which a compaction moves to 0).
+type frameState struct {
+	at    int   // where framing resumes
+	count int64 // multibulk: the arguments its header claims; 0 before it
+	bulk  int64 // the length of the argument whose bytes begin at at; -1 at a header
+	total int64 // argument bytes claimed so far (MaxQueryBuf)
+	spans []int // start and end of each argument framed so far
+	scan  int   // the line being framed has no LF before this
+	need  int   // bytes from r the request needs at least (growth), 0 if unknown
+}
+
+// NewReader returns a Reader of src with the given limits.
+func NewReader(src io.Reader, limits Limits) *Reader {
+	return &Reader{src: src, limits: limits, f: frameState{bulk: -1}}
 }
 
 // Buffered reports how many bytes are already read from the socket but not
-// yet parsed: zero means the next ReadCommand will block on the network.
-func (r *Reader) Buffered() int { return r.rd.Buffered() }
+// yet framed: zero means the next ReadCommand will read the network.
+func (r *Reader) Buffered() int { return r.w - r.r }
 
 // Peek waits until at least one byte is buffered (or the read fails)
 // without consuming anything: a way to notice the client closing.
 func (r *Reader) Peek() error {
-	_, err := r.rd.Peek(1)
-	return err
+	if r.w > r.r {
+		return nil
+	}
+	return r.Fill()
 }
 
-// ReadCommand returns the next non-empty request. Empty requests (a bare
-// newline, "*0", "*-1") are skipped as Redis skips them. A *ProtocolError
-// means the stream is unusable; any other error is the connection's.
+// ReadCommand returns the next non-empty request, reading until one is
+// whole. Empty requests (a bare newline, "*0", "*-1") are skipped as Redis
+// skips them. A *ProtocolError or ErrQueryBufferLimit means the stream is
+// unusable; any other error is the connection's.
 func (r *Reader) ReadCommand() ([][]byte, error) {
 	for {
-		b, err := r.rd.Peek(1)
-		if err != nil {
+		args, err := r.Frame()
+		if args != nil || err != nil {
+			return args, err
+		}
+		if err := r.Fill(); err != nil {
+			if err == io.EOF && r.w > r.r {
+				err = io.ErrUnexpectedEOF // a request cut short
+			}
 			return nil, err
 		}
+	}
+}
+
+// Fill makes one read of the source into the buffer, after what is
+// buffered, growing the buffer when a request fills it. It returns the
+// read's error (io.EOF at the end of the stream).
+func (r *Reader) Fill() error {
+	if err := r.err; err != nil {
+		r.err = nil
+		return err
+	}
+	r.makeRoom()
+	for range 100 { // as bufio: a source that keeps returning nothing is broken
+		n, err := r.src.Read(r.buf[r.w:])
+		r.w += n
+		if n > 0 && err != nil {
+			r.err = err // the bytes first, as bufio does
+			return nil
+		}
+		if n > 0 || err != nil {
+			return err
+		}
+	}
+	return io.ErrNoProgress
+}
+
+// makeRoom readies free space after the buffered bytes: it lets a grown
+// buffer go once drained, moves a partial request to the front, and grows
+// the buffer when the request fills it (the framer has checked its lines
+// and claimed lengths against the limits, which so bound the growth).
+func (r *Reader) makeRoom() {
+	if r.r == r.w {
+		r.r, r.w = 0, 0
+		if len(r.buf) > maxRetainedBuffer {
+			r.buf = nil
+		}
+	}
+	if r.buf == nil {
+		r.buf = make([]byte, readBufferSize)
+	}
+	if r.w < len(r.buf) {
+		return
+	}
+	if r.r > 0 {
+		r.w = copy(r.buf, r.buf[r.r:r.w])
+		r.r = 0
+		if r.w < len(r.buf) {
+			return
+		}
+	}
+	size := 2 * len(r.buf)
+	if need := r.f.need + readBufferSize; need > len(r.buf) && need < size {
+		size = need // a long argument: what it needs, and room for the next header
+	}
+	grown := make([]byte, size)
+	copy(grown, r.buf[:r.w])
+	r.buf = grown
+}
+
+// Frame returns the next non-empty request from the buffered bytes alone:
+// its arguments; or nil and nil when the bytes are only the beginning of
+// one (nothing is consumed); or nil and the error that ends the stream (a
+// *ProtocolError, with Redis's text, or ErrQueryBufferLimit). Empty
+// requests are consumed and skipped.
+func (r *Reader) Frame() ([][]byte, error) {
+	for r.r < r.w {
+		b := r.buf[r.r:r.w]
 		var args [][]byte
+		var n int
+		var err error
 		if b[0] == '*' {
-			args, err = r.readMultibulk()
+			args, n, err = r.frameMultibulk(b)
 		} else {
-			args, err = r.readInline()
+			args, n, err = r.frameInline(b)
 		}
-		if err != nil {
+		if err != nil || n == 0 {
 			return nil, err
 		}
+		r.r += n
+		r.f = frameState{bulk: -1, spans: r.f.spans[:0]}
 		if len(args) > 0 {
 			return args, nil
 		}
 	}
+	return nil, nil
 }
 
-// readLine returns one CRLF- or LF-terminated line without its terminator,
-// refusing lines longer than MaxInlineLen with tooBig. The line is valid until
-// the next read; a line longer than the socket buffer is gathered in r.long.
-func (r *Reader) readLine(tooBig error) ([]byte, error) {
-	line, err := r.readRawLine(tooBig)
-	if err != nil {
-		return nil, err
+// line finds the line that begins at b[at:]: its end (after the LF), or 0
+// while it has not ended, and tooBig for a line longer than MaxInlineLen
+// (with its CRLF), ended or not.
+func (r *Reader) line(b []byte, at int, tooBig error) (int, error) {
+	from := max(at, r.f.scan) // bytes already scanned hold no LF
+	nl := bytes.IndexByte(b[from:], '\n')
+	if nl < 0 {
+		r.f.scan = len(b)
+		if len(b)-at >= r.limits.MaxInlineLen+2 {
+			return 0, tooBig
+		}
+		return 0, nil
 	}
-	line = line[:len(line)-1]
+	end := from + nl + 1
+	r.f.scan = 0
+	if end-at > r.limits.MaxInlineLen+2 {
+		return 0, tooBig
+	}
+	return end, nil
+}
+
+// frameInline frames an inline request: one line, LF- or CRLF-ended, split
+// as Redis's sdssplitargs splits it.
+func (r *Reader) frameInline(b []byte) ([][]byte, int, error) {
+	end, err := r.line(b, 0, errTooBigInline)
+	if end == 0 {
+		return nil, 0, err
+	}
+	line := b[: end-1 : end-1]
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
-	return line, nil
+	args, err := splitArgs(line, r.args[:0])
+	return args, end, err
 }
 
-// readRawLine returns one line with its terminating LF (and CR, if any).
-func (r *Reader) readRawLine(tooBig error) ([]byte, error) {
-	line, err := r.rd.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		r.long = append(r.long[:0], line...)
-		for err == bufio.ErrBufferFull && len(r.long) <= r.limits.MaxInlineLen {
-			line, err = r.rd.ReadSlice('\n')
-			r.long = append(r.long, line...)
+// header parses the header line at b[at:] ("*3\r\n", "$5\r\n"), once
+// ended: the line without its terminator, whether that was CRLF, and where
+// the next line begins (0 while the line has not ended). Unlike an inline
+// request, a header must end in CRLF: Redis finds its end by the CR, so
+// after a bare LF the number does not parse.
+func (r *Reader) header(b []byte, at int, tooBig error) (line []byte, crlf bool, next int, err error) {
+	end, err := r.line(b, at, tooBig)
+	if end == 0 {
+		return nil, false, 0, err
+	}
+	if end-at >= 2 && b[end-2] == '\r' {
+		return b[at : end-2], true, end, nil
+	}
+	return b[at : end-1], false, end, nil
+}
+
+// frameMultibulk frames a multibulk request, resuming where r.f says the
+// last call stopped.
+func (r *Reader) frameMultibulk(b []byte) ([][]byte, int, error) {
+	f := &r.f
+	if f.count == 0 {
+		line, crlf, next, err := r.header(b, 0, errTooBigMbulkCount)
+		if next == 0 {
+			return nil, 0, err
 		}
-		line = r.long
-	}
-	if len(line) > r.limits.MaxInlineLen+2 || err == bufio.ErrBufferFull {
-		return nil, tooBig
-	}
-	if err != nil {
-		return nil, err
-	}
-	return line, nil
-}
-
-// readHeader reads a multibulk or bulk header line without its terminator
-// and says whether it ended in CRLF. Unlike an inline request, a header must:
-// Redis finds its end by the CR, so after a bare LF the number does not parse.
-func (r *Reader) readHeader(tooBig error) (line []byte, crlf bool, err error) {
-	raw, err := r.readRawLine(tooBig)
-	if err != nil {
-		return nil, false, err
-	}
-	if n := len(raw); n >= 2 && raw[n-2] == '\r' {
-		return raw[:n-2], true, nil
-	}
-	return raw[:len(raw)-1], false, nil
-}
-
-func (r *Reader) readMultibulk() ([][]byte, error) {
-	line, crlf, err := r.readHeader(errTooBigMbulkCount)
-	if err != nil {
-		return nil, err
-	}
-	count, ok := resp.ParseInt(line[1:])
-	if !ok || !crlf || count > int64(r.limits.MaxArgs) {
-		return nil, errInvalidMbulkLen
-	}
-	if count <= 0 {
-		return nil, nil
-	}
-	r.args = r.args[:0]
-	r.arena = r.arena[:0]
-	if cap(r.arena) > maxRetainedArena {
-		// One big request must not pin its memory for the client's life
-		// (Redis likewise shrinks an idle client's query buffer).
-		r.arena = nil
-	}
-	// Arguments are appended to one arena and sliced out afterwards, so a
-	// request costs no allocation once the arena has grown to fit.
-	ends := make([]int, 0, min(count, 64))
-	for i := int64(0); i < count; i++ {
-		line, crlf, err := r.readHeader(errTooBigBulkCount)
-		if err != nil {
-			return nil, err
+		count, ok := resp.ParseInt(line[1:])
+		if !ok || !crlf || count > int64(r.limits.MaxArgs) {
+			return nil, 0, errInvalidMbulkLen
 		}
-		if len(line) == 0 || line[0] != '$' {
-			// Redis names the offending byte as is, but its error replies
-			// turn CR and LF into spaces.
-			got := byte(' ')
-			if len(line) > 0 && line[0] != '\r' && line[0] != '\n' {
-				got = line[0]
+		if count <= 0 {
+			return nil, next, nil // empty: skipped
+		}
+		f.count, f.at = count, next
+	}
+	for int64(len(f.spans)/2) < f.count {
+		if f.bulk < 0 {
+			if err := r.bulkHeader(b); err != nil || f.bulk < 0 {
+				return nil, 0, err
 			}
-			return nil, &ProtocolError{"expected '$', got '" + string([]byte{got}) + "'"}
 		}
-		n, ok := resp.ParseInt(line[1:])
-		if !ok || !crlf || n < 0 || n > r.limits.MaxBulkLen {
-			return nil, errInvalidBulkLen
+		end := int64(f.at) + f.bulk
+		if end+2 > int64(len(b)) {
+			f.need = int(end + 2)
+			return nil, 0, nil
 		}
-		if err := r.readBulk(int(n)); err != nil {
-			return nil, err
-		}
-		ends = append(ends, len(r.arena))
+		// The two bytes after an argument are skipped unchecked, as Redis
+		// skips them.
+		f.spans = append(f.spans, f.at, int(end))
+		f.at, f.bulk, f.need = int(end)+2, -1, 0
 	}
-	start := 0
-	for _, end := range ends {
-		r.args = append(r.args, r.arena[start:end:end])
-		start = end
+	args := r.args[:0]
+	for i := 0; i < len(f.spans); i += 2 {
+		args = append(args, b[f.spans[i]:f.spans[i+1]:f.spans[i+1]])
 	}
-	return r.args, nil
+	r.args = args
+	return args, f.at, nil
 }
 
-// readBulk appends n bytes of payload to the arena and skips the two bytes
-// after it (Redis does not check that they are CRLF either). It grows the arena
-// as data arrives, so a header that claims 512 MB costs nothing until sent.
-func (r *Reader) readBulk(n int) error {
-	const chunk = 1 << 20
-	for n > 0 {
-		step := min(n, chunk)
-		at := len(r.arena)
-		if r.limits.MaxQueryBuf > 0 && int64(at+step) > r.limits.MaxQueryBuf {
-			// Checked before the chunk is allocated: a request that cannot
-			// fit never holds more than the limit.
-			return ErrQueryBufferLimit
-		}
-		r.arena = append(r.arena, make([]byte, step)...)
-		if _, err := io.ReadFull(r.rd, r.arena[at:]); err != nil {
-			return eofToUnexpected(err)
-		}
-		n -= step
+// bulkHeader parses the header of the next argument at b[r.f.at:], if it
+// has ended, into r.f.bulk (and moves r.f.at past it), checking the
+// argument's claimed length against the limits before a byte of it is
+// stored.
+func (r *Reader) bulkHeader(b []byte) error {
+	f := &r.f
+	line, crlf, next, err := r.header(b, f.at, errTooBigBulkCount)
+	if next == 0 {
+		return err
 	}
-	if _, err := r.rd.Discard(2); err != nil {
-		return eofToUnexpected(err)
+	if len(line) == 0 || line[0] != '$' {
+		// Redis names the offending byte as is, but its error replies
+		// turn CR and LF into spaces.
+		got := byte(' ')
+		if len(line) > 0 && line[0] != '\r' && line[0] != '\n' {
+			got = line[0]
+		}
+		return &ProtocolError{"expected '$', got '" + string([]byte{got}) + "'"}
 	}
+	n, ok := resp.ParseInt(line[1:])
+	if !ok || !crlf || n < 0 || n > r.limits.MaxBulkLen {
+		return errInvalidBulkLen
+	}
+	if r.limits.MaxQueryBuf > 0 && f.total+n > r.limits.MaxQueryBuf {
+		// Redis closes a client whose query buffer outgrows the limit;
+		// refused on the header, a request that cannot fit never holds
+		// more than the limit.
+		return ErrQueryBufferLimit
+	}
+	f.total += n
+	f.bulk, f.at = n, next
 	return nil
-}
-
-func eofToUnexpected(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-func (r *Reader) readInline() ([][]byte, error) {
-	line, err := r.readLine(errTooBigInline)
-	if err != nil {
-		return nil, err
-	}
-	r.args = r.args[:0]
-	r.arena = append(r.arena[:0], line...)
-	return splitArgs(r.arena, r.args)
 }
 
 // splitArgs splits an inline request the way Redis's sdssplitargs does:
@@ -387,84 +478,4 @@ func unescape(c byte) byte {
 	default:
 		return c
 	}
-}
-
-// What the bytes a Reader has buffered hold, for a reader that must not
-// wait for more (the event loop, loop.go).
-const (
-	// reqPartial: nothing, or the beginning of a multibulk request.
-	reqPartial = iota
-	// reqWhole: a whole multibulk request, within the limits: ReadCommand
-	// returns it without reading.
-	reqWhole
-	// reqOther: anything else (an inline request, a malformed or empty
-	// one, one over a limit), for ReadCommand on a goroutine, which
-	// answers it as always.
-	reqOther
-)
-
-// bufferedRequest tells whether a whole request is buffered. It accepts
-// only what readMultibulk parses into arguments (headers ended by CRLF,
-// a count of at least 1, bulk lengths within the limits), so that
-// ReadCommand never reads, nor fails, on a request it calls whole.
-func (r *Reader) bufferedRequest() int {
-	b, _ := r.rd.Peek(r.rd.Buffered())
-	if len(b) == 0 {
-		return reqPartial
-	}
-	if b[0] != '*' {
-		return reqOther
-	}
-	count, at, st := r.bufferedHeader(b, 0)
-	if st != reqWhole {
-		return st
-	}
-	if count < 1 || count > int64(r.limits.MaxArgs) {
-		return reqOther
-	}
-	var total int64
-	for range count {
-		if at == len(b) {
-			return reqPartial
-		}
-		if b[at] != '$' {
-			return reqOther
-		}
-		n, next, st := r.bufferedHeader(b, at)
-		if st != reqWhole {
-			return st
-		}
-		total += n
-		if n < 0 || n > r.limits.MaxBulkLen || (r.limits.MaxQueryBuf > 0 && total > r.limits.MaxQueryBuf) {
-			return reqOther
-		}
-		if int64(len(b)-next) < n+2 {
-			return reqPartial
-		}
-		at = next + int(n) + 2
-	}
-	return reqWhole
-}
-
-// bufferedHeader reads the header line at b[at:] ("*3\r\n", "$5\r\n"): its
-// number, where the next line begins, and reqWhole; or reqPartial for a
-// line not ended yet, reqOther for one readHeader refuses or whose number
-// does not parse.
-func (r *Reader) bufferedHeader(b []byte, at int) (int64, int, int) {
-	nl := bytes.IndexByte(b[at:], '\n')
-	if nl < 0 {
-		if len(b)-at > r.limits.MaxInlineLen+2 {
-			return 0, 0, reqOther
-		}
-		return 0, 0, reqPartial
-	}
-	line := b[at : at+nl+1]
-	if len(line) > r.limits.MaxInlineLen+2 || len(line) < 3 || line[len(line)-2] != '\r' {
-		return 0, 0, reqOther
-	}
-	n, ok := resp.ParseInt(line[1 : len(line)-2])
-	if !ok {
-		return 0, 0, reqOther
-	}
-	return n, at + nl + 1, reqWhole
 }

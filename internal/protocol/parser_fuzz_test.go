@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"hash/fnv"
@@ -36,7 +35,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 // It returns the commands and the final error. The loop is bounded by the
 // input: every command consumes at least one byte.
 func parseAll(rd io.Reader, limits Limits, bufSize int) ([][][]byte, error) {
-	r := NewReader(bufio.NewReaderSize(rd, bufSize), limits)
+	r := newReaderSize(rd, limits, bufSize)
 	var cmds [][][]byte
 	for {
 		args, err := r.ReadCommand()
@@ -109,7 +108,7 @@ func FuzzReader(f *testing.F) {
 		h.Write(in)
 		seed := h.Sum64()
 		rd := &chunkReader{b: in, rng: rand.New(rand.NewPCG(seed, 1))}
-		// The smallest buffer bufio allows, so long lines take the slow path.
+		// A small buffer to begin with, so long lines grow it.
 		split, serr := parseAll(rd, fuzzLimits, 16)
 
 		if !sameOutcome(werr, serr) {
@@ -167,50 +166,106 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
+// newReaderSize is NewReader whose buffer starts at size bytes (a small
+// one makes the fuzzers grow it).
+func newReaderSize(src io.Reader, limits Limits, size int) *Reader {
+	r := NewReader(src, limits)
+	r.buf = make([]byte, size)
+	return r
+}
+
 // errNothingYet is what loopSource returns once its bytes are read: the
 // event loop's socket with nothing more to read now.
 var errNothingYet = errors.New("nothing more yet")
 
-// loopSource gives its bytes in small reads, then errNothingYet, as a
-// non-blocking socket does; with forbid set, a read fails the test (a
-// request called whole must be parsed from the buffer alone).
+// loopSource gives its bytes in reads of at most most bytes (all at once
+// when most is 0), then errNothingYet, as a non-blocking socket does.
 type loopSource struct {
-	t      *testing.T
-	b      []byte
-	rng    *rand.Rand
-	forbid bool
+	b    []byte
+	rng  *rand.Rand
+	most int
 }
 
 func (s *loopSource) Read(p []byte) (int, error) {
-	if s.forbid {
-		s.t.Fatalf("ReadCommand read the socket for a request bufferedRequest called whole")
-	}
 	if len(s.b) == 0 {
 		return 0, errNothingYet
 	}
-	n := min(len(p), len(s.b), 1+s.rng.IntN(32))
+	n := min(len(p), len(s.b))
+	if s.most > 0 {
+		n = min(n, 1+s.rng.IntN(s.most))
+	}
 	copy(p, s.b[:n])
 	s.b = s.b[n:]
 	return n, nil
 }
 
-// FuzzBufferedRequest checks the event loop's parser path (loop.go's
-// serveLoop): Reader.bufferedRequest, given what a socket had so far,
-// must call a request whole exactly when ReadCommand would parse it from
-// those bytes alone (then ReadCommand returns it without reading), partial
-// exactly when those bytes are the beginning of one (the loop waits for
-// more: a request called partial that is whole, or malformed, would leave
-// the client waiting for ever), and anything else other (a goroutine's
-// ReadCommand answers it). The input is the bytes, how many of them the
-// socket has, and the Reader's buffer size (the smallest bufio allows, or
-// 4 KB).
-func FuzzBufferedRequest(f *testing.F) {
+// frameAll frames src as the event loop does (loop.go's serveLoop): Frame,
+// and when it wants more, one read, until the source has nothing more or
+// Frame fails. It returns the requests (copied), the bytes left
+// buffered, and Frame's error.
+func frameAll(r *Reader) ([][][]byte, []byte, error) {
+	var cmds [][][]byte
+	for {
+		args, err := r.Frame()
+		if err != nil {
+			return cmds, nil, err
+		}
+		if args == nil {
+			if r.Fill() != nil {
+				return cmds, bytes.Clone(r.buf[r.r:r.w]), nil
+			}
+			continue
+		}
+		cp := make([][]byte, len(args))
+		for i, a := range args {
+			cp[i] = bytes.Clone(a)
+		}
+		cmds = append(cmds, cp)
+	}
+}
+
+// sameError compares Frame's errors: the same protocol error text, both
+// the query buffer limit, or both none.
+func sameError(a, b error) bool {
+	var pa, pb *ProtocolError
+	if errors.As(a, &pa) && errors.As(b, &pb) {
+		return pa.Error() == pb.Error()
+	}
+	return a == b
+}
+
+func sameCommands(t *testing.T, what string, a, b [][][]byte) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("%s: %d requests against %d: %q, %q", what, len(a), len(b), a, b)
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			t.Fatalf("%s: request %d: %q against %q", what, i, a[i], b[i])
+		}
+		for j := range a[i] {
+			if !bytes.Equal(a[i][j], b[i][j]) {
+				t.Fatalf("%s: request %d arg %d: %q against %q", what, i, j, a[i][j], b[i][j])
+			}
+		}
+	}
+}
+
+// FuzzFramerChunks checks the one request framer (Reader.Frame): the
+// first `have` bytes of the input, fed to it in reads of arbitrary sizes,
+// as the event loop feeds it, give the same requests and the same error
+// as fed in one read, and as the goroutine's ReadCommand gives; what is
+// left when the bytes run out is the beginning of a request (the loop
+// waits for the rest); and well-formed requests cut anywhere are framed
+// whole up to the cut, never refused. small starts the buffer at 16
+// bytes, so that requests grow it.
+func FuzzFramerChunks(f *testing.F) {
 	for _, s := range []string{
 		"*1\r\n$4\r\nPING\r\n",
 		"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
 		"*2\r\n$3\r\nGET\r\n$1\r\nk",
 		"*1\r\n$4\r\nPINGxy*1\r\n$4\r\nPING\r\n", // Redis does not check a bulk's CRLF either
-		"PING\r\n",
+		"PING\r\nSET a \"b c\" 'd e'\r\n\r\n",
 		"*0\r\n*1\r\n$4\r\nPING\r\n",
 		"*-1\r\n",
 		"*1\n$4\r\nPING\r\n",
@@ -227,6 +282,9 @@ func FuzzBufferedRequest(f *testing.F) {
 		"*\r\n",
 		"*1\r\n$\r\n\r\n",
 		"*1\r\n$+4\r\nPING\r\n",
+		strings.Repeat("a", 70) + "\r\n",
+		"SET \"unterminated\r\n",
+		"P\x00\x00\xff\xff\n",
 	} {
 		f.Add([]byte(s), uint16(len(s)), false)
 		f.Add([]byte(s), uint16(len(s)/2), true)
@@ -240,83 +298,42 @@ func FuzzBufferedRequest(f *testing.F) {
 		}
 		canonicalPrefixes(t, in, int(have), limits)
 		in = in[:min(int(have), len(in))]
-		size := 4096
+		size := readBufferSize
 		if small {
-			size = 16 // bufio's least: requests longer than the buffer
+			size = 16
 		}
+		whole, wrest, werr := frameAll(newReaderSize(&loopSource{b: in}, limits, len(in)+1))
 		h := fnv.New64a()
 		h.Write(in)
-		src := &loopSource{t: t, b: in, rng: rand.New(rand.NewPCG(h.Sum64(), 2))}
-		r := NewReader(bufio.NewReaderSize(src, size), limits)
-		for served := 0; ; served++ {
-			// Read what the socket has, as serveLoop does, until it has
-			// nothing more or the buffer is full.
-			for r.Buffered() < r.rd.Size() {
-				if _, err := r.rd.Peek(r.Buffered() + 1); err != nil {
-					break
-				}
-			}
-			b, _ := r.rd.Peek(r.Buffered())
-			b = bytes.Clone(b)
-			got := r.bufferedRequest()
-			// Other for what ReadCommand still reads as partial is right
-			// too: bytes that cannot begin a request (":4\r" where a bulk
-			// header must be) are refused before their line ends, and a
-			// goroutine's ReadCommand answers them when it does.
-			if want := classify(b, limits); got != want && (got != reqOther || want != reqPartial) {
-				t.Fatalf("request %d: bufferedRequest(%q) = %s, ReadCommand says %s", served, b, reqNames[got], reqNames[want])
-			}
-			if got != reqWhole {
-				return
-			}
-			src.forbid = true
-			args, err := r.ReadCommand()
-			src.forbid = false
-			if err != nil || len(args) == 0 {
-				t.Fatalf("request %d: bufferedRequest(%q) called it whole; ReadCommand: %q, %v", served, b, args, err)
-			}
-			alone, _ := NewReader(bufio.NewReaderSize(bytes.NewReader(b), len(b)+16), limits).ReadCommand()
-			if len(alone) != len(args) {
-				t.Fatalf("request %d: %q from the loop's buffer, %q from its bytes alone", served, args, alone)
-			}
-			for i := range args {
-				if !bytes.Equal(args[i], alone[i]) {
-					t.Fatalf("request %d arg %d: %q from the loop's buffer, %q from its bytes alone", served, i, args[i], alone[i])
-				}
+		src := &loopSource{b: in, rng: rand.New(rand.NewPCG(h.Sum64(), 2)), most: 32}
+		split, srest, serr := frameAll(newReaderSize(src, limits, size))
+		if !sameError(werr, serr) {
+			t.Fatalf("fed whole, Frame ended with %v; in reads, with %v", werr, serr)
+		}
+		sameCommands(t, "whole against in reads", whole, split)
+		if werr == nil && !bytes.Equal(wrest, srest) {
+			t.Fatalf("left buffered: %q whole, %q in reads", wrest, srest)
+		}
+
+		// The goroutine's path: ReadCommand reads until a request is whole.
+		read, rerr := parseAll(&chunkReader{b: in, rng: rand.New(rand.NewPCG(h.Sum64(), 3))}, limits, size)
+		sameCommands(t, "Frame against ReadCommand", whole, read)
+		if werr != nil && !sameError(werr, rerr) || werr == nil && !errors.Is(rerr, io.EOF) && rerr != io.ErrUnexpectedEOF {
+			t.Fatalf("Frame ended with %v, ReadCommand with %v", werr, rerr)
+		}
+		if werr == nil && len(wrest) > 0 && wrest[0] != '*' {
+			// An inline line not ended yet: no LF, within the limit.
+			if bytes.IndexByte(wrest, '\n') >= 0 || len(wrest) >= limits.MaxInlineLen+2 {
+				t.Fatalf("left %q buffered, which is not the beginning of a request", wrest)
 			}
 		}
 	})
 }
 
-// classify is what ReadCommand's multibulk parser makes of the first
-// request in b, read alone (b is all there is): reqWhole for one it
-// returns, reqPartial for the beginning of one (or nothing), reqOther for
-// anything else: an inline request, an empty one it skips, an error.
-func classify(b []byte, limits Limits) int {
-	if len(b) == 0 {
-		return reqPartial
-	}
-	if b[0] != '*' {
-		return reqOther
-	}
-	r := NewReader(bufio.NewReaderSize(bytes.NewReader(b), len(b)+16), limits)
-	args, err := r.readMultibulk()
-	switch {
-	case err == nil && len(args) > 0:
-		return reqWhole
-	case err == io.EOF || err == io.ErrUnexpectedEOF:
-		return reqPartial
-	default:
-		return reqOther
-	}
-}
-
-var reqNames = map[int]string{reqPartial: "partial", reqWhole: "whole", reqOther: "other"}
-
 // canonicalPrefixes checks that the loop keeps a client that sends only
 // well-formed requests within the limits: the requests ReadCommand finds
-// in `in`, sent as multibulk and cut after `have` bytes, are whole, whole,
-// ... and then partial, never other.
+// in `in`, sent as multibulk and cut after `have` bytes, are framed whole,
+// whole, ... and then Frame wants more, never fails.
 func canonicalPrefixes(t *testing.T, in []byte, have int, limits Limits) {
 	cmds, _ := parseAll(bytes.NewReader(in), limits, 4096)
 	kept := cmds[:0]
@@ -332,19 +349,12 @@ func canonicalPrefixes(t *testing.T, in []byte, have int, limits Limits) {
 	}
 	wire := encode(kept)
 	wire = wire[:min(have, len(wire))]
-	r := NewReader(bufio.NewReaderSize(bytes.NewReader(wire), len(wire)+16), limits)
-	r.rd.Peek(len(wire))
-	for {
-		switch st := r.bufferedRequest(); st {
-		case reqWhole:
-			if _, err := r.ReadCommand(); err != nil {
-				t.Fatalf("ReadCommand of a whole request in %q: %v", wire, err)
-			}
-		case reqPartial:
-			return
-		default:
-			b, _ := r.rd.Peek(r.Buffered())
-			t.Fatalf("well-formed requests %q cut after %d bytes: %q called other", encode(kept), have, b)
-		}
+	got, _, err := frameAll(newReaderSize(&loopSource{b: wire}, limits, 16))
+	if err != nil {
+		t.Fatalf("well-formed requests %q cut after %d bytes: %v", encode(kept), have, err)
 	}
+	if len(got) > len(kept) {
+		t.Fatalf("well-formed requests %q cut after %d bytes: %d framed", encode(kept), have, len(got))
+	}
+	sameCommands(t, "well-formed requests cut", got, kept[:len(got)])
 }

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -11,7 +10,7 @@ import (
 
 func readOne(t *testing.T, in string, limits Limits) ([][]byte, error) {
 	t.Helper()
-	r := NewReader(bufio.NewReaderSize(strings.NewReader(in), 16), limits)
+	r := newReaderSize(strings.NewReader(in), limits, 16)
 	return r.ReadCommand()
 }
 
@@ -245,7 +244,7 @@ func (r *fixedChunks) Read(p []byte) (int, error) {
 // TestArgumentsSurviveUntilNextRead: arguments point into the Reader's
 // storage; a pipelined stream must still give each command its own bytes.
 func TestArgumentsSurviveUntilNextRead(t *testing.T) {
-	r := NewReader(bufio.NewReaderSize(strings.NewReader("*2\r\n$1\r\na\r\n$1\r\nb\r\nX Y\r\n"), 16), DefaultLimits)
+	r := newReaderSize(strings.NewReader("*2\r\n$1\r\na\r\n$1\r\nb\r\nX Y\r\n"), DefaultLimits, 16)
 	first, err := r.ReadCommand()
 	if err != nil || string(first[0]) != "a" || string(first[1]) != "b" {
 		t.Fatalf("first: %q %v", first, err)
@@ -253,5 +252,31 @@ func TestArgumentsSurviveUntilNextRead(t *testing.T) {
 	second, err := r.ReadCommand()
 	if err != nil || string(second[0]) != "X" || string(second[1]) != "Y" {
 		t.Fatalf("second: %q %v", second, err)
+	}
+}
+
+// TestReaderBufferGrowsAndShrinks: a request longer than the read buffer
+// grows it to about the request's size (not doubling past it), and once
+// the request is framed and the client has sent nothing more, the buffer
+// goes back to readBufferSize, so an idle client stays small.
+func TestReaderBufferGrowsAndShrinks(t *testing.T) {
+	req := multibulk("SET", "k", strings.Repeat("v", 2<<20))
+	src := &loopSource{b: []byte(req + multibulk("GET", "k"))}
+	r := NewReader(src, DefaultLimits)
+	args, err := r.ReadCommand()
+	if err != nil || len(args) != 3 || len(args[2]) != 2<<20 {
+		t.Fatalf("the 2 MB SET: %d args, %v", len(args), err)
+	}
+	if n := len(r.buf); n < len(req) || n > len(req)+2*readBufferSize {
+		t.Errorf("the buffer grew to %d bytes for a request of %d", n, len(req))
+	}
+	if args, err := r.ReadCommand(); err != nil || string(args[0]) != "GET" {
+		t.Fatalf("the GET after it: %q, %v", args, err)
+	}
+	if err := r.Fill(); err != errNothingYet {
+		t.Fatalf("read of nothing: %v", err)
+	}
+	if len(r.buf) != readBufferSize {
+		t.Errorf("drained, the buffer is %d bytes, want %d", len(r.buf), readBufferSize)
 	}
 }
