@@ -82,8 +82,16 @@ func pattern(n int) []byte {
 // client's tls.Conn).
 func startTLSOnLoop(t *testing.T, h Handler, wrap func(net.Conn) net.Conn) (*Server, func() (*tls.Conn, *bufio.Reader)) {
 	t.Helper()
+	return startTLSOnLoopWith(t, h, wrap, func(*Server) {})
+}
+
+// startTLSOnLoopWith is startTLSOnLoop with the server configured by
+// configure before it serves.
+func startTLSOnLoopWith(t *testing.T, h Handler, wrap func(net.Conn) net.Conn, configure func(*Server)) (*Server, func() (*tls.Conn, *bufio.Reader)) {
+	t.Helper()
 	s := NewServer(h, slog.New(slog.DiscardHandler))
 	onLoop(t, s)
+	configure(s)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
