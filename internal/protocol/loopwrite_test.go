@@ -298,3 +298,30 @@ func TestLoopWriteKilled(t *testing.T) {
 		t.Fatalf("the killed client read %d bytes: the whole reply", got)
 	}
 }
+
+// TestLoopWriteTimeout: the server's WriteTimeout bounds a batch's write
+// on the loop as it bounds a goroutine's: a client that reads nothing is
+// closed, on the loop, once it has passed.
+func TestLoopWriteTimeout(t *testing.T) {
+	h := &tlsLoopHandler{}
+	s, addr := startServer(t, h, func(s *Server) { onLoop(t, s); s.WriteTimeout = 100 * time.Millisecond })
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	do(t, nc, rd, "PING")
+	fd := onlyFD(t, s)
+	socket := inode(fd)
+	smallBuffers(t, s, nc)
+	nc.Write([]byte(multibulk("BIG", strconv.Itoa(bigReply))))
+	writeUnderWay(t, s, nc)
+	if n := s.LoopClients(); n != 1 {
+		t.Fatalf("while the write waits the loop serves %d clients; want 1", n)
+	}
+	waitConns(t, s, 0)
+	if got := inode(fd); got == socket {
+		t.Fatalf("fd %d still refers to the client's socket %s after its write timed out", fd, socket)
+	}
+}
