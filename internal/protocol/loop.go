@@ -121,6 +121,7 @@ func (c *Conn) toLoop() bool {
 	}
 	lc.edge.Readable() // bytes may have come before it was added
 	lc.resumeFn = lc.resume
+	lc.w.startFn, lc.w.checkFn = lc.startWrite, lc.checkWrite
 	lc.loop.Post(lc.moveIn)
 	return true
 }

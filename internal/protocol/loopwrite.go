@@ -46,8 +46,8 @@ type loopWrite struct {
 	// it is (or there is none); end is WriteTimeout's end, zero if none.
 	softEnd, end time.Time
 	timer        *time.Timer // posts checkFn at the next of the two
-	startFn      func()      // startWrite, bound once
-	checkFn      func()      // checkWrite, bound once
+	startFn      func()      // startWrite, bound once (toLoop)
+	checkFn      func()      // checkWrite, bound once (toLoop)
 }
 
 // errWriteAbandoned ends a waiting write of a client that was killed, or
@@ -76,9 +76,6 @@ func (lc *loopClient) writeBatch() {
 			return
 		}
 		lc.w.off = written
-	}
-	if lc.w.startFn == nil {
-		lc.w.startFn, lc.w.checkFn = lc.startWrite, lc.checkWrite
 	}
 	lc.loop.Post(lc.w.startFn)
 }

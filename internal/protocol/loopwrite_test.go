@@ -325,3 +325,32 @@ func TestLoopWriteTimeout(t *testing.T) {
 		t.Fatalf("fd %d still refers to the client's socket %s after its write timed out", fd, socket)
 	}
 }
+
+// TestLoopWriteHangUp: a client that hangs up while its write waits for
+// it to read is closed on the loop (the write fails on the broken socket)
+// and released.
+func TestLoopWriteHangUp(t *testing.T) {
+	h := &tlsLoopHandler{}
+	s, addr := startOnLoop(t, h)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	do(t, nc, rd, "PING")
+	fd := onlyFD(t, s)
+	socket := inode(fd)
+	smallBuffers(t, s, nc)
+	nc.Write([]byte(multibulk("BIG", strconv.Itoa(bigReply))))
+	writeUnderWay(t, s, nc)
+	stillOnLoop(t, s, fd, "while the write waits")
+	nc.Close() // with unread bytes: the server's socket is reset
+	waitConns(t, s, 0)
+	if n := s.LoopClients(); n != 0 {
+		t.Fatalf("loop clients %d after the hang-up; want 0", n)
+	}
+	if got := inode(fd); got == socket {
+		t.Fatalf("fd %d still refers to the client's socket %s after it hung up", fd, socket)
+	}
+}
