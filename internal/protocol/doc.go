@@ -71,9 +71,9 @@
 // # Invariants of the loop
 //
 //  1. A connection's loop state (loopClient) is touched on the loop only,
-//     but for laterErr, which the goroutine that completes a batch sets
-//     before it posts resume, and gone (atomic), which that goroutine
-//     reads.
+//     but for laterErr and w.off, which the goroutine that completes a
+//     batch sets before it posts resume or the rest of its write
+//     (startWrite), and gone (atomic), which that goroutine reads.
 //  2. While a batch is left to its last reply (c.later), or its write
 //     waits for room (lc.w.pending, loopwrite.go), the loop reads and
 //     dispatches nothing of the connection's; resume, posted when the
