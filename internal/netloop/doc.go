@@ -37,6 +37,14 @@
 //     change (new bytes, new room to write, hang-up), so a handler reads
 //     until a read comes back short (or would block) and remembers what it
 //     did not finish; it is not called again for bytes it left unread.
+//     Writes are the same: a handler writes until a write would block
+//     (ErrWouldBlock) and keeps the rest; Ready with Out comes once the
+//     socket has room again (or breaks). Every socket is registered for
+//     both from Add on: interest in writing costs nothing until a write
+//     has found the socket full (the kernel signals room only after
+//     that), so there is none to take back once the rest is written; an
+//     Out bit that comes along with In is only a hint, and a handler with
+//     nothing to write ignores it.
 //  4. A Post or Schedule from another goroutine while the loop waits in
 //     epoll wakes it (through an eventfd); one made while the loop is busy
 //     costs no system call: the pass in progress runs it before it waits.

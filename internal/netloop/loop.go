@@ -21,7 +21,9 @@ type Events uint32
 const (
 	// In: bytes to read, or the end of the stream.
 	In Events = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
-	// Out: room to write again after a write that did not take everything.
+	// Out: room to write again after a write that did not take everything
+	// (ErrWouldBlock): the edge a writer with bytes left waits for
+	// (invariant 3). It may also come along with In.
 	Out Events = unix.EPOLLOUT | unix.EPOLLHUP | unix.EPOLLERR
 	// Ended: the peer ended its stream, or the socket broke. It comes in
 	// the same edge as In, once: a reader that sees it must read on to

@@ -234,3 +234,82 @@ func TestAttachGivesBackAConn(t *testing.T) {
 		t.Fatal(string(buf), err)
 	}
 }
+
+// writer writes rest to its socket on the loop as far as the socket takes
+// it, and the remainder when Ready says there is room (Out): the pattern
+// of a client's batch the socket does not take at once.
+type writer struct {
+	fd      int
+	rest    []byte
+	blocked int // writes that found the socket full
+	done    chan struct{}
+}
+
+func (w *writer) Ready(ev Events) {
+	if ev&Out != 0 {
+		w.write()
+	}
+}
+
+func (w *writer) write() {
+	for len(w.rest) > 0 {
+		n, err := Write(w.fd, w.rest)
+		if err == ErrWouldBlock {
+			w.blocked++
+			return // Ready with Out comes once the peer reads
+		}
+		if err != nil {
+			panic(err)
+		}
+		w.rest = w.rest[n:]
+	}
+	if w.done != nil {
+		close(w.done)
+		w.done = nil
+	}
+}
+
+// TestOutEdgeAfterFullWrite: a write that found the socket full is
+// followed by Ready with Out once the peer reads (invariant 3), however
+// late it reads, so the loop writes the rest without polling.
+func TestOutEdgeAfterFullWrite(t *testing.T) {
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, server := pair(t)
+	defer client.Close()
+	fd, err := Detach(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(fd)
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MB: more than the socket buffers take
+	w := &writer{fd: fd, rest: msg, done: make(chan struct{})}
+	done := w.done
+	blocked := make(chan int, 1)
+	l.Post(func() {
+		if _, err := l.Add(fd, w); err != nil {
+			t.Error(err)
+		}
+		w.write()
+		blocked <- w.blocked
+	})
+	if n := <-blocked; n == 0 {
+		t.Fatal("the socket took 4 MB at once; the test needs a write that would block")
+	}
+	got := make([]byte, len(msg))
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(client, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, msg) {
+		t.Fatal("what was written differs")
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer did not finish")
+	}
+}

@@ -499,9 +499,8 @@ func nextWindow(window, n int, produced int64) int {
 // has SoftFor to bring it back under the limit, or the client is closed.
 func (c *Conn) write() error { return c.writeTo(c.nc, c.out) }
 
-// writeTo is write of buf to w: c.nc, or, for the encrypted rest of a TLS
-// client's batch that the event loop hands over, the TCP connection under
-// it (handOverWrite).
+// writeTo is write of buf to w (c.nc). A client on the event loop is
+// written by the loop instead, under the same limits (loopwrite.go).
 func (c *Conn) writeTo(w net.Conn, buf []byte) error {
 	if len(buf) == 0 {
 		return nil

@@ -31,13 +31,15 @@
 //     connection of its own that is open already, as the Handler decides)
 //     is served there too and ends its batch; while it waits the loop
 //     watches the client, and one that hangs up, is killed or outlasts
-//     Shutdown gets the Handler's ClientGone (clientGone). At anything
-//     else (a request that pins a connection or would dial one,
-//     subscribes, changes the protocol or database, a write the socket
-//     does not take at once) the client leaves for a goroutine
-//     (leaveLoop); after two batches in a row the loop
-//     would have served, with nothing more sent, it comes back
-//     (returnToLoop), so requests keep their arrival order across clients.
+//     Shutdown gets the Handler's ClientGone (clientGone). A batch the
+//     socket does not take at once stays on the loop too: the loop writes
+//     its rest as the socket makes room, under the same limits as a
+//     goroutine's write (loopwrite.go). At anything else (a request that
+//     pins a connection or would dial one, subscribes, changes the
+//     protocol or database) the client leaves for a goroutine
+//     (leaveLoop); after two batches in a row the loop would have served,
+//     with nothing more sent, it comes back (returnToLoop), so requests
+//     keep their arrival order across clients.
 //     Not on the loop: Handlers that are not LoopHandlers.
 //
 // # When a batch is written
@@ -60,7 +62,10 @@
 // no requests while it writes, so a client that never reads holds one batch
 // at most, and backend readers never block on a client: they only fill
 // reply slots. Requests are bounded while read (Limits; the query buffer
-// limit counts all of a request's arguments). The idle timeout runs only
+// limit counts all of a request's arguments). On the loop, the soft limit
+// and WriteTimeout of a write that waits for room are deadlines the loop
+// checks when room comes and from a timer (loopwrite.go), with the same
+// log line and count as a goroutine's. The idle timeout runs only
 // while a connection waits for a request, from the last byte read (or
 // the last batch written), so blocked and subscribed clients are never
 // idle. On a goroutine it is a read deadline; on the loop, a timer sweeps
@@ -70,23 +75,23 @@
 // # Invariants of the loop
 //
 //  1. A connection's loop state (loopClient) is touched on the loop only,
-//     but for laterErr, which the goroutine that completes a batch sets
-//     before it posts resume, and gone (atomic), which that goroutine
-//     reads.
-//  2. While a batch is left to its last reply (c.later), the loop reads
-//     and dispatches nothing of the connection's; resume, posted when the
+//     but for laterErr and w.off, which the goroutine that completes a
+//     batch sets before it posts resume or the rest of its write
+//     (startWrite), and gone (atomic), which that goroutine reads.
+//  2. While a batch is left to its last reply (c.later), or its write
+//     waits for room (lc.w.pending, loopwrite.go), the loop reads and
+//     dispatches nothing of the connection's; resume, posted when the
 //     batch is written, gives it back. Replies leave in order, one batch
 //     at a time, as with a goroutine.
 //  3. A connection leaves the loop only on the loop and only while the
-//     loop holds it (not c.later), except a batch whose write did not
-//     finish, which the loop hands over with the write still owning the
-//     batch: the goroutine that finishes the write releases it as
-//     later.go does, and the connection's new goroutine waits for it. It
-//     comes back only from its goroutine, between batches, with nothing
-//     buffered and its last batch written; the loop takes it on the loop
-//     (the goroutine touches it no more after posting that).
+//     loop holds it (not c.later). It comes back only from its
+//     goroutine, between batches, with nothing buffered and its last
+//     batch written; the loop takes it on the loop (the goroutine
+//     touches it no more after posting that).
 //  4. The loop closes the socket only while it holds the connection, so a
-//     write of a batch never meets a closed (or reused) descriptor. A
+//     write of a batch never meets a closed (or reused) descriptor; the
+//     loop's own write of a batch's rest ends first (with an error, when
+//     the client is killed or Shutdown's time is up: endWrite). A
 //     batch that may block would hold a close (CLIENT KILL, Shutdown's
 //     time up, a hang-up) for as long as it blocks, so the loop calls
 //     ClientGone for it first, once, on a goroutine (clientGone), under

@@ -15,8 +15,9 @@ import "errors"
 // batch with one non-blocking write, while the connection's goroutine is
 // already back in its read. A write that would block (a client not reading,
 // a reply bigger than the socket buffer) is finished by a goroutine of its
-// own, under the same limits as any write, so a backend reader never waits
-// on a client.
+// own (on the event loop, by the loop as the socket makes room:
+// loopwrite.go), under the same limits as any write, so a backend reader
+// never waits on a client.
 //
 // The connection's goroutine dispatches nothing new until that write is
 // done (awaitLater), so replies still leave in request order, and it keeps
@@ -43,7 +44,8 @@ func (c *Conn) writeLater() bool {
 // finishLater writes a batch left by writeLater, as writeBatch would. It
 // runs on the goroutine that completed the batch's last reply, which must
 // not block: what the socket does not take at once, or what must be paced
-// by the soft output limit, is written by a goroutine of its own.
+// by the soft output limit, is written by a goroutine of its own, or, for
+// a client on the event loop, by the loop (loopwrite.go).
 func (c *Conn) finishLater() {
 	if err := c.collect(); err != nil {
 		c.doneLater(err)
@@ -57,20 +59,11 @@ func (c *Conn) finishLater() {
 		c.doneLater(errClientGone)
 		return
 	}
+	if c.lp != nil {
+		c.lp.writeBatch()
+		return
+	}
 	if lim := c.server.NormalOutput; lim.Soft == 0 || int64(len(c.out)) <= lim.Soft {
-		if c.lp != nil && c.lp.tls != nil {
-			all, err := c.lp.writeTLS(c.out)
-			if err != nil || all {
-				c.dropBigOut()
-				c.doneLater(err)
-				return
-			}
-			// Encrypted, the rest waits in the transport's outbox for
-			// handOverWrite.
-			c.out = c.out[:0]
-			c.lp.loop.Post(c.handOverWrite)
-			return
-		}
 		written, err := c.writeNow(c.out)
 		if err != nil || written == len(c.out) {
 			c.dropBigOut()
@@ -78,12 +71,6 @@ func (c *Conn) finishLater() {
 			return
 		}
 		c.out = c.out[written:]
-	}
-	if c.lp != nil {
-		// On the event loop, the rest is written by a goroutine, which
-		// takes the connection off the loop (loop.go).
-		c.lp.loop.Post(c.handOverWrite)
-		return
 	}
 	go func() { c.doneLater(c.flush()) }()
 }

@@ -39,8 +39,8 @@ import (
 // stopped, with the request that did not fit (leaveLoop), and gives the
 // client back to the loop once it sends plain requests again
 // (returnToLoop). A batch whose write the socket does not take at once
-// leaves the same way, its rest written by a goroutine as later.go writes
-// it.
+// stays on the loop, which writes its rest as the socket makes room
+// (loopwrite.go).
 //
 // The invariants are in the package doc ("Serving from an event loop").
 
@@ -93,6 +93,8 @@ type loopClient struct {
 	// gone: ClientGone was called for its blocked batch (clientGone); set
 	// on the loop, read by finishLater too.
 	gone atomic.Bool
+	// w is a batch's write that waits for room (loopwrite.go).
+	w loopWrite
 }
 
 // startOnLoop moves a new plaintext connection's socket to the server's
@@ -121,6 +123,7 @@ func (c *Conn) toLoop() bool {
 	}
 	lc.edge.Readable() // bytes may have come before it was added
 	lc.resumeFn = lc.resume
+	lc.w.startFn, lc.w.checkFn = lc.startWrite, lc.checkWrite
 	lc.loop.Post(lc.moveIn)
 	return true
 }
@@ -177,6 +180,10 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 		return
 	}
 	if lc.c.later {
+		if lc.w.pending {
+			lc.writeReady(ev) // resume follows once it is written
+			return
+		}
 		if lc.hungUp {
 			lc.clientGone() // a blocked command waits for nobody now
 		}
@@ -430,61 +437,6 @@ func (c *Conn) returnToLoop() bool {
 	return c.toLoop() // else still Go's: the goroutine goes on
 }
 
-// handOverWrite hands a connection whose batch's write did not finish to a
-// goroutine, which finishes the write (and calls doneLater) as later.go
-// does, while another goroutine serves the connection from then on (its
-// first read waits for the write: awaitLater). Posted by finishLater.
-//
-// For a TLS client, what the socket did not take is already encrypted, in
-// the transport's outbox (tlsloop.go): that goroutine writes it first, on
-// the TCP connection, holding the transport's writes meanwhile, so that
-// nothing crypto/tls writes from the new goroutine's reads overtakes it.
-func (c *Conn) handOverWrite() {
-	lc := c.lp
-	t := c.tio
-	c.mayBlock = false // the batch's reply is in: nothing blocks now
-	if lc.gone.Load() {
-		// Killed, hung up or shut down while blocked: the rest is for
-		// nobody, and no goroutine may serve the client while ClientGone
-		// runs.
-		c.out = c.out[:0]
-		c.dropBigOut()
-		c.doneLater(errClientGone)
-		return
-	}
-	if t != nil {
-		t.mu.Lock()
-	}
-	if !c.attachToGoroutine() {
-		if t != nil {
-			t.mu.Unlock()
-		}
-		lc.stopped = true
-		go func() {
-			c.batch.left.Store(1)
-			c.later = false
-			c.server.release(c)
-		}()
-		return
-	}
-	if t == nil {
-		go func() { c.doneLater(c.flush()) }()
-	} else {
-		box := t.takeOutboxLocked()
-		go func() {
-			err := c.writeTo(c.raw, box)
-			t.mu.Unlock()
-			if le, ok := err.(*errOutputLimit); ok {
-				err = c.overLimit(le)
-			} else if err == nil && len(c.out) > 0 {
-				err = c.flush()
-			}
-			c.doneLater(err)
-		}()
-	}
-	go c.serveFrom(nil)
-}
-
 // attachToGoroutine takes the socket off the loop and gives the
 // connection a net.Conn in Go's poller, on the loop. It reports false if
 // that failed (the socket is closed then).
@@ -504,9 +456,6 @@ func (c *Conn) attachToGoroutine() bool {
 	if c.tio != nil {
 		c.tio.useConn(nc)
 		c.nc = lc.tls
-		if c.laterDone == nil {
-			c.laterDone = make(chan error, 1) // for handOverWrite
-		}
 	}
 	c.fd.Store(int64(fdOf(nc)))
 	c.bindRawConn()
@@ -552,8 +501,10 @@ func (lc *loopClient) shutdown(closeNow bool) {
 	case lc.c.later:
 		if lc.closeNow {
 			// A blocked command would hold the close (invariant 4)
-			// until its reply, for as long as it blocks.
+			// until its reply, for as long as it blocks; a write that
+			// waits for a client that reads nothing, for good.
 			lc.clientGone()
+			lc.abandonWrite()
 		}
 	case lc.closeNow:
 		lc.stop()

@@ -45,9 +45,9 @@ import (
 //     net.Error as a permanentError (Temporary() false). So the
 //     transport's Write never fails but for a broken socket: on the loop
 //     it writes what the socket takes and keeps the rest in its outbox,
-//     in order, which a goroutine then writes (handOverWrite, as the rest
-//     of a plaintext batch is). The record buffer it is given is pooled by
-//     crypto/tls (outBufPool): the outbox copies.
+//     in order, which the loop writes as the socket makes room
+//     (loopwrite.go, as the rest of a plaintext batch). The record buffer
+//     it is given is pooled by crypto/tls (outBufPool): the outbox copies.
 //
 // On the loop, "the socket is drained" does not mean "nothing to read":
 // the tls.Conn may hold the decrypted rest of a record (up to 16 KB, more
@@ -67,18 +67,22 @@ func (tlsWouldBlock) Timeout() bool   { return true }
 func (tlsWouldBlock) Temporary() bool { return true }
 
 // tlsTransport is the net.Conn under a TLS client's tls.Conn (see above).
-// Its reads are the tls.Conn's reader's (one at a time); its writes are
-// serialized by mu, which handOverWrite also holds while a goroutine
-// writes the outbox, so that nothing crypto/tls writes meanwhile (a
-// KeyUpdate's answer, an alert) overtakes it.
+// Its reads are the tls.Conn's reader's (one at a time); its writes, and
+// the loop's writes of the outbox (flushOutbox), are serialized by mu, so
+// that nothing crypto/tls writes (a KeyUpdate's answer, an alert)
+// overtakes what waits in the outbox.
 type tlsTransport struct {
 	// conn is the TCP connection in Go's poller, nil while on the loop.
 	conn net.Conn
 	// lc is the loop's state while on the loop, nil otherwise.
 	lc *loopClient
 
-	mu     sync.Mutex
-	outbox []byte // encrypted bytes the socket did not take yet
+	mu sync.Mutex
+	// outbox[head:] is the encrypted bytes the socket did not take yet
+	// (an offset, not a reslice: a batch of megabytes is written a
+	// socket buffer at a time).
+	outbox []byte
+	head   int
 }
 
 // useConn puts the transport on conn, a goroutine's.
@@ -110,21 +114,21 @@ func (t *tlsTransport) Write(b []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.lc == nil {
-		if len(t.outbox) > 0 {
-			// Left by the loop (it hands a batch it could not finish to
-			// handOverWrite, which empties this first): only what
-			// crypto/tls wrote on its own while reading gets here.
-			if _, err := t.conn.Write(t.outbox); err != nil {
+		if t.pendingLocked() > 0 {
+			// Left by the loop: a batch's rest never is (the loop
+			// writes it before the client may leave), only what
+			// crypto/tls wrote on its own while reading on the loop.
+			if _, err := t.conn.Write(t.outbox[t.head:]); err != nil {
 				return 0, err
 			}
-			t.outbox = t.outbox[:0]
+			t.emptyLocked()
 		}
 		return t.conn.Write(b)
 	}
-	if err := t.flushLocked(); err != nil {
+	if _, err := t.flushLocked(); err != nil {
 		return 0, err
 	}
-	if len(t.outbox) > 0 {
+	if t.pendingLocked() > 0 {
 		t.outbox = append(t.outbox, b...)
 		return len(b), nil
 	}
@@ -139,35 +143,52 @@ func (t *tlsTransport) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// flushLocked writes what it can of the outbox, on the loop, without
-// waiting.
-func (t *tlsTransport) flushLocked() error {
-	if len(t.outbox) == 0 {
-		return nil
+// flushLocked writes what the socket takes of the outbox, on the loop,
+// without waiting, and returns how many bytes are left in it.
+func (t *tlsTransport) flushLocked() (left int, err error) {
+	for t.pendingLocked() > 0 {
+		n, err := netloop.Write(t.lc.fd, t.outbox[t.head:])
+		switch {
+		case err == netloop.ErrWouldBlock:
+			return t.pendingLocked(), nil
+		case err != nil:
+			return t.pendingLocked(), err
+		}
+		t.head += n
 	}
-	n, err := netloop.Write(t.lc.fd, t.outbox)
-	switch {
-	case err == netloop.ErrWouldBlock:
-		return nil
-	case err != nil:
-		return err
-	}
-	t.outbox = t.outbox[:copy(t.outbox, t.outbox[n:])]
-	return nil
+	t.emptyLocked()
+	return 0, nil
+}
+
+// flushOutbox is flushLocked for the loop's write of a batch's rest
+// (loopwrite.go).
+func (t *tlsTransport) flushOutbox() (left int, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.flushLocked()
+}
+
+// pendingLocked is how many bytes the outbox holds; the caller holds mu.
+func (t *tlsTransport) pendingLocked() int { return len(t.outbox) - t.head }
+
+// pendingBytes is how many bytes the outbox holds: the socket did not
+// take them yet.
+func (t *tlsTransport) pendingBytes() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pendingLocked()
 }
 
 // pending reports whether the outbox holds bytes the socket did not take.
-func (t *tlsTransport) pending() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.outbox) > 0
-}
+func (t *tlsTransport) pending() bool { return t.pendingBytes() > 0 }
 
-// takeOutbox returns the outbox and empties it; the caller holds mu.
-func (t *tlsTransport) takeOutboxLocked() []byte {
-	b := t.outbox
-	t.outbox = nil
-	return b
+// emptyLocked empties the outbox, letting go of one grown past what is
+// kept between batches; the caller holds mu.
+func (t *tlsTransport) emptyLocked() {
+	t.outbox, t.head = t.outbox[:0], 0
+	if cap(t.outbox) > maxRetainedOutput {
+		t.outbox = nil
+	}
 }
 
 // Close closes a goroutine's connection. On the loop, the loop closes
@@ -249,7 +270,8 @@ func (lc *loopClient) mayRead() bool {
 // writeTLS writes b through the tls.Conn on the loop (or from whoever
 // completes a batch left to its last reply, while the loop does not touch
 // the connection: invariant 2) and reports whether the socket took all of
-// it; the rest waits in the transport's outbox.
+// it; the rest waits in the transport's outbox, which the loop writes as
+// the socket makes room (loopwrite.go).
 func (lc *loopClient) writeTLS(b []byte) (all bool, err error) {
 	if _, err := lc.tls.Write(b); err != nil {
 		return false, err
