@@ -117,15 +117,23 @@ func (c *Conn) toLoop() bool {
 	if err != nil {
 		return false
 	}
-	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd, idleFrom: time.Now(), idleIdx: -1}
+	lc := newLoopClient(c, fd, time.Now())
 	if c.tio != nil {
 		lc.tls = c.nc.(*tls.Conn)
 	}
-	lc.edge.Readable() // bytes may have come before it was added
-	lc.resumeFn = lc.resume
-	lc.w.startFn, lc.w.checkFn = lc.startWrite, lc.checkWrite
 	lc.loop.Post(lc.moveIn)
 	return true
+}
+
+// newLoopClient is c's loop state over the socket fd, waiting for the
+// client since idleFrom.
+func newLoopClient(c *Conn, fd int, idleFrom time.Time) *loopClient {
+	lc := &loopClient{c: c, loop: c.server.Loop, fd: fd, idleFrom: idleFrom, idleIdx: -1}
+	lc.edge.Readable() // bytes may have come before it was added
+	// Bound once: posting them allocates nothing.
+	lc.resumeFn = lc.resume
+	lc.w.startFn, lc.w.checkFn = lc.startWrite, lc.checkWrite
+	return lc
 }
 
 // moveIn gives the connection to the loop, on the loop, where Kill's and

@@ -180,9 +180,7 @@ func (s *Server) acceptOnLoop(fd int, remote, local string) {
 	}
 	c.onLoop = true
 	c.fd.Store(int64(fd))
-	lc := &loopClient{c: c, loop: s.Loop, fd: fd, idleFrom: s.Loop.Now(), idleIdx: -1}
-	lc.edge.Readable()
-	lc.resumeFn = lc.resume
+	lc := newLoopClient(c, fd, s.Loop.Now())
 	c.lp = lc
 	lc.register()
 	if !lc.stopped && c.lp == lc && !c.later {
