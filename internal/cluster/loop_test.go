@@ -12,12 +12,15 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
-// countingWaiter is a client connection on the serve loop: WaitReplies
-// returns at once (as the loop's does for a batch's first request) and is
-// counted.
+// countingWaiter is a client connection on the serve loop: AfterReplies
+// runs its continuation at once (as the loop's does for a batch's first
+// request) and is counted.
 type countingWaiter struct{ waits atomic.Int32 }
 
-func (w *countingWaiter) WaitReplies(*resp.Reply) { w.waits.Add(1) }
+func (w *countingWaiter) AfterReplies(_ *resp.Reply, then func()) {
+	w.waits.Add(1)
+	then()
+}
 
 // TestClusterServesOnLoop: in front of a Redis Cluster whose masters'
 // shared connections the loop serves, ServesOnLoop admits requests of one

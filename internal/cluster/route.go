@@ -50,33 +50,36 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 		}
 	}
 	if c.ownDBSize(name, args) {
-		c.afterViewChange(cl, p)
-		c.dbsize(cl, args, p)
+		c.afterViewChange(cl, p, func() { c.dbsize(cl, args, p) })
 		return
 	}
 	if r := broadcastRuleFor(name, args); r != nil {
-		c.afterViewChange(cl, p)
-		masters := c.Masters()
-		m := r.mergeFor(c, masters, args)
-		if len(c.own) > 0 && string(name) == "keys" {
-			m = c.withoutOwn(m)
-		}
-		if string(name) == "config" && keys.LowerName(args[1]) == "set" {
-			p = c.configSet(args, p)
-		}
-		c.broadcast(cl, masters, args, m, p)
+		keysCmd := len(c.own) > 0 && string(name) == "keys"
+		configSet := string(name) == "config" && keys.LowerName(args[1]) == "set"
+		c.afterViewChange(cl, p, func() {
+			masters := c.Masters()
+			m := r.mergeFor(c, masters, args)
+			if keysCmd {
+				m = c.withoutOwn(m)
+			}
+			p := p
+			if configSet {
+				p = c.configSet(args, p)
+			}
+			c.broadcast(cl, masters, args, m, p)
+		})
 		return
 	}
 	if string(name) == "scan" {
-		c.afterViewChange(cl, p)
-		c.scan(cl, args, p)
+		c.afterViewChange(cl, p, func() { c.scan(cl, args, p) })
 		return
 	}
 	var buf [16]int
 	slot, positions, single := c.slotOf(name, args, buf[:0])
 	if !single {
-		c.afterViewChange(cl, p)
-		c.crossSlot(cl, string(name), args, positions, p)
+		cmd := string(name)
+		positions = append([]int(nil), positions...) // buf is this frame's
+		c.afterViewChange(cl, p, func() { c.crossSlot(cl, cmd, args, positions, p) })
 		return
 	}
 	v := c.view.Load()
@@ -93,9 +96,12 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 		// requests routed by the old view, and their redirects, finish
 		// first, so this one cannot overtake them.
 		if cl.view != 0 && cl.Conn != nil {
-			cl.Conn.WaitReplies(p)
-			v = c.view.Load()
-			node, epoch = v.target(slot), v.epoch
+			cl.Conn.AfterReplies(p, func() {
+				v := c.view.Load()
+				cl.view = v.epoch
+				c.forwardTo(v.target(slot), slot, cl, args, p)
+			})
+			return
 		}
 		cl.view = epoch
 	}
@@ -173,17 +179,23 @@ func (c *Cluster) slotOf(name []byte, args [][]byte, dst []int) (slot int, posit
 	return slot, nil, true
 }
 
-// afterViewChange makes a request wait, if a slot changed master since the
-// client's last request, for the requests routed by the old view (and their
-// redirects): a request must not overtake one the client sent before it.
-// (Forward's single-slot path does the same from one reading of the view.)
-func (c *Cluster) afterViewChange(cl *Client, p *resp.Reply) {
+// afterViewChange runs send, if a slot changed master since the client's
+// last request, once the requests routed by the old view (and their
+// redirects) have their replies: a request must not overtake one the client
+// sent before it. (Forward's single-slot path does the same from one
+// reading of the view.)
+func (c *Cluster) afterViewChange(cl *Client, p *resp.Reply, send func()) {
 	if e := c.Epoch(); e != cl.view {
 		if cl.view != 0 && cl.Conn != nil {
-			cl.Conn.WaitReplies(p)
+			cl.Conn.AfterReplies(p, func() {
+				cl.view = c.Epoch()
+				send()
+			})
+			return
 		}
 		cl.view = c.Epoch()
 	}
+	send()
 }
 
 // Pin returns a connection of the client's own to the master of args'

@@ -507,7 +507,8 @@ func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			}
 			// Inside MULTI Redis queues everything else, arity errors
 			// included (an unknown command makes EXEC abort).
-			if s.tx.deferred && !h.beginMulti(c, s, args, p) {
+			if s.tx.deferred {
+				h.beginMulti(c, s, args, p, func() { h.sendQueued(s, args, p) })
 				return
 			}
 			h.sendQueued(s, args, p)

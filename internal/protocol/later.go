@@ -45,6 +45,9 @@ func (c *Conn) writeLater() bool {
 // not block: what the socket does not take at once, or what must be paced
 // by the soft output limit, is written by a goroutine of its own.
 func (c *Conn) finishLater() {
+	if c.lp != nil && c.detourDone() {
+		return // not the batch's end: a detour's (detour.go)
+	}
 	if err := c.collect(); err != nil {
 		c.doneLater(err)
 		return
