@@ -108,19 +108,19 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 	c.forwardTo(node, slot, cl, args, p)
 }
 
-// ServesOnLoop reports whether Forward sends args for cl to one master
-// without waiting, so that the serve loop may call it: a request of one
-// slot (or keyless), from a client that does not track, routed by the view
-// the client's last request was routed by, or with nothing of the
-// client's awaiting its reply (first: the loop's batch is empty), as then
-// a view change costs no wait (WaitReplies returns at once). Broadcasts,
-// SCAN, requests that span slots and a view change behind a request still
-// out are served on a goroutine. The view read here is the one Forward
-// routes by, so a change between the two does not make it wait. Forward
-// itself never blocks on the single-slot path otherwise: the masters'
-// shared connections are dialled with their Node, a broken one answers
-// ErrUnavailable at once, and redirects are resent from the reply's
-// reader, or from a goroutine of their own when they must pause.
+// ServesOnLoop reports whether Forward sends args for cl without
+// blocking, so that the serve loop may call it: a request of one slot (or
+// keyless), or one whose keys span slots (split per slot, split.go), from
+// a client that does not track. A request the loop admitted by the view
+// the client's last request was routed by is routed by that view (so a
+// change between the two costs no wait); after a view change, Forward goes
+// on once the client's earlier requests have their replies (the
+// connection's AfterReplies: on the loop, a continuation, never a wait).
+// Broadcasts and SCAN are served on a goroutine. Forward itself never
+// blocks on these paths otherwise: the masters' shared connections are
+// dialled with their Node, a broken one answers ErrUnavailable at once,
+// and redirects are resent from the reply's reader, or from a goroutine of
+// their own when they must pause.
 func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 	cl.loopView = nil
 	if cl.track != nil {
@@ -132,15 +132,12 @@ func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 		return false
 	}
 	var buf [16]int
-	if _, _, single := c.slotOf(name, args, buf[:0]); !single {
-		return false
+	if _, _, single := c.slotOf(name, args, buf[:0]); single {
+		if v := c.view.Load(); v.epoch == cl.view {
+			cl.loopView = v
+		}
 	}
-	v := c.view.Load()
-	if v.epoch == cl.view {
-		cl.loopView = v
-		return true
-	}
-	return cl.view == 0 || first
+	return true
 }
 
 // ownDBSize: DBSIZE, which leaves the proxy's own keys out (ownkeys.go).
