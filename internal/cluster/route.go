@@ -49,9 +49,43 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 			defer func() { cl.caching = nil }()
 		}
 	}
+	if !c.single(cl, name, args, p) {
+		return
+	}
+	var buf [16]int
+	slot, _, _ := c.slotOf(name, args, buf[:0])
+	v := c.view.Load()
+	if loopView != nil && loopView.epoch == cl.view {
+		// The serve loop admitted the request by this view (the client's
+		// last): routed by it, the request queues behind the client's
+		// earlier ones on the same masters, and is redirected after them
+		// if its slot moved, with no wait, which the loop cannot afford.
+		v = loopView
+	}
+	node, epoch := v.target(slot), v.epoch
+	if epoch != cl.view {
+		// A slot changed master since this client's last request: the
+		// requests routed by the old view, and their redirects, finish
+		// first, so this one cannot overtake them.
+		if cl.view != 0 && cl.Conn != nil {
+			c.forwardAfterReplies(cl, slot, args, p)
+			return
+		}
+		cl.view = epoch
+	}
+	c.forwardTo(node, slot, cl, args, p)
+}
+
+// single reports whether Forward sends args to one master; if not, it
+// has sent them (after the client's earlier replies if the view changed:
+// afterViewChange). Out of Forward, so that the continuations' captures
+// cost the one-master path no allocation.
+//
+//go:noinline
+func (c *Cluster) single(cl *Client, name []byte, args [][]byte, p *resp.Reply) bool {
 	if c.ownDBSize(name, args) {
 		c.afterViewChange(cl, p, func() { c.dbsize(cl, args, p) })
-		return
+		return false
 	}
 	if r := broadcastRuleFor(name, args); r != nil {
 		keysCmd := len(c.own) > 0 && string(name) == "keys"
@@ -68,44 +102,37 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 			}
 			c.broadcast(cl, masters, args, m, p)
 		})
-		return
+		return false
 	}
 	if string(name) == "scan" {
 		c.afterViewChange(cl, p, func() { c.scan(cl, args, p) })
-		return
+		return false
 	}
 	var buf [16]int
-	slot, positions, single := c.slotOf(name, args, buf[:0])
+	_, positions, single := c.slotOf(name, args, buf[:0])
 	if !single {
-		cmd := string(name)
-		positions = append([]int(nil), positions...) // buf is this frame's
-		c.afterViewChange(cl, p, func() { c.crossSlot(cl, cmd, args, positions, p) })
-		return
+		c.crossSlotAfter(cl, string(name), args, append([]int(nil), positions...), p)
+		return false
 	}
-	v := c.view.Load()
-	if loopView != nil && loopView.epoch == cl.view {
-		// The serve loop admitted the request by this view (the client's
-		// last): routed by it, the request queues behind the client's
-		// earlier ones on the same masters, and is redirected after them
-		// if its slot moved, with no wait, which the loop cannot afford.
-		v = loopView
-	}
-	node, epoch := v.target(slot), v.epoch
-	if epoch != cl.view {
-		// A slot changed master since this client's last request: the
-		// requests routed by the old view, and their redirects, finish
-		// first, so this one cannot overtake them.
-		if cl.view != 0 && cl.Conn != nil {
-			cl.Conn.AfterReplies(p, func() {
-				v := c.view.Load()
-				cl.view = v.epoch
-				c.forwardTo(v.target(slot), slot, cl, args, p)
-			})
-			return
-		}
-		cl.view = epoch
-	}
-	c.forwardTo(node, slot, cl, args, p)
+	return true
+}
+
+// crossSlotAfter is crossSlot after a view change (afterViewChange).
+// positions must not be the caller's stack buffer.
+func (c *Cluster) crossSlotAfter(cl *Client, name string, args [][]byte, positions []int, p *resp.Reply) {
+	c.afterViewChange(cl, p, func() { c.crossSlot(cl, name, args, positions, p) })
+}
+
+// forwardAfterReplies is Forward's one-master path after a view change,
+// once the client's earlier requests have their replies: by the view then.
+//
+//go:noinline
+func (c *Cluster) forwardAfterReplies(cl *Client, slot int, args [][]byte, p *resp.Reply) {
+	cl.Conn.AfterReplies(p, func() {
+		v := c.view.Load()
+		cl.view = v.epoch
+		c.forwardTo(v.target(slot), slot, cl, args, p)
+	})
 }
 
 // ServesOnLoop reports whether Forward sends args for cl without
