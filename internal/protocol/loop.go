@@ -47,9 +47,10 @@ import (
 type LoopHandler interface {
 	Handler
 	// ServesOnLoop reports whether ServeCommand serves args without
-	// blocking its goroutine and without WaitReplies (but as the first of
-	// its batch, which waits for nothing), TakeWrites, EnablePushes or
-	// CloseAfterReply, so that the loop may call it. MayBlock is allowed
+	// blocking its goroutine (AfterReplies is not blocking: on the loop
+	// its continuation runs later), and without TakeWrites (but as the
+	// first of its batch), EnablePushes or CloseAfterReply, so that the
+	// loop may call it. MayBlock is allowed
 	// (the loop ends the batch with it and watches the client: ClientGone
 	// as on a goroutine). When
 	// it reports false, nothing was done: the connection leaves the loop
