@@ -18,7 +18,7 @@ import (
 // connections SELECT it when they connect (and reconnect). A client's
 // requests still keep their order: they all travel on its one connection
 // of its database's pool, and SELECT waits for the replies to what was
-// sent before it (the client's Conn.WaitReplies) before later requests take
+// sent before it (the client's Conn.AfterReplies) before later requests take
 // the other database's connection.
 //
 // A connection of the client's own (MULTI, WATCH, blocking commands) is

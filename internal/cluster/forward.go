@@ -142,9 +142,12 @@ type Client struct {
 
 // Waiter is what a Forwarder asks of a client connection.
 type Waiter interface {
-	// WaitReplies returns once every request dispatched before current has
-	// its reply.
-	WaitReplies(current *resp.Reply)
+	// AfterReplies runs then once every request dispatched before current
+	// has its reply (protocol.Conn's: at once, after a wait, or, on the
+	// serve loop, later from the loop, after Forward has returned; the
+	// client's later requests wait for then). What a request does after
+	// such a switch of view is all in then.
+	AfterReplies(current *resp.Reply, then func())
 }
 
 // Gone ends what waits in Redis for a client that went away: a WAIT's

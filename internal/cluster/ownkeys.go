@@ -55,8 +55,15 @@ func (c *Cluster) dbsize(cl *Client, args [][]byte, p *resp.Reply) {
 		return
 	}
 	if cl.track != nil && cl.Conn != nil {
-		cl.Conn.WaitReplies(p)
+		cl.Conn.AfterReplies(p, func() { c.dbsizeOn(cl, masters, ownMaster, args, p) })
+		return
 	}
+	c.dbsizeOn(cl, masters, ownMaster, args, p)
+}
+
+// dbsizeOn is dbsize once the client's earlier requests have their
+// replies.
+func (c *Cluster) dbsizeOn(cl *Client, masters []*Node, ownMaster *Node, args [][]byte, p *resp.Reply) {
 	script := [][]byte{[]byte("EVAL"), []byte(ownDBSize), strconv.AppendInt(nil, int64(len(c.own)), 10)}
 	script = append(script, c.own...)
 	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, mergeSum) })

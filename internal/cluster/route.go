@@ -49,36 +49,11 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 			defer func() { cl.caching = nil }()
 		}
 	}
-	if c.ownDBSize(name, args) {
-		c.afterViewChange(cl, p)
-		c.dbsize(cl, args, p)
-		return
-	}
-	if r := broadcastRuleFor(name, args); r != nil {
-		c.afterViewChange(cl, p)
-		masters := c.Masters()
-		m := r.mergeFor(c, masters, args)
-		if len(c.own) > 0 && string(name) == "keys" {
-			m = c.withoutOwn(m)
-		}
-		if string(name) == "config" && keys.LowerName(args[1]) == "set" {
-			p = c.configSet(args, p)
-		}
-		c.broadcast(cl, masters, args, m, p)
-		return
-	}
-	if string(name) == "scan" {
-		c.afterViewChange(cl, p)
-		c.scan(cl, args, p)
+	if !c.single(cl, name, args, p) {
 		return
 	}
 	var buf [16]int
-	slot, positions, single := c.slotOf(name, args, buf[:0])
-	if !single {
-		c.afterViewChange(cl, p)
-		c.crossSlot(cl, string(name), args, positions, p)
-		return
-	}
+	slot, _, _ := c.slotOf(name, args, buf[:0])
 	v := c.view.Load()
 	if loopView != nil && loopView.epoch == cl.view {
 		// The serve loop admitted the request by this view (the client's
@@ -93,28 +68,86 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 		// requests routed by the old view, and their redirects, finish
 		// first, so this one cannot overtake them.
 		if cl.view != 0 && cl.Conn != nil {
-			cl.Conn.WaitReplies(p)
-			v = c.view.Load()
-			node, epoch = v.target(slot), v.epoch
+			c.forwardAfterReplies(cl, slot, args, p)
+			return
 		}
 		cl.view = epoch
 	}
 	c.forwardTo(node, slot, cl, args, p)
 }
 
-// ServesOnLoop reports whether Forward sends args for cl to one master
-// without waiting, so that the serve loop may call it: a request of one
-// slot (or keyless), from a client that does not track, routed by the view
-// the client's last request was routed by, or with nothing of the
-// client's awaiting its reply (first: the loop's batch is empty), as then
-// a view change costs no wait (WaitReplies returns at once). Broadcasts,
-// SCAN, requests that span slots and a view change behind a request still
-// out are served on a goroutine. The view read here is the one Forward
-// routes by, so a change between the two does not make it wait. Forward
-// itself never blocks on the single-slot path otherwise: the masters'
-// shared connections are dialled with their Node, a broken one answers
-// ErrUnavailable at once, and redirects are resent from the reply's
-// reader, or from a goroutine of their own when they must pause.
+// single reports whether Forward sends args to one master; if not, it
+// has sent them (after the client's earlier replies if the view changed:
+// afterViewChange). Out of Forward, so that the continuations' captures
+// cost the one-master path no allocation.
+//
+//go:noinline
+func (c *Cluster) single(cl *Client, name []byte, args [][]byte, p *resp.Reply) bool {
+	if c.ownDBSize(name, args) {
+		c.afterViewChange(cl, p, func() { c.dbsize(cl, args, p) })
+		return false
+	}
+	if r := broadcastRuleFor(name, args); r != nil {
+		keysCmd := len(c.own) > 0 && string(name) == "keys"
+		configSet := string(name) == "config" && keys.LowerName(args[1]) == "set"
+		c.afterViewChange(cl, p, func() {
+			masters := c.Masters()
+			m := r.mergeFor(c, masters, args)
+			if keysCmd {
+				m = c.withoutOwn(m)
+			}
+			p := p
+			if configSet {
+				p = c.configSet(args, p)
+			}
+			c.broadcast(cl, masters, args, m, p)
+		})
+		return false
+	}
+	if string(name) == "scan" {
+		c.afterViewChange(cl, p, func() { c.scan(cl, args, p) })
+		return false
+	}
+	var buf [16]int
+	_, positions, single := c.slotOf(name, args, buf[:0])
+	if !single {
+		c.crossSlotAfter(cl, string(name), args, append([]int(nil), positions...), p)
+		return false
+	}
+	return true
+}
+
+// crossSlotAfter is crossSlot after a view change (afterViewChange).
+// positions must not be the caller's stack buffer.
+func (c *Cluster) crossSlotAfter(cl *Client, name string, args [][]byte, positions []int, p *resp.Reply) {
+	c.afterViewChange(cl, p, func() { c.crossSlot(cl, name, args, positions, p) })
+}
+
+// forwardAfterReplies is Forward's one-master path after a view change,
+// once the client's earlier requests have their replies: by the view then.
+//
+//go:noinline
+func (c *Cluster) forwardAfterReplies(cl *Client, slot int, args [][]byte, p *resp.Reply) {
+	cl.Conn.AfterReplies(p, func() {
+		v := c.view.Load()
+		cl.view = v.epoch
+		c.forwardTo(v.target(slot), slot, cl, args, p)
+	})
+}
+
+// ServesOnLoop reports whether Forward sends args for cl without
+// blocking, so that the serve loop may call it: a request of one slot (or
+// keyless), or one whose keys span slots (split per slot, split.go), from
+// a client that does not track. A request the loop admitted by the view
+// the client's last request was routed by is routed by that view (so a
+// change between the two costs no wait); after a view change, Forward goes
+// on once the client's earlier requests have their replies (the
+// connection's AfterReplies: on the loop, a continuation, never a wait).
+// Broadcasts and SCAN are served on a goroutine. Forward itself never
+// blocks on these paths otherwise: the masters' shared connections are
+// dialled with their Node, a broken one answers ErrUnavailable at once,
+// and redirects are resent from the reply's reader, or from a goroutine of
+// their own when they must pause.
 func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 	cl.loopView = nil
 	if cl.track != nil {
@@ -126,15 +159,12 @@ func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 		return false
 	}
 	var buf [16]int
-	if _, _, single := c.slotOf(name, args, buf[:0]); !single {
-		return false
+	if _, _, single := c.slotOf(name, args, buf[:0]); single {
+		if v := c.view.Load(); v.epoch == cl.view {
+			cl.loopView = v
+		}
 	}
-	v := c.view.Load()
-	if v.epoch == cl.view {
-		cl.loopView = v
-		return true
-	}
-	return cl.view == 0 || first
+	return true
 }
 
 // ownDBSize: DBSIZE, which leaves the proxy's own keys out (ownkeys.go).
@@ -173,17 +203,23 @@ func (c *Cluster) slotOf(name []byte, args [][]byte, dst []int) (slot int, posit
 	return slot, nil, true
 }
 
-// afterViewChange makes a request wait, if a slot changed master since the
-// client's last request, for the requests routed by the old view (and their
-// redirects): a request must not overtake one the client sent before it.
-// (Forward's single-slot path does the same from one reading of the view.)
-func (c *Cluster) afterViewChange(cl *Client, p *resp.Reply) {
+// afterViewChange runs send, if a slot changed master since the client's
+// last request, once the requests routed by the old view (and their
+// redirects) have their replies: a request must not overtake one the client
+// sent before it. (Forward's single-slot path does the same from one
+// reading of the view.)
+func (c *Cluster) afterViewChange(cl *Client, p *resp.Reply, send func()) {
 	if e := c.Epoch(); e != cl.view {
 		if cl.view != 0 && cl.Conn != nil {
-			cl.Conn.WaitReplies(p)
+			cl.Conn.AfterReplies(p, func() {
+				cl.view = c.Epoch()
+				send()
+			})
+			return
 		}
 		cl.view = c.Epoch()
 	}
+	send()
 }
 
 // Pin returns a connection of the client's own to the master of args'

@@ -161,7 +161,8 @@ func (t *tracker) serve(cl *Client, args [][]byte, p *resp.Reply) bool {
 				// Its earlier requests first: one redirected meanwhile may
 				// open a connection (dialMu) on a reader that on would
 				// wait for.
-				cl.Conn.WaitReplies(p)
+				cl.Conn.AfterReplies(p, func() { t.on(args, p) })
+				break
 			}
 			t.on(args, p)
 		case "off":

@@ -15,8 +15,15 @@ import (
 // it waits (cl.waiting, which Gone closes).
 func waitOn(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]byte, p *resp.Reply) {
 	if cl.Conn != nil {
-		cl.Conn.WaitReplies(p) // the writes WAIT is about are in
+		// The writes WAIT is about are in first.
+		cl.Conn.AfterReplies(p, func() { waitNow(cl, masters, offsetKey, args, p) })
+		return
 	}
+	waitNow(cl, masters, offsetKey, args, p)
+}
+
+// waitNow is waitOn once the client's earlier requests have their replies.
+func waitNow(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]byte, p *resp.Reply) {
 	if len(masters) == 0 {
 		p.Err = backend.ErrUnavailable
 		p.Done()

@@ -103,15 +103,14 @@ func TestClusterServesOnLoop(t *testing.T) {
 		t.Fatalf("GET {a}k on its new master: %q", got)
 	}
 
-	// Keys of three slots: split on a goroutine; the client comes back
-	// after two batches the loop would have served.
+	// Keys of three slots: split on the loop too.
 	run(t, c, []exchange{
 		{[]string{"MGET", "{a}k", "{b}k", "{c}k"}, "*3\r\n$2\r\nA2\r\n$1\r\nB\r\n$1\r\nC\r\n"},
 		{[]string{"GET", "{b}k"}, "$1\r\nB\r\n"},
 		{[]string{"GET", "{c}k"}, "$1\r\nC\r\n"},
 		{[]string{"GET", "{a}k"}, "$2\r\nA2\r\n"},
 	})
-	if got, want := w.take(), "MGET:leaves MGET:goroutine GET:loopable GET:loopable GET:loop"; got != want {
+	if got, want := w.take(), "MGET:loop GET:loop GET:loop GET:loop"; got != want {
 		t.Fatalf("MGET: ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}
 }

@@ -36,20 +36,21 @@ func (o *controlOrder) next() {
 // control sends the request on the control connection, in its place
 // among the client's requests (inOrder).
 func (h *Handler) control(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	h.inOrder(c, p)
-	h.opts.Backend.Control(&sessionOf(c).backend, args, p)
+	h.inOrder(c, p, func() { h.opts.Backend.Control(&sessionOf(c).backend, args, p) })
 }
 
-// inOrder waits for the client's earlier requests to have their replies if
-// they went another way than the control connection: a client's PING
+// inOrder runs send once the client's earlier requests have their replies
+// if they went another way than the control connection: a client's PING
 // after its own EVAL is answered after it, as on Redis. current is the
 // request's reply slot.
-func (h *Handler) inOrder(c *protocol.Conn, current *resp.Reply) {
+func (h *Handler) inOrder(c *protocol.Conn, current *resp.Reply, send func()) {
 	s := sessionOf(c)
-	if !s.order.prev {
-		c.WaitReplies(current)
-	}
 	s.order.last = true
+	if !s.order.prev {
+		c.AfterReplies(current, send)
+		return
+	}
+	send()
 }
 
 // pingPatience bounds how long a PING waits for Redis. Past it, or if
@@ -76,7 +77,12 @@ func (h *Handler) ping(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		own = redcon.AppendBulk(nil, args[1])
 	}
 	// In place first: the patience runs from when Redis is asked.
-	h.inOrder(c, p)
+	h.inOrder(c, p, func() { h.pingRedis(c, args, own, p) })
+}
+
+// pingRedis asks Redis for PING's answer, or answers own past
+// pingPatience.
+func (h *Handler) pingRedis(c *protocol.Conn, args [][]byte, own []byte, p *resp.Reply) {
 	var answered atomic.Bool
 	pong := func() {
 		p.Buf = append(p.Buf, own...)

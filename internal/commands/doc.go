@@ -49,7 +49,10 @@
 //     format), AUTH (checked by Redis; a client of another Redis user than
 //     the proxy's gets a connection of its own as that user, users.go),
 //     SELECT (select.go: the database the Forwarder routes
-//     by), RESET, QUIT; CLIENT REPLY, whose replies the client's
+//     by; it switches once the client's earlier replies are in, through
+//     protocol's AfterReplies, as do AUTH as another user, MULTI's and
+//     WATCH's pin and CLIENT TRACKING ON: on the serve loop a
+//     continuation, never a wait), RESET, QUIT; CLIENT REPLY, whose replies the client's
 //     connection drops (reply.go); CLIENT UNBLOCK, mapped to the
 //     connection the named client's blocking command waits on
 //     (unblock.go)), or the proxy (INFO adds its own sections to Redis's,

@@ -69,7 +69,18 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			msg = h.checkAuth(user, password)
 		}
 		if msg == "" && h.opts.ACL == nil {
-			msg = h.becomeUser(c, s, string(user), string(password), p)
+			// What follows waits for the client's earlier replies if it
+			// changes connections (becomeUser): args stay valid, since
+			// nothing more of the client's is read until it is done.
+			h.becomeUser(c, s, string(user), string(password), p, func(msg string) {
+				if msg != "" {
+					replyError(p, msg)
+					return
+				}
+				h.authenticated(c, string(user))
+				h.helloReply(c, s, resp3, setName, name, p)
+			})
+			return
 		}
 		if msg != "" {
 			replyError(p, msg)
@@ -80,6 +91,12 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		replyError(p, replyHelloNoAuth)
 		return
 	}
+	h.helloReply(c, s, resp3, setName, name, p)
+}
+
+// helloReply switches the client to the protocol HELLO asked for and
+// answers it.
+func (h *Handler) helloReply(c *protocol.Conn, s *session, resp3, setName bool, name []byte, p *resp.Reply) {
 	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
 		// Its own connection (WATCH, CLIENT TRACKING) switches too, as
 		// the client's connection does in Redis: tracking goes on, its
@@ -162,10 +179,15 @@ func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		user = string(args[1])
 	}
 	if h.opts.ACL == nil {
-		if msg := h.becomeUser(c, sessionOf(c), user, string(args[len(args)-1]), p); msg != "" {
-			replyError(p, msg)
-			return
-		}
+		h.becomeUser(c, sessionOf(c), user, string(args[len(args)-1]), p, func(msg string) {
+			if msg != "" {
+				replyError(p, msg)
+				return
+			}
+			h.authenticated(c, user)
+			replyOK(p)
+		})
+		return
 	}
 	h.authenticated(c, user)
 	replyOK(p)
@@ -269,8 +291,17 @@ func (h *Handler) client(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // reset is RESET: the connection's state back to a fresh one's.
 func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
+	if s.tx.pinned != nil || s.backend.DB != 0 || s.tx.execSelects {
+		// What the client sent before runs on the connections it had.
+		h.after(c, s, p, func() { h.resetNow(c, s, p) })
+		return
+	}
+	h.resetNow(c, s, p)
+}
+
+// resetNow is RESET once the client's earlier requests have their replies.
+func (h *Handler) resetNow(c *protocol.Conn, s *session, p *resp.Reply) {
 	if s.tx.pinned != nil {
-		c.WaitReplies(p)
 		h.unblocked(c, s)
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}

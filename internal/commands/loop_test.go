@@ -170,8 +170,8 @@ func TestServesOnLoop(t *testing.T) {
 		t.Errorf("BLPOP, XREAD: ServesOnLoop answered %q; want %q", got, want)
 	}
 
-	// PING first in its batch waits for nothing: the loop's; behind
-	// another request it waits for that one's reply: a goroutine's.
+	// PING is the loop's, first in its batch or behind another request,
+	// whose reply it follows (AfterReplies, a continuation on the loop).
 	c = p.dial(t)
 	run(t, c, []exchange{{[]string{"PING"}, "+PONG\r\n"}, {[]string{"PING", "x"}, "$1\r\nx\r\n"}})
 	c.Send("GET", "k")
@@ -182,7 +182,7 @@ func TestServesOnLoop(t *testing.T) {
 			t.Fatalf("GET, PING: reply %d: %q, %v; want %q", i, got, err, want)
 		}
 	}
-	if got, want := w.take(), "PING:loop PING:loop GET:loop PING:leaves"; got != want {
+	if got, want := w.take(), "PING:loop PING:loop GET:loop PING:loop"; got != want {
 		t.Errorf("PING: ServesOnLoop answered %q; want %q", got, want)
 	}
 
@@ -199,8 +199,8 @@ func TestServesOnLoop(t *testing.T) {
 	if got, want := w.take(), "SELECT:loop SET:loop GET:loop SELECT:loop GET:loop"; got != want {
 		t.Errorf("SELECT of an open database: ServesOnLoop answered %q; want %q", got, want)
 	}
-	// Behind another request of its batch, SELECT waits for that one's
-	// reply: a goroutine serves it.
+	// Behind another request of its batch, SELECT switches once that
+	// one's reply is in, on the loop (AfterReplies).
 	c.Send("GET", "k")
 	c.Send("SELECT", "1")
 	c.Send("GET", "k")
@@ -210,10 +210,8 @@ func TestServesOnLoop(t *testing.T) {
 			t.Fatalf("pipelined SELECT, reply %d: %q, %v; want %q", i, got, err, want)
 		}
 	}
-	// The batch the client left in is not asked about (it held SELECT):
-	// the next one is, and takes the client back to the loop.
 	run(t, c, []exchange{{[]string{"GET", "k"}, "$3\r\none\r\n"}, {[]string{"GET", "k"}, "$3\r\none\r\n"}, {[]string{"GET", "k"}, "$3\r\none\r\n"}})
-	if got, want := w.take(), "GET:loop SELECT:leaves GET:loopable GET:loopable GET:loop"; got != want {
+	if got, want := w.take(), "GET:loop SELECT:loop GET:loop GET:loop GET:loop GET:loop"; got != want {
 		t.Errorf("pipelined SELECT: ServesOnLoop answered %q; want %q", got, want)
 	}
 }
@@ -251,7 +249,7 @@ func TestServesOnLoopEveryKindOfClient(t *testing.T) {
 		{[]string{"GET", "missing"}, "_\r\n"},
 		{[]string{"ECHO", "e"}, "$1\r\ne\r\n"},
 	})
-	want := "GET:loop AUTH:leaves AUTH:goroutine SET:loopable GET:loopable GET:loop " +
+	want := "GET:loop AUTH:loop SET:loop GET:loop GET:loop " +
 		"HELLO:leaves HELLO:goroutine GET:loopable GET:loopable GET:loop ECHO:loop"
 	if got := w.take(); got != want {
 		t.Errorf("a RESP3 client of the default user: ServesOnLoop answered\n%s\nwant\n%s", got, want)
@@ -265,7 +263,7 @@ func TestServesOnLoopEveryKindOfClient(t *testing.T) {
 		{[]string{"SET", "k", "w"}, "-NOPERM this user has no permissions to run the 'set' command\r\n"},
 		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
 	})
-	want = "AUTH:leaves AUTH:goroutine GET:loopable GET:loopable SET:loop GET:loop"
+	want = "AUTH:loop GET:loop GET:loop SET:loop GET:loop"
 	if got := w.take(); got != want {
 		t.Errorf("a client of a user without @write: ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}

@@ -28,21 +28,25 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // client's connection of the shared pool (RESP2 or RESP3, in a database
 // whose connections are open), while nothing holds the client elsewhere
 // (replies on, nothing pinned, no MULTI or WATCH, no tunnel, no tracking),
-// PING and SELECT first in their batch, and the few of the proxy's own
+// PING and SELECT (which go on once the client's earlier replies are in:
+// protocol's AfterReplies), AUTH checked by fenceproxy's own users, and
+// the few of the proxy's own
 // that it answers at once from the connection's own state (the table's
 // onLoop: what client libraries send when they connect, so that their
 // clients stay on the loop). A client of fenceproxy's own users (--aclfile,
 // --requirepass) is checked on the loop too (authorize only reads the
 // user's rules), and a tier node's clients are served there as any other
 // node's: what a tier does differently (relaying the lock family, the
-// TIER.* commands of peers' links) is never forwarded. Everything else (the
-// other commands of the proxy's own, AUTH and HELLO, a PING behind other
-// requests, which waits for their replies, a blocking command behind
-// others or with no spare pinned connection ready (blockingOnLoop), WAIT,
-// pub/sub, and in front of a Redis Cluster what the Forwarder does not
-// send to one master at once: broadcasts, SCAN, requests that span slots,
-// a request behind others after the view of the slots changed) moves the
-// client to a goroutine of its own, which
+// TIER.* commands of peers' links) is never forwarded. In front of a Redis
+// Cluster, requests that span slots are split on the loop too, and one
+// behind others after the view of the slots changed goes on once they are
+// answered. Everything else (the other commands of the proxy's own, AUTH
+// checked by Redis and HELLO, a blocking command behind others or with no
+// spare pinned connection ready (blockingOnLoop), MULTI and WATCH (they
+// pin a connection, which may dial), WAIT (it takes a connection of the
+// client's own on each master, which may dial), pub/sub, and in front of a
+// Redis Cluster broadcasts and SCAN) moves the client to a goroutine of
+// its own, which
 // gives it back to the loop after a batch of requests the loop would have
 // served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
@@ -69,19 +73,24 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	return h.opts.Backend.ServesOnLoop(&s.backend, args, c.BatchLen() == 0)
 }
 
-// pingOnLoop: PING first in its batch waits for no earlier reply
-// (inOrder); Redis's answer comes on the control connection, the proxy's
-// own from a timer. The suite's clients with --singledb send it first, as
-// SELECT 9 without.
-func pingOnLoop(_ *Handler, c *protocol.Conn, _ [][]byte) bool { return c.BatchLen() == 0 }
+// pingOnLoop: PING goes on once its earlier replies are in (inOrder, a
+// continuation on the loop); Redis's answer comes on the control
+// connection, the proxy's own from a timer.
+func pingOnLoop(*Handler, *protocol.Conn, [][]byte) bool { return true }
 
-// selectOnLoop: SELECT first in its batch waits for no earlier reply, and
-// to a database already open it dials nothing: the suite's clients (SELECT
-// 9 first) and any application in another database stay on the loop.
+// selectOnLoop: SELECT switches connections once its earlier replies are
+// in (a continuation on the loop, never a wait), and to a database already
+// open it dials nothing: the suite's clients (SELECT 9 first) and any
+// application that moves between databases stay on the loop.
 func selectOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
-	if len(args) != 2 || c.BatchLen() != 0 {
+	if len(args) != 2 {
 		return false
 	}
 	db, ok := parseInt(args[1])
 	return !ok || db >= 0 && db <= math.MaxInt32 && h.opts.Backend.DBOpen(sessionOf(c).backend.RESP3, int(db))
 }
+
+// authOnLoop: AUTH checked by fenceproxy's own users (--aclfile,
+// --requirepass) is answered from the ACL at once; checked by Redis
+// (checkAuth) it waits for Redis's answer, on a goroutine.
+func authOnLoop(h *Handler, _ *protocol.Conn, _ [][]byte) bool { return h.opts.ACL != nil }

@@ -29,20 +29,32 @@ const (
 )
 
 // pin gives the client a connection of its own to the master for args,
-// unless it has one. It replies with an error and reports false if none can
-// be had.
-func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) bool {
+// unless it has one, and then calls then; it replies with an error instead
+// if none can be had. What the client sent before runs first, on the
+// connections it had: then runs once those requests have their replies
+// (protocol's AfterReplies; on the serve loop, later, from the loop).
+func (h *Handler) pin(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply, then func()) {
+	h.pinOr(c, s, args, p, then, nil)
+}
+
+// pinOr is pin, calling failed (if not nil) when it replied with an error.
+func (h *Handler) pinOr(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply, then, failed func()) {
 	if s.tx.pinned != nil {
-		return true
+		then()
+		return
 	}
-	c.WaitReplies(p) // what the client sent before runs before the switch
-	pinned, err := h.opts.Backend.Pin(&s.backend, args)
-	if err != nil {
-		replyErr(p, err)
-		return false
-	}
-	s.tx.pinned = pinned
-	return true
+	h.after(c, s, p, func() {
+		pinned, err := h.opts.Backend.Pin(&s.backend, args)
+		if err != nil {
+			if failed != nil {
+				failed()
+			}
+			replyErr(p, err)
+			return
+		}
+		s.tx.pinned = pinned
+		then()
+	})
 }
 
 // sendPinned forwards a request on the client's own connection.
@@ -78,10 +90,11 @@ func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			replyOK(p)
 			return
 		}
-		if !h.pin(c, s, args, p) {
-			return
-		}
-		s.tx.inMulti = true
+		h.pin(c, s, args, p, func() {
+			s.tx.inMulti = true
+			h.sendPinned(s, args, p)
+		})
+		return
 	}
 	if s.tx.deferred {
 		replyError(p, replyNestedMulti) // no connection yet to ask Redis on
@@ -93,14 +106,12 @@ func (h *Handler) multi(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // beginMulti sends a deferred MULTI to the master of the first command
 // queued in the transaction. It reports false (having replied) if that
 // master cannot be reached.
-func (h *Handler) beginMulti(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) bool {
-	if !h.pin(c, s, args, p) {
-		s.tx.inMulti, s.tx.deferred = false, false
-		return false
-	}
-	s.tx.deferred = false
-	s.tx.pinned.Do([][]byte{[]byte("MULTI")}, resp.NewReplyFunc(func() {}))
-	return true
+func (h *Handler) beginMulti(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply, then func()) {
+	h.pinOr(c, s, args, p, func() {
+		s.tx.deferred = false
+		s.tx.pinned.Do([][]byte{[]byte("MULTI")}, resp.NewReplyFunc(func() {}))
+		then()
+	}, func() { s.tx.inMulti, s.tx.deferred = false, false })
 }
 
 // refuseOwnInMulti refuses one of the proxy's own commands (the lock
@@ -165,10 +176,11 @@ func (h *Handler) execOrDiscard(c *protocol.Conn, args [][]byte, p *resp.Reply) 
 func (h *Handler) watch(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
 	if !s.tx.inMulti {
-		if !h.pin(c, s, args, p) {
-			return
-		}
-		s.tx.watching = true
+		h.pin(c, s, args, p, func() {
+			s.tx.watching = true
+			h.sendPinned(s, args, p)
+		})
+		return
 	} else if s.tx.deferred {
 		replyError(p, replyWatchInMulti)
 		return
@@ -198,25 +210,24 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.opts.Backend.WaitReplicas(&s.backend, args, h.opts.KeyPrefix+"wait-offset", p)
 		return
 	}
-	if !h.pin(c, s, args, p) {
-		return
-	}
-	c.MayBlock()
-	h.blocked.add(c.ID, s.tx.pinned)
-	s.tx.blocked = true
-	if c.OnLoop() {
-		// The loop ends the batch with it (what the client pipelined after
-		// it waits for its reply): written now, ahead of what the loop's
-		// other clients send after it, rather than by the connection's
-		// writer a goroutine hop later.
-		s.pipelined = false
-	}
-	h.sendPinned(s, args, p)
+	h.pin(c, s, args, p, func() {
+		c.MayBlock()
+		h.blocked.add(c.ID, s.tx.pinned)
+		s.tx.blocked = true
+		if c.OnLoop() {
+			// The loop ends the batch with it (what the client pipelined
+			// after it waits for its reply): written now, ahead of what
+			// the loop's other clients send after it, rather than by the
+			// connection's writer a goroutine hop later.
+			s.pipelined = false
+		}
+		h.sendPinned(s, args, p)
+	})
 }
 
 // blockingOnLoop is a blocking command's onLoop (not WAIT's, which goes
 // to every master): the serve loop serves it where that waits for
-// nothing: first in its batch (pin's WaitReplies waits for no earlier
+// nothing: first in its batch (pin's AfterReplies waits for no earlier
 // reply), with a connection of the client's own open already (the
 // master's spare: Forwarder.PinSpare, taken here so that ServeCommand's
 // pin, which follows at once, dials nothing), and short enough that its

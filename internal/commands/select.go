@@ -47,15 +47,28 @@ func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	db := int(n)
 	s := sessionOf(c)
 	if s.tx.execSelects {
-		c.WaitReplies(p) // EXEC's reply says which database the client is in
+		// EXEC's reply says which database the client is in.
+		h.after(c, s, p, func() { h.selectIn(c, s, db, p) })
+		return
 	}
+	h.selectIn(c, s, db, p)
+}
+
+// selectIn is SELECT db once the database the client is in is known.
+func (h *Handler) selectIn(c *protocol.Conn, s *session, db int, p *resp.Reply) {
 	s.adoptExecDB(c)
+	if db != s.backend.DB && s.tx.pinned == nil {
+		// What the client sent before goes on the old database's
+		// connection: it runs before anything takes the new one's.
+		h.after(c, s, p, func() { h.switchDB(c, s, db, p) })
+		return
+	}
+	h.switchDB(c, s, db, p)
+}
+
+// switchDB puts the client in database db and answers SELECT.
+func (h *Handler) switchDB(c *protocol.Conn, s *session, db int, p *resp.Reply) {
 	if db != s.backend.DB {
-		if s.tx.pinned == nil {
-			// What the client sent before goes on the old database's
-			// connection: it runs before anything takes the new one's.
-			c.WaitReplies(p)
-		}
 		if err := h.opts.Backend.Select(&s.backend, db); err != nil {
 			replyErr(p, err)
 			return
@@ -72,14 +85,25 @@ func (h *Handler) selectDB(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	replyOK(p)
 }
 
-// selectZero puts the client back in database 0 (RESET).
+// selectZero puts the client back in database 0 (RESET), once its earlier
+// requests have their replies.
 func (h *Handler) selectZero(c *protocol.Conn, s *session, p *resp.Reply) {
 	s.adoptExecDB(c)
 	if s.backend.DB != 0 {
-		c.WaitReplies(p)
 		h.opts.Backend.Select(&s.backend, 0)
 	}
 	c.SetDB(0)
+}
+
+// after runs then once the client's earlier requests have their replies
+// (protocol's AfterReplies: on the serve loop, later, from the loop, once
+// ServeCommand has returned), and publishes the client's state for CLIENT
+// LIST after it.
+func (h *Handler) after(c *protocol.Conn, s *session, p *resp.Reply, then func()) {
+	c.AfterReplies(p, func() {
+		defer h.publish(c, s)
+		then()
+	})
 }
 
 // sendQueued sends a command into the client's open transaction, noting a

@@ -185,7 +185,7 @@ func init() {
 		{name: "hello", arity: -1, serve: (*Handler).hello},
 		{name: "client", arity: -2, serve: (*Handler).client, onLoop: clientOnLoop},
 		{name: "select", arity: 2, serve: (*Handler).selectDB, onLoop: selectOnLoop},
-		{name: "auth", arity: -2, serve: (*Handler).auth},
+		{name: "auth", arity: -2, serve: (*Handler).auth, onLoop: authOnLoop},
 		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
 		{name: "info", arity: -1, serve: (*Handler).info},
 		{name: "command", arity: -1, serve: (*Handler).command},
@@ -507,7 +507,8 @@ func (h *Handler) serve(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			}
 			// Inside MULTI Redis queues everything else, arity errors
 			// included (an unknown command makes EXEC abort).
-			if s.tx.deferred && !h.beginMulti(c, s, args, p) {
+			if s.tx.deferred {
+				h.beginMulti(c, s, args, p, func() { h.sendQueued(s, args, p) })
 				return
 			}
 			h.sendQueued(s, args, p)

@@ -145,48 +145,64 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 		redirect, redirectAt, redirectRedisID = id, i+1, redisID.(int64)
 		i++
 	}
+	// on finishes CLIENT TRACKING ON once the client is on the connection
+	// that tracks (conn: one of its own).
+	on := func(conn bool) {
+		bcast := false
+		for _, a := range args[3:] {
+			bcast = bcast || bytes.EqualFold(a, []byte("bcast"))
+		}
+		s.track = trackState{on: true, bcast: bcast, redirect: redirect, conn: conn}
+		if !conn {
+			// In front of a Redis Cluster: REDIRECT keeps the proxy's id, made
+			// the target's connection on each master there.
+			h.forward(c, fwd, p)
+			return
+		}
+		if redirectAt > 0 {
+			fwd[redirectAt] = []byte(strconv.FormatInt(redirectRedisID, 10))
+		}
+		h.sendPinned(s, fwd, p)
+	}
+	// track switches the client to a connection that tracks, if it needs
+	// one, once what it sent before has its replies.
+	track := func() {
+		switch {
+		case s.asUser:
+			// Its connection as its user tracks: it relays pushes already.
+			c.EnablePushes()
+			on(true)
+		case !s.track.on:
+			// What the client sent before runs before the switch.
+			h.after(c, s, p, func() {
+				own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
+				if err != nil {
+					replyErr(p, err)
+					return
+				}
+				c.EnablePushes()
+				if own != nil {
+					s.tx.pinned = own
+				}
+				on(own != nil)
+			})
+		default:
+			on(s.track.conn)
+		}
+	}
 	if s.tx.pinned != nil && !s.track.on && !s.asUser {
-		c.WaitReplies(p)
-		if s.tx.watching {
-			replyError(p, "ERR fenceproxy: CLIENT TRACKING ON cannot be sent while WATCH is open; UNWATCH first")
-			return
-		}
-		s.tx.pinned.Release(true)
-		s.tx.pinned = nil
-	}
-	conn := s.track.conn
-	switch {
-	case s.asUser:
-		// Its connection as its user tracks: it relays pushes already.
-		c.EnablePushes()
-		conn = true
-	case !s.track.on:
-		c.WaitReplies(p) // what the client sent before runs before the switch
-		own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
-		if err != nil {
-			replyErr(p, err)
-			return
-		}
-		c.EnablePushes()
-		if own != nil {
-			s.tx.pinned, conn = own, true
-		}
-	}
-	bcast := false
-	for _, a := range args[3:] {
-		bcast = bcast || bytes.EqualFold(a, []byte("bcast"))
-	}
-	s.track = trackState{on: true, bcast: bcast, redirect: redirect, conn: conn}
-	if !conn {
-		// In front of a Redis Cluster: REDIRECT keeps the proxy's id, made
-		// the target's connection on each master there.
-		h.forward(c, fwd, p)
+		h.after(c, s, p, func() {
+			if s.tx.watching {
+				replyError(p, "ERR fenceproxy: CLIENT TRACKING ON cannot be sent while WATCH is open; UNWATCH first")
+				return
+			}
+			s.tx.pinned.Release(true)
+			s.tx.pinned = nil
+			track()
+		})
 		return
 	}
-	if redirectAt > 0 {
-		fwd[redirectAt] = []byte(strconv.FormatInt(redirectRedisID, 10))
-	}
-	h.sendPinned(s, fwd, p)
+	track()
 }
 
 // pushHiding relays a tracking connection's pushes to c, less the

@@ -43,20 +43,32 @@ func (h *Handler) proxyUser() string {
 
 // becomeUser puts a client that Redis authenticated as user on the
 // connections of that user: the shared ones for the proxy's user, else one
-// of its own. It returns the error to reply, "" if done.
-func (h *Handler) becomeUser(c *protocol.Conn, s *session, user, password string, p *resp.Reply) string {
+// of its own. It calls done with the error to reply, "" if done; once the
+// client's earlier requests have their replies if it changes connections
+// (protocol's AfterReplies).
+func (h *Handler) becomeUser(c *protocol.Conn, s *session, user, password string, p *resp.Reply, done func(msg string)) {
 	if h.opts.Backend.RoutesByKey() {
-		return ""
+		done("")
+		return
 	}
 	switch {
 	case user == h.proxyUser() && !s.asUser:
-		return ""
+		done("")
+		return
 	case s.tx.watching || s.tx.inMulti:
-		return "ERR fenceproxy: AUTH as another Redis user cannot be served while WATCH is open; UNWATCH first"
+		done("ERR fenceproxy: AUTH as another Redis user cannot be served while WATCH is open; UNWATCH first")
+		return
 	case s.track.on:
-		return "ERR fenceproxy: AUTH as another Redis user cannot be served while CLIENT TRACKING is on; authenticate before CLIENT TRACKING ON"
+		done("ERR fenceproxy: AUTH as another Redis user cannot be served while CLIENT TRACKING is on; authenticate before CLIENT TRACKING ON")
+		return
 	}
-	c.WaitReplies(p) // what the client sent before runs as the user it had
+	// What the client sent before runs as the user it had.
+	h.after(c, s, p, func() { done(h.switchUser(c, s, user, password)) })
+}
+
+// switchUser is becomeUser once the client's earlier requests have their
+// replies.
+func (h *Handler) switchUser(c *protocol.Conn, s *session, user, password string) string {
 	if s.tx.pinned != nil {
 		s.tx.pinned.Release(false)
 		s.tx.pinned = nil

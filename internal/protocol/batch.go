@@ -12,8 +12,8 @@ import (
 type slot struct {
 	reply *resp.Reply
 	batch *batch
-	// late is true once WaitReplies moved the reply from batch.wg to
-	// batch.late.
+	// late is true once waitReplies (AfterReplies, TakeWrites, on a
+	// goroutine) moved the reply from batch.wg to batch.late.
 	late bool
 	// done is set by the first Complete: a request whose Handler panicked
 	// is completed by the connection (Conn.dispatch), and a Done that the
@@ -52,7 +52,8 @@ func (s *slot) Complete(r *resp.Reply) {
 		wg = &b.late
 	}
 	// left reaches 0 only for a batch its connection left to be written by
-	// whoever completes it (see Conn.writeLater): this is that one.
+	// whoever completes it (see Conn.writeLater), or the last earlier
+	// reply of a detour (AfterReplies): this is that one.
 	last := b.left.Add(-1) == 0
 	wg.Done()
 	if last {
@@ -67,13 +68,15 @@ const maxRetainedReply = 64 << 10
 // batch is the ordered list of replies a connection owes its client.
 type batch struct {
 	wg      sync.WaitGroup // replies of the batch still to come
-	late    sync.WaitGroup // those moved out of wg by Conn.WaitReplies
+	late    sync.WaitGroup // those moved out of wg by Conn.waitReplies
 	replies []*slot
 	n       int
 	out     *outCount
 	// left is the replies still to come, plus 1 while the connection's
 	// goroutine holds the batch (it always does, except while a batch is
-	// left to its last reply to write: see Conn.writeLater).
+	// left to its last reply to write: see Conn.writeLater). On the loop,
+	// during a detour (detour.go), it counts only the replies before the
+	// current request's.
 	left atomic.Int64
 	conn *Conn
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -105,6 +104,9 @@ type Conn struct {
 	loopable bool
 	// loopStreak counts the batches in a row that were loopable.
 	loopStreak int
+	// detour is the rest of a request that waits on the loop for its
+	// earlier replies (AfterReplies, detour.go).
+	detour detour
 	// goneMu keeps a ClientGone that the loop runs on a goroutine of its
 	// own (clientGone) from overlapping BatchDone and Closed.
 	goneMu sync.Mutex
@@ -210,15 +212,7 @@ func (c *Conn) CloseAfterReply() { c.closeAfterReply = true }
 func (c *Conn) dispatch(args [][]byte, p *resp.Reply) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.server.Logger.Error("panic serving a request; the client's connection is closed", "panic", r,
-				"command", clipCommand(args), "stack", string(debug.Stack()))
-			c.closeAfterReply = true
-			if s := c.batch.replies[c.batch.n-1]; !s.done.Load() {
-				// A Done the Handler arranged elsewhere may still race
-				// this one; the slot takes the first (Complete).
-				p.Buf, p.Err = p.Buf[:0], errPanicked
-				p.Done()
-			}
+			c.panicked(r, args)
 		}
 	}()
 	c.server.handler.ServeCommand(c, args, p)
@@ -700,42 +694,12 @@ func (c *Conn) disarmIdle() {
 	}
 }
 
-// WaitReplies waits until every request dispatched before current (the
-// request being served) has its reply. A Handler calls it before switching a
-// client to another backend connection, so requests sent before the switch
-// run first.
-func (c *Conn) WaitReplies(current *resp.Reply) {
-	if c.lp != nil {
-		if c.batch.n == 1 {
-			return // the batch's first request: nothing was sent before it
-		}
-		// On the event loop, whose replies may be completed by the loop
-		// itself: waiting here would stop every client of the loop for
-		// good. A LoopHandler's ServesOnLoop must refuse such requests;
-		// this one is answered as a panic (logged, the client closed).
-		panic("protocol: WaitReplies on the event loop (ServesOnLoop admitted a request that waits for earlier replies)")
-	}
-	s := c.batch.replies[c.batch.n-1]
-	if s.reply != current {
-		panic("protocol: WaitReplies with a reply that is not the current request's")
-	}
-	if !s.late {
-		s.late = true
-		c.batch.late.Add(1)
-		c.batch.wg.Done() // current is now counted in late
-	}
-	c.batch.wg.Wait()
-}
-
 // SetSilent says whether the reply to current (the request being served)
 // is written: a silent one is still awaited in its place, and nothing of it
 // reaches the client (CLIENT REPLY OFF and SKIP). Call it before current
 // leaves the connection's goroutine (before it is sent to Redis).
 func (c *Conn) SetSilent(current *resp.Reply, silent bool) {
-	s := c.batch.replies[c.batch.n-1]
-	if s.reply != current {
-		panic("protocol: SetSilent with a reply that is not the current request's")
-	}
+	s := c.currentSlot(current, "SetSilent")
 	s.silent = silent
 }
 
@@ -749,7 +713,14 @@ func (c *Conn) SetSilent(current *resp.Reply, silent bool) {
 // Write does not wait for the client (unless the class has no hard limit
 // and 1 MB is queued), and fails once the client was disconnected.
 func (c *Conn) TakeWrites(current *resp.Reply) net.Conn {
-	c.WaitReplies(current)
+	s := c.currentSlot(current, "TakeWrites")
+	if c.lp != nil && !c.earlierDone() {
+		// The loop must not wait for the replies it may have to read
+		// itself: ServesOnLoop refuses such requests (but as the first of
+		// a batch). Answered as a panic (logged, the client closed).
+		panic("protocol: TakeWrites behind other requests on the event loop")
+	}
+	c.waitReplies(s)
 	c.out = c.out[:0]
 	for _, s := range c.batch.replies[:c.batch.n] {
 		p := s.reply

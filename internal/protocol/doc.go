@@ -29,7 +29,10 @@
 //     the backend's connections are served by the same loop. A request
 //     that may block (MayBlock: first in its batch, on a backend
 //     connection of its own that is open already, as the Handler decides)
-//     is served there too and ends its batch; while it waits the loop
+//     is served there too and ends its batch; a request that must follow
+//     its earlier replies (AfterReplies) takes a detour: the connection
+//     dispatches nothing more until they are in, then the loop runs the
+//     rest of the request and goes on (detour.go); while a blocked batch waits the loop
 //     watches the client, and one that hangs up, is killed or outlasts
 //     Shutdown gets the Handler's ClientGone (clientGone). A batch the
 //     socket does not take at once stays on the loop too: the loop writes
@@ -82,7 +85,12 @@
 //     waits for room (lc.w.pending, loopwrite.go), the loop reads and
 //     dispatches nothing of the connection's; resume, posted when the
 //     batch is written, gives it back. Replies leave in order, one batch
-//     at a time, as with a goroutine.
+//     at a time, as with a goroutine. So during a detour (c.detour.then
+//     set): the batch stays open, its earlier replies complete into their
+//     slots, and endDetour, posted by whoever completes the last of them
+//     (batch.left, which then leaves out the current request), runs the
+//     continuation on the loop and serves on; nothing closes or moves the
+//     connection meanwhile (Kill and Shutdown act after it).
 //  3. A connection leaves the loop only on the loop and only while the
 //     loop holds it (not c.later). It comes back only from its
 //     goroutine, between batches, with nothing buffered and its last
@@ -101,9 +109,11 @@
 //  5. The loop never waits, but in leaveLoop for at most leaveWait (a
 //     request first in its batch reaches Redis before what other clients
 //     sent after it): ServesOnLoop admits only requests whose Handler
-//     does not block and asks for no WaitReplies (but as the first of its
-//     batch), TakeWrites or EnablePushes (one that does anyway is logged
-//     as a bug and its client moved to a goroutine); MayBlock is the
+//     does not block (what must follow earlier replies goes in
+//     AfterReplies' continuation, never a wait) and asks for no
+//     TakeWrites (but as the first of its batch) or EnablePushes (one
+//     that does anyway is logged as a bug and its client moved to a
+//     goroutine); MayBlock is the
 //     Handler's to admit where serving it waits for nothing (in
 //     fenceproxy, first in its batch with a spare pinned connection: no
 //     dial); the framer (Reader.Frame) never reads: it frames what is

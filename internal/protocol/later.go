@@ -47,6 +47,9 @@ func (c *Conn) writeLater() bool {
 // by the soft output limit, is written by a goroutine of its own, or, for
 // a client on the event loop, by the loop (loopwrite.go).
 func (c *Conn) finishLater() {
+	if c.lp != nil && c.detourDone() {
+		return // not the batch's end: a detour's (detour.go)
+	}
 	if err := c.collect(); err != nil {
 		c.doneLater(err)
 		return

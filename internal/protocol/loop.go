@@ -49,9 +49,10 @@ import (
 type LoopHandler interface {
 	Handler
 	// ServesOnLoop reports whether ServeCommand serves args without
-	// blocking its goroutine and without WaitReplies (but as the first of
-	// its batch, which waits for nothing), TakeWrites, EnablePushes or
-	// CloseAfterReply, so that the loop may call it. MayBlock is allowed
+	// blocking its goroutine (AfterReplies is not blocking: on the loop
+	// its continuation runs later), and without TakeWrites (but as the
+	// first of its batch), EnablePushes or CloseAfterReply, so that the
+	// loop may call it. MayBlock is allowed
 	// (the loop ends the batch with it and watches the client: ClientGone
 	// as on a goroutine). When
 	// it reports false, nothing was done: the connection leaves the loop
@@ -197,6 +198,9 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 		}
 		return // resume goes on (invariant 2)
 	}
+	if lc.c.detour.then != nil {
+		return // endDetour goes on (invariant 2)
+	}
 	lc.c.serveLoop()
 }
 
@@ -246,35 +250,13 @@ func (c *Conn) serveLoop() {
 			c.heldInput = 0
 		}
 		c.dispatch(args, p)
-		if c.closeAfterReply {
-			// The Handler panicked: close after the batch.
-			lc.eof = true
-			c.endLoopBatch()
+		if c.detour.then != nil {
+			// It goes on once its earlier replies are in (detour.go):
+			// nothing more of the client's until then.
+			c.startDetour(args)
 			return
 		}
-		if c.mayBlock {
-			// A request that may block (first in its batch, on a
-			// connection of its own that is open already: ServesOnLoop)
-			// ends its batch; the loop watches the client until its
-			// reply is in (clientGone).
-			c.endLoopBatch()
-			if c.later && lc.hungUp {
-				lc.clientGone() // it hung up with the request
-			}
-			return
-		}
-		if c.writesTaken || c.push != nil {
-			// ServesOnLoop said it would not: the goroutine path
-			// knows how to wait for such a batch.
-			c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
-			c.leaveLoop(nil)
-			return
-		}
-		// As serve: a full batch is written before more is read; one
-		// as long as probeBatch too, since the loop cannot wait to learn
-		// its replies' size.
-		if c.batch.out.full(c.window) || c.batch.n >= c.window || c.batch.n >= probeBatch {
-			c.endLoopBatch()
+		if !c.afterDispatch(args) {
 			return
 		}
 	}
@@ -297,6 +279,45 @@ func (c *Conn) refuseOnLoop(err error) {
 	}
 	c.lp.eof = true
 	c.endLoopBatch()
+}
+
+// afterDispatch ends the batch where the request just served (args) says
+// so, and reports whether serveLoop goes on with the next one.
+func (c *Conn) afterDispatch(args [][]byte) bool {
+	lc := c.lp
+	if c.closeAfterReply {
+		// The Handler panicked: close after the batch.
+		lc.eof = true
+		c.endLoopBatch()
+		return false
+	}
+	if c.mayBlock {
+		// A request that may block (first in its batch, on a
+		// connection of its own that is open already: ServesOnLoop, or
+		// one that waited for its earlier replies: detour.go) ends its
+		// batch; the loop watches the client until its reply is in
+		// (clientGone).
+		c.endLoopBatch()
+		if c.later && (lc.hungUp || lc.closeNow) {
+			lc.clientGone() // it hung up with the request, or in a detour
+		}
+		return false
+	}
+	if c.writesTaken || c.push != nil {
+		// ServesOnLoop said it would not: the goroutine path
+		// knows how to wait for such a batch.
+		c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
+		c.leaveLoop(nil)
+		return false
+	}
+	// As serve: a full batch is written before more is read; one
+	// as long as probeBatch too, since the loop cannot wait to learn
+	// its replies' size.
+	if c.batch.out.full(c.window) || c.batch.n >= c.window || c.batch.n >= probeBatch {
+		c.endLoopBatch()
+		return false
+	}
+	return true
 }
 
 // endLoopBatch ends the batch: it is left to its last reply (or written
@@ -506,6 +527,10 @@ func (lc *loopClient) shutdown(closeNow bool) {
 	lc.closeNow = lc.closeNow || closeNow
 	switch {
 	case lc.stopped:
+	case lc.c.detour.then != nil:
+		// endDetour goes on, and ends the wait of a blocking request it
+		// sends (afterDispatch) or closes the client after the batch
+		// (resume).
 	case lc.c.later:
 		if lc.closeNow {
 			// A blocked command would hold the close (invariant 4)

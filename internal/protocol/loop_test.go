@@ -406,35 +406,54 @@ func TestLoopBlockingRequest(t *testing.T) {
 }
 
 // waitingHandler serves everything on the loop (it says), but completes
-// ECHO's reply on the loop, later (as the backend's loop connections do),
-// and WAITS after WaitReplies.
+// ECHO's reply on the loop, later (as the backend's loop connections do);
+// WAITS answers in AfterReplies' continuation, noting whether it ran on
+// the loop with every earlier reply in, and PANICS panics in it.
 type waitingHandler struct {
 	echoHandler
 	loop *netloop.Loop
+	// pending counts ECHO replies posted and not yet completed.
+	pending atomic.Int32
+	// bad counts WAITS continuations that ran off the loop or before an
+	// earlier reply.
+	bad atomic.Int32
 }
 
-func (waitingHandler) ServesOnLoop(*Conn, [][]byte) bool { return true }
+func (*waitingHandler) ServesOnLoop(*Conn, [][]byte) bool { return true }
 
 func (h *waitingHandler) ServeCommand(c *Conn, args [][]byte, p *resp.Reply) {
 	reply := echoReply(args)
-	if string(args[0]) == "WAITS" {
-		c.WaitReplies(p)
-		p.Buf = append(p.Buf, reply...)
-		p.Done()
+	switch string(args[0]) {
+	case "WAITS", "PANICS":
+		c.AfterReplies(p, func() {
+			if !c.OnLoop() || h.pending.Load() != 0 {
+				h.bad.Add(1)
+			}
+			if string(args[0]) == "PANICS" {
+				panic("in a continuation")
+			}
+			p.Buf = append(p.Buf, reply...)
+			p.Done()
+		})
 		return
 	}
+	h.pending.Add(1)
 	h.loop.Post(func() {
 		p.Buf = append(p.Buf, reply...)
+		h.pending.Add(-1)
 		p.Done()
 	})
 }
 
-// TestLoopWaitRepliesOnLoop: a Handler that waits for earlier replies on
-// the loop (ServesOnLoop let such a request through) would wait for the
-// loop itself, and every client of the loop would hang: the request is
-// answered as a panic instead (its client closed after its replies), and
-// the loop goes on serving the others.
-func TestLoopWaitRepliesOnLoop(t *testing.T) {
+// TestLoopAfterReplies: a request behind others whose Handler continues
+// once their replies are in (AfterReplies) is served on the loop: the
+// continuation runs there after the earlier replies, which the loop itself
+// completes (waiting for them would hang every client), the requests
+// pipelined after it are served after it, the replies come in order, and
+// the client stays on the loop. A continuation that panics is answered as
+// a panic (its client closed after its replies), and the loop goes on
+// serving the others.
+func TestLoopAfterReplies(t *testing.T) {
 	h := &waitingHandler{}
 	s := NewServer(h, slog.New(slog.DiscardHandler))
 	onLoop(t, s)
@@ -452,11 +471,22 @@ func TestLoopWaitRepliesOnLoop(t *testing.T) {
 	}
 	defer nc.Close()
 	rd := bufio.NewReader(nc)
-	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("WAITS")))
+	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("ECHO", "b") + multibulk("WAITS", "w") +
+		multibulk("ECHO", "c") + multibulk("WAITS", "x")))
+	expectReplies(t, nc, rd, "ECHO a, ECHO b, WAITS w, ECHO c, WAITS x",
+		words("ECHO a", "ECHO b", "WAITS w", "ECHO c", "WAITS x")...)
+	if n := h.bad.Load(); n != 0 {
+		t.Fatalf("%d continuations ran off the loop or before an earlier reply", n)
+	}
+	if n := s.loopClients.Load(); n != 1 {
+		t.Fatalf("loop clients after the pipeline: %d; want 1 (the client stays on the loop)", n)
+	}
+
+	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("PANICS")))
 	expectReplies(t, nc, rd, "ECHO a", words("ECHO a")...)
 	nc.SetReadDeadline(time.Now().Add(replyWait))
 	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "-ERR fenceproxy: internal error") {
-		t.Fatalf("WAITS on the loop: %q, %v; want the internal error", line, err)
+		t.Fatalf("PANICS on the loop: %q, %v; want the internal error", line, err)
 	}
 	if _, err := rd.ReadByte(); err != io.EOF {
 		t.Fatalf("after the internal error: %v; want the connection closed", err)
