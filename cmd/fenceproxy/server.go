@@ -23,6 +23,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
@@ -56,7 +57,7 @@ type proxy struct {
 	be          cluster.Backend
 	backendFlag string                              // how errors name the backend: the flags that chose it
 	version     string                              // the backend's redis_version, reported by HELLO
-	lockWrites  *locks.Writer                       // the lock scripts' batched writer, for the manager and the authority
+	lockWrites  *lockwriter.Writer                  // the lock scripts' batched writer, for the manager and the authority
 	tokens      atomic.Pointer[authority.Authority] // in a tier, the current leadership's (nil on a follower)
 	lockManager atomic.Pointer[locks.Manager]       // for a tier node's leadership loss
 	srv         *protocol.Server
@@ -376,7 +377,7 @@ func (p *proxy) compileACL(specs []auth.UserSpec, keyTable *keys.Table) (*auth.A
 // authority's first heartbeat round joins the fence store to the token
 // bound kept in Redis.
 func (p *proxy) startAuthority() error {
-	p.lockWrites = locks.NewWriter(locks.WriterOptions{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
+	p.lockWrites = lockwriter.New(lockwriter.Options{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
 	if p.tier != nil {
 		// The tier's leader runs the token authority while it leads
 		// (tier.go); closed before the backend, so its member leaves.

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
-	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 )
 
 const (
@@ -64,7 +64,7 @@ type Options struct {
 	Backend cluster.Backend
 	// Writer (required) sends the shared bound with its WAIT on a lock
 	// connection: the lock manager's Writer, one per backend.
-	Writer *locks.Writer
+	Writer *lockwriter.Writer
 	// Store is the token store: the fence store, or a tier's leadership.
 	Store Store
 	// KeyPrefix is the owner records' --key-prefix: the authority's keys
@@ -520,10 +520,10 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 	if db < 0 {
 		return 0, fmt.Errorf("the token authority's database is not known yet (no heartbeat round ran)")
 	}
-	w := a.opts.Writer.StartOn(ctx, node, locks.ScriptCall{
+	w := a.opts.Writer.StartOn(ctx, node, lockwriter.ScriptCall{
 		Source: shareScript,
 		Keys:   []string{a.boundKey},
-		Args:   locks.ArgsOf(strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run(), db),
+		Args:   lockwriter.ArgsOf(strconv.FormatUint(b, 10), a.opts.Store.ID(), a.opts.Store.Run(), db),
 	}, true)
 	reply, err := w.Reply()
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
-	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
@@ -23,7 +23,7 @@ const interval = 50 * time.Millisecond
 type setup struct {
 	redis  *testenv.Redis
 	be     cluster.Backend
-	writer *locks.Writer
+	writer *lockwriter.Writer
 }
 
 func newSetup(t *testing.T) *setup {
@@ -36,7 +36,7 @@ func newSetup(t *testing.T) *setup {
 		t.Fatal(err)
 	}
 	t.Cleanup(be.Close)
-	return &setup{redis: r, be: be, writer: locks.NewWriter(locks.WriterOptions{Backend: be, ReplicaTimeout: 200 * time.Millisecond})}
+	return &setup{redis: r, be: be, writer: lockwriter.New(lockwriter.Options{Backend: be, ReplicaTimeout: 200 * time.Millisecond})}
 }
 
 func openStore(t *testing.T, dir string) *persist.Store {
@@ -290,7 +290,7 @@ func TestKeysInHighestDatabase(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(be.Close)
-			su := &setup{redis: r, be: be, writer: locks.NewWriter(locks.WriterOptions{Backend: be, ReplicaTimeout: 200 * time.Millisecond})}
+			su := &setup{redis: r, be: be, writer: lockwriter.New(lockwriter.Options{Backend: be, ReplicaTimeout: 200 * time.Millisecond})}
 			a := su.start(t, openStore(t, t.TempDir()))
 			if err := a.Admit(); err != nil {
 				t.Fatalf("Admit = %v", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
@@ -110,7 +111,7 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 		Backend: be,
 		Keys:    kt,
 		Locks: lockcmd.Locks{Manager: locks.New(locks.Options{
-			Scripts: locks.NewWriter(locks.WriterOptions{Backend: be, MinReplicas: po.minReplicas, ReplicaTimeout: time.Second}),
+			Scripts: lockwriter.New(lockwriter.Options{Backend: be, MinReplicas: po.minReplicas, ReplicaTimeout: time.Second}),
 			Store:   locks.PersistStore(store), MinReplicas: po.minReplicas, Metrics: m, Logger: logger,
 			MaxWaiters: 2, SlowLogLen: 16, SlowWait: 0, SlowHeld: 0,
 		})},

@@ -2,13 +2,12 @@ package locks
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
@@ -60,64 +59,9 @@ func benchBackend(b *testing.B, addr string) cluster.Backend {
 }
 
 func newBenchManager(be cluster.Backend, store *persist.Store) *Manager {
-	return New(Options{Scripts: NewWriter(WriterOptions{Backend: be, ReplicaTimeout: time.Second}), Store: PersistStore(store), Metrics: metrics.New(), MaxWaiters: 10, SlowWait: 100 * time.Millisecond, SlowHeld: 30 * time.Second, SlowLogLen: 128})
+	return New(Options{Scripts: lockwriter.New(lockwriter.Options{Backend: be, ReplicaTimeout: time.Second}), Store: PersistStore(store), Metrics: metrics.New(), MaxWaiters: 10, SlowWait: 100 * time.Millisecond, SlowHeld: 30 * time.Second, SlowLogLen: 128})
 }
 
 func acquireForBench(ctx context.Context, m *Manager, r string) (uint64, error) {
 	return m.Acquire(ctx, r, "owner", "127.0.0.1:50000", 10*time.Second, 0, time.Now())
-}
-
-// BenchmarkWriterBatches is lock writes through the Writer against a real
-// master with a replica, from one client (a batch per write) and from 50 (a
-// batch carries many): each a script call by SHA followed by its batch's
-// WAIT, what a grant costs the writer. cpu-µs/op is the process's CPU (user
-// and system, from getrusage) per write, the figure to compare between
-// versions of the writer's I/O; Redis's CPU is not in it.
-func BenchmarkWriterBatches(b *testing.B) {
-	master := testenv.StartRedis(b, testenv.RedisOptions{})
-	testenv.StartReplica(b, master)
-	be := benchBackend(b, master.Addr)
-	wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Second})
-	const script = "return redis.call('INCR', KEYS[1])"
-	call := ScriptCall{Source: script, SHA: cluster.ScriptSHA(script), Keys: []string{"bench"}}
-	ctx := context.Background()
-	if _, err := wr.Start(ctx, "bench", call, true).Acks(); err != nil {
-		b.Fatal(err)
-	}
-	write := func(b *testing.B) bool {
-		w := wr.Start(ctx, "bench", call, true)
-		if _, err := w.Reply(); err != nil {
-			b.Error(err)
-			return false
-		}
-		if n, err := w.Acks(); err != nil || n != 1 {
-			b.Error(n, err)
-			return false
-		}
-		return true
-	}
-	for _, clients := range []int{1, 50} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			b.ReportAllocs()
-			before := cpuTime()
-			if clients == 1 {
-				for i := 0; i < b.N && write(b); i++ {
-				}
-			} else {
-				b.SetParallelism((clients + 1) / 2) // GOMAXPROCS is 2 here
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() && write(b) {
-					}
-				})
-			}
-			b.ReportMetric(float64((cpuTime()-before).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
-		})
-	}
-}
-
-// cpuTime is the CPU the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

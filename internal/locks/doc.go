@@ -7,11 +7,12 @@
 // A grant, before its reply: (1) one call of opsScript on the resource's
 // master sets the owner record only if the resource is free or the
 // caller's, with the operations of many clients batched into that call
-// (scripts.go, writer.go); (2) one WAIT behind the batch, on the same
-// connection, for --min-replicas acknowledgements; (3) meanwhile the token
-// is reserved in the fence store, fsynced in a group commit, and confirmed
-// once the replicas have answered. A shortfall or a reply too late for the
-// lease's safety margin (replyBy) undoes the record (compare-and-delete)
+// (scripts.go; the batching is internal/lockwriter's); (2) one WAIT
+// behind the batch, on the same connection, for --min-replicas
+// acknowledgements; (3) meanwhile the token is reserved in the fence
+// store, fsynced in a group commit, and confirmed once the replicas have
+// answered. A shortfall or a reply too late for the lease's safety margin
+// (replyBy) undoes the record (compare-and-delete)
 // and cancels the reservation once the undo showed Redis holds nothing;
 // an outcome that cannot be known counts as issued. A grant to a waiter
 // uses a token its line reserved ahead (handoff.go).
@@ -29,19 +30,19 @@
 //     resource's newest is recorded; PersistStore adapts internal/persist,
 //     the tier plugs its replicated store in here.
 //   - ScriptRunner (scriptrunner.go): runs scripts on a key's master, a
-//     write optionally followed by its batch's WAIT. Writer (writer.go)
-//     is fenceproxy's: batched writers on the connections a cluster Node
-//     hands it, each doing its own socket I/O (backend.SyncConn), with the
-//     NOSCRIPT and cluster-redirect retries. A failure arrives as the
-//     reply's typed error, never as reply text.
+//     write optionally followed by its batch's WAIT. lockwriter.Writer is
+//     fenceproxy's (its package doc has the rounds, what a WAIT
+//     acknowledges and the outcomes); a lock operation is a
+//     lockwriter.ScriptCall with an Op (lockOp) of opsScript. A failure
+//     arrives as the reply's typed error, never as reply text.
 //   - Runner (runner.go, workers.go): the command layer hands it every lock
 //     request: a connection's requests for one resource in order, on
 //     bounded workers, cancelled when the client goes away.
 //
-// Lock order: a resource's serializer, then leases.mu; Writer.mu, then the
-// cluster Node's mu. A resource's turn may end on another goroutine (a
-// release handing the resource to the head of its line). Every other mutex
-// here is a leaf, never held across I/O (docs/lock-order.md).
+// Lock order: a resource's serializer, then leases.mu. A resource's turn
+// may end on another goroutine (a release handing the resource to the head
+// of its line). Every other mutex here is a leaf, never held across I/O
+// (docs/lock-order.md).
 //
 // # Invariants
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 )
 
 // Redisson's RFairLock (internal/recipes, fair.go; the twins in
@@ -50,8 +52,8 @@ func (m *Manager) RecipeFairDequeue(ctx context.Context, key, holder string, q F
 	side := m.recordKey(key)
 	turn := m.serial.lock(key)
 	defer m.serial.unlock(key, turn)
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opFairDequeue, Keys: recipeKeys(key, side),
-		Args: ArgsOf(holder, q.Queue, q.Timeouts, q.Wait, m.term())}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opFairDequeue, Keys: recipeKeys(key, side),
+		Args: lockwriter.ArgsOf(holder, q.Queue, q.Timeouts, q.Wait, m.term())}
 	reply, err := m.opts.Scripts.Start(ctx, key, call, false).Reply()
 	if err != nil {
 		return deposed(err)
@@ -71,7 +73,7 @@ type fairGrant struct {
 
 // grant turns a recipe acquire's call (opHashAcquire) into the fair
 // lock's, and returns what its undo will need.
-func (q *FairQueue) grant(c *ScriptCall) *fairGrant {
+func (q *FairQueue) grant(c *lockwriter.ScriptCall) *fairGrant {
 	once := "0"
 	if q.Once {
 		once = "1"
@@ -95,14 +97,14 @@ func (f *fairGrant) read(reply any) any {
 
 // undo turns a recipe grant's undo (opHashAcquireUndo) into the fair
 // lock's, which also puts the queue back.
-func (f *fairGrant) undo(c *ScriptCall) {
+func (f *fairGrant) undo(c *lockwriter.ScriptCall) {
 	c.Op = opFairAcquireUndo
 	c.Args.Add(f.q.Queue, f.q.Timeouts, f.q.Wait, f.popped, f.deadline, f.qwas, f.twas, f.lowered)
 }
 
 // unlock turns a recipe unlock's call (opHashUnlock, opHashForceUnlock)
 // into the fair lock's.
-func (q *FairQueue) unlock(c *ScriptCall) {
+func (q *FairQueue) unlock(c *lockwriter.ScriptCall) {
 	if c.Op == opHashForceUnlock {
 		c.Op = opFairForceUnlock
 	} else {

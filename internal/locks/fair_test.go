@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
@@ -49,7 +50,7 @@ func newFairLock(t *testing.T, replica bool) (*fairLock, *testenv.Redis) {
 	store := PersistStore(ps)
 	// A second: under a loaded machine's scheduling a replica's
 	// acknowledgement has been seen to take over 300 ms.
-	wr := NewWriter(WriterOptions{Backend: connect(t, master.Addr), MinReplicas: min, ReplicaTimeout: time.Second})
+	wr := lockwriter.New(lockwriter.Options{Backend: connect(t, master.Addr), MinReplicas: min, ReplicaTimeout: time.Second})
 	m := New(Options{Scripts: wr, Store: store, Metrics: metrics.New(), Logger: quiet, MinReplicas: min,
 		MaxWaiters: 10, SlowWait: -1, SlowHeld: -1})
 	const name = "fair"

@@ -9,14 +9,14 @@ import (
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
-	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // The two fakes below stand at the Manager's seams (ScriptRunner,
 // TokenStore) so that every outcome of a lock command can be set up
 // without a redis-server; the real parts are tested behind the same seams
-// (writer_test.go, TestTokenStoreContract) and end to end in test/.
+// (internal/lockwriter, opsscript_test.go, TestTokenStoreContract) and end to end in test/.
 
 // sent is one script call as the fake runner saw it.
 type sent struct {
@@ -55,7 +55,7 @@ func newFakeScripts(t testing.TB, replies ...reply) *fakeScripts {
 	return &fakeScripts{t: t, replies: replies, policy: cluster.MemoryPolicy{Policy: cluster.NoEviction}}
 }
 
-func scriptName(c ScriptCall) string {
+func scriptName(c lockwriter.ScriptCall) string {
 	switch c.Op {
 	case opAcquire:
 		return "acquire"
@@ -88,24 +88,24 @@ func scriptName(c ScriptCall) string {
 }
 
 // argStrings reads a call's arguments back as the strings Redis gets.
-func argStrings(a ScriptArgs) []string {
+func argStrings(a lockwriter.ScriptArgs) []string {
 	var out []string
-	rest := a.enc
+	rest := a.Encoded()
 	for len(rest) > 0 {
 		head, body, _ := bytes.Cut(rest, []byte("\r\n"))
 		n, err := strconv.Atoi(string(head[1:]))
 		if head[0] != '$' || err != nil || len(body) < n+2 {
-			panic(fmt.Sprintf("malformed script arguments %q", a.enc))
+			panic(fmt.Sprintf("malformed script arguments %q", a.Encoded()))
 		}
 		out, rest = append(out, string(body[:n])), body[n+2:]
 	}
 	if len(out) != a.Len() {
-		panic(fmt.Sprintf("script arguments %q: %d, counted %d", a.enc, len(out), a.Len()))
+		panic(fmt.Sprintf("script arguments %q: %d, counted %d", a.Encoded(), len(out), a.Len()))
 	}
 	return out
 }
 
-func (f *fakeScripts) record(key string, c ScriptCall, wantAcks bool) sent {
+func (f *fakeScripts) record(key string, c lockwriter.ScriptCall, wantAcks bool) sent {
 	s := sent{script: scriptName(c), key: key, keys: c.Keys, wantAcks: wantAcks}
 	s.args = argStrings(c.Args)
 	f.mu.Lock()
@@ -135,31 +135,31 @@ func (f *fakeScripts) next(list *[]reply, c sent) reply {
 }
 
 // write makes the Write a reply stands for: one already answered.
-func (r reply) write() *Write {
+func (r reply) write() *lockwriter.Write {
 	if r.err != nil {
-		return Unsent(r.err)
+		return lockwriter.Unsent(r.err)
 	}
-	w := &Write{reply: &resp.Reply{Buf: []byte(r.raw)}}
+	var acks []byte
 	if r.acks != "" {
-		w.ack = &ackWait{reply: &resp.Reply{Buf: []byte(r.acks)}}
+		acks = []byte(r.acks)
 	}
-	return w
+	return lockwriter.Replied([]byte(r.raw), acks)
 }
 
-func (f *fakeScripts) Start(ctx context.Context, key string, call ScriptCall, wantAcks bool) *Write {
+func (f *fakeScripts) Start(ctx context.Context, key string, call lockwriter.ScriptCall, wantAcks bool) *lockwriter.Write {
 	c := f.record(key, call, wantAcks)
 	if f.noMaster {
-		return Unsent(cluster.ErrUnavailable)
+		return lockwriter.Unsent(cluster.ErrUnavailable)
 	}
 	return f.next(&f.replies, c).write()
 }
 
-func (f *fakeScripts) RunAfter(ctx context.Context, prev *Write, call ScriptCall) (any, error) {
+func (f *fakeScripts) RunAfter(ctx context.Context, prev *lockwriter.Write, call lockwriter.ScriptCall) (any, error) {
 	c := f.record("", call, false)
 	return f.next(&f.undos, c).write().Reply()
 }
 
-func (f *fakeScripts) Read(ctx context.Context, key string, call ScriptCall) (any, error) {
+func (f *fakeScripts) Read(ctx context.Context, key string, call lockwriter.ScriptCall) (any, error) {
 	f.record(key, call, false)
 	f.mu.Lock()
 	read := f.read

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
@@ -42,12 +43,12 @@ func TestGrantsRaiseTheFenceMark(t *testing.T) {
 	c := testenv.Dial(t, master.Addr)
 	c.Do("SCRIPT", "LOAD", opsScript)
 	const now, life = int64(1733300000000), int64(600000)
-	acquire := func(r, owner string, cand uint64, delay int64, term uint64) *Write {
-		return opWrite(opAcquire, r, owner, int64(10000), cand, "", false, delay, now,
+	acquire := func(r, owner string, cand uint64, delay int64, term uint64) lockwriter.ScriptCall {
+		return opCall(opAcquire, r, owner, int64(10000), cand, "", false, delay, now,
 			recordValue{token: cand, term: term, at: now, addr: "127.0.0.1:9", owner: owner}, term, life)
 	}
-	handoff := func(r, owner, head string, cand uint64) *Write {
-		return opWrite(opHandoff, r, owner, int64(0), uint64(0), int64(20000), cand,
+	handoff := func(r, owner, head string, cand uint64) lockwriter.ScriptCall {
+		return opCall(opHandoff, r, owner, int64(0), uint64(0), int64(20000), cand,
 			recordValue{token: cand, at: now + 5, addr: "127.0.0.1:8", owner: head}, life)
 	}
 	mark := func(r string) string { return markOf(t, c, markKey("fenceproxy:lock:{"+r+"}")) }
@@ -60,9 +61,9 @@ func TestGrantsRaiseTheFenceMark(t *testing.T) {
 		t.Errorf("the mark's PTTL %d, want the mark's life %d, not the lease's", pttl, life)
 	}
 	runOps(t, c,
-		opWrite(opAcquire, "r", "a", int64(10000), uint64(11), "10", false, int64(0), now,
+		opCall(opAcquire, "r", "a", int64(10000), uint64(11), "10", false, int64(0), now,
 			recordValue{token: 11, at: now, owner: "a"}, uint64(0), life), // a's re-arm of 10
-		opWrite(opRenew, "r", "a", int64(20000), "10", int64(0), now+1, uint64(0)),
+		opCall(opRenew, "r", "a", int64(20000), "10", int64(0), now+1, uint64(0)),
 	)
 	if got := mark("r"); got != "10 0" {
 		t.Errorf("the mark after a's re-arm and renewal: %q, want it unchanged", got)
@@ -71,7 +72,7 @@ func TestGrantsRaiseTheFenceMark(t *testing.T) {
 	if got := mark("r"); got != "12 0" {
 		t.Errorf("the mark after the handoff to b's 12: %q", got)
 	}
-	runOps(t, c, opWrite(opRelease, "r", "b", int64(0), uint64(0)))
+	runOps(t, c, opCall(opRelease, "r", "b", int64(0), uint64(0)))
 	if got := mark("r"); got != "12 0" {
 		t.Errorf("the mark after b's release: %q, want it to outlive the record", got)
 	}
@@ -225,11 +226,11 @@ func TestUndoLowersTheFenceMark(t *testing.T) {
 	c.Do("SCRIPT", "LOAD", opsScript)
 	const now, life = int64(1733300000000), int64(600000)
 	grant := func(r string, cand uint64) {
-		runOps(t, c, opWrite(opAcquire, r, "a", int64(10000), cand, "", false, int64(0), now,
+		runOps(t, c, opCall(opAcquire, r, "a", int64(10000), cand, "", false, int64(0), now,
 			recordValue{token: cand, at: now, owner: "a"}, uint64(0), life))
 	}
 	undo := func(r, token string, newest any) any {
-		return runOps(t, c, opWrite(opUndo, r, "a", token, int64(0), uint64(0), "", newest, life))[0]
+		return runOps(t, c, opCall(opUndo, r, "a", token, int64(0), uint64(0), "", newest, life))[0]
 	}
 	mark := func(r string) string { return markOf(t, c, markKey("fenceproxy:lock:{"+r+"}")) }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 )
 
 // Direct handoff: how a contended lock passes from one holder to the next.
@@ -259,18 +260,18 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	w, token, newest := m.claimHead(resource, key)
 	now := time.Now()
 	term := m.term() // one read: the head's record's term is the one checked
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: keys}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: keys}
 	call.Args.Str(owner).Int(m.opts.LockDelay.Milliseconds()).Uint(term)
 	if w != nil {
 		call.Op = opHandoff
-		call.Args.Int(w.ttl.Milliseconds()).Uint(token).
-			record(recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner}).Int(m.markLife())
+		call.Args.Int(w.ttl.Milliseconds()).Uint(token)
+		addRecord(&call.Args, recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner}).Int(m.markLife())
 	}
 	// A release alone needs no replica acknowledgement: if a failover
 	// loses it, the lease merely runs out. A handoff's grant does.
 	write := m.opts.Scripts.Start(ctx, key, call, w != nil)
 	if w == nil {
-		if body, ok := write.bulkReply(); ok {
+		if body, ok := bulkReply(write); ok {
 			// The usual reply, the released record, read from its
 			// bytes (see bulkReply); the switch below does the same.
 			if rec, ok := parseReleased(string(body)); ok {

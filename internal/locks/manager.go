@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -54,7 +55,7 @@ func (e *NoReplicasError) Error() string {
 
 // Options configure a Manager.
 type Options struct {
-	// Scripts runs the lock scripts on Redis (a Writer).
+	// Scripts runs the lock scripts on Redis (a lockwriter.Writer).
 	Scripts ScriptRunner
 	// Store issues the tokens and records each resource's newest
 	// (PersistStore for the fence store under --data-dir).
@@ -309,7 +310,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 // late as that can be checked, after the replicas and the fsync, just
 // before the reply. nil: the grant may be confirmed and replied. Every
 // grant (the lock family's and the recipes') is judged here.
-func (m *Manager) grantVerdict(w *Write, start time.Time, reserveErr error, replyBy time.Time) error {
+func (m *Manager) grantVerdict(w *lockwriter.Write, start time.Time, reserveErr error, replyBy time.Time) error {
 	acked, err := w.Acks()
 	m.opts.Metrics.ReplicaAckSeconds.Observe(time.Since(start).Seconds())
 	switch {
@@ -450,12 +451,12 @@ func (m *Manager) countIssued(resource string, token uint64) {
 
 // attempt is one run of acquireScript: what it offered and what came back.
 type attempt struct {
-	call ScriptCall
+	call lockwriter.ScriptCall
 	// newest is the resource's newest token the call carried (0 when it
 	// carried "unknown"); candidate the fresh token it offers a new grant.
 	newest, candidate uint64
 	start             time.Time // when the call was built: a new lease runs from it
-	write             *Write
+	write             *lockwriter.Write
 	kind              replyKind
 	value             int64
 	// reserved: candidate is a waiter's token reserved ahead (its
@@ -511,7 +512,7 @@ func (m *Manager) acquireCall(resource string, keys []string, owner, clientAddr 
 	}
 	a.start = time.Now()
 	term := m.term() // one read: the record's term is the one checked
-	a.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opAcquire, Keys: keys}
+	a.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opAcquire, Keys: keys}
 	args := &a.call.Args
 	args.Str(owner).Int(ttl.Milliseconds()).Uint(a.candidate)
 	if known {
@@ -519,8 +520,8 @@ func (m *Manager) acquireCall(resource string, keys []string, owner, clientAddr 
 	} else {
 		args.Str("")
 	}
-	args.Bool(othersWaiting).Int(m.opts.LockDelay.Milliseconds()).Int(a.start.UnixMilli()).
-		record(recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}).
+	args.Bool(othersWaiting).Int(m.opts.LockDelay.Milliseconds()).Int(a.start.UnixMilli())
+	addRecord(args, recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}).
 		Uint(term).Int(m.markLife())
 	return a, nil
 }
@@ -563,12 +564,12 @@ func (m *Manager) undo(ctx context.Context, a *attempt, resource, owner string, 
 	if n, err := m.opts.Store.Newest(resource); err == nil && n < token {
 		newest = n
 	}
-	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, ScriptCall{
+	reply, err := m.opts.Scripts.RunAfter(ctx, a.write, lockwriter.ScriptCall{
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opUndo,
 		Keys:   a.call.Keys,
-		Args:   ArgsOf(owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), "", newest, m.markLife()),
+		Args:   lockwriter.ArgsOf(owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(), "", newest, m.markLife()),
 	})
 	if err != nil {
 		// The record stays until its lease runs out; it was never replied,
@@ -596,12 +597,12 @@ func (m *Manager) UndoGrant(ctx context.Context, resource, owner string, token u
 	keys := m.keys(resource)
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	write := m.opts.Scripts.Start(ctx, keys[0], ScriptCall{
+	write := m.opts.Scripts.Start(ctx, keys[0], lockwriter.ScriptCall{
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opUndo,
 		Keys:   keys,
-		Args: ArgsOf(owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(),
+		Args: lockwriter.ArgsOf(owner, strconv.FormatUint(token, 10), m.opts.LockDelay.Milliseconds(), m.term(),
 			strconv.FormatInt(armed, 10), "", m.markLife()),
 	}, false)
 	reply, err := write.Reply()
@@ -639,12 +640,12 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, err
 	}
 	now := time.Now()
-	write := m.opts.Scripts.Start(ctx, key, ScriptCall{
+	write := m.opts.Scripts.Start(ctx, key, lockwriter.ScriptCall{
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opRenew,
 		Keys:   keys,
-		Args:   ArgsOf(owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()),
+		Args:   lockwriter.ArgsOf(owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()),
 	}, true)
 	reply, err := write.Reply()
 	if err != nil {
@@ -787,7 +788,7 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 // own -CROSSSLOT. It goes to the master of its first key, which the mark
 // shares a slot with (execMarkKey), or of the record's mark if it has
 // none.
-func (m *Manager) execCall(resource string, token uint64, checkedAt int64, command [][]byte, keyAt []int) ScriptCall {
+func (m *Manager) execCall(resource string, token uint64, checkedAt int64, command [][]byte, keyAt []int) lockwriter.ScriptCall {
 	if keyAt == nil && len(command) > 1 {
 		keyAt = []int{1}
 	}
@@ -802,12 +803,12 @@ func (m *Manager) execCall(resource string, token uint64, checkedAt int64, comma
 		first = keys[1]
 	}
 	keys[0] = m.execMarkKey(resource, m.recordKey(resource), first)
-	var args ScriptArgs
+	var args lockwriter.ScriptArgs
 	args.Uint(token).Uint(m.term()).Int(checkedAt).Int(m.markLife())
 	for _, a := range command {
 		args.Add(a)
 	}
-	return ScriptCall{Source: execScript, SHA: execSHA, Keys: keys, Args: args}
+	return lockwriter.ScriptCall{Source: execScript, SHA: execSHA, Keys: keys, Args: args}
 }
 
 // markToken is the mark's token in execScript's FENCESTALE refusal (0 if
@@ -851,7 +852,7 @@ type record struct {
 // renewed-at and client-addr, absent from records older than those).
 func (m *Manager) readRecord(ctx context.Context, resource string) (rec record, held bool, err error) {
 	key := m.recordKey(resource)
-	v, err := m.opts.Scripts.Read(ctx, key, ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{key}})
+	v, err := m.opts.Scripts.Read(ctx, key, lockwriter.ScriptCall{Source: infoScript, SHA: infoSHA, Keys: []string{key}})
 	if err != nil {
 		return rec, false, err
 	}
@@ -963,8 +964,8 @@ func (m *Manager) Stats() Stats {
 // rawPair reads opAcquire's usual replies, {kind, value} or a grant's
 // token alone, straight from their bytes (see bulkReply); ok is false for
 // any other, which pair reads.
-func rawPair(w *Write) (kind, value int64, ok bool) {
-	if tok, ok := w.bulkReply(); ok {
+func rawPair(w *lockwriter.Write) (kind, value int64, ok bool) {
+	if tok, ok := bulkReply(w); ok {
 		value, ok = resp.ParseInt(tok)
 		return int64(kindGranted), value, ok
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 )
 
 // Clients' own lock recipes (internal/recipes recognises them): the
@@ -28,8 +29,8 @@ import (
 // hashGrant is one run of opHashAcquire: what it offered and what came
 // back, including the pre-image its undo needs.
 type hashGrant struct {
-	call      ScriptCall
-	write     *Write
+	call      lockwriter.ScriptCall
+	write     *lockwriter.Write
 	start     time.Time
 	candidate uint64
 	kind      replyKind
@@ -116,8 +117,8 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 	}
 	g.start = time.Now()
 	term := m.term()
-	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
-		Args: ArgsOf(holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
+		Args: lockwriter.ArgsOf(holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
 			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife(), tokenKey)}
 	if q != nil {
 		g.fair = q.grant(&g.call) // fair.go
@@ -221,8 +222,8 @@ func (m *Manager) abandonHashGrant(ctx context.Context, g *hashGrant, key, holde
 		if n, err := m.opts.Store.Newest(key); err == nil && n < g.token {
 			newest = n
 		}
-		undo := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquireUndo, Keys: g.call.Keys,
-			Args: ArgsOf(holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife(), g.tokenKey, g.twas)}
+		undo := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquireUndo, Keys: g.call.Keys,
+			Args: lockwriter.ArgsOf(holder, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, m.term(), newest, m.markLife(), g.tokenKey, g.twas)}
 		if g.fair != nil {
 			g.fair.undo(&undo) // fair.go: the queue goes back too
 		}
@@ -296,8 +297,8 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 		return false, err
 	}
 	now := time.Now()
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(l.Key, side),
-		Args: ArgsOf(l.Holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(l.Key, side),
+		Args: lockwriter.ArgsOf(l.Holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
 	w := m.opts.Scripts.Start(ctx, l.Key, call, true)
 	reply, err := w.Reply()
 	if err != nil {
@@ -316,8 +317,8 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 	}
 	if acked < m.opts.MinReplicas {
 		m.opts.Metrics.ReplicaShortfalls.Inc()
-		if _, uerr := m.opts.Scripts.RunAfter(ctx, w, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenewUndo, Keys: call.Keys,
-			Args: ArgsOf(l.Holder, arr[1], arr[2], arr[3], m.term())}); uerr != nil {
+		if _, uerr := m.opts.Scripts.RunAfter(ctx, w, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenewUndo, Keys: call.Keys,
+			Args: lockwriter.ArgsOf(l.Holder, arr[1], arr[2], arr[3], m.term())}); uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged recipe renewal; the lease stands as Redis has it", "err", uerr)
 		}
 		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
@@ -361,11 +362,11 @@ func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, nu
 	side := m.recordKey(u.Key)
 	turn := m.serial.lock(u.Key)
 	defer m.serial.unlock(u.Key, turn)
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: recipeKeys(u.Key, side),
-		Args: ArgsOf(u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL, m.term())}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: recipeKeys(u.Key, side),
+		Args: lockwriter.ArgsOf(u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL, m.term())}
 	if u.Force {
 		call.Op = opHashForceUnlock
-		call.Args = ArgsOf(u.Channel, u.Publish, u.Message, m.term())
+		call.Args = lockwriter.ArgsOf(u.Channel, u.Publish, u.Message, m.term())
 	}
 	if u.Fair != nil {
 		u.Fair.unlock(&call) // fair.go

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 )
 
 // Redisson's RReadWriteLock (twins in rwlockops.go). Its grants, read or
@@ -67,8 +68,8 @@ type RWAcquire struct {
 
 // rwGrant is one run of opRWAcquire and the pre-image its undo needs.
 type rwGrant struct {
-	call      ScriptCall
-	write     *Write
+	call      lockwriter.ScriptCall
+	write     *lockwriter.Write
 	start     time.Time
 	candidate uint64
 	kind      replyKind
@@ -137,8 +138,8 @@ func (m *Manager) sendRWAcquire(ctx context.Context, a RWAcquire, side, clientAd
 	}
 	g.start = time.Now()
 	term := m.term()
-	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWAcquire, Keys: recipeKeys(a.Key, side),
-		Args: ArgsOf(rwMode(a.Write), a.Holder, a.WriteHolder, a.TimeoutPrefix, a.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWAcquire, Keys: recipeKeys(a.Key, side),
+		Args: lockwriter.ArgsOf(rwMode(a.Write), a.Holder, a.WriteHolder, a.TimeoutPrefix, a.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
 			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + rwAddrMark, owner: a.Holder}, term, m.markLife())}
 	g.write = m.opts.Scripts.Start(ctx, a.Key, g.call, true)
 	reply, err := g.write.Reply()
@@ -219,8 +220,8 @@ func (m *Manager) abandonRWGrant(ctx context.Context, g *rwGrant, a RWAcquire, r
 		if n, err := m.opts.Store.Newest(a.Key); err == nil && n < g.token {
 			newest = n
 		}
-		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWAcquireUndo, Keys: g.call.Keys,
-			Args: ArgsOf(rwMode(a.Write), a.Holder, a.TimeoutPrefix, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, g.added, g.tw,
+		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWAcquireUndo, Keys: g.call.Keys,
+			Args: lockwriter.ArgsOf(rwMode(a.Write), a.Holder, a.TimeoutPrefix, strconv.FormatUint(g.token, 10), g.count, g.was, g.swas, g.added, g.tw,
 				m.term(), newest, m.markLife(), g.sold)})
 		if uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged read-write lock grant; it expires with its lease", "err", uerr)
@@ -314,8 +315,8 @@ func (m *Manager) renewRW(ctx context.Context, style RWRenewStyle, l RWRenewLock
 		return false, err
 	}
 	now := time.Now()
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWRenew, Keys: recipeKeys(l.Key, side),
-		Args: ArgsOf(strconv.Itoa(int(style)), packStrings(l.Holders...), l.Prefix, batch, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWRenew, Keys: recipeKeys(l.Key, side),
+		Args: lockwriter.ArgsOf(strconv.Itoa(int(style)), packStrings(l.Holders...), l.Prefix, batch, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
 	w := m.opts.Scripts.Start(ctx, l.Key, call, true)
 	reply, err := w.Reply()
 	if err != nil {
@@ -350,8 +351,8 @@ func (m *Manager) renewRW(ctx context.Context, style RWRenewStyle, l RWRenewLock
 				pre[i] = strconv.FormatInt(v, 10)
 			}
 		}
-		if _, uerr := m.opts.Scripts.RunAfter(ctx, w, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWRenewUndo, Keys: call.Keys,
-			Args: ArgsOf(arr[1], arr[2], arr[3], packStrings(pre...), m.term())}); uerr != nil {
+		if _, uerr := m.opts.Scripts.RunAfter(ctx, w, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWRenewUndo, Keys: call.Keys,
+			Args: lockwriter.ArgsOf(arr[1], arr[2], arr[3], packStrings(pre...), m.term())}); uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged read-write lock renewal; the lease stands as Redis has it", "err", uerr)
 		}
 		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
@@ -379,12 +380,12 @@ func (m *Manager) RWUnlock(ctx context.Context, u RWUnlock) (n int64, null bool,
 	side := m.recordKey(u.Key)
 	turn := m.serial.lock(u.Key)
 	defer m.serial.unlock(u.Key, turn)
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWUnlock, Keys: recipeKeys(u.Key, side),
-		Args: ArgsOf(rwMode(u.Write), u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL,
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRWUnlock, Keys: recipeKeys(u.Key, side),
+		Args: lockwriter.ArgsOf(rwMode(u.Write), u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL,
 			u.TimeoutPrefix, u.KeyPrefix, m.term())}
 	if u.Force {
 		call.Op = opRWForceUnlock
-		call.Args = ArgsOf(rwMode(u.Write), u.Channel, u.Publish, u.Message, m.term())
+		call.Args = lockwriter.ArgsOf(rwMode(u.Write), u.Channel, u.Publish, u.Message, m.term())
 	}
 	reply, err := m.opts.Scripts.Start(ctx, u.Key, call, false).Reply()
 	if err != nil {
@@ -432,7 +433,7 @@ func (m *Manager) holdsRW(ctx context.Context, key, holder string, rec record) (
 	if len(rec.ClientAddr) < len(rwAddrMark) || rec.ClientAddr[len(rec.ClientAddr)-len(rwAddrMark):] != rwAddrMark {
 		return false, nil
 	}
-	v, err := m.opts.Scripts.Read(ctx, key, ScriptCall{Source: rwHoldsScript, SHA: rwHoldsSHA, Keys: []string{key}, Args: ArgsOf(holder)})
+	v, err := m.opts.Scripts.Read(ctx, key, lockwriter.ScriptCall{Source: rwHoldsScript, SHA: rwHoldsSHA, Keys: []string{key}, Args: lockwriter.ArgsOf(holder)})
 	if err != nil {
 		return false, err
 	}

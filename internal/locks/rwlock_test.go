@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
@@ -31,7 +32,7 @@ func newRWFixture(t *testing.T) rwFixture {
 	t.Cleanup(func() { store.Close() })
 	// A second: under a loaded machine's scheduling a replica's
 	// acknowledgement has been seen to take over 300 ms.
-	wr := NewWriter(WriterOptions{Backend: connect(t, master.Addr), MinReplicas: 1, ReplicaTimeout: time.Second})
+	wr := lockwriter.New(lockwriter.Options{Backend: connect(t, master.Addr), MinReplicas: 1, ReplicaTimeout: time.Second})
 	m := New(Options{Scripts: wr, Store: PersistStore(store), Metrics: metrics.New(), Logger: quiet, MinReplicas: 1,
 		MaxWaiters: 10, SlowWait: -1, SlowHeld: -1})
 	return rwFixture{m: m, replica: replica, redis: testenv.Dial(t, master.Addr)}

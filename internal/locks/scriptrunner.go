@@ -4,11 +4,13 @@ import (
 	"context"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 )
 
 // ScriptRunner is how the Manager reaches Redis: it runs the lock scripts
-// (scripts.go) on the master that owns a record's key. Writer, the batched
-// writer over the masters' lock connections, is the one fenceproxy runs.
+// (scripts.go) on the master that owns a record's key. lockwriter.Writer,
+// the batched writer over the masters' lock connections, is the one
+// fenceproxy runs.
 //
 // The contract the Manager relies on:
 //
@@ -36,11 +38,13 @@ import (
 //   - MemoryPolicy is key's master's last maxmemory-policy reading, with
 //     no I/O; ok false if no master is reachable (the write then says so).
 type ScriptRunner interface {
-	Start(ctx context.Context, key string, call ScriptCall, wantAcks bool) *Write
-	RunAfter(ctx context.Context, prev *Write, call ScriptCall) (any, error)
-	Read(ctx context.Context, key string, call ScriptCall) (any, error)
+	Start(ctx context.Context, key string, call lockwriter.ScriptCall, wantAcks bool) *lockwriter.Write
+	RunAfter(ctx context.Context, prev *lockwriter.Write, call lockwriter.ScriptCall) (any, error)
+	Read(ctx context.Context, key string, call lockwriter.ScriptCall) (any, error)
 	MemoryPolicy(key string) (policy cluster.MemoryPolicy, ok bool)
 	// RoutesByKey reports whether scripts go to the master of their keys'
 	// slot (a Redis Cluster), whose keys must then share one slot.
 	RoutesByKey() bool
 }
+
+var _ ScriptRunner = (*lockwriter.Writer)(nil)

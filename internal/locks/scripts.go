@@ -4,7 +4,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tidwall/redcon"
+
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 )
 
 // The owner record is a string at recordKey(resource), expiring with the
@@ -52,7 +55,7 @@ import (
 // The four operations that write (acquire, renew, release and undo) are
 // functions of one script, opsScript, which runs a list of them in order,
 // each on its own record, and returns the list of their replies: the
-// Writer puts every operation that is ready when a lock connection is free
+// lock writer (internal/lockwriter) puts every operation that is ready when a lock connection is free
 // into one call (per hash slot in front of a Redis Cluster, whose scripts
 // must declare their keys, all in one slot), so that Redis parses, looks up
 // and runs one script, and replicates one transaction, for many grants.
@@ -110,8 +113,8 @@ end
 `
 
 // opsScript: see above. Each function's arguments are documented with the
-// ScriptCall that carries them (opAcquire and so on); each reads them from
-// ARGV at its own offset a.
+// lockOp that names them (opAcquire and so on); each reads them from ARGV
+// at its own offset a.
 //
 // What it spends in Redis is mostly not its commands (GET, SET, DEL: about
 // 2 µs of a cycle's 17 on the master before this shape) but building and
@@ -354,11 +357,11 @@ return out
 var opsSHA = cluster.ScriptSHA(opsScript)
 
 // lockOp names one of opsScript's operations: the letter that starts its
-// arguments in a batch. A ScriptCall with an Op carries that operation's
-// three keys (record, guard, fence mark: Manager.keys) and its arguments,
-// in the order below; the Writer runs it through opsScript, alone or with
-// others.
-type lockOp byte
+// arguments in a batch. A lockwriter.ScriptCall with an Op carries that
+// operation's three keys (record, guard, fence mark: Manager.keys) and its
+// arguments, in the order below, and opsScript as its Source and SHA: the
+// lock writer runs it through opsScript, alone or with others.
+type lockOp = lockwriter.Op
 
 const (
 	// opAcquire: owner, ttl-ms, new token, newest token known to the
@@ -416,7 +419,7 @@ const (
 )
 
 // recordValue is a new grant's owner record, in the layout at the top of
-// this file, for opAcquire and opHandoff: appendArgs encodes it straight
+// this file, for opAcquire and opHandoff: addRecord encodes it straight
 // into the request, and the script stores it as it came (building it in
 // Lua cost the master about 0.8 µs per cycle: a concatenation of eleven
 // pieces and a number formatted with sprintf).
@@ -424,6 +427,20 @@ type recordValue struct {
 	token, term uint64
 	at          int64 // unix ms: both acquired and renewed
 	addr, owner string
+}
+
+// addRecord adds v to args, encoded through a buffer on the stack (the
+// lock path's way: no boxing, no allocation of its own).
+func addRecord(args *lockwriter.ScriptArgs, v recordValue) *lockwriter.ScriptArgs {
+	var buf [128]byte
+	return args.Bulk(v.appendTo(buf[:0]))
+}
+
+// AppendArg appends r to b as one RESP bulk string (lockwriter.Arg): how
+// a record travels in arguments built with lockwriter.ArgsOf.
+func (r recordValue) AppendArg(b []byte) []byte {
+	var buf [128]byte
+	return redcon.AppendBulk(b, r.appendTo(buf[:0]))
 }
 
 // appendTo appends the record's value to b.
@@ -558,7 +575,7 @@ end
 return {owner, tok, redis.call('PTTL', KEYS[1]), acq, ren, addr}
 `
 
-// The hot scripts go by EVALSHA (see Writer.Start): an EVAL sends about a
+// The hot scripts go by EVALSHA (see lockwriter.Writer.Start): an EVAL sends about a
 // kilobyte of source that Redis hashes on every call. So does infoScript
-// (Writer.Read).
+// (lockwriter.Writer.Read).
 var infoSHA = cluster.ScriptSHA(infoScript)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 )
 
 // Value locks (setnxops.go): SET NX and the lock scripts of redis-py,
@@ -52,8 +53,8 @@ const noLeaseEnd = 100 * 365 * 24 * time.Hour
 
 // valueGrant is one run of opValueWrite.
 type valueGrant struct {
-	call      ScriptCall
-	write     *Write
+	call      lockwriter.ScriptCall
+	write     *lockwriter.Write
 	start     time.Time
 	candidate uint64
 	kind      replyKind
@@ -116,8 +117,8 @@ func (m *Manager) sendValueWrite(ctx context.Context, v ValueWrite, side, client
 	}
 	g.start = time.Now()
 	term := m.term()
-	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueWrite, Keys: recipeKeys(v.Key, side),
-		Args: ArgsOf(v.Holder, string(v.Mode), v.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueWrite, Keys: recipeKeys(v.Key, side),
+		Args: lockwriter.ArgsOf(v.Holder, string(v.Mode), v.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
 			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: v.Holder},
 			term, v.Prefix, m.markLife())}
 	g.write = m.opts.Scripts.Start(ctx, v.Key, g.call, true)
@@ -210,8 +211,8 @@ func (m *Manager) settleValueWrite(ctx context.Context, g *valueGrant, v ValueWr
 func (m *Manager) abandonValueWrite(ctx context.Context, g *valueGrant, v ValueWrite, reserved bool, err error) error {
 	undone := false
 	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
-		args := ArgsOf(append(append([]any{v.Holder}, g.pre...), m.undoMark(v.Key, g.kind == kindGranted, g.token)...)...)
-		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: g.call.Keys, Args: args})
+		args := lockwriter.ArgsOf(append(append([]any{v.Holder}, g.pre...), m.undoMark(v.Key, g.kind == kindGranted, g.token)...)...)
+		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: g.call.Keys, Args: args})
 		if uerr != nil {
 			m.opts.Logger.Warn("could not undo an unacknowledged value lock write; it stands until its lease ends", "key", v.Key, "err", uerr)
 		} else {
@@ -251,7 +252,7 @@ func (m *Manager) RecipeValueRelease(ctx context.Context, key, holder string) (V
 	side := m.recordKey(key)
 	turn := m.serial.lock(key)
 	defer m.serial.unlock(key, turn)
-	call := ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side), Args: ArgsOf(holder, m.term())}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side), Args: lockwriter.ArgsOf(holder, m.term())}
 	reply, err := m.opts.Scripts.Start(ctx, key, call, false).Reply()
 	if err != nil {
 		return 0, deposed(err)
@@ -329,8 +330,8 @@ func (m *Manager) RecipeValueMulti(ctx context.Context, keys []string, holder st
 
 // multiGrant is one run of opValueMulti.
 type multiGrant struct {
-	call      ScriptCall
-	write     *Write
+	call      lockwriter.ScriptCall
+	write     *lockwriter.Write
 	start     time.Time
 	candidate uint64
 	kind      replyKind
@@ -356,8 +357,8 @@ func (m *Manager) sendValueMulti(ctx context.Context, keys, sides []string, hold
 	}
 	g.start = time.Now()
 	term := m.term()
-	g.call = ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueMulti, Keys: recipeKeys(keys[0], sides[0]),
-		Args: ArgsOf(holder, string(mode), lease.Milliseconds(), g.candidate, g.start.UnixMilli(),
+	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueMulti, Keys: recipeKeys(keys[0], sides[0]),
+		Args: lockwriter.ArgsOf(holder, string(mode), lease.Milliseconds(), g.candidate, g.start.UnixMilli(),
 			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder},
 			term, m.markLife(), packStrings(items...))}
 	g.write = m.opts.Scripts.Start(ctx, keys[0], g.call, true)
@@ -458,8 +459,8 @@ func (m *Manager) abandonValueMulti(ctx context.Context, g *multiGrant, keys, si
 	all := true
 	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
 		for i, k := range keys {
-			args := ArgsOf(append(append([]any{holder}, g.pre[i]...), m.undoMark(k, g.kind == kindGranted, g.candidate)...)...)
-			_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: recipeKeys(k, sides[i]), Args: args})
+			args := lockwriter.ArgsOf(append(append([]any{holder}, g.pre[i]...), m.undoMark(k, g.kind == kindGranted, g.candidate)...)...)
+			_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: recipeKeys(k, sides[i]), Args: args})
 			if uerr != nil {
 				m.opts.Logger.Warn("could not undo an unacknowledged value lock write; it stands until its lease ends", "key", k, "err", uerr)
 				all = false

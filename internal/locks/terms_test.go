@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -23,7 +24,7 @@ func termManagers(t *testing.T, lockDelay time.Duration) (m5, m4, m0 *Manager, r
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	wr := NewWriter(WriterOptions{Backend: connect(t, master.Addr), ReplicaTimeout: time.Second})
+	wr := lockwriter.New(lockwriter.Options{Backend: connect(t, master.Addr), ReplicaTimeout: time.Second})
 	manager := func(term func() uint64) *Manager {
 		return New(Options{Scripts: wr, Store: PersistStore(store), Metrics: metrics.New(), Logger: quiet,
 			LockDelay: lockDelay, MaxWaiters: 10, SlowWait: -1, SlowHeld: -1, Term: term})
@@ -85,11 +86,11 @@ func TestOlderTermCannotTouchNewerRecord(t *testing.T) {
 	wantDeposed(t, "a release", err)
 	_, err = m0.Release(ctx, "r", "a")
 	wantDeposed(t, "a single node's release", err)
-	prev := m4.opts.Scripts.Start(ctx, key, ScriptCall{Source: "return 1"}, false)
+	prev := m4.opts.Scripts.Start(ctx, key, lockwriter.ScriptCall{Source: "return 1"}, false)
 	if _, err := prev.Reply(); err != nil {
 		t.Fatal(err)
 	}
-	if gone := m4.undo(ctx, &attempt{call: ScriptCall{Keys: m4.keys("r")}, write: prev}, "r", "a", token); gone {
+	if gone := m4.undo(ctx, &attempt{call: lockwriter.ScriptCall{Keys: m4.keys("r")}, write: prev}, "r", "a", token); gone {
 		t.Fatalf("an undo by an older term reports the grant gone")
 	}
 	rec, held, err := m5.readRecord(ctx, "r")

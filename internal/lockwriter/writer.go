@@ -1,4 +1,4 @@
-package locks
+package lockwriter
 
 import (
 	"bytes"
@@ -34,12 +34,19 @@ type ScriptCall struct {
 	SHA    string
 	Keys   []string
 	Args   ScriptArgs
-	// Op, if set, makes the call one operation of opsScript (Source and
-	// SHA are then opsScript's, Keys its record, guard and fence mark, Args its own
-	// arguments): the Writer runs it in one call with the other
-	// operations of its batch that go to the same slot (see sendBatch).
-	Op lockOp
+	// Op, if set, makes the call one operation of a batch script (Source
+	// and SHA are then the batch script's, the same for every call with an
+	// Op; Keys are the operation's three; Args its own arguments): the
+	// Writer runs it in one call with the other operations of its batch
+	// that go to the same slot (see sendBatch).
+	Op Op
 }
+
+// Op names one operation of a batch script: the letter that starts its
+// arguments in the batch's call. Zero is no operation: the call is a
+// script of its own. The letters and what they do are the script's
+// owner's (internal/locks); the Writer only batches them.
+type Op byte
 
 // Write is one lock write in flight. The script's reply (Reply) arrives
 // before the replicas' acknowledgements (Acks): the WAIT that counts them
@@ -66,6 +73,18 @@ type ackWait struct {
 
 // Unsent returns a Write that failed before it was sent, with err.
 func Unsent(err error) *Write { return &Write{err: err} }
+
+// Replied returns a Write already answered: reply is its script's reply
+// and acks, unless nil, its WAIT's, each raw RESP. It stands for a write
+// where no Redis is (a stand-in ScriptRunner in tests), and reads them as
+// a sent write's.
+func Replied(reply, acks []byte) *Write {
+	w := &Write{reply: &resp.Reply{Buf: reply}}
+	if acks != nil {
+		w.ack = &ackWait{reply: &resp.Reply{Buf: acks}}
+	}
+	return w
+}
 
 // fail ends a write that will not be sent: err is its outcome.
 func (w *Write) fail(err error) {
@@ -138,51 +157,8 @@ func decode(r *resp.Reply) (any, error) {
 	return v, err
 }
 
-// The lock operations' usual replies are read straight from their bytes,
-// without building a value (resp.Parse's strings and []any, each boxed,
-// were about five allocations of every lock cycle); anything else goes
-// through Reply, which reads it and its errors.
-
-// bulkReply is the script's reply if it is a bulk string, which it waits
-// for; ok is false for any other reply or error.
-func (w *Write) bulkReply() (body []byte, ok bool) {
-	raw, err := w.Raw()
-	if err != nil {
-		return nil, false
-	}
-	body, rest, ok := bulkOf(raw)
-	return body, ok && len(rest) == 0
-}
-
-// bulkOf reads a bulk string (not null) off the front of b.
-func bulkOf(b []byte) (body, rest []byte, ok bool) {
-	head := bytes.IndexByte(b, '\n')
-	if head < 3 || b[0] != '$' || b[head-1] != '\r' {
-		return nil, nil, false
-	}
-	n, ok := resp.ParseInt(b[1 : head-1])
-	if !ok || n < 0 || int64(len(b)-head-1) < n+2 {
-		return nil, nil, false
-	}
-	body, rest = b[head+1:head+1+int(n)], b[head+1+int(n):]
-	if rest[0] != '\r' || rest[1] != '\n' {
-		return nil, nil, false
-	}
-	return body, rest[2:], true
-}
-
-// intOf reads an integer reply off the front of b.
-func intOf(b []byte) (n int64, rest []byte, ok bool) {
-	head := bytes.IndexByte(b, '\n')
-	if head < 3 || b[0] != ':' || b[head-1] != '\r' {
-		return 0, nil, false
-	}
-	n, ok = resp.ParseInt(b[1 : head-1])
-	return n, b[head+1:], ok
-}
-
-// WriterOptions configure a Writer.
-type WriterOptions struct {
+// Options configure a Writer.
+type Options struct {
 	Backend cluster.Backend
 	// MinReplicas and ReplicaTimeout are the WAIT sent behind a batch of
 	// writes that want acknowledgements (none if MinReplicas is 0).
@@ -190,8 +166,8 @@ type WriterOptions struct {
 	ReplicaTimeout time.Duration
 }
 
-// Writer is the batched lock-script writer, the ScriptRunner fenceproxy
-// runs on: for each master it serves the node's lock connections
+// Writer is the batched lock-script writer (the locks.ScriptRunner
+// fenceproxy runs on): for each master it serves the node's lock connections
 // (cluster.Node.ServeLockWrites) with writers of its own, WriterConns that
 // send writes followed by a WAIT and as many that send writes without one
 // (releases, undos, FENCE.EXEC), so that those never wait behind a WAIT.
@@ -199,7 +175,7 @@ type WriterOptions struct {
 // WAIT for them all, in one write. Use one Writer per backend: a master's
 // lock connections are served once.
 type Writer struct {
-	opts        WriterOptions
+	opts        Options
 	routesByKey bool   // the backend's RoutesByKey, read once
 	waitRequest []byte // the WAIT behind a batch, encoded once
 
@@ -207,9 +183,9 @@ type Writer struct {
 	nodes sync.Map   // *cluster.Node -> *nodeWriter, until the node closes
 }
 
-// NewWriter returns a Writer over opts.Backend's masters. A master's
-// writers start with its first write.
-func NewWriter(opts WriterOptions) *Writer {
+// New returns a Writer over opts.Backend's masters. A master's writers
+// start with its first write.
+func New(opts Options) *Writer {
 	wr := &Writer{opts: opts, routesByKey: opts.Backend.RoutesByKey()}
 	if opts.MinReplicas > 0 {
 		wr.waitRequest = resp.AppendCommand(nil, [][]byte{
@@ -220,8 +196,6 @@ func NewWriter(opts WriterOptions) *Writer {
 	}
 	return wr
 }
-
-var _ ScriptRunner = (*Writer)(nil)
 
 // Start runs call on the master of key's slot, by EVALSHA when call has a
 // SHA: one that meets NOSCRIPT (Redis restarted or flushed its scripts; the
@@ -462,7 +436,7 @@ func (wr *Writer) retire(node *cluster.Node, nw *nodeWriter) {
 // would hold anything sent behind the WAIT anyway), or, for writes that
 // want no acknowledgements, until its last reply is in. The writes that
 // arrive meanwhile form the next batch, and its lock operations one call
-// of opsScript: the busier the node, the more grants share one script
+// of their batch script: the busier the node, the more grants share one script
 // call and one round of acknowledgements. (Sending each release as soon as
 // it came, as before, made batches of one: 1.7 operations per script call
 // at 50 clients.) It does the batch's I/O itself (sendBatch): nothing else
@@ -544,7 +518,7 @@ func gatherFor(queue chan *Write, batch []*Write, window <-chan time.Time, close
 // meanwhile goes in one call (see writeLoop). A connection that breaks
 // fails every reply not read yet with backend.ErrLost: an unknown outcome.
 // The lock operations (ScriptCall.Op) of the batch go as one call of
-// opsScript per hash slot (one in all for a backend that does not route by
+// their batch script per hash slot (one in all for a backend that does not route by
 // key), in the order they came: Redis then parses, looks up and runs one
 // script, and replicates one transaction, for many grants, renewals or
 // releases. Every other write goes as its own script. st is the calling
@@ -598,7 +572,7 @@ type writerState struct {
 	used    int
 }
 
-// opsGroup is one call of opsScript: the lock operations of a batch that
+// opsGroup is one call of the batch script: the lock operations of a batch that
 // go to one slot, in order. Its reply, the list of theirs, completes each.
 // A writer reuses its groups once its batch is done.
 type opsGroup struct {
@@ -670,7 +644,7 @@ func (g *opsGroup) Complete(r *resp.Reply) {
 	if r.Err == nil {
 		rest, n, ok = resp.ArrayHeader(r.Buf)
 		if ok && n != len(g.writes) {
-			r.Err = backend.ErrLost // not opsScript's answer: what ran is unknown
+			r.Err = backend.ErrLost // not the batch script's answer: what ran is unknown
 		}
 	}
 	for _, w := range g.writes {
@@ -692,9 +666,9 @@ func (g *opsGroup) Complete(r *resp.Reply) {
 }
 
 // appendOps appends the RESP request that runs ws's operations in one call
-// of opsScript: EVALSHA (EVAL with its source if any of them was told
-// NOSCRIPT), every operation's three keys, then for each its letter and
-// its arguments.
+// of their batch script (the Source and SHA every one of them carries):
+// EVALSHA (EVAL with its source if any of them was told NOSCRIPT), every
+// operation's three keys, then for each its letter and its arguments.
 func appendOps(b []byte, ws []*Write) []byte {
 	nargs := 0
 	bySHA := true
@@ -704,9 +678,9 @@ func appendOps(b []byte, ws []*Write) []byte {
 	}
 	b = redcon.AppendArray(b, 3+3*len(ws)+nargs)
 	if bySHA {
-		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVALSHA"), opsSHA)
+		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVALSHA"), ws[0].call.SHA)
 	} else {
-		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVAL"), opsScript)
+		b = redcon.AppendBulkString(redcon.AppendBulkString(b, "EVAL"), ws[0].call.Source)
 	}
 	var num [20]byte
 	b = redcon.AppendBulk(b, strconv.AppendInt(num[:0], int64(3*len(ws)), 10))
@@ -753,7 +727,7 @@ type ScriptArgs struct {
 	enc []byte
 }
 
-// ArgsOf returns args (strings, []byte, int, int64, uint64, bool) as
+// ArgsOf returns args (strings, []byte, int, int64, uint64, bool, Arg) as
 // ScriptArgs, for calls off the lock path.
 func ArgsOf(args ...any) ScriptArgs {
 	var a ScriptArgs
@@ -762,6 +736,10 @@ func ArgsOf(args ...any) ScriptArgs {
 
 // Len is the number of arguments.
 func (a *ScriptArgs) Len() int { return a.n }
+
+// Encoded is the arguments as they go on the wire: one RESP bulk string
+// each, one after another.
+func (a *ScriptArgs) Encoded() []byte { return a.enc }
 
 // grow readies a's buffer for its first argument: one allocation for a
 // lock operation's whole list.
@@ -783,17 +761,17 @@ func (a *ScriptArgs) Str(s string) *ScriptArgs {
 // would allocate one.)
 func (a *ScriptArgs) Int(n int64) *ScriptArgs {
 	var num [20]byte
-	return a.bulk(strconv.AppendInt(num[:0], n, 10))
+	return a.Bulk(strconv.AppendInt(num[:0], n, 10))
 }
 
 // Uint adds n in decimal.
 func (a *ScriptArgs) Uint(n uint64) *ScriptArgs {
 	var num [20]byte
-	return a.bulk(strconv.AppendUint(num[:0], n, 10))
+	return a.Bulk(strconv.AppendUint(num[:0], n, 10))
 }
 
-// bulk adds b, copied.
-func (a *ScriptArgs) bulk(b []byte) *ScriptArgs {
+// Bulk adds b, copied.
+func (a *ScriptArgs) Bulk(b []byte) *ScriptArgs {
 	a.grow()
 	a.n++
 	a.enc = redcon.AppendBulk(a.enc, b)
@@ -808,10 +786,10 @@ func (a *ScriptArgs) Bool(b bool) *ScriptArgs {
 	return a.Str("0")
 }
 
-// record adds an owner record's value.
-func (a *ScriptArgs) record(v recordValue) *ScriptArgs {
-	var buf [128]byte
-	return a.bulk(v.appendTo(buf[:0]))
+// Arg is an argument that encodes itself (a lock record's value, whose
+// type is its owner's): AppendArg appends it to b as one RESP bulk string.
+type Arg interface {
+	AppendArg(b []byte) []byte
 }
 
 // Add adds each of args by its type (as ArgsOf).
@@ -821,19 +799,21 @@ func (a *ScriptArgs) Add(args ...any) *ScriptArgs {
 		case string:
 			a.Str(v)
 		case []byte:
-			a.bulk(v)
+			a.Bulk(v)
 		case int64:
 			a.Int(v)
 		case int:
 			a.Int(int64(v))
 		case uint64:
 			a.Uint(v)
-		case recordValue:
-			a.record(v)
+		case Arg:
+			a.grow()
+			a.n++
+			a.enc = v.AppendArg(a.enc)
 		case bool:
 			a.Bool(v)
 		default:
-			panic("locks: unsupported script argument type")
+			panic("lockwriter: unsupported script argument type")
 		}
 	}
 	return a

@@ -1,4 +1,4 @@
-package locks
+package lockwriter
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestBatchOnABrokenConnection(t *testing.T) {
 	link := testenv.StartLink(t, master.Addr)
 	be := connect(t, link.Addr)
 	node := be.Masters()[0]
-	wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
+	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
 	conns := make(chan *backend.SyncConn, 2)
 	node.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
 		if acked {
@@ -135,7 +135,7 @@ func TestScriptReplyBeforeItsWAIT(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(be.Close)
-	wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Hour})
+	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Hour})
 	call := ScriptCall{Source: "return redis.call('INCR', KEYS[1])", Keys: []string{"k"}}
 	if n, err := wr.Start(ctx, "k", call, true).Acks(); n != 1 || err != nil {
 		t.Fatalf("a write with the replica up: %d acks, %v", n, err)
@@ -202,7 +202,7 @@ func TestRoundsOverlap(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(be.Close)
-			wr := NewWriter(WriterOptions{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Minute})
+			wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Minute})
 			const incr = "return redis.call('INCR', KEYS[1])"
 			start := func(key string) *Write {
 				return wr.Start(context.Background(), key, ScriptCall{Source: incr, Keys: []string{key}}, true)
