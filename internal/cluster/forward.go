@@ -238,6 +238,9 @@ func (pc *Pinned) Up() bool { return pc.conn.Up() }
 // connection to another client afterwards (Release(false)): the UNBLOCK
 // may arrive after the command it was meant for has ended.
 func (pc *Pinned) Unblock(mode []byte, p *resp.Reply) {
+	if mode != nil {
+		mode = append([]byte(nil), mode...) // used once CLIENT LIST is in, after the request
+	}
 	laddr := pc.conn.LocalAddr()
 	if laddr == "" {
 		p.Buf = append(p.Buf, ":0\r\n"...)

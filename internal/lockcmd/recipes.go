@@ -94,10 +94,7 @@ func (fam *Family) relayingRecipe(c Conn) bool {
 // answered refused too, as a single node that may not grant right now
 // answers; any other call gets the relay's error.
 func (fam *Family) relayRecipe(c Conn, key string, args [][]byte, g *relayedGrant, p *resp.Reply) {
-	own := make([][]byte, len(args))
-	for i, a := range args {
-		own[i] = append([]byte(nil), a...)
-	}
+	own := cloneArgs(args)
 	user := fam.relayUser(c)
 	resp3, received := c.RESP3(), receivedAt(c)
 	fam.runLock(c, key, p, 0, func(ctx context.Context) ([]byte, error) {
@@ -433,4 +430,15 @@ func (fam *Family) Token(c Conn, args [][]byte, p *resp.Reply) {
 		}
 		return redcon.AppendInt(nil, int64(token)), nil
 	})
+}
+
+// cloneArgs copies a request's arguments for work that outlives its
+// serving (a lock worker's): the protocol reuses their bytes once the
+// client's next request is framed.
+func cloneArgs(args [][]byte) [][]byte {
+	own := make([][]byte, len(args))
+	for i, a := range args {
+		own[i] = append([]byte(nil), a...)
+	}
+	return own
 }

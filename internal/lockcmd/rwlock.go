@@ -83,10 +83,11 @@ func (fam *Family) rwRenew(c Conn, args [][]byte, call recipes.Call, p *resp.Rep
 	for i, l := range rw.Locks {
 		batch[i] = locks.RWRenewLock{Key: l.Key, Prefix: l.Prefix, Holders: l.Holders}
 	}
+	own := cloneArgs(args) // the request's buffer is not the worker's
 	fam.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		held, err := fam.opts.Manager.RWRenew(ctx, locks.RWRenewStyle(rw.Style), batch, rw.BatchKeys, call.Lease)
 		if err == locks.ErrScriptFails {
-			return fam.runOwnScript(ctx, args) // 3.52.0's body fails here: Redis answers as it would
+			return fam.runOwnScript(ctx, own) // 3.52.0's body fails here: Redis answers as it would
 		}
 		return fam.recipeRenewReply(held, err)
 	})

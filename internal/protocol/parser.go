@@ -71,9 +71,10 @@ const maxRetainedBuffer = 64 << 10
 // bounds the Limits set on a request's lines and arguments; a grown
 // buffer is let go once drained (maxRetainedBuffer).
 //
-// Arguments returned point into the Reader's buffer and stay valid only
-// until the Reader next reads (ReadCommand, Fill, Peek): whoever keeps one
-// must copy it.
+// Arguments returned stay valid until the next request is framed: they
+// are copied out of the read buffer, which the next read may overwrite
+// while the request is still being served (by a lock worker, a backend's
+// reader). Whoever keeps one longer must copy it.
 type Reader struct {
 	src    io.Reader
 	limits Limits
@@ -81,7 +82,32 @@ type Reader struct {
 	r, w   int
 	err    error // a read's error that came with bytes, returned by the next read
 	args   [][]byte
+	arena  []byte // the last request's arguments (keep)
 	f      frameState
+}
+
+// maxRetainedArena is the largest argument arena a Reader keeps for the
+// next request: one grown for a long request is let go after it.
+const maxRetainedArena = 64 << 10
+
+// keep copies the arguments of the request just framed (args, which point
+// into the read buffer) into the arena, and returns them there.
+func (r *Reader) keep(args [][]byte) [][]byte {
+	if cap(r.arena) > maxRetainedArena {
+		r.arena = nil
+	}
+	a := r.arena[:0]
+	for _, arg := range args {
+		a = append(a, arg...)
+	}
+	r.arena = a
+	at := 0
+	for i, arg := range args {
+		n := len(arg)
+		args[i] = a[at : at+n : at+n]
+		at += n
+	}
+	return args
 }
 
 // frameState is how far Frame got through the request at buf[r:] when it
@@ -212,7 +238,7 @@ func (r *Reader) Frame() ([][]byte, error) {
 		r.r += n
 		r.f = frameState{bulk: -1, spans: r.f.spans[:0]}
 		if len(args) > 0 {
-			return args, nil
+			return r.keep(args), nil
 		}
 	}
 	return nil, nil

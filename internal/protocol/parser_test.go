@@ -280,3 +280,38 @@ func TestReaderBufferGrowsAndShrinks(t *testing.T) {
 		t.Errorf("drained, the buffer is %d bytes, want %d", len(r.buf), readBufferSize)
 	}
 }
+
+// chunks is a source that returns one chunk per Read.
+type chunks [][]byte
+
+func (c *chunks) Read(b []byte) (int, error) {
+	if len(*c) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, (*c)[0])
+	(*c)[0] = (*c)[0][n:]
+	if len((*c)[0]) == 0 {
+		*c = (*c)[1:]
+	}
+	return n, nil
+}
+
+// TestArgsOutliveTheNextRead: a request's arguments stay as they were
+// while the Reader reads what the client sent next, until the next
+// request is framed: a lock worker or a backend's reader may still use
+// them (a data race, and a renewal of the wrong lock, when they pointed
+// into the read buffer, which the next read overwrote).
+func TestArgsOutliveTheNextRead(t *testing.T) {
+	src := chunks{[]byte("*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n"), []byte("*2\r\n$3\r\nSET\r\n$3\r\nXYZ")}
+	r := NewReader(&src, DefaultLimits)
+	args, err := r.ReadCommand()
+	if err != nil || len(args) != 2 {
+		t.Fatalf("first request: %q, %v", args, err)
+	}
+	if err := r.Fill(); err != nil { // the next request's first bytes
+		t.Fatal(err)
+	}
+	if string(args[0]) != "GET" || string(args[1]) != "key" {
+		t.Fatalf("the first request's arguments became %q after the next read", args)
+	}
+}

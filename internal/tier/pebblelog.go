@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -19,7 +20,34 @@ import (
 //
 //	l<index, 8 bytes big-endian>  a log entry (encodeLog)
 //	s<key>                        a stable-store value
-type pebbleStore struct{ db *pebble.DB }
+type pebbleStore struct {
+	db *pebble.DB
+	// mu and closed keep raft off a closed Pebble (which panics): raft's
+	// transport may still be serving an RPC that began before the node
+	// shut down when closeStores runs.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// errStoreClosed fails a log store operation after Close.
+var errStoreClosed = errors.New("tier: the raft store is closed (the node is stopping)")
+
+// open holds the store open for one operation and reports whether it is;
+// the caller runs p.mu.RUnlock after, only if it was.
+func (p *pebbleStore) open() bool {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// closedStableWrite is a stable store write after Close: it never
+// returns. raft panics on a failed stable write (setCurrentTerm), and a
+// success would let the RPC under way answer for what is not on disk; the
+// node is stopping, and the RPC's goroutine waits for the process to end.
+func closedStableWrite() { select {} }
 
 func openPebbleStore(dir string, logger *slog.Logger) (*pebbleStore, error) {
 	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: pebbleLogger{logger}})
@@ -29,7 +57,15 @@ func openPebbleStore(dir string, logger *slog.Logger) (*pebbleStore, error) {
 	return &pebbleStore{db: db}, nil
 }
 
-func (p *pebbleStore) Close() error { return p.db.Close() }
+func (p *pebbleStore) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	return p.db.Close()
+}
 
 func logKey(i uint64) []byte {
 	k := make([]byte, 9)
@@ -81,6 +117,10 @@ func decodeLog(index uint64, b []byte, l *raft.Log) error {
 }
 
 func (p *pebbleStore) edge(first bool) (uint64, error) {
+	if !p.open() {
+		return 0, errStoreClosed
+	}
+	defer p.mu.RUnlock()
 	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: logLower, UpperBound: logUpper})
 	if err != nil {
 		return 0, err
@@ -102,6 +142,10 @@ func (p *pebbleStore) FirstIndex() (uint64, error) { return p.edge(true) }
 func (p *pebbleStore) LastIndex() (uint64, error)  { return p.edge(false) }
 
 func (p *pebbleStore) GetLog(index uint64, l *raft.Log) error {
+	if !p.open() {
+		return errStoreClosed
+	}
+	defer p.mu.RUnlock()
 	v, closer, err := p.db.Get(logKey(index))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return raft.ErrLogNotFound
@@ -116,6 +160,10 @@ func (p *pebbleStore) GetLog(index uint64, l *raft.Log) error {
 func (p *pebbleStore) StoreLog(l *raft.Log) error { return p.StoreLogs([]*raft.Log{l}) }
 
 func (p *pebbleStore) StoreLogs(ls []*raft.Log) error {
+	if !p.open() {
+		return errStoreClosed
+	}
+	defer p.mu.RUnlock()
 	b := p.db.NewBatch()
 	defer b.Close()
 	for _, l := range ls {
@@ -127,14 +175,28 @@ func (p *pebbleStore) StoreLogs(ls []*raft.Log) error {
 }
 
 func (p *pebbleStore) DeleteRange(min, max uint64) error {
+	if !p.open() {
+		return errStoreClosed
+	}
+	defer p.mu.RUnlock()
 	return p.db.DeleteRange(logKey(min), logKey(max+1), pebble.Sync)
 }
 
 func stableKey(k []byte) []byte { return append([]byte("s"), k...) }
 
-func (p *pebbleStore) Set(k, v []byte) error { return p.db.Set(stableKey(k), v, pebble.Sync) }
+func (p *pebbleStore) Set(k, v []byte) error {
+	if !p.open() {
+		closedStableWrite()
+	}
+	defer p.mu.RUnlock()
+	return p.db.Set(stableKey(k), v, pebble.Sync)
+}
 
 func (p *pebbleStore) Get(k []byte) ([]byte, error) {
+	if !p.open() {
+		return nil, errStoreClosed
+	}
+	defer p.mu.RUnlock()
 	v, closer, err := p.db.Get(stableKey(k))
 	if errors.Is(err, pebble.ErrNotFound) {
 		// raft-boltdb's message, which raft expects of a missing key.
