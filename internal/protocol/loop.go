@@ -209,6 +209,9 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 // bytes, and ends the batch when the client has sent nothing more.
 func (c *Conn) serveLoop() {
 	lc := c.lp
+	if c.outbox != nil && !c.outbox.writeOut() {
+		return // a stream's or pushes' write waits, or the client closed
+	}
 	for {
 		if c.killed.Load() {
 			// CLIENT KILL (Kill) posts the close to the loop, where it may
@@ -301,13 +304,6 @@ func (c *Conn) afterDispatch(args [][]byte) bool {
 		if c.later && (lc.hungUp || lc.closeNow) {
 			lc.clientGone() // it hung up with the request, or in a detour
 		}
-		return false
-	}
-	if c.writesTaken || c.push != nil {
-		// ServesOnLoop said it would not: the goroutine path
-		// knows how to wait for such a batch.
-		c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
-		c.leaveLoop(nil)
 		return false
 	}
 	// As serve: a full batch is written before more is read; one
@@ -411,6 +407,15 @@ func (lc *loopClient) read(b []byte) (int, error) {
 // itself may have to read.
 func (c *Conn) leaveLoop(pending [][]byte) {
 	lc := c.lp
+	if c.outbox != nil {
+		// Its stream and pushes are the loop's to write (loopoutbox.go):
+		// a goroutine could not keep their order. ServesOnLoop must admit
+		// every request of such a client.
+		c.server.Logger.Error("bug: a client with a stream or pushes on the event loop sent a request the loop does not serve; closing it", "client", c.RemoteAddr, "command", clipCommand(pending))
+		c.lp.eof = true
+		c.endLoopBatch()
+		return
+	}
 	first := pending != nil && c.batch.n == 0
 	if !c.attachToGoroutine() {
 		lc.stop()
