@@ -57,7 +57,9 @@ func TestPubSubOnTheLoop(t *testing.T) {
 		func(kind string, n int) string {
 			return fmt.Sprintf("*3\r\n$%d\r\n%s\r\n$2\r\nch\r\n:%d\r\n", len(kind), kind, n)
 		},
-		func(m string) string { return fmt.Sprintf("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$%d\r\n%s\r\n", len(m), m) })
+		func(m string) string {
+			return fmt.Sprintf("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$%d\r\n%s\r\n", len(m), m)
+		})
 }
 
 // TestPubSubOnTheLoopRESP3: the same for a RESP3 client. HELLO 3 itself
@@ -79,7 +81,9 @@ func TestPubSubOnTheLoopRESP3(t *testing.T) {
 		func(kind string, n int) string {
 			return fmt.Sprintf(">3\r\n$%d\r\n%s\r\n$2\r\nch\r\n:%d\r\n", len(kind), kind, n)
 		},
-		func(m string) string { return fmt.Sprintf(">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$%d\r\n%s\r\n", len(m), m) })
+		func(m string) string {
+			return fmt.Sprintf(">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$%d\r\n%s\r\n", len(m), m)
+		})
 }
 
 // TestMonitorOnTheLoop: MONITOR's stream is written by the serve loop,

@@ -69,7 +69,7 @@ type Conn struct {
 	// loop, which writes them (loopoutbox.go); nil until TakeWrites or
 	// EnablePushes there.
 	outbox *loopOutbox
-	push      *pushes   // nil until EnablePushes (push.go)
+	push   *pushes // nil until EnablePushes (push.go)
 	// rawConn writes to a plaintext client's socket without blocking, for
 	// a batch written by its last reply (writeLater), and reads from it
 	// without blocking, for a batch held over a partial request (held.go);

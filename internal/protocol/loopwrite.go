@@ -49,10 +49,10 @@ type loopWrite struct {
 	// lim and class are the output limits the rest is held to: the
 	// normal class's for a batch, the pubsub class's for a stream's
 	// outbox (loopoutbox.go).
-	lim   OutputLimit
-	class string
-	startFn      func()      // startWrite, bound once (toLoop)
-	checkFn      func()      // checkWrite, bound once (toLoop)
+	lim     OutputLimit
+	class   string
+	startFn func() // startWrite, bound once (toLoop)
+	checkFn func() // checkWrite, bound once (toLoop)
 }
 
 // errWriteAbandoned ends a waiting write of a client that was killed, or
