@@ -33,8 +33,8 @@ import (
 // blocking command first in its batch that a spare connection of its own
 // takes at once). A request that may block (MayBlock) ends its batch, and
 // the loop watches the client while it waits (clientGone). At anything
-// else (a command that pins a connection or would dial one, subscribes,
-// changes the protocol...) the connection leaves the loop: its socket goes back to
+// else (a command that pins a connection or would dial one, changes the
+// protocol...) the connection leaves the loop: its socket goes back to
 // Go's poller and a goroutine carries on with serve, where the loop
 // stopped, with the request that did not fit (leaveLoop), and gives the
 // client back to the loop once it sends plain requests again
@@ -49,10 +49,12 @@ import (
 type LoopHandler interface {
 	Handler
 	// ServesOnLoop reports whether ServeCommand serves args without
-	// blocking its goroutine (AfterReplies is not blocking: on the loop
-	// its continuation runs later), and without TakeWrites (but as the
-	// first of its batch), EnablePushes or CloseAfterReply, so that the
-	// loop may call it. MayBlock is allowed
+	// blocking its goroutine (AfterReplies and AfterWork are not
+	// blocking: on the loop their continuation runs later; TakeWrites and
+	// EnablePushes neither: the loop writes the stream, loopoutbox.go),
+	// and without CloseAfterReply, so that the loop may call it. Once a
+	// client on the loop took its writes or pushes, it must admit every
+	// request of that client (one it refuses closes it). MayBlock is allowed
 	// (the loop ends the batch with it and watches the client: ClientGone
 	// as on a goroutine). When
 	// it reports false, nothing was done: the connection leaves the loop
