@@ -122,7 +122,6 @@ func TestServesOnLoop(t *testing.T) {
 		{[]string{"CLIENT", "LIST"}, "", back},
 		{[]string{"MULTI"}, "+OK\r\n", ""},
 		{[]string{"WATCH", "k"}, "+OK\r\n", " ECHO:goroutine GET:goroutine GET:goroutine"},
-		{[]string{"SUBSCRIBE", "ch"}, "", ""},
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000"}, "", back},
 		{[]string{"FUNCTION", "STATS"}, "", back},
 		{[]string{"INFO", "server"}, "", back},

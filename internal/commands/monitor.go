@@ -22,40 +22,53 @@ import (
 
 func (h *Handler) monitor(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	tunnel := h.streamTunnel(s, "MONITOR", args, p)
-	if tunnel == nil {
+	if h.streamRefused(s, "MONITOR", args, p) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	probe := h.opts.Backend.Masters()[0].ProbeAddr(ctx)
-	cancel()
-	ci := h.clientInfoOf(c, s)
-	ci.streamFlags.Store(clientMonitor)
-	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &monitorStream{own: h.own, probe: []byte(probe), ci: ci}})
-	s.tunnel, s.tunnelKind = tunnel, tunnelMonitor
-	h.sendTunnel(s, args, p)
+	var tunnel cluster.Tunnel
+	var err error
+	var probe string
+	work := func() {
+		if tunnel, err = h.opts.Backend.Subscribe(&s.backend); err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		probe = h.opts.Backend.Masters()[0].ProbeAddr(ctx)
+		cancel()
+	}
+	c.AfterWork(p, work, func() {
+		defer h.publish(c, s)
+		if err != nil {
+			replyErr(p, err)
+			return
+		}
+		ci := h.clientInfoOf(c, s)
+		ci.streamFlags.Store(clientMonitor)
+		tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &monitorStream{own: h.own, probe: []byte(probe), ci: ci}})
+		s.tunnel, s.tunnelKind = tunnel, tunnelMonitor
+		h.sendTunnel(s, args, p)
+	})
 }
 
-// streamTunnel opens the tunnel of a command that turns the client's
-// connection into Redis's stream (MONITOR, SYNC), or answers p and returns
-// nil: inside MULTI it is queued on the transaction's connection (Redis's
-// own answer at EXEC), and in front of a Redis Cluster it is refused (one
-// master's stream is not the cluster's).
-func (h *Handler) streamTunnel(s *session, name string, args [][]byte, p *resp.Reply) cluster.Tunnel {
+// streamOnLoop: MONITOR and SYNC are the serve loop's: their connection
+// is dialled off the loop (AfterWork), and the loop writes the stream.
+func streamOnLoop(*Handler, *protocol.Conn, [][]byte) bool { return true }
+
+// streamRefused answers p for a command that would turn the client's
+// connection into Redis's stream (MONITOR, SYNC) where it is not opened,
+// and reports whether it did: inside MULTI it is queued on the
+// transaction's connection (Redis's own answer at EXEC), and in front of a
+// Redis Cluster it is refused (one master's stream is not the cluster's).
+func (h *Handler) streamRefused(s *session, name string, args [][]byte, p *resp.Reply) bool {
 	if s.tx.inMulti {
 		h.sendPinned(s, args, p)
-		return nil
+		return true
 	}
 	if h.opts.Backend.RoutesByKey() {
 		replyError(p, "ERR fenceproxy: "+name+" is served in front of a standalone Redis only, not a Redis Cluster; connect to a master directly")
-		return nil
+		return true
 	}
-	tunnel, err := h.opts.Backend.Subscribe(&s.backend)
-	if err != nil {
-		replyErr(p, err)
-		return nil
-	}
-	return tunnel
+	return false
 }
 
 // monitorStream is a MONITOR tunnel's streamFilter: each line

@@ -40,18 +40,31 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // TIER.* commands of peers' links) is never forwarded. In front of a Redis
 // Cluster, requests that span slots are split on the loop too, and one
 // behind others after the view of the slots changed goes on once they are
-// answered. Everything else (the other commands of the proxy's own, AUTH
-// checked by Redis and HELLO, a blocking command behind others or with no
-// spare pinned connection ready (blockingOnLoop), MULTI and WATCH (they
-// pin a connection, which may dial), WAIT (it takes a connection of the
-// client's own on each master, which may dial), pub/sub, and in front of a
-// Redis Cluster broadcasts and SCAN) moves the client to a goroutine of
+// answered. (P|S)SUBSCRIBE and their UNSUBSCRIBEs (in front of a standalone
+// master), MONITOR and SYNC are the loop's too: their tunnel's connection
+// is dialled off the loop (protocol's AfterWork), the loop writes Redis's
+// stream (protocol's outbox), and every later request of the client goes
+// through the tunnel on the loop. Everything else (the other commands of
+// the proxy's own, AUTH checked by Redis and HELLO, a blocking command
+// behind others or with no spare pinned connection ready (blockingOnLoop),
+// MULTI and WATCH (they pin a connection, which may dial), WAIT (it takes
+// a connection of the client's own on each master, which may dial), CLIENT
+// TRACKING (its connection of its own is pinned), pub/sub in front of a
+// Redis Cluster (an SSUBSCRIBE dials in the tunnel's Send), and in front of
+// a Redis Cluster broadcasts and SCAN) moves the client to a goroutine of
 // its own, which
 // gives it back to the loop after a batch of requests the loop would have
 // served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	s := sessionOf(c)
-	if s.tunnel != nil || s.tx.pinned != nil || s.tx.inMulti || s.tx.watching ||
+	if s.tunnel != nil {
+		// Subscribed (or MONITOR, SYNC) on the loop: every request goes
+		// through the tunnel (sendTunnel: one write to its connection),
+		// and Redis's answers come with the stream the loop writes. A
+		// tier peer's command (serveTierLink, before the tunnel) is not.
+		return !h.locks.InTier() || !hasPrefixFold(args[0], "tier.")
+	}
+	if s.tx.pinned != nil || s.tx.inMulti || s.tx.watching ||
 		s.replies.off || s.replies.skipNext || s.track.on || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
 		return false
 	}
@@ -94,3 +107,17 @@ func selectOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
 // --requirepass) is answered from the ACL at once; checked by Redis
 // (checkAuth) it waits for Redis's answer, on a goroutine.
 func authOnLoop(h *Handler, _ *protocol.Conn, _ [][]byte) bool { return h.opts.ACL != nil }
+
+// hasPrefixFold reports whether b begins with the lower-case prefix, in
+// any case.
+func hasPrefixFold(b []byte, prefix string) bool {
+	if len(b) < len(prefix) {
+		return false
+	}
+	for i := range len(prefix) {
+		if b[i]|0x20 != prefix[i] && b[i] != prefix[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -27,15 +28,32 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.sendPinned(s, args, p) // queued: Redis decides
 		return
 	}
-	tunnel, err := h.opts.Backend.Subscribe(&s.backend)
-	if err != nil {
-		replyErr(p, err)
-		return
-	}
-	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &pubsubRelay{own: h.own, ci: h.clientInfoOf(c, s)}})
-	s.tunnel = tunnel
-	h.noteReceiver(c, tunnel)
-	h.sendTunnel(s, args, p)
+	// The tunnel's connection is dialled where that may wait (on the serve
+	// loop, a goroutine of its own), and the client's writes are taken
+	// once what it sent before has its replies.
+	var tunnel cluster.Tunnel
+	var err error
+	c.AfterWork(p, func() { tunnel, err = h.opts.Backend.Subscribe(&s.backend) }, func() {
+		defer h.publish(c, s)
+		if err != nil {
+			replyErr(p, err)
+			return
+		}
+		tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &pubsubRelay{own: h.own, ci: h.clientInfoOf(c, s)}})
+		s.tunnel = tunnel
+		h.noteReceiver(c, tunnel)
+		h.sendTunnel(s, args, p)
+	})
+}
+
+// subscribeOnLoop: a subscription is the serve loop's in front of a
+// standalone master (or Sentinel's): its connection is dialled off the
+// loop (AfterWork) and the loop writes the stream (protocol's outbox).
+// In front of a Redis Cluster the client leaves for a goroutine: its
+// SSUBSCRIBE would dial a shard master's connection inside the tunnel's
+// Send.
+func subscribeOnLoop(h *Handler, _ *protocol.Conn, _ [][]byte) bool {
+	return !h.opts.Backend.RoutesByKey()
 }
 
 // refuseOwnSubscribed refuses one of the proxy's own commands (the lock

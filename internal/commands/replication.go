@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -34,13 +35,21 @@ const replyPSyncRefused = "ERR fenceproxy: PSYNC is not served through fenceprox
 
 func (h *Handler) sync(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	s := sessionOf(c)
-	tunnel := h.streamTunnel(s, "SYNC", args, p)
-	if tunnel == nil {
+	if h.streamRefused(s, "SYNC", args, p) {
 		return
 	}
-	tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &replicaStream{own: h.own, upDB: -1, downDB: -1}})
-	s.tunnel, s.tunnelKind = tunnel, tunnelSync
-	h.sendTunnel(s, args, p)
+	var tunnel cluster.Tunnel
+	var err error
+	c.AfterWork(p, func() { tunnel, err = h.opts.Backend.Subscribe(&s.backend) }, func() {
+		defer h.publish(c, s)
+		if err != nil {
+			replyErr(p, err)
+			return
+		}
+		tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &replicaStream{own: h.own, upDB: -1, downDB: -1}})
+		s.tunnel, s.tunnelKind = tunnel, tunnelSync
+		h.sendTunnel(s, args, p)
+	})
 }
 
 // replicaStream is the streamFilter of a SYNC tunnel: Redis's answer to

@@ -288,17 +288,17 @@ func init() {
 
 		// Redis's replication stream, less the proxy's own writes
 		// (replication.go): the connection becomes a tunnel to Redis.
-		{name: "sync", arity: 1, serve: (*Handler).sync},
+		{name: "sync", arity: 1, serve: (*Handler).sync, onLoop: streamOnLoop},
 		// MONITOR, less the proxy's own commands (monitor.go).
-		{name: "monitor", arity: 1, serve: (*Handler).monitor},
+		{name: "monitor", arity: 1, serve: (*Handler).monitor, onLoop: streamOnLoop},
 
 		// Pub/sub: the first one makes the connection a tunnel to Redis.
-		{name: "subscribe", arity: -1, flags: flagPubSub},
-		{name: "psubscribe", arity: -1, flags: flagPubSub},
-		{name: "ssubscribe", arity: -1, flags: flagPubSub},
-		{name: "unsubscribe", arity: -1, flags: flagPubSub},
-		{name: "punsubscribe", arity: -1, flags: flagPubSub},
-		{name: "sunsubscribe", arity: -1, flags: flagPubSub},
+		{name: "subscribe", arity: -1, flags: flagPubSub, onLoop: subscribeOnLoop},
+		{name: "psubscribe", arity: -1, flags: flagPubSub, onLoop: subscribeOnLoop},
+		{name: "ssubscribe", arity: -1, flags: flagPubSub, onLoop: subscribeOnLoop},
+		{name: "unsubscribe", arity: -1, flags: flagPubSub, onLoop: subscribeOnLoop},
+		{name: "punsubscribe", arity: -1, flags: flagPubSub, onLoop: subscribeOnLoop},
+		{name: "sunsubscribe", arity: -1, flags: flagPubSub, onLoop: subscribeOnLoop},
 
 		// Commands that wait in Redis for data (or, WAIT, for replicas): on a
 		// connection of the client's own, so they stall nobody else. XREAD and

@@ -64,8 +64,12 @@ type Conn struct {
 	// clientReader).
 	reading   bool
 	idleArmed bool      // a read deadline for the idle timeout is set
-	outbound  *outbound // the write side once taken (TakeWrites)
-	push      *pushes   // nil until EnablePushes (push.go)
+	outbound  *outbound // the write side once taken (TakeWrites), on a goroutine
+	// outbox holds a stream's and pushes' bytes for a client on the event
+	// loop, which writes them (loopoutbox.go); nil until TakeWrites or
+	// EnablePushes there.
+	outbox *loopOutbox
+	push   *pushes // nil until EnablePushes (push.go)
 	// rawConn writes to a plaintext client's socket without blocking, for
 	// a batch written by its last reply (writeLater), and reads from it
 	// without blocking, for a batch held over a partial request (held.go);
@@ -539,16 +543,21 @@ func (c *Conn) writeTo(w net.Conn, buf []byte) error {
 
 // overLimit closes the connection for going over an output limit.
 func (c *Conn) overLimit(e *errOutputLimit) error {
+	c.logOverLimit(e)
+	if c.lp == nil {
+		c.nc.Close()
+	} // on the loop, resume closes it (the error is the batch's outcome)
+	return e
+}
+
+// logOverLimit logs and counts the close of a client over an output limit.
+func (c *Conn) logOverLimit(e *errOutputLimit) {
 	reason := closeOutputNormal
 	if e.class == "pubsub" {
 		reason = closeOutputPubSub
 	}
 	c.server.limitClosed(c, reason, "closing client for overcoming output buffer limits",
 		"class", e.class, "limit", e.which, "output_buffer_bytes", e.bytes)
-	if c.lp == nil {
-		c.nc.Close()
-	} // on the loop, resume closes it (the error is the batch's outcome)
-	return e
 }
 
 // awaitWatchingClient waits for the batch while watching the client to
@@ -708,17 +717,17 @@ func (c *Conn) SetSilent(current *resp.Reply, silent bool) {
 // Redis pushes messages no request asked for). The replies to requests sent
 // before current are written first, in order; current and every later
 // request must be completed with no bytes. Requests are still read and
-// dispatched as before. What the caller writes is queued and sent by a
-// goroutine of the connection's own, under the pubsub output limits: a
-// Write does not wait for the client (unless the class has no hard limit
-// and 1 MB is queued), and fails once the client was disconnected.
+// dispatched as before. What the caller writes is queued and sent, under
+// the pubsub output limits, by a goroutine of the connection's own, or on
+// the event loop by the loop (loopoutbox.go): a Write does not wait for
+// the client (unless the class has no hard limit and 1 MB is queued), and
+// fails once the client was disconnected. On a goroutine TakeWrites waits
+// for the earlier replies; on the loop it does not wait (the stream is
+// written after the batch that holds them).
 func (c *Conn) TakeWrites(current *resp.Reply) net.Conn {
 	s := c.currentSlot(current, "TakeWrites")
-	if c.lp != nil && !c.earlierDone() {
-		// The loop must not wait for the replies it may have to read
-		// itself: ServesOnLoop refuses such requests (but as the first of
-		// a batch). Answered as a panic (logged, the client closed).
-		panic("protocol: TakeWrites behind other requests on the event loop")
+	if c.lp != nil {
+		return c.takeWritesOnLoop()
 	}
 	c.waitReplies(s)
 	c.out = c.out[:0]

@@ -37,8 +37,12 @@
 //     Shutdown gets the Handler's ClientGone (clientGone). A batch the
 //     socket does not take at once stays on the loop too: the loop writes
 //     its rest as the socket makes room, under the same limits as a
-//     goroutine's write (loopwrite.go). At anything else (a request that
-//     pins a connection or would dial one, subscribes, changes the
+//     goroutine's write (loopwrite.go), and so do a subscribed client's
+//     stream and a client's pushes (TakeWrites, EnablePushes: the loop
+//     writes the client's outbox between its batches, under the pubsub
+//     limits, loopoutbox.go; a Handler dials what it needs for them off
+//     the loop, AfterWork). At anything else (a request that
+//     pins a connection or would dial one, changes the
 //     protocol or database) the client leaves for a goroutine
 //     (leaveLoop); after two batches in a row the loop would have served,
 //     with nothing more sent, it comes back (returnToLoop), so requests

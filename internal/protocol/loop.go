@@ -33,8 +33,8 @@ import (
 // blocking command first in its batch that a spare connection of its own
 // takes at once). A request that may block (MayBlock) ends its batch, and
 // the loop watches the client while it waits (clientGone). At anything
-// else (a command that pins a connection or would dial one, subscribes,
-// changes the protocol...) the connection leaves the loop: its socket goes back to
+// else (a command that pins a connection or would dial one, changes the
+// protocol...) the connection leaves the loop: its socket goes back to
 // Go's poller and a goroutine carries on with serve, where the loop
 // stopped, with the request that did not fit (leaveLoop), and gives the
 // client back to the loop once it sends plain requests again
@@ -49,10 +49,12 @@ import (
 type LoopHandler interface {
 	Handler
 	// ServesOnLoop reports whether ServeCommand serves args without
-	// blocking its goroutine (AfterReplies is not blocking: on the loop
-	// its continuation runs later), and without TakeWrites (but as the
-	// first of its batch), EnablePushes or CloseAfterReply, so that the
-	// loop may call it. MayBlock is allowed
+	// blocking its goroutine (AfterReplies and AfterWork are not
+	// blocking: on the loop their continuation runs later; TakeWrites and
+	// EnablePushes neither: the loop writes the stream, loopoutbox.go),
+	// and without CloseAfterReply, so that the loop may call it. Once a
+	// client on the loop took its writes or pushes, it must admit every
+	// request of that client (one it refuses closes it). MayBlock is allowed
 	// (the loop ends the batch with it and watches the client: ClientGone
 	// as on a goroutine). When
 	// it reports false, nothing was done: the connection leaves the loop
@@ -209,6 +211,9 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 // bytes, and ends the batch when the client has sent nothing more.
 func (c *Conn) serveLoop() {
 	lc := c.lp
+	if c.outbox != nil && !c.outbox.writeOut() {
+		return // a stream's or pushes' write waits, or the client closed
+	}
 	for {
 		if c.killed.Load() {
 			// CLIENT KILL (Kill) posts the close to the loop, where it may
@@ -301,13 +306,6 @@ func (c *Conn) afterDispatch(args [][]byte) bool {
 		if c.later && (lc.hungUp || lc.closeNow) {
 			lc.clientGone() // it hung up with the request, or in a detour
 		}
-		return false
-	}
-	if c.writesTaken || c.push != nil {
-		// ServesOnLoop said it would not: the goroutine path
-		// knows how to wait for such a batch.
-		c.server.Logger.Error("bug: a request served on the event loop asked for a goroutine's features; moving the client to one", "client", c.RemoteAddr, "command", clipCommand(args))
-		c.leaveLoop(nil)
 		return false
 	}
 	// As serve: a full batch is written before more is read; one
@@ -411,6 +409,15 @@ func (lc *loopClient) read(b []byte) (int, error) {
 // itself may have to read.
 func (c *Conn) leaveLoop(pending [][]byte) {
 	lc := c.lp
+	if c.outbox != nil {
+		// Its stream and pushes are the loop's to write (loopoutbox.go):
+		// a goroutine could not keep their order. ServesOnLoop must admit
+		// every request of such a client.
+		c.server.Logger.Error("bug: a client with a stream or pushes on the event loop sent a request the loop does not serve; closing it", "client", c.RemoteAddr, "command", clipCommand(pending))
+		c.lp.eof = true
+		c.endLoopBatch()
+		return
+	}
 	first := pending != nil && c.batch.n == 0
 	if !c.attachToGoroutine() {
 		lc.stop()

@@ -16,10 +16,9 @@ import "time"
 // last read that brought bytes (c.readAt, in the middle of a request too)
 // and the moment it was last waited for: when its last batch was written
 // (resume), when it came to the loop (toLoop: accepted, or given back by
-// its goroutine, whose deadline would have been armed then). Blocked and
-// subscribed clients are never on the loop (they leave it for a
-// goroutine), so the loop has no exemption to make but the batch in
-// flight.
+// its goroutine, whose deadline would have been armed then). A blocked
+// client's batch is in flight; a subscribed client (TakeWrites) leaves the
+// sweep for good, as Redis exempts both.
 //
 // The sweep runs every idleSweepEvery(IdleTimeout) (a quarter of the
 // timeout, at most a second), while the loop has clients: a client is

@@ -46,8 +46,13 @@ type loopWrite struct {
 	// it is (or there is none); end is WriteTimeout's end, zero if none.
 	softEnd, end time.Time
 	timer        *time.Timer // posts checkFn at the next of the two
-	startFn      func()      // startWrite, bound once (toLoop)
-	checkFn      func()      // checkWrite, bound once (toLoop)
+	// lim and class are the output limits the rest is held to: the
+	// normal class's for a batch, the pubsub class's for a stream's
+	// outbox (loopoutbox.go).
+	lim     OutputLimit
+	class   string
+	startFn func() // startWrite, bound once (toLoop)
+	checkFn func() // checkWrite, bound once (toLoop)
 }
 
 // errWriteAbandoned ends a waiting write of a client that was killed, or
@@ -84,9 +89,16 @@ func (lc *loopClient) writeBatch() {
 // loop: it arms the write's deadlines and writes what room there is now
 // (an edge that came before this ran was not taken).
 func (lc *loopClient) startWrite() {
+	lc.startWriteUnder(lc.c.server.NormalOutput, "normal", true)
+}
+
+// startWriteUnder is startWrite for a rest held to lim (of class), and to
+// the server's WriteTimeout if timeout.
+func (lc *loopClient) startWriteUnder(lim OutputLimit, class string, timeout bool) {
 	c := lc.c
 	c.mayBlock = false // the batch's reply is in: nothing blocks now
 	lc.w.pending = true
+	lc.w.lim, lc.w.class = lim, class
 	if lc.gone.Load() || lc.closeNow {
 		// Killed, hung up or shut down while blocked, or killed since:
 		// the rest is for nobody.
@@ -95,10 +107,10 @@ func (lc *loopClient) startWrite() {
 	}
 	now := lc.loop.Now()
 	lc.w.end, lc.w.softEnd = time.Time{}, time.Time{}
-	if d := c.server.WriteTimeout; d > 0 {
+	if d := c.server.WriteTimeout; d > 0 && timeout {
 		lc.w.end = now.Add(d)
 	}
-	if lim := c.server.NormalOutput; lim.Soft > 0 && int64(lc.unwritten()) > lim.Soft {
+	if lim.Soft > 0 && int64(lc.unwritten()) > lim.Soft {
 		lc.w.softEnd = now.Add(lim.SoftFor)
 	}
 	lc.writeMore(now)
@@ -164,12 +176,12 @@ func (lc *loopClient) overWriteLimit(now time.Time) error {
 	if !lc.w.softEnd.IsZero() {
 		left := int64(lc.unwritten())
 		switch {
-		case left <= c.server.NormalOutput.Soft:
+		case left <= lc.w.lim.Soft:
 			// Back under the soft limit in time: the rest may take as
 			// long as it takes (the buffer only shrinks).
 			lc.w.softEnd = time.Time{}
 		case !now.Before(lc.w.softEnd):
-			return c.overLimit(&errOutputLimit{"normal", "soft", left})
+			return c.overLimit(&errOutputLimit{lc.w.class, "soft", left})
 		}
 	}
 	if !lc.w.end.IsZero() && !now.Before(lc.w.end) {

@@ -32,6 +32,11 @@ type pushes struct {
 	open   bool     // a batch is being served or written
 	queued []byte   // pushes waiting for the batch's end
 	stream net.Conn // the stream, once the connection's writes were taken
+	// loop is the outbox of a client on the event loop (loopoutbox.go),
+	// which the loop writes only between batches: a push that comes when
+	// every reply so far is in goes there, and is written after the
+	// batch, as queued is on a goroutine.
+	loop *loopOutbox
 }
 
 // EnablePushes prepares the connection for Push; call it from ServeCommand,
@@ -39,6 +44,9 @@ type pushes struct {
 func (c *Conn) EnablePushes() {
 	if c.push == nil {
 		c.push = &pushes{open: true} // called while serving a batch
+		if c.lp != nil {
+			c.push.loop = c.outboxOnLoop()
+		}
 	}
 }
 
@@ -52,6 +60,14 @@ func (c *Conn) Push(b []byte) {
 	switch {
 	case ps.stream != nil:
 		ps.stream.Write(b)
+	case ps.loop != nil:
+		if s := c.batch.pending(); s != nil {
+			s.pre = append(s.pre, b...)
+			return
+		}
+		if ps.loop.append(b) != nil {
+			return // closed, or being closed for a limit
+		}
 	case ps.open:
 		if s := c.batch.pending(); s != nil {
 			s.pre = append(s.pre, b...)
@@ -68,7 +84,13 @@ func (c *Conn) Push(b []byte) {
 // EndPushes disconnects the client: what pushed to it is gone (its own
 // Redis connection broke), and a client that caches must learn that its
 // cache can no longer be kept valid.
-func (c *Conn) EndPushes() { c.nc.Close() }
+func (c *Conn) EndPushes() {
+	if c.onLoop {
+		c.interruptOnLoop(true) // the loop holds its socket, or knows it left
+		return
+	}
+	c.nc.Close()
+}
 
 // writePush writes b with the server's write timeout.
 func (c *Conn) writePush(b []byte) error {

@@ -242,6 +242,9 @@ func (s *Server) release(c *Conn) {
 	if c.outbound != nil {
 		c.outbound.closeNow()
 	}
+	if c.outbox != nil {
+		c.outbox.close() // the relay's next write fails
+	}
 	if c.nc != nil { // nil for a connection closed on the event loop
 		c.nc.Close()
 	}
