@@ -255,3 +255,37 @@ func waitFor(t testing.TB, cond func() bool) {
 	}
 	t.Fatal("condition not met within 30s")
 }
+
+// TestLockCyclesOnTheLoop: LOCK.ACQUIRE (without WAIT), LOCK.RENEW and
+// LOCK.RELEASE are served on the serve loop, sent one at a time or
+// pipelined with other requests, and their replies come in order: a lock
+// client keeps the loop's cheaper path through its cycles. A LOCK.ACQUIRE
+// ... WAIT, which blocks, is the loop's only first in its batch.
+func TestLockCyclesOnTheLoop(t *testing.T) {
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, _ := startStandalone(t, po, false)
+	c := p.dial(t)
+	first := string(c.Do("LOCK.ACQUIRE", "r", "o", "10000"))
+	if !strings.HasPrefix(first, ":") {
+		t.Fatalf("LOCK.ACQUIRE: %q", first)
+	}
+	run(t, c, []exchange{
+		{[]string{"LOCK.RENEW", "r", "o", "10000"}, first},
+		{[]string{"LOCK.RELEASE", "r", "o"}, ":1\r\n"},
+	})
+	reqs := [][]string{{"SET", "k", "v"}, {"LOCK.ACQUIRE", "r2", "o", "10000"}, {"GET", "k"}, {"LOCK.RELEASE", "r2", "o"}, {"LOCK.RELEASE", "r2", "o"}}
+	for _, r := range reqs {
+		c.Send(r...)
+	}
+	c.Flush()
+	for i, want := range []string{"+OK\r\n", ":", "$1\r\nv\r\n", ":1\r\n", ":0\r\n"} {
+		if got, err := c.ReadReply(); err != nil || !strings.HasPrefix(string(got), want) || (want == ":" && string(got) == ":0\r\n") {
+			t.Fatalf("reply %d (%q): %q, %v; want %q", i, reqs[i], got, err, want)
+		}
+	}
+	const want = "LOCK.ACQUIRE:loop LOCK.RENEW:loop LOCK.RELEASE:loop SET:loop LOCK.ACQUIRE:loop GET:loop LOCK.RELEASE:loop LOCK.RELEASE:loop"
+	if got := w.take(); got != want {
+		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+}

@@ -67,7 +67,8 @@ func watchLoop(po *proxyOptions) *loopWatcher {
 // ID, GETNAME, ECHO) are served on the loop, with Redis's and the proxy's
 // replies in order; the first request the loop must not serve (one that
 // waits for earlier replies, changes the client's protocol, database or
-// reply mode, pins a connection, subscribes, or is a lock command; a
+// reply mode, pins a connection, subscribes, or is a LOCK.ACQUIRE
+// ... WAIT behind others; a
 // blocking command only where it would wait: see TestBlockingOnTheLoop)
 // moves the client to a goroutine, which serves it and every later
 // request (ServesOnLoop is not asked again).
@@ -122,7 +123,7 @@ func TestServesOnLoop(t *testing.T) {
 		{[]string{"CLIENT", "LIST"}, "", back},
 		{[]string{"MULTI"}, "+OK\r\n", ""},
 		{[]string{"WATCH", "k"}, "+OK\r\n", " ECHO:goroutine GET:goroutine GET:goroutine"},
-		{[]string{"LOCK.ACQUIRE", "r", "o", "10000"}, "", back},
+		{[]string{"LOCK.ACQUIRE", "r", "o", "10000", "WAIT", "100"}, "", back},
 		{[]string{"FUNCTION", "STATS"}, "", back},
 		{[]string{"INFO", "server"}, "", back},
 	} {

@@ -217,7 +217,7 @@ func init() {
 					{"lock_acquires_errors", []string{"error"}},
 				},
 			},
-			serve: lockServe((*lockcmd.Family).Acquire)},
+			serve: lockServe((*lockcmd.Family).Acquire), onLoop: leaseOnLoop},
 		{name: "lock.renew", arity: 4, flags: lockFlags | flagWrite | flagWritesResource | flagFast, resource: 1,
 			summary: "Extend the lease of a lock the owner holds, keeping its token",
 			syntax:  "resource owner ttl-ms",
@@ -226,7 +226,7 @@ func init() {
 				results: []string{"renewed", "lost", "noreplicas", "evictable", "late", "invalid", "error"},
 				info:    []infoLine{{"lock_renewals", []string{"renewed"}}, {"lock_renewals_lost", []string{"lost"}}},
 			},
-			serve: lockServe((*lockcmd.Family).Renew)},
+			serve: lockServe((*lockcmd.Family).Renew), onLoop: leaseOnLoop},
 		{name: "lock.release", arity: 3, flags: lockFlags | flagWrite | flagWritesResource | flagFast, resource: 1,
 			summary: "Release a lock the owner holds; the next waiter gets it",
 			syntax:  "resource owner",
@@ -235,7 +235,7 @@ func init() {
 				results: []string{"released", "notheld", "invalid", "error"},
 				info:    []infoLine{{"lock_releases", []string{"released"}}, {"lock_releases_not_held", []string{"notheld"}}},
 			},
-			serve: lockServe((*lockcmd.Family).Release)},
+			serve: lockServe((*lockcmd.Family).Release), onLoop: leaseOnLoop},
 		{name: "fence.check", arity: 3, flags: lockFlags | flagReadonly | flagFast, resource: 1,
 			summary: "Tell whether a token is the newest issued for a resource (1) or stale (0)",
 			syntax:  "resource token",
@@ -431,6 +431,10 @@ func lockServe(serve func(*lockcmd.Family, lockcmd.Conn, [][]byte, *resp.Reply))
 
 // evalOnLoop: an EVAL the serve loop may forward (lockcmd's EvalOnLoop).
 func evalOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool { return h.locks.EvalOnLoop(args) }
+
+// leaseOnLoop: a lock request the serve loop may hand to the lock path
+// (lockcmd's LeaseOnLoop).
+func leaseOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool { return h.locks.LeaseOnLoop(args) }
 
 // setOnLoop: a SET the serve loop may forward (lockcmd's SetOnLoop).
 func setOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool { return h.locks.SetOnLoop(args) }

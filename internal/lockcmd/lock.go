@@ -153,6 +153,19 @@ func receivedAt(c Conn) time.Time {
 	return t
 }
 
+// LeaseOnLoop reports whether the serve loop may serve a LOCK.ACQUIRE
+// (without WAIT), LOCK.RENEW or LOCK.RELEASE: their serving only parses
+// the request and hands it to a lock worker (runLockTo), whose reply
+// completes the client's batch, so the loop's client stays on the loop
+// through its lock cycles. Not a LOCK.ACQUIRE ... WAIT (the batch waits
+// watching the client: a goroutine's), not on a tier node (a follower
+// relays it over a link), and not while the workers' backlog is filling
+// (handing a request over would wait for room: the client's goroutine
+// may, the loop must not).
+func (fam *Family) LeaseOnLoop(args [][]byte) bool {
+	return fam.On() && !fam.InTier() && len(args) <= 4 && !fam.runner.Crowded()
+}
+
 func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
 	if len(args) != 4 && len(args) != 6 {
 		p.DoneError("ERR wrong number of arguments for 'lock.acquire' command")

@@ -114,6 +114,10 @@ func (r *Runner) Reply(c *ConnRequests, resource string, timeout time.Duration, 
 	}
 }
 
+// Crowded reports whether requests wait in the bounded workers' backlog
+// beyond half of it: handing over one more may soon wait for room.
+func (r *Runner) Crowded() bool { return len(r.workers.backlog) > maxBacklog/2 }
+
 // Go runs task on one of the bounded workers: for another request that
 // waits on Redis off its connection's goroutine (INFO), under the same
 // bound as lock requests.

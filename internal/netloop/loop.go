@@ -62,6 +62,7 @@ type Loop struct {
 	// sleeping is true while the loop waits (or is about to wait) in
 	// epoll_wait with nothing to do: whoever gives it work then wakes it.
 	sleeping atomic.Bool
+	wakeups  atomic.Uint64 // see Wakeups
 	done     chan struct{}
 
 	// Owned by the loop's goroutine.
@@ -203,9 +204,15 @@ func (l *Loop) Schedule(f Flusher) {
 // wake wakes the loop if it waits in epoll_wait (invariant 4).
 func (l *Loop) wake() {
 	if l.sleeping.Load() && l.sleeping.CompareAndSwap(true, false) {
+		l.wakeups.Add(1)
 		Write(l.evfd, eventfdOne[:])
 	}
 }
+
+// Wakeups is how many times work given to the loop from another goroutine
+// woke it out of epoll_wait (a system call each, on both sides): what a
+// loop serving its clients well keeps low.
+func (l *Loop) Wakeups() uint64 { return l.wakeups.Load() }
 
 // Close stops the loop once its pass under way ends. The sockets still
 // registered are not closed: their owners close them.

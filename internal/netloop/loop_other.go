@@ -39,6 +39,7 @@ func (l *Loop) Post(fn func())                     {}
 func (l *Loop) Schedule(f Flusher)                 {}
 func (l *Loop) Close()                             {}
 func (l *Loop) Now() time.Time                     { return time.Now() }
+func (l *Loop) Wakeups() uint64                    { return 0 }
 func Detach(nc net.Conn) (int, error)              { return -1, errUnsupported }
 func DetachListener(ln net.Listener) (int, error)  { return -1, errUnsupported }
 func Accept(lfd int) (int, string, string, error)  { return -1, "", "", errUnsupported }

@@ -84,11 +84,15 @@
 //  1. A connection's loop state (loopClient) is touched on the loop only,
 //     but for laterErr and w.off, which the goroutine that completes a
 //     batch sets before it posts resume or the rest of its write
-//     (startWrite), and gone (atomic), which that goroutine reads.
+//     (startWrite), and gone and held (atomic), which that goroutine
+//     reads and swaps.
 //  2. While a batch is left to its last reply (c.later), or its write
 //     waits for room (lc.w.pending, loopwrite.go), the loop reads and
 //     dispatches nothing of the connection's; resume, posted when the
-//     batch is written, gives it back. Replies leave in order, one batch
+//     batch is written, gives it back, or, for a quiet batch (nothing
+//     buffered or seen since), the writer's swap of held, which the loop
+//     takes at its next entry for the client (quietresume.go: no post,
+//     no wake-up of the loop). Replies leave in order, one batch
 //     at a time, as with a goroutine. So during a detour (c.detour.then
 //     set): the batch stays open, its earlier replies complete into their
 //     slots, and endDetour, posted by whoever completes the last of them

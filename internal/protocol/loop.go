@@ -81,6 +81,10 @@ type loopClient struct {
 	// set by doneLater before it posts resume.
 	laterErr error
 	resumeFn func() // resume, bound once: posting it allocates nothing
+	// held says who holds the connection while a batch is in flight
+	// (c.later): heldByBatch, heldWanted, or heldByLoop once a quiet
+	// batch's completer gave it back without a post (see quietResume).
+	held atomic.Int32
 	// idleFrom is when the loop last began to wait for the client's next
 	// request (it came to the loop, or its batch was written): with
 	// c.readAt, where its idle time counts from (loopidle.go).
@@ -190,7 +194,10 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 	if lc.stopped {
 		return
 	}
-	if lc.c.later {
+	if lc.c.later && !lc.reclaim() {
+		if ev&(netloop.In|netloop.Ended) != 0 {
+			lc.want() // bytes or the end came: resume must serve them
+		}
 		if lc.w.pending {
 			lc.writeReady(ev) // resume follows once it is written
 			return
@@ -330,8 +337,13 @@ func (c *Conn) endLoopBatch() {
 		return
 	}
 	c.later = true
+	if c.lp.quiet() {
+		c.lp.held.Store(heldByBatch)
+	} else {
+		c.lp.held.Store(heldWanted)
+	}
 	if c.batch.left.Add(-1) == 0 {
-		c.finishLater() // every reply is in: written here, resume posted
+		c.finishLater() // every reply is in: written here
 	}
 }
 
@@ -339,9 +351,7 @@ func (c *Conn) endLoopBatch() {
 // written: the loop holds the connection again (invariant 2).
 func (lc *loopClient) resume() {
 	c := lc.c
-	c.later = false
-	c.mayBlock = false
-	lc.idleFrom = lc.loop.Now() // the batch is written: waiting for the client again
+	lc.reclaimed()
 	err := lc.laterErr
 	lc.laterErr = nil
 	switch {
@@ -361,6 +371,9 @@ func (lc *loopClient) resume() {
 func (lc *loopClient) doneLater(err error) {
 	lc.laterErr = err
 	lc.c.batch.left.Store(1)
+	if err == nil && lc.held.CompareAndSwap(heldByBatch, heldByLoop) {
+		return // quiet: the loop takes it back at its next edge (quietResume)
+	}
 	lc.loop.Post(lc.resumeFn)
 }
 
@@ -538,7 +551,8 @@ func (lc *loopClient) shutdown(closeNow bool) {
 		// endDetour goes on, and ends the wait of a blocking request it
 		// sends (afterDispatch) or closes the client after the batch
 		// (resume).
-	case lc.c.later:
+	case lc.c.later && !lc.reclaim():
+		lc.want() // resume closes it, or serves what came first
 		if lc.closeNow {
 			// A blocked command would hold the close (invariant 4)
 			// until its reply, for as long as it blocks; a write that

@@ -171,7 +171,13 @@ func (o *loopOutbox) flush() {
 	o.mu.Lock()
 	o.posted = false
 	o.mu.Unlock()
-	if o.lc.stopped || o.c.later || o.c.detour.then != nil || o.c.batch.n > 0 {
+	if o.c.later && !o.lc.reclaim() {
+		// The batch in flight is written first; its writer must then
+		// have the loop go on (resume), even if the batch was quiet.
+		o.lc.want()
+		return
+	}
+	if o.lc.stopped || o.c.detour.then != nil || o.c.batch.n > 0 {
 		return
 	}
 	o.writeOut()
@@ -237,6 +243,7 @@ func (o *loopOutbox) writeOut() bool {
 	}
 	o.rest.Store(int64(lc.unwritten()))
 	c.later = true
+	lc.held.Store(heldWanted) // resume goes on once it is written
 	lc.startWriteUnder(lim, class, timeout)
 	return false
 }

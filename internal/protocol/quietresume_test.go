@@ -1,0 +1,110 @@
+package protocol
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// offLoopHandler answers each request with +NAME from a goroutine of its
+// own after delay, as a lock worker or another loop's reader completes a
+// reply: the batch is written there, while the loop sleeps.
+type offLoopHandler struct {
+	delay      time.Duration
+	dispatched chan struct{} // if not nil, told of each request
+}
+
+func (h offLoopHandler) ServeCommand(_ *Conn, args [][]byte, p *resp.Reply) {
+	name := string(args[0])
+	if h.dispatched != nil {
+		h.dispatched <- struct{}{}
+	}
+	go func() {
+		time.Sleep(h.delay)
+		p.Buf = append(p.Buf, "+"+name+"\r\n"...)
+		p.Done()
+	}()
+}
+func (offLoopHandler) BatchDone(*Conn)  {}
+func (offLoopHandler) ClientGone(*Conn) {}
+func (offLoopHandler) Closed(*Conn)     {}
+
+// TestQuietBatchResumesWithoutWakingTheLoop: a client that sends one
+// request at a time, each answered off the loop, is given back to the loop
+// by whoever writes its reply, without waking the loop (no post, no
+// eventfd write) for each. Posting resume after every batch woke the loop
+// once per request.
+func TestQuietBatchResumesWithoutWakingTheLoop(t *testing.T) {
+	s, addr := startOnLoop(t, offLoopHandler{delay: time.Millisecond})
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	do(t, nc, rd, "FIRST")
+	const requests = 100
+	before := s.Loop.Wakeups()
+	for range requests {
+		do(t, nc, rd, "NEXT")
+	}
+	if woke := s.Loop.Wakeups() - before; woke > requests/4 {
+		t.Fatalf("the loop was woken %d times for %d requests answered off the loop; want almost none", woke, requests)
+	}
+	if s.LoopClients() != 1 {
+		t.Fatalf("loop clients %d, want 1", s.LoopClients())
+	}
+}
+
+// TestBytesDuringAQuietBatchAreServed: a request that arrives while the
+// previous one's reply is on its way (off the loop) is served once that
+// reply is written, in order, whichever of the two comes first.
+func TestBytesDuringAQuietBatchAreServed(t *testing.T) {
+	_, addr := startOnLoop(t, offLoopHandler{delay: 2 * time.Millisecond})
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	for round := range 50 {
+		nc.Write([]byte(multibulk("A")))
+		// The second request: at once, during the first's flight, or
+		// about when its reply is written.
+		time.Sleep(time.Duration(round%5) * 500 * time.Microsecond)
+		nc.Write([]byte(multibulk("B")))
+		nc.SetReadDeadline(time.Now().Add(replyWait))
+		for _, want := range []string{"+A\r\n", "+B\r\n"} {
+			if line, err := rd.ReadString('\n'); err != nil || line != want {
+				t.Fatalf("round %d: %q, %v; want %q", round, line, err, want)
+			}
+		}
+	}
+}
+
+// TestKillDuringAQuietBatch: a client killed while its reply is on its
+// way off the loop is closed once it is written, though no edge of its
+// own comes (it sends nothing more).
+func TestKillDuringAQuietBatch(t *testing.T) {
+	dispatched := make(chan struct{}, 1)
+	s, addr := startOnLoop(t, offLoopHandler{delay: 20 * time.Millisecond, dispatched: dispatched})
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Write([]byte(multibulk("SLOW")))
+	waitChan(t, dispatched, "the request dispatched")
+	s.Each(func(c *Conn) { c.Kill() })
+	waitConns(t, s, 0)
+	nc.SetReadDeadline(time.Now().Add(replyWait))
+	rd := bufio.NewReader(nc)
+	for {
+		if _, err := rd.ReadString('\n'); err != nil {
+			break // closed (with or without the reply, as Redis may)
+		}
+	}
+}
