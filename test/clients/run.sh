@@ -5,6 +5,12 @@
 #   SUITES="go cli" test/clients/run.sh only those
 #   FENCEPROXY_ADDR=host:port test/clients/run.sh   use a running proxy instead
 #   test/clients/run.sh --cluster       the same suites, the proxy fronting a Redis Cluster
+#   FENCEPROXY_BIN=/path test/clients/run.sh   that fenceproxy binary instead of building one
+#
+# When anything fails, the run's logs (the proxy's, every Redis node's, each suite's
+# output) are kept in a directory named on the last lines, with the tail of the proxy's
+# log; FENCEPROXY_KEEP_LOGS=DIR names that directory (default a new
+# fenceproxy-clients-failed.XXXXXX under $TMPDIR or /tmp). Otherwise the temp dir goes.
 #
 # It builds fenceproxy, starts a Redis master + replica (scripts/redis-local.sh)
 # and the proxy (--min-replicas 1) in a temp dir, installs what each suite needs
@@ -59,6 +65,7 @@ started=$(date +%s)
 
 die() {
 	echo "clients: $*" >&2
+	[[ -d ${tmp:-} ]] && keep_run_logs
 	echo "0 passed, 1 failed"
 	exit 1
 }
@@ -80,6 +87,29 @@ cleanup() {
 	[[ -d $tmp/redis ]] && scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1
 	[[ -d $tmp/cluster ]] && scripts/redis-cluster.sh stop "$tmp/cluster" >/dev/null 2>&1
 	rm -rf "$tmp"
+}
+
+# keep_run_logs: when something failed, copy the run's logs out of $tmp (which cleanup
+# deletes), show the tail of the proxy's log and say where they are, before the
+# totals line. Only logs: no binaries, data directories or RDB files.
+keep_run_logs() {
+	local keep=${FENCEPROXY_KEEP_LOGS:-} f
+	if [[ -n $keep ]]; then
+		mkdir -p "$keep" || return
+	else
+		keep=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-clients-failed.XXXXXX") || return
+	fi
+	for f in "$tmp"/*.log "$tmp"/*.out "$tmp"/proxy.args; do
+		[[ -f $f ]] && cp "$f" "$keep/"
+	done
+	for f in "$tmp"/redis/*.log "$tmp"/redis/*.out "$tmp"/cluster/*.log "$tmp"/cluster/*.out; do
+		[[ -f $f ]] && cp "$f" "$keep/redis-$(basename "$(dirname "$f")")-$(basename "$f")"
+	done
+	if [[ -s $keep/proxy.log ]]; then
+		echo "clients: the last 40 lines of the proxy's log:"
+		tail -n 40 "$keep/proxy.log" | sed 's/^/  /'
+	fi
+	echo "clients: something failed: the proxy's log, the Redis logs and each suite's output are kept in $keep"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -156,7 +186,12 @@ install_java() {
 
 # ---- Redis and fenceproxy ----------------------------------------------------------
 if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
-	go build -o "$tmp/fenceproxy" ./cmd/fenceproxy || die "go build ./cmd/fenceproxy failed"
+	if [[ -n ${FENCEPROXY_BIN:-} ]]; then
+		[[ -x $FENCEPROXY_BIN ]] || die "FENCEPROXY_BIN=$FENCEPROXY_BIN is not an executable"
+		cp "$FENCEPROXY_BIN" "$tmp/fenceproxy" || die "cannot copy FENCEPROXY_BIN=$FENCEPROXY_BIN"
+	else
+		go build -o "$tmp/fenceproxy" ./cmd/fenceproxy || die "go build ./cmd/fenceproxy failed"
+	fi
 	if ((cluster)); then
 		# A second try: a port redis-cluster.sh found free can still be taken before
 		# the node binds it.
@@ -290,5 +325,6 @@ if [[ -n $proxy_pid ]] && ! kill -0 "$(current_proxy_pid)" 2>/dev/null; then
 	total_fail=$((total_fail + 1))
 fi
 echo "clients: suites [$SUITES]$( ((cluster)) && echo " (cluster)") took $(($(date +%s) - started))s"
+((total_fail == 0)) || keep_run_logs
 echo "$total_pass passed, $total_fail failed"
 ((total_fail == 0))
