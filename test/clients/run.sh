@@ -8,9 +8,10 @@
 #   FENCEPROXY_BIN=/path test/clients/run.sh   that fenceproxy binary instead of building one
 #
 # When anything fails, the run's logs (the proxy's, every Redis node's, each suite's
-# output) are kept in a directory named on the last lines, with the tail of the proxy's
-# log; FENCEPROXY_KEEP_LOGS=DIR names that directory (default a new
-# fenceproxy-clients-failed.XXXXXX under $TMPDIR or /tmp). Otherwise the temp dir goes.
+# output) and the proxy's /metrics counters are kept in a directory named before the
+# last line, with the tail of the proxy's log; FENCEPROXY_KEEP_LOGS=DIR names that
+# directory (default a new fenceproxy-clients-failed.XXXXXX under $TMPDIR or /tmp).
+# Otherwise the temp dir goes.
 #
 # It builds fenceproxy, starts a Redis master + replica (scripts/redis-local.sh)
 # and the proxy (--min-replicas 1) in a temp dir, installs what each suite needs
@@ -98,6 +99,11 @@ keep_run_logs() {
 		mkdir -p "$keep" || return
 	else
 		keep=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-clients-failed.XXXXXX") || return
+	fi
+	# The proxy's counters (lock results, replica shortfalls, clients closed...),
+	# since its last restart.
+	if [[ -n ${metrics_port:-} ]] && command -v curl >/dev/null; then
+		curl -s -m 5 "http://127.0.0.1:$metrics_port/metrics" | grep '^fenceproxy_' >"$keep/proxy-metrics.txt"
 	fi
 	for f in "$tmp"/*.log "$tmp"/*.out "$tmp"/proxy.args; do
 		[[ -f $f ]] && cp "$f" "$keep/"
@@ -213,8 +219,11 @@ if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 	for try in 1 2 3 4 5; do
 		port=$((20000 + RANDOM % 10000))
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+		# /metrics on the next port: its counters are kept with the logs on a failure.
+		metrics_port=$((port + 1))
+		(exec 3<>"/dev/tcp/127.0.0.1/$metrics_port") 2>/dev/null && continue
 		proxy_cmd=("$tmp/fenceproxy" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data"
-			--min-replicas 1 --replica-timeout 2s --metrics-listen '' --lock-keys 'recipelock:*')
+			--min-replicas 1 --replica-timeout 2s --metrics-listen "127.0.0.1:$metrics_port" --lock-keys 'recipelock:*')
 		"${proxy_cmd[@]}" >"$tmp/proxy.log" 2>&1 &
 		proxy_pid=$!
 		for _ in $(seq 100); do
