@@ -307,13 +307,12 @@ if want java; then
 		((cluster)) && java_main=fenceproxy.ClusterSuite
 		# Redisson's log lines carry the time (to set beside the proxy's log), and
 		# say when it closes a connection whose PING went unanswered within
-		# pingConnectionInterval and reconnects (PingConnectionHandler and
-		# ConnectionWatchdog at debug): on a pub/sub connection that silently
-		# drops its subscriptions until it has resubscribed.
+		# pingConnectionInterval (PingConnectionHandler at debug, one line a
+		# close, else silent): on a pub/sub connection its messages are lost
+		# until it has resubscribed.
 		suite java 150 java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
 			-Dorg.slf4j.simpleLogger.showDateTime=true -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
 			-Dorg.slf4j.simpleLogger.log.org.redisson.client.handler.PingConnectionHandler=debug \
-			-Dorg.slf4j.simpleLogger.log.org.redisson.client.handler.ConnectionWatchdog=debug \
 			-cp "$here/java/target/classes:$(cat "$here/java/target/classpath.txt")" "$java_main"
 	else setup_failed java; fi
 fi
