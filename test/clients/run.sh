@@ -5,6 +5,13 @@
 #   SUITES="go cli" test/clients/run.sh only those
 #   FENCEPROXY_ADDR=host:port test/clients/run.sh   use a running proxy instead
 #   test/clients/run.sh --cluster       the same suites, the proxy fronting a Redis Cluster
+#   FENCEPROXY_BIN=/path test/clients/run.sh   that fenceproxy binary instead of building one
+#
+# When anything fails, the run's logs (the proxy's, every Redis node's, each suite's
+# output) and the proxy's /metrics counters are kept in a directory named before the
+# last line, with the tail of the proxy's log; FENCEPROXY_KEEP_LOGS=DIR names that
+# directory (default a new fenceproxy-clients-failed.XXXXXX under $TMPDIR or /tmp).
+# Otherwise the temp dir goes.
 #
 # It builds fenceproxy, starts a Redis master + replica (scripts/redis-local.sh)
 # and the proxy (--min-replicas 1) in a temp dir, installs what each suite needs
@@ -59,6 +66,7 @@ started=$(date +%s)
 
 die() {
 	echo "clients: $*" >&2
+	[[ -d ${tmp:-} ]] && keep_run_logs
 	echo "0 passed, 1 failed"
 	exit 1
 }
@@ -80,6 +88,34 @@ cleanup() {
 	[[ -d $tmp/redis ]] && scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1
 	[[ -d $tmp/cluster ]] && scripts/redis-cluster.sh stop "$tmp/cluster" >/dev/null 2>&1
 	rm -rf "$tmp"
+}
+
+# keep_run_logs: when something failed, copy the run's logs out of $tmp (which cleanup
+# deletes), show the tail of the proxy's log and say where they are, before the
+# totals line. Only logs: no binaries, data directories or RDB files.
+keep_run_logs() {
+	local keep=${FENCEPROXY_KEEP_LOGS:-} f
+	if [[ -n $keep ]]; then
+		mkdir -p "$keep" || return
+	else
+		keep=$(mktemp -d "${TMPDIR:-/tmp}/fenceproxy-clients-failed.XXXXXX") || return
+	fi
+	# The proxy's counters (lock results, replica shortfalls, clients closed...),
+	# since its last restart.
+	if [[ -n ${metrics_port:-} ]] && command -v curl >/dev/null; then
+		curl -s -m 5 "http://127.0.0.1:$metrics_port/metrics" | grep '^fenceproxy_' >"$keep/proxy-metrics.txt"
+	fi
+	for f in "$tmp"/*.log "$tmp"/*.out "$tmp"/proxy.args; do
+		[[ -f $f ]] && cp "$f" "$keep/"
+	done
+	for f in "$tmp"/redis/*.log "$tmp"/redis/*.out "$tmp"/cluster/*.log "$tmp"/cluster/*.out; do
+		[[ -f $f ]] && cp "$f" "$keep/redis-$(basename "$(dirname "$f")")-$(basename "$f")"
+	done
+	if [[ -s $keep/proxy.log ]]; then
+		echo "clients: the last 40 lines of the proxy's log:"
+		tail -n 40 "$keep/proxy.log" | sed 's/^/  /'
+	fi
+	echo "clients: something failed: the proxy's log, the Redis logs and each suite's output are kept in $keep"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -156,7 +192,12 @@ install_java() {
 
 # ---- Redis and fenceproxy ----------------------------------------------------------
 if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
-	go build -o "$tmp/fenceproxy" ./cmd/fenceproxy || die "go build ./cmd/fenceproxy failed"
+	if [[ -n ${FENCEPROXY_BIN:-} ]]; then
+		[[ -x $FENCEPROXY_BIN ]] || die "FENCEPROXY_BIN=$FENCEPROXY_BIN is not an executable"
+		cp "$FENCEPROXY_BIN" "$tmp/fenceproxy" || die "cannot copy FENCEPROXY_BIN=$FENCEPROXY_BIN"
+	else
+		go build -o "$tmp/fenceproxy" ./cmd/fenceproxy || die "go build ./cmd/fenceproxy failed"
+	fi
 	if ((cluster)); then
 		# A second try: a port redis-cluster.sh found free can still be taken before
 		# the node binds it.
@@ -178,8 +219,11 @@ if [[ -z ${FENCEPROXY_ADDR:-} ]]; then
 	for try in 1 2 3 4 5; do
 		port=$((20000 + RANDOM % 10000))
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+		# /metrics on the next port: its counters are kept with the logs on a failure.
+		metrics_port=$((port + 1))
+		(exec 3<>"/dev/tcp/127.0.0.1/$metrics_port") 2>/dev/null && continue
 		proxy_cmd=("$tmp/fenceproxy" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data"
-			--min-replicas 1 --replica-timeout 2s --metrics-listen '' --lock-keys 'recipelock:*')
+			--min-replicas 1 --replica-timeout 2s --metrics-listen "127.0.0.1:$metrics_port" --lock-keys 'recipelock:*')
 		"${proxy_cmd[@]}" >"$tmp/proxy.log" 2>&1 &
 		proxy_pid=$!
 		for _ in $(seq 100); do
@@ -261,7 +305,14 @@ if want java; then
 	if install_java; then
 		java_main=fenceproxy.Suite
 		((cluster)) && java_main=fenceproxy.ClusterSuite
+		# Redisson's log lines carry the time (to set beside the proxy's log), and
+		# say when it closes a connection whose PING went unanswered within
+		# pingConnectionInterval (PingConnectionHandler at debug, one line a
+		# close, else silent): on a pub/sub connection its messages are lost
+		# until it has resubscribed.
 		suite java 150 java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+			-Dorg.slf4j.simpleLogger.showDateTime=true -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
+			-Dorg.slf4j.simpleLogger.log.org.redisson.client.handler.PingConnectionHandler=debug \
 			-cp "$here/java/target/classes:$(cat "$here/java/target/classpath.txt")" "$java_main"
 	else setup_failed java; fi
 fi
@@ -290,5 +341,6 @@ if [[ -n $proxy_pid ]] && ! kill -0 "$(current_proxy_pid)" 2>/dev/null; then
 	total_fail=$((total_fail + 1))
 fi
 echo "clients: suites [$SUITES]$( ((cluster)) && echo " (cluster)") took $(($(date +%s) - started))s"
+((total_fail == 0)) || keep_run_logs
 echo "$total_pass passed, $total_fail failed"
 ((total_fail == 0))
