@@ -32,14 +32,17 @@
 //     is served there too and ends its batch; a request that must follow
 //     its earlier replies (AfterReplies) takes a detour: the connection
 //     dispatches nothing more until they are in, then the loop runs the
-//     rest of the request and goes on (detour.go); while a blocked batch waits the loop
+//     rest of the request and goes on (detour.go); a request that needs
+//     a wait first (a dial, a round trip on a connection of its own:
+//     OffLoop) has it done on a goroutine and goes on the same way once
+//     it is done (pending.go); while a blocked batch waits the loop
 //     watches the client, and one that hangs up, is killed or outlasts
 //     Shutdown gets the Handler's ClientGone (clientGone). A batch the
 //     socket does not take at once stays on the loop too: the loop writes
 //     its rest as the socket makes room, under the same limits as a
 //     goroutine's write (loopwrite.go). At anything else (a request that
-//     pins a connection or would dial one, subscribes, changes the
-//     protocol or database) the client leaves for a goroutine
+//     the Handler cannot serve so: in fenceproxy, subscriptions, the lock
+//     family, AUTH as another Redis user) the client leaves for a goroutine
 //     (leaveLoop); after two batches in a row the loop would have served,
 //     with nothing more sent, it comes back (returnToLoop), so requests
 //     keep their arrival order across clients.
@@ -115,8 +118,8 @@
 //     that does anyway is logged as a bug and its client moved to a
 //     goroutine); MayBlock is the
 //     Handler's to admit where serving it waits for nothing (in
-//     fenceproxy, first in its batch with a spare pinned connection: no
-//     dial); the framer (Reader.Frame) never reads: it frames what is
+//     fenceproxy, its pin goes on once the earlier replies are in, with a
+//     spare connection or one dialled on a goroutine: OffLoop); the framer (Reader.Frame) never reads: it frames what is
 //     buffered, the same however the bytes were cut into reads
 //     (FuzzFramerChunks).
 //  6. Shutdown serves what a client on the loop has already sent, then
