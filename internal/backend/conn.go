@@ -78,7 +78,10 @@ type Options struct {
 	// writer and a reader goroutine of its own (loop.go): requests queued
 	// during one pass of the loop leave in one write at its end, and
 	// replies are read and completed on the loop. Not for a connection with
-	// TLS, ReplyTimeout, OnPush or NoReconnect (those get goroutines).
+	// TLS, ReplyTimeout or OnPush (those get goroutines). With
+	// NoReconnect (a client's connection of its own: MULTI, WATCH, a
+	// blocking command), its requests then leave at the end of the pass
+	// that queued them, as the shared connections' do.
 	Loop *netloop.Loop
 }
 
@@ -121,7 +124,7 @@ type Conn struct {
 // Dial connects to Redis and starts the connection's goroutines.
 func Dial(opts Options) (*Conn, error) {
 	c := newConn(opts)
-	if opts.Loop != nil && opts.TLS == nil && opts.ReplyTimeout == 0 && opts.OnPush == nil && !opts.NoReconnect {
+	if opts.Loop != nil && opts.TLS == nil && opts.ReplyTimeout == 0 && opts.OnPush == nil {
 		c.loop = opts.Loop
 	}
 	nc, err := c.connect()
@@ -386,8 +389,9 @@ func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *resp.Reply) {
 // shared connection, as it would reach Redis without the proxy.
 func (c *Conn) DoNow(args [][]byte, p *resp.Reply) {
 	if c.loop != nil {
-		// The loop writes it at the end of this pass; it alone writes to
-		// the socket (pinned connections are not served by the loop).
+		// The loop writes it at the end of this pass (or, from a
+		// goroutine, of the pass it wakes for); it alone writes to the
+		// socket.
 		c.Do(args, p)
 		return
 	}
@@ -635,6 +639,11 @@ func (c *Conn) LocalAddr() string {
 	}
 	return c.nc.LocalAddr().String()
 }
+
+// OnLoop reports whether an event loop serves the connection
+// (Options.Loop): a request queued on it waits for nothing, and leaves at
+// the end of the loop's pass.
+func (c *Conn) OnLoop() bool { return c.loop != nil }
 
 // Up reports whether the connection is established.
 func (c *Conn) Up() bool {

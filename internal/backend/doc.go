@@ -42,7 +42,8 @@
 //     with ErrLost on the loop, and the reconnection (a dial) runs on a
 //     goroutine, which puts the new socket on the loop.
 //
-// TLS, ReplyTimeout, OnPush and NoReconnect connections keep their
+// A NoReconnect connection (one client's own) is served by the loop too;
+// TLS, ReplyTimeout and OnPush connections keep their
 // goroutines.
 //
 // # A connection its user reads and writes

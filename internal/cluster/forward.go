@@ -40,8 +40,8 @@ type Forwarder interface {
 	Pin(cl *Client, args [][]byte) (*Pinned, error)
 	// PinSpare is Pin without a dial: a connection of cl's own for args
 	// that is open already (a spare the master keeps idle), or nil. It is
-	// the serve loop's Pin, which must not wait (a standalone master's
-	// only: in front of a Redis Cluster, nil).
+	// the serve loop's Pin, which must not wait (with nil, the loop has
+	// Pin dial on a goroutine: protocol's OffLoop).
 	PinSpare(cl *Client, args [][]byte) *Pinned
 	// RoutesByKey reports whether the master for a request depends on its
 	// keys (a Redis Cluster). Then a transaction's master is that of its
@@ -148,6 +148,11 @@ type Waiter interface {
 	// client's later requests wait for then). What a request does after
 	// such a switch of view is all in then.
 	AfterReplies(current *resp.Reply, then func())
+	// OffLoop runs work (a dial) and then the function it returns
+	// (protocol.Conn's: at once on a goroutine; on the serve loop, work on
+	// a goroutine and then later on the loop; the client's later requests
+	// wait for then).
+	OffLoop(current *resp.Reply, work func() (then func()))
 }
 
 // Gone ends what waits in Redis for a client that went away: a WAIT's
@@ -227,6 +232,11 @@ func (pc *Pinned) DoNow(args [][]byte, p *resp.Reply) {
 
 // Up reports whether the connection is still established.
 func (pc *Pinned) Up() bool { return pc.conn.Up() }
+
+// OnLoop reports whether the serve loop serves the connection (not with
+// TLS, nor a tracking client's): a request on it, from the loop, waits for
+// nothing and leaves at the end of the pass.
+func (pc *Pinned) OnLoop() bool { return pc.lender == nil && pc.conn.OnLoop() }
 
 // Unblock ends the blocking command the connection waits on, as CLIENT
 // UNBLOCK id [TIMEOUT|ERROR] would (mode: nil, or that last argument): it
@@ -341,7 +351,7 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 }
 
 // pinSpare is pin with node's idle connection, nil if it has none.
-func pinSpare(cl *Client, node *Node) *Pinned {
+func pinSpare(cl *Client, node *Node, keyed bool) *Pinned {
 	if node == nil {
 		return nil
 	}
@@ -352,7 +362,7 @@ func pinSpare(cl *Client, node *Node) *Pinned {
 	if cl.DB != 0 {
 		conn.Do(selectRequest(cl.DB), discard())
 	}
-	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB}
+	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB, keyed: keyed}
 }
 
 // unreachable is the error for a request that could not get a connection

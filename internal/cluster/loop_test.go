@@ -22,6 +22,13 @@ func (w *countingWaiter) AfterReplies(_ *resp.Reply, then func()) {
 	then()
 }
 
+// OffLoop runs work and its continuation at once, as a goroutine's does.
+func (w *countingWaiter) OffLoop(_ *resp.Reply, work func() func()) {
+	if then := work(); then != nil {
+		then()
+	}
+}
+
 // TestClusterServesOnLoop: in front of a Redis Cluster whose masters'
 // shared connections the loop serves, ServesOnLoop admits requests of one
 // slot and keyless ones, and refuses what Forward sends to more than one

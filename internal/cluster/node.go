@@ -456,6 +456,9 @@ func NewNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 		// One client's connection: small, since thousands may block at once.
 		ReadBuffer: 4 << 10,
 		Admit:      admit, Gate: gate,
+		// Served by the loop (but with TLS): a client on the loop queues
+		// its transaction's requests there without waiting.
+		Loop: opts.Loop,
 	}
 	lockOpts := backend.Options{Addr: opts.Addr, Username: opts.Username, Password: opts.Password, Logger: opts.Logger, TLS: opts.TLS,
 		// A lock script or WAIT slower than this means Redis is stopped or
@@ -652,7 +655,7 @@ func (n *Node) Raw(ctx context.Context, args ...string) ([]byte, error) {
 		req[i] = []byte(a)
 	}
 	opts := n.pinOpts
-	opts.ObserveReply, opts.ReadBuffer = nil, 0
+	opts.ObserveReply, opts.ReadBuffer, opts.Loop = nil, 0, nil
 	conn, err := backend.Dial(opts)
 	if err != nil {
 		return nil, err

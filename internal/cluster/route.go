@@ -226,22 +226,34 @@ func (c *Cluster) afterViewChange(cl *Client, p *resp.Reply, send func()) {
 // first key's slot (keyless: the first master); a tracking client's is
 // the one its tracker has there.
 func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
-	slot := -1
-	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
-		var buf [4]int
-		if at := cmd.Keys(buf[:0], args); len(at) > 0 {
-			slot = keys.SlotOf(args[at[0]])
-		}
-	}
+	slot := c.pinSlot(args)
 	if cl.track != nil {
 		return cl.track.pinned(c.target(slot))
 	}
 	return pin(cl, c.target(slot), true)
 }
 
-// PinSpare is nil (Forwarder.PinSpare): a blocking command's master is
-// its key's, whose connection a goroutine pins (dialling if it must).
-func (c *Cluster) PinSpare(*Client, [][]byte) *Pinned { return nil }
+// pinSlot is the slot whose master Pin gives a connection of: args' first
+// key's (-1: keyless, the first master).
+func (c *Cluster) pinSlot(args [][]byte) int {
+	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
+		var buf [4]int
+		if at := cmd.Keys(buf[:0], args); len(at) > 0 {
+			return keys.SlotOf(args[at[0]])
+		}
+	}
+	return -1
+}
+
+// PinSpare is Pin with that master's idle connection, nil if it has none
+// (Forwarder.PinSpare); a tracking client's is its tracker's (nil here:
+// Pin lends it).
+func (c *Cluster) PinSpare(cl *Client, args [][]byte) *Pinned {
+	if cl.track != nil {
+		return nil
+	}
+	return pinSpare(cl, c.target(c.pinSlot(args)), true)
+}
 
 // RoutesByKey is true: a Redis Cluster routes by slot.
 func (c *Cluster) RoutesByKey() bool { return true }

@@ -173,7 +173,7 @@ func (s *standalone) Pin(cl *Client, _ [][]byte) (*Pinned, error) {
 // PinSpare returns the master's idle pinned connection as the client's
 // own, nil if it has none (Forwarder.PinSpare).
 func (s *standalone) PinSpare(cl *Client, _ [][]byte) *Pinned {
-	return pinSpare(cl, s.master.Load())
+	return pinSpare(cl, s.master.Load(), false)
 }
 
 // ServesOnLoop: Forward sends every request to the master at once.

@@ -23,28 +23,59 @@ func waitOn(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]
 }
 
 // waitNow is waitOn once the client's earlier requests have their replies.
+// The connections are the masters' spares where they have one; the others
+// are dialled, off the serve loop (OffLoop).
 func waitNow(cl *Client, masters []*Node, offsetKey func(i int) string, args [][]byte, p *resp.Reply) {
 	if len(masters) == 0 {
 		p.Err = backend.ErrUnavailable
 		p.Done()
 		return
 	}
-	conns := make([]*backend.Conn, 0, len(masters))
 	// The connections go back (on a backend reader) as what they were
 	// taken as, whatever a HELLO pipelined behind the WAIT does to cl.
 	resp3 := cl.RESP3
-	for _, n := range masters {
-		conn, err := n.Pinned(resp3)
-		if err != nil {
-			for i, c := range conns {
-				masters[i].Unpin(c, resp3, true)
-			}
-			p.Err = unreachable(n)
-			p.Done()
-			return
+	conns := make([]*backend.Conn, len(masters))
+	spares := true
+	for i, n := range masters {
+		if conns[i] = n.idlePinned(resp3); conns[i] == nil {
+			spares = false
 		}
-		conns = append(conns, conn)
 	}
+	if spares {
+		waitAll(cl, masters, conns, resp3, offsetKey, args, p)
+		return
+	}
+	dial := func() func() {
+		for i, n := range masters {
+			if conns[i] != nil {
+				continue
+			}
+			conn, err := n.Pinned(resp3)
+			if err != nil {
+				for j, c := range conns {
+					if c != nil {
+						masters[j].Unpin(c, resp3, true)
+					}
+				}
+				return func() {
+					p.Err = unreachable(n)
+					p.Done()
+				}
+			}
+			conns[i] = conn
+		}
+		return func() { waitAll(cl, masters, conns, resp3, offsetKey, args, p) }
+	}
+	if cl.Conn == nil {
+		dial()()
+		return
+	}
+	cl.Conn.OffLoop(p, dial)
+}
+
+// waitAll sends the WAIT on conns, one to each of masters, and answers
+// the smallest count once every master answered.
+func waitAll(cl *Client, masters []*Node, conns []*backend.Conn, resp3 bool, offsetKey func(i int) string, args [][]byte, p *resp.Reply) {
 	cl.mu.Lock()
 	cl.waiting = conns
 	cl.mu.Unlock()

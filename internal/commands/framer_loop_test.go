@@ -65,14 +65,20 @@ type loopClient struct {
 
 func startLoopClient(t *testing.T) *loopClient {
 	t.Helper()
-	po := proxyOptions{}
+	return startLoopClientWith(t, proxyOptions{}, false)
+}
+
+// startLoopClientWith is startLoopClient with po, in front of a master
+// with a replica if replica.
+func startLoopClientWith(t *testing.T, po proxyOptions, replica bool) *loopClient {
+	t.Helper()
 	lw := watchLoop(&po)
 	w := &closeWatcher{loopWatcher: lw, closed: make(chan closedClient, 4)}
 	po.wrap = func(h *Handler) protocol.Handler {
 		lw.Handler = h
 		return w
 	}
-	p, _ := startStandalone(t, po, false)
+	p, _ := startStandalone(t, po, replica)
 	lc := &loopClient{p: p, w: w, c: p.dial(t), admin: p.dial(t)}
 	run(t, lc.c, []exchange{{[]string{"PING"}, "+PONG\r\n"}})
 	lc.addr = lc.c.NetConn().LocalAddr().String()

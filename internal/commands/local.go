@@ -61,28 +61,34 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			return
 		}
 	}
-	if user != nil {
-		msg := ""
-		if h.opts.ACL != nil {
-			msg = h.authenticate(s, user, password)
-		} else {
-			msg = h.checkAuth(user, password)
-		}
-		if msg == "" && h.opts.ACL == nil {
-			// What follows waits for the client's earlier replies if it
-			// changes connections (becomeUser): args stay valid, since
-			// nothing more of the client's is read until it is done.
-			h.becomeUser(c, s, string(user), string(password), p, func(msg string) {
+	if user != nil && h.opts.ACL == nil {
+		// Redis checks the credentials, on a connection of their own: a
+		// round trip, off the serve loop (OffLoop); args stay valid, since
+		// nothing more of the client's is read until it is done.
+		c.OffLoop(p, func() func() {
+			msg := h.checkAuth(user, password)
+			return func() {
+				defer h.publish(c, s)
 				if msg != "" {
 					replyError(p, msg)
 					return
 				}
-				h.authenticated(c, string(user))
-				h.helloReply(c, s, resp3, setName, name, p)
-			})
-			return
-		}
-		if msg != "" {
+				// What follows waits for the client's earlier replies if
+				// it changes connections (becomeUser).
+				h.becomeUser(c, s, string(user), string(password), p, func(msg string) {
+					if msg != "" {
+						replyError(p, msg)
+						return
+					}
+					h.authenticated(c, string(user))
+					h.helloReply(c, s, resp3, setName, name, p)
+				})
+			}
+		})
+		return
+	}
+	if user != nil {
+		if msg := h.authenticate(s, user, password); msg != "" {
 			replyError(p, msg)
 			return
 		}
@@ -97,6 +103,17 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // helloReply switches the client to the protocol HELLO asked for and
 // answers it.
 func (h *Handler) helloReply(c *protocol.Conn, s *session, resp3, setName bool, name []byte, p *resp.Reply) {
+	if resp3 != s.backend.RESP3 {
+		// The client's later requests go on connections of the other
+		// protocol: its earlier ones reach Redis first.
+		h.after(c, s, p, func() { h.switchProtocol(c, s, resp3, setName, name, p) })
+		return
+	}
+	h.switchProtocol(c, s, resp3, setName, name, p)
+}
+
+// switchProtocol is helloReply once the client's earlier replies are in.
+func (h *Handler) switchProtocol(c *protocol.Conn, s *session, resp3, setName bool, name []byte, p *resp.Reply) {
 	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
 		// Its own connection (WATCH, CLIENT TRACKING) switches too, as
 		// the client's connection does in Redis: tracking goes on, its
@@ -156,41 +173,46 @@ func (h *Handler) checkAuth(user, password []byte) string {
 // auth is AUTH [user] password: checked by fenceproxy's own users when
 // authentication is on (never forwarded), else by Redis as before.
 func (h *Handler) auth(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	check := h.checkAuth
-	if h.opts.ACL != nil {
-		s := sessionOf(c)
-		check = func(user, password []byte) string { return h.authenticate(s, user, password) }
-	}
-	var msg string
-	switch len(args) {
-	case 2:
-		msg = check(nil, args[1])
-	case 3:
-		msg = check(args[1], args[2])
-	default:
-		msg = "ERR syntax error"
-	}
-	if msg != "" {
-		replyError(p, msg)
+	if len(args) != 2 && len(args) != 3 {
+		replyError(p, "ERR syntax error")
 		return
 	}
 	user := "default"
+	var name []byte
 	if len(args) == 3 {
-		user = string(args[1])
+		user, name = string(args[1]), args[1]
 	}
-	if h.opts.ACL == nil {
-		h.becomeUser(c, sessionOf(c), user, string(args[len(args)-1]), p, func(msg string) {
+	password := args[len(args)-1]
+	if h.opts.ACL != nil {
+		if msg := h.authenticate(sessionOf(c), name, password); msg != "" {
+			replyError(p, msg)
+			return
+		}
+		h.authenticated(c, user)
+		replyOK(p)
+		return
+	}
+	// Redis checks them, on a connection of their own: a round trip, off
+	// the serve loop (OffLoop).
+	c.OffLoop(p, func() func() {
+		msg := h.checkAuth(name, password)
+		return func() {
+			s := sessionOf(c)
+			defer h.publish(c, s)
 			if msg != "" {
 				replyError(p, msg)
 				return
 			}
-			h.authenticated(c, user)
-			replyOK(p)
-		})
-		return
-	}
-	h.authenticated(c, user)
-	replyOK(p)
+			h.becomeUser(c, s, user, string(password), p, func(msg string) {
+				if msg != "" {
+					replyError(p, msg)
+					return
+				}
+				h.authenticated(c, user)
+				replyOK(p)
+			})
+		}
+	})
 }
 
 // authenticated notes the user a client authenticated as, for CLIENT

@@ -118,11 +118,8 @@ func TestServesOnLoop(t *testing.T) {
 	}{
 		// Database 1 has no connections yet: a goroutine opens them.
 		{[]string{"SELECT", "1"}, "+OK\r\n", back},
-		{[]string{"HELLO", "3"}, "", back},
 		{[]string{"CLIENT", "REPLY", "ON"}, "+OK\r\n", back},
 		{[]string{"CLIENT", "LIST"}, "", back},
-		{[]string{"MULTI"}, "+OK\r\n", ""},
-		{[]string{"WATCH", "k"}, "+OK\r\n", " ECHO:goroutine GET:goroutine GET:goroutine"},
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000", "WAIT", "100"}, "", back},
 		{[]string{"FUNCTION", "STATS"}, "", back},
 		{[]string{"INFO", "server"}, "", back},
@@ -218,9 +215,8 @@ func TestServesOnLoop(t *testing.T) {
 
 // TestServesOnLoopEveryKindOfClient: a RESP3 client and the clients of
 // fenceproxy's own users are served on the loop as a plaintext RESP2 one
-// is: HELLO 3 and AUTH leave it (they change the client's protocol or
-// user, and wait for earlier replies), and two batches of forwarded
-// requests later the client is the loop's again; there a RESP3 client's
+// is: HELLO 3 and AUTH stay on it too (the protocol switches once earlier
+// replies are in); there a RESP3 client's
 // forwarded replies are Redis's RESP3 ones (its connections of the shared
 // pool speak RESP3), and the ACL check answers on the loop (NOAUTH,
 // NOPERM) as on a goroutine.
@@ -250,7 +246,7 @@ func TestServesOnLoopEveryKindOfClient(t *testing.T) {
 		{[]string{"ECHO", "e"}, "$1\r\ne\r\n"},
 	})
 	want := "GET:loop AUTH:loop SET:loop GET:loop GET:loop " +
-		"HELLO:leaves HELLO:goroutine GET:loopable GET:loopable GET:loop ECHO:loop"
+		"HELLO:loop GET:loop GET:loop GET:loop ECHO:loop"
 	if got := w.take(); got != want {
 		t.Errorf("a RESP3 client of the default user: ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}

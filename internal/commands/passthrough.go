@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"math"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
@@ -26,35 +27,36 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // ServesOnLoop tells the server's event loop (protocol.LoopHandler) which
 // requests it may serve itself: those ServeCommand only forwards, on the
 // client's connection of the shared pool (RESP2 or RESP3, in a database
-// whose connections are open), while nothing holds the client elsewhere
-// (replies on, nothing pinned, no MULTI or WATCH, no tunnel, no tracking),
-// PING and SELECT (which go on once the client's earlier replies are in:
+// whose connections are open) or on its connection of its own while the
+// loop serves that one too (a transaction's, WATCH's: not with TLS to
+// Redis), while nothing else holds the client elsewhere (replies on, no
+// tunnel, no tracking, no connection as another Redis user), PING and
+// SELECT (which go on once the client's earlier replies are in:
 // protocol's AfterReplies), AUTH checked by fenceproxy's own users, and
-// the few of the proxy's own
-// that it answers at once from the connection's own state (the table's
-// onLoop: what client libraries send when they connect, so that their
-// clients stay on the loop). A client of fenceproxy's own users (--aclfile,
-// --requirepass) is checked on the loop too (authorize only reads the
-// user's rules), and a tier node's clients are served there as any other
-// node's: what a tier does differently (relaying the lock family, the
-// TIER.* commands of peers' links) is never forwarded. In front of a Redis
-// Cluster, requests that span slots are split on the loop too, and one
-// behind others after the view of the slots changed goes on once they are
-// answered. (P|S)SUBSCRIBE and their UNSUBSCRIBEs (in front of a standalone
-// master), MONITOR and SYNC are the loop's too: their tunnel's connection
-// is dialled off the loop (protocol's AfterWork), the loop writes Redis's
-// stream (protocol's outbox), and every later request of the client goes
-// through the tunnel on the loop. Everything else (the other commands of
-// the proxy's own, AUTH checked by Redis and HELLO, a blocking command
-// behind others or with no spare pinned connection ready (blockingOnLoop),
-// MULTI and WATCH (they pin a connection, which may dial), WAIT (it takes
-// a connection of the client's own on each master, which may dial), CLIENT
-// TRACKING (its connection of its own is pinned), pub/sub in front of a
-// Redis Cluster (an SSUBSCRIBE dials in the tunnel's Send), and in front of
-// a Redis Cluster broadcasts and SCAN) moves the client to a goroutine of
-// its own, which
-// gives it back to the loop after a batch of requests the loop would have
-// served (protocol's returnToLoop).
+// the few of the proxy's own that it answers at once from the
+// connection's own state (the table's onLoop: what client libraries send
+// when they connect, so that their clients stay on the loop). MULTI,
+// WATCH, EXEC, DISCARD, UNWATCH, blocking commands and WAIT are the
+// loop's wherever they come: what pins a connection goes on once the
+// earlier replies are in, with the master's spare connection or one
+// dialled on a goroutine (protocol's OffLoop), and inside MULTI every
+// command Redis queues is the loop's. A client of fenceproxy's own users
+// (--aclfile, --requirepass) is checked on the loop too (authorize only
+// reads the user's rules), and a tier node's clients are served there as
+// any other node's: what a tier does differently (relaying the lock
+// family, the TIER.* commands of peers' links) is never forwarded. In
+// front of a Redis Cluster, requests that span slots are split on the loop
+// too, and one behind others after the view of the slots changed goes on
+// once they are answered. (P|S)SUBSCRIBE and their UNSUBSCRIBEs (in front
+// of a standalone master), MONITOR and SYNC are the loop's too: their
+// tunnel's connection is dialled off the loop (protocol's AfterWork), the
+// loop writes Redis's stream (protocol's outbox), and every later request
+// of the client goes through the tunnel on the loop. Everything else (the
+// other commands of the proxy's own, AUTH as another Redis user, CLIENT
+// TRACKING, pub/sub in front of a Redis Cluster, and in front of a Redis
+// Cluster broadcasts and SCAN) moves the client to a goroutine of its own,
+// which gives it back to the loop after a batch of requests the loop would
+// have served (protocol's returnToLoop).
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	s := sessionOf(c)
 	if s.tunnel != nil {
@@ -64,7 +66,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		// tier peer's command (serveTierLink, before the tunnel) is not.
 		return !h.locks.InTier() || !hasPrefixFold(args[0], "tier.")
 	}
-	if s.tx.pinned != nil || s.tx.inMulti || s.tx.watching ||
+	if s.tx.pinned != nil && !s.tx.pinned.OnLoop() ||
 		s.replies.off || s.replies.skipNext || s.track.on || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
 		return false
 	}
@@ -78,6 +80,11 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return false // a peer's link (serveTierLink): TIER.RELAY runs a lock command
 	}
 	cmd := lookup(lname)
+	if s.tx.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {
+		// Queued on the transaction's connection (sendQueued), or
+		// refused at once (the lock family).
+		return true
+	}
 	if cmd != nil && (cmd.onLoop == nil || !cmd.onLoop(h, c, args)) {
 		return false
 	}
@@ -105,8 +112,40 @@ func selectOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
 
 // authOnLoop: AUTH checked by fenceproxy's own users (--aclfile,
 // --requirepass) is answered from the ACL at once; checked by Redis
-// (checkAuth) it waits for Redis's answer, on a goroutine.
-func authOnLoop(h *Handler, _ *protocol.Conn, _ [][]byte) bool { return h.opts.ACL != nil }
+// (checkAuth) its round trip is made off the loop (OffLoop), and the
+// client stays there as the proxy's own Redis user (or in front of a Redis
+// Cluster, where no connection changes). As another Redis user its
+// requests then go on a connection of that user's, which a goroutine
+// serves: the client leaves.
+func authOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
+	if h.opts.ACL != nil || h.opts.Backend.RoutesByKey() {
+		return true
+	}
+	user := "default"
+	if len(args) == 3 {
+		user = string(args[1])
+	}
+	return user == h.proxyUser() && !sessionOf(c).asUser
+}
+
+// helloOnLoop: HELLO switches the protocol on the loop (once the earlier
+// replies are in) where the other protocol's connections of the client's
+// database are open, and its AUTH is authOnLoop's.
+func helloOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
+	s := sessionOf(c)
+	if len(args) >= 2 {
+		if ver, ok := parseInt(args[1]); ok && (ver == 2 || ver == 3) &&
+			!h.opts.Backend.DBOpen(ver == 3, s.backend.DB) {
+			return false
+		}
+	}
+	for i := 2; i+2 < len(args); i++ {
+		if bytes.EqualFold(args[i], []byte("auth")) {
+			return authOnLoop(h, c, [][]byte{args[i], args[i+1], args[i+2]})
+		}
+	}
+	return true
+}
 
 // hasPrefixFold reports whether b begins with the lower-case prefix, in
 // any case.

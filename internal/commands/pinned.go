@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -44,17 +45,40 @@ func (h *Handler) pinOr(c *protocol.Conn, s *session, args [][]byte, p *resp.Rep
 		return
 	}
 	h.after(c, s, p, func() {
-		pinned, err := h.opts.Backend.Pin(&s.backend, args)
-		if err != nil {
-			if failed != nil {
-				failed()
-			}
-			replyErr(p, err)
+		if !c.OnLoop() {
+			pinned, err := h.opts.Backend.Pin(&s.backend, args)
+			h.pinned(s, pinned, err, p, then, failed)
 			return
 		}
-		s.tx.pinned = pinned
-		then()
+		// The serve loop takes a spare open already (the master keeps one
+		// idle), else dials on a goroutine and goes on once it is done
+		// (OffLoop): the client's later requests wait, the loop's other
+		// clients do not.
+		if pinned := h.opts.Backend.PinSpare(&s.backend, args); pinned != nil {
+			h.pinned(s, pinned, nil, p, then, failed)
+			return
+		}
+		c.OffLoop(p, func() func() {
+			pinned, err := h.opts.Backend.Pin(&s.backend, args)
+			return func() {
+				defer h.publish(c, s)
+				h.pinned(s, pinned, err, p, then, failed)
+			}
+		})
 	})
+}
+
+// pinned goes on with a connection Pin gave (then), or answers its error.
+func (h *Handler) pinned(s *session, pinned *cluster.Pinned, err error, p *resp.Reply, then, failed func()) {
+	if err != nil {
+		if failed != nil {
+			failed()
+		}
+		replyErr(p, err)
+		return
+	}
+	s.tx.pinned = pinned
+	then()
 }
 
 // sendPinned forwards a request on the client's own connection.
@@ -66,8 +90,11 @@ func (h *Handler) sendPinned(s *session, args [][]byte, p *resp.Reply) {
 		}
 	}
 	h.opts.Metrics.PassthroughCommands.Inc()
-	if s.pipelined {
-		s.tx.pinned.Do(args, p) // the writer sends it with what follows
+	if s.pipelined || s.onLoop && !s.tx.pinned.OnLoop() && requestSize(args) > maxBlockingOnLoop {
+		// The writer sends it with what follows; or, from the serve loop,
+		// a request its socket may not take at once, on a connection the
+		// loop does not serve (TLS), which the loop must not wait for.
+		s.tx.pinned.Do(args, p)
 		return
 	}
 	// The last the client sent: written now, not a goroutine hop later,
@@ -76,7 +103,9 @@ func (h *Handler) sendPinned(s *session, args [][]byte, p *resp.Reply) {
 	// stream-cgroups "Blocking XREADGROUP: key deleted", unit/type/list
 	// "BRPOPLPUSH does not affect WATCH while still blocked"). Requests
 	// from two clients at the same moment can still reach Redis in either
-	// order: each client has its goroutine.
+	// order: each client has its goroutine. (On a connection the serve
+	// loop serves, DoNow is Do: it leaves at the end of the loop's pass,
+	// with the requests of the loop's other clients of that pass.)
 	s.tx.pinned.DoNow(args, p)
 }
 
@@ -225,29 +254,16 @@ func (h *Handler) blocking(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	})
 }
 
-// blockingOnLoop is a blocking command's onLoop (not WAIT's, which goes
-// to every master): the serve loop serves it where that waits for
-// nothing: first in its batch (pin's AfterReplies waits for no earlier
-// reply), with a connection of the client's own open already (the
-// master's spare: Forwarder.PinSpare, taken here so that ServeCommand's
-// pin, which follows at once, dials nothing), and short enough that its
-// write to that idle connection is taken at once. The loop then watches
-// the client while the command blocks (protocol's MayBlock): a client
-// that hangs up, is killed or outlasts Shutdown gets ClientGone. Off the
-// loop it is never loopable (a goroutine's ServesOnLoop must change
-// nothing), as before.
-func blockingOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
-	if !c.OnLoop() || c.BatchLen() != 0 || requestSize(args) > maxBlockingOnLoop {
-		return false
-	}
-	s := sessionOf(c)
-	pinned := h.opts.Backend.PinSpare(&s.backend, args)
-	if pinned == nil {
-		return false // a dial would wait: a goroutine pins it (leaveLoop)
-	}
-	s.tx.pinned = pinned
-	return true
-}
+// blockingOnLoop is a blocking command's onLoop (WAIT's too): the serve
+// loop serves it wherever it comes, since nothing of it waits there: pin
+// (or WaitReplicas) goes on once the earlier replies are in
+// (AfterReplies), with the master's spare connection or one dialled on a
+// goroutine (OffLoop), and the request leaves at the end of the loop's
+// pass. The loop then watches the client while the command blocks
+// (protocol's MayBlock): a client that hangs up, is killed or outlasts
+// Shutdown gets ClientGone. It changes nothing, so a goroutine's client
+// that sends one may go back to the loop.
+func blockingOnLoop(*Handler, *protocol.Conn, [][]byte) bool { return true }
 
 // xreadOnLoop: XREAD and XREADGROUP without BLOCK are only forwarded;
 // with it, they block (blockingOnLoop).

@@ -31,6 +31,9 @@ type session struct {
 	// pipelined: the client sent more after the request being served
 	// (protocol.Conn.Pipelined), set as each request begins.
 	pipelined bool
+	// onLoop: the serve loop serves the client (protocol.Conn.OnLoop),
+	// set with pipelined.
+	onLoop bool
 	// replies is what CLIENT REPLY set (reply.go).
 	replies replyMode
 	// lock is the lock family's part: the connection's lock requests in

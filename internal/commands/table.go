@@ -182,7 +182,7 @@ func init() {
 		{name: "ping", arity: -1, serve: (*Handler).ping, onLoop: pingOnLoop},
 		{name: "echo", arity: 2, serve: (*Handler).echo, onLoop: always},
 		{name: "quit", arity: -1, flags: flagImmediate, serve: (*Handler).quit},
-		{name: "hello", arity: -1, serve: (*Handler).hello},
+		{name: "hello", arity: -1, serve: (*Handler).hello, onLoop: helloOnLoop},
 		{name: "client", arity: -2, serve: (*Handler).client, onLoop: clientOnLoop},
 		{name: "select", arity: 2, serve: (*Handler).selectDB, onLoop: selectOnLoop},
 		{name: "auth", arity: -2, serve: (*Handler).auth, onLoop: authOnLoop},
@@ -280,11 +280,11 @@ func init() {
 
 		// Transactions: their state is kept on a connection of the
 		// client's own (pinned.go).
-		{name: "multi", arity: 1, flags: flagImmediate, serve: (*Handler).multi},
-		{name: "exec", arity: 1, flags: flagImmediate, serve: (*Handler).execOrDiscard},
-		{name: "discard", arity: 1, flags: flagImmediate, serve: (*Handler).execOrDiscard},
-		{name: "watch", arity: -2, flags: flagImmediate, serve: (*Handler).watch},
-		{name: "unwatch", arity: 1, serve: (*Handler).unwatch},
+		{name: "multi", arity: 1, flags: flagImmediate, serve: (*Handler).multi, onLoop: always},
+		{name: "exec", arity: 1, flags: flagImmediate, serve: (*Handler).execOrDiscard, onLoop: always},
+		{name: "discard", arity: 1, flags: flagImmediate, serve: (*Handler).execOrDiscard, onLoop: always},
+		{name: "watch", arity: -2, flags: flagImmediate, serve: (*Handler).watch, onLoop: always},
+		{name: "unwatch", arity: 1, serve: (*Handler).unwatch, onLoop: always},
 
 		// Redis's replication stream, less the proxy's own writes
 		// (replication.go): the connection becomes a tunnel to Redis.
@@ -311,8 +311,8 @@ func init() {
 		{name: "bzpopmin", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
 		{name: "bzpopmax", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
 		{name: "bzmpop", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
-		{name: "wait", arity: -1, flags: flagMayBlock},
-		{name: "waitaof", arity: -1, flags: flagMayBlock},
+		{name: "wait", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
+		{name: "waitaof", arity: -1, flags: flagMayBlock, onLoop: blockingOnLoop},
 		{name: "xread", arity: -4, flags: flagMayBlock, serve: (*Handler).xread, onLoop: xreadOnLoop},
 		{name: "xreadgroup", arity: -7, flags: flagMayBlock, serve: (*Handler).xread, onLoop: xreadOnLoop},
 
@@ -474,6 +474,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s.replies.silence(c, p)
 		s.order.next()
 		s.pipelined = c.Pipelined()
+		s.onLoop = c.OnLoop()
 	}
 	h.serve(c, args, p)
 }

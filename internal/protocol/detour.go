@@ -42,6 +42,9 @@ type detour struct {
 	// waiting: the loop let go of the batch (startDetour); endDetour
 	// gives it back.
 	waiting bool
+	// work: the continuation waits for work on a goroutine too (OffLoop,
+	// pending.go), which counts in batch.left until it is done.
+	work bool
 }
 
 // AfterReplies runs then once every request dispatched before current
@@ -121,10 +124,15 @@ func (c *Conn) startDetour(args [][]byte) {
 // cancelDetour drops a continuation not started yet: its request panicked
 // (dispatch), and current goes back in the count before it is completed.
 func (c *Conn) cancelDetour() {
-	if c.detour.then != nil && !c.detour.waiting {
-		c.detour.then, c.detour.args = nil, nil
-		c.batch.left.Add(1)
+	if c.detour.then == nil || c.detour.waiting {
+		return
 	}
+	c.batch.left.Add(1)
+	if !c.detour.work {
+		c.detour.then, c.detour.args = nil, nil
+	}
+	// OffLoop's work is under way and leaves the count when it is done:
+	// the detour goes on, and its continuation finds current answered.
 }
 
 // detourDone is finishLater's hook: the last earlier reply of a detour is
@@ -144,9 +152,19 @@ func (c *Conn) detourDone() bool {
 func (c *Conn) endDetour() {
 	then, args := c.detour.then, c.detour.args
 	c.detour = detour{}
-	// The loop's hold and current's reply, still to come.
-	c.batch.left.Store(2)
+	// The loop's hold and current's reply, still to come (but after a
+	// panic during OffLoop's work: cancelDetour).
+	if c.batch.replies[c.batch.n-1].done.Load() {
+		c.batch.left.Store(1)
+	} else {
+		c.batch.left.Store(2)
+	}
 	c.runDetour(then, args)
+	if c.detour.then != nil {
+		// The rest waits for work of its own (OffLoop): a detour again.
+		c.startDetour(args)
+		return
+	}
 	if c.afterDispatch(args) {
 		c.serveLoop()
 	}

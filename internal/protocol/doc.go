@@ -32,7 +32,10 @@
 //     is served there too and ends its batch; a request that must follow
 //     its earlier replies (AfterReplies) takes a detour: the connection
 //     dispatches nothing more until they are in, then the loop runs the
-//     rest of the request and goes on (detour.go); while a blocked batch waits the loop
+//     rest of the request and goes on (detour.go); a request that needs
+//     a wait first (a dial, a round trip on a connection of its own:
+//     OffLoop) has it done on a goroutine and goes on the same way once
+//     it is done (pending.go); while a blocked batch waits the loop
 //     watches the client, and one that hangs up, is killed or outlasts
 //     Shutdown gets the Handler's ClientGone (clientGone). A batch the
 //     socket does not take at once stays on the loop too: the loop writes
@@ -41,9 +44,10 @@
 //     stream and a client's pushes (TakeWrites, EnablePushes: the loop
 //     writes the client's outbox between its batches, under the pubsub
 //     limits, loopoutbox.go; a Handler dials what it needs for them off
-//     the loop, AfterWork). At anything else (a request that
-//     pins a connection or would dial one, changes the
-//     protocol or database) the client leaves for a goroutine
+//     the loop, AfterWork, OffLoop). At anything else (a request that the
+//     Handler cannot serve so: in fenceproxy, CLIENT TRACKING, AUTH as
+//     another Redis user, a tier peer's link) the client leaves for a
+//     goroutine
 //     (leaveLoop); after two batches in a row the loop would have served,
 //     with nothing more sent, it comes back (returnToLoop), so requests
 //     keep their arrival order across clients.
@@ -123,8 +127,8 @@
 //     that does anyway is logged as a bug and its client moved to a
 //     goroutine); MayBlock is the
 //     Handler's to admit where serving it waits for nothing (in
-//     fenceproxy, first in its batch with a spare pinned connection: no
-//     dial); the framer (Reader.Frame) never reads: it frames what is
+//     fenceproxy, its pin goes on once the earlier replies are in, with a
+//     spare connection or one dialled on a goroutine: OffLoop); the framer (Reader.Frame) never reads: it frames what is
 //     buffered, the same however the bytes were cut into reads
 //     (FuzzFramerChunks).
 //  6. Shutdown serves what a client on the loop has already sent, then

@@ -25,8 +25,9 @@ func loopClients(t *testing.T, p *testenv.Proxy) int {
 
 // TestIdleTimeoutOnTheLoop: with --timeout the --serve-loop still serves
 // clients (INFO's loop_clients counts them): a client blocked in
-// BLPOP past the timeout is not idle, and once it is back on the loop
-// after its BLPOP and two PINGs, it is closed when idle, and counted as
+// BLPOP past the timeout is not idle (it stays on the loop, which dials
+// its connection of its own on a goroutine: no spare is open yet), and
+// after its BLPOP and two PINGs it is closed when idle, and counted as
 // idle-timeout as a goroutine's client is.
 func TestIdleTimeoutOnTheLoop(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
@@ -39,12 +40,15 @@ func TestIdleTimeoutOnTheLoop(t *testing.T) {
 	}
 
 	// The proxy's first blocking command: no spare pinned connection is
-	// open yet, so a goroutine pins one (with a spare, the loop serves it).
+	// open yet, so one is dialled off the loop; the client stays there.
 	c.Send("BLPOP", "idle-loop-list", "0")
 	c.Flush()
-	eventually(t, "the client's BLPOP moves it from the serve loop to a goroutine", func() bool {
-		return loopClients(t, p) == 0
+	eventually(t, "Redis blocks the client's BLPOP", func() bool {
+		return regexp.MustCompile(`blocked_clients:1\b`).Match(testenv.Dial(t, redis.Addr).Do("INFO", "clients"))
 	})
+	if n := loopClients(t, p); n != 1 {
+		t.Fatalf("loop_clients %d with the client blocked in BLPOP, want 1", n)
+	}
 	// Connected after the BLPOP: once it is closed as idle, the blocked
 	// client has been quiet at least as long.
 	idle := testenv.Dial(t, p.Addr)
@@ -67,9 +71,9 @@ func TestIdleTimeoutOnTheLoop(t *testing.T) {
 			t.Fatalf("PING = %q", r)
 		}
 	}
-	eventually(t, "the client goes back to the serve loop", func() bool {
-		return loopClients(t, p) == 1
-	})
+	if n := loopClients(t, p); n != 1 {
+		t.Fatalf("loop_clients %d after the BLPOP and two PINGs, want 1", n)
+	}
 	drainUntilClosed(t, c.NetConn())
 	eventually(t, "2 clients counted as closed for idle-timeout", func() bool {
 		return closedFor(t, p, "idle-timeout") == 2
