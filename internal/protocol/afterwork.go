@@ -17,7 +17,7 @@ import "github.com/fenceproxy/fenceproxy/internal/resp"
 // A panic in work is the request's (answered and logged as dispatch does).
 func (c *Conn) AfterWork(current *resp.Reply, work, then func()) {
 	s := c.currentSlot(current, "AfterWork")
-	if c.lp == nil {
+	if c.onGoroutine() {
 		work()
 		c.waitReplies(s)
 		then()

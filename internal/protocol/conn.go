@@ -126,7 +126,7 @@ func (c *Conn) MayBlock() { c.mayBlock = true }
 // OnLoop reports whether the server's event loop serves the connection
 // now (its ServesOnLoop and ServeCommand calls are the loop's). Call it
 // only from the Handler.
-func (c *Conn) OnLoop() bool { return c.lp != nil }
+func (c *Conn) OnLoop() bool { return !c.onGoroutine() }
 
 // BatchLen is how many requests the current batch holds: their replies
 // may still be on their way. From ServesOnLoop, args is not counted yet;

@@ -45,6 +45,9 @@ type detour struct {
 	// work: the continuation waits for work on a goroutine too (OffLoop,
 	// pending.go), which counts in batch.left until it is done.
 	work bool
+	// away: a goroutine serves the request (goroutinedetour.go); set and
+	// cleared on the loop, read by the Handler's calls on that goroutine.
+	away bool
 }
 
 // AfterReplies runs then once every request dispatched before current
@@ -60,7 +63,7 @@ type detour struct {
 // ServeCommand must not touch the request after calling it.
 func (c *Conn) AfterReplies(current *resp.Reply, then func()) {
 	s := c.currentSlot(current, "AfterReplies")
-	if c.lp == nil {
+	if c.onGoroutine() {
 		c.waitReplies(s)
 		then()
 		return

@@ -95,6 +95,8 @@ type loopClient struct {
 	// socket, so only the next readiness edge brings more.
 	tls    *tls.Conn
 	tlsDry bool
+	// fenced: noted by the loop's fence (goroutinedetour.go).
+	fenced bool
 	// hungUp: a readiness edge said the client's stream ended.
 	hungUp bool
 	// gone: ClientGone was called for its blocked batch (clientGone); set
@@ -207,8 +209,11 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 		}
 		return // resume goes on (invariant 2)
 	}
-	if lc.c.detour.then != nil {
-		return // endDetour goes on (invariant 2)
+	if lc.c.detour.then != nil || lc.c.detour.away {
+		return // endDetour or endGoroutineDetour goes on (invariant 2)
+	}
+	if lc.heldByFence() {
+		return // served once another client's detour has dispatched
 	}
 	lc.c.serveLoop()
 }
@@ -254,7 +259,7 @@ func (c *Conn) serveLoop() {
 			return
 		}
 		if !c.server.handler.(LoopHandler).ServesOnLoop(c, args) {
-			c.leaveLoop(args)
+			c.startGoroutineDetour(args) // endGoroutineDetour goes on
 			return
 		}
 		p := c.batch.next()
@@ -547,7 +552,7 @@ func (lc *loopClient) shutdown(closeNow bool) {
 	lc.closeNow = lc.closeNow || closeNow
 	switch {
 	case lc.stopped:
-	case lc.c.detour.then != nil:
+	case lc.c.detour.then != nil || lc.c.detour.away:
 		// endDetour goes on, and ends the wait of a blocking request it
 		// sends (afterDispatch) or closes the client after the batch
 		// (resume).

@@ -40,7 +40,7 @@ import (
 // the client waits for it.
 func (c *Conn) OffLoop(current *resp.Reply, work func() (then func())) {
 	c.currentSlot(current, "OffLoop")
-	if c.lp == nil {
+	if c.onGoroutine() {
 		if then := work(); then != nil {
 			then()
 		}
