@@ -41,9 +41,9 @@ const fenceWait = 5 * time.Millisecond
 
 // fence is a loop's arrival-order fence (see above). On the loop only.
 type fence struct {
-	owner  *loopClient   // the client whose detour holds it; nil: none
-	gen    uint64        // which raise a timer belongs to
-	held   []*loopClient // the clients noted while it stood, in order
+	owner *loopClient   // the client whose detour holds it; nil: none
+	gen   uint64        // which raise a timer belongs to
+	held  []*loopClient // the clients noted while it stood, in order
 }
 
 // startGoroutineDetour hands args, which the Handler does not serve on the
