@@ -235,10 +235,8 @@ func TestTLSLoopBigPipeline(t *testing.T) {
 		if got := h.take(); strings.Contains(got, "BIG:goroutine") || strings.Contains(got, "LATE:goroutine") {
 			t.Fatalf("round %d: dispatched %q; want every BIG and LATE on the loop (a batch's rest is written there)", round, got)
 		}
-		for range returnAfter + 1 {
-			tc.Write([]byte(multibulk("PING")))
-			expectLines(t, tc, rd, "+PING")
-		}
+		tc.Write([]byte(multibulk("PING")))
+		expectLines(t, tc, rd, "+PING")
 		if got := h.take(); !strings.HasSuffix(got, "PING:loop") {
 			t.Fatalf("round %d: after the big requests, dispatched %q; want the last PING on the loop", round, got)
 		}
