@@ -672,6 +672,10 @@ func do(t *testing.T, nc net.Conn, rd *bufio.Reader, args ...string) {
 // the loop's own is dispatched first (the goroutine starts later, on
 // another thread).
 func TestLoopKeepsArrivalOrderAcrossClients(t *testing.T) {
+	// The fence's bound is for a dial: here, on a loaded machine, the
+	// goroutine itself may take longer than 5 ms to start.
+	defer func(d time.Duration) { fenceWait = d }(fenceWait)
+	fenceWait = replyWait
 	h := &orderHandler{}
 	s, addr := startOnLoop(t, h)
 	var ncs [2]net.Conn
