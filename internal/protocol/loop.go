@@ -457,7 +457,7 @@ func (c *Conn) leaveLoop(pending [][]byte) {
 // taken and written to in microseconds; one that must be dialled first
 // may take longer, and the loop then goes on rather than stop every other
 // client for it.
-const leaveWait = 5 * time.Millisecond
+var leaveWait = 5 * time.Millisecond // a variable for TestLoopKeepsArrivalOrderAcrossClients
 
 // returnAfter is how many batches in a row the loop would have served
 // take a client back to it. Going back and leaving again costs some tens
