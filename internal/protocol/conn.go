@@ -93,9 +93,10 @@ type Conn struct {
 	// readAt is when the last read from the client returned bytes
 	// (monotonic): see ReadAt.
 	readAt time.Time
-	// lp is the connection's state while the server's event loop serves it
-	// (loop.go), nil once it left the loop (and for a connection that never
-	// was on it); onLoop says it started there.
+	// lp is the connection's state on the server's event loop (loop.go),
+	// set when it comes there and kept for its life; nil on the goroutine
+	// transport (and for a TLS client until its handshake is done). onLoop
+	// says it is bound for the loop.
 	lp     *loopClient
 	onLoop bool
 	// detour is the rest of a request that waits on the loop for its

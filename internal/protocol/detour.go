@@ -57,7 +57,8 @@ type detour struct {
 // its state, so that requests sent before run first, and does the rest of
 // the request (completing current among it) in then.
 //
-// On a goroutine it waits, then calls then. On the event loop then runs
+// On a goroutine (the goroutine transport's, or a goroutine detour's:
+// goroutinedetour.go) it waits, then calls then. On the event loop then runs
 // at once if nothing earlier is still to come; else later, on the loop,
 // after ServeCommand has returned, once the earlier replies are in:
 // ServeCommand must not touch the request after calling it.
