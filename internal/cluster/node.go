@@ -131,9 +131,9 @@ func (n *Node) idlePinned(resp3 bool) *backend.Conn {
 // client took the last one, so that the next client's blocking command
 // takes one instead of dialling: the serve loop serves a blocking command
 // itself only with one ready (PinSpare: it must not wait for a dial), and
-// waits for one it hands over to a goroutine to be written before it
-// serves anyone else (protocol's leaveLoop), which a dial can outlast,
-// letting another client's request reach Redis first.
+// holds other clients' new requests behind one it hands to a goroutine
+// detour only until it is written (protocol's fence, at most 5 ms), which
+// a dial can outlast, letting another client's request reach Redis first.
 func (n *Node) spare(resp3 bool) {
 	i := protoIndex(resp3)
 	n.mu.Lock()

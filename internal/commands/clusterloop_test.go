@@ -15,8 +15,8 @@ import (
 // moved to another master behind the proxy's back, the loop's GET is
 // redirected (MOVED) and answered with the value, never with MOVED, and
 // the loop goes on serving the client by the new view; a request whose
-// keys span slots (MGET) moves the client to a goroutine, which gives it
-// back after two batches of single-slot requests.
+// keys span slots (MGET) is served on a goroutine detour, and the
+// client's single-slot requests after it on the loop's thread again.
 func TestClusterServesOnLoop(t *testing.T) {
 	cl := testenv.StartCluster(t, testenv.ClusterOptions{ReplicasPerMaster: -1})
 	po := proxyOptions{seeds: []string{cl.Masters[0].Addr}}

@@ -23,7 +23,7 @@ func pipeline(t *testing.T, c *testenv.Conn, reqs [][]string, want []string) {
 // TestSelectBehindOthersOnTheLoop: SELECT behind other requests switches
 // connections once their replies are in (AfterReplies), on the serve
 // loop: the replies come in order, each request in its database, and the
-// client never leaves the loop.
+// client stays on the loop's thread (no goroutine detour).
 func TestSelectBehindOthersOnTheLoop(t *testing.T) {
 	po := proxyOptions{}
 	w := watchLoop(&po)

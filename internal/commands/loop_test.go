@@ -27,16 +27,14 @@ func (w *loopWatcher) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	}
 	w.mu.Lock()
 	switch {
-	case c.OnLoop() && ok:
-		w.answers = append(w.answers, name+":loop")
-	case c.OnLoop():
-		w.answers = append(w.answers, name+":leaves")
+	case !c.OnLoop():
+		// ServesOnLoop is the loop's question only.
+		w.answers = append(w.answers, name+":asked off the loop")
 	case ok:
-		// On a goroutine, the question is whether the batch lets the
-		// client go back to the loop.
-		w.answers = append(w.answers, name+":loopable")
+		w.answers = append(w.answers, name+":loop")
 	default:
-		w.answers = append(w.answers, name+":goroutine")
+		// Served on a goroutine while the client stays on the loop.
+		w.answers = append(w.answers, name+":detour")
 	}
 	w.mu.Unlock()
 	return ok
@@ -70,8 +68,8 @@ func watchLoop(po *proxyOptions) *loopWatcher {
 // reply mode, pins a connection, subscribes, or is a LOCK.ACQUIRE
 // ... WAIT behind others; a
 // blocking command only where it would wait: see TestBlockingOnTheLoop)
-// moves the client to a goroutine, which serves it and every later
-// request (ServesOnLoop is not asked again).
+// is served on a goroutine detour, and the client's later requests are
+// the loop's again.
 func TestServesOnLoop(t *testing.T) {
 	po := proxyOptions{}
 	w := watchLoop(&po)
@@ -105,12 +103,9 @@ func TestServesOnLoop(t *testing.T) {
 		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, onLoop)
 	}
 
-	// after: what ServesOnLoop answers from then on, for the request
-	// itself on its goroutine, then ECHO, GET and GET: a client whose
-	// state the loop can serve goes back to it after two batches in a row
-	// it would have served (ECHO's and GET's), so its last GET is the
-	// loop's again.
-	const back = " ECHO:loopable GET:loopable GET:loop"
+	// after: what ServesOnLoop answers from then on, for ECHO, GET and
+	// GET: the client never left the loop.
+	const back = " ECHO:loop GET:loop GET:loop"
 	for _, tc := range []struct {
 		first []string
 		reply string
@@ -144,9 +139,7 @@ func TestServesOnLoop(t *testing.T) {
 		if name == "CLIENT" || name == "FUNCTION" {
 			name += " " + tc.first[1]
 		}
-		// The request that left is asked about once more on its
-		// goroutine, where it is not loopable either.
-		if got, want := w.take(), "GET:loop "+name+":leaves "+name+":goroutine"+tc.after; got != want {
+		if got, want := w.take(), "GET:loop "+name+":detour"+tc.after; got != want {
 			t.Errorf("%s: ServesOnLoop answered\n%q; want\n%q", tc.first, got, want)
 		}
 	}
@@ -332,7 +325,7 @@ func TestBlockingOnTheLoop(t *testing.T) {
 	if loop := p.Server.LoopClients(); loop != 3 {
 		t.Errorf("the loop serves %d clients; want the two blocked ones and the pusher", loop)
 	}
-	lister := p.dial(t) // CLIENT LIST leaves the loop
+	lister := p.dial(t) // CLIENT LIST takes a goroutine detour
 	if list := string(lister.Do("CLIENT", "LIST")); strings.Count(list, "flags=b") != 2 {
 		t.Errorf("CLIENT LIST shows %d blocked clients, want 2:\n%s", strings.Count(list, "flags=b"), list)
 	}

@@ -54,9 +54,9 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // of the client goes through the tunnel on the loop. Everything else (the
 // other commands of the proxy's own, AUTH as another Redis user, CLIENT
 // TRACKING, pub/sub in front of a Redis Cluster, and in front of a Redis
-// Cluster broadcasts and SCAN) moves the client to a goroutine of its own,
-// which gives it back to the loop after a batch of requests the loop would
-// have served (protocol's returnToLoop).
+// Cluster broadcasts and SCAN) is served on a goroutine while the client
+// stays on the loop (protocol's goroutine detour): ServesOnLoop decides
+// only which thread serves a request, the loop's or a goroutine's.
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	s := sessionOf(c)
 	if s.tunnel != nil {
@@ -115,8 +115,8 @@ func selectOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
 // (checkAuth) its round trip is made off the loop (OffLoop), and the
 // client stays there as the proxy's own Redis user (or in front of a Redis
 // Cluster, where no connection changes). As another Redis user its
-// requests then go on a connection of that user's, which a goroutine
-// serves: the client leaves.
+// requests then go on a connection of that user's, which the loop's
+// thread does not serve: each takes a goroutine detour.
 func authOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
 	if h.opts.ACL != nil || h.opts.Backend.RoutesByKey() {
 		return true

@@ -9,7 +9,8 @@ import "github.com/fenceproxy/fenceproxy/internal/resp"
 // AfterReplies with a slow step first: a subscribing Handler opens its
 // connection to Redis in work and takes the client's writes in then.
 //
-// On a goroutine it calls work, waits for the earlier replies, then calls
+// On a goroutine (the goroutine transport's, or a goroutine detour's:
+// goroutinedetour.go) it calls work, waits for the earlier replies, then calls
 // then. On the event loop work runs on a goroutine of its own, while the
 // loop serves its other clients, and then runs later on the loop, as
 // AfterReplies' continuation does (detour.go): ServeCommand must not touch
@@ -17,7 +18,7 @@ import "github.com/fenceproxy/fenceproxy/internal/resp"
 // A panic in work is the request's (answered and logged as dispatch does).
 func (c *Conn) AfterWork(current *resp.Reply, work, then func()) {
 	s := c.currentSlot(current, "AfterWork")
-	if c.lp == nil {
+	if c.onGoroutine() {
 		work()
 		c.waitReplies(s)
 		then()

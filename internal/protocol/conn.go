@@ -93,21 +93,12 @@ type Conn struct {
 	// readAt is when the last read from the client returned bytes
 	// (monotonic): see ReadAt.
 	readAt time.Time
-	// lp is the connection's state while the server's event loop serves it
-	// (loop.go), nil once it left the loop (and for a connection that never
-	// was on it); onLoop says it started there.
+	// lp is the connection's state on the server's event loop (loop.go),
+	// set when it comes there and kept for its life; nil on the goroutine
+	// transport (and for a TLS client until its handshake is done). onLoop
+	// says it is bound for the loop.
 	lp     *loopClient
 	onLoop bool
-	// leftLoop, while set, is closed once the request the loop handed over
-	// (leaveLoop's pending) is dispatched: the loop waits for that before
-	// it serves the next client (arrival order, see leaveLoop).
-	leftLoop chan struct{}
-	// loopable: every request of the goroutine's current batch is one the
-	// loop would have served (ServesOnLoop), so once the batch is written
-	// the client may go back to the loop (returnToLoop).
-	loopable bool
-	// loopStreak counts the batches in a row that were loopable.
-	loopStreak int
 	// detour is the rest of a request that waits on the loop for its
 	// earlier replies (AfterReplies, detour.go).
 	detour detour
@@ -123,10 +114,10 @@ type Conn struct {
 // backend connection or a place in a lock's line for nobody.
 func (c *Conn) MayBlock() { c.mayBlock = true }
 
-// OnLoop reports whether the server's event loop serves the connection
-// now (its ServesOnLoop and ServeCommand calls are the loop's). Call it
-// only from the Handler.
-func (c *Conn) OnLoop() bool { return c.lp != nil }
+// OnLoop reports whether the Handler's call runs on the event loop's
+// thread (where it must not wait), false on the goroutine transport and on
+// a goroutine detour (goroutinedetour.go). Call it only from the Handler.
+func (c *Conn) OnLoop() bool { return !c.onGoroutine() }
 
 // BatchLen is how many requests the current batch holds: their replies
 // may still be on their way. From ServesOnLoop, args is not counted yet;
@@ -153,10 +144,10 @@ func (c *Conn) Buffered() int {
 }
 
 // FD is the client socket's file descriptor (CLIENT LIST's fd), -1 if it
-// has none. Safe from any goroutine: the descriptor changes when the
-// connection moves between the event loop and a goroutine (netloop's
-// Detach and Attach duplicate it), so it is kept in c.fd, set where it
-// changes, and nc, which the move replaces, is not read here.
+// has none. Safe from any goroutine: the descriptor changes once, when a
+// TLS client moves to the event loop after its handshake (netloop's
+// Detach duplicates it), so it is kept in c.fd, set where it changes, and
+// nc, which the move replaces, is not read here.
 func (c *Conn) FD() int { return int(c.fd.Load()) }
 
 // fdOf is nc's file descriptor, -1 if it has none.
@@ -239,7 +230,7 @@ func clipCommand(args [][]byte) string {
 }
 
 // serve is a connection's life on a goroutine of its own: the TLS
-// handshake, if any, then read, dispatch, reply, repeat (serveFrom). A TLS
+// handshake, if any, then read, dispatch, reply, repeat (serveRequests). A TLS
 // client bound for the event loop (onLoop) goes there once its handshake
 // is done (tlsloop.go).
 func (c *Conn) serve() {
@@ -252,59 +243,23 @@ func (c *Conn) serve() {
 			return
 		}
 	}
-	c.serveFrom(nil)
+	c.serveRequests()
+	c.server.release(c)
 }
 
-// serveFrom is serve for a connection that left the event loop (loop.go),
-// beginning with pending, the request the loop did not serve, if not nil.
-// It releases the connection when it ends, unless the connection went
-// back to the loop, which holds it then.
-func (c *Conn) serveFrom(pending [][]byte) {
-	if !c.serveRequests(pending) {
-		c.server.release(c)
-	}
-}
-
-// serveRequests serves the connection until it ends (false) or goes back
-// to the event loop (true).
-func (c *Conn) serveRequests(pending [][]byte) (backOnLoop bool) {
-	lh, _ := c.server.handler.(LoopHandler)
-	mayReturn := lh != nil && c.onLoop && c.server.Loop != nil && (c.rawConn != nil || c.tio != nil)
+// serveRequests is the goroutine transport: it serves the connection until
+// it ends (--serve-loop=false, a platform without the event loop, a
+// Handler that is not a LoopHandler).
+func (c *Conn) serveRequests() {
 	for {
-		var args [][]byte
-		var err error
-		if pending == nil && mayReturn && c.rd.Buffered() == 0 {
-			// The client has sent nothing more. After returnAfter batches
-			// in a row that the loop would have served, it goes back to
-			// the loop once the last is written.
-			if c.loopable {
-				c.loopStreak++
-			} else {
-				c.loopStreak = 0
-			}
-			c.loopable = false
-			if c.loopStreak >= returnAfter {
-				c.loopStreak = 0
-				if c.later && c.awaitLater() != nil {
-					return false
-				}
-				if c.returnToLoop() {
-					return true
-				}
-			}
-		}
-		if pending != nil {
-			args, pending = pending, nil
-		} else {
-			c.reading = true
-			args, err = c.rd.ReadCommand()
-			c.reading = false
-		}
+		c.reading = true
+		args, err := c.rd.ReadCommand()
+		c.reading = false
 		// A batch left to its last reply (writeLater's continue below,
 		// or endHeldBatch during the read) is always awaited here, before
 		// anything else: serve never returns with one in flight.
 		if c.later && c.awaitLater() != nil {
-			return false
+			return
 		}
 		if c.idleArmed && err == nil {
 			// Cleared here rather than in clientReader, so that the reads
@@ -329,13 +284,7 @@ func (c *Conn) serveRequests(pending [][]byte) (backOnLoop bool) {
 				c.server.limitClosed(c, closeIdle, "closing idle client", "timeout", c.server.IdleTimeout)
 			}
 			c.writeBatch()
-			return false
-		}
-		if c.batch.n == 0 {
-			c.loopable = mayReturn
-		}
-		if c.loopable {
-			c.loopable = lh.ServesOnLoop(c, args)
+			return
 		}
 		p := c.batch.next()
 		if c.batch.n == 1 {
@@ -345,10 +294,6 @@ func (c *Conn) serveRequests(pending [][]byte) (backOnLoop bool) {
 			}
 		}
 		c.dispatch(args, p)
-		if c.leftLoop != nil {
-			close(c.leftLoop)
-			c.leftLoop = nil
-		}
 		if c.batch.n == probeBatch && !c.mayBlock && !c.writesTaken {
 			// Requests are dispatched faster than the first reply comes
 			// back: learn how big they are before putting a whole window
@@ -370,7 +315,7 @@ func (c *Conn) serveRequests(pending [][]byte) (backOnLoop bool) {
 			}
 			// Shutting down, requests already read are still served.
 			if err := c.writeBatch(); err != nil || c.closeAfterReply || (c.closing.Load() && c.rd.Buffered() == 0) {
-				return false
+				return
 			}
 		}
 	}

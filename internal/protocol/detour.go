@@ -45,6 +45,9 @@ type detour struct {
 	// work: the continuation waits for work on a goroutine too (OffLoop,
 	// pending.go), which counts in batch.left until it is done.
 	work bool
+	// away: a goroutine serves the request (goroutinedetour.go); set and
+	// cleared on the loop, read by the Handler's calls on that goroutine.
+	away bool
 }
 
 // AfterReplies runs then once every request dispatched before current
@@ -54,13 +57,14 @@ type detour struct {
 // its state, so that requests sent before run first, and does the rest of
 // the request (completing current among it) in then.
 //
-// On a goroutine it waits, then calls then. On the event loop then runs
+// On a goroutine (the goroutine transport's, or a goroutine detour's:
+// goroutinedetour.go) it waits, then calls then. On the event loop then runs
 // at once if nothing earlier is still to come; else later, on the loop,
 // after ServeCommand has returned, once the earlier replies are in:
 // ServeCommand must not touch the request after calling it.
 func (c *Conn) AfterReplies(current *resp.Reply, then func()) {
 	s := c.currentSlot(current, "AfterReplies")
-	if c.lp == nil {
+	if c.onGoroutine() {
 		c.waitReplies(s)
 		then()
 		return

@@ -4,9 +4,11 @@
 // form: why an event loop, why not redcon's server loop, and each rule's
 // reasons.
 //
-// A connection is served in one of two ways:
+// A connection is served by one of two transports, for its whole life:
 //
-//   - On a goroutine of its own (serve): read every request the client has
+//   - On a goroutine of its own (serve; with --serve-loop=false, where
+//     the event loop does not run, and for a Handler that is not a
+//     LoopHandler): read every request the client has
 //     already sent, start each one (a Handler may answer at once or later
 //     from another goroutine, e.g. when the backend replies), then write the
 //     whole batch with a single system call. A pipeline of N requests has N
@@ -21,8 +23,7 @@
 //     the loop reads what it sent, frames it (Reader.Frame, the one
 //     parser both ways of serving use: a request longer than the read
 //     buffer grows it, and a malformed one is answered and closed there,
-//     as on a goroutine), dispatches every whole request the
-//     Handler serves without blocking (LoopHandler.ServesOnLoop), ends the
+//     as on a goroutine), dispatches each whole request, ends the
 //     batch when the client has sent nothing more (or at a full batch, or
 //     64 requests), and goes on to the next ready client; the batch is
 //     written where its last reply completes it, on the loop itself when
@@ -44,14 +45,18 @@
 //     stream and a client's pushes (TakeWrites, EnablePushes: the loop
 //     writes the client's outbox between its batches, under the pubsub
 //     limits, loopoutbox.go; a Handler dials what it needs for them off
-//     the loop, AfterWork, OffLoop). At anything else (a request that the
-//     Handler cannot serve so: in fenceproxy, CLIENT TRACKING, AUTH as
-//     another Redis user, a tier peer's link) the client leaves for a
-//     goroutine
-//     (leaveLoop); after two batches in a row the loop would have served,
-//     with nothing more sent, it comes back (returnToLoop), so requests
-//     keep their arrival order across clients.
-//     Not on the loop: Handlers that are not LoopHandlers.
+//     the loop, AfterWork, OffLoop). A request the Handler does not serve
+//     on the loop's thread without blocking (LoopHandler.ServesOnLoop
+//     false: in fenceproxy, CLIENT TRACKING, AUTH as another Redis user,
+//     the proxy's own INFO or CLIENT LIST, a tier peer's link...) takes a
+//     goroutine detour: the client stays on the loop, frozen as in a
+//     detour, a goroutine runs ServeCommand for it (where AfterReplies,
+//     AfterWork and OffLoop wait, as on the goroutine transport), and the
+//     loop goes on with the client once it has returned
+//     (goroutinedetour.go). A fence keeps what other clients send after
+//     such a request, when it goes first in its batch, from being
+//     dispatched before it (for at most fenceWait), without the loop's
+//     thread waiting.
 //
 // # When a batch is written
 //
@@ -101,13 +106,15 @@
 //     set): the batch stays open, its earlier replies complete into their
 //     slots, and endDetour, posted by whoever completes the last of them
 //     (batch.left, which then leaves out the current request), runs the
-//     continuation on the loop and serves on; nothing closes or moves the
-//     connection meanwhile (Kill and Shutdown act after it).
-//  3. A connection leaves the loop only on the loop and only while the
-//     loop holds it (not c.later). It comes back only from its
-//     goroutine, between batches, with nothing buffered and its last
-//     batch written; the loop takes it on the loop (the goroutine
-//     touches it no more after posting that).
+//     continuation on the loop and serves on; nothing closes the
+//     connection meanwhile (Kill and Shutdown act after it). A goroutine
+//     detour (c.detour.away) is the same, but for who ends it: the
+//     goroutine that ran ServeCommand posts endGoroutineDetour.
+//  3. A connection that comes to the loop stays there until it is
+//     closed: its socket never moves back to Go's poller, so it keeps its
+//     descriptor (CLIENT LIST's fd) and its place in the loop's count.
+//     The Handler's calls for it run on the loop's thread or, one at a
+//     time and never with the loop's, on a goroutine detour's.
 //  4. The loop closes the socket only while it holds the connection, so a
 //     write of a batch never meets a closed (or reused) descriptor; the
 //     loop's own write of a batch's rest ends first (with an error, when
@@ -118,14 +125,12 @@
 //     the connection's goneMu, which BatchDone and Closed take too: the
 //     Handler's calls never overlap. Its reply is then not written, and
 //     the connection is closed once it is in (resume).
-//  5. The loop never waits, but in leaveLoop for at most leaveWait (a
-//     request first in its batch reaches Redis before what other clients
-//     sent after it): ServesOnLoop admits only requests whose Handler
-//     does not block (what must follow earlier replies goes in
-//     AfterReplies' continuation, never a wait) and asks for no
-//     TakeWrites (but as the first of its batch) or EnablePushes (one
-//     that does anyway is logged as a bug and its client moved to a
-//     goroutine); MayBlock is the
+//  5. The loop never waits but in epoll_wait: ServesOnLoop admits to the
+//     loop's thread only requests whose Handler does not block (what must
+//     follow earlier replies goes in AfterReplies' continuation, never a
+//     wait; anything else is a goroutine detour's, and the fence that
+//     keeps arrival order behind it only notes the other clients that
+//     come meanwhile, with a timer to end it); MayBlock is the
 //     Handler's to admit where serving it waits for nothing (in
 //     fenceproxy, its pin goes on once the earlier replies are in, with a
 //     spare connection or one dialled on a goroutine: OffLoop); the framer (Reader.Frame) never reads: it frames what is

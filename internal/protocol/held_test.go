@@ -278,8 +278,8 @@ func FuzzServeSplit(f *testing.F) {
 	f.Add([]byte(splitPipeline), []byte{1, 7, 3, 30, 2})
 	f.Add([]byte("PING\r\n\r\nPING\r\n*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), []byte{5, 1, 1, 1, 9, 4, 13})
 	f.Add([]byte("\r\n\r\nA\r\nB\nC\r\n   \r\n*0\r\nD\r\n"), []byte{0, 3, 2})
-	// NOLOOP leaves the loop (onLoop's handler), and two plain batches
-	// after it bring the client back (returnToLoop): cut between them.
+	// NOLOOP takes a goroutine detour (onLoop's handler), with plain
+	// requests around it: cut between them.
 	nl := "*1\r\n$6\r\nNOLOOP\r\n"
 	f.Add([]byte(nl+"*1\r\n$1\r\nA\r\n*1\r\n$1\r\nB\r\n*1\r\n$1\r\nC\r\n"+nl+nl+"*1\r\n$1\r\nD\r\n*1\r\n$1\r\nE\r\n*1\r\n$1\r\nF\r\n"), []byte{16, 11, 11, 11, 16, 16, 11, 11, 11})
 	dial := map[heldSetup]func(testing.TB) net.Conn{}

@@ -26,21 +26,17 @@ import (
 // reads their replies (the backend's connections are on the same loop),
 // each client's batch is written where its last reply completes it.
 //
-// The loop serves only what cannot make it wait: whole requests, framed
-// from what it read (Reader.Frame: multibulk or inline, the buffer grown
-// for a long one), that the Handler serves without blocking
-// (LoopHandler.ServesOnLoop: plain forwarding, in fenceproxy, and a
-// blocking command first in its batch that a spare connection of its own
-// takes at once). A request that may block (MayBlock) ends its batch, and
-// the loop watches the client while it waits (clientGone). At anything
-// else (a command that pins a connection or would dial one, changes the
-// protocol...) the connection leaves the loop: its socket goes back to
-// Go's poller and a goroutine carries on with serve, where the loop
-// stopped, with the request that did not fit (leaveLoop), and gives the
-// client back to the loop once it sends plain requests again
-// (returnToLoop). A batch whose write the socket does not take at once
-// stays on the loop, which writes its rest as the socket makes room
-// (loopwrite.go).
+// A client stays on the loop for its whole life. The loop's thread runs
+// only what cannot make it wait: whole requests, framed from what it read
+// (Reader.Frame: multibulk or inline, the buffer grown for a long one),
+// that the Handler serves without blocking (LoopHandler.ServesOnLoop).
+// A request that may block (MayBlock) ends its batch, and the loop
+// watches the client while it waits (clientGone). Any other request is
+// served on a goroutine while the client stays on the loop, frozen (a
+// goroutine detour: goroutinedetour.go), and the loop goes on with the
+// client once the Handler has returned. A batch whose write the socket
+// does not take at once stays on the loop, which writes its rest as the
+// socket makes room (loopwrite.go).
 //
 // The invariants are in the package doc ("Serving from an event loop").
 
@@ -48,20 +44,18 @@ import (
 // (Server.Loop). Without it, every client gets a goroutine.
 type LoopHandler interface {
 	Handler
-	// ServesOnLoop reports whether ServeCommand serves args without
-	// blocking its goroutine (AfterReplies and AfterWork are not
-	// blocking: on the loop their continuation runs later; TakeWrites and
-	// EnablePushes neither: the loop writes the stream, loopoutbox.go),
-	// and without CloseAfterReply, so that the loop may call it. Once a
-	// client on the loop took its writes or pushes, it must admit every
-	// request of that client (one it refuses closes it). MayBlock is allowed
-	// (the loop ends the batch with it and watches the client: ClientGone
-	// as on a goroutine). When
-	// it reports false, nothing was done: the connection leaves the loop
-	// for a goroutine of its own, which serves args with ServeCommand
-	// (and later requests). It is asked on that goroutine too, for each
-	// request of a batch that begins there, to learn whether the client
-	// may go back to the loop: it must not change anything.
+	// ServesOnLoop reports whether ServeCommand serves args on the
+	// loop's thread without blocking it (AfterReplies, AfterWork and
+	// OffLoop are not blocking: on the loop their continuation runs
+	// later; TakeWrites and EnablePushes neither: the loop writes the
+	// stream, loopoutbox.go). It decides only which thread serves args,
+	// never whether the loop does: when it reports false (having changed
+	// nothing), ServeCommand serves args on a goroutine while the client
+	// stays on the loop, frozen (goroutinedetour.go), where OnLoop is
+	// false and AfterReplies, AfterWork and OffLoop wait as on the
+	// goroutine transport. MayBlock is allowed either way (the loop ends
+	// the batch with it and watches the client: ClientGone as on a
+	// goroutine).
 	ServesOnLoop(c *Conn, args [][]byte) bool
 }
 
@@ -95,6 +89,8 @@ type loopClient struct {
 	// socket, so only the next readiness edge brings more.
 	tls    *tls.Conn
 	tlsDry bool
+	// fenced: noted by the loop's fence (goroutinedetour.go).
+	fenced bool
 	// hungUp: a readiness edge said the client's stream ended.
 	hungUp bool
 	// gone: ClientGone was called for its blocked batch (clientGone); set
@@ -207,8 +203,11 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 		}
 		return // resume goes on (invariant 2)
 	}
-	if lc.c.detour.then != nil {
-		return // endDetour goes on (invariant 2)
+	if lc.c.detour.then != nil || lc.c.detour.away {
+		return // endDetour or endGoroutineDetour goes on (invariant 2)
+	}
+	if lc.heldByFence() {
+		return // served once another client's detour has dispatched
 	}
 	lc.c.serveLoop()
 }
@@ -254,7 +253,7 @@ func (c *Conn) serveLoop() {
 			return
 		}
 		if !c.server.handler.(LoopHandler).ServesOnLoop(c, args) {
-			c.leaveLoop(args)
+			c.startGoroutineDetour(args) // endGoroutineDetour goes on
 			return
 		}
 		p := c.batch.next()
@@ -404,114 +403,6 @@ func (lc *loopClient) read(b []byte) (int, error) {
 	return n, nil
 }
 
-// leaveLoop hands the connection to a goroutine of its own, which serves
-// pending (if not nil: the request the loop could not serve) and goes on as
-// serve, until it gives the connection back to the loop (returnToLoop). Called on the loop while it holds the connection
-// (invariant 3).
-//
-// A request that goes first in its batch is dispatched before the loop
-// serves anyone else, if that takes no longer than leaveWait: what other
-// clients sent after it must not reach Redis before it, as it would if
-// the goroutine were simply started (Go runs it some microseconds later,
-// on another thread, while the loop goes on). A blocking command and a
-// write another client sends just after it are the case that matters
-// (Redis's suite, unit/type/list "BRPOPLPUSH with multiple blocked
-// clients": the second blocked client overtaking the first leaves the
-// first blocked for good). A request behind others of its batch is not
-// waited for: its dispatch may wait for their replies, which the loop
-// itself may have to read.
-func (c *Conn) leaveLoop(pending [][]byte) {
-	lc := c.lp
-	if c.outbox != nil {
-		// Its stream and pushes are the loop's to write (loopoutbox.go):
-		// a goroutine could not keep their order. ServesOnLoop must admit
-		// every request of such a client.
-		c.server.Logger.Error("bug: a client with a stream or pushes on the event loop sent a request the loop does not serve; closing it", "client", c.RemoteAddr, "command", clipCommand(pending))
-		c.lp.eof = true
-		c.endLoopBatch()
-		return
-	}
-	first := pending != nil && c.batch.n == 0
-	if !c.attachToGoroutine() {
-		lc.stop()
-		return
-	}
-	var dispatched chan struct{}
-	if first {
-		dispatched = make(chan struct{})
-		c.leftLoop = dispatched
-	}
-	go c.serveFrom(pending)
-	if dispatched != nil {
-		t := time.NewTimer(leaveWait)
-		select {
-		case <-dispatched:
-		case <-t.C:
-		}
-		t.Stop()
-	}
-}
-
-// leaveWait bounds how long the loop waits for a request it handed to a
-// goroutine to be dispatched (leaveLoop): a connection from a pool is
-// taken and written to in microseconds; one that must be dialled first
-// may take longer, and the loop then goes on rather than stop every other
-// client for it.
-var leaveWait = 5 * time.Millisecond // a variable for TestLoopKeepsArrivalOrderAcrossClients
-
-// returnAfter is how many batches in a row the loop would have served
-// take a client back to it. Going back and leaving again costs some tens
-// of microseconds of system calls (netloop's Detach and Attach, a
-// goroutine, leaveLoop's wait): a client that alternates one blocking
-// command and one plain one (BLPOP a job, SET its result) stays on its
-// goroutine, where it costs less; one that has gone on with plain
-// requests goes back, where its requests keep their order among the
-// loop's clients' (Redis's suite: the client that writes just after
-// another's blocking command).
-const returnAfter = 2
-
-// returnToLoop gives a client served by a goroutine back to the loop, so
-// that its requests are read in the order the loop reads every client's
-// (a client that left once for a blocking command or a transaction would
-// otherwise race the loop's clients with a goroutine of its own for
-// good). Called by the connection's goroutine between batches, with
-// nothing buffered and the last batch written; it reports false, and
-// changes nothing, where the loop cannot take the client. After true the
-// goroutine must not touch the connection again: the loop holds it.
-func (c *Conn) returnToLoop() bool {
-	if c.batch.n != 0 || c.push != nil || c.writesTaken || c.outbound != nil || c.closeAfterReply ||
-		c.closing.Load() || c.killed.Load() {
-		return false
-	}
-	return c.toLoop() // else still Go's: the goroutine goes on
-}
-
-// attachToGoroutine takes the socket off the loop and gives the
-// connection a net.Conn in Go's poller, on the loop. It reports false if
-// that failed (the socket is closed then).
-func (c *Conn) attachToGoroutine() bool {
-	lc := c.lp
-	lc.uncount()
-	lc.loop.Del(lc.reg)
-	// Its goroutine arms read deadlines for the idle timeout instead.
-	lc.untrackIdle()
-	nc, err := netloop.Attach(lc.fd) // closes lc.fd either way
-	lc.fd = -1
-	if err != nil {
-		c.server.Logger.Error("cannot move a client from the event loop to a goroutine; closing it", "client", c.RemoteAddr, "err", err)
-		return false
-	}
-	c.nc, c.raw = nc, nc
-	if c.tio != nil {
-		c.tio.useConn(nc)
-		c.nc = lc.tls
-	}
-	c.fd.Store(int64(fdOf(nc)))
-	c.bindRawConn()
-	c.lp = nil
-	return true
-}
-
 // stop closes a connection on the loop that the loop holds (invariant 4)
 // and releases it.
 func (lc *loopClient) stop() {
@@ -547,7 +438,7 @@ func (lc *loopClient) shutdown(closeNow bool) {
 	lc.closeNow = lc.closeNow || closeNow
 	switch {
 	case lc.stopped:
-	case lc.c.detour.then != nil:
+	case lc.c.detour.then != nil || lc.c.detour.away:
 		// endDetour goes on, and ends the wait of a blocking request it
 		// sends (afterDispatch) or closes the client after the batch
 		// (resume).
@@ -590,9 +481,9 @@ func (lc *loopClient) clientGone() {
 }
 
 // interruptOnLoop is interrupt for a connection that started on the loop,
-// run on the loop, where the connection either still is or has left from
-// (then its goroutine is interrupted as any other: closeNow closes its
-// socket, else its read gives up).
+// run on the loop, where the connection either is or has yet to come (a
+// TLS client still in its handshake on a goroutine, interrupted as any
+// other there: closeNow closes its socket, else its read gives up).
 func (c *Conn) interruptOnLoop(closeNow bool) {
 	c.server.Loop.Post(func() {
 		switch {

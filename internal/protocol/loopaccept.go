@@ -183,7 +183,7 @@ func (s *Server) acceptOnLoop(fd int, remote, local string) {
 	lc := newLoopClient(c, fd, s.Loop.Now())
 	c.lp = lc
 	lc.register()
-	if !lc.stopped && c.lp == lc && !c.later {
+	if !lc.stopped && c.lp == lc && !c.later && !lc.heldByFence() {
 		c.serveLoop()
 	}
 }

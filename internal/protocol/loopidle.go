@@ -110,7 +110,7 @@ func (s *Server) sweepIdle() {
 // for timeout at now. On the loop.
 func (lc *loopClient) idle(now time.Time, timeout time.Duration) bool {
 	c := lc.c
-	if lc.stopped || c.later || c.detour.then != nil || c.closing.Load() || c.killed.Load() {
+	if lc.stopped || c.later || c.detour.then != nil || c.detour.away || c.closing.Load() || c.killed.Load() {
 		return false // a batch in flight, or closing anyway
 	}
 	quiet := lc.idleFrom

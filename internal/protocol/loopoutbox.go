@@ -294,7 +294,9 @@ func (c *Conn) takeWritesOnLoop() net.Conn {
 	o.stream = true
 	o.mu.Unlock()
 	c.writesTaken = true
-	c.lp.untrackIdle() // a subscribed client is never idle, as in Redis
+	if !c.detour.away {
+		c.lp.untrackIdle() // a subscribed client is never idle, as in Redis
+	} // else endGoroutineDetour, on the loop
 	s := loopStream{o}
 	if c.push != nil {
 		c.push.takeStream(s)

@@ -30,7 +30,8 @@ import (
 
 // OffLoop runs work and then the function it returns (then may be nil),
 // for the request being served (current); the connection dispatches
-// nothing after current until then has returned. On a goroutine both run
+// nothing after current until then has returned. On a goroutine (the
+// goroutine transport's, or a goroutine detour's) both run
 // there, at once. On the event loop work runs on a goroutine of its own
 // and then later, on the loop, after ServeCommand (or the continuation
 // OffLoop was called from) has returned: OffLoop must be the caller's last
@@ -40,7 +41,7 @@ import (
 // the client waits for it.
 func (c *Conn) OffLoop(current *resp.Reply, work func() (then func())) {
 	c.currentSlot(current, "OffLoop")
-	if c.lp == nil {
+	if c.onGoroutine() {
 		if then := work(); then != nil {
 			then()
 		}

@@ -83,6 +83,8 @@ type Server struct {
 	nextID  atomic.Int64
 	// loopClients counts the connections the event loop holds now.
 	loopClients atomic.Int64
+	// fence keeps arrival order behind a goroutine detour (goroutinedetour.go); the loop's.
+	fence fence
 	// loopIdle lists the clients on Loop for the idle sweep (loopidle.go);
 	// touched on the loop only.
 	loopIdle loopIdle

@@ -85,9 +85,6 @@ type tlsTransport struct {
 	head   int
 }
 
-// useConn puts the transport on conn, a goroutine's.
-func (t *tlsTransport) useConn(conn net.Conn) { t.conn, t.lc = conn, nil }
-
 // useLoop puts the transport on the loop's descriptor of lc.
 func (t *tlsTransport) useLoop(lc *loopClient) { t.conn, t.lc = nil, lc }
 

@@ -1,0 +1,90 @@
+package operations
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/testenv"
+)
+
+// TestClientStaysOnTheServeLoop: a client that sends, between ordinary
+// requests, what the serve loop's thread does not serve itself (the
+// proxy's INFO and CLIENT LIST, CLIENT TRACKING ON over RESP3, AUTH as
+// another Redis user) stays on the loop for its whole life: the same
+// socket in CLIENT LIST (fd), counted in INFO fenceproxy's loop_clients,
+// with every reply in order. Another client (the observer) looks, so
+// that the subject sends nothing but its own requests. (Before, the
+// subject left the loop for a goroutine at each of them: a dup of its
+// socket, and uncounted until it came back.)
+func TestClientStaysOnTheServeLoop(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	admin := testenv.Dial(t, redis.Addr)
+	admin.Do("ACL", "SETUSER", "other", "on", ">otherpw", "~*", "&*", "+@all")
+	admin.Do("SET", "k", "v")
+	admin.Close()
+	for _, tc := range []struct {
+		name  string
+		setup [][]string // before the subject's fd is taken
+		steps [][]string // each answered with want's prefix
+		want  []string
+	}{
+		{"INFO", nil, [][]string{{"INFO", "fenceproxy"}}, []string{"$"}},
+		{"CLIENT LIST", nil, [][]string{{"CLIENT", "LIST"}}, []string{"$"}},
+		{"CLIENT TRACKING ON over RESP3", [][]string{{"HELLO", "3"}}, [][]string{{"CLIENT", "TRACKING", "ON"}}, []string{"+OK"}},
+		{"AUTH as another Redis user", nil, [][]string{{"AUTH", "other", "otherpw"}}, []string{"+OK"}},
+		{"all of them, pipelined", [][]string{{"HELLO", "3"}},
+			[][]string{{"GET", "k"}, {"INFO", "fenceproxy"}, {"AUTH", "other", "otherpw"}, {"CLIENT", "LIST"}, {"CLIENT", "TRACKING", "ON"}, {"ECHO", "e"}},
+			[]string{"$1\r\nv", "$", "+OK", "$", "+OK", "$1\r\ne"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr})
+			subject := testenv.Dial(t, proxy.Addr)
+			defer subject.Close()
+			observer := testenv.Dial(t, proxy.Addr)
+			defer observer.Close()
+			do := func(want string, args ...string) {
+				t.Helper()
+				if got := string(subject.Do(args...)); !strings.HasPrefix(got, want) {
+					t.Fatalf("%s: %q; want %q...", strings.Join(args, " "), got, want)
+				}
+			}
+			do("+OK", "CLIENT", "SETNAME", "subject")
+			for _, args := range tc.setup {
+				subject.Do(args...)
+			}
+			do("$1\r\nv", "GET", "k")
+			before := fdOf(t, observer)
+			for _, args := range tc.steps {
+				subject.Send(args...)
+			}
+			subject.Flush()
+			for i, want := range tc.want {
+				if got, err := subject.ReadReply(); err != nil || !strings.HasPrefix(string(got), want) {
+					t.Fatalf("reply to %s: %q, %v; want %q...", strings.Join(tc.steps[i], " "), got, err, want)
+				}
+			}
+			do("$1\r\nv", "GET", "k")
+			if after := fdOf(t, observer); after != before {
+				t.Errorf("after %s: the subject's fd in CLIENT LIST is %s, was %s (it moved off the loop)", tc.name, after, before)
+			}
+			info := string(observer.Do("INFO", "fenceproxy"))
+			if !strings.Contains(info, "loop_clients:2\r\n") {
+				t.Errorf("after %s: INFO fenceproxy does not count both clients on the loop (want loop_clients:2):\n%s", tc.name, info)
+			}
+		})
+	}
+}
+
+var subjectFD = regexp.MustCompile(`\bfd=(\d+)\b[^\n]*\bname=subject\b|\bname=subject\b[^\n]*\bfd=(\d+)\b`)
+
+// fdOf is the fd CLIENT LIST shows for the client named subject.
+func fdOf(t *testing.T, observer *testenv.Conn) string {
+	t.Helper()
+	list := string(observer.Do("CLIENT", "LIST"))
+	m := subjectFD.FindStringSubmatch(list)
+	if m == nil {
+		t.Fatalf("CLIENT LIST has no client named subject:\n%s", list)
+	}
+	return m[1] + m[2]
+}
