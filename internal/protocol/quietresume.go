@@ -38,11 +38,12 @@ const (
 
 // quiet reports whether the batch the loop is ending needs nothing of the
 // loop once written: nothing buffered or left in the socket, no end seen,
-// no limit or timer to apply. On the loop.
+// no limit or timer to apply, no outbox (a stream or pushes, which the
+// loop writes after the batch: loopoutbox.go). On the loop.
 func (lc *loopClient) quiet() bool {
 	c := lc.c
 	return c.rd.Buffered() == 0 && !lc.edge.MayRead() && (lc.tls == nil || lc.tlsDry) &&
-		!lc.eof && !lc.hungUp && !lc.closeNow && !c.mayBlock &&
+		!lc.eof && !lc.hungUp && !lc.closeNow && !c.mayBlock && c.outbox == nil &&
 		c.server.IdleTimeout == 0 && !c.closing.Load() && !c.killed.Load()
 }
 
