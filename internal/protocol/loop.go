@@ -190,10 +190,9 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 	if lc.stopped {
 		return
 	}
-	if lc.c.later && !lc.reclaim() {
-		if ev&(netloop.In|netloop.Ended) != 0 {
-			lc.want() // bytes or the end came: resume must serve them
-		}
+	// Bytes or the end that come while a batch is in flight are served
+	// once it is written: resume must come then.
+	if lc.inFlight(ev&(netloop.In|netloop.Ended) != 0) {
 		if lc.w.pending {
 			lc.writeReady(ev) // resume follows once it is written
 			return
@@ -370,6 +369,9 @@ func (lc *loopClient) resume() {
 func (lc *loopClient) doneLater(err error) {
 	lc.laterErr = err
 	lc.c.batch.left.Store(1)
+	if testHookGiveBack != nil {
+		testHookGiveBack()
+	}
 	if err == nil && lc.held.CompareAndSwap(heldByBatch, heldByLoop) {
 		return // quiet: the loop takes it back at its next edge (quietResume)
 	}
@@ -442,8 +444,7 @@ func (lc *loopClient) shutdown(closeNow bool) {
 		// endDetour goes on, and ends the wait of a blocking request it
 		// sends (afterDispatch) or closes the client after the batch
 		// (resume).
-	case lc.c.later && !lc.reclaim():
-		lc.want() // resume closes it, or serves what came first
+	case lc.inFlight(true): // resume closes it, or serves what came first
 		if lc.closeNow {
 			// A blocked command would hold the close (invariant 4)
 			// until its reply, for as long as it blocks; a write that

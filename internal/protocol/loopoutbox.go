@@ -171,10 +171,9 @@ func (o *loopOutbox) flush() {
 	o.mu.Lock()
 	o.posted = false
 	o.mu.Unlock()
-	if o.c.later && !o.lc.reclaim() {
+	if o.lc.inFlight(true) {
 		// The batch in flight is written first; its writer must then
 		// have the loop go on (resume), even if the batch was quiet.
-		o.lc.want()
 		return
 	}
 	if o.lc.stopped || o.c.detour.then != nil || o.c.batch.n > 0 {

@@ -47,10 +47,40 @@ func (lc *loopClient) quiet() bool {
 		c.server.IdleTimeout == 0 && !c.closing.Load() && !c.killed.Load()
 }
 
-// want makes the completer of the batch in flight post resume. On the
-// loop, while c.later.
-func (lc *loopClient) want() {
-	lc.held.CompareAndSwap(heldByBatch, heldWanted)
+// want makes the writer of the batch in flight post resume, and reports
+// whether it will: false if the writer gave the connection back between
+// the caller's reclaim and this (the caller then reclaims it and serves
+// what it came for: no resume follows). On the loop, while c.later.
+func (lc *loopClient) want() bool {
+	for {
+		switch lc.held.Load() {
+		case heldWanted:
+			return true
+		case heldByBatch:
+			if lc.held.CompareAndSwap(heldByBatch, heldWanted) {
+				return true
+			}
+		default: // heldByLoop: given back meanwhile
+			return false
+		}
+	}
+}
+
+// inFlight reports whether the connection's batch is still in flight, on
+// the loop: it takes back one whose writer gave it back (reclaim), and for
+// one still in flight, with wanted, makes its writer post resume (want).
+func (lc *loopClient) inFlight(wanted bool) bool {
+	if !lc.c.later || lc.reclaim() {
+		return false
+	}
+	if testHookInFlight != nil {
+		testHookInFlight()
+	}
+	if wanted && !lc.want() {
+		lc.reclaim() // given back between the two looks
+		return false
+	}
+	return true
 }
 
 // reclaim takes back, on the loop, a connection whose quiet batch's
@@ -73,3 +103,8 @@ func (lc *loopClient) reclaimed() {
 	lc.held.Store(heldByLoop)
 	lc.idleFrom = lc.loop.Now()
 }
+
+// testHookInFlight and testHookGiveBack, if set (by tests only), run
+// between inFlight's two looks at held, and before a batch's writer gives
+// the connection back (doneLater): the window of their race, widened.
+var testHookInFlight, testHookGiveBack func()

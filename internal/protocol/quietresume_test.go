@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -105,6 +106,50 @@ func TestKillDuringAQuietBatch(t *testing.T) {
 	for {
 		if _, err := rd.ReadString('\n'); err != nil {
 			break // closed (with or without the reply, as Redis may)
+		}
+	}
+}
+
+// TestQuietResumeUnderLoad: clients that send their next request the
+// moment a reply written off the loop reaches them, many times over: every
+// request is answered. A next request that arrived between the loop's look
+// at who holds the connection and its mark that it wants it back (while
+// the reply's writer gave the connection back without a post) was left
+// unread until the client sent more, and the client waited for good (CI:
+// test/contract TestTokenOrderEqualsGrantOrder, 'i/o timeout').
+func TestQuietResumeUnderLoad(t *testing.T) {
+	// Widen the window: the writer, on its goroutine, gives the
+	// connection back while the loop is between its two looks.
+	testHookInFlight = func() { time.Sleep(200 * time.Microsecond) }
+	testHookGiveBack = func() { time.Sleep(100 * time.Microsecond) }
+	t.Cleanup(func() { testHookInFlight, testHookGiveBack = nil, nil })
+	_, addr := startOnLoop(t, offLoopHandler{})
+	const clients, requests = 8, 300
+	errs := make(chan error, clients)
+	for range clients {
+		go func() {
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			rd := bufio.NewReader(nc)
+			req := []byte(multibulk("NEXT"))
+			for i := range requests {
+				nc.Write(req)
+				nc.SetReadDeadline(time.Now().Add(replyWait))
+				if line, err := rd.ReadString('\n'); err != nil || line != "+NEXT\r\n" {
+					errs <- fmt.Errorf("request %d: %q, %v", i, line, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 }
