@@ -169,6 +169,9 @@ func (ll *loopListener) acceptMore() {
 // registered and what it has sent is served now.
 func (s *Server) acceptOnLoop(fd int, remote, local string) {
 	c := newConnOf(s, s.nextID.Add(1), remote, local)
+	// Before admit: Kill and Shutdown, which find it there from then on,
+	// reach a connection that started on the loop through the loop.
+	c.onLoop = true
 	switch s.admit(c) {
 	case admitClosed:
 		netloop.Close(fd)
@@ -178,7 +181,6 @@ func (s *Server) acceptOnLoop(fd int, remote, local string) {
 		netloop.Close(fd)
 		return
 	}
-	c.onLoop = true
 	c.fd.Store(int64(fd))
 	lc := newLoopClient(c, fd, s.Loop.Now())
 	c.lp = lc
