@@ -48,6 +48,12 @@ type detour struct {
 	// away: a goroutine serves the request (goroutinedetour.go); set and
 	// cleared on the loop, read by the Handler's calls on that goroutine.
 	away bool
+	// ends: the goroutine detour's request ends its batch (nothing more
+	// of the client's was buffered), which its goroutine lets go of
+	// itself, so that its reply is written where it completes, without
+	// waiting for the loop (goroutinedetour.go). Set on the loop before
+	// the goroutine starts.
+	ends bool
 }
 
 // AfterReplies runs then once every request dispatched before current

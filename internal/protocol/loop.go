@@ -197,8 +197,11 @@ func (lc *loopClient) Ready(ev netloop.Events) {
 			lc.writeReady(ev) // resume follows once it is written
 			return
 		}
-		if lc.hungUp {
-			lc.clientGone() // a blocked command waits for nobody now
+		if lc.hungUp && !lc.c.detour.away {
+			// A blocked command waits for nobody now (during a goroutine
+			// detour, endGoroutineDetour sees to it: the request may be
+			// being served still).
+			lc.clientGone()
 		}
 		return // resume goes on (invariant 2)
 	}

@@ -153,3 +153,63 @@ func TestQuietResumeUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// heldReplyHandler answers NOLOOP (served by a goroutine detour: see
+// onLoop) only when the test says so, and anything else at once.
+type heldReplyHandler struct {
+	got     chan *resp.Reply
+	proceed chan struct{} // ServeCommand returns once it is closed
+}
+
+func (h heldReplyHandler) ServeCommand(_ *Conn, args [][]byte, p *resp.Reply) {
+	if string(args[0]) == "NOLOOP" {
+		h.got <- p
+		<-h.proceed
+		return
+	}
+	p.Buf = append(p.Buf, "+OK\r\n"...)
+	p.Done()
+}
+func (heldReplyHandler) BatchDone(*Conn)  {}
+func (heldReplyHandler) ClientGone(*Conn) {}
+func (heldReplyHandler) Closed(*Conn)     {}
+
+// TestDetourReplyWrittenWithoutTheLoop: the reply to a request served by a
+// goroutine detour, last of its batch, is written where it completes, even
+// while the loop is busy: a lock grant is checked against its lease when
+// it completes, and nothing may hold its reply after that. When the loop
+// had to end the detour first, the reply waited for it (a Redisson grant
+// replied after its lease was over, in the fault suite).
+func TestDetourReplyWrittenWithoutTheLoop(t *testing.T) {
+	h := heldReplyHandler{got: make(chan *resp.Reply, 1), proceed: make(chan struct{})}
+	s, addr := startOnLoop(t, h)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rd := bufio.NewReader(nc)
+	nc.Write([]byte(multibulk("NOLOOP")))
+	var p *resp.Reply
+	select {
+	case p = <-h.got:
+	case <-time.After(replyWait):
+		t.Fatal("NOLOOP never dispatched")
+	}
+	release := holdLoop(s) // the loop is busy from now on
+	close(h.proceed)       // the detour's end is posted behind that
+	p.Buf = append(p.Buf, "+LATE\r\n"...)
+	p.Done()
+	nc.SetReadDeadline(time.Now().Add(replyWait))
+	line, err := rd.ReadString('\n')
+	release()
+	if err != nil || line != "+LATE\r\n" {
+		t.Fatalf("the reply while the loop was busy: %q, %v", line, err)
+	}
+	// And the client goes on, on the loop.
+	nc.Write([]byte(multibulk("NEXT")))
+	nc.SetReadDeadline(time.Now().Add(replyWait))
+	if line, err := rd.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("NEXT: %q, %v", line, err)
+	}
+}
