@@ -108,6 +108,11 @@ func infoField(addr, section, field string) string {
 	if err != nil {
 		return ""
 	}
+	return infoFieldOf(r, field)
+}
+
+// infoFieldOf is field's value in an INFO reply, "" if it has none.
+func infoFieldOf(r []byte, field string) string {
 	for _, line := range strings.Split(string(r), "\r\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			return v
