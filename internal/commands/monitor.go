@@ -36,22 +36,25 @@ func (h *Handler) monitor(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		probe = h.opts.Backend.Masters()[0].ProbeAddr(ctx)
 		cancel()
 	}
-	c.AfterWork(p, work, func() {
-		defer h.publish(c, s)
-		if err != nil {
-			replyErr(p, err)
-			return
+	c.OffLoop(p, func() func() {
+		work()
+		return func() {
+			defer h.publish(c, s)
+			if err != nil {
+				replyErr(p, err)
+				return
+			}
+			ci := h.clientInfoOf(c, s)
+			ci.streamFlags.Store(clientMonitor)
+			tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &monitorStream{own: h.own, probe: []byte(probe), ci: ci}})
+			s.tunnel, s.tunnelKind = tunnel, tunnelMonitor
+			h.sendTunnel(s, args, p)
 		}
-		ci := h.clientInfoOf(c, s)
-		ci.streamFlags.Store(clientMonitor)
-		tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &monitorStream{own: h.own, probe: []byte(probe), ci: ci}})
-		s.tunnel, s.tunnelKind = tunnel, tunnelMonitor
-		h.sendTunnel(s, args, p)
 	})
 }
 
 // streamOnLoop: MONITOR and SYNC are the serve loop's: their connection
-// is dialled off the loop (AfterWork), and the loop writes the stream.
+// is dialled off the loop (OffLoop), and the loop writes the stream.
 func streamOnLoop(*Handler, *protocol.Conn, [][]byte) bool { return true }
 
 // streamRefused answers p for a command that would turn the client's

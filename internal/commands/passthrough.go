@@ -49,7 +49,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // too, and one behind others after the view of the slots changed goes on
 // once they are answered. (P|S)SUBSCRIBE and their UNSUBSCRIBEs (in front
 // of a standalone master), MONITOR and SYNC are the loop's too: their
-// tunnel's connection is dialled off the loop (protocol's AfterWork), the
+// tunnel's connection is dialled off the loop (protocol's OffLoop), the
 // loop writes Redis's stream (protocol's outbox), and every later request
 // of the client goes through the tunnel on the loop. Everything else (the
 // other commands of the proxy's own, AUTH as another Redis user, CLIENT

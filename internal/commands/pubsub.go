@@ -33,22 +33,25 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	// once what it sent before has its replies.
 	var tunnel cluster.Tunnel
 	var err error
-	c.AfterWork(p, func() { tunnel, err = h.opts.Backend.Subscribe(&s.backend) }, func() {
-		defer h.publish(c, s)
-		if err != nil {
-			replyErr(p, err)
-			return
+	c.OffLoop(p, func() func() {
+		tunnel, err = h.opts.Backend.Subscribe(&s.backend)
+		return func() {
+			defer h.publish(c, s)
+			if err != nil {
+				replyErr(p, err)
+				return
+			}
+			tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &pubsubRelay{own: h.own, ci: h.clientInfoOf(c, s)}})
+			s.tunnel = tunnel
+			h.noteReceiver(c, tunnel)
+			h.sendTunnel(s, args, p)
 		}
-		tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &pubsubRelay{own: h.own, ci: h.clientInfoOf(c, s)}})
-		s.tunnel = tunnel
-		h.noteReceiver(c, tunnel)
-		h.sendTunnel(s, args, p)
 	})
 }
 
 // subscribeOnLoop: a subscription is the serve loop's in front of a
 // standalone master (or Sentinel's): its connection is dialled off the
-// loop (AfterWork) and the loop writes the stream (protocol's outbox).
+// loop (OffLoop) and the loop writes the stream (protocol's outbox).
 // In front of a Redis Cluster the client leaves for a goroutine: its
 // SSUBSCRIBE would dial a shard master's connection inside the tunnel's
 // Send.

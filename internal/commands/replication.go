@@ -40,15 +40,18 @@ func (h *Handler) sync(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	}
 	var tunnel cluster.Tunnel
 	var err error
-	c.AfterWork(p, func() { tunnel, err = h.opts.Backend.Subscribe(&s.backend) }, func() {
-		defer h.publish(c, s)
-		if err != nil {
-			replyErr(p, err)
-			return
+	c.OffLoop(p, func() func() {
+		tunnel, err = h.opts.Backend.Subscribe(&s.backend)
+		return func() {
+			defer h.publish(c, s)
+			if err != nil {
+				replyErr(p, err)
+				return
+			}
+			tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &replicaStream{own: h.own, upDB: -1, downDB: -1}})
+			s.tunnel, s.tunnelKind = tunnel, tunnelSync
+			h.sendTunnel(s, args, p)
 		}
-		tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &replicaStream{own: h.own, upDB: -1, downDB: -1}})
-		s.tunnel, s.tunnelKind = tunnel, tunnelSync
-		h.sendTunnel(s, args, p)
 	})
 }
 

@@ -45,13 +45,13 @@
 //     stream and a client's pushes (TakeWrites, EnablePushes: the loop
 //     writes the client's outbox between its batches, under the pubsub
 //     limits, loopoutbox.go; a Handler dials what it needs for them off
-//     the loop, AfterWork, OffLoop). A request the Handler does not serve
+//     the loop, OffLoop). A request the Handler does not serve
 //     on the loop's thread without blocking (LoopHandler.ServesOnLoop
 //     false: in fenceproxy, CLIENT TRACKING, AUTH as another Redis user,
 //     the proxy's own INFO or CLIENT LIST, a tier peer's link...) takes a
 //     goroutine detour: the client stays on the loop, frozen as in a
-//     detour, a goroutine runs ServeCommand for it (where AfterReplies,
-//     AfterWork and OffLoop wait, as on the goroutine transport), and the
+//     detour, a goroutine runs ServeCommand for it (where AfterReplies
+//     and OffLoop wait, as on the goroutine transport), and the
 //     loop goes on with the client once it has returned
 //     (goroutinedetour.go). A fence keeps what other clients send after
 //     such a request, when it goes first in its batch, from being

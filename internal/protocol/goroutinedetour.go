@@ -14,7 +14,7 @@ import (
 // loop freezes the connection (it reads and dispatches nothing more of
 // the client's, as during a detour: detour.go), a goroutine runs the
 // Handler's ServeCommand for the request as the goroutine transport would
-// (AfterReplies, AfterWork and OffLoop wait there; OnLoop reports false),
+// (AfterReplies and OffLoop wait there; OnLoop reports false),
 // and posts the rest back to the loop, which goes on with the connection
 // where it stopped (afterDispatch, then the next buffered request). The
 // socket never moves: the client keeps its descriptor and its place in

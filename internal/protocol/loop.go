@@ -45,14 +45,14 @@ import (
 type LoopHandler interface {
 	Handler
 	// ServesOnLoop reports whether ServeCommand serves args on the
-	// loop's thread without blocking it (AfterReplies, AfterWork and
+	// loop's thread without blocking it (AfterReplies and
 	// OffLoop are not blocking: on the loop their continuation runs
 	// later; TakeWrites and EnablePushes neither: the loop writes the
 	// stream, loopoutbox.go). It decides only which thread serves args,
 	// never whether the loop does: when it reports false (having changed
 	// nothing), ServeCommand serves args on a goroutine while the client
 	// stays on the loop, frozen (goroutinedetour.go), where OnLoop is
-	// false and AfterReplies, AfterWork and OffLoop wait as on the
+	// false and AfterReplies and OffLoop wait as on the
 	// goroutine transport. MayBlock is allowed either way (the loop ends
 	// the batch with it and watches the client: ClientGone as on a
 	// goroutine).

@@ -29,10 +29,11 @@ import (
 // goroutine, startDetour) has the loop run the continuation (endDetour).
 
 // OffLoop runs work and then the function it returns (then may be nil),
-// for the request being served (current); the connection dispatches
-// nothing after current until then has returned. On a goroutine (the
-// goroutine transport's, or a goroutine detour's) both run
-// there, at once. On the event loop work runs on a goroutine of its own
+// for the request being served (current), then once work has returned
+// and every request dispatched before current has its reply; the
+// connection dispatches nothing after current until then has returned.
+// On a goroutine (the goroutine transport's, or a goroutine detour's) both
+// run there, with the wait for the earlier replies between them. On the event loop work runs on a goroutine of its own
 // and then later, on the loop, after ServeCommand (or the continuation
 // OffLoop was called from) has returned: OffLoop must be the caller's last
 // act on the request, and work must not touch the connection (it may read
@@ -40,9 +41,11 @@ import (
 // connection waits) and must end in bounded time (a dial's timeout), since
 // the client waits for it.
 func (c *Conn) OffLoop(current *resp.Reply, work func() (then func())) {
-	c.currentSlot(current, "OffLoop")
+	s := c.currentSlot(current, "OffLoop")
 	if c.onGoroutine() {
-		if then := work(); then != nil {
+		then := work()
+		c.waitReplies(s) // as on the loop: then runs after the earlier replies
+		if then != nil {
 			then()
 		}
 		return
