@@ -98,3 +98,27 @@ type errOutputLimit struct {
 func (e *errOutputLimit) Error() string {
 	return fmt.Sprintf("protocol: %s output buffer over its %s limit (%d bytes)", e.class, e.which, e.bytes)
 }
+
+// overBuffer is Redis's checkClientOutputBufferLimits for one client's
+// queued output: past the hard limit at once, past the soft limit once the
+// buffer has stayed over it for more than SoftFor, as seen at successive
+// checks (since is when it went over, zero while under).
+type overBuffer struct{ since time.Time }
+
+// check is the limit class's verdict on pending bytes, nil while within.
+func (b *overBuffer) check(l OutputLimit, class string, pending int64) *errOutputLimit {
+	if l.Hard > 0 && pending > l.Hard {
+		return &errOutputLimit{class, "hard", pending}
+	}
+	if l.Soft > 0 && pending > l.Soft {
+		now := time.Now()
+		if b.since.IsZero() {
+			b.since = now
+		} else if now.Sub(b.since) > l.SoftFor {
+			return &errOutputLimit{class, "soft", pending}
+		}
+	} else {
+		b.since = time.Time{}
+	}
+	return nil
+}

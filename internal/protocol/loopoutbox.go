@@ -50,7 +50,7 @@ type loopOutbox struct {
 	stream       bool // the client's writes were taken (TakeWrites): pubsub class
 	draining     bool // Close: write what is queued, then close the client
 	closed       bool // over a limit, or the client is gone: drop everything
-	softSince    time.Time
+	over         overBuffer
 	// rest is what the loop took and the socket has not yet (its write
 	// waits), counted by the limits at an append: set by the loop when a
 	// write begins to wait, cleared when the next one starts.
@@ -105,31 +105,17 @@ func (o *loopOutbox) limit() OutputLimit {
 	return o.c.server.NormalOutput
 }
 
-// checkLocked is outbound's for a stream (Redis's
-// checkClientOutputBufferLimits, the soft limit as seen at appends), the
-// normal class's hard limit for pushes alone.
+// checkLocked is the outbox's verdict on pending bytes: a stream's is
+// outbound's (the pubsub class, the soft limit as seen at appends);
+// pushes alone are held to the normal class's hard limit only.
 func (o *loopOutbox) checkLocked(pending int64) *errOutputLimit {
-	l := o.limit()
 	if !o.stream {
-		if l.Hard > 0 && pending > l.Hard {
+		if hard := o.limit().Hard; hard > 0 && pending > hard {
 			return &errOutputLimit{"normal", "hard", pending}
 		}
 		return nil
 	}
-	if l.Hard > 0 && pending > l.Hard {
-		return &errOutputLimit{"pubsub", "hard", pending}
-	}
-	if l.Soft > 0 && pending > l.Soft {
-		now := time.Now()
-		if o.softSince.IsZero() {
-			o.softSince = now
-		} else if now.Sub(o.softSince) > l.SoftFor {
-			return &errOutputLimit{"pubsub", "soft", pending}
-		}
-	} else {
-		o.softSince = time.Time{}
-	}
-	return nil
+	return o.over.check(o.limit(), "pubsub", pending)
 }
 
 func (o *loopOutbox) closeLocked() {

@@ -25,14 +25,14 @@ type outbound struct {
 	c        *Conn
 	limit    OutputLimit
 
-	mu        sync.Mutex
-	cond      sync.Cond // queue grew, a write finished, or closed
-	queue     []byte    // not yet handed to the socket
-	spare     []byte
-	inflight  int       // bytes of the write under way
-	softSince time.Time // when the buffer went over the soft limit
-	draining  bool      // Close: write what is queued, then close
-	closed    bool
+	mu       sync.Mutex
+	cond     sync.Cond // queue grew, a write finished, or closed
+	queue    []byte    // not yet handed to the socket
+	spare    []byte
+	inflight int        // bytes of the write under way
+	over     overBuffer // the pubsub class's limits on what is queued
+	draining bool       // Close: write what is queued, then close
+	closed   bool
 }
 
 func newOutbound(c *Conn) *outbound {
@@ -55,7 +55,7 @@ func (o *outbound) Write(b []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	o.queue = append(o.queue, b...)
-	if err := o.checkLocked(int64(len(o.queue) + o.inflight)); err != nil {
+	if err := o.over.check(o.limit, "pubsub", int64(len(o.queue)+o.inflight)); err != nil {
 		o.closed = true
 		o.cond.Broadcast()
 		o.mu.Unlock()
@@ -65,27 +65,6 @@ func (o *outbound) Write(b []byte) (int, error) {
 	o.cond.Broadcast()
 	o.mu.Unlock()
 	return len(b), nil
-}
-
-// checkLocked is Redis's checkClientOutputBufferLimits: the soft limit
-// counts as reached once the buffer has stayed over it for more than
-// SoftFor, as seen at successive writes.
-func (o *outbound) checkLocked(pending int64) *errOutputLimit {
-	l := o.limit
-	if l.Hard > 0 && pending > l.Hard {
-		return &errOutputLimit{"pubsub", "hard", pending}
-	}
-	if l.Soft > 0 && pending > l.Soft {
-		now := time.Now()
-		if o.softSince.IsZero() {
-			o.softSince = now
-		} else if now.Sub(o.softSince) > l.SoftFor {
-			return &errOutputLimit{"pubsub", "soft", pending}
-		}
-	} else {
-		o.softSince = time.Time{}
-	}
-	return nil
 }
 
 // writeLoop sends whatever is queued, all of it in one write, until closed.
