@@ -102,15 +102,7 @@ func invalidation(key string) []byte {
 // the descriptor it always had.
 func TestLoopStreamStaysOnLoop(t *testing.T) {
 	h := &streamHandler{}
-	s, addr := startOnLoop(t, h)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
-	do(t, nc, rd, "PING")
-	fd := onlyFD(t, s)
+	s, nc, rd, fd := clientOnLoop(t, h)
 
 	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("LATE", "b") + multibulk("STREAM")))
 	expectLines(t, nc, rd, "$1", "a", "+b", "+STREAM")
@@ -229,15 +221,7 @@ func TestLoopStreamHardLimit(t *testing.T) {
 // client waits is written at once, and replies go on in order.
 func TestLoopPushesStayOnLoop(t *testing.T) {
 	h := &streamHandler{}
-	s, addr := startOnLoop(t, h)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
-	do(t, nc, rd, "PING")
-	fd := onlyFD(t, s)
+	s, nc, rd, fd := clientOnLoop(t, h)
 
 	nc.Write([]byte(multibulk("ECHO", "a") + multibulk("PUSHES") + multibulk("INVAL", "k") + multibulk("ECHO", "b")))
 	expectLines(t, nc, rd, "$1", "a", "+PUSHES")

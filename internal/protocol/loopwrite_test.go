@@ -123,15 +123,7 @@ func readBig(t *testing.T, nc net.Conn, rd *bufio.Reader, n int) {
 // served there.
 func TestLoopWriteStaysOnLoop(t *testing.T) {
 	h := &tlsLoopHandler{}
-	s, addr := startOnLoop(t, h)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
-	do(t, nc, rd, "PING")
-	fd := onlyFD(t, s)
+	s, nc, rd, fd := clientOnLoop(t, h)
 	stillOnLoop(t, s, fd, "after PING")
 	smallBuffers(t, s, nc)
 
@@ -267,15 +259,7 @@ func TestLoopWriteSoftLimit(t *testing.T) {
 // descriptor closed, its connection ended.
 func TestLoopWriteKilled(t *testing.T) {
 	h := &tlsLoopHandler{}
-	s, addr := startOnLoop(t, h)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
-	do(t, nc, rd, "PING")
-	fd := onlyFD(t, s)
+	s, nc, rd, fd := clientOnLoop(t, h)
 	socket := inode(fd)
 	smallBuffers(t, s, nc)
 	nc.Write([]byte(multibulk("BIG", strconv.Itoa(bigReply))))
@@ -331,15 +315,7 @@ func TestLoopWriteTimeout(t *testing.T) {
 // and released.
 func TestLoopWriteHangUp(t *testing.T) {
 	h := &tlsLoopHandler{}
-	s, addr := startOnLoop(t, h)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
-	do(t, nc, rd, "PING")
-	fd := onlyFD(t, s)
+	s, nc, _, fd := clientOnLoop(t, h)
 	socket := inode(fd)
 	smallBuffers(t, s, nc)
 	nc.Write([]byte(multibulk("BIG", strconv.Itoa(bigReply))))
@@ -353,4 +329,20 @@ func TestLoopWriteHangUp(t *testing.T) {
 	if got := inode(fd); got == socket {
 		t.Fatalf("fd %d still refers to the client's socket %s after it hung up", fd, socket)
 	}
+}
+
+// clientOnLoop starts a server of h on an event loop and connects a
+// client, which it has answer PING once: the server, the client's
+// connection and reader, and its descriptor on the server's side.
+func clientOnLoop(t *testing.T, h Handler) (*Server, net.Conn, *bufio.Reader, int) {
+	t.Helper()
+	s, addr := startOnLoop(t, h)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	rd := bufio.NewReader(nc)
+	do(t, nc, rd, "PING")
+	return s, nc, rd, onlyFD(t, s)
 }
