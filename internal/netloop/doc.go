@@ -21,9 +21,9 @@
 //
 // A socket served here must not be known to Go's poller as well: the
 // poller would be woken by every byte that arrives too. Owners hand the
-// loop a descriptor of their own (a dup of a net.Conn's, whose net.Conn
-// is then closed; see Detach) and turn it back into a net.Conn when a
-// goroutine is to serve it after all (Attach).
+// loop a descriptor of their own: a dup of a net.Conn's, whose net.Conn
+// is then closed (Detach, DetachListener), or one the loop accepted
+// (Accept). A socket stays the loop's for its whole life.
 //
 // # Invariants
 //

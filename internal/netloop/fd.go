@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"syscall"
 	"unsafe"
 
@@ -61,16 +60,6 @@ func detach(sc syscall.Conn, closer io.Closer) (int, error) {
 	}
 	closer.Close()
 	return fd, nil
-}
-
-// Attach turns a descriptor that Detach gave back into a net.Conn served
-// by Go's poller, for a goroutine; fd itself is closed (the net.Conn has a
-// duplicate of its own), also on failure.
-func Attach(fd int) (net.Conn, error) {
-	f := os.NewFile(uintptr(fd), "netloop")
-	nc, err := net.FileConn(f)
-	f.Close()
-	return nc, err
 }
 
 // Close closes a descriptor from Detach.

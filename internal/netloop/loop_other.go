@@ -43,7 +43,6 @@ func (l *Loop) Wakeups() uint64                    { return 0 }
 func Detach(nc net.Conn) (int, error)              { return -1, errUnsupported }
 func DetachListener(ln net.Listener) (int, error)  { return -1, errUnsupported }
 func Accept(lfd int) (int, string, string, error)  { return -1, "", "", errUnsupported }
-func Attach(fd int) (net.Conn, error)              { return nil, errUnsupported }
 func Close(fd int) error                           { return errUnsupported }
 func Read(fd int, p []byte) (int, error)           { return 0, errUnsupported }
 func Write(fd int, p []byte) (int, error)          { return 0, errUnsupported }

@@ -215,26 +215,6 @@ type handlerFunc func(Events)
 
 func (f handlerFunc) Ready(ev Events) { f(ev) }
 
-func TestAttachGivesBackAConn(t *testing.T) {
-	client, server := pair(t)
-	defer client.Close()
-	fd, err := Detach(server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := Attach(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	client.Write([]byte("hi"))
-	buf := make([]byte, 2)
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.ReadFull(nc, buf); err != nil || string(buf) != "hi" {
-		t.Fatal(string(buf), err)
-	}
-}
-
 // writer writes rest to its socket on the loop as far as the socket takes
 // it, and the remainder when Ready says there is room (Out): the pattern
 // of a client's batch the socket does not take at once.
