@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -174,15 +175,26 @@ func (pc *Pinned) Select(db int, p *resp.Reply) {
 }
 
 // Hello switches the connection's protocol with the client's (HELLO 2 or
-// 3, Redis's reply dropped: the client gets the proxy's); it goes back to
-// the pinned connections of that protocol when released.
+// 3, Redis's reply dropped: the client gets the proxy's) and returns once
+// Redis has answered, so that a tracking client's invalidations for writes
+// made after its HELLO reply come in the new protocol (in RESP2 without a
+// redirect Redis drops them). It goes back to the pinned connections of
+// that protocol when released. It waits on Redis: call it off the serve
+// loop.
 func (pc *Pinned) Hello(resp3 bool) {
-	v := []byte("2")
-	if resp3 {
-		v = []byte("3")
-	}
 	pc.resp3 = resp3
-	pc.conn.Do([][]byte{[]byte("HELLO"), v}, discard())
+	replyWithin(pc.conn, helloRequest(resp3), pinnedHelloWait)
+}
+
+// pinnedHelloWait bounds Pinned.Hello's wait; a connection that has not
+// answered by then is closed, and the client's next request on it fails.
+const pinnedHelloWait = 5 * time.Second
+
+func helloRequest(resp3 bool) [][]byte {
+	if resp3 {
+		return [][]byte{[]byte("HELLO"), []byte("3")}
+	}
+	return [][]byte{[]byte("HELLO"), []byte("2")}
 }
 
 // Selected records that a SELECT inside a transaction made db the

@@ -510,13 +510,21 @@ func (t *tracker) forNode(args [][]byte, n *Node) ([][]byte, error) {
 
 // do sends one request on conn and waits (within trackWait) for its reply.
 func (t *tracker) do(conn *backend.Conn, args [][]byte) ([]byte, error) {
+	return replyWithin(conn, args, trackWait)
+}
+
+// replyWithin sends one request on conn and waits up to wait for its reply;
+// past it conn is closed, since its reply would never be read now.
+func replyWithin(conn *backend.Conn, args [][]byte, wait time.Duration) ([]byte, error) {
 	done := make(chan struct{})
 	p := resp.NewReplyFunc(func() { close(done) })
 	conn.Do(args, p)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	select {
 	case <-done:
-	case <-time.After(trackWait):
-		conn.Close() // its reply will never be read now
+	case <-timer.C:
+		conn.Close()
 		return nil, backend.ErrLost
 	}
 	if p.Err != nil {
@@ -717,15 +725,21 @@ func (t *tracker) merged(p *resp.Reply) *resp.Reply {
 	return sub
 }
 
-// Hello tells the Forwarder that the client switched protocols (HELLO,
-// after cl.RESP3 changed): in front of a Redis Cluster a tracking client's
-// connections switch with it, at once, as its connection does in Redis
-// (point 6).
-func (cl *Client) Hello() {
+// Hello switches a tracking client's connections in front of a Redis
+// Cluster to the protocol HELLO asked for, as its connection switches in
+// Redis (point 6), and returns once every master has answered: from then
+// on Redis sends its invalidations in that protocol, so a write another
+// client makes after the client's HELLO reply is never dropped as one for
+// a RESP2 connection. It waits on Redis: call it off the serve loop.
+func (cl *Client) Hello(resp3 bool) {
 	if cl.track != nil {
-		cl.track.hello(cl.RESP3)
+		cl.track.hello(resp3)
 	}
 }
+
+// SwitchesOnHello says whether the client has connections of its own that
+// HELLO must switch (Pinned.Hello, Hello): a round trip to Redis.
+func (cl *Client) SwitchesOnHello() bool { return cl.track != nil }
 
 // hello switches the connections to the client's protocol (point 6).
 func (t *tracker) hello(resp3 bool) {
@@ -742,12 +756,10 @@ func (t *tracker) hello(resp3 bool) {
 		conns = append(conns, c)
 	}
 	t.mu.Unlock()
-	v := []byte("2")
-	if resp3 {
-		v = []byte("3")
-	}
 	for _, c := range conns {
-		c.Do([][]byte{[]byte("HELLO"), v}, discard())
+		// A connection that does not answer is closed (replyWithin) and
+		// dialled again in the new protocol on its next use (conn).
+		replyWithin(c, helloRequest(resp3), trackWait)
 	}
 }
 

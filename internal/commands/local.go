@@ -114,15 +114,35 @@ func (h *Handler) helloReply(c *protocol.Conn, s *session, resp3, setName bool, 
 
 // switchProtocol is helloReply once the client's earlier replies are in.
 func (h *Handler) switchProtocol(c *protocol.Conn, s *session, resp3, setName bool, name []byte, p *resp.Reply) {
-	if resp3 != s.backend.RESP3 && s.tx.pinned != nil {
-		// Its own connection (WATCH, CLIENT TRACKING) switches too, as
-		// the client's connection does in Redis: tracking goes on, its
-		// invalidations then in the new protocol.
-		h.opts.Metrics.PassthroughCommands.Inc()
-		s.tx.pinned.Hello(resp3)
+	if resp3 != s.backend.RESP3 && (s.tx.pinned != nil || s.backend.SwitchesOnHello()) {
+		// Its own connections (WATCH, CLIENT TRACKING; in front of a
+		// Redis Cluster a tracking client's one per master) switch too,
+		// as the client's connection does in Redis: tracking goes on, its
+		// invalidations then in the new protocol. The reply waits for
+		// Redis's: an invalidation for a write another client makes once
+		// the client has its reply must come in the new protocol, and
+		// Redis drops one meant for a RESP2 connection without a redirect.
+		pinned := s.tx.pinned
+		c.OffLoop(p, func() func() {
+			if pinned != nil {
+				h.opts.Metrics.PassthroughCommands.Inc()
+				pinned.Hello(resp3)
+			}
+			s.backend.Hello(resp3)
+			return func() {
+				defer h.publish(c, s)
+				h.answerHello(c, s, resp3, setName, name, p)
+			}
+		})
+		return
 	}
+	h.answerHello(c, s, resp3, setName, name, p)
+}
+
+// answerHello is switchProtocol once the client's own connections have
+// switched.
+func (h *Handler) answerHello(c *protocol.Conn, s *session, resp3, setName bool, name []byte, p *resp.Reply) {
 	s.backend.RESP3 = resp3
-	s.backend.Hello() // in front of a Redis Cluster, a tracking client's connections
 	if setName {
 		c.SetName(string(name))
 	}
