@@ -289,3 +289,41 @@ func TestLockCyclesOnTheLoop(t *testing.T) {
 		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestRecipesOnTheLoop: a recognised lock recipe (Redisson's RLock
+// acquire and unlock, by EVALSHA) is served on the serve loop as the lock
+// family is, alone or pipelined with other requests, with the recipe's own
+// replies in order; an unknown script is forwarded there as before.
+// Mutation: with EvalOnLoop refusing recognised scripts, each went on a
+// goroutine detour (":goroutine").
+func TestRecipesOnTheLoop(t *testing.T) {
+	const (
+		acquireSHA = "149c5a8bf18676fd99e9e6e24923bd64d9b62f94"
+		unlockSHA  = "6866459238a13a701d42f4971f12d9f3a50e2442"
+	)
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, _ := startStandalone(t, po, false)
+	c := p.dial(t)
+	acquire := []string{"EVALSHA", acquireSHA, "1", "orders", "30000", "uuid:1"}
+	unlock := []string{"EVALSHA", unlockSHA, "3", "orders", "redisson_lock__channel:{orders}",
+		"redisson_unlock_latch:{orders}:r", "0", "30000", "uuid:1", "PUBLISH", "13500"}
+	run(t, c, []exchange{
+		{acquire, "$-1\r\n"}, // granted: nil, as Redisson's script answers
+		{unlock, ":1\r\n"},
+	})
+	reqs := [][]string{{"SET", "k", "v"}, acquire, {"GET", "k"}, unlock, {"EVAL", "return 7", "0"}}
+	for _, r := range reqs {
+		c.Send(r...)
+	}
+	c.Flush()
+	for i, want := range []string{"+OK\r\n", "$-1\r\n", "$1\r\nv\r\n", ":1\r\n", ":7\r\n"} {
+		if got, err := c.ReadReply(); err != nil || string(got) != want {
+			t.Fatalf("reply %d (%q): %q, %v; want %q", i, reqs[i][0], got, err, want)
+		}
+	}
+	const want = "EVALSHA:loop EVALSHA:loop SET:loop EVALSHA:loop GET:loop EVALSHA:loop EVAL:loop"
+	if got := w.take(); got != want {
+		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+}

@@ -32,7 +32,9 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // Redis), while nothing else holds the client elsewhere (replies on, no
 // tunnel, no tracking, no connection as another Redis user), PING and
 // SELECT (which go on once the client's earlier replies are in:
-// protocol's AfterReplies), AUTH checked by fenceproxy's own users, and
+// protocol's AfterReplies), AUTH checked by fenceproxy's own users, the
+// lock family without WAIT and the clients' recognised lock recipes (both
+// handed to a lock worker: lockcmd's LeaseOnLoop, RecipesOnLoop), and
 // the few of the proxy's own that it answers at once from the
 // connection's own state (the table's onLoop: what client libraries send
 // when they connect, so that their clients stay on the loop). MULTI,

@@ -186,9 +186,22 @@ func (fam *Family) sameSlot(call recipes.Call) bool {
 }
 
 // EvalOnLoop: an unknown script is forwarded, and the serve loop may do
-// that; a recognised one leaves it for the lock path.
+// that; a recognised one is handed to a lock worker there too
+// (RecipesOnLoop).
 func (fam *Family) EvalOnLoop(args [][]byte) bool {
-	return !fam.On() || recipes.Lookup(args) == nil
+	return !fam.On() || recipes.Lookup(args) == nil || fam.RecipesOnLoop()
+}
+
+// RecipesOnLoop reports whether the serve loop may serve a recognised
+// recipe call (a Redisson script, a SET NX PX of a lock key...) as it serves
+// the lock family without WAIT (LeaseOnLoop): serving one only matches it
+// and hands its twin to a lock worker (runLock), or forwards it. Not on a
+// tier node (a follower relays it to the leader over a link), and not while
+// the workers' backlog is filling. Served on a goroutine detour instead, a
+// lock request costs 1.75x the proxy's CPU of one served on the loop
+// (measured with the lock family: 66.8 against 117.2 µs per lock cycle).
+func (fam *Family) RecipesOnLoop() bool {
+	return !fam.InTier() && !fam.runner.Crowded()
 }
 
 // Eval serves EVAL and EVALSHA.

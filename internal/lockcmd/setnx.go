@@ -24,13 +24,14 @@ import (
 // extended": 0. Everything else is forwarded as it came.
 
 // SetOnLoop: a SET that is not a lock grant is forwarded, which the serve
-// loop may do.
+// loop may do; one that is, is handed to a lock worker there too
+// (RecipesOnLoop).
 func (fam *Family) SetOnLoop(args [][]byte) bool {
 	if fam.opts.LockKeys.Empty() || !fam.On() {
 		return true
 	}
 	_, ok := recipes.MatchSet(fam.opts.LockKeys, args)
-	return !ok
+	return !ok || fam.RecipesOnLoop()
 }
 
 // Set serves SET: a lock grant on a --lock-keys key, else
