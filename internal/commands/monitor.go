@@ -5,7 +5,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
@@ -25,31 +24,16 @@ func (h *Handler) monitor(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if h.streamRefused(s, "MONITOR", args, p) {
 		return
 	}
-	var tunnel cluster.Tunnel
-	var err error
 	var probe string
-	work := func() {
-		if tunnel, err = h.opts.Backend.Subscribe(&s.backend); err != nil {
-			return
-		}
+	findProbe := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		probe = h.opts.Backend.Masters()[0].ProbeAddr(ctx)
 		cancel()
 	}
-	c.OffLoop(p, func() func() {
-		work()
-		return func() {
-			defer h.publish(c, s)
-			if err != nil {
-				replyErr(p, err)
-				return
-			}
-			ci := h.clientInfoOf(c, s)
-			ci.streamFlags.Store(clientMonitor)
-			tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &monitorStream{own: h.own, probe: []byte(probe), ci: ci}})
-			s.tunnel, s.tunnelKind = tunnel, tunnelMonitor
-			h.sendTunnel(s, args, p)
-		}
+	h.openTunnel(c, s, args, p, tunnelMonitor, findProbe, func() streamFilter {
+		ci := h.clientInfoOf(c, s)
+		ci.streamFlags.Store(clientMonitor)
+		return &monitorStream{own: h.own, probe: []byte(probe), ci: ci}
 	})
 }
 

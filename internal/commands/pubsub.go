@@ -28,22 +28,36 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		h.sendPinned(s, args, p) // queued: Redis decides
 		return
 	}
-	// The tunnel's connection is dialled where that may wait (on the serve
-	// loop, a goroutine of its own), and the client's writes are taken
-	// once what it sent before has its replies.
+	h.openTunnel(c, s, args, p, tunnelPubSub, nil, func() streamFilter {
+		return &pubsubRelay{own: h.own, ci: h.clientInfoOf(c, s)}
+	})
+}
+
+// openTunnel turns the client's connection into a tunnel to Redis
+// (SUBSCRIBE, MONITOR, SYNC) and sends args through it. The tunnel's
+// connection is dialled where that may wait (on the serve loop, a
+// goroutine of its own: OffLoop), and alsoOff (if set) runs there after a
+// successful dial; then, once what the client sent before has its replies,
+// its writes are taken for the stream filter makes of Redis's, and the
+// session records the tunnel of kind.
+func (h *Handler) openTunnel(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply, kind tunnelKind, alsoOff func(), filter func() streamFilter) {
 	var tunnel cluster.Tunnel
 	var err error
 	c.OffLoop(p, func() func() {
-		tunnel, err = h.opts.Backend.Subscribe(&s.backend)
+		if tunnel, err = h.opts.Backend.Subscribe(&s.backend); err == nil && alsoOff != nil {
+			alsoOff()
+		}
 		return func() {
 			defer h.publish(c, s)
 			if err != nil {
 				replyErr(p, err)
 				return
 			}
-			tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &pubsubRelay{own: h.own, ci: h.clientInfoOf(c, s)}})
-			s.tunnel = tunnel
-			h.noteReceiver(c, tunnel)
+			tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: filter()})
+			s.tunnel, s.tunnelKind = tunnel, kind
+			if kind == tunnelPubSub {
+				h.noteReceiver(c, tunnel)
+			}
 			h.sendTunnel(s, args, p)
 		}
 	})

@@ -3,7 +3,6 @@ package commands
 import (
 	"bytes"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -38,20 +37,8 @@ func (h *Handler) sync(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 	if h.streamRefused(s, "SYNC", args, p) {
 		return
 	}
-	var tunnel cluster.Tunnel
-	var err error
-	c.OffLoop(p, func() func() {
-		tunnel, err = h.opts.Backend.Subscribe(&s.backend)
-		return func() {
-			defer h.publish(c, s)
-			if err != nil {
-				replyErr(p, err)
-				return
-			}
-			tunnel.Start(&relayConn{Conn: c.TakeWrites(p), filter: &replicaStream{own: h.own, upDB: -1, downDB: -1}})
-			s.tunnel, s.tunnelKind = tunnel, tunnelSync
-			h.sendTunnel(s, args, p)
-		}
+	h.openTunnel(c, s, args, p, tunnelSync, nil, func() streamFilter {
+		return &replicaStream{own: h.own, upDB: -1, downDB: -1}
 	})
 }
 
