@@ -189,7 +189,9 @@ func (fam *Family) sameSlot(call recipes.Call) bool {
 // that; a recognised one is handed to a lock worker there too
 // (RecipesOnLoop).
 func (fam *Family) EvalOnLoop(args [][]byte) bool {
-	return !fam.On() || recipes.Lookup(args) == nil || fam.RecipesOnLoop()
+	// RecipesOnLoop first: it is nearly always true, and Lookup (a SHA-1
+	// of an EVAL's body) is then made once, by Eval.
+	return !fam.On() || fam.RecipesOnLoop() || recipes.Lookup(args) == nil
 }
 
 // RecipesOnLoop reports whether the serve loop may serve a recognised

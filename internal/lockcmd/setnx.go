@@ -27,11 +27,11 @@ import (
 // loop may do; one that is, is handed to a lock worker there too
 // (RecipesOnLoop).
 func (fam *Family) SetOnLoop(args [][]byte) bool {
-	if fam.opts.LockKeys.Empty() || !fam.On() {
-		return true
+	if fam.opts.LockKeys.Empty() || !fam.On() || fam.RecipesOnLoop() {
+		return true // RecipesOnLoop first: Set matches the SET itself
 	}
 	_, ok := recipes.MatchSet(fam.opts.LockKeys, args)
-	return !ok || fam.RecipesOnLoop()
+	return !ok
 }
 
 // Set serves SET: a lock grant on a --lock-keys key, else
