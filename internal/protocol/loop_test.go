@@ -773,12 +773,7 @@ func waitReceived(t *testing.T, nc net.Conn) {
 func TestLoopStaysForOtherRequests(t *testing.T) {
 	h := &orderHandler{}
 	s, addr := startOnLoop(t, h)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
+	nc, rd := dialClient(t, addr)
 	do(t, nc, rd, "A")
 	fd := -1
 	s.Each(func(c *Conn) { fd = c.FD() })

@@ -179,12 +179,7 @@ func TestLoopStreamHardLimit(t *testing.T) {
 			}
 		}
 	})
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
+	nc, rd := dialClient(t, addr)
 	do(t, nc, rd, "PING")
 	fd := onlyFD(t, s)
 	smallBuffers(t, s, nc)

@@ -289,12 +289,7 @@ func TestLoopWriteKilled(t *testing.T) {
 func TestLoopWriteTimeout(t *testing.T) {
 	h := &tlsLoopHandler{}
 	s, addr := startServer(t, h, func(s *Server) { onLoop(t, s); s.WriteTimeout = 100 * time.Millisecond })
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
+	nc, rd := dialClient(t, addr)
 	do(t, nc, rd, "PING")
 	fd := onlyFD(t, s)
 	socket := inode(fd)
@@ -337,12 +332,19 @@ func TestLoopWriteHangUp(t *testing.T) {
 func clientOnLoop(t *testing.T, h Handler) (*Server, net.Conn, *bufio.Reader, int) {
 	t.Helper()
 	s, addr := startOnLoop(t, h)
+	nc, rd := dialClient(t, addr)
+	do(t, nc, rd, "PING")
+	return s, nc, rd, onlyFD(t, s)
+}
+
+// dialClient connects a client to addr, closed when the test ends, and its
+// reader.
+func dialClient(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	rd := bufio.NewReader(nc)
-	do(t, nc, rd, "PING")
-	return s, nc, rd, onlyFD(t, s)
+	return nc, bufio.NewReader(nc)
 }

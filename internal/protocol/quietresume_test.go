@@ -40,12 +40,7 @@ func (offLoopHandler) Closed(*Conn)     {}
 // once per request.
 func TestQuietBatchResumesWithoutWakingTheLoop(t *testing.T) {
 	s, addr := startOnLoop(t, offLoopHandler{delay: time.Millisecond})
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
+	nc, rd := dialClient(t, addr)
 	do(t, nc, rd, "FIRST")
 	const requests = 100
 	before := s.Loop.Wakeups()
@@ -65,12 +60,7 @@ func TestQuietBatchResumesWithoutWakingTheLoop(t *testing.T) {
 // reply is written, in order, whichever of the two comes first.
 func TestBytesDuringAQuietBatchAreServed(t *testing.T) {
 	_, addr := startOnLoop(t, offLoopHandler{delay: 2 * time.Millisecond})
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
+	nc, rd := dialClient(t, addr)
 	for round := range 50 {
 		nc.Write([]byte(multibulk("A")))
 		// The second request: at once, during the first's flight, or
@@ -183,12 +173,7 @@ func (heldReplyHandler) Closed(*Conn)     {}
 func TestDetourReplyWrittenWithoutTheLoop(t *testing.T) {
 	h := heldReplyHandler{got: make(chan *resp.Reply, 1), proceed: make(chan struct{})}
 	s, addr := startOnLoop(t, h)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	rd := bufio.NewReader(nc)
+	nc, rd := dialClient(t, addr)
 	nc.Write([]byte(multibulk("NOLOOP")))
 	var p *resp.Reply
 	select {
