@@ -191,47 +191,73 @@ func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
 		c.MayBlock() // a client that leaves stops waiting and leaves the line
 	}
 	a.owner = fam.lockOwner(c, a.owner)
-	null := nullReply(c)
+	r := acquireRequest{fam: fam, null: nullReply(c), received: receivedAt(c), forFollower: relaysGrantTimes(c)}
 	addr := c.RemoteAddr
-	received := receivedAt(c)
-	forFollower := relaysGrantTimes(c)
+	reqs := &c.State().Requests
+	if a.wait == 0 && reqs.StartNow(a.resource) {
+		// Its steps as callbacks, no worker (locks/now.go), when it can.
+		start := time.Now()
+		if fam.opts.Manager.AcquireNow(reqs.Context(), a.resource, a.owner, addr, a.ttl, r.received, func(g locks.Grant, err error) {
+			fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
+			p.Buf, p.Err = r.reply(p.Buf, g, err)
+			p.Done()
+			reqs.Finished(a.resource)
+		}) {
+			return
+		}
+		reqs.Finished(a.resource)
+	}
 	fam.runLockTo(c, a.resource, p, a.wait, func(ctx context.Context, dst []byte) ([]byte, error) {
 		start := time.Now()
-		g, err := fam.opts.Manager.AcquireGrant(ctx, a.resource, a.owner, addr, a.ttl, a.wait, received)
+		g, err := fam.opts.Manager.AcquireGrant(ctx, a.resource, a.owner, addr, a.ttl, a.wait, r.received)
 		fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
-		switch {
-		case err == nil && forFollower:
-			fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-			return appendRelayedGrant(dst, g, received), nil
-		case err == nil:
-			fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
-			return redcon.AppendInt(dst, int64(g.Token)), nil
-		case err == locks.ErrBusy:
-			fam.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
-			return append(dst, null...), nil
-		}
-		var qf *locks.QueueFullError
-		if errors.As(err, &qf) {
-			fam.opts.Metrics.Acquires.WithLabelValues("queuefull").Inc()
-			return append(dst, queueFullReply(qf)...), nil
-		}
-		var nr *locks.NoReplicasError
-		if errors.As(err, &nr) {
-			fam.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
-			return redcon.AppendError(dst, fmt.Sprintf(
-				"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted)), nil
-		}
-		if reply, ok := evictableReply(err, "nothing was granted"); ok {
-			fam.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
-			return append(dst, reply...), nil
-		}
-		if err == locks.ErrLate {
-			fam.opts.Metrics.Acquires.WithLabelValues("late").Inc()
-			return append(dst, replyLateGrant...), nil
-		}
-		fam.opts.Metrics.Acquires.WithLabelValues("error").Inc()
-		return dst, fam.lockError(err, "the lock may or may not be granted: retry with the same owner")
+		return r.reply(dst, g, err)
 	})
+}
+
+// acquireRequest is what LOCK.ACQUIRE's reply needs of its request.
+type acquireRequest struct {
+	fam         *Family
+	null        []byte    // the connection's null reply
+	received    time.Time // when it was read
+	forFollower bool      // relayed by a tier follower, which is told the grant's times
+}
+
+// reply appends the reply to the acquire's outcome (g, err) to dst.
+func (r *acquireRequest) reply(dst []byte, g locks.Grant, err error) ([]byte, error) {
+	fam := r.fam
+	switch {
+	case err == nil && r.forFollower:
+		fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+		return appendRelayedGrant(dst, g, r.received), nil
+	case err == nil:
+		fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+		return redcon.AppendInt(dst, int64(g.Token)), nil
+	case err == locks.ErrBusy:
+		fam.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+		return append(dst, r.null...), nil
+	}
+	var qf *locks.QueueFullError
+	if errors.As(err, &qf) {
+		fam.opts.Metrics.Acquires.WithLabelValues("queuefull").Inc()
+		return append(dst, queueFullReply(qf)...), nil
+	}
+	var nr *locks.NoReplicasError
+	if errors.As(err, &nr) {
+		fam.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
+		return redcon.AppendError(dst, fmt.Sprintf(
+			"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted)), nil
+	}
+	if reply, ok := evictableReply(err, "nothing was granted"); ok {
+		fam.opts.Metrics.Acquires.WithLabelValues("evictable").Inc()
+		return append(dst, reply...), nil
+	}
+	if err == locks.ErrLate {
+		fam.opts.Metrics.Acquires.WithLabelValues("late").Inc()
+		return append(dst, replyLateGrant...), nil
+	}
+	fam.opts.Metrics.Acquires.WithLabelValues("error").Inc()
+	return dst, fam.lockError(err, "the lock may or may not be granted: retry with the same owner")
 }
 
 func (fam *Family) Renew(c Conn, args [][]byte, p *resp.Reply) {
@@ -284,20 +310,37 @@ func (fam *Family) Release(c Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	a.owner = fam.lockOwner(c, a.owner)
+	reqs := &c.State().Requests
+	if reqs.StartNow(a.resource) {
+		// Its steps as callbacks, no worker (locks/now.go), when it can.
+		if fam.opts.Manager.ReleaseNow(a.resource, a.owner, func(released bool, err error) {
+			p.Buf, p.Err = fam.releaseReply(p.Buf, released, err)
+			p.Done()
+			reqs.Finished(a.resource)
+		}) {
+			return
+		}
+		reqs.Finished(a.resource)
+	}
 	fam.runLockTo(c, a.resource, p, 0, func(ctx context.Context, dst []byte) ([]byte, error) {
 		released, err := fam.opts.Manager.Release(ctx, a.resource, a.owner)
-		switch {
-		case err != nil:
-			fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
-			return dst, fam.lockError(err, "the lock may or may not be released: retry")
-		case released:
-			fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
-			return append(dst, ":1\r\n"...), nil
-		default:
-			fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
-			return append(dst, ":0\r\n"...), nil
-		}
+		return fam.releaseReply(dst, released, err)
 	})
+}
+
+// releaseReply appends the reply to a release's outcome to dst.
+func (fam *Family) releaseReply(dst []byte, released bool, err error) ([]byte, error) {
+	switch {
+	case err != nil:
+		fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
+		return dst, fam.lockError(err, "the lock may or may not be released: retry")
+	case released:
+		fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
+		return append(dst, ":1\r\n"...), nil
+	default:
+		fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+		return append(dst, ":0\r\n"...), nil
+	}
 }
 
 func (fam *Family) FenceCheck(c Conn, args [][]byte, p *resp.Reply) {

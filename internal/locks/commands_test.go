@@ -274,3 +274,59 @@ func TestInfo(t *testing.T) {
 		t.Errorf("Info with the store failing: %v", err)
 	}
 }
+
+// TestReleaseNow: ReleaseNow ends as Release does, and leaves to Release
+// what it cannot do without waiting (a line to hand the lock to, a turn
+// taken).
+func TestReleaseNow(t *testing.T) {
+	f := newFixture(t, newFakeScripts(t,
+		reply{raw: kindReply(kindGranted, "1"), acks: acked(1)},
+		reply{raw: bulk("1 0 0 0 0 " + owner)},
+		reply{raw: ":0\r\n"},
+		reply{err: cluster.ErrUnavailable},
+	), nil)
+	f = newNowFixture(t, f.scripts, nil)
+	ctx := context.Background()
+	if _, err := f.m.Acquire(ctx, "r", owner, addr, ttl, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	releaseNow := func() (bool, error, bool) {
+		type outcome struct {
+			ok  bool
+			err error
+		}
+		done := make(chan outcome, 1)
+		if !f.m.ReleaseNow("r", owner, func(ok bool, err error) { done <- outcome{ok, err} }) {
+			return false, nil, false
+		}
+		o := <-done
+		return o.ok, o.err, true
+	}
+	if ok, err, started := releaseNow(); !started || !ok || err != nil {
+		t.Fatalf("ReleaseNow = %v, %v (started %v); want true", ok, err, started)
+	}
+	if c := f.scripts.sent()[1]; c.script != "release" || c.wantAcks {
+		t.Errorf("release sent as %+v: want no WAIT", c)
+	}
+	if st := f.m.Stats(); st.Held != 0 {
+		t.Errorf("%d leases still tracked after the release", st.Held)
+	}
+	if ok, err, started := releaseNow(); !started || ok || err != nil {
+		t.Errorf("ReleaseNow of a lock not held = %v, %v (started %v); want false", ok, err, started)
+	}
+	if _, err, started := releaseNow(); !started || !errors.Is(err, cluster.ErrUnavailable) {
+		t.Errorf("ReleaseNow with Redis unreachable: %v (started %v)", err, started)
+	}
+	turn := f.m.serial.lock("r")
+	if _, _, started := releaseNow(); started {
+		t.Errorf("ReleaseNow started while another request had the resource's turn")
+	}
+	f.m.serial.unlock("r", turn)
+	f.m.waiting.join("r", "w", addr, ttl, 10)
+	if _, _, started := releaseNow(); started {
+		t.Errorf("ReleaseNow started with an acquire waiting in line (Release hands it the lock)")
+	}
+	if n := len(f.scripts.sent()); n != 4 {
+		t.Errorf("%d scripts sent, want 4: none by a ReleaseNow that did not start", n)
+	}
+}

@@ -259,6 +259,16 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	key := keys[0]
 	w, token, newest := m.claimHead(resource, key)
 	now := time.Now()
+	call := m.releaseCall(keys, owner, w, token, now)
+	// A release alone needs no replica acknowledgement: if a failover
+	// loses it, the lease merely runs out. A handoff's grant does.
+	write := m.opts.Scripts.Start(ctx, key, call, w != nil)
+	return m.releaseReplied(resource, turn, w, token, newest, call, now, write)
+}
+
+// releaseCall is a release's script call: opRelease, or with a head w of
+// the line claimed (claimHead), opHandoff, which grants it token.
+func (m *Manager) releaseCall(keys []string, owner string, w *waiter, token uint64, now time.Time) lockwriter.ScriptCall {
 	term := m.term() // one read: the head's record's term is the one checked
 	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opRelease, Keys: keys}
 	call.Args.Str(owner).Int(m.opts.LockDelay.Milliseconds()).Uint(term)
@@ -267,9 +277,13 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 		call.Args.Int(w.ttl.Milliseconds()).Uint(token)
 		addRecord(&call.Args, recordValue{token: token, term: term, at: now.UnixMilli(), addr: w.addr, owner: w.owner}).Int(m.markLife())
 	}
-	// A release alone needs no replica acknowledgement: if a failover
-	// loses it, the lease merely runs out. A handoff's grant does.
-	write := m.opts.Scripts.Start(ctx, key, call, w != nil)
+	return call
+}
+
+// releaseReplied finishes Release once its script has answered (write),
+// in the resource's turn, which it ends or hands to the head w. Without a
+// head it never waits.
+func (m *Manager) releaseReplied(resource string, turn *serialEntry, w *waiter, token, newest uint64, call lockwriter.ScriptCall, now time.Time, write *lockwriter.Write) (bool, error) {
 	if w == nil {
 		if body, ok := bulkReply(write); ok {
 			// The usual reply, the released record, read from its

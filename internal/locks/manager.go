@@ -240,7 +240,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 		// nor its round trip should hold up the grant to the head of the
 		// line (on a hot lock, that was in every handoff). A re-arm runs
 		// again below, serialized and with its WAIT.
-		a, err := m.acquireCall(resource, keys, owner, clientAddr, ttl, true, false, nil)
+		a, err := m.acquireCall(resource, keys, owner, clientAddr, ttl, true, false, nil, false)
 		if err != nil {
 			return Grant{}, 0, err
 		}
@@ -254,29 +254,38 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 
 	turn := m.serial.lock(resource)
 	defer m.serial.unlock(resource, turn)
-	a, err := m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, false, ahead)
+	a, err := m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, false, ahead, false)
 	if err != nil {
 		return Grant{}, 0, err
 	}
 	err = m.sendAcquire(ctx, &a, true)
+	return m.attempted(ctx, &a, err, resource, keys, owner, clientAddr, ttl, othersWaiting, leaseFrom, ahead, evictable)
+}
+
+// attempted finishes tryAcquire's attempt a, whose script has answered
+// (err: sendAcquire's), in the resource's turn: it asks again where the
+// reply says to (a token ahead of the store's, a newest token to read),
+// and settles a grant or re-arm. tryAcquire's arguments are passed on.
+func (m *Manager) attempted(ctx context.Context, a *attempt, err error, resource string, keys []string, owner, clientAddr string, ttl time.Duration, othersWaiting bool, leaseFrom time.Time, ahead *uint64, evictable bool) (g Grant, leaseLeft time.Duration, _ error) {
+	key := keys[0]
 	if err == nil && a.kind == kindTokenAhead {
 		// A record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it; or, if no
 		// fence store can have issued it, refuse.
 		if err = m.judgeRecordToken(resource, key, a.value); err == nil {
-			a, err = m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, true, ahead)
+			*a, err = m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, true, ahead, false)
 		}
 		if err == nil {
-			err = m.sendAcquire(ctx, &a, true)
+			err = m.sendAcquire(ctx, a, true)
 		}
 	}
 	if err == nil && a.kind == kindNeedNewest {
 		// The owner's own record, and its newest token was not cached:
 		// read it and ask again (nothing was written).
-		if a, err = m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, true, ahead); err != nil {
+		if *a, err = m.acquireCall(resource, keys, owner, clientAddr, ttl, othersWaiting, true, ahead, false); err != nil {
 			return Grant{}, 0, err
 		}
-		err = m.sendAcquire(ctx, &a, true)
+		err = m.sendAcquire(ctx, a, true)
 	}
 	if err != nil {
 		if errors.Is(err, cluster.ErrOutcomeUnknown) {
@@ -298,7 +307,7 @@ func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr st
 	default:
 		return Grant{}, 0, fmt.Errorf("locks: unexpected acquire reply kind %d", a.kind)
 	}
-	g, err = m.settle(ctx, &a, resource, owner, clientAddr, ttl, leaseFrom, token, evictable)
+	g, err = m.settle(ctx, a, resource, owner, clientAddr, ttl, leaseFrom, token, evictable)
 	return g, 0, err
 }
 
@@ -336,21 +345,30 @@ func (m *Manager) settle(ctx context.Context, a *attempt, resource, owner, clien
 	// "reserved" (unless it was reserved ahead): it becomes the
 	// resource's newest only once they have acknowledged (persist's
 	// invariant 7), so a refused grant never shows.
-	record := token > a.newest
 	var reserveErr error
-	if record && !a.reserved {
+	if token > a.newest && !a.reserved {
 		reserveErr = m.opts.Store.Reserve(resource, token)
 	}
 	// An error whose outcome is unknown counts the token as issued
 	// (abandon); a retry by the same owner re-arms the grant and waits for
 	// the replicas again.
-	err := m.grantVerdict(a.write, a.start, reserveErr, m.replyBy(leaseFrom, ttl))
+	verdict := m.grantVerdict(a.write, a.start, reserveErr, m.replyBy(leaseFrom, ttl))
+	return m.settleVerdict(ctx, a, verdict, reserveErr == nil, resource, owner, clientAddr, ttl, leaseFrom, token, evictable)
+}
+
+// settleVerdict is settle's end, once the grant or re-arm a is judged
+// (verdict: grantVerdict's; reserved: a new token's reservation did not
+// fail): it confirms the token and records the lease, or abandons the
+// grant. Only abandoning waits (on Redis, for the undo).
+func (m *Manager) settleVerdict(ctx context.Context, a *attempt, verdict error, reserved bool, resource, owner, clientAddr string, ttl time.Duration, leaseFrom time.Time, token uint64, evictable bool) (Grant, error) {
+	record := token > a.newest
+	err := verdict
 	if err == nil && record {
 		// Serialized per resource and above the newest just read: exact.
 		err = m.opts.Store.Confirm(resource, token)
 	}
 	if err != nil {
-		return Grant{}, m.abandon(ctx, a, resource, owner, token, record && reserveErr == nil, err)
+		return Grant{}, m.abandon(ctx, a, resource, owner, token, record && reserved, err)
 	}
 	g := Grant{Token: token, LeaseFrom: leaseFrom}
 	if a.kind == kindGranted {
@@ -479,7 +497,10 @@ func (a *attempt) usedUp(ahead *uint64) {
 // ahead (*ahead not 0; called in the resource's turn) the newest is read
 // and the token offered if it is above it; if not, it is cancelled (and
 // *ahead set to 0) and a fresh one drawn.
-func (m *Manager) acquireCall(resource string, keys []string, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool, ahead *uint64) (a attempt, err error) {
+//
+// With now (AcquireNow), nothing in it may wait: a fresh token the store
+// cannot hand out without I/O fails it with errWouldWait.
+func (m *Manager) acquireCall(resource string, keys []string, owner, clientAddr string, ttl time.Duration, othersWaiting, readNewest bool, ahead *uint64, now bool) (a attempt, err error) {
 	known := false
 	if err = m.admit(); err != nil {
 		return a, err
@@ -506,7 +527,7 @@ func (m *Manager) acquireCall(resource string, keys []string, owner, clientAddr 
 		}
 	}
 	if !a.reserved {
-		if a.candidate, err = m.opts.Store.NextToken(); err != nil {
+		if a.candidate, err = m.nextToken(now); err != nil {
 			return a, err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 )
@@ -305,21 +306,111 @@ func TestAcquireOutcomes(t *testing.T) {
 		{name: "malformed reply", replies: []reply{{raw: ":1\r\n", acks: acked(1)}},
 			wantErr: errContains("unexpected script reply"), calls: []string{"acquire+acks"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, received := arrange(t, newFixture, setup{tc.opts, tc.store, tc.scripts, tc.replies, tc.undos, tc.late})
-			token, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, received)
-			f.checkOutcome(t, "Acquire", token, err, tc.want, tc.wantErr, tc.calls)
-			if !slices.Equal(f.tokens.log, tc.log) {
-				t.Errorf("fence store saw %q, want %q", f.tokens.log, tc.log)
+		// Each case both ways: Acquire, and AcquireNow (its steps as
+		// callbacks), falling back to Acquire as LOCK.ACQUIRE does when
+		// it cannot start so. They must end alike.
+		for _, now := range []bool{false, true} {
+			name, base := tc.name, newFixture
+			if now {
+				name, base = tc.name+"/now", newNowFixture
 			}
-			if n := f.newest(); n != max(tc.newest, f.tokens.floor) {
-				t.Errorf("newest %d afterwards, want %d", n, tc.newest)
-			}
-			if tc.check != nil {
-				tc.check(t, f)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				f, received := arrange(t, base, setup{tc.opts, tc.store, tc.scripts, tc.replies, tc.undos, tc.late})
+				var token uint64
+				var err error
+				if now {
+					var started bool
+					token, err, started = f.acquireNow(received)
+					if !started {
+						token, err = f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, received)
+					}
+					if _, ok := startsNow[tc.name]; ok != started {
+						t.Errorf("AcquireNow started: %v, want %v", started, ok)
+					}
+				} else {
+					token, err = f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, received)
+				}
+				f.checkOutcome(t, "Acquire", token, err, tc.want, tc.wantErr, tc.calls)
+				if !slices.Equal(f.tokens.log, tc.log) {
+					t.Errorf("fence store saw %q, want %q", f.tokens.log, tc.log)
+				}
+				if n := f.newest(); n != max(tc.newest, f.tokens.floor) {
+					t.Errorf("newest %d afterwards, want %d", n, tc.newest)
+				}
+				if tc.check != nil {
+					tc.check(t, f)
+				}
+			})
+		}
 	}
+}
+
+// startsNow are TestAcquireOutcomes's cases that AcquireNow starts (the
+// others it leaves to Acquire: nothing can start without waiting there).
+var startsNow = map[string]struct{}{}
+
+func init() {
+	for _, name := range []string{"new grant", "re-arm of the owner's grant", "busy", "replica shortfall, undone",
+		"replica shortfall, record already gone", "replica shortfall, undo failed", "script reply lost", "WAIT lost",
+		"not sent", "script refused by Redis", "Reserve failed", "Confirm failed", "Confirm failed, undo failed",
+		"newest token needed (kind 3)", "newest token needed, and unreadable", "record token ahead (kind 4): adopted, asked again",
+		"record token ahead, adopt failed", "record token ahead, malformed", "late grant, undone", "late grant, undo failed",
+		"late re-arm: stands, not undone", "evictable master, allowed", "no replicas required", "unknown reply kind", "malformed reply"} {
+		startsNow[name] = struct{}{}
+	}
+}
+
+// newNowFixture is newFixture whose fakes also run scripts and reserve
+// tokens without waiting (nowRunner, nowStore), answering on goroutines of
+// their own as the lock writer and the fence store's committer do.
+func newNowFixture(t *testing.T, scripts *fakeScripts, tweak func(*Options)) *fixture {
+	return newFixture(t, scripts, func(o *Options) {
+		if tweak != nil {
+			tweak(o)
+		}
+		o.Scripts = nowScripts{scripts}
+		if mem, ok := o.Store.(*memTokens); ok {
+			o.Store = nowTokens{mem}
+		}
+	})
+}
+
+// acquireNow runs AcquireNow of the fixture's resource and waits for its
+// outcome; started false if it did not start.
+func (f *fixture) acquireNow(received time.Time) (uint64, error, bool) {
+	type outcome struct {
+		g   Grant
+		err error
+	}
+	done := make(chan outcome, 1)
+	if !f.m.AcquireNow(context.Background(), "r", owner, addr, ttl, received, func(g Grant, err error) { done <- outcome{g, err} }) {
+		return 0, nil, false
+	}
+	o := <-done
+	return o.g.Token, o.err, true
+}
+
+type nowScripts struct{ *fakeScripts }
+
+func (s nowScripts) StartThen(key string, call lockwriter.ScriptCall, wantAcks bool, then func(*lockwriter.Write)) bool {
+	if s.noMaster {
+		return false // as the lock writer's: Start then says so
+	}
+	w := s.Start(context.Background(), key, call, wantAcks)
+	go then(w)
+	return true
+}
+
+type nowTokens struct{ *memTokens }
+
+func (s nowTokens) NextTokenNow() (uint64, bool, error) {
+	t, err := s.NextToken()
+	return t, err == nil, err
+}
+
+func (s nowTokens) ReserveThen(resource string, token uint64, done func(error)) error {
+	go done(s.Reserve(resource, token))
+	return nil
 }
 
 // TestBusyLease: a busy attempt says how long the holder's lease has

@@ -123,6 +123,33 @@ func (r *Runner) Crowded() bool { return len(r.workers.backlog) > maxBacklog/2 }
 // bound as lock requests.
 func (r *Runner) Go(task func()) { r.workers.run(task) }
 
+// StartNow registers a request for resource that its caller runs itself
+// without waiting (Manager.AcquireNow, ReleaseNow) rather than on a
+// worker: false if an earlier request of the connection for resource is
+// in flight (the caller then uses Runner.Reply, which queues behind it).
+// After true, call Finished once the request is answered, or at once if
+// it did not start.
+func (c *ConnRequests) StartNow(resource string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, busy := c.running[resource]; busy {
+		return false
+	}
+	if c.running == nil {
+		c.running = make(map[string][]queued)
+	}
+	c.running[resource] = nil // running now, none queued behind it
+	return true
+}
+
+// Finished ends a request StartNow registered, and starts the next one
+// queued behind it, if any.
+func (c *ConnRequests) Finished(resource string) { c.finished(resource) }
+
+// Context is the context of the connection's requests that start now:
+// CancelAll ends it.
+func (c *ConnRequests) Context() context.Context { return c.context() }
+
 // Busy reports whether a request of the connection for resource is still
 // running (or waiting for an earlier one).
 func (c *ConnRequests) Busy(resource string) bool {

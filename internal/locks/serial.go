@@ -40,6 +40,28 @@ func (s *serializer) lock(resource string) *serialEntry {
 	return e
 }
 
+// tryLock is lock for a caller that must not wait: false, with nothing
+// taken, if someone has the resource's turn.
+func (s *serializer) tryLock(resource string) (*serialEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries == nil {
+		s.entries = make(map[string]*serialEntry)
+	}
+	e := s.entries[resource]
+	if e == nil {
+		e = serialEntries.Get().(*serialEntry)
+		s.entries[resource] = e
+	}
+	select {
+	case e.turn <- struct{}{}: // never waits: the channel holds one token
+		e.refs++
+		return e, true
+	default:
+		return nil, false // taken: someone holds a ref, so the entry stays
+	}
+}
+
 // unlock ends the turn lock gave.
 func (s *serializer) unlock(resource string, e *serialEntry) {
 	<-e.turn

@@ -122,6 +122,12 @@ func (p persistStore) Reserve(resource string, token uint64) error {
 	return p.s.Reserve([]byte(resource), token)
 }
 
+func (p persistStore) NextTokenNow() (uint64, bool, error) { return p.s.NextTokenNow() }
+
+func (p persistStore) ReserveThen(resource string, token uint64, done func(error)) error {
+	return p.s.ReserveThen([]byte(resource), token, done)
+}
+
 func (p persistStore) ReserveAll(resource string, tokens []uint64) error {
 	return p.s.ReserveAll([]byte(resource), tokens)
 }

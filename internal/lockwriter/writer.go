@@ -63,12 +63,42 @@ type Write struct {
 	replied sync.WaitGroup
 	ack     *ackWait // nil unless the batch sent a WAIT for this write
 	err     error    // set, before replied is done, if the write was never sent
+	// then, for a Write of StartThen, runs once its reply is in (or its
+	// failure), on the goroutine that completed it.
+	then func(*Write)
+}
+
+// Complete is how a Write of StartThen learns that its script's reply is
+// in (its own reply's Completer): it ends replied, so Reply and Raw do not
+// wait, then runs then.
+func (w *Write) Complete(*resp.Reply) {
+	w.replied.Done()
+	w.then(w)
 }
 
 // ackWait is one WAIT shared by every write of a batch.
 type ackWait struct {
 	reply *resp.Reply
 	done  sync.WaitGroup
+	// thens run once the WAIT's reply is in (AcksThen), on the goroutine
+	// that read it; in is set then, under mu.
+	mu    sync.Mutex
+	in    bool
+	thens []func()
+}
+
+// Complete ends the WAIT (its reply's Completer): Acks stops waiting, and
+// every AcksThen registered so far runs.
+func (a *ackWait) Complete(*resp.Reply) {
+	a.mu.Lock()
+	a.in = true
+	thens := a.thens
+	a.thens = nil
+	a.mu.Unlock()
+	a.done.Done()
+	for _, fn := range thens {
+		fn()
+	}
 }
 
 // Unsent returns a Write that failed before it was sent, with err.
@@ -81,7 +111,7 @@ func Unsent(err error) *Write { return &Write{err: err} }
 func Replied(reply, acks []byte) *Write {
 	w := &Write{reply: &resp.Reply{Buf: reply}}
 	if acks != nil {
-		w.ack = &ackWait{reply: &resp.Reply{Buf: acks}}
+		w.ack = &ackWait{reply: &resp.Reply{Buf: acks}, in: true}
 	}
 	return w
 }
@@ -89,6 +119,10 @@ func Replied(reply, acks []byte) *Write {
 // fail ends a write that will not be sent: err is its outcome.
 func (w *Write) fail(err error) {
 	w.err = err
+	if w.then != nil {
+		w.Complete(nil)
+		return
+	}
 	w.replied.Done()
 }
 
@@ -112,6 +146,25 @@ func (w *Write) Raw() ([]byte, error) {
 		return nil, w.err
 	}
 	return w.reply.Buf, w.reply.Err
+}
+
+// AcksThen runs fn once Acks would not wait: at once if the WAIT's reply
+// is in (or there is none), else on the goroutine that reads it. Call it
+// only once the script's reply is in.
+func (w *Write) AcksThen(fn func()) {
+	a := w.ack
+	if w.err != nil || a == nil {
+		fn()
+		return
+	}
+	a.mu.Lock()
+	if a.in {
+		a.mu.Unlock()
+		fn()
+		return
+	}
+	a.thens = append(a.thens, fn)
+	a.mu.Unlock()
 }
 
 // Acks waits for WAIT: how many replicas acknowledged every write up to this
@@ -298,6 +351,47 @@ func (wr *Writer) StartOn(ctx context.Context, node *cluster.Node, call ScriptCa
 	return w
 }
 
+// StartThen is Start for a caller that must not wait (the serve loop, a
+// lock request's completion): it queues call on the master of key's slot
+// without waiting for room, and then(w) runs once the script's reply is in,
+// on the goroutine that read it (the writer's), which then must not block.
+// A reply that Start would not return (NOSCRIPT; in front of a Redis
+// Cluster a redirect or an unreachable master, within the retry window)
+// is retried as Start does, on a goroutine of its own, which then runs
+// then. It reports false, having done nothing, when the master's queue is
+// full or no master is known: the caller uses Start.
+func (wr *Writer) StartThen(key string, call ScriptCall, wantAcks bool, then func(*Write)) bool {
+	node := wr.master(key)
+	if node == nil {
+		return false
+	}
+	nw := wr.writers(node)
+	sent := call
+	if call.SHA != "" && !nw.hasScript(call.SHA) {
+		sent.SHA = "" // its first call on this master goes with the source (Start)
+	}
+	w := &Write{call: sent, wantAcks: wantAcks, node: node}
+	w.replied.Add(1)
+	w.own = *resp.NewReplyTo(w)
+	w.reply = &w.own
+	w.then = func(w *Write) {
+		raw, err := w.Raw()
+		noScript := err == nil && sent.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT"))
+		if noScript || wr.opts.Backend.RetryAfterRefresh(raw, err) {
+			if noScript {
+				nw.forgetScript(call.SHA) // Start sends it with its source
+			}
+			go func() { then(wr.Start(context.Background(), key, call, wantAcks)) }()
+			return
+		}
+		if err == nil && call.SHA != "" {
+			nw.addScript(call.SHA) // it ran there
+		}
+		then(w)
+	}
+	return nw.tryQueue(w)
+}
+
 // nodeWriter is one master's queues of lock writes, each served by the
 // writers (writeLoop) on the node's lock connections of its kind.
 type nodeWriter struct {
@@ -401,6 +495,27 @@ func (nw *nodeWriter) queue(ctx context.Context, w *Write) {
 	case queue <- w:
 	case <-ctx.Done():
 		w.fail(ctx.Err())
+	}
+}
+
+// tryQueue is queue for a caller that must not wait: false, with w not
+// queued, if its queue is full.
+func (nw *nodeWriter) tryQueue(w *Write) bool {
+	queue := nw.writes
+	if !w.wantAcks {
+		queue = nw.unacked
+	}
+	nw.queuing.Add(1)
+	defer nw.queuing.Add(-1)
+	if nw.closing.Load() {
+		w.fail(cluster.ErrUnavailable)
+		return true
+	}
+	select {
+	case queue <- w:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -532,7 +647,7 @@ func (wr *Writer) sendBatch(conn *backend.SyncConn, batch []*Write, st *writerSt
 			// acknowledgements as soon as its script's reply is in.
 			ack = &ackWait{}
 			ack.done.Add(1)
-			ack.reply = resp.NewReply(&ack.done)
+			ack.reply = resp.NewReplyTo(ack)
 			break
 		}
 	}

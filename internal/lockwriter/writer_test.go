@@ -141,6 +141,55 @@ func TestWriter(t *testing.T) {
 	}
 }
 
+// TestStartThen: StartThen answers as Start does, on the writer's
+// goroutine, without its caller waiting: a script's reply and its WAIT's
+// count (AcksThen, before and after the WAIT is in), and a script that
+// meets NOSCRIPT (SCRIPT FLUSH) sent again with its source.
+func TestStartThen(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	be := connect(t, master.Addr)
+	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
+	m := testenv.Dial(t, master.Addr)
+	const set = "redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
+	call := ScriptCall{Source: set, SHA: cluster.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}
+	for _, when := range []string{"first", "known", "after SCRIPT FLUSH"} {
+		if when == "after SCRIPT FLUSH" {
+			m.Do("SCRIPT", "FLUSH")
+		}
+		type outcome struct {
+			reply  any
+			err    error
+			acks   int
+			ackErr error
+		}
+		done := make(chan outcome, 2)
+		if !wr.StartThen("k", call, true, func(w *Write) {
+			v, err := w.Reply()
+			w.AcksThen(func() {
+				n, aerr := w.Acks()
+				done <- outcome{v, err, n, aerr}
+				w.AcksThen(func() { done <- outcome{v, err, n, aerr} }) // in already: at once
+			})
+		}) {
+			t.Fatalf("%s: StartThen did not queue the write", when)
+		}
+		for range 2 {
+			select {
+			case o := <-done:
+				if o.err != nil || o.reply != "v" || o.ackErr != nil || o.acks != 1 {
+					t.Fatalf("%s: reply %v, %v; acks %d, %v", when, o.reply, o.err, o.acks, o.ackErr)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: no answer", when)
+			}
+		}
+	}
+	if stats := string(m.Do("INFO", "errorstats")); !strings.Contains(stats, "errorstat_NOSCRIPT:count=1") {
+		t.Fatalf("after SCRIPT FLUSH the script should have gone by SHA, met NOSCRIPT once and been sent again:\n%s", stats)
+	}
+}
+
 // TestWriterNodeClosed: writes racing the close of their master's node
 // are all answered (sent and replied, or "unreachable"), and a write to a
 // closed node is answered "unreachable" at once: none waits forever in a

@@ -47,12 +47,21 @@ type commitGroup struct {
 	callers int
 	done    chan struct{} // closed once err is set
 	err     error
+	// thens are the callers that do not wait (ReserveThen): each runs
+	// with err once the group is committed, on the leader's goroutine.
+	thens []func(error)
 }
 
 // groupCommit adds add's writes to the forming group's batch and returns
 // once that batch is synced, with its outcome. add runs under the
 // committer's mutex (a leaf): it must only add to the batch.
-func (s *Store) groupCommit(add func(b *pebble.Batch) error) error {
+//
+// With then, it returns at once instead (nil, or add's error, then not
+// run), and then runs with the outcome once the batch is synced: the
+// caller must not wait (ReserveThen). Such a caller that starts a group
+// does not lead it: a goroutine of the group's own does, one per group,
+// not per caller.
+func (s *Store) groupCommit(add func(b *pebble.Batch) error, then func(error)) error {
 	c := &s.commits
 	c.mu.Lock()
 	g := c.forming
@@ -73,13 +82,40 @@ func (s *Store) groupCommit(add func(b *pebble.Batch) error) error {
 		return err
 	}
 	g.callers++
+	if then != nil {
+		g.thens = append(g.thens, then)
+		switch {
+		case !starter:
+			c.mu.Unlock()
+		case c.running == nil:
+			// Taken at once, as a starter that waits takes it: nobody
+			// joins it after its starter.
+			c.forming, c.running = nil, g
+			c.mu.Unlock()
+			go s.commitRunning(g)
+		default:
+			c.mu.Unlock()
+			go func() {
+				c.mu.Lock()
+				s.lead(g)
+			}()
+		}
+		return nil
+	}
 	if !starter {
 		c.mu.Unlock()
 		<-g.done
 		return g.err
 	}
-	// The starter leads once the commit in progress, if any, is done.
-	// Nobody else waits for it: the others joined this group.
+	return s.lead(g)
+}
+
+// lead commits g, the group its caller started, once the commit in
+// progress, if any, is done, and returns its outcome. Nobody else waits
+// for the commit in progress: the others joined g. Called with the
+// committer's mutex held.
+func (s *Store) lead(g *commitGroup) error {
+	c := &s.commits
 	for c.running != nil {
 		running := c.running.done
 		c.mu.Unlock()
@@ -88,12 +124,21 @@ func (s *Store) groupCommit(add func(b *pebble.Batch) error) error {
 	}
 	c.forming, c.running = nil, g
 	c.mu.Unlock()
+	return s.commitRunning(g)
+}
 
+// commitRunning commits g, the running group, and hands its outcome to
+// every caller of it.
+func (s *Store) commitRunning(g *commitGroup) error {
+	c := &s.commits
 	g.err = s.commitGroupBatch(g)
 	c.mu.Lock()
 	c.running = nil
 	c.mu.Unlock()
 	close(g.done)
+	for _, then := range g.thens {
+		then(g.err)
+	}
 	return g.err
 }
 

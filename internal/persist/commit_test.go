@@ -44,7 +44,17 @@ func holdFirstCommit(t *testing.T, s *Store, want int) {
 // TestConcurrentReservesShareOneCommit: Reserves that arrive while a commit
 // is under way share the next one (one batch, one synced commit), and
 // each token, confirmed, survives a crash (its reservation is what does).
+//
+// Half the callers (the odd ones, with then) use ReserveThen, which does
+// not wait: they share the groups of those that do, and a group one of
+// them starts is led by a goroutine of its own.
 func TestConcurrentReservesShareOneCommit(t *testing.T) {
+	for _, then := range []bool{false, true} {
+		t.Run(fmt.Sprintf("then=%v", then), func(t *testing.T) { testReservesShareOneCommit(t, then) })
+	}
+}
+
+func testReservesShareOneCommit(t *testing.T, then bool) {
 	const callers = 16
 	fs := vfs.NewCrashableMem()
 	s := openT(t, "/data", Options{FS: fs})
@@ -54,13 +64,23 @@ func TestConcurrentReservesShareOneCommit(t *testing.T) {
 		tokens[i] = nextT(t, s)
 	}
 	commits := s.Stats().SyncedCommits
+	reserve := func(i int, r string) error {
+		if !then || i%2 == 0 {
+			return s.Reserve([]byte(r), tokens[i])
+		}
+		done := make(chan error, 1)
+		if err := s.ReserveThen([]byte(r), tokens[i], func(err error) { done <- err }); err != nil {
+			return err
+		}
+		return <-done
+	}
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r := fmt.Sprintf("r%d", i)
-			if err := s.Reserve([]byte(r), tokens[i]); err != nil {
+			if err := reserve(i, r); err != nil {
 				t.Error(err)
 				return
 			}

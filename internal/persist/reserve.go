@@ -76,7 +76,22 @@ func (s *Store) ReserveAll(resource []byte, tokens []uint64) error {
 			}
 		}
 		return nil
-	})
+	}, nil)
+}
+
+// ReserveThen is Reserve for a caller that must not wait (a lock request
+// finished where its steps complete): it returns at once, and done runs
+// with Reserve's outcome once the group commit that carries the
+// reservation is synced, on the goroutine that committed it. An error it
+// returns (done then does not run) is one Reserve would have returned
+// without a commit.
+func (s *Store) ReserveThen(resource []byte, token uint64, done func(error)) error {
+	if err := s.check(Grant{Resource: resource, Token: token}); err != nil {
+		return err
+	}
+	return s.groupCommit(func(b *pebble.Batch) error {
+		return b.Set(tokenstate.ReservedKey(resource, token), nil, nil)
+	}, done)
 }
 
 // Confirm makes a reserved token the resource's newest, at once for every

@@ -26,6 +26,18 @@ func (s *Store) NextToken() (uint64, error) {
 	return s.nextTokenSlow(t)
 }
 
+// NextTokenNow is NextToken for a caller that must not wait: ok is false
+// when the next token needs a new window (I/O), and the token drawn is
+// skipped (tokens need not be consecutive; NextToken covers it with the
+// next window).
+func (s *Store) NextTokenNow() (token uint64, ok bool, err error) {
+	if err := s.usable(); err != nil {
+		return 0, false, err
+	}
+	t := s.last.Add(1)
+	return t, tokenstate.Issuable(t, s.floor.Load(), s.bound.Load()), nil
+}
+
 // nextTokenSlow reserves a new window so that t is covered (invariant 1),
 // or takes a token above a floor raised since t was drawn (invariant 8).
 func (s *Store) nextTokenSlow(t uint64) (uint64, error) {
