@@ -2,10 +2,13 @@ package commands
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
@@ -326,4 +329,48 @@ func TestRecipesOnTheLoop(t *testing.T) {
 	if got := w.take(); got != want {
 		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}
+}
+
+// TestLockRequestsRunAsCallbacks: on the serve loop, a LOCK.ACQUIRE
+// without WAIT and a LOCK.RELEASE run as callbacks (locks/now.go), with no
+// lock worker, and their replies are the usual ones; a request queued
+// behind the connection's previous one for its resource (pipelined), and
+// an acquire with WAIT, run on a worker as before.
+func TestLockRequestsRunAsCallbacks(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{loop: true, minReplicas: 1}, true)
+	courses := p.Metrics.LockRequestCourses
+	counted := func(want string) {
+		t.Helper()
+		value := func(course string) float64 {
+			var m dto.Metric
+			if err := courses.WithLabelValues(course).Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			return m.GetCounter().GetValue()
+		}
+		got := fmt.Sprintf("callbacks=%v worker=%v", value("callbacks"), value("worker"))
+		if got != want {
+			t.Errorf("lock requests ran %s, want %s", got, want)
+		}
+	}
+	c := p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"LOCK.ACQUIRE", "r", "o", "10000"}, ":1\r\n"},
+		{[]string{"LOCK.ACQUIRE", "r", "other", "10000"}, "$-1\r\n"}, // busy
+		{[]string{"LOCK.RELEASE", "r", "other"}, ":0\r\n"},
+		{[]string{"LOCK.RELEASE", "r", "o"}, ":1\r\n"},
+	})
+	counted("callbacks=4 worker=0")
+	// Pipelined for one resource: the release waits for the acquire.
+	c.Send("LOCK.ACQUIRE", "q", "o", "10000")
+	c.Send("LOCK.RELEASE", "q", "o")
+	c.Flush()
+	for i, want := range []string{":3\r\n", ":1\r\n"} { // 2 went to the busy attempt: tokens need not be consecutive
+		if got, err := c.ReadReply(); err != nil || string(got) != want {
+			t.Fatalf("pipelined reply %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	counted("callbacks=5 worker=1")
+	run(t, c, []exchange{{[]string{"LOCK.ACQUIRE", "w", "o", "10000", "WAIT", "100"}, ":4\r\n"}})
+	counted("callbacks=5 worker=2")
 }

@@ -49,6 +49,7 @@ type testProxy struct {
 	Handler *Handler
 	Backend cluster.Backend
 	Server  *protocol.Server
+	Metrics *metrics.Metrics
 	log     *lockedBuffer
 }
 
@@ -141,7 +142,7 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	return &testProxy{Addr: ln.Addr().String(), Handler: h, Backend: be, Server: srv, log: logBuf}
+	return &testProxy{Addr: ln.Addr().String(), Handler: h, Backend: be, Server: srv, Metrics: m, log: logBuf}
 }
 
 // startStandalone starts a master (and, with a replica, one replica) and a

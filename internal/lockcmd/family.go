@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
@@ -55,11 +57,16 @@ type Options struct {
 type Family struct {
 	opts   Options
 	runner *locks.Runner // where lock requests run
+	// The requests run as callbacks (locks.Manager.AcquireNow) and on
+	// workers, counted (LockRequestCourses, resolved once).
+	byCallbacks, onWorkers prometheus.Counter
 }
 
 // New returns a Family.
 func New(opts Options) *Family {
-	return &Family{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout)}
+	return &Family{opts: opts, runner: locks.NewRunner(opts.ReplicaTimeout),
+		byCallbacks: opts.Metrics.LockRequestCourses.WithLabelValues("callbacks"),
+		onWorkers:   opts.Metrics.LockRequestCourses.WithLabelValues("worker")}
 }
 
 // Client is what the lock family needs of a client's connection beyond

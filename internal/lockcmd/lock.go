@@ -121,6 +121,7 @@ func (fam *Family) runLock(c Conn, resource string, p *resp.Reply, timeout time.
 // buffer) itself: LOCK.ACQUIRE's and LOCK.RELEASE's, which then cost
 // neither a closure around fn nor a buffer of their own.
 func (fam *Family) runLockTo(c Conn, resource string, p *resp.Reply, timeout time.Duration, fn func(ctx context.Context, dst []byte) ([]byte, error)) {
+	fam.onWorkers.Inc()
 	fam.runner.Reply(&c.State().Requests, resource, timeout, p, fn)
 }
 
@@ -203,6 +204,7 @@ func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
 			p.Done()
 			reqs.Finished(a.resource)
 		}) {
+			fam.byCallbacks.Inc()
 			return
 		}
 		reqs.Finished(a.resource)
@@ -318,6 +320,7 @@ func (fam *Family) Release(c Conn, args [][]byte, p *resp.Reply) {
 			p.Done()
 			reqs.Finished(a.resource)
 		}) {
+			fam.byCallbacks.Inc()
 			return
 		}
 		reqs.Finished(a.resource)

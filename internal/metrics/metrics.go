@@ -46,6 +46,7 @@ type Metrics struct {
 	EvictableGrants     prometheus.Counter     // grants and renewals made under --allow-evictable-locks
 	ForeignTokens       prometheus.Counter     // acquires refused: the owner record carries a token no fence store issued
 	OwnKeyWritesRefused prometheus.Counter     // client requests refused for writing one of the proxy's own keys
+	LockRequestCourses  *prometheus.CounterVec // course: callbacks, worker
 }
 
 // latencyBuckets span 50µs to about 3s.
@@ -115,9 +116,14 @@ func New() *Metrics {
 		OwnKeyWritesRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenceproxy_own_key_writes_refused_total", Help: "Client requests refused because they write or delete a key under --key-prefix (fenceproxy's owner records, guards and token-authority keys).",
 		}),
+		LockRequestCourses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_lock_request_courses_total",
+			Help: "Lock requests (lock family and recipes) by how they ran: callbacks (each step run where the one before completed, no goroutine of their own: LOCK.ACQUIRE without WAIT and LOCK.RELEASE, when the resource's turn is free and nobody waits in line) or worker (on a lock worker goroutine that waits on each step).",
+		}, []string{"course"}),
 	}
 	f(m.Acquires)
 	f(m.AcquireSeconds)
+	f(m.LockRequestCourses)
 	f(m.Renewals)
 	f(m.Releases)
 	f(m.FenceChecks)
