@@ -329,6 +329,25 @@ func TestRecipesOnTheLoop(t *testing.T) {
 	if got := w.take(); got != want {
 		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}
+	// Run as callbacks (locks/now.go), but the pipelined unlock, queued
+	// behind the acquire of its lock.
+	if got := courses(t, p); got != "callbacks=3 worker=1" {
+		t.Errorf("the recipes' requests ran %s, want callbacks=3 worker=1", got)
+	}
+}
+
+// courses is how the proxy's lock requests ran so far
+// (LockRequestCourses).
+func courses(t *testing.T, p *testProxy) string {
+	t.Helper()
+	value := func(course string) float64 {
+		var m dto.Metric
+		if err := p.Metrics.LockRequestCourses.WithLabelValues(course).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	return fmt.Sprintf("callbacks=%v worker=%v", value("callbacks"), value("worker"))
 }
 
 // TestLockRequestsRunAsCallbacks: on the serve loop, a LOCK.ACQUIRE
@@ -338,18 +357,9 @@ func TestRecipesOnTheLoop(t *testing.T) {
 // an acquire with WAIT, run on a worker as before.
 func TestLockRequestsRunAsCallbacks(t *testing.T) {
 	p, _ := startStandalone(t, proxyOptions{loop: true, minReplicas: 1}, true)
-	courses := p.Metrics.LockRequestCourses
 	counted := func(want string) {
 		t.Helper()
-		value := func(course string) float64 {
-			var m dto.Metric
-			if err := courses.WithLabelValues(course).Write(&m); err != nil {
-				t.Fatal(err)
-			}
-			return m.GetCounter().GetValue()
-		}
-		got := fmt.Sprintf("callbacks=%v worker=%v", value("callbacks"), value("worker"))
-		if got != want {
+		if got := courses(t, p); got != want {
 			t.Errorf("lock requests ran %s, want %s", got, want)
 		}
 	}

@@ -117,6 +117,29 @@ func (fam *Family) runLock(c Conn, resource string, p *resp.Reply, timeout time.
 	})
 }
 
+// runNow runs a lock request whose steps run as callbacks where each
+// completes (locks/now.go), if start can start it: start gets the
+// request's context and done, which its last step calls with the reply.
+// It reports false, having done nothing, when start cannot, or when an
+// earlier request of the connection for resource is still in flight (this
+// one then queues behind it: runLock).
+func (fam *Family) runNow(c Conn, resource string, p *resp.Reply, start func(ctx context.Context, done func(reply []byte, err error)) bool) bool {
+	reqs := &c.State().Requests
+	if !reqs.StartNow(resource) {
+		return false
+	}
+	if !start(reqs.Context(), func(reply []byte, err error) {
+		p.Buf, p.Err = append(p.Buf, reply...), err
+		p.Done()
+		reqs.Finished(resource)
+	}) {
+		reqs.Finished(resource)
+		return false
+	}
+	fam.byCallbacks.Inc()
+	return true
+}
+
 // runLockTo is runLock for an fn that appends its reply to dst (p's
 // buffer) itself: LOCK.ACQUIRE's and LOCK.RELEASE's, which then cost
 // neither a closure around fn nor a buffer of their own.
@@ -194,23 +217,16 @@ func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
 	a.owner = fam.lockOwner(c, a.owner)
 	r := acquireRequest{fam: fam, null: nullReply(c), received: receivedAt(c), forFollower: relaysGrantTimes(c)}
 	addr := c.RemoteAddr
-	reqs := &c.State().Requests
-	if a.wait == 0 && reqs.StartNow(a.resource) {
-		// Its steps as callbacks, no worker (locks/now.go), when it can.
-		start := time.Now()
-		if fam.opts.Manager.AcquireNow(reqs.Context(), a.resource, a.owner, addr, a.ttl, r.received, func(g locks.Grant, err error) {
+	start := time.Now()
+	if a.wait == 0 && fam.runNow(c, a.resource, p, func(ctx context.Context, done func([]byte, error)) bool {
+		return fam.opts.Manager.AcquireNow(ctx, a.resource, a.owner, addr, a.ttl, r.received, func(g locks.Grant, err error) {
 			fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
-			p.Buf, p.Err = r.reply(p.Buf, g, err)
-			p.Done()
-			reqs.Finished(a.resource)
-		}) {
-			fam.byCallbacks.Inc()
-			return
-		}
-		reqs.Finished(a.resource)
+			done(r.reply(nil, g, err))
+		})
+	}) {
+		return
 	}
 	fam.runLockTo(c, a.resource, p, a.wait, func(ctx context.Context, dst []byte) ([]byte, error) {
-		start := time.Now()
 		g, err := fam.opts.Manager.AcquireGrant(ctx, a.resource, a.owner, addr, a.ttl, a.wait, r.received)
 		fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		return r.reply(dst, g, err)
@@ -312,18 +328,12 @@ func (fam *Family) Release(c Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	a.owner = fam.lockOwner(c, a.owner)
-	reqs := &c.State().Requests
-	if reqs.StartNow(a.resource) {
-		// Its steps as callbacks, no worker (locks/now.go), when it can.
-		if fam.opts.Manager.ReleaseNow(a.resource, a.owner, func(released bool, err error) {
-			p.Buf, p.Err = fam.releaseReply(p.Buf, released, err)
-			p.Done()
-			reqs.Finished(a.resource)
-		}) {
-			fam.byCallbacks.Inc()
-			return
-		}
-		reqs.Finished(a.resource)
+	if fam.runNow(c, a.resource, p, func(_ context.Context, done func([]byte, error)) bool {
+		return fam.opts.Manager.ReleaseNow(a.resource, a.owner, func(released bool, err error) {
+			done(fam.releaseReply(nil, released, err))
+		})
+	}) {
+		return
 	}
 	fam.runLockTo(c, a.resource, p, 0, func(ctx context.Context, dst []byte) ([]byte, error) {
 		released, err := fam.opts.Manager.Release(ctx, a.resource, a.owner)

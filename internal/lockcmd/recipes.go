@@ -293,8 +293,17 @@ func (fam *Family) recipeAcquire(c Conn, call recipes.Call, p *resp.Reply) {
 	addr := c.RemoteAddr
 	received := receivedAt(c)
 	retry := refusalReply(call, fam.recipeRetry(call.Lease)) // fair.go
+	start := time.Now()
+	if fairQueue(call) == nil && fam.runNow(c, call.Key, p, func(ctx context.Context, done func([]byte, error)) bool {
+		return fam.opts.Manager.RecipeAcquireNow(ctx, call.Key, call.TokenKey, call.Holder, addr, call.Lease, received,
+			func(token uint64, pttl int64, err error) {
+				fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
+				done(fam.recipeGrantReply(replies, token, pttl, retry, err))
+			})
+	}) {
+		return
+	}
 	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		start := time.Now()
 		token, pttl, err := fam.acquireRecipe(ctx, call, addr, received) // fair.go: RLock's or RFairLock's
 		fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		return fam.recipeGrantReply(replies, token, pttl, retry, err)
@@ -385,6 +394,13 @@ func (fam *Family) recipeUnlock(c Conn, call recipes.Call, p *resp.Reply) {
 		Publish: call.Publish, Message: call.Message, Latch: call.Latch, LatchTTL: call.LatchTTL,
 		Force: call.Recipe.Kind == recipes.ForceUnlock}
 	fairUnlock(&u, call) // fair.go
+	if fam.runNow(c, call.Key, p, func(_ context.Context, done func([]byte, error)) bool {
+		return fam.opts.Manager.RecipeUnlockNow(u, func(n int64, isNull bool, err error) {
+			done(fam.recipeUnlockReply(n, isNull, err, null))
+		})
+	}) {
+		return
+	}
 	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		n, isNull, err := fam.opts.Manager.RecipeUnlock(ctx, u)
 		return fam.recipeUnlockReply(n, isNull, err, null)

@@ -114,8 +114,9 @@ func (m *Manager) AcquireNow(ctx context.Context, resource, owner, clientAddr st
 }
 
 // acquiring is one AcquireNow in flight: tryAcquire's arguments and
-// attempt, and the steps still out.
+// attempt, and the grant's settling.
 type acquiring struct {
+	settling
 	m                           *Manager
 	ctx                         context.Context
 	resource, owner, clientAddr string
@@ -126,10 +127,8 @@ type acquiring struct {
 	turn                        *serialEntry
 	done                        func(Grant, error)
 
-	a          attempt
-	token      uint64
-	reserveErr error        // the reservation's outcome; read once out is 0
-	out        atomic.Int32 // steps out: the token's reservation, the replicas' WAIT
+	a     attempt
+	token uint64
 }
 
 // replied is the script's reply (on the lock writer's goroutine).
@@ -146,45 +145,23 @@ func (x *acquiring) replied(w *lockwriter.Write) {
 		kind, a.value, err = pair(reply)
 		a.kind = replyKind(kind)
 	}
-	if err != nil || a.kind != kindBusy && a.kind != kindGranted && a.kind != kindRearmed {
+	switch {
+	case err != nil || a.kind != kindBusy && a.kind != kindGranted && a.kind != kindRearmed:
 		go x.attempted(err) // asks again, or counts an unknown outcome: it waits
-		return
-	}
-	switch a.kind {
-	case kindBusy:
+	case a.kind == kindBusy:
 		x.finish(Grant{}, ErrBusy)
-		return
-	case kindRearmed:
-		x.token = uint64(a.value) // the owner's existing grant, re-armed
-		x.out.Store(1)
-	case kindGranted:
+	default:
 		x.token = a.candidate
-		if x.token <= a.newest {
-			x.out.Store(1)
-			break
+		if a.kind == kindRearmed {
+			x.token = uint64(a.value) // the owner's existing grant, re-armed
 		}
-		// The fsync runs while Redis waits for the replicas.
-		x.out.Store(2)
-		if err := m.opts.Store.(nowStore).ReserveThen(x.resource, x.token, x.reserved); err != nil {
-			x.reserveErr = err
-			x.out.Add(-1)
-		}
+		// Reserved as settle reserves it: a token above the newest.
+		m.settleThen(&x.settling, w, x.token > a.newest, x.resource, x.token, x.judge)
 	}
-	w.AcksThen(x.stepDone)
 }
 
-// reserved is the token's reservation's outcome (on the committer's
-// goroutine).
-func (x *acquiring) reserved(err error) {
-	x.reserveErr = err
-	x.stepDone()
-}
-
-// stepDone ends one step; the last judges the grant (settle's end).
-func (x *acquiring) stepDone() {
-	if x.out.Add(-1) != 0 {
-		return
-	}
+// judge judges the grant once its steps are in (settle's end).
+func (x *acquiring) judge() {
 	m, a := x.m, &x.a
 	verdict := m.grantVerdict(a.write, a.start, x.reserveErr, m.replyBy(x.leaseFrom, x.ttl))
 	if verdict != nil {
@@ -215,6 +192,44 @@ func (x *acquiring) finish(g Grant, err error) {
 	x.done(g, err)
 }
 
+// settling joins the two steps a grant waits for before it is judged, the
+// new token's fsync and the replicas' WAIT, and runs judge on the
+// goroutine that ends the last of them.
+type settling struct {
+	out        atomic.Int32 // steps out
+	reserveErr error        // the reservation's outcome; read once out is 0
+	judge      func()
+}
+
+// settleThen starts s: the WAIT behind w and, with reserve, token's
+// reservation for resource (the fsync runs while Redis waits for the
+// replicas); judge runs once both are in.
+func (m *Manager) settleThen(s *settling, w *lockwriter.Write, reserve bool, resource string, token uint64, judge func()) {
+	s.judge = judge
+	s.out.Store(1)
+	if reserve {
+		s.out.Store(2)
+		if err := m.opts.Store.(nowStore).ReserveThen(resource, token, s.reserved); err != nil {
+			s.reserveErr = err
+			s.out.Add(-1)
+		}
+	}
+	w.AcksThen(s.stepDone)
+}
+
+// reserved is the reservation's outcome (on the committer's goroutine).
+func (s *settling) reserved(err error) {
+	s.reserveErr = err
+	s.stepDone()
+}
+
+// stepDone ends one step; the last runs judge.
+func (s *settling) stepDone() {
+	if s.out.Add(-1) == 0 {
+		s.judge()
+	}
+}
+
 // ReleaseNow is Release for a caller that must not block, as AcquireNow
 // is AcquireGrant: done runs once with Release's outcome, on the lock
 // writer's goroutine. It returns false, having done nothing, when
@@ -237,6 +252,130 @@ func (m *Manager) ReleaseNow(resource, owner string, done func(bool, error)) boo
 		done(m.releaseReplied(resource, turn, nil, 0, 0, call, now, w))
 	}) {
 		m.serial.unlock(resource, turn)
+		return false
+	}
+	return true
+}
+
+// RecipeAcquireNow is RecipeAcquire (an RLock's, RSpinLock's or
+// RFencedLock's grant) for a caller that must not block, as AcquireNow is
+// AcquireGrant: done runs once with RecipeAcquire's outcome.
+func (m *Manager) RecipeAcquireNow(ctx context.Context, key, tokenKey, holder, clientAddr string, lease time.Duration, received time.Time, done func(token uint64, pttl int64, err error)) bool {
+	_, stores := m.opts.Store.(nowStore)
+	runner, runs := m.opts.Scripts.(nowRunner)
+	if !stores || !runs || m.admit() != nil {
+		return false
+	}
+	side := m.recordKey(key)
+	evictable, err := m.evictionGuard(side)
+	if err != nil {
+		return false
+	}
+	turn, ok := m.serial.tryLock(key)
+	if !ok {
+		return false
+	}
+	x := &recipeAcquiring{m: m, ctx: ctx, key: key, side: side, tokenKey: tokenKey, holder: holder, clientAddr: clientAddr,
+		lease: lease, received: received, evictable: evictable, turn: turn, done: done}
+	// Read in the turn, as sendHashAcquire reads it; not known, it is
+	// sent as "", which only a re-entry needs (it answers kindNeedNewest).
+	var newest any = ""
+	n, known, err := m.opts.Store.NewestCached(key)
+	if known {
+		newest = n
+	}
+	if err != nil || m.hashAcquireCall(&x.g, key, side, tokenKey, holder, clientAddr, lease, nil, newest, true) != nil ||
+		!runner.StartThen(key, x.g.call, true, x.replied) {
+		m.serial.unlock(key, turn)
+		return false
+	}
+	return true
+}
+
+// recipeAcquiring is one RecipeAcquireNow in flight: recipeAcquire's
+// arguments and attempt, and the grant's settling.
+type recipeAcquiring struct {
+	settling
+	m                                       *Manager
+	ctx                                     context.Context
+	key, side, tokenKey, holder, clientAddr string
+	lease                                   time.Duration
+	received                                time.Time
+	evictable                               bool
+	turn                                    *serialEntry
+	done                                    func(token uint64, pttl int64, err error)
+
+	g hashGrant
+}
+
+// replied is the twin's reply (on the lock writer's goroutine).
+func (x *recipeAcquiring) replied(w *lockwriter.Write) {
+	g := &x.g
+	g.write = w
+	reply, err := w.Reply()
+	if err != nil {
+		err = deposed(err)
+	} else {
+		err = g.readReply(reply)
+	}
+	switch {
+	case err != nil || g.kind != kindBusy && g.kind != kindGranted && g.kind != kindRearmed:
+		go x.attempted(err) // asks again, or counts an unknown outcome: it waits
+	case g.kind == kindBusy:
+		x.m.hot.add(x.key)
+		x.finish(0, g.busy, ErrBusy)
+	default:
+		x.m.settleThen(&x.settling, w, g.kind == kindGranted, x.key, g.token, x.judge)
+	}
+}
+
+// judge judges the grant once its steps are in (settleHashGrant's end).
+func (x *recipeAcquiring) judge() {
+	m, g := x.m, &x.g
+	verdict := m.grantVerdict(g.write, g.start, x.reserveErr, m.replyBy(x.received, x.lease))
+	if verdict != nil {
+		go x.settle(verdict) // the grant is undone: that waits on Redis
+		return
+	}
+	x.settle(nil)
+}
+
+// settle is settleHashVerdict for the attempt.
+func (x *recipeAcquiring) settle(verdict error) {
+	err := x.m.settleHashVerdict(x.ctx, &x.g, verdict, x.reserveErr == nil, x.key, x.holder, x.clientAddr, x.lease, x.evictable)
+	x.finish(x.g.token, 0, err)
+}
+
+// attempted finishes the attempt as recipeAcquire does (on a goroutine of
+// its own: it may wait).
+func (x *recipeAcquiring) attempted(err error) {
+	x.finish(x.m.hashAttempted(x.ctx, &x.g, err, x.key, x.side, x.tokenKey, x.holder, x.clientAddr, x.lease, x.received, nil, x.evictable))
+}
+
+// finish ends the lock's turn and answers.
+func (x *recipeAcquiring) finish(token uint64, pttl int64, err error) {
+	x.m.serial.unlock(x.key, x.turn)
+	x.done(token, pttl, err)
+}
+
+// RecipeUnlockNow is RecipeUnlock for a caller that must not block, as
+// ReleaseNow is Release: done runs once with RecipeUnlock's outcome, on
+// the lock writer's goroutine.
+func (m *Manager) RecipeUnlockNow(u RecipeUnlock, done func(n int64, null bool, err error)) bool {
+	runner, ok := m.opts.Scripts.(nowRunner)
+	if !ok {
+		return false
+	}
+	turn, ok := m.serial.tryLock(u.Key)
+	if !ok {
+		return false
+	}
+	if !runner.StartThen(u.Key, m.recipeUnlockCall(u), false, func(w *lockwriter.Write) {
+		n, null, err := m.recipeUnlocked(u, w)
+		m.serial.unlock(u.Key, turn)
+		done(n, null, err)
+	}) {
+		m.serial.unlock(u.Key, turn)
 		return false
 	}
 	return true

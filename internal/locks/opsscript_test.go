@@ -238,3 +238,39 @@ func TestRawPair(t *testing.T) {
 		}
 	}
 }
+
+// TestHashAcquireAsksForTheNewest: a recipe's acquire sent without the
+// resource's newest token (RecipeAcquireNow, when the fence store does not
+// have it cached) grants a fresh lock, but a re-entry, which is judged by
+// that token, is answered kindNeedNewest with nothing written; sent again
+// with it, the re-entry keeps its grant's token.
+func TestHashAcquireAsksForTheNewest(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := testenv.Dial(t, master.Addr)
+	c.Do("SCRIPT", "LOAD", opsScript)
+	const holder, lease, life = "uuid:1", int64(30000), int64(86400000)
+	side := "fenceproxy:lock:{lk}"
+	acquire := func(cand uint64, newest any) []any {
+		now := time.Now().UnixMilli()
+		call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys("lk", side),
+			Args: lockwriter.ArgsOf(holder, lease, cand, newest, now,
+				recordValue{token: cand, at: now, addr: "127.0.0.1:9" + recipeAddrMark, owner: holder}, uint64(0), life, "")}
+		arr, ok := runOps(t, c, call)[0].([]any)
+		if !ok || len(arr) < 2 {
+			t.Fatalf("hash acquire answered %v", arr)
+		}
+		return arr
+	}
+	if got := acquire(5, ""); got[0] != int64(kindGranted) || got[1] != "5" {
+		t.Fatalf("a fresh grant without the newest token: %v, want kind %d, token 5", got, kindGranted)
+	}
+	if got := acquire(6, ""); got[0] != int64(kindNeedNewest) {
+		t.Fatalf("a re-entry without the newest token: %v, want kind %d", got, kindNeedNewest)
+	}
+	if n := string(c.Do("HGET", "lk", holder)); n != ":1\r\n" && n != "$1\r\n1\r\n" {
+		t.Fatalf("the re-entry asked for the newest token wrote its count: %q", n)
+	}
+	if got := acquire(7, uint64(5)); got[0] != int64(kindRearmed) || got[1] != "5" {
+		t.Fatalf("the re-entry with the newest token: %v, want kind %d, token 5", got, kindRearmed)
+	}
+}

@@ -91,6 +91,9 @@ local function hashAcquire(k, s, mk, a)
   if st and st >= tonumber(cand) then
     return {4, stok}
   end
+  if sowner and newest == '' then
+    return {3, 0} -- a re-entry judged by the newest token, not sent: asked again with it
+  end
   local was = call('PEXPIRETIME', k)
   call('HINCRBY', k, holder, 1)
   call('PEXPIRE', k, lease)
@@ -244,8 +247,8 @@ const recipeAddrMark = " (recipe)"
 // token is at or above the candidate (kindTokenAhead): the numbers of
 // replyKind.
 const (
-	// opHashAcquire: holder, lease-ms, candidate token, newest token, now
-	// (unix ms), the new side record (a recordValue), term,
+	// opHashAcquire: holder, lease-ms, candidate token, newest token ("" if
+	// unknown: a re-entry then answers {3, 0}, kindNeedNewest), now (unix ms), the new side record (a recordValue), term,
 	// fence-mark-life-ms, token key ("" for none: RFencedLock's
 	// redisson_lock_token:{name}, which a grant raises to its token, never
 	// lowers; Redisson INCRs it). A grant under a new token raises the

@@ -81,11 +81,24 @@ func (m *Manager) recipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 	turn := m.serial.lock(key)
 	defer m.serial.unlock(key, turn)
 	g, err := m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease, q)
+	return m.hashAttempted(ctx, &g, err, key, side, tokenKey, holder, clientAddr, lease, received, q, evictable)
+}
+
+// hashAttempted finishes recipeAcquire's attempt g, whose script has
+// answered (err: sendHashAcquire's), in the lock's turn: it asks again
+// above a record's token ahead of the store's, and settles a grant.
+func (m *Manager) hashAttempted(ctx context.Context, g *hashGrant, err error, key, side, tokenKey, holder, clientAddr string, lease time.Duration, received time.Time, q *FairQueue, evictable bool) (token uint64, pttl int64, _ error) {
+	if err == nil && g.kind == kindNeedNewest {
+		// A re-entry, and the newest token was not cached
+		// (RecipeAcquireNow): read it and ask again (nothing was
+		// written).
+		*g, err = m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease, q)
+	}
 	if err == nil && g.kind == kindTokenAhead {
 		// The side record carries a token this store never issued (see
 		// authority.go): adopt it, then ask again above it.
 		if err = m.judgeRecordToken(key, side, int64(g.token)); err == nil {
-			g, err = m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease, q)
+			*g, err = m.sendHashAcquire(ctx, key, side, tokenKey, holder, clientAddr, lease, q)
 		}
 	}
 	if err != nil {
@@ -99,7 +112,7 @@ func (m *Manager) recipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 		m.hot.add(key)
 		return 0, g.busy, ErrBusy
 	case kindGranted, kindRearmed:
-		return g.token, 0, m.settleHashGrant(ctx, &g, key, holder, clientAddr, lease, received, evictable)
+		return g.token, 0, m.settleHashGrant(ctx, g, key, holder, clientAddr, lease, received, evictable)
 	}
 	return 0, 0, fmt.Errorf("locks: unexpected recipe acquire reply kind %d", g.kind)
 }
@@ -107,13 +120,29 @@ func (m *Manager) recipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 // sendHashAcquire runs one opHashAcquire with a fresh candidate token and
 // reads its reply.
 func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, holder, clientAddr string, lease time.Duration, q *FairQueue) (g hashGrant, err error) {
-	g.tokenKey = tokenKey
 	newest, err := m.opts.Store.Newest(key)
 	if err != nil {
 		return g, err
 	}
-	if g.candidate, err = m.opts.Store.NextToken(); err != nil {
+	if err := m.hashAcquireCall(&g, key, side, tokenKey, holder, clientAddr, lease, q, newest, false); err != nil {
 		return g, err
+	}
+	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
+	reply, err := g.write.Reply()
+	if err != nil {
+		return g, deposed(err)
+	}
+	return g, g.readReply(reply)
+}
+
+// hashAcquireCall builds g's opHashAcquire call with a fresh candidate
+// token; newest is the resource's newest token (a uint64), or "" if not
+// known (RecipeAcquireNow). With now, only a token the store hands out
+// without I/O (else errWouldWait).
+func (m *Manager) hashAcquireCall(g *hashGrant, key, side, tokenKey, holder, clientAddr string, lease time.Duration, q *FairQueue, newest any, now bool) (err error) {
+	g.tokenKey = tokenKey
+	if g.candidate, err = m.nextToken(now); err != nil {
+		return err
 	}
 	g.start = time.Now()
 	term := m.term()
@@ -123,15 +152,16 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 	if q != nil {
 		g.fair = q.grant(&g.call) // fair.go
 	}
-	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
-	reply, err := g.write.Reply()
-	if err != nil {
-		return g, deposed(err)
-	}
+	return nil
+}
+
+// readReply decodes the script's reply (a fair lock's first through its
+// queue) into g.
+func (g *hashGrant) readReply(reply any) error {
 	if g.fair != nil {
 		reply = g.fair.read(reply)
 	}
-	return g, g.read(reply)
+	return g.read(reply)
 }
 
 // readKindReply decodes the {kind, ...} reply of a recipe's twin (what names
@@ -164,6 +194,8 @@ func (g *hashGrant) read(reply any) error {
 	case kindBusy:
 		g.busy = v
 		return nil
+	case kindNeedNewest:
+		return nil
 	case kindTokenAhead:
 		g.token = uint64(v)
 		return nil
@@ -185,17 +217,26 @@ func (g *hashGrant) read(reply any) error {
 // settleHashGrant finishes a recipe grant whose script has answered, in
 // the resource's turn, as settle does a LOCK.ACQUIRE's.
 func (m *Manager) settleHashGrant(ctx context.Context, g *hashGrant, key, holder, clientAddr string, lease time.Duration, received time.Time, evictable bool) error {
-	fresh := g.kind == kindGranted // a new token; else the holder's current one
 	var reserveErr error
-	if fresh {
+	if g.kind == kindGranted {
 		reserveErr = m.opts.Store.Reserve(key, g.token)
 	}
-	err := m.grantVerdict(g.write, g.start, reserveErr, m.replyBy(received, lease))
+	verdict := m.grantVerdict(g.write, g.start, reserveErr, m.replyBy(received, lease))
+	return m.settleHashVerdict(ctx, g, verdict, reserveErr == nil, key, holder, clientAddr, lease, evictable)
+}
+
+// settleHashVerdict is settleHashGrant's end, once the grant is judged
+// (verdict; reserved: a new token's reservation did not fail): it
+// confirms the token and records the lease, or undoes the grant. Only
+// undoing waits (on Redis).
+func (m *Manager) settleHashVerdict(ctx context.Context, g *hashGrant, verdict error, reserved bool, key, holder, clientAddr string, lease time.Duration, evictable bool) error {
+	fresh := g.kind == kindGranted // a new token; else the holder's current one
+	err := verdict
 	if err == nil && fresh {
 		err = m.opts.Store.Confirm(key, g.token)
 	}
 	if err != nil {
-		return m.abandonHashGrant(ctx, g, key, holder, fresh && reserveErr == nil, err)
+		return m.abandonHashGrant(ctx, g, key, holder, fresh && reserved, err)
 	}
 	if fresh {
 		if old := m.leases.granted(key, g.token, g.start, g.start.Add(lease), clientAddr); old != nil {
@@ -359,9 +400,15 @@ type RecipeUnlock struct {
 // recipe answers nil (not the holder). A release ends the side record and
 // the lease the proxy tracks.
 func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, null bool, err error) {
-	side := m.recordKey(u.Key)
 	turn := m.serial.lock(u.Key)
 	defer m.serial.unlock(u.Key, turn)
+	call := m.recipeUnlockCall(u)
+	return m.recipeUnlocked(u, m.opts.Scripts.Start(ctx, u.Key, call, false))
+}
+
+// recipeUnlockCall is u's opHashUnlock (or force-unlock) call.
+func (m *Manager) recipeUnlockCall(u RecipeUnlock) lockwriter.ScriptCall {
+	side := m.recordKey(u.Key)
 	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: recipeKeys(u.Key, side),
 		Args: lockwriter.ArgsOf(u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL, m.term())}
 	if u.Force {
@@ -371,7 +418,13 @@ func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, nu
 	if u.Fair != nil {
 		u.Fair.unlock(&call) // fair.go
 	}
-	reply, err := m.opts.Scripts.Start(ctx, u.Key, call, false).Reply()
+	return call
+}
+
+// recipeUnlocked reads an unlock's reply (w, in) as RecipeUnlock answers
+// it, in the lock's turn. It never waits.
+func (m *Manager) recipeUnlocked(u RecipeUnlock, w *lockwriter.Write) (n int64, null bool, err error) {
+	reply, err := w.Reply()
 	if err != nil {
 		return 0, false, deposed(err)
 	}

@@ -30,14 +30,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func TestRecipeAcquireSettles(t *testing.T) {
 	fresh := hashReply(kindGranted, "1", 0, -2, "")
 	reentry := hashReply(kindRearmed, "7", 2, 1700000000000, "1700000000001")
-	for _, tc := range []struct {
-		name     string
-		s        setup
-		wantErr  func(error) bool
-		newest   uint64
-		calls    []string
-		undoArgs []string // the undo's count, PEXPIRETIMEs before (its args 2-4)
-	}{
+	for _, tc := range []recipeAcquireCase{
 		{name: "fresh grant acknowledged", s: setup{replies: []reply{{raw: fresh, acks: acked(1)}}},
 			newest: 1, calls: []string{"hash-acquire+acks"}},
 		{name: "fresh grant short of replicas: undone, not issued",
@@ -58,38 +51,73 @@ func TestRecipeAcquireSettles(t *testing.T) {
 			undoArgs: []string{"2", "1700000000000", "1700000000001"}},
 		{name: "busy: nothing to settle", s: setup{replies: []reply{{raw: "*2\r\n:0\r\n:900\r\n"}}},
 			wantErr: errIs(ErrBusy), newest: 0, calls: []string{"hash-acquire+acks"}},
+		{name: "re-entry without the newest token: asked again with it",
+			s: setup{store: func(s *memTokens) { s.newest["r"] = 7 },
+				replies: []reply{{raw: "*2\r\n:3\r\n:0\r\n", acks: acked(1)}, {raw: reentry, acks: acked(1)}}},
+			newest: 7, calls: []string{"hash-acquire+acks", "hash-acquire+acks"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, received := arrange(t, newFixture, tc.s)
-			_, _, err := f.m.RecipeAcquire(context.Background(), "r", "", owner, addr, ttl, received)
-			switch {
-			case tc.wantErr == nil && err != nil:
-				t.Fatalf("RecipeAcquire: %v", err)
-			case tc.wantErr != nil && !tc.wantErr(err):
-				t.Fatalf("RecipeAcquire: err %v, not the one expected", err)
+		// Each case both ways, as TestAcquireOutcomes: RecipeAcquire, and
+		// RecipeAcquireNow falling back to it.
+		for _, now := range []bool{false, true} {
+			name, base := tc.name, newFixture
+			if now {
+				name, base = tc.name+"/now", newNowFixture
 			}
-			if got := f.newest(); got != tc.newest {
-				t.Errorf("newest token recorded = %d, want %d", got, tc.newest)
-			}
-			calls := f.scripts.sent()
-			var names []string
-			for _, c := range calls {
-				n := c.script
-				if c.wantAcks {
-					n += "+acks"
-				}
-				names = append(names, n)
-			}
-			if !slices.Equal(names, tc.calls) {
-				t.Fatalf("sent %q, want %q", names, tc.calls)
-			}
-			if tc.undoArgs != nil {
-				u := calls[len(calls)-1].args
-				if got := u[2:5]; !slices.Equal(got, tc.undoArgs) {
-					t.Errorf("undo's count and expiries = %q, want %q", got, tc.undoArgs)
-				}
-			}
-		})
+			t.Run(name, func(t *testing.T) { tc.run(t, base, now) })
+		}
+	}
+}
+
+// recipeAcquireCase is one case of TestRecipeAcquireSettles.
+type recipeAcquireCase struct {
+	name     string
+	s        setup
+	wantErr  func(error) bool
+	newest   uint64
+	calls    []string
+	undoArgs []string // the undo's count, PEXPIRETIMEs before (its args 2-4)
+}
+
+// run runs the case on base's fixture: by RecipeAcquireNow (which must
+// start) if now, else by RecipeAcquire.
+func (tc recipeAcquireCase) run(t *testing.T, base func(*testing.T, *fakeScripts, func(*Options)) *fixture, now bool) {
+	f, received := arrange(t, base, tc.s)
+	var err error
+	if now {
+		done := make(chan error, 1)
+		if !f.m.RecipeAcquireNow(context.Background(), "r", "", owner, addr, ttl, received, func(_ uint64, _ int64, err error) { done <- err }) {
+			t.Fatal("RecipeAcquireNow did not start")
+		}
+		err = <-done
+	} else {
+		_, _, err = f.m.RecipeAcquire(context.Background(), "r", "", owner, addr, ttl, received)
+	}
+	switch {
+	case tc.wantErr == nil && err != nil:
+		t.Fatalf("RecipeAcquire: %v", err)
+	case tc.wantErr != nil && !tc.wantErr(err):
+		t.Fatalf("RecipeAcquire: err %v, not the one expected", err)
+	}
+	if got := f.newest(); got != tc.newest {
+		t.Errorf("newest token recorded = %d, want %d", got, tc.newest)
+	}
+	calls := f.scripts.sent()
+	var names []string
+	for _, c := range calls {
+		n := c.script
+		if c.wantAcks {
+			n += "+acks"
+		}
+		names = append(names, n)
+	}
+	if !slices.Equal(names, tc.calls) {
+		t.Fatalf("sent %q, want %q", names, tc.calls)
+	}
+	if tc.undoArgs != nil {
+		u := calls[len(calls)-1].args
+		if got := u[2:5]; !slices.Equal(got, tc.undoArgs) {
+			t.Errorf("undo's count and expiries = %q, want %q", got, tc.undoArgs)
+		}
 	}
 }
 
