@@ -156,19 +156,14 @@ func (x *acquiring) replied(w *lockwriter.Write) {
 			x.token = uint64(a.value) // the owner's existing grant, re-armed
 		}
 		// Reserved as settle reserves it: a token above the newest.
-		m.settleThen(&x.settling, w, x.token > a.newest, x.resource, x.token, x.judge)
+		m.settleThen(&x.settling, w, x.token > a.newest, x.resource, x.token, x)
 	}
 }
 
-// judge judges the grant once its steps are in (settle's end).
-func (x *acquiring) judge() {
+// verdict judges the grant once its steps are in (settle's).
+func (x *acquiring) verdict() error {
 	m, a := x.m, &x.a
-	verdict := m.grantVerdict(a.write, a.start, x.reserveErr, m.replyBy(x.leaseFrom, x.ttl))
-	if verdict != nil {
-		go x.settle(verdict) // the grant is undone: that waits on Redis
-		return
-	}
-	x.settle(nil)
+	return m.grantVerdict(a.write, a.start, x.reserveErr, m.replyBy(x.leaseFrom, x.ttl))
 }
 
 // settle is settleVerdict for the attempt.
@@ -193,19 +188,27 @@ func (x *acquiring) finish(g Grant, err error) {
 }
 
 // settling joins the two steps a grant waits for before it is judged, the
-// new token's fsync and the replicas' WAIT, and runs judge on the
-// goroutine that ends the last of them.
+// new token's fsync and the replicas' WAIT, and then settles it, on the
+// goroutine that ends the last of them; or, when the verdict is against
+// the grant, on a goroutine of its own (the grant is undone: that waits on
+// Redis).
 type settling struct {
 	out        atomic.Int32 // steps out
 	reserveErr error        // the reservation's outcome; read once out is 0
-	judge      func()
+	of         settled
 }
 
-// settleThen starts s: the WAIT behind w and, with reserve, token's
-// reservation for resource (the fsync runs while Redis waits for the
-// replicas); judge runs once both are in.
-func (m *Manager) settleThen(s *settling, w *lockwriter.Write, reserve bool, resource string, token uint64, judge func()) {
-	s.judge = judge
+// settled is a grant in flight that settling settles.
+type settled interface {
+	verdict() error       // grantVerdict's, once the steps are in: it does not wait then
+	settle(verdict error) // settleVerdict's course: confirm and answer, or undo
+}
+
+// settleThen starts s for the grant of: the WAIT behind w and, with
+// reserve, token's reservation for resource (the fsync runs while Redis
+// waits for the replicas).
+func (m *Manager) settleThen(s *settling, w *lockwriter.Write, reserve bool, resource string, token uint64, of settled) {
+	s.of = of
 	s.out.Store(1)
 	if reserve {
 		s.out.Store(2)
@@ -223,11 +226,16 @@ func (s *settling) reserved(err error) {
 	s.stepDone()
 }
 
-// stepDone ends one step; the last runs judge.
+// stepDone ends one step; the last settles the grant.
 func (s *settling) stepDone() {
-	if s.out.Add(-1) == 0 {
-		s.judge()
+	if s.out.Add(-1) != 0 {
+		return
 	}
+	if v := s.of.verdict(); v != nil {
+		go s.of.settle(v)
+		return
+	}
+	s.of.settle(nil)
 }
 
 // ReleaseNow is Release for a caller that must not block, as AcquireNow
@@ -325,19 +333,14 @@ func (x *recipeAcquiring) replied(w *lockwriter.Write) {
 		x.m.hot.add(x.key)
 		x.finish(0, g.busy, ErrBusy)
 	default:
-		x.m.settleThen(&x.settling, w, g.kind == kindGranted, x.key, g.token, x.judge)
+		x.m.settleThen(&x.settling, w, g.kind == kindGranted, x.key, g.token, x)
 	}
 }
 
-// judge judges the grant once its steps are in (settleHashGrant's end).
-func (x *recipeAcquiring) judge() {
+// verdict judges the grant once its steps are in (settleHashGrant's).
+func (x *recipeAcquiring) verdict() error {
 	m, g := x.m, &x.g
-	verdict := m.grantVerdict(g.write, g.start, x.reserveErr, m.replyBy(x.received, x.lease))
-	if verdict != nil {
-		go x.settle(verdict) // the grant is undone: that waits on Redis
-		return
-	}
-	x.settle(nil)
+	return m.grantVerdict(g.write, g.start, x.reserveErr, m.replyBy(x.received, x.lease))
 }
 
 // settle is settleHashVerdict for the attempt.

@@ -26,6 +26,15 @@ var serialEntries = sync.Pool{New: func() any { return &serialEntry{turn: make(c
 // lock waits for the resource's turn; pass what it returns to unlock.
 func (s *serializer) lock(resource string) *serialEntry {
 	s.mu.Lock()
+	e := s.entry(resource)
+	e.refs++
+	s.mu.Unlock()
+	e.turn <- struct{}{}
+	return e
+}
+
+// entry is resource's entry, made if it has none. Under mu.
+func (s *serializer) entry(resource string) *serialEntry {
 	if s.entries == nil {
 		s.entries = make(map[string]*serialEntry)
 	}
@@ -34,9 +43,6 @@ func (s *serializer) lock(resource string) *serialEntry {
 		e = serialEntries.Get().(*serialEntry)
 		s.entries[resource] = e
 	}
-	e.refs++
-	s.mu.Unlock()
-	e.turn <- struct{}{}
 	return e
 }
 
@@ -45,14 +51,7 @@ func (s *serializer) lock(resource string) *serialEntry {
 func (s *serializer) tryLock(resource string) (*serialEntry, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.entries == nil {
-		s.entries = make(map[string]*serialEntry)
-	}
-	e := s.entries[resource]
-	if e == nil {
-		e = serialEntries.Get().(*serialEntry)
-		s.entries[resource] = e
-	}
+	e := s.entry(resource)
 	select {
 	case e.turn <- struct{}{}: // never waits: the channel holds one token
 		e.refs++

@@ -389,7 +389,7 @@ func (wr *Writer) StartThen(key string, call ScriptCall, wantAcks bool, then fun
 		}
 		then(w)
 	}
-	return nw.tryQueue(w)
+	return nw.queue(nil, w) // nil: never waits for room
 }
 
 // nodeWriter is one master's queues of lock writes, each served by the
@@ -478,8 +478,9 @@ func (wr *Writer) writers(node *cluster.Node) *nodeWriter {
 }
 
 // queue hands w to the node's writers, or fails it if the node is closing
-// or ctx ends first.
-func (nw *nodeWriter) queue(ctx context.Context, w *Write) {
+// or ctx ends first. With ctx nil it does not wait: it reports false, w
+// not queued, if the queue is full.
+func (nw *nodeWriter) queue(ctx context.Context, w *Write) bool {
 	queue := nw.writes
 	if !w.wantAcks {
 		// Kept apart so they never wait behind another batch's WAIT.
@@ -489,34 +490,22 @@ func (nw *nodeWriter) queue(ctx context.Context, w *Write) {
 	defer nw.queuing.Add(-1)
 	if nw.closing.Load() {
 		w.fail(cluster.ErrUnavailable)
-		return
+		return true
+	}
+	if ctx == nil {
+		select {
+		case queue <- w:
+			return true
+		default:
+			return false
+		}
 	}
 	select {
 	case queue <- w:
 	case <-ctx.Done():
 		w.fail(ctx.Err())
 	}
-}
-
-// tryQueue is queue for a caller that must not wait: false, with w not
-// queued, if its queue is full.
-func (nw *nodeWriter) tryQueue(w *Write) bool {
-	queue := nw.writes
-	if !w.wantAcks {
-		queue = nw.unacked
-	}
-	nw.queuing.Add(1)
-	defer nw.queuing.Add(-1)
-	if nw.closing.Load() {
-		w.fail(cluster.ErrUnavailable)
-		return true
-	}
-	select {
-	case queue <- w:
-		return true
-	default:
-		return false
-	}
+	return true
 }
 
 // retire waits for node to close, then answers every write still queued
