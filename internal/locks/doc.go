@@ -35,9 +35,15 @@
 //     acknowledges and the outcomes); a lock operation is a
 //     lockwriter.ScriptCall with an Op (lockOp) of opsScript. A failure
 //     arrives as the reply's typed error, never as reply text.
-//   - Runner (runner.go, workers.go): the command layer hands it every lock
-//     request: a connection's requests for one resource in order, on
-//     bounded workers, cancelled when the client goes away.
+//   - Runner (runner.go, workers.go): the command layer hands it the lock
+//     requests that wait on each step: a connection's requests for one
+//     resource in order, on bounded workers, cancelled when the client
+//     goes away. The usual course of LOCK.ACQUIRE without WAIT,
+//     LOCK.RELEASE and Redisson's RLock acquire and unlock needs no
+//     worker: AcquireNow and its kind (now.go) run each step as a callback
+//     where the one before completes (the lock writer's reply, the fence
+//     store's group commit, the shared WAIT), through the same functions
+//     the blocking course uses from that step on.
 //
 // Lock order: a resource's serializer, then leases.mu. A resource's turn
 // may end on another goroutine (a release handing the resource to the head
