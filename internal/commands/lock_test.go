@@ -163,9 +163,17 @@ func TestLockPipelined(t *testing.T) {
 }
 
 // TestLockWaitQueueAndClientGone: the line for a resource is bounded
-// (MaxWaiters 2 here), and a waiter whose client goes away leaves it.
+// (MaxWaiters 2 here), and a waiter whose client goes away leaves it,
+// served by a goroutine per client and on the serve loop (which watches a
+// waiting client).
 func TestLockWaitQueueAndClientGone(t *testing.T) {
-	p, _ := startStandalone(t, proxyOptions{}, false)
+	for _, loop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("loop=%v", loop), func(t *testing.T) { testLockWaitQueueAndClientGone(t, loop) })
+	}
+}
+
+func testLockWaitQueueAndClientGone(t *testing.T, loop bool) {
+	p, _ := startStandalone(t, proxyOptions{loop: loop}, false)
 	holder := p.dial(t)
 	wantInt(t, holder, "LOCK.ACQUIRE", "line", "holder", "60000")
 	w1, w2 := p.dial(t), p.dial(t)

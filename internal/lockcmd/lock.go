@@ -177,17 +177,19 @@ func receivedAt(c Conn) time.Time {
 	return t
 }
 
-// LeaseOnLoop reports whether the serve loop may serve a LOCK.ACQUIRE
-// (without WAIT), LOCK.RENEW or LOCK.RELEASE: their serving only parses
-// the request and hands it to a lock worker (runLockTo), whose reply
-// completes the client's batch, so the loop's client stays on the loop
-// through its lock cycles. Not a LOCK.ACQUIRE ... WAIT (the batch waits
-// watching the client: a goroutine's), not on a tier node (a follower
-// relays it over a link), and not while the workers' backlog is filling
-// (handing a request over would wait for room: the client's goroutine
-// may, the loop must not).
+// LeaseOnLoop reports whether the serve loop may serve a LOCK.ACQUIRE,
+// LOCK.RENEW or LOCK.RELEASE: their serving only parses the request and
+// starts it as callbacks (runNow) or hands it to a lock worker
+// (runLockTo), whose reply completes the client's batch, so the loop's
+// client stays on the loop through its lock cycles. A LOCK.ACQUIRE ...
+// WAIT too: it ends its batch (MayBlock) and the loop watches the client
+// meanwhile, whose going away (ClientGone) takes it out of the line; its
+// worker is one of the unbounded waiters', which never makes the hand-over
+// wait. Not on a tier node (a follower relays it over a link), and not
+// while the bounded workers' backlog is filling (handing a request over
+// would wait for room: the client's goroutine may, the loop must not).
 func (fam *Family) LeaseOnLoop(args [][]byte) bool {
-	return fam.On() && !fam.InTier() && len(args) <= 4 && !fam.runner.Crowded()
+	return fam.On() && !fam.InTier() && !fam.runner.Crowded()
 }
 
 func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
