@@ -392,3 +392,34 @@ func TestLockRequestsRunAsCallbacks(t *testing.T) {
 	run(t, c, []exchange{{[]string{"LOCK.ACQUIRE", "w", "o", "10000", "WAIT", "100"}, ":4\r\n"}})
 	counted("callbacks=5 worker=2")
 }
+
+// TestLeaseCountsFromArrival: a request that waited in the kernel while the
+// serve loop was busy (a function of 300 ms posted to it stands for a
+// stalled or just-started proxy) counts its lease from when it arrived, not
+// from when it was read: a 200 ms grant mostly used up before the read is
+// refused -TRYAGAIN, on a connection the loop already served and on one
+// made during the stall (not yet accepted). Without the stall it is
+// granted.
+func TestLeaseCountsFromArrival(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{loop: true}, false)
+	old := p.dial(t)
+	run(t, old, []exchange{{[]string{"LOCK.ACQUIRE", "free", "o", "200"}, ":1\r\n"}})
+	const late = "-TRYAGAIN fenceproxy: the lock could not be granted with enough of its lease left; nothing was granted (a lease this owner already held stands as it was), retry\r\n"
+	for _, conn := range []string{"served before", "made during the stall"} {
+		stalled := make(chan struct{})
+		p.Loop.Post(func() {
+			close(stalled)
+			time.Sleep(300 * time.Millisecond)
+		})
+		<-stalled
+		c := old
+		if conn == "made during the stall" {
+			c = p.dial(t)
+		}
+		c.Send("LOCK.ACQUIRE", "r-"+conn, "o", "200")
+		c.Flush()
+		if got, err := c.ReadReply(); err != nil || string(got) != late {
+			t.Errorf("a 200 ms grant read 300 ms after it arrived, on a connection %s: %q, %v; want %q", conn, got, err, late)
+		}
+	}
+}

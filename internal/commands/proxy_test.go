@@ -50,6 +50,7 @@ type testProxy struct {
 	Backend cluster.Backend
 	Server  *protocol.Server
 	Metrics *metrics.Metrics
+	Loop    *netloop.Loop // nil unless proxyOptions.loop
 	log     *lockedBuffer
 }
 
@@ -142,7 +143,7 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	return &testProxy{Addr: ln.Addr().String(), Handler: h, Backend: be, Server: srv, Metrics: m, log: logBuf}
+	return &testProxy{Addr: ln.Addr().String(), Handler: h, Backend: be, Server: srv, Metrics: m, Loop: loop, log: logBuf}
 }
 
 // startStandalone starts a master (and, with a replica, one replica) and a

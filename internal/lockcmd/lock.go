@@ -162,12 +162,13 @@ const (
 	replyLateRelayedGrantUndone = "-TRYAGAIN fenceproxy: the tier's leader granted the lock, but its reply reached this node too late to leave enough of the lease; the grant was undone, nothing is held, retry\r\n"
 )
 
-// receivedAt is when the request being served was read from the client:
-// a lease is counted from it. (A connection that never read, as in unit
-// tests, counts from now.) A command relayed by a tier follower counts from
-// when the follower read it (TIER.RELAY's elapsed time).
+// receivedAt is when the request being served reached this host (read
+// from the client, or earlier by the kernel's count: protocol's
+// ArrivedAt): a lease is counted from it. (A connection that never read,
+// as in unit tests, counts from now.) A command relayed by a tier follower
+// counts from when the follower received it (TIER.RELAY's elapsed time).
 func receivedAt(c Conn) time.Time {
-	t := c.ReadAt()
+	t := c.ArrivedAt()
 	if t.IsZero() {
 		t = time.Now()
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -103,4 +104,17 @@ func WaitReadable(fd int, ms int) bool {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, ms)
 	return err == nil && n > 0
+}
+
+// LastDataAge is how long ago the kernel last received data on the TCP
+// socket fd (TCP_INFO's last_data_recv, in whole milliseconds, rounded
+// down to the kernel's tick); ok is false if it cannot tell. Data that
+// waited in the socket, or in a connection not yet accepted, is older
+// than its read says.
+func LastDataAge(fd int) (age time.Duration, ok bool) {
+	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(info.Last_data_recv) * time.Millisecond, true
 }

@@ -47,3 +47,4 @@ func Close(fd int) error                           { return errUnsupported }
 func Read(fd int, p []byte) (int, error)           { return 0, errUnsupported }
 func Write(fd int, p []byte) (int, error)          { return 0, errUnsupported }
 func WaitReadable(fd int, ms int) bool             { return false }
+func LastDataAge(fd int) (time.Duration, bool)     { return 0, false }

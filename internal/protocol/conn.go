@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -129,6 +130,45 @@ func (c *Conn) BatchLen() int { return c.batch.n }
 // many requests that read brought): when it was received, for a Handler
 // that counts from it, as a lease does. Call it only from ServeCommand.
 func (c *Conn) ReadAt() time.Time { return c.readAt }
+
+// ArrivedAt is when the request being served reached this host, as near
+// as the kernel tells: ReadAt, or earlier when the kernel last received
+// data on the connection longer ago than that, by more than a kernel tick
+// (TCP_INFO's last_data_recv): the request waited in the socket, or in a connection
+// not yet accepted, while this process was busy, paused or starting. A
+// lease counted from it ends no later than the client can expect. One
+// getsockopt per call: call it only from ServeCommand, for requests that
+// count from it.
+func (c *Conn) ArrivedAt() time.Time {
+	read := c.readAt
+	if read.IsZero() {
+		return read
+	}
+	age, ok := time.Duration(0), false
+	switch {
+	case c.lp != nil:
+		age, ok = netloop.LastDataAge(c.lp.fd)
+	case c.raw != nil:
+		if sc, isSys := c.raw.(syscall.Conn); isSys {
+			if rc, err := sc.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { age, ok = netloop.LastDataAge(int(fd)) })
+			}
+		}
+	}
+	// The kernel counts in ticks (jiffies): last_data_recv may be up to one
+	// tick above the data's true age. Less a whole tick of the coarsest
+	// kernels, it never is: a lag it shows is one that happened.
+	if age -= maxKernelTick; !ok || age <= 0 {
+		return read
+	}
+	if at := time.Now().Add(-age); at.Before(read) {
+		return at
+	}
+	return read
+}
+
+// maxKernelTick is the longest tick (jiffy) of a Linux kernel, at HZ=100.
+const maxKernelTick = 10 * time.Millisecond
 
 // Pipelined reports whether the client sent more than the request being
 // served: requests already read follow it. Call it only from ServeCommand.
