@@ -347,7 +347,7 @@ func (wr *Writer) StartOn(ctx context.Context, node *cluster.Node, call ScriptCa
 	w.replied.Add(1)
 	w.own = *resp.NewReply(&w.replied)
 	w.reply = &w.own
-	wr.writers(node).queue(ctx, w)
+	wr.writers(node).queue(ctx, w, true)
 	return w
 }
 
@@ -389,7 +389,7 @@ func (wr *Writer) StartThen(key string, call ScriptCall, wantAcks bool, then fun
 		}
 		then(w)
 	}
-	return nw.queue(nil, w) // nil: never waits for room
+	return nw.queue(context.Background(), w, false)
 }
 
 // nodeWriter is one master's queues of lock writes, each served by the
@@ -478,9 +478,9 @@ func (wr *Writer) writers(node *cluster.Node) *nodeWriter {
 }
 
 // queue hands w to the node's writers, or fails it if the node is closing
-// or ctx ends first. With ctx nil it does not wait: it reports false, w
-// not queued, if the queue is full.
-func (nw *nodeWriter) queue(ctx context.Context, w *Write) bool {
+// or ctx ends first. Without wait it does not wait for room: it reports
+// false, w not queued, if the queue is full.
+func (nw *nodeWriter) queue(ctx context.Context, w *Write, wait bool) bool {
 	queue := nw.writes
 	if !w.wantAcks {
 		// Kept apart so they never wait behind another batch's WAIT.
@@ -492,7 +492,7 @@ func (nw *nodeWriter) queue(ctx context.Context, w *Write) bool {
 		w.fail(cluster.ErrUnavailable)
 		return true
 	}
-	if ctx == nil {
+	if !wait {
 		select {
 		case queue <- w:
 			return true
