@@ -392,12 +392,12 @@ func (f *fixture) acquireNow(received time.Time) (uint64, error, bool) {
 
 type nowScripts struct{ *fakeScripts }
 
-func (s nowScripts) StartThen(key string, call lockwriter.ScriptCall, wantAcks bool, then func(*lockwriter.Write)) bool {
+func (s nowScripts) StartThen(key string, call lockwriter.ScriptCall, wantAcks bool, then lockwriter.ReplyIn) bool {
 	if s.noMaster {
 		return false // as the lock writer's: Start then says so
 	}
 	w := s.Start(context.Background(), key, call, wantAcks)
-	go then(w)
+	go then.ReplyIn(w)
 	return true
 }
 
@@ -408,8 +408,8 @@ func (s nowTokens) NextTokenNow() (uint64, bool, error) {
 	return t, err == nil, err
 }
 
-func (s nowTokens) ReserveThen(resource string, token uint64, done func(error)) error {
-	go done(s.Reserve(resource, token))
+func (s nowTokens) ReserveThen(resource string, token uint64, done persist.Synced) error {
+	go done.Synced(s.Reserve(resource, token))
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
+	"github.com/fenceproxy/fenceproxy/internal/persist"
 )
 
 // Lock requests finished where their steps complete.
@@ -40,16 +41,16 @@ type nowStore interface {
 	// token drawn skipped) when it would.
 	NextTokenNow() (token uint64, ok bool, err error)
 	// ReserveThen is Reserve that returns at once (an error then is
-	// Reserve's, done not run) and runs done with the outcome once the
+	// Reserve's, done not told) and tells done the outcome once the
 	// reservation is durable, on the goroutine that made it so.
-	ReserveThen(resource string, token uint64, done func(error)) error
+	ReserveThen(resource string, token uint64, done persist.Synced) error
 }
 
 // nowRunner is a ScriptRunner that runs a script without waiting for its
-// reply (lockwriter.Writer.StartThen): then runs on the goroutine that
+// reply (lockwriter.Writer.StartThen): then is told on the goroutine that
 // reads it, or not at all when StartThen reports false.
 type nowRunner interface {
-	StartThen(key string, call lockwriter.ScriptCall, wantAcks bool, then func(*lockwriter.Write)) bool
+	StartThen(key string, call lockwriter.ScriptCall, wantAcks bool, then lockwriter.ReplyIn) bool
 }
 
 // errWouldWait: a token the store cannot hand out without I/O (a new
@@ -106,7 +107,7 @@ func (m *Manager) AcquireNow(ctx context.Context, resource, owner, clientAddr st
 		x.leaseFrom = time.Now()
 	}
 	if x.a, err = m.acquireCall(resource, keys, owner, clientAddr, ttl, false, false, nil, true); err != nil ||
-		!runner.StartThen(keys[0], x.a.call, true, x.replied) {
+		!runner.StartThen(keys[0], x.a.call, true, x) {
 		m.serial.unlock(resource, turn) // a candidate drawn is skipped: tokens need not be consecutive
 		return false
 	}
@@ -131,8 +132,8 @@ type acquiring struct {
 	token uint64
 }
 
-// replied is the script's reply (on the lock writer's goroutine).
-func (x *acquiring) replied(w *lockwriter.Write) {
+// ReplyIn is the script's reply (on the lock writer's goroutine).
+func (x *acquiring) ReplyIn(w *lockwriter.Write) {
 	m, a := x.m, &x.a
 	a.write = w
 	var err error
@@ -212,19 +213,22 @@ func (m *Manager) settleThen(s *settling, w *lockwriter.Write, reserve bool, res
 	s.out.Store(1)
 	if reserve {
 		s.out.Store(2)
-		if err := m.opts.Store.(nowStore).ReserveThen(resource, token, s.reserved); err != nil {
+		if err := m.opts.Store.(nowStore).ReserveThen(resource, token, s); err != nil {
 			s.reserveErr = err
 			s.out.Add(-1)
 		}
 	}
-	w.AcksThen(s.stepDone)
+	w.AcksThen(s)
 }
 
-// reserved is the reservation's outcome (on the committer's goroutine).
-func (s *settling) reserved(err error) {
+// Synced is the reservation's outcome (on the committer's goroutine).
+func (s *settling) Synced(err error) {
 	s.reserveErr = err
 	s.stepDone()
 }
+
+// AcksIn: the WAIT's reply is in.
+func (s *settling) AcksIn() { s.stepDone() }
 
 // stepDone ends one step; the last settles the grant.
 func (s *settling) stepDone() {
@@ -254,15 +258,28 @@ func (m *Manager) ReleaseNow(resource, owner string, done func(bool, error)) boo
 		return false
 	}
 	keys := m.keys(resource)
-	now := time.Now()
-	call := m.releaseCall(keys, owner, nil, 0, now)
-	if !runner.StartThen(keys[0], call, false, func(w *lockwriter.Write) {
-		done(m.releaseReplied(resource, turn, nil, 0, 0, call, now, w))
-	}) {
+	x := &releasing{m: m, resource: resource, turn: turn, now: time.Now(), done: done}
+	x.call = m.releaseCall(keys, owner, nil, 0, x.now)
+	if !runner.StartThen(keys[0], x.call, false, x) {
 		m.serial.unlock(resource, turn)
 		return false
 	}
 	return true
+}
+
+// releasing is one ReleaseNow in flight.
+type releasing struct {
+	m        *Manager
+	resource string
+	turn     *serialEntry
+	now      time.Time
+	call     lockwriter.ScriptCall
+	done     func(bool, error)
+}
+
+// ReplyIn is the script's reply (on the lock writer's goroutine).
+func (x *releasing) ReplyIn(w *lockwriter.Write) {
+	x.done(x.m.releaseReplied(x.resource, x.turn, nil, 0, 0, x.call, x.now, w))
 }
 
 // RecipeAcquireNow is RecipeAcquire (an RLock's, RSpinLock's or
@@ -293,7 +310,7 @@ func (m *Manager) RecipeAcquireNow(ctx context.Context, key, tokenKey, holder, c
 		newest = n
 	}
 	if err != nil || m.hashAcquireCall(&x.g, key, side, tokenKey, holder, clientAddr, lease, nil, newest, true) != nil ||
-		!runner.StartThen(key, x.g.call, true, x.replied) {
+		!runner.StartThen(key, x.g.call, true, x) {
 		m.serial.unlock(key, turn)
 		return false
 	}
@@ -316,8 +333,8 @@ type recipeAcquiring struct {
 	g hashGrant
 }
 
-// replied is the twin's reply (on the lock writer's goroutine).
-func (x *recipeAcquiring) replied(w *lockwriter.Write) {
+// ReplyIn is the twin's reply (on the lock writer's goroutine).
+func (x *recipeAcquiring) ReplyIn(w *lockwriter.Write) {
 	g := &x.g
 	g.write = w
 	reply, err := w.Reply()
@@ -373,13 +390,25 @@ func (m *Manager) RecipeUnlockNow(u RecipeUnlock, done func(n int64, null bool, 
 	if !ok {
 		return false
 	}
-	if !runner.StartThen(u.Key, m.recipeUnlockCall(u), false, func(w *lockwriter.Write) {
-		n, null, err := m.recipeUnlocked(u, w)
-		m.serial.unlock(u.Key, turn)
-		done(n, null, err)
-	}) {
+	x := &recipeUnlocking{m: m, u: u, turn: turn, done: done}
+	if !runner.StartThen(u.Key, m.recipeUnlockCall(u), false, x) {
 		m.serial.unlock(u.Key, turn)
 		return false
 	}
 	return true
+}
+
+// recipeUnlocking is one RecipeUnlockNow in flight.
+type recipeUnlocking struct {
+	m    *Manager
+	u    RecipeUnlock
+	turn *serialEntry
+	done func(n int64, null bool, err error)
+}
+
+// ReplyIn is the twin's reply (on the lock writer's goroutine).
+func (x *recipeUnlocking) ReplyIn(w *lockwriter.Write) {
+	n, null, err := x.m.recipeUnlocked(x.u, w)
+	x.m.serial.unlock(x.u.Key, x.turn)
+	x.done(n, null, err)
 }

@@ -124,7 +124,7 @@ func (p persistStore) Reserve(resource string, token uint64) error {
 
 func (p persistStore) NextTokenNow() (uint64, bool, error) { return p.s.NextTokenNow() }
 
-func (p persistStore) ReserveThen(resource string, token uint64, done func(error)) error {
+func (p persistStore) ReserveThen(resource string, token uint64, done persist.Synced) error {
 	return p.s.ReserveThen([]byte(resource), token, done)
 }
 

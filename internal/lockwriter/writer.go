@@ -63,17 +63,60 @@ type Write struct {
 	replied sync.WaitGroup
 	ack     *ackWait // nil unless the batch sent a WAIT for this write
 	err     error    // set, before replied is done, if the write was never sent
-	// then, for a Write of StartThen, runs once its reply is in (or its
-	// failure), on the goroutine that completed it.
-	then func(*Write)
+	// then, for a Write of StartThen, is told once its reply is in (or its
+	// failure), on the goroutine that completed it; asked is that call as
+	// its caller made it (with its SHA), on key, by wr, for a retry.
+	then  ReplyIn
+	asked ScriptCall
+	key   string
+	wr    *Writer
 }
+
+// ReplyIn is a caller of StartThen: it is told once the script's reply is
+// in, on the goroutine that read it, which it must not block. (An
+// interface, not a func: the caller's own struct is the callback, with no
+// closure to allocate per write.)
+type ReplyIn interface {
+	ReplyIn(w *Write)
+}
+
+// AcksIn is a caller of AcksThen, told once the WAIT's reply is in.
+type AcksIn interface {
+	AcksIn()
+}
+
+// ReplyFunc and AcksFunc make a func a ReplyIn or an AcksIn (as
+// http.HandlerFunc does a Handler), where a closure per call costs
+// nothing that counts.
+type (
+	ReplyFunc func(w *Write)
+	AcksFunc  func()
+)
+
+func (f ReplyFunc) ReplyIn(w *Write) { f(w) }
+func (f AcksFunc) AcksIn()           { f() }
 
 // Complete is how a Write of StartThen learns that its script's reply is
 // in (its own reply's Completer): it ends replied, so Reply and Raw do not
-// wait, then runs then.
+// wait, and tells then, unless the call must go again as Start sends it
+// again: a script that met NOSCRIPT, or (in front of a Redis Cluster) a
+// redirect or an unreachable master within the retry window. Start does
+// that on a goroutine of its own, and then is told its outcome.
 func (w *Write) Complete(*resp.Reply) {
 	w.replied.Done()
-	w.then(w)
+	raw, err := w.Raw()
+	noScript := err == nil && w.call.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT"))
+	if w.wr != nil && (noScript || w.wr.opts.Backend.RetryAfterRefresh(raw, err)) {
+		if noScript {
+			w.wr.writers(w.node).forgetScript(w.asked.SHA) // Start sends it with its source
+		}
+		go func() { w.then.ReplyIn(w.wr.Start(context.Background(), w.key, w.asked, w.wantAcks)) }()
+		return
+	}
+	if err == nil && w.asked.SHA != "" && w.wr != nil {
+		w.wr.writers(w.node).addScript(w.asked.SHA) // it ran there
+	}
+	w.then.ReplyIn(w)
 }
 
 // ackWait is one WAIT shared by every write of a batch.
@@ -84,7 +127,7 @@ type ackWait struct {
 	// that read it; in is set then, under mu.
 	mu    sync.Mutex
 	in    bool
-	thens []func()
+	thens []AcksIn
 }
 
 // Complete ends the WAIT (its reply's Completer): Acks stops waiting, and
@@ -96,8 +139,8 @@ func (a *ackWait) Complete(*resp.Reply) {
 	a.thens = nil
 	a.mu.Unlock()
 	a.done.Done()
-	for _, fn := range thens {
-		fn()
+	for _, t := range thens {
+		t.AcksIn()
 	}
 }
 
@@ -120,7 +163,7 @@ func Replied(reply, acks []byte) *Write {
 func (w *Write) fail(err error) {
 	w.err = err
 	if w.then != nil {
-		w.Complete(nil)
+		w.Complete(nil) // as Start would: retried where it retries
 		return
 	}
 	w.replied.Done()
@@ -148,22 +191,22 @@ func (w *Write) Raw() ([]byte, error) {
 	return w.reply.Buf, w.reply.Err
 }
 
-// AcksThen runs fn once Acks would not wait: at once if the WAIT's reply
+// AcksThen tells t once Acks would not wait: at once if the WAIT's reply
 // is in (or there is none), else on the goroutine that reads it. Call it
 // only once the script's reply is in.
-func (w *Write) AcksThen(fn func()) {
+func (w *Write) AcksThen(t AcksIn) {
 	a := w.ack
 	if w.err != nil || a == nil {
-		fn()
+		t.AcksIn()
 		return
 	}
 	a.mu.Lock()
 	if a.in {
 		a.mu.Unlock()
-		fn()
+		t.AcksIn()
 		return
 	}
-	a.thens = append(a.thens, fn)
+	a.thens = append(a.thens, t)
 	a.mu.Unlock()
 }
 
@@ -353,42 +396,23 @@ func (wr *Writer) StartOn(ctx context.Context, node *cluster.Node, call ScriptCa
 
 // StartThen is Start for a caller that must not wait (the serve loop, a
 // lock request's completion): it queues call on the master of key's slot
-// without waiting for room, and then(w) runs once the script's reply is in,
-// on the goroutine that read it (the writer's), which then must not block.
-// A reply that Start would not return (NOSCRIPT; in front of a Redis
-// Cluster a redirect or an unreachable master, within the retry window)
-// is retried as Start does, on a goroutine of its own, which then runs
-// then. It reports false, having done nothing, when the master's queue is
-// full or no master is known: the caller uses Start.
-func (wr *Writer) StartThen(key string, call ScriptCall, wantAcks bool, then func(*Write)) bool {
+// without waiting for room, and then is told once the script's reply is
+// in, as Start would return it (Complete). It reports false, having done
+// nothing, when the master's queue is full or no master is known: the
+// caller uses Start.
+func (wr *Writer) StartThen(key string, call ScriptCall, wantAcks bool, then ReplyIn) bool {
 	node := wr.master(key)
 	if node == nil {
 		return false
 	}
 	nw := wr.writers(node)
-	sent := call
+	w := &Write{call: call, wantAcks: wantAcks, node: node, then: then, asked: call, key: key, wr: wr}
 	if call.SHA != "" && !nw.hasScript(call.SHA) {
-		sent.SHA = "" // its first call on this master goes with the source (Start)
+		w.call.SHA = "" // its first call on this master goes with the source (Start)
 	}
-	w := &Write{call: sent, wantAcks: wantAcks, node: node}
 	w.replied.Add(1)
 	w.own = *resp.NewReplyTo(w)
 	w.reply = &w.own
-	w.then = func(w *Write) {
-		raw, err := w.Raw()
-		noScript := err == nil && sent.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT"))
-		if noScript || wr.opts.Backend.RetryAfterRefresh(raw, err) {
-			if noScript {
-				nw.forgetScript(call.SHA) // Start sends it with its source
-			}
-			go func() { then(wr.Start(context.Background(), key, call, wantAcks)) }()
-			return
-		}
-		if err == nil && call.SHA != "" {
-			nw.addScript(call.SHA) // it ran there
-		}
-		then(w)
-	}
 	return nw.queue(context.Background(), w, false)
 }
 

@@ -164,14 +164,14 @@ func TestStartThen(t *testing.T) {
 			ackErr error
 		}
 		done := make(chan outcome, 2)
-		if !wr.StartThen("k", call, true, func(w *Write) {
+		if !wr.StartThen("k", call, true, ReplyFunc(func(w *Write) {
 			v, err := w.Reply()
-			w.AcksThen(func() {
+			w.AcksThen(AcksFunc(func() {
 				n, aerr := w.Acks()
 				done <- outcome{v, err, n, aerr}
-				w.AcksThen(func() { done <- outcome{v, err, n, aerr} }) // in already: at once
-			})
-		}) {
+				w.AcksThen(AcksFunc(func() { done <- outcome{v, err, n, aerr} })) // in already: at once
+			}))
+		})) {
 			t.Fatalf("%s: StartThen did not queue the write", when)
 		}
 		for range 2 {

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // Group commit: the Reserves that arrive while a synced commit is under
@@ -47,21 +49,32 @@ type commitGroup struct {
 	callers int
 	done    chan struct{} // closed once err is set
 	err     error
-	// thens are the callers that do not wait (ReserveThen): each runs
-	// with err once the group is committed, on the leader's goroutine.
-	thens []func(error)
+	// thens are the callers that do not wait (ReserveThen): each is told
+	// err once the group is committed, on the leader's goroutine.
+	thens []Synced
 }
 
-// groupCommit adds add's writes to the forming group's batch and returns
-// once that batch is synced, with its outcome. add runs under the
-// committer's mutex (a leaf): it must only add to the batch.
+// Synced is a caller of ReserveThen, told the outcome of the group commit
+// that carried its reservation. (An interface, not a func: the caller's
+// own struct is the callback, with no closure to allocate per grant.)
+type Synced interface {
+	Synced(err error)
+}
+
+// SyncedFunc makes a func a Synced (as http.HandlerFunc does a Handler).
+type SyncedFunc func(err error)
+
+func (f SyncedFunc) Synced(err error) { f(err) }
+
+// groupCommit adds the reservations of tokens for resource to the forming
+// group's batch and returns once that batch is synced, with its outcome.
 //
-// With then, it returns at once instead (nil, or add's error, then not
-// run), and then runs with the outcome once the batch is synced: the
-// caller must not wait (ReserveThen). Such a caller that starts a group
-// does not lead it: a goroutine of the group's own does, one per group,
-// not per caller.
-func (s *Store) groupCommit(add func(b *pebble.Batch) error, then func(error)) error {
+// With then, it returns at once instead (nil, or the error of adding them,
+// then not told), and then is told the outcome once the batch is synced:
+// the caller must not wait (ReserveThen). Such a caller that starts a
+// group does not lead it: a goroutine of the group's own does, one per
+// group, not per caller.
+func (s *Store) groupCommit(resource []byte, tokens []uint64, then Synced) error {
 	c := &s.commits
 	c.mu.Lock()
 	g := c.forming
@@ -70,7 +83,7 @@ func (s *Store) groupCommit(add func(b *pebble.Batch) error, then func(error)) e
 		g = &commitGroup{b: s.db.NewBatch(), done: make(chan struct{})}
 		c.forming = g
 	}
-	if err := add(g.b); err != nil {
+	if err := addReservations(g.b, resource, tokens); err != nil {
 		// Only a closed or oversized batch refuses a write. What was
 		// added is harmless: a token written counts as issued. A group
 		// nobody else joined yet goes: it would have no leader.
@@ -137,9 +150,19 @@ func (s *Store) commitRunning(g *commitGroup) error {
 	c.mu.Unlock()
 	close(g.done)
 	for _, then := range g.thens {
-		then(g.err)
+		then.Synced(g.err)
 	}
 	return g.err
+}
+
+// addReservations adds the reservations of tokens for resource to b.
+func addReservations(b *pebble.Batch, resource []byte, tokens []uint64) error {
+	for _, t := range tokens {
+		if err := b.Set(tokenstate.ReservedKey(resource, t), nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // commitGroupBatch commits g's batch, with the confirmations deferred so

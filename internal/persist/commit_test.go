@@ -69,7 +69,7 @@ func testReservesShareOneCommit(t *testing.T, then bool) {
 			return s.Reserve([]byte(r), tokens[i])
 		}
 		done := make(chan error, 1)
-		if err := s.ReserveThen([]byte(r), tokens[i], func(err error) { done <- err }); err != nil {
+		if err := s.ReserveThen([]byte(r), tokens[i], SyncedFunc(func(err error) { done <- err })); err != nil {
 			return err
 		}
 		return <-done

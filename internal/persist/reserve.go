@@ -69,29 +69,20 @@ func (s *Store) ReserveAll(resource []byte, tokens []uint64) error {
 			return err
 		}
 	}
-	return s.groupCommit(func(b *pebble.Batch) error {
-		for _, t := range tokens {
-			if err := b.Set(tokenstate.ReservedKey(resource, t), nil, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, nil)
+	return s.groupCommit(resource, tokens, nil)
 }
 
 // ReserveThen is Reserve for a caller that must not wait (a lock request
-// finished where its steps complete): it returns at once, and done runs
-// with Reserve's outcome once the group commit that carries the
-// reservation is synced, on the goroutine that committed it. An error it
-// returns (done then does not run) is one Reserve would have returned
-// without a commit.
-func (s *Store) ReserveThen(resource []byte, token uint64, done func(error)) error {
+// finished where its steps complete): it returns at once, and done is told
+// Reserve's outcome once the group commit that carries the reservation is
+// synced, on the goroutine that committed it. An error it returns (done
+// then not told) is one Reserve would have returned without a commit.
+func (s *Store) ReserveThen(resource []byte, token uint64, done Synced) error {
 	if err := s.check(Grant{Resource: resource, Token: token}); err != nil {
 		return err
 	}
-	return s.groupCommit(func(b *pebble.Batch) error {
-		return b.Set(tokenstate.ReservedKey(resource, token), nil, nil)
-	}, done)
+	tokens := [1]uint64{token}
+	return s.groupCommit(resource, tokens[:], done)
 }
 
 // Confirm makes a reserved token the resource's newest, at once for every
