@@ -119,25 +119,59 @@ func (fam *Family) runLock(c Conn, resource string, p *resp.Reply, timeout time.
 
 // runNow runs a lock request whose steps run as callbacks where each
 // completes (locks/now.go), if start can start it: start gets the
-// request's context and done, which its last step calls with the reply.
+// request's context and its nowReply, which the last step answers through.
 // It reports false, having done nothing, when start cannot, or when an
 // earlier request of the connection for resource is still in flight (this
 // one then queues behind it: runLock).
-func (fam *Family) runNow(c Conn, resource string, p *resp.Reply, start func(ctx context.Context, done func(reply []byte, err error)) bool) bool {
+func (fam *Family) runNow(c Conn, resource string, p *resp.Reply, start func(ctx context.Context, r *nowReply) bool) bool {
 	reqs := &c.State().Requests
 	if !reqs.StartNow(resource) {
 		return false
 	}
-	if !start(reqs.Context(), func(reply []byte, err error) {
-		p.Buf, p.Err = append(p.Buf, reply...), err
-		p.Done()
-		reqs.Finished(resource)
-	}) {
+	r := &nowReply{fam: fam, p: p, reqs: reqs, resource: resource, start: time.Now()}
+	if !start(reqs.Context(), r) {
 		reqs.Finished(resource)
 		return false
 	}
 	fam.byCallbacks.Inc()
 	return true
+}
+
+// nowReply answers a lock request that runNow started, once its last step
+// is done: it is the request's callback (locks.AcquireDone, ReleaseDone),
+// one allocation for all of it.
+type nowReply struct {
+	fam      *Family
+	p        *resp.Reply
+	reqs     *locks.ConnRequests
+	resource string
+	start    time.Time
+	acquire  acquireRequest // a LOCK.ACQUIRE's
+}
+
+// Acquired answers a LOCK.ACQUIRE.
+func (r *nowReply) Acquired(g locks.Grant, err error) {
+	r.fam.opts.Metrics.AcquireSeconds.Observe(time.Since(r.start).Seconds())
+	r.p.Buf, r.p.Err = r.acquire.reply(r.p.Buf, g, err)
+	r.done()
+}
+
+// Released answers a LOCK.RELEASE.
+func (r *nowReply) Released(released bool, err error) {
+	r.p.Buf, r.p.Err = r.fam.releaseReply(r.p.Buf, released, err)
+	r.done()
+}
+
+// answer answers with reply (a recipe's, made by its caller).
+func (r *nowReply) answer(reply []byte, err error) {
+	r.p.Buf, r.p.Err = append(r.p.Buf, reply...), err
+	r.done()
+}
+
+// done completes the reply and ends the connection's request.
+func (r *nowReply) done() {
+	r.p.Done()
+	r.reqs.Finished(r.resource)
 }
 
 // runLockTo is runLock for an fn that appends its reply to dst (p's
@@ -220,15 +254,13 @@ func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {
 	a.owner = fam.lockOwner(c, a.owner)
 	r := acquireRequest{fam: fam, null: nullReply(c), received: receivedAt(c), forFollower: relaysGrantTimes(c)}
 	addr := c.RemoteAddr
-	start := time.Now()
-	if a.wait == 0 && fam.runNow(c, a.resource, p, func(ctx context.Context, done func([]byte, error)) bool {
-		return fam.opts.Manager.AcquireNow(ctx, a.resource, a.owner, addr, a.ttl, r.received, func(g locks.Grant, err error) {
-			fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
-			done(r.reply(nil, g, err))
-		})
+	if a.wait == 0 && fam.runNow(c, a.resource, p, func(ctx context.Context, now *nowReply) bool {
+		now.acquire = r
+		return fam.opts.Manager.AcquireNow(ctx, a.resource, a.owner, addr, a.ttl, r.received, now)
 	}) {
 		return
 	}
+	start := time.Now()
 	fam.runLockTo(c, a.resource, p, a.wait, func(ctx context.Context, dst []byte) ([]byte, error) {
 		g, err := fam.opts.Manager.AcquireGrant(ctx, a.resource, a.owner, addr, a.ttl, a.wait, r.received)
 		fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
@@ -331,10 +363,8 @@ func (fam *Family) Release(c Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	a.owner = fam.lockOwner(c, a.owner)
-	if fam.runNow(c, a.resource, p, func(_ context.Context, done func([]byte, error)) bool {
-		return fam.opts.Manager.ReleaseNow(a.resource, a.owner, func(released bool, err error) {
-			done(fam.releaseReply(nil, released, err))
-		})
+	if fam.runNow(c, a.resource, p, func(_ context.Context, now *nowReply) bool {
+		return fam.opts.Manager.ReleaseNow(a.resource, a.owner, now)
 	}) {
 		return
 	}

@@ -294,11 +294,11 @@ func (fam *Family) recipeAcquire(c Conn, call recipes.Call, p *resp.Reply) {
 	received := receivedAt(c)
 	retry := refusalReply(call, fam.recipeRetry(call.Lease)) // fair.go
 	start := time.Now()
-	if fairQueue(call) == nil && fam.runNow(c, call.Key, p, func(ctx context.Context, done func([]byte, error)) bool {
+	if fairQueue(call) == nil && fam.runNow(c, call.Key, p, func(ctx context.Context, now *nowReply) bool {
 		return fam.opts.Manager.RecipeAcquireNow(ctx, call.Key, call.TokenKey, call.Holder, addr, call.Lease, received,
 			func(token uint64, pttl int64, err error) {
 				fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
-				done(fam.recipeGrantReply(replies, token, pttl, retry, err))
+				now.answer(fam.recipeGrantReply(replies, token, pttl, retry, err))
 			})
 	}) {
 		return
@@ -394,9 +394,9 @@ func (fam *Family) recipeUnlock(c Conn, call recipes.Call, p *resp.Reply) {
 		Publish: call.Publish, Message: call.Message, Latch: call.Latch, LatchTTL: call.LatchTTL,
 		Force: call.Recipe.Kind == recipes.ForceUnlock}
 	fairUnlock(&u, call) // fair.go
-	if fam.runNow(c, call.Key, p, func(_ context.Context, done func([]byte, error)) bool {
+	if fam.runNow(c, call.Key, p, func(_ context.Context, now *nowReply) bool {
 		return fam.opts.Manager.RecipeUnlockNow(u, func(n int64, isNull bool, err error) {
-			done(fam.recipeUnlockReply(n, isNull, err, null))
+			now.answer(fam.recipeUnlockReply(n, isNull, err, null))
 		})
 	}) {
 		return

@@ -296,7 +296,7 @@ func TestReleaseNow(t *testing.T) {
 			err error
 		}
 		done := make(chan outcome, 1)
-		if !f.m.ReleaseNow("r", owner, func(ok bool, err error) { done <- outcome{ok, err} }) {
+		if !f.m.ReleaseNow("r", owner, releasedFunc(func(ok bool, err error) { done <- outcome{ok, err} })) {
 			return false, nil, false
 		}
 		o := <-done

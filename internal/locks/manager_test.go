@@ -383,12 +383,22 @@ func (f *fixture) acquireNow(received time.Time) (uint64, error, bool) {
 		err error
 	}
 	done := make(chan outcome, 1)
-	if !f.m.AcquireNow(context.Background(), "r", owner, addr, ttl, received, func(g Grant, err error) { done <- outcome{g, err} }) {
+	if !f.m.AcquireNow(context.Background(), "r", owner, addr, ttl, received, acquiredFunc(func(g Grant, err error) { done <- outcome{g, err} })) {
 		return 0, nil, false
 	}
 	o := <-done
 	return o.g.Token, o.err, true
 }
+
+// acquiredFunc and releasedFunc make funcs an AcquireDone and a
+// ReleaseDone.
+type (
+	acquiredFunc func(Grant, error)
+	releasedFunc func(bool, error)
+)
+
+func (f acquiredFunc) Acquired(g Grant, err error)       { f(g, err) }
+func (f releasedFunc) Released(released bool, err error) { f(released, err) }
 
 type nowScripts struct{ *fakeScripts }
 

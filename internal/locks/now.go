@@ -77,16 +77,27 @@ func (m *Manager) nextToken(now bool) (uint64, error) {
 	return t, nil
 }
 
+// AcquireDone is told an AcquireNow's outcome, once. (An interface, not a
+// func: the caller's own struct for the request is the callback.)
+type AcquireDone interface {
+	Acquired(g Grant, err error)
+}
+
+// ReleaseDone is told a ReleaseNow's outcome, once.
+type ReleaseDone interface {
+	Released(released bool, err error)
+}
+
 // AcquireNow is AcquireGrant with no wait in line, for a caller that must
-// not block: it starts the acquire and returns true, and done runs once
-// with what AcquireGrant would have returned, on the goroutine that
-// completes the request's last step (it must not block either). It
+// not block: it starts the acquire and returns true, and done is told once
+// what AcquireGrant would have returned, on the goroutine that completes
+// the request's last step (it must not block either). It
 // returns false, having done nothing, when the request cannot start
 // without waiting (the resource's turn is taken, acquires wait in line,
 // the store or the writer would wait, or the guard or the authority
 // refuses, which AcquireGrant then says): the caller calls AcquireGrant.
 // ctx ends what waits on a rare course (see above).
-func (m *Manager) AcquireNow(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, received time.Time, done func(Grant, error)) bool {
+func (m *Manager) AcquireNow(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, received time.Time, done AcquireDone) bool {
 	_, stores := m.opts.Store.(nowStore)
 	runner, runs := m.opts.Scripts.(nowRunner)
 	if !stores || !runs || m.waiting.count(resource) > 0 {
@@ -126,7 +137,7 @@ type acquiring struct {
 	leaseFrom                   time.Time
 	evictable                   bool
 	turn                        *serialEntry
-	done                        func(Grant, error)
+	done                        AcquireDone
 
 	a     attempt
 	token uint64
@@ -185,7 +196,7 @@ func (x *acquiring) finish(g Grant, err error) {
 	if err == ErrBusy {
 		x.m.hot.add(x.resource)
 	}
-	x.done(g, err)
+	x.done.Acquired(g, err)
 }
 
 // settling joins the two steps a grant waits for before it is judged, the
@@ -243,12 +254,12 @@ func (s *settling) stepDone() {
 }
 
 // ReleaseNow is Release for a caller that must not block, as AcquireNow
-// is AcquireGrant: done runs once with Release's outcome, on the lock
+// is AcquireGrant: done is told Release's outcome once, on the lock
 // writer's goroutine. It returns false, having done nothing, when
 // acquires wait in line (Release hands the lock to the head), the
 // resource's turn is taken or the writer would wait: the caller calls
 // Release.
-func (m *Manager) ReleaseNow(resource, owner string, done func(bool, error)) bool {
+func (m *Manager) ReleaseNow(resource, owner string, done ReleaseDone) bool {
 	runner, ok := m.opts.Scripts.(nowRunner)
 	if !ok || m.waiting.count(resource) > 0 {
 		return false
@@ -274,12 +285,12 @@ type releasing struct {
 	turn     *serialEntry
 	now      time.Time
 	call     lockwriter.ScriptCall
-	done     func(bool, error)
+	done     ReleaseDone
 }
 
 // ReplyIn is the script's reply (on the lock writer's goroutine).
 func (x *releasing) ReplyIn(w *lockwriter.Write) {
-	x.done(x.m.releaseReplied(x.resource, x.turn, nil, 0, 0, x.call, x.now, w))
+	x.done.Released(x.m.releaseReplied(x.resource, x.turn, nil, 0, 0, x.call, x.now, w))
 }
 
 // RecipeAcquireNow is RecipeAcquire (an RLock's, RSpinLock's or

@@ -125,9 +125,10 @@ type ackWait struct {
 	done  sync.WaitGroup
 	// thens run once the WAIT's reply is in (AcksThen), on the goroutine
 	// that read it; in is set then, under mu.
-	mu    sync.Mutex
-	in    bool
-	thens []AcksIn
+	mu     sync.Mutex
+	in     bool
+	thens  []AcksIn
+	inline [8]AcksIn // thens' first room: no allocation for a small batch
 }
 
 // Complete ends the WAIT (its reply's Completer): Acks stops waiting, and
@@ -659,6 +660,7 @@ func (wr *Writer) sendBatch(conn *backend.SyncConn, batch []*Write, st *writerSt
 			// Ready before any script is sent: a caller may ask for the
 			// acknowledgements as soon as its script's reply is in.
 			ack = &ackWait{}
+			ack.thens = ack.inline[:0]
 			ack.done.Add(1)
 			ack.reply = resp.NewReplyTo(ack)
 			break

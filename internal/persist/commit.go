@@ -51,7 +51,8 @@ type commitGroup struct {
 	err     error
 	// thens are the callers that do not wait (ReserveThen): each is told
 	// err once the group is committed, on the leader's goroutine.
-	thens []Synced
+	thens  []Synced
+	inline [8]Synced // thens' first room: no allocation for a small group
 }
 
 // Synced is a caller of ReserveThen, told the outcome of the group commit
@@ -81,6 +82,7 @@ func (s *Store) groupCommit(resource []byte, tokens []uint64, then Synced) error
 	starter := g == nil
 	if starter {
 		g = &commitGroup{b: s.db.NewBatch(), done: make(chan struct{})}
+		g.thens = g.inline[:0]
 		c.forming = g
 	}
 	if err := addReservations(g.b, resource, tokens); err != nil {

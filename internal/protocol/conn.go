@@ -76,6 +76,7 @@ type Conn struct {
 	// without blocking, for a batch held over a partial request (held.go);
 	// nil over TLS.
 	rawConn  syscall.RawConn
+	arrival  arrival // ArrivedAt's, on rawConn
 	rawWrite rawIO
 	rawRead  rawIO
 	// heldInput is the bytes read without blocking while the current batch
@@ -148,6 +149,14 @@ func (c *Conn) ArrivedAt() time.Time {
 	switch {
 	case c.lp != nil:
 		age, ok = netloop.LastDataAge(c.lp.fd)
+	case c.rawConn != nil:
+		a := &c.arrival
+		if a.call == nil {
+			a.call = a.look // bound once: a closure per call would escape
+		}
+		if c.rawConn.Control(a.call) == nil {
+			age, ok = a.age, a.ok
+		}
 	case c.raw != nil:
 		if sc, isSys := c.raw.(syscall.Conn); isSys {
 			if rc, err := sc.SyscallConn(); err == nil {
@@ -166,6 +175,15 @@ func (c *Conn) ArrivedAt() time.Time {
 	}
 	return read
 }
+
+// arrival is ArrivedAt's look at a goroutine-served socket (rawConn).
+type arrival struct {
+	age  time.Duration
+	ok   bool
+	call func(fd uintptr)
+}
+
+func (a *arrival) look(fd uintptr) { a.age, a.ok = netloop.LastDataAge(int(fd)) }
 
 // maxKernelTick is the longest tick (jiffy) of a Linux kernel, at HZ=100.
 const maxKernelTick = 10 * time.Millisecond
