@@ -64,12 +64,13 @@ type Write struct {
 	ack     *ackWait // nil unless the batch sent a WAIT for this write
 	err     error    // set, before replied is done, if the write was never sent
 	// then, for a Write of StartThen, is told once its reply is in (or its
-	// failure), on the goroutine that completed it; asked is that call as
-	// its caller made it (with its SHA), on key, by wr, for a retry.
-	then  ReplyIn
-	asked ScriptCall
-	key   string
-	wr    *Writer
+	// failure), on the goroutine that completed it. For a retry by Start:
+	// sha is the caller's SHA of call (call goes with its source on its
+	// first call to a master), key its key, wr the writer.
+	then ReplyIn
+	sha  string
+	key  string
+	wr   *Writer
 }
 
 // ReplyIn is a caller of StartThen: it is told once the script's reply is
@@ -85,36 +86,19 @@ type AcksIn interface {
 	AcksIn()
 }
 
-// ReplyFunc and AcksFunc make a func a ReplyIn or an AcksIn (as
-// http.HandlerFunc does a Handler), where a closure per call costs
-// nothing that counts.
-type (
-	ReplyFunc func(w *Write)
-	AcksFunc  func()
-)
-
-func (f ReplyFunc) ReplyIn(w *Write) { f(w) }
-func (f AcksFunc) AcksIn()           { f() }
-
 // Complete is how a Write of StartThen learns that its script's reply is
 // in (its own reply's Completer): it ends replied, so Reply and Raw do not
 // wait, and tells then, unless the call must go again as Start sends it
-// again: a script that met NOSCRIPT, or (in front of a Redis Cluster) a
-// redirect or an unreachable master within the retry window. Start does
-// that on a goroutine of its own, and then is told its outcome.
+// again (judgeReply); Start then does that, on a goroutine of its
+// own, and then is told its outcome.
 func (w *Write) Complete(*resp.Reply) {
 	w.replied.Done()
 	raw, err := w.Raw()
-	noScript := err == nil && w.call.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT"))
-	if w.wr != nil && (noScript || w.wr.opts.Backend.RetryAfterRefresh(raw, err)) {
-		if noScript {
-			w.wr.writers(w.node).forgetScript(w.asked.SHA) // Start sends it with its source
-		}
-		go func() { w.then.ReplyIn(w.wr.Start(context.Background(), w.key, w.asked, w.wantAcks)) }()
+	if w.wr.judgeReply(w.node, w.sha, w.call, raw, err, true) != sentDone {
+		asked := w.call
+		asked.SHA = w.sha
+		go func() { w.then.ReplyIn(w.wr.Start(context.Background(), w.key, asked, w.wantAcks)) }()
 		return
-	}
-	if err == nil && w.asked.SHA != "" && w.wr != nil {
-		w.wr.writers(w.node).addScript(w.asked.SHA) // it ran there
 	}
 	w.then.ReplyIn(w)
 }
@@ -309,27 +293,15 @@ func (wr *Writer) Start(ctx context.Context, key string, call ScriptCall, wantAc
 	pause := 10 * time.Millisecond
 	for {
 		node := wr.master(key)
-		sent := call
-		if node != nil && call.SHA != "" && !wr.writers(node).hasScript(call.SHA) {
-			// Its first call on this master goes with the source. An
-			// EVALSHA that meets NOSCRIPT has its batch's WAIT behind it
-			// all the same, and that WAIT holds the writer's connection
-			// for nothing, up to --replica-timeout when a replica is
-			// slow.
-			sent.SHA = ""
-		}
+		sent := wr.sendable(node, call)
 		w := wr.StartOn(ctx, node, sent, wantAcks)
 		raw, err := w.Raw()
-		if err == nil && sent.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
-			wr.writers(node).forgetScript(call.SHA)
+		switch wr.judgeReply(node, call.SHA, sent, raw, err, time.Since(began) <= cluster.RetryWindow) {
+		case sentDone:
+			return w
+		case sentNoScript:
 			call.SHA = ""
 			continue
-		}
-		if time.Since(began) > cluster.RetryWindow || !wr.opts.Backend.RetryAfterRefresh(raw, err) {
-			if err == nil && call.SHA != "" {
-				wr.writers(node).addScript(call.SHA) // it ran there
-			}
-			return w
 		}
 		wr.opts.Backend.Refresh()
 		select {
@@ -339,6 +311,46 @@ func (wr *Writer) Start(ctx context.Context, key string, call ScriptCall, wantAc
 		}
 		pause = min(2*pause, 250*time.Millisecond)
 	}
+}
+
+// sendable is call as it goes to node: by SHA only once the script ran
+// there. Its first call on a master goes with the source: an EVALSHA that
+// meets NOSCRIPT has its batch's WAIT behind it all the same, and that
+// WAIT holds the writer's connection for nothing, up to --replica-timeout
+// when a replica is slow.
+func (wr *Writer) sendable(node *cluster.Node, call ScriptCall) ScriptCall {
+	if node != nil && call.SHA != "" && !wr.writers(node).hasScript(call.SHA) {
+		call.SHA = ""
+	}
+	return call
+}
+
+// sentOutcome is what a sent call's reply says of it (Writer.judgeReply).
+type sentOutcome int
+
+const (
+	sentDone       sentOutcome = iota // the reply stands
+	sentNoScript                      // NOSCRIPT: it did not run; send it with its source
+	sentRedirected                    // a redirect or an unreachable master: read the topology, send it again
+)
+
+// judgeReply judges the reply (raw, err) to sent, a call of the script sha on
+// node, as Start does: NOSCRIPT (sent by SHA) forgets the script there; a
+// reply the backend says to retry after a refresh is retried, if mayRetry
+// (within the retry window); otherwise it stands, and a script that ran by
+// SHA or source counts as known there.
+func (wr *Writer) judgeReply(node *cluster.Node, sha string, sent ScriptCall, raw []byte, err error, mayRetry bool) sentOutcome {
+	if err == nil && sent.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
+		wr.writers(node).forgetScript(sha)
+		return sentNoScript
+	}
+	if mayRetry && wr.opts.Backend.RetryAfterRefresh(raw, err) {
+		return sentRedirected
+	}
+	if err == nil && sha != "" {
+		wr.writers(node).addScript(sha) // it ran there
+	}
+	return sentDone
 }
 
 // RunAfter runs call, with no replica wait and no retry, on the master
@@ -406,15 +418,11 @@ func (wr *Writer) StartThen(key string, call ScriptCall, wantAcks bool, then Rep
 	if node == nil {
 		return false
 	}
-	nw := wr.writers(node)
-	w := &Write{call: call, wantAcks: wantAcks, node: node, then: then, asked: call, key: key, wr: wr}
-	if call.SHA != "" && !nw.hasScript(call.SHA) {
-		w.call.SHA = "" // its first call on this master goes with the source (Start)
-	}
+	w := &Write{call: wr.sendable(node, call), wantAcks: wantAcks, node: node, then: then, sha: call.SHA, key: key, wr: wr}
 	w.replied.Add(1)
 	w.own = *resp.NewReplyTo(w)
 	w.reply = &w.own
-	return nw.queue(context.Background(), w, false)
+	return wr.writers(node).queue(context.Background(), w, false)
 }
 
 // nodeWriter is one master's queues of lock writes, each served by the

@@ -141,6 +141,15 @@ func TestWriter(t *testing.T) {
 	}
 }
 
+// replyFunc and acksFunc make a func a ReplyIn or an AcksIn.
+type (
+	replyFunc func(w *Write)
+	acksFunc  func()
+)
+
+func (f replyFunc) ReplyIn(w *Write) { f(w) }
+func (f acksFunc) AcksIn()           { f() }
+
 // TestStartThen: StartThen answers as Start does, on the writer's
 // goroutine, without its caller waiting: a script's reply and its WAIT's
 // count (AcksThen, before and after the WAIT is in), and a script that
@@ -164,12 +173,12 @@ func TestStartThen(t *testing.T) {
 			ackErr error
 		}
 		done := make(chan outcome, 2)
-		if !wr.StartThen("k", call, true, ReplyFunc(func(w *Write) {
+		if !wr.StartThen("k", call, true, replyFunc(func(w *Write) {
 			v, err := w.Reply()
-			w.AcksThen(AcksFunc(func() {
+			w.AcksThen(acksFunc(func() {
 				n, aerr := w.Acks()
 				done <- outcome{v, err, n, aerr}
-				w.AcksThen(AcksFunc(func() { done <- outcome{v, err, n, aerr} })) // in already: at once
+				w.AcksThen(acksFunc(func() { done <- outcome{v, err, n, aerr} })) // in already: at once
 			}))
 		})) {
 			t.Fatalf("%s: StartThen did not queue the write", when)
