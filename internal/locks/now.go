@@ -221,8 +221,9 @@ type settled interface {
 // waits for the replicas).
 func (m *Manager) settleThen(s *settling, w *lockwriter.Write, reserve bool, resource string, token uint64, of settled) {
 	s.of = of
-	s.out.Store(1)
-	if reserve {
+	if !reserve {
+		s.out.Store(1)
+	} else {
 		s.out.Store(2)
 		if err := m.opts.Store.(nowStore).ReserveThen(resource, token, s); err != nil {
 			s.reserveErr = err

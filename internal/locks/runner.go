@@ -81,14 +81,14 @@ func (r *Runner) Run(c *ConnRequests, resource string, timeout time.Duration, fn
 // itself, as Run's does.
 func (r *Runner) Reply(c *ConnRequests, resource string, timeout time.Duration, p *resp.Reply, fn func(ctx context.Context, dst []byte) ([]byte, error)) {
 	task := func() {
-		defer c.finished(resource)
+		defer c.Finished(resource)
 		// A request that may wait for the lock ends with its timeout; one
 		// that does not needs no timer of its own (a timer per request
 		// was 3-5% of the proxy's CPU on lock cycles): what it waits for
 		// ends by itself (the lock connections' reply timeout, WAIT's own
 		// timeout, the writer's queue draining), and its client going
 		// away still cancels it.
-		ctx := c.context()
+		ctx := c.Context()
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout+r.slack)
@@ -109,7 +109,7 @@ func (r *Runner) Reply(c *ConnRequests, resource string, timeout time.Duration, 
 	}
 	// Queued behind the connection's previous request for the resource,
 	// it takes a worker only when that one has finished.
-	if c.start(resource, queued{task, on}) {
+	if c.start(resource, queued{task, on}, true) {
 		on.run(task)
 	}
 }
@@ -130,25 +130,8 @@ func (r *Runner) Go(task func()) { r.workers.run(task) }
 // After true, call Finished once the request is answered, or at once if
 // it did not start.
 func (c *ConnRequests) StartNow(resource string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, busy := c.running[resource]; busy {
-		return false
-	}
-	if c.running == nil {
-		c.running = make(map[string][]queued)
-	}
-	c.running[resource] = nil // running now, none queued behind it
-	return true
+	return c.start(resource, queued{}, false)
 }
-
-// Finished ends a request StartNow registered, and starts the next one
-// queued behind it, if any.
-func (c *ConnRequests) Finished(resource string) { c.finished(resource) }
-
-// Context is the context of the connection's requests that start now:
-// CancelAll ends it.
-func (c *ConnRequests) Context() context.Context { return c.context() }
 
 // Busy reports whether a request of the connection for resource is still
 // running (or waiting for an earlier one).
@@ -171,8 +154,9 @@ func (c *ConnRequests) CancelAll() {
 	}
 }
 
-// context is the context for a request of the connection that starts now.
-func (c *ConnRequests) context() context.Context {
+// Context is the context for a request of the connection that starts now
+// (CancelAll ends it).
+func (c *ConnRequests) Context() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx == nil {
@@ -182,26 +166,30 @@ func (c *ConnRequests) context() context.Context {
 }
 
 // start registers a request for resource: true if it may run now, false
-// if it was queued behind the connection's previous one for resource.
-func (c *ConnRequests) start(resource string, q queued) bool {
+// if the connection's previous one for resource is in flight, behind which
+// it is then queued if queue (else nothing is done).
+func (c *ConnRequests) start(resource string, q queued, queue bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.running == nil {
 		c.running = make(map[string][]queued)
 	}
 	if waiting, busy := c.running[resource]; busy {
-		c.running[resource] = append(waiting, q)
+		if queue {
+			c.running[resource] = append(waiting, q)
+		}
 		return false
 	}
 	c.running[resource] = nil // running now, none queued behind it
 	return true
 }
 
-// finished ends the request running for resource and starts the next one
+// Finished ends the request running for resource (Reply's, or one
+// StartNow registered) and starts the next one
 // queued behind it, if any. It starts it from a goroutine of its own, as
 // a request's worker must not wait for a worker (run may, when the
 // backlog is full).
-func (c *ConnRequests) finished(resource string) {
+func (c *ConnRequests) Finished(resource string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	waiting := c.running[resource]

@@ -62,11 +62,6 @@ type Synced interface {
 	Synced(err error)
 }
 
-// SyncedFunc makes a func a Synced (as http.HandlerFunc does a Handler).
-type SyncedFunc func(err error)
-
-func (f SyncedFunc) Synced(err error) { f(err) }
-
 // groupCommit adds the reservations of tokens for resource to the forming
 // group's batch and returns once that batch is synced, with its outcome.
 //

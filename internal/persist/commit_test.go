@@ -41,6 +41,11 @@ func holdFirstCommit(t *testing.T, s *Store, want int) {
 	}
 }
 
+// syncedFunc makes a func a Synced.
+type syncedFunc func(err error)
+
+func (f syncedFunc) Synced(err error) { f(err) }
+
 // TestConcurrentReservesShareOneCommit: Reserves that arrive while a commit
 // is under way share the next one (one batch, one synced commit), and
 // each token, confirmed, survives a crash (its reservation is what does).
@@ -69,7 +74,7 @@ func testReservesShareOneCommit(t *testing.T, then bool) {
 			return s.Reserve([]byte(r), tokens[i])
 		}
 		done := make(chan error, 1)
-		if err := s.ReserveThen([]byte(r), tokens[i], SyncedFunc(func(err error) { done <- err })); err != nil {
+		if err := s.ReserveThen([]byte(r), tokens[i], syncedFunc(func(err error) { done <- err })); err != nil {
 			return err
 		}
 		return <-done
