@@ -270,9 +270,8 @@ func (m *Manager) ReleaseNow(resource, owner string, done ReleaseDone) bool {
 		return false
 	}
 	keys := m.keys(resource)
-	x := &releasing{m: m, resource: resource, turn: turn, now: time.Now(), done: done}
-	x.call = m.releaseCall(keys, owner, nil, 0, x.now)
-	if !runner.StartThen(keys[0], x.call, false, x) {
+	x := &releasing{m: m, resource: resource, turn: turn, done: done}
+	if !runner.StartThen(keys[0], m.releaseCall(keys, owner, nil, 0, time.Now()), false, x) {
 		m.serial.unlock(resource, turn)
 		return false
 	}
@@ -284,14 +283,13 @@ type releasing struct {
 	m        *Manager
 	resource string
 	turn     *serialEntry
-	now      time.Time
-	call     lockwriter.ScriptCall
 	done     ReleaseDone
 }
 
-// ReplyIn is the script's reply (on the lock writer's goroutine).
+// ReplyIn is the script's reply (on the lock writer's goroutine). With no
+// head of a line (nil), releaseReplied needs no handoff's call or time.
 func (x *releasing) ReplyIn(w *lockwriter.Write) {
-	x.done.Released(x.m.releaseReplied(x.resource, x.turn, nil, 0, 0, x.call, x.now, w))
+	x.done.Released(x.m.releaseReplied(x.resource, x.turn, nil, 0, 0, lockwriter.ScriptCall{}, time.Time{}, w))
 }
 
 // RecipeAcquireNow is RecipeAcquire (an RLock's, RSpinLock's or
