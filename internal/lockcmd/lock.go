@@ -168,10 +168,12 @@ func (r *nowReply) answer(reply []byte, err error) {
 	r.done()
 }
 
-// done completes the reply and ends the connection's request.
+// done ends the connection's request and completes the reply: in that
+// order, as a client told may send its next request for the resource at
+// once, which must not find this one running (it would queue behind it).
 func (r *nowReply) done() {
-	r.p.Done()
 	r.reqs.Finished(r.resource)
+	r.p.Done()
 }
 
 // runLockTo is runLock for an fn that appends its reply to dst (p's

@@ -81,7 +81,6 @@ func (r *Runner) Run(c *ConnRequests, resource string, timeout time.Duration, fn
 // itself, as Run's does.
 func (r *Runner) Reply(c *ConnRequests, resource string, timeout time.Duration, p *resp.Reply, fn func(ctx context.Context, dst []byte) ([]byte, error)) {
 	task := func() {
-		defer c.Finished(resource)
 		// A request that may wait for the lock ends with its timeout; one
 		// that does not needs no timer of its own (a timer per request
 		// was 3-5% of the proxy's CPU on lock cycles): what it waits for
@@ -96,9 +95,13 @@ func (r *Runner) Reply(c *ConnRequests, resource string, timeout time.Duration, 
 		}
 		if p == nil {
 			fn(ctx, nil)
+			c.Finished(resource)
 			return
 		}
 		p.Buf, p.Err = fn(ctx, p.Buf)
+		// Ended before answered: a client told may send its next request
+		// for the resource at once, which must not find this one running.
+		c.Finished(resource)
 		p.Done()
 	}
 	on := r.workers

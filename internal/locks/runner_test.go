@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 func within(t *testing.T, ch <-chan struct{}, what string) {
@@ -109,4 +111,38 @@ func TestRunnerGo(t *testing.T) {
 	done := make(chan struct{})
 	NewRunner(0).Go(func() { close(done) })
 	within(t, done, "the task")
+}
+
+// endedWhenAnswered is a reply's completer that records whether, at the
+// moment the reply was completed, its connection's request for resource
+// had ended (a client told may send its next request at once).
+type endedWhenAnswered struct {
+	c        *ConnRequests
+	resource string
+	ended    chan bool
+}
+
+func (e endedWhenAnswered) Complete(*resp.Reply) { e.ended <- !e.c.Busy(e.resource) }
+
+// TestRunnerEndsBeforeAnswering: a request's reply is completed only after
+// the request has ended, so the client's next request for the resource,
+// sent on reading the reply, never finds it running (and queues behind a
+// request already done, on a worker where it could have run as callbacks).
+// Mutation: completing the reply before Finished (the order until stop
+// 34, which CI's TestRecipesOnTheLoop caught once) fails it.
+func TestRunnerEndsBeforeAnswering(t *testing.T) {
+	r := NewRunner(time.Second)
+	var c ConnRequests
+	e := endedWhenAnswered{c: &c, resource: "x", ended: make(chan bool, 1)}
+	r.Reply(&c, "x", 0, resp.NewReplyTo(e), func(_ context.Context, dst []byte) ([]byte, error) {
+		return append(dst, ":1\r\n"...), nil
+	})
+	select {
+	case ended := <-e.ended:
+		if !ended {
+			t.Fatal("the reply was completed while its request still ran")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply within 10s")
+	}
 }
