@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // memoryInfo is INFO's view of the masters' eviction settings: the worst
@@ -15,8 +15,8 @@ import (
 // (in front of a cluster, ordered by first slot; addresses stay out of
 // replies). The names match Redis's own INFO fields, so in front of one
 // master they read as Redis's do.
-func memoryInfo(be cluster.Backend, allowed bool, m *metrics.Metrics) string {
-	worst := cluster.NoEviction
+func memoryInfo(be upstream.Backend, allowed bool, m *metrics.Metrics) string {
+	worst := upstream.NoEviction
 	var evicted int64
 	evicting := 0
 	var per strings.Builder
@@ -38,7 +38,7 @@ func memoryInfo(be cluster.Backend, allowed bool, m *metrics.Metrics) string {
 		worst, evicted, evicting, boolInt(allowed), metrics.Count(m.EvictableGrants), refused) + per.String()
 }
 
-func policyName(p cluster.MemoryPolicy) string {
+func policyName(p upstream.MemoryPolicy) string {
 	if p.Policy == "" {
 		return "unknown"
 	}
@@ -46,7 +46,7 @@ func policyName(p cluster.MemoryPolicy) string {
 }
 
 // mastersMemory is every master's reading for the per-master metrics.
-func mastersMemory(be cluster.Backend) []metrics.MasterMemory {
+func mastersMemory(be upstream.Backend) []metrics.MasterMemory {
 	masters := be.Masters()
 	out := make([]metrics.MasterMemory, len(masters))
 	for i, n := range masters {
@@ -59,7 +59,7 @@ func mastersMemory(be cluster.Backend) []metrics.MasterMemory {
 
 // warnEvictable says at start what the lock family will do on masters
 // whose policy can evict owner records (each master's own line names it).
-func warnEvictable(logger *slog.Logger, be cluster.Backend, allowed bool) {
+func warnEvictable(logger *slog.Logger, be upstream.Backend, allowed bool) {
 	n := 0
 	for _, m := range be.Masters() {
 		if m.Memory().CanEvict() {

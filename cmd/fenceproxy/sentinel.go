@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // sentinelFlags name the backend through Redis Sentinel instead of
@@ -48,8 +48,8 @@ func (f *sentinelFlags) check(fs *flag.FlagSet) error {
 	return nil
 }
 
-// options are the cluster package's, nil without --sentinel.
-func (f *sentinelFlags) options(t *tlsFlags) (*cluster.SentinelOptions, error) {
+// options are the upstream package's, nil without --sentinel.
+func (f *sentinelFlags) options(t *tlsFlags) (*upstream.SentinelOptions, error) {
 	if f.addrs == "" {
 		return nil, nil
 	}
@@ -57,7 +57,7 @@ func (f *sentinelFlags) options(t *tlsFlags) (*cluster.SentinelOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cluster.SentinelOptions{
+	return &upstream.SentinelOptions{
 		Addrs: strings.Split(f.addrs, ","), MasterName: f.masterName,
 		Username: f.user, Password: f.password, TLS: cfg,
 	}, nil

@@ -18,7 +18,6 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
 	"github.com/fenceproxy/fenceproxy/internal/authority"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/commands"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
@@ -30,6 +29,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/tier"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // How long the start may wait for the backend: to connect and read what the
@@ -54,7 +54,7 @@ type proxy struct {
 	tier        *tier.Node        // nil without --peers
 	tierAuth    *authority.Leader // the token authority while this tier node leads
 	relay       *tier.Relay       // a tier node's link to its leader
-	be          cluster.Backend
+	be          upstream.Backend
 	backendFlag string                              // how errors name the backend: the flags that chose it
 	version     string                              // the backend's redis_version, reported by HELLO
 	lockWrites  *lockwriter.Writer                  // the lock scripts' batched writer, for the manager and the authority
@@ -299,7 +299,7 @@ func (p *proxy) connectBackend(ctx context.Context, backendTLS *tls.Config) erro
 		// -P 16 rates).
 		loopPool = 1
 	}
-	be, err := cluster.Connect(ctx, cluster.Options{
+	be, err := upstream.Connect(ctx, upstream.Options{
 		Sentinel:       sentinelOpts,
 		Seeds:          strings.Split(cfg.backend, ","),
 		Username:       cfg.backendUser,
@@ -343,7 +343,7 @@ func (p *proxy) readBackend(ctx context.Context) (*keys.Table, error) {
 	master := p.be.Masters()[0]
 	p.version = "7.0.0"
 	if info, err := master.Client.Info(ctx, "server").Result(); err == nil {
-		p.version = cluster.InfoField(info, "redis_version")
+		p.version = upstream.InfoField(info, "redis_version")
 	}
 	keyTable, err := p.be.Keys()
 	if err != nil && (p.cfg.aclFile != "" || p.cfg.requirepass != "") {
@@ -589,7 +589,7 @@ func boolInt(b bool) int {
 
 // fewestReplicas is the smallest number of replicas any master has: what
 // decides whether every resource can be granted under --min-replicas.
-func fewestReplicas(be cluster.Backend) int {
+func fewestReplicas(be upstream.Backend) int {
 	fewest := -1
 	for _, n := range be.Masters() {
 		if r := len(n.Replicas()); fewest < 0 || r < fewest {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 const (
@@ -61,7 +61,7 @@ type Store interface {
 
 // Options configure an Authority.
 type Options struct {
-	Backend cluster.Backend
+	Backend upstream.Backend
 	// Writer (required) sends the shared bound with its WAIT on a lock
 	// connection: the lock manager's Writer, one per backend.
 	Writer *lockwriter.Writer
@@ -399,7 +399,7 @@ func (a *Authority) round(ctx context.Context) error {
 func (a *Authority) readLive(ctx context.Context, probe bool) (heartbeat, error) {
 	node := a.opts.Backend.MasterForKey([]byte(a.liveKey))
 	if node == nil {
-		return heartbeat{}, fmt.Errorf("%w: %w", errHeartbeat, cluster.ErrUnavailable)
+		return heartbeat{}, fmt.Errorf("%w: %w", errHeartbeat, upstream.ErrUnavailable)
 	}
 	db, err := a.keysDB(ctx, node)
 	if err != nil {
@@ -514,7 +514,7 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 	defer cancel()
 	node := a.opts.Backend.MasterForKey([]byte(a.boundKey))
 	if node == nil {
-		return 0, cluster.ErrUnavailable
+		return 0, upstream.ErrUnavailable
 	}
 	db := a.db.Load()
 	if db < 0 {
@@ -660,7 +660,7 @@ func parseHeartbeat(reply []any) (hb heartbeat, err error) {
 // flags: the live set detects a second authority only if both write it in
 // one place. Found at the first round, and again after a round that
 // failed.
-func (a *Authority) keysDB(ctx context.Context, node *cluster.Node) (int64, error) {
+func (a *Authority) keysDB(ctx context.Context, node *upstream.Node) (int64, error) {
 	if db := a.db.Load(); db >= 0 {
 		return db, nil
 	}
@@ -677,7 +677,7 @@ func (a *Authority) keysDB(ctx context.Context, node *cluster.Node) (int64, erro
 }
 
 // databases is how many databases the Redis of node has.
-func databases(ctx context.Context, node *cluster.Node) (int64, error) {
+func databases(ctx context.Context, node *upstream.Node) (int64, error) {
 	if got, err := node.Client.ConfigGet(ctx, "databases").Result(); err == nil {
 		if n, err := strconv.ParseInt(got["databases"], 10, 64); err == nil && n >= 1 {
 			return n, nil

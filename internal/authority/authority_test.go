@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -22,7 +22,7 @@ const interval = 50 * time.Millisecond
 // setup is one Redis with a backend connection to it.
 type setup struct {
 	redis  *testenv.Redis
-	be     cluster.Backend
+	be     upstream.Backend
 	writer *lockwriter.Writer
 }
 
@@ -31,7 +31,7 @@ func newSetup(t *testing.T) *setup {
 	r := testenv.StartRedis(t, testenv.RedisOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{r.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 200 * time.Millisecond})
+	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{r.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestKeysInHighestDatabase(t *testing.T) {
 			r := testenv.StartRedis(t, testenv.RedisOptions{Args: tc.args})
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{r.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 200 * time.Millisecond})
+			be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{r.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 200 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -91,7 +91,7 @@
 // (ownwrites.go); reads are served.
 //
 // Forwarding does not know the topology: forward hands a request to the
-// backend's Forwarder (package cluster), which picks the connection of a
+// backend's Forwarder (package upstream), which picks the connection of a
 // standalone master or, in front of a Redis Cluster, routes by slot,
 // splits per slot and merges where Redis's semantics allow, runs
 // keyspace-wide commands on every master and follows redirects itself.

@@ -8,9 +8,9 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // info is INFO: Redis's own sections, with the proxy's "# fenceproxy" and
@@ -41,11 +41,11 @@ func (h *Handler) info(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		if !onlyOurs {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			var err error
-			// A Redis Cluster's masters' INFO merged (cluster.Info).
-			text, err = cluster.Info(ctx, h.opts.Backend, sections...)
+			// A Redis Cluster's masters' INFO merged (upstream.Info).
+			text, err = upstream.Info(ctx, h.opts.Backend, sections...)
 			cancel()
 			if err != nil {
-				replyErr(p, cluster.ErrUnavailable)
+				replyErr(p, upstream.ErrUnavailable)
 				return
 			}
 		}

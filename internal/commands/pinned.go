@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"strings"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Commands that need a backend connection of the client's own: MULTI/EXEC
@@ -69,7 +69,7 @@ func (h *Handler) pinOr(c *protocol.Conn, s *session, args [][]byte, p *resp.Rep
 }
 
 // pinned goes on with a connection Pin gave (then), or answers its error.
-func (h *Handler) pinned(s *session, pinned *cluster.Pinned, err error, p *resp.Reply, then, failed func()) {
+func (h *Handler) pinned(s *session, pinned *upstream.Pinned, err error, p *resp.Reply, then, failed func()) {
 	if err != nil {
 		if failed != nil {
 			failed()

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
@@ -21,6 +20,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // The tests of this package that serve whole requests do it as a client
@@ -47,7 +47,7 @@ type proxyOptions struct {
 type testProxy struct {
 	Addr    string
 	Handler *Handler
-	Backend cluster.Backend
+	Backend upstream.Backend
 	Server  *protocol.Server
 	Metrics *metrics.Metrics
 	Loop    *netloop.Loop // nil unless proxyOptions.loop
@@ -82,7 +82,7 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 		}
 		t.Cleanup(loop.Close) // after the server and the backend
 	}
-	be, err := cluster.Connect(ctx, cluster.Options{
+	be, err := upstream.Connect(ctx, upstream.Options{
 		Seeds: po.seeds, PoolSize: 2, WriterConns: 1, ReplicaTimeout: time.Second, Logger: logger,
 		Loop: loop, LoopPoolSize: 1,
 	})

@@ -5,15 +5,15 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Pub/sub. A subscribed client reads a stream: Redis pushes its messages,
 // including those PUBLISHed from Lua, and answers (P|S)SUBSCRIBE with one
 // reply per channel. So the first (un)subscribe command turns the client's
-// connection into a tunnel to Redis (cluster.Tunnel): its requests are
+// connection into a tunnel to Redis (upstream.Tunnel): its requests are
 // still parsed (within limits) and sent on, and what Redis writes back is
 // relayed to the client byte for byte. Redis itself then gives every
 // answer: subscribe confirmations, unsubscribing from a channel never
@@ -41,7 +41,7 @@ func (h *Handler) subscribe(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // its writes are taken for the stream filter makes of Redis's, and the
 // session records the tunnel of kind.
 func (h *Handler) openTunnel(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply, kind tunnelKind, alsoOff func(), filter func() streamFilter) {
-	var tunnel cluster.Tunnel
+	var tunnel upstream.Tunnel
 	var err error
 	c.OffLoop(p, func() func() {
 		if tunnel, err = h.opts.Backend.Subscribe(&s.backend); err == nil && alsoOff != nil {

@@ -4,10 +4,10 @@ import (
 	"sync/atomic"
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // session is the per-connection state the proxy keeps itself, one part
@@ -19,12 +19,12 @@ type session struct {
 	// its protocol (RESP3: the client switched with HELLO 3) and what the
 	// Forwarder keeps between its requests (the cluster view its requests
 	// were routed by, a WAIT's connections).
-	backend cluster.Client
+	backend upstream.Client
 	lib     libInfo
 	tx      txState
 	// tunnel is the client's own way to Redis once it used pub/sub
 	// (pubsub.go); it lasts as long as the connection.
-	tunnel cluster.Tunnel
+	tunnel upstream.Tunnel
 	auth   authState
 	// order keeps control requests in their place (control.go).
 	order controlOrder
@@ -65,7 +65,7 @@ type session struct {
 func sessionOf(c *protocol.Conn) *session {
 	s, _ := c.Session.(*session)
 	if s == nil {
-		s = &session{backend: cluster.Client{ID: c.ID, Conn: c}}
+		s = &session{backend: upstream.Client{ID: c.ID, Conn: c}}
 		s.execDB.Store(-1)
 		c.Session = s
 	}
@@ -88,7 +88,7 @@ type libInfo struct{ name, ver string }
 // pinned.go) and the state that holds it. BatchDone gives the connection
 // back from whichever goroutine completes the batch.
 type txState struct {
-	pinned   *cluster.Pinned
+	pinned   *upstream.Pinned
 	inMulti  bool
 	watching bool
 	// deferred: MULTI was answered but not yet sent, because the backend

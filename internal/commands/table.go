@@ -8,19 +8,19 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/auth"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/lockcmd"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Options configure a Handler.
 type Options struct {
 	// Backend is the Redis fronted: requests the proxy does not answer go
 	// to its Forwarder.
-	Backend cluster.Backend
+	Backend upstream.Backend
 	// Keys finds a request's keys (from the backend's COMMAND), for the
 	// ACL's key patterns.
 	Keys *keys.Table

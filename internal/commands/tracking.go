@@ -6,9 +6,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Client-side caching: CLIENT TRACKING, CACHING, GETREDIR, TRACKINGINFO.
@@ -61,7 +61,7 @@ type receivers struct{ m sync.Map }
 type redisIDer interface{ RedisID() int64 }
 
 // noteReceiver records a client's new tunnel as a redirection target.
-func (h *Handler) noteReceiver(c *protocol.Conn, t cluster.Tunnel) {
+func (h *Handler) noteReceiver(c *protocol.Conn, t upstream.Tunnel) {
 	if r, ok := t.(redisIDer); ok && r.RedisID() != 0 {
 		h.receivers.m.Store(c.ID, r.RedisID())
 	}

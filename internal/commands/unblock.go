@@ -4,16 +4,16 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // CLIENT UNBLOCK names a client of the proxy's (its CLIENT ID): a blocking
 // command of that client waits on a connection of its own to Redis
 // (pinned.go), which Redis knows by another id. blockedClients maps one to
 // the other while the command waits, and the UNBLOCK goes to Redis for
-// that connection (cluster.Pinned.Unblock).
+// that connection (upstream.Pinned.Unblock).
 
 // blockedClients are the clients whose blocking command waits on their
 // pinned connection, by the proxy's client id. It is shared by every
@@ -25,14 +25,14 @@ type blockedClients struct {
 }
 
 type blockedClient struct {
-	pinned *cluster.Pinned
+	pinned *upstream.Pinned
 	// unblocked: an UNBLOCK was sent for it. Its connection is then not
 	// given to another client: the UNBLOCK may still be on its way.
 	unblocked bool
 }
 
 // add records that client id's blocking command waits on pinned.
-func (b *blockedClients) add(id int64, pinned *cluster.Pinned) {
+func (b *blockedClients) add(id int64, pinned *upstream.Pinned) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.by == nil {
@@ -56,7 +56,7 @@ func (b *blockedClients) remove(id int64) (unblocked bool) {
 
 // take marks client id's blocking command as being unblocked and returns
 // its connection, or nil if it has none waiting.
-func (b *blockedClients) take(id int64) *cluster.Pinned {
+func (b *blockedClients) take(id int64) *upstream.Pinned {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	bc := b.by[id]

@@ -6,13 +6,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Locks is what the caller gives the lock family: the lock manager (nil:
@@ -34,7 +34,7 @@ type Options struct {
 	// Backend is the Redis fronted: the lock family asks it how it routes
 	// (a twin's keys must share a slot in front of a Redis Cluster), why
 	// it refuses writes, and runs a client's own script on it.
-	Backend cluster.Backend
+	Backend upstream.Backend
 	// Keys finds FENCE.EXEC's command's keys.
 	Keys    *keys.Table
 	Metrics *metrics.Metrics

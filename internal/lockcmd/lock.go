@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/locks"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Bounds on lock-family arguments. They keep owner records small and Redis
@@ -490,9 +490,9 @@ func (fam *Family) lockError(err error, unknownOutcome string) error {
 			// The heartbeat is late because the master refuses it: say why.
 			return r
 		}
-	case errors.Is(err, cluster.ErrUnavailable):
-		return cluster.ErrUnavailable
-	case errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, upstream.ErrUnavailable):
+		return upstream.ErrUnavailable
+	case errors.Is(err, upstream.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
 		return resp.Error{Code: "ERR", Msg: "fenceproxy: lost contact with Redis; " + unknownOutcome}
 	}
 	switch {

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // BenchmarkAcquireRelease is one LOCK.ACQUIRE + LOCK.RELEASE cycle through
@@ -47,10 +47,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 // benchBackend is a standalone backend over addr with one lock connection
 // of each kind, closed when b ends.
-func benchBackend(b *testing.B, addr string) cluster.Backend {
+func benchBackend(b *testing.B, addr string) upstream.Backend {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Second})
+	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func benchBackend(b *testing.B, addr string) cluster.Backend {
 	return be
 }
 
-func newBenchManager(be cluster.Backend, store *persist.Store) *Manager {
+func newBenchManager(be upstream.Backend, store *persist.Store) *Manager {
 	return New(Options{Scripts: lockwriter.New(lockwriter.Options{Backend: be, ReplicaTimeout: time.Second}), Store: PersistStore(store), Metrics: metrics.New(), MaxWaiters: 10, SlowWait: 100 * time.Millisecond, SlowHeld: 30 * time.Second, SlowLogLen: 128})
 }
 

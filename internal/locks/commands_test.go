@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // holding is a fixture whose store knows 5 as r's newest token, the one
@@ -37,15 +37,15 @@ func TestRenewOutcomes(t *testing.T) {
 		{name: "renewed", replies: []reply{renewed}, want: 5, calls: []string{"renew+acks"}},
 		{name: "not held", replies: []reply{{raw: "$-1\r\n", acks: acked(1)}}, wantErr: errIs(ErrNotHeld), calls: []string{"renew+acks"}},
 		{name: "replica shortfall", replies: []reply{{raw: bulk("5"), acks: acked(0)}}, wantErr: noReplicas(0, 1), calls: []string{"renew+acks"}},
-		{name: "WAIT lost", replies: []reply{{raw: bulk("5"), acks: "-UNBLOCKED\r\n"}}, wantErr: errIs(cluster.ErrOutcomeUnknown), calls: []string{"renew+acks"}},
-		{name: "reply lost", replies: []reply{{err: cluster.ErrOutcomeUnknown}}, wantErr: errIs(cluster.ErrOutcomeUnknown), calls: []string{"renew+acks"}},
+		{name: "WAIT lost", replies: []reply{{raw: bulk("5"), acks: "-UNBLOCKED\r\n"}}, wantErr: errIs(upstream.ErrOutcomeUnknown), calls: []string{"renew+acks"}},
+		{name: "reply lost", replies: []reply{{err: upstream.ErrOutcomeUnknown}}, wantErr: errIs(upstream.ErrOutcomeUnknown), calls: []string{"renew+acks"}},
 		{name: "malformed reply", replies: []reply{{raw: "*1\r\n:1\r\n", acks: acked(1)}}, wantErr: errContains("unexpected script value"), calls: []string{"renew+acks"}},
 		{name: "late", late: true, replies: []reply{renewed}, wantErr: errIs(ErrLate), calls: []string{"renew+acks"}},
 		{name: "not the token authority", opts: func(o *Options) { o.Admit = func() error { return errNotAdmitted } }, wantErr: errIs(errNotAdmitted)},
-		{name: "evictable master", scripts: func(s *fakeScripts) { s.policy = cluster.MemoryPolicy{Policy: "allkeys-random"} },
+		{name: "evictable master", scripts: func(s *fakeScripts) { s.policy = upstream.MemoryPolicy{Policy: "allkeys-random"} },
 			wantErr: func(err error) bool { var ee *EvictableError; return errors.As(err, &ee) }},
 		{name: "evictable master, allowed", opts: func(o *Options) { o.AllowEvictable = true },
-			scripts: func(s *fakeScripts) { s.policy = cluster.MemoryPolicy{Policy: "allkeys-random"} },
+			scripts: func(s *fakeScripts) { s.policy = upstream.MemoryPolicy{Policy: "allkeys-random"} },
 			replies: []reply{renewed}, want: 5, calls: []string{"renew+acks"}},
 		{name: "newest unreadable", store: func(s *memTokens) { s.failNewest = persist.ErrUnhealthy }, wantErr: errIs(persist.ErrUnhealthy)},
 	} {
@@ -72,7 +72,7 @@ func TestRelease(t *testing.T) {
 		reply{raw: kindReply(kindGranted, "1"), acks: acked(1)},
 		reply{raw: record},
 		reply{raw: ":0\r\n"},
-		reply{err: cluster.ErrUnavailable},
+		reply{err: upstream.ErrUnavailable},
 	), func(o *Options) { o.SlowHeld = time.Second })
 	ctx := context.Background()
 	if _, err := f.m.Acquire(ctx, "r", owner, addr, ttl, 0, time.Now()); err != nil {
@@ -98,7 +98,7 @@ func TestRelease(t *testing.T) {
 	if ok, err := f.m.Release(ctx, "r", owner); ok || err != nil {
 		t.Errorf("Release of a lock not held = %v, %v; want false", ok, err)
 	}
-	if _, err := f.m.Release(ctx, "r", owner); !errors.Is(err, cluster.ErrUnavailable) {
+	if _, err := f.m.Release(ctx, "r", owner); !errors.Is(err, upstream.ErrUnavailable) {
 		t.Errorf("Release with Redis unreachable: %v", err)
 	}
 
@@ -180,8 +180,8 @@ func TestFencedExec(t *testing.T) {
 		{name: "another user's lease", token: 5, prefix: "u\x00", read: recordReply("w\x00o", "5", 900), err: ErrOtherHolder, calls: []string{"info"}},
 		{name: "lease over", token: 5, prefix: "u\x00", calls: []string{"info"}, err: ErrLeaseOver},
 		{name: "lease of another token", token: 5, prefix: "u\x00", read: recordReply("u\x00o", "4", 900), err: ErrLeaseOver, calls: []string{"info"}},
-		{name: "record unreadable", token: 5, prefix: "u\x00", read: func(string) (any, error) { return nil, cluster.ErrUnavailable },
-			err: cluster.ErrUnavailable, calls: []string{"info"}},
+		{name: "record unreadable", token: 5, prefix: "u\x00", read: func(string) (any, error) { return nil, upstream.ErrUnavailable },
+			err: upstream.ErrUnavailable, calls: []string{"info"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			scripts := newFakeScripts(t, reply{raw: "+OK\r\n"})
@@ -265,8 +265,8 @@ func TestInfo(t *testing.T) {
 	if _, err = f.m.Info(ctx, "r"); err == nil {
 		t.Errorf("Info took a string for a record")
 	}
-	scripts.read = func(string) (any, error) { return nil, cluster.ErrUnavailable }
-	if _, err = f.m.Info(ctx, "r"); !errors.Is(err, cluster.ErrUnavailable) {
+	scripts.read = func(string) (any, error) { return nil, upstream.ErrUnavailable }
+	if _, err = f.m.Info(ctx, "r"); !errors.Is(err, upstream.ErrUnavailable) {
 		t.Errorf("Info with Redis unreachable: %v", err)
 	}
 	f.tokens.failNewest = persist.ErrUnhealthy
@@ -283,7 +283,7 @@ func TestReleaseNow(t *testing.T) {
 		reply{raw: kindReply(kindGranted, "1"), acks: acked(1)},
 		reply{raw: bulk("1 0 0 0 0 " + owner)},
 		reply{raw: ":0\r\n"},
-		reply{err: cluster.ErrUnavailable},
+		reply{err: upstream.ErrUnavailable},
 	), nil)
 	f = newNowFixture(t, f.scripts, nil)
 	ctx := context.Background()
@@ -314,7 +314,7 @@ func TestReleaseNow(t *testing.T) {
 	if ok, err, started := releaseNow(); !started || ok || err != nil {
 		t.Errorf("ReleaseNow of a lock not held = %v, %v (started %v); want false", ok, err, started)
 	}
-	if _, err, started := releaseNow(); !started || !errors.Is(err, cluster.ErrUnavailable) {
+	if _, err, started := releaseNow(); !started || !errors.Is(err, upstream.ErrUnavailable) {
 		t.Errorf("ReleaseNow with Redis unreachable: %v (started %v)", err, started)
 	}
 	turn := f.m.serial.lock("r")

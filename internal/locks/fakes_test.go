@@ -8,9 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // The two fakes below stand at the Manager's seams (ScriptRunner,
@@ -47,12 +47,12 @@ type fakeScripts struct {
 	respond  func(c sent) reply
 	cluster  bool // RoutesByKey
 	read     func(key string) (any, error)
-	policy   cluster.MemoryPolicy
+	policy   upstream.MemoryPolicy
 	noMaster bool
 }
 
 func newFakeScripts(t testing.TB, replies ...reply) *fakeScripts {
-	return &fakeScripts{t: t, replies: replies, policy: cluster.MemoryPolicy{Policy: cluster.NoEviction}}
+	return &fakeScripts{t: t, replies: replies, policy: upstream.MemoryPolicy{Policy: upstream.NoEviction}}
 }
 
 func scriptName(c lockwriter.ScriptCall) string {
@@ -129,7 +129,7 @@ func (f *fakeScripts) next(list *[]reply, c sent) reply {
 	}
 	if !ok {
 		f.t.Errorf("unexpected %s call: %+v", c.script, c)
-		return reply{err: cluster.ErrUnavailable}
+		return reply{err: upstream.ErrUnavailable}
 	}
 	return r
 }
@@ -149,7 +149,7 @@ func (r reply) write() *lockwriter.Write {
 func (f *fakeScripts) Start(ctx context.Context, key string, call lockwriter.ScriptCall, wantAcks bool) *lockwriter.Write {
 	c := f.record(key, call, wantAcks)
 	if f.noMaster {
-		return lockwriter.Unsent(cluster.ErrUnavailable)
+		return lockwriter.Unsent(upstream.ErrUnavailable)
 	}
 	return f.next(&f.replies, c).write()
 }
@@ -172,7 +172,7 @@ func (f *fakeScripts) Read(ctx context.Context, key string, call lockwriter.Scri
 
 func (f *fakeScripts) RoutesByKey() bool { return f.cluster }
 
-func (f *fakeScripts) MemoryPolicy(key string) (cluster.MemoryPolicy, bool) {
+func (f *fakeScripts) MemoryPolicy(key string) (upstream.MemoryPolicy, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.policy, !f.noMaster

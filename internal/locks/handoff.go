@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Direct handoff: how a contended lock passes from one holder to the next.
@@ -299,7 +299,7 @@ func (m *Manager) releaseReplied(resource string, turn *serialEntry, w *waiter, 
 	reply, err := write.Reply()
 	if err != nil {
 		if w != nil {
-			if errors.Is(err, cluster.ErrOutcomeUnknown) {
+			if errors.Is(err, upstream.ErrOutcomeUnknown) {
 				// The head's grant may stand: its token counts as issued.
 				m.countIssued(resource, token)
 				m.waiting.hand(w, &handoff{err: err})

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // waitSlowLog waits until the slow-lock log has an entry of kind.
@@ -55,7 +55,7 @@ func TestLeaseSweepRetracks(t *testing.T) {
 	f.scripts.read = func(key string) (any, error) {
 		switch reads.Add(1) {
 		case 1:
-			return nil, cluster.ErrUnavailable // looked at again in a second
+			return nil, upstream.ErrUnavailable // looked at again in a second
 		case 2:
 			lm.mu.Lock()
 			lm.ends = time.Now().Add(20 * time.Millisecond) // renewed elsewhere

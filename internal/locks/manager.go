@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Errors the command layer turns into replies.
@@ -288,7 +288,7 @@ func (m *Manager) attempted(ctx context.Context, a *attempt, err error, resource
 		err = m.sendAcquire(ctx, a, true)
 	}
 	if err != nil {
-		if errors.Is(err, cluster.ErrOutcomeUnknown) {
+		if errors.Is(err, upstream.ErrOutcomeUnknown) {
 			// The script's reply was lost: it may have granted candidate.
 			m.countIssued(resource, a.candidate)
 			a.usedUp(ahead)
@@ -432,7 +432,7 @@ func (m *Manager) abandon(ctx context.Context, a *attempt, resource, owner strin
 	if a.kind != kindGranted {
 		return err
 	}
-	unknown := errors.Is(err, cluster.ErrOutcomeUnknown)
+	unknown := errors.Is(err, upstream.ErrOutcomeUnknown)
 	gone := !unknown && m.undo(ctx, a, resource, owner, token)
 	if reserved {
 		if gone {
@@ -445,7 +445,7 @@ func (m *Manager) abandon(ctx context.Context, a *attempt, resource, owner strin
 	}
 	var nr *NoReplicasError
 	if !gone && (err == ErrLate || errors.As(err, &nr)) {
-		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", upstream.ErrOutcomeUnknown, err)
 	}
 	return err
 }

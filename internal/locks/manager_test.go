@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/metrics"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -69,7 +69,7 @@ func noReplicas(acked, wanted int) func(error) bool {
 
 // unknownOutcome: a refusal whose grant could not be undone.
 func undoFailed(err error) bool {
-	return errors.Is(err, cluster.ErrOutcomeUnknown) && strings.Contains(err.Error(), "could not be undone")
+	return errors.Is(err, upstream.ErrOutcomeUnknown) && strings.Contains(err.Error(), "could not be undone")
 }
 
 func errContains(s string) func(error) bool {
@@ -203,20 +203,20 @@ func TestAcquireOutcomes(t *testing.T) {
 			undos: []reply{{raw: ":0\r\n"}}, wantErr: noReplicas(0, 1), calls: []string{"acquire+acks", "undo"},
 			log: []string{"reserve r 1", "cancel r 1"}},
 		{name: "replica shortfall, undo failed", replies: []reply{{raw: granted.raw, acks: acked(0)}},
-			undos: []reply{{err: cluster.ErrUnavailable}}, wantErr: undoFailed, calls: []string{"acquire+acks", "undo"},
+			undos: []reply{{err: upstream.ErrUnavailable}}, wantErr: undoFailed, calls: []string{"acquire+acks", "undo"},
 			log: []string{"reserve r 1", "confirm r 1"}, newest: 1},
-		{name: "script reply lost", replies: []reply{{err: cluster.ErrOutcomeUnknown}}, wantErr: errIs(cluster.ErrOutcomeUnknown),
+		{name: "script reply lost", replies: []reply{{err: upstream.ErrOutcomeUnknown}}, wantErr: errIs(upstream.ErrOutcomeUnknown),
 			calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "confirm r 1"}, newest: 1},
 		{name: "WAIT lost", replies: []reply{{raw: granted.raw, acks: "-UNBLOCKED force unblocked\r\n"}},
-			wantErr: errIs(cluster.ErrOutcomeUnknown), calls: []string{"acquire+acks"},
+			wantErr: errIs(upstream.ErrOutcomeUnknown), calls: []string{"acquire+acks"},
 			log: []string{"reserve r 1", "confirm r 1"}, newest: 1},
-		{name: "not sent", replies: []reply{{err: cluster.ErrUnavailable}}, wantErr: errIs(cluster.ErrUnavailable),
+		{name: "not sent", replies: []reply{{err: upstream.ErrUnavailable}}, wantErr: errIs(upstream.ErrUnavailable),
 			calls: []string{"acquire+acks"}},
-		{name: "no master", scripts: func(s *fakeScripts) { s.noMaster = true }, wantErr: errIs(cluster.ErrUnavailable),
+		{name: "no master", scripts: func(s *fakeScripts) { s.noMaster = true }, wantErr: errIs(upstream.ErrUnavailable),
 			calls: []string{"acquire+acks"}},
 		{name: "script refused by Redis", replies: []reply{{raw: "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"}},
 			wantErr: func(err error) bool {
-				return errContains("WRONGTYPE")(err) && !errors.Is(err, cluster.ErrOutcomeUnknown)
+				return errContains("WRONGTYPE")(err) && !errors.Is(err, upstream.ErrOutcomeUnknown)
 			}, calls: []string{"acquire+acks"}},
 		{name: "Reserve failed", store: func(s *memTokens) { s.failReserve = persist.ErrUnhealthy },
 			replies: []reply{granted}, undos: []reply{undone}, wantErr: errIs(persist.ErrUnhealthy),
@@ -225,7 +225,7 @@ func TestAcquireOutcomes(t *testing.T) {
 			replies: []reply{granted}, undos: []reply{undone}, wantErr: errIs(persist.ErrUnhealthy),
 			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"}},
 		{name: "Confirm failed, undo failed", store: func(s *memTokens) { s.failConfirm = persist.ErrUnhealthy },
-			replies: []reply{granted}, undos: []reply{{err: cluster.ErrOutcomeUnknown}}, wantErr: errIs(persist.ErrUnhealthy),
+			replies: []reply{granted}, undos: []reply{{err: upstream.ErrOutcomeUnknown}}, wantErr: errIs(persist.ErrUnhealthy),
 			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1"},
 			check: func(t *testing.T, f *fixture) {
 				// Neither confirmed nor cancelled: the reservation stands,
@@ -267,7 +267,7 @@ func TestAcquireOutcomes(t *testing.T) {
 			wantErr: errContains("unexpected record token"), calls: []string{"acquire+acks"}},
 		{name: "late grant, undone", late: true, replies: []reply{granted}, undos: []reply{undone}, wantErr: errIs(ErrLate),
 			calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "cancel r 1"}},
-		{name: "late grant, undo failed", late: true, replies: []reply{granted}, undos: []reply{{err: cluster.ErrOutcomeUnknown}},
+		{name: "late grant, undo failed", late: true, replies: []reply{granted}, undos: []reply{{err: upstream.ErrOutcomeUnknown}},
 			wantErr: undoFailed, calls: []string{"acquire+acks", "undo"}, log: []string{"reserve r 1", "confirm r 1"}, newest: 1},
 		{name: "late re-arm: stands, not undone", late: true,
 			store:   func(s *memTokens) { s.newest["r"], s.known["r"], s.last = 5, true, 5 },
@@ -280,18 +280,18 @@ func TestAcquireOutcomes(t *testing.T) {
 					t.Errorf("a token was drawn for a refused command")
 				}
 			}},
-		{name: "evictable master", scripts: func(s *fakeScripts) { s.policy = cluster.MemoryPolicy{Policy: "allkeys-lru"} },
+		{name: "evictable master", scripts: func(s *fakeScripts) { s.policy = upstream.MemoryPolicy{Policy: "allkeys-lru"} },
 			wantErr: func(err error) bool {
 				var ee *EvictableError
 				return errors.As(err, &ee) && ee.Policy == "allkeys-lru" && strings.Contains(err.Error(), "allkeys-lru")
 			}},
-		{name: "master's policy unread", scripts: func(s *fakeScripts) { s.policy = cluster.MemoryPolicy{} },
+		{name: "master's policy unread", scripts: func(s *fakeScripts) { s.policy = upstream.MemoryPolicy{} },
 			wantErr: func(err error) bool {
 				var ee *EvictableError
 				return errors.As(err, &ee) && ee.Policy == "" && strings.Contains(err.Error(), "could not be read")
 			}},
 		{name: "evictable master, allowed", opts: func(o *Options) { o.AllowEvictable = true },
-			scripts: func(s *fakeScripts) { s.policy = cluster.MemoryPolicy{Policy: "volatile-ttl"} },
+			scripts: func(s *fakeScripts) { s.policy = upstream.MemoryPolicy{Policy: "volatile-ttl"} },
 			replies: []reply{granted}, want: 1, calls: []string{"acquire+acks"}, log: []string{"reserve r 1", "confirm r 1"}, newest: 1,
 			check: func(t *testing.T, f *fixture) {
 				if n := counted(t, f.metrics.EvictableGrants); n != 1 {
@@ -469,9 +469,9 @@ func TestAcquireWithOthersWaiting(t *testing.T) {
 		}
 	})
 	t.Run("refused early", func(t *testing.T) {
-		f := newFixture(t, newFakeScripts(t, reply{err: cluster.ErrUnavailable}), nil)
+		f := newFixture(t, newFakeScripts(t, reply{err: upstream.ErrUnavailable}), nil)
 		f.m.waiting.join("r", "w", addr, ttl, 10)
-		if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); !errors.Is(err, cluster.ErrUnavailable) {
+		if _, err := f.m.Acquire(context.Background(), "r", owner, addr, ttl, 0, time.Now()); !errors.Is(err, upstream.ErrUnavailable) {
 			t.Fatalf("Acquire: %v", err)
 		}
 		f = newFixture(t, newFakeScripts(t), func(o *Options) { o.Admit = func() error { return errNotAdmitted } })

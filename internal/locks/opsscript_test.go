@@ -10,10 +10,10 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // The lock operations' script (opsScript) against a real Redis, called as
@@ -22,11 +22,11 @@ import (
 
 // connect is a standalone backend over addr, with one lock connection of
 // each kind.
-func connect(t *testing.T, addr string) cluster.Backend {
+func connect(t *testing.T, addr string) upstream.Backend {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 2 * time.Second, Logger: quiet})
+	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 2 * time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

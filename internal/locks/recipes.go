@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Clients' own lock recipes (internal/recipes recognises them): the
@@ -102,7 +102,7 @@ func (m *Manager) hashAttempted(ctx context.Context, g *hashGrant, err error, ke
 		}
 	}
 	if err != nil {
-		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
+		if errors.Is(err, upstream.ErrOutcomeUnknown) && g.candidate != 0 {
 			m.countIssued(key, g.candidate) // it may stand in a side record
 		}
 		return 0, 0, err
@@ -256,7 +256,7 @@ func (m *Manager) settleHashVerdict(ctx context.Context, g *hashGrant, verdict e
 // abandon does: cancelled only if the undo ran, else counted as issued.
 func (m *Manager) abandonHashGrant(ctx context.Context, g *hashGrant, key, holder string, reserved bool, err error) error {
 	undone := false
-	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+	if !errors.Is(err, upstream.ErrOutcomeUnknown) {
 		// The newest token issued besides this one, for the fence mark, as
 		// undo has it ("" if unknown: the mark stays up, the safe side).
 		var newest any = ""
@@ -287,7 +287,7 @@ func (m *Manager) abandonHashGrant(ctx context.Context, g *hashGrant, key, holde
 	}
 	var nr *NoReplicasError
 	if !undone && (err == ErrLate || errors.As(err, &nr)) {
-		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", upstream.ErrOutcomeUnknown, err)
 	}
 	return err
 }

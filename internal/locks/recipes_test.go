@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // hashReply is opHashAcquire's reply: {kind, token, count before,
@@ -40,10 +40,10 @@ func TestRecipeAcquireSettles(t *testing.T) {
 		{name: "fresh grant too late: undone", s: setup{replies: []reply{{raw: fresh, acks: acked(1)}}, undos: []reply{{raw: ":1\r\n"}}, late: true},
 			wantErr: errIs(ErrLate), newest: 0, calls: []string{"hash-acquire+acks", "hash-undo"}},
 		{name: "undo fails: counted as issued, outcome unknown",
-			s:       setup{replies: []reply{{raw: fresh, acks: acked(0)}}, undos: []reply{{err: cluster.ErrUnavailable}}},
-			wantErr: errIs(cluster.ErrOutcomeUnknown), newest: 1, calls: []string{"hash-acquire+acks", "hash-undo"}},
-		{name: "script reply lost: counted as issued", s: setup{replies: []reply{{err: cluster.ErrOutcomeUnknown}}},
-			wantErr: errIs(cluster.ErrOutcomeUnknown), newest: 1, calls: []string{"hash-acquire+acks"}},
+			s:       setup{replies: []reply{{raw: fresh, acks: acked(0)}}, undos: []reply{{err: upstream.ErrUnavailable}}},
+			wantErr: errIs(upstream.ErrOutcomeUnknown), newest: 1, calls: []string{"hash-acquire+acks", "hash-undo"}},
+		{name: "script reply lost: counted as issued", s: setup{replies: []reply{{err: upstream.ErrOutcomeUnknown}}},
+			wantErr: errIs(upstream.ErrOutcomeUnknown), newest: 1, calls: []string{"hash-acquire+acks"}},
 		{name: "re-entry short of replicas: count and expiries restored",
 			s: setup{store: func(s *memTokens) { s.newest["r"] = 7 },
 				replies: []reply{{raw: reentry, acks: acked(0)}}, undos: []reply{{raw: ":1\r\n"}}},

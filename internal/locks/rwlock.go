@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Redisson's RReadWriteLock (twins in rwlockops.go). Its grants, read or
@@ -113,7 +113,7 @@ func (m *Manager) RWAcquire(ctx context.Context, a RWAcquire, clientAddr string,
 		}
 	}
 	if err != nil {
-		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
+		if errors.Is(err, upstream.ErrOutcomeUnknown) && g.candidate != 0 {
 			m.countIssued(a.Key, g.candidate)
 		}
 		return 0, 0, err
@@ -215,7 +215,7 @@ func (m *Manager) settleRWGrant(ctx context.Context, g *rwGrant, a RWAcquire, cl
 // settles its reserved token as abandonHashGrant does.
 func (m *Manager) abandonRWGrant(ctx context.Context, g *rwGrant, a RWAcquire, reserved bool, err error) error {
 	undone := false
-	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+	if !errors.Is(err, upstream.ErrOutcomeUnknown) {
 		var newest any = ""
 		if n, err := m.opts.Store.Newest(a.Key); err == nil && n < g.token {
 			newest = n
@@ -241,7 +241,7 @@ func (m *Manager) abandonRWGrant(ctx context.Context, g *rwGrant, a RWAcquire, r
 	}
 	var nr *NoReplicasError
 	if !undone && (err == ErrLate || errors.As(err, &nr)) {
-		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", upstream.ErrOutcomeUnknown, err)
 	}
 	return err
 }
@@ -424,7 +424,7 @@ end
 return redis.call('HEXISTS', KEYS[1], ARGV[1])
 `
 
-var rwHoldsSHA = cluster.ScriptSHA(rwHoldsScript)
+var rwHoldsSHA = upstream.ScriptSHA(rwHoldsScript)
 
 // holdsRW reports whether holder is one of the holders of the read-write
 // lock whose side record rec is (HolderToken: the epoch's token is every

@@ -3,8 +3,8 @@ package locks
 import (
 	"context"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // ScriptRunner is how the Manager reaches Redis: it runs the lock scripts
@@ -20,13 +20,13 @@ import (
 //     connection, and Write.Acks waits for it. Reply comes before Acks:
 //     the Manager does its fsync in between. A call that did not run
 //     (NOSCRIPT, a cluster redirect, no reachable master) is retried
-//     within a bound or answered cluster.ErrUnavailable: Start never
+//     within a bound or answered upstream.ErrUnavailable: Start never
 //     reports a script that did not run as run, nor retries one that may
 //     have run.
 //   - Every error of a Write is the script's own (Redis refused it: a
-//     resp.Error), cluster.ErrUnavailable (it was not sent: nothing
+//     resp.Error), upstream.ErrUnavailable (it was not sent: nothing
 //     happened), a refused node's error (a resp.Error with its NotMaster
-//     reply: it was not sent), cluster.ErrOutcomeUnknown (the connection
+//     reply: it was not sent), upstream.ErrOutcomeUnknown (the connection
 //     was lost with it or its WAIT in flight: it may or may not have run,
 //     on any number of replicas; Raw reports that as backend.ErrLost), or
 //     the context's error (it was not sent). An Acks error is always an
@@ -41,7 +41,7 @@ type ScriptRunner interface {
 	Start(ctx context.Context, key string, call lockwriter.ScriptCall, wantAcks bool) *lockwriter.Write
 	RunAfter(ctx context.Context, prev *lockwriter.Write, call lockwriter.ScriptCall) (any, error)
 	Read(ctx context.Context, key string, call lockwriter.ScriptCall) (any, error)
-	MemoryPolicy(key string) (policy cluster.MemoryPolicy, ok bool)
+	MemoryPolicy(key string) (policy upstream.MemoryPolicy, ok bool)
 	// RoutesByKey reports whether scripts go to the master of their keys'
 	// slot (a Redis Cluster), whose keys must then share one slot.
 	RoutesByKey() bool

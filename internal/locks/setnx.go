@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // Value locks (setnxops.go): SET NX and the lock scripts of redis-py,
@@ -88,7 +88,7 @@ func (m *Manager) RecipeValueWrite(ctx context.Context, v ValueWrite, clientAddr
 		}
 	}
 	if err != nil {
-		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
+		if errors.Is(err, upstream.ErrOutcomeUnknown) && g.candidate != 0 {
 			m.countIssued(v.Key, g.candidate)
 		}
 		return 0, err
@@ -210,7 +210,7 @@ func (m *Manager) settleValueWrite(ctx context.Context, g *valueGrant, v ValueWr
 // token as abandonHashGrant does.
 func (m *Manager) abandonValueWrite(ctx context.Context, g *valueGrant, v ValueWrite, reserved bool, err error) error {
 	undone := false
-	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+	if !errors.Is(err, upstream.ErrOutcomeUnknown) {
 		args := lockwriter.ArgsOf(append(append([]any{v.Holder}, g.pre...), m.undoMark(v.Key, g.kind == kindGranted, g.token)...)...)
 		_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: g.call.Keys, Args: args})
 		if uerr != nil {
@@ -231,7 +231,7 @@ func (m *Manager) abandonValueWrite(ctx context.Context, g *valueGrant, v ValueW
 	}
 	var nr *NoReplicasError
 	if !undone && (err == ErrLate || errors.As(err, &nr)) {
-		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", upstream.ErrOutcomeUnknown, err)
 	}
 	return err
 }
@@ -309,7 +309,7 @@ func (m *Manager) RecipeValueMulti(ctx context.Context, keys []string, holder st
 		}
 	}
 	if err != nil {
-		if errors.Is(err, cluster.ErrOutcomeUnknown) && g.candidate != 0 {
+		if errors.Is(err, upstream.ErrOutcomeUnknown) && g.candidate != 0 {
 			for _, k := range keys {
 				m.countIssued(k, g.candidate)
 			}
@@ -457,7 +457,7 @@ func (m *Manager) settleValueMulti(ctx context.Context, g *multiGrant, keys, sid
 func (m *Manager) abandonValueMulti(ctx context.Context, g *multiGrant, keys, sides []string, holder string, reserved int, err error) error {
 	undone := make([]bool, len(keys))
 	all := true
-	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+	if !errors.Is(err, upstream.ErrOutcomeUnknown) {
 		for i, k := range keys {
 			args := lockwriter.ArgsOf(append(append([]any{holder}, g.pre[i]...), m.undoMark(k, g.kind == kindGranted, g.candidate)...)...)
 			_, uerr := m.opts.Scripts.RunAfter(ctx, g.write, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueUndo, Keys: recipeKeys(k, sides[i]), Args: args})
@@ -483,7 +483,7 @@ func (m *Manager) abandonValueMulti(ctx context.Context, g *multiGrant, keys, si
 	}
 	var nr *NoReplicasError
 	if !all && (err == ErrLate || errors.As(err, &nr)) {
-		return fmt.Errorf("%w: a refused grant could not be undone (%v)", cluster.ErrOutcomeUnknown, err)
+		return fmt.Errorf("%w: a refused grant could not be undone (%v)", upstream.ErrOutcomeUnknown, err)
 	}
 	return err
 }

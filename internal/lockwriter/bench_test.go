@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // BenchmarkWriterBatches is lock writes through the Writer against a real
@@ -23,7 +23,7 @@ func BenchmarkWriterBatches(b *testing.B) {
 	be := benchBackend(b, master.Addr)
 	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Second})
 	const script = "return redis.call('INCR', KEYS[1])"
-	call := ScriptCall{Source: script, SHA: cluster.ScriptSHA(script), Keys: []string{"bench"}}
+	call := ScriptCall{Source: script, SHA: upstream.ScriptSHA(script), Keys: []string{"bench"}}
 	ctx := context.Background()
 	if _, err := wr.Start(ctx, "bench", call, true).Acks(); err != nil {
 		b.Fatal(err)
@@ -68,10 +68,10 @@ func cpuTime() time.Duration {
 
 // benchBackend is a standalone backend over addr with one lock connection
 // of each kind, closed when b ends.
-func benchBackend(b *testing.B, addr string) cluster.Backend {
+func benchBackend(b *testing.B, addr string) upstream.Backend {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Second})
+	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

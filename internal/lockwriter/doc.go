@@ -7,7 +7,7 @@
 //
 // # Rounds
 //
-// For each master a Writer serves the connections its cluster.Node hands
+// For each master a Writer serves the connections its upstream.Node hands
 // it (Node.ServeLockWrites) with writers of its own (writeLoop), each
 // doing its own socket I/O on a backend.SyncConn. Writes that want
 // acknowledgements and writes that do not (releases, undos, FENCE.EXEC)
@@ -46,9 +46,9 @@
 // # Outcomes
 //
 // Every error of a Write is one of: the script's own (Redis refused it: a
-// resp.Error); cluster.ErrUnavailable, a refused node's error or the
+// resp.Error); upstream.ErrUnavailable, a refused node's error or the
 // context's error (it was not sent: nothing happened); or
-// cluster.ErrOutcomeUnknown, an unknown outcome: the connection was lost
+// upstream.ErrOutcomeUnknown, an unknown outcome: the connection was lost
 // with the write or its WAIT in flight, or what came back was not a reply
 // to it (not RESP; a batch script's list without one element per
 // operation), so it may or may not have run, on any number of replicas
@@ -61,7 +61,7 @@
 // with its source, so that no NOSCRIPT holds a round's WAIT for nothing);
 // in front of a Redis Cluster, MOVED, ASK, TRYAGAIN, CLUSTERDOWN or no
 // reachable master re-read the topology and retry within
-// cluster.RetryWindow. StartOn and RunAfter never retry.
+// upstream.RetryWindow. StartOn and RunAfter never retry.
 //
 // # Invariants
 //

@@ -13,9 +13,9 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // maxWriteBatch bounds how many lock writes share one WAIT.
@@ -56,7 +56,7 @@ type Op byte
 type Write struct {
 	call     ScriptCall
 	wantAcks bool
-	node     *cluster.Node // the master it went to; nil if none was reachable
+	node     *upstream.Node // the master it went to; nil if none was reachable
 
 	reply   *resp.Reply // &own, for a Write of StartOn
 	own     resp.Reply  // kept in the Write: one allocation less per write
@@ -155,8 +155,8 @@ func (w *Write) fail(err error) {
 }
 
 // Reply waits for the script's reply: nil for a null reply; the error is the
-// script's own (a resp.Error), cluster.ErrOutcomeUnknown,
-// cluster.ErrUnavailable or a refused node's error.
+// script's own (a resp.Error), upstream.ErrOutcomeUnknown,
+// upstream.ErrUnavailable or a refused node's error.
 func (w *Write) Reply() (any, error) {
 	w.replied.Wait()
 	if w.err != nil {
@@ -166,7 +166,7 @@ func (w *Write) Reply() (any, error) {
 }
 
 // Raw waits for the script's reply and returns its bytes as Redis wrote
-// them, or the error that kept it from Redis (cluster.ErrUnavailable: not
+// them, or the error that kept it from Redis (upstream.ErrUnavailable: not
 // sent; backend.ErrLost: it may have run; a refused node's error).
 func (w *Write) Raw() ([]byte, error) {
 	w.replied.Wait()
@@ -213,11 +213,11 @@ func (w *Write) Acks() (int, error) {
 		// Besides a lost connection, Redis itself may end WAIT with an
 		// error: -UNBLOCKED when its master steps down (CLUSTER FAILOVER).
 		// Either way the count is unknown.
-		return 0, fmt.Errorf("%w (WAIT: %v)", cluster.ErrOutcomeUnknown, err)
+		return 0, fmt.Errorf("%w (WAIT: %v)", upstream.ErrOutcomeUnknown, err)
 	}
 	n, ok := v.(int64)
 	if !ok {
-		return 0, cluster.ErrOutcomeUnknown
+		return 0, upstream.ErrOutcomeUnknown
 	}
 	return int(n), nil
 }
@@ -227,20 +227,20 @@ func (w *Write) Acks() (int, error) {
 func decode(r *resp.Reply) (any, error) {
 	if r.Err != nil {
 		if errors.Is(r.Err, backend.ErrLost) {
-			return nil, cluster.ErrOutcomeUnknown
+			return nil, upstream.ErrOutcomeUnknown
 		}
 		return nil, r.Err
 	}
 	v, err := resp.Parse(r.Buf)
 	if errors.Is(err, resp.ErrBadReply) {
-		return nil, cluster.ErrOutcomeUnknown
+		return nil, upstream.ErrOutcomeUnknown
 	}
 	return v, err
 }
 
 // Options configure a Writer.
 type Options struct {
-	Backend cluster.Backend
+	Backend upstream.Backend
 	// MinReplicas and ReplicaTimeout are the WAIT sent behind a batch of
 	// writes that want acknowledgements (none if MinReplicas is 0).
 	MinReplicas    int
@@ -249,7 +249,7 @@ type Options struct {
 
 // Writer is the batched lock-script writer (the locks.ScriptRunner
 // fenceproxy runs on): for each master it serves the node's lock connections
-// (cluster.Node.ServeLockWrites) with writers of its own, WriterConns that
+// (upstream.Node.ServeLockWrites) with writers of its own, WriterConns that
 // send writes followed by a WAIT and as many that send writes without one
 // (releases, undos, FENCE.EXEC), so that those never wait behind a WAIT.
 // Concurrent writes to one master are batched: their scripts, then one
@@ -261,7 +261,7 @@ type Writer struct {
 	waitRequest []byte // the WAIT behind a batch, encoded once
 
 	mu    sync.Mutex // making a master's writers
-	nodes sync.Map   // *cluster.Node -> *nodeWriter, until the node closes
+	nodes sync.Map   // *upstream.Node -> *nodeWriter, until the node closes
 }
 
 // New returns a Writer over opts.Backend's masters. A master's writers
@@ -284,7 +284,7 @@ func New(opts Options) *Writer {
 // of a Redis Cluster a script answered with MOVED, ASK, TRYAGAIN or
 // CLUSTERDOWN, or not sent because its master was unreachable, did not run
 // either: the topology is read again and the call retried, within
-// cluster.RetryWindow. (Retrying after ASK rather than following it keeps a
+// upstream.RetryWindow. (Retrying after ASK rather than following it keeps a
 // lock write and its WAIT on one connection; the slot's migration ends
 // soon.) Start returns once the script's reply is in: what Reply, Raw and
 // Acks wait for then is only the WAIT.
@@ -296,7 +296,7 @@ func (wr *Writer) Start(ctx context.Context, key string, call ScriptCall, wantAc
 		sent := wr.sendable(node, call)
 		w := wr.StartOn(ctx, node, sent, wantAcks)
 		raw, err := w.Raw()
-		switch wr.judgeReply(node, call.SHA, sent, raw, err, time.Since(began) <= cluster.RetryWindow) {
+		switch wr.judgeReply(node, call.SHA, sent, raw, err, time.Since(began) <= upstream.RetryWindow) {
 		case sentDone:
 			return w
 		case sentNoScript:
@@ -318,7 +318,7 @@ func (wr *Writer) Start(ctx context.Context, key string, call ScriptCall, wantAc
 // meets NOSCRIPT has its batch's WAIT behind it all the same, and that
 // WAIT holds the writer's connection for nothing, up to --replica-timeout
 // when a replica is slow.
-func (wr *Writer) sendable(node *cluster.Node, call ScriptCall) ScriptCall {
+func (wr *Writer) sendable(node *upstream.Node, call ScriptCall) ScriptCall {
 	if node != nil && call.SHA != "" && !wr.writers(node).hasScript(call.SHA) {
 		call.SHA = ""
 	}
@@ -339,7 +339,7 @@ const (
 // reply the backend says to retry after a refresh is retried, if mayRetry
 // (within the retry window); otherwise it stands, and a script that ran by
 // SHA or source counts as known there.
-func (wr *Writer) judgeReply(node *cluster.Node, sha string, sent ScriptCall, raw []byte, err error, mayRetry bool) sentOutcome {
+func (wr *Writer) judgeReply(node *upstream.Node, sha string, sent ScriptCall, raw []byte, err error, mayRetry bool) sentOutcome {
 	if err == nil && sent.SHA != "" && bytes.HasPrefix(raw, []byte("-NOSCRIPT")) {
 		wr.writers(node).forgetScript(sha)
 		return sentNoScript
@@ -374,7 +374,7 @@ func (wr *Writer) RoutesByKey() bool { return wr.opts.Backend.RoutesByKey() }
 
 // MemoryPolicy is the last maxmemory-policy reading of key's master (no
 // I/O); ok is false if no master of its slot is reachable.
-func (wr *Writer) MemoryPolicy(key string) (p cluster.MemoryPolicy, ok bool) {
+func (wr *Writer) MemoryPolicy(key string) (p upstream.MemoryPolicy, ok bool) {
 	node := wr.master(key)
 	if node == nil {
 		return p, false
@@ -385,7 +385,7 @@ func (wr *Writer) MemoryPolicy(key string) (p cluster.MemoryPolicy, ok bool) {
 // master is the master of key's slot. A backend that does not route by
 // key (a standalone master) is asked without it, which through the Backend
 // interface would cost every write an allocation.
-func (wr *Writer) master(key string) *cluster.Node {
+func (wr *Writer) master(key string) *upstream.Node {
 	if !wr.routesByKey {
 		return wr.opts.Backend.MasterForKey(nil)
 	}
@@ -395,9 +395,9 @@ func (wr *Writer) master(key string) *cluster.Node {
 // StartOn queues call to run on node itself (nil: unreachable), without
 // Start's retries. If wantAcks, a WAIT for the minimum number of replicas
 // follows it on the same connection.
-func (wr *Writer) StartOn(ctx context.Context, node *cluster.Node, call ScriptCall, wantAcks bool) *Write {
+func (wr *Writer) StartOn(ctx context.Context, node *upstream.Node, call ScriptCall, wantAcks bool) *Write {
 	if node == nil {
-		return Unsent(cluster.ErrUnavailable)
+		return Unsent(upstream.ErrUnavailable)
 	}
 	w := &Write{call: call, wantAcks: wantAcks, node: node}
 	w.replied.Add(1)
@@ -483,7 +483,7 @@ func (nw *nodeWriter) forgetScript(sha string) { nw.scripts.Delete(sha) }
 
 // writers returns node's nodeWriter, starting its writers with the node's
 // first write.
-func (wr *Writer) writers(node *cluster.Node) *nodeWriter {
+func (wr *Writer) writers(node *upstream.Node) *nodeWriter {
 	if nw, ok := wr.nodes.Load(node); ok {
 		return nw.(*nodeWriter)
 	}
@@ -522,7 +522,7 @@ func (nw *nodeWriter) queue(ctx context.Context, w *Write, wait bool) bool {
 	nw.queuing.Add(1)
 	defer nw.queuing.Add(-1)
 	if nw.closing.Load() {
-		w.fail(cluster.ErrUnavailable)
+		w.fail(upstream.ErrUnavailable)
 		return true
 	}
 	if !wait {
@@ -543,7 +543,7 @@ func (nw *nodeWriter) queue(ctx context.Context, w *Write, wait bool) bool {
 
 // retire waits for node to close, then answers every write still queued
 // for it "unreachable" (none was sent) and forgets the node.
-func (wr *Writer) retire(node *cluster.Node, nw *nodeWriter) {
+func (wr *Writer) retire(node *upstream.Node, nw *nodeWriter) {
 	<-node.Closed()
 	nw.closing.Store(true)
 	for {
@@ -552,7 +552,7 @@ func (wr *Writer) retire(node *cluster.Node, nw *nodeWriter) {
 			for {
 				select {
 				case w := <-queue:
-					w.fail(cluster.ErrUnavailable)
+					w.fail(upstream.ErrUnavailable)
 				default:
 					break drain
 				}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // TestBatchOnABrokenConnection: a lock connection that breaks with a batch
@@ -76,10 +76,10 @@ func TestBatchOnABrokenConnection(t *testing.T) {
 		t.Fatalf("the batch on the broken connection was not answered within 10s")
 	}
 	for i, w := range ws {
-		if v, err := w.Reply(); !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		if v, err := w.Reply(); !errors.Is(err, upstream.ErrOutcomeUnknown) {
 			t.Errorf("write %d of the broken batch (it ran): %v, %v; want an unknown outcome", i, v, err)
 		}
-		if _, err := w.Acks(); !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		if _, err := w.Acks(); !errors.Is(err, upstream.ErrOutcomeUnknown) {
 			t.Errorf("write %d of the broken batch: acks %v; want an unknown outcome", i, err)
 		}
 	}
@@ -93,7 +93,7 @@ func TestBatchOnABrokenConnection(t *testing.T) {
 		prefix := fmt.Sprintf("after%d-", attempt)
 		w := send(wr, conn, batch(prefix, 1), &st)[0]
 		_, err := w.Reply()
-		if errors.Is(err, cluster.ErrUnavailable) {
+		if errors.Is(err, upstream.ErrUnavailable) {
 			if got := string(m.Do("EXISTS", prefix+"0")); got != ":0\r\n" {
 				t.Fatalf("a write answered \"not sent\" ran on Redis")
 			}
@@ -130,7 +130,7 @@ func TestScriptReplyBeforeItsWAIT(t *testing.T) {
 	replica := testenv.StartReplica(t, master)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Hour, Logger: quiet})
+	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Hour, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestRoundsOverlap(t *testing.T) {
 			replica := testenv.StartReplica(t, master)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: conns, ReplicaTimeout: time.Minute, Logger: quiet})
+			be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: conns, ReplicaTimeout: time.Minute, Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/cluster"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // TestAppendEval: a script call encodes to exactly the RESP request that
@@ -46,11 +46,11 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // connect is a standalone backend over addr, with one lock connection of
 // each kind.
-func connect(t *testing.T, addr string) cluster.Backend {
+func connect(t *testing.T, addr string) upstream.Backend {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	be, err := cluster.Connect(ctx, cluster.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 2 * time.Second, Logger: quiet})
+	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: 2 * time.Second, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestWriter(t *testing.T) {
 	ctx := context.Background()
 
 	const seven = "return 7"
-	w := wr.Start(ctx, "k", ScriptCall{Source: seven, SHA: cluster.ScriptSHA(seven)}, false)
+	w := wr.Start(ctx, "k", ScriptCall{Source: seven, SHA: upstream.ScriptSHA(seven)}, false)
 	if v, err := w.Reply(); err != nil || v != int64(7) {
 		t.Fatalf("a script Redis does not have yet, by SHA: %v, %v", v, err)
 	}
@@ -102,7 +102,7 @@ func TestWriter(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := wr.Start(ctx, "k", ScriptCall{Source: set, SHA: cluster.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}, true)
+			w := wr.Start(ctx, "k", ScriptCall{Source: set, SHA: upstream.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}, true)
 			if _, err := w.Reply(); err != nil {
 				errs <- err
 				return
@@ -126,7 +126,7 @@ func TestWriter(t *testing.T) {
 		t.Fatalf("a script's first call met NOSCRIPT:\n%s", stats)
 	}
 	const exists = "return redis.call('EXISTS', KEYS[1])"
-	read := ScriptCall{Source: exists, SHA: cluster.ScriptSHA(exists), Keys: []string{"absent"}}
+	read := ScriptCall{Source: exists, SHA: upstream.ScriptSHA(exists), Keys: []string{"absent"}}
 	for _, when := range []string{"first", "after SCRIPT FLUSH"} {
 		if v, err := wr.Read(ctx, "absent", read); err != nil || v != int64(0) {
 			t.Fatalf("Read of a script that only reads, %s: %v, %v", when, v, err)
@@ -161,7 +161,7 @@ func TestStartThen(t *testing.T) {
 	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
 	m := testenv.Dial(t, master.Addr)
 	const set = "redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
-	call := ScriptCall{Source: set, SHA: cluster.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}
+	call := ScriptCall{Source: set, SHA: upstream.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}
 	for _, when := range []string{"first", "known", "after SCRIPT FLUSH"} {
 		if when == "after SCRIPT FLUSH" {
 			m.Do("SCRIPT", "FLUSH")
@@ -224,7 +224,7 @@ func TestWriterNodeClosed(t *testing.T) {
 				// (StartThen's answer to a closing node goes through
 				// Start's rules: Complete).
 				if !wr.StartThen("k", call, i%2 == 0, replyFunc(func(w *Write) { _, err := w.Reply(); answered <- err })) {
-					answered <- cluster.ErrUnavailable // not queued: nothing was done
+					answered <- upstream.ErrUnavailable // not queued: nothing was done
 				}
 				return
 			}
@@ -236,7 +236,7 @@ func TestWriterNodeClosed(t *testing.T) {
 	for range 1000 {
 		select {
 		case err := <-answered:
-			if err != nil && !errors.Is(err, cluster.ErrUnavailable) && !errors.Is(err, cluster.ErrOutcomeUnknown) {
+			if err != nil && !errors.Is(err, upstream.ErrUnavailable) && !errors.Is(err, upstream.ErrOutcomeUnknown) {
 				t.Fatalf("a write racing the close: %v", err)
 			}
 		case <-time.After(10 * time.Second):
@@ -249,14 +249,14 @@ func TestWriterNodeClosed(t *testing.T) {
 		go func() { _, err := wr.StartOn(ctx, node, call, i%2 == 0).Reply(); done <- err }()
 		select {
 		case err := <-done:
-			if !errors.Is(err, cluster.ErrUnavailable) {
+			if !errors.Is(err, upstream.ErrUnavailable) {
 				t.Fatalf("a write to a closed node: %v, want ErrUnavailable", err)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("a write to a closed node was never answered")
 		}
 	}
-	if _, err := wr.StartOn(ctx, nil, call, false).Reply(); !errors.Is(err, cluster.ErrUnavailable) {
+	if _, err := wr.StartOn(ctx, nil, call, false).Reply(); !errors.Is(err, upstream.ErrUnavailable) {
 		t.Fatalf("a write with no master: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -282,10 +282,10 @@ func TestDecode(t *testing.T) {
 	}{
 		{"an integer", resp.Reply{Buf: []byte(":5\r\n")}, int64(5), nil},
 		{"a null", resp.Reply{Buf: []byte("$-1\r\n")}, nil, nil},
-		{"not sent", resp.Reply{Err: backend.ErrUnavailable}, nil, cluster.ErrUnavailable},
-		{"lost", resp.Reply{Err: backend.ErrLost}, nil, cluster.ErrOutcomeUnknown},
+		{"not sent", resp.Reply{Err: backend.ErrUnavailable}, nil, upstream.ErrUnavailable},
+		{"lost", resp.Reply{Err: backend.ErrLost}, nil, upstream.ErrOutcomeUnknown},
 		{"a refused node", resp.Reply{Err: refused}, nil, refused},
-		{"not RESP", resp.Reply{Buf: []byte("not RESP")}, nil, cluster.ErrOutcomeUnknown},
+		{"not RESP", resp.Reply{Buf: []byte("not RESP")}, nil, upstream.ErrOutcomeUnknown},
 		{"Redis refused the script", resp.Reply{Buf: []byte("-WRONGTYPE Operation against a key holding the wrong kind of value\r\n")},
 			nil, resp.Error{Code: "WRONGTYPE", Msg: "Operation against a key holding the wrong kind of value"}},
 	}
@@ -331,7 +331,7 @@ return out`
 func opWrite(op Op, key, arg string, bySHA bool) *Write {
 	call := ScriptCall{Source: batchScript, Op: op, Keys: []string{key, key + ":d", key + ":f"}, Args: ArgsOf(arg)}
 	if bySHA {
-		call.SHA = cluster.ScriptSHA(batchScript)
+		call.SHA = upstream.ScriptSHA(batchScript)
 	}
 	w := &Write{call: call}
 	w.replied.Add(1)
@@ -345,7 +345,7 @@ func opWrite(op Op, key, arg string, bySHA bool) *Write {
 // one has not; every operation's three keys, then each one's letter and
 // arguments.
 func TestAppendOps(t *testing.T) {
-	sha := cluster.ScriptSHA(batchScript)
+	sha := upstream.ScriptSHA(batchScript)
 	for _, bySHA := range []bool{true, false} {
 		ws := []*Write{opWrite('a', "k1", "one", true), opWrite('b', "k2", "two", bySHA)}
 		want := []string{"EVALSHA", sha}
@@ -413,7 +413,7 @@ func TestOpsBatch(t *testing.T) {
 	ws := []*Write{opWrite('a', "k1", "one", true), opWrite('b', "k2", "two", true)}
 	(&opsGroup{writes: ws}).Complete(&resp.Reply{Buf: []byte("*1\r\n:1\r\n")})
 	for i, w := range ws {
-		if _, err := w.Reply(); !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		if _, err := w.Reply(); !errors.Is(err, upstream.ErrOutcomeUnknown) {
 			t.Errorf("operation %d of a list one short: %v, want an unknown outcome", i, err)
 		}
 	}

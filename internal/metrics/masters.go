@@ -3,7 +3,7 @@ package metrics
 import "github.com/prometheus/client_golang/prometheus"
 
 // MasterMemory is one Redis master's eviction settings as last read (see
-// cluster.MemoryPolicy), for the per-master series.
+// upstream.MemoryPolicy), for the per-master series.
 type MasterMemory struct {
 	Addr        string
 	Policy      string // maxmemory-policy; "" if it could not be read

@@ -444,7 +444,7 @@ func Classify(k Kind, reply []byte) (Outcome, int64, string) {
 			return NotRun, 0, ""
 		case strings.HasPrefix(r, "-TRYAGAIN fenceproxy: Redis is unreachable") && (k == Acquire || k == Renew || k == Release || k == Exec):
 			// The lock manager answers this only when the write was not
-			// sent (cluster.ErrUnavailable): nothing happened.
+			// sent (upstream.ErrUnavailable): nothing happened.
 			return NotRun, 0, ""
 		}
 		// Every other error (lost contact with Redis, Redis unreachable,

@@ -1,0 +1,205 @@
+package upstream
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Databases other than 0 (SELECT n in front of a standalone Redis).
+//
+// A Redis connection has one current database, and the proxy's shared
+// connections carry many clients' requests, so a client's database picks
+// its connections: database 0's are the Node's pools; each other database
+// a client selects gets pools of its own, opened on its first use, whose
+// connections SELECT it when they connect (and reconnect). A client's
+// requests still keep their order: they all travel on its one connection
+// of its database's pool, and SELECT waits for the replies to what was
+// sent before it (the client's Conn.AfterReplies) before later requests take
+// the other database's connection.
+//
+// A connection of the client's own (MULTI, WATCH, blocking commands) is
+// SELECTed to the client's database when it is handed out and back to 0
+// when it returns clean, and follows a SELECT sent on it (Pinned.Select,
+// Pinned.Selected).
+//
+// A Redis Cluster has only database 0: SELECT of another answers Redis
+// Cluster's own error.
+
+// errClusterSelect is Redis Cluster's answer to SELECT of a database other
+// than 0.
+var errClusterSelect = resp.Error{Code: "ERR", Msg: "SELECT is not allowed in cluster mode"}
+
+// errDBRange is Redis's answer to SELECT of a database it does not have.
+var errDBRange = resp.Error{Code: "ERR", Msg: "DB index is out of range"}
+
+// databases are a Node's shared connections to databases other than 0.
+type databases struct {
+	opts backend.Options // the shared pools' options; DB is set per database
+	size int             // the Node's pool size
+
+	mu    sync.Mutex
+	pools map[dbKey]*backend.Pool
+	// limit is the lowest database Redis refused as out of range (0: none
+	// refused yet), so that a client asking again is answered at once.
+	limit  int
+	closed bool
+}
+
+type dbKey struct {
+	resp3 bool
+	db    int
+}
+
+// pool returns the shared connections of database db for clients speaking
+// RESP3 if resp3, opening them on first use. The error is Redis's refusal
+// of the database (a resp.Error) or why it could not be reached.
+func (d *databases) pool(resp3 bool, db int) (*backend.Pool, error) {
+	key := dbKey{resp3, db}
+	d.mu.Lock()
+	if p := d.pools[key]; p != nil {
+		d.mu.Unlock()
+		return p, nil
+	}
+	if d.limit != 0 && db >= d.limit {
+		d.mu.Unlock()
+		return nil, errDBRange
+	}
+	d.mu.Unlock()
+	// Dialled outside the lock: a slow Redis must not hold up the clients
+	// of databases already open.
+	opts := d.opts
+	opts.RESP3, opts.DB = resp3, db
+	p, err := backend.NewPool(opts, max(d.size/4, 1))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var re resp.Error
+	if errors.As(err, &re) {
+		if d.limit == 0 || db < d.limit {
+			d.limit = db
+		}
+		return nil, errDBRange
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d.closed {
+		p.Close()
+		return nil, ErrUnavailable
+	}
+	if other := d.pools[key]; other != nil { // another client opened it meanwhile
+		p.Close()
+		return other, nil
+	}
+	if d.pools == nil {
+		d.pools = make(map[dbKey]*backend.Pool)
+	}
+	d.pools[key] = p
+	return p, nil
+}
+
+// open reports whether database db's pools for resp3 are open.
+func (d *databases) open(resp3 bool, db int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pools[dbKey{resp3, db}] != nil
+}
+
+func (d *databases) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for _, p := range d.pools {
+		p.Close()
+	}
+	d.pools = nil
+}
+
+// Select makes db the client's database: later requests go to its
+// connections. Redis's own errors (an index out of range) are the reply;
+// a database that cannot be opened because Redis is unreachable gets
+// the node's refusal or ErrUnavailable.
+func (s *standalone) Select(cl *Client, db int) error {
+	if db < 0 {
+		return errDBRange
+	}
+	if db != 0 {
+		n := s.master.Load()
+		if _, err := n.dbs.pool(cl.RESP3, db); err != nil {
+			if errors.Is(err, errDBRange) {
+				return err
+			}
+			return unreachable(n)
+		}
+	}
+	cl.DB = db
+	return nil
+}
+
+// DBOpen: database 0's connections are the master's own; another's are
+// open once a client selected it on this master.
+func (s *standalone) DBOpen(resp3 bool, db int) bool {
+	return db == 0 || s.master.Load().dbs.open(resp3, db)
+}
+
+// DBOpen: a Redis Cluster has database 0 only.
+func (c *Cluster) DBOpen(_ bool, db int) bool { return db == 0 }
+
+// Select accepts only database 0, as Redis Cluster does.
+func (c *Cluster) Select(cl *Client, db int) error {
+	if db != 0 {
+		return errClusterSelect
+	}
+	return nil
+}
+
+// selectRequest is SELECT db.
+func selectRequest(db int) [][]byte {
+	return [][]byte{[]byte("SELECT"), []byte(strconv.Itoa(db))}
+}
+
+// discard is the reply slot of a request of the proxy's own on a pinned
+// connection, whose answer nobody reads.
+func discard() *resp.Reply { return resp.NewReplyFunc(func() {}) }
+
+// Select sends SELECT db for the client on its own connection (its reply,
+// Redis's, in p) and remembers that the connection is in db. The caller
+// has checked db with the Forwarder's Select.
+func (pc *Pinned) Select(db int, p *resp.Reply) {
+	pc.db = db
+	pc.conn.Do(selectRequest(db), p)
+}
+
+// Hello switches the connection's protocol with the client's (HELLO 2 or
+// 3, Redis's reply dropped: the client gets the proxy's) and returns once
+// Redis has answered, so that a tracking client's invalidations for writes
+// made after its HELLO reply come in the new protocol (in RESP2 without a
+// redirect Redis drops them). It goes back to the pinned connections of
+// that protocol when released. It waits on Redis: call it off the serve
+// loop.
+func (pc *Pinned) Hello(resp3 bool) {
+	pc.resp3 = resp3
+	replyWithin(pc.conn, helloRequest(resp3), pinnedHelloWait)
+}
+
+// pinnedHelloWait bounds Pinned.Hello's wait; a connection that has not
+// answered by then is closed, and the client's next request on it fails.
+const pinnedHelloWait = 5 * time.Second
+
+func helloRequest(resp3 bool) [][]byte {
+	if resp3 {
+		return [][]byte{[]byte("HELLO"), []byte("3")}
+	}
+	return [][]byte{[]byte("HELLO"), []byte("2")}
+}
+
+// Selected records that a SELECT inside a transaction made db the
+// connection's database (EXEC ran it).
+func (pc *Pinned) Selected(db int) { pc.db = db }
+
+// DB is the database the connection is in.
+func (pc *Pinned) DB() int { return pc.db }

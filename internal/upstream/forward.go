@@ -1,0 +1,376 @@
+package upstream
+
+import (
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Forwarder carries clients' requests to the Redis that fenceproxy fronts:
+// the request path's one way to Redis, whatever the topology. Each
+// topology implements it (overlord's proxy/proto Forwarder is the model):
+//
+//   - a standalone master (given by --backend, or named by Sentinel) sends
+//     a client's requests on its connection of the master's pool, chosen by
+//     the client's id and protocol;
+//   - a Redis Cluster picks the master by slot, splits and merges requests
+//     whose keys span slots (split.go's table), runs the commands about the
+//     whole keyspace on every master (broadcast.go's table), walks SCAN
+//     across the masters and follows MOVED, ASK and retries (route.go), so
+//     that the client sees one node.
+//
+// The caller never asks which topology it has: what differs is behind
+// these methods. Each is called from the client connection's goroutine,
+// with the same Client for all of one connection's requests.
+type Forwarder interface {
+	// Forward sends one request and completes p with Redis's reply, byte for
+	// byte (merged, for a request split over masters), or with an error in
+	// p.Err for the client: backend.ErrUnavailable (no master could take
+	// it), backend.ErrLost (its connection broke: it may have run), a
+	// refused master's error.
+	Forward(cl *Client, args [][]byte, p *resp.Reply)
+	// Pin returns a connection of cl's own (MULTI, WATCH, blocking
+	// commands) to the master that serves args: in a Redis Cluster the
+	// master of its first key's slot, or the first master for a keyless
+	// request. The error is the client's reply: the master's refusal, or
+	// backend.ErrUnavailable.
+	Pin(cl *Client, args [][]byte) (*Pinned, error)
+	// PinSpare is Pin without a dial: a connection of cl's own for args
+	// that is open already (a spare the master keeps idle), or nil. It is
+	// the serve loop's Pin, which must not wait (with nil, the loop has
+	// Pin dial on a goroutine: protocol's OffLoop).
+	PinSpare(cl *Client, args [][]byte) *Pinned
+	// RoutesByKey reports whether the master for a request depends on its
+	// keys (a Redis Cluster). Then a transaction's master is that of its
+	// first queued command, so MULTI waits for it; a caller that would
+	// build a key only to find the master need not build it otherwise.
+	RoutesByKey() bool
+	// WaitReplicas serves WAIT numreplicas timeout (args), or WAITAOF
+	// numlocal numreplicas timeout, for cl: on every
+	// master, since the client's writes went to any of them, each time
+	// after a write of the proxy's own to a key named offsetKey (tagged to a
+	// slot of that master in a cluster), on a connection of cl's own, so
+	// that the count covers every write the client made before it (see
+	// Pinned). The reply is the smallest count. Client.Gone ends the wait.
+	WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *resp.Reply)
+	// Control sends a request that Redis answers while a script or
+	// function is busy (PING, which then gets -BUSY; SCRIPT KILL and
+	// FUNCTION KILL, which end it) on a connection that carries nothing
+	// else: on a shared connection it could wait behind the busy script
+	// itself, which only the kill would end. SCRIPT KILL and FUNCTION KILL
+	// reach every master (OK if one ended a script); PING the first. The
+	// caller waits for cl's earlier replies first (Waiter): a client's own
+	// PING still comes after its own script, as on Redis.
+	Control(cl *Client, args [][]byte, p *resp.Reply)
+	// Subscribe returns a tunnel for cl, which turns to pub/sub: Redis
+	// then writes to the client by itself (Tunnel). The error is the
+	// client's reply.
+	Subscribe(cl *Client) (Tunnel, error)
+	// Select makes db cl's database (SELECT db), see databases.go. The
+	// error is the client's reply: Redis's (an index out of range, Redis
+	// Cluster's refusal of any database but 0) or why Redis could not be
+	// reached.
+	Select(cl *Client, db int) error
+	// DBOpen reports whether database db's shared connections for a
+	// client speaking RESP3 if resp3 are open, so that Select and Forward
+	// of it dial nothing (the serve loop's question: it must not wait).
+	DBOpen(resp3 bool, db int) bool
+	// ServesOnLoop reports whether Forward sends args for cl without
+	// waiting (the serve loop's question: it must not wait); first: none
+	// of cl's earlier requests awaits its reply. A standalone master: any
+	// (DBOpen tells about databases); a Redis Cluster: a request of one
+	// slot while the client's view of the slots holds (route.go).
+	ServesOnLoop(cl *Client, args [][]byte, first bool) bool
+	// Track returns a connection of cl's own for client-side caching
+	// (tracking.go): onPush gets Redis's push messages on it, onLost is
+	// called when it is lost. The error is the client's reply.
+	Track(cl *Client, onPush func(frame []byte), onLost func()) (*Pinned, error)
+	// ClusterView answers CLUSTER (args, args[1] its subcommand) itself
+	// where the topology calls for it, for cl that reached the proxy at
+	// laddr, and reports whether it did: in front of a Redis Cluster the
+	// proxy shows one node, itself, and refuses the subcommands that would
+	// change the cluster (view.go). Unanswered, the request is forwarded as
+	// any other: in front of a standalone Redis every CLUSTER command.
+	ClusterView(cl *Client, args [][]byte, laddr string, p *resp.Reply) bool
+}
+
+// Client is one client connection as a Forwarder knows it. The caller
+// keeps one per connection, with ID and Conn set, and passes it with each
+// of the connection's requests; the Forwarder keeps in it what it needs to
+// remember between them.
+type Client struct {
+	// ID picks the client's connection of a pool: one client's requests to
+	// a master travel on one connection, so they keep their order.
+	ID int64
+	// RESP3: the client said HELLO 3; its requests go on connections that
+	// speak RESP3 to Redis, so every reply is Redis's own RESP3.
+	RESP3 bool
+	// DB is the client's database (Forwarder.Select); its requests go on
+	// connections in that database.
+	DB int
+	// User and Password are the Redis user the client authenticated as,
+	// when it is not the proxy's own (set by the caller): its connection
+	// of its own (Track) and its tunnel (Subscribe) are opened as that
+	// user, so that Redis applies that user's ACL to its requests.
+	User, Password string
+	// Conn holds a request until the client's earlier requests have their
+	// replies (protocol.Conn): before a request takes another way to Redis
+	// than those before it.
+	Conn Waiter
+
+	// view is the epoch of the Redis Cluster's slot view this client's
+	// requests were last routed by (see Cluster.Epoch); 0 before the first.
+	// loopView is the view Cluster.ServesOnLoop admitted the request about
+	// to be forwarded by, which Forward routes it by (and clears).
+	view     uint64
+	loopView *view
+	// track is, in front of a Redis Cluster, a tracking client's
+	// connections of its own (tracker.go); caching is the CLIENT CACHING
+	// flag the request being forwarded takes with it.
+	track   *tracker
+	caching []byte
+
+	// mu guards waiting: Gone runs while a WAIT's reply may be coming in.
+	// Lock order: Client.mu, then a backend Conn's (Gone closes them under
+	// it, so that none is closed once it went back to the node).
+	mu      sync.Mutex
+	waiting []*backend.Conn // WAIT's connections, while it waits
+}
+
+// Waiter is what a Forwarder asks of a client connection.
+type Waiter interface {
+	// AfterReplies runs then once every request dispatched before current
+	// has its reply (protocol.Conn's: at once, after a wait, or, on the
+	// serve loop, later from the loop, after Forward has returned; the
+	// client's later requests wait for then). What a request does after
+	// such a switch of view is all in then.
+	AfterReplies(current *resp.Reply, then func())
+	// OffLoop runs work (a dial) and then the function it returns
+	// (protocol.Conn's: at once on a goroutine; on the serve loop, work on
+	// a goroutine and then later on the loop; the client's later requests
+	// wait for then).
+	OffLoop(current *resp.Reply, work func() (then func()))
+}
+
+// Gone ends what waits in Redis for a client that went away: a WAIT's
+// connections are closed, so Redis ends the WAIT (its reply is lost).
+func (cl *Client) Gone() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for _, c := range cl.waiting {
+		c.Close()
+	}
+}
+
+// Tunnel is a pub/sub client's own way to Redis (see Forwarder.Subscribe).
+// A subscribed client reads a stream: Redis pushes messages no request
+// asked for, and gives every answer itself (subscribe confirmations, PING
+// while subscribed, the error for other commands), so the tunnel relays
+// what Redis writes to the client byte for byte, one whole message at a
+// time.
+type Tunnel interface {
+	// Start relays what Redis writes to client until either ends; then
+	// client is closed too.
+	Start(client net.Conn)
+	// Send passes one request on; its reply reaches the client by the
+	// relay.
+	Send(args [][]byte)
+	// Close ends the tunnel.
+	Close()
+}
+
+// Pinned is a connection to one master that one client has to itself:
+// MULTI/EXEC and WATCH keep state on the connection, and a blocking command
+// would stall every client sharing it. It never reconnects by itself: a
+// client's transaction is never carried on half-applied over a fresh
+// connection; after a break Up is false.
+type Pinned struct {
+	conn  *backend.Conn
+	node  *Node
+	resp3 bool
+	db    int // the database the connection is in (databases.go)
+	// keyed: in front of a Redis Cluster, where a MOVED or ASK on it means
+	// the request's key lives on another master than the connection's.
+	keyed bool
+	// own: a tracking client's connection (tracking.go), never reused.
+	own bool
+	// lender is, in front of a Redis Cluster, the tracker that lent its
+	// connection (tracker.go): Release gives it back there. caching is a
+	// CLIENT CACHING flag to send before the first request.
+	lender  *tracker
+	caching []byte
+}
+
+// replyOtherMaster replaces a MOVED or ASK on a pinned connection: the
+// request's key lives on another master than the one the client's
+// transaction or blocking command is bound to.
+const replyOtherMaster = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than the transaction's; keep a transaction's keys in one slot with a {hash tag}\r\n"
+
+// Do sends a request on the connection; no MOVED or ASK reaches p.
+func (pc *Pinned) Do(args [][]byte, p *resp.Reply) {
+	if pc.lender != nil {
+		pc.lender.doPinned(pc, args, noRedirects(p))
+		return
+	}
+	if pc.keyed {
+		p = noRedirects(p)
+	}
+	pc.conn.Do(args, p)
+}
+
+// DoNow is Do, written before it returns (backend.Conn.DoNow): for the
+// last request the client has sent so far.
+func (pc *Pinned) DoNow(args [][]byte, p *resp.Reply) {
+	if pc.keyed {
+		p = noRedirects(p)
+	}
+	pc.conn.DoNow(args, p)
+}
+
+// Up reports whether the connection is still established.
+func (pc *Pinned) Up() bool { return pc.conn.Up() }
+
+// OnLoop reports whether the serve loop serves the connection (not with
+// TLS, nor a tracking client's): a request on it, from the loop, waits for
+// nothing and leaves at the end of the pass.
+func (pc *Pinned) OnLoop() bool { return pc.lender == nil && pc.conn.OnLoop() }
+
+// Unblock ends the blocking command the connection waits on, as CLIENT
+// UNBLOCK id [TIMEOUT|ERROR] would (mode: nil, or that last argument): it
+// finds the connection's client id in the master's CLIENT LIST (by its
+// address: no round trip is spent on learning it when a connection is
+// pinned) and sends CLIENT UNBLOCK on the master's control connection. p
+// gets Redis's reply (:1 if a command was unblocked, :0 if none waited),
+// or :0 if the connection is gone. The caller must not give the
+// connection to another client afterwards (Release(false)): the UNBLOCK
+// may arrive after the command it was meant for has ended.
+func (pc *Pinned) Unblock(mode []byte, p *resp.Reply) {
+	if mode != nil {
+		mode = append([]byte(nil), mode...) // used once CLIENT LIST is in, after the request
+	}
+	laddr := pc.conn.LocalAddr()
+	if laddr == "" {
+		p.Buf = append(p.Buf, ":0\r\n"...)
+		p.Done()
+		return
+	}
+	control := pc.node.control
+	var list *resp.Reply
+	list = resp.NewReplyFunc(func() {
+		id, ok := clientIDByAddr(list.Buf, laddr)
+		switch {
+		case list.Err != nil:
+			p.Err = list.Err
+			p.Done()
+		case !ok:
+			p.Buf = append(p.Buf, ":0\r\n"...)
+			p.Done()
+		default:
+			args := [][]byte{[]byte("CLIENT"), []byte("UNBLOCK"), []byte(id)}
+			if mode != nil {
+				args = append(args, mode)
+			}
+			control.Do(args, p)
+		}
+	})
+	control.Do([][]byte{[]byte("CLIENT"), []byte("LIST"), []byte("TYPE"), []byte("normal")}, list)
+}
+
+// clientIDByAddr finds the id of the client at addr in a CLIENT LIST reply.
+func clientIDByAddr(reply []byte, addr string) (string, bool) {
+	v, err := resp.Parse(reply)
+	list, ok := v.(string)
+	if err != nil || !ok {
+		return "", false
+	}
+	for _, line := range strings.Split(list, "\n") {
+		var id string
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "id="); ok {
+				id = v
+			}
+			if field == "addr="+addr && id != "" {
+				return id, true
+			}
+		}
+	}
+	return "", false
+}
+
+// Close ends the connection at once: Redis sees its client go, which ends
+// a blocked command. Release must still follow.
+func (pc *Pinned) Close() { pc.conn.Close() }
+
+// Release gives the connection back. Only a clean one (no MULTI, WATCH or
+// blocked command pending on it) is kept for another client.
+func (pc *Pinned) Release(clean bool) {
+	if pc.lender != nil {
+		pc.lender.giveBack(pc, clean)
+		return
+	}
+	if clean && pc.db != 0 && pc.conn.Up() {
+		// Back to database 0, where the next client's pinning starts.
+		pc.conn.Do(selectRequest(0), discard())
+	}
+	pc.node.Unpin(pc.conn, pc.resp3, clean && !pc.own)
+}
+
+// noRedirects wraps p so that MOVED and ASK never reach the client.
+func noRedirects(p *resp.Reply) *resp.Reply {
+	start := len(p.Buf)
+	var sub *resp.Reply
+	sub = resp.NewReplyFunc(func() {
+		if k := redirectKind(sub.Buf[start:]); k == moved || k == ask {
+			sub.Buf = append(sub.Buf[:start], replyOtherMaster...)
+		}
+		p.Buf, p.Err = sub.Buf, sub.Err
+		p.Done()
+	})
+	sub.Buf = p.Buf
+	return sub
+}
+
+// pin returns a connection of the client's own to node (nil: no master
+// reachable).
+func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
+	if node == nil {
+		return nil, backend.ErrUnavailable
+	}
+	conn, err := node.Pinned(cl.RESP3)
+	if err != nil {
+		return nil, unreachable(node)
+	}
+	if cl.DB != 0 {
+		// Ahead of the client's request on the same connection.
+		conn.Do(selectRequest(cl.DB), discard())
+	}
+	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB, keyed: keyed}, nil
+}
+
+// pinSpare is pin with node's idle connection, nil if it has none.
+func pinSpare(cl *Client, node *Node, keyed bool) *Pinned {
+	if node == nil {
+		return nil
+	}
+	conn := node.idlePinned(cl.RESP3)
+	if conn == nil {
+		return nil
+	}
+	if cl.DB != 0 {
+		conn.Do(selectRequest(cl.DB), discard())
+	}
+	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB, keyed: keyed}
+}
+
+// unreachable is the error for a request that could not get a connection
+// to node: why the proxy refuses to send anything to it (it is not the
+// master), or else that it cannot be reached.
+func unreachable(node *Node) error {
+	if err := node.Refusal(); err != nil {
+		return err
+	}
+	return backend.ErrUnavailable
+}

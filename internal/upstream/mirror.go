@@ -1,0 +1,399 @@
+package upstream
+
+import (
+	"bytes"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// A subscriber's mirror connections: its keyspace channels and patterns on
+// every master besides the home connection's (keyspace.go has the why).
+
+const (
+	// mirrorCheckEvery is how often a subscriber with mirrored names
+	// compares its mirrors with the masters: a master that joined (a
+	// promoted replica) is subscribed, one that left is let go.
+	mirrorCheckEvery = 200 * time.Millisecond
+	// confirmPatience bounds how long home's confirmation of a mirrored
+	// name waits for the mirrors' (a master that does not answer).
+	confirmPatience = 5 * time.Second
+)
+
+// mirrorName is a mirrored subscription: kind "subscribe" or "psubscribe".
+type mirrorName struct{ kind, name string }
+
+// mirrorWait is a mirrored subscription sent on a mirror connection and not
+// yet confirmed there.
+type mirrorWait struct {
+	conn net.Conn
+	mirrorName
+}
+
+// mirror sends the mirrored names of a (p)(un)subscribe request (kind, in
+// lower case) to every mirror, opening them (and the watcher) on the first.
+// An unsubscribe without names goes to every mirror.
+func (s *subscriber) mirror(kind string, args [][]byte) {
+	subscribing := kind == "subscribe" || kind == "psubscribe"
+	base := kind
+	if !subscribing {
+		base = strings.Replace(kind, "un", "", 1) // "punsubscribe" -> "psubscribe"
+	}
+	var names [][]byte
+	for _, a := range args[1:] {
+		if (base == "subscribe" && Mirrored(a)) || (base == "psubscribe" && mirroredPattern(a)) {
+			names = append(names, a)
+		}
+	}
+	s.mu.Lock()
+	switch {
+	case subscribing && len(names) == 0:
+		s.mu.Unlock()
+		return
+	case subscribing:
+		for _, n := range names {
+			s.mirrored[mirrorName{base, string(n)}] = true
+		}
+	case len(args) == 1: // all of them
+		for m := range s.mirrored {
+			if m.kind == base {
+				delete(s.mirrored, m)
+			}
+		}
+	default:
+		for _, n := range names {
+			delete(s.mirrored, mirrorName{base, string(n)})
+		}
+		if len(names) == 0 {
+			s.mu.Unlock()
+			return
+		}
+	}
+	start := subscribing && !s.watching
+	s.watching = s.watching || start
+	s.mu.Unlock()
+	if start {
+		go s.watch()
+	}
+	req := append([][]byte{[]byte(kind)}, names...)
+	for _, n := range s.otherMasters() {
+		var conn net.Conn
+		if subscribing {
+			conn = s.mirrorConn(n)
+		} else {
+			s.mu.Lock()
+			conn = s.mirrors[n] // none: nothing to let go there
+			s.mu.Unlock()
+		}
+		if conn == nil {
+			continue // the watcher subscribes it later
+		}
+		if subscribing {
+			s.mu.Lock()
+			for _, name := range names {
+				s.unconfirmed[mirrorWait{conn, mirrorName{base, string(name)}}]++
+			}
+			s.mu.Unlock()
+		}
+		s.write(conn, req)
+	}
+}
+
+// otherMasters is the masters but the home connection's.
+func (s *subscriber) otherMasters() []*Node {
+	var out []*Node
+	for _, n := range s.c.Masters() {
+		if n != s.homeNode {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// mirrorConn returns the mirror connection to n, dialing it (and starting
+// its reader) on first use; nil if n cannot be reached or s is closed.
+func (s *subscriber) mirrorConn(n *Node) net.Conn {
+	s.mu.Lock()
+	c := s.mirrors[n]
+	s.mu.Unlock()
+	if c != nil {
+		return c
+	}
+	c, err := n.Tunnel(s.protocol(), 0)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return nil
+	}
+	if other := s.mirrors[n]; other != nil {
+		s.mu.Unlock()
+		c.Close()
+		return other
+	}
+	s.mirrors[n] = c
+	s.others.Add(1)
+	s.mu.Unlock()
+	go s.read(c, n, true)
+	return c
+}
+
+// watch keeps a mirror on every master but home's while the subscriber
+// lives: it subscribes the mirrored names on a master that has none (a
+// promoted replica, a master added) and closes the mirror of a node that
+// is no longer a master.
+func (s *subscriber) watch() {
+	tick := time.NewTicker(mirrorCheckEvery)
+	defer tick.Stop()
+	for range tick.C {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		masters := s.c.Masters()
+		var gone []net.Conn
+		for n, c := range s.mirrors {
+			if !slices.Contains(masters, n) {
+				delete(s.mirrors, n)
+				s.dropWaitsLocked(c)
+				gone = append(gone, c)
+			}
+		}
+		var missing []*Node
+		for _, n := range masters {
+			if n != s.homeNode && s.mirrors[n] == nil {
+				missing = append(missing, n)
+			}
+		}
+		names := len(s.mirrored)
+		s.mu.Unlock()
+		for _, c := range gone {
+			c.Close()
+		}
+		if names == 0 {
+			continue
+		}
+		for _, n := range missing {
+			if conn := s.mirrorConn(n); conn != nil {
+				s.subscribeMirrored(conn)
+			}
+		}
+	}
+}
+
+// dropWaitsLocked forgets what conn owed confirmations for. Called with
+// s.mu held.
+func (s *subscriber) dropWaitsLocked(conn net.Conn) {
+	for w := range s.unconfirmed {
+		if w.conn == conn {
+			delete(s.unconfirmed, w)
+		}
+	}
+	s.cond.Broadcast()
+}
+
+// isMaster reports whether n masters slots now.
+func (s *subscriber) isMaster(n *Node) bool { return slices.Contains(s.c.Masters(), n) }
+
+// pubsubMessage reads a pub/sub message: its kind (message, pmessage,
+// subscribe ...; lower case) and channel (for pmessage the channel, not the
+// pattern). ok is false for anything else (an error, a pong).
+func pubsubMessage(msg []byte) (kind string, name, channel []byte, ok bool) {
+	elems, ok := resp.Elements(msg)
+	if !ok || len(elems) < 3 {
+		return "", nil, nil, false
+	}
+	k, ok := bulkString(elems[0])
+	if !ok {
+		return "", nil, nil, false
+	}
+	n, _ := bulkString(elems[1])
+	name = []byte(n)
+	channel = name
+	if k == "pmessage" && len(elems) == 4 {
+		c, _ := bulkString(elems[2])
+		channel = []byte(c)
+	}
+	return keys.LowerName([]byte(k)), name, channel, true
+}
+
+// mirrorMessage decides what of a mirror connection's message reaches the
+// client: keyspace messages while its node is a master, nothing else (its
+// confirmations count down what home's wait for).
+func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte {
+	kind, name, channel, ok := pubsubMessage(msg)
+	if !ok && isInvalidatePush(msg) {
+		return msg // a redirected invalidation to a RESP3 client
+	}
+	if !ok {
+		if len(msg) > 0 && msg[0] == '-' {
+			s.c.log.Warn("a Redis Cluster master refused a keyspace subscription the proxy mirrored there", "addr", node.Addr, "reply", string(msg))
+		}
+		return nil
+	}
+	switch kind {
+	case "message", "pmessage":
+		if Mirrored(channel) && s.isMaster(node) {
+			return msg
+		}
+	case "subscribe", "psubscribe":
+		s.mu.Lock()
+		w := mirrorWait{conn, mirrorName{kind, string(name)}}
+		if s.unconfirmed[w] > 0 {
+			if s.unconfirmed[w]--; s.unconfirmed[w] == 0 {
+				delete(s.unconfirmed, w)
+			}
+			s.cond.Broadcast()
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// homeMessage decides what of the home connection's message reaches the
+// client: everything, but a keyspace message only while home's node is a
+// master; a confirmation of a mirrored name once every mirror has
+// confirmed it too (within confirmPatience).
+func (s *subscriber) homeMessage(msg []byte, node *Node) []byte {
+	kind, name, channel, ok := pubsubMessage(msg)
+	push := ok && pushKinds[kind]
+	if len(msg) > 0 && s.protocol() {
+		push = msg[0] == '>' // RESP3 tells them apart itself
+	}
+	if !push {
+		return s.homeReply(msg) // the reply to the oldest request asking
+	}
+	if !ok {
+		return msg // another push (an invalidation)
+	}
+	if kind != "message" && kind != "pmessage" && kind != "smessage" {
+		s.noteSubscriptions(msg)
+	}
+	switch kind {
+	case "message", "pmessage":
+		if Mirrored(channel) && !s.isMaster(node) {
+			return nil
+		}
+	case "subscribe", "psubscribe":
+		m := mirrorName{kind, string(name)}
+		deadline := time.Now().Add(confirmPatience)
+		wake := time.AfterFunc(confirmPatience, func() {
+			s.mu.Lock()
+			s.cond.Broadcast()
+			s.mu.Unlock()
+		})
+		s.mu.Lock()
+		for !s.closed && time.Now().Before(deadline) && s.waitingFor(m) {
+			s.cond.Wait()
+		}
+		s.mu.Unlock()
+		wake.Stop()
+	}
+	return msg
+}
+
+// waitingFor reports whether a mirror still owes a confirmation of m.
+// Called with s.mu held.
+func (s *subscriber) waitingFor(m mirrorName) bool {
+	for w := range s.unconfirmed {
+		if w.mirrorName == m {
+			return true
+		}
+	}
+	return false
+}
+
+// Redirected invalidations (CLIENT TRACKING ... REDIRECT, tracker.go): a
+// subscriber is a redirect target on every master, through its home
+// connection and its mirrors.
+
+// subscriberOf is the subscriber of the proxy's client id, nil if it has
+// none.
+func (c *Cluster) subscriberOf(id int64) *subscriber {
+	if s, ok := c.subscribers.Load(id); ok {
+		return s.(*subscriber)
+	}
+	return nil
+}
+
+// RedisID is the Redis client id of the home connection (commands'
+// REDIRECT check: the client holds a tunnel).
+func (s *subscriber) RedisID() int64 { return s.home.(*tunnel).redisID }
+
+// redisIDOn is the Redis client id of the subscriber's connection to n,
+// where a tracking client's connection to n redirects its invalidations:
+// home's, or the mirror's, opened (with the mirrored names subscribed) if
+// there is none yet.
+func (s *subscriber) redisIDOn(n *Node) (int64, bool) {
+	if n == s.homeNode {
+		return s.RedisID(), true
+	}
+	s.mu.Lock()
+	conn := s.mirrors[n]
+	s.mu.Unlock()
+	if conn == nil {
+		if conn = s.mirrorConn(n); conn == nil {
+			return 0, false
+		}
+		s.subscribeMirrored(conn)
+	}
+	t, ok := conn.(*tunnel)
+	return t.redisID, ok && t.redisID != 0
+}
+
+// subscribeMirrored subscribes the mirrored names on a new mirror.
+func (s *subscriber) subscribeMirrored(conn net.Conn) {
+	s.mu.Lock()
+	var channels, patterns [][]byte
+	for m := range s.mirrored {
+		if m.kind == "subscribe" {
+			channels = append(channels, []byte(m.name))
+		} else {
+			patterns = append(patterns, []byte(m.name))
+		}
+	}
+	s.mu.Unlock()
+	if len(channels) > 0 {
+		s.write(conn, append([][]byte{[]byte("SUBSCRIBE")}, channels...))
+	}
+	if len(patterns) > 0 {
+		s.write(conn, append([][]byte{[]byte("PSUBSCRIBE")}, patterns...))
+	}
+}
+
+// invalidated writes an invalidation a tracker makes itself (value: the
+// keys, or a null for all of them) to the client, as Redis writes one to a
+// redirect target: a push in RESP3, a __redis__:invalidate message in
+// RESP2 (only while subscribed to it, as Redis sends it only then).
+func (s *subscriber) invalidated(value []byte) {
+	var msg []byte
+	if s.protocol() {
+		msg = append([]byte(">2\r\n$10\r\ninvalidate\r\n"), value...)
+	} else {
+		s.mu.Lock()
+		subscribed := s.mirrored[mirrorName{"subscribe", invalidateChannel}]
+		s.mu.Unlock()
+		if !subscribed {
+			return
+		}
+		msg = append([]byte("*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n"), value...)
+	}
+	s.wmu.Lock()
+	if s.client != nil {
+		s.client.Write(msg)
+	}
+	s.wmu.Unlock()
+}
+
+// isInvalidatePush reports whether msg is a RESP3 invalidate push.
+func isInvalidatePush(msg []byte) bool {
+	return bytes.HasPrefix(msg, []byte(">2\r\n$10\r\ninvalidate\r\n"))
+}

@@ -1,0 +1,101 @@
+package upstream
+
+import (
+	"bufio"
+	"errors"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/backend"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
+)
+
+// Client-side caching (CLIENT TRACKING) through the proxy.
+//
+// Redis tracks the keys a connection reads and invalidates them for that
+// connection; the proxy's shared connections carry many clients' reads, so
+// tracking on them would invalidate everybody's keys to nobody in
+// particular, and a push on a shared connection would be taken for a
+// reply. A tracking client therefore gets a connection of its own (Track),
+// kept while tracking lasts: every request of the client goes on it, so
+// Redis itself tracks exactly what the client read, with every option's
+// meaning its own (BCAST and PREFIX, OPTIN/OPTOUT with CLIENT CACHING,
+// NOLOOP: the client's writes travel on the same connection). Its RESP3
+// pushes are handed to the client as they come (backend.Options.OnPush).
+// Tried and dropped: one tracking connection in BCAST mode fanning out to
+// every client, which cannot tell whose write a change was (NOLOOP) nor
+// which client read a key (default mode), and would invalidate keys no
+// client cached.
+//
+// REDIRECT names a client of the proxy; Redis knows only its own
+// connections, so the redirection goes to the Redis connection of the
+// target's pub/sub tunnel (its Redis id, Tunnel's RedisID), where Redis
+// sends the __redis__:invalidate messages (RESP2) or pushes (RESP3).
+//
+// In front of a Redis Cluster a client's keys live on several masters, and
+// each master tracks the reads it served: a tracking client gets a
+// connection of its own to each master instead (tracker.go).
+
+// Track returns a connection of cl's own for client-side caching: in cl's
+// protocol and database, onPush getting its push messages, onLost called
+// when it breaks or the node drops it (a failover). It is never reused by
+// another client.
+func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pinned, error) {
+	n := s.master.Load()
+	if n.Refusal() != nil {
+		return nil, n.Refusal()
+	}
+	opts := n.pinOpts
+	opts.RESP3, opts.DB, opts.OnPush, opts.OnBreak = cl.RESP3, cl.DB, onPush, onLost
+	asUser(&opts, cl)
+	c, err := backend.Dial(opts)
+	var refused resp.Error
+	switch {
+	case errors.As(err, &refused):
+		return nil, refused // Redis's answer to the client's user (asUser)
+	case err != nil:
+		return nil, unreachable(n)
+	}
+	if !n.hand(c, func() { c.Close(); onLost() }) {
+		return nil, unreachable(n)
+	}
+	return &Pinned{conn: c, node: n, resp3: cl.RESP3, db: cl.DB, own: true}, nil
+}
+
+// asUser has a client's connection run as the Redis user it authenticated
+// as, if not the proxy's: opened as the proxy's (its SELECT and ROLE are
+// the proxy's questions, which that user may not be allowed), then
+// authenticated as that user.
+func asUser(opts *backend.Options, cl *Client) {
+	opts.AsUser, opts.AsPassword = cl.User, cl.Password
+}
+
+// RedisID is the Redis client id of the tunnel's connection (0: unknown).
+func (t rawTunnel) RedisID() int64 {
+	if tt, ok := t.Conn.(*tunnel); ok {
+		return tt.redisID
+	}
+	return 0
+}
+
+var clientIDRequest = []byte("*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n")
+
+// askClientID reads the Redis client id of a fresh connection nc, before it
+// carries anything else (0 if Redis would not say).
+func askClientID(nc interface {
+	Write([]byte) (int, error)
+	Read([]byte) (int, error)
+	SetDeadline(time.Time) error
+}) int64 {
+	nc.SetDeadline(time.Now().Add(2 * time.Second))
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Write(clientIDRequest); err != nil {
+		return 0
+	}
+	// Only this reply is outstanding, so the reader takes nothing beyond it.
+	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 64))
+	if err != nil || len(reply) < 3 || reply[0] != ':' {
+		return 0
+	}
+	id, _ := resp.ParseInt(reply[1 : len(reply)-2])
+	return id
+}
