@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
@@ -424,7 +425,7 @@ end
 return redis.call('HEXISTS', KEYS[1], ARGV[1])
 `
 
-var rwHoldsSHA = upstream.ScriptSHA(rwHoldsScript)
+var rwHoldsSHA = resp.ScriptSHA(rwHoldsScript)
 
 // holdsRW reports whether holder is one of the holders of the read-write
 // lock whose side record rec is (HolderToken: the epoch's token is every

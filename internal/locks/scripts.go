@@ -7,7 +7,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
-	"github.com/fenceproxy/fenceproxy/internal/upstream"
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
 // The owner record is a string at recordKey(resource), expiring with the
@@ -354,7 +354,7 @@ return out
 `
 
 // opsSHA is opsScript's name for EVALSHA.
-var opsSHA = upstream.ScriptSHA(opsScript)
+var opsSHA = resp.ScriptSHA(opsScript)
 
 // lockOp names one of opsScript's operations: the letter that starts its
 // arguments in a batch. A lockwriter.ScriptCall with an Op carries that
@@ -556,7 +556,7 @@ return redis.pcall(unpack(A, 5))
 `
 
 // execSHA is execScript's name for EVALSHA.
-var execSHA = upstream.ScriptSHA(execScript)
+var execSHA = resp.ScriptSHA(execScript)
 
 // execScript's refusals (error codes), each before anything was written.
 const (
@@ -578,4 +578,4 @@ return {owner, tok, redis.call('PTTL', KEYS[1]), acq, ren, addr}
 // The hot scripts go by EVALSHA (see lockwriter.Writer.Start): an EVAL sends about a
 // kilobyte of source that Redis hashes on every call. So does infoScript
 // (lockwriter.Writer.Read).
-var infoSHA = upstream.ScriptSHA(infoScript)
+var infoSHA = resp.ScriptSHA(infoScript)

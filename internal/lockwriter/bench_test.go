@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
@@ -23,7 +24,7 @@ func BenchmarkWriterBatches(b *testing.B) {
 	be := benchBackend(b, master.Addr)
 	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Second})
 	const script = "return redis.call('INCR', KEYS[1])"
-	call := ScriptCall{Source: script, SHA: upstream.ScriptSHA(script), Keys: []string{"bench"}}
+	call := ScriptCall{Source: script, SHA: resp.ScriptSHA(script), Keys: []string{"bench"}}
 	ctx := context.Background()
 	if _, err := wr.Start(ctx, "bench", call, true).Acks(); err != nil {
 		b.Fatal(err)

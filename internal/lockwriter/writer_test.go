@@ -70,7 +70,7 @@ func TestWriter(t *testing.T) {
 	ctx := context.Background()
 
 	const seven = "return 7"
-	w := wr.Start(ctx, "k", ScriptCall{Source: seven, SHA: upstream.ScriptSHA(seven)}, false)
+	w := wr.Start(ctx, "k", ScriptCall{Source: seven, SHA: resp.ScriptSHA(seven)}, false)
 	if v, err := w.Reply(); err != nil || v != int64(7) {
 		t.Fatalf("a script Redis does not have yet, by SHA: %v, %v", v, err)
 	}
@@ -102,7 +102,7 @@ func TestWriter(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := wr.Start(ctx, "k", ScriptCall{Source: set, SHA: upstream.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}, true)
+			w := wr.Start(ctx, "k", ScriptCall{Source: set, SHA: resp.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}, true)
 			if _, err := w.Reply(); err != nil {
 				errs <- err
 				return
@@ -126,7 +126,7 @@ func TestWriter(t *testing.T) {
 		t.Fatalf("a script's first call met NOSCRIPT:\n%s", stats)
 	}
 	const exists = "return redis.call('EXISTS', KEYS[1])"
-	read := ScriptCall{Source: exists, SHA: upstream.ScriptSHA(exists), Keys: []string{"absent"}}
+	read := ScriptCall{Source: exists, SHA: resp.ScriptSHA(exists), Keys: []string{"absent"}}
 	for _, when := range []string{"first", "after SCRIPT FLUSH"} {
 		if v, err := wr.Read(ctx, "absent", read); err != nil || v != int64(0) {
 			t.Fatalf("Read of a script that only reads, %s: %v, %v", when, v, err)
@@ -161,7 +161,7 @@ func TestStartThen(t *testing.T) {
 	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: 2 * time.Second})
 	m := testenv.Dial(t, master.Addr)
 	const set = "redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
-	call := ScriptCall{Source: set, SHA: upstream.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}
+	call := ScriptCall{Source: set, SHA: resp.ScriptSHA(set), Keys: []string{"k"}, Args: ArgsOf("v")}
 	for _, when := range []string{"first", "known", "after SCRIPT FLUSH"} {
 		if when == "after SCRIPT FLUSH" {
 			m.Do("SCRIPT", "FLUSH")
@@ -331,7 +331,7 @@ return out`
 func opWrite(op Op, key, arg string, bySHA bool) *Write {
 	call := ScriptCall{Source: batchScript, Op: op, Keys: []string{key, key + ":d", key + ":f"}, Args: ArgsOf(arg)}
 	if bySHA {
-		call.SHA = upstream.ScriptSHA(batchScript)
+		call.SHA = resp.ScriptSHA(batchScript)
 	}
 	w := &Write{call: call}
 	w.replied.Add(1)
@@ -345,7 +345,7 @@ func opWrite(op Op, key, arg string, bySHA bool) *Write {
 // one has not; every operation's three keys, then each one's letter and
 // arguments.
 func TestAppendOps(t *testing.T) {
-	sha := upstream.ScriptSHA(batchScript)
+	sha := resp.ScriptSHA(batchScript)
 	for _, bySHA := range []bool{true, false} {
 		ws := []*Write{opWrite('a', "k1", "one", true), opWrite('b', "k2", "two", bySHA)}
 		want := []string{"EVALSHA", sha}

@@ -8,61 +8,8 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
-
-// Keyless commands about the whole keyspace, in front of a Redis Cluster:
-// they run on every master and the replies merge into what one node
-// holding every key would answer (merge.go). SCAN (below) walks the masters
-// one after another instead.
-
-// broadcastRule names a command (or some of its subcommands) that runs on
-// every master, and how the replies merge.
-type broadcastRule struct {
-	command string   // lower case
-	sub     []string // the subcommands that broadcast; nil: the command itself
-	merge   merge
-	// mergeArgs, if set, makes the merge from the request's arguments
-	// and the masters it goes to (SLOWLOG GET's count and ids) instead of
-	// merge.
-	mergeArgs func(c *Cluster, masters []*Node, args [][]byte) merge
-}
-
-var broadcastTable = []broadcastRule{
-	{command: "dbsize", merge: mergeSum},
-	{command: "keys", merge: mergeConcat},
-	{command: "flushall", merge: mergeOK},
-	{command: "flushdb", merge: mergeOK},
-	// SCRIPT EXISTS is 1 only where every master has the script, so that a
-	// client that sees 1 can EVALSHA whatever the slot.
-	{command: "script", sub: []string{"load", "flush", "exists"}, merge: mergeScript},
-	// FUNCTION LIST and DUMP are the first master's: every master holds
-	// what was loaded through the proxy.
-	{command: "function", sub: []string{"load", "delete", "flush", "restore"}, merge: mergeOK},
-	{command: "function", sub: []string{"stats"}, merge: mergeFunctionStats},
-	// RANDOMKEY: one master's key, the master picked at random, so a
-	// cluster whose first master is empty still answers a key.
-	{command: "randomkey", merge: mergeRandom},
-	// PUBSUB: each node knows only its own subscribers (and a shard
-	// channel lives on its slot's master), so ask them all.
-	{command: "pubsub", sub: []string{"channels", "shardchannels", "numsub", "shardnumsub", "numpat"}, merge: mergePubsub},
-	// CONFIG SET (and RESETSTAT, REWRITE) on every master, which keeps
-	// them alike: CONFIG GET is then the first master's answer. A setting
-	// made through the proxy is also made on a master that joins later
-	// (configs.go).
-	{command: "config", sub: []string{"set", "resetstat", "rewrite"}, merge: mergeOK},
-	// LATENCY and SLOWLOG: each master measures its own commands.
-	{command: "latency", sub: []string{"latest"}, merge: mergeLatencyLatest},
-	{command: "latency", sub: []string{"history"}, merge: mergeLatencyHistory},
-	{command: "latency", sub: []string{"histogram"}, merge: mergeLatencyHistogram},
-	{command: "latency", sub: []string{"reset"}, merge: mergeLargest},
-	{command: "slowlog", sub: []string{"get"}, mergeArgs: func(c *Cluster, masters []*Node, args [][]byte) merge {
-		return slowlogMerge(args, c.slowIDs.renumber(masters))
-	}},
-	{command: "slowlog", sub: []string{"len"}, merge: mergeSum},
-	{command: "slowlog", sub: []string{"reset"}, merge: mergeOK},
-	// DEBUG's switches of server behaviour (tests set them): every master.
-	{command: "debug", sub: []string{"set-active-expire", "quicklist-packed-threshold", "set-skip-checksum-validation", "reload", "pause-cron"}, merge: mergeOK},
-}
 
 // keyedSubcommands are subcommands whose key Redis's key specifications do
 // not name (DEBUG has none): the request goes to the master of the
@@ -95,46 +42,9 @@ func keyedSlot(name []byte, args [][]byte) int {
 	return -1
 }
 
-// broadcasts is broadcastTable by command, then subcommand ("" for a
-// command that broadcasts whole).
-var broadcasts = map[string]map[string]*broadcastRule{}
-
-func init() {
-	for i := range broadcastTable {
-		r := &broadcastTable[i]
-		if broadcasts[r.command] == nil {
-			broadcasts[r.command] = map[string]*broadcastRule{}
-		}
-		if r.sub == nil {
-			broadcasts[r.command][""] = r
-		}
-		for _, s := range r.sub {
-			broadcasts[r.command][s] = r
-		}
-	}
-}
-
-// broadcastRuleOf returns the rule of a request that broadcasts, nil if it
-// does not.
-func broadcastRuleOf(subs map[string]*broadcastRule, args [][]byte) *broadcastRule {
-	r := subs[""]
-	if r == nil && len(args) > 1 {
-		r = subs[keys.LowerName(args[1])]
-	}
-	return r
-}
-
-// mergeFor is r's merge of args sent to masters.
-func (r *broadcastRule) mergeFor(c *Cluster, masters []*Node, args [][]byte) merge {
-	if r.mergeArgs != nil {
-		return r.mergeArgs(c, masters, args)
-	}
-	return r.merge
-}
-
 // broadcast sends args to every master of masters and merges the replies
 // into p.
-func (c *Cluster) broadcast(cl *Client, masters []*Node, args [][]byte, m merge, p *resp.Reply) {
+func (c *Cluster) broadcast(cl *Client, masters []*Node, args [][]byte, m fanout.Merge, p *resp.Reply) {
 	if len(masters) == 0 {
 		p.Err = backend.ErrUnavailable
 		p.Done()
@@ -143,7 +53,7 @@ func (c *Cluster) broadcast(cl *Client, masters []*Node, args [][]byte, m merge,
 	if cl.track != nil {
 		p = cl.track.merged(p)
 	}
-	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, m) })
+	parts := fanout.FanIn(len(masters), func(replies []*resp.Reply) { fanout.Into(p, replies, nil, m) })
 	if cl.track != nil {
 		r := newRequest(cl, -1, resp.AppendCommand(nil, args))
 		for i, n := range masters {
@@ -158,7 +68,7 @@ func (c *Cluster) broadcast(cl *Client, masters []*Node, args [][]byte, m merge,
 
 // Control sends PING to the first master's control connection, and SCRIPT
 // KILL or FUNCTION KILL to every master's: the script may run on any of
-// them (mergeKill).
+// them (fanout.MergeKill).
 func (c *Cluster) Control(cl *Client, args [][]byte, p *resp.Reply) {
 	masters := c.Masters()
 	if len(masters) == 0 {
@@ -170,7 +80,7 @@ func (c *Cluster) Control(cl *Client, args [][]byte, p *resp.Reply) {
 		masters[0].control.Do(args, p)
 		return
 	}
-	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, mergeKill) })
+	parts := fanout.FanIn(len(masters), func(replies []*resp.Reply) { fanout.Into(p, replies, nil, fanout.MergeKill) })
 	for i, n := range masters {
 		n.control.Do(args, parts[i])
 	}

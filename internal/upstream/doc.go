@@ -29,14 +29,13 @@
 //     view it read is the one Forward then routes by, so a change in
 //     between never makes the loop wait); its redirects are resent from
 //     the reply's reader (the loop) or, when they must pause for the
-//     topology, from a goroutine of their own. Requests whose
-//     keys span slots are split and merged by split.go's tables (command,
-//     arguments per key, merge; scripts known to treat keys alone are
-//     entries of their own), commands about the whole keyspace run on every
-//     master by broadcast.go's table (INFO too, merged by info.go; a
-//     CONFIG SET is remembered for masters that join later, configs.go),
-//     SCAN walks the masters in turn; anything else that spans slots gets
-//     Redis Cluster's -CROSSSLOT. CLUSTER INFO, NODES, SLOTS, SHARDS, MYID
+//     topology, from a goroutine of their own. A request whose
+//     keys span slots is cut into a request per slot, and a command about
+//     the whole keyspace runs on every master (INFO too; a CONFIG SET is
+//     remembered for masters that join later, configs.go), by the tables
+//     of package fanout, which merges their replies into one; SCAN walks
+//     the masters in turn; anything else that spans slots gets Redis
+//     Cluster's -CROSSSLOT. CLUSTER INFO, NODES, SLOTS, SHARDS, MYID
 //     and KEYSLOT are answered as a cluster of one node, the proxy, and
 //     the subcommands that change the cluster refused (view.go). DBSIZE,
 //     KEYS and SCAN leave the proxy's own keys out (ownkeys.go); SLOWLOG
@@ -68,7 +67,7 @@
 //     relayed as it is (tunnel.go); a cluster's subscriber keeps shard
 //     channels on their slots' masters as slots move (subscriber.go) and
 //     mirrors keyspace notifications (and __redis__:invalidate) from every
-//     master (keyspace.go, mirror.go); its ordinary commands go home, or by
+//     master (mirror.go); its ordinary commands go home, or by
 //     Forward when home is not their master (moved.go).
 //
 // The proxy's own requests (lock scripts, the token authority's heartbeat,
@@ -99,7 +98,7 @@
 // forward client requests byte for byte (served by the serve loop with
 // Options.Loop, a standalone master's and a Redis Cluster's alike), and connections kept for lock
 // writes, which the Node dials, guards and closes but hands to the lock
-// writer to serve (Node.ServeLockWrites; the writer, internal/locks, runs
+// writer to serve (Node.ServeLockWrites; the writer, internal/lockwriter, runs
 // lock scripts in batches, each followed by one WAIT on the same
 // connection, and writes and reads the connection on its own goroutine:
 // backend.SyncConn).

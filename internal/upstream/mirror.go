@@ -9,10 +9,40 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
 
 // A subscriber's mirror connections: its keyspace channels and patterns on
-// every master besides the home connection's (keyspace.go has the why).
+// every master besides the home connection's (fanout.Mirrored says which).
+//
+// Keyspace notifications in front of a Redis Cluster.
+//
+// A node publishes a key's __keyspace@<db>__:<key> and __keyevent@<db>__:<event>
+// messages only to its own subscribers (they are not sent over the cluster
+// bus as PUBLISH is), so a client that hears them through one connection
+// hears only the keys of one master. A subscribed client's channels that are
+// keyspace channels, and patterns that could match one, are therefore
+// "mirrored": subscribed on a connection to every master besides the home
+// connection (subscriber.go). From those mirror connections only keyspace
+// messages are relayed (every other message reaches the home connection
+// too, through the cluster bus, and would arrive twice), and only while the
+// mirror's node is a master (a demoted master's replica stream would repeat
+// its new master's events); their confirmations are swallowed, and the home
+// connection's confirmation of a mirrored name waits until every mirror has
+// confirmed it, so that a client told it is subscribed hears every master
+// from then on. The home connection's own keyspace messages are relayed
+// while its node is a master.
+//
+// What remains of the difference: a message PUBLISHed by a client to a
+// channel named like a keyspace channel reaches the client once per master
+// (each node relays it), and when a master fails over, the events of its
+// slots between the promotion and the proxy's subscription on the new
+// master (it checks every mirrorCheckEvery) are not heard.
+//
+// __redis__:invalidate is mirrored too: each master sends a redirected
+// client-side caching invalidation (CLIENT TRACKING ... REDIRECT) only to
+// the connection named on it, and a tracking client's connection to each
+// master redirects to the target's connection there (tracker.go).
 
 const (
 	// mirrorCheckEvery is how often a subscriber with mirrored names
@@ -45,7 +75,7 @@ func (s *subscriber) mirror(kind string, args [][]byte) {
 	}
 	var names [][]byte
 	for _, a := range args[1:] {
-		if (base == "subscribe" && Mirrored(a)) || (base == "psubscribe" && mirroredPattern(a)) {
+		if (base == "subscribe" && fanout.Mirrored(a)) || (base == "psubscribe" && fanout.MirroredPattern(a)) {
 			names = append(names, a)
 		}
 	}
@@ -211,15 +241,15 @@ func pubsubMessage(msg []byte) (kind string, name, channel []byte, ok bool) {
 	if !ok || len(elems) < 3 {
 		return "", nil, nil, false
 	}
-	k, ok := bulkString(elems[0])
+	k, ok := resp.BulkString(elems[0])
 	if !ok {
 		return "", nil, nil, false
 	}
-	n, _ := bulkString(elems[1])
+	n, _ := resp.BulkString(elems[1])
 	name = []byte(n)
 	channel = name
 	if k == "pmessage" && len(elems) == 4 {
-		c, _ := bulkString(elems[2])
+		c, _ := resp.BulkString(elems[2])
 		channel = []byte(c)
 	}
 	return keys.LowerName([]byte(k)), name, channel, true
@@ -241,7 +271,7 @@ func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte
 	}
 	switch kind {
 	case "message", "pmessage":
-		if Mirrored(channel) && s.isMaster(node) {
+		if fanout.Mirrored(channel) && s.isMaster(node) {
 			return msg
 		}
 	case "subscribe", "psubscribe":
@@ -279,7 +309,7 @@ func (s *subscriber) homeMessage(msg []byte, node *Node) []byte {
 	}
 	switch kind {
 	case "message", "pmessage":
-		if Mirrored(channel) && !s.isMaster(node) {
+		if fanout.Mirrored(channel) && !s.isMaster(node) {
 			return nil
 		}
 	case "subscribe", "psubscribe":
@@ -379,7 +409,7 @@ func (s *subscriber) invalidated(value []byte) {
 		msg = append([]byte(">2\r\n$10\r\ninvalidate\r\n"), value...)
 	} else {
 		s.mu.Lock()
-		subscribed := s.mirrored[mirrorName{"subscribe", invalidateChannel}]
+		subscribed := s.mirrored[mirrorName{"subscribe", fanout.InvalidateChannel}]
 		s.mu.Unlock()
 		if !subscribed {
 			return

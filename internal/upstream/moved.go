@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
 
 // Ordinary commands on a subscriber's connection. A client that used
@@ -68,7 +69,7 @@ func (s *subscriber) elsewhere(name string, args [][]byte) bool {
 	if subscribed || name == "ping" || name == "quit" || name == "reset" || name == "hello" {
 		return false
 	}
-	if subs, ok := broadcasts[name]; ok && broadcastRuleOf(subs, args) != nil {
+	if fanout.Broadcasts([]byte(name), args) {
 		return true
 	}
 	if name == "scan" || name == "dbsize" || keyedSlot([]byte(name), args) >= 0 {
@@ -91,7 +92,7 @@ func (s *subscriber) noteSubscriptions(msg []byte) {
 	if !ok || len(elems) != 3 {
 		return
 	}
-	if n, ok := intOf(elems[2]); ok {
+	if n, ok := resp.Integer(elems[2]); ok {
 		s.mu.Lock()
 		s.homeSubs = n
 		s.mu.Unlock()

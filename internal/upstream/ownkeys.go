@@ -7,6 +7,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
 
 // The proxy's own keys in front of a Redis Cluster (Options.OwnKeys: the
@@ -66,7 +67,7 @@ func (c *Cluster) dbsize(cl *Client, args [][]byte, p *resp.Reply) {
 func (c *Cluster) dbsizeOn(cl *Client, masters []*Node, ownMaster *Node, args [][]byte, p *resp.Reply) {
 	script := [][]byte{[]byte("EVAL"), []byte(ownDBSize), strconv.AppendInt(nil, int64(len(c.own)), 10)}
 	script = append(script, c.own...)
-	parts := fanIn(len(masters), func(replies []*resp.Reply) { mergeInto(p, replies, nil, mergeSum) })
+	parts := fanout.FanIn(len(masters), func(replies []*resp.Reply) { fanout.Into(p, replies, nil, fanout.MergeSum) })
 	for i, n := range masters {
 		if n == ownMaster {
 			c.send(request{slot: c.ownSlot, resp3: cl.RESP3, connID: cl.ID, encoded: resp.AppendCommand(nil, script)}, parts[i])
@@ -77,7 +78,7 @@ func (c *Cluster) dbsizeOn(cl *Client, masters []*Node, ownMaster *Node, args []
 }
 
 // withoutOwn wraps a KEYS merge: the proxy's own keys are left out.
-func (c *Cluster) withoutOwn(m merge) merge {
+func (c *Cluster) withoutOwn(m fanout.Merge) fanout.Merge {
 	return func(parts [][]byte, order [][2]int, dst []byte) []byte {
 		start := len(dst)
 		dst = m(parts, order, dst)
@@ -87,7 +88,7 @@ func (c *Cluster) withoutOwn(m merge) merge {
 		}
 		kept := elems[:0:0]
 		for _, e := range elems {
-			if k, _ := bulkString(e); !c.isOwn([]byte(k)) {
+			if k, _ := resp.BulkString(e); !c.isOwn([]byte(k)) {
 				kept = append(kept, e)
 			}
 		}
@@ -95,7 +96,7 @@ func (c *Cluster) withoutOwn(m merge) merge {
 			return dst
 		}
 		kept = cloneAll(kept)
-		return appendElements(dst[:start], kept)
+		return fanout.AppendElements(dst[:start], kept)
 	}
 }
 
@@ -128,7 +129,7 @@ func (c *Cluster) scanWithoutOwn(reply []byte) []byte {
 	}
 	kept := list[:0:0]
 	for _, e := range list {
-		if k, _ := bulkString(e); !c.isOwn([]byte(k)) {
+		if k, _ := resp.BulkString(e); !c.isOwn([]byte(k)) {
 			kept = append(kept, e)
 		}
 	}
@@ -136,5 +137,5 @@ func (c *Cluster) scanWithoutOwn(reply []byte) []byte {
 		return reply
 	}
 	out := append([]byte("*2\r\n"), elems[0]...)
-	return appendElements(out, kept)
+	return fanout.AppendElements(out, kept)
 }

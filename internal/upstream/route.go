@@ -10,6 +10,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
 
 // A request sent into the cluster follows its slot: an -MOVED reply updates
@@ -87,12 +88,12 @@ func (c *Cluster) single(cl *Client, name []byte, args [][]byte, p *resp.Reply) 
 		c.afterViewChange(cl, p, func() { c.dbsize(cl, args, p) })
 		return false
 	}
-	if r := broadcastRuleFor(name, args); r != nil {
+	if fanout.Broadcasts(name, args) {
 		keysCmd := len(c.own) > 0 && string(name) == "keys"
 		configSet := string(name) == "config" && keys.LowerName(args[1]) == "set"
 		c.afterViewChange(cl, p, func() {
 			masters := c.Masters()
-			m := r.mergeFor(c, masters, args)
+			m := fanout.Broadcast(args, func() fanout.Renumber { return c.slowIDs.renumber(masters) })
 			if keysCmd {
 				m = c.withoutOwn(m)
 			}
@@ -155,7 +156,7 @@ func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 	}
 	var lower [32]byte
 	name := keys.AppendLower(lower[:0], args[0])
-	if c.ownDBSize(name, args) || broadcastRuleFor(name, args) != nil || string(name) == "scan" {
+	if c.ownDBSize(name, args) || fanout.Broadcasts(name, args) || string(name) == "scan" {
 		return false
 	}
 	var buf [16]int
@@ -170,15 +171,6 @@ func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 // ownDBSize: DBSIZE, which leaves the proxy's own keys out (ownkeys.go).
 func (c *Cluster) ownDBSize(name []byte, args [][]byte) bool {
 	return len(c.own) > 0 && string(name) == "dbsize" && len(args) == 1
-}
-
-// broadcastRuleFor is the rule of a command about the whole keyspace
-// (name is lower case), nil for any other.
-func broadcastRuleFor(name []byte, args [][]byte) *broadcastRule {
-	if subs, ok := broadcasts[string(name)]; ok {
-		return broadcastRuleOf(subs, args)
-	}
-	return nil
 }
 
 // slotOf is the slot of a request's keys (-1: keyless), and whether they

@@ -1,6 +1,10 @@
 package upstream
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
+)
 
 // SLOWLOG GET in front of a Redis Cluster merges every master's entries
 // (merge.go). Each master numbers its entries itself, from 0, so the
@@ -34,7 +38,7 @@ type slowEntry struct {
 
 // renumber returns the function slowlogMerge asks for an entry's id, for
 // replies in the order of masters.
-func (s *slowIDs) renumber(masters []*Node) func(part int, id, when int64) int64 {
+func (s *slowIDs) renumber(masters []*Node) fanout.Renumber {
 	return func(part int, id, when int64) int64 {
 		if part >= len(masters) {
 			return id

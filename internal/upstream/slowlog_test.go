@@ -3,6 +3,8 @@ package upstream
 import (
 	"fmt"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
 
 // TestSlowlogIDs: SLOWLOG GET merged from two masters that number their
@@ -21,7 +23,7 @@ func TestSlowlogIDs(t *testing.T) {
 		return []byte(out)
 	}
 	get := func(parts ...[]byte) string {
-		m := slowlogMerge(argv("slowlog", "get", "-1"), ids.renumber([]*Node{a, b}))
+		m := fanout.Broadcast(argv("slowlog", "get", "-1"), func() fanout.Renumber { return ids.renumber([]*Node{a, b}) })
 		return string(m(parts, nil, nil))
 	}
 	// a: ids 1 (t=20), 0 (t=10); b: ids 1 (t=30), 0 (t=15).

@@ -1,246 +1,25 @@
 package upstream
 
 import (
-	"strconv"
-	"sync/atomic"
-
-	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
-
-// A request whose keys span slots is split into one request per slot where
-// Redis's semantics allow, and the parts' replies are merged into what one
-// node holding every key would have answered (merge.go). The rules are
-// this file's two tables; any other such request gets -CROSSSLOT, as Redis
-// Cluster answers. The keys are found by the backend's own COMMAND key
-// specifications (package keys).
-
-const replyCrossSlot = "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
-
-// splitRule says how a command whose keys are independent of each other
-// is split: each part is the command name followed by its slot's keys in
-// request order, each key with the stride-1 arguments after it.
-type splitRule struct {
-	command string // lower case
-	stride  int    // arguments that go with each key, the key included
-	merge   merge
-}
-
-var splitTable = []splitRule{
-	{command: "mget", stride: 1, merge: mergeArrays},
-	{command: "mset", stride: 2, merge: mergeOK}, // key value ...
-	{command: "del", stride: 1, merge: mergeSum},
-	{command: "unlink", stride: 1, merge: mergeSum},
-	{command: "exists", stride: 1, merge: mergeSum},
-	{command: "touch", stride: 1, merge: mergeSum},
-}
-
-// scriptRule is a Lua script known to treat each of its keys alone, with
-// ARGV made of shared leading arguments and then one argument per key, and
-// to return an array with one element per key: EVAL or EVALSHA of it is
-// split per slot into EVALs (so no master ever answers NOSCRIPT) of the
-// same body with that slot's keys, the shared arguments and the keys' own.
-type scriptRule struct {
-	name   string // what it is, for the reader
-	body   string
-	shared int // leading ARGV shared by every key
-	merge  merge
-}
-
-var scriptTable = []scriptRule{
-	// Redisson's (3.44+) watchdog renewal renews up to 100 locks of any
-	// slots in one EVAL.
-	{name: "Redisson lock renewal", body: redissonRenewal, shared: 1, merge: mergeArrays},
-}
-
-const redissonRenewal = "local result = {} " +
-	"for i = 1, #KEYS, 1 do " +
-	"if (redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1) then " +
-	"redis.call('pexpire', KEYS[i], ARGV[1]); " +
-	"table.insert(result, 1); " +
-	"else " +
-	"table.insert(result, 0); " +
-	"end; " +
-	"end; " +
-	"return result;"
-
-// The tables by command name and by script SHA-1.
-var (
-	splits       = map[string]splitRule{}
-	scriptSplits = map[string]scriptRule{}
-)
-
-func init() {
-	for _, r := range splitTable {
-		splits[r.command] = r
-	}
-	for _, r := range scriptTable {
-		scriptSplits[ScriptSHA(r.body)] = r
-	}
-}
 
 // crossSlot serves a request whose keys (at positions) span slots: split
-// it if a table allows, else answer as Redis Cluster does.
+// into a request per slot where fanout's tables allow, else refused as
+// Redis Cluster refuses it.
 func (c *Cluster) crossSlot(cl *Client, name string, args [][]byte, positions []int, p *resp.Reply) {
-	if r, ok := splits[name]; ok {
-		if !r.complete(args, positions) {
-			// MSET k v k: one Redis says so; slicing on would read past
-			// the request's arguments.
-			p.Buf = resp.AppendError(p.Buf, "ERR", "wrong number of arguments for '"+name+"' command")
-			p.Done()
-			return
-		}
-		groups, order := groupBySlot(len(positions), func(i int) []byte { return args[positions[i]] })
-		c.gather(cl, groups, r.parts(args, positions, groups), order, r.merge, p)
+	split, refusal := fanout.Cut(name, args, positions)
+	if refusal != nil {
+		p.Buf = append(p.Buf, refusal...)
+		p.Done()
 		return
 	}
-	if r, n, ok := keywiseScript(name, args, len(positions)); ok {
-		groups, order := groupBySlot(n, func(i int) []byte { return args[3+i] })
-		c.gather(cl, groups, r.parts(args, n, groups), order, r.merge, p)
-		return
-	}
-	p.Buf = append(p.Buf, replyCrossSlot...)
-	p.Done()
-}
-
-// keywiseScript finds the scriptTable rule for an EVAL or EVALSHA with
-// nkeys keys, and its key count n, if its arguments have the rule's shape.
-func keywiseScript(name string, args [][]byte, nkeys int) (r scriptRule, n int, ok bool) {
-	if (name != "eval" && name != "evalsha") || len(args) < 3 {
-		return r, 0, false
-	}
-	sha := string(args[1])
-	if name == "eval" {
-		sha = ScriptSHA(sha)
-	}
-	if r, ok = scriptSplits[keys.LowerName([]byte(sha))]; !ok {
-		return r, 0, false
-	}
-	k, isInt := resp.ParseInt(args[2])
-	if !isInt || int(k) != nkeys || len(args) != 3+2*int(k)+r.shared {
-		return r, 0, false
-	}
-	return r, int(k), true
-}
-
-// merge combines the replies of the parts of a split request (in the
-// order of the parts) into one reply, appended to dst; order maps each
-// element of a merged array to its part and its index there.
-type merge func(parts [][]byte, order [][2]int, dst []byte) []byte
-
-// group is the part of a split request bound for one slot.
-type group struct {
-	slot  int
-	items []int // indexes of its keys among the request's, in request order
-}
-
-// groupBySlot groups n keys by slot, groups in order of first appearance;
-// order[i] is key i's group and its place in it.
-func groupBySlot(n int, key func(i int) []byte) (groups []group, order [][2]int) {
-	bySlot := map[int]int{}
-	order = make([][2]int, n)
-	for i := range n {
-		sl := keys.SlotOf(key(i))
-		g, ok := bySlot[sl]
-		if !ok {
-			g = len(groups)
-			bySlot[sl] = g
-			groups = append(groups, group{slot: sl})
-		}
-		order[i] = [2]int{g, len(groups[g].items)}
-		groups[g].items = append(groups[g].items, i)
-	}
-	return groups, order
-}
-
-// complete reports whether every key (at positions among args) has the
-// arguments its stride says go with it: MSET k v k has not.
-func (r splitRule) complete(args [][]byte, positions []int) bool {
-	for _, at := range positions {
-		if at+r.stride > len(args) {
-			return false
-		}
-	}
-	return true
-}
-
-// parts encodes one request per group: the command name followed by the
-// group's keys (at positions among args), each with its stride.
-func (r splitRule) parts(args [][]byte, positions []int, groups []group) [][]byte {
-	reqs := make([][]byte, len(groups))
-	for g, gr := range groups {
-		part := append([][]byte(nil), args[0])
-		for _, i := range gr.items {
-			at := positions[i]
-			part = append(part, args[at:at+r.stride]...)
-		}
-		reqs[g] = resp.AppendCommand(nil, part)
-	}
-	return reqs
-}
-
-// parts encodes one EVAL per group of a call EVAL|EVALSHA script n keys...
-// shared-args... per-key-args...
-func (r scriptRule) parts(args [][]byte, n int, groups []group) [][]byte {
-	keyArgs := args[3 : 3+n]
-	sharedArgs := args[3+n : 3+n+r.shared]
-	perKey := args[3+n+r.shared:]
-	reqs := make([][]byte, len(groups))
-	for g, gr := range groups {
-		part := [][]byte{[]byte("EVAL"), []byte(r.body), strconv.AppendInt(nil, int64(len(gr.items)), 10)}
-		for _, i := range gr.items {
-			part = append(part, keyArgs[i])
-		}
-		part = append(part, sharedArgs...)
-		for _, i := range gr.items {
-			part = append(part, perKey[i])
-		}
-		reqs[g] = resp.AppendCommand(nil, part)
-	}
-	return reqs
-}
-
-// gather sends each part to its slot and merges the replies into p.
-func (c *Cluster) gather(cl *Client, groups []group, reqs [][]byte, order [][2]int, m merge, p *resp.Reply) {
 	if cl.track != nil {
 		p = cl.track.merged(p)
 	}
-	parts := fanIn(len(groups), func(replies []*resp.Reply) { mergeInto(p, replies, order, m) })
-	for g, gr := range groups {
-		c.send(newRequest(cl, gr.slot, reqs[g]), parts[g])
+	parts := fanout.FanIn(len(split.Parts), func(replies []*resp.Reply) { fanout.Into(p, replies, split.Order, split.Merge) })
+	for i, slot := range split.Slots {
+		c.send(newRequest(cl, slot, split.Parts[i]), parts[i])
 	}
-}
-
-// fanIn returns n Replies for the parts of one client request sent to
-// several masters; when the last of them is done, done gets them in part
-// order.
-func fanIn(n int, done func(parts []*resp.Reply)) []*resp.Reply {
-	parts := make([]*resp.Reply, n)
-	var left atomic.Int32
-	left.Store(int32(n))
-	for i := range parts {
-		parts[i] = resp.NewReplyFunc(func() {
-			if left.Add(-1) == 0 {
-				done(parts)
-			}
-		})
-	}
-	return parts
-}
-
-// mergeInto answers p with the merge of the parts' replies, or, if a part
-// got none (its master could not be reached, or the connection broke with
-// it), with the first such part's error: the request did not run whole.
-func mergeInto(p *resp.Reply, parts []*resp.Reply, order [][2]int, m merge) {
-	replies := make([][]byte, len(parts))
-	for i, part := range parts {
-		if part.Err != nil {
-			p.Err = part.Err
-			p.Done()
-			return
-		}
-		replies[i] = part.Buf
-	}
-	p.Buf = m(replies, order, p.Buf)
-	p.Done()
 }

@@ -27,7 +27,7 @@ import (
 //
 // Keyspace notification channels, and patterns that may match one, are
 // also subscribed on a mirror connection to every other master
-// (keyspace.go).
+// (mirror.go).
 type subscriber struct {
 	c      *Cluster
 	id     int64    // the proxy's client id
@@ -40,7 +40,7 @@ type subscriber struct {
 	homeNode *Node
 	shards   map[*Node]net.Conn
 	// mirrors are the connections to the masters other than homeNode that
-	// carry the client's mirrored channels and patterns (keyspace.go);
+	// carry the client's mirrored channels and patterns (mirror.go);
 	// mirrored holds those ("subscribe ch" or "psubscribe pat"), to
 	// subscribe on a master that joins later; unconfirmed counts, per
 	// mirror and name, the subscriptions sent and not yet confirmed, which
@@ -282,7 +282,7 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 // client's connection ends too (Redis closed it: QUIT, or a failure),
 // unless it was a shard or mirror connection to a node that is no longer a
 // master. node is the connection's master; mirror says it is a mirror
-// connection (keyspace.go).
+// connection (mirror.go).
 func (s *subscriber) read(conn net.Conn, node *Node, mirror bool) {
 	if conn != s.home {
 		defer s.others.Done()
@@ -385,11 +385,11 @@ func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *Node) []byte 
 	if !ok || len(elems) != 3 {
 		return msg
 	}
-	kind, _ := bulkString(elems[0])
+	kind, _ := resp.BulkString(elems[0])
 	if kind != "ssubscribe" && kind != "sunsubscribe" {
 		return msg // smessage, or a reply the client asked for
 	}
-	ch, _ := bulkString(elems[1])
+	ch, _ := resp.BulkString(elems[1])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch kind {
@@ -450,13 +450,6 @@ func rewriteCount(msg []byte, elems [][]byte, n int) []byte {
 	out = append(out, ':')
 	out = strconv.AppendInt(out, int64(n), 10)
 	return append(out, "\r\n"...)
-}
-
-// bulkString reads a bulk or simple string element.
-func bulkString(raw []byte) (string, bool) {
-	v, err := resp.Parse(raw)
-	str, ok := v.(string)
-	return str, err == nil && ok
 }
 
 // Close ends every Redis connection and the client's.

@@ -417,11 +417,11 @@ func (t *tracker) trackingInfo(args [][]byte, p *resp.Reply) {
 // caching-yes|no after "optin" or "optout", broken_redirect last, as Redis
 // orders them; the reply as it was if it is not that shape.
 func withFlag(reply []byte, flag string) []byte {
-	elems, _, ok := flatElements(reply) // RESP3: a map
+	elems, _, ok := resp.FlatElements(reply) // RESP3: a map
 	if !ok || len(elems) < 2 {
 		return reply
 	}
-	if name, _ := bulkString(elems[0]); name != "flags" {
+	if name, _ := resp.BulkString(elems[0]); name != "flags" {
 		return reply
 	}
 	flags, ok := resp.Elements(elems[1])
@@ -436,7 +436,7 @@ func withFlag(reply []byte, flag string) []byte {
 	out = append(out, "\r\n"...)
 	for _, f := range flags {
 		out = append(out, f...)
-		if s, _ := bulkString(f); (s == "optin" || s == "optout") && strings.HasPrefix(flag, "caching-") {
+		if s, _ := resp.BulkString(f); (s == "optin" || s == "optout") && strings.HasPrefix(flag, "caching-") {
 			out = redcon.AppendBulkString(out, flag)
 		}
 	}
@@ -860,7 +860,7 @@ func (t *tracker) invalidateRead(encoded []byte) {
 	}
 	args := make([][]byte, len(elems))
 	for i, e := range elems {
-		s, _ := bulkString(e)
+		s, _ := resp.BulkString(e)
 		args[i] = []byte(s)
 	}
 	var positions []int

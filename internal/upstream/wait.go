@@ -5,6 +5,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
 
 // waitOn is WAIT or WAITAOF (args) for cl on each of masters, offsetKey(i)
@@ -79,7 +80,7 @@ func waitAll(cl *Client, masters []*Node, conns []*backend.Conn, resp3 bool, off
 	cl.mu.Lock()
 	cl.waiting = conns
 	cl.mu.Unlock()
-	parts := fanIn(len(conns), func(replies []*resp.Reply) {
+	parts := fanout.FanIn(len(conns), func(replies []*resp.Reply) {
 		cl.mu.Lock()
 		cl.waiting = nil // before they go back: Gone must not close another client's
 		cl.mu.Unlock()

@@ -1,4 +1,4 @@
-package upstream
+package fanout
 
 import (
 	"bytes"
@@ -11,6 +11,12 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
+
+// Merge combines the replies of a request's parts (in the order of the
+// parts) into one reply, appended to dst; order maps each element of a
+// merged array to its part and its index there (a split request's; nil
+// for a broadcast).
+type Merge func(parts [][]byte, order [][2]int, dst []byte) []byte
 
 // The merges of split.go's and broadcast.go's tables: each turns the
 // replies of a request's parts (in part order) into the one reply a node
@@ -67,8 +73,8 @@ func mergeArrays(parts [][]byte, order [][2]int, dst []byte) []byte {
 	return dst
 }
 
-// mergeSum adds integer replies.
-func mergeSum(parts [][]byte, _ [][2]int, dst []byte) []byte {
+// MergeSum adds integer replies.
+func MergeSum(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	if e := firstError(parts); e != nil {
 		return append(dst, e...)
 	}
@@ -92,10 +98,10 @@ func mergeOK(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	return append(dst, parts[0]...)
 }
 
-// mergeKill answers SCRIPT KILL or FUNCTION KILL sent to every master: OK
+// MergeKill answers SCRIPT KILL or FUNCTION KILL sent to every master: OK
 // if one of them ended a script, else UNKILLABLE if one could not be
 // ended, else the first master's reply (NOTBUSY: none was running).
-func mergeKill(parts [][]byte, _ [][2]int, dst []byte) []byte {
+func MergeKill(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	for _, want := range []string{"+OK\r\n", "-UNKILLABLE"} {
 		for _, r := range parts {
 			if bytes.HasPrefix(r, []byte(want)) {
@@ -124,7 +130,7 @@ func mergeRandom(parts [][]byte, _ [][2]int, dst []byte) []byte {
 
 // mergePubsub merges PUBSUB replies: NUMSUB and SHARDNUMSUB summed per
 // channel, CHANNELS and SHARDCHANNELS joined without repeats. A keyspace
-// channel (mirrored, see subscriber.go) has the same subscribers on every
+// channel (mirrored, see keyspace.go) has the same subscribers on every
 // master, so its NUMSUB is the largest count, not the sum; NUMPAT is the
 // largest count too, since the proxy's clients' patterns are all on one
 // master (their home), and patterns that may match a keyspace channel on
@@ -140,7 +146,7 @@ func mergePubsub(parts [][]byte, order [][2]int, dst []byte) []byte {
 	asMap := false
 	for i, r := range parts {
 		var ok, isMap bool
-		if lists[i], isMap, ok = flatElements(r); !ok {
+		if lists[i], isMap, ok = resp.FlatElements(r); !ok {
 			return append(dst, replyBadPart...)
 		}
 		asMap = asMap || isMap
@@ -153,8 +159,8 @@ func mergePubsub(parts [][]byte, order [][2]int, dst []byte) []byte {
 				return append(dst, replyBadPart...)
 			}
 			for j := range counts {
-				n, _ := intOf(l[2*j+1])
-				name, _ := bulkString(l[2*j])
+				n, _ := resp.Integer(l[2*j+1])
+				name, _ := resp.BulkString(l[2*j])
 				if Mirrored([]byte(name)) {
 					counts[j] = max(counts[j], n)
 				} else {
@@ -178,7 +184,7 @@ func mergePubsub(parts [][]byte, order [][2]int, dst []byte) []byte {
 			}
 		}
 	}
-	return appendElements(dst, all)
+	return AppendElements(dst, all)
 }
 
 // mergeConcat joins arrays (KEYS).
@@ -191,11 +197,11 @@ func mergeConcat(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	for _, l := range lists {
 		all = append(all, l...)
 	}
-	return appendElements(dst, all)
+	return AppendElements(dst, all)
 }
 
-// appendElements appends an array of elements already in RESP.
-func appendElements(dst []byte, elems [][]byte) []byte {
+// AppendElements appends an array of elements already in RESP.
+func AppendElements(dst []byte, elems [][]byte) []byte {
 	dst = redcon.AppendArray(dst, len(elems))
 	for _, e := range elems {
 		dst = append(dst, e...)
@@ -229,27 +235,6 @@ func mergeScript(parts [][]byte, order [][2]int, dst []byte) []byte {
 	return dst
 }
 
-// flatElements splits an array, set or map reply into its elements (a map's
-// as key, value, key, value ...); isMap says it was a RESP3 map.
-func flatElements(raw []byte) (elems [][]byte, isMap, ok bool) {
-	if len(raw) > 0 && raw[0] == '%' {
-		end := bytes.IndexByte(raw, '\n')
-		n, err := strconv.Atoi(string(bytes.TrimSpace(raw[1:max(end, 1)])))
-		if end < 0 || err != nil || n < 0 {
-			return nil, false, false
-		}
-		fake := append([]byte("*"+strconv.Itoa(2*n)+"\r\n"), raw[end+1:]...)
-		elems, ok = resp.Elements(fake)
-		if !ok {
-			return nil, false, false
-		}
-		// The elements are slices of fake: copies of raw's bytes, fine to keep.
-		return elems, true, true
-	}
-	elems, ok = resp.Elements(raw)
-	return elems, false, ok
-}
-
 // appendPairs appends key, value, ... as a RESP3 map if asMap, else as a
 // flat array (RESP2's form of a map).
 func appendPairs(dst []byte, pairs [][]byte, asMap bool) []byte {
@@ -266,13 +251,6 @@ func appendPairs(dst []byte, pairs [][]byte, asMap bool) []byte {
 	return dst
 }
 
-// intOf reads an integer reply element.
-func intOf(raw []byte) (int64, bool) {
-	v, err := resp.Parse(raw)
-	n, ok := v.(int64)
-	return n, err == nil && ok
-}
-
 // mergeLargest answers the largest integer (LATENCY RESET: the events
 // reset, most of which every master has).
 func mergeLargest(parts [][]byte, _ [][2]int, dst []byte) []byte {
@@ -281,7 +259,7 @@ func mergeLargest(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	}
 	var most int64
 	for _, r := range parts {
-		n, ok := intOf(r)
+		n, ok := resp.Integer(r)
 		if !ok {
 			return append(dst, replyBadPart...)
 		}
@@ -297,7 +275,7 @@ func mergeFunctionStats(parts [][]byte, order [][2]int, dst []byte) []byte {
 		return append(dst, e...)
 	}
 	for _, r := range parts {
-		elems, _, ok := flatElements(r)
+		elems, _, ok := resp.FlatElements(r)
 		if !ok || len(elems) < 2 {
 			return append(dst, replyBadPart...)
 		}
@@ -329,9 +307,9 @@ func mergeLatencyLatest(parts [][]byte, _ [][2]int, dst []byte) []byte {
 			if !ok || len(f) != 4 {
 				return append(dst, replyBadPart...)
 			}
-			when, ok1 := intOf(f[1])
-			latest, ok2 := intOf(f[2])
-			most, ok3 := intOf(f[3])
+			when, ok1 := resp.Integer(f[1])
+			latest, ok2 := resp.Integer(f[2])
+			most, ok3 := resp.Integer(f[3])
 			if !ok1 || !ok2 || !ok3 {
 				return append(dst, replyBadPart...)
 			}
@@ -376,7 +354,7 @@ func mergeLatencyHistory(parts [][]byte, _ [][2]int, dst []byte) []byte {
 			if !ok || len(f) != 2 {
 				return append(dst, replyBadPart...)
 			}
-			when, _ := intOf(f[0])
+			when, _ := resp.Integer(f[0])
 			all = append(all, sample{when, raw})
 		}
 	}
@@ -406,7 +384,7 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	byName := map[string]*hist{}
 	asMap := false
 	for _, r := range parts {
-		elems, isMap, ok := flatElements(r)
+		elems, isMap, ok := resp.FlatElements(r)
 		if !ok || len(elems)%2 != 0 {
 			return append(dst, replyBadPart...)
 		}
@@ -418,29 +396,29 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 				byName[string(elems[i])] = h
 				cmds = append(cmds, h)
 			}
-			fields, _, ok := flatElements(elems[i+1])
+			fields, _, ok := resp.FlatElements(elems[i+1])
 			if !ok || len(fields)%2 != 0 {
 				return append(dst, replyBadPart...)
 			}
 			for j := 0; j < len(fields); j += 2 {
-				name, _ := bulkString(fields[j])
+				name, _ := resp.BulkString(fields[j])
 				switch name {
 				case "calls":
-					n, _ := intOf(fields[j+1])
+					n, _ := resp.Integer(fields[j+1])
 					h.calls += n
 					if len(h.counts) > 0 && n > h.counts[h.most] {
 						h.most = len(h.counts)
 					}
 					h.counts = append(h.counts, n)
 				case "histogram_usec":
-					bs, _, ok := flatElements(fields[j+1])
+					bs, _, ok := resp.FlatElements(fields[j+1])
 					if !ok || len(bs)%2 != 0 {
 						return append(dst, replyBadPart...)
 					}
 					m := map[int64]int64{}
 					for k := 0; k < len(bs); k += 2 {
-						b, _ := intOf(bs[k])
-						n, _ := intOf(bs[k+1])
+						b, _ := resp.Integer(bs[k])
+						n, _ := resp.Integer(bs[k+1])
 						m[b] = n
 					}
 					h.buckets = append(h.buckets, m)
@@ -450,7 +428,7 @@ func mergeLatencyHistogram(parts [][]byte, _ [][2]int, dst []byte) []byte {
 	}
 	var out [][]byte
 	for _, h := range cmds {
-		if name, _ := bulkString(h.name); everyMaster[name] && h.most < len(h.buckets) {
+		if name, _ := resp.BulkString(h.name); everyMaster[name] && h.most < len(h.buckets) {
 			// One call of the client's ran on every master: the
 			// master that counted most stands for all.
 			h.calls, h.buckets = h.counts[h.most], h.buckets[h.most:h.most+1]
@@ -514,8 +492,8 @@ func init() {
 // most recent first (by timestamp, then id), at most count of them (10 by
 // default, all for a negative count, as Redis). renumber, if not nil, gives
 // each entry returned the proxy's id for it (part: the master's place among
-// the parts; slowlog.go), oldest first.
-func slowlogMerge(args [][]byte, renumber func(part int, id, when int64) int64) merge {
+// the parts; upstream's slowlog.go), oldest first.
+func slowlogMerge(args [][]byte, renumber Renumber) Merge {
 	count := int64(10)
 	if len(args) > 2 {
 		if n, ok := resp.ParseInt(args[2]); ok {
@@ -539,8 +517,8 @@ func slowlogMerge(args [][]byte, renumber func(part int, id, when int64) int64) 
 				if !ok || len(f) < 2 {
 					return append(dst, replyBadPart...)
 				}
-				id, _ := intOf(f[0])
-				when, _ := intOf(f[1])
+				id, _ := resp.Integer(f[0])
+				when, _ := resp.Integer(f[1])
 				at := bytes.IndexByte(raw, '\n') + 1 + len(f[0])
 				all = append(all, entry{part, id, when, raw, raw[at:]})
 			}

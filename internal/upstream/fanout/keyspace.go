@@ -1,57 +1,34 @@
-package upstream
+package fanout
 
 import "bytes"
 
-// Keyspace notifications in front of a Redis Cluster.
-//
-// A node publishes a key's __keyspace@<db>__:<key> and __keyevent@<db>__:<event>
-// messages only to its own subscribers (they are not sent over the cluster
-// bus as PUBLISH is), so a client that hears them through one connection
-// hears only the keys of one master. A subscribed client's channels that are
-// keyspace channels, and patterns that could match one, are therefore
-// "mirrored": subscribed on a connection to every master besides the home
-// connection (subscriber.go). From those mirror connections only keyspace
-// messages are relayed (every other message reaches the home connection
-// too, through the cluster bus, and would arrive twice), and only while the
-// mirror's node is a master (a demoted master's replica stream would repeat
-// its new master's events); their confirmations are swallowed, and the home
-// connection's confirmation of a mirrored name waits until every mirror has
-// confirmed it, so that a client told it is subscribed hears every master
-// from then on. The home connection's own keyspace messages are relayed
-// while its node is a master.
-//
-// What remains of the difference: a message PUBLISHed by a client to a
-// channel named like a keyspace channel reaches the client once per master
-// (each node relays it), and when a master fails over, the events of its
-// slots between the promotion and the proxy's subscription on the new
-// master (it checks every mirrorCheckEvery) are not heard.
-
-//
-// __redis__:invalidate is mirrored too: each master sends a redirected
-// client-side caching invalidation (CLIENT TRACKING ... REDIRECT) only to
-// the connection named on it, and a tracking client's connection to each
-// master redirects to the target's connection there (tracker.go).
+// Mirrored names: the channels, and patterns, that a client subscribed
+// through the proxy must hear from every master of a Redis Cluster, not
+// from one (keyspace notifications, which a node publishes only to its own
+// subscribers, and redirected client-side caching invalidations). PUBSUB
+// NUMSUB counts such a channel's subscribers once (merge.go); package
+// upstream's mirror.go subscribes them on every master, and says why.
 
 var (
 	keyspacePrefix = []byte("__keyspace@")
 	keyeventPrefix = []byte("__keyevent@")
 )
 
-// invalidateChannel is where Redis sends redirected invalidations (RESP2).
-const invalidateChannel = "__redis__:invalidate"
+// InvalidateChannel is where Redis sends redirected invalidations (RESP2).
+const InvalidateChannel = "__redis__:invalidate"
 
 // Mirrored reports whether channel is a keyspace notification channel,
 // which each master publishes for its own keys only, or
 // __redis__:invalidate, which each master writes to its own connections.
 func Mirrored(channel []byte) bool {
 	return bytes.HasPrefix(channel, keyspacePrefix) || bytes.HasPrefix(channel, keyeventPrefix) ||
-		string(channel) == invalidateChannel
+		string(channel) == InvalidateChannel
 }
 
 // mirroredPattern reports whether a PSUBSCRIBE pattern could match a
 // keyspace notification channel (Redis's glob: *, ?, [...] with ^ and
 // ranges, \ escapes).
-func mirroredPattern(pattern []byte) bool {
+func MirroredPattern(pattern []byte) bool {
 	return globMayMatchPrefix(pattern, keyspacePrefix) || globMayMatchPrefix(pattern, keyeventPrefix)
 }
 

@@ -1,4 +1,4 @@
-package upstream
+package resp
 
 import (
 	"crypto/sha1"

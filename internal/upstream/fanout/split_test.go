@@ -1,8 +1,8 @@
-package upstream
+package fanout
 
 import (
+	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -141,7 +141,7 @@ func TestSplitIncomplete(t *testing.T) {
 // shared argument and the keys' own; a call of another shape, or another
 // script, is not split.
 func TestKeywiseScript(t *testing.T) {
-	sha := ScriptSHA(redissonRenewal)
+	sha := resp.ScriptSHA(redissonRenewal)
 	call := argv("EVALSHA", strings.ToUpper(sha), "3", "{a}1", "{b}1", "{a}2", "30000", "f1", "f2", "f3")
 	r, n, ok := keywiseScript("evalsha", call, 3)
 	if !ok || n != 3 {
@@ -172,10 +172,10 @@ func TestKeywiseScript(t *testing.T) {
 		args  [][]byte
 		nkeys int
 	}{
-		{"evalsha", argv("EVALSHA", sha, "2", "{a}1", "{b}1", "30000", "f1"), 2},                     // one per-key argument short
-		{"evalsha", argv("EVALSHA", sha, "3", "{a}1", "{b}1", "30000", "f1", "f2"), 2},               // numkeys is not the keys found
-		{"evalsha", argv("EVALSHA", sha, "x", "{a}1", "{b}1", "30000", "f1", "f2"), 2},               // numkeys not a number
-		{"evalsha", argv("EVALSHA", ScriptSHA("return 1"), "2", "{a}1", "{b}1", "1", "f1", "f2"), 2}, // another script
+		{"evalsha", argv("EVALSHA", sha, "2", "{a}1", "{b}1", "30000", "f1"), 2},                          // one per-key argument short
+		{"evalsha", argv("EVALSHA", sha, "3", "{a}1", "{b}1", "30000", "f1", "f2"), 2},                    // numkeys is not the keys found
+		{"evalsha", argv("EVALSHA", sha, "x", "{a}1", "{b}1", "30000", "f1", "f2"), 2},                    // numkeys not a number
+		{"evalsha", argv("EVALSHA", resp.ScriptSHA("return 1"), "2", "{a}1", "{b}1", "1", "f1", "f2"), 2}, // another script
 		{"fcall", argv("FCALL", sha, "2", "{a}1", "{b}1", "30000", "f1", "f2"), 2},
 	} {
 		if _, _, ok := keywiseScript(tc.name, tc.args, tc.nkeys); ok {
@@ -203,12 +203,13 @@ func TestBroadcastApplies(t *testing.T) {
 		{argv("slowlog", "get", "5"), true},
 		{argv("latency", "doctor"), false},
 	} {
-		b, ok := broadcasts[string(tc.args[0])]
-		if got := ok && broadcastRuleOf(b, tc.args) != nil; got != tc.want {
+		if got := Broadcasts(tc.args[0], tc.args); got != tc.want {
 			t.Errorf("%q broadcasts: %v, want %v", tc.args, got, tc.want)
 		}
 	}
 }
+
+var errUnreachable = errors.New("unreachable")
 
 // TestMergeInto: a part that got no reply (its master unreachable, its
 // connection lost) answers the whole request with its error; else the
@@ -216,7 +217,7 @@ func TestBroadcastApplies(t *testing.T) {
 func TestMergeInto(t *testing.T) {
 	var done []string
 	p := resp.NewReplyFunc(func() { done = append(done, "p") })
-	parts := fanIn(2, func(replies []*resp.Reply) { mergeInto(p, replies, nil, mergeSum) })
+	parts := FanIn(2, func(replies []*resp.Reply) { Into(p, replies, nil, MergeSum) })
 	parts[1].Buf = append(parts[1].Buf, ":2\r\n"...)
 	parts[1].Done()
 	if len(done) != 0 {
@@ -229,13 +230,13 @@ func TestMergeInto(t *testing.T) {
 	}
 
 	q := resp.NewReplyFunc(func() {})
-	parts = fanIn(2, func(replies []*resp.Reply) { mergeInto(q, replies, nil, mergeSum) })
+	parts = FanIn(2, func(replies []*resp.Reply) { Into(q, replies, nil, MergeSum) })
 	parts[0].Buf = append(parts[0].Buf, ":3\r\n"...)
 	parts[0].Done()
-	parts[1].Err = ErrUnavailable
+	parts[1].Err = errUnreachable
 	parts[1].Done()
-	if q.Err != ErrUnavailable || len(q.Buf) != 0 {
-		t.Fatalf("reply %q, err %v; want ErrUnavailable and no bytes", q.Buf, q.Err)
+	if q.Err != errUnreachable || len(q.Buf) != 0 {
+		t.Fatalf("reply %q, err %v; want the part's error and no bytes", q.Buf, q.Err)
 	}
 }
 
@@ -253,16 +254,5 @@ func TestMergeRandom(t *testing.T) {
 	}
 	if got := string(mergeRandom([][]byte{[]byte("$1\r\nk\r\n"), []byte("-ERR x\r\n")}, nil, nil)); got != "-ERR x\r\n" {
 		t.Errorf("a master's error: %q, want it", got)
-	}
-}
-
-// TestScanCursor: the client's cursor carries the master's position in its
-// low bits; a master's own cursor too large to carry is an error, not a
-// wrong cursor.
-func TestScanCursor(t *testing.T) {
-	huge := strconv.FormatUint(1<<(64-scanNodeBits), 10)
-	reply := "*2\r\n$" + strconv.Itoa(len(huge)) + "\r\n" + huge + "\r\n*0\r\n"
-	if got := string(scanReply([]byte(reply), 0, 3, nil)); !strings.HasPrefix(got, "-ERR ") {
-		t.Errorf("a cursor too large: %q, want an error", got)
 	}
 }

@@ -1,4 +1,4 @@
-package upstream
+package fanout
 
 import "testing"
 
@@ -8,7 +8,7 @@ import "testing"
 func TestMerges(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		m     merge
+		m     Merge
 		parts []string
 		order [][2]int
 		want  string
@@ -17,8 +17,8 @@ func TestMerges(t *testing.T) {
 			[][2]int{{1, 0}, {0, 0}, {0, 1}}, "*3\r\n$1\r\nb\r\n$1\r\na\r\n$-1\r\n"},
 		{"mget part too short", mergeArrays, []string{"*1\r\n$1\r\na\r\n"}, [][2]int{{0, 0}, {0, 1}}, replyBadPart},
 		{"mget part an error", mergeArrays, []string{"*1\r\n:1\r\n", "-MOVED 1 a:1\r\n"}, [][2]int{{0, 0}, {1, 0}}, "-MOVED 1 a:1\r\n"},
-		{"del summed", mergeSum, []string{":2\r\n", ":3\r\n"}, nil, ":5\r\n"},
-		{"sum of a non-integer", mergeSum, []string{":2\r\n", "+OK\r\n"}, nil, replyBadPart},
+		{"del summed", MergeSum, []string{":2\r\n", ":3\r\n"}, nil, ":5\r\n"},
+		{"sum of a non-integer", MergeSum, []string{":2\r\n", "+OK\r\n"}, nil, replyBadPart},
 		{"mset", mergeOK, []string{"+OK\r\n", "+OK\r\n"}, nil, "+OK\r\n"},
 		{"keys joined", mergeConcat, []string{"*1\r\n$1\r\na\r\n", "*0\r\n", "*1\r\n$1\r\nb\r\n"}, nil, "*2\r\n$1\r\na\r\n$1\r\nb\r\n"},
 		{"script exists: 1 only on every master", mergeScript, []string{"*2\r\n:1\r\n:1\r\n", "*2\r\n:0\r\n:1\r\n"}, nil, "*2\r\n:0\r\n:1\r\n"},
@@ -64,23 +64,6 @@ func TestMerges(t *testing.T) {
 	}
 }
 
-func TestScanReply(t *testing.T) {
-	for _, tc := range []struct {
-		reply       string
-		at, masters int
-		want        string
-	}{
-		{"*2\r\n$2\r\n17\r\n*1\r\n$1\r\nk\r\n", 1, 3, "*2\r\n$5\r\n17409\r\n*1\r\n$1\r\nk\r\n"}, // 17<<10 | 1
-		{"*2\r\n$1\r\n0\r\n*0\r\n", 1, 3, "*2\r\n$1\r\n2\r\n*0\r\n"},                            // next master
-		{"*2\r\n$1\r\n0\r\n*0\r\n", 2, 3, "*2\r\n$1\r\n0\r\n*0\r\n"},                            // done
-		{"-ERR invalid cursor\r\n", 0, 3, "-ERR invalid cursor\r\n"},
-	} {
-		if got := string(scanReply([]byte(tc.reply), tc.at, tc.masters, nil)); got != tc.want {
-			t.Errorf("scanReply(%q, %d, %d) = %q, want %q", tc.reply, tc.at, tc.masters, got, tc.want)
-		}
-	}
-}
-
 // TestMergeInfo: INFO of every master merges into one node's: keyspace and
 // stats summed (but a command the proxy runs on every master, CONFIG
 // RESETSTAT, counts one master's calls), the rest the first master's.
@@ -95,7 +78,7 @@ func TestMergeInfo(t *testing.T) {
 	want := "# Server\r\nredis_version:7.0.15\r\ntcp_port:1\r\n\r\n# Clients\r\nconnected_clients:9\r\nblocked_clients:3\r\n\r\n# Stats\r\ntotal_commands_processed:16\r\ninstantaneous_input_kbps:0.75\r\nlatest_fork_usec:30\r\n\r\n" +
 		"# Commandstats\r\ncmdstat_get:calls=4,usec=12,usec_per_call=3.00,rejected_calls=0,failed_calls=1\r\ncmdstat_config|resetstat:calls=2,usec=7,usec_per_call=3.50,rejected_calls=0,failed_calls=0\r\ncmdstat_set:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n\r\n" +
 		"# Keyspace\r\ndb0:keys=4,expires=3,avg_ttl=200\r\n"
-	if got := mergeInfo([]string{a, b, c}); got != want {
+	if got := MergeInfo([]string{a, b, c}); got != want {
 		t.Errorf("mergeInfo:\n%q\nwant\n%q", got, want)
 	}
 }
@@ -109,8 +92,8 @@ func TestMirroredPattern(t *testing.T) {
 		"\\_\\_key*": true, "?": false, "???????????*": true,
 		"foo*": false, "__redis__:*": false, "__[^k]ey*": false, "__keyspac@*": false, "[a-z]*": false,
 	} {
-		if got := mirroredPattern([]byte(pat)); got != want {
-			t.Errorf("mirroredPattern(%q) = %v, want %v", pat, got, want)
+		if got := MirroredPattern([]byte(pat)); got != want {
+			t.Errorf("MirroredPattern(%q) = %v, want %v", pat, got, want)
 		}
 	}
 	if !Mirrored([]byte("__keyevent@0__:del")) || Mirrored([]byte("news")) {
