@@ -202,7 +202,10 @@ func listensOn(pid int, addr string) (owns, known bool) {
 	}
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
-		return false, false
+		// Our own child's descriptors are readable while it lives: it
+		// has exited (a zombie not yet reaped, say after failing to bind
+		// the port another server answers on). Not its listener.
+		return false, true
 	}
 	for _, fd := range fds {
 		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[link] {

@@ -362,3 +362,28 @@ func processAlive(pid int) bool {
 	}
 	return p.Signal(syscall.Signal(0)) == nil
 }
+
+// TestListensOnAGoneProcess: a port answered by a listener of another
+// process is not a process's own, nor is it once that process is gone and
+// reaped, so waitReady keeps waiting and sees it exit (then starts again
+// on another port) rather than taking another server for it. Mutation:
+// with an unreadable /proc/<pid>/fd read as "cannot say", CI's
+// test/security TestInFrontOfCluster once sent AUTH to another test's
+// Redis, its fenceproxy having failed to bind the port.
+func TestListensOnAGoneProcess(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if owns, known := listensOn(os.Getpid(), ln.Addr().String()); !owns || !known {
+		t.Fatalf("our own listener: owns %v, known %v; want true, true", owns, known)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if owns, known := listensOn(cmd.Process.Pid, ln.Addr().String()); owns || !known {
+		t.Fatalf("a reaped process: owns %v, known %v; want false, true", owns, known)
+	}
+}
