@@ -1,13 +1,13 @@
 // Package upstream is fenceproxy's view of the Redis it fronts: which masters
 // exist, which master owns a key, which replicas each master has, and how a
-// client's request gets to Redis and its reply back.
+// client's request gets to Redis and its reply back. The long form (each
+// method's mechanics, file by file): docs/design/upstream.md.
 //
 // A Backend is either a standalone master with its replicas (standalone.go)
 // or a Redis Cluster (topology.go: a slot map read from CLUSTER SLOTS and
 // kept fresh). A standalone master is given by --backend or named by Redis
-// Sentinel (sentinel.go: the Sentinel with the newest config-epoch decides;
-// a +switch-master announcement or the check every second swaps in the new
-// master's Node without a restart).
+// Sentinel (sentinel.go: the Sentinel with the newest config-epoch decides,
+// and a new master's Node is swapped in without a restart).
 //
 // # The request path
 //
@@ -17,62 +17,43 @@
 //
 //   - Forward: a standalone master sends the request on the client's
 //     connection of the master's pool, picked by the client's id and
-//     protocol (Node.pool: RESP2 or RESP3, chosen there only). A Redis
-//     Cluster sends it to the master of its keys' slot (route.go) through
-//     MOVED, ASK, TRYAGAIN and failovers, and holds it while the client's
-//     requests routed by an older view of the slots are still out (the view
-//     epoch kept in the Client), so it never overtakes them. ServesOnLoop
-//     tells the serve loop which requests Forward sends without waiting:
-//     a standalone master's, any; a Redis Cluster's, a request of one slot
-//     (or keyless) from a client that does not track, while the client's
-//     view of the slots holds or when nothing of the client's is out (the
-//     view it read is the one Forward then routes by, so a change in
-//     between never makes the loop wait); its redirects are resent from
-//     the reply's reader (the loop) or, when they must pause for the
-//     topology, from a goroutine of their own. A request whose
-//     keys span slots is cut into a request per slot, and a command about
-//     the whole keyspace runs on every master (INFO too; a CONFIG SET is
-//     remembered for masters that join later, configs.go), by the tables
-//     of package fanout, which merges their replies into one; SCAN walks
-//     the masters in turn; anything else that spans slots gets Redis
-//     Cluster's -CROSSSLOT. CLUSTER INFO, NODES, SLOTS, SHARDS, MYID
-//     and KEYSLOT are answered as a cluster of one node, the proxy, and
-//     the subcommands that change the cluster refused (view.go). DBSIZE,
-//     KEYS and SCAN leave the proxy's own keys out (ownkeys.go); SLOWLOG
-//     GET's entries get ids of the proxy's (slowlog.go).
+//     protocol (Node.pool). A Redis Cluster sends it to the master of its
+//     keys' slot (route.go) through MOVED, ASK, TRYAGAIN and failovers, and
+//     holds it while the client's requests routed by an older view of the
+//     slots are still out, so it never overtakes them. A request whose keys
+//     span slots is cut into a request per slot, and a command about the
+//     whole keyspace runs on every master, by package fanout's tables,
+//     which merge their replies into one; SCAN walks the masters in turn;
+//     anything else that spans slots gets Redis Cluster's -CROSSSLOT.
+//     ServesOnLoop tells the serve loop which requests Forward sends
+//     without waiting: a standalone master's, any; a Redis Cluster's, a
+//     request of one slot (or keyless) from a client that does not track,
+//     while the client's view of the slots holds or when nothing of the
+//     client's is out.
 //   - Pin: a connection of the client's own (MULTI, WATCH, blocking
 //     commands) to the master of the request's first key; on it, a MOVED or
 //     ASK becomes a -CROSSSLOT that says the key is on another master.
 //     RoutesByKey tells a transaction to wait for its first command to know
 //     its master.
-//   - Select: the client's database (databases.go): a standalone master's
-//     pools per database in use, opened lazily; a Redis Cluster only 0.
-//   - Track: client-side caching (tracking.go: why per client, not one
-//     fanned out). A standalone master gives a tracking client a
-//     connection of its own for all its requests, its RESP3 pushes handed
-//     over; a Redis Cluster gives it a tracker (tracker.go): a connection
-//     of its own to each master it reads from, which Forward and Pin then
-//     route its requests over, CLIENT TRACKING replayed on each, pushes
-//     merged into one stream, a null invalidation when one is lost or its
-//     node stops being a master.
+//   - Select: the client's database (databases.go); a Redis Cluster only 0.
+//   - Track: client-side caching (tracking.go): a tracking client gets a
+//     connection of its own (in a Redis Cluster, one to each master it reads
+//     from: tracker.go), its pushes merged into one stream.
 //   - WaitReplicas: WAIT (and WAITAOF) on every master, each after a write
 //     of the proxy's own on the same connection, answering the smallest
 //     count (wait.go).
 //   - Control: PING, SCRIPT KILL and FUNCTION KILL on a connection of each
 //     master that carries nothing else (Node.control), so that a busy
-//     script answers PING with -BUSY and can be killed: on a shared
-//     connection they would wait behind it. A Pinned's Unblock sends
-//     CLIENT UNBLOCK there too, for the connection's id in Redis.
-//   - Subscribe: a pub/sub tunnel; a standalone master's connection is
-//     relayed as it is (tunnel.go); a cluster's subscriber keeps shard
-//     channels on their slots' masters as slots move (subscriber.go) and
-//     mirrors keyspace notifications (and __redis__:invalidate) from every
-//     master (mirror.go); its ordinary commands go home, or by
-//     Forward when home is not their master (moved.go).
+//     script answers PING with -BUSY and can be killed.
+//   - Subscribe: a pub/sub tunnel (a standalone master's: tunnel.go; a
+//     Redis Cluster's, which follows shard channels' slots and mirrors
+//     keyspace notifications from every master: subscriber.go, mirror.go).
 //
-// The proxy's own requests (lock scripts, the token authority's heartbeat,
-// INFO) go to the Node that MasterForKey names; RetryAfterRefresh and
-// Refusal answer what they need to know of the topology.
+// In front of a Redis Cluster the proxy shows itself as a cluster of one
+// node (view.go). The proxy's own requests (lock scripts, the token
+// authority's heartbeat, INFO) go to the Node that MasterForKey names;
+// RetryAfterRefresh and Refusal answer what they need to know of the
+// topology.
 //
 // # Guarded masters
 //
@@ -96,14 +77,9 @@
 //
 // Each master is a Node with two ways in: pools of shared connections that
 // forward client requests byte for byte (served by the serve loop with
-// Options.Loop, a standalone master's and a Redis Cluster's alike), and connections kept for lock
-// writes, which the Node dials, guards and closes but hands to the lock
-// writer to serve (Node.ServeLockWrites; the writer, internal/lockwriter, runs
-// lock scripts in batches, each followed by one WAIT on the same
-// connection, and writes and reads the connection on its own goroutine:
-// backend.SyncConn).
-//
-// Each Node also keeps its master's last maxmemory-policy reading
-// (memory.go: at connect, on topology refreshes and periodically), so the
-// lock path refuses grants Redis could evict without asking Redis first.
+// Options.Loop), and connections kept for lock writes, which the Node dials,
+// guards and closes but hands to the lock writer (internal/lockwriter) to
+// serve (Node.ServeLockWrites). Each Node also keeps its master's last
+// maxmemory-policy reading (memory.go), so the lock path refuses grants
+// Redis could evict without asking Redis first.
 package upstream
