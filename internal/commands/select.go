@@ -10,7 +10,7 @@ import (
 
 // SELECT. A client's database is the Forwarder's to route by (the
 // standalone Forwarder gives each database in use connections of its own,
-// see cluster's databases.go; a Redis Cluster has only 0); the proxy keeps
+// see upstream's databases.go; a Redis Cluster has only 0); the proxy keeps
 // which one the client is in (upstream.Client.DB, and Conn.SetDB for CLIENT
 // LIST). Lock commands do not follow it: the lock family, FENCE.EXEC's
 // command included, always works in database 0, since a resource is one

@@ -98,7 +98,7 @@ func NewHandler(opts Options) *Handler {
 // the ACL checks (permittedLock: the lock family's resource and its access)
 // and the ACL universe (ACLCommands: the categories of the proxy's own
 // commands), COMMAND (command.go: the proxy's own commands beside Redis's),
-// INFO's "# locks" section and the result counters (lockobs.go).
+// INFO's "# locks" section and the result counters (lockcmd's lockobs.go).
 //
 // A command not in the table is forwarded to Redis as it came.
 
