@@ -359,7 +359,8 @@ func courses(t *testing.T, p *testProxy) string {
 }
 
 // TestLockRequestsRunAsCallbacks: on the serve loop, a LOCK.ACQUIRE
-// without WAIT and a LOCK.RELEASE run as callbacks (locks/now.go), with no
+// without WAIT, a LOCK.RENEW and a LOCK.RELEASE run as callbacks
+// (locks/now.go), with no
 // lock worker, and their replies are the usual ones; a request queued
 // behind the connection's previous one for its resource (pipelined), and
 // an acquire with WAIT, run on a worker as before.
@@ -375,10 +376,12 @@ func TestLockRequestsRunAsCallbacks(t *testing.T) {
 	run(t, c, []exchange{
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000"}, ":1\r\n"},
 		{[]string{"LOCK.ACQUIRE", "r", "other", "10000"}, "$-1\r\n"}, // busy
+		{[]string{"LOCK.RENEW", "r", "o", "10000"}, ":1\r\n"},
+		{[]string{"LOCK.RENEW", "r", "other", "10000"}, "$-1\r\n"}, // not held
 		{[]string{"LOCK.RELEASE", "r", "other"}, ":0\r\n"},
 		{[]string{"LOCK.RELEASE", "r", "o"}, ":1\r\n"},
 	})
-	counted("callbacks=4 worker=0")
+	counted("callbacks=6 worker=0")
 	// Pipelined for one resource: the release waits for the acquire.
 	c.Send("LOCK.ACQUIRE", "q", "o", "10000")
 	c.Send("LOCK.RELEASE", "q", "o")
@@ -388,9 +391,9 @@ func TestLockRequestsRunAsCallbacks(t *testing.T) {
 			t.Fatalf("pipelined reply %d: %q, %v; want %q", i, got, err, want)
 		}
 	}
-	counted("callbacks=5 worker=1")
+	counted("callbacks=7 worker=1")
 	run(t, c, []exchange{{[]string{"LOCK.ACQUIRE", "w", "o", "10000", "WAIT", "100"}, ":4\r\n"}})
-	counted("callbacks=5 worker=2")
+	counted("callbacks=7 worker=2")
 }
 
 // TestLeaseCountsFromArrival: a request that waited in the kernel while the

@@ -147,6 +147,7 @@ type nowReply struct {
 	resource string
 	start    time.Time
 	acquire  acquireRequest // a LOCK.ACQUIRE's
+	renew    renewReply     // a LOCK.RENEW's
 }
 
 // Acquired answers a LOCK.ACQUIRE.
@@ -154,6 +155,11 @@ func (r *nowReply) Acquired(g locks.Grant, err error) {
 	r.fam.opts.Metrics.AcquireSeconds.Observe(time.Since(r.start).Seconds())
 	r.p.Buf, r.p.Err = r.acquire.reply(r.p.Buf, g, err)
 	r.done()
+}
+
+// Renewed answers a LOCK.RENEW.
+func (r *nowReply) Renewed(token uint64, err error) {
+	r.answer(r.renew.reply(token, err))
 }
 
 // Released answers a LOCK.RELEASE.
@@ -326,35 +332,51 @@ func (fam *Family) Renew(c Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	a.owner = fam.lockOwner(c, a.owner)
-	null := nullReply(c)
 	received := receivedAt(c)
+	r := renewReply{fam: fam, null: nullReply(c)}
+	if fam.runNow(c, a.resource, p, func(_ context.Context, now *nowReply) bool {
+		now.renew = r
+		return fam.opts.Manager.RenewNow(a.resource, a.owner, a.ttl, received, now)
+	}) {
+		return
+	}
 	fam.runLock(c, a.resource, p, 0, func(ctx context.Context) ([]byte, error) {
-		token, err := fam.opts.Manager.Renew(ctx, a.resource, a.owner, a.ttl, received)
-		switch {
-		case err == nil:
-			fam.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
-			return redcon.AppendInt(nil, int64(token)), nil
-		case err == locks.ErrNotHeld:
-			fam.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
-			return null, nil
-		}
-		var nr *locks.NoReplicasError
-		if errors.As(err, &nr) {
-			fam.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
-			return redcon.AppendError(nil, fmt.Sprintf(
-				"NOREPLICAS %d of %d required replicas acknowledged the renewal in time; the lease may be extended on the master only", nr.Acked, nr.Wanted)), nil
-		}
-		if reply, ok := evictableReply(err, "the lease was not extended"); ok {
-			fam.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
-			return reply, nil
-		}
-		if err == locks.ErrLate {
-			fam.opts.Metrics.Renewals.WithLabelValues("late").Inc()
-			return []byte(replyLateRenewal), nil
-		}
-		fam.opts.Metrics.Renewals.WithLabelValues("error").Inc()
-		return nil, fam.lockError(err, "the lease may or may not be extended: retry")
+		return r.reply(fam.opts.Manager.Renew(ctx, a.resource, a.owner, a.ttl, received))
 	})
+}
+
+// renewReply makes a LOCK.RENEW's reply, and counts it.
+type renewReply struct {
+	fam  *Family
+	null []byte // the client's null: the lease is not held
+}
+
+func (r renewReply) reply(token uint64, err error) ([]byte, error) {
+	fam := r.fam
+	switch {
+	case err == nil:
+		fam.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+		return redcon.AppendInt(nil, int64(token)), nil
+	case err == locks.ErrNotHeld:
+		fam.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
+		return r.null, nil
+	}
+	var nr *locks.NoReplicasError
+	if errors.As(err, &nr) {
+		fam.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
+		return redcon.AppendError(nil, fmt.Sprintf(
+			"NOREPLICAS %d of %d required replicas acknowledged the renewal in time; the lease may be extended on the master only", nr.Acked, nr.Wanted)), nil
+	}
+	if reply, ok := evictableReply(err, "the lease was not extended"); ok {
+		fam.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()
+		return reply, nil
+	}
+	if err == locks.ErrLate {
+		fam.opts.Metrics.Renewals.WithLabelValues("late").Inc()
+		return []byte(replyLateRenewal), nil
+	}
+	fam.opts.Metrics.Renewals.WithLabelValues("error").Inc()
+	return nil, fam.lockError(err, "the lease may or may not be extended: retry")
 }
 
 func (fam *Family) Release(c Conn, args [][]byte, p *resp.Reply) {

@@ -20,7 +20,37 @@ func holding(t *testing.T, scripts *fakeScripts, tweak func(*Options)) *fixture 
 	return f
 }
 
-// TestRenewOutcomes: every way a renewal ends.
+// holdingNow is holding for the callbacks' course (newNowFixture).
+func holdingNow(t *testing.T, scripts *fakeScripts, tweak func(*Options)) *fixture {
+	f := newNowFixture(t, scripts, tweak)
+	f.tokens.newest["r"], f.tokens.known["r"], f.tokens.last = 5, true, 5
+	return f
+}
+
+// renewNow runs RenewNow of the fixture's resource and waits for its
+// outcome; started false if it did not start.
+func (f *fixture) renewNow(received time.Time) (uint64, error, bool) {
+	type outcome struct {
+		token uint64
+		err   error
+	}
+	done := make(chan outcome, 1)
+	if !f.m.RenewNow("r", owner, ttl, received, renewedFunc(func(token uint64, err error) { done <- outcome{token, err} })) {
+		return 0, nil, false
+	}
+	o := <-done
+	return o.token, o.err, true
+}
+
+type renewedFunc func(uint64, error)
+
+func (f renewedFunc) Renewed(token uint64, err error) { f(token, err) }
+
+// TestRenewOutcomes: every way a renewal ends, both ways: Renew, and
+// RenewNow (its steps as callbacks) falling back to Renew as LOCK.RENEW
+// does when it cannot start so. They must end alike, and RenewNow start
+// whenever a script is sent (mutation: RenewNow refusing every renewal,
+// as before it ran as callbacks, fails that).
 func TestRenewOutcomes(t *testing.T) {
 	renewed := reply{raw: bulk("5"), acks: acked(1)}
 	for _, tc := range []struct {
@@ -47,19 +77,41 @@ func TestRenewOutcomes(t *testing.T) {
 		{name: "evictable master, allowed", opts: func(o *Options) { o.AllowEvictable = true },
 			scripts: func(s *fakeScripts) { s.policy = upstream.MemoryPolicy{Policy: "allkeys-random"} },
 			replies: []reply{renewed}, want: 5, calls: []string{"renew+acks"}},
-		{name: "newest unreadable", store: func(s *memTokens) { s.failNewest = persist.ErrUnhealthy }, wantErr: errIs(persist.ErrUnhealthy)},
+		{name: "newest unreadable", store: func(s *memTokens) { s.failNewest, s.failCached = persist.ErrUnhealthy, persist.ErrUnhealthy }, wantErr: errIs(persist.ErrUnhealthy)},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, received := arrange(t, holding, setup{tc.opts, tc.store, tc.scripts, tc.replies, nil, tc.late})
-			token, err := f.m.Renew(context.Background(), "r", owner, ttl, received)
-			f.checkOutcome(t, "Renew", token, err, tc.want, tc.wantErr, tc.calls)
-			if len(tc.calls) > 0 {
-				// owner, ttl, newest, lock-delay, now
-				if args := f.scripts.sent()[0].args; args[0] != owner || args[1] != "10000" || args[2] != "5" {
-					t.Errorf("renew args %q", args)
-				}
+		for _, now := range []bool{false, true} {
+			name, base := tc.name, holding
+			if now {
+				name, base = tc.name+"/now", holdingNow
 			}
-		})
+			t.Run(name, func(t *testing.T) {
+				f, received := arrange(t, base, setup{tc.opts, tc.store, tc.scripts, tc.replies, nil, tc.late})
+				var token uint64
+				var err error
+				started := false
+				if now {
+					token, err, started = f.renewNow(received)
+				}
+				if !started {
+					token, err = f.m.Renew(context.Background(), "r", owner, ttl, received)
+				}
+				if now && started != (len(tc.calls) > 0) {
+					t.Errorf("RenewNow started: %v, want %v (when a script is sent)", started, len(tc.calls) > 0)
+				}
+				f.checkOutcome(t, "Renew", token, err, tc.want, tc.wantErr, tc.calls)
+				if len(tc.calls) > 0 {
+					// owner, ttl, newest, lock-delay, now
+					if args := f.scripts.sent()[0].args; args[0] != owner || args[1] != "10000" || args[2] != "5" {
+						t.Errorf("renew args %q", args)
+					}
+				}
+				if turn, ok := f.m.serial.tryLock("r"); !ok {
+					t.Error("the resource's turn is still taken after the renewal")
+				} else {
+					f.m.serial.unlock("r", turn)
+				}
+			})
+		}
 	}
 }
 

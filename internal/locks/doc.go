@@ -38,7 +38,7 @@
 //   - Runner (runner.go, workers.go): the command layer hands it the lock
 //     requests that wait on each step: a connection's requests for one
 //     resource in order, on bounded workers, cancelled when the client
-//     goes away. The usual course of LOCK.ACQUIRE without WAIT,
+//     goes away. The usual course of LOCK.ACQUIRE without WAIT, LOCK.RENEW,
 //     LOCK.RELEASE and Redisson's RLock acquire and unlock needs no
 //     worker: AcquireNow and its kind (now.go) run each step as a callback
 //     where the one before completes (the lock writer's reply, the fence

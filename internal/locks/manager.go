@@ -661,13 +661,26 @@ func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Du
 		return 0, err
 	}
 	now := time.Now()
-	write := m.opts.Scripts.Start(ctx, key, lockwriter.ScriptCall{
+	write := m.opts.Scripts.Start(ctx, key, m.renewCall(keys, owner, ttl, newest, now), true)
+	return m.renewed(write, resource, key, ttl, now, received, evictable)
+}
+
+// renewCall is the script call of a renewal of owner's lease of the
+// resource at keys, counted from now; newest is the resource's newest
+// token, which a renewal of an older grant finds stale.
+func (m *Manager) renewCall(keys []string, owner string, ttl time.Duration, newest uint64, now time.Time) lockwriter.ScriptCall {
+	return lockwriter.ScriptCall{
 		Source: opsScript,
 		SHA:    opsSHA,
 		Op:     opRenew,
 		Keys:   keys,
 		Args:   lockwriter.ArgsOf(owner, ttl.Milliseconds(), newest, m.opts.LockDelay.Milliseconds(), now.UnixMilli(), m.term()),
-	}, true)
+	}
+}
+
+// renewed is Renew's outcome from its script's write (sent at now): its
+// reply, then its WAIT's count (it waits for them, unless they are in).
+func (m *Manager) renewed(write *lockwriter.Write, resource, key string, ttl time.Duration, now, received time.Time, evictable bool) (uint64, error) {
 	reply, err := write.Reply()
 	if err != nil {
 		return 0, deposed(err)

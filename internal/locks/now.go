@@ -18,8 +18,9 @@ import (
 // wake-up of it at every step; on a machine whose cores are busy each is
 // an OS thread's, and together they cost a lock cycle on the serve loop
 // more than the goroutine per client they replaced (issue 24: 1.7-2.0
-// context switches per cycle against 1.1-1.4). AcquireNow and ReleaseNow
-// run the same steps as callbacks instead: the caller (the serve loop)
+// context switches per cycle against 1.1-1.4). AcquireNow, RenewNow and
+// ReleaseNow (and the recipes' twins) run the same steps as callbacks
+// instead: the caller (the serve loop)
 // takes the turn and queues the script, the lock writer's goroutine runs
 // the next step when it reads the script's reply, the fence store's
 // committer when the fsync is done, and whichever of those finishes last
@@ -31,8 +32,8 @@ import (
 // or says busy. Anything else (a turn taken, a line, a reply that asks
 // again, an error, a grant to undo) goes on as the blocking code does, on
 // a goroutine of its own from where it is: the steps are the same
-// functions (attempted, settleVerdict, releaseReplied), so the two courses
-// cannot disagree.
+// functions (attempted, settleVerdict, renewed, releaseReplied), so the
+// two courses cannot disagree.
 
 // nowStore is a TokenStore that draws and reserves tokens without waiting
 // (persist's): AcquireNow needs one.
@@ -81,6 +82,11 @@ func (m *Manager) nextToken(now bool) (uint64, error) {
 // func: the caller's own struct for the request is the callback.)
 type AcquireDone interface {
 	Acquired(g Grant, err error)
+}
+
+// RenewDone is told a RenewNow's outcome, once.
+type RenewDone interface {
+	Renewed(token uint64, err error)
 }
 
 // ReleaseDone is told a ReleaseNow's outcome, once.
@@ -252,6 +258,66 @@ func (s *settling) stepDone() {
 		return
 	}
 	s.of.settle(nil)
+}
+
+// RenewNow is Renew for a caller that must not block, as AcquireNow is
+// AcquireGrant: done is told Renew's outcome once, on the lock writer's
+// goroutine (when the renewal's WAIT is in). It returns false, having done
+// nothing, when the resource's turn is taken, its newest token is not
+// cached, the writer would wait, or the guard or the authority refuses
+// (Renew then says so): the caller calls Renew.
+func (m *Manager) RenewNow(resource, owner string, ttl time.Duration, received time.Time, done RenewDone) bool {
+	runner, ok := m.opts.Scripts.(nowRunner)
+	if !ok || m.admit() != nil {
+		return false
+	}
+	keys := m.keys(resource)
+	evictable, err := m.evictionGuard(keys[0])
+	if err != nil {
+		return false
+	}
+	turn, ok := m.serial.tryLock(resource)
+	if !ok {
+		return false
+	}
+	newest, known, err := m.opts.Store.NewestCached(resource)
+	x := &renewing{m: m, resource: resource, key: keys[0], ttl: ttl, now: time.Now(), received: received, evictable: evictable, turn: turn, done: done}
+	if err != nil || !known || !runner.StartThen(x.key, m.renewCall(keys, owner, ttl, newest, x.now), true, x) {
+		m.serial.unlock(resource, turn)
+		return false
+	}
+	return true
+}
+
+// renewing is one RenewNow in flight.
+type renewing struct {
+	m             *Manager
+	resource, key string
+	ttl           time.Duration
+	now, received time.Time
+	evictable     bool
+	turn          *serialEntry
+	done          RenewDone
+	write         *lockwriter.Write
+}
+
+// ReplyIn is the script's reply (on the lock writer's goroutine): the
+// renewal is judged once its WAIT is in too.
+func (x *renewing) ReplyIn(w *lockwriter.Write) {
+	x.write = w
+	if reply, err := w.Reply(); err != nil || reply == nil {
+		x.AcksIn() // failed, or not held: Renew does not wait for the count either
+		return
+	}
+	w.AcksThen(x)
+}
+
+// AcksIn: the WAIT's count is in (or the script failed: none is asked);
+// renewed waits for neither.
+func (x *renewing) AcksIn() {
+	token, err := x.m.renewed(x.write, x.resource, x.key, x.ttl, x.now, x.received, x.evictable)
+	x.m.serial.unlock(x.resource, x.turn)
+	x.done.Renewed(token, err)
 }
 
 // ReleaseNow is Release for a caller that must not block, as AcquireNow

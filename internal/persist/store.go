@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fenceproxy/fenceproxy/internal/tokencache"
@@ -29,11 +28,6 @@ const (
 
 	defaultCacheEntries  = 1 << 18
 	defaultReserveWindow = 1 << 20
-
-	// Pebble's memtable (Pebble's default: 4 MB; up to two are held while
-	// one flushes) and its Lbase's target size (64 MB): see Open.
-	memTableSize  = 16 << 20
-	lbaseMaxBytes = 256 << 20
 )
 
 // Options configures a Store. The zero value is usable.
@@ -161,26 +155,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w: %q: %v", ErrLocked, dir, err)
 	}
-	popts := &pebble.Options{
-		FS:                 opts.FS,
-		FormatMajorVersion: pebble.FormatNewest,
-		Merger:             tokenstate.MaxMerger,
-		Lock:               lock,
-		Logger:             pebbleLogger{s},
-	}
-	// Most acquires of a resource new to the cache ask for a key that is not
-	// on disk at all (a resource never locked before): Bloom filters let
-	// Pebble answer that without reading data blocks.
-	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	// Grants of new resources are keys spread over the whole key space, so
-	// every L0 compaction rewrites the overlapping part of Lbase: the fewer
-	// and larger the flushes, and the fewer the levels, the less of the
-	// store each grant pays to rewrite as it grows (docs/design/persist.md,
-	// "Size and compaction": after 1.3M resources a grant cost 2.1-3.5x a
-	// fresh store's CPU with Pebble's 4 MB memtable and 64 MB Lbase, and
-	// 1.1-1.25x with these).
-	popts.MemTableSize = memTableSize
-	popts.LBaseMaxBytes = lbaseMaxBytes
+	popts := tokenstate.PebbleOptions()
+	popts.FS, popts.Lock, popts.Logger = opts.FS, lock, pebbleLogger{s}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		_ = lock.Close()

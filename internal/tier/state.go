@@ -8,7 +8,6 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
@@ -35,11 +34,8 @@ func openStateDB(dir string, logger *slog.Logger) (*pebble.DB, error) {
 	// the maximum of every token written), so applying a Confirm or a fold
 	// reads nothing: a read per Confirm (to take the maximum, and to count
 	// new resources) was 11% of a leader's CPU on lock cycles.
-	opts := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Merger: tokenstate.MaxMerger, Logger: pebbleLogger{logger}}
-	// Most reads of a resource new to the cache look for a key that is not
-	// there at all (a resource never granted before): Bloom filters answer
-	// that without reading data blocks (as in internal/persist).
-	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	opts := tokenstate.PebbleOptions()
+	opts.Logger = pebbleLogger{logger}
 	return pebble.Open(dir, opts)
 }
 
