@@ -359,7 +359,8 @@ func courses(t *testing.T, p *testProxy) string {
 }
 
 // TestLockRequestsRunAsCallbacks: on the serve loop, a LOCK.ACQUIRE
-// without WAIT, a LOCK.RENEW and a LOCK.RELEASE run as callbacks
+// without WAIT, a LOCK.RENEW and a LOCK.RELEASE (also one that hands the
+// lock to an acquire waiting in line) run as callbacks
 // (locks/now.go), with no
 // lock worker, and their replies are the usual ones; a request queued
 // behind the connection's previous one for its resource (pipelined), and
@@ -394,6 +395,26 @@ func TestLockRequestsRunAsCallbacks(t *testing.T) {
 	counted("callbacks=7 worker=1")
 	run(t, c, []exchange{{[]string{"LOCK.ACQUIRE", "w", "o", "10000", "WAIT", "100"}, ":4\r\n"}})
 	counted("callbacks=7 worker=2")
+	// A release with an acquire waiting in line hands it the lock, as
+	// callbacks too; the waiting acquire is a waiters' worker's.
+	other := p.dial(t)
+	other.Send("LOCK.ACQUIRE", "w", "o2", "10000", "WAIT", "10000")
+	other.Flush()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(string(c.Do("LOCK.INFO", "w")), "waiters\r\n:1\r\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("o2 not in w's line within 10s: %q", c.Do("LOCK.INFO", "w"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := courses(t, p) // LOCK.INFO's reads took workers too
+	run(t, c, []exchange{{[]string{"LOCK.RELEASE", "w", "o"}, ":1\r\n"}})
+	if got, err := other.ReadReply(); err != nil || !strings.HasPrefix(string(got), ":") || string(got) == ":0\r\n" {
+		t.Fatalf("o2's acquire after the handoff: %q, %v; want its token", got, err)
+	}
+	if got, want := courses(t, p), strings.Replace(before, "callbacks=7", "callbacks=8", 1); got != want {
+		t.Errorf("after the handoff, lock requests ran %s, want %s (the release as callbacks)", got, want)
+	}
 }
 
 // TestLeaseCountsFromArrival: a request that waited in the kernel while the

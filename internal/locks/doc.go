@@ -40,7 +40,8 @@
 //     resource in order, on bounded workers, cancelled when the client
 //     goes away. The usual course of LOCK.ACQUIRE without WAIT, LOCK.RENEW,
 //     LOCK.RELEASE and Redisson's RLock acquire and unlock needs no
-//     worker: AcquireNow and its kind (now.go) run each step as a callback
+//     worker, nor does a release that hands the lock to the head of the line:
+//     AcquireNow and its kind (now.go) run each step as a callback
 //     where the one before completes (the lock writer's reply, the fence
 //     store's group commit, the shared WAIT), through the same functions
 //     the blocking course uses from that step on.

@@ -257,7 +257,7 @@ func (m *Manager) Release(ctx context.Context, resource, owner string) (bool, er
 	turn := m.serial.lock(resource)
 	keys := m.keys(resource)
 	key := keys[0]
-	w, token, newest := m.claimHead(resource, key)
+	w, token, newest, _ := m.claimHead(resource, key, false)
 	now := time.Now()
 	call := m.releaseCall(keys, owner, w, token, now)
 	// A release alone needs no replica acknowledgement: if a failover
@@ -359,26 +359,31 @@ func (m *Manager) releaseReplied(resource string, turn *serialEntry, w *waiter, 
 // resource's turn), with the line's next token reserved ahead, if the head
 // can be granted: it sleeps in its wait, a token above the resource's
 // newest (returned) is there, and this node may grant. w is nil if not.
-func (m *Manager) claimHead(resource, key string) (w *waiter, token, newest uint64) {
+// With now (a caller that must not wait), ok is false, and nothing is
+// claimed, when the resource's newest token would be read from disk.
+func (m *Manager) claimHead(resource, key string, now bool) (w *waiter, token, newest uint64, ok bool) {
 	if m.waiting.count(resource) == 0 || m.admit() != nil {
-		return nil, 0, 0
+		return nil, 0, 0, true
 	}
 	if _, err := m.evictionGuard(key); err != nil {
-		return nil, 0, 0 // the head's own attempt gets the error
+		return nil, 0, 0, true // the head's own attempt gets the error
 	}
 	newest, known, err := m.opts.Store.NewestCached(resource)
 	if err == nil && !known {
+		if now {
+			return nil, 0, 0, false
+		}
 		newest, err = m.opts.Store.Newest(resource)
 	}
 	if err != nil {
-		return nil, 0, 0
+		return nil, 0, 0, true
 	}
 	m.cancelAhead(resource, m.waiting.dropStale(resource, newest))
 	if w, token = m.waiting.claim(resource); w == nil {
 		m.refill(resource)
-		return nil, 0, 0
+		return nil, 0, 0, true
 	}
-	return w, token, newest
+	return w, token, newest, true
 }
 
 // released records a release's end of a lease: rec is what opRelease's

@@ -13,9 +13,9 @@ import (
 // gatedModel is a modelled fixture whose handoffs wait at a gate: each
 // handoff call is announced on arrived, and answered only when the test
 // sends on open (the model then runs it); undos are modelled too.
-func gatedModel(t *testing.T) (f *fixture, lm *lockModel, arrived chan sent, open chan struct{}) {
+func gatedModel(t *testing.T, now bool) (f *fixture, lm *lockModel, arrived chan sent, open chan struct{}) {
 	t.Helper()
-	f, lm = modelled(t, nil)
+	f, lm = modelledWay(t, now, nil)
 	arrived, open = make(chan sent, 1), make(chan struct{})
 	f.scripts.respond = func(c sent) reply {
 		if c.script == "handoff" {
@@ -86,73 +86,76 @@ func (f *fixture) storeLog() []string {
 func TestHandoffWaiterLeaves(t *testing.T) {
 	for _, how := range []string{"client gone", "leadership lost", "wait over"} {
 		t.Run(how, func(t *testing.T) {
-			f, lm, arrived, open := gatedModel(t)
-			undoModelled(f, lm)
-			ctx := context.Background()
-			if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			wctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			wait := time.Minute
-			if how == "wait over" {
-				wait = 300 * time.Millisecond
-			}
-			results := make(chan acquired, 1)
-			f.acquireAsync(t, wctx, "b", wait, 1, results)
-			f.waitAhead(t, 1)
+			bothWays(t, func(t *testing.T, now bool) *fixture {
+				f, lm, arrived, open := gatedModel(t, now)
+				undoModelled(f, lm)
+				ctx := context.Background()
+				if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				wait := time.Minute
+				if how == "wait over" {
+					wait = 300 * time.Millisecond
+				}
+				results := make(chan acquired, 1)
+				f.acquireAsync(t, wctx, "b", wait, 1, results)
+				f.waitAhead(t, 1)
 
-			released := make(chan error, 1)
-			go func() {
-				ok, err := f.m.Release(ctx, "r", "a")
-				if !ok && err == nil {
-					err = errors.New("not released")
+				released := make(chan error, 1)
+				go func() {
+					ok, err := f.release(ctx, "a")
+					if !ok && err == nil {
+						err = errors.New("not released")
+					}
+					released <- err
+				}()
+				c := <-arrived
+				token := c.args[4] // the head's reserved token
+				switch how {
+				case "client gone":
+					cancel()
+				case "leadership lost":
+					f.m.EndWaiters(ErrDeposed)
+				case "wait over":
+					time.Sleep(wait)
 				}
-				released <- err
-			}()
-			c := <-arrived
-			token := c.args[4] // the head's reserved token
-			switch how {
-			case "client gone":
-				cancel()
-			case "leadership lost":
-				f.m.EndWaiters(ErrDeposed)
-			case "wait over":
-				time.Sleep(wait)
-			}
-			select {
-			case r := <-results:
-				t.Fatalf("b left the line while its handoff was in flight: %+v", r)
-			case <-time.After(50 * time.Millisecond):
-			}
-			close(open)
-			if err := <-released; err != nil {
-				t.Fatalf("a's release: %v", err)
-			}
-			r := next(t, results)
-			if how == "wait over" {
-				if r.err != nil || strconv.FormatUint(r.token, 10) != token {
-					t.Fatalf("b, its wait over while granted: %+v, want its token %s", r, token)
+				select {
+				case r := <-results:
+					t.Fatalf("b left the line while its handoff was in flight: %+v", r)
+				case <-time.After(50 * time.Millisecond):
 				}
-				return
-			}
-			if r.err == nil || r.token != 0 {
-				t.Fatalf("b, gone while granted: %+v, want an error and no token", r)
-			}
-			var undone bool
-			for _, c := range f.scripts.sent() {
-				undone = undone || c.script == "undo" && c.args[0] == "b" && c.args[1] == token
-			}
-			if !undone {
-				t.Fatalf("b's grant of %s was not undone: %v", token, f.scripts.names())
-			}
-			if log := f.storeLog(); !slices.Contains(log, "cancel r "+token) || slices.Contains(log, "confirm r "+token) {
-				t.Fatalf("b's token %s: store log %q, want it cancelled and never confirmed", token, log)
-			}
-			if lm.heldLocked() {
-				t.Fatalf("r still held by %s after the undo", lm.holder)
-			}
-			f.waitLine(t, 0)
+				close(open)
+				if err := <-released; err != nil {
+					t.Fatalf("a's release: %v", err)
+				}
+				r := next(t, results)
+				if how == "wait over" {
+					if r.err != nil || strconv.FormatUint(r.token, 10) != token {
+						t.Fatalf("b, its wait over while granted: %+v, want its token %s", r, token)
+					}
+					return f
+				}
+				if r.err == nil || r.token != 0 {
+					t.Fatalf("b, gone while granted: %+v, want an error and no token", r)
+				}
+				var undone bool
+				for _, c := range f.scripts.sent() {
+					undone = undone || c.script == "undo" && c.args[0] == "b" && c.args[1] == token
+				}
+				if !undone {
+					t.Fatalf("b's grant of %s was not undone: %v", token, f.scripts.names())
+				}
+				if log := f.storeLog(); !slices.Contains(log, "cancel r "+token) || slices.Contains(log, "confirm r "+token) {
+					t.Fatalf("b's token %s: store log %q, want it cancelled and never confirmed", token, log)
+				}
+				if lm.heldLocked() {
+					t.Fatalf("r still held by %s after the undo", lm.holder)
+				}
+				f.waitLine(t, 0)
+				return f
+			})
 		})
 	}
 }
@@ -163,38 +166,41 @@ func TestHandoffWaiterLeaves(t *testing.T) {
 // began) is cancelled, never offered, and the handoff waits for a good one
 // (the head tries itself).
 func TestHandoffTokensInOrder(t *testing.T) {
-	f, _ := modelled(t, nil)
-	ctx := context.Background()
-	if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	results := make(chan acquired, 1)
-	f.acquireAsync(t, ctx, "b", time.Minute, 1, results)
-	f.waitAhead(t, 1)
-	f.m.waiting.mu.Lock()
-	drawn := f.m.waiting.lines["r"].tokens[0]
-	f.m.waiting.mu.Unlock()
-	// A newer token confirmed for r since: drawn is too old now.
-	newer, _ := f.tokens.NextToken()
-	f.tokens.Reserve("r", newer)
-	f.tokens.Confirm("r", newer)
-
-	if ok, err := f.m.Release(ctx, "r", "a"); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	r := next(t, results)
-	if r.err != nil || r.token <= newer {
-		t.Fatalf("b after the release: %+v, want a token above the newer %d", r, newer)
-	}
-	if log := f.storeLog(); !slices.Contains(log, "cancel r "+strconv.FormatUint(drawn, 10)) {
-		t.Fatalf("the stale token %d reserved ahead was not cancelled: %q", drawn, log)
-	}
-	for _, c := range f.scripts.sent() {
-		if (c.script == "handoff" && c.args[4] == strconv.FormatUint(drawn, 10)) ||
-			(c.script == "acquire" && c.args[2] == strconv.FormatUint(drawn, 10)) {
-			t.Fatalf("the stale token %d was offered: %+v", drawn, c)
+	bothWays(t, func(t *testing.T, now bool) *fixture {
+		f, _ := modelledWay(t, now, nil)
+		ctx := context.Background()
+		if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
+			t.Fatal(err)
 		}
-	}
+		results := make(chan acquired, 1)
+		f.acquireAsync(t, ctx, "b", time.Minute, 1, results)
+		f.waitAhead(t, 1)
+		f.m.waiting.mu.Lock()
+		drawn := f.m.waiting.lines["r"].tokens[0]
+		f.m.waiting.mu.Unlock()
+		// A newer token confirmed for r since: drawn is too old now.
+		newer, _ := f.tokens.NextToken()
+		f.tokens.Reserve("r", newer)
+		f.tokens.Confirm("r", newer)
+
+		if ok, err := f.release(ctx, "a"); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		r := next(t, results)
+		if r.err != nil || r.token <= newer {
+			t.Fatalf("b after the release: %+v, want a token above the newer %d", r, newer)
+		}
+		if log := f.storeLog(); !slices.Contains(log, "cancel r "+strconv.FormatUint(drawn, 10)) {
+			t.Fatalf("the stale token %d reserved ahead was not cancelled: %q", drawn, log)
+		}
+		for _, c := range f.scripts.sent() {
+			if (c.script == "handoff" && c.args[4] == strconv.FormatUint(drawn, 10)) ||
+				(c.script == "acquire" && c.args[2] == strconv.FormatUint(drawn, 10)) {
+				t.Fatalf("the stale token %d was offered: %+v", drawn, c)
+			}
+		}
+		return f
+	})
 }
 
 // TestHandoffTokensCancelled: tokens reserved ahead that no grant used

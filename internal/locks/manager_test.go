@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,10 @@ type fixture struct {
 	scripts *fakeScripts
 	tokens  *memTokens
 	metrics *metrics.Metrics
+	// now: the Manager runs lock requests as callbacks where they can
+	// (newNowFixture); releasedNow counts f.release's that did.
+	now         bool
+	releasedNow atomic.Int32
 }
 
 func newFixture(t *testing.T, scripts *fakeScripts, tweak func(*Options)) *fixture {
@@ -364,7 +369,7 @@ func init() {
 // tokens without waiting (nowRunner, nowStore), answering on goroutines of
 // their own as the lock writer and the fence store's committer do.
 func newNowFixture(t *testing.T, scripts *fakeScripts, tweak func(*Options)) *fixture {
-	return newFixture(t, scripts, func(o *Options) {
+	f := newFixture(t, scripts, func(o *Options) {
 		if tweak != nil {
 			tweak(o)
 		}
@@ -373,6 +378,26 @@ func newNowFixture(t *testing.T, scripts *fakeScripts, tweak func(*Options)) *fi
 			o.Store = nowTokens{mem}
 		}
 	})
+	f.now = true
+	return f
+}
+
+// release releases r for who as LOCK.RELEASE does: with a fixture of
+// newNowFixture's, by ReleaseNow when it starts, else by Release.
+func (f *fixture) release(ctx context.Context, who string) (bool, error) {
+	if f.now {
+		type outcome struct {
+			ok  bool
+			err error
+		}
+		done := make(chan outcome, 1)
+		if f.m.ReleaseNow("r", who, releasedFunc(func(ok bool, err error) { done <- outcome{ok, err} })) {
+			f.releasedNow.Add(1)
+			o := <-done
+			return o.ok, o.err
+		}
+	}
+	return f.m.Release(ctx, "r", who)
 }
 
 // acquireNow runs AcquireNow of the fixture's resource and waits for its

@@ -322,13 +322,14 @@ func (x *renewing) AcksIn() {
 
 // ReleaseNow is Release for a caller that must not block, as AcquireNow
 // is AcquireGrant: done is told Release's outcome once, on the lock
-// writer's goroutine. It returns false, having done nothing, when
-// acquires wait in line (Release hands the lock to the head), the
-// resource's turn is taken or the writer would wait: the caller calls
-// Release.
+// writer's goroutine. With acquires waiting in line it hands the lock to
+// the head as Release does (the head, waiting on its own goroutine,
+// settles the grant). It returns false, having done nothing, when the
+// resource's turn is taken, the head's handoff would read the disk, or
+// the writer would wait: the caller calls Release.
 func (m *Manager) ReleaseNow(resource, owner string, done ReleaseDone) bool {
 	runner, ok := m.opts.Scripts.(nowRunner)
-	if !ok || m.waiting.count(resource) > 0 {
+	if !ok {
 		return false
 	}
 	turn, ok := m.serial.tryLock(resource)
@@ -337,25 +338,52 @@ func (m *Manager) ReleaseNow(resource, owner string, done ReleaseDone) bool {
 	}
 	keys := m.keys(resource)
 	x := &releasing{m: m, resource: resource, turn: turn, done: done}
-	if !runner.StartThen(keys[0], m.releaseCall(keys, owner, nil, 0, time.Now()), false, x) {
+	if x.head, x.token, x.newest, ok = m.claimHead(resource, keys[0], true); !ok {
+		m.serial.unlock(resource, turn)
+		return false
+	}
+	if x.head != nil {
+		x.now = time.Now()
+	}
+	x.call = m.releaseCall(keys, owner, x.head, x.token, x.now)
+	if !runner.StartThen(keys[0], x.call, x.head != nil, x) {
+		if x.head != nil {
+			m.waiting.unclaim(resource, x.head, false, x.token) // not run: Release claims it again
+		}
 		m.serial.unlock(resource, turn)
 		return false
 	}
 	return true
 }
 
-// releasing is one ReleaseNow in flight.
+// releasing is one ReleaseNow in flight: with the head of the line it
+// hands the lock to, that head, its token, the resource's newest, the
+// script call and when it was made (releaseReplied's).
 type releasing struct {
-	m        *Manager
-	resource string
-	turn     *serialEntry
-	done     ReleaseDone
+	m             *Manager
+	resource      string
+	turn          *serialEntry
+	done          ReleaseDone
+	head          *waiter
+	token, newest uint64
+	call          lockwriter.ScriptCall
+	now           time.Time
 }
 
-// ReplyIn is the script's reply (on the lock writer's goroutine). With no
-// head of a line (nil), releaseReplied needs no handoff's call or time.
+// ReplyIn is the script's reply (on the lock writer's goroutine). A
+// handoff whose script failed goes on a goroutine of its own: its token
+// may have to be recorded as issued (countIssued), which waits.
 func (x *releasing) ReplyIn(w *lockwriter.Write) {
-	x.done.Released(x.m.releaseReplied(x.resource, x.turn, nil, 0, 0, lockwriter.ScriptCall{}, time.Time{}, w))
+	if _, err := w.Reply(); err != nil && x.head != nil {
+		go x.replied(w)
+		return
+	}
+	x.replied(w)
+}
+
+// replied is releaseReplied's course for the reply, answered.
+func (x *releasing) replied(w *lockwriter.Write) {
+	x.done.Released(x.m.releaseReplied(x.resource, x.turn, x.head, x.token, x.newest, x.call, x.now, w))
 }
 
 // RecipeAcquireNow is RecipeAcquire (an RLock's, RSpinLock's or

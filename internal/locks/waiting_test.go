@@ -83,10 +83,37 @@ func (lm *lockModel) read(string) (any, error) {
 
 // modelled is a fixture over a lockModel.
 func modelled(t *testing.T, tweak func(*Options)) (*fixture, *lockModel) {
+	return modelledWay(t, false, tweak)
+}
+
+// modelledWay is modelled, with now a newNowFixture (its releases by
+// ReleaseNow: fixture.release).
+func modelledWay(t *testing.T, now bool, tweak func(*Options)) (*fixture, *lockModel) {
 	lm := &lockModel{}
 	scripts := newFakeScripts(t)
 	scripts.respond, scripts.read = lm.respond, lm.read
+	if now {
+		return newNowFixture(t, scripts, tweak), lm
+	}
 	return newFixture(t, scripts, tweak), lm
+}
+
+// bothWays runs test as a subtest with releases by Release ("release")
+// and by ReleaseNow ("now"), each handoff alike; the latter must have
+// started as callbacks at least once (mutation: ReleaseNow refusing when
+// acquires wait in line, as it did before stop 34, fails that).
+func bothWays(t *testing.T, test func(t *testing.T, now bool) *fixture) {
+	for _, now := range []bool{false, true} {
+		name := "release"
+		if now {
+			name = "now"
+		}
+		t.Run(name, func(t *testing.T) {
+			if f := test(t, now); now && f != nil && f.releasedNow.Load() == 0 {
+				t.Error("no release ran as callbacks (ReleaseNow)")
+			}
+		})
+	}
 }
 
 type acquired struct {
@@ -131,9 +158,9 @@ func next(t *testing.T, results <-chan acquired) acquired {
 
 // heldWithTwoWaiting: a holds r, then b and c wait in line for it (a
 // minute each); their results arrive on results.
-func heldWithTwoWaiting(t *testing.T) (*fixture, context.Context, chan acquired) {
+func heldWithTwoWaiting(t *testing.T, now bool) (*fixture, context.Context, chan acquired) {
 	t.Helper()
-	f, _ := modelled(t, nil)
+	f, _ := modelledWay(t, now, nil)
 	ctx := context.Background()
 	if _, err := f.m.Acquire(ctx, "r", "a", addr, ttl, 0, time.Now()); err != nil {
 		t.Fatal(err)
@@ -149,45 +176,48 @@ func heldWithTwoWaiting(t *testing.T) (*fixture, context.Context, chan acquired)
 // ahead), and one promoted right after a grant waits for that lease
 // rather than trying in vain.
 func TestWaitingLineFIFO(t *testing.T) {
-	f, ctx, results := heldWithTwoWaiting(t)
-	if st := f.m.Stats(); st.Waiters != 2 {
-		t.Errorf("Stats.Waiters = %d, want 2", st.Waiters)
-	}
-	if _, waiters := f.m.Top(1); len(waiters) != 1 || waiters[0] != 2 {
-		t.Errorf("LOCK.TOP's waiting count %v, want [2]", waiters)
-	}
-	if ok, err := f.m.Release(ctx, "r", "a"); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	if r := next(t, results); r.who != "b" || r.err != nil {
-		t.Fatalf("first served after a's release: %+v, want b", r)
-	}
-	f.waitLine(t, 1)
-	if ok, err := f.m.Release(ctx, "r", "b"); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	if r := next(t, results); r.who != "c" || r.err != nil {
-		t.Fatalf("then: %+v, want c", r)
-	}
-	tries, handoffs := 0, 0
-	for _, c := range f.scripts.sent() {
-		switch {
-		case c.script == "acquire" && c.args[0] == "c":
-			tries++
-		case c.script == "handoff":
-			handoffs++
-			if !c.wantAcks {
-				t.Errorf("a handoff sent without a WAIT: its grant needs the replicas")
+	bothWays(t, func(t *testing.T, now bool) *fixture {
+		f, ctx, results := heldWithTwoWaiting(t, now)
+		if st := f.m.Stats(); st.Waiters != 2 {
+			t.Errorf("Stats.Waiters = %d, want 2", st.Waiters)
+		}
+		if _, waiters := f.m.Top(1); len(waiters) != 1 || waiters[0] != 2 {
+			t.Errorf("LOCK.TOP's waiting count %v, want [2]", waiters)
+		}
+		if ok, err := f.release(ctx, "a"); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if r := next(t, results); r.who != "b" || r.err != nil {
+			t.Fatalf("first served after a's release: %+v, want b", r)
+		}
+		f.waitLine(t, 1)
+		if ok, err := f.release(ctx, "b"); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if r := next(t, results); r.who != "c" || r.err != nil {
+			t.Fatalf("then: %+v, want c", r)
+		}
+		tries, handoffs := 0, 0
+		for _, c := range f.scripts.sent() {
+			switch {
+			case c.script == "acquire" && c.args[0] == "c":
+				tries++
+			case c.script == "handoff":
+				handoffs++
+				if !c.wantAcks {
+					t.Errorf("a handoff sent without a WAIT: its grant needs the replicas")
+				}
 			}
 		}
-	}
-	if tries != 1 || handoffs != 2 {
-		t.Errorf("c tried %d times and %d releases handed off, want 1 (on arrival) and 2", tries, handoffs)
-	}
-	f.waitLine(t, 0)
-	if st := f.m.Stats(); st.Waiters != 0 {
-		t.Errorf("Stats.Waiters = %d after the line emptied", st.Waiters)
-	}
+		if tries != 1 || handoffs != 2 {
+			t.Errorf("c tried %d times and %d releases handed off, want 1 (on arrival) and 2", tries, handoffs)
+		}
+		f.waitLine(t, 0)
+		if st := f.m.Stats(); st.Waiters != 0 {
+			t.Errorf("Stats.Waiters = %d after the line emptied", st.Waiters)
+		}
+		return f
+	})
 }
 
 // TestWaitingLineLeaseRunsOut: the head tries again when the holder's
@@ -329,7 +359,7 @@ func TestWaitingLineQueue(t *testing.T) {
 // TestEndWaiters: a tier node that loses leadership ends every waiter with
 // the error it is given (-TRYAGAIN), at once, and the line is empty after.
 func TestEndWaiters(t *testing.T) {
-	f, _, results := heldWithTwoWaiting(t)
+	f, _, results := heldWithTwoWaiting(t, false)
 	lost := errors.New("leadership lost")
 	f.m.EndWaiters(lost)
 	for i := 0; i < 2; i++ {
