@@ -344,6 +344,31 @@ func TestRecipesOnTheLoop(t *testing.T) {
 	}
 }
 
+// TestValueLocksOnTheLoop: a SET NX PX of a --lock-keys key (redis-py's,
+// redsync's lock grant) and redis-py's release script run as callbacks on
+// the serve loop as the lock family does, answered in their shapes:
+// granted, then busy (nil); a release by another, then by the holder;
+// granted again. Mutation: RecipeValueWriteNow or RecipeValueReleaseNow
+// refusing every request sends each to a worker.
+func TestValueLocksOnTheLoop(t *testing.T) {
+	p, _ := startStandalone(t, proxyOptions{loop: true, minReplicas: 1, lockKeys: "lock:*"}, true)
+	c := p.dial(t)
+	run(t, c, []exchange{
+		{[]string{"SET", "lock:a", "v1", "NX", "PX", "10000"}, "+OK\r\n"},
+		{[]string{"SET", "lock:a", "v2", "NX", "PX", "10000"}, "$-1\r\n"},
+		{[]string{"SET", "other", "x", "NX", "PX", "10000"}, "+OK\r\n"}, // not a lock key: forwarded
+		{[]string{"EVALSHA", pyRelease, "1", "lock:a", "v2"}, ":0\r\n"}, // not the holder's
+		{[]string{"EVALSHA", pyRelease, "1", "lock:a", "v1"}, ":1\r\n"},
+		{[]string{"SET", "lock:a", "v2", "NX", "PX", "10000"}, "+OK\r\n"},
+	})
+	if got := courses(t, p); got != "callbacks=5 worker=0" {
+		t.Errorf("the value locks' grants and releases ran %s, want callbacks=5 worker=0", got)
+	}
+}
+
+// pyRelease is redis-py's Lock release script's SHA-1.
+const pyRelease = "c3f8721cbb97f72bc19e972846bd7aaf91901658"
+
 // courses is how the proxy's lock requests ran so far
 // (LockRequestCourses).
 func courses(t *testing.T, p *testProxy) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/persist"
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
+	"github.com/fenceproxy/fenceproxy/internal/recipes"
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
@@ -41,6 +42,8 @@ type proxyOptions struct {
 	// loop serves plaintext clients and the masters' shared connections
 	// from an event loop (fenceproxy's --serve-loop).
 	loop bool
+	// lockKeys is --lock-keys ("": none).
+	lockKeys string
 }
 
 // testProxy is a running in-process proxy.
@@ -109,10 +112,14 @@ func startProxy(t testing.TB, po proxyOptions) *testProxy {
 			t.Fatal(err)
 		}
 	}
+	lockKeys, err := recipes.ParseKeyPatterns(po.lockKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := NewHandler(Options{
 		Backend: be,
 		Keys:    kt,
-		Locks: lockcmd.Locks{Manager: locks.New(locks.Options{
+		Locks: lockcmd.Locks{LockKeys: lockKeys, Manager: locks.New(locks.Options{
 			Scripts: lockwriter.New(lockwriter.Options{Backend: be, MinReplicas: po.minReplicas, ReplicaTimeout: time.Second}),
 			Store:   locks.PersistStore(store), MinReplicas: po.minReplicas, Metrics: m, Logger: logger,
 			MaxWaiters: 2, SlowLogLen: 16, SlowWait: 0, SlowHeld: 0,

@@ -14,12 +14,14 @@
 //
 //   - LOCK.ACQUIRE: commands' table entry calls Family.Acquire (lock.go),
 //     which checks the arguments (parseLock), binds the owner to the user
-//     (lockOwner), and queues the request behind the connection's earlier
-//     ones for the resource (runLockTo: locks.Runner); a lock worker runs
-//     Manager.AcquireGrant and appends the token, null, or an error reply
-//     to the request's resp.Reply, which protocol writes. In a tier a node
-//     that does not lead sends it to the leader instead (RelayLock,
-//     tier.go) and judges the leader's grant by the lease left.
+//     (lockOwner), and starts Manager.AcquireNow, whose last step appends
+//     the token, null, or an error reply to the request's resp.Reply,
+//     which protocol writes (runNow); when it cannot start so, it queues
+//     the request behind the connection's earlier ones for the resource
+//     (runLockTo: locks.Runner) and a lock worker runs
+//     Manager.AcquireGrant. In a tier a node that does not lead sends it
+//     to the leader instead (RelayLock, tier.go) and judges the leader's
+//     grant by the lease left.
 //   - EVAL or EVALSHA of a Redisson script: Family.Eval (recipes.go) looks
 //     the script up (recipes.Lookup); one it recognises, whose keys share
 //     its owner record's slot, runs as the lock manager's twin in the

@@ -186,8 +186,8 @@ func (fam *Family) sameSlot(call recipes.Call) bool {
 }
 
 // EvalOnLoop: an unknown script is forwarded, and the serve loop may do
-// that; a recognised one is handed to a lock worker there too
-// (RecipesOnLoop).
+// that; a recognised one is started there too, as callbacks or on a lock
+// worker (RecipesOnLoop).
 func (fam *Family) EvalOnLoop(args [][]byte) bool {
 	// RecipesOnLoop first: it is nearly always true, and Lookup (a SHA-1
 	// of an EVAL's body) is then made once, by Eval.
@@ -197,7 +197,8 @@ func (fam *Family) EvalOnLoop(args [][]byte) bool {
 // RecipesOnLoop reports whether the serve loop may serve a recognised
 // recipe call (a Redisson script, a SET NX PX of a lock key...) as it serves
 // the lock family without WAIT (LeaseOnLoop): serving one only matches it
-// and hands its twin to a lock worker (runLock), or forwards it. Not on a
+// and starts its twin as callbacks (runNow) or hands it to a lock worker
+// (runLock), or forwards it. Not on a
 // tier node (a follower relays it to the leader over a link), and not while
 // the workers' backlog is filling. Served on a goroutine detour instead, a
 // lock request costs 1.75x the proxy's CPU of one served on the loop

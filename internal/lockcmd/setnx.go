@@ -24,8 +24,8 @@ import (
 // extended": 0. Everything else is forwarded as it came.
 
 // SetOnLoop: a SET that is not a lock grant is forwarded, which the serve
-// loop may do; one that is, is handed to a lock worker there too
-// (RecipesOnLoop).
+// loop may do; one that is, is started there too, as callbacks or on a
+// lock worker (RecipesOnLoop).
 func (fam *Family) SetOnLoop(args [][]byte) bool {
 	if fam.opts.LockKeys.Empty() || !fam.On() || fam.RecipesOnLoop() {
 		return true // RecipesOnLoop first: Set matches the SET itself
@@ -102,14 +102,9 @@ func (fam *Family) valueRecipe(c Conn, call recipes.ValueCall, p *resp.Reply) {
 	}
 	addr := c.RemoteAddr
 	received := receivedAt(c)
-	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		start := time.Now()
-		var err error
-		if len(call.Keys) > 1 {
-			err = fam.opts.Manager.RecipeValueMulti(ctx, call.Keys, call.Holder, v.Mode, v.Lease, addr, received)
-		} else {
-			_, err = fam.opts.Manager.RecipeValueWrite(ctx, v, addr, received)
-		}
+	start := time.Now()
+	// reply makes the client's reply to the write's outcome, and counts it.
+	reply := func(err error) ([]byte, error) {
 		if grant {
 			fam.opts.Metrics.AcquireSeconds.Observe(time.Since(start).Seconds())
 		}
@@ -131,6 +126,20 @@ func (fam *Family) valueRecipe(c Conn, call recipes.ValueCall, p *resp.Reply) {
 			return no, nil
 		}
 		return nil, ferr
+	}
+	if len(call.Keys) <= 1 && fam.runNow(c, call.Key, p, func(ctx context.Context, now *nowReply) bool {
+		return fam.opts.Manager.RecipeValueWriteNow(ctx, v, addr, received, func(_ int64, err error) { now.answer(reply(err)) })
+	}) {
+		return
+	}
+	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		var err error
+		if len(call.Keys) > 1 {
+			err = fam.opts.Manager.RecipeValueMulti(ctx, call.Keys, call.Holder, v.Mode, v.Lease, addr, received)
+		} else {
+			_, err = fam.opts.Manager.RecipeValueWrite(ctx, v, addr, received)
+		}
+		return reply(err)
 	})
 }
 
@@ -176,8 +185,7 @@ func (fam *Family) valueRelease(c Conn, call recipes.ValueCall, p *resp.Reply) {
 		fam.valueReleaseKeys(c, call, p)
 		return
 	}
-	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		found, err := fam.opts.Manager.RecipeValueRelease(ctx, call.Key, call.Holder)
+	reply := func(found locks.ValueReleased, err error) ([]byte, error) {
 		if err != nil {
 			fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
 			return nil, fam.lockError(err, "the lock may or may not be released: retry")
@@ -191,6 +199,16 @@ func (fam *Family) valueRelease(c Conn, call recipes.ValueCall, p *resp.Reply) {
 			return redcon.AppendInt(nil, -1), nil // redsync: ErrLockAlreadyExpired
 		}
 		return redcon.AppendInt(nil, 0), nil
+	}
+	if fam.runNow(c, call.Key, p, func(_ context.Context, now *nowReply) bool {
+		return fam.opts.Manager.RecipeValueReleaseNow(call.Key, call.Holder, func(found locks.ValueReleased, err error) {
+			now.answer(reply(found, err))
+		})
+	}) {
+		return
+	}
+	fam.runLock(c, call.Key, p, 0, func(ctx context.Context) ([]byte, error) {
+		return reply(fam.opts.Manager.RecipeValueRelease(ctx, call.Key, call.Holder))
 	})
 }
 

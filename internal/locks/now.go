@@ -516,3 +516,143 @@ func (x *recipeUnlocking) ReplyIn(w *lockwriter.Write) {
 	x.m.serial.unlock(x.u.Key, x.turn)
 	x.done(n, null, err)
 }
+
+// RecipeValueWriteNow is RecipeValueWrite (a value lock's grant or extend:
+// SET NX, redis-py's, redsync's, redislock's and node-redlock's scripts)
+// for a caller that must not block, as AcquireNow is AcquireGrant: done
+// runs once with RecipeValueWrite's outcome. It returns false, having done
+// nothing, when the key's turn is taken, its newest token is needed (an
+// extend) and not cached, a fresh token needs I/O, the writer would wait,
+// or the guard or the authority refuses: the caller calls
+// RecipeValueWrite.
+func (m *Manager) RecipeValueWriteNow(ctx context.Context, v ValueWrite, clientAddr string, received time.Time, done func(pttl int64, err error)) bool {
+	runner, ok := m.opts.Scripts.(nowRunner)
+	if !ok || m.admit() != nil {
+		return false
+	}
+	side := m.recordKey(v.Key)
+	evictable, err := m.evictionGuard(side)
+	if err != nil {
+		return false
+	}
+	turn, ok := m.serial.tryLock(v.Key)
+	if !ok {
+		return false
+	}
+	x := &valueWriting{m: m, ctx: ctx, v: v, side: side, clientAddr: clientAddr, received: received, evictable: evictable, turn: turn, done: done}
+	newest, known, err := m.opts.Store.NewestCached(v.Key)
+	if err == nil && !known && v.Mode == ValueGrant && v.Prefix == 0 {
+		// A plain grant (SET NX) never reads the newest token: only an
+		// extend of the holder's own key (or redislock's re-obtain)
+		// checks its side record against it. So no read from disk.
+		newest, known = 0, true
+	}
+	if err == nil && known && v.Mode.grants() {
+		x.g.candidate, err = m.nextToken(true) // a candidate drawn and not sent is skipped
+	}
+	if err != nil || !known {
+		m.serial.unlock(v.Key, turn)
+		return false
+	}
+	m.valueWriteCall(&x.g, v, side, clientAddr, newest)
+	if !runner.StartThen(v.Key, x.g.call, true, x) {
+		m.serial.unlock(v.Key, turn)
+		return false
+	}
+	return true
+}
+
+// valueWriting is one RecipeValueWriteNow in flight: RecipeValueWrite's
+// arguments and attempt, and the write's settling.
+type valueWriting struct {
+	settling
+	m                *Manager
+	ctx              context.Context
+	v                ValueWrite
+	side, clientAddr string
+	received         time.Time
+	evictable        bool
+	turn             *serialEntry
+	done             func(pttl int64, err error)
+
+	g valueGrant
+}
+
+// ReplyIn is the script's reply (on the lock writer's goroutine).
+func (x *valueWriting) ReplyIn(w *lockwriter.Write) {
+	g := &x.g
+	g.write = w
+	reply, err := w.Reply()
+	if err != nil {
+		err = deposed(err)
+	} else {
+		err = g.read(reply)
+	}
+	switch {
+	case err != nil || g.kind == kindTokenAhead:
+		go x.attempted(err) // asks again, or counts an unknown outcome: it waits
+	case g.kind == kindGranted || g.kind == kindRearmed:
+		x.m.settleThen(&x.settling, w, g.kind == kindGranted, x.v.Key, g.token, x)
+	default: // busy, not held, or a kind it does not know: nothing waits
+		x.attempted(nil)
+	}
+}
+
+// verdict judges the write once its steps are in (settleValueWrite's).
+func (x *valueWriting) verdict() error {
+	return x.m.valueVerdict(&x.g, x.v, x.received, x.reserveErr)
+}
+
+// settle is settleValueVerdict for the write.
+func (x *valueWriting) settle(verdict error) {
+	x.finish(0, x.m.settleValueVerdict(x.ctx, &x.g, x.v, verdict, x.reserveErr == nil, x.clientAddr, x.evictable))
+}
+
+// attempted finishes the write as RecipeValueWrite does (on a goroutine of
+// its own where it may wait).
+func (x *valueWriting) attempted(err error) {
+	x.finish(x.m.valueAttempted(x.ctx, &x.g, err, x.v, x.side, x.clientAddr, x.received, x.evictable))
+}
+
+// finish ends the key's turn and answers.
+func (x *valueWriting) finish(pttl int64, err error) {
+	x.m.serial.unlock(x.v.Key, x.turn)
+	x.done(pttl, err)
+}
+
+// RecipeValueReleaseNow is RecipeValueRelease for a caller that must not
+// block, as ReleaseNow is Release: done runs once with its outcome, on the
+// lock writer's goroutine. It returns false, having done nothing, when the
+// key's turn is taken or the writer would wait: the caller calls
+// RecipeValueRelease.
+func (m *Manager) RecipeValueReleaseNow(key, holder string, done func(ValueReleased, error)) bool {
+	runner, ok := m.opts.Scripts.(nowRunner)
+	if !ok {
+		return false
+	}
+	turn, ok := m.serial.tryLock(key)
+	if !ok {
+		return false
+	}
+	x := &valueReleasing{m: m, key: key, turn: turn, done: done}
+	if !runner.StartThen(key, m.valueReleaseCall(key, m.recordKey(key), holder), false, x) {
+		m.serial.unlock(key, turn)
+		return false
+	}
+	return true
+}
+
+// valueReleasing is one RecipeValueReleaseNow in flight.
+type valueReleasing struct {
+	m    *Manager
+	key  string
+	turn *serialEntry
+	done func(ValueReleased, error)
+}
+
+// ReplyIn is the script's reply (on the lock writer's goroutine).
+func (x *valueReleasing) ReplyIn(w *lockwriter.Write) {
+	found, err := x.m.valueReleased(x.key, w)
+	x.m.serial.unlock(x.key, x.turn)
+	x.done(found, err)
+}

@@ -82,9 +82,17 @@ func (m *Manager) RecipeValueWrite(ctx context.Context, v ValueWrite, clientAddr
 	turn := m.serial.lock(v.Key)
 	defer m.serial.unlock(v.Key, turn)
 	g, err := m.sendValueWrite(ctx, v, side, clientAddr)
+	return m.valueAttempted(ctx, &g, err, v, side, clientAddr, received, evictable)
+}
+
+// valueAttempted finishes a value write whose script has answered g (or
+// failed with err), in the key's turn: asked again once for a token
+// ahead, or settled. It may wait (another round, the fsync, the WAIT, an
+// undo).
+func (m *Manager) valueAttempted(ctx context.Context, g *valueGrant, err error, v ValueWrite, side, clientAddr string, received time.Time, evictable bool) (pttl int64, _ error) {
 	if err == nil && g.kind == kindTokenAhead {
 		if err = m.judgeRecordToken(v.Key, side, int64(g.token)); err == nil {
-			g, err = m.sendValueWrite(ctx, v, side, clientAddr)
+			*g, err = m.sendValueWrite(ctx, v, side, clientAddr)
 		}
 	}
 	if err != nil {
@@ -100,7 +108,7 @@ func (m *Manager) RecipeValueWrite(ctx context.Context, v ValueWrite, clientAddr
 	case kindNotHeld:
 		return 0, ErrNotHeld
 	case kindGranted, kindRearmed:
-		return 0, m.settleValueWrite(ctx, &g, v, clientAddr, received, evictable)
+		return 0, m.settleValueWrite(ctx, g, v, clientAddr, received, evictable)
 	}
 	return 0, fmt.Errorf("locks: unexpected value lock reply kind %d", g.kind)
 }
@@ -110,23 +118,33 @@ func (m *Manager) sendValueWrite(ctx context.Context, v ValueWrite, side, client
 	if err != nil {
 		return g, err
 	}
-	if v.Mode == ValueGrant || v.Mode == ValueExtendOrGrant {
+	if v.Mode.grants() {
 		if g.candidate, err = m.opts.Store.NextToken(); err != nil {
 			return g, err
 		}
 	}
-	g.start = time.Now()
-	term := m.term()
-	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueWrite, Keys: recipeKeys(v.Key, side),
-		Args: lockwriter.ArgsOf(v.Holder, string(v.Mode), v.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
-			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: v.Holder},
-			term, v.Prefix, m.markLife())}
+	m.valueWriteCall(&g, v, side, clientAddr, newest)
 	g.write = m.opts.Scripts.Start(ctx, v.Key, g.call, true)
 	reply, err := g.write.Reply()
 	if err != nil {
 		return g, deposed(err)
 	}
 	return g, g.read(reply)
+}
+
+// grants reports whether a write of the mode may grant a free key, and so
+// offers a fresh token.
+func (mode ValueMode) grants() bool { return mode == ValueGrant || mode == ValueExtendOrGrant }
+
+// valueWriteCall makes g's script call for v, with g's candidate token
+// (none: 0) and the key's newest token, sent now.
+func (m *Manager) valueWriteCall(g *valueGrant, v ValueWrite, side, clientAddr string, newest uint64) {
+	g.start = time.Now()
+	term := m.term()
+	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueWrite, Keys: recipeKeys(v.Key, side),
+		Args: lockwriter.ArgsOf(v.Holder, string(v.Mode), v.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
+			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: v.Holder},
+			term, v.Prefix, m.markLife())}
 }
 
 // read decodes opValueWrite's reply into g.
@@ -167,25 +185,39 @@ func (g *valueGrant) read(reply any) error {
 }
 
 // settleValueWrite finishes a value write whose script has answered, in
-// the key's turn.
+// the key's turn: a fresh grant's token reserved while the replicas
+// acknowledge, then judged (valueVerdict) and settled.
 func (m *Manager) settleValueWrite(ctx context.Context, g *valueGrant, v ValueWrite, clientAddr string, received time.Time, evictable bool) error {
-	fresh := g.kind == kindGranted
 	var reserveErr error
-	if fresh {
+	if g.kind == kindGranted {
 		reserveErr = m.opts.Store.Reserve(v.Key, g.token)
 	}
-	// Only a grant with a lease can be late (a re-obtain is a grant too);
-	// an extend has no late-reply rule here.
+	return m.settleValueVerdict(ctx, g, v, m.valueVerdict(g, v, received, reserveErr), reserveErr == nil, clientAddr, evictable)
+}
+
+// valueVerdict judges a value write once its token's reservation (a fresh
+// grant's: reserveErr) and its WAIT are in. Only a grant with a lease can
+// be late (a re-obtain is a grant too); an extend has no late-reply rule
+// here.
+func (m *Manager) valueVerdict(g *valueGrant, v ValueWrite, received time.Time, reserveErr error) error {
 	var replyBy time.Time
-	if grant := fresh || v.Mode == ValueGrant; grant && v.Lease > 0 {
+	if grant := g.kind == kindGranted || v.Mode == ValueGrant; grant && v.Lease > 0 {
 		replyBy = m.replyBy(received, v.Lease)
 	}
-	err := m.grantVerdict(g.write, g.start, reserveErr, replyBy)
+	return m.grantVerdict(g.write, g.start, reserveErr, replyBy)
+}
+
+// settleValueVerdict confirms a value write the verdict let stand and
+// tracks its lease, or undoes it (reserved: a fresh grant's token is
+// reserved). It waits only to undo.
+func (m *Manager) settleValueVerdict(ctx context.Context, g *valueGrant, v ValueWrite, verdict error, reserved bool, clientAddr string, evictable bool) error {
+	fresh := g.kind == kindGranted
+	err := verdict
 	if err == nil && fresh {
 		err = m.opts.Store.Confirm(v.Key, g.token)
 	}
 	if err != nil {
-		return m.abandonValueWrite(ctx, g, v, fresh && reserveErr == nil, err)
+		return m.abandonValueWrite(ctx, g, v, fresh && reserved, err)
 	}
 	end := g.start.Add(g.lease)
 	if g.lease <= 0 {
@@ -252,8 +284,18 @@ func (m *Manager) RecipeValueRelease(ctx context.Context, key, holder string) (V
 	side := m.recordKey(key)
 	turn := m.serial.lock(key)
 	defer m.serial.unlock(key, turn)
-	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side), Args: lockwriter.ArgsOf(holder, m.term())}
-	reply, err := m.opts.Scripts.Start(ctx, key, call, false).Reply()
+	return m.valueReleased(key, m.opts.Scripts.Start(ctx, key, m.valueReleaseCall(key, side, holder), false))
+}
+
+// valueReleaseCall is a value lock's release script call.
+func (m *Manager) valueReleaseCall(key, side, holder string) lockwriter.ScriptCall {
+	return lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side), Args: lockwriter.ArgsOf(holder, m.term())}
+}
+
+// valueReleased is a value lock release's outcome from its script's write
+// (its reply: it waits for it unless it is in), in the key's turn.
+func (m *Manager) valueReleased(key string, write *lockwriter.Write) (ValueReleased, error) {
+	reply, err := write.Reply()
 	if err != nil {
 		return 0, deposed(err)
 	}
