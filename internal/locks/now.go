@@ -441,12 +441,7 @@ type recipeAcquiring struct {
 func (x *recipeAcquiring) ReplyIn(w *lockwriter.Write) {
 	g := &x.g
 	g.write = w
-	reply, err := w.Reply()
-	if err != nil {
-		err = deposed(err)
-	} else {
-		err = g.readReply(reply)
-	}
+	err := twinReply(w, g.readReply)
 	switch {
 	case err != nil || g.kind != kindBusy && g.kind != kindGranted && g.kind != kindRearmed:
 		go x.attempted(err) // asks again, or counts an unknown outcome: it waits
@@ -582,12 +577,7 @@ type valueWriting struct {
 func (x *valueWriting) ReplyIn(w *lockwriter.Write) {
 	g := &x.g
 	g.write = w
-	reply, err := w.Reply()
-	if err != nil {
-		err = deposed(err)
-	} else {
-		err = g.read(reply)
-	}
+	err := twinReply(w, g.read)
 	switch {
 	case err != nil || g.kind == kindTokenAhead:
 		go x.attempted(err) // asks again, or counts an unknown outcome: it waits

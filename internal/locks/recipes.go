@@ -128,11 +128,7 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 		return g, err
 	}
 	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
-	reply, err := g.write.Reply()
-	if err != nil {
-		return g, deposed(err)
-	}
-	return g, g.readReply(reply)
+	return g, twinReply(g.write, g.readReply)
 }
 
 // hashAcquireCall builds g's opHashAcquire call with a fresh candidate

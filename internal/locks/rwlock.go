@@ -143,11 +143,7 @@ func (m *Manager) sendRWAcquire(ctx context.Context, a RWAcquire, side, clientAd
 		Args: lockwriter.ArgsOf(rwMode(a.Write), a.Holder, a.WriteHolder, a.TimeoutPrefix, a.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
 			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + rwAddrMark, owner: a.Holder}, term, m.markLife())}
 	g.write = m.opts.Scripts.Start(ctx, a.Key, g.call, true)
-	reply, err := g.write.Reply()
-	if err != nil {
-		return g, deposed(err)
-	}
-	return g, g.read(reply)
+	return g, twinReply(g.write, g.read)
 }
 
 // read decodes opRWAcquire's reply into g.

@@ -125,11 +125,7 @@ func (m *Manager) sendValueWrite(ctx context.Context, v ValueWrite, side, client
 	}
 	m.valueWriteCall(&g, v, side, clientAddr, newest)
 	g.write = m.opts.Scripts.Start(ctx, v.Key, g.call, true)
-	reply, err := g.write.Reply()
-	if err != nil {
-		return g, deposed(err)
-	}
-	return g, g.read(reply)
+	return g, twinReply(g.write, g.read)
 }
 
 // grants reports whether a write of the mode may grant a free key, and so

@@ -3,6 +3,7 @@ package locks
 import (
 	"errors"
 
+	"github.com/fenceproxy/fenceproxy/internal/lockwriter"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -49,6 +50,16 @@ func (m *Manager) term() uint64 {
 		return 0
 	}
 	return m.opts.Term()
+}
+
+// twinReply is the twin's reply that w carries, read by read, or w's error
+// (deposed's).
+func twinReply(w *lockwriter.Write, read func(reply any) error) error {
+	reply, err := w.Reply()
+	if err != nil {
+		return deposed(err)
+	}
+	return read(reply)
 }
 
 // deposed turns a script's NEWERTERM refusal into ErrDeposed; any other
