@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# lock-ab.sh: two fenceproxy builds side by side on one lock workload, rounds
+# alternating which goes first, each build's lock rate and CPU per lock:
+#
+#   scripts/lock-ab.sh OLD NEW [setnx|hot] [ROUNDS (3)]
+#
+#   setnx  50 clients of scripts/lockbench -system redis (SET key owner NX PX
+#          ttl, then a compare-and-delete script, which fenceproxy forwards):
+#          the grants are the value locks of --lock-keys 'ab*'
+#   hot    50 clients of scripts/lockbench -system fenceproxy -hot: one
+#          resource, LOCK.ACQUIRE ... WAIT, each release handing the lock on
+#
+# Starts, in a temp dir, a Redis master + replica (scripts/redis-local.sh) and
+# both builds in front of it (--min-replicas 1, each with its own fence store
+# and --key-prefix), all on loopback; CPU is each proxy's from /proc. Stops
+# exactly what it started. (A benchmark, not a test: the machine's noise
+# shows in the rounds.)
+set -euo pipefail
+old=${1:?usage: $0 OLD NEW [setnx|hot] [ROUNDS]} new=${2:?usage: $0 OLD NEW [setnx|hot] [ROUNDS]}
+mode=${3:-setnx} rounds=${4:-3}
+case $mode in
+setnx) bench=(-system redis) ;;
+hot) bench=(-system fenceproxy -hot) ;;
+*)
+	echo "lock-ab: mode must be setnx or hot, not $mode" >&2
+	exit 2
+	;;
+esac
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/lock-ab.XXXXXX")
+pids=()
+cleanup() {
+	((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null && wait "${pids[@]}" 2>/dev/null
+	[[ -d $tmp/redis ]] && scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+go build -o "$tmp/lockbench" ./scripts/lockbench
+scripts/redis-local.sh start "$tmp/redis" >/dev/null
+# shellcheck disable=SC1091
+. "$tmp/redis/env"
+declare -A pid port
+base=$((30000 + RANDOM % 10000))
+for which in old new; do
+	bin=$old
+	[[ $which == new ]] && bin=$new
+	port[$which]=$base
+	base=$((base + 1))
+	"$bin" --listen "127.0.0.1:${port[$which]}" --backend "$MASTER_ADDR" --data-dir "$tmp/data-$which" \
+		--key-prefix "fp$which:" --min-replicas 1 --lock-keys 'ab*' --metrics-listen '' >"$tmp/$which.log" 2>&1 &
+	pid[$which]=$!
+	pids+=($!)
+done
+for which in old new; do
+	for _ in $(seq 100); do
+		[[ $(redis-cli -p "${port[$which]}" PING 2>/dev/null) == PONG ]] && break
+		sleep 0.1
+	done
+done
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, in ticks
+ticks=$(getconf CLK_TCK)
+for r in $(seq "$rounds"); do
+	order=(old new)
+	((r % 2 == 0)) && order=(new old)
+	for which in "${order[@]}"; do
+		c0=$(cpu "${pid[$which]}")
+		out=$("$tmp/lockbench" "${bench[@]}" -addr "127.0.0.1:${port[$which]}" -clients 50 -duration 3s -prefix "ab$r$which:" | grep RESULT)
+		c1=$(cpu "${pid[$which]}")
+		ops=$(sed -E 's/.* ops=([0-9]+).*/\1/' <<<"$out")
+		rate=$(sed -E 's/.* ops_per_sec=([0-9]+).*/\1/' <<<"$out")
+		errs=$(sed -E 's/.* errors=([0-9]+).*/\1/' <<<"$out")
+		awk -v r="$r" -v w="$which" -v m="$mode" -v rate="$rate" -v c=$((c1 - c0)) -v t="$ticks" -v ops="$ops" -v e="$errs" \
+			'BEGIN { printf "round %d %s: %s locks/s %d, fenceproxy CPU µs per lock %.1f, errors %d\n", r, w, m, rate, c * 1e6 / t / ops, e }'
+	done
+done
