@@ -78,6 +78,23 @@ func (m *Manager) nextToken(now bool) (uint64, error) {
 	return t, nil
 }
 
+// leaseTurn begins a request that writes a lease, as callbacks: the
+// writer's no-wait form, the authority's admission, the eviction guard of
+// guardKey (the record the script writes), then resource's turn, taken
+// without waiting. ok is false, with nothing held, when any of them
+// refuses or would wait: the blocking course then says why.
+func (m *Manager) leaseTurn(resource, guardKey string) (runner nowRunner, evictable bool, turn *serialEntry, ok bool) {
+	if runner, ok = m.opts.Scripts.(nowRunner); !ok || m.admit() != nil {
+		return nil, false, nil, false
+	}
+	evictable, err := m.evictionGuard(guardKey)
+	if err != nil {
+		return nil, false, nil, false
+	}
+	turn, ok = m.serial.tryLock(resource)
+	return runner, evictable, turn, ok
+}
+
 // AcquireDone is told an AcquireNow's outcome, once. (An interface, not a
 // func: the caller's own struct for the request is the callback.)
 type AcquireDone interface {
@@ -104,20 +121,15 @@ type ReleaseDone interface {
 // refuses, which AcquireGrant then says): the caller calls AcquireGrant.
 // ctx ends what waits on a rare course (see above).
 func (m *Manager) AcquireNow(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, received time.Time, done AcquireDone) bool {
-	_, stores := m.opts.Store.(nowStore)
-	runner, runs := m.opts.Scripts.(nowRunner)
-	if !stores || !runs || m.waiting.count(resource) > 0 {
+	if _, stores := m.opts.Store.(nowStore); !stores || m.waiting.count(resource) > 0 {
 		return false
 	}
 	keys := m.keys(resource)
-	evictable, err := m.evictionGuard(keys[0])
-	if err != nil {
-		return false
-	}
-	turn, ok := m.serial.tryLock(resource)
+	runner, evictable, turn, ok := m.leaseTurn(resource, keys[0])
 	if !ok {
 		return false
 	}
+	var err error
 	x := &acquiring{m: m, ctx: ctx, resource: resource, owner: owner, clientAddr: clientAddr, keys: keys,
 		ttl: ttl, leaseFrom: received, evictable: evictable, turn: turn, done: done}
 	if x.leaseFrom.IsZero() {
@@ -267,22 +279,18 @@ func (s *settling) stepDone() {
 // cached, the writer would wait, or the guard or the authority refuses
 // (Renew then says so): the caller calls Renew.
 func (m *Manager) RenewNow(resource, owner string, ttl time.Duration, received time.Time, done RenewDone) bool {
-	runner, ok := m.opts.Scripts.(nowRunner)
-	if !ok || m.admit() != nil {
-		return false
-	}
 	keys := m.keys(resource)
-	evictable, err := m.evictionGuard(keys[0])
-	if err != nil {
-		return false
-	}
-	turn, ok := m.serial.tryLock(resource)
+	runner, evictable, turn, ok := m.leaseTurn(resource, keys[0])
 	if !ok {
 		return false
 	}
 	newest, known, err := m.opts.Store.NewestCached(resource)
+	if err != nil || !known {
+		m.serial.unlock(resource, turn)
+		return false
+	}
 	x := &renewing{m: m, resource: resource, key: keys[0], ttl: ttl, now: time.Now(), received: received, evictable: evictable, turn: turn, done: done}
-	if err != nil || !known || !runner.StartThen(x.key, m.renewCall(keys, owner, ttl, newest, x.now), true, x) {
+	if !runner.StartThen(x.key, m.renewCall(keys, owner, ttl, newest, x.now), true, x) {
 		m.serial.unlock(resource, turn)
 		return false
 	}
@@ -337,18 +345,23 @@ func (m *Manager) ReleaseNow(resource, owner string, done ReleaseDone) bool {
 		return false
 	}
 	keys := m.keys(resource)
-	x := &releasing{m: m, resource: resource, turn: turn, done: done}
-	if x.head, x.token, x.newest, ok = m.claimHead(resource, keys[0], true); !ok {
+	head, token, newest, ok := m.claimHead(resource, keys[0], true)
+	if !ok {
 		m.serial.unlock(resource, turn)
 		return false
 	}
-	if x.head != nil {
-		x.now = time.Now()
+	x := &releasing{m: m, resource: resource, turn: turn, done: done}
+	var now time.Time
+	if head != nil {
+		now = time.Now()
 	}
-	x.call = m.releaseCall(keys, owner, x.head, x.token, x.now)
-	if !runner.StartThen(keys[0], x.call, x.head != nil, x) {
-		if x.head != nil {
-			m.waiting.unclaim(resource, x.head, false, x.token) // not run: Release claims it again
+	call := m.releaseCall(keys, owner, head, token, now)
+	if head != nil {
+		x.hand = &handing{head: head, token: token, newest: newest, call: call, now: now}
+	}
+	if !runner.StartThen(keys[0], call, head != nil, x) {
+		if head != nil {
+			m.waiting.unclaim(resource, head, false, token) // not run: Release claims it again
 		}
 		m.serial.unlock(resource, turn)
 		return false
@@ -356,14 +369,21 @@ func (m *Manager) ReleaseNow(resource, owner string, done ReleaseDone) bool {
 	return true
 }
 
-// releasing is one ReleaseNow in flight: with the head of the line it
-// hands the lock to, that head, its token, the resource's newest, the
-// script call and when it was made (releaseReplied's).
+// releasing is one ReleaseNow in flight; hand is its handoff to the head
+// of the line, if it has one.
 type releasing struct {
-	m             *Manager
-	resource      string
-	turn          *serialEntry
-	done          ReleaseDone
+	m        *Manager
+	resource string
+	turn     *serialEntry
+	done     ReleaseDone
+	hand     *handing
+}
+
+// handing is a handoff in flight (releaseReplied's): the head of the line,
+// the token it is granted, the resource's newest token, the script call
+// and when it was made. (Apart, so that a plain release, the usual one,
+// allocates none of it.)
+type handing struct {
 	head          *waiter
 	token, newest uint64
 	call          lockwriter.ScriptCall
@@ -372,35 +392,38 @@ type releasing struct {
 
 // ReplyIn is the script's reply (on the lock writer's goroutine). A
 // handoff whose script failed goes on a goroutine of its own: its token
-// may have to be recorded as issued (countIssued), which waits.
+// may have to be recorded as issued (countIssued), which waits. (Only a
+// handoff decodes the reply here: a plain release's is read from its
+// bytes by releaseReplied, and decoding it first cost two allocations a
+// lock cycle.)
 func (x *releasing) ReplyIn(w *lockwriter.Write) {
-	if _, err := w.Reply(); err != nil && x.head != nil {
-		go x.replied(w)
-		return
+	if x.hand != nil {
+		if _, err := w.Reply(); err != nil {
+			go x.replied(w)
+			return
+		}
 	}
 	x.replied(w)
 }
 
 // replied is releaseReplied's course for the reply, answered.
 func (x *releasing) replied(w *lockwriter.Write) {
-	x.done.Released(x.m.releaseReplied(x.resource, x.turn, x.head, x.token, x.newest, x.call, x.now, w))
+	if h := x.hand; h != nil {
+		x.done.Released(x.m.releaseReplied(x.resource, x.turn, h.head, h.token, h.newest, h.call, h.now, w))
+		return
+	}
+	x.done.Released(x.m.releaseReplied(x.resource, x.turn, nil, 0, 0, lockwriter.ScriptCall{}, time.Time{}, w))
 }
 
 // RecipeAcquireNow is RecipeAcquire (an RLock's, RSpinLock's or
 // RFencedLock's grant) for a caller that must not block, as AcquireNow is
 // AcquireGrant: done runs once with RecipeAcquire's outcome.
 func (m *Manager) RecipeAcquireNow(ctx context.Context, key, tokenKey, holder, clientAddr string, lease time.Duration, received time.Time, done func(token uint64, pttl int64, err error)) bool {
-	_, stores := m.opts.Store.(nowStore)
-	runner, runs := m.opts.Scripts.(nowRunner)
-	if !stores || !runs || m.admit() != nil {
+	if _, stores := m.opts.Store.(nowStore); !stores {
 		return false
 	}
 	side := m.recordKey(key)
-	evictable, err := m.evictionGuard(side)
-	if err != nil {
-		return false
-	}
-	turn, ok := m.serial.tryLock(key)
+	runner, evictable, turn, ok := m.leaseTurn(key, side)
 	if !ok {
 		return false
 	}
@@ -521,20 +544,11 @@ func (x *recipeUnlocking) ReplyIn(w *lockwriter.Write) {
 // or the guard or the authority refuses: the caller calls
 // RecipeValueWrite.
 func (m *Manager) RecipeValueWriteNow(ctx context.Context, v ValueWrite, clientAddr string, received time.Time, done func(pttl int64, err error)) bool {
-	runner, ok := m.opts.Scripts.(nowRunner)
-	if !ok || m.admit() != nil {
-		return false
-	}
 	side := m.recordKey(v.Key)
-	evictable, err := m.evictionGuard(side)
-	if err != nil {
-		return false
-	}
-	turn, ok := m.serial.tryLock(v.Key)
+	runner, evictable, turn, ok := m.leaseTurn(v.Key, side)
 	if !ok {
 		return false
 	}
-	x := &valueWriting{m: m, ctx: ctx, v: v, side: side, clientAddr: clientAddr, received: received, evictable: evictable, turn: turn, done: done}
 	newest, known, err := m.opts.Store.NewestCached(v.Key)
 	if err == nil && !known && v.Mode == ValueGrant && v.Prefix == 0 {
 		// A plain grant (SET NX) never reads the newest token: only an
@@ -542,13 +556,16 @@ func (m *Manager) RecipeValueWriteNow(ctx context.Context, v ValueWrite, clientA
 		// checks its side record against it. So no read from disk.
 		newest, known = 0, true
 	}
+	var candidate uint64
 	if err == nil && known && v.Mode.grants() {
-		x.g.candidate, err = m.nextToken(true) // a candidate drawn and not sent is skipped
+		candidate, err = m.nextToken(true) // a candidate drawn and not sent is skipped
 	}
 	if err != nil || !known {
 		m.serial.unlock(v.Key, turn)
 		return false
 	}
+	x := &valueWriting{m: m, ctx: ctx, v: v, side: side, clientAddr: clientAddr, received: received, evictable: evictable, turn: turn, done: done}
+	x.g.candidate = candidate
 	m.valueWriteCall(&x.g, v, side, clientAddr, newest)
 	if !runner.StartThen(v.Key, x.g.call, true, x) {
 		m.serial.unlock(v.Key, turn)
