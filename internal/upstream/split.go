@@ -10,7 +10,7 @@ import (
 // Redis Cluster refuses it.
 func (c *Cluster) crossSlot(cl *Client, name string, args [][]byte, positions []int, p *resp.Reply) {
 	split, refusal := fanout.Cut(name, args, positions)
-	if refusal != nil {
+	if refusal != "" {
 		p.Buf = append(p.Buf, refusal...)
 		p.Done()
 		return

@@ -28,21 +28,21 @@ type Split struct {
 // args, span slots, if a table allows; if not, refusal is the reply
 // instead: -CROSSSLOT, as Redis Cluster answers, or the error one Redis
 // gives a request whose arguments do not go whole with its keys.
-func Cut(name string, args [][]byte, positions []int) (s Split, refusal []byte) {
+func Cut(name string, args [][]byte, positions []int) (s Split, refusal string) {
 	if r, ok := splits[name]; ok {
 		if !r.complete(args, positions) {
 			// MSET k v k: one Redis says so; slicing on would read past
 			// the request's arguments.
-			return s, resp.AppendError(nil, "ERR", "wrong number of arguments for '"+name+"' command")
+			return s, string(resp.AppendError(nil, "ERR", "wrong number of arguments for '"+name+"' command"))
 		}
 		groups, order := groupBySlot(len(positions), func(i int) []byte { return args[positions[i]] })
-		return Split{Slots: slotsOf(groups), Parts: r.parts(args, positions, groups), Order: order, Merge: r.merge}, nil
+		return Split{Slots: slotsOf(groups), Parts: r.parts(args, positions, groups), Order: order, Merge: r.merge}, ""
 	}
 	if r, n, ok := keywiseScript(name, args, len(positions)); ok {
 		groups, order := groupBySlot(n, func(i int) []byte { return args[3+i] })
-		return Split{Slots: slotsOf(groups), Parts: r.parts(args, n, groups), Order: order, Merge: r.merge}, nil
+		return Split{Slots: slotsOf(groups), Parts: r.parts(args, n, groups), Order: order, Merge: r.merge}, ""
 	}
-	return s, []byte(replyCrossSlot)
+	return s, replyCrossSlot // a constant: refusing allocates nothing
 }
 
 // slotsOf is each group's slot.

@@ -256,3 +256,19 @@ func TestMergeRandom(t *testing.T) {
 		t.Errorf("a master's error: %q, want it", got)
 	}
 }
+
+// TestCut: a request of the tables is cut into a part per slot; one whose
+// arguments do not go whole with its keys gets Redis's arity error, and
+// any other gets Redis Cluster's -CROSSSLOT, with nothing cut.
+func TestCut(t *testing.T) {
+	s, refusal := Cut("mget", argv("MGET", "{a}1", "{b}1", "{a}2"), []int{1, 2, 3})
+	if refusal != "" || len(s.Parts) != 2 || len(s.Slots) != 2 || s.Merge == nil || len(s.Order) != 3 {
+		t.Fatalf("MGET over two slots: %+v, refusal %q; want two parts", s, refusal)
+	}
+	if _, refusal = Cut("mset", argv("MSET", "{a}k", "1", "{b}k"), []int{1, 3}); refusal != "-ERR wrong number of arguments for 'mset' command\r\n" {
+		t.Errorf("MSET with a key's value missing: refusal %q", refusal)
+	}
+	if s, refusal = Cut("sunion", argv("SUNION", "{a}k", "{b}k"), []int{1, 2}); refusal != replyCrossSlot || s.Parts != nil {
+		t.Errorf("SUNION over two slots: %+v, refusal %q; want -CROSSSLOT", s, refusal)
+	}
+}
