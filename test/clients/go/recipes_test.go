@@ -77,12 +77,28 @@ func waitOnlineReplicas(t *testing.T, m *redis.Client, n int) {
 	info := ""
 	for time.Now().Before(deadline) {
 		info, _ = m.Info(context.Background(), "replication").Result()
-		if strings.Contains(info, fmt.Sprintf("connected_slaves:%d\r", n)) && strings.Count(info, "state=online") == n {
+		// For n > 0, also until they acknowledge a write: a replica re-attached
+		// by a full sync is "online" before the master streams it writes (Redis
+		// 7 starts on its first REPLCONF ACK, up to a second later), and until
+		// then every grant waits out the proxy's replica timeout.
+		if strings.Contains(info, fmt.Sprintf("connected_slaves:%d\r", n)) && strings.Count(info, "state=online") == n &&
+			(n == 0 || acknowledged(m, n)) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("the master's INFO replication never showed %d online replicas: %q", n, info)
+	t.Fatalf("the master's INFO replication never showed %d online replicas acknowledging writes: %q", n, info)
+}
+
+// acknowledged reports whether n replicas acknowledge a write on the master
+// within 200 ms.
+func acknowledged(m *redis.Client, n int) bool {
+	ctx := context.Background()
+	if err := m.Set(ctx, recipeKey("replica", "probe"), "1", 5*time.Second).Err(); err != nil {
+		return false
+	}
+	acked, err := m.Do(ctx, "WAIT", n, 200).Int()
+	return err == nil && acked >= n
 }
 
 func TestRedsync(t *testing.T) {

@@ -310,10 +310,19 @@ async function waitOnlineReplicas(m, n) {
   let info = '';
   while (Date.now() < end) {
     info = await m.info('replication');
-    if (info.includes(`connected_slaves:${n}\r`) && (info.match(/state=online/g) || []).length === n) return;
+    // For n > 0, also until they acknowledge a write: a replica re-attached by a full
+    // sync is "online" before the master streams it writes (Redis 7 starts on its first
+    // REPLCONF ACK, up to a second later), and until then every grant waits out the
+    // proxy's replica timeout.
+    if (info.includes(`connected_slaves:${n}\r`) && (info.match(/state=online/g) || []).length === n &&
+      (n === 0 || await acknowledged(m, n))) return;
     await new Promise((ok) => setTimeout(ok, 50));
   }
-  throw new Fail('INFO replication on the master', info, `connected_slaves:${n}`);
+  throw new Fail('INFO replication and WAIT on the master', info, `connected_slaves:${n}, acknowledging writes`);
+}
+async function acknowledged(m, n) {
+  await m.set(recipeKey('replica-probe'), '1', 'PX', 5000);
+  return (await m.call('WAIT', n, 200)) >= n;
 }
 // withDetachedReplica runs fn(master) with the only replica made a master of its own.
 async function withDetachedReplica(fn) {

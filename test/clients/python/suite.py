@@ -729,10 +729,19 @@ def wait_online_replicas(m, n):
     while time.monotonic() < deadline:
         info = m.info("replication")
         online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"]
-        if info.get("connected_slaves") == n and len(online) == n:
+        # For n > 0, also until they acknowledge a write: a replica re-attached by
+        # a full sync is "online" before the master streams it writes (Redis 7
+        # starts on its first REPLCONF ACK, up to a second later), and until
+        # then every grant waits out the proxy's replica timeout.
+        if info.get("connected_slaves") == n and len(online) == n and (n == 0 or acknowledged(m, n)):
             return
         time.sleep(0.05)
-    raise Fail("INFO replication on the master", info, "connected_slaves:%d" % n)
+    raise Fail("INFO replication and WAIT on the master", info, "connected_slaves:%d, acknowledging writes" % n)
+
+
+def acknowledged(m, n):
+    m.set(recipe_key("replica-probe"), "1", px=5000)
+    return m.execute_command("WAIT", n, 200) >= n
 
 
 class detached_replica:

@@ -261,7 +261,12 @@ final class RedissonRecipes {
         }
     }
 
-    /** Waits (bounded) until the master counts n online replicas. */
+    /**
+     * Waits (bounded) until the master counts n online replicas and, for n > 0, until they
+     * acknowledge a write (WAIT): a replica re-attached by a full sync is "online" in INFO
+     * before the master streams it writes (Redis 7 starts on its first REPLCONF ACK, up to a
+     * second later), and until then every grant waits out the proxy's replica timeout.
+     */
     static void waitReplicas(Jedis m, int n) throws InterruptedException {
         long end = System.currentTimeMillis() + 20_000;
         String info = "";
@@ -269,11 +274,17 @@ final class RedissonRecipes {
             info = m.info("replication");
             long online = info.lines().filter(s -> s.startsWith("slave") && s.contains("state=online")).count();
             if (info.contains("connected_slaves:" + n + "\r") || info.contains("connected_slaves:" + n + "\n")) {
-                if (online == n) return;
+                if (online == n && (n == 0 || acknowledged(m, n))) return;
             }
             Thread.sleep(50);
         }
-        throw new Suite.Fail("INFO replication on the master", info, "connected_slaves:" + n);
+        throw new Suite.Fail("INFO replication and WAIT on the master", info, "connected_slaves:" + n + ", acknowledging writes");
+    }
+
+    /** Whether n replicas acknowledge a write on the master within 200 ms. */
+    static boolean acknowledged(Jedis m, int n) {
+        m.psetex(key("replica-probe"), 5000, "1");
+        return m.waitReplicas(n, 200) >= n;
     }
 
     /**
