@@ -47,7 +47,7 @@
 //     script answers PING with -BUSY and can be killed.
 //   - Subscribe: a pub/sub tunnel (a standalone master's: tunnel.go; a
 //     Redis Cluster's, which follows shard channels' slots and mirrors
-//     keyspace notifications from every master: subscriber.go, mirror.go).
+//     keyspace notifications from every master: package pubsub).
 //
 // In front of a Redis Cluster the proxy shows itself as a cluster of one
 // node (view.go). The proxy's own requests (lock scripts, the token

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
 
 // Forwarder carries clients' requests to the Redis that fenceproxy fronts:
@@ -323,7 +324,7 @@ func noRedirects(p *resp.Reply) *resp.Reply {
 	start := len(p.Buf)
 	var sub *resp.Reply
 	sub = resp.NewReplyFunc(func() {
-		if k := redirectKind(sub.Buf[start:]); k == moved || k == ask {
+		if k := fanout.RedirectOf(sub.Buf[start:]); k == fanout.Moved || k == fanout.Ask {
 			sub.Buf = append(sub.Buf[:start], replyOtherMaster...)
 		}
 		p.Buf, p.Err = sub.Buf, sub.Err

@@ -20,7 +20,7 @@ import (
 //     and current_active_defrag_time are the largest, expired_stale_perc
 //     the average; pubsub_channels and pubsub_patterns the largest, since
 //     a keyspace channel a client subscribes to through the proxy is
-//     subscribed on every master (subscriber.go) and the rest all on one;
+//     subscribed on every master (package pubsub) and the rest all on one;
 //   - Commandstats and Errorstats: each command's (each error's) counts
 //     summed, usec_per_call recomputed;
 //   - Clients: blocked_clients, tracking_clients and

@@ -209,6 +209,9 @@ type tunnel struct {
 	redisID int64 // Redis's CLIENT ID of the connection (CLIENT TRACKING REDIRECT)
 }
 
+// RedisID is Redis's CLIENT ID of the connection (0: unknown).
+func (t *tunnel) RedisID() int64 { return t.redisID }
+
 func (t *tunnel) Close() error {
 	t.n.mu.Lock()
 	delete(t.n.handed, t)
@@ -229,6 +232,9 @@ func (n *Node) hand(c any, close func()) bool {
 	n.mu.Unlock()
 	return true
 }
+
+// String is the node's address.
+func (n *Node) String() string { return n.Addr }
 
 // Refusal is the error every request to the node gets now instead of being
 // sent (it was found not to be the master): a resp.Error with NotMaster's

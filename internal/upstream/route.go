@@ -3,7 +3,6 @@ package upstream
 import (
 	"bytes"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/pubsub"
 )
 
 // A request sent into the cluster follows its slot: an -MOVED reply updates
@@ -258,13 +258,38 @@ func (c *Cluster) WaitReplicas(cl *Client, args [][]byte, offsetKey string, p *r
 }
 
 // Subscribe returns the client's subscriber: its channels and patterns on
-// one connection, its shard channels on their masters (subscriber).
+// one connection, its shard channels on their masters (package pubsub).
 func (c *Cluster) Subscribe(cl *Client) (Tunnel, error) {
-	sub, err := c.newSubscriber(cl.ID, cl.RESP3)
+	sub, err := pubsub.New(&c.pubsub, cl.ID, cl.RESP3)
 	if err != nil {
 		return nil, backend.ErrUnavailable
 	}
 	return sub, nil
+}
+
+// forwardFor serves a subscriber's request that is not its home
+// connection's to answer (pubsub.Options.Forward).
+func (c *Cluster) forwardFor(id int64, resp3 bool, req [][]byte, p *resp.Reply) {
+	c.Forward(&Client{ID: id, RESP3: resp3}, req, p)
+}
+
+// elsewhere reports whether a subscriber's request (name: lower case) goes
+// to every master, or to a master other than home (pubsub.Options.Elsewhere).
+func (c *Cluster) elsewhere(name string, args [][]byte, home *Node) bool {
+	if fanout.Broadcasts([]byte(name), args) {
+		return true
+	}
+	if name == "scan" || name == "dbsize" || keyedSlot([]byte(name), args) >= 0 {
+		return true
+	}
+	if cmd := c.keys.LookupBytes(args[0]); cmd != nil {
+		for _, at := range cmd.Keys(nil, args) {
+			if c.MasterForKey(args[at]) != home {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // RetryAfterRefresh reports whether a request answered with reply (or
@@ -275,7 +300,7 @@ func (c *Cluster) RetryAfterRefresh(reply []byte, err error) bool {
 	if err != nil {
 		return errors.Is(err, backend.ErrUnavailable)
 	}
-	return Redirected(reply)
+	return fanout.Redirected(reply)
 }
 
 // Refusal is nil: a Redis Cluster's masters are not guarded (a failed
@@ -393,15 +418,15 @@ func (f *flight) send(n *Node, asking bool) {
 // redirect, sends the request again from a goroutine of its own.
 func (f *flight) replied() {
 	reply := f.sub.Buf[f.start:]
-	kind := redirectKind(reply)
+	kind := fanout.RedirectOf(reply)
 	if f.sub.Err == backend.ErrUnavailable {
-		kind = retry // not sent: the master could not be reached
+		kind = fanout.Retry // not sent: the master could not be reached
 	}
-	if kind != notRedirect && f.tries < maxRedirects && time.Since(f.began) < RetryWindow {
+	if kind != fanout.NotRedirect && f.tries < maxRedirects && time.Since(f.began) < RetryWindow {
 		f.tries++
 		f.client.Buf = f.sub.Buf[:f.start]
-		slot, addr := parseRedirect(reply)
-		if (kind == moved || kind == ask) && slot >= 0 {
+		slot, addr := fanout.ParseRedirect(reply)
+		if (kind == fanout.Moved || kind == fanout.Ask) && slot >= 0 {
 			// To a master already connected: resend from here, so that a
 			// client's requests redirected together keep their order (this
 			// reader sees their replies in order).
@@ -409,8 +434,8 @@ func (f *flight) replied() {
 				// Resend before the view changes: a request the client
 				// sends later, routed by the new view, queues behind it.
 				// (f may be done and reused once sent: keep what we need.)
-				c, isMoved := f.c, kind == moved
-				f.send(n, kind == ask)
+				c, isMoved := f.c, kind == fanout.Moved
+				f.send(n, kind == fanout.Ask)
 				if isMoved {
 					c.Moved(slot, addr)
 				}
@@ -438,19 +463,19 @@ func (f *flight) replied() {
 	}
 }
 
-func (f *flight) redirect(kind redirect, slot int, addr string) {
+func (f *flight) redirect(kind fanout.Redirect, slot int, addr string) {
 	if slot < 0 {
-		kind = retry
+		kind = fanout.Retry
 	}
 	switch kind {
-	case moved:
+	case fanout.Moved:
 		f.c.Moved(slot, addr)
 		if n := f.c.MasterForSlot(slot); n != nil && n.Addr == addr {
 			f.send(n, false)
 			return
 		}
 		// A master the proxy has not connected to yet: wait for the refresh.
-	case ask:
+	case fanout.Ask:
 		if n, err := f.c.nodeIfKnown(addr); err == nil {
 			f.send(n, true)
 			return
@@ -472,49 +497,4 @@ func (c *Cluster) nodeIfKnown(addr string) (*Node, error) {
 		return n, nil
 	}
 	return nil, ErrUnavailable
-}
-
-type redirect int
-
-const (
-	notRedirect redirect = iota
-	moved
-	ask
-	retry
-)
-
-// redirectKind classifies an error reply that a request survives by going
-// elsewhere or again.
-func redirectKind(reply []byte) redirect {
-	if len(reply) < 4 || reply[0] != '-' {
-		return notRedirect
-	}
-	switch {
-	case bytes.HasPrefix(reply, []byte("-MOVED ")):
-		return moved
-	case bytes.HasPrefix(reply, []byte("-ASK ")):
-		return ask
-	case bytes.HasPrefix(reply, []byte("-TRYAGAIN")), bytes.HasPrefix(reply, []byte("-CLUSTERDOWN")):
-		return retry
-	}
-	return notRedirect
-}
-
-// Redirected reports whether an error reply from a master means the request
-// did not run there and may go again once the topology is known (MOVED,
-// ASK, TRYAGAIN, CLUSTERDOWN). A master that could not be reached is an
-// error instead (ErrUnavailable).
-func Redirected(reply []byte) bool { return redirectKind(reply) != notRedirect }
-
-// parseRedirect reads "-MOVED 3999 127.0.0.1:6381\r\n" (or -ASK).
-func parseRedirect(reply []byte) (slot int, addr string) {
-	f := bytes.Fields(reply)
-	if len(f) < 3 {
-		return -1, ""
-	}
-	slot, err := strconv.Atoi(string(f[1]))
-	if err != nil || slot < 0 || slot >= SlotCount {
-		return -1, ""
-	}
-	return slot, string(f[2])
 }

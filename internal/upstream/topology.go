@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/pubsub"
 )
 
 // SlotCount is the number of hash slots of Redis Cluster.
@@ -57,10 +58,12 @@ type Cluster struct {
 
 	// tmu guards trackers: the tracking clients' connections, which follow
 	// the masters (tracker.go). subscribers are the pub/sub clients by
-	// proxy client id, for CLIENT TRACKING REDIRECT.
+	// proxy client id, for CLIENT TRACKING REDIRECT; pubsub is what they
+	// all share.
 	tmu         sync.Mutex
 	trackers    map[*tracker]bool
-	subscribers sync.Map // int64 -> *subscriber
+	subscribers pubsub.Registry[*Node]
+	pubsub      pubsub.Options[*Node]
 
 	refreshNow chan struct{}
 	done       chan struct{}
@@ -86,6 +89,10 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 		known:      slices.Clone(opts.Seeds),
 		refreshNow: make(chan struct{}, 1),
 		done:       make(chan struct{}),
+	}
+	c.pubsub = pubsub.Options[*Node]{
+		Topology: c, Forward: c.forwardFor, Elsewhere: c.elsewhere,
+		Registry: &c.subscribers, RetryWindow: RetryWindow, Log: c.log,
 	}
 	c.setOwnKeys(opts.OwnKeys)
 	if err := c.refresh(ctx); err != nil {

@@ -48,8 +48,8 @@ import (
 //  3. NOLOOP: the client's writes travel on the same connections.
 //  4. REDIRECT id names a proxy client subscribed to __redis__:invalidate
 //     (or, RESP3, to anything): its subscriber holds a connection to every
-//     master (the channel is mirrored as keyspace channels are, mirror.go),
-//     and each master's CLIENT TRACKING redirects to the target's
+//     master (the channel is mirrored as keyspace channels are: package
+//     pubsub), and each master's CLIENT TRACKING redirects to the target's
 //     connection on that master. tracking-redir-broken names the proxy id.
 //  5. Pushes from every connection reach the client through one stream
 //     (the onPush given to Track: protocol's Conn.Push), each after the
@@ -490,11 +490,11 @@ func (t *tracker) forNode(args [][]byte, n *Node) ([][]byte, error) {
 			if !ok {
 				continue // Redis's own error
 			}
-			s := t.c.subscriberOf(id)
+			s := t.c.subscribers.Of(id)
 			if s == nil {
 				return nil, errRedirectGone
 			}
-			redisID, ok := s.redisIDOn(n)
+			redisID, ok := s.RedisIDOn(n)
 			if !ok {
 				return nil, errRedirectGone
 			}
@@ -669,8 +669,8 @@ func (t *tracker) invalidate(keyList [][]byte) {
 		value = []byte("$-1\r\n")
 	}
 	if redirect != 0 {
-		if s := t.c.subscriberOf(redirect); s != nil {
-			s.invalidated(value)
+		if s := t.c.subscribers.Of(redirect); s != nil {
+			s.Invalidated(value)
 		}
 		return
 	}

@@ -10,7 +10,7 @@ import (
 // rawTunnel is a pub/sub client's connection of its own to a standalone
 // master, copied to the client as it is: one Redis node gives every
 // answer and relays every message. (In front of a Redis Cluster, shard
-// channels live on their slots' masters: see subscriber.)
+// channels live on their slots' masters: see package pubsub.)
 type rawTunnel struct{ net.Conn }
 
 // Start copies what Redis writes to client until either ends.

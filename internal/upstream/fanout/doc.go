@@ -10,7 +10,9 @@
 // SLOWLOG, LATENCY, ...), which runs on every master. Anything else that
 // spans slots is refused with Redis Cluster's own -CROSSSLOT. Each entry
 // names its Merge (merge.go); MergeInfo merges INFO texts; Mirrored says
-// which pub/sub names are heard from every master.
+// which pub/sub names are heard from every master. RedirectOf says what a
+// master's refusal means (MOVED, ASK: another master; TRYAGAIN,
+// CLUSTERDOWN: again, once the cluster settles).
 //
 // The package does no I/O and keeps no state: package upstream sends the
 // parts and hands their replies here (FanIn, Into). A merge never writes

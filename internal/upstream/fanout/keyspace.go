@@ -7,7 +7,7 @@ import "bytes"
 // from one (keyspace notifications, which a node publishes only to its own
 // subscribers, and redirected client-side caching invalidations). PUBSUB
 // NUMSUB counts such a channel's subscribers once (merge.go); package
-// upstream's mirror.go subscribes them on every master, and says why.
+// package pubsub (mirror.go) subscribes them on every master, and says why.
 
 var (
 	keyspacePrefix = []byte("__keyspace@")

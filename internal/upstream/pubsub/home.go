@@ -1,4 +1,4 @@
-package upstream
+package pubsub
 
 import (
 	"time"
@@ -8,7 +8,7 @@ import (
 )
 
 // Ordinary commands on a subscriber's connection. A client that used
-// pub/sub keeps its connection's tunnel (commands' pubsub.go), and its
+// pub/sub keeps its connection's tunnel (package commands' pubsub.go), and its
 // later commands go home: a RESP2 client with no subscription left (Redis's
 // suite sends UNSUBSCRIBE, then SET foo and CONFIG SET, on its one
 // connection) or a RESP3 client, which may send anything while subscribed.
@@ -18,7 +18,7 @@ import (
 // requests it sent home that get one reply each, in order (asking). A
 // request for another master, or for every master, is not sent home: a
 // PING holds its turn there, and when the PING's reply comes, the request
-// goes by the ordinary path (Forward) and its reply takes the PING's place
+// goes by the ordinary path (Options.Forward) and its reply takes the PING's place
 // in the stream; a reply that is a redirect is replaced the same way.
 // Home's reader waits for it, so the replies keep the order of the
 // requests, and no MOVED or ASK reaches the client. A RESP2 client that is
@@ -49,8 +49,8 @@ const replyOtherMasterPubsub = "-CROSSSLOT fenceproxy: this key is on another Re
 const replyMovedTimeout = "-ERR fenceproxy: the key's Redis Cluster master did not answer in time; the command may or may not have run\r\n"
 
 // movedWait bounds how long a redirected request waits for its key's
-// master (RetryWindow, and the reply itself).
-const movedWait = RetryWindow + 5*time.Second
+// master, beyond RetryWindow (the reply itself).
+const movedWait = 5 * time.Second
 
 // asked is a request sent home that gets one reply; placeholder: a PING
 // went in its stead.
@@ -62,32 +62,19 @@ type asked struct {
 // elsewhere reports whether a request (name: lower case) is not home's to
 // answer: it goes to every master, or to another master than home's, and
 // the client may send it now (RESP3, or RESP2 with no subscription left).
-func (s *subscriber) elsewhere(name string, args [][]byte) bool {
+func (s *Subscriber[N]) elsewhere(name string, args [][]byte) bool {
 	s.mu.Lock()
 	subscribed := !s.resp3 && (s.homeSubs > 0 || len(s.channels) > 0)
 	s.mu.Unlock()
 	if subscribed || name == "ping" || name == "quit" || name == "reset" || name == "hello" {
 		return false
 	}
-	if fanout.Broadcasts([]byte(name), args) {
-		return true
-	}
-	if name == "scan" || name == "dbsize" || keyedSlot([]byte(name), args) >= 0 {
-		return true
-	}
-	if cmd := s.c.keys.LookupBytes(args[0]); cmd != nil {
-		for _, at := range cmd.Keys(nil, args) {
-			if s.c.MasterForKey(args[at]) != s.homeNode {
-				return true
-			}
-		}
-	}
-	return false
+	return s.opts.Elsewhere(name, args, s.homeNode)
 }
 
 // noteSubscriptions records home's count of the client's subscriptions
 // from an (un)subscribe confirmation.
-func (s *subscriber) noteSubscriptions(msg []byte) {
+func (s *Subscriber[N]) noteSubscriptions(msg []byte) {
 	elems, ok := resp.Elements(msg)
 	if !ok || len(elems) != 3 {
 		return
@@ -102,7 +89,7 @@ func (s *subscriber) noteSubscriptions(msg []byte) {
 // homeReply takes the oldest request asking for the reply msg; if msg is
 // its placeholder's, or redirects it, the request goes by Forward and its
 // reply is what the client gets.
-func (s *subscriber) homeReply(msg []byte) []byte {
+func (s *Subscriber[N]) homeReply(msg []byte) []byte {
 	s.mu.Lock()
 	var a asked
 	if len(s.asking) > 0 {
@@ -113,17 +100,17 @@ func (s *subscriber) homeReply(msg []byte) []byte {
 	resp3 := s.resp3
 	s.mu.Unlock()
 	req := a.req
-	if k := redirectKind(msg); !a.placeholder && k != moved && k != ask {
+	if k := fanout.RedirectOf(msg); !a.placeholder && k != fanout.Moved && k != fanout.Ask {
 		return msg
 	} else if req == nil {
 		return []byte(replyOtherMasterPubsub)
 	}
 	done := make(chan struct{})
 	p := resp.NewReplyFunc(func() { close(done) })
-	s.c.Forward(&Client{ID: s.id, RESP3: resp3}, req, p)
+	s.opts.Forward(s.id, resp3, req, p)
 	select {
 	case <-done:
-	case <-time.After(movedWait):
+	case <-time.After(s.opts.RetryWindow + movedWait):
 		return []byte(replyMovedTimeout)
 	}
 	if p.Err != nil {

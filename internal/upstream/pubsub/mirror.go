@@ -1,4 +1,4 @@
-package upstream
+package pubsub
 
 import (
 	"bytes"
@@ -42,7 +42,8 @@ import (
 // __redis__:invalidate is mirrored too: each master sends a redirected
 // client-side caching invalidation (CLIENT TRACKING ... REDIRECT) only to
 // the connection named on it, and a tracking client's connection to each
-// master redirects to the target's connection there (tracker.go).
+// master redirects to the target's connection there (package upstream's
+// tracker.go).
 
 const (
 	// mirrorCheckEvery is how often a subscriber with mirrored names
@@ -67,7 +68,7 @@ type mirrorWait struct {
 // mirror sends the mirrored names of a (p)(un)subscribe request (kind, in
 // lower case) to every mirror, opening them (and the watcher) on the first.
 // An unsubscribe without names goes to every mirror.
-func (s *subscriber) mirror(kind string, args [][]byte) {
+func (s *Subscriber[N]) mirror(kind string, args [][]byte) {
 	subscribing := kind == "subscribe" || kind == "psubscribe"
 	base := kind
 	if !subscribing {
@@ -134,9 +135,9 @@ func (s *subscriber) mirror(kind string, args [][]byte) {
 }
 
 // otherMasters is the masters but the home connection's.
-func (s *subscriber) otherMasters() []*Node {
-	var out []*Node
-	for _, n := range s.c.Masters() {
+func (s *Subscriber[N]) otherMasters() []N {
+	var out []N
+	for _, n := range s.opts.Topology.Masters() {
 		if n != s.homeNode {
 			out = append(out, n)
 		}
@@ -146,7 +147,7 @@ func (s *subscriber) otherMasters() []*Node {
 
 // mirrorConn returns the mirror connection to n, dialing it (and starting
 // its reader) on first use; nil if n cannot be reached or s is closed.
-func (s *subscriber) mirrorConn(n *Node) net.Conn {
+func (s *Subscriber[N]) mirrorConn(n N) net.Conn {
 	s.mu.Lock()
 	c := s.mirrors[n]
 	s.mu.Unlock()
@@ -179,7 +180,7 @@ func (s *subscriber) mirrorConn(n *Node) net.Conn {
 // lives: it subscribes the mirrored names on a master that has none (a
 // promoted replica, a master added) and closes the mirror of a node that
 // is no longer a master.
-func (s *subscriber) watch() {
+func (s *Subscriber[N]) watch() {
 	tick := time.NewTicker(mirrorCheckEvery)
 	defer tick.Stop()
 	for range tick.C {
@@ -188,7 +189,7 @@ func (s *subscriber) watch() {
 			s.mu.Unlock()
 			return
 		}
-		masters := s.c.Masters()
+		masters := s.opts.Topology.Masters()
 		var gone []net.Conn
 		for n, c := range s.mirrors {
 			if !slices.Contains(masters, n) {
@@ -197,7 +198,7 @@ func (s *subscriber) watch() {
 				gone = append(gone, c)
 			}
 		}
-		var missing []*Node
+		var missing []N
 		for _, n := range masters {
 			if n != s.homeNode && s.mirrors[n] == nil {
 				missing = append(missing, n)
@@ -221,7 +222,7 @@ func (s *subscriber) watch() {
 
 // dropWaitsLocked forgets what conn owed confirmations for. Called with
 // s.mu held.
-func (s *subscriber) dropWaitsLocked(conn net.Conn) {
+func (s *Subscriber[N]) dropWaitsLocked(conn net.Conn) {
 	for w := range s.unconfirmed {
 		if w.conn == conn {
 			delete(s.unconfirmed, w)
@@ -231,7 +232,7 @@ func (s *subscriber) dropWaitsLocked(conn net.Conn) {
 }
 
 // isMaster reports whether n masters slots now.
-func (s *subscriber) isMaster(n *Node) bool { return slices.Contains(s.c.Masters(), n) }
+func (s *Subscriber[N]) isMaster(n N) bool { return slices.Contains(s.opts.Topology.Masters(), n) }
 
 // pubsubMessage reads a pub/sub message: its kind (message, pmessage,
 // subscribe ...; lower case) and channel (for pmessage the channel, not the
@@ -258,14 +259,14 @@ func pubsubMessage(msg []byte) (kind string, name, channel []byte, ok bool) {
 // mirrorMessage decides what of a mirror connection's message reaches the
 // client: keyspace messages while its node is a master, nothing else (its
 // confirmations count down what home's wait for).
-func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte {
+func (s *Subscriber[N]) mirrorMessage(conn net.Conn, msg []byte, node N) []byte {
 	kind, name, channel, ok := pubsubMessage(msg)
 	if !ok && isInvalidatePush(msg) {
 		return msg // a redirected invalidation to a RESP3 client
 	}
 	if !ok {
 		if len(msg) > 0 && msg[0] == '-' {
-			s.c.log.Warn("a Redis Cluster master refused a keyspace subscription the proxy mirrored there", "addr", node.Addr, "reply", string(msg))
+			s.opts.Log.Warn("a Redis Cluster master refused a keyspace subscription the proxy mirrored there", "master", node.String(), "reply", string(msg))
 		}
 		return nil
 	}
@@ -292,7 +293,7 @@ func (s *subscriber) mirrorMessage(conn net.Conn, msg []byte, node *Node) []byte
 // client: everything, but a keyspace message only while home's node is a
 // master; a confirmation of a mirrored name once every mirror has
 // confirmed it too (within confirmPatience).
-func (s *subscriber) homeMessage(msg []byte, node *Node) []byte {
+func (s *Subscriber[N]) homeMessage(msg []byte, node N) []byte {
 	kind, name, channel, ok := pubsubMessage(msg)
 	push := ok && pushKinds[kind]
 	if len(msg) > 0 && s.protocol() {
@@ -332,7 +333,7 @@ func (s *subscriber) homeMessage(msg []byte, node *Node) []byte {
 
 // waitingFor reports whether a mirror still owes a confirmation of m.
 // Called with s.mu held.
-func (s *subscriber) waitingFor(m mirrorName) bool {
+func (s *Subscriber[N]) waitingFor(m mirrorName) bool {
 	for w := range s.unconfirmed {
 		if w.mirrorName == m {
 			return true
@@ -341,28 +342,19 @@ func (s *subscriber) waitingFor(m mirrorName) bool {
 	return false
 }
 
-// Redirected invalidations (CLIENT TRACKING ... REDIRECT, tracker.go): a
-// subscriber is a redirect target on every master, through its home
-// connection and its mirrors.
-
-// subscriberOf is the subscriber of the proxy's client id, nil if it has
-// none.
-func (c *Cluster) subscriberOf(id int64) *subscriber {
-	if s, ok := c.subscribers.Load(id); ok {
-		return s.(*subscriber)
-	}
-	return nil
-}
+// Redirected invalidations (CLIENT TRACKING ... REDIRECT, package
+// upstream's tracker.go): a subscriber is a redirect target on every
+// master, through its home connection and its mirrors.
 
 // RedisID is the Redis client id of the home connection (commands'
 // REDIRECT check: the client holds a tunnel).
-func (s *subscriber) RedisID() int64 { return s.home.(*tunnel).redisID }
+func (s *Subscriber[N]) RedisID() int64 { return redisID(s.home) }
 
-// redisIDOn is the Redis client id of the subscriber's connection to n,
+// RedisIDOn is the Redis client id of the subscriber's connection to n,
 // where a tracking client's connection to n redirects its invalidations:
 // home's, or the mirror's, opened (with the mirrored names subscribed) if
 // there is none yet.
-func (s *subscriber) redisIDOn(n *Node) (int64, bool) {
+func (s *Subscriber[N]) RedisIDOn(n N) (int64, bool) {
 	if n == s.homeNode {
 		return s.RedisID(), true
 	}
@@ -375,12 +367,12 @@ func (s *subscriber) redisIDOn(n *Node) (int64, bool) {
 		}
 		s.subscribeMirrored(conn)
 	}
-	t, ok := conn.(*tunnel)
-	return t.redisID, ok && t.redisID != 0
+	id := redisID(conn)
+	return id, id != 0
 }
 
 // subscribeMirrored subscribes the mirrored names on a new mirror.
-func (s *subscriber) subscribeMirrored(conn net.Conn) {
+func (s *Subscriber[N]) subscribeMirrored(conn net.Conn) {
 	s.mu.Lock()
 	var channels, patterns [][]byte
 	for m := range s.mirrored {
@@ -399,11 +391,11 @@ func (s *subscriber) subscribeMirrored(conn net.Conn) {
 	}
 }
 
-// invalidated writes an invalidation a tracker makes itself (value: the
+// Invalidated writes an invalidation a tracker makes itself (value: the
 // keys, or a null for all of them) to the client, as Redis writes one to a
 // redirect target: a push in RESP3, a __redis__:invalidate message in
 // RESP2 (only while subscribed to it, as Redis sends it only then).
-func (s *subscriber) invalidated(value []byte) {
+func (s *Subscriber[N]) Invalidated(value []byte) {
 	var msg []byte
 	if s.protocol() {
 		msg = append([]byte(">2\r\n$10\r\ninvalidate\r\n"), value...)

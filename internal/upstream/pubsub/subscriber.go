@@ -1,4 +1,4 @@
-package upstream
+package pubsub
 
 import (
 	"bufio"
@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 )
 
-// subscriber is a subscribed client in front of a Redis Cluster. Its
+// Subscriber is a subscribed client in front of a Redis Cluster. Its
 // SUBSCRIBE, PSUBSCRIBE and every other request go to one "home" connection
 // (every node relays every PUBLISH); its shard channels (SSUBSCRIBE) are
 // subscribed on a connection to each channel's master. Each connection's
@@ -28,8 +30,8 @@ import (
 // Keyspace notification channels, and patterns that may match one, are
 // also subscribed on a mirror connection to every other master
 // (mirror.go).
-type subscriber struct {
-	c      *Cluster
+type Subscriber[N Master] struct {
+	opts   *Options[N]
 	id     int64    // the proxy's client id
 	client net.Conn // set by Start, under wmu
 
@@ -37,22 +39,22 @@ type subscriber struct {
 
 	mu       sync.Mutex
 	home     net.Conn
-	homeNode *Node
-	shards   map[*Node]net.Conn
+	homeNode N
+	shards   map[N]net.Conn
 	// mirrors are the connections to the masters other than homeNode that
 	// carry the client's mirrored channels and patterns (mirror.go);
 	// mirrored holds those ("subscribe ch" or "psubscribe pat"), to
 	// subscribe on a master that joins later; unconfirmed counts, per
 	// mirror and name, the subscriptions sent and not yet confirmed, which
 	// home's confirmation of that name waits for (cond, with mu).
-	mirrors     map[*Node]net.Conn
+	mirrors     map[N]net.Conn
 	mirrored    map[mirrorName]bool
 	unconfirmed map[mirrorWait]int
 	cond        *sync.Cond
-	watching    bool             // the mirror watcher runs
-	channels    map[string]*Node // shard channels the client holds
-	leaving     map[string]int   // SUNSUBSCRIBEs the client sent, not yet confirmed
-	moving      map[string]int   // our own re-SSUBSCRIBEs, confirmations to swallow
+	watching    bool           // the mirror watcher runs
+	channels    map[string]N   // shard channels the client holds
+	leaving     map[string]int // SUNSUBSCRIBEs the client sent, not yet confirmed
+	moving      map[string]int // our own re-SSUBSCRIBEs, confirmations to swallow
 	// asked holds, per shard connection, the channels of SSUBSCRIBEs sent
 	// and not yet confirmed, oldest first: an error reply (MOVED when the
 	// topology was stale) answers the oldest, which then goes again.
@@ -76,24 +78,26 @@ type subscriber struct {
 	closed   bool
 }
 
-func (c *Cluster) newSubscriber(id int64, resp3 bool) (*subscriber, error) {
-	m := c.Masters()
+// New opens a subscriber's home connection, to the first master, for the
+// proxy's client id (its protocol: resp3); Start relays it to the client.
+func New[N Master](opts *Options[N], id int64, resp3 bool) (*Subscriber[N], error) {
+	m := opts.Topology.Masters()
 	if len(m) == 0 {
-		return nil, ErrUnavailable
+		return nil, backend.ErrUnavailable
 	}
 	home, err := m[0].Tunnel(resp3, 0)
 	if err != nil {
 		return nil, err
 	}
-	s := &subscriber{
-		c: c, id: id, resp3: resp3, home: home, homeNode: m[0],
-		shards:      make(map[*Node]net.Conn),
-		channels:    make(map[string]*Node),
+	s := &Subscriber[N]{
+		opts: opts, id: id, resp3: resp3, home: home, homeNode: m[0],
+		shards:      make(map[N]net.Conn),
+		channels:    make(map[string]N),
 		leaving:     make(map[string]int),
 		moving:      make(map[string]int),
 		asked:       make(map[net.Conn][][]string),
 		hellos:      make(map[net.Conn]int),
-		mirrors:     make(map[*Node]net.Conn),
+		mirrors:     make(map[N]net.Conn),
 		mirrored:    make(map[mirrorName]bool),
 		unconfirmed: make(map[mirrorWait]int),
 	}
@@ -103,17 +107,17 @@ func (c *Cluster) newSubscriber(id int64, resp3 bool) (*subscriber, error) {
 
 // Start relays the home connection to client (and each shard connection,
 // as it opens).
-func (s *subscriber) Start(client net.Conn) {
+func (s *Subscriber[N]) Start(client net.Conn) {
 	s.wmu.Lock()
 	s.client = client
 	s.wmu.Unlock()
-	s.c.subscribers.Store(s.id, s) // a CLIENT TRACKING REDIRECT target (tracker.go)
+	s.opts.Registry.add(s.id, s) // a CLIENT TRACKING REDIRECT target
 	go s.read(s.home, s.homeNode, false)
 }
 
 // Send routes one request: shard (un)subscriptions to their channel's
 // master, everything else home.
-func (s *subscriber) Send(args [][]byte) {
+func (s *Subscriber[N]) Send(args [][]byte) {
 	name := keys.LowerName(args[0])
 	var conn net.Conn
 	var err error
@@ -123,7 +127,7 @@ func (s *subscriber) Send(args [][]byte) {
 		for i, ch := range args[1:] {
 			channels[i] = string(ch)
 		}
-		s.ssubscribe(channels, nil)
+		s.ssubscribe(channels, none[N]())
 		return
 	case name == "sunsubscribe" && len(args) > 1:
 		s.mu.Lock()
@@ -132,8 +136,8 @@ func (s *subscriber) Send(args [][]byte) {
 			s.leaving[string(ch)]++
 		}
 		s.mu.Unlock()
-		if node == nil {
-			node = s.c.MasterForSlot(keys.SlotOf(args[1]))
+		if node == none[N]() {
+			node = s.opts.Topology.MasterForSlot(keys.SlotOf(args[1]))
 		}
 		conn, err = s.shardConn(node)
 	case name == "sunsubscribe":
@@ -192,7 +196,7 @@ func (s *subscriber) Send(args [][]byte) {
 	s.write(conn, args)
 }
 
-func (s *subscriber) write(conn net.Conn, args [][]byte) {
+func (s *Subscriber[N]) write(conn net.Conn, args [][]byte) {
 	if _, err := conn.Write(resp.AppendCommand(nil, args)); err != nil {
 		s.Close()
 	}
@@ -201,10 +205,10 @@ func (s *subscriber) write(conn net.Conn, args [][]byte) {
 // ssubscribe sends SSUBSCRIBE channels to the master of the first one's
 // slot (Redis answers CROSSSLOT if they span slots), avoiding the master
 // "not" that just let them go.
-func (s *subscriber) ssubscribe(channels []string, not *Node) {
-	node := s.c.MasterForSlot(keys.SlotOf([]byte(channels[0])))
+func (s *Subscriber[N]) ssubscribe(channels []string, not N) {
+	node := s.opts.Topology.MasterForSlot(keys.SlotOf([]byte(channels[0])))
 	if node == not {
-		node = nil
+		node = none[N]()
 	}
 	conn, err := s.shardConn(node)
 	if err != nil {
@@ -223,11 +227,11 @@ func (s *subscriber) ssubscribe(channels []string, not *Node) {
 
 // resubscribe sends channels again once the topology names a master for
 // their slot other than not, within RetryWindow.
-func (s *subscriber) resubscribe(channels []string, not *Node) {
+func (s *Subscriber[N]) resubscribe(channels []string, not N) {
 	slot := keys.SlotOf([]byte(channels[0]))
-	deadline := time.Now().Add(RetryWindow)
+	deadline := time.Now().Add(s.opts.RetryWindow)
 	for pause := 20 * time.Millisecond; time.Now().Before(deadline); pause = min(2*pause, 250*time.Millisecond) {
-		s.c.Refresh()
+		s.opts.Topology.Refresh()
 		time.Sleep(pause)
 		s.mu.Lock()
 		closed := s.closed
@@ -235,20 +239,20 @@ func (s *subscriber) resubscribe(channels []string, not *Node) {
 		if closed {
 			return
 		}
-		if node := s.c.MasterForSlot(slot); node != nil && node != not {
+		if node := s.opts.Topology.MasterForSlot(slot); node != none[N]() && node != not {
 			s.ssubscribe(channels, not)
 			return
 		}
 	}
-	s.c.log.Warn("could not follow shard channels to a new master; ending the client's subscription", "channels", channels)
+	s.opts.Log.Warn("could not follow shard channels to a new master; ending the client's subscription", "channels", channels)
 	s.Close()
 }
 
 // shardConn returns the connection to node for shard channels, dialing it
 // (and starting its reader) on first use.
-func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
-	if node == nil {
-		return nil, ErrUnavailable
+func (s *Subscriber[N]) shardConn(node N) (net.Conn, error) {
+	if node == none[N]() {
+		return nil, backend.ErrUnavailable
 	}
 	s.mu.Lock()
 	c := s.shards[node]
@@ -264,7 +268,7 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 	if s.closed {
 		s.mu.Unlock()
 		c.Close()
-		return nil, ErrUnavailable
+		return nil, backend.ErrUnavailable
 	}
 	if other := s.shards[node]; other != nil {
 		s.mu.Unlock()
@@ -283,7 +287,7 @@ func (s *subscriber) shardConn(node *Node) (net.Conn, error) {
 // unless it was a shard or mirror connection to a node that is no longer a
 // master. node is the connection's master; mirror says it is a mirror
 // connection (mirror.go).
-func (s *subscriber) read(conn net.Conn, node *Node, mirror bool) {
+func (s *Subscriber[N]) read(conn net.Conn, node N, mirror bool) {
 	if conn != s.home {
 		defer s.others.Done()
 	}
@@ -343,8 +347,8 @@ func (s *subscriber) read(conn net.Conn, node *Node, mirror bool) {
 // nodeRetired reports whether node no longer masters any slot of the
 // cluster (it failed over or lost its slots): its shard connection may end
 // without ending the client. Called with s.mu held.
-func (s *subscriber) nodeRetired(node *Node) bool {
-	for _, n := range s.c.Masters() {
+func (s *Subscriber[N]) nodeRetired(node N) bool {
+	for _, n := range s.opts.Topology.Masters() {
 		if n == node {
 			return false
 		}
@@ -355,8 +359,8 @@ func (s *subscriber) nodeRetired(node *Node) bool {
 // shardMessage looks at a message from a shard connection: it keeps the
 // channel map up to date, swallows what the client must not see (nil), and
 // rewrites the subscription count of confirmations.
-func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *Node) []byte {
-	if len(msg) > 0 && msg[0] == '-' && Redirected(msg) {
+func (s *Subscriber[N]) shardMessage(conn net.Conn, msg []byte, node N) []byte {
+	if len(msg) > 0 && msg[0] == '-' && fanout.Redirected(msg) {
 		// The oldest SSUBSCRIBE met a slot that moved: send it again.
 		s.mu.Lock()
 		var channels []string
@@ -422,7 +426,7 @@ func (s *subscriber) shardMessage(conn net.Conn, msg []byte, node *Node) []byte 
 
 // confirmed strikes ch from the oldest SSUBSCRIBE on conn that names it.
 // Called with s.mu held.
-func (s *subscriber) confirmed(conn net.Conn, ch string) {
+func (s *Subscriber[N]) confirmed(conn net.Conn, ch string) {
 	q := s.asked[conn]
 	for i, channels := range q {
 		for j, c := range channels {
@@ -453,7 +457,7 @@ func rewriteCount(msg []byte, elems [][]byte, n int) []byte {
 }
 
 // Close ends every Redis connection and the client's.
-func (s *subscriber) Close() {
+func (s *Subscriber[N]) Close() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -469,7 +473,7 @@ func (s *subscriber) Close() {
 	}
 	s.cond.Broadcast() // a confirmation waiting for the mirrors goes
 	s.mu.Unlock()
-	s.c.subscribers.CompareAndDelete(s.id, s)
+	s.opts.Registry.remove(s.id, s)
 	for _, c := range conns {
 		c.Close()
 	}
@@ -484,7 +488,7 @@ func (s *subscriber) Close() {
 // hello follows a HELLO the client sends (home answers it): with a
 // protocol version, the mirrors and shard connections switch too, so that
 // every message reaches the client in one protocol.
-func (s *subscriber) hello(args [][]byte) {
+func (s *Subscriber[N]) hello(args [][]byte) {
 	if len(args) < 2 {
 		return
 	}
@@ -509,7 +513,7 @@ func (s *subscriber) hello(args [][]byte) {
 }
 
 // protocol reports whether new connections speak RESP3.
-func (s *subscriber) protocol() bool {
+func (s *Subscriber[N]) protocol() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.resp3
@@ -517,7 +521,7 @@ func (s *subscriber) protocol() bool {
 
 // helloReply reports whether msg is the reply to a HELLO the subscriber
 // sent on shard connection conn itself (dropped).
-func (s *subscriber) helloReply(conn net.Conn, msg []byte) bool {
+func (s *Subscriber[N]) helloReply(conn net.Conn, msg []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.hellos[conn] == 0 {
@@ -541,7 +545,7 @@ const quitWait = 2 * time.Second
 // (a tracking client redirecting to this one gets tracking-redir-broken
 // from every master from then on, not an invalidation sent to a mirror
 // still open).
-func (s *subscriber) quit() {
+func (s *Subscriber[N]) quit() {
 	s.mu.Lock()
 	s.quitting = true
 	var others []net.Conn
