@@ -111,10 +111,22 @@ func WaitReadable(fd int, ms int) bool {
 // down to the kernel's tick); ok is false if it cannot tell. Data that
 // waited in the socket, or in a connection not yet accepted, is older
 // than its read says.
+//
+// It asks for tcp_info only as far as last_data_recv, into a buffer on the
+// stack: unix.GetsockoptTCPInfo returns the whole struct on the heap, an
+// allocation of every lock request (the grant's lease counts from when
+// its request arrived).
 func LastDataAge(fd int) (age time.Duration, ok bool) {
-	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
-	if err != nil {
+	var info [lastDataRecvEnd]byte
+	n := uint32(len(info))
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_INFO,
+		uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&n)), 0)
+	if errno != 0 || n < uint32(lastDataRecvEnd) {
 		return 0, false
 	}
-	return time.Duration(info.Last_data_recv) * time.Millisecond, true
+	ms := *(*uint32)(unsafe.Pointer(&info[lastDataRecvEnd-4]))
+	return time.Duration(ms) * time.Millisecond, true
 }
+
+// lastDataRecvEnd is where tcp_info's last_data_recv ends.
+const lastDataRecvEnd = int(unsafe.Offsetof(unix.TCPInfo{}.Last_data_recv)) + 4

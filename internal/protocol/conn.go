@@ -158,11 +158,7 @@ func (c *Conn) ArrivedAt() time.Time {
 			age, ok = a.age, a.ok
 		}
 	case c.raw != nil:
-		if sc, isSys := c.raw.(syscall.Conn); isSys {
-			if rc, err := sc.SyscallConn(); err == nil {
-				rc.Control(func(fd uintptr) { age, ok = netloop.LastDataAge(int(fd)) })
-			}
-		}
+		age, ok = lastDataAge(c.raw)
 	}
 	// The kernel counts in ticks (jiffies): last_data_recv may be up to one
 	// tick above the data's true age. Less a whole tick of the coarsest
@@ -174,6 +170,18 @@ func (c *Conn) ArrivedAt() time.Time {
 		return at
 	}
 	return read
+}
+
+// lastDataAge is netloop.LastDataAge of a connection's socket, if it has
+// one. (A function of its own: the closure's captured results would
+// otherwise be allocated on every ArrivedAt, whichever case it takes.)
+func lastDataAge(raw net.Conn) (age time.Duration, ok bool) {
+	if sc, isSys := raw.(syscall.Conn); isSys {
+		if rc, err := sc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { age, ok = netloop.LastDataAge(int(fd)) })
+		}
+	}
+	return age, ok
 }
 
 // arrival is ArrivedAt's look at a goroutine-served socket (rawConn).
