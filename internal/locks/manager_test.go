@@ -427,7 +427,7 @@ func (f releasedFunc) Released(released bool, err error) { f(released, err) }
 
 type nowScripts struct{ *fakeScripts }
 
-func (s nowScripts) StartThen(key string, call lockwriter.ScriptCall, wantAcks bool, then lockwriter.ReplyIn) bool {
+func (s nowScripts) StartThen(_ *lockwriter.Write, key string, call lockwriter.ScriptCall, wantAcks bool, then lockwriter.ReplyIn) bool {
 	if s.noMaster {
 		return false // as the lock writer's: Start then says so
 	}

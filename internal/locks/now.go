@@ -51,7 +51,7 @@ type nowStore interface {
 // reply (lockwriter.Writer.StartThen): then is told on the goroutine that
 // reads it, or not at all when StartThen reports false.
 type nowRunner interface {
-	StartThen(key string, call lockwriter.ScriptCall, wantAcks bool, then lockwriter.ReplyIn) bool
+	StartThen(w *lockwriter.Write, key string, call lockwriter.ScriptCall, wantAcks bool, then lockwriter.ReplyIn) bool
 }
 
 // errWouldWait: a token the store cannot hand out without I/O (a new
@@ -136,7 +136,7 @@ func (m *Manager) AcquireNow(ctx context.Context, resource, owner, clientAddr st
 		x.leaseFrom = time.Now()
 	}
 	if x.a, err = m.acquireCall(resource, keys, owner, clientAddr, ttl, false, false, nil, true); err != nil ||
-		!runner.StartThen(keys[0], x.a.call, true, x) {
+		!runner.StartThen(&x.kept, keys[0], x.a.call, true, x) {
 		m.serial.unlock(resource, turn) // a candidate drawn is skipped: tokens need not be consecutive
 		return false
 	}
@@ -146,6 +146,7 @@ func (m *Manager) AcquireNow(ctx context.Context, resource, owner, clientAddr st
 // acquiring is one AcquireNow in flight: tryAcquire's arguments and
 // attempt, and the grant's settling.
 type acquiring struct {
+	kept lockwriter.Write // its script's write (StartThen keeps it here: no allocation of its own)
 	settling
 	m                           *Manager
 	ctx                         context.Context
@@ -290,7 +291,7 @@ func (m *Manager) RenewNow(resource, owner string, ttl time.Duration, received t
 		return false
 	}
 	x := &renewing{m: m, resource: resource, key: keys[0], ttl: ttl, now: time.Now(), received: received, evictable: evictable, turn: turn, done: done}
-	if !runner.StartThen(x.key, m.renewCall(keys, owner, ttl, newest, x.now), true, x) {
+	if !runner.StartThen(&x.kept, x.key, m.renewCall(keys, owner, ttl, newest, x.now), true, x) {
 		m.serial.unlock(resource, turn)
 		return false
 	}
@@ -299,6 +300,7 @@ func (m *Manager) RenewNow(resource, owner string, ttl time.Duration, received t
 
 // renewing is one RenewNow in flight.
 type renewing struct {
+	kept          lockwriter.Write // its script's write (StartThen keeps it here: no allocation of its own)
 	m             *Manager
 	resource, key string
 	ttl           time.Duration
@@ -359,7 +361,7 @@ func (m *Manager) ReleaseNow(resource, owner string, done ReleaseDone) bool {
 	if head != nil {
 		x.hand = &handing{head: head, token: token, newest: newest, call: call, now: now}
 	}
-	if !runner.StartThen(keys[0], call, head != nil, x) {
+	if !runner.StartThen(&x.kept, keys[0], call, head != nil, x) {
 		if head != nil {
 			m.waiting.unclaim(resource, head, false, token) // not run: Release claims it again
 		}
@@ -372,6 +374,7 @@ func (m *Manager) ReleaseNow(resource, owner string, done ReleaseDone) bool {
 // releasing is one ReleaseNow in flight; hand is its handoff to the head
 // of the line, if it has one.
 type releasing struct {
+	kept     lockwriter.Write // its script's write (StartThen keeps it here: no allocation of its own)
 	m        *Manager
 	resource string
 	turn     *serialEntry
@@ -437,7 +440,7 @@ func (m *Manager) RecipeAcquireNow(ctx context.Context, key, tokenKey, holder, c
 		newest = n
 	}
 	if err != nil || m.hashAcquireCall(&x.g, key, side, tokenKey, holder, clientAddr, lease, nil, newest, true) != nil ||
-		!runner.StartThen(key, x.g.call, true, x) {
+		!runner.StartThen(&x.kept, key, x.g.call, true, x) {
 		m.serial.unlock(key, turn)
 		return false
 	}
@@ -447,6 +450,7 @@ func (m *Manager) RecipeAcquireNow(ctx context.Context, key, tokenKey, holder, c
 // recipeAcquiring is one RecipeAcquireNow in flight: recipeAcquire's
 // arguments and attempt, and the grant's settling.
 type recipeAcquiring struct {
+	kept lockwriter.Write // its script's write (StartThen keeps it here: no allocation of its own)
 	settling
 	m                                       *Manager
 	ctx                                     context.Context
@@ -513,7 +517,7 @@ func (m *Manager) RecipeUnlockNow(u RecipeUnlock, done func(n int64, null bool, 
 		return false
 	}
 	x := &recipeUnlocking{m: m, u: u, turn: turn, done: done}
-	if !runner.StartThen(u.Key, m.recipeUnlockCall(u), false, x) {
+	if !runner.StartThen(&x.kept, u.Key, m.recipeUnlockCall(u), false, x) {
 		m.serial.unlock(u.Key, turn)
 		return false
 	}
@@ -522,6 +526,7 @@ func (m *Manager) RecipeUnlockNow(u RecipeUnlock, done func(n int64, null bool, 
 
 // recipeUnlocking is one RecipeUnlockNow in flight.
 type recipeUnlocking struct {
+	kept lockwriter.Write // its script's write (StartThen keeps it here: no allocation of its own)
 	m    *Manager
 	u    RecipeUnlock
 	turn *serialEntry
@@ -567,7 +572,7 @@ func (m *Manager) RecipeValueWriteNow(ctx context.Context, v ValueWrite, clientA
 	x := &valueWriting{m: m, ctx: ctx, v: v, side: side, clientAddr: clientAddr, received: received, evictable: evictable, turn: turn, done: done}
 	x.g.candidate = candidate
 	m.valueWriteCall(&x.g, v, side, clientAddr, newest)
-	if !runner.StartThen(v.Key, x.g.call, true, x) {
+	if !runner.StartThen(&x.kept, v.Key, x.g.call, true, x) {
 		m.serial.unlock(v.Key, turn)
 		return false
 	}
@@ -577,6 +582,7 @@ func (m *Manager) RecipeValueWriteNow(ctx context.Context, v ValueWrite, clientA
 // valueWriting is one RecipeValueWriteNow in flight: RecipeValueWrite's
 // arguments and attempt, and the write's settling.
 type valueWriting struct {
+	kept lockwriter.Write // its script's write (StartThen keeps it here: no allocation of its own)
 	settling
 	m                *Manager
 	ctx              context.Context
@@ -642,7 +648,7 @@ func (m *Manager) RecipeValueReleaseNow(key, holder string, done func(ValueRelea
 		return false
 	}
 	x := &valueReleasing{m: m, key: key, turn: turn, done: done}
-	if !runner.StartThen(key, m.valueReleaseCall(key, m.recordKey(key), holder), false, x) {
+	if !runner.StartThen(&x.kept, key, m.valueReleaseCall(key, m.recordKey(key), holder), false, x) {
 		m.serial.unlock(key, turn)
 		return false
 	}
@@ -651,6 +657,7 @@ func (m *Manager) RecipeValueReleaseNow(key, holder string, done func(ValueRelea
 
 // valueReleasing is one RecipeValueReleaseNow in flight.
 type valueReleasing struct {
+	kept lockwriter.Write // its script's write (StartThen keeps it here: no allocation of its own)
 	m    *Manager
 	key  string
 	turn *serialEntry

@@ -413,14 +413,21 @@ func (wr *Writer) StartOn(ctx context.Context, node *upstream.Node, call ScriptC
 // in, as Start would return it (Complete). It reports false, having done
 // nothing, when the master's queue is full or no master is known: the
 // caller uses Start.
-func (wr *Writer) StartThen(key string, call ScriptCall, wantAcks bool, then ReplyIn) bool {
+//
+// w is where the write is kept: a zero Write of the caller's own (a field
+// of its request, which then is one allocation, not two), untouched by the
+// caller from then on; nil allocates one.
+func (wr *Writer) StartThen(w *Write, key string, call ScriptCall, wantAcks bool, then ReplyIn) bool {
 	node := wr.master(key)
 	if node == nil {
 		return false
 	}
-	w := &Write{call: wr.sendable(node, call), wantAcks: wantAcks, node: node, then: then, sha: call.SHA, key: key, wr: wr}
+	if w == nil {
+		w = new(Write)
+	}
+	*w = Write{call: wr.sendable(node, call), wantAcks: wantAcks, node: node, then: then, sha: call.SHA, key: key, wr: wr}
 	w.replied.Add(1)
-	w.own = *resp.NewReplyTo(w)
+	w.own = resp.ReplyTo(w)
 	w.reply = &w.own
 	return wr.writers(node).queue(context.Background(), w, false)
 }

@@ -153,7 +153,8 @@ func (f acksFunc) AcksIn()           { f() }
 // TestStartThen: StartThen answers as Start does, on the writer's
 // goroutine, without its caller waiting: a script's reply and its WAIT's
 // count (AcksThen, before and after the WAIT is in), and a script that
-// meets NOSCRIPT (SCRIPT FLUSH) sent again with its source.
+// meets NOSCRIPT (SCRIPT FLUSH) sent again with its source; in the
+// caller's storage or its own.
 func TestStartThen(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	testenv.StartReplica(t, master)
@@ -173,7 +174,14 @@ func TestStartThen(t *testing.T) {
 			ackErr error
 		}
 		done := make(chan outcome, 2)
-		if !wr.StartThen("k", call, true, replyFunc(func(w *Write) {
+		var kept *Write // the caller's storage, as the lock path passes it; nil once
+		if when != "first" {
+			kept = new(Write)
+		}
+		if !wr.StartThen(kept, "k", call, true, replyFunc(func(w *Write) {
+			if kept != nil && when == "known" && w != kept {
+				t.Errorf("%s: told of a Write other than the one kept for it", when)
+			}
 			v, err := w.Reply()
 			w.AcksThen(acksFunc(func() {
 				n, aerr := w.Acks()
@@ -223,7 +231,7 @@ func TestWriterNodeClosed(t *testing.T) {
 				// Told once too, the write queued, refused or sent
 				// (StartThen's answer to a closing node goes through
 				// Start's rules: Complete).
-				if !wr.StartThen("k", call, i%2 == 0, replyFunc(func(w *Write) { _, err := w.Reply(); answered <- err })) {
+				if !wr.StartThen(nil, "k", call, i%2 == 0, replyFunc(func(w *Write) { _, err := w.Reply(); answered <- err })) {
 					answered <- upstream.ErrUnavailable // not queued: nothing was done
 				}
 				return

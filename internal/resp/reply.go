@@ -75,6 +75,10 @@ func Null(resp3 bool) []byte {
 // Completer that keeps and reuses it (a client connection's batch).
 func NewReplyTo(c Completer) *Reply { return &Reply{to: c} }
 
+// ReplyTo is NewReplyTo's Reply as a value, for a Completer that keeps its
+// Reply in itself (one allocation for both).
+func ReplyTo(c Completer) Reply { return Reply{to: c} }
+
 // NewReply returns a Reply whose Done calls wg.Done, for requests the proxy
 // makes on its own behalf (its lock scripts) rather than a client's. The
 // caller adds 1 to wg before handing it out.
