@@ -177,7 +177,11 @@ func (r *Redis) Restart(t testing.TB) {
 }
 
 // WaitReplicas waits (deadline 10s) until r, a master, lists at least n
-// replicas as online.
+// replicas as online and, for n > 0, n of them acknowledge a write: a
+// replica that re-attached by a full sync is "online" before the master
+// streams it writes (Redis 7 starts on its first REPLCONF ACK, up to a
+// second later), and until then every grant waits out the proxy's
+// replica timeout.
 func (r *Redis) WaitReplicas(t testing.TB, n int) {
 	t.Helper()
 	deadline := time.Now().Add(redisWait)
@@ -186,6 +190,9 @@ func (r *Redis) WaitReplicas(t testing.TB, n int) {
 		var err error
 		info, err = infoReplication(r.Addr)
 		if err == nil && strings.Count(info, ",state=online,") >= n {
+			if n > 0 {
+				waitReplicated(t, r.Addr, "testenv:replicated", n)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

@@ -36,7 +36,9 @@ func (r *Redis) Promoted() {
 
 // Follow makes r, a master, a replica of master with REPLICAOF, and waits
 // (deadline 10s) until the link is up and master lists r as online, as
-// StartReplica does. A later Restart starts r as master's replica again.
+// StartReplica does, and until r acknowledges a write (see WaitReplicas:
+// a re-attached replica is online before the master streams it writes).
+// A later Restart starts r as master's replica again.
 func (r *Redis) Follow(t testing.TB, master *Redis) {
 	t.Helper()
 	if master.master != nil {
@@ -49,6 +51,8 @@ func (r *Redis) Follow(t testing.TB, master *Redis) {
 	r.args = append(withoutReplicaOf(r.args), "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
 	r.master = master
 	r.waitLinkUp(t)
+	info, _ := infoReplication(master.Addr)
+	waitReplicated(t, master.Addr, "testenv:replicated", max(1, strings.Count(info, ",state=online,")))
 }
 
 // withoutReplicaOf returns args less any "--replicaof host port".
