@@ -472,3 +472,58 @@ func TestLeaseCountsFromArrival(t *testing.T) {
 		}
 	}
 }
+
+// TestRedissonRenewalOnTheLoop: the watchdog's batched renewal of
+// Redisson's locks runs as callbacks (locks.RecipeRenewNow), answered as
+// RecipeRenew answers it: 1 for each lock held (re-armed on the replica
+// too), 0 for one held by another; a batch naming a lock never granted
+// (its newest token not cached) goes to a worker, with the same answer;
+// with the replica stopped, -NOREPLICAS for the batch and the old expiry
+// restored. Mutation: RecipeRenewNow refusing every batch sends each to a
+// worker.
+func TestRedissonRenewalOnTheLoop(t *testing.T) {
+	const (
+		acquireSHA = "149c5a8bf18676fd99e9e6e24923bd64d9b62f94"
+		renewSHA   = "6a3d31570dc6f4b0bd32bcdc8e75667747c6f635"
+	)
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	replica := testenv.StartReplica(t, master)
+	p := startProxy(t, proxyOptions{seeds: []string{master.Addr}, loop: true, minReplicas: 1})
+	c := p.dial(t)
+	c.SetTimeout(30 * time.Second)
+	run(t, c, []exchange{
+		{[]string{"EVALSHA", acquireSHA, "1", "k1", "20000", "h:1"}, "$-1\r\n"},
+		{[]string{"EVALSHA", acquireSHA, "1", "k2", "20000", "h:2"}, "$-1\r\n"},
+		{[]string{"EVALSHA", acquireSHA, "1", "k3", "20000", "h:9"}, "$-1\r\n"},
+		{[]string{"EVALSHA", renewSHA, "3", "k1", "k2", "k3", "60000", "h:1", "h:2", "h:3"}, "*3\r\n:1\r\n:1\r\n:0\r\n"},
+	})
+	r := testenv.Dial(t, replica.Addr)
+	for _, k := range []string{"k1", "k2"} {
+		if pttl, _ := testenv.ParseInt(r.Do("PTTL", k)); pttl <= 20000 {
+			t.Fatalf("the replica's PTTL of %s after the renewal = %d, want above the old 20000", k, pttl)
+		}
+	}
+	if got := courses(t, p); got != "callbacks=4 worker=0" {
+		t.Errorf("the grants and the renewal ran %s, want callbacks=4 worker=0", got)
+	}
+	run(t, c, []exchange{
+		{[]string{"EVALSHA", renewSHA, "2", "k1", "never", "60000", "h:1", "h:1"}, "*2\r\n:1\r\n:0\r\n"},
+	})
+	if got := courses(t, p); got != "callbacks=4 worker=1" {
+		t.Errorf("a renewal naming a lock never granted ran %s, want callbacks=4 worker=1", got)
+	}
+	m := testenv.Dial(t, master.Addr)
+	before := string(m.Do("PEXPIRETIME", "k1"))
+	replica.Stop()
+	got := string(c.Do("EVALSHA", renewSHA, "1", "k1", "90000", "h:1"))
+	replica.Cont()
+	if !strings.HasPrefix(got, "-NOREPLICAS") {
+		t.Fatalf("the renewal with the replica stopped = %q, want -NOREPLICAS", got)
+	}
+	if after := string(m.Do("PEXPIRETIME", "k1")); after != before {
+		t.Fatalf("k1's expiry after the refused renewal = %q, want %q restored", after, before)
+	}
+	if got := courses(t, p); got != "callbacks=5 worker=1" {
+		t.Errorf("after the refused renewal the requests ran %s, want callbacks=5 worker=1", got)
+	}
+}

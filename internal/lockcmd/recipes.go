@@ -316,6 +316,13 @@ func (fam *Family) recipeRenew(c Conn, call recipes.Call, p *resp.Reply) {
 	for i, l := range call.Locks {
 		batch[i] = locks.RecipeLock{Key: l.Key, Holder: l.Holder}
 	}
+	if fam.runNow(c, batch[0].Key, p, func(ctx context.Context, now *nowReply) bool {
+		return fam.opts.Manager.RecipeRenewNow(ctx, batch, call.Lease, func(held []bool, err error) {
+			now.answer(fam.recipeRenewReply(held, err))
+		})
+	}) {
+		return
+	}
 	fam.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
 		held, err := fam.opts.Manager.RecipeRenew(ctx, batch, call.Lease)
 		return fam.recipeRenewReply(held, err)

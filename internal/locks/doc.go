@@ -39,10 +39,10 @@
 //     requests that wait on each step: a connection's requests for one
 //     resource in order, on bounded workers, cancelled when the client
 //     goes away. The usual course of LOCK.ACQUIRE without WAIT, LOCK.RENEW,
-//     LOCK.RELEASE and Redisson's RLock acquire and unlock needs no
-//     worker, nor does a release that hands the lock to the head of the line:
-//     AcquireNow and its kind (now.go) run each step as a callback
-//     where the one before completes (the lock writer's reply, the fence
+//     LOCK.RELEASE, Redisson's RLock acquire, unlock and watchdog renewal
+//     needs no worker, nor does a release that hands the lock to the head
+//     of the line: AcquireNow and its kind (now.go) run each step as a
+//     callback where the one before completes (the lock writer's reply, the fence
 //     store's group commit, the shared WAIT), through the same functions
 //     the blocking course uses from that step on.
 //

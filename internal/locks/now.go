@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -669,4 +670,170 @@ func (x *valueReleasing) ReplyIn(w *lockwriter.Write) {
 	found, err := x.m.valueReleased(x.key, w)
 	x.m.serial.unlock(x.key, x.turn)
 	x.done(found, err)
+}
+
+// RecipeRenewNow is RecipeRenew (Redisson's watchdog: one batch of its
+// holder's locks) for a caller that must not block: done is told
+// RecipeRenew's outcome once, when the last lock's renewal is judged. It
+// returns false, having done nothing, when the authority refuses, or any
+// lock's turn is taken, its guard refuses or its newest token is not
+// cached, or the writer would wait: the caller calls RecipeRenew.
+func (m *Manager) RecipeRenewNow(ctx context.Context, locks []RecipeLock, lease time.Duration, done func(held []bool, err error)) bool {
+	if len(locks) == 0 {
+		return false
+	}
+	b := &renewBatch{m: m, ctx: ctx, held: make([]bool, len(locks)), errs: make([]error, len(locks)), done: done, lease: lease, now: time.Now()}
+	b.locks = make([]hashRenewing, len(locks))
+	var runner nowRunner
+	for i, l := range locks {
+		x := &b.locks[i]
+		x.b, x.i, x.key, x.side, x.holder = b, i, l.Key, m.recordKey(l.Key), l.Holder
+		var ok bool
+		runner, x.evictable, x.turn, ok = m.leaseTurn(x.key, x.side)
+		if !ok {
+			b.unlockTo(i)
+			return false
+		}
+		newest, known, err := m.opts.Store.NewestCached(x.key)
+		if err != nil || !known {
+			b.unlockTo(i + 1)
+			return false
+		}
+		x.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(x.key, x.side),
+			Args: lockwriter.ArgsOf(x.holder, lease.Milliseconds(), newest, b.now.UnixMilli(), m.term())}
+	}
+	// Every turn is held before the first write goes: a batch either
+	// starts whole, or leaves nothing behind for RecipeRenew to meet.
+	b.out.Store(int32(len(locks)))
+	for i := range b.locks {
+		x := &b.locks[i]
+		if !runner.StartThen(&x.kept, x.key, x.call, true, x) {
+			if i == 0 {
+				b.unlockTo(len(locks))
+				return false
+			}
+			// Refused half-way (the writer's queue filled): this lock
+			// and the ones after it are answered as the blocking course
+			// would answer them, on a goroutine of their own.
+			rest := b.locks[i:]
+			go func() {
+				for j := range rest {
+					rest[j].renewBlocking()
+				}
+			}()
+			break
+		}
+	}
+	return true
+}
+
+// renewBatch is one RecipeRenewNow in flight: each lock's renewal, and
+// done, told once the last is judged.
+type renewBatch struct {
+	m     *Manager
+	ctx   context.Context
+	lease time.Duration
+	now   time.Time
+	locks []hashRenewing
+	held  []bool
+	errs  []error      // each lock's; done is told the first, as RecipeRenew
+	out   atomic.Int32 // renewals not yet judged
+	done  func(held []bool, err error)
+}
+
+// unlockTo gives back the turns of the first n locks (a batch that did not
+// start).
+func (b *renewBatch) unlockTo(n int) {
+	for i := range n {
+		b.m.serial.unlock(b.locks[i].key, b.locks[i].turn)
+	}
+}
+
+// hashRenewing is one lock of a renewBatch: renewHash's steps as
+// callbacks.
+type hashRenewing struct {
+	kept              lockwriter.Write // its script's write (StartThen keeps it here: no allocation of its own)
+	b                 *renewBatch
+	i                 int
+	key, side, holder string
+	evictable         bool
+	turn              *serialEntry
+	call              lockwriter.ScriptCall
+	write             *lockwriter.Write
+	arr               []any // the script's reply: the lease's state before (undo's arguments) and its token
+}
+
+// ReplyIn is the renewal script's reply (on the lock writer's goroutine).
+func (x *hashRenewing) ReplyIn(w *lockwriter.Write) {
+	x.write = w
+	reply, err := w.Reply()
+	if err != nil {
+		x.judged(false, deposed(err))
+		return
+	}
+	if n, ok := reply.(int64); ok && n == 0 {
+		x.judged(false, nil) // not held
+		return
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 4 {
+		x.judged(false, fmt.Errorf("locks: unexpected recipe renewal reply %v", reply))
+		return
+	}
+	x.arr = arr
+	w.AcksThen(x)
+}
+
+// AcksIn judges the renewal once its WAIT's count is in, as renewHash
+// does; a shortfall's undo waits on Redis, so it runs on a goroutine.
+func (x *hashRenewing) AcksIn() {
+	m := x.b.m
+	acked, err := x.write.Acks()
+	switch {
+	case err != nil:
+		x.judged(false, err) // the renewal may stand: nothing to undo
+	case acked < m.opts.MinReplicas:
+		m.opts.Metrics.ReplicaShortfalls.Inc()
+		go func() {
+			if _, uerr := m.opts.Scripts.RunAfter(x.b.ctx, x.write, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenewUndo, Keys: x.call.Keys,
+				Args: lockwriter.ArgsOf(x.holder, x.arr[1], x.arr[2], x.arr[3], m.term())}); uerr != nil {
+				m.opts.Logger.Warn("could not undo an unacknowledged recipe renewal; the lease stands as Redis has it", "err", uerr)
+			}
+			x.judged(false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas})
+		}()
+	default:
+		m.rearmedSide(x.key, x.side, x.arr[3], x.b.now.Add(x.b.lease), x.evictable)
+		x.judged(true, nil)
+	}
+}
+
+// renewBlocking renews the lock by renewHash's own course (its turn is
+// held, so that course's is taken here), and judges it.
+func (x *hashRenewing) renewBlocking() {
+	m := x.b.m
+	m.serial.unlock(x.key, x.turn)
+	x.turn = nil
+	held, err := m.renewHash(x.b.ctx, RecipeLock{Key: x.key, Holder: x.holder}, x.b.lease)
+	x.judged(held, err)
+}
+
+// judged records the lock's outcome and gives back its turn; the last
+// lock's tells done.
+func (x *hashRenewing) judged(held bool, err error) {
+	b := x.b
+	if x.turn != nil {
+		b.m.serial.unlock(x.key, x.turn)
+	}
+	// Each lock writes only its own entries; the counter's last step
+	// orders them before done reads them.
+	b.held[x.i], b.errs[x.i] = held, err
+	if b.out.Add(-1) == 0 {
+		for _, err := range b.errs {
+			if err != nil {
+				b.done(b.held, err)
+				return
+			}
+		}
+		b.done(b.held, nil)
+	}
 }

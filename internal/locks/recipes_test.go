@@ -122,29 +122,62 @@ func (tc recipeAcquireCase) run(t *testing.T, base func(*testing.T, *fakeScripts
 }
 
 // A renewal batch: each lock's renewal joins the writer's batches; one
-// short of replicas has its old expiries put back and fails the batch.
+// short of replicas has its old expiries put back and fails the batch;
+// one renewed is recorded. Both ways: RecipeRenew, and RecipeRenewNow (its
+// steps as callbacks; mutation: refusing every batch fails "/now").
 func TestRecipeRenewRestoresOnShortfall(t *testing.T) {
-	scripts := newFakeScripts(t)
-	scripts.respond = func(c sent) reply {
-		if c.keys[0] == "held" {
-			return reply{raw: "*4\r\n:1\r\n:1700000000000\r\n" + bulk("") + bulk(""), acks: acked(0)}
+	for _, now := range []bool{false, true} {
+		name := "blocking"
+		if now {
+			name = "now"
 		}
-		return reply{raw: ":0\r\n", acks: acked(1)}
-	}
-	scripts.undos = []reply{{raw: ":1\r\n"}}
-	f := newFixture(t, scripts, nil)
-	held, err := f.m.RecipeRenew(context.Background(), []RecipeLock{{"held", "h"}, {"gone", "h"}}, 30*time.Second)
-	var nr *NoReplicasError
-	if !errors.As(err, &nr) {
-		t.Fatalf("RecipeRenew = %v, %v; want a NoReplicasError", held, err)
-	}
-	var undone bool
-	for _, c := range scripts.sent() {
-		if c.script == "hash-renew-undo" {
-			undone = c.args[1] == "1700000000000"
-		}
-	}
-	if !undone {
-		t.Fatalf("no undo restoring the old expiry: %+v", scripts.sent())
+		t.Run(name, func(t *testing.T) {
+			scripts := newFakeScripts(t)
+			scripts.respond = func(c sent) reply {
+				switch c.keys[0] {
+				case "held":
+					return reply{raw: "*4\r\n:1\r\n:1700000000000\r\n" + bulk("") + bulk(""), acks: acked(0)}
+				case "kept":
+					return reply{raw: "*4\r\n:1\r\n:1700000000000\r\n" + bulk("") + bulk(""), acks: acked(1)}
+				}
+				return reply{raw: ":0\r\n", acks: acked(1)}
+			}
+			scripts.undos = []reply{{raw: ":1\r\n"}}
+			batch := []RecipeLock{{"kept", "h"}, {"held", "h"}, {"gone", "h"}}
+			var held []bool
+			var err error
+			if now {
+				f := newNowFixture(t, scripts, nil)
+				for _, l := range batch {
+					f.tokens.newest[l.Key], f.tokens.known[l.Key] = 1, true
+				}
+				type outcome struct {
+					held []bool
+					err  error
+				}
+				done := make(chan outcome, 1)
+				if !f.m.RecipeRenewNow(context.Background(), batch, 30*time.Second, func(held []bool, err error) { done <- outcome{held, err} }) {
+					t.Fatal("RecipeRenewNow did not start with every lock's newest token cached")
+				}
+				o := <-done
+				held, err = o.held, o.err
+			} else {
+				f := newFixture(t, scripts, nil)
+				held, err = f.m.RecipeRenew(context.Background(), batch, 30*time.Second)
+			}
+			var nr *NoReplicasError
+			if !errors.As(err, &nr) || !slices.Equal(held, []bool{true, false, false}) {
+				t.Fatalf("renewal = %v, %v; want [true false false] and a NoReplicasError", held, err)
+			}
+			var undone bool
+			for _, c := range scripts.sent() {
+				if c.script == "hash-renew-undo" {
+					undone = c.args[1] == "1700000000000"
+				}
+			}
+			if !undone {
+				t.Fatalf("no undo restoring the old expiry: %+v", scripts.sent())
+			}
+		})
 	}
 }
