@@ -567,3 +567,38 @@ func TestCheckerRecipeHistory(t *testing.T) {
 	b.exec(1, 10, 8, 9, OK)
 	expect(t, b, "stale-exec", "linearizability")
 }
+
+// recipeRenew adds the Redisson watchdog's renewal of owner's lock, read
+// from its raw reply, with the grant's token (RenewToken).
+func (b *hist) recipeRenew(c int, owner string, ttl, start, end int64, reply string, token int64) *Op {
+	op := b.add(c, Renew, "r", owner, 0, ttl, start, end, Unknown, 0)
+	op.Recipe = Redisson
+	op.Outcome, op.Result = ClassifyRecipe(Redisson, Renew, []byte(reply))
+	if op.Outcome == OK {
+		op.Result = token
+	}
+	return op
+}
+
+// The watchdog's renewal is read as a renewal: [1] extends the holder's
+// lease, [0] is "not held", -NOREPLICAS refused; one answered [1] after
+// the lease certainly ran out revived it, which the checker must see.
+func TestCheckerRedissonRenewals(t *testing.T) {
+	b := newHist()
+	b.recipeGrant(Redisson, 1, "A", 1000, 0, 1, "$-1\r\n", ":10\r\n")
+	ok := b.recipeRenew(1, "A", 1000, 500, 501, "*1\r\n:1\r\n", 10)
+	refused := b.recipeRenew(1, "A", 1000, 600, 601, "-NOREPLICAS fenceproxy: 0 of 1 required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry\r\n", 10)
+	null := b.recipeRenew(1, "A", 1000, 5000, 5001, "*1\r\n:0\r\n", 10)
+	if ok.Outcome != OK || ok.Result != 10 || refused.Outcome != Refused || null.Outcome != Null {
+		t.Fatalf("recorded %v, %v and %v: want a renewal with token 10, a refusal and not held", ok, refused, null)
+	}
+	rep := expect(t, b)
+	if rep.Linearizability != "ok" {
+		t.Errorf("linearizability %q, want ok", rep.Linearizability)
+	}
+
+	b = newHist()
+	b.recipeGrant(Redisson, 1, "A", 1000, 0, 1, "$-1\r\n", ":10\r\n")
+	b.recipeRenew(1, "A", 1000, 5000, 5001, "*1\r\n:1\r\n", 10) // its lease ran out at 1000ms
+	expect(t, b, "revived-lease")
+}

@@ -220,6 +220,13 @@ func runFault(t *testing.T, mode string) {
 	line := fmt.Sprintf("fault: mode=%s seed=%d duration=%v ops=%d grants=%d recipe-grants=redisson:%d,setnx:%d recipe-token-unknown=%d stale-refused=%d survived-crash=%d late-refused=%d lease-used=%.2f faults=%d (%s) linearizability=%s violations=%d",
 		mode, seed, duration, len(e.h.Ops), rep.Grants, recipeGrants[Redisson], recipeGrants[SetNX], unknownToken, rep.StaleRefused, rep.Survived, late, rep.LeaseUsed, len(e.h.Faults), strings.Join(perKind, " "), rep.Linearizability, len(rep.Violations))
 	t.Log(line)
+	renewals := map[Outcome]int{}
+	for _, op := range e.h.Ops {
+		if op.Recipe == Redisson && op.Kind == Renew {
+			renewals[op.Outcome]++
+		}
+	}
+	t.Logf("fault: redisson renewals by outcome: %v", renewals)
 	if n := len(e.h.Stalls); n > 0 {
 		var longest int64
 		for _, s := range e.h.Stalls {
@@ -566,6 +573,12 @@ func (e *env) recipeClient(id int, recipe Recipe, stop <-chan struct{}) {
 					c.do(Exec, r, holder, tok, 0, "FENCE.EXEC", r, i64(tok), "RPUSH", dataKey(r), "")
 				}
 			}
+			if recipe == Redisson && rng.IntN(2) == 0 {
+				// The watchdog's renewal of the lock.
+				if op := c.doRecipe(recipe, Renew, r, holder, 0, ttl, recipeRenewArgs(r, holder, ttl)...); op != nil {
+					e.h.RenewToken(op, tok)
+				}
+			}
 			if rng.IntN(10) == 0 {
 				// A pause that may outlast the lease; then the holder
 				// fences with its possibly stale token.
@@ -574,6 +587,12 @@ func (e *env) recipeClient(id int, recipe Recipe, stop <-chan struct{}) {
 				time.Sleep(d)
 				e.h.AddPause(Pause{Client: id, Start: start, End: e.h.Now()})
 				c.do(Exec, r, holder, tok, 0, "FENCE.EXEC", r, i64(tok), "RPUSH", dataKey(r), "")
+				if recipe == Redisson {
+					// The watchdog, late: the lease may have run out.
+					if op := c.doRecipe(recipe, Renew, r, holder, 0, ttl, recipeRenewArgs(r, holder, ttl)...); op != nil {
+						e.h.RenewToken(op, tok)
+					}
+				}
 			}
 		}
 		c.doRecipe(recipe, Release, r, holder, 0, 0, recipeReleaseArgs(recipe, r, holder, ttl, fmt.Sprintf("%d-%d", id, n))...)

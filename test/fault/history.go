@@ -404,6 +404,16 @@ func (h *History) GrantToken(grant, tokenOp *Op) {
 	grantToken(grant, tokenOp)
 }
 
+// RenewToken sets a recipe renewal's result, answered without a token, to
+// the holder's token.
+func (h *History) RenewToken(op *Op, token int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if op.Outcome == OK {
+		op.Result = token
+	}
+}
+
 // AddFault, AddPause and AddSnapshot record the run's events.
 func (h *History) AddFault(f Fault) {
 	h.mu.Lock()

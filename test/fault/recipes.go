@@ -8,20 +8,22 @@ import (
 // Clients' own lock recipes (docs/design/recipes.md): beside the lock
 // family's clients, some clients lock as an unchanged Redisson RLock does
 // (EVALSHA of its acquire and unlock scripts, which the proxy answers by
-// SHA without Redis having them) and some as redis-py's Lock does (SET key
-// value NX PX ttl on a --lock-keys key, released by its script by
-// EVALSHA). Each learns its grant's fence-store token with LOCK.TOKEN and
-// fences its writes with FENCE.EXEC on the lock key. Their ops are
-// recorded as the family's Acquire, Release, Check and Exec of the lock
-// key as the resource, so every check applies to them unchanged; only the
-// reply shapes differ (ClassifyRecipe), and a grant's token comes from the
-// LOCK.TOKEN that follows it (GrantToken).
+// SHA without Redis having them, and of its watchdog's renewal, right
+// after the grant and after a pause that may outlast the lease) and some
+// as redis-py's Lock does (SET key value NX PX ttl on a --lock-keys key,
+// released by its script by EVALSHA). Each learns its grant's fence-store
+// token with LOCK.TOKEN and fences its writes with FENCE.EXEC on the lock
+// key. Their ops are recorded as the family's Acquire, Renew, Release,
+// Check and Exec of the lock key as the resource, so every check applies
+// to them unchanged; only the reply shapes differ (ClassifyRecipe), and a
+// grant's token comes from the LOCK.TOKEN that follows it (GrantToken), a
+// renewal's from its grant's (RenewToken).
 
 // Recipe names a client's own lock recipe.
 type Recipe string
 
 const (
-	Redisson Recipe = "redisson" // RLock: lock.acquire and lock.unlock by EVALSHA
+	Redisson Recipe = "redisson" // RLock: lock.acquire, the watchdog's renewal and lock.unlock by EVALSHA
 	SetNX    Recipe = "setnx"    // redis-py Lock: SET NX PX, release by EVALSHA
 )
 
@@ -34,7 +36,13 @@ const (
 	redissonAcquireSHA = "149c5a8bf18676fd99e9e6e24923bd64d9b62f94" // KEYS name; ARGV lease, lockName: nil granted, int pttl
 	redissonUnlockSHA  = "6866459238a13a701d42f4971f12d9f3a50e2442" // KEYS name, channel, latch; ARGV 0, lease, lockName, publish, latchTtl: nil/0/1
 	redisPyReleaseSHA  = "c3f8721cbb97f72bc19e972846bd7aaf91901658" // KEYS name; ARGV token: 1 released, 0 not held
+	redissonRenewSHA   = "6a3d31570dc6f4b0bd32bcdc8e75667747c6f635" // the watchdog's batch: KEYS names; ARGV lease, lockNames: 1/0 each
 )
+
+// recipeRenewArgs is the Redisson watchdog's renewal of one lock.
+func recipeRenewArgs(key, holder string, ttl int64) []string {
+	return []string{"EVALSHA", redissonRenewSHA, "1", key, strconv.FormatInt(ttl, 10), holder}
+}
 
 // recipeKeyPrefix is each recipe's lock keys' prefix; the SET NX ones
 // match the proxy's --lock-keys (lockKeysFlag). Family resources (hot:N)
@@ -73,6 +81,15 @@ func recipeReleaseArgs(r Recipe, key, holder string, ttl int64, req string) []st
 // or Release; the others are the family's commands). A granted acquire is
 // OK with its token still 0: GrantToken fills it in.
 func ClassifyRecipe(r Recipe, k Kind, reply []byte) (Outcome, int64) {
+	if k == Renew && r == Redisson && !strings.HasPrefix(string(reply), "-") {
+		switch string(reply) {
+		case "*1\r\n:1\r\n":
+			return OK, 0 // the caller fills in the holder's token (RenewToken)
+		case "*1\r\n:0\r\n":
+			return Null, 0
+		}
+		return Unknown, 0
+	}
 	if strings.HasPrefix(string(reply), "-") || (k != Acquire && k != Release) {
 		o, n, _ := Classify(k, reply)
 		return o, n
