@@ -316,15 +316,16 @@ func (fam *Family) recipeRenew(c Conn, call recipes.Call, p *resp.Reply) {
 	for i, l := range call.Locks {
 		batch[i] = locks.RecipeLock{Key: l.Key, Holder: l.Holder}
 	}
+	received := receivedAt(c)
 	if fam.runNow(c, batch[0].Key, p, func(ctx context.Context, now *nowReply) bool {
-		return fam.opts.Manager.RecipeRenewNow(ctx, batch, call.Lease, func(held []bool, err error) {
+		return fam.opts.Manager.RecipeRenewNow(ctx, batch, call.Lease, received, func(held []bool, err error) {
 			now.answer(fam.recipeRenewReply(held, err))
 		})
 	}) {
 		return
 	}
 	fam.runLock(c, batch[0].Key, p, 0, func(ctx context.Context) ([]byte, error) {
-		held, err := fam.opts.Manager.RecipeRenew(ctx, batch, call.Lease)
+		held, err := fam.opts.Manager.RecipeRenew(ctx, batch, call.Lease, received)
 		return fam.recipeRenewReply(held, err)
 	})
 }
@@ -353,6 +354,9 @@ func (fam *Family) recipeRenewReply(held []bool, err error) ([]byte, error) {
 		return redcon.AppendError(nil, fmt.Sprintf(
 			"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
 			nr.Acked, nr.Wanted)), nil
+	case errors.Is(err, locks.ErrLate):
+		fam.opts.Metrics.Renewals.WithLabelValues("late").Inc()
+		return []byte(replyLateRenewal), nil
 	}
 	if reply, ok := evictableReply(err, "the lease was not extended"); ok {
 		fam.opts.Metrics.Renewals.WithLabelValues("evictable").Inc()

@@ -678,11 +678,11 @@ func (x *valueReleasing) ReplyIn(w *lockwriter.Write) {
 // returns false, having done nothing, when the authority refuses, or any
 // lock's turn is taken, its guard refuses or its newest token is not
 // cached, or the writer would wait: the caller calls RecipeRenew.
-func (m *Manager) RecipeRenewNow(ctx context.Context, locks []RecipeLock, lease time.Duration, done func(held []bool, err error)) bool {
+func (m *Manager) RecipeRenewNow(ctx context.Context, locks []RecipeLock, lease time.Duration, received time.Time, done func(held []bool, err error)) bool {
 	if len(locks) == 0 {
 		return false
 	}
-	b := &renewBatch{m: m, ctx: ctx, held: make([]bool, len(locks)), errs: make([]error, len(locks)), done: done, lease: lease, now: time.Now()}
+	b := &renewBatch{m: m, ctx: ctx, held: make([]bool, len(locks)), errs: make([]error, len(locks)), done: done, lease: lease, received: received, now: time.Now()}
 	b.locks = make([]hashRenewing, len(locks))
 	var runner nowRunner
 	for i, l := range locks {
@@ -730,15 +730,15 @@ func (m *Manager) RecipeRenewNow(ctx context.Context, locks []RecipeLock, lease 
 // renewBatch is one RecipeRenewNow in flight: each lock's renewal, and
 // done, told once the last is judged.
 type renewBatch struct {
-	m     *Manager
-	ctx   context.Context
-	lease time.Duration
-	now   time.Time
-	locks []hashRenewing
-	held  []bool
-	errs  []error      // each lock's; done is told the first, as RecipeRenew
-	out   atomic.Int32 // renewals not yet judged
-	done  func(held []bool, err error)
+	m             *Manager
+	ctx           context.Context
+	lease         time.Duration
+	received, now time.Time
+	locks         []hashRenewing
+	held          []bool
+	errs          []error      // each lock's; done is told the first, as RecipeRenew
+	out           atomic.Int32 // renewals not yet judged
+	done          func(held []bool, err error)
 }
 
 // unlockTo gives back the turns of the first n locks (a batch that did not
@@ -803,7 +803,7 @@ func (x *hashRenewing) AcksIn() {
 		}()
 	default:
 		m.rearmedSide(x.key, x.side, x.arr[3], x.b.now.Add(x.b.lease), x.evictable)
-		x.judged(true, nil)
+		x.judged(m.renewalInTime(x.b.received, x.b.now, x.b.lease))
 	}
 }
 
@@ -813,7 +813,7 @@ func (x *hashRenewing) renewBlocking() {
 	m := x.b.m
 	m.serial.unlock(x.key, x.turn)
 	x.turn = nil
-	held, err := m.renewHash(x.b.ctx, RecipeLock{Key: x.key, Holder: x.holder}, x.b.lease)
+	held, err := m.renewHash(x.b.ctx, RecipeLock{Key: x.key, Holder: x.holder}, x.b.lease, x.b.received)
 	x.judged(held, err)
 }
 

@@ -297,7 +297,7 @@ type RecipeLock struct{ Key, Holder string }
 // the writer's batches and WAITs. A renewal the replicas did not
 // acknowledge has its old expiry restored; then the error is a
 // NoReplicasError (the others stand: they were acknowledged).
-func (m *Manager) RecipeRenew(ctx context.Context, locks []RecipeLock, lease time.Duration) ([]bool, error) {
+func (m *Manager) RecipeRenew(ctx context.Context, locks []RecipeLock, lease time.Duration, received time.Time) ([]bool, error) {
 	if err := m.admit(); err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func (m *Manager) RecipeRenew(ctx context.Context, locks []RecipeLock, lease tim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			held[i], errs[i] = m.renewHash(ctx, locks[i], lease)
+			held[i], errs[i] = m.renewHash(ctx, locks[i], lease, received)
 		}()
 	}
 	wg.Wait()
@@ -320,8 +320,9 @@ func (m *Manager) RecipeRenew(ctx context.Context, locks []RecipeLock, lease tim
 	return held, nil
 }
 
-// renewHash renews one lock of a batch.
-func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Duration) (bool, error) {
+// renewHash renews one lock of a batch, received when the batch reached
+// the proxy (zero: now).
+func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Duration, received time.Time) (bool, error) {
 	side := m.recordKey(l.Key)
 	evictable, err := m.evictionGuard(side)
 	if err != nil {
@@ -361,6 +362,20 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 	}
 	m.rearmedSide(l.Key, side, arr[3], now.Add(lease), evictable)
+	return m.renewalInTime(received, now, lease)
+}
+
+// renewalInTime is a recipe renewal's outcome once its re-arm stands:
+// renewed, or ErrLate if the reply can no longer leave enough of the lease
+// counted from when the request was received (as LOCK.RENEW's; the
+// re-arm cannot be undone, so its holder is told so and retries).
+func (m *Manager) renewalInTime(received, now time.Time, lease time.Duration) (bool, error) {
+	if received.IsZero() {
+		received = now
+	}
+	if time.Now().After(m.replyBy(received, lease)) {
+		return false, ErrLate
+	}
 	return true, nil
 }
 

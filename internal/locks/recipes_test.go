@@ -123,61 +123,76 @@ func (tc recipeAcquireCase) run(t *testing.T, base func(*testing.T, *fakeScripts
 
 // A renewal batch: each lock's renewal joins the writer's batches; one
 // short of replicas has its old expiries put back and fails the batch;
-// one renewed is recorded. Both ways: RecipeRenew, and RecipeRenewNow (its
-// steps as callbacks; mutation: refusing every batch fails "/now").
+// one renewed is recorded; one whose reply comes too late to leave enough
+// of the lease (counted from when the batch was received) fails the batch
+// with ErrLate, its re-arm standing (nothing undone). Both ways:
+// RecipeRenew, and RecipeRenewNow (its steps as callbacks; mutation:
+// refusing every batch fails "/now").
 func TestRecipeRenewRestoresOnShortfall(t *testing.T) {
-	for _, now := range []bool{false, true} {
-		name := "blocking"
-		if now {
-			name = "now"
-		}
-		t.Run(name, func(t *testing.T) {
-			scripts := newFakeScripts(t)
-			scripts.respond = func(c sent) reply {
-				switch c.keys[0] {
-				case "held":
-					return reply{raw: "*4\r\n:1\r\n:1700000000000\r\n" + bulk("") + bulk(""), acks: acked(0)}
-				case "kept":
-					return reply{raw: "*4\r\n:1\r\n:1700000000000\r\n" + bulk("") + bulk(""), acks: acked(1)}
-				}
-				return reply{raw: ":0\r\n", acks: acked(1)}
-			}
-			scripts.undos = []reply{{raw: ":1\r\n"}}
-			batch := []RecipeLock{{"kept", "h"}, {"held", "h"}, {"gone", "h"}}
-			var held []bool
-			var err error
+	for _, tc := range []struct {
+		name     string
+		received time.Time
+		batch    []RecipeLock
+		held     []bool
+		wantErr  func(error) bool
+		undone   bool
+	}{
+		{name: "shortfall", batch: []RecipeLock{{"kept", "h"}, {"held", "h"}, {"gone", "h"}}, held: []bool{true, false, false},
+			wantErr: func(err error) bool { var nr *NoReplicasError; return errors.As(err, &nr) }, undone: true},
+		{name: "late", received: time.Now().Add(-time.Minute), batch: []RecipeLock{{"kept", "h"}, {"gone", "h"}}, held: []bool{false, false},
+			wantErr: func(err error) bool { return errors.Is(err, ErrLate) }},
+	} {
+		for _, now := range []bool{false, true} {
+			name := tc.name + "/blocking"
 			if now {
-				f := newNowFixture(t, scripts, nil)
-				for _, l := range batch {
-					f.tokens.newest[l.Key], f.tokens.known[l.Key] = 1, true
-				}
-				type outcome struct {
-					held []bool
-					err  error
-				}
-				done := make(chan outcome, 1)
-				if !f.m.RecipeRenewNow(context.Background(), batch, 30*time.Second, func(held []bool, err error) { done <- outcome{held, err} }) {
-					t.Fatal("RecipeRenewNow did not start with every lock's newest token cached")
-				}
-				o := <-done
-				held, err = o.held, o.err
-			} else {
-				f := newFixture(t, scripts, nil)
-				held, err = f.m.RecipeRenew(context.Background(), batch, 30*time.Second)
+				name = tc.name + "/now"
 			}
-			var nr *NoReplicasError
-			if !errors.As(err, &nr) || !slices.Equal(held, []bool{true, false, false}) {
-				t.Fatalf("renewal = %v, %v; want [true false false] and a NoReplicasError", held, err)
-			}
-			var undone bool
-			for _, c := range scripts.sent() {
-				if c.script == "hash-renew-undo" {
-					undone = c.args[1] == "1700000000000"
+			t.Run(name, func(t *testing.T) {
+				scripts := newFakeScripts(t)
+				scripts.respond = func(c sent) reply {
+					switch c.keys[0] {
+					case "held":
+						return reply{raw: "*4\r\n:1\r\n:1700000000000\r\n" + bulk("") + bulk(""), acks: acked(0)}
+					case "kept":
+						return reply{raw: "*4\r\n:1\r\n:1700000000000\r\n" + bulk("") + bulk(""), acks: acked(1)}
+					}
+					return reply{raw: ":0\r\n", acks: acked(1)}
 				}
-			}
-			if !undone {
-				t.Fatalf("no undo restoring the old expiry: %+v", scripts.sent())
-			}
-		})
+				scripts.undos = []reply{{raw: ":1\r\n"}}
+				var held []bool
+				var err error
+				if now {
+					f := newNowFixture(t, scripts, nil)
+					for _, l := range tc.batch {
+						f.tokens.newest[l.Key], f.tokens.known[l.Key] = 1, true
+					}
+					type outcome struct {
+						held []bool
+						err  error
+					}
+					done := make(chan outcome, 1)
+					if !f.m.RecipeRenewNow(context.Background(), tc.batch, 30*time.Second, tc.received, func(held []bool, err error) { done <- outcome{held, err} }) {
+						t.Fatal("RecipeRenewNow did not start with every lock's newest token cached")
+					}
+					o := <-done
+					held, err = o.held, o.err
+				} else {
+					f := newFixture(t, scripts, nil)
+					held, err = f.m.RecipeRenew(context.Background(), tc.batch, 30*time.Second, tc.received)
+				}
+				if !tc.wantErr(err) || !slices.Equal(held, tc.held) {
+					t.Fatalf("renewal = %v, %v; want %v and the case's error", held, err, tc.held)
+				}
+				var undone bool
+				for _, c := range scripts.sent() {
+					if c.script == "hash-renew-undo" {
+						undone = c.args[1] == "1700000000000"
+					}
+				}
+				if undone != tc.undone {
+					t.Fatalf("an undo restoring the old expiry sent: %v, want %v (%+v)", undone, tc.undone, scripts.sent())
+				}
+			})
+		}
 	}
 }
