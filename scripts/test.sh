@@ -95,16 +95,16 @@ done < <(grep -rlE '^func Fuzz' --include='*_test.go' internal cmd 2>/dev/null |
 # clients"). Left out: unit/other (DEBUG DIGEST sees the authority's
 # heartbeat), and those with a known difference (docs/compatibility.md);
 # REDIS_SUITE_UNITS replaces the list. Skipped in both columns, here and in
-# front of a cluster: nine tests of those units that fail now and then
-# through the proxy for a reason docs/compatibility.md gives. Six race two
+# front of a cluster: eleven tests of those units that fail now and then
+# through the proxy for a reason docs/compatibility.md gives. Eight race two
 # clients' requests sent at the same moment where one client is not on the
 # serve loop: in unit/pubsub, (P)UNSUBSCRIBE without arguments on one
 # client and, without reading its reply, PUBLISH on another, expecting no
 # receiver (one run in ten here); in unit/type/list, EXEC of a client in
 # WATCH and another's LPUSH (one run in eleven); in
-# unit/type/stream-cgroups, a new client's blocking XREADGROUP sent as it
-# connects (--singledb: no SELECT first) and another's write (one run in
-# four). Three see the token authority's writes in Redis when a heartbeat
+# unit/type/stream-cgroups, a new client's blocking XREADGROUP (or XREAD)
+# sent as it connects (--singledb: no SELECT first) and another's write
+# (one run in four; the XREAD pair first failed in CI on 2026-12-06). Three see the token authority's writes in Redis when a heartbeat
 # falls between two readings (unit/bitops' dirty count, unit/scripting's
 # eval stats under maxmemory 1, and its count of cached scripts after 100
 # SCRIPT LOADs: the heartbeat's script, flushed by the test before, is
@@ -116,6 +116,8 @@ suite_skips=(
 	--skiptest "Blocking XREADGROUP: key deleted"
 	--skiptest "Blocking XREADGROUP: key type changed with SET"
 	--skiptest "Blocking XREADGROUP: flushed DB"
+	--skiptest "Blocking XREAD: key deleted"
+	--skiptest "Blocking XREAD: key type changed with SET"
 	--skiptest "SETBIT/BITFIELD only increase dirty when the value changed"
 	--skiptest "Consistent eval error reporting"
 	--skiptest "SCRIPTING FLUSH ASYNC"
