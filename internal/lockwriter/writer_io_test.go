@@ -189,7 +189,10 @@ func TestScriptReplyBeforeItsWAIT(t *testing.T) {
 // (--lock-conns 2), writes that come while one batch's WAIT is out leave
 // on the other connection, their scripts answered with that WAIT still
 // out, instead of waiting for it to end first; with one connection they
-// wait. Real Redis; the replica stopped holds the first WAIT.
+// wait. Real Redis; the replica stopped holds the first WAIT. (Not all
+// three need be answered: the other connection's own round has a WAIT the
+// stopped replica holds too, and a write that misses that round, as a slow
+// goroutine's may on a loaded machine, waits behind it. CI once saw 2 of 3.)
 func TestRoundsOverlap(t *testing.T) {
 	for _, conns := range []int{1, 2} {
 		t.Run(fmt.Sprintf("lock-conns=%d", conns), func(t *testing.T) {
@@ -243,8 +246,8 @@ func TestRoundsOverlap(t *testing.T) {
 			switch {
 			case conns == 1 && answered != 0:
 				t.Fatalf("one connection: %d later writes answered while the first WAIT was out, want none (Redis holds what follows a WAIT)", answered)
-			case conns == 2 && answered != 3:
-				t.Fatalf("two connections: %d of 3 later writes answered in 10s while the first WAIT was out, want all: the rounds do not overlap", answered)
+			case conns == 2 && answered == 0:
+				t.Fatalf("two connections: none of 3 later writes answered in 10s while the first WAIT was out: the rounds do not overlap")
 			}
 		})
 	}
