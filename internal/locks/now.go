@@ -3,7 +3,6 @@ package locks
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -699,8 +698,7 @@ func (m *Manager) RecipeRenewNow(ctx context.Context, locks []RecipeLock, lease 
 			b.unlockTo(i + 1)
 			return false
 		}
-		x.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(x.key, x.side),
-			Args: lockwriter.ArgsOf(x.holder, lease.Milliseconds(), newest, b.now.UnixMilli(), m.term())}
+		x.call = m.hashRenewCall(x.key, x.side, x.holder, lease, newest, b.now)
 	}
 	// Every turn is held before the first write goes: a batch either
 	// starts whole, or leaves nothing behind for RecipeRenew to meet.
@@ -766,18 +764,9 @@ type hashRenewing struct {
 // ReplyIn is the renewal script's reply (on the lock writer's goroutine).
 func (x *hashRenewing) ReplyIn(w *lockwriter.Write) {
 	x.write = w
-	reply, err := w.Reply()
-	if err != nil {
-		x.judged(false, deposed(err))
-		return
-	}
-	if n, ok := reply.(int64); ok && n == 0 {
-		x.judged(false, nil) // not held
-		return
-	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 4 {
-		x.judged(false, fmt.Errorf("locks: unexpected recipe renewal reply %v", reply))
+	arr, err := hashRenewReplied(w)
+	if err != nil || arr == nil {
+		x.judged(false, err) // failed, or not held
 		return
 	}
 	x.arr = arr
@@ -793,14 +782,7 @@ func (x *hashRenewing) AcksIn() {
 	case err != nil:
 		x.judged(false, err) // the renewal may stand: nothing to undo
 	case acked < m.opts.MinReplicas:
-		m.opts.Metrics.ReplicaShortfalls.Inc()
-		go func() {
-			if _, uerr := m.opts.Scripts.RunAfter(x.b.ctx, x.write, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenewUndo, Keys: x.call.Keys,
-				Args: lockwriter.ArgsOf(x.holder, x.arr[1], x.arr[2], x.arr[3], m.term())}); uerr != nil {
-				m.opts.Logger.Warn("could not undo an unacknowledged recipe renewal; the lease stands as Redis has it", "err", uerr)
-			}
-			x.judged(false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas})
-		}()
+		go func() { x.judged(false, m.undoHashRenewal(x.b.ctx, x.write, x.call.Keys, x.holder, x.arr, acked)) }()
 	default:
 		m.rearmedSide(x.key, x.side, x.arr[3], x.b.now.Add(x.b.lease), x.evictable)
 		x.judged(m.renewalInTime(x.b.received, x.b.now, x.b.lease))

@@ -335,34 +335,58 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 		return false, err
 	}
 	now := time.Now()
-	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(l.Key, side),
-		Args: lockwriter.ArgsOf(l.Holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
+	call := m.hashRenewCall(l.Key, side, l.Holder, lease, newest, now)
 	w := m.opts.Scripts.Start(ctx, l.Key, call, true)
-	reply, err := w.Reply()
-	if err != nil {
-		return false, deposed(err)
-	}
-	if n, ok := reply.(int64); ok && n == 0 {
-		return false, nil
-	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) != 4 {
-		return false, fmt.Errorf("locks: unexpected recipe renewal reply %v", reply)
+	arr, err := hashRenewReplied(w)
+	if err != nil || arr == nil {
+		return false, err
 	}
 	acked, err := w.Acks()
 	if err != nil {
 		return false, err // the renewal may stand: nothing to undo
 	}
 	if acked < m.opts.MinReplicas {
-		m.opts.Metrics.ReplicaShortfalls.Inc()
-		if _, uerr := m.opts.Scripts.RunAfter(ctx, w, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenewUndo, Keys: call.Keys,
-			Args: lockwriter.ArgsOf(l.Holder, arr[1], arr[2], arr[3], m.term())}); uerr != nil {
-			m.opts.Logger.Warn("could not undo an unacknowledged recipe renewal; the lease stands as Redis has it", "err", uerr)
-		}
-		return false, &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
+		return false, m.undoHashRenewal(ctx, w, call.Keys, l.Holder, arr, acked)
 	}
 	m.rearmedSide(l.Key, side, arr[3], now.Add(lease), evictable)
 	return m.renewalInTime(received, now, lease)
+}
+
+// hashRenewCall is one lock's renewal (opHashRenew) at now, for both
+// courses (renewHash, RecipeRenewNow).
+func (m *Manager) hashRenewCall(key, side, holder string, lease time.Duration, newest uint64, now time.Time) lockwriter.ScriptCall {
+	return lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(key, side),
+		Args: lockwriter.ArgsOf(holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
+}
+
+// hashRenewReplied reads a renewal's script reply: the lease's state
+// before it (undo's arguments) and its token, or nil if the holder does not
+// hold the lock.
+func hashRenewReplied(w *lockwriter.Write) ([]any, error) {
+	reply, err := w.Reply()
+	if err != nil {
+		return nil, deposed(err)
+	}
+	if n, ok := reply.(int64); ok && n == 0 {
+		return nil, nil
+	}
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 4 {
+		return nil, fmt.Errorf("locks: unexpected recipe renewal reply %v", reply)
+	}
+	return arr, nil
+}
+
+// undoHashRenewal puts back what a renewal short of replicas changed
+// (opHashRenewUndo, after w on its connection; it waits on Redis) and
+// returns the renewal's error.
+func (m *Manager) undoHashRenewal(ctx context.Context, w *lockwriter.Write, keys []string, holder string, arr []any, acked int) error {
+	m.opts.Metrics.ReplicaShortfalls.Inc()
+	if _, err := m.opts.Scripts.RunAfter(ctx, w, lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenewUndo, Keys: keys,
+		Args: lockwriter.ArgsOf(holder, arr[1], arr[2], arr[3], m.term())}); err != nil {
+		m.opts.Logger.Warn("could not undo an unacknowledged recipe renewal; the lease stands as Redis has it", "err", err)
+	}
+	return &NoReplicasError{Acked: acked, Wanted: m.opts.MinReplicas}
 }
 
 // renewalInTime is a recipe renewal's outcome once its re-arm stands:
