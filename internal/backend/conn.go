@@ -380,6 +380,31 @@ func (c *Conn) enqueue(args [][]byte, req []byte, asking bool, p *resp.Reply) {
 	}
 }
 
+// DoWithin sends one request and waits up to wait for its reply, for the
+// proxy's own requests on a client's connection (a tracking connection's
+// CLIENT TRACKING, HELLO). Past wait the connection is closed, since its
+// reply would never be read now, and ErrLost is returned.
+func (c *Conn) DoWithin(args [][]byte, wait time.Duration) ([]byte, error) {
+	done := make(chan struct{})
+	p := resp.NewReplyFunc(func() { close(done) })
+	c.Do(args, p)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		c.Close()
+		return nil, ErrLost
+	}
+	if p.Err != nil {
+		return nil, p.Err
+	}
+	if len(p.Buf) == 0 {
+		return nil, ErrLost
+	}
+	return p.Buf, nil
+}
+
 // DoNow is Do, and writes the request (with whatever is queued before it)
 // on the caller's goroutine before it returns, rather than leave it to the
 // writer: for the last request of a batch on a connection of one client's

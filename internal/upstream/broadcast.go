@@ -51,7 +51,7 @@ func (c *Cluster) broadcast(cl *Client, masters []*Node, args [][]byte, m fanout
 		return
 	}
 	if cl.track != nil {
-		p = cl.track.merged(p)
+		p = cl.track.Merged(p)
 	}
 	parts := fanout.FanIn(len(masters), func(replies []*resp.Reply) { fanout.Into(p, replies, nil, m) })
 	if cl.track != nil {

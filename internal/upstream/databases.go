@@ -2,9 +2,7 @@ package upstream
 
 import (
 	"errors"
-	"strconv"
 	"sync"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -156,50 +154,3 @@ func (c *Cluster) Select(cl *Client, db int) error {
 	}
 	return nil
 }
-
-// selectRequest is SELECT db.
-func selectRequest(db int) [][]byte {
-	return [][]byte{[]byte("SELECT"), []byte(strconv.Itoa(db))}
-}
-
-// discard is the reply slot of a request of the proxy's own on a pinned
-// connection, whose answer nobody reads.
-func discard() *resp.Reply { return resp.NewReplyFunc(func() {}) }
-
-// Select sends SELECT db for the client on its own connection (its reply,
-// Redis's, in p) and remembers that the connection is in db. The caller
-// has checked db with the Forwarder's Select.
-func (pc *Pinned) Select(db int, p *resp.Reply) {
-	pc.db = db
-	pc.conn.Do(selectRequest(db), p)
-}
-
-// Hello switches the connection's protocol with the client's (HELLO 2 or
-// 3, Redis's reply dropped: the client gets the proxy's) and returns once
-// Redis has answered, so that a tracking client's invalidations for writes
-// made after its HELLO reply come in the new protocol (in RESP2 without a
-// redirect Redis drops them). It goes back to the pinned connections of
-// that protocol when released. It waits on Redis: call it off the serve
-// loop.
-func (pc *Pinned) Hello(resp3 bool) {
-	pc.resp3 = resp3
-	replyWithin(pc.conn, helloRequest(resp3), pinnedHelloWait)
-}
-
-// pinnedHelloWait bounds Pinned.Hello's wait; a connection that has not
-// answered by then is closed, and the client's next request on it fails.
-const pinnedHelloWait = 5 * time.Second
-
-func helloRequest(resp3 bool) [][]byte {
-	if resp3 {
-		return [][]byte{[]byte("HELLO"), []byte("3")}
-	}
-	return [][]byte{[]byte("HELLO"), []byte("2")}
-}
-
-// Selected records that a SELECT inside a transaction made db the
-// connection's database (EXEC ran it).
-func (pc *Pinned) Selected(db int) { pc.db = db }
-
-// DB is the database the connection is in.
-func (pc *Pinned) DB() int { return pc.db }

@@ -38,7 +38,7 @@
 //   - Select: the client's database (databases.go); a Redis Cluster only 0.
 //   - Track: client-side caching (tracking.go): a tracking client gets a
 //     connection of its own (in a Redis Cluster, one to each master it reads
-//     from: tracker.go), its pushes merged into one stream.
+//     from: package tracking), its pushes merged into one stream.
 //   - WaitReplicas: WAIT (and WAITAOF) on every master, each after a write
 //     of the proxy's own on the same connection, answering the smallest
 //     count (wait.go).

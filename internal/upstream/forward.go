@@ -2,12 +2,12 @@ package upstream
 
 import (
 	"net"
-	"strings"
 	"sync"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
-	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/pinned"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/tracking"
 )
 
 // Forwarder carries clients' requests to the Redis that fenceproxy fronts:
@@ -129,9 +129,9 @@ type Client struct {
 	view     uint64
 	loopView *view
 	// track is, in front of a Redis Cluster, a tracking client's
-	// connections of its own (tracker.go); caching is the CLIENT CACHING
-	// flag the request being forwarded takes with it.
-	track   *tracker
+	// connections of its own (package tracking); caching is the CLIENT
+	// CACHING flag the request being forwarded takes with it.
+	track   *tracking.Tracker[*Node]
 	caching []byte
 
 	// mu guards waiting: Gone runs while a WAIT's reply may be coming in.
@@ -183,156 +183,10 @@ type Tunnel interface {
 	Close()
 }
 
-// Pinned is a connection to one master that one client has to itself:
-// MULTI/EXEC and WATCH keep state on the connection, and a blocking command
-// would stall every client sharing it. It never reconnects by itself: a
-// client's transaction is never carried on half-applied over a fresh
-// connection; after a break Up is false.
-type Pinned struct {
-	conn  *backend.Conn
-	node  *Node
-	resp3 bool
-	db    int // the database the connection is in (databases.go)
-	// keyed: in front of a Redis Cluster, where a MOVED or ASK on it means
-	// the request's key lives on another master than the connection's.
-	keyed bool
-	// own: a tracking client's connection (tracking.go), never reused.
-	own bool
-	// lender is, in front of a Redis Cluster, the tracker that lent its
-	// connection (tracker.go): Release gives it back there. caching is a
-	// CLIENT CACHING flag to send before the first request.
-	lender  *tracker
-	caching []byte
-}
-
-// replyOtherMaster replaces a MOVED or ASK on a pinned connection: the
-// request's key lives on another master than the one the client's
-// transaction or blocking command is bound to.
-const replyOtherMaster = "-CROSSSLOT fenceproxy: this key is on another Redis Cluster master than the transaction's; keep a transaction's keys in one slot with a {hash tag}\r\n"
-
-// Do sends a request on the connection; no MOVED or ASK reaches p.
-func (pc *Pinned) Do(args [][]byte, p *resp.Reply) {
-	if pc.lender != nil {
-		pc.lender.doPinned(pc, args, noRedirects(p))
-		return
-	}
-	if pc.keyed {
-		p = noRedirects(p)
-	}
-	pc.conn.Do(args, p)
-}
-
-// DoNow is Do, written before it returns (backend.Conn.DoNow): for the
-// last request the client has sent so far.
-func (pc *Pinned) DoNow(args [][]byte, p *resp.Reply) {
-	if pc.keyed {
-		p = noRedirects(p)
-	}
-	pc.conn.DoNow(args, p)
-}
-
-// Up reports whether the connection is still established.
-func (pc *Pinned) Up() bool { return pc.conn.Up() }
-
-// OnLoop reports whether the serve loop serves the connection (not with
-// TLS, nor a tracking client's): a request on it, from the loop, waits for
-// nothing and leaves at the end of the pass.
-func (pc *Pinned) OnLoop() bool { return pc.lender == nil && pc.conn.OnLoop() }
-
-// Unblock ends the blocking command the connection waits on, as CLIENT
-// UNBLOCK id [TIMEOUT|ERROR] would (mode: nil, or that last argument): it
-// finds the connection's client id in the master's CLIENT LIST (by its
-// address: no round trip is spent on learning it when a connection is
-// pinned) and sends CLIENT UNBLOCK on the master's control connection. p
-// gets Redis's reply (:1 if a command was unblocked, :0 if none waited),
-// or :0 if the connection is gone. The caller must not give the
-// connection to another client afterwards (Release(false)): the UNBLOCK
-// may arrive after the command it was meant for has ended.
-func (pc *Pinned) Unblock(mode []byte, p *resp.Reply) {
-	if mode != nil {
-		mode = append([]byte(nil), mode...) // used once CLIENT LIST is in, after the request
-	}
-	laddr := pc.conn.LocalAddr()
-	if laddr == "" {
-		p.Buf = append(p.Buf, ":0\r\n"...)
-		p.Done()
-		return
-	}
-	control := pc.node.control
-	var list *resp.Reply
-	list = resp.NewReplyFunc(func() {
-		id, ok := clientIDByAddr(list.Buf, laddr)
-		switch {
-		case list.Err != nil:
-			p.Err = list.Err
-			p.Done()
-		case !ok:
-			p.Buf = append(p.Buf, ":0\r\n"...)
-			p.Done()
-		default:
-			args := [][]byte{[]byte("CLIENT"), []byte("UNBLOCK"), []byte(id)}
-			if mode != nil {
-				args = append(args, mode)
-			}
-			control.Do(args, p)
-		}
-	})
-	control.Do([][]byte{[]byte("CLIENT"), []byte("LIST"), []byte("TYPE"), []byte("normal")}, list)
-}
-
-// clientIDByAddr finds the id of the client at addr in a CLIENT LIST reply.
-func clientIDByAddr(reply []byte, addr string) (string, bool) {
-	v, err := resp.Parse(reply)
-	list, ok := v.(string)
-	if err != nil || !ok {
-		return "", false
-	}
-	for _, line := range strings.Split(list, "\n") {
-		var id string
-		for _, field := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(field, "id="); ok {
-				id = v
-			}
-			if field == "addr="+addr && id != "" {
-				return id, true
-			}
-		}
-	}
-	return "", false
-}
-
-// Close ends the connection at once: Redis sees its client go, which ends
-// a blocked command. Release must still follow.
-func (pc *Pinned) Close() { pc.conn.Close() }
-
-// Release gives the connection back. Only a clean one (no MULTI, WATCH or
-// blocked command pending on it) is kept for another client.
-func (pc *Pinned) Release(clean bool) {
-	if pc.lender != nil {
-		pc.lender.giveBack(pc, clean)
-		return
-	}
-	if clean && pc.db != 0 && pc.conn.Up() {
-		// Back to database 0, where the next client's pinning starts.
-		pc.conn.Do(selectRequest(0), discard())
-	}
-	pc.node.Unpin(pc.conn, pc.resp3, clean && !pc.own)
-}
-
-// noRedirects wraps p so that MOVED and ASK never reach the client.
-func noRedirects(p *resp.Reply) *resp.Reply {
-	start := len(p.Buf)
-	var sub *resp.Reply
-	sub = resp.NewReplyFunc(func() {
-		if k := fanout.RedirectOf(sub.Buf[start:]); k == fanout.Moved || k == fanout.Ask {
-			sub.Buf = append(sub.Buf[:start], replyOtherMaster...)
-		}
-		p.Buf, p.Err = sub.Buf, sub.Err
-		p.Done()
-	})
-	sub.Buf = p.Buf
-	return sub
-}
+// Pinned is a connection to one master that one client has to itself
+// (package pinned): a transaction's, a blocking command's, a tracking
+// client's.
+type Pinned = pinned.Conn
 
 // pin returns a connection of the client's own to node (nil: no master
 // reachable).
@@ -346,9 +200,9 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 	}
 	if cl.DB != 0 {
 		// Ahead of the client's request on the same connection.
-		conn.Do(selectRequest(cl.DB), discard())
+		conn.Do(pinned.SelectRequest(cl.DB), pinned.Discard())
 	}
-	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB, keyed: keyed}, nil
+	return pinned.New(conn, node, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Keyed: keyed}), nil
 }
 
 // pinSpare is pin with node's idle connection, nil if it has none.
@@ -361,9 +215,9 @@ func pinSpare(cl *Client, node *Node, keyed bool) *Pinned {
 		return nil
 	}
 	if cl.DB != 0 {
-		conn.Do(selectRequest(cl.DB), discard())
+		conn.Do(pinned.SelectRequest(cl.DB), pinned.Discard())
 	}
-	return &Pinned{conn: conn, node: node, resp3: cl.RESP3, db: cl.DB, keyed: keyed}
+	return pinned.New(conn, node, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Keyed: keyed})
 }
 
 // unreachable is the error for a request that could not get a connection

@@ -233,6 +233,23 @@ func (n *Node) hand(c any, close func()) bool {
 	return true
 }
 
+// Hand records a client's connection of its own to the node (a tracking
+// connection, package tracking's Master).
+func (n *Node) Hand(c *backend.Conn, close func()) bool { return n.hand(c, close) }
+
+// Dial opens a connection of a client's own to the node, in protocol
+// resp3, its pushes to onPush and onBreak called when it breaks (package
+// tracking's Master).
+func (n *Node) Dial(resp3 bool, onPush func([]byte), onBreak func()) (*backend.Conn, error) {
+	opts := n.pinOpts
+	opts.RESP3, opts.OnPush, opts.OnBreak = resp3, onPush, onBreak
+	return backend.Dial(opts)
+}
+
+// Control is the node's connection that carries nothing else (package
+// pinned's Home).
+func (n *Node) Control() *backend.Conn { return n.control }
+
 // String is the node's address.
 func (n *Node) String() string { return n.Addr }
 

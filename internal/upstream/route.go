@@ -11,6 +11,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 	"github.com/fenceproxy/fenceproxy/internal/upstream/fanout"
 	"github.com/fenceproxy/fenceproxy/internal/upstream/pubsub"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/tracking"
 )
 
 // A request sent into the cluster follows its slot: an -MOVED reply updates
@@ -41,12 +42,12 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 	var lower [32]byte
 	name := keys.AppendLower(lower[:0], args[0])
 	if cl.track != nil {
-		// A tracking client's: on its own connections (tracker.go).
-		if string(name) == "client" && cl.track.serve(cl, args, p) {
+		// A tracking client's: on its own connections (package tracking).
+		if string(name) == "client" && c.serveTracking(cl, args, p) {
 			return
 		}
 		if cl.track != nil {
-			cl.caching = cl.track.takeCaching()
+			cl.caching = cl.track.TakeCaching()
 			defer func() { cl.caching = nil }()
 		}
 	}
@@ -220,7 +221,7 @@ func (c *Cluster) afterViewChange(cl *Client, p *resp.Reply, send func()) {
 func (c *Cluster) Pin(cl *Client, args [][]byte) (*Pinned, error) {
 	slot := c.pinSlot(args)
 	if cl.track != nil {
-		return cl.track.pinned(c.target(slot))
+		return cl.track.Lend(c.target(slot))
 	}
 	return pin(cl, c.target(slot), true)
 }
@@ -322,8 +323,8 @@ type request struct {
 	// redirect must resend from a copy.
 	encoded []byte
 	// track, for a tracking client, carries the request on the client's
-	// own connections, with CLIENT CACHING caching before it (tracker.go).
-	track   *tracker
+	// own connections, with CLIENT CACHING caching before it (package tracking).
+	track   *tracking.Tracker[*Node]
 	caching []byte
 }
 
@@ -334,10 +335,10 @@ func newRequest(cl *Client, slot int, encoded []byte) request {
 
 // deliver sends r to n, after ASKING if asking: on the client's connection
 // of n's shared pool, or its own connection there while it tracks.
-// uncached: see tracker.send.
+// uncached: see tracking.Tracker.Send.
 func (r *request) deliver(n *Node, asking bool, p *resp.Reply) (uncached bool) {
 	if r.track != nil {
-		return r.track.send(n, r.caching, r.encoded, asking, p)
+		return r.track.Send(n, r.caching, r.encoded, asking, p)
 	}
 	n.pool(r.resp3).Conn(r.connID).DoEncoded(r.encoded, asking, p)
 	return false
@@ -398,7 +399,7 @@ type flight struct {
 	tries  int
 	pause  time.Duration
 	// uncached: the request went with ASKING under CLIENT CACHING yes
-	// (tracker.invalidateRead).
+	// (tracking.Tracker.InvalidateRead).
 	uncached bool
 }
 
@@ -447,7 +448,7 @@ func (f *flight) replied() {
 	}
 	f.client.Buf, f.client.Err = f.sub.Buf, f.sub.Err
 	p := f.client
-	var uncachedBy *tracker
+	var uncachedBy *tracking.Tracker[*Node]
 	var uncachedReq []byte
 	if f.uncached && f.sub.Err == nil {
 		uncachedBy, uncachedReq = f.req.track, bytes.Clone(f.req.encoded)
@@ -459,7 +460,7 @@ func (f *flight) replied() {
 	flightPool.Put(f)
 	p.Done()
 	if uncachedBy != nil {
-		uncachedBy.invalidateRead(uncachedReq) // after the reply (protocol's push.go)
+		uncachedBy.InvalidateRead(uncachedReq) // after the reply (protocol's push.go)
 	}
 }
 

@@ -16,7 +16,7 @@ func (c *Cluster) crossSlot(cl *Client, name string, args [][]byte, positions []
 		return
 	}
 	if cl.track != nil {
-		p = cl.track.merged(p)
+		p = cl.track.Merged(p)
 	}
 	parts := fanout.FanIn(len(split.Parts), func(replies []*resp.Reply) { fanout.Into(p, replies, split.Order, split.Merge) })
 	for i, slot := range split.Slots {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/upstream/pubsub"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/tracking"
 )
 
 // SlotCount is the number of hash slots of Redis Cluster.
@@ -56,12 +57,11 @@ type Cluster struct {
 	nodes map[string]*Node // connected masters, by address
 	known []string         // every address seen: seeds, masters, replicas
 
-	// tmu guards trackers: the tracking clients' connections, which follow
-	// the masters (tracker.go). subscribers are the pub/sub clients by
+	// trackers are the tracking clients' connections, which follow the
+	// masters (package tracking). subscribers are the pub/sub clients by
 	// proxy client id, for CLIENT TRACKING REDIRECT; pubsub is what they
 	// all share.
-	tmu         sync.Mutex
-	trackers    map[*tracker]bool
+	trackers    *tracking.Trackers[*Node]
 	subscribers pubsub.Registry[*Node]
 	pubsub      pubsub.Options[*Node]
 
@@ -94,6 +94,9 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 		Topology: c, Forward: c.forwardFor, Elsewhere: c.elsewhere,
 		Registry: &c.subscribers, RetryWindow: RetryWindow, Log: c.log,
 	}
+	c.trackers = tracking.New(tracking.Options[*Node]{
+		Masters: c.Masters, RedirectID: c.redirectID, Invalidated: c.invalidated, Log: c.log,
+	})
 	c.setOwnKeys(opts.OwnKeys)
 	if err := c.refresh(ctx); err != nil {
 		c.Close()
@@ -115,6 +118,7 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 		c.Close()
 		return nil, fmt.Errorf("reading COMMAND (needed to route by slot): %v", err)
 	}
+	c.trackers.Keys = c.keys
 	c.wg.Add(1)
 	go c.refreshLoop()
 	return c, nil
@@ -266,7 +270,7 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	// their requests routed by the old one (see Epoch).
 	old := c.view.Load()
 	if old != nil && !sameMasters(old.masters, nv.masters) {
-		c.followTrackers(nv.masters)
+		c.trackers.Follow(nv.masters)
 	}
 	if old == nil || old.slots != nv.slots {
 		nv.epoch = 1

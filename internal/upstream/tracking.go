@@ -7,6 +7,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/pinned"
 )
 
 // Client-side caching (CLIENT TRACKING) through the proxy.
@@ -58,7 +59,7 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	if !n.hand(c, func() { c.Close(); onLost() }) {
 		return nil, unreachable(n)
 	}
-	return &Pinned{conn: c, node: n, resp3: cl.RESP3, db: cl.DB, own: true}, nil
+	return pinned.New(c, n, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Own: true}), nil
 }
 
 // asUser has a client's connection run as the Redis user it authenticated
@@ -99,3 +100,71 @@ func askClientID(nc interface {
 	id, _ := resp.ParseInt(reply[1 : len(reply)-2])
 	return id
 }
+
+// Track makes cl a tracking client in front of a Redis Cluster: from now
+// on Forward and Pin carry its requests on connections of its own (package
+// tracking). It returns no Pinned: unlike a standalone master's, no one
+// connection carries everything.
+func (c *Cluster) Track(cl *Client, onPush func([]byte), _ func()) (*Pinned, error) {
+	if cl.track == nil {
+		cl.track = c.trackers.Start(cl.RESP3, onPush)
+	}
+	return nil, nil
+}
+
+// serveTracking answers a tracking client's CLIENT TRACKING, CACHING and
+// TRACKINGINFO (false for another request); once tracking is off, the
+// client's requests take the shared connections again.
+func (c *Cluster) serveTracking(cl *Client, args [][]byte, p *resp.Reply) bool {
+	var afterReplies func(*resp.Reply, func())
+	if cl.Conn != nil {
+		afterReplies = cl.Conn.AfterReplies
+	}
+	served, ended := cl.track.Serve(afterReplies, args, p)
+	if ended {
+		cl.track = nil
+	}
+	return served
+}
+
+// redirectID is the Redis id of proxy client id's pub/sub connection to n,
+// for CLIENT TRACKING REDIRECT id (tracking.Options.RedirectID).
+func (c *Cluster) redirectID(id int64, n *Node) (int64, bool) {
+	s := c.subscribers.Of(id)
+	if s == nil {
+		return 0, false
+	}
+	return s.RedisIDOn(n)
+}
+
+// invalidated hands an invalidation to proxy client id's pub/sub
+// connection (tracking.Options.Invalidated).
+func (c *Cluster) invalidated(id int64, value []byte) {
+	if s := c.subscribers.Of(id); s != nil {
+		s.Invalidated(value)
+	}
+}
+
+// Untrack ends cl's tracking in front of a Redis Cluster (RESET, the
+// client gone): its connections close, each once Redis has turned its
+// tracking off. Nothing to do for a standalone master's tracking client,
+// whose connection is its Pinned.
+func (cl *Client) Untrack() {
+	if cl.track != nil {
+		cl.track.End()
+		cl.track = nil
+	}
+}
+
+// Hello switches a tracking client's connections in front of a Redis
+// Cluster to the protocol HELLO asked for (tracking.Tracker.Hello). It
+// waits on Redis: call it off the serve loop.
+func (cl *Client) Hello(resp3 bool) {
+	if cl.track != nil {
+		cl.track.Hello(resp3)
+	}
+}
+
+// SwitchesOnHello says whether the client has connections of its own that
+// HELLO must switch (Pinned.Hello, Hello): a round trip to Redis.
+func (cl *Client) SwitchesOnHello() bool { return cl.track != nil }

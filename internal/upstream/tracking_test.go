@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +42,7 @@ const nullInvalidation = ">2\r\n$10\r\ninvalidate\r\n_\r\n"
 // tracking client's connection to it is gone and its null invalidation
 // pushed by the time refresh publishes the new view, before any request
 // of the client can reach the promoted master. The other masters'
-// connections stay. Mutation: without followTrackers in refresh, no null
+// connections stay. Mutation: without Trackers.Follow in refresh, no null
 // invalidation when refresh returned (it came only when the retired node
 // closed, retireAfter later).
 func TestTrackerDropsFormerMaster(t *testing.T) {
@@ -67,9 +68,7 @@ func TestTrackerDropsFormerMaster(t *testing.T) {
 			t.Fatalf("GET %s: %q", k, got)
 		}
 	}
-	cl.track.mu.Lock()
-	open := len(cl.track.conns)
-	cl.track.mu.Unlock()
+	open := len(cl.track.Connected())
 	if open != len(masters) {
 		t.Fatalf("the tracker has %d connections after reads on %d masters", open, len(masters))
 	}
@@ -90,28 +89,11 @@ func TestTrackerDropsFormerMaster(t *testing.T) {
 	if !log.has(nullInvalidation) {
 		t.Fatalf("refresh returned with %s no longer a master, and the tracking client has no null invalidation (pushes %q)", victim.Addr, log.frames)
 	}
-	cl.track.mu.Lock()
-	_, kept := cl.track.conns[victim]
-	open = len(cl.track.conns)
-	cl.track.mu.Unlock()
+	connected := cl.track.Connected()
+	kept := slices.Contains(connected, victim)
+	open = len(connected)
 	if kept || open != len(masters)-1 {
 		t.Fatalf("after the failover the tracker has %d connections (one to %s: %v)", open, victim.Addr, kept)
 	}
 	cl.Untrack()
-}
-
-// TestWithFlag: CLIENT TRACKINGINFO's flags get the flag the tracker adds,
-// in Redis's place, in RESP2 and RESP3 (a map and a set).
-func TestWithFlag(t *testing.T) {
-	for _, tc := range []struct{ in, flag, want string }{
-		{"*6\r\n$5\r\nflags\r\n*2\r\n$2\r\non\r\n$5\r\noptin\r\n$8\r\nredirect\r\n:0\r\n$8\r\nprefixes\r\n*0\r\n", "caching-yes",
-			"*6\r\n$5\r\nflags\r\n*3\r\n$2\r\non\r\n$5\r\noptin\r\n$11\r\ncaching-yes\r\n$8\r\nredirect\r\n:0\r\n$8\r\nprefixes\r\n*0\r\n"},
-		{"%3\r\n$5\r\nflags\r\n~1\r\n$2\r\non\r\n$8\r\nredirect\r\n:66\r\n$8\r\nprefixes\r\n*0\r\n", "broken_redirect",
-			"%3\r\n$5\r\nflags\r\n~2\r\n$2\r\non\r\n$15\r\nbroken_redirect\r\n$8\r\nredirect\r\n:66\r\n$8\r\nprefixes\r\n*0\r\n"},
-		{"-ERR x\r\n", "broken_redirect", "-ERR x\r\n"},
-	} {
-		if got := string(withFlag([]byte(tc.in), tc.flag)); got != tc.want {
-			t.Errorf("withFlag(%q, %s) = %q, want %q", tc.in, tc.flag, got, tc.want)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package upstream
+package tracking
 
 import (
 	"bytes"
@@ -14,67 +14,16 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/pinned"
 )
 
-// Client-side caching in front of a Redis Cluster (tracking.go has why a
-// tracking client gets connections of its own).
+// Tracker is one tracking client's connections, one to each master it
+// uses (the package doc says what it keeps true).
 //
-// Redis tracks a key for the connection that read it, on the node that
-// holds the key, and invalidates it there. A tracking client in front of a
-// cluster therefore gets a tracker: a connection of its own to each master
-// its requests go to, opened on first use. Before a new connection carries
-// anything, every CLIENT TRACKING ON the client sent is replayed on it, in
-// order, and answered (a read on a connection that does not track would be
-// cached and never invalidated). Forward then sends each of the client's
-// requests on these connections instead of the shared pools, by the same
-// routing (slot, split and merge, broadcast, SCAN, MOVED, ASK and retries),
-// so each master tracks exactly what the client read there, and every
-// option means what it means in Redis:
-//
-//  1. CLIENT TRACKING ON is answered by the first master's connection
-//     (Redis's own reply and errors), then sent to every other connection
-//     the client has. With BCAST (and PREFIX) the tracker connects to every
-//     master at once, and to each master that joins: any master may change
-//     a key of the prefixes.
-//  2. OPTIN/OPTOUT: CLIENT CACHING yes|no is answered by the proxy, with
-//     Redis's errors, and sent just before the client's next request on
-//     each connection that request goes to (a transaction: before its
-//     MULTI), in one step with it (sendMu), so no redirected request
-//     slips in between and takes the flag. An ASK redirect cannot carry it
-//     (Redis's ASKING and CLIENT CACHING each clear the other), so a read
-//     sent with ASKING under CACHING yes is followed by an invalidation of
-//     its keys: the client keeps no value that no master tracks for it.
-//     CLIENT TRACKINGINFO shows the flag waiting.
-//  3. NOLOOP: the client's writes travel on the same connections.
-//  4. REDIRECT id names a proxy client subscribed to __redis__:invalidate
-//     (or, RESP3, to anything): its subscriber holds a connection to every
-//     master (the channel is mirrored as keyspace channels are: package
-//     pubsub), and each master's CLIENT TRACKING redirects to the target's
-//     connection on that master. tracking-redir-broken names the proxy id.
-//  5. Pushes from every connection reach the client through one stream
-//     (the onPush given to Track: protocol's Conn.Push), each after the
-//     replies Redis sent before it on its own connection: a connection
-//     completes its replies in order before it reads a push, and a push
-//     that comes while a request split over several connections (MGET
-//     over masters, a broadcast) waits for its other parts is held until
-//     the merged reply is complete, for it may invalidate a key that reply
-//     carries.
-//  6. HELLO switches the connections' protocol with the client's, as it
-//     switches a tracking connection's in Redis (Client.Hello).
-//  7. Losing a connection loses what Redis tracked on it (Redis forgets a
-//     connection's tracking when it ends): the client (or its redirect
-//     target) is sent a null invalidation, as Redis sends one on FLUSHALL,
-//     and drops its whole cache; the connection is opened again on next
-//     use. The same when a node stops being a master (a failover, or its
-//     last slot moved away: the tracker follows the view, followTrackers),
-//     so no cached value outlives the master that tracked it. A key that
-//     migrates to another master is deleted from the old one, which
-//     invalidates it.
-//
-// Lock order: tracker.dialMu, then tracker.mu; tracker.sendMu, then a
+// Lock order: Tracker.dialMu, then Tracker.mu; Tracker.sendMu, then a
 // backend Conn's. Nothing is sent to the client under any of them.
-type tracker struct {
-	c      *Cluster
+type Tracker[N Master] struct {
+	set    *Trackers[N]
 	resp3  bool
 	onPush func(frame []byte)
 
@@ -86,7 +35,7 @@ type tracker struct {
 	sendMu sync.Mutex
 
 	mu    sync.Mutex
-	conns map[*Node]*backend.Conn
+	conns map[N]*backend.Conn
 	// ons are the CLIENT TRACKING ON requests Redis accepted, in order
 	// (REDIRECT naming the proxy's client), replayed on each new
 	// connection; opts is what they add up to.
@@ -115,85 +64,77 @@ type trackOptions struct {
 // by the tracker itself.
 const trackWait = 5 * time.Second
 
-// Track makes cl a tracking client: from now on Forward and Pin carry its
-// requests on connections of its own (tracker). It returns no Pinned:
-// unlike a standalone master's, no one connection carries everything.
-func (c *Cluster) Track(cl *Client, onPush func([]byte), _ func()) (*Pinned, error) {
-	if cl.track == nil {
-		t := &tracker{c: c, resp3: cl.RESP3, onPush: onPush, conns: make(map[*Node]*backend.Conn)}
-		c.tmu.Lock()
-		if c.trackers == nil {
-			c.trackers = make(map[*tracker]bool)
-		}
-		c.trackers[t] = true
-		c.tmu.Unlock()
-		cl.track = t
-	}
-	return nil, nil
+// Start makes a client a tracking client: from now on the caller carries
+// its requests on the tracker's connections (Send, Lend, Merged). resp3 is
+// the client's protocol, onPush where its pushes go (point 5).
+func (ts *Trackers[N]) Start(resp3 bool, onPush func([]byte)) *Tracker[N] {
+	t := &Tracker[N]{set: ts, resp3: resp3, onPush: onPush, conns: make(map[N]*backend.Conn)}
+	ts.mu.Lock()
+	ts.live[t] = true
+	ts.mu.Unlock()
+	return t
 }
 
-// Untrack ends cl's tracking in front of a Redis Cluster (RESET, the
-// client gone): its connections close, each once Redis has turned its
-// tracking off (see off). Nothing to do for a standalone master's tracking
-// client, whose connection is its Pinned.
-func (cl *Client) Untrack() {
-	if cl.track != nil {
-		cl.track.turnOff([][]byte{[]byte("CLIENT"), []byte("TRACKING"), []byte("OFF")}, nil)
-		cl.track.close()
-		cl.track = nil
-	}
+// End ends the client's tracking (RESET, the client gone): its
+// connections close, each once Redis has turned its tracking off (see
+// off).
+func (t *Tracker[N]) End() {
+	var none N
+	t.turnOff([][]byte{[]byte("CLIENT"), []byte("TRACKING"), []byte("OFF")}, none)
+	t.close()
 }
 
-// serve answers the tracking client's CLIENT TRACKING, CACHING and
-// TRACKINGINFO; false for another request.
-func (t *tracker) serve(cl *Client, args [][]byte, p *resp.Reply) bool {
+// Serve answers the tracking client's CLIENT TRACKING, CACHING and
+// TRACKINGINFO (served false for another request); ended: tracking is off
+// and the tracker closed, and the client's requests go on the shared
+// connections again. afterReplies is the client connection's (nil: none,
+// as upstream.Waiter's AfterReplies).
+func (t *Tracker[N]) Serve(afterReplies func(p *resp.Reply, then func()), args [][]byte, p *resp.Reply) (served, ended bool) {
 	if len(args) < 2 {
-		return false
+		return false, false
 	}
 	switch keys.LowerName(args[1]) {
 	case "tracking":
 		if len(args) < 3 {
-			return false
+			return false, false
 		}
 		switch keys.LowerName(args[2]) {
 		case "on":
-			if cl.Conn != nil {
+			if afterReplies != nil {
 				// Its earlier requests first: one redirected meanwhile may
 				// open a connection (dialMu) on a reader that on would
 				// wait for.
-				cl.Conn.AfterReplies(p, func() { t.on(args, p) })
+				afterReplies(p, func() { t.on(args, p) })
 				break
 			}
 			t.on(args, p)
 		case "off":
-			if t.off(args, p) {
-				cl.track = nil
-			}
+			ended = t.off(args, p)
 		default:
-			return false
+			return false, false
 		}
 	case "caching":
 		if len(args) < 3 {
-			return false // Redis's arity error, from the first master
+			return false, false // Redis's arity error, from the first master
 		}
 		t.setCaching(args[2], p)
 	case "trackinginfo":
 		if len(args) != 2 {
-			return false
+			return false, false
 		}
 		t.trackingInfo(args, p)
 	default:
-		return false
+		return false, false
 	}
-	return true
+	return true, ended
 }
 
 // on serves CLIENT TRACKING ON ...: the first master's answer; then the
 // same on every other connection, and with BCAST a connection to every
 // master.
-func (t *tracker) on(args [][]byte, p *resp.Reply) {
+func (t *Tracker[N]) on(args [][]byte, p *resp.Reply) {
 	t.dialMu.Lock()
-	masters := t.c.Masters()
+	masters := t.set.Masters()
 	if len(masters) == 0 {
 		t.dialMu.Unlock()
 		replyErrOf(p, backend.ErrUnavailable)
@@ -233,7 +174,7 @@ func (t *tracker) on(args [][]byte, p *resp.Reply) {
 	t.opts = t.opts.with(kept)
 	t.broken = false
 	bcast := t.opts.bcast
-	others := make(map[*Node]*backend.Conn)
+	others := make(map[N]*backend.Conn)
 	for n, c := range t.conns {
 		if n != first {
 			others[n] = c
@@ -249,8 +190,8 @@ func (t *tracker) on(args [][]byte, p *resp.Reply) {
 			}
 		}
 		if err != nil {
-			t.c.log.Warn("a Redis Cluster master refused CLIENT TRACKING ON that the first master accepted; dropping the client's connection to it",
-				"addr", n.Addr, "err", err)
+			t.set.Log.Warn("a Redis Cluster master refused CLIENT TRACKING ON that the first master accepted; dropping the client's connection to it",
+				"addr", n.String(), "err", err)
 			t.lost(n, c)
 		}
 	}
@@ -269,8 +210,8 @@ func (t *tracker) on(args [][]byte, p *resp.Reply) {
 // have their replies (the client's next requests take the shared
 // connections and must not overtake them). It reports whether tracking
 // ended.
-func (t *tracker) off(args [][]byte, p *resp.Reply) bool {
-	masters := t.c.Masters()
+func (t *Tracker[N]) off(args [][]byte, p *resp.Reply) bool {
+	masters := t.set.Masters()
 	if len(masters) == 0 {
 		replyErrOf(p, backend.ErrUnavailable)
 		return false
@@ -299,9 +240,9 @@ func (t *tracker) off(args [][]byte, p *resp.Reply) bool {
 // before it is answered (closing a connection is not enough: Redis may run
 // another client's write, and invalidate for a connection it has not yet
 // seen close, in between). It returns the reply of first's connection.
-func (t *tracker) turnOff(args [][]byte, first *Node) ([]byte, error) {
+func (t *Tracker[N]) turnOff(args [][]byte, first N) ([]byte, error) {
 	t.mu.Lock()
-	conns := make(map[*Node]*backend.Conn, len(t.conns))
+	conns := make(map[N]*backend.Conn, len(t.conns))
 	for n, c := range t.conns {
 		conns[n] = c
 	}
@@ -332,7 +273,7 @@ func (t *tracker) turnOff(args [][]byte, first *Node) ([]byte, error) {
 
 // setCaching serves CLIENT CACHING yes|no as Redis does, remembering the
 // flag for the next request.
-func (t *tracker) setCaching(opt []byte, p *resp.Reply) {
+func (t *Tracker[N]) setCaching(opt []byte, p *resp.Reply) {
 	t.mu.Lock()
 	o := t.opts
 	on := len(t.ons) > 0
@@ -358,9 +299,9 @@ func (t *tracker) setCaching(opt []byte, p *resp.Reply) {
 	p.Done()
 }
 
-// takeCaching returns the CLIENT CACHING flag waiting for the request
+// TakeCaching returns the CLIENT CACHING flag waiting for the request
 // being sent, and clears it.
-func (t *tracker) takeCaching() []byte {
+func (t *Tracker[N]) TakeCaching() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.caching
@@ -371,8 +312,8 @@ func (t *tracker) takeCaching() []byte {
 // trackingInfo serves CLIENT TRACKINGINFO from the first master's
 // connection, with the CLIENT CACHING flag waiting here added to its
 // flags (caching-yes, caching-no) as Redis shows it.
-func (t *tracker) trackingInfo(args [][]byte, p *resp.Reply) {
-	masters := t.c.Masters()
+func (t *Tracker[N]) trackingInfo(args [][]byte, p *resp.Reply) {
+	masters := t.set.Masters()
 	if len(masters) == 0 {
 		replyErrOf(p, backend.ErrUnavailable)
 		return
@@ -479,7 +420,7 @@ var errRedirectGone = resp.Error{Code: "ERR", Msg: "fenceproxy: the client CLIEN
 
 // forNode is a CLIENT TRACKING request (args) as sent to n: REDIRECT's
 // proxy client id becomes the Redis id of that client's connection to n.
-func (t *tracker) forNode(args [][]byte, n *Node) ([][]byte, error) {
+func (t *Tracker[N]) forNode(args [][]byte, n N) ([][]byte, error) {
 	out := args
 	for i := 3; i+1 < len(args); i++ {
 		switch keys.LowerName(args[i]) {
@@ -490,11 +431,7 @@ func (t *tracker) forNode(args [][]byte, n *Node) ([][]byte, error) {
 			if !ok {
 				continue // Redis's own error
 			}
-			s := t.c.subscribers.Of(id)
-			if s == nil {
-				return nil, errRedirectGone
-			}
-			redisID, ok := s.RedisIDOn(n)
+			redisID, ok := t.set.RedirectID(id, n)
 			if !ok {
 				return nil, errRedirectGone
 			}
@@ -509,36 +446,13 @@ func (t *tracker) forNode(args [][]byte, n *Node) ([][]byte, error) {
 }
 
 // do sends one request on conn and waits (within trackWait) for its reply.
-func (t *tracker) do(conn *backend.Conn, args [][]byte) ([]byte, error) {
-	return replyWithin(conn, args, trackWait)
-}
-
-// replyWithin sends one request on conn and waits up to wait for its reply;
-// past it conn is closed, since its reply would never be read now.
-func replyWithin(conn *backend.Conn, args [][]byte, wait time.Duration) ([]byte, error) {
-	done := make(chan struct{})
-	p := resp.NewReplyFunc(func() { close(done) })
-	conn.Do(args, p)
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		conn.Close()
-		return nil, backend.ErrLost
-	}
-	if p.Err != nil {
-		return nil, p.Err
-	}
-	if len(p.Buf) == 0 {
-		return nil, backend.ErrLost
-	}
-	return p.Buf, nil
+func (t *Tracker[N]) do(conn *backend.Conn, args [][]byte) ([]byte, error) {
+	return conn.DoWithin(args, trackWait)
 }
 
 // conn returns the client's connection to n, opening it (with tracking
 // on as the client set it) on first use or after it was lost.
-func (t *tracker) conn(n *Node) (*backend.Conn, error) {
+func (t *Tracker[N]) conn(n N) (*backend.Conn, error) {
 	t.mu.Lock()
 	c := t.conns[n]
 	closed := t.closed
@@ -555,7 +469,7 @@ func (t *tracker) conn(n *Node) (*backend.Conn, error) {
 }
 
 // connLocked is conn with t.dialMu held.
-func (t *tracker) connLocked(n *Node) (*backend.Conn, error) {
+func (t *Tracker[N]) connLocked(n N) (*backend.Conn, error) {
 	t.mu.Lock()
 	c := t.conns[n]
 	closed := t.closed
@@ -573,14 +487,11 @@ func (t *tracker) connLocked(n *Node) (*backend.Conn, error) {
 	if n.Refusal() != nil {
 		return nil, n.Refusal()
 	}
-	opts := n.pinOpts
 	t.mu.Lock()
-	opts.RESP3 = t.resp3
+	resp3 := t.resp3
 	t.mu.Unlock()
-	opts.OnPush = t.pushed
-	// OnBreak may run before Dial returns: it looks the connection up.
-	opts.OnBreak = func() { t.lostLater(n) }
-	conn, err := backend.Dial(opts)
+	// onBreak may run before Dial returns: it looks the connection up.
+	conn, err := n.Dial(resp3, t.pushed, func() { t.lostLater(n) })
 	if err != nil {
 		return nil, unreachable(n)
 	}
@@ -602,7 +513,7 @@ func (t *tracker) connLocked(n *Node) (*backend.Conn, error) {
 			return nil, unreachable(n)
 		}
 	}
-	if !n.hand(conn, func() { conn.Close(); t.lost(n, conn) }) {
+	if !n.Hand(conn, func() { conn.Close(); t.lost(n, conn) }) {
 		return nil, unreachable(n)
 	}
 	t.mu.Lock()
@@ -622,7 +533,7 @@ func (t *tracker) connLocked(n *Node) (*backend.Conn, error) {
 
 // lostLater is a connection's OnBreak: the tracker finds which of its
 // connections to n broke (the callback may run before the Conn is known).
-func (t *tracker) lostLater(n *Node) {
+func (t *Tracker[N]) lostLater(n N) {
 	t.mu.Lock()
 	c := t.conns[n]
 	t.mu.Unlock()
@@ -634,7 +545,7 @@ func (t *tracker) lostLater(n *Node) {
 // lost forgets the client's connection conn to n and closes it; if it was
 // tracking, the client (or its redirect target) is told to drop its whole
 // cache: what Redis tracked on it is gone (point 7).
-func (t *tracker) lost(n *Node, conn *backend.Conn) {
+func (t *Tracker[N]) lost(n N, conn *backend.Conn) {
 	t.mu.Lock()
 	current := conn != nil && t.conns[n] == conn
 	if current {
@@ -652,7 +563,7 @@ func (t *tracker) lost(n *Node, conn *backend.Conn) {
 
 // invalidate tells the client (or its redirect target) that keys are
 // invalid, as Redis would: nil keys for all of them (a null invalidation).
-func (t *tracker) invalidate(keyList [][]byte) {
+func (t *Tracker[N]) invalidate(keyList [][]byte) {
 	t.mu.Lock()
 	redirect, resp3 := t.opts.redirect, t.resp3
 	t.mu.Unlock()
@@ -669,9 +580,7 @@ func (t *tracker) invalidate(keyList [][]byte) {
 		value = []byte("$-1\r\n")
 	}
 	if redirect != 0 {
-		if s := t.c.subscribers.Of(redirect); s != nil {
-			s.Invalidated(value)
-		}
+		t.set.Invalidated(redirect, value)
 		return
 	}
 	if resp3 {
@@ -684,7 +593,7 @@ var redirBroken = []byte(">2\r\n$21\r\ntracking-redir-broken\r\n:")
 // pushed relays a push from one of the connections (held while a merged
 // reply is incomplete, point 5): tracking-redir-broken names the proxy's
 // client, not a Redis connection.
-func (t *tracker) pushed(frame []byte) {
+func (t *Tracker[N]) pushed(frame []byte) {
 	t.mu.Lock()
 	if bytes.HasPrefix(frame, redirBroken) {
 		t.broken = true
@@ -700,9 +609,9 @@ func (t *tracker) pushed(frame []byte) {
 	t.onPush(frame)
 }
 
-// merged wraps the reply of a request split over several connections:
+// Merged wraps the reply of a request split over several connections:
 // pushes are held from now until p is complete (point 5).
-func (t *tracker) merged(p *resp.Reply) *resp.Reply {
+func (t *Tracker[N]) Merged(p *resp.Reply) *resp.Reply {
 	t.mu.Lock()
 	t.merging++
 	t.mu.Unlock()
@@ -725,24 +634,13 @@ func (t *tracker) merged(p *resp.Reply) *resp.Reply {
 	return sub
 }
 
-// Hello switches a tracking client's connections in front of a Redis
-// Cluster to the protocol HELLO asked for, as its connection switches in
-// Redis (point 6), and returns once every master has answered: from then
-// on Redis sends its invalidations in that protocol, so a write another
-// client makes after the client's HELLO reply is never dropped as one for
-// a RESP2 connection. It waits on Redis: call it off the serve loop.
-func (cl *Client) Hello(resp3 bool) {
-	if cl.track != nil {
-		cl.track.hello(resp3)
-	}
-}
-
-// SwitchesOnHello says whether the client has connections of its own that
-// HELLO must switch (Pinned.Hello, Hello): a round trip to Redis.
-func (cl *Client) SwitchesOnHello() bool { return cl.track != nil }
-
-// hello switches the connections to the client's protocol (point 6).
-func (t *tracker) hello(resp3 bool) {
+// Hello switches the client's connections to the protocol HELLO asked
+// for, as its connection switches in Redis (point 6), and returns once
+// every master has answered: from then on Redis sends its invalidations in
+// that protocol, so a write another client makes after the client's HELLO
+// reply is never dropped as one for a RESP2 connection. It waits on Redis:
+// call it off the serve loop.
+func (t *Tracker[N]) Hello(resp3 bool) {
 	t.dialMu.Lock()
 	defer t.dialMu.Unlock()
 	t.mu.Lock()
@@ -757,15 +655,15 @@ func (t *tracker) hello(resp3 bool) {
 	}
 	t.mu.Unlock()
 	for _, c := range conns {
-		// A connection that does not answer is closed (replyWithin) and
+		// A connection that does not answer is closed (DoWithin) and
 		// dialled again in the new protocol on its next use (conn).
-		replyWithin(c, helloRequest(resp3), trackWait)
+		c.DoWithin(pinned.HelloRequest(resp3), trackWait)
 	}
 }
 
 // close ends the tracker: its connections close, with no invalidation
 // (tracking is off, or the client gone).
-func (t *tracker) close() {
+func (t *Tracker[N]) close() {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -778,17 +676,17 @@ func (t *tracker) close() {
 	for n, c := range conns {
 		n.Unpin(c, false, false)
 	}
-	t.c.tmu.Lock()
-	delete(t.c.trackers, t)
-	t.c.tmu.Unlock()
+	t.set.mu.Lock()
+	delete(t.set.live, t)
+	t.set.mu.Unlock()
 }
 
 // follow keeps the tracker's connections on the masters there are: one to
 // a node that is no longer a master is lost (point 7); with BCAST each
 // master gets one.
-func (t *tracker) follow(masters []*Node) {
+func (t *Tracker[N]) follow(masters []N) {
 	t.mu.Lock()
-	var gone []*Node
+	var gone []N
 	var conns []*backend.Conn
 	for n, c := range t.conns {
 		if !slices.Contains(masters, n) {
@@ -809,27 +707,27 @@ func (t *tracker) follow(masters []*Node) {
 	}
 }
 
-// followTrackers tells every tracker the masters of a new view, before
+// Follow tells every tracker the masters of a new view. Call it before
 // the view is published: a client has dropped what a node that is no
-// longer a master tracked (its null invalidation is on its way) before
-// any of its requests goes to the new master.
-func (c *Cluster) followTrackers(masters []*Node) {
-	c.tmu.Lock()
-	ts := make([]*tracker, 0, len(c.trackers))
-	for t := range c.trackers {
-		ts = append(ts, t)
+// longer a master tracked (its null invalidation is on its way) before any
+// of its requests goes to the new master.
+func (ts *Trackers[N]) Follow(masters []N) {
+	ts.mu.Lock()
+	live := make([]*Tracker[N], 0, len(ts.live))
+	for t := range ts.live {
+		live = append(live, t)
 	}
-	c.tmu.Unlock()
-	for _, t := range ts {
+	ts.mu.Unlock()
+	for _, t := range live {
 		t.follow(masters)
 	}
 }
 
-// send sends one request (encoded) of the client to n on its connection
+// Send sends one request (encoded) of the client to n on its connection
 // there, after ASKING if asking and after CLIENT CACHING caching if set,
 // in one step (point 2). uncached reports a read under CLIENT CACHING yes
-// that ASKING had to carry instead (see invalidateRead).
-func (t *tracker) send(n *Node, caching, encoded []byte, asking bool, p *resp.Reply) (uncached bool) {
+// that ASKING had to carry instead: call InvalidateRead after its reply.
+func (t *Tracker[N]) Send(n N, caching, encoded []byte, asking bool, p *resp.Reply) (uncached bool) {
 	conn, err := t.conn(n)
 	if err != nil {
 		p.Err = backend.ErrUnavailable // the retry path opens it again
@@ -841,7 +739,7 @@ func (t *tracker) send(n *Node, caching, encoded []byte, asking bool, p *resp.Re
 		if asking {
 			uncached = string(caching) == "yes"
 		} else {
-			conn.Do([][]byte{[]byte("CLIENT"), []byte("CACHING"), caching}, discard())
+			conn.Do([][]byte{[]byte("CLIENT"), []byte("CACHING"), caching}, pinned.Discard())
 		}
 	}
 	conn.DoEncoded(encoded, asking, p)
@@ -849,10 +747,10 @@ func (t *tracker) send(n *Node, caching, encoded []byte, asking bool, p *resp.Re
 	return uncached
 }
 
-// invalidateRead follows the reply of a read that went with ASKING under
+// InvalidateRead follows the reply of a read that went with ASKING under
 // CLIENT CACHING yes: the importing master did not track it, so the
 // client is told at once to drop its keys.
-func (t *tracker) invalidateRead(encoded []byte) {
+func (t *Tracker[N]) InvalidateRead(encoded []byte) {
 	elems, ok := resp.Elements(encoded)
 	if !ok || len(elems) == 0 {
 		t.invalidate(nil)
@@ -864,7 +762,7 @@ func (t *tracker) invalidateRead(encoded []byte) {
 		args[i] = []byte(s)
 	}
 	var positions []int
-	if cmd := t.c.keys.LookupBytes(args[0]); cmd != nil {
+	if cmd := t.set.Keys.LookupBytes(args[0]); cmd != nil {
 		positions = cmd.Keys(nil, args)
 	}
 	keyList := make([][]byte, 0, len(positions))
@@ -877,12 +775,13 @@ func (t *tracker) invalidateRead(encoded []byte) {
 	t.invalidate(keyList)
 }
 
-// pinned returns the client's connection to n for a transaction or a
-// blocking command (Pin): the tracker's own, lent (Release gives it back
-// to the tracker, not the node), with a CLIENT CACHING flag waiting sent
-// before its first request.
-func (t *tracker) pinned(n *Node) (*Pinned, error) {
-	if n == nil {
+// Lend returns the client's connection to n for a transaction or a
+// blocking command: the tracker's own, lent (Release gives it back to the
+// tracker, not the node), with a CLIENT CACHING flag waiting sent before
+// its first request.
+func (t *Tracker[N]) Lend(n N) (*pinned.Conn, error) {
+	var none N
+	if n == none {
 		return nil, backend.ErrUnavailable
 	}
 	conn, err := t.conn(n)
@@ -892,31 +791,52 @@ func (t *tracker) pinned(n *Node) (*Pinned, error) {
 	t.mu.Lock()
 	resp3 := t.resp3
 	t.mu.Unlock()
-	return &Pinned{conn: conn, node: n, resp3: resp3, keyed: true, lender: t, caching: t.takeCaching()}, nil
+	return pinned.Lent(conn, n, t, resp3, t.TakeCaching()), nil
 }
 
-// doPinned sends a request on a lent connection: the CLIENT CACHING flag
+// DoLent sends a request on a lent connection: the CLIENT CACHING flag
 // first, in one step with it.
-func (t *tracker) doPinned(pc *Pinned, args [][]byte, p *resp.Reply) {
+func (t *Tracker[N]) DoLent(pc *pinned.Conn, args [][]byte, p *resp.Reply) {
 	t.sendMu.Lock()
-	if pc.caching != nil {
-		pc.conn.Do([][]byte{[]byte("CLIENT"), []byte("CACHING"), pc.caching}, discard())
-		pc.caching = nil
+	if caching := pc.TakeCaching(); caching != nil {
+		pc.Backend().Do([][]byte{[]byte("CLIENT"), []byte("CACHING"), caching}, pinned.Discard())
 	}
-	pc.conn.Do(args, p)
+	pc.Backend().Do(args, p)
 	t.sendMu.Unlock()
 }
 
-// giveBack takes a lent connection back; one that may hold a transaction's
+// GiveBack takes a lent connection back; one that may hold a transaction's
 // or a blocked command's state is closed and lost (point 7).
-func (t *tracker) giveBack(pc *Pinned, clean bool) {
-	if !clean || !pc.conn.Up() {
-		t.lost(pc.node, pc.conn)
+func (t *Tracker[N]) GiveBack(pc *pinned.Conn, clean bool) {
+	if !clean || !pc.Up() {
+		t.lost(pc.Home().(N), pc.Backend())
 	}
+}
+
+// Connected is the masters the client has a connection to now (for
+// tests).
+func (t *Tracker[N]) Connected() []N {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]N, 0, len(t.conns))
+	for n := range t.conns {
+		out = append(out, n)
+	}
+	return out
 }
 
 // replyErrOf completes p with err.
 func replyErrOf(p *resp.Reply, err error) {
 	p.Err = err
 	p.Done()
+}
+
+// unreachable is the error for a request that could not get a connection
+// to n: why the proxy refuses to send anything to it (it is not the
+// master), or else that it cannot be reached.
+func unreachable[N Master](n N) error {
+	if err := n.Refusal(); err != nil {
+		return err
+	}
+	return backend.ErrUnavailable
 }
