@@ -15,6 +15,11 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
+// Loop is an event loop that serves connections (Options.Loop): package
+// netloop's, named here so that a caller that only hands it on needs no
+// import of netloop.
+type Loop = netloop.Loop
+
 // Options say how to reach a Redis node.
 type Options struct {
 	Addr        string

@@ -15,7 +15,7 @@ import (
 //
 // Tracking is Redis's, per connection. In front of a Redis Cluster the
 // Forwarder keeps a tracking client's connections of its own, one per
-// master, and routes its requests over them (upstream's tracker.go): this
+// master, and routes its requests over them (package upstream/tracking): this
 // file only turns it on and off (trackState.conn false). In front of a
 // standalone master a client that turns it on gets a
 // connection of its own to Redis (Forwarder.Track, see cluster's

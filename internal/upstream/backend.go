@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/keys"
-	"github.com/fenceproxy/fenceproxy/internal/netloop"
 )
 
 // Backend is the Redis deployment fenceproxy fronts: a standalone master
@@ -83,7 +83,7 @@ type Options struct {
 	// clients' requests are forwarded on: a standalone master's, or each
 	// Redis Cluster master's) from that event loop (backend.Options.Loop),
 	// LoopPoolSize of them (0: PoolSize).
-	Loop         *netloop.Loop
+	Loop         *backend.Loop
 	LoopPoolSize int
 }
 

@@ -31,10 +31,10 @@
 //     while the client's view of the slots holds or when nothing of the
 //     client's is out.
 //   - Pin: a connection of the client's own (MULTI, WATCH, blocking
-//     commands) to the master of the request's first key; on it, a MOVED or
-//     ASK becomes a -CROSSSLOT that says the key is on another master.
-//     RoutesByKey tells a transaction to wait for its first command to know
-//     its master.
+//     commands: package pinned) to the master of the request's first key;
+//     on it, a MOVED or ASK becomes a -CROSSSLOT that says the key is on
+//     another master. RoutesByKey tells a transaction to wait for its first
+//     command to know its master.
 //   - Select: the client's database (databases.go); a Redis Cluster only 0.
 //   - Track: client-side caching (tracking.go): a tracking client gets a
 //     connection of its own (in a Redis Cluster, one to each master it reads
@@ -48,6 +48,13 @@
 //   - Subscribe: a pub/sub tunnel (a standalone master's: tunnel.go; a
 //     Redis Cluster's, which follows shard channels' slots and mirrors
 //     keyspace notifications from every master: package pubsub).
+//
+// The connections a client has to itself have rooms of their own beneath
+// upstream, each knowing a master and the cluster only through the small
+// interfaces it asks for: pinned (a transaction's, a blocking command's),
+// tracking (a tracking client's, in front of a Redis Cluster) and pubsub
+// (a subscriber's, in front of a Redis Cluster); fanout cuts and merges
+// requests over masters.
 //
 // In front of a Redis Cluster the proxy shows itself as a cluster of one
 // node (view.go). The proxy's own requests (lock scripts, the token

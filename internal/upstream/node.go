@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
-	"github.com/fenceproxy/fenceproxy/internal/netloop"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
 
@@ -365,7 +364,7 @@ type NodeOptions struct {
 	// Loop, if set, serves the shared connections (the pools) from that
 	// event loop; the control, pinned and lock connections keep their
 	// goroutines.
-	Loop *netloop.Loop
+	Loop *backend.Loop
 }
 
 // NewNode connects to the master at opts.Addr. A guarded node fails with an

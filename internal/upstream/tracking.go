@@ -34,7 +34,7 @@ import (
 //
 // In front of a Redis Cluster a client's keys live on several masters, and
 // each master tracks the reads it served: a tracking client gets a
-// connection of its own to each master instead (tracker.go).
+// connection of its own to each master instead (package tracking).
 
 // Track returns a connection of cl's own for client-side caching: in cl's
 // protocol and database, onPush getting its push messages, onLost called

@@ -41,7 +41,7 @@ var statsLargest = map[string]bool{
 	"latest_fork_usec": true, "current_eviction_exceeded_time": true, "current_active_defrag_time": true,
 	// Subscriptions made through the proxy to keyspace channels are on
 	// every master: summing would count each as many times. So are a
-	// tracking client's BCAST prefixes (upstream's tracker.go).
+	// tracking client's BCAST prefixes (package upstream/tracking).
 	"pubsub_channels": true, "pubsub_patterns": true, "tracking_total_prefixes": true,
 	// A tracking client has a connection of its own on each master it
 	// read from (every master, with BCAST): the largest count is the

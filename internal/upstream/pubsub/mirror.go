@@ -42,8 +42,8 @@ import (
 // __redis__:invalidate is mirrored too: each master sends a redirected
 // client-side caching invalidation (CLIENT TRACKING ... REDIRECT) only to
 // the connection named on it, and a tracking client's connection to each
-// master redirects to the target's connection there (package upstream's
-// tracker.go).
+// master redirects to the target's connection there (package
+// upstream/tracking).
 
 const (
 	// mirrorCheckEvery is how often a subscriber with mirrored names
@@ -343,7 +343,7 @@ func (s *Subscriber[N]) waitingFor(m mirrorName) bool {
 }
 
 // Redirected invalidations (CLIENT TRACKING ... REDIRECT, package
-// upstream's tracker.go): a subscriber is a redirect target on every
+// upstream/tracking): a subscriber is a redirect target on every
 // master, through its home connection and its mirrors.
 
 // RedisID is the Redis client id of the home connection (commands'
