@@ -23,7 +23,7 @@ import (
 // network between them beside the backend's. It is
 // written against the contract's flags (--node-id, --raft-listen, --peers)
 // and INFO's "# Tier" fields (tier_role, tier_term, tier_leader_id,
-// tier_leader_addr), and skips itself while the binary has no --peers.
+// tier_leader_addr), and fails (requireTier) if the binary lacks a flag.
 //
 // Every Raft connection from node i to node j goes through a Link of its
 // own (links[i][j]): node i's --peers names j at that Link, and itself at
