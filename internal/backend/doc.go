@@ -22,8 +22,8 @@
 // the replies itself, so a forwarded request and its reply wake no
 // goroutine. With 50 clients at -P 1 the pass's one write carries a dozen
 // clients' requests, and one connection per master (fenceproxy's
-// --backend-conns default with the loop) beat four (docs/performance.md,
-// "The serving layer"). Invariants:
+// --backend-conns default with the loop) beat four when the loop was
+// built (git log -p docs/performance.md). Invariants:
 //
 //  1. The socket is the loop's alone (netloop.Detach): only the loop reads
 //     and writes it, but for a reply longer than the read buffer (or too

@@ -12,8 +12,8 @@ import (
 
 // The owner record is a string at recordKey(resource), expiring with the
 // lease (SET ... PX): one key and one command, where it was a hash of five
-// fields with its own PEXPIRE (see "Leaner owner records" in
-// docs/performance.md for what that saved). Its value packs, separated by
+// fields with its own PEXPIRE (see "Why the lock path is built as it is"
+// in docs/performance.md for what that saved). Its value packs, separated by
 // spaces,
 //
 //	token term acquired renewed addr-length addr owner
