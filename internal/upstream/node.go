@@ -97,7 +97,7 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !n.hand(c, c.Close) {
+	if !n.Hand(c, c.Close) {
 		return nil, ErrUnavailable
 	}
 	return c, nil
@@ -194,7 +194,7 @@ func (n *Node) tunnelFor(cl *Client) (net.Conn, error) {
 		return nil, err
 	}
 	t := &tunnel{Conn: nc, n: n, redisID: askClientID(nc)}
-	if !n.hand(t, func() { t.Conn.Close() }) {
+	if !n.Hand(t, func() { t.Conn.Close() }) {
 		return nil, ErrUnavailable
 	}
 	return t, nil
@@ -218,9 +218,9 @@ func (t *tunnel) Close() error {
 	return t.Conn.Close()
 }
 
-// hand records c as in a client's hands, so that a step-down closes it; it
+// Hand records c as in a client's hands, so that a step-down closes it; it
 // closes c and reports false if the node is closed or refusing already.
-func (n *Node) hand(c any, close func()) bool {
+func (n *Node) Hand(c any, close func()) bool {
 	n.mu.Lock()
 	if n.closed || n.Refusal() != nil {
 		n.mu.Unlock()
@@ -231,10 +231,6 @@ func (n *Node) hand(c any, close func()) bool {
 	n.mu.Unlock()
 	return true
 }
-
-// Hand records a client's connection of its own to the node (a tracking
-// connection, package tracking's Master).
-func (n *Node) Hand(c *backend.Conn, close func()) bool { return n.hand(c, close) }
 
 // Dial opens a connection of a client's own to the node, in protocol
 // resp3, its pushes to onPush and onBreak called when it breaks (package

@@ -96,6 +96,7 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c.trackers = tracking.New(tracking.Options[*Node]{
 		Masters: c.Masters, RedirectID: c.redirectID, Invalidated: c.invalidated, Log: c.log,
+		Keys: func() *keys.Table { return c.keys },
 	})
 	c.setOwnKeys(opts.OwnKeys)
 	if err := c.refresh(ctx); err != nil {
@@ -118,7 +119,6 @@ func connectCluster(ctx context.Context, opts Options) (*Cluster, error) {
 		c.Close()
 		return nil, fmt.Errorf("reading COMMAND (needed to route by slot): %v", err)
 	}
-	c.trackers.Keys = c.keys
 	c.wg.Add(1)
 	go c.refreshLoop()
 	return c, nil

@@ -56,7 +56,7 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	case err != nil:
 		return nil, unreachable(n)
 	}
-	if !n.hand(c, func() { c.Close(); onLost() }) {
+	if !n.Hand(c, func() { c.Close(); onLost() }) {
 		return nil, unreachable(n)
 	}
 	return pinned.New(c, n, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Own: true}), nil

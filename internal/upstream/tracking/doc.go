@@ -86,7 +86,7 @@ type Master interface {
 	// Hand records a connection given to a client, closed by close when
 	// the node closes or stops being the master; false (close called) if
 	// it already has.
-	Hand(c *backend.Conn, close func()) bool
+	Hand(c any, close func()) bool
 }
 
 // Options is what a cluster's trackers ask of it.
@@ -100,8 +100,9 @@ type Options[N Master] struct {
 	// Invalidated hands an invalidation (the message's value) to proxy
 	// client id's pub/sub connection, if it is still subscribed.
 	Invalidated func(id int64, value []byte)
-	// Keys is where each command has its keys (InvalidateRead).
-	Keys *keys.Table
+	// Keys is where each command has its keys (InvalidateRead), read
+	// once the cluster has asked COMMAND.
+	Keys func() *keys.Table
 	Log  *slog.Logger
 }
 

@@ -762,7 +762,7 @@ func (t *Tracker[N]) InvalidateRead(encoded []byte) {
 		args[i] = []byte(s)
 	}
 	var positions []int
-	if cmd := t.set.Keys.LookupBytes(args[0]); cmd != nil {
+	if cmd := t.set.Keys().LookupBytes(args[0]); cmd != nil {
 		positions = cmd.Keys(nil, args)
 	}
 	keyList := make([][]byte, 0, len(positions))
