@@ -154,10 +154,11 @@ func waitReady(p *proc, addr string, d time.Duration) error {
 			return fmt.Errorf("%w (%v)", errExited, p.cmd.ProcessState)
 		}
 		if last = ping(addr); last == nil {
-			// Someone answered: it must be p. A port FreePort handed out
-			// can be taken by another test's server before p binds it (a
-			// fenceproxy binds its port only after its backend checks),
-			// and that server's PONG would pass for p's.
+			// Someone answered: it must be p. FreePort's ports are kept
+			// from other tests and from ":0", but a server outside the
+			// tests may still take one before p binds it (a fenceproxy
+			// binds its port only after its backend checks), and that
+			// server's PONG would pass for p's.
 			if owns, known := listensOn(p.pid(), addr); owns || !known {
 				return nil
 			}

@@ -84,9 +84,7 @@ func TestBigReplyReadSlowlyStaysOnTheLoop(t *testing.T) {
 	fd := clientFD(t, p, addr)
 	stillOnLoop := func(when string) {
 		t.Helper()
-		if n := loopClients(t, p); n != 1 {
-			t.Fatalf("%s: loop_clients %d; want 1 (the client stays on the serve loop)", when, n)
-		}
+		wantLoopClients(t, p, 1, when+" (the client stays on the serve loop)")
 		if got := clientFD(t, p, addr); got != fd {
 			t.Fatalf("%s: the client's fd in CLIENT LIST is %s; want %s (it never left the loop)", when, got, fd)
 		}
@@ -128,9 +126,7 @@ func TestSoftLimitOnTheLoop(t *testing.T) {
 	if line, err := rd.ReadString('\n'); err != nil || line != "$-1\r\n" {
 		t.Fatalf("GET missing = %q, %v", line, err)
 	}
-	if n := loopClients(t, p); n != 1 {
-		t.Fatalf("loop_clients %d; want the client on the serve loop", n)
-	}
+	wantLoopClients(t, p, 1, "after GET missing (the client is on the serve loop)")
 	slow.Write(testenv.AppendCommand(nil, "GET", "big"))
 	eventually(t, "the client over the soft limit was not closed", func() bool {
 		return closedFor(t, p, "output-buffer-normal") == 1
@@ -139,7 +135,5 @@ func TestSoftLimitOnTheLoop(t *testing.T) {
 	if !logHas(p, "closing client for overcoming output buffer limits") || !logHas(p, "limit=soft") {
 		t.Errorf("the proxy's log does not say why the client was closed:\n%s", p.Log())
 	}
-	if n := loopClients(t, p); n != 0 {
-		t.Errorf("loop_clients %d after the close; want 0", n)
-	}
+	wantLoopClients(t, p, 0, "after the close")
 }
