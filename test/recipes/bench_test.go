@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +27,10 @@ import (
 // are LockBench's (threads seconds rounds; default "32 5 2"), and
 // REDISSON_BENCH_PROXY_ARGS extra flags of fenceproxy's (--lock-conns 4),
 // REDISSON_BENCH_DATA_DIR where its fence store goes (a tmpfs: no fsync cost).
+// REDISSON_BENCH_THREADS ("4 8 16 32") runs LockBench once per thread count
+// against the same processes and ends with a table of them: with few
+// threads the replica's round trips bound both modes, with many the
+// machine's cores do (docs/performance.md, "Clients' own locks: Redisson").
 //
 //	REDISSON_BENCH=1 go test ./test/recipes -run RedissonBench -v
 func TestRedissonBench(t *testing.T) {
@@ -55,23 +60,76 @@ func TestRedissonBench(t *testing.T) {
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: time.Second, DataDir: dataDir(t),
 		Args: strings.Fields(os.Getenv("REDISSON_BENCH_PROXY_ARGS"))})
 	args := strings.Fields(os.Getenv("REDISSON_BENCH_ARGS"))
-	cmd := exec.Command("java", append([]string{"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-		"-cp", filepath.Join(java, "target", "classes") + ":" + strings.TrimSpace(string(cp)), "fenceproxy.LockBench"}, args...)...)
-	cmd.Env = append(os.Environ(), "FENCEPROXY_ADDR="+p.Addr, "FENCEPROXY_MASTER_ADDR="+master.Addr, "FENCEPROXY_REPLICA_ADDR="+replica.Addr,
-		fmt.Sprintf("FENCEPROXY_BENCH_PIDS=fenceproxy:%d,master:%d,replica:%d", p.Pid(), master.Pid(), replica.Pid()))
-	out, err := cmd.CombinedOutput()
-	t.Logf("replication delayed by %v, fenceproxy %s:\n%s", delay, os.Getenv("REDISSON_BENCH_PROXY_ARGS"), out)
-	if err != nil {
-		t.Fatalf("LockBench: %v", err)
+	threads := strings.Fields(os.Getenv("REDISSON_BENCH_THREADS"))
+	if len(threads) == 0 {
+		threads = []string{""} // LockBench's own, or REDISSON_BENCH_ARGS's
 	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "replica delay %v; per thread count, cycles/s (the rounds' mean) and the last round's CPU µs per cycle:\n", delay)
+	fmt.Fprintf(&table, "%-8s %-10s %-10s %-6s %s\n", "threads", "proxy/s", "direct/s", "ratio", "cpu µs/cycle (through fenceproxy | direct)")
+	for _, n := range threads {
+		run := args
+		if n != "" {
+			run = append([]string{n}, args[min(1, len(args)):]...)
+		}
+		out := lockBench(t, java, string(cp), run, p, master, replica)
+		t.Logf("replication delayed by %v, fenceproxy %s, LockBench %v:\n%s", delay, os.Getenv("REDISSON_BENCH_PROXY_ARGS"), run, out)
+		fmt.Fprintf(&table, "%-8s %s\n", n, summarizeLockBench(out))
+	}
+	t.Log(table.String())
 	// Where the proxy's side of a cycle went (its lock path's own
-	// histograms: the rest of a cycle is the client's and the network's).
+	// histograms: the rest of a cycle is the client's and the network's),
+	// and what it counted (grants, releases, forwarded requests: a
+	// Redisson cycle is one of each).
 	_, body := testenv.HTTPGet(t, "http://"+p.MetricsAddr+"/metrics")
 	for _, l := range strings.Split(body, "\n") {
-		if strings.HasPrefix(l, "fenceproxy_") && (strings.Contains(l, "_seconds_sum") || strings.Contains(l, "_seconds_count")) {
+		if strings.HasPrefix(l, "fenceproxy_") && !strings.HasSuffix(l, " 0") &&
+			(strings.Contains(l, "_seconds_sum") || strings.Contains(l, "_seconds_count") || strings.Contains(l, "_total")) {
 			t.Log(l)
 		}
 	}
+}
+
+// lockBench runs LockBench with args against p and the master and replica
+// behind it, and returns what it printed.
+func lockBench(t *testing.T, java, cp string, args []string, p *testenv.Proxy, master, replica *testenv.Redis) string {
+	t.Helper()
+	cmd := exec.Command("java", append([]string{"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+		"-cp", filepath.Join(java, "target", "classes") + ":" + strings.TrimSpace(cp), "fenceproxy.LockBench"}, args...)...)
+	cmd.Env = append(os.Environ(), "FENCEPROXY_ADDR="+p.Addr, "FENCEPROXY_MASTER_ADDR="+master.Addr, "FENCEPROXY_REPLICA_ADDR="+replica.Addr,
+		fmt.Sprintf("FENCEPROXY_BENCH_PIDS=fenceproxy:%d,master:%d,replica:%d", p.Pid(), master.Pid(), replica.Pid()))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("LockBench %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+var (
+	benchRound = regexp.MustCompile(`round \d+: fenceproxy \(single-server\) (\d+) cycles/s, direct \(master-slave, WAIT\) (\d+) cycles/s`)
+	benchCPU   = regexp.MustCompile(`cpu µs/cycle (proxy|direct): (.*)`)
+)
+
+// summarizeLockBench is one line of LockBench's output: both modes'
+// cycles/s (the rounds' mean), their ratio, and each process's CPU per
+// cycle in the last round of each mode.
+func summarizeLockBench(out string) string {
+	var proxy, direct float64
+	rounds := benchRound.FindAllStringSubmatch(out, -1)
+	for _, m := range rounds {
+		p, _ := strconv.ParseFloat(m[1], 64)
+		d, _ := strconv.ParseFloat(m[2], 64)
+		proxy, direct = proxy+p/float64(len(rounds)), direct+d/float64(len(rounds))
+	}
+	cpu := map[string]string{}
+	for _, m := range benchCPU.FindAllStringSubmatch(out, -1) {
+		cpu[m[1]] = m[2]
+	}
+	ratio := 0.0
+	if direct > 0 {
+		ratio = proxy / direct
+	}
+	return fmt.Sprintf("%-10.0f %-10.0f %-6.2f %s | %s", proxy, direct, ratio, cpu["proxy"], cpu["direct"])
 }
 
 // dataDir is the fence store's directory: under REDISSON_BENCH_DATA_DIR if
