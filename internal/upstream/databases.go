@@ -131,7 +131,7 @@ func (s *standalone) Select(cl *Client, db int) error {
 			if errors.Is(err, errDBRange) {
 				return err
 			}
-			return unreachable(n)
+			return n.Unreachable()
 		}
 	}
 	cl.DB = db

@@ -196,7 +196,7 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 	}
 	conn, err := node.Pinned(cl.RESP3)
 	if err != nil {
-		return nil, unreachable(node)
+		return nil, node.Unreachable()
 	}
 	if cl.DB != 0 {
 		// Ahead of the client's request on the same connection.
@@ -218,14 +218,4 @@ func pinSpare(cl *Client, node *Node, keyed bool) *Pinned {
 		conn.Do(pinned.SelectRequest(cl.DB), pinned.Discard())
 	}
 	return pinned.New(conn, node, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Keyed: keyed})
-}
-
-// unreachable is the error for a request that could not get a connection
-// to node: why the proxy refuses to send anything to it (it is not the
-// master), or else that it cannot be reached.
-func unreachable(node *Node) error {
-	if err := node.Refusal(); err != nil {
-		return err
-	}
-	return backend.ErrUnavailable
 }

@@ -253,6 +253,16 @@ func (n *Node) String() string { return n.Addr }
 // reply; nil while the node is written to.
 func (n *Node) Refusal() error { return n.gate.Refusal() }
 
+// Unreachable is the error for a request that could not get a connection
+// to the node: why the proxy refuses to send anything to it (Refusal: it
+// is not the master), or else that it cannot be reached.
+func (n *Node) Unreachable() error {
+	if err := n.Refusal(); err != nil {
+		return err
+	}
+	return backend.ErrUnavailable
+}
+
 // Refuse closes the node's gate with its NotMaster reply (reason, if not
 // empty) and closes every pinned connection and tunnel in clients' hands:
 // a client in MULTI, blocked, or subscribed must see that its connection

@@ -158,7 +158,7 @@ func (s *standalone) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 	}
 	pool, err := n.dbs.pool(cl.RESP3, cl.DB)
 	if err != nil {
-		p.Err = unreachable(n)
+		p.Err = n.Unreachable()
 		p.Done()
 		return
 	}
@@ -202,7 +202,7 @@ func (s *standalone) Subscribe(cl *Client) (Tunnel, error) {
 	master := s.master.Load()
 	redis, err := master.tunnelFor(cl)
 	if err != nil {
-		return nil, unreachable(master)
+		return nil, master.Unreachable()
 	}
 	return rawTunnel{redis}, nil
 }

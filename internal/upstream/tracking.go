@@ -54,10 +54,10 @@ func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pin
 	case errors.As(err, &refused):
 		return nil, refused // Redis's answer to the client's user (asUser)
 	case err != nil:
-		return nil, unreachable(n)
+		return nil, n.Unreachable()
 	}
 	if !n.Hand(c, func() { c.Close(); onLost() }) {
-		return nil, unreachable(n)
+		return nil, n.Unreachable()
 	}
 	return pinned.New(c, n, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Own: true}), nil
 }

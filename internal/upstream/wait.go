@@ -59,7 +59,7 @@ func waitNow(cl *Client, masters []*Node, offsetKey func(i int) string, args [][
 					}
 				}
 				return func() {
-					p.Err = unreachable(n)
+					p.Err = n.Unreachable()
 					p.Done()
 				}
 			}

@@ -79,6 +79,10 @@ type Master interface {
 	// Refusal is why nothing may be sent to the node now (it is not the
 	// master), nil if it may.
 	Refusal() error
+	// Unreachable is the error for a request that could not get a
+	// connection to the node: its Refusal, or else that it cannot be
+	// reached.
+	Unreachable() error
 	// Dial opens a connection of the client's own to the master, in
 	// protocol resp3, its pushes to onPush and onBreak called when it
 	// breaks; it never reconnects.

@@ -493,7 +493,7 @@ func (t *Tracker[N]) connLocked(n N) (*backend.Conn, error) {
 	// onBreak may run before Dial returns: it looks the connection up.
 	conn, err := n.Dial(resp3, t.pushed, func() { t.lostLater(n) })
 	if err != nil {
-		return nil, unreachable(n)
+		return nil, n.Unreachable()
 	}
 	for _, on := range ons {
 		req, err := t.forNode(on, n)
@@ -510,11 +510,11 @@ func (t *Tracker[N]) connLocked(n N) (*backend.Conn, error) {
 			if errors.As(err, &re) {
 				return nil, err
 			}
-			return nil, unreachable(n)
+			return nil, n.Unreachable()
 		}
 	}
 	if !n.Hand(conn, func() { conn.Close(); t.lost(n, conn) }) {
-		return nil, unreachable(n)
+		return nil, n.Unreachable()
 	}
 	t.mu.Lock()
 	if t.closed {
@@ -526,7 +526,7 @@ func (t *Tracker[N]) connLocked(n N) (*backend.Conn, error) {
 	t.mu.Unlock()
 	if !conn.Up() {
 		t.lost(n, conn)
-		return nil, unreachable(n)
+		return nil, n.Unreachable()
 	}
 	return conn, nil
 }
@@ -829,14 +829,4 @@ func (t *Tracker[N]) Connected() []N {
 func replyErrOf(p *resp.Reply, err error) {
 	p.Err = err
 	p.Done()
-}
-
-// unreachable is the error for a request that could not get a connection
-// to n: why the proxy refuses to send anything to it (it is not the
-// master), or else that it cannot be reached.
-func unreachable[N Master](n N) error {
-	if err := n.Refusal(); err != nil {
-		return err
-	}
-	return backend.ErrUnavailable
 }
