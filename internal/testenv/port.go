@@ -25,8 +25,9 @@ const (
 	lastPort  = 22700
 )
 
-// portLocks is where the reservation files live.
-var portLocks = filepath.Join(os.TempDir(), "fenceproxy-testenv-ports")
+// portLocks is where the reservation files live: one directory per user,
+// so that another user's left behind is never in the way.
+var portLocks = filepath.Join(os.TempDir(), fmt.Sprintf("fenceproxy-testenv-ports-%d", os.Getuid()))
 
 // handedOut holds the ports FreePort returned in this process and the
 // files whose locks reserve them; the files stay open until the process
@@ -48,7 +49,7 @@ func FreePort(t testing.TB) int {
 	if handedOut.ports == nil {
 		handedOut.ports = make(map[int]*os.File)
 	}
-	if err := os.MkdirAll(portLocks, 0o777); err != nil {
+	if err := os.MkdirAll(portLocks, 0o700); err != nil {
 		t.Fatalf("testenv: making the port reservation directory: %v", err)
 	}
 	start := firstPort + rand.IntN(lastPort-firstPort)
@@ -77,7 +78,7 @@ func FreePort(t testing.TB) int {
 // reservePort takes the lock on port's file, or returns nil if another
 // process holds it.
 func reservePort(port int) *os.File {
-	f, err := os.OpenFile(filepath.Join(portLocks, fmt.Sprint(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := os.OpenFile(filepath.Join(portLocks, fmt.Sprint(port)), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil
 	}
