@@ -20,10 +20,13 @@
 // WAIT MinReplicas ReplicaTimeout. The writer sends nothing more on that
 // connection until the round's last reply (the WAIT's) is in: what comes
 // meanwhile is the next round, so the busier the master, the more writes
-// share a round. With several acknowledged connections (--lock-conns), a
-// writer that comes free while another's round is out gathers for a
-// quarter of a round (50 µs to 2 ms) first, so that rounds overlap and
-// still carry many writes each.
+// share a round. With several connections of a kind (--lock-conns), their
+// writers read the queue in turn: the next round is whatever came while
+// the last was out, as with one. A round whose WAIT is out longer than
+// half a round, and at least a millisecond (a replica that far away),
+// hands the turn on early, and the next writer's round overlaps it: a
+// grant then waits for about one round, not for the round out and then
+// its own.
 //
 // Operations of a batch script (ScriptCall.Op; locks' opsScript) go as
 // one call of that script per hash slot (one in all in front of a master

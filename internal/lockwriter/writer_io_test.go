@@ -186,8 +186,8 @@ func TestScriptReplyBeforeItsWAIT(t *testing.T) {
 }
 
 // TestRoundsOverlap: with two connections that carry WAITs
-// (--lock-conns 2), writes that come while one batch's WAIT is out leave
-// on the other connection, their scripts answered with that WAIT still
+// (--lock-conns 2), writes that come while one batch's WAIT is out (past
+// passAfter: the stopped replica holds it) leave on the other connection, their scripts answered with that WAIT still
 // out, instead of waiting for it to end first; with one connection they
 // wait. Real Redis; the replica stopped holds the first WAIT. (Not all
 // three need be answered: the other connection's own round has a WAIT the
@@ -253,23 +253,28 @@ func TestRoundsOverlap(t *testing.T) {
 	}
 }
 
-// TestGatherWindow: a writer gathers only while another round is out, for
-// a quarter of a round, within 50 µs and 2 ms.
-func TestGatherWindow(t *testing.T) {
-	var nw nodeWriter
-	if d := nw.gatherWindow(); d != 0 {
-		t.Fatalf("no round out: window %v, want 0", d)
-	}
-	nw.rounds.Add(1)
-	for _, c := range []struct{ round, want time.Duration }{
-		{0, 50 * time.Microsecond},
-		{100 * time.Microsecond, 50 * time.Microsecond},
-		{4 * time.Millisecond, time.Millisecond},
-		{time.Second, 2 * time.Millisecond},
+// TestPassAfter: a round's writer hands the turn on after its share of a
+// round (a half with two writers), never before overlapAfter and never
+// after overlapBy; the average moves an eighth at a time.
+func TestPassAfter(t *testing.T) {
+	nw := newNodeWriter()
+	for _, c := range []struct {
+		writers     int32
+		round, want time.Duration
+	}{
+		{0, 0, time.Millisecond},
+		{1, 4 * time.Millisecond, 4 * time.Millisecond},
+		{2, 300 * time.Microsecond, time.Millisecond},
+		{2, 4 * time.Millisecond, 2 * time.Millisecond},
+		{2, 16 * time.Millisecond, 8 * time.Millisecond},
+		{2, time.Second, 10 * time.Millisecond},
+		{4, 3 * time.Millisecond, time.Millisecond},
+		{4, 8 * time.Millisecond, 2 * time.Millisecond},
 	} {
+		nw.ackedWriters.Store(c.writers)
 		nw.roundNanos.Store(int64(c.round))
-		if d := nw.gatherWindow(); d != c.want {
-			t.Errorf("round %v out: window %v, want %v", c.round, d, c.want)
+		if d := nw.passAfter(); d != c.want {
+			t.Errorf("%d writers, rounds of %v: pass after %v, want %v", c.writers, c.round, d, c.want)
 		}
 	}
 	nw.roundNanos.Store(0)

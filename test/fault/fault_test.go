@@ -25,9 +25,10 @@ import (
 )
 
 var (
-	flagDuration = flag.Duration("fault.duration", 30*time.Second, "how long the fault suite's workload runs (faults included)")
-	flagSeed     = flag.Uint64("fault.seed", 0, "seed of the fault schedule and the clients' choices; 0 picks one (printed)")
-	flagClients  = flag.Int("fault.clients", 16, "lock clients (4 data clients run beside them)")
+	flagDuration  = flag.Duration("fault.duration", 30*time.Second, "how long the fault suite's workload runs (faults included)")
+	flagSeed      = flag.Uint64("fault.seed", 0, "seed of the fault schedule and the clients' choices; 0 picks one (printed)")
+	flagClients   = flag.Int("fault.clients", 16, "lock clients (4 data clients run beside them)")
+	flagProxyArgs = flag.String("fault.proxy-args", "", "more flags for every fenceproxy the suite starts (e.g. \"--lock-conns 4\")")
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -293,12 +294,14 @@ func (e *env) proxyOptions() testenv.ProxyOptions {
 	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: e.recipeArgs()}
 }
 
-// recipeArgs are the proxy's flags for the recipe clients' SET NX locks.
+// recipeArgs are the proxy's flags for the recipe clients' SET NX locks,
+// and -fault.proxy-args.
 func (e *env) recipeArgs() []string {
+	args := strings.Fields(*flagProxyArgs)
 	if !e.withRecipes() {
-		return nil
+		return args
 	}
-	return []string{"--lock-keys", lockKeysFlag}
+	return append(args, "--lock-keys", lockKeysFlag)
 }
 
 // writeHistory writes the history as JSON into dir ($FAULT_OUT), or into
