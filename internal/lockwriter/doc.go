@@ -23,8 +23,8 @@
 // share a round. With several connections of a kind (--lock-conns), their
 // writers read the queue in turn: the next round is whatever came while
 // the last was out, as with one. A round whose WAIT is out longer than
-// half a round, and at least a millisecond (a replica that far away),
-// hands the turn on early, and the next writer's round overlaps it: a
+// its share of a round (half with two writers), between 1 and 10 ms (a
+// replica a millisecond or more away), hands the turn on early, and the next writer's round overlaps it: a
 // grant then waits for about one round, not for the round out and then
 // its own.
 //

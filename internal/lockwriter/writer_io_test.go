@@ -186,10 +186,12 @@ func TestScriptReplyBeforeItsWAIT(t *testing.T) {
 }
 
 // TestRoundsOverlap: with two connections that carry WAITs
-// (--lock-conns 2), writes that come while one batch's WAIT is out (past
-// passAfter: the stopped replica holds it) leave on the other connection, their scripts answered with that WAIT still
-// out, instead of waiting for it to end first; with one connection they
-// wait. Real Redis; the replica stopped holds the first WAIT. (Not all
+// (--lock-conns 2), writes that come while one batch's WAIT is out leave
+// on the other connection once that WAIT has been out for overlapAfter
+// (the stopped replica holds it), their scripts answered with it still
+// out, instead of waiting for it to end first; never sooner (a round is
+// handed on only past its share, so that short rounds go one after
+// another); with one connection they wait. Real Redis; the replica stopped holds the first WAIT. (Not all
 // three need be answered: the other connection's own round has a WAIT the
 // stopped replica holds too, and a write that misses that round, as a slow
 // goroutine's may on a loaded machine, waits behind it. CI once saw 2 of 3.)
@@ -214,6 +216,7 @@ func TestRoundsOverlap(t *testing.T) {
 				t.Fatalf("warm-up write: %d acks, %v", n, err)
 			}
 			replica.Stop()
+			sent := time.Now()      // the first round leaves after this
 			first := start("first") // its script answered, its WAIT held by the stopped replica
 			if _, err := first.Reply(); err != nil {
 				t.Fatal(err)
@@ -233,6 +236,9 @@ func TestRoundsOverlap(t *testing.T) {
 				case w := <-later:
 					if _, err := w.Reply(); err != nil {
 						t.Fatal(err)
+					}
+					if since := time.Since(sent); since < overlapAfter {
+						t.Fatalf("a later write answered %v after the first round left, before overlapAfter (%v): the turn was handed on too soon", since, overlapAfter)
 					}
 					answered++
 				case <-deadline:

@@ -289,14 +289,14 @@ func (e *env) startProxy() {
 
 func (e *env) proxyOptions() testenv.ProxyOptions {
 	if e.cl != nil {
-		return testenv.ProxyOptions{Backend: e.clusterSeeds(), DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: e.recipeArgs()}
+		return testenv.ProxyOptions{Backend: e.clusterSeeds(), DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: e.proxyArgs()}
 	}
-	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: e.recipeArgs()}
+	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: e.proxyArgs()}
 }
 
-// recipeArgs are the proxy's flags for the recipe clients' SET NX locks,
-// and -fault.proxy-args.
-func (e *env) recipeArgs() []string {
+// proxyArgs are -fault.proxy-args and, with the recipe clients, the
+// flag for their SET NX locks.
+func (e *env) proxyArgs() []string {
 	args := strings.Fields(*flagProxyArgs)
 	if !e.withRecipes() {
 		return args
