@@ -423,6 +423,7 @@ func (p *proxy) newHandler(keyTable *keys.Table, acl *auth.ACL) *commands.Handle
 		SlowWait: msFlag(cfg.slowWaitMs), SlowHeld: msFlag(cfg.slowHeldMs),
 		AllowEvictable:    cfg.allowEvictable,
 		Admit:             p.admit,
+		AdmitWithin:       p.admitWithin,
 		Term:              p.term,
 		LeaseSafetyMargin: cfg.leaseMargin,
 		FenceMarkTTL:      cfg.fenceMarkTTL,

@@ -189,14 +189,35 @@ func (p *proxy) tokenStore() locks.TokenStore {
 // decides, and in a tier only the ready leader (which runs it) issues or
 // judges tokens.
 func (p *proxy) admit() error {
+	a, err := p.authoritySeat()
+	if err != nil {
+		return err
+	}
+	return a.Admit()
+}
+
+// admitWithin is the lock manager's AdmitWithin: admit, but a heartbeat
+// round that is merely late is waited for (authority.AdmitWithin).
+func (p *proxy) admitWithin(ctx context.Context) error {
+	a, err := p.authoritySeat()
+	if err != nil {
+		return err
+	}
+	return a.AdmitWithin(ctx)
+}
+
+// authoritySeat is the token authority that admits lock commands here, or
+// why there is none: a tier node that is not its ready leader, or a new
+// leader whose authority is still starting.
+func (p *proxy) authoritySeat() (*authority.Authority, error) {
 	if p.tier != nil && !p.tier.Ready() {
-		return p.tier.NotReady()
+		return nil, p.tier.NotReady()
 	}
 	a := p.tokens.Load()
 	if a == nil {
-		return authority.ErrUnconfirmed // a new leader's authority is starting
+		return nil, authority.ErrUnconfirmed
 	}
-	return a.Admit()
+	return a, nil
 }
 
 // term is the lock manager's Term: the term this node leads the tier in

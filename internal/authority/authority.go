@@ -115,6 +115,10 @@ type Authority struct {
 	db                 atomic.Int64
 	kick, done, exited chan struct{}
 	stopOnce           sync.Once
+	// publishedMu guards published, closed and replaced by every publish:
+	// AdmitWithin waits on it for a round's news.
+	publishedMu sync.Mutex
+	published   chan struct{}
 
 	// Touched by Start and then by the loop's goroutine only.
 	joined      bool
@@ -158,6 +162,7 @@ func New(opts Options) *Authority {
 		liveRuns:  map[string]bool{},
 		done:      make(chan struct{}),
 		exited:    make(chan struct{}),
+		published: make(chan struct{}),
 	}
 	if a.id == "" {
 		a.id = opts.Store.ID()
@@ -270,6 +275,41 @@ func (a *Authority) Admit() error {
 	return nil
 }
 
+// AdmitWithin is Admit for a command that may wait: when the only reason
+// to refuse is a round that is late (ErrUnconfirmed: a scheduling stall, a
+// slow Redis reply, a pause of this process), it asks for a round at once
+// and waits for it, up to two intervals (or ctx), before it refuses. A late
+// heartbeat is then a client's latency, not its TRYAGAIN; a heartbeat that
+// cannot run (Redis down) still refuses, one round's patience later. A
+// conflict or a replica shortfall refuses at once: a round does not end
+// either soon.
+func (a *Authority) AdmitWithin(ctx context.Context) error {
+	err := a.Admit()
+	if err != ErrUnconfirmed {
+		return err
+	}
+	patience := time.NewTimer(a.validFor)
+	defer patience.Stop()
+	for {
+		a.publishedMu.Lock()
+		news := a.published
+		a.publishedMu.Unlock()
+		if err = a.Admit(); err != ErrUnconfirmed {
+			return err
+		}
+		a.Recheck()
+		select {
+		case <-news:
+		case <-patience.C:
+			return a.Admit()
+		case <-a.done:
+			return a.Admit()
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
 // Recheck asks for a round now, without waiting for it: for the backend
 // to call when its master changed (a failover), so that a bound the new
 // master lacks is rewritten at once.
@@ -306,13 +346,17 @@ func (a *Authority) loop() {
 		case <-t.C:
 		case <-a.kick:
 		}
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
 		err := a.round(ctx)
 		cancel()
-		next := a.opts.Interval
+		// Rounds begin an interval apart, however long one took: a round
+		// confirms for two intervals from its beginning, so a slow round
+		// must not push the next one toward the end of that.
+		next := max(a.opts.Interval-time.Since(began), 0)
 		if err != nil {
 			a.logError(err)
-			next /= 4 // soon again: lock commands wait for a good round
+			next = a.opts.Interval / 4 // soon again: lock commands wait for a good round
 		}
 		if !t.Stop() {
 			select {
@@ -593,6 +637,10 @@ func (a *Authority) refuse(c *ConflictError) {
 // publish makes st what Admit sees, and logs a conflict's start and end.
 func (a *Authority) publish(st *status) {
 	prev := a.status.Swap(st)
+	a.publishedMu.Lock()
+	close(a.published)
+	a.published = make(chan struct{})
+	a.publishedMu.Unlock()
 	was, is := prev.conflict != nil, st.conflict != nil
 	switch {
 	case is && (!was || !slices.Equal(prev.conflict.Stores, st.conflict.Stores)):

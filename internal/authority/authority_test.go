@@ -51,7 +51,13 @@ func openStore(t *testing.T, dir string) *persist.Store {
 // start runs an authority for store; t.Cleanup closes both.
 func (su *setup) start(t *testing.T, store *persist.Store) *Authority {
 	t.Helper()
-	a := New(Options{Backend: su.be, Writer: su.writer, Store: store, ReplicaTimeout: 200 * time.Millisecond, Interval: interval})
+	return su.startEvery(t, store, interval)
+}
+
+// startEvery is start with rounds every iv.
+func (su *setup) startEvery(t *testing.T, store *persist.Store, iv time.Duration) *Authority {
+	t.Helper()
+	a := New(Options{Backend: su.be, Writer: su.writer, Store: store, ReplicaTimeout: 200 * time.Millisecond, Interval: iv})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.Start(ctx); err != nil {
@@ -265,6 +271,52 @@ func TestHeartbeatLapse(t *testing.T) {
 	waitFor(t, "lock commands refused with Redis stopped", func() bool { return errors.Is(a.Admit(), ErrUnconfirmed) })
 	su.redis.Cont()
 	waitFor(t, "lock commands admitted again", func() bool { return a.Admit() == nil })
+}
+
+// lapse makes a's last round look late, as a stalled loop leaves it.
+func lapse(a *Authority) {
+	a.status.Store(&status{joined: true, validUntil: time.Now().Add(-time.Millisecond)})
+}
+
+// TestLateRoundWaitedFor: a command that may wait is not refused because
+// the last round is late; it asks for a round and is admitted by it. The
+// rounds are ten seconds apart, so only the round AdmitWithin asks for
+// can admit it.
+func TestLateRoundWaitedFor(t *testing.T) {
+	su := newSetup(t)
+	a := su.startEvery(t, openStore(t, t.TempDir()), MaxInterval)
+	lapse(a)
+	if err := a.Admit(); !errors.Is(err, ErrUnconfirmed) {
+		t.Fatalf("Admit after the round's admission ran out = %v, want ErrUnconfirmed", err)
+	}
+	// Well before the next round of its own.
+	ctx, cancel := context.WithTimeout(context.Background(), MaxInterval/2)
+	defer cancel()
+	if err := a.AdmitWithin(ctx); err != nil {
+		t.Fatalf("AdmitWithin with Redis up and the round merely late = %v, want admitted", err)
+	}
+	if err := a.Admit(); err != nil {
+		t.Fatalf("Admit after the round AdmitWithin asked for = %v", err)
+	}
+}
+
+// TestLateRoundRefusedWithoutRedis: with Redis answering nothing, a
+// command that may wait is still refused, within its patience (not its
+// caller's deadline).
+func TestLateRoundRefusedWithoutRedis(t *testing.T) {
+	su := newSetup(t)
+	a := su.start(t, openStore(t, t.TempDir()))
+	su.redis.Stop()
+	defer su.redis.Cont()
+	lapse(a)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.AdmitWithin(ctx); !errors.Is(err, ErrUnconfirmed) {
+		t.Fatalf("AdmitWithin with Redis stopped = %v, want ErrUnconfirmed", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("AdmitWithin waited for its caller's deadline, not its own patience")
+	}
 }
 
 // TestKeysInHighestDatabase: in front of a standalone Redis the two keys

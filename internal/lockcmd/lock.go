@@ -424,10 +424,15 @@ func (fam *Family) FenceCheck(c Conn, args [][]byte, p *resp.Reply) {
 		p.DoneError(msg)
 		return
 	}
-	if c.State().Requests.Busy(resource) {
+	if c.State().Requests.Busy(resource) || !fam.opts.Manager.Admitted() {
 		// An earlier request of this client for the resource is still
 		// running (say, a pipelined ACQUIRE): check after it, not before.
-		fam.runLock(c, resource, p, 0, func(context.Context) ([]byte, error) {
+		// Or the heartbeat round is late: wait for it off the loop.
+		fam.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
+			if err := fam.opts.Manager.AdmitWithin(ctx); err != nil {
+				fam.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
+				return nil, fam.lockError(err, "retry")
+			}
 			return fam.fenceCheckReply(resource, token)
 		})
 		return

@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/fenceproxy/fenceproxy/internal/ratelog"
@@ -45,6 +46,23 @@ func (m *Manager) admit() error {
 		return nil
 	}
 	return m.opts.Admit()
+}
+
+// Admitted reports whether a command that issues or judges tokens would be
+// admitted now (Options.Admit), without waiting: for the serve loop to
+// decide whether to answer at once or off the loop (AdmitWithin).
+func (m *Manager) Admitted() bool { return m.admit() == nil }
+
+// AdmitWithin is what a command off the serve loop asks before it issues or
+// judges tokens: Options.AdmitWithin (else Admit), which may wait for a
+// late heartbeat round within ctx.
+func (m *Manager) AdmitWithin(ctx context.Context) error { return m.admitWithin(ctx) }
+
+func (m *Manager) admitWithin(ctx context.Context) error {
+	if m.opts.AdmitWithin == nil {
+		return m.admit()
+	}
+	return m.opts.AdmitWithin(ctx)
 }
 
 // neverIssued reports whether token cannot have been issued for a

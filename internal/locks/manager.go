@@ -88,8 +88,13 @@ type Options struct {
 	AllowEvictable bool
 	// Admit, if set, is asked before every command that issues or judges
 	// tokens (acquire, renew, FENCE.CHECK, FENCE.EXEC); its error refuses
-	// the command (see authority.go).
+	// the command (see authority.go). It must not block: the serve loop
+	// asks it.
 	Admit func() error
+	// AdmitWithin, if set, is Admit for a command that may wait (off the
+	// serve loop, within ctx): it may wait a moment for a late heartbeat
+	// round rather than refuse. Nil: Admit.
+	AdmitWithin func(ctx context.Context) error
 	// Term, if set, is this node's term as the leader of its tier, asked
 	// for every lock script (under the resource's turn: it must not
 	// block). Nil means 0, a single node. It is the term in which this
@@ -223,6 +228,9 @@ func (m *Manager) EndWaiters(err error) { m.waiting.endAll(err) }
 // sets it to 0 once it is used up (granted, refused or its outcome
 // unknown) or too old to use (cancelled).
 func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool, leaseFrom time.Time, ahead *uint64) (g Grant, leaseLeft time.Duration, err error) {
+	if err := m.admitWithin(ctx); err != nil {
+		return Grant{}, 0, err
+	}
 	if leaseFrom.IsZero() {
 		leaseFrom = time.Now()
 	}
@@ -645,7 +653,7 @@ func (m *Manager) UndoGrant(ctx context.Context, resource, owner string, token u
 // error) the holder counts its lease as ending at the earlier of its
 // previous end and ttl from when it sent the renewal.
 func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration, received time.Time) (uint64, error) {
-	if err := m.admit(); err != nil {
+	if err := m.admitWithin(ctx); err != nil {
 		return 0, err
 	}
 	keys := m.keys(resource)
@@ -772,7 +780,7 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	// round that Newest waits for begins): every grant of a newer token
 	// comes after it (fencemark.go).
 	checkedAt := time.Now().UnixMilli()
-	if err := m.admit(); err != nil {
+	if err := m.admitWithin(ctx); err != nil {
 		return nil, err
 	}
 	turn := m.serial.lock(resource)
