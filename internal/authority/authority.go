@@ -352,8 +352,10 @@ func (a *Authority) loop() {
 		cancel()
 		// Rounds begin an interval apart, however long one took: a round
 		// confirms for two intervals from its beginning, so a slow round
-		// must not push the next one toward the end of that.
-		next := max(a.opts.Interval-time.Since(began), 0)
+		// must not push the next one toward the end of that. (A quarter
+		// interval at least between rounds, so that a slow Redis is not
+		// asked again the moment it answers.)
+		next := max(a.opts.Interval-time.Since(began), a.opts.Interval/4)
 		if err != nil {
 			a.logError(err)
 			next = a.opts.Interval / 4 // soon again: lock commands wait for a good round
