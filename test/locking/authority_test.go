@@ -318,3 +318,29 @@ func TestNoReplicaAtStart(t *testing.T) {
 	replica.Cont()
 	served(t, p.Addr, "nr", "a")
 }
+
+// TestPausedProxyWaitsForItsHeartbeat: a proxy paused past its heartbeat's
+// admission (a GC pause, a stalled VM) wakes with lock commands already
+// read; they wait for the round it runs on waking instead of answering
+// -TRYAGAIN. The loop's own FENCE.CHECK included.
+func TestPausedProxyWaitsForItsHeartbeat(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 0})
+	c := testenv.Dial(t, p.Addr)
+	held := token(t, c, "LOCK.ACQUIRE", "paused-a", "x", "60000")
+
+	p.Stop()
+	// Past the last round's admission (two heartbeat intervals, 1 s).
+	time.Sleep(1500 * time.Millisecond)
+	acquire := acquireAsync(t, p.Addr, "LOCK.ACQUIRE", "paused-b", "y", "60000")
+	check := acquireAsync(t, p.Addr, "FENCE.CHECK", "paused-a", strconv.FormatInt(held, 10))
+	time.Sleep(100 * time.Millisecond) // both requests in the kernel's buffers
+	p.Cont()
+
+	if r := await(t, acquire, "LOCK.ACQUIRE after the pause"); r[0] != ':' {
+		t.Errorf("LOCK.ACQUIRE read during a pause past the heartbeat = %s, want a token (the round on waking admits it)", testenv.ShowReply(r))
+	}
+	if r := await(t, check, "FENCE.CHECK after the pause"); string(r) != ":1\r\n" {
+		t.Errorf("FENCE.CHECK of the current token read during the pause = %s, want 1", testenv.ShowReply(r))
+	}
+}
