@@ -47,10 +47,12 @@
 //     clock); a round scores this process's member Redis TIME + validFor +
 //     grace (the replica timeout and clock drift), so when another process
 //     sees it expired, this one has stopped granting, and a paused process
-//     stops by itself. A store joins after a clean round (two after a
-//     conflict). A starting fenceproxy (Options.StartAlone) does not start
-//     while another authority's member is seen renewing; a member that
-//     does not renew is waited out.
+//     stops by itself. A command that may wait and finds the last round
+//     late asks for a round and waits for its verdict (AdmitWithin, up to
+//     validFor), never admitted by an older one. A store joins after a
+//     clean round (two after a conflict). A starting fenceproxy
+//     (Options.StartAlone) does not start while another authority's member
+//     is seen renewing; a member that does not renew is waited out.
 //  4. Conflict rules. A live member with another authority id is a
 //     conflict: both processes refuse. One with this store's id and the
 //     run id of an earlier process on this directory is a dead predecessor
