@@ -339,34 +339,39 @@ func (a *Authority) loop() {
 	defer close(a.exited)
 	t := time.NewTimer(a.opts.Interval)
 	defer t.Stop()
+	var ended time.Time // when the last round ended
 	for {
 		select {
 		case <-a.done:
 			return
 		case <-t.C:
 		case <-a.kick:
+			// Asked for a round (a lock command found the last one late,
+			// or the master changed): at once, but not sooner than a
+			// quarter interval after the last one ended, so that the lock
+			// commands of a Redis outage, each asking, do not run failing
+			// rounds back to back. (The timer is never due sooner.)
+			if wait := time.Until(ended.Add(a.opts.Interval / 4)); wait > 0 {
+				t.Reset(wait)
+				continue
+			}
 		}
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
 		err := a.round(ctx)
 		cancel()
+		ended = time.Now()
 		// Rounds begin an interval apart, however long one took: a round
 		// confirms for two intervals from its beginning, so a slow round
 		// must not push the next one toward the end of that. (A quarter
 		// interval at least between rounds, so that a slow Redis is not
 		// asked again the moment it answers.)
-		next := max(a.opts.Interval-time.Since(began), a.opts.Interval/4)
+		next := max(a.opts.Interval-ended.Sub(began), a.opts.Interval/4)
 		if err != nil {
 			a.logError(err)
 			next = a.opts.Interval / 4 // soon again: lock commands wait for a good round
 		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(next)
+		t.Reset(next) // (since Go 1.23 a Reset timer delivers no stale value)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,6 +318,69 @@ func TestLateRoundRefusedWithoutRedis(t *testing.T) {
 	}
 	if ctx.Err() != nil {
 		t.Fatal("AdmitWithin waited for its caller's deadline, not its own patience")
+	}
+}
+
+// scriptCalls is how many script calls Redis at c has counted (EVAL and
+// EVALSHA, refused ones too) since its last CONFIG RESETSTAT.
+func scriptCalls(t *testing.T, c *testenv.Conn) int {
+	t.Helper()
+	info, ok := testenv.ParseBulk(c.Do("INFO", "commandstats"))
+	if !ok {
+		t.Fatal("INFO commandstats: not a bulk string")
+	}
+	n := 0
+	for _, line := range strings.Split(string(info), "\r\n") {
+		name, stats, ok := strings.Cut(line, ":")
+		if name != "cmdstat_eval" && name != "cmdstat_evalsha" || !ok {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if k, v, _ := strings.Cut(kv, "="); k == "calls" || k == "rejected_calls" {
+				x, _ := strconv.Atoi(v)
+				n += x
+			}
+		}
+	}
+	return n
+}
+
+// TestAskedRoundsKeptApart: while every round fails at once (the live set
+// is not a sorted set: the heartbeat script is refused), lock commands
+// that each ask for a round do not run rounds back to back: they are a
+// quarter interval apart at least, however many ask.
+func TestAskedRoundsKeptApart(t *testing.T) {
+	const iv = 400 * time.Millisecond
+	su := newSetup(t)
+	a := su.startEvery(t, openStore(t, t.TempDir()), iv)
+	c := su.keysConn(t)
+	c.Do("DEL", a.liveKey)
+	c.Do("SET", a.liveKey, "not a sorted set")
+	t.Cleanup(func() { c.Do("DEL", a.liveKey) })
+	c.Do("CONFIG", "RESETSTAT")
+	lapse(a)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < time.Second {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+				_ = a.AdmitWithin(ctx)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	rounds := scriptCalls(t, c)
+	t.Logf("%d rounds in %v", rounds, elapsed)
+	if most := int(elapsed/(iv/4)) + 2; rounds > most {
+		t.Fatalf("%d heartbeat rounds in %v while every round failed and 32 clients kept asking; want at most %d (a quarter interval apart)", rounds, elapsed, most)
+	}
+	if rounds == 0 {
+		t.Fatal("no round ran: the test did not make Redis refuse them")
 	}
 }
 
