@@ -22,9 +22,11 @@
 // meanwhile is the next round, so the busier the master, the more writes
 // share a round. With several connections of a kind (--lock-conns), their
 // writers read the queue in turn: the next round is whatever came while
-// the last was out, as with one. A round whose WAIT is out longer than
-// its share of a round (half with two writers), between 1 and 10 ms (a
-// replica a millisecond or more away), hands the turn on early, and the next writer's round overlaps it: a
+// the last was out, as with one, and a writer whose round ends keeps the
+// turn (one connection does every round while rounds are short). A round
+// whose WAIT is out longer than its share of a round (half with two
+// writers), between 1 and 10 ms (a replica a millisecond or more away),
+// hands the turn on early, and the next writer's round overlaps it: a
 // grant then waits for about one round, not for the round out and then
 // its own.
 //

@@ -448,8 +448,8 @@ type nodeWriter struct {
 	scripts sync.Map
 	// ackedTurn and unackedTurn each hold one token: the turn to read
 	// that queue. A writer takes it before it reads its next batch and
-	// hands it on once its round is done, or, with a WAIT out longer
-	// than passAfter, while the round is still out (writeLoop).
+	// keeps it while its rounds end in time; with a WAIT out longer than
+	// passAfter it hands it on while the round is still out (writeLoop).
 	ackedTurn, unackedTurn chan struct{}
 	// roundNanos is how long a batch with a WAIT has taken (a moving
 	// average), and ackedWriters how many writers send such batches.
@@ -612,9 +612,9 @@ func (wr *Writer) retire(node *upstream.Node, nw *nodeWriter) {
 // would run on a goroutine of the connection's own meanwhile.
 //
 // The queue's writers (--lock-conns of them) read it in turn: a writer
-// takes turn before it reads a batch and hands it on when its round is
-// done, so that the next batch is everything that came meanwhile, as with
-// one connection. rounds, set for the writers whose batches carry a WAIT,
+// takes turn before it reads a batch and, when its round is done, reads
+// the next batch itself, so that the next batch is everything that came
+// meanwhile, as with one connection. rounds, set for the writers whose batches carry a WAIT,
 // times theirs: a round whose WAIT is out longer than
 // rounds.passAfter hands the turn on while it is still out, and the next
 // writer starts the next round beside it.
@@ -633,11 +633,19 @@ func (wr *Writer) writeLoop(queue chan *Write, turn chan struct{}, conn *backend
 			turn <- struct{}{} // never waits: the one token is this writer's
 		}
 	}
+	// kept: the last round ended before its turn was handed on, and this
+	// writer reads the next batch too. Rounds that end within passAfter go
+	// one after another on one connection, as with --lock-conns 1: handing
+	// the turn to another writer at every round's end would only wake
+	// another goroutine for each round.
+	kept := false
 	for round := int64(1); ; round++ {
-		select {
-		case <-turn:
-		case <-closed:
-			return
+		if !kept {
+			select {
+			case <-turn:
+			case <-closed:
+				return
+			}
 		}
 		select {
 		case w := <-queue:
@@ -670,7 +678,8 @@ func (wr *Writer) writeLoop(queue chan *Write, turn chan struct{}, conn *backend
 			}
 			rounds.roundDone(time.Since(began))
 		}
-		pass(round)
+		// The turn is this writer's still unless the timer handed it on.
+		kept = passed.CompareAndSwap(round-1, round)
 		clear(batch)
 		batch = batch[:0]
 	}

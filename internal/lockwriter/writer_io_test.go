@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -288,5 +289,64 @@ func TestPassAfter(t *testing.T) {
 	nw.roundDone(0)
 	if got := time.Duration(nw.roundNanos.Load()); got != 7*time.Millisecond {
 		t.Errorf("average after 8ms then 0: %v, want 7ms (an eighth moves)", got)
+	}
+}
+
+// TestShortRoundsKeepTheirConnection: with two connections that carry
+// WAITs and a replica next door, rounds that end within passAfter go one
+// after another on the connection that ran the first (its writer keeps the
+// turn), not on each connection in turn, which wakes the other writer for
+// every round. Seen from Redis: MONITOR shows which client sent each
+// round's WAIT. passAfter is held at its longest (overlapBy) by a long
+// average, so that only a round slower than that (a stall of the machine)
+// may move the turn.
+func TestShortRoundsKeepTheirConnection(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.StartReplica(t, master)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 2, ReplicaTimeout: time.Minute, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close)
+	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Minute})
+	const incr = "return redis.call('INCR', KEYS[1])"
+	write := func(key string) {
+		t.Helper()
+		if n, err := wr.Start(context.Background(), key, ScriptCall{Source: incr, Keys: []string{key}}, true).Acks(); n != 1 || err != nil {
+			t.Fatalf("write %s: %d acks, %v", key, n, err)
+		}
+	}
+	write("warm") // starts the writers
+	wr.writers(be.MasterForKey([]byte("k"))).roundNanos.Store(int64(time.Second))
+
+	monitor := testenv.Dial(t, master.Addr)
+	if r := monitor.Do("MONITOR"); string(r) != "+OK\r\n" {
+		t.Fatalf("MONITOR = %q", r)
+	}
+	const rounds = 20
+	for i := range rounds {
+		write("k" + strconv.Itoa(i))
+	}
+	var senders []string // the client of each round's WAIT, in order
+	for len(senders) < rounds {
+		line, err := monitor.ReadReply()
+		if err != nil {
+			t.Fatalf("reading MONITOR after %d WAITs: %v", len(senders), err)
+		}
+		// +1733530000.123456 [0 127.0.0.1:54321] "WAIT" "1" "60000"
+		if _, rest, ok := strings.Cut(string(line), " ["); ok && strings.Contains(rest, `] "WAIT"`) {
+			senders = append(senders, strings.Fields(rest)[1])
+		}
+	}
+	switches := 0
+	for i := 1; i < len(senders); i++ {
+		if senders[i] != senders[i-1] {
+			switches++
+		}
+	}
+	if switches > 2 {
+		t.Fatalf("%d of %d rounds went on another connection than the one before (%v): short rounds hand the turn on, want them kept", switches, rounds-1, senders)
 	}
 }
