@@ -129,16 +129,9 @@ func send(wr *Writer, conn *backend.SyncConn, ws []*Write, st *writerState) []*W
 func TestScriptReplyBeforeItsWAIT(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	replica := testenv.StartReplica(t, master)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 1, ReplicaTimeout: time.Hour, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(be.Close)
-	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Hour})
+	_, wr := writerOn(t, master.Addr, 1, time.Hour)
 	call := ScriptCall{Source: "return redis.call('INCR', KEYS[1])", Keys: []string{"k"}}
-	if n, err := wr.Start(ctx, "k", call, true).Acks(); n != 1 || err != nil {
+	if n, err := wr.Start(context.Background(), "k", call, true).Acks(); n != 1 || err != nil {
 		t.Fatalf("a write with the replica up: %d acks, %v", n, err)
 	}
 
@@ -201,14 +194,7 @@ func TestRoundsOverlap(t *testing.T) {
 		t.Run(fmt.Sprintf("lock-conns=%d", conns), func(t *testing.T) {
 			master := testenv.StartRedis(t, testenv.RedisOptions{})
 			replica := testenv.StartReplica(t, master)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: conns, ReplicaTimeout: time.Minute, Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(be.Close)
-			wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Minute})
+			_, wr := writerOn(t, master.Addr, conns, time.Minute)
 			const incr = "return redis.call('INCR', KEYS[1])"
 			start := func(key string) *Write {
 				return wr.Start(context.Background(), key, ScriptCall{Source: incr, Keys: []string{key}}, true)
@@ -303,14 +289,7 @@ func TestPassAfter(t *testing.T) {
 func TestShortRoundsKeepTheirConnection(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
 	testenv.StartReplica(t, master)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{master.Addr}, PoolSize: 1, WriterConns: 2, ReplicaTimeout: time.Minute, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(be.Close)
-	wr := New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: time.Minute})
+	be, wr := writerOn(t, master.Addr, 2, time.Minute)
 	const incr = "return redis.call('INCR', KEYS[1])"
 	write := func(key string) {
 		t.Helper()
@@ -349,4 +328,19 @@ func TestShortRoundsKeepTheirConnection(t *testing.T) {
 	if switches > 2 {
 		t.Fatalf("%d of %d rounds went on another connection than the one before (%v): short rounds hand the turn on, want them kept", switches, rounds-1, senders)
 	}
+}
+
+// writerOn is a Writer for the master at addr with conns lock connections
+// of each kind, MinReplicas 1 and replicaTimeout; t.Cleanup closes its
+// backend.
+func writerOn(t *testing.T, addr string, conns int, replicaTimeout time.Duration) (upstream.Backend, *Writer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	be, err := upstream.Connect(ctx, upstream.Options{Seeds: []string{addr}, PoolSize: 1, WriterConns: conns, ReplicaTimeout: replicaTimeout, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close)
+	return be, New(Options{Backend: be, MinReplicas: 1, ReplicaTimeout: replicaTimeout})
 }
