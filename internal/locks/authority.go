@@ -56,9 +56,7 @@ func (m *Manager) Admitted() bool { return m.admit() == nil }
 // AdmitWithin is what a command off the serve loop asks before it issues or
 // judges tokens: Options.AdmitWithin (else Admit), which may wait for a
 // late heartbeat round within ctx.
-func (m *Manager) AdmitWithin(ctx context.Context) error { return m.admitWithin(ctx) }
-
-func (m *Manager) admitWithin(ctx context.Context) error {
+func (m *Manager) AdmitWithin(ctx context.Context) error {
 	if m.opts.AdmitWithin == nil {
 		return m.admit()
 	}

@@ -228,7 +228,7 @@ func (m *Manager) EndWaiters(err error) { m.waiting.endAll(err) }
 // sets it to 0 once it is used up (granted, refused or its outcome
 // unknown) or too old to use (cancelled).
 func (m *Manager) tryAcquire(ctx context.Context, resource, owner, clientAddr string, ttl time.Duration, othersWaiting bool, leaseFrom time.Time, ahead *uint64) (g Grant, leaseLeft time.Duration, err error) {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return Grant{}, 0, err
 	}
 	if leaseFrom.IsZero() {
@@ -653,7 +653,7 @@ func (m *Manager) UndoGrant(ctx context.Context, resource, owner string, token u
 // error) the holder counts its lease as ending at the earlier of its
 // previous end and ttl from when it sent the renewal.
 func (m *Manager) Renew(ctx context.Context, resource, owner string, ttl time.Duration, received time.Time) (uint64, error) {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return 0, err
 	}
 	keys := m.keys(resource)
@@ -780,7 +780,7 @@ func (m *Manager) FencedExecAs(ctx context.Context, resource string, token uint6
 	// round that Newest waits for begins): every grant of a newer token
 	// comes after it (fencemark.go).
 	checkedAt := time.Now().UnixMilli()
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return nil, err
 	}
 	turn := m.serial.lock(resource)

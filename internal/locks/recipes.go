@@ -70,7 +70,7 @@ func (m *Manager) RecipeAcquire(ctx context.Context, key, tokenKey, holder, clie
 // recipeAcquire is RecipeAcquire, and RecipeFairAcquire's with the fair
 // lock's queue q.
 func (m *Manager) recipeAcquire(ctx context.Context, key, tokenKey, holder, clientAddr string, lease time.Duration, received time.Time, q *FairQueue) (token uint64, pttl int64, err error) {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return 0, 0, err
 	}
 	side := m.recordKey(key)
@@ -298,7 +298,7 @@ type RecipeLock struct{ Key, Holder string }
 // acknowledge has its old expiry restored; then the error is a
 // NoReplicasError (the others stand: they were acknowledged).
 func (m *Manager) RecipeRenew(ctx context.Context, locks []RecipeLock, lease time.Duration, received time.Time) ([]bool, error) {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return nil, err
 	}
 	held := make([]bool, len(locks))
@@ -492,7 +492,7 @@ func (m *Manager) recipeUnlocked(u RecipeUnlock, w *lockwriter.Write) (n int64, 
 // for any of its holders): ok is false when holder does not hold it, or its record's token is not the newest issued (a stale
 // record).
 func (m *Manager) HolderToken(ctx context.Context, resource, holder string) (token uint64, ok bool, err error) {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return 0, false, err
 	}
 	newest, err := m.opts.Store.Newest(resource)

@@ -97,7 +97,7 @@ func rwMode(write bool) string {
 // NoReplicasError or ErrLate when the grant was undone; another error when
 // the outcome is unknown or nothing was tried.
 func (m *Manager) RWAcquire(ctx context.Context, a RWAcquire, clientAddr string, received time.Time) (token uint64, pttl int64, err error) {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return 0, 0, err
 	}
 	side := m.recordKey(a.Key)
@@ -267,7 +267,7 @@ var ErrScriptFails = errors.New("locks: the client's own script fails on this ca
 // side record's) restored; then the error is a NoReplicasError.
 // batch is the call's keys in order (style 352 only).
 func (m *Manager) RWRenew(ctx context.Context, style RWRenewStyle, locks []RWRenewLock, batch []string, lease time.Duration) ([]bool, error) {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return nil, err
 	}
 	held := make([]bool, len(locks))

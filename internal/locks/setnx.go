@@ -71,7 +71,7 @@ type valueGrant struct {
 // when it was undone; another error when the outcome is unknown or
 // nothing was tried.
 func (m *Manager) RecipeValueWrite(ctx context.Context, v ValueWrite, clientAddr string, received time.Time) (pttl int64, err error) {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return 0, err
 	}
 	side := m.recordKey(v.Key)
@@ -319,7 +319,7 @@ func (m *Manager) valueReleased(key string, write *lockwriter.Write) (ValueRelea
 // distinct. It holds every key's turn, taken in sorted order. Its results
 // are RecipeValueWrite's; a shortfall or a late grant undoes every key.
 func (m *Manager) RecipeValueMulti(ctx context.Context, keys []string, holder string, mode ValueMode, lease time.Duration, clientAddr string, received time.Time) error {
-	if err := m.admitWithin(ctx); err != nil {
+	if err := m.AdmitWithin(ctx); err != nil {
 		return err
 	}
 	sides := make([]string, len(keys))
