@@ -255,13 +255,14 @@ func TestPassAfter(t *testing.T) {
 		writers     int32
 		round, want time.Duration
 	}{
-		{0, 0, time.Millisecond},
+		{0, 0, overlapAfter},
 		{1, 4 * time.Millisecond, 4 * time.Millisecond},
-		{2, 300 * time.Microsecond, time.Millisecond},
+		{2, 200 * time.Microsecond, overlapAfter},
+		{4, 1200 * time.Microsecond, 300 * time.Microsecond},
 		{2, 4 * time.Millisecond, 2 * time.Millisecond},
 		{2, 16 * time.Millisecond, 8 * time.Millisecond},
 		{2, time.Second, 10 * time.Millisecond},
-		{4, 3 * time.Millisecond, time.Millisecond},
+		{4, 3 * time.Millisecond, 750 * time.Microsecond},
 		{4, 8 * time.Millisecond, 2 * time.Millisecond},
 	} {
 		nw.ackedWriters.Store(c.writers)
