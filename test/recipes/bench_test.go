@@ -1,13 +1,17 @@
 package recipes
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +31,12 @@ import (
 // are LockBench's (threads seconds rounds; default "32 5 2"), and
 // REDISSON_BENCH_PROXY_ARGS extra flags of fenceproxy's (--lock-conns 4),
 // REDISSON_BENCH_DATA_DIR where its fence store goes (a tmpfs: no fsync cost).
+// REDISSON_BENCH_RELAY=1 adds a fourth mode: single-server through a byte
+// relay in front of the master (a process of its own, io.Copy each way), a
+// hop that does nothing: no safety, no WAIT. Its CPU per cycle is the
+// floor of any proxy's on this machine, to hold against what sharing
+// WAITs saves the client and Redis (direct's CPU per cycle minus the
+// unsafe mode's).
 // REDISSON_BENCH_THREADS ("4 8 16 32") runs LockBench once per thread count
 // against the same processes and ends with a table of them: with few
 // threads the replica's round trips bound both modes, with many the
@@ -59,6 +69,10 @@ func TestRedissonBench(t *testing.T) {
 	}
 	p := testenv.StartProxy(t, testenv.ProxyOptions{Backend: master.Addr, MinReplicas: 1, ReplicaTimeout: time.Second, DataDir: dataDir(t),
 		Args: strings.Fields(os.Getenv("REDISSON_BENCH_PROXY_ARGS"))})
+	var relay relayProc
+	if os.Getenv("REDISSON_BENCH_RELAY") != "" {
+		relay = startRelay(t, master.Addr)
+	}
 	args := strings.Fields(os.Getenv("REDISSON_BENCH_ARGS"))
 	threads := strings.Fields(os.Getenv("REDISSON_BENCH_THREADS"))
 	if len(threads) == 0 {
@@ -66,13 +80,13 @@ func TestRedissonBench(t *testing.T) {
 	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "replica delay %v; per thread count, cycles/s (the rounds' mean) and the last round's CPU µs per cycle:\n", delay)
-	fmt.Fprintf(&table, "%-8s %-10s %-10s %-6s %s\n", "threads", "proxy/s", "direct/s", "ratio", "cpu µs/cycle (through fenceproxy | direct)")
+	fmt.Fprintf(&table, "%-8s %-10s %-10s %-6s %-6s %s\n", "threads", "proxy/s", "direct/s", "ratio", "relay", "cpu µs/cycle (through fenceproxy | direct | unsafe | relay)")
 	for _, n := range threads {
 		run := args
 		if n != "" {
 			run = append([]string{n}, args[min(1, len(args)):]...)
 		}
-		out := lockBench(t, java, string(cp), run, p, master, replica)
+		out := lockBench(t, java, string(cp), run, p, master, replica, relay)
 		t.Logf("replication delayed by %v, fenceproxy %s, LockBench %v:\n%s", delay, os.Getenv("REDISSON_BENCH_PROXY_ARGS"), run, out)
 		fmt.Fprintf(&table, "%-8s %s\n", n, summarizeLockBench(out))
 	}
@@ -92,12 +106,16 @@ func TestRedissonBench(t *testing.T) {
 
 // lockBench runs LockBench with args against p and the master and replica
 // behind it, and returns what it printed.
-func lockBench(t *testing.T, java, cp string, args []string, p *testenv.Proxy, master, replica *testenv.Redis) string {
+func lockBench(t *testing.T, java, cp string, args []string, p *testenv.Proxy, master, replica *testenv.Redis, relay relayProc) string {
 	t.Helper()
+	pids := fmt.Sprintf("fenceproxy:%d,master:%d,replica:%d", p.Pid(), master.Pid(), replica.Pid())
+	if relay.addr != "" {
+		pids += fmt.Sprintf(",relay:%d", relay.pid)
+	}
 	cmd := exec.Command("java", append([]string{"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-cp", filepath.Join(java, "target", "classes") + ":" + strings.TrimSpace(cp), "fenceproxy.LockBench"}, args...)...)
 	cmd.Env = append(os.Environ(), "FENCEPROXY_ADDR="+p.Addr, "FENCEPROXY_MASTER_ADDR="+master.Addr, "FENCEPROXY_REPLICA_ADDR="+replica.Addr,
-		fmt.Sprintf("FENCEPROXY_BENCH_PIDS=fenceproxy:%d,master:%d,replica:%d", p.Pid(), master.Pid(), replica.Pid()))
+		"FENCEPROXY_RELAY_ADDR="+relay.addr, "FENCEPROXY_BENCH_PIDS="+pids)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("LockBench %v: %v\n%s", args, err, out)
@@ -107,12 +125,13 @@ func lockBench(t *testing.T, java, cp string, args []string, p *testenv.Proxy, m
 
 var (
 	benchRound = regexp.MustCompile(`round \d+: fenceproxy \(single-server\) (\d+) cycles/s, direct \(master-slave, WAIT\) (\d+) cycles/s`)
-	benchCPU   = regexp.MustCompile(`cpu µs/cycle (proxy|direct): (.*)`)
+	benchRelay = regexp.MustCompile(`ratio relay/direct: ([0-9.]+)`)
+	benchCPU   = regexp.MustCompile(`cpu µs/cycle (proxy|direct|unsafe|relay): (.*)`)
 )
 
 // summarizeLockBench is one line of LockBench's output: both modes'
-// cycles/s (the rounds' mean), their ratio, and each process's CPU per
-// cycle in the last round of each mode.
+// cycles/s (the rounds' mean), their ratio (and the relay's against
+// direct), and each process's CPU per cycle in the last round of each mode.
 func summarizeLockBench(out string) string {
 	var proxy, direct float64
 	rounds := benchRound.FindAllStringSubmatch(out, -1)
@@ -129,7 +148,15 @@ func summarizeLockBench(out string) string {
 	if direct > 0 {
 		ratio = proxy / direct
 	}
-	return fmt.Sprintf("%-10.0f %-10.0f %-6.2f %s | %s", proxy, direct, ratio, cpu["proxy"], cpu["direct"])
+	relay := "-"
+	if m := benchRelay.FindStringSubmatch(out); m != nil {
+		relay = m[1]
+	}
+	line := fmt.Sprintf("%-10.0f %-10.0f %-6.2f %-6s %s | %s | %s", proxy, direct, ratio, relay, cpu["proxy"], cpu["direct"], cpu["unsafe"])
+	if relay != "-" {
+		line += " | " + cpu["relay"]
+	}
+	return line
 }
 
 // dataDir is the fence store's directory: under REDISSON_BENCH_DATA_DIR if
@@ -145,4 +172,66 @@ func dataDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// relayUpstreamEnv, set, makes this test binary TestRedissonBench's relay
+// to the address it holds (TestMain) instead of running tests.
+const relayUpstreamEnv = "FENCEPROXY_BENCH_RELAY_UPSTREAM"
+
+// relayProc is a relay process: where it listens, and its pid (for its CPU).
+type relayProc struct {
+	addr string
+	pid  int
+}
+
+// startRelay starts this test binary as a byte relay to upstream and
+// returns it once it listens; it is killed when the test ends.
+func startRelay(t *testing.T, upstream string) relayProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), relayUpstreamEnv+"="+upstream)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the relay did not start: %v", err)
+	}
+	return relayProc{addr: strings.TrimSpace(addr), pid: cmd.Process.Pid}
+}
+
+// serveRelay listens on loopback, prints its address, and copies bytes both
+// ways between each client and upstream, and nothing else: the cheapest
+// proxy there is (io.Copy between two TCP connections splices on Linux).
+// It runs until it is killed.
+func serveRelay(upstream string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr())
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			os.Exit(1)
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go func() { io.Copy(u, c); u.Close() }()
+			io.Copy(c, u)
+		}()
+	}
 }

@@ -18,7 +18,13 @@ import (
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if upstream := os.Getenv(relayUpstreamEnv); upstream != "" {
+		serveRelay(upstream) // TestRedissonBench's relay, in a process of its own
+		return
+	}
+	testenv.Main(m)
+}
 
 // Redisson's scripts (3.52.0, 4.0.0 and 4.7.0 send the same bodies).
 const (

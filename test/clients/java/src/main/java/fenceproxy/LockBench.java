@@ -19,7 +19,9 @@ import org.redisson.config.Config;
  * nothing contends. The two alternate (A B A B) so the machine's noise hits both alike.
  *
  * Args: [threads (32)] [seconds per round (5)] [rounds (2)]. Prints one line per round and
- * "ratio proxy/direct: X".
+ * "ratio proxy/direct: X". With FENCEPROXY_RELAY_ADDR (a byte relay in front of the master,
+ * test/recipes starts one) it also runs single-server mode through that relay: a hop that does
+ * nothing, no safety and no WAIT, whose CPU is the floor of any proxy's on this machine.
  */
 public final class LockBench {
     private LockBench() {
@@ -53,7 +55,11 @@ public final class LockBench {
         // waits for no replica (the unsafe setup the proxy replaces).
         RedissonClient unsafe = client(c -> c.useSingleServer().setAddress("redis://" + master)
                 .setConnectionPoolSize(pool).setConnectionMinimumIdleSize(pool));
-        double proxySum = 0, directSum = 0;
+        String relayAddr = System.getenv("FENCEPROXY_RELAY_ADDR");
+        RedissonClient relay = relayAddr == null || relayAddr.isEmpty() ? null
+                : client(c -> c.useSingleServer().setAddress("redis://" + relayAddr)
+                        .setConnectionPoolSize(pool).setConnectionMinimumIdleSize(pool));
+        double proxySum = 0, directSum = 0, relaySum = 0;
         try {
             // Scripts loaded, connections open, and the JIT warm for all
             // three: with one second each, the first proxy round ran at
@@ -61,6 +67,9 @@ public final class LockBench {
             run(viaProxy, threads, 3, "warmup");
             run(direct, threads, 3, "warmup");
             run(unsafe, threads, 1, "warmup");
+            if (relay != null) {
+                run(relay, threads, 1, "warmup");
+            }
             for (int r = 1; r <= rounds; r++) {
                 // Alternating which goes first, so that neither always runs
                 // on the other's heels.
@@ -75,6 +84,11 @@ public final class LockBench {
                 double u = run(unsafe, threads, seconds, "unsafe");
                 System.out.printf("round %d: fenceproxy (single-server) %.0f cycles/s, direct (master-slave, WAIT) %.0f cycles/s; "
                         + "for reference, single-server straight at the master (no replica wait) %.0f cycles/s%n", r, p, d, u);
+                if (relay != null) {
+                    double h = run(relay, threads, seconds, "relay");
+                    System.out.printf("round %d: single-server through a byte relay to the master (no replica wait) %.0f cycles/s%n", r, h);
+                    relaySum += h;
+                }
                 proxySum += p;
                 directSum += d;
             }
@@ -82,8 +96,14 @@ public final class LockBench {
             viaProxy.shutdown(0, 2, TimeUnit.SECONDS);
             direct.shutdown(0, 2, TimeUnit.SECONDS);
             unsafe.shutdown(0, 2, TimeUnit.SECONDS);
+            if (relay != null) {
+                relay.shutdown(0, 2, TimeUnit.SECONDS);
+            }
         }
         System.out.printf("threads %d, %d x %d s: ratio proxy/direct: %.2f%n", threads, rounds, seconds, proxySum / directSum);
+        if (relay != null) {
+            System.out.printf("threads %d, %d x %d s: ratio relay/direct: %.2f%n", threads, rounds, seconds, relaySum / directSum);
+        }
     }
 
     static RedissonClient client(java.util.function.Consumer<Config> tune) {
