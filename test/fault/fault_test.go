@@ -136,9 +136,10 @@ func runFault(t *testing.T, mode string) {
 		seed = rand.Uint64()%1_000_000 + 1
 	}
 	duration := *flagDuration
-	t.Logf("fault: mode=%s seed=%d duration=%v (replay with -run '^%s$' -fault.seed=%d -fault.duration=%v)", mode, seed, duration, t.Name(), seed, duration)
-
 	e := &env{t: t, mode: mode, seed: seed, h: NewHistory(seed), newest: map[string]int64{}, inFlight: map[int]flight{}}
+	t.Logf("fault: mode=%s seed=%d duration=%v proxy-args=%q (replay with -run '^%s$' -fault.seed=%d -fault.duration=%v)",
+		mode, seed, duration, strings.Join(e.proxyArgs(), " "), t.Name(), seed, duration)
+
 	began := time.Now()
 	kinds := selectedFaults(modeFaults[mode])
 	if slices.Contains(kinds, PausedHolder) {
@@ -294,15 +295,26 @@ func (e *env) proxyOptions() testenv.ProxyOptions {
 	return testenv.ProxyOptions{Sentinels: e.sentinels, DataDir: e.dataDir, MinReplicas: 1, ReplicaTimeout: replicaTimeout, Args: e.proxyArgs()}
 }
 
-// proxyArgs are -fault.proxy-args and, with the recipe clients, the
-// flag for their SET NX locks.
+// proxyArgs are -fault.proxy-args, --lock-conns from the seed unless
+// those name it, and, with the recipe clients, the flag for their SET NX
+// locks.
 func (e *env) proxyArgs() []string {
 	args := strings.Fields(*flagProxyArgs)
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--lock-conns") }) {
+		args = append(args, "--lock-conns", strconv.Itoa(e.lockConns()))
+	}
 	if !e.withRecipes() {
 		return args
 	}
 	return append(args, "--lock-keys", lockKeysFlag)
 }
+
+// lockConns is the --lock-conns a run's proxies get when -fault.proxy-args
+// does not say: 1, 2 or 4 by the seed, so that runs also cover lock
+// writers that overlap their rounds and hand the turn on (a connection of
+// several killed by lock-conn-kill, a round handed on while its WAIT is
+// out), and a replay with the seed gets the same.
+func (e *env) lockConns() int { return []int{1, 2, 4}[e.seed%3] }
 
 // writeHistory writes the history as JSON into dir ($FAULT_OUT), or into
 // the system temp dir, which outlives the test unlike t.TempDir.
