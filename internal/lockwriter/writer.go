@@ -489,10 +489,11 @@ const (
 // writer whose round ended before passAfter keeps the turn (writeLoop),
 // so rounds go one after another and each carries every write that came
 // while the last was out, as with one connection: the fewest WAITs,
-// script calls and fsyncs for each grant. Never later than overlapBy: rounds that long wait for
-// a replica that stalled (a WAIT out until --replica-timeout, or the
-// first rounds while a replica syncs), and the writes behind them are
-// sent, to be answered by their own WAIT, rather than held.
+// script calls and fsyncs for each grant. Never later than overlapBy:
+// rounds that long wait for a replica that stalled (a WAIT out until
+// --replica-timeout, or the first rounds while a replica syncs), and the
+// writes behind them are sent, to be answered by their own WAIT, rather
+// than held.
 func (nw *nodeWriter) passAfter() time.Duration {
 	share := time.Duration(nw.roundNanos.Load()) / time.Duration(max(nw.ackedWriters.Load(), 1))
 	return min(max(share, overlapAfter), overlapBy)
