@@ -483,8 +483,9 @@ const (
 // once clients' cycles line up: 7.3 ms against 4.1 with a replica 3 ms
 // away); with more, a round starts about every passAfter instead. The
 // floor (150 µs) is below a round to a replica 1 ms away, whose quarter
-// it lets four writers use (4 Redisson threads, replica 1 ms away: 1.28x
-// direct's cycles/s against 0.90x with a floor of 1 ms); a round against
+// it lets four writers use (4 Redisson threads, replica 1 ms away, four
+// writers: 1.28x direct's cycles/s; 0.90x with one writer, 0.95x with two
+// and a floor of 1 ms); a round against
 // a replica next door (100-300 µs on loopback) mostly ends first, and a
 // writer whose round ended before passAfter keeps the turn (writeLoop),
 // so rounds go one after another and each carries every write that came
