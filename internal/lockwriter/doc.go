@@ -25,8 +25,9 @@
 // the last was out, as with one, and a writer whose round ends keeps the
 // turn (one connection does every round while rounds are short). A round
 // whose WAIT is out longer than its share of a round (half with two
-// writers), between 1 and 10 ms (a replica a millisecond or more away),
-// hands the turn on early, and the next writer's round overlaps it: a
+// writers, a quarter with four), between 150 µs and 10 ms (a replica a
+// millisecond or more away), hands the turn on early, and the next
+// writer's round overlaps it: a
 // grant then waits for about one round, not for the round out and then
 // its own.
 //

@@ -485,12 +485,12 @@ const (
 // floor (150 µs) is below a round to a replica 1 ms away, whose quarter
 // it lets four writers use (4 Redisson threads, replica 1 ms away, four
 // writers: 1.28x direct's cycles/s; 0.90x with one writer, 0.95x with two
-// and a floor of 1 ms); a round against
-// a replica next door (100-300 µs on loopback) mostly ends first, and a
-// writer whose round ended before passAfter keeps the turn (writeLoop),
-// so rounds go one after another and each carries every write that came
-// while the last was out, as with one connection: the fewest WAITs,
-// script calls and fsyncs for each grant. Never later than overlapBy:
+// and a floor of 1 ms); a round against a replica next door (100-300 µs
+// on loopback) mostly ends first, and a writer whose round ended before
+// passAfter keeps the turn (writeLoop), so rounds go one after another
+// and each carries every write that came while the last was out, as with
+// one connection: the fewest WAITs, script calls and fsyncs for each
+// grant. Never later than overlapBy:
 // rounds that long wait for a replica that stalled (a WAIT out until
 // --replica-timeout, or the first rounds while a replica syncs), and the
 // writes behind them are sent, to be answered by their own WAIT, rather
@@ -620,10 +620,10 @@ func (wr *Writer) retire(node *upstream.Node, nw *nodeWriter) {
 // The queue's writers (--lock-conns of them) read it in turn: a writer
 // takes turn before it reads a batch and, when its round is done, reads
 // the next batch itself, so that the next batch is everything that came
-// meanwhile, as with one connection. rounds, set for the writers whose batches carry a WAIT,
-// times theirs: a round whose WAIT is out longer than
-// rounds.passAfter hands the turn on while it is still out, and the next
-// writer starts the next round beside it.
+// meanwhile, as with one connection. rounds, set for the writers whose
+// batches carry a WAIT, times theirs: a round whose WAIT is out longer
+// than rounds.passAfter hands the turn on while it is still out, and the
+// next writer starts the next round beside it.
 func (wr *Writer) writeLoop(queue chan *Write, turn chan struct{}, conn *backend.SyncConn, closed <-chan struct{}, rounds *nodeWriter) {
 	if wr.opts.MinReplicas == 0 {
 		rounds = nil // no WAIT: nothing to overlap
