@@ -377,7 +377,11 @@ func (p *proxy) compileACL(specs []auth.UserSpec, keyTable *keys.Table) (*auth.A
 // authority's first heartbeat round joins the fence store to the token
 // bound kept in Redis.
 func (p *proxy) startAuthority() error {
-	p.lockWrites = lockwriter.New(lockwriter.Options{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout})
+	wo := lockwriter.Options{Backend: p.be, MinReplicas: p.cfg.minReplicas, ReplicaTimeout: p.cfg.replicaTimeout}
+	if p.store != nil {
+		wo.Commits = p.store // a round's grants share one synced commit
+	}
+	p.lockWrites = lockwriter.New(wo)
 	if p.tier != nil {
 		// The tier's leader runs the token authority while it leads
 		// (tier.go); closed before the backend, so its member leaves.

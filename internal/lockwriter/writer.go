@@ -245,6 +245,19 @@ type Options struct {
 	// writes that want acknowledgements (none if MinReplicas is 0).
 	MinReplicas    int
 	ReplicaTimeout time.Duration
+	// Commits, if set, is held while a batch script's reply is handed to
+	// its operations, one after another: what their callers start on it
+	// (the fence store's synced commit of each grant's token) then goes
+	// as one commit for the round, not one for its first grant and one
+	// for the rest (persist.Store.HoldCommits).
+	Commits Holder
+}
+
+// Holder delays what the callers of a round's replies start until all of
+// them have theirs (persist.Store is one).
+type Holder interface {
+	HoldCommits()
+	ReleaseCommits()
 }
 
 // Writer is the batched lock-script writer (the locks.ScriptRunner
@@ -761,6 +774,7 @@ type opsGroup struct {
 	slot   int
 	writes []*Write
 	reply  *resp.Reply // completes the group (Complete)
+	hold   Holder      // Options.Commits, held while the writes complete
 }
 
 // opReplyRoom is the room made for each operation's reply in its group's
@@ -795,7 +809,7 @@ func (wr *Writer) groupOps(batch []*Write, st *writerState) []*opsGroup {
 		}
 		if g == nil {
 			if st.used == len(st.groups) {
-				g = &opsGroup{}
+				g = &opsGroup{hold: wr.opts.Commits}
 				g.reply = resp.NewReplyTo(g)
 				st.groups = append(st.groups, g)
 			}
@@ -822,6 +836,10 @@ func (wr *Writer) groupOps(batch []*Write, st *writerState) []*opsGroup {
 // operation's reply; a failure to get one (the connection lost) is every
 // operation's failure.
 func (g *opsGroup) Complete(r *resp.Reply) {
+	if g.hold != nil {
+		g.hold.HoldCommits()
+		defer g.hold.ReleaseCommits()
+	}
 	rest, n, ok := r.Buf, 0, false
 	if r.Err == nil {
 		rest, n, ok = resp.ArrayHeader(r.Buf)

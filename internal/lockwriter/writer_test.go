@@ -426,3 +426,44 @@ func TestOpsBatch(t *testing.T) {
 		}
 	}
 }
+
+// depthHolder is a Holder that counts how deep it is held, and how often.
+type depthHolder struct{ depth, holds int }
+
+func (h *depthHolder) HoldCommits()    { h.depth++; h.holds++ }
+func (h *depthHolder) ReleaseCommits() { h.depth-- }
+
+// completeFunc makes a func a resp.Completer.
+type completeFunc func(*resp.Reply)
+
+func (f completeFunc) Complete(r *resp.Reply) { f(r) }
+
+// TestOpsCompleteUnderOneHold: the operations of a batch script's call are
+// handed their replies with Options.Commits held, all under one hold, so
+// that the fence store's commits their callers start go as one.
+func TestOpsCompleteUnderOneHold(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	be := connect(t, master.Addr)
+	node := be.Masters()[0]
+	h := &depthHolder{}
+	wr := New(Options{Backend: be, Commits: h})
+	conns := make(chan *backend.SyncConn, 2)
+	node.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
+		if !acked {
+			conns <- conn
+		}
+		<-node.Closed()
+	})
+	conn := <-conns
+	var depths []int
+	var batch []*Write
+	for i := range 5 {
+		w := opWrite('a', fmt.Sprintf("k%d", i), "v", false)
+		w.reply = resp.NewReplyTo(completeFunc(func(*resp.Reply) { depths = append(depths, h.depth) }))
+		batch = append(batch, w)
+	}
+	send(wr, conn, batch, &writerState{})
+	if fmt.Sprint(depths) != "[1 1 1 1 1]" || h.holds != 1 || h.depth != 0 {
+		t.Fatalf("holder depth at each completion %v, holds %d, left held %d; want [1 1 1 1 1], 1, 0", depths, h.holds, h.depth)
+	}
+}

@@ -38,6 +38,10 @@ type committer struct {
 	mu      sync.Mutex
 	forming *commitGroup // the group new callers join; nil if none
 	running *commitGroup // the group being committed; nil if none
+	// holds counts HoldCommits not yet released. While it is above 0 a
+	// ReserveThen that starts a group leaves it forming (held): others
+	// join it until the last ReleaseCommits starts its commit.
+	holds int
 	// beforeCommit, if set (tests), runs in the leader before its group's
 	// commit, without mu.
 	beforeCommit func(g *commitGroup)
@@ -47,6 +51,7 @@ type committer struct {
 type commitGroup struct {
 	b       *pebble.Batch
 	callers int
+	held    bool          // started under a hold and no commit begun for it yet
 	done    chan struct{} // closed once err is set
 	err     error
 	// thens are the callers that do not wait (ReserveThen): each is told
@@ -97,27 +102,72 @@ func (s *Store) groupCommit(resource []byte, tokens []uint64, then Synced) error
 		switch {
 		case !starter:
 			c.mu.Unlock()
-		case c.running == nil:
-			// Taken at once, as a starter that waits takes it: nobody
-			// joins it after its starter.
-			c.forming, c.running = nil, g
+		case c.holds > 0:
+			g.held = true // ReleaseCommits starts it
 			c.mu.Unlock()
-			go s.commitRunning(g)
 		default:
-			c.mu.Unlock()
-			go func() {
-				c.mu.Lock()
-				s.lead(g)
-			}()
+			s.startLocked(g)
 		}
 		return nil
 	}
-	if !starter {
+	if !starter && !g.held {
 		c.mu.Unlock()
 		<-g.done
 		return g.err
 	}
+	// A caller that waits never waits for a held group: it leads it (the
+	// hold may be its own goroutine's, waiting for it to return).
+	g.held = false
 	return s.lead(g)
+}
+
+// startLocked starts the commit of g, the forming group, on a goroutine of
+// its own: at once if no commit is under way (nobody joins it after this),
+// else once that commit is done. Called with the committer's mutex held;
+// returns with it released.
+func (s *Store) startLocked(g *commitGroup) {
+	c := &s.commits
+	if c.running == nil {
+		c.forming, c.running = nil, g
+		c.mu.Unlock()
+		go s.commitRunning(g)
+		return
+	}
+	c.mu.Unlock()
+	go func() {
+		c.mu.Lock()
+		s.lead(g)
+	}()
+}
+
+// HoldCommits keeps the commits that ReserveThen callers start from
+// beginning until the matching ReleaseCommits: the grants of one lock
+// writer round, whose script replies come in together, then go to disk in
+// one synced commit. Without it the first grant of a round would start a
+// commit of its own, and the rest would wait for it and take the next:
+// two fsyncs a round (about three grants a commit with Redisson's 16
+// threads, issue 26). A caller that waits for its reservation (Reserve) is
+// never held: it commits whatever is forming itself. Hold only briefly,
+// across callbacks that run one after another.
+func (s *Store) HoldCommits() {
+	c := &s.commits
+	c.mu.Lock()
+	c.holds++
+	c.mu.Unlock()
+}
+
+// ReleaseCommits ends a HoldCommits; the last one starts the commit of the
+// group held meanwhile, if any.
+func (s *Store) ReleaseCommits() {
+	c := &s.commits
+	c.mu.Lock()
+	c.holds--
+	if g := c.forming; c.holds == 0 && g != nil && g.held {
+		g.held = false
+		s.startLocked(g)
+		return
+	}
+	c.mu.Unlock()
 }
 
 // lead commits g, the group its caller started, once the commit in

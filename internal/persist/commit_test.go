@@ -112,6 +112,67 @@ func testReservesShareOneCommit(t *testing.T, then bool) {
 	}
 }
 
+// TestHeldReservesShareOneCommit: the ReserveThen calls made under
+// HoldCommits (a lock writer round's grants, handed their replies one
+// after another) start no commit until the last ReleaseCommits, then go
+// in one; a Reserve under the hold (a caller that waits, possibly on the
+// holder's own goroutine) does not wait for the release: it commits what
+// is forming itself.
+func TestHeldReservesShareOneCommit(t *testing.T) {
+	s := openT(t, "/data", Options{FS: vfs.NewMem()})
+	defer s.Close()
+	const grants = 8
+	tokens := make([]uint64, grants+1)
+	for i := range tokens {
+		tokens[i] = nextT(t, s)
+	}
+	commits := s.Stats().SyncedCommits
+	synced := make(chan error, grants)
+	s.HoldCommits()
+	s.HoldCommits() // a second writer's round, ending later
+	for i := range grants {
+		if err := s.ReserveThen([]byte(fmt.Sprintf("r%d", i)), tokens[i], syncedFunc(func(err error) { synced <- err })); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ReleaseCommits()
+	select {
+	case err := <-synced:
+		t.Fatalf("a reservation was synced (%v) while a hold was still on", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if got := s.Stats().SyncedCommits - commits; got != 0 {
+		t.Fatalf("%d synced commits under the hold, want 0", got)
+	}
+	s.ReleaseCommits()
+	for range grants {
+		if err := <-synced; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Stats().SyncedCommits - commits; got != 1 {
+		t.Fatalf("%d grants reserved in one round made %d synced commits, want 1", grants, got)
+	}
+
+	// Held again: a waiting Reserve leads the held group, with whoever
+	// joined it, and the release finds nothing left to start.
+	commits = s.Stats().SyncedCommits
+	s.HoldCommits()
+	if err := s.ReserveThen([]byte("held"), tokens[grants-1], syncedFunc(func(err error) { synced <- err })); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reserve([]byte("waits"), tokens[grants]); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	s.ReleaseCommits()
+	if got := s.Stats().SyncedCommits - commits; got != 1 {
+		t.Fatalf("a Reserve under a hold made %d synced commits with the held one, want 1", got)
+	}
+}
+
 // TestFailedGroupCommitFailsEveryCaller: a group whose synced commit fails
 // fails every caller in it (fail-stop), and none of their tokens shows
 // while the process lives.
