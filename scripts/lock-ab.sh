@@ -2,13 +2,15 @@
 # lock-ab.sh: two fenceproxy builds side by side on one lock workload, rounds
 # alternating which goes first, each build's lock rate and CPU per lock:
 #
-#   scripts/lock-ab.sh OLD NEW [setnx|hot] [ROUNDS (3)]
+#   scripts/lock-ab.sh OLD NEW [setnx|hot|distinct] [ROUNDS (3)]
 #
 #   setnx  50 clients of scripts/lockbench -system redis (SET key owner NX PX
 #          ttl, then a compare-and-delete script, which fenceproxy forwards):
 #          the grants are the value locks of --lock-keys 'ab*'
 #   hot    50 clients of scripts/lockbench -system fenceproxy -hot: one
 #          resource, LOCK.ACQUIRE ... WAIT, each release handing the lock on
+#   distinct 50 clients of scripts/lockbench -system fenceproxy: a resource
+#          each, LOCK.ACQUIRE then LOCK.RELEASE (issue 26's lock cycle)
 #
 # Starts, in a temp dir, a Redis master + replica (scripts/redis-local.sh) and
 # both builds in front of it (--min-replicas 1, each with its own fence store
@@ -21,8 +23,9 @@ mode=${3:-setnx} rounds=${4:-3}
 case $mode in
 setnx) bench=(-system redis) ;;
 hot) bench=(-system fenceproxy -hot) ;;
+distinct) bench=(-system fenceproxy) ;;
 *)
-	echo "lock-ab: mode must be setnx or hot, not $mode" >&2
+	echo "lock-ab: mode must be setnx, hot or distinct, not $mode" >&2
 	exit 2
 	;;
 esac
