@@ -544,12 +544,7 @@ func (m *Manager) acquireCall(resource string, keys []string, owner, clientAddr 
 	a.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opAcquire, Keys: keys}
 	args := &a.call.Args
 	args.Str(owner).Int(ttl.Milliseconds()).Uint(a.candidate)
-	if known {
-		args.Uint(a.newest)
-	} else {
-		args.Str("")
-	}
-	args.Bool(othersWaiting).Int(m.opts.LockDelay.Milliseconds()).Int(a.start.UnixMilli())
+	addNewest(args, a.newest, known).Bool(othersWaiting).Int(m.opts.LockDelay.Milliseconds()).Int(a.start.UnixMilli())
 	addRecord(args, recordValue{token: a.candidate, term: term, at: a.start.UnixMilli(), addr: clientAddr, owner: owner}).
 		Uint(term).Int(m.markLife())
 	return a, nil

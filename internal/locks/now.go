@@ -434,12 +434,8 @@ func (m *Manager) RecipeAcquireNow(ctx context.Context, key, tokenKey, holder, c
 		lease: lease, received: received, evictable: evictable, turn: turn, done: done}
 	// Read in the turn, as sendHashAcquire reads it; not known, it is
 	// sent as "", which only a re-entry needs (it answers kindNeedNewest).
-	var newest any = ""
-	n, known, err := m.opts.Store.NewestCached(key)
-	if known {
-		newest = n
-	}
-	if err != nil || m.hashAcquireCall(&x.g, key, side, tokenKey, holder, clientAddr, lease, nil, newest, true) != nil ||
+	newest, known, err := m.opts.Store.NewestCached(key)
+	if err != nil || m.hashAcquireCall(&x.g, key, side, tokenKey, holder, clientAddr, lease, nil, newest, known, true) != nil ||
 		!runner.StartThen(&x.kept, key, x.g.call, true, x) {
 		m.serial.unlock(key, turn)
 		return false

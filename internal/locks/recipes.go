@@ -124,7 +124,7 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 	if err != nil {
 		return g, err
 	}
-	if err := m.hashAcquireCall(&g, key, side, tokenKey, holder, clientAddr, lease, q, newest, false); err != nil {
+	if err := m.hashAcquireCall(&g, key, side, tokenKey, holder, clientAddr, lease, q, newest, true, false); err != nil {
 		return g, err
 	}
 	g.write = m.opts.Scripts.Start(ctx, key, g.call, true)
@@ -132,19 +132,23 @@ func (m *Manager) sendHashAcquire(ctx context.Context, key, side, tokenKey, hold
 }
 
 // hashAcquireCall builds g's opHashAcquire call with a fresh candidate
-// token; newest is the resource's newest token (a uint64), or "" if not
-// known (RecipeAcquireNow). With now, only a token the store hands out
-// without I/O (else errWouldWait).
-func (m *Manager) hashAcquireCall(g *hashGrant, key, side, tokenKey, holder, clientAddr string, lease time.Duration, q *FairQueue, newest any, now bool) (err error) {
+// token; newest is the resource's newest token, if known (sent as "" if
+// not: RecipeAcquireNow). With now, only a token the store hands out
+// without I/O (else errWouldWait). The arguments are added by type, as
+// the lock family's are: through lockwriter.ArgsOf, each boxed, they were
+// a fifth of a Redisson lock cycle's allocations.
+func (m *Manager) hashAcquireCall(g *hashGrant, key, side, tokenKey, holder, clientAddr string, lease time.Duration, q *FairQueue, newest uint64, known, now bool) (err error) {
 	g.tokenKey = tokenKey
 	if g.candidate, err = m.nextToken(now); err != nil {
 		return err
 	}
 	g.start = time.Now()
 	term := m.term()
-	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side),
-		Args: lockwriter.ArgsOf(holder, lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
-			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}, term, m.markLife(), tokenKey)}
+	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashAcquire, Keys: recipeKeys(key, side)}
+	args := g.call.Args.Str(holder).Int(lease.Milliseconds()).Uint(g.candidate)
+	addNewest(args, newest, known).Int(g.start.UnixMilli())
+	addRecord(args, recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: holder}).
+		Uint(term).Int(m.markLife()).Str(tokenKey)
 	if q != nil {
 		g.fair = q.grant(&g.call) // fair.go
 	}
@@ -355,8 +359,9 @@ func (m *Manager) renewHash(ctx context.Context, l RecipeLock, lease time.Durati
 // hashRenewCall is one lock's renewal (opHashRenew) at now, for both
 // courses (renewHash, RecipeRenewNow).
 func (m *Manager) hashRenewCall(key, side, holder string, lease time.Duration, newest uint64, now time.Time) lockwriter.ScriptCall {
-	return lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(key, side),
-		Args: lockwriter.ArgsOf(holder, lease.Milliseconds(), newest, now.UnixMilli(), m.term())}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashRenew, Keys: recipeKeys(key, side)}
+	call.Args.Str(holder).Int(lease.Milliseconds()).Uint(newest).Int(now.UnixMilli()).Uint(m.term())
+	return call
 }
 
 // hashRenewReplied reads a renewal's script reply: the lease's state
@@ -444,11 +449,13 @@ func (m *Manager) RecipeUnlock(ctx context.Context, u RecipeUnlock) (n int64, nu
 // recipeUnlockCall is u's opHashUnlock (or force-unlock) call.
 func (m *Manager) recipeUnlockCall(u RecipeUnlock) lockwriter.ScriptCall {
 	side := m.recordKey(u.Key)
-	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: recipeKeys(u.Key, side),
-		Args: lockwriter.ArgsOf(u.Holder, u.Lease.Milliseconds(), u.Channel, u.Latch, u.Publish, u.Message, u.LatchTTL, m.term())}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opHashUnlock, Keys: recipeKeys(u.Key, side)}
 	if u.Force {
 		call.Op = opHashForceUnlock
-		call.Args = lockwriter.ArgsOf(u.Channel, u.Publish, u.Message, m.term())
+		call.Args.Str(u.Channel).Str(u.Publish).Str(u.Message).Uint(m.term())
+	} else {
+		call.Args.Str(u.Holder).Int(u.Lease.Milliseconds()).Str(u.Channel).Str(u.Latch).Str(u.Publish).Str(u.Message).
+			Int(u.LatchTTL).Uint(m.term())
 	}
 	if u.Fair != nil {
 		u.Fair.unlock(&call) // fair.go

@@ -436,6 +436,16 @@ func addRecord(args *lockwriter.ScriptArgs, v recordValue) *lockwriter.ScriptArg
 	return args.Bulk(v.appendTo(buf[:0]))
 }
 
+// addNewest adds a resource's newest token to args, or "" if it is not
+// known: the scripts then answer kindNeedNewest where they need it (a
+// re-entry, a renewal's fence mark).
+func addNewest(args *lockwriter.ScriptArgs, newest uint64, known bool) *lockwriter.ScriptArgs {
+	if known {
+		return args.Uint(newest)
+	}
+	return args.Str("")
+}
+
 // AppendArg appends r to b as one RESP bulk string (lockwriter.Arg): how
 // a record travels in arguments built with lockwriter.ArgsOf.
 func (r recordValue) AppendArg(b []byte) []byte {

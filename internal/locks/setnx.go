@@ -137,10 +137,10 @@ func (mode ValueMode) grants() bool { return mode == ValueGrant || mode == Value
 func (m *Manager) valueWriteCall(g *valueGrant, v ValueWrite, side, clientAddr string, newest uint64) {
 	g.start = time.Now()
 	term := m.term()
-	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueWrite, Keys: recipeKeys(v.Key, side),
-		Args: lockwriter.ArgsOf(v.Holder, string(v.Mode), v.Lease.Milliseconds(), g.candidate, newest, g.start.UnixMilli(),
-			recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: v.Holder},
-			term, v.Prefix, m.markLife())}
+	g.call = lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueWrite, Keys: recipeKeys(v.Key, side)}
+	args := g.call.Args.Str(v.Holder).Str(string(v.Mode)).Int(v.Lease.Milliseconds()).Uint(g.candidate).Uint(newest).Int(g.start.UnixMilli())
+	addRecord(args, recordValue{token: g.candidate, term: term, at: g.start.UnixMilli(), addr: clientAddr + recipeAddrMark, owner: v.Holder}).
+		Uint(term).Int(int64(v.Prefix)).Int(m.markLife())
 }
 
 // read decodes opValueWrite's reply into g.
@@ -285,7 +285,9 @@ func (m *Manager) RecipeValueRelease(ctx context.Context, key, holder string) (V
 
 // valueReleaseCall is a value lock's release script call.
 func (m *Manager) valueReleaseCall(key, side, holder string) lockwriter.ScriptCall {
-	return lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side), Args: lockwriter.ArgsOf(holder, m.term())}
+	call := lockwriter.ScriptCall{Source: opsScript, SHA: opsSHA, Op: opValueRelease, Keys: recipeKeys(key, side)}
+	call.Args.Str(holder).Uint(m.term())
+	return call
 }
 
 // valueReleased is a value lock release's outcome from its script's write
