@@ -289,13 +289,13 @@ func (r *acquireRequest) reply(dst []byte, g locks.Grant, err error) ([]byte, er
 	fam := r.fam
 	switch {
 	case err == nil && r.forFollower:
-		fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+		fam.granted.Inc()
 		return appendRelayedGrant(dst, g, r.received), nil
 	case err == nil:
-		fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+		fam.granted.Inc()
 		return redcon.AppendInt(dst, int64(g.Token)), nil
 	case err == locks.ErrBusy:
-		fam.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+		fam.busy.Inc()
 		return append(dst, r.null...), nil
 	}
 	var qf *locks.QueueFullError
@@ -355,7 +355,7 @@ func (r renewReply) reply(token uint64, err error) ([]byte, error) {
 	fam := r.fam
 	switch {
 	case err == nil:
-		fam.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+		fam.renewed.Inc()
 		return redcon.AppendInt(nil, int64(token)), nil
 	case err == locks.ErrNotHeld:
 		fam.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
@@ -405,10 +405,10 @@ func (fam *Family) releaseReply(dst []byte, released bool, err error) ([]byte, e
 		fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
 		return dst, fam.lockError(err, "the lock may or may not be released: retry")
 	case released:
-		fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
+		fam.released.Inc()
 		return append(dst, ":1\r\n"...), nil
 	default:
-		fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+		fam.notHeld.Inc()
 		return append(dst, ":0\r\n"...), nil
 	}
 }
@@ -454,7 +454,7 @@ func (fam *Family) fenceCheckReply(resource string, token int64) ([]byte, error)
 		fam.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
 		return nil, fam.lockError(err, "retry")
 	case current:
-		fam.opts.Metrics.FenceChecks.WithLabelValues("current").Inc()
+		fam.current.Inc()
 		return []byte(":1\r\n"), nil
 	default:
 		fam.opts.Metrics.FenceChecks.WithLabelValues("stale").Inc()

@@ -341,7 +341,7 @@ func (fam *Family) recipeRenewReply(held []bool, err error) ([]byte, error) {
 		b := redcon.AppendArray(nil, len(held))
 		for _, ok := range held {
 			if ok {
-				fam.opts.Metrics.Renewals.WithLabelValues("renewed").Inc()
+				fam.renewed.Inc()
 				b = redcon.AppendInt(b, 1)
 			} else {
 				fam.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
@@ -375,10 +375,10 @@ func (fam *Family) recipeGrantReply(replies recipeGrantReplies, token uint64, pt
 	var nr *locks.NoReplicasError
 	switch {
 	case err == nil:
-		fam.opts.Metrics.Acquires.WithLabelValues("granted").Inc()
+		fam.granted.Inc()
 		return replies.granted(token), nil
 	case err == locks.ErrBusy:
-		fam.opts.Metrics.Acquires.WithLabelValues("busy").Inc()
+		fam.busy.Inc()
 		return replies.held(pttl), nil
 	case errors.As(err, &nr):
 		fam.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
@@ -428,10 +428,10 @@ func (fam *Family) recipeUnlockReply(n int64, isNull bool, err error, null []byt
 		fam.opts.Metrics.Releases.WithLabelValues("error").Inc()
 		return nil, fam.lockError(err, "the lock may or may not be released: retry")
 	case isNull:
-		fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+		fam.notHeld.Inc()
 		return null, nil
 	case n == 1:
-		fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
+		fam.released.Inc()
 	}
 	return redcon.AppendInt(nil, n), nil
 }

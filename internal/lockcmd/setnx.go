@@ -191,10 +191,10 @@ func (fam *Family) valueRelease(c Conn, call recipes.ValueCall, p *resp.Reply) {
 			return nil, fam.lockError(err, "the lock may or may not be released: retry")
 		}
 		if found == locks.ValueDeleted {
-			fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
+			fam.released.Inc()
 			return redcon.AppendInt(nil, 1), nil
 		}
-		fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+		fam.notHeld.Inc()
 		if found == locks.ValueAbsent && call.Shape == recipes.ShapeDelete {
 			return redcon.AppendInt(nil, -1), nil // redsync: ErrLockAlreadyExpired
 		}
@@ -225,10 +225,10 @@ func (fam *Family) valueReleaseKeys(c Conn, call recipes.ValueCall, p *resp.Repl
 				return nil, fam.lockError(err, "the locks may or may not be released: retry")
 			}
 			if found == locks.ValueDeleted {
-				fam.opts.Metrics.Releases.WithLabelValues("released").Inc()
+				fam.released.Inc()
 				n++
 			} else {
-				fam.opts.Metrics.Releases.WithLabelValues("notheld").Inc()
+				fam.notHeld.Inc()
 			}
 		}
 		return redcon.AppendInt(nil, n), nil

@@ -155,8 +155,44 @@ func summarizeLockBench(out string) string {
 	line := fmt.Sprintf("%-10.0f %-10.0f %-6.2f %-6s %s | %s | %s", proxy, direct, ratio, relay, cpu["proxy"], cpu["direct"], cpu["unsafe"])
 	if relay != "-" {
 		line += " | " + cpu["relay"]
+		if floor, ok := cpuFloor(cpu); ok {
+			line += "\n         " + floor
+		}
 	}
 	return line
+}
+
+// cpuFloor is the least CPU a Redisson cycle through any hardening proxy
+// could cost this machine in all, from one run's figures: Java's as single-
+// server straight at the master (the fewest messages a cycle has: no
+// WAIT), Redis's as through fenceproxy (the lock records and fence marks
+// the contract keeps in Redis, and the shared WAIT), and a byte relay's
+// for the proxy's own process (the least a hop costs). Where the cores
+// bind (both modes use the machine's every core), the rates go as the
+// inverse of the CPU a cycle costs, so direct's total over this floor
+// bounds the ratio any such proxy could reach here.
+func cpuFloor(cpu map[string]string) (string, bool) {
+	field := func(mode, name string) (float64, bool) {
+		f := strings.Fields(cpu[mode])
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == name {
+				v, err := strconv.ParseFloat(f[i+1], 64)
+				return v, err == nil
+			}
+		}
+		return 0, false
+	}
+	java, ok1 := field("unsafe", "java")
+	master, ok2 := field("proxy", "master")
+	replica, ok3 := field("proxy", "replica")
+	hop, ok4 := field("relay", "relay")
+	direct, ok5 := field("direct", "total")
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return "", false
+	}
+	floor := java + master + replica + hop
+	return fmt.Sprintf("cpu floor through any proxy: %.0f µs/cycle (java unsafe %.0f + master %.0f + replica %.0f through fenceproxy + relay %.0f) "+
+		"against direct's %.0f: where the cores bind, at most %.2fx", floor, java, master, replica, hop, direct, direct/floor), true
 }
 
 // dataDir is the fence store's directory: under REDISSON_BENCH_DATA_DIR if
@@ -233,5 +269,22 @@ func serveRelay(upstream string) {
 			go func() { io.Copy(u, c); u.Close() }()
 			io.Copy(c, u)
 		}()
+	}
+}
+
+// TestCPUFloor: the floor is read off LockBench's lines as documented.
+func TestCPUFloor(t *testing.T) {
+	cpu := map[string]string{
+		"proxy":  "java 251 fenceproxy 147 master 84 replica 26 relay 0 total 507",
+		"direct": "java 165 fenceproxy 0 master 65 replica 17 relay 0 total 248",
+		"unsafe": "java 105 fenceproxy 0 master 46 replica 13 relay 0 total 164",
+		"relay":  "java 120 fenceproxy 0 master 47 replica 18 relay 58 total 244",
+	}
+	got, ok := cpuFloor(cpu)
+	if !ok || !strings.Contains(got, "273 µs/cycle") || !strings.Contains(got, "at most 0.91x") {
+		t.Fatalf("cpuFloor = %q, %v; want a floor of 105+84+26+58 = 273 µs and 248/273 = 0.91x", got, ok)
+	}
+	if _, ok := cpuFloor(map[string]string{"proxy": cpu["proxy"]}); ok {
+		t.Fatal("a floor from a run without the other modes")
 	}
 }
