@@ -379,17 +379,7 @@ func TestAppendOps(t *testing.T) {
 // batch sent on a lock connection as the writer's loop sends it.
 func TestOpsBatch(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	be := connect(t, master.Addr)
-	node := be.Masters()[0]
-	wr := New(Options{Backend: be})
-	conns := make(chan *backend.SyncConn, 2)
-	node.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
-		if !acked {
-			conns <- conn
-		}
-		<-node.Closed()
-	})
-	conn := <-conns
+	wr, conn := writerOnConn(t, master.Addr, Options{})
 	var st writerState
 	plain := &Write{call: ScriptCall{Source: "return 7"}}
 	plain.replied.Add(1)
@@ -443,18 +433,8 @@ func (f completeFunc) Complete(r *resp.Reply) { f(r) }
 // that the fence store's commits their callers start go as one.
 func TestOpsCompleteUnderOneHold(t *testing.T) {
 	master := testenv.StartRedis(t, testenv.RedisOptions{})
-	be := connect(t, master.Addr)
-	node := be.Masters()[0]
 	h := &depthHolder{}
-	wr := New(Options{Backend: be, Commits: h})
-	conns := make(chan *backend.SyncConn, 2)
-	node.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
-		if !acked {
-			conns <- conn
-		}
-		<-node.Closed()
-	})
-	conn := <-conns
+	wr, conn := writerOnConn(t, master.Addr, Options{Commits: h})
 	var depths []int
 	var batch []*Write
 	for i := range 5 {
@@ -466,4 +446,22 @@ func TestOpsCompleteUnderOneHold(t *testing.T) {
 	if fmt.Sprint(depths) != "[1 1 1 1 1]" || h.holds != 1 || h.depth != 0 {
 		t.Fatalf("holder depth at each completion %v, holds %d, left held %d; want [1 1 1 1 1], 1, 0", depths, h.holds, h.depth)
 	}
+}
+
+// writerOnConn is a Writer with opts over the Redis at addr, and the lock
+// connection of its master that sends no WAIT, for a test to send batches
+// on itself (sendBatch).
+func writerOnConn(t *testing.T, addr string, opts Options) (*Writer, *backend.SyncConn) {
+	be := connect(t, addr)
+	node := be.Masters()[0]
+	opts.Backend = be
+	wr := New(opts)
+	conns := make(chan *backend.SyncConn, 2)
+	node.ServeLockWrites(func(conn *backend.SyncConn, acked bool) {
+		if !acked {
+			conns <- conn
+		}
+		<-node.Closed()
+	})
+	return wr, <-conns
 }
