@@ -43,6 +43,18 @@ import (
 // hash tag of its own, such as {user}:lock) is forwarded as today, and
 // goes through the cluster's split rules.
 
+// noReplicas is err as a NoReplicasError, or nil. (A function of its own: a
+// variable whose address errors.As takes lives on the heap from where it is
+// declared, and declared before a reply's switch it cost every reply an
+// allocation, the granted ones too.)
+func noReplicas(err error) *locks.NoReplicasError {
+	var nr *locks.NoReplicasError
+	if errors.As(err, &nr) {
+		return nr
+	}
+	return nil
+}
+
 // boundHolder reports whether, with client authentication on, one of
 // holders could be a lock-family owner bound to a user (lockOwner's
 // "user\x00owner"): such a call is not run as a twin, whose holder could
@@ -226,7 +238,9 @@ func (fam *Family) Eval(c Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	call, ok := r.Match(args)
-	if !ok || fam.boundHolder(callHolders(call)...) {
+	// The holders are listed only where boundHolder looks at them (an
+	// allocation a call otherwise).
+	if !ok || (fam.opts.Auth && fam.boundHolder(callHolders(call)...)) {
 		fam.opts.Forward(c.Conn, args, p)
 		return
 	}
@@ -263,30 +277,36 @@ func (fam *Family) recipeRetry(lease time.Duration) int64 {
 }
 
 // recipeGrantReplies are an acquire recipe's two reply shapes: granted
-// (with the grant's token) and "held, retry in ms".
+// (with the grant's token) and "held, retry in ms". (Methods on a value,
+// not funcs in fields: those were closures made for every request.)
 type recipeGrantReplies struct {
-	granted func(token uint64) []byte
-	held    func(ms int64) []byte
+	tokenReply bool   // RFencedLock's lockAndGetToken: [-1, token] and [pttl, -1]
+	null       []byte // else granted is the client's null, held the pttl
 }
 
 // grantReplies: nil and the pttl (RLock, RSpinLock, RFencedLock's lock());
 // RFencedLock's lockAndGetToken reads [-1, token] and [pttl, -1].
 func grantReplies(c Conn, r *recipes.Recipe) recipeGrantReplies {
 	if r.TokenReply {
-		return recipeGrantReplies{
-			granted: func(token uint64) []byte {
-				return redcon.AppendInt(redcon.AppendInt(redcon.AppendArray(nil, 2), -1), int64(token))
-			},
-			held: func(ms int64) []byte {
-				return redcon.AppendInt(redcon.AppendInt(redcon.AppendArray(nil, 2), ms), -1)
-			},
-		}
+		return recipeGrantReplies{tokenReply: true}
 	}
-	null := nullReply(c)
-	return recipeGrantReplies{
-		granted: func(uint64) []byte { return null },
-		held:    func(ms int64) []byte { return redcon.AppendInt(nil, ms) },
+	return recipeGrantReplies{null: nullReply(c)}
+}
+
+// granted is the reply to a grant of token.
+func (r recipeGrantReplies) granted(token uint64) []byte {
+	if r.tokenReply {
+		return redcon.AppendInt(redcon.AppendInt(redcon.AppendArray(nil, 2), -1), int64(token))
 	}
+	return r.null
+}
+
+// held is the reply that the lock is held for ms more (or to retry in ms).
+func (r recipeGrantReplies) held(ms int64) []byte {
+	if r.tokenReply {
+		return redcon.AppendInt(redcon.AppendInt(redcon.AppendArray(nil, 2), ms), -1)
+	}
+	return redcon.AppendInt(nil, ms)
 }
 
 func (fam *Family) recipeAcquire(c Conn, call recipes.Call, p *resp.Reply) {
@@ -335,7 +355,6 @@ func (fam *Family) recipeRenew(c Conn, call recipes.Call, p *resp.Reply) {
 // 0 makes the watchdog stop renewing that lock for good, where an error is
 // logged and the batch retried.
 func (fam *Family) recipeRenewReply(held []bool, err error) ([]byte, error) {
-	var nr *locks.NoReplicasError
 	switch {
 	case err == nil:
 		b := redcon.AppendArray(nil, len(held))
@@ -349,7 +368,8 @@ func (fam *Family) recipeRenewReply(held []bool, err error) ([]byte, error) {
 			}
 		}
 		return b, nil
-	case errors.As(err, &nr):
+	case noReplicas(err) != nil:
+		nr := noReplicas(err)
 		fam.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
 		return redcon.AppendError(nil, fmt.Sprintf(
 			"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
@@ -372,7 +392,6 @@ func (fam *Family) recipeRenewReply(held []bool, err error) ([]byte, error) {
 // not tried (-TRYAGAIN's causes); an error only when the outcome is
 // unknown or the master's policy could evict the lock.
 func (fam *Family) recipeGrantReply(replies recipeGrantReplies, token uint64, pttl, retry int64, err error) ([]byte, error) {
-	var nr *locks.NoReplicasError
 	switch {
 	case err == nil:
 		fam.granted.Inc()
@@ -380,7 +399,7 @@ func (fam *Family) recipeGrantReply(replies recipeGrantReplies, token uint64, pt
 	case err == locks.ErrBusy:
 		fam.busy.Inc()
 		return replies.held(pttl), nil
-	case errors.As(err, &nr):
+	case noReplicas(err) != nil:
 		fam.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
 		return replies.held(retry), nil
 	case err == locks.ErrLate:

@@ -157,7 +157,6 @@ func valueReplies(c Conn, shape recipes.Shape) (yes, no []byte) {
 // valueOutcome maps a value write's result to its metric's result label
 // and the reply (or the error to reply).
 func valueOutcome(err error, grant bool, yes, no []byte) (string, []byte, error) {
-	var nr *locks.NoReplicasError
 	switch {
 	case err == nil:
 		if grant {
@@ -168,7 +167,7 @@ func valueOutcome(err error, grant bool, yes, no []byte) (string, []byte, error)
 		return "busy", no, nil
 	case err == locks.ErrNotHeld:
 		return "lost", no, nil
-	case errors.As(err, &nr):
+	case noReplicas(err) != nil:
 		return "noreplicas", no, nil
 	case err == locks.ErrLate:
 		return "late", no, nil
