@@ -58,6 +58,24 @@ func DialSync(opts Options) (*SyncConn, error) {
 // run), after which the connection reconnects in the background. One
 // goroutine at a time may call Exchange.
 func (s *SyncConn) Exchange(req []byte, replies []*resp.Reply) {
+	s.ExchangeHeld(req, replies, nil)
+}
+
+// Holder is what ExchangeHeld holds while it completes replies
+// (persist.Store's commits, through lockwriter).
+type Holder interface {
+	HoldCommits()
+	ReleaseCommits()
+}
+
+// ExchangeHeld is Exchange with hold, if not nil, held while the replies
+// that came in together (those read with no wait on the socket between
+// them) are completed, one after another, and released before it waits
+// for more: what their callers start that can go as one then does (the
+// grants of a lock round, whose script replies come in one read, start one
+// fence-store commit between them, not one for the first and one for the
+// rest). It is never held while Exchange waits on the socket.
+func (s *SyncConn) ExchangeHeld(req []byte, replies []*resp.Reply, hold Holder) {
 	err := s.c.opts.Gate.Refusal()
 	var nc net.Conn
 	if err == nil {
@@ -83,12 +101,27 @@ func (s *SyncConn) Exchange(req []byte, replies []*resp.Reply) {
 		s.broke(nc, err, replies)
 		return
 	}
+	held := false
 	for i, p := range replies {
+		if held && s.rd.Buffered() == 0 {
+			hold.ReleaseCommits() // the next reply is a wait away
+			held = false
+		}
 		if err := readReply(p, s.rd); err != nil {
+			if held {
+				hold.ReleaseCommits()
+			}
 			s.broke(nc, err, replies[i:])
 			return
 		}
+		if hold != nil && !held {
+			hold.HoldCommits()
+			held = true
+		}
 		p.Done()
+	}
+	if held {
+		hold.ReleaseCommits()
 	}
 	if s.rd.Buffered() > 0 {
 		// Bytes no request of this batch asked for would be read as the

@@ -72,3 +72,36 @@ func closedWhileIdle(t *testing.T, opts backend.Options, admin *testenv.Conn) {
 		t.Fatalf("local address after the redial %q, before %q: want a new connection", after, before)
 	}
 }
+
+// depthHolder counts how deep it is held and how many times.
+type depthHolder struct{ depth, holds int }
+
+func (h *depthHolder) HoldCommits()    { h.depth++; h.holds++ }
+func (h *depthHolder) ReleaseCommits() { h.depth-- }
+
+// TestExchangeHeldReleasesBeforeWaiting: ExchangeHeld holds while it
+// completes replies that are in, and lets go before it waits on the socket
+// for the next: a reply that comes 100 ms after the first (BLPOP's
+// timeout) is completed under a hold of its own, and none is left held.
+func TestExchangeHeldReleasesBeforeWaiting(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	conn, err := backend.DialSync(backend.Options{Addr: redis.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &depthHolder{}
+	var depths []int
+	done := func() { depths = append(depths, h.depth) }
+	replies := []*resp.Reply{resp.NewReplyFunc(done), resp.NewReplyFunc(done)}
+	req := resp.AppendCommand(nil, [][]byte{[]byte("PING")})
+	req = resp.AppendCommand(req, [][]byte{[]byte("BLPOP"), []byte("nothing"), []byte("0.1")})
+	conn.ExchangeHeld(req, replies, h)
+	if len(depths) != 2 || depths[0] != 1 || depths[1] != 1 || h.holds != 2 || h.depth != 0 {
+		t.Fatalf("depth at each completion %v, holds %d, left held %d; want [1 1], 2 (one a read), 0", depths, h.holds, h.depth)
+	}
+	for i, p := range replies {
+		if p.Err != nil {
+			t.Fatalf("reply %d: %v", i, p.Err)
+		}
+	}
+}

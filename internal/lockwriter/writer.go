@@ -245,19 +245,15 @@ type Options struct {
 	// writes that want acknowledgements (none if MinReplicas is 0).
 	MinReplicas    int
 	ReplicaTimeout time.Duration
-	// Commits, if set, is held while a batch script's reply is handed to
-	// its operations, one after another: what their callers start on it
-	// (the fence store's synced commit of each grant's token) then goes
-	// as one commit for the round, not one for its first grant and one
-	// for the rest (persist.Store.HoldCommits).
-	Commits Holder
-}
-
-// Holder delays what the callers of a round's replies start until all of
-// them have theirs (persist.Store is one).
-type Holder interface {
-	HoldCommits()
-	ReleaseCommits()
+	// Commits, if set, is held while the replies of a round that came in
+	// together are handed to their callers, one after another
+	// (backend.SyncConn.ExchangeHeld): what the callers start on them (the
+	// fence store's synced commit of each grant's token) then goes as one
+	// commit for the round, not one for its first grant and one for the
+	// rest, also when the round's grants are several batch-script calls
+	// (one a hash slot, in front of a Redis Cluster). persist.Store is one
+	// (HoldCommits).
+	Commits backend.Holder
 }
 
 // Writer is the batched lock-script writer (the locks.ScriptRunner
@@ -751,7 +747,7 @@ func (wr *Writer) sendBatch(conn *backend.SyncConn, batch []*Write, st *writerSt
 		req = append(req, wr.waitRequest...)
 		replies = append(replies, ack.reply)
 	}
-	conn.Exchange(req, replies)
+	conn.ExchangeHeld(req, replies, wr.opts.Commits)
 	if cap(req) > 1<<20 {
 		req = nil // a rare huge batch: not kept for every later one
 	}
@@ -774,7 +770,6 @@ type opsGroup struct {
 	slot   int
 	writes []*Write
 	reply  *resp.Reply // completes the group (Complete)
-	hold   Holder      // Options.Commits, held while the writes complete
 }
 
 // opReplyRoom is the room made for each operation's reply in its group's
@@ -809,7 +804,7 @@ func (wr *Writer) groupOps(batch []*Write, st *writerState) []*opsGroup {
 		}
 		if g == nil {
 			if st.used == len(st.groups) {
-				g = &opsGroup{hold: wr.opts.Commits}
+				g = &opsGroup{}
 				g.reply = resp.NewReplyTo(g)
 				st.groups = append(st.groups, g)
 			}
@@ -836,10 +831,6 @@ func (wr *Writer) groupOps(batch []*Write, st *writerState) []*opsGroup {
 // operation's reply; a failure to get one (the connection lost) is every
 // operation's failure.
 func (g *opsGroup) Complete(r *resp.Reply) {
-	if g.hold != nil {
-		g.hold.HoldCommits()
-		defer g.hold.ReleaseCommits()
-	}
 	rest, n, ok := r.Buf, 0, false
 	if r.Err == nil {
 		rest, n, ok = resp.ArrayHeader(r.Buf)
