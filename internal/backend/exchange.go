@@ -69,12 +69,13 @@ type Holder interface {
 }
 
 // ExchangeHeld is Exchange with hold, if not nil, held while the replies
-// that came in together (those read with no wait on the socket between
-// them) are completed, one after another, and released before it waits
-// for more: what their callers start that can go as one then does (the
-// grants of a lock round, whose script replies come in one read, start one
-// fence-store commit between them, not one for the first and one for the
-// rest). It is never held while Exchange waits on the socket.
+// that came in together (whole in the read buffer, no wait on the socket
+// between them) are completed, one after another, and released before it
+// waits for more: what their callers start that can go as one then does
+// (the grants of a lock round, whose script replies come in one read,
+// start one fence-store commit between them, not one for the first and
+// one for the rest). It is never held while Exchange waits on the socket,
+// also not for the rest of a reply that came in part.
 func (s *SyncConn) ExchangeHeld(req []byte, replies []*resp.Reply, hold Holder) {
 	err := s.c.opts.Gate.Refusal()
 	var nc net.Conn
@@ -103,7 +104,7 @@ func (s *SyncConn) ExchangeHeld(req []byte, replies []*resp.Reply, hold Holder) 
 	}
 	held := false
 	for i, p := range replies {
-		if held && s.rd.Buffered() == 0 {
+		if held && !s.replyBuffered() {
 			hold.ReleaseCommits() // the next reply is a wait away
 			held = false
 		}
@@ -128,6 +129,18 @@ func (s *SyncConn) ExchangeHeld(req []byte, replies []*resp.Reply, hold Holder) 
 		// next batch's replies.
 		s.broke(nc, errors.New("reply with no request: stream out of step"), nil)
 	}
+}
+
+// replyBuffered reports whether a whole reply waits in rd's buffer, to be
+// read with no wait on the socket.
+func (s *SyncConn) replyBuffered() bool {
+	n := s.rd.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := s.rd.Peek(n) // buffered: no read
+	_, whole := resp.Size(b)
+	return whole
 }
 
 // current is the connection in service (nil while it is down), with rd

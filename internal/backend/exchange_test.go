@@ -105,3 +105,32 @@ func TestExchangeHeldReleasesBeforeWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestExchangeHeldReleasesForAPartReply: a reply of which only a part is
+// in when the one before it completes is a wait away too: the hold is let
+// go before it and taken again once it is whole. Redis writes both replies
+// at once; a Link delivers them in 1,000-byte chunks 30 ms apart, so the
+// first chunk holds the small reply and the big one's start.
+func TestExchangeHeldReleasesForAPartReply(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	testenv.Dial(t, redis.Addr).Do("SET", "big", strings.Repeat("x", 3000))
+	link := testenv.StartLink(t, redis.Addr)
+	conn, err := backend.DialSync(backend.Options{Addr: link.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.Slice(t, testenv.Downstream, 1000, 30*time.Millisecond)
+	h := &depthHolder{}
+	var depths []int
+	done := func() { depths = append(depths, h.depth) }
+	replies := []*resp.Reply{resp.NewReplyFunc(done), resp.NewReplyFunc(done)}
+	req := resp.AppendCommand(nil, [][]byte{[]byte("PING")})
+	req = resp.AppendCommand(req, [][]byte{[]byte("GET"), []byte("big")})
+	conn.ExchangeHeld(req, replies, h)
+	if len(depths) != 2 || depths[0] != 1 || depths[1] != 1 || h.holds != 2 || h.depth != 0 {
+		t.Fatalf("depth at each completion %v, holds %d, left held %d; want [1 1], 2 (let go while the big reply came in), 0", depths, h.holds, h.depth)
+	}
+	if replies[1].Err != nil || len(replies[1].Buf) < 3000 {
+		t.Fatalf("GET big through the sliced link: %v, %d bytes", replies[1].Err, len(replies[1].Buf))
+	}
+}

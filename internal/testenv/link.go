@@ -135,6 +135,13 @@ func (l *Link) Cut(t testing.TB, dir Direction) {
 	l.add(t, "cut", "latency", dir, fmt.Sprintf(`{"latency":%d}`, holdFor.Milliseconds()))
 }
 
+// Slice delivers what goes dir in chunks of size bytes, delay apart, until
+// Heal: a reply that comes in several reads.
+func (l *Link) Slice(t testing.TB, dir Direction, size int, delay time.Duration) {
+	t.Helper()
+	l.add(t, "slice", "slicer", dir, fmt.Sprintf(`{"average_size":%d,"size_variation":0,"delay":%d}`, size, delay.Microseconds()))
+}
+
 // Drop discards every byte going dir until Heal, which then closes every
 // connection that was open during the drop: a partition that lasted longer
 // than TCP would wait, whose connections are dead when it heals.
