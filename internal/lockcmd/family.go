@@ -1,6 +1,7 @@
 package lockcmd
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -149,3 +150,15 @@ func (fam *Family) holderPrefix(c Conn) string {
 
 // nullReply is the null of the client's protocol.
 func nullReply(c Conn) []byte { return resp.Null(c.RESP3()) }
+
+// noReplicas is err as a NoReplicasError, or nil. (A function of its own: a
+// variable whose address errors.As takes lives on the heap from where it is
+// declared, and declared before a reply's switch it cost every reply an
+// allocation, the granted ones too.)
+func noReplicas(err error) *locks.NoReplicasError {
+	var nr *locks.NoReplicasError
+	if errors.As(err, &nr) {
+		return nr
+	}
+	return nil
+}

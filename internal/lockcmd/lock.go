@@ -303,8 +303,7 @@ func (r *acquireRequest) reply(dst []byte, g locks.Grant, err error) ([]byte, er
 		fam.opts.Metrics.Acquires.WithLabelValues("queuefull").Inc()
 		return append(dst, queueFullReply(qf)...), nil
 	}
-	var nr *locks.NoReplicasError
-	if errors.As(err, &nr) {
+	if nr := noReplicas(err); nr != nil {
 		fam.opts.Metrics.Acquires.WithLabelValues("noreplicas").Inc()
 		return redcon.AppendError(dst, fmt.Sprintf(
 			"NOREPLICAS %d of %d required replicas acknowledged the lock in time; nothing was granted", nr.Acked, nr.Wanted)), nil
@@ -361,8 +360,7 @@ func (r renewReply) reply(token uint64, err error) ([]byte, error) {
 		fam.opts.Metrics.Renewals.WithLabelValues("lost").Inc()
 		return r.null, nil
 	}
-	var nr *locks.NoReplicasError
-	if errors.As(err, &nr) {
+	if nr := noReplicas(err); nr != nil {
 		fam.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
 		return redcon.AppendError(nil, fmt.Sprintf(
 			"NOREPLICAS %d of %d required replicas acknowledged the renewal in time; the lease may be extended on the master only", nr.Acked, nr.Wanted)), nil

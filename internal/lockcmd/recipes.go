@@ -43,18 +43,6 @@ import (
 // hash tag of its own, such as {user}:lock) is forwarded as today, and
 // goes through the cluster's split rules.
 
-// noReplicas is err as a NoReplicasError, or nil. (A function of its own: a
-// variable whose address errors.As takes lives on the heap from where it is
-// declared, and declared before a reply's switch it cost every reply an
-// allocation, the granted ones too.)
-func noReplicas(err error) *locks.NoReplicasError {
-	var nr *locks.NoReplicasError
-	if errors.As(err, &nr) {
-		return nr
-	}
-	return nil
-}
-
 // boundHolder reports whether, with client authentication on, one of
 // holders could be a lock-family owner bound to a user (lockOwner's
 // "user\x00owner"): such a call is not run as a twin, whose holder could
@@ -355,8 +343,7 @@ func (fam *Family) recipeRenew(c Conn, call recipes.Call, p *resp.Reply) {
 // 0 makes the watchdog stop renewing that lock for good, where an error is
 // logged and the batch retried.
 func (fam *Family) recipeRenewReply(held []bool, err error) ([]byte, error) {
-	switch {
-	case err == nil:
+	if err == nil {
 		b := redcon.AppendArray(nil, len(held))
 		for _, ok := range held {
 			if ok {
@@ -368,13 +355,14 @@ func (fam *Family) recipeRenewReply(held []bool, err error) ([]byte, error) {
 			}
 		}
 		return b, nil
-	case noReplicas(err) != nil:
-		nr := noReplicas(err)
+	}
+	if nr := noReplicas(err); nr != nil {
 		fam.opts.Metrics.Renewals.WithLabelValues("noreplicas").Inc()
 		return redcon.AppendError(nil, fmt.Sprintf(
 			"NOREPLICAS fenceproxy: %d of %d required replicas acknowledged the renewal in time; the leases not acknowledged stand as before it, retry",
 			nr.Acked, nr.Wanted)), nil
-	case errors.Is(err, locks.ErrLate):
+	}
+	if errors.Is(err, locks.ErrLate) {
 		fam.opts.Metrics.Renewals.WithLabelValues("late").Inc()
 		return []byte(replyLateRenewal), nil
 	}
