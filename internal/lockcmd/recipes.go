@@ -59,8 +59,12 @@ func (fam *Family) boundHolder(holders ...string) bool {
 	return false
 }
 
-// callHolders are the holders a recognised Redisson call names.
-func callHolders(call recipes.Call) []string {
+// boundCall is boundHolder of every holder a recognised Redisson call
+// names; with client authentication off it lists none (a slice a call).
+func (fam *Family) boundCall(call recipes.Call) bool {
+	if !fam.opts.Auth {
+		return false
+	}
 	hs := []string{call.Holder}
 	for _, l := range call.Locks {
 		hs = append(hs, l.Holder)
@@ -71,7 +75,7 @@ func callHolders(call recipes.Call) []string {
 			hs = append(hs, l.Holders...)
 		}
 	}
-	return hs
+	return fam.boundHolder(hs...)
 }
 
 // relayingRecipe reports whether a recognised recipe call on c is to be
@@ -226,9 +230,7 @@ func (fam *Family) Eval(c Conn, args [][]byte, p *resp.Reply) {
 		return
 	}
 	call, ok := r.Match(args)
-	// The holders are listed only where boundHolder looks at them (an
-	// allocation a call otherwise).
-	if !ok || (fam.opts.Auth && fam.boundHolder(callHolders(call)...)) {
+	if !ok || fam.boundCall(call) {
 		fam.opts.Forward(c.Conn, args, p)
 		return
 	}
