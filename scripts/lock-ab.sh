@@ -12,6 +12,11 @@
 #   distinct 50 clients of scripts/lockbench -system fenceproxy: a resource
 #          each, LOCK.ACQUIRE then LOCK.RELEASE (issue 26's lock cycle)
 #
+# With LOCK_AB_CLUSTER=1 the backend is a Redis Cluster of 3 masters + 3
+# replicas (scripts/redis-cluster.sh) instead. Each line also gives the
+# fence store's synced commits per lock (from each build's /metrics): how
+# many grants share an fsync.
+#
 # Starts, in a temp dir, a Redis master + replica (scripts/redis-local.sh) and
 # both builds in front of it (--min-replicas 1, each with its own fence store
 # and --key-prefix), all on loopback; CPU is each proxy's from /proc. Stops
@@ -36,22 +41,31 @@ pids=()
 cleanup() {
 	((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null && wait "${pids[@]}" 2>/dev/null
 	[[ -d $tmp/redis ]] && scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1
+	[[ -d $tmp/cluster ]] && scripts/redis-cluster.sh stop "$tmp/cluster" >/dev/null 2>&1
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 go build -o "$tmp/lockbench" ./scripts/lockbench
-scripts/redis-local.sh start "$tmp/redis" >/dev/null
-# shellcheck disable=SC1091
-. "$tmp/redis/env"
-declare -A pid port
+if [[ ${LOCK_AB_CLUSTER:-} == 1 ]]; then
+	scripts/redis-cluster.sh start "$tmp/cluster" >/dev/null
+	# shellcheck disable=SC1091
+	. "$tmp/cluster/env"
+	backend=$SEEDS
+else
+	scripts/redis-local.sh start "$tmp/redis" >/dev/null
+	# shellcheck disable=SC1091
+	. "$tmp/redis/env"
+	backend=$MASTER_ADDR
+fi
+declare -A pid port mport
 base=$((30000 + RANDOM % 10000))
 for which in old new; do
 	bin=$old
 	[[ $which == new ]] && bin=$new
-	port[$which]=$base
-	base=$((base + 1))
-	"$bin" --listen "127.0.0.1:${port[$which]}" --backend "$MASTER_ADDR" --data-dir "$tmp/data-$which" \
-		--key-prefix "fp$which:" --min-replicas 1 --lock-keys 'ab*' --metrics-listen '' >"$tmp/$which.log" 2>&1 &
+	port[$which]=$base mport[$which]=$((base + 1))
+	base=$((base + 2))
+	"$bin" --listen "127.0.0.1:${port[$which]}" --backend "$backend" --data-dir "$tmp/data-$which" \
+		--key-prefix "fp$which:" --min-replicas 1 --lock-keys 'ab*' --metrics-listen "127.0.0.1:${mport[$which]}" >"$tmp/$which.log" 2>&1 &
 	pid[$which]=$!
 	pids+=($!)
 done
@@ -62,18 +76,21 @@ for which in old new; do
 	done
 done
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, in ticks
+syncs() { # the fence store's synced commits so far
+	curl -s "http://127.0.0.1:${mport[$1]}/metrics" | awk '$1 == "fenceproxy_fence_store_sync_seconds_count" { print $2 }'
+}
 ticks=$(getconf CLK_TCK)
 for r in $(seq "$rounds"); do
 	order=(old new)
 	((r % 2 == 0)) && order=(new old)
 	for which in "${order[@]}"; do
-		c0=$(cpu "${pid[$which]}")
+		c0=$(cpu "${pid[$which]}") s0=$(syncs "$which")
 		out=$("$tmp/lockbench" "${bench[@]}" -addr "127.0.0.1:${port[$which]}" -clients 50 -duration 3s -prefix "ab$r$which:" | grep RESULT)
-		c1=$(cpu "${pid[$which]}")
+		c1=$(cpu "${pid[$which]}") s1=$(syncs "$which")
 		ops=$(sed -E 's/.* ops=([0-9]+).*/\1/' <<<"$out")
 		rate=$(sed -E 's/.* ops_per_sec=([0-9]+).*/\1/' <<<"$out")
 		errs=$(sed -E 's/.* errors=([0-9]+).*/\1/' <<<"$out")
-		awk -v r="$r" -v w="$which" -v m="$mode" -v rate="$rate" -v c=$((c1 - c0)) -v t="$ticks" -v ops="$ops" -v e="$errs" \
-			'BEGIN { printf "round %d %s: %s locks/s %d, fenceproxy CPU µs per lock %.1f, errors %d\n", r, w, m, rate, c * 1e6 / t / ops, e }'
+		awk -v r="$r" -v w="$which" -v m="$mode" -v rate="$rate" -v c=$((c1 - c0)) -v t="$ticks" -v ops="$ops" -v e="$errs" -v s="$((${s1:-0} - ${s0:-0}))" \
+			'BEGIN { printf "round %d %s: %s locks/s %d, fenceproxy CPU µs per lock %.1f, fence-store commits per lock %.3f, errors %d\n", r, w, m, rate, c * 1e6 / t / ops, s / ops, e }'
 	done
 done
