@@ -2,7 +2,7 @@
 # lock-ab.sh: two fenceproxy builds side by side on one lock workload, rounds
 # alternating which goes first, each build's lock rate and CPU per lock:
 #
-#   scripts/lock-ab.sh OLD NEW [setnx|hot|distinct] [ROUNDS (3)]
+#   scripts/lock-ab.sh OLD NEW [setnx|hot|distinct|grown] [ROUNDS (3)]
 #
 #   setnx  50 clients of scripts/lockbench -system redis (SET key owner NX PX
 #          ttl, then a compare-and-delete script, which fenceproxy forwards):
@@ -11,6 +11,11 @@
 #          resource, LOCK.ACQUIRE ... WAIT, each release handing the lock on
 #   distinct 50 clients of scripts/lockbench -system fenceproxy: a resource
 #          each, LOCK.ACQUIRE then LOCK.RELEASE (issue 26's lock cycle)
+#   grown  distinct, after NEW's fence store was given LOCK_AB_GROW (1300000)
+#          more resources (scripts/lockload: pipelined LOCK.ACQUIRE, 2 s
+#          leases) before the first round; OLD's stays fresh. Give one build
+#          twice (scripts/lock-ab.sh BIN BIN grown) for what a grown store
+#          costs a lock cycle against a fresh one.
 #
 # With LOCK_AB_CLUSTER=1 the backend is a Redis Cluster of 3 masters + 3
 # replicas (scripts/redis-cluster.sh) instead. Each line also gives the
@@ -23,14 +28,14 @@
 # exactly what it started. (A benchmark, not a test: the machine's noise
 # shows in the rounds.)
 set -euo pipefail
-old=${1:?usage: $0 OLD NEW [setnx|hot] [ROUNDS]} new=${2:?usage: $0 OLD NEW [setnx|hot] [ROUNDS]}
+old=${1:?usage: $0 OLD NEW [setnx|hot|distinct|grown] [ROUNDS]} new=${2:?usage: $0 OLD NEW [setnx|hot|distinct|grown] [ROUNDS]}
 mode=${3:-setnx} rounds=${4:-3}
 case $mode in
 setnx) bench=(-system redis) ;;
 hot) bench=(-system fenceproxy -hot) ;;
-distinct) bench=(-system fenceproxy) ;;
+distinct | grown) bench=(-system fenceproxy) ;;
 *)
-	echo "lock-ab: mode must be setnx, hot or distinct, not $mode" >&2
+	echo "lock-ab: mode must be setnx, hot, distinct or grown, not $mode" >&2
 	exit 2
 	;;
 esac
@@ -46,6 +51,7 @@ cleanup() {
 }
 trap cleanup EXIT
 go build -o "$tmp/lockbench" ./scripts/lockbench
+[[ $mode == grown ]] && go build -o "$tmp/lockload" ./scripts/lockload
 if [[ ${LOCK_AB_CLUSTER:-} == 1 ]]; then
 	scripts/redis-cluster.sh start "$tmp/cluster" >/dev/null
 	# shellcheck disable=SC1091
@@ -75,7 +81,22 @@ for which in old new; do
 		sleep 0.1
 	done
 done
+if [[ $mode == grown ]]; then
+	grow=${LOCK_AB_GROW:-1300000}
+	echo "loading $grow resources into new's fence store" >&2
+	"$tmp/lockload" -addr "127.0.0.1:${port[new]}" -n "$grow" -prefix grow: -settle 1s >&2
+fi
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, in ticks
+if [[ $mode == grown ]]; then
+	# Until the load's flushes and compactions are done (new idle: under 5%
+	# of a core over 2 s), or 3 minutes: the rounds measure the grown
+	# store, not the load's compaction debt.
+	for _ in $(seq 90); do
+		c0=$(cpu "${pid[new]}")
+		sleep 2
+		(($(cpu "${pid[new]}") - c0 < $(getconf CLK_TCK) / 10)) && break
+	done
+fi
 syncs() { # the fence store's synced commits so far
 	curl -s "http://127.0.0.1:${mport[$1]}/metrics" | awk '$1 == "fenceproxy_fence_store_sync_seconds_count" { print $2 }'
 }
