@@ -17,6 +17,11 @@
 #          twice (scripts/lock-ab.sh BIN BIN grown) for what a grown store
 #          costs a lock cycle against a fresh one.
 #
+# With LOCK_AB_TWEM=1 each round also gives twemproxy's CPU per plain GET
+# (nutcracker in front of the same master, redis-benchmark -c 50 -P 1) and
+# each build's CPU per lock over two of those: issue 26's target is 2.5x.
+# OLD may be scripts/leanlock, a floor for the lock cycle (its doc).
+#
 # With LOCK_AB_CLUSTER=1 the backend is a Redis Cluster of 3 masters + 3
 # replicas (scripts/redis-cluster.sh) instead. Each line also gives the
 # fence store's synced commits per lock (from each build's /metrics): how
@@ -87,6 +92,7 @@ if [[ $mode == grown ]]; then
 	"$tmp/lockload" -addr "127.0.0.1:${port[new]}" -n "$grow" -prefix grow: -settle 1s >&2
 fi
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, in ticks
+ucpu() { awk '{print $14}' "/proc/$1/stat"; }     # utime alone
 if [[ $mode == grown ]]; then
 	# Until the load's flushes and compactions are done (new idle: under 5%
 	# of a core over 2 s), or 3 minutes: the rounds measure the grown
@@ -98,20 +104,54 @@ if [[ $mode == grown ]]; then
 	done
 fi
 syncs() { # the fence store's synced commits so far
-	curl -s "http://127.0.0.1:${mport[$1]}/metrics" | awk '$1 == "fenceproxy_fence_store_sync_seconds_count" { print $2 }'
+	{ curl -s "http://127.0.0.1:${mport[$1]}/metrics" || true; } | awk '$1 == "fenceproxy_fence_store_sync_seconds_count" { print $2 }'
 }
 ticks=$(getconf CLK_TCK)
+twem_us= # twemproxy's CPU µs per GET, this round's
+if [[ ${LOCK_AB_TWEM:-} == 1 ]]; then
+	[[ -n ${MASTER_ADDR:-} ]] || { echo "lock-ab: LOCK_AB_TWEM needs a standalone backend" >&2; exit 2; }
+	tport=$base
+	cat >"$tmp/nutcracker.yml" <<YML
+ab:
+  listen: 127.0.0.1:$tport
+  redis: true
+  preconnect: true
+  timeout: 5000
+  servers:
+   - $MASTER_ADDR:1
+YML
+	nutcracker -c "$tmp/nutcracker.yml" -s $((tport + 1)) -a 127.0.0.1 >"$tmp/nutcracker.log" 2>&1 &
+	pid[twem]=$!
+	pids+=($!)
+	for _ in $(seq 100); do
+		[[ $(redis-cli -p "$tport" PING 2>/dev/null) == PONG ]] && break
+		sleep 0.1
+	done
+fi
+twem() { # one redis-benchmark GET run through twemproxy: sets twem_us
+	local c0 c1 u0 u1 n=200000
+	c0=$(cpu "${pid[twem]}") u0=$(ucpu "${pid[twem]}")
+	redis-benchmark -p "$tport" -c 50 -n $n -P 1 -t get -q >/dev/null
+	c1=$(cpu "${pid[twem]}") u1=$(ucpu "${pid[twem]}")
+	twem_us=$(awk -v c=$((c1 - c0)) -v t="$ticks" -v n=$n 'BEGIN { printf "%.2f", c * 1e6 / t / n }')
+	awk -v r="$r" -v c=$((c1 - c0)) -v u=$((u1 - u0)) -v t="$ticks" -v n=$n \
+		'BEGIN { printf "round %d twemproxy: CPU µs per GET %.2f (user %.2f), two of them %.1f\n", r, c * 1e6 / t / n, u * 1e6 / t / n, 2 * c * 1e6 / t / n }'
+}
 for r in $(seq "$rounds"); do
+	[[ -n ${pid[twem]:-} ]] && twem
 	order=(old new)
 	((r % 2 == 0)) && order=(new old)
 	for which in "${order[@]}"; do
-		c0=$(cpu "${pid[$which]}") s0=$(syncs "$which")
+		c0=$(cpu "${pid[$which]}") u0=$(ucpu "${pid[$which]}") s0=$(syncs "$which")
 		out=$("$tmp/lockbench" "${bench[@]}" -addr "127.0.0.1:${port[$which]}" -clients 50 -duration 3s -prefix "ab$r$which:" | grep RESULT)
-		c1=$(cpu "${pid[$which]}") s1=$(syncs "$which")
+		c1=$(cpu "${pid[$which]}") u1=$(ucpu "${pid[$which]}") s1=$(syncs "$which")
 		ops=$(sed -E 's/.* ops=([0-9]+).*/\1/' <<<"$out")
 		rate=$(sed -E 's/.* ops_per_sec=([0-9]+).*/\1/' <<<"$out")
 		errs=$(sed -E 's/.* errors=([0-9]+).*/\1/' <<<"$out")
-		awk -v r="$r" -v w="$which" -v m="$mode" -v rate="$rate" -v c=$((c1 - c0)) -v t="$ticks" -v ops="$ops" -v e="$errs" -v s="$((${s1:-0} - ${s0:-0}))" \
-			'BEGIN { printf "round %d %s: %s locks/s %d, fenceproxy CPU µs per lock %.1f, fence-store commits per lock %.3f, errors %d\n", r, w, m, rate, c * 1e6 / t / ops, s / ops, e }'
+		awk -v r="$r" -v w="$which" -v m="$mode" -v rate="$rate" -v c=$((c1 - c0)) -v u=$((u1 - u0)) -v t="$ticks" -v ops="$ops" -v e="$errs" -v s="$((${s1:-0} - ${s0:-0}))" -v tw="$twem_us" \
+			'BEGIN { us = c * 1e6 / t / ops
+				printf "round %d %s: %s locks/s %d, fenceproxy CPU µs per lock %.1f (user %.1f), fence-store commits per lock %.3f, errors %d", r, w, m, rate, us, u * 1e6 / t / ops, s / ops, e
+				if (tw != "") printf ", over two twemproxy GETs %.2fx", us / (2 * tw)
+				printf "\n" }'
 	done
 done
