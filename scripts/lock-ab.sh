@@ -15,7 +15,10 @@
 #          more resources (scripts/lockload: pipelined LOCK.ACQUIRE, 2 s
 #          leases) before the first round; OLD's stays fresh. Give one build
 #          twice (scripts/lock-ab.sh BIN BIN grown) for what a grown store
-#          costs a lock cycle against a fresh one.
+#          costs a lock cycle against a fresh one. The rounds' names and
+#          the load's spread over the key space (-spread), among each
+#          other: names that sort apart from the store's would let its
+#          compactions skip what the load left.
 #
 # With LOCK_AB_TWEM=1 each round also gives twemproxy's CPU per plain GET
 # (nutcracker in front of the same master, redis-benchmark -c 50 -P 1) and
@@ -38,7 +41,8 @@ mode=${3:-setnx} rounds=${4:-3}
 case $mode in
 setnx) bench=(-system redis) ;;
 hot) bench=(-system fenceproxy -hot) ;;
-distinct | grown) bench=(-system fenceproxy) ;;
+distinct) bench=(-system fenceproxy) ;;
+grown) bench=(-system fenceproxy -spread) ;;
 *)
 	echo "lock-ab: mode must be setnx, hot, distinct or grown, not $mode" >&2
 	exit 2
@@ -89,7 +93,7 @@ done
 if [[ $mode == grown ]]; then
 	grow=${LOCK_AB_GROW:-1300000}
 	echo "loading $grow resources into new's fence store" >&2
-	"$tmp/lockload" -addr "127.0.0.1:${port[new]}" -n "$grow" -prefix grow: -settle 1s >&2
+	"$tmp/lockload" -addr "127.0.0.1:${port[new]}" -n "$grow" -prefix grow: -spread -settle 1s >&2
 fi
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, in ticks
 ucpu() { awk '{print $14}' "/proc/$1/stat"; }     # utime alone

@@ -132,8 +132,9 @@ func cpuTime(b *testing.B) time.Duration {
 // BenchmarkGrowth measures what a grant costs as the store grows: grants
 // of distinct new resources (a lock service that sees every resource once),
 // from 64 goroutines, CPU per grant (Pebble's flushes and compactions
-// included) over the first 200k grants, then again after 1.3M more, with
-// the bytes compactions wrote per grant. It runs its fixed workload once,
+// included) over the first 600k grants, then over 600k after 1.3M more
+// (windows long enough to hold L0 compactions), with the bytes
+// compactions wrote per grant. It runs its fixed workload once,
 // whatever b.N (run it with -benchtime 1x).
 func BenchmarkGrowth(b *testing.B) {
 	s := openT(b, b.TempDir(), Options{})
@@ -169,9 +170,9 @@ func BenchmarkGrowth(b *testing.B) {
 		return float64(cpuTime(b)-cpu0) / done, float64(compacted) / done
 	}
 	for range b.N {
-		freshCPU, freshCompacted := run(200_000)
+		freshCPU, freshCompacted := run(600_000)
 		run(1_300_000)
-		grownCPU, grownCompacted := run(200_000)
+		grownCPU, grownCompacted := run(600_000)
 		b.ReportMetric(freshCPU, "fresh-cpu-ns/grant")
 		b.ReportMetric(grownCPU, "grown-cpu-ns/grant")
 		b.ReportMetric(freshCompacted, "fresh-compacted-B/grant")

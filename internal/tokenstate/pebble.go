@@ -11,6 +11,14 @@ import (
 const (
 	memTableSize  = 16 << 20
 	lbaseMaxBytes = 256 << 20
+	// l0Compaction is how many sublevels L0 gathers before they go down
+	// to Lbase together (Pebble's default: 4): each such compaction
+	// rewrites about all of Lbase, so four times fewer of them rewrite a
+	// quarter of the bytes per grant. A read of a resource missing from
+	// the cache checks that many more L0 Bloom filters. l0StopWrites
+	// (default 12) stays well above it: Pebble stalls writes there.
+	l0Compaction = 16
+	l0StopWrites = 48
 )
 
 // PebbleOptions are the options of a Pebble database that holds token
@@ -20,19 +28,22 @@ const (
 //   - Bloom filters, since most reads of a resource new to a cache look
 //     for a key that is not there at all (a resource never granted
 //     before), which they answer without reading data blocks;
-//   - a larger memtable and Lbase. Grants of new resources are keys
-//     spread over the whole key space, so every L0 compaction rewrites
-//     the part of Lbase they overlap, which is all of it: the fewer and
-//     larger the flushes, and the fewer the levels, the less of the store
-//     each grant pays to rewrite as it grows. After 1.3M resources a grant
-//     cost 2.1-3.5x a fresh store's CPU with Pebble's defaults, 1.1-1.25x
-//     with these (docs/design/persist.md, "Size and compaction").
+//   - a larger memtable and Lbase, and more of L0 gathered before a
+//     compaction. Grants of new resources are keys spread over the whole
+//     key space, so every L0 compaction rewrites the part of Lbase they
+//     overlap, which is all of it: the fewer and larger the flushes and
+//     L0 compactions, and the fewer the levels, the less of the store
+//     each grant pays to rewrite as it grows (docs/design/persist.md,
+//     "Size and compaction", has the figures).
 func PebbleOptions() *pebble.Options {
 	opts := &pebble.Options{
 		FormatMajorVersion: pebble.FormatNewest,
 		Merger:             MaxMerger,
 		MemTableSize:       memTableSize,
 		LBaseMaxBytes:      lbaseMaxBytes,
+
+		L0CompactionThreshold: l0Compaction,
+		L0StopWritesThreshold: l0StopWrites,
 	}
 	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	return opts

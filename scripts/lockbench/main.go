@@ -66,6 +66,7 @@ type config struct {
 	waitTimeout time.Duration // redis-fenced: WAIT 1 <this>
 	blockWait   time.Duration // fenceproxy -hot: LOCK.ACQUIRE ... WAIT <this>
 	prefix      string
+	spread      bool // distinct mode: names start with a hash of their number
 }
 
 // stats is what one client goroutine measured; merged at the end.
@@ -200,6 +201,7 @@ func main() {
 	flag.DurationVar(&cfg.waitTimeout, "wait-timeout", 500*time.Millisecond, "redis-fenced: timeout of WAIT 1")
 	flag.DurationVar(&cfg.blockWait, "block-wait", 5*time.Second, "fenceproxy -hot: LOCK.ACQUIRE ... WAIT timeout")
 	flag.StringVar(&cfg.prefix, "prefix", "", "resource name prefix (default: unique per run)")
+	flag.BoolVar(&cfg.spread, "spread", false, "distinct mode: start each resource name with 4 hex digits of a hash of its number, so that the names spread over the key space (a fence store grown by lockload -spread has them among its own)")
 	flag.Parse()
 	if err := run(&cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "lockbench: %v\n", err)
@@ -364,6 +366,9 @@ func run(cfg *config) error {
 	return nil
 }
 
+// spreadOf is 16 bits of a multiplicative hash of i (lockload's too).
+func spreadOf(i uint64) uint64 { return (i * 0x9E3779B97F4A7C15) >> 48 }
+
 func distinctClient(ctx context.Context, cfg *config, l locker, st *stats, rng *rand.Rand,
 	deadline time.Time, elog *errorLog) {
 	for {
@@ -371,7 +376,11 @@ func distinctClient(ctx context.Context, cfg *config, l locker, st *stats, rng *
 		if !t0.Before(deadline) {
 			return
 		}
-		r := fmt.Sprintf("%sr%d", cfg.prefix, rng.IntN(cfg.resources))
+		i := rng.IntN(cfg.resources)
+		r := fmt.Sprintf("%sr%d", cfg.prefix, i)
+		if cfg.spread {
+			r = fmt.Sprintf("%04x:%s", spreadOf(uint64(i)), r)
+		}
 		_, ok, err := l.acquire(ctx, r)
 		if err != nil {
 			st.errs++

@@ -36,6 +36,7 @@ type config struct {
 	pipeline int
 	ttlMs    int
 	prefix   string
+	spread   bool
 	settle   time.Duration
 	timeout  time.Duration
 }
@@ -49,6 +50,7 @@ func main() {
 	flag.IntVar(&c.pipeline, "pipeline", 256, "LOCK.ACQUIRE commands per write")
 	flag.IntVar(&c.ttlMs, "ttl-ms", 2000, "lease of each lock")
 	flag.StringVar(&c.prefix, "prefix", "", "resource name prefix (default: unique per run)")
+	flag.BoolVar(&c.spread, "spread", false, "start each resource name with 4 hex digits of a hash of its number, so that the names spread over the key space as lockbench -spread's do")
 	flag.DurationVar(&c.settle, "settle", 5*time.Second, "wait after the load before reading memory again")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.Parse()
@@ -57,6 +59,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// spreadOf is 16 bits of a multiplicative hash of i (lockbench's too).
+func spreadOf(i uint64) uint64 { return (i * 0x9E3779B97F4A7C15) >> 48 }
 
 func run(c *config) error {
 	if c.n < 1 || c.conns < 1 || c.pipeline < 1 || c.ttlMs < 1 {
@@ -103,7 +108,11 @@ func run(c *config) error {
 				to := min(from+int64(c.pipeline), c.n)
 				buf = buf[:0]
 				for k := from; k < to; k++ {
-					buf = appendCmd(buf, "LOCK.ACQUIRE", c.prefix+strconv.FormatInt(k, 36), owner, ttl)
+					name := c.prefix + strconv.FormatInt(k, 36)
+					if c.spread {
+						name = fmt.Sprintf("%04x:%s", spreadOf(uint64(k)), name)
+					}
+					buf = appendCmd(buf, "LOCK.ACQUIRE", name, owner, ttl)
 				}
 				if _, err := conn.Write(buf); err != nil {
 					errs.Add(to - from)
