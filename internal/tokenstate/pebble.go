@@ -11,12 +11,13 @@ import (
 const (
 	memTableSize  = 16 << 20
 	lbaseMaxBytes = 256 << 20
-	// l0Compaction is how many sublevels L0 gathers before they go down
-	// to Lbase together (Pebble's default: 4): each such compaction
-	// rewrites about all of Lbase, so four times fewer of them rewrite a
-	// quarter of the bytes per grant. A read of a resource missing from
-	// the cache checks that many more L0 Bloom filters. l0StopWrites
-	// (default 12) stays well above it: Pebble stalls writes there.
+	// l0Compaction is L0CompactionThreshold (Pebble's default: 4).
+	// Pebble compacts L0 once twice its depth reaches it: at 8 sublevels
+	// here, at 2 by default. Each such compaction rewrites about all of
+	// Lbase, so four times fewer of them rewrite a quarter of the bytes per
+	// grant. A read of a resource missing from the cache checks up to 6
+	// more L0 Bloom filters. l0StopWrites (default 12, in sublevels)
+	// stays well above it: Pebble stalls writes there.
 	l0Compaction = 16
 	l0StopWrites = 48
 )

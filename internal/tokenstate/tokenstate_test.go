@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -97,5 +98,40 @@ func TestRules(t *testing.T) {
 	}
 	if Issuable(7, 7, 10) || !Issuable(8, 7, 10) || !Issuable(10, 7, 10) || Issuable(11, 7, 10) {
 		t.Error("Issuable is not (floor, bound]")
+	}
+}
+
+// TestL0GathersSublevels holds PebbleOptions to gathering L0 before a
+// compaction: flushes of keys over the same range stack up as L0
+// sublevels, and Pebble compacts L0 once twice its depth reaches
+// L0CompactionThreshold: at 2 sublevels with its default (4), at
+// l0Compaction/2 with PebbleOptions.
+func TestL0GathersSublevels(t *testing.T) {
+	opts := PebbleOptions()
+	opts.FS = vfs.NewMem()
+	db, err := pebble.Open("", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const flushes = l0Compaction/2 - 1
+	for f := range flushes {
+		for r := range 100 {
+			k := TokenKey(string(rune('a'+r%26)) + string(rune('a'+r/26)))
+			if err := db.Merge(k, EncodeToken(uint64(f*100+r+1)), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A compaction, had one been due, is picked at once after a flush;
+	// give it time to run before counting what it left.
+	time.Sleep(200 * time.Millisecond)
+	m := db.Metrics()
+	if n := m.Levels[0].Sublevels; n != flushes || m.Compact.Count != 0 {
+		t.Fatalf("L0 holds %d sublevels after %d flushes of overlapping keys, %d compactions ran: L0 is compacted sooner than at %d sublevels",
+			n, flushes, m.Compact.Count, l0Compaction/2)
 	}
 }
