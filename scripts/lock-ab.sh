@@ -53,9 +53,15 @@ cd "$root"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/lock-ab.XXXXXX")
 pids=()
 cleanup() {
-	((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null && wait "${pids[@]}" 2>/dev/null
-	[[ -d $tmp/redis ]] && scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1
-	[[ -d $tmp/cluster ]] && scripts/redis-cluster.sh stop "$tmp/cluster" >/dev/null 2>&1
+	# Each step whatever the one before returned: set -e holds here too, and
+	# a process that exits non-zero on SIGTERM (nutcracker, leanlock) made
+	# wait fail and left Redis running.
+	if ((${#pids[@]})); then
+		kill "${pids[@]}" 2>/dev/null || true
+		wait "${pids[@]}" 2>/dev/null || true
+	fi
+	if [[ -d $tmp/redis ]]; then scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true; fi
+	if [[ -d $tmp/cluster ]]; then scripts/redis-cluster.sh stop "$tmp/cluster" >/dev/null 2>&1 || true; fi
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
