@@ -5,7 +5,8 @@
 //   - the owner record in Redis, acknowledged by --min-replicas replicas:
 //     one batched EVALSHA and one WAIT per round, on one connection;
 //   - the token synced to disk before the reply: one synced Pebble batch
-//     per round (the token as the resource's newest, and the counter);
+//     per round (the token as the resource's newest, and the counter), in
+//     fenceproxy's Pebble settings and keys (internal/tokenstate);
 //   - a reply to each client, a goroutine per client (redcon).
 //
 // Nothing else: no waiting lines, no lease margin, no fence marks, no
@@ -24,7 +25,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"log"
@@ -34,6 +34,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
+
+	"github.com/fenceproxy/fenceproxy/internal/tokenstate"
 )
 
 // roundScript runs a round's operations: ARGV is (kind, key, owner, ttl)
@@ -93,7 +95,9 @@ func main() {
 	flag.String("metrics-listen", "", "ignored (fenceproxy's)")
 	flag.Parse()
 
-	db, err := pebble.Open(*dataDir, &pebble.Options{})
+	// fenceproxy's Pebble settings and keys (internal/tokenstate): the floor
+	// pays for its disk what fenceproxy's store would for one entry a grant.
+	db, err := pebble.Open(*dataDir, tokenstate.PebbleOptions())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -103,8 +107,8 @@ func main() {
 		log.Fatalf("leanlock: SCRIPT LOAD on %s: %v", *backend, err)
 	}
 	l := &lean{rdb: rdb, db: db, sha: sha, prefix: *prefix, minReplicas: *minReplicas, ops: make(chan *op, 4096)}
-	if v, closer, err := db.Get([]byte("m/last")); err == nil {
-		l.last = binary.BigEndian.Uint64(v)
+	if v, closer, err := db.Get(tokenstate.BoundKey); err == nil {
+		l.last, _ = tokenstate.DecodeToken(v)
 		closer.Close()
 	}
 	go l.rounds()
@@ -191,12 +195,11 @@ func (l *lean) rounds() {
 			err = l.record(batch, results)
 		}
 		for i, o := range batch {
-			switch {
-			case err != nil:
-				o.reply <- -1
-			default:
-				o.reply <- results[i]
+			n := int64(-1) // the round failed
+			if err == nil {
+				n = results[i]
 			}
+			o.reply <- n
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "leanlock:", err)
@@ -209,23 +212,20 @@ func (l *lean) rounds() {
 func (l *lean) record(batch []*op, results []int64) error {
 	b := l.db.NewBatch()
 	defer b.Close()
-	var v [8]byte
 	for i, o := range batch {
 		if !o.acquire || results[i] == 0 {
 			continue
 		}
 		l.last++
 		results[i] = int64(l.last)
-		binary.BigEndian.PutUint64(v[:], l.last)
-		if err := b.Set([]byte("t/"+o.resource), v[:], nil); err != nil {
+		if err := b.Set(tokenstate.TokenKey(o.resource), tokenstate.EncodeToken(l.last), nil); err != nil {
 			return err
 		}
 	}
 	if b.Empty() {
 		return nil // releases only: nothing to sync
 	}
-	binary.BigEndian.PutUint64(v[:], l.last)
-	if err := b.Set([]byte("m/last"), v[:], nil); err != nil {
+	if err := b.Set(tokenstate.BoundKey, tokenstate.EncodeToken(l.last), nil); err != nil {
 		return err
 	}
 	return b.Commit(pebble.Sync)
