@@ -260,3 +260,7 @@ const (
 	// opFairDequeue: holder, queue, timeout set, wait-ms, term. Returns 1.
 	opFairDequeue lockOp = 'd'
 )
+
+// fairOpLetters are the operations fairOpsLua registers: opsScript defines that
+// family the first time a call names one of them (scripts.go, opOf).
+const fairOpLetters = string(opFairAcquire) + string(opFairAcquireUndo) + string(opFairUnlock) + string(opFairForceUnlock) + string(opFairDequeue)

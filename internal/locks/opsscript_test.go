@@ -3,6 +3,8 @@ package locks
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -272,5 +274,72 @@ func TestHashAcquireAsksForTheNewest(t *testing.T) {
 	}
 	if got := acquire(7, uint64(5)); got[0] != int64(kindRearmed) || got[1] != "5" {
 		t.Fatalf("the re-entry with the newest token: %v, want kind %d, token 5", got, kindRearmed)
+	}
+}
+
+// The letters by which opsScript defines a lazy family on first use are
+// the ones that family registers: a letter missing from its family's
+// letters would answer "unknown lock operation" until another call had
+// defined the family.
+func TestLazyOpLetters(t *testing.T) {
+	registers := regexp.MustCompile(`recipeOps(?:\.([A-Za-z0-9])|\['([A-Za-z0-9])'\]) = `)
+	topLevel := regexp.MustCompile(`(?m)^local function (\w+)`)
+	for _, family := range []struct{ name, lua, letters string }{
+		{"valueOpsLua", valueOpsLua, valueOpLetters},
+		{"rwlockOpsLua", rwlockOpsLua, rwOpLetters},
+		{"fairOpsLua", fairOpsLua, fairOpLetters},
+	} {
+		var got []string
+		for _, m := range registers.FindAllStringSubmatch(family.lua, -1) {
+			got = append(got, m[1]+m[2])
+		}
+		sort.Strings(got)
+		want := strings.Split(family.letters, "")
+		// A family is defined only when named, so it may use the shared
+		// helpers but nothing another lazy family defines.
+		for _, other := range []string{valueOpsLua, rwlockOpsLua, fairOpsLua} {
+			if other == family.lua {
+				continue
+			}
+			for _, m := range topLevel.FindAllStringSubmatch(other, -1) {
+				if regexp.MustCompile(`\b` + m[1] + `\(`).MatchString(family.lua) {
+					t.Errorf("%s calls %s, which another lazy family defines: move it to recipeOpsLua", family.name, m[1])
+				}
+			}
+		}
+		sort.Strings(want)
+		if strings.Join(got, "") != strings.Join(want, "") {
+			t.Errorf("%s registers %q, its letters are %q", family.name, got, want)
+		}
+	}
+}
+
+// A lazy family's operations run in any position of a call, twice in one
+// call, and beside another family's; a letter no family registers is still
+// refused, whole call, by name.
+func TestLazyOpsInOneCall(t *testing.T) {
+	master := testenv.StartRedis(t, testenv.RedisOptions{})
+	c := testenv.Dial(t, master.Addr)
+	c.Do("SCRIPT", "LOAD", opsScript)
+	c.Do("SET", "v2", "h")
+	keys := func(names ...string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, n, "fenceproxy:lock:{"+n+"}", "fenceproxy:lock:{"+n+"}:fence")
+		}
+		return out
+	}
+	args := append([]string{"EVALSHA", opsSHA, "9"}, keys("v1", "v2", "q")...)
+	args = append(args, string(opValueRelease), "h", "0", string(opValueRelease), "h", "0",
+		string(opFairDequeue), "h", "q", "t", "0", "0")
+	// No key, then the holder's key deleted, then the dequeue's 1.
+	if got, want := string(c.Do(args...)), "*3\r\n*1\r\n:0\r\n*1\r\n:2\r\n:1\r\n"; got != want {
+		t.Fatalf("two value releases and a fair dequeue in one call: %q, want %q", got, want)
+	}
+	for _, op := range []string{"x", "VQ", ""} {
+		reply := string(c.Do(append(append([]string{"EVALSHA", opsSHA, "3"}, keys("v3")...), op, "h", "0")...))
+		if !strings.Contains(reply, "unknown lock operation") {
+			t.Errorf("operation %q: %q, want the unknown-operation error", op, reply)
+		}
 	}
 }

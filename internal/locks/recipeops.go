@@ -52,6 +52,18 @@ local function below(v, tok)
   end
   return v < tok
 end
+-- The strings packed in one argument, each as <length>:<bytes> (the value
+-- locks' and read-write locks' twins use it).
+local function unpackStrings(blob)
+  local out, p = {}, 1
+  while p <= #blob do
+    local c = string.find(blob, ':', p, true)
+    local l = tonumber(sub(blob, p, c - 1))
+    out[#out + 1] = sub(blob, c + 1, c + l)
+    p = c + l + 1
+  end
+  return out
+end
 -- Raises a fenced recipe's token key to the grant's token (never lowers
 -- it) and returns its value before ('' if absent), or '' for no token key.
 local function raiseTokenKey(t, tok)

@@ -408,6 +408,10 @@ const (
 	opRWForceUnlock lockOp = '6'
 )
 
+// rwOpLetters are the operations rwlockOpsLua registers: opsScript defines that
+// family the first time a call names one of them (scripts.go, opOf).
+const rwOpLetters = string(opRWAcquire) + string(opRWAcquireUndo) + string(opRWRenew) + string(opRWRenewUndo) + string(opRWUnlock) + string(opRWForceUnlock)
+
 // kindScriptFails: opRWRenew found that Redisson 3.52.0's own read
 // renewal fails on the lock (a count at or above the call's key count).
 const kindScriptFails replyKind = 5

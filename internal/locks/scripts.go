@@ -135,6 +135,12 @@ end
 //   - The guard is read once per operation at most: acquire's fast path
 //     reads it before its SET NX GET and not again after (nothing in
 //     between writes it).
+//   - Every call runs the whole chunk, and each local function it defines
+//     is a closure made anew, so the value locks', read-write locks' and
+//     fair locks' twins (some 60 closures and tables) are defined only by a
+//     call that names one of their operations (opOf, lazyOps): an
+//     EVALSHA with no operation cost the master 15 µs with them defined
+//     up front, 4.8 without (redis-benchmark, INFO commandstats).
 const opsScript = recordLua + markLua + `
 local A = ARGV
 local function pack(owner, tok, term, acq, ren, addr)
@@ -323,7 +329,32 @@ local function handoff(k, g, mk, a)
   raise(mk, cand, A[a + 2], A[a + 6])
   return {rel, cand}
 end
-` + recipeOpsLua + valueOpsLua + rwlockOpsLua + fairOpsLua + `
+` + recipeOpsLua + `
+local function defineValueOps()
+` + valueOpsLua + `
+end
+local function defineRWOps()
+` + rwlockOpsLua + `
+end
+local function defineFairOps()
+` + fairOpsLua + `
+end
+local lazyOps = {['` + valueOpLetters + `'] = defineValueOps, ['` + rwOpLetters + `'] = defineRWOps,
+  ['` + fairOpLetters + `'] = defineFairOps}
+-- recipeOps[op], defining op's family first if it is a lazy one.
+local function opOf(op)
+  local known = recipeOps[op]
+  if known or #op ~= 1 then
+    return known
+  end
+  for letters, define in pairs(lazyOps) do
+    if string.find(letters, op, 1, true) then
+      lazyOps[letters] = nil
+      define()
+      return recipeOps[op]
+    end
+  end
+end
 local out, a, k, n, i = {}, 1, 1, #A, 0
 while a <= n do
   local op, f, size = A[a], nil, 0
@@ -337,10 +368,12 @@ while a <= n do
     f, size = renew, 6
   elseif op == 'u' then
     f, size = undo, 7
-  elseif recipeOps[op] then
-    f, size = recipeOps[op][1], recipeOps[op][2]
   else
-    return redis.error_reply('ERR fenceproxy: unknown lock operation ' .. tostring(op))
+    local known = opOf(op)
+    if not known then
+      return redis.error_reply('ERR fenceproxy: unknown lock operation ' .. tostring(op))
+    end
+    f, size = known[1], known[2]
   end
   local ok, r = pcall(f, KEYS[k], KEYS[k + 1], KEYS[k + 2], a + 1)
   if not ok and type(r) ~= 'table' then

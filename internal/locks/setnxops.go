@@ -138,17 +138,6 @@ local function valueRelease(k, s, _, a)
   end
   return {2}
 end
--- The strings packed in one argument, each as <length>:<bytes>.
-local function unpackStrings(blob)
-  local out, p = {}, 1
-  while p <= #blob do
-    local c = string.find(blob, ':', p, true)
-    local l = tonumber(sub(blob, p, c - 1))
-    out[#out + 1] = sub(blob, c + 1, c + l)
-    p = c + l + 1
-  end
-  return out
-end
 -- valueMulti is redlock's acquire or extend of several keys at once: all
 -- of them or none. Its keys travel in ARGV (recipes run in front of one
 -- master only, where a script may name keys beyond KEYS).
@@ -255,6 +244,10 @@ const (
 	// PEXPIRETIME before, side record written or "", its token or ""}.
 	opValueMulti lockOp = 'Q'
 )
+
+// valueOpLetters are the operations valueOpsLua registers: opsScript defines that
+// family the first time a call names one of them (scripts.go, opOf).
+const valueOpLetters = string(opValueWrite) + string(opValueMulti) + string(opValueUndo) + string(opValueRelease)
 
 // packStrings packs strings as one argument of opValueMulti.
 func packStrings(ss ...string) string {
