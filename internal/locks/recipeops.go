@@ -84,12 +84,13 @@ local function hashAcquire(k, s, mk, a)
   if refused then
     return refused
   end
-  local count = 0
+  local count, was = 0, -2 -- was: the lock's PEXPIRETIME before (-2: no key)
   if call('EXISTS', k) == 1 then
     count = tonumber(call('HGET', k, holder))
     if not count then
       return {0, call('PTTL', k)}
     end
+    was = false -- read below, once the grant is decided
   end
   if sowner and sowner ~= holder then
     if count ~= 0 or sub(saddr, -#RECIPE) ~= RECIPE then
@@ -106,7 +107,9 @@ local function hashAcquire(k, s, mk, a)
   if sowner and newest == '' then
     return {3, 0} -- a re-entry judged by the newest token, not sent: asked again with it
   end
-  local was = call('PEXPIRETIME', k)
+  if not was then
+    was = call('PEXPIRETIME', k)
+  end
   call('HINCRBY', k, holder, 1)
   call('PEXPIRE', k, lease)
   if sowner and stok == newest then
