@@ -35,7 +35,10 @@ local function valueWrite(k, s, mk, a)
     end
     return {5}
   end
-  local was = call('PEXPIRETIME', k)
+  local was = -2 -- the key's PEXPIRETIME before: -2 when GET found none
+  if cur then
+    was = call('PEXPIRETIME', k)
+  end
   local sold, swas = '', -2
   if cur and (cur == holder and mode ~= 'g' or
       mode == 'g' and prefix > 0 and sub(cur, 1, prefix) == sub(holder, 1, prefix)) then
