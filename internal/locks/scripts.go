@@ -139,8 +139,9 @@ end
 //     is a closure made anew, so the value locks', read-write locks' and
 //     fair locks' twins (some 60 closures and tables) are defined only by a
 //     call that names one of their operations (opOf, lazyOps): an
-//     EVALSHA with no operation cost the master 15 µs with them defined
-//     up front, 4.8 without (redis-benchmark, INFO commandstats).
+//     EVALSHA with no operation cost the master 12-18 µs with them
+//     defined up front, 6.3-6.9 defined on first use (redis-benchmark -c
+//     10, INFO commandstats; an empty script: 2).
 const opsScript = recordLua + markLua + `
 local A = ARGV
 local function pack(owner, tok, term, acq, ren, addr)
