@@ -106,8 +106,12 @@ type Authority struct {
 	member            string
 	memberStore       string // the member's first part (Options.Member)
 	validFor, liveFor time.Duration
-	status            atomic.Pointer[status]
-	redisBound        atomic.Uint64
+	// began is when this process began, on its own clock (Unix ms): a
+	// predecessor's heartbeat sent before it was sent by a process that
+	// had ended by then, or by a live copy that renews again (classify).
+	began      int64
+	status     atomic.Pointer[status]
+	redisBound atomic.Uint64
 	// db is the database the keys live in (keysDB), -1 until found; the
 	// loop's goroutine finds it again after a round that failed (a
 	// failover may have brought a Redis with fewer databases). Close
@@ -126,6 +130,7 @@ type Authority struct {
 	cleanRounds int               // rounds without a conflict since the last one
 	scanned     bool              // the records were scanned while the Redis bound was missing
 	firstSeen   map[string]string // a predecessor's member -> its score when first seen
+	lateSeen    map[string]bool   // predecessors' members seen moved by a heartbeat sent before this process began (logged once)
 	liveRuns    map[string]bool   // run ids taken for predecessors but seen renewing
 	lastErr     string
 	lastErrAt   time.Time
@@ -159,10 +164,12 @@ func New(opts Options) *Authority {
 		validFor:  2 * opts.Interval,
 		kick:      make(chan struct{}, 1),
 		firstSeen: map[string]string{},
+		lateSeen:  map[string]bool{},
 		liveRuns:  map[string]bool{},
 		done:      make(chan struct{}),
 		exited:    make(chan struct{}),
 		published: make(chan struct{}),
+		began:     time.Now().UnixMilli(),
 	}
 	if a.id == "" {
 		a.id = opts.Store.ID()
@@ -236,12 +243,12 @@ func (a *Authority) awaitAlone(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("reading the token authority's live set (%s): %w", a.liveKey, err)
 		}
-		c, _ := a.classify(hb.members)
+		c, _ := a.classify(hb)
 		if c == nil {
 			return nil
 		}
 		for m, score := range c.members {
-			if first, seen := firstScore[m]; seen && first != score {
+			if first, seen := firstScore[m]; seen && first != score && a.sentSinceBegan(hb, m) {
 				return c
 			}
 			firstScore[m] = score
@@ -329,7 +336,7 @@ func (a *Authority) Close() {
 		a.status.Store(&status{})
 		if node := a.opts.Backend.MasterForKey([]byte(a.liveKey)); node != nil && a.db.Load() >= 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = leaveScript.Run(ctx, node.Client, []string{a.liveKey}, a.member, a.db.Load()).Err()
+			_ = leaveScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey}, a.member, a.db.Load()).Err()
 			cancel()
 		}
 	})
@@ -378,6 +385,7 @@ func (a *Authority) loop() {
 // heartbeat is what one round read from Redis.
 type heartbeat struct {
 	members    map[string]string // live member -> its score, as Redis wrote it
+	sent       map[string]int64  // live member -> when its last heartbeat was sent (its sender's clock, Unix ms); absent if unknown
 	bound      uint64            // 0: missing
 	store, run string            // who raised the bound last
 }
@@ -406,7 +414,7 @@ func (a *Authority) round(ctx context.Context) error {
 			return fmt.Errorf("adopting the token bound in Redis: %w", err)
 		}
 	}
-	c, liveCopy := a.classify(hb.members)
+	c, liveCopy := a.classify(hb)
 	if liveCopy {
 		// A "predecessor" renewed its member: it is a live copy of this
 		// directory, and what this store copied from it is out of date.
@@ -457,7 +465,7 @@ func (a *Authority) readLive(ctx context.Context, probe bool) (heartbeat, error)
 		return heartbeat{}, fmt.Errorf("%w: finding the database for the token authority's keys: %w", errHeartbeat, err)
 	}
 	reply, err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
-		a.member, a.liveFor.Milliseconds(), maxMembers, db, b2i(probe)).Slice()
+		a.member, a.liveFor.Milliseconds(), maxMembers, db, b2i(probe), time.Now().UnixMilli()).Slice()
 	if err != nil {
 		a.opts.Backend.Refresh() // in front of a cluster, the slot may have moved
 		a.db.Store(-1)           // a failover may have brought a Redis with fewer databases
@@ -597,10 +605,20 @@ func (a *Authority) shareBound(b uint64) (uint64, error) {
 
 // classify applies invariant 4 to the live members. liveCopy is set when
 // a member taken for a dead predecessor has renewed since it was first
-// seen: it is alive, on a copy of this directory.
-func (a *Authority) classify(members map[string]string) (c *ConflictError, liveCopy bool) {
+// seen, with a heartbeat sent after this process began: it is alive, on a
+// copy of this directory.
+//
+// A renewal sent before this process began proves nothing: a predecessor
+// on this directory had ended by then (this process holds the directory),
+// yet a heartbeat it sent just before it died may reach Redis later (held
+// in a socket or in a stalled Redis's input) and move its score. Taken for
+// a live copy, it would make this process refuse lock commands, and stop
+// honouring the grants it had made, for no copy at all. A live copy goes
+// on renewing, and its next heartbeats are sent after this process began
+// (by its clock, or within the copy's clock skew).
+func (a *Authority) classify(hb heartbeat) (c *ConflictError, liveCopy bool) {
 	myStore := a.memberStore
-	for m, score := range members {
+	for m, score := range hb.members {
 		if m == a.member {
 			continue
 		}
@@ -610,9 +628,21 @@ func (a *Authority) classify(members map[string]string) (c *ConflictError, liveC
 			continue // not written by fenceproxy
 		case id != a.id:
 		case store == myStore && a.predecessor(run):
-			if first, seen := a.firstSeen[m]; !seen || first == score {
+			first, seen := a.firstSeen[m]
+			if !seen {
 				a.firstSeen[m] = score
 				continue // a dead predecessor on this directory
+			}
+			if first == score {
+				continue
+			}
+			if !a.sentSinceBegan(hb, m) {
+				if !a.lateSeen[m] {
+					a.lateSeen[m] = true
+					a.opts.Logger.Info("a heartbeat a dead predecessor sent before this process began reached Redis late; it is not a live copy",
+						"member", m, "sent_ms_before_start", a.began-hb.sent[m])
+				}
+				continue
 			}
 			a.liveRuns[run], liveCopy = true, true
 		case store != myStore:
@@ -633,6 +663,14 @@ func (a *Authority) classify(members map[string]string) (c *ConflictError, liveC
 		slices.Sort(c.Stores)
 	}
 	return c, liveCopy
+}
+
+// sentSinceBegan reports whether m's last heartbeat was sent after this
+// process began, or may have been: a member whose sender wrote no time (an
+// earlier fenceproxy) counts as sent since.
+func (a *Authority) sentSinceBegan(hb heartbeat, m string) bool {
+	sent, known := hb.sent[m]
+	return !known || sent > a.began
 }
 
 // refuse publishes a status that admits no lock command: a conflict, or
@@ -678,10 +716,21 @@ func splitMember(m string) (store, run, id string, ok bool) {
 // store, run, legacy members with scores, legacy bound, store, run}: the
 // members of both sets, and the higher bound with who raised it.
 func parseHeartbeat(reply []any) (hb heartbeat, err error) {
-	if len(reply) != 8 {
+	if len(reply) != 9 {
 		return hb, fmt.Errorf("unexpected heartbeat reply %v", reply)
 	}
-	hb.members = map[string]string{}
+	hb.members, hb.sent = map[string]string{}, map[string]int64{}
+	if list, _ := reply[0].([]any); list != nil {
+		sent, _ := reply[8].([]any)
+		for i := 0; i+1 < len(list) && i/2 < len(sent); i += 2 {
+			m, _ := list[i].(string)
+			if v, ok := sent[i/2].(string); ok {
+				if at, err := strconv.ParseInt(v, 10, 64); err == nil {
+					hb.sent[m] = at
+				}
+			}
+		}
+	}
 	for _, at := range []int{0, 4} {
 		list, _ := reply[at].([]any)
 		for i := 0; i+1 < len(list); i += 2 {

@@ -208,6 +208,63 @@ func TestPredecessorSeenAlive(t *testing.T) {
 	waitFor(t, "lock commands admitted once the copy's member expired", func() bool { return b.Admit() == nil })
 }
 
+// TestPredecessorLateHeartbeat: a heartbeat the killed predecessor sent
+// before the restart, reaching Redis only after it (it sat in a socket, or
+// in a stalled Redis's input), moves the predecessor's score but is no
+// live copy: the restarted process goes on serving with its floor where it
+// was. One the predecessor's member sends after the restart began is.
+func TestPredecessorLateHeartbeat(t *testing.T) {
+	su := newSetup(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	a := su.killed(t, dir)
+	s := openStore(t, dir)
+	b := su.start(t, s)
+	if err := b.Admit(); err != nil {
+		t.Fatalf("restart beside a dead predecessor's member: %v", err)
+	}
+	beat := func(sent int64) {
+		t.Helper()
+		node := su.be.MasterForKey([]byte(a.liveKey))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
+			a.member, a.liveFor.Milliseconds(), maxMembers, keysDB, 0, sent).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat(b.began - 1000) // sent a second before the restart began, run now
+	for range 4 {
+		awaitRound(t, b)
+		if err := b.Admit(); err != nil || s.Floor() != 0 {
+			t.Fatalf("after the predecessor's late heartbeat: Admit = %v, floor %d; want admitted, floor 0", err, s.Floor())
+		}
+	}
+	beat(time.Now().UnixMilli()) // sent now: the member is alive
+	waitFor(t, "the predecessor renewing now seen as a live copy", func() bool {
+		c := conflict(b)
+		return c != nil && c.Copy
+	})
+	if s.Floor() == 0 {
+		t.Fatal("finding a live copy did not raise the floor")
+	}
+}
+
+// awaitRound waits until a has published the verdict of a round that
+// began after the call.
+func awaitRound(t *testing.T, a *Authority) {
+	t.Helper()
+	for range 2 { // the round under way may have read Redis before the call
+		a.publishedMu.Lock()
+		news := a.published
+		a.publishedMu.Unlock()
+		select {
+		case <-news:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no heartbeat round within 20s")
+		}
+	}
+}
+
 // TestJoinAdoptsRecordTokens: with no bound in Redis (a first start, or
 // Redis lost it) a store adopts the highest token in the owner records
 // and writes the bound.

@@ -17,7 +17,9 @@
 //
 //	<prefix>{authority}:bound  hash: bound (the highest token bound any
 //	                           fence store reserved), store (the id of the
-//	                           store that raised it last)
+//	                           store that raised it last), and per live
+//	                           member "sent:<member>" (when its last
+//	                           heartbeat was sent, its sender's clock, ms)
 //	<prefix>{authority}:live   sorted set: one member per live process,
 //	                           "<member>/<run id>/<authority id>", scored
 //	                           by when it stops serving (Redis TIME, ms)
@@ -56,9 +58,12 @@
 //  4. Conflict rules. A live member with another authority id is a
 //     conflict: both processes refuse. One with this store's id and the
 //     run id of an earlier process on this directory is a dead predecessor
-//     (ignored: a restart after kill -9 serves at once); with any other run
-//     id it runs on a copy of the directory: a conflict. A member with this
-//     authority id and another <member> is a peer (a tier's nodes).
+//     (ignored: a restart after kill -9 serves at once) until it renews
+//     with a heartbeat sent after this process began (a late one, sent
+//     before its death and run by Redis after this process started, is
+//     not a renewal); with any other run id, or renewing, it runs on a copy
+//     of the directory: a conflict. A member with this authority id and
+//     another <member> is a peer (a tier's nodes).
 //
 // LOCK.RELEASE and LOCK.INFO are not refused: a release compares the
 // owner and touches no token, and INFO is how an operator looks.

@@ -7,32 +7,42 @@ import "github.com/redis/go-redis/v9"
 // connection that ran it stays in its database (Redis 2.8.12 and later).
 
 // heartbeatScript: KEYS[1] live set, KEYS[2] bound hash; ARGV member,
-// live-for ms, most members returned, db, probe. Drops expired members,
-// (re)writes member with a score of now + live-for (Redis TIME) unless
-// probe is "1" (a process that has not started yet only looks: probeLive),
-// and returns {live
-// members with their scores, bound, store, run, legacy members with their
-// scores, legacy bound, store, run} (false for a missing field). The set
-// itself expires when nobody has written it for twice the longest
-// live-for.
+// live-for ms, most members returned, db, probe, sent (the sender's clock
+// when it sent this call, Unix ms). Drops expired members (and their sent
+// fields), (re)writes member with a score of now + live-for (Redis TIME)
+// and its field "sent:<member>" in the bound hash with ARGV sent, unless
+// probe is "1" (a process that has not started yet only looks:
+// probeLive), and returns {live members with their scores, bound, store,
+// run, legacy members with their scores, legacy bound, store, run, the
+// live members' sent (false where none)} (false for a missing field). The
+// set itself expires when nobody has written it for twice the longest
+// live-for; sent fields whose member is gone are dropped when there are
+// more of them than members.
+//
+// The sent field is how a process tells a dead predecessor's heartbeat
+// that reached Redis late (it sat in a socket, or in a stalled Redis's
+// input, while that process died) from one of a live copy (classify): the
+// score says when Redis ran it, only the sender can say when it was sent.
 //
 // When db is not 0 it reads database 0 first: an earlier fenceproxy
 // kept both keys there (legacyKeys in doc.go). Its live members other than
 // this one are returned, and while there are any this member is written
-// there too, so that such a process, which reads only database 0, sees
-// this one as well; once there are none this member leaves it.
+// there too (without a sent field: that process reads none), so that such
+// a process, which reads only database 0, sees this one as well; once
+// there are none this member leaves it.
 var heartbeatScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = tonumber(ARGV[2])
 local db = tonumber(ARGV[4])
 local probe = ARGV[5] == '1'
-local function beat()
+local function beat(stamp)
   if probe then return end
   redis.call('ZADD', KEYS[1], now + live, ARGV[1])
   if redis.call('PTTL', KEYS[1]) < 2 * live then
     redis.call('PEXPIRE', KEYS[1], 2 * live)
   end
+  if stamp then redis.call('HSET', KEYS[2], 'sent:' .. ARGV[1], ARGV[6]) end
 end
 local legacy, lb = {}, {false, false, false}
 if db ~= 0 then
@@ -45,18 +55,33 @@ if db ~= 0 then
     end
   end
   if #legacy > 0 then
-    beat()
+    beat(false)
   elseif #all > 0 and not probe then
     redis.call('ZREM', KEYS[1], ARGV[1])
   end
   lb = redis.call('HMGET', KEYS[2], 'bound', 'store', 'run')
   redis.call('SELECT', db)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-beat()
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  for _, m in ipairs(gone) do redis.call('HDEL', KEYS[2], 'sent:' .. m) end
+end
+beat(true)
+if redis.call('HLEN', KEYS[2]) > 3 + redis.call('ZCARD', KEYS[1]) then
+  for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
+    if string.sub(f, 1, 5) == 'sent:' and not redis.call('ZSCORE', KEYS[1], string.sub(f, 6)) then
+      redis.call('HDEL', KEYS[2], f)
+    end
+  end
+end
 local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
+local sent = {}
+for i = 1, #members, 2 do
+  sent[#sent + 1] = redis.call('HGET', KEYS[2], 'sent:' .. members[i])
+end
 local b = redis.call('HMGET', KEYS[2], 'bound', 'store', 'run')
-return {members, b[1], b[2], b[3], legacy, lb[1], lb[2], lb[3]}
+return {members, b[1], b[2], b[3], legacy, lb[1], lb[2], lb[3], sent}
 `)
 
 // shareScript: KEYS[1] bound hash; ARGV bound, store id, run id, db.
@@ -85,16 +110,20 @@ end
 return cur
 `
 
-// leaveScript: KEYS[1] live set; ARGV member, db. A clean stop leaves at
-// once, so that another process need not wait for the member to expire
-// (in database 0 too, where the heartbeat may have written it).
+// leaveScript: KEYS[1] live set, KEYS[2] bound hash; ARGV member, db. A
+// clean stop leaves at once, so that another process need not wait for the
+// member to expire (in database 0 too, where the heartbeat may have
+// written it), and takes its sent field with it.
 var leaveScript = redis.NewScript(`
 local db = tonumber(ARGV[2])
 if db ~= 0 then
   redis.call('SELECT', db)
   redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], 'sent:' .. ARGV[1])
   redis.call('SELECT', 0)
+  return redis.call('ZREM', KEYS[1], ARGV[1])
 end
+redis.call('HDEL', KEYS[2], 'sent:' .. ARGV[1])
 return redis.call('ZREM', KEYS[1], ARGV[1])
 `)
 
