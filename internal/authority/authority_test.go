@@ -222,30 +222,80 @@ func TestPredecessorLateHeartbeat(t *testing.T) {
 	if err := b.Admit(); err != nil {
 		t.Fatalf("restart beside a dead predecessor's member: %v", err)
 	}
-	beat := func(sent int64) {
-		t.Helper()
-		node := su.be.MasterForKey([]byte(a.liveKey))
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
-			a.member, a.liveFor.Milliseconds(), maxMembers, keysDB, 0, sent).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	beat(b.began - 1000) // sent a second before the restart began, run now
+	su.beat(t, a, b.began-1000) // sent a second before the restart began, run now
 	for range 4 {
 		awaitRound(t, b)
 		if err := b.Admit(); err != nil || s.Floor() != 0 {
 			t.Fatalf("after the predecessor's late heartbeat: Admit = %v, floor %d; want admitted, floor 0", err, s.Floor())
 		}
 	}
-	beat(time.Now().UnixMilli()) // sent now: the member is alive
+	su.beat(t, a, time.Now().UnixMilli()) // sent now: the member is alive
 	waitFor(t, "the predecessor renewing now seen as a live copy", func() bool {
 		c := conflict(b)
 		return c != nil && c.Copy
 	})
 	if s.Floor() == 0 {
 		t.Fatal("finding a live copy did not raise the floor")
+	}
+}
+
+// TestStartAloneAndLateHeartbeat: a process starting alone
+// (Options.StartAlone) beside another store's member waits for it to run
+// out while it does not renew, and a heartbeat of it sent before this
+// process began, run late, is no renewal; one sent since is, and Start
+// refuses.
+func TestStartAloneAndLateHeartbeat(t *testing.T) {
+	su := newSetup(t)
+	other := su.killed(t, t.TempDir())
+	s := openStore(t, t.TempDir())
+	t.Cleanup(func() { s.Close() })
+	starting := func() (*Authority, chan error) {
+		a := New(Options{Backend: su.be, Writer: su.writer, Store: s, ReplicaTimeout: 200 * time.Millisecond, Interval: interval, StartAlone: true})
+		started := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			started <- a.Start(ctx)
+		}()
+		return a, started
+	}
+
+	a, started := starting()
+	time.Sleep(10 * interval) // awaitAlone has read the other member (a quarter interval apart)
+	su.beat(t, other, a.began-1000)
+	time.Sleep(10 * interval)
+	select {
+	case err := <-started:
+		t.Fatalf("Start beside a member moved by a heartbeat sent before it began = %v, want it waiting", err)
+	default:
+	}
+	su.beat(t, other, time.Now().UnixMilli()) // renewing now: alive
+	var c *ConflictError
+	if err := <-started; !errors.As(err, &c) {
+		t.Fatalf("Start beside a renewing member = %v, want a conflict", err)
+	}
+
+	a, started = starting()
+	t.Cleanup(a.Close)
+	time.Sleep(10 * interval)
+	su.keysConn(t).Do("ZREM", other.liveKey, other.member) // it ran out
+	if err := <-started; err != nil {
+		t.Fatalf("Start once the other member is gone = %v", err)
+	}
+	if err := a.Admit(); err != nil {
+		t.Fatalf("Admit after starting alone = %v", err)
+	}
+}
+
+// beat runs a's heartbeat as Redis would run one a sent at sent (Unix ms).
+func (su *setup) beat(t *testing.T, a *Authority, sent int64) {
+	t.Helper()
+	node := su.be.MasterForKey([]byte(a.liveKey))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
+		a.member, a.liveFor.Milliseconds(), maxMembers, keysDB, 0, sent).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
