@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# hot-ab.sh: two fenceproxy builds A/B on the hot lock (issue 26's handoffs/s
+# and wait p99), each build alone on the machine for each of its runs:
+#
+#   scripts/hot-ab.sh OLD NEW [runs per build (16)] [seconds per run (8)]
+#
+# OLD and NEW are fenceproxy binaries (go build -o ...). Each run starts a
+# fresh Redis master + replica (scripts/redis-local.sh) and one build in front
+# of it (--min-replicas 1, a fresh data dir), runs scripts/lockbench -system
+# fenceproxy -hot -clients 50 against it and stops what it started; runs
+# alternate which build goes first. It prints each run's handoffs/s and wait
+# p99, then each build's mean and median, NEW's mean over OLD's and a
+# bootstrap 95% interval of that ratio.
+#
+# Why alone, and why so many runs: scripts/lock-ab.sh keeps both builds up in
+# front of one Redis, where the idle one's heartbeat and the other's data dir
+# share the machine; and on a shared 2-core machine one run's rate swings by a
+# third, so eight runs a build cannot tell 0.92 from 1.0 (docs/performance.md,
+# "The hot lock"). A benchmark, not a test.
+set -euo pipefail
+if (($# < 2)); then
+	echo "usage: scripts/hot-ab.sh OLD NEW [runs] [seconds]" >&2
+	exit 2
+fi
+old=$(realpath "$1") new=$(realpath "$2")
+runs=${3:-16} secs=${4:-8}
+for b in "$old" "$new"; do
+	[[ -x $b ]] || {
+		echo "hot-ab: $b is not an executable fenceproxy build" >&2
+		exit 2
+	}
+done
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hot-ab.XXXXXX")
+proxy_pid=
+cleanup() {
+	if [[ -n $proxy_pid ]]; then
+		kill -TERM "$proxy_pid" 2>/dev/null || true
+		wait "$proxy_pid" 2>/dev/null || true
+	fi
+	if [[ -d $tmp/redis ]]; then scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true; fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+go build -o "$tmp/lockbench" ./scripts/lockbench
+
+# run BIN NAME: one run through BIN; appends "NAME handoffs/s p99_ms" to $tmp/results.
+run() {
+	local bin=$1 name=$2 port out
+	scripts/redis-local.sh start "$tmp/redis" >/dev/null
+	# shellcheck disable=SC1091
+	. "$tmp/redis/env"
+	port=$((30000 + RANDOM % 10000))
+	"$bin" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data" \
+		--min-replicas 1 --metrics-listen '' >"$tmp/proxy.log" 2>&1 &
+	proxy_pid=$!
+	for _ in $(seq 100); do
+		[[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && break
+		sleep 0.1
+	done
+	out=$("$tmp/lockbench" -system fenceproxy -hot -clients 50 -duration "${secs}s" -addr "127.0.0.1:$port" | grep RESULT) || {
+		cat "$tmp/proxy.log" >&2
+		exit 1
+	}
+	kill -TERM "$proxy_pid" && wait "$proxy_pid" || true
+	proxy_pid=
+	scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true
+	rm -rf "$tmp/redis" "$tmp/data"
+	awk -v name="$name" '{
+		for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+		printf "%s %s %s %s\n", name, v["ops_per_sec"], v["p99_ms"], v["errors"] }' <<<"$out" | tee -a "$tmp/results" |
+		awk '{ printf "%-3s handoffs/s %6s  wait p99 %7s ms  errors %s\n", $1, $2, $3, $4 }'
+}
+
+for i in $(seq "$runs"); do
+	if ((i % 2)); then
+		run "$old" old
+		run "$new" new
+	else
+		run "$new" new
+		run "$old" old
+	fi
+done
+
+awk '
+	function median(a, n,   i, j, t) {
+		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	{ n[$1]++; r[$1, n[$1]] = $2; s[$1] += $2; p[$1, n[$1]] = $3 }
+	END {
+		for (b = 0; b < 2; b++) {
+			name = b ? "new" : "old"
+			for (i = 1; i <= n[name]; i++) { x[i] = r[name, i]; q[i] = p[name, i] }
+			printf "%s: %d runs, handoffs/s mean %.0f median %.0f, wait p99 median %.2f ms\n", name, n[name], s[name] / n[name], median(x, n[name]), median(q, n[name])
+		}
+		printf "new/old: handoffs/s mean %.3f", s["new"] / n["new"] / (s["old"] / n["old"])
+		# Bootstrap: resample each build'\''s runs with replacement.
+		srand(1)
+		for (k = 1; k <= 2000; k++) {
+			so = 0; sn = 0
+			for (i = 1; i <= n["old"]; i++) so += r["old", int(rand() * n["old"]) + 1]
+			for (i = 1; i <= n["new"]; i++) sn += r["new", int(rand() * n["new"]) + 1]
+			ratio[k] = (sn / n["new"]) / (so / n["old"])
+		}
+		median(ratio, 2000)
+		printf " (bootstrap 95%% interval %.3f-%.3f)\n", ratio[50], ratio[1951]
+	}' "$tmp/results"
