@@ -24,64 +24,31 @@ if (($# < 2)); then
 fi
 old=$(realpath "$1") new=$(realpath "$2")
 runs=${3:-16} secs=${4:-8}
-for b in "$old" "$new"; do
-	[[ -x $b ]] || {
-		echo "hot-ab: $b is not an executable fenceproxy build" >&2
-		exit 2
-	}
-done
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/hot-ab.XXXXXX")
-proxy_pid=
-cleanup() {
-	if [[ -n $proxy_pid ]]; then
-		kill -TERM "$proxy_pid" 2>/dev/null || true
-		wait "$proxy_pid" 2>/dev/null || true
-	fi
-	if [[ -d $tmp/redis ]]; then scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true; fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+PROG=hot-ab
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+need_builds "$old" "$new"
+alone_init hot-ab
 go build -o "$tmp/lockbench" ./scripts/lockbench
 
 # run BIN NAME: one run through BIN; appends "NAME handoffs/s p99_ms" to $tmp/results.
 run() {
-	local bin=$1 name=$2 port out
-	scripts/redis-local.sh start "$tmp/redis" >/dev/null
-	# shellcheck disable=SC1091
-	. "$tmp/redis/env"
-	port=$((30000 + RANDOM % 10000))
-	"$bin" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data" \
-		--min-replicas 1 --metrics-listen '' >"$tmp/proxy.log" 2>&1 &
-	proxy_pid=$!
-	for _ in $(seq 100); do
-		[[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && break
-		sleep 0.1
-	done
+	local bin=$1 name=$2 out
+	alone_start "$bin"
 	out=$("$tmp/lockbench" -system fenceproxy -hot -clients 50 -duration "${secs}s" -addr "127.0.0.1:$port" | grep RESULT) || {
 		cat "$tmp/proxy.log" >&2
 		exit 1
 	}
-	kill -TERM "$proxy_pid" && wait "$proxy_pid" || true
-	proxy_pid=
-	scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true
-	rm -rf "$tmp/redis" "$tmp/data"
+	alone_stop
 	awk -v name="$name" '{
 		for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
 		printf "%s %s %s %s\n", name, v["ops_per_sec"], v["p99_ms"], v["errors"] }' <<<"$out" | tee -a "$tmp/results" |
 		awk '{ printf "%-3s handoffs/s %6s  wait p99 %7s ms  errors %s\n", $1, $2, $3, $4 }'
 }
 
-for i in $(seq "$runs"); do
-	if ((i % 2)); then
-		run "$old" old
-		run "$new" new
-	else
-		run "$new" new
-		run "$old" old
-	fi
-done
+alone_alternate "$runs" "$old" "$new"
 
 awk '
 	function median(a, n,   i, j, t) {

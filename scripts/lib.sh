@@ -132,3 +132,72 @@ stop_one() {
 	rm -f "$pidfile"
 	echo "stopped $name (pid $pid)"
 }
+
+# The A/B scripts that run one fenceproxy build at a time, alone in front of
+# a fresh Redis master + replica (scripts/hot-ab.sh, scripts/redisson-ab.sh):
+# alone_init first, then alone_start and alone_stop around each run.
+
+# alone_init NAME: tmp, a scratch dir removed at exit with whatever
+# alone_start left running.
+alone_init() {
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+	proxy_pid=
+	trap 'alone_stop; rm -rf "$tmp"' EXIT
+}
+
+# need_builds BIN...: each BIN is an executable fenceproxy build, or exit 2.
+need_builds() {
+	local b
+	for b; do
+		[[ -x $b ]] || {
+			echo "${PROG:-script}: $b is not an executable fenceproxy build" >&2
+			exit 2
+		}
+	done
+}
+
+# alone_start BIN [FLAG...]: a fresh master + replica in $tmp/redis (its env
+# sourced: MASTER_ADDR, REPLICA_ADDR), and BIN in front of it on a free
+# loopback port (set in port), with --min-replicas 1, a fresh data dir, no
+# metrics listener and FLAGs; returns once it answers PING (10 s at most).
+alone_start() {
+	local bin=$1
+	shift
+	scripts/redis-local.sh start "$tmp/redis" >/dev/null
+	# shellcheck disable=SC1091
+	. "$tmp/redis/env"
+	port=$(free_port)
+	"$bin" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data" \
+		--min-replicas 1 --metrics-listen '' "$@" >"$tmp/proxy.log" 2>&1 &
+	proxy_pid=$!
+	for _ in $(seq 100); do
+		[[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && return 0
+		sleep 0.1
+	done
+}
+
+# alone_stop: stops what alone_start started and removes its dirs.
+alone_stop() {
+	if [[ -n $proxy_pid ]]; then
+		kill -TERM "$proxy_pid" 2>/dev/null && wait "$proxy_pid" 2>/dev/null || true
+	fi
+	proxy_pid=
+	if [[ -d $tmp/redis ]]; then scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true; fi
+	rm -rf "$tmp/redis" "$tmp/data"
+}
+
+# alone_alternate RUNS OLD NEW: the sourcing script's run BIN NAME, RUNS
+# times a build, alternating which goes first, so that neither always runs
+# on the other's heels.
+alone_alternate() {
+	local i
+	for ((i = 1; i <= $1; i++)); do
+		if ((i % 2)); then
+			run "$2" old
+			run "$3" new
+		else
+			run "$3" new
+			run "$2" old
+		fi
+	done
+}

@@ -25,53 +25,28 @@ if (($# < 2)); then
 fi
 old=$(realpath "$1") new=$(realpath "$2")
 threads=${3:-16} runs=${4:-3} secs=${5:-6}
-for b in "$old" "$new"; do
-	[[ -x $b ]] || {
-		echo "redisson-ab: $b is not an executable fenceproxy build" >&2
-		exit 2
-	}
-done
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/redisson-ab.XXXXXX")
-proxy_pid=
-cleanup() {
-	if [[ -n $proxy_pid ]]; then
-		kill -TERM "$proxy_pid" 2>/dev/null || true
-		wait "$proxy_pid" 2>/dev/null || true
-	fi
-	if [[ -d $tmp/redis ]]; then scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true; fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+PROG=redisson-ab
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+need_builds "$old" "$new"
+alone_init redisson-ab
 (cd test/clients/java && mvn -q -B package -DskipTests)
 cp=test/clients/java/target/classes:$(cat test/clients/java/target/classpath.txt)
 
 # run BIN NAME: one LockBench run through BIN; appends "NAME ratio fp redis java" to $tmp/results.
 run() {
-	local bin=$1 name=$2 port out=$tmp/run.out
-	scripts/redis-local.sh start "$tmp/redis" >/dev/null
-	# shellcheck disable=SC1091
-	. "$tmp/redis/env"
-	port=$((30000 + RANDOM % 10000))
+	local bin=$1 name=$2 out=$tmp/run.out
 	# shellcheck disable=SC2086
-	"$bin" --listen "127.0.0.1:$port" --backend "$MASTER_ADDR" --data-dir "$tmp/data" \
-		--min-replicas 1 --replica-timeout 1s --metrics-listen '' ${REDISSON_AB_PROXY_ARGS:-} >"$tmp/proxy.log" 2>&1 &
-	proxy_pid=$!
-	for _ in $(seq 100); do
-		[[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && break
-		sleep 0.1
-	done
+	alone_start "$bin" --replica-timeout 1s ${REDISSON_AB_PROXY_ARGS:-}
 	FENCEPROXY_ADDR=127.0.0.1:$port FENCEPROXY_MASTER_ADDR=$MASTER_ADDR FENCEPROXY_REPLICA_ADDR=$REPLICA_ADDR \
 		FENCEPROXY_BENCH_PIDS="fenceproxy:$proxy_pid,master:$(cat "$tmp/redis/master.pid"),replica:$(cat "$tmp/redis/replica.pid")" \
 		java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$cp" fenceproxy.LockBench "$threads" "$secs" 2 >"$out" 2>&1 || {
 		cat "$out" >&2
 		exit 1
 	}
-	kill -TERM "$proxy_pid" && wait "$proxy_pid" || true
-	proxy_pid=
-	scripts/redis-local.sh stop "$tmp/redis" >/dev/null 2>&1 || true
-	rm -rf "$tmp/redis" "$tmp/data"
+	alone_stop
 	# "cpu µs/cycle proxy: java J fenceproxy F master M replica R total T", last round's.
 	awk -v name="$name" '
 		/ratio proxy\/direct:/ { ratio = $NF }
@@ -81,16 +56,7 @@ run() {
 }
 
 echo "redisson-ab: $threads threads, $runs runs per build, 2 x ${secs} s rounds each; OLD=$old NEW=$new"
-for ((i = 1; i <= runs; i++)); do
-	# Alternating which goes first, so that neither always runs on the other's heels.
-	if ((i % 2)); then
-		run "$old" old
-		run "$new" new
-	else
-		run "$new" new
-		run "$old" old
-	fi
-done
+alone_alternate "$runs" "$old" "$new"
 # median of column $2 for rows named $1
 median() {
 	awk -v name="$1" -v col="$2" '$1 == name { print $col }' "$tmp/results" | sort -g |
