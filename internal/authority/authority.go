@@ -129,8 +129,7 @@ type Authority struct {
 	conflicted  bool              // a conflict was seen since start
 	cleanRounds int               // rounds without a conflict since the last one
 	scanned     bool              // the records were scanned while the Redis bound was missing
-	firstSeen   map[string]string // a predecessor's member -> its score when first seen
-	lateSeen    map[string]bool   // predecessors' members seen moved by a heartbeat sent before this process began (logged once)
+	firstSeen   map[string]string // a predecessor's member -> its score when first seen (or last moved by a late heartbeat)
 	liveRuns    map[string]bool   // run ids taken for predecessors but seen renewing
 	lastErr     string
 	lastErrAt   time.Time
@@ -164,7 +163,6 @@ func New(opts Options) *Authority {
 		validFor:  2 * opts.Interval,
 		kick:      make(chan struct{}, 1),
 		firstSeen: map[string]string{},
-		lateSeen:  map[string]bool{},
 		liveRuns:  map[string]bool{},
 		done:      make(chan struct{}),
 		exited:    make(chan struct{}),
@@ -637,11 +635,9 @@ func (a *Authority) classify(hb heartbeat) (c *ConflictError, liveCopy bool) {
 				continue
 			}
 			if !a.sentSinceBegan(hb, m) {
-				if !a.lateSeen[m] {
-					a.lateSeen[m] = true
-					a.opts.Logger.Info("a heartbeat a dead predecessor sent before this process began reached Redis late; it is not a live copy",
-						"member", m, "sent_ms_before_start", a.began-hb.sent[m])
-				}
+				a.firstSeen[m] = score // only a later move counts
+				a.opts.Logger.Info("a heartbeat a dead predecessor sent before this process began reached Redis late; it is not a live copy",
+					"member", m, "sent_ms_before_start", a.began-hb.sent[m])
 				continue
 			}
 			a.liveRuns[run], liveCopy = true, true

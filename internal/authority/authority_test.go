@@ -299,6 +299,36 @@ func (su *setup) beat(t *testing.T, a *Authority, sent int64) {
 	}
 }
 
+// TestSentFieldsFollowMembers: a member's sent field lives as long as the
+// member: a heartbeat writes it, a member that expired loses it at a
+// later round, a clean leave takes it.
+func TestSentFieldsFollowMembers(t *testing.T) {
+	su := newSetup(t)
+	s := openStore(t, t.TempDir())
+	a := su.start(t, s)
+	direct := su.keysConn(t)
+	sent := func(member string) bool {
+		return string(direct.Do("HEXISTS", a.boundKey, "sent:"+member)) == ":1\r\n"
+	}
+	waitFor(t, "the authority's own sent field", func() bool { return sent(a.member) })
+	const gone = "gone-store/gone-run/gone-store"
+	node := su.be.MasterForKey([]byte(a.liveKey))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := heartbeatScript.Run(ctx, node.Client, []string{a.liveKey, a.boundKey},
+		gone, 1, maxMembers, keysDB, 0, time.Now().UnixMilli()).Err(); err != nil { // lives 1 ms
+		t.Fatal(err)
+	}
+	waitFor(t, "the expired member's sent field dropped", func() bool { return !sent(gone) })
+	if !sent(a.member) {
+		t.Fatal("the live member's sent field went with the expired one's")
+	}
+	a.Close()
+	if sent(a.member) {
+		t.Fatal("a clean leave left its sent field")
+	}
+}
+
 // awaitRound waits until a has published the verdict of a round that
 // began after the call.
 func awaitRound(t *testing.T, a *Authority) {

@@ -16,8 +16,9 @@ import "github.com/redis/go-redis/v9"
 // run, legacy members with their scores, legacy bound, store, run, the
 // live members' sent (false where none)} (false for a missing field). The
 // set itself expires when nobody has written it for twice the longest
-// live-for; sent fields whose member is gone are dropped when there are
-// more of them than members.
+// live-for; the hash's sent fields whose member is gone (expired, or the
+// whole set with it) are dropped once the hash has more fields than the
+// bound's three and one a member.
 //
 // The sent field is how a process tells a dead predecessor's heartbeat
 // that reached Redis late (it sat in a socket, or in a stalled Redis's
@@ -62,11 +63,7 @@ if db ~= 0 then
   lb = redis.call('HMGET', KEYS[2], 'bound', 'store', 'run')
   redis.call('SELECT', db)
 end
-local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-if #gone > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  for _, m in ipairs(gone) do redis.call('HDEL', KEYS[2], 'sent:' .. m) end
-end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 beat(true)
 if redis.call('HLEN', KEYS[2]) > 3 + redis.call('ZCARD', KEYS[1]) then
   for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do

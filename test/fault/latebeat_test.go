@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // TestKilledProxysLateHeartbeat: a fenceproxy killed while its heartbeat
@@ -24,7 +25,7 @@ func TestKilledProxysLateHeartbeat(t *testing.T) {
 	// proxy's is still there when the restarted one first looks.
 	args := []string{"--replica-timeout", "5s"}
 	first := testenv.StartProxy(t, testenv.ProxyOptions{Backend: relay.addr(), Args: args})
-	store := infoField(testenv.Dial(t, first.Addr).Do("INFO", "fenceproxy"), "fence_store_id")
+	store := upstream.InfoField(string(testenv.Dial(t, first.Addr).Do("INFO", "fenceproxy")), "fence_store_id")
 	if store == "" {
 		t.Fatal("INFO fenceproxy has no fence_store_id")
 	}
@@ -46,7 +47,10 @@ func TestKilledProxysLateHeartbeat(t *testing.T) {
 	if !ok {
 		t.Fatal("the restarted proxy granted nothing")
 	}
-	floor := infoField(c.Do("INFO", "fenceproxy"), "token_floor")
+	floor := upstream.InfoField(string(c.Do("INFO", "fenceproxy")), "token_floor")
+	if floor == "" {
+		t.Fatal("INFO fenceproxy has no token_floor")
+	}
 
 	direct := testenv.Dial(t, redis.Addr)
 	direct.Do("SELECT", "15")
@@ -110,20 +114,10 @@ func TestKilledProxysLateHeartbeat(t *testing.T) {
 	if r := c.Do("LOCK.ACQUIRE", "late:2", "o2", "60000"); r[0] != ':' {
 		t.Fatalf("LOCK.ACQUIRE after the late heartbeat = %s, want a token", testenv.ShowReply(r))
 	}
-	if now := infoField(c.Do("INFO", "fenceproxy"), "token_floor"); now != floor {
+	if now := upstream.InfoField(string(c.Do("INFO", "fenceproxy")), "token_floor"); now != floor {
 		t.Fatalf("token_floor went from %s to %s", floor, now)
 	}
 	if log := second.Log(); strings.Contains(log, "predecessor is alive") {
 		t.Fatalf("the restarted proxy took its killed predecessor for a live copy:\n%s", log)
 	}
-}
-
-// infoField is field's value in an INFO reply, "" if absent.
-func infoField(info []byte, field string) string {
-	for _, line := range strings.Split(string(info), "\r\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
