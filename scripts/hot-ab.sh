@@ -18,19 +18,12 @@
 # third, so eight runs a build cannot tell 0.92 from 1.0 (docs/performance.md,
 # "The hot lock"). A benchmark, not a test.
 set -euo pipefail
-if (($# < 2)); then
-	echo "usage: scripts/hot-ab.sh OLD NEW [runs] [seconds]" >&2
-	exit 2
-fi
-old=$(realpath "$1") new=$(realpath "$2")
-runs=${3:-16} secs=${4:-8}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-PROG=hot-ab
 # shellcheck source=scripts/lib.sh
-source scripts/lib.sh
-need_builds "$old" "$new"
-alone_init hot-ab
+source "$root/scripts/lib.sh"
+alone_init hot-ab "OLD NEW [runs] [seconds]" "$@" # OLD and NEW as given, from where the script was run
+cd "$root"
+runs=${3:-16} secs=${4:-8}
 go build -o "$tmp/lockbench" ./scripts/lockbench
 
 # run BIN NAME: one run through BIN; appends "NAME handoffs/s p99_ms" to $tmp/results.
@@ -50,27 +43,23 @@ run() {
 
 alone_alternate "$runs" "$old" "$new"
 
-awk '
-	function median(a, n,   i, j, t) {
-		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
-	{ n[$1]++; r[$1, n[$1]] = $2; s[$1] += $2; p[$1, n[$1]] = $3 }
+for name in old new; do
+	printf '%s: handoffs/s mean %s median %s, wait p99 median %s ms\n' "$name" \
+		"$(awk -v name=$name '$1 == name { s += $2; n++ } END { printf "%.0f", s / n }' "$tmp/results")" \
+		"$(alone_median $name 2)" "$(alone_median $name 3)"
+done
+# NEW's mean over OLD's, and the same of 2000 resamplings of each build's
+# runs (with replacement): their 2.5th and 97.5th percentiles.
+awk '{ n[$1]++; r[$1, n[$1]] = $2; s[$1] += $2 }
 	END {
-		for (b = 0; b < 2; b++) {
-			name = b ? "new" : "old"
-			for (i = 1; i <= n[name]; i++) { x[i] = r[name, i]; q[i] = p[name, i] }
-			printf "%s: %d runs, handoffs/s mean %.0f median %.0f, wait p99 median %.2f ms\n", name, n[name], s[name] / n[name], median(x, n[name]), median(q, n[name])
-		}
-		printf "new/old: handoffs/s mean %.3f", s["new"] / n["new"] / (s["old"] / n["old"])
-		# Bootstrap: resample each build'\''s runs with replacement.
+		printf "%.3f\n", s["new"] / n["new"] / (s["old"] / n["old"])
 		srand(1)
 		for (k = 1; k <= 2000; k++) {
 			so = 0; sn = 0
 			for (i = 1; i <= n["old"]; i++) so += r["old", int(rand() * n["old"]) + 1]
 			for (i = 1; i <= n["new"]; i++) sn += r["new", int(rand() * n["new"]) + 1]
-			ratio[k] = (sn / n["new"]) / (so / n["old"])
+			printf "%.3f\n", (sn / n["new"]) / (so / n["old"])
 		}
-		median(ratio, 2000)
-		printf " (bootstrap 95%% interval %.3f-%.3f)\n", ratio[50], ratio[1951]
-	}' "$tmp/results"
+	}' "$tmp/results" >"$tmp/ratios"
+printf 'new/old: handoffs/s mean %s (bootstrap 95%% interval %s-%s)\n' "$(head -1 "$tmp/ratios")" \
+	"$(tail -n +2 "$tmp/ratios" | sort -g | sed -n 50p)" "$(tail -n +2 "$tmp/ratios" | sort -g | sed -n 1951p)"

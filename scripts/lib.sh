@@ -137,23 +137,27 @@ stop_one() {
 # a fresh Redis master + replica (scripts/hot-ab.sh, scripts/redisson-ab.sh):
 # alone_init first, then alone_start and alone_stop around each run.
 
-# alone_init NAME: tmp, a scratch dir removed at exit with whatever
-# alone_start left running.
+# alone_init NAME USAGE ARG...: PROG=NAME; old and new, the absolute paths
+# of the first two ARGs (each an executable fenceproxy build; fewer ARGs
+# print "usage: scripts/NAME.sh USAGE" and exit 2); tmp, a scratch dir
+# removed at exit with whatever alone_start left running.
 alone_init() {
-	tmp=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
-	proxy_pid=
-	trap 'alone_stop; rm -rf "$tmp"' EXIT
-}
-
-# need_builds BIN...: each BIN is an executable fenceproxy build, or exit 2.
-need_builds() {
+	PROG=$1
+	if (($# < 4)); then
+		echo "usage: scripts/$PROG.sh $2" >&2
+		exit 2
+	fi
+	old=$(realpath "$3") new=$(realpath "$4")
 	local b
-	for b; do
+	for b in "$old" "$new"; do
 		[[ -x $b ]] || {
-			echo "${PROG:-script}: $b is not an executable fenceproxy build" >&2
+			echo "$PROG: $b is not an executable fenceproxy build" >&2
 			exit 2
 		}
 	done
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/$PROG.XXXXXX")
+	proxy_pid=
+	trap 'alone_stop; rm -rf "$tmp"' EXIT
 }
 
 # alone_start BIN [FLAG...]: a fresh master + replica in $tmp/redis (its env
@@ -174,6 +178,8 @@ alone_start() {
 		[[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && return 0
 		sleep 0.1
 	done
+	cat "$tmp/proxy.log" >&2
+	die "$bin did not answer PING on port $port within 10 s"
 }
 
 # alone_stop: stops what alone_start started and removes its dirs.
@@ -200,4 +206,11 @@ alone_alternate() {
 			run "$2" old
 		fi
 	done
+}
+
+# alone_median NAME COL: the median of column COL of $tmp/results's rows
+# whose first column is NAME (the A/B scripts' run results).
+alone_median() {
+	awk -v name="$1" -v col="$2" '$1 == name { print $col }' "$tmp/results" | sort -g |
+		awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }

@@ -19,19 +19,12 @@
 # by 0.2 in its ratio and 1.5x in its absolute rates (docs/performance.md,
 # "What the records cost a Redisson cycle"). A benchmark, not a test.
 set -euo pipefail
-if (($# < 2)); then
-	echo "usage: scripts/redisson-ab.sh OLD NEW [threads] [runs] [seconds]" >&2
-	exit 2
-fi
-old=$(realpath "$1") new=$(realpath "$2")
-threads=${3:-16} runs=${4:-3} secs=${5:-6}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-PROG=redisson-ab
 # shellcheck source=scripts/lib.sh
-source scripts/lib.sh
-need_builds "$old" "$new"
-alone_init redisson-ab
+source "$root/scripts/lib.sh"
+alone_init redisson-ab "OLD NEW [threads] [runs] [seconds]" "$@" # OLD and NEW as given, from where the script was run
+cd "$root"
+threads=${3:-16} runs=${4:-3} secs=${5:-6}
 (cd test/clients/java && mvn -q -B package -DskipTests)
 cp=test/clients/java/target/classes:$(cat test/clients/java/target/classpath.txt)
 
@@ -57,12 +50,7 @@ run() {
 
 echo "redisson-ab: $threads threads, $runs runs per build, 2 x ${secs} s rounds each; OLD=$old NEW=$new"
 alone_alternate "$runs" "$old" "$new"
-# median of column $2 for rows named $1
-median() {
-	awk -v name="$1" -v col="$2" '$1 == name { print $col }' "$tmp/results" | sort -g |
-		awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 for name in old new; do
 	printf 'median %s: ratio %s  fenceproxy %s  Redis %s  Java %s (µs a cycle)\n' "$name" \
-		"$(median $name 2)" "$(median $name 3)" "$(median $name 4)" "$(median $name 5)"
+		"$(alone_median $name 2)" "$(alone_median $name 3)" "$(alone_median $name 4)" "$(alone_median $name 5)"
 done
