@@ -2,7 +2,7 @@
 # lock-ab.sh: two fenceproxy builds side by side on one lock workload, rounds
 # alternating which goes first, each build's lock rate and CPU per lock:
 #
-#   scripts/lock-ab.sh OLD NEW [setnx|hot|distinct|grown] [ROUNDS (3)]
+#   scripts/lock-ab.sh OLD NEW [setnx|hot|distinct|fenced|grown] [ROUNDS (3)]
 #
 #   setnx  50 clients of scripts/lockbench -system redis (SET key owner NX PX
 #          ttl, then a compare-and-delete script, which fenceproxy forwards):
@@ -11,6 +11,9 @@
 #          resource, LOCK.ACQUIRE ... WAIT, each release handing the lock on
 #   distinct 50 clients of scripts/lockbench -system fenceproxy: a resource
 #          each, LOCK.ACQUIRE then LOCK.RELEASE (issue 26's lock cycle)
+#   fenced distinct with 4 FENCE.CHECKs of the token between acquire and
+#          release (lockbench -checks 4), as a resource that checks the token
+#          before each of four writes: the fencing half of a lock's use
 #   grown  distinct, after NEW's fence store was given LOCK_AB_GROW (1300000)
 #          more resources (scripts/lockload: pipelined LOCK.ACQUIRE, 2 s
 #          leases) before the first round; OLD's stays fresh. Give one build
@@ -36,15 +39,16 @@
 # exactly what it started. (A benchmark, not a test: the machine's noise
 # shows in the rounds.)
 set -euo pipefail
-old=${1:?usage: $0 OLD NEW [setnx|hot|distinct|grown] [ROUNDS]} new=${2:?usage: $0 OLD NEW [setnx|hot|distinct|grown] [ROUNDS]}
+old=${1:?usage: $0 OLD NEW [setnx|hot|distinct|fenced|grown] [ROUNDS]} new=${2:?usage: $0 OLD NEW [setnx|hot|distinct|fenced|grown] [ROUNDS]}
 mode=${3:-setnx} rounds=${4:-3}
 case $mode in
 setnx) bench=(-system redis) ;;
 hot) bench=(-system fenceproxy -hot) ;;
 distinct) bench=(-system fenceproxy) ;;
+fenced) bench=(-system fenceproxy -checks 4) ;;
 grown) bench=(-system fenceproxy -spread) ;;
 *)
-	echo "lock-ab: mode must be setnx, hot, distinct or grown, not $mode" >&2
+	echo "lock-ab: mode must be setnx, hot, distinct, fenced or grown, not $mode" >&2
 	exit 2
 	;;
 esac

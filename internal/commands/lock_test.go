@@ -301,6 +301,54 @@ func TestLockCyclesOnTheLoop(t *testing.T) {
 	}
 }
 
+// TestFencingOnTheLoop: the lock family's other commands (FENCE.CHECK,
+// FENCE.EXEC, LOCK.INFO, LOCK.TOKEN, LOCK.TOP, LOCK.SLOWLOG) are served on
+// the serve loop too, alone and pipelined behind a grant of the same
+// resource (which they follow: FENCE.CHECK's token is the grant's), with
+// their replies in order. FENCE.CHECK answers from the store's cache on
+// the loop, and a lock worker answers one whose resource is not cached
+// (here: never granted). Mutation: without their onLoop entries each went
+// on a goroutine detour (":goroutine").
+func TestFencingOnTheLoop(t *testing.T) {
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, _ := startStandalone(t, po, false)
+	c := p.dial(t)
+	first := string(c.Do("LOCK.ACQUIRE", "f", "o", "10000"))
+	tok := strings.TrimSuffix(strings.TrimPrefix(first, ":"), "\r\n")
+	if _, err := strconv.ParseUint(tok, 10, 64); err != nil {
+		t.Fatalf("LOCK.ACQUIRE: %q", first)
+	}
+	run(t, c, []exchange{
+		{[]string{"FENCE.CHECK", "f", tok}, ":1\r\n"},
+		{[]string{"FENCE.CHECK", "never-granted", "1"}, "-ERR token 1 was never issued for this resource\r\n"},
+		{[]string{"FENCE.EXEC", "f", tok, "SET", "guarded", "1"}, "+OK\r\n"},
+		{[]string{"LOCK.TOKEN", "f", "o"}, first},
+		{[]string{"LOCK.TOP", "1"}, "*0\r\n"},
+		{[]string{"LOCK.SLOWLOG", "LEN"}, ":0\r\n"},
+		{[]string{"LOCK.RELEASE", "f", "o"}, ":1\r\n"},
+	})
+	if info := string(c.Do("LOCK.INFO", "f")); !strings.Contains(info, "token\r\n"+first) {
+		t.Fatalf("LOCK.INFO: %q", info)
+	}
+	// Pipelined behind the grant of the same resource: checked after it.
+	reqs := [][]string{{"LOCK.ACQUIRE", "f", "o", "10000"}, {"FENCE.CHECK", "f", tok}, {"GET", "guarded"}, {"LOCK.RELEASE", "f", "o"}}
+	for _, r := range reqs {
+		c.Send(r...)
+	}
+	c.Flush()
+	for i, want := range []string{":", ":0\r\n", "$1\r\n1\r\n", ":1\r\n"} {
+		if got, err := c.ReadReply(); err != nil || !strings.HasPrefix(string(got), want) || i == 0 && string(got) == first {
+			t.Fatalf("reply %d (%q): %q, %v; want %q", i, reqs[i], got, err, want)
+		}
+	}
+	const want = "LOCK.ACQUIRE:loop FENCE.CHECK:loop FENCE.CHECK:loop FENCE.EXEC:loop LOCK.TOKEN:loop LOCK.TOP:loop LOCK.SLOWLOG:loop LOCK.RELEASE:loop LOCK.INFO:loop " +
+		"LOCK.ACQUIRE:loop FENCE.CHECK:loop GET:loop LOCK.RELEASE:loop"
+	if got := w.take(); got != want {
+		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestRecipesOnTheLoop: a recognised lock recipe (Redisson's RLock
 // acquire and unlock, by EVALSHA) is served on the serve loop as the lock
 // family is, alone or pipelined with other requests, with the recipe's own

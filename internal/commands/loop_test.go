@@ -118,8 +118,11 @@ func TestServesOnLoop(t *testing.T) {
 		{[]string{"CLIENT", "LIST"}, "", back, ""},
 		// Handed to a waiter by the loop, which watches the client.
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000", "WAIT", "100"}, ":1\r\n", back, "loop"},
-		{[]string{"FUNCTION", "STATS"}, "", back, ""},
-		{[]string{"INFO", "server"}, "", back, ""},
+		// Sent on the control connection once the earlier replies are in
+		// (a continuation), as PING is.
+		{[]string{"FUNCTION", "STATS"}, "", back, "loop"},
+		// Put together on a lock worker, which the loop hands it to.
+		{[]string{"INFO", "server"}, "", back, "loop"},
 	} {
 		c := p.dial(t)
 		run(t, c, []exchange{{[]string{"GET", "k"}, "$1\r\nv\r\n"}})

@@ -181,21 +181,21 @@ func init() {
 		// which Redis never sees.
 		{name: "ping", arity: -1, serve: (*Handler).ping, onLoop: pingOnLoop},
 		{name: "echo", arity: 2, serve: (*Handler).echo, onLoop: always},
-		{name: "quit", arity: -1, flags: flagImmediate, serve: (*Handler).quit},
+		{name: "quit", arity: -1, flags: flagImmediate, serve: (*Handler).quit, onLoop: always},
 		{name: "hello", arity: -1, serve: (*Handler).hello, onLoop: helloOnLoop},
 		{name: "client", arity: -2, serve: (*Handler).client, onLoop: clientOnLoop},
 		{name: "select", arity: 2, serve: (*Handler).selectDB, onLoop: selectOnLoop},
 		{name: "auth", arity: -2, serve: (*Handler).auth, onLoop: authOnLoop},
 		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
-		{name: "info", arity: -1, serve: (*Handler).info},
-		{name: "command", arity: -1, serve: (*Handler).command},
+		{name: "info", arity: -1, serve: (*Handler).info, onLoop: infoOnLoop},
+		{name: "command", arity: -1, serve: (*Handler).command, onLoop: always},
 		// In front of a Redis Cluster, a cluster of one node: the proxy
 		// (clusterview.go).
-		{name: "cluster", arity: -2, serve: (*Handler).clusterView},
+		{name: "cluster", arity: -2, serve: (*Handler).clusterView, onLoop: always},
 		// Forwarded, on the control connection while a script may be busy
 		// (control.go).
-		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction},
-		{name: "function", arity: -2, serve: (*Handler).scriptOrFunction},
+		{name: "script", arity: -2, serve: (*Handler).scriptOrFunction, onLoop: always},
+		{name: "function", arity: -2, serve: (*Handler).scriptOrFunction, onLoop: always},
 		// Clients' own lock recipes run as the lock manager's twins;
 		// every other script is forwarded (lockcmd's recipes.go).
 		{name: "eval", arity: -3, serve: lockServe((*lockcmd.Family).Eval), onLoop: evalOnLoop},
@@ -244,28 +244,28 @@ func init() {
 				results: []string{"current", "stale", "invalid", "error"},
 				info:    []infoLine{{"fence_checks", []string{"current", "stale"}}, {"stale_fence_checks", []string{"stale"}}},
 			},
-			serve: lockServe((*lockcmd.Family).FenceCheck)},
+			serve: lockServe((*lockcmd.Family).FenceCheck), onLoop: leaseOnLoop},
 		{name: "fence.exec", arity: -4, flags: lockFlags | flagWrite | flagMovableKeys, resource: 1, fenced: 3,
 			summary: "Run a command in Redis only if a token is the newest issued for a resource",
 			syntax:  "resource token command [arg ...]",
-			serve:   lockServe((*lockcmd.Family).FenceExec)},
+			serve:   lockServe((*lockcmd.Family).FenceExec), onLoop: leaseOnLoop},
 		{name: "lock.info", arity: 2, flags: lockFlags | flagReadonly | flagFast, resource: 1,
 			summary: "Show a lock's owner, newest token, remaining lease and waiters",
 			syntax:  "resource",
-			serve:   lockServe((*lockcmd.Family).LockInfo)},
+			serve:   lockServe((*lockcmd.Family).LockInfo), onLoop: leaseOnLoop},
 		{name: "lock.token", arity: 3, flags: lockFlags | flagReadonly | flagFast, resource: 1,
 			summary: "Get the fencing token of a holder's current grant of a lock: a client recipe's lock key, or a lock-family resource",
 			syntax:  "resource holder",
-			serve:   lockServe((*lockcmd.Family).Token)},
+			serve:   lockServe((*lockcmd.Family).Token), onLoop: leaseOnLoop},
 		{name: "lock.top", arity: -1, flags: lockFlags | flagReadonly,
 			summary: "List the most contended resources, most first",
 			syntax:  "[count]",
-			serve:   lockServe((*lockcmd.Family).Top)},
+			serve:   lockServe((*lockcmd.Family).Top), onLoop: leaseOnLoop},
 		// As Redis's SLOWLOG: it shows other clients' resources and addresses.
 		{name: "lock.slowlog", arity: -2, flags: lockFlags | flagAdmin,
 			summary: "Read or reset the slow-lock log: long waits, long holds, expired leases",
 			syntax:  "GET|LEN|RESET|HELP [count]",
-			serve:   lockServe((*lockcmd.Family).Slowlog)},
+			serve:   lockServe((*lockcmd.Family).Slowlog), onLoop: leaseOnLoop},
 
 		// A tier's membership and state (lockcmd's tier.go): an operator's.
 		{name: "tier.info", arity: 1, flags: lockFlags | flagAdmin,
@@ -435,6 +435,11 @@ func evalOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool { return h.loc
 // leaseOnLoop: a lock request the serve loop may hand to the lock path
 // (lockcmd's LeaseOnLoop).
 func leaseOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool { return h.locks.LeaseOnLoop(args) }
+
+// infoOnLoop: INFO is put together on one of the lock path's workers
+// (Family.Go), which the serve loop may hand it to while their backlog
+// has room (lockcmd's GoOnLoop).
+func infoOnLoop(h *Handler, _ *protocol.Conn, _ [][]byte) bool { return h.locks.GoOnLoop() }
 
 // setOnLoop: a SET the serve loop may forward (lockcmd's SetOnLoop).
 func setOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool { return h.locks.SetOnLoop(args) }

@@ -129,6 +129,10 @@ func (fam *Family) InTier() bool { return fam.opts.Tier != nil }
 // goroutine (INFO's sections and tier membership use it too).
 func (fam *Family) Go(fn func()) { fam.runner.Go(fn) }
 
+// GoOnLoop reports whether Go would hand fn over without waiting, as the
+// serve loop must: while the workers' backlog is not filling.
+func (fam *Family) GoOnLoop() bool { return !fam.runner.Crowded() }
+
 // lockOwner is the owner string stored for a lock: with authentication on,
 // the user's name, a NUL byte, then the client's owner. User names have no
 // NUL (auth refuses them), so no owner string one user chooses can equal

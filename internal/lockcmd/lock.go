@@ -422,26 +422,31 @@ func (fam *Family) FenceCheck(c Conn, args [][]byte, p *resp.Reply) {
 		p.DoneError(msg)
 		return
 	}
-	if c.State().Requests.Busy(resource) || !fam.opts.Manager.Admitted() {
-		// An earlier request of this client for the resource is still
-		// running (say, a pipelined ACQUIRE): check after it, not before.
-		// Or the heartbeat round is late: wait for it off the loop.
-		fam.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
-			if err := fam.opts.Manager.AdmitWithin(ctx); err != nil {
-				fam.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
-				return nil, fam.lockError(err, "retry")
-			}
-			return fam.fenceCheckReply(resource, token)
-		})
-		return
+	// Answered where it is served (the serve loop) when nothing needs a
+	// wait: no earlier request of this client for the resource is still
+	// running (say, a pipelined ACQUIRE: checked after it, not before),
+	// the heartbeat round is on time, and the resource's newest token is
+	// in the store's cache. Else a lock worker answers it.
+	if !c.State().Requests.Busy(resource) && fam.opts.Manager.Admitted() {
+		if current, known, err := fam.opts.Manager.FenceCheckNow(resource, uint64(token)); known {
+			reply, err := fam.fenceVerdict(token, current, err)
+			p.Buf, p.Err = append(p.Buf, reply...), err
+			p.Done()
+			return
+		}
 	}
-	reply, err := fam.fenceCheckReply(resource, token)
-	p.Buf, p.Err = append(p.Buf, reply...), err
-	p.Done()
+	fam.runLock(c, resource, p, 0, func(ctx context.Context) ([]byte, error) {
+		if err := fam.opts.Manager.AdmitWithin(ctx); err != nil {
+			fam.opts.Metrics.FenceChecks.WithLabelValues("error").Inc()
+			return nil, fam.lockError(err, "retry")
+		}
+		current, err := fam.opts.Manager.FenceCheck(resource, uint64(token))
+		return fam.fenceVerdict(token, current, err)
+	})
 }
 
-func (fam *Family) fenceCheckReply(resource string, token int64) ([]byte, error) {
-	current, err := fam.opts.Manager.FenceCheck(resource, uint64(token))
+// fenceVerdict is FENCE.CHECK's reply to the Manager's verdict, counted.
+func (fam *Family) fenceVerdict(token int64, current bool, err error) ([]byte, error) {
 	switch {
 	case err == locks.ErrNeverIssued:
 		// The caller's mistake, not a failure of the proxy: kept apart

@@ -204,6 +204,36 @@ func TestFenceCheck(t *testing.T) {
 	}
 }
 
+// TestFenceCheckNow: the serve loop's FENCE.CHECK judges as FenceCheck
+// does where the resource's newest token is cached, and judges nothing
+// (known false, no error) where it is not, nor when the cache fails: the
+// caller then asks FenceCheck, which may read the store. The authority's
+// refusal is a verdict either way.
+func TestFenceCheckNow(t *testing.T) {
+	f := holding(t, newFakeScripts(t), nil)
+	f.tokens.known["r"] = true
+	for _, tc := range []struct {
+		token   uint64
+		current bool
+		err     error
+	}{{5, true, nil}, {4, false, nil}, {6, false, ErrNeverIssued}} {
+		if current, known, err := f.m.FenceCheckNow("r", tc.token); !known || current != tc.current || err != tc.err {
+			t.Errorf("FenceCheckNow(%d) = %v, %v, %v; want %v, true, %v", tc.token, current, known, err, tc.current, tc.err)
+		}
+	}
+	if _, known, err := f.m.FenceCheckNow("not-cached", 1); known || err != nil {
+		t.Errorf("FenceCheckNow of a resource not cached: known %v, %v; want false, nil", known, err)
+	}
+	f.tokens.failCached = persist.ErrUnhealthy
+	if _, known, err := f.m.FenceCheckNow("r", 5); known || err != nil {
+		t.Errorf("FenceCheckNow with the cache failing: known %v, %v; want false, nil (FenceCheck judges)", known, err)
+	}
+	f = holding(t, newFakeScripts(t), func(o *Options) { o.Admit = func() error { return errNotAdmitted } })
+	if _, known, err := f.m.FenceCheckNow("r", 5); !known || err != errNotAdmitted {
+		t.Errorf("FenceCheckNow refused by the authority: known %v, %v", known, err)
+	}
+}
+
 // record is infoScript's reply for a held resource.
 func recordReply(owner, token string, pttl int64) func(string) (any, error) {
 	return func(string) (any, error) {

@@ -722,6 +722,28 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return m.judgeToken(token, newest)
+}
+
+// FenceCheckNow is FenceCheck for a caller that must not wait (the serve
+// loop): answered (known) only when the resource's newest token is in the
+// store's cache; else known is false, nothing was judged, and the caller
+// asks FenceCheck where it may wait.
+func (m *Manager) FenceCheckNow(resource string, token uint64) (current, known bool, err error) {
+	if err := m.admit(); err != nil {
+		return false, true, err
+	}
+	newest, known, err := m.opts.Store.NewestCached(resource)
+	if err != nil || !known {
+		return false, false, nil // judged where a read may wait, as a miss is
+	}
+	current, err = m.judgeToken(token, newest)
+	return current, true, err
+}
+
+// judgeToken is FenceCheck's verdict on token against the resource's
+// newest.
+func (m *Manager) judgeToken(token, newest uint64) (bool, error) {
 	if m.neverIssued(token, newest) {
 		return false, ErrNeverIssued
 	}

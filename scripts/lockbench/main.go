@@ -2,7 +2,7 @@
 // Redis with fenceproxy's LOCK.ACQUIRE/LOCK.RELEASE.
 //
 //	go run ./scripts/lockbench -system S -addr HOST:PORT [-clients 50]
-//	    [-duration 5s] [-resources 100000] [-hot]
+//	    [-duration 5s] [-resources 100000] [-hot] [-checks N]
 //
 // Systems:
 //
@@ -12,7 +12,10 @@
 //	fenceproxy    LOCK.ACQUIRE resource owner ttl; LOCK.RELEASE resource owner
 //
 // Distinct mode (the default): every client loops acquire+release on random
-// resources; the result is cycles/s and the p50/p99 of a whole cycle.
+// resources; the result is cycles/s and the p50/p99 of a whole cycle. With
+// -checks N (fenceproxy only) a holder also sends N FENCE.CHECKs of its
+// token between the two, as a resource that checks the token before each of
+// N writes would: the fencing half of a lock cycle.
 //
 // Hot mode (-hot): every client contends for one resource. Redis clients poll
 // with 1-3 ms jittered sleeps after a failed attempt; fenceproxy clients block
@@ -65,6 +68,7 @@ type config struct {
 	ttl         time.Duration
 	waitTimeout time.Duration // redis-fenced: WAIT 1 <this>
 	blockWait   time.Duration // fenceproxy -hot: LOCK.ACQUIRE ... WAIT <this>
+	checks      int           // fenceproxy distinct: FENCE.CHECKs a cycle
 	prefix      string
 	spread      bool // distinct mode: names start with a hash of their number
 }
@@ -184,6 +188,12 @@ func (l *proxyLocker) acquire(ctx context.Context, r string) (int64, bool, error
 	return tok, true, nil
 }
 
+// check is FENCE.CHECK of token: whether it is still the resource's newest.
+func (l *proxyLocker) check(ctx context.Context, r string, token int64) (bool, error) {
+	n, err := l.conn.Do(ctx, "FENCE.CHECK", r, token).Int64()
+	return n == 1, err
+}
+
 func (l *proxyLocker) release(ctx context.Context, r string) (bool, error) {
 	n, err := l.conn.Do(ctx, "LOCK.RELEASE", r, l.owner).Int64()
 	return n == 1, err
@@ -200,6 +210,7 @@ func main() {
 	flag.DurationVar(&cfg.ttl, "ttl", 10*time.Second, "lock lease")
 	flag.DurationVar(&cfg.waitTimeout, "wait-timeout", 500*time.Millisecond, "redis-fenced: timeout of WAIT 1")
 	flag.DurationVar(&cfg.blockWait, "block-wait", 5*time.Second, "fenceproxy -hot: LOCK.ACQUIRE ... WAIT timeout")
+	flag.IntVar(&cfg.checks, "checks", 0, "fenceproxy distinct mode: FENCE.CHECKs of the token between acquire and release")
 	flag.StringVar(&cfg.prefix, "prefix", "", "resource name prefix (default: unique per run)")
 	flag.BoolVar(&cfg.spread, "spread", false, "distinct mode: start each resource name with 4 hex digits of a hash of its number, so that the names spread over the key space (a fence store grown by lockload -spread has them among its own)")
 	flag.Parse()
@@ -224,6 +235,8 @@ func run(cfg *config) error {
 		return errors.New("-duration must be in (0, 10m]")
 	case cfg.resources < 1:
 		return errors.New("-resources must be at least 1")
+	case cfg.checks < 0 || cfg.checks > 1000 || cfg.checks > 0 && (cfg.system != "fenceproxy" || cfg.hot):
+		return errors.New("-checks must be in 0..1000, and only with -system fenceproxy without -hot")
 	case cfg.ttl < time.Millisecond || cfg.waitTimeout < time.Millisecond || cfg.blockWait < time.Millisecond:
 		return errors.New("-ttl, -wait-timeout and -block-wait must be at least 1ms")
 	}
@@ -350,6 +363,9 @@ func run(cfg *config) error {
 		cfg.system, mode, cfg.clients, elapsed.Seconds(), tot.ops, float64(tot.ops)/elapsed.Seconds(),
 		ms(pct(tot.lat, 0.50)), ms(pct(tot.lat, 0.99)), ms(pct(tot.lat, 1)), tot.errs)
 	fmt.Fprintf(&b, " not_held=%d", tot.notHeld)
+	if cfg.checks > 0 {
+		fmt.Fprintf(&b, " checks=%d", cfg.checks)
+	}
 	if cfg.system == "redis-fenced" {
 		fmt.Fprintf(&b, " noreplica=%d", tot.noReplica)
 	}
@@ -381,7 +397,7 @@ func distinctClient(ctx context.Context, cfg *config, l locker, st *stats, rng *
 		if cfg.spread {
 			r = fmt.Sprintf("%04x:%s", spreadOf(uint64(i)), r)
 		}
-		_, ok, err := l.acquire(ctx, r)
+		token, ok, err := l.acquire(ctx, r)
 		if err != nil {
 			st.errs++
 			elog.add("acquire", err)
@@ -396,6 +412,17 @@ func distinctClient(ctx context.Context, cfg *config, l locker, st *stats, rng *
 		if !ok {
 			st.busy++
 			continue
+		}
+		for range cfg.checks {
+			current, err := l.(*proxyLocker).check(ctx, r, token)
+			if err == nil && !current {
+				err = fmt.Errorf("FENCE.CHECK %s %d: stale while held", r, token)
+			}
+			if err != nil {
+				st.errs++
+				elog.add("check", err)
+				break
+			}
 		}
 		released, err := l.release(ctx, r)
 		if err != nil {
