@@ -243,15 +243,30 @@ func (h *Handler) authenticated(c *protocol.Conn, user string) {
 
 // clientOnLoop is CLIENT's onLoop: the subcommands answered from the
 // client's connection alone (ID, GETNAME, SETNAME, SETINFO, NO-EVICT,
-// NO-TOUCH: what redis-py and Jedis send on every new connection).
-func clientOnLoop(_ *Handler, _ *protocol.Conn, args [][]byte) bool {
+// NO-TOUCH: what redis-py and Jedis send on every new connection, and
+// INFO), from the proxy's table of its clients (LIST), and KILL, whose
+// kills the loop carries out after the reply (Conn.Kill posts them), but
+// for a USER filter that Redis must check (no --aclfile: userExists).
+func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
 	if len(args) < 2 || len(args[1]) > 8 {
 		return false
 	}
 	var lower [8]byte
 	switch string(lowerInto(lower[:0], args[1])) {
-	case "id", "getname", "setname", "setinfo", "no-evict", "no-touch":
+	case "id", "getname", "setname", "setinfo", "no-evict", "no-touch", "info", "list":
 		return true
+	case "kill":
+		return h.opts.ACL != nil || !killsByUser(args)
+	}
+	return false
+}
+
+// killsByUser reports whether a CLIENT KILL names a USER filter.
+func killsByUser(args [][]byte) bool {
+	for i := 2; i+1 < len(args); i += 2 {
+		if strings.EqualFold(string(args[i]), "user") {
+			return true
+		}
 	}
 	return false
 }

@@ -115,7 +115,13 @@ func TestServesOnLoop(t *testing.T) {
 		// Database 1 has no connections yet: a goroutine opens them.
 		{[]string{"SELECT", "1"}, "+OK\r\n", back, ""},
 		{[]string{"CLIENT", "REPLY", "ON"}, "+OK\r\n", back, ""},
-		{[]string{"CLIENT", "LIST"}, "", back, ""},
+		// From the proxy's table of its clients.
+		{[]string{"CLIENT", "LIST"}, "", back, "loop"},
+		{[]string{"CLIENT", "INFO"}, "", back, "loop"},
+		// Kills carried out by the loop after the reply (none here).
+		{[]string{"CLIENT", "KILL", "ID", "999999"}, ":0\r\n", back, "loop"},
+		// A USER filter Redis checks (no --aclfile): a round trip.
+		{[]string{"CLIENT", "KILL", "ID", "999999", "USER", "default"}, ":0\r\n", back, ""},
 		// Handed to a waiter by the loop, which watches the client.
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000", "WAIT", "100"}, ":1\r\n", back, "loop"},
 		// Sent on the control connection once the earlier replies are in

@@ -9,9 +9,10 @@ import (
 )
 
 // TestClientStaysOnTheServeLoop: a client that sends, between ordinary
-// requests, what the serve loop's thread does not answer itself (the
-// proxy's INFO, put together on a worker; CLIENT LIST, CLIENT TRACKING ON
-// over RESP3, AUTH as another Redis user) stays on the loop for its whole life: the same
+// requests, what the serve loop's thread does not answer at once (the
+// proxy's INFO, put together on a worker; CLIENT LIST; CLIENT TRACKING ON
+// over RESP3 and AUTH as another Redis user, each on a goroutine detour)
+// stays on the loop for its whole life: the same
 // socket in CLIENT LIST (fd), counted in INFO fenceproxy's loop_clients,
 // with every reply in order. Another client (the observer) looks, so
 // that the subject sends nothing but its own requests. (Before, the
