@@ -487,10 +487,10 @@ func (p *proxy) newServer(h protocol.Handler) *protocol.Server {
 func (p *proxy) info() string {
 	st := p.storeStats()
 	be := p.be
-	return fmt.Sprintf("fenceproxy_mode:%s\r\nmasters:%d\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nloop_clients:%d\r\nreplicas_seen:%d\r\n"+
+	return fmt.Sprintf("fenceproxy_mode:%s\r\nmasters:%d\r\nuptime_in_seconds:%d\r\nconnected_clients:%d\r\nloop_clients:%d\r\ngoroutine_detours:%d\r\nreplicas_seen:%d\r\n"+
 		"min_replicas:%d\r\nreplica_timeout_ms:%d\r\nfence_store_healthy:%d\r\ntoken_bound:%d\r\n"+
 		"tokens_cached:%d\r\ntoken_cache_hits:%d\r\ntoken_cache_misses:%d\r\n",
-		be.Mode(), len(be.Masters()), int(time.Since(p.startedAt).Seconds()), p.srv.Clients(), p.srv.LoopClients(), fewestReplicas(be),
+		be.Mode(), len(be.Masters()), int(time.Since(p.startedAt).Seconds()), p.srv.Clients(), p.srv.LoopClients(), p.srv.GoroutineDetours(), fewestReplicas(be),
 		p.cfg.minReplicas, p.cfg.replicaTimeout.Milliseconds(), boolInt(st.Healthy), st.ReservedBound,
 		st.CacheEntries, st.CacheHits, st.CacheMisses) + p.authorityInfo() + limitsInfo(p.srv) + memoryInfo(be, p.cfg.allowEvictable, p.metrics) + p.tierInfo()
 }

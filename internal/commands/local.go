@@ -243,8 +243,10 @@ func (h *Handler) authenticated(c *protocol.Conn, user string) {
 
 // clientOnLoop is CLIENT's onLoop: the subcommands answered from the
 // client's connection alone (ID, GETNAME, SETNAME, SETINFO, NO-EVICT,
-// NO-TOUCH: what redis-py and Jedis send on every new connection, and
-// INFO), from the proxy's table of its clients (LIST), and KILL, whose
+// NO-TOUCH: what redis-py and Jedis send on every new connection, INFO,
+// and REPLY, whose mode marks each later reply's slot silent or not:
+// protocol.Conn.SetSilent), from the proxy's table of its clients (LIST),
+// and KILL, whose
 // kills the loop carries out after the reply (Conn.Kill posts them), but
 // for a USER filter that Redis must check (no --aclfile: userExists).
 func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
@@ -253,7 +255,7 @@ func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
 	}
 	var lower [8]byte
 	switch string(lowerInto(lower[:0], args[1])) {
-	case "id", "getname", "setname", "setinfo", "no-evict", "no-touch", "info", "list":
+	case "id", "getname", "setname", "setinfo", "no-evict", "no-touch", "info", "list", "reply":
 		return true
 	case "kill":
 		return h.opts.ACL != nil || !killsByUser(args)

@@ -60,6 +60,34 @@ func watchLoop(po *proxyOptions) *loopWatcher {
 	return w
 }
 
+// TestClientReplyOnTheLoop: CLIENT REPLY OFF, SKIP and ON, pipelined
+// with other requests, are served on the loop (the mode only marks later
+// replies silent), and the client reads exactly what Redis would send:
+// the commands run, their replies dropped while off or skipped. Mutation:
+// with ServesOnLoop refusing a client whose replies are off (as before),
+// the requests sent while off went on a goroutine detour.
+func TestClientReplyOnTheLoop(t *testing.T) {
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, _ := startStandalone(t, po, false)
+	c := p.dial(t)
+	reqs := [][]string{{"SET", "a", "1"}, {"CLIENT", "REPLY", "OFF"}, {"INCR", "n"}, {"GET", "a"}, {"CLIENT", "REPLY", "ON"},
+		{"CLIENT", "REPLY", "SKIP"}, {"INCR", "n"}, {"GET", "n"}}
+	for _, r := range reqs {
+		c.Send(r...)
+	}
+	c.Flush()
+	for i, want := range []string{"+OK\r\n", "+OK\r\n", "$1\r\n2\r\n"} {
+		if got, err := c.ReadReply(); err != nil || string(got) != want {
+			t.Fatalf("reply %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	const want = "SET:loop CLIENT REPLY:loop INCR:loop GET:loop CLIENT REPLY:loop CLIENT REPLY:loop INCR:loop GET:loop"
+	if got := w.take(); got != want {
+		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestServesOnLoop: with the serve loop, a client's forwarded requests and
 // what client libraries send when they connect (CLIENT SETINFO, SETNAME,
 // ID, GETNAME, ECHO) are served on the loop, with Redis's and the proxy's
@@ -114,7 +142,8 @@ func TestServesOnLoop(t *testing.T) {
 	}{
 		// Database 1 has no connections yet: a goroutine opens them.
 		{[]string{"SELECT", "1"}, "+OK\r\n", back, ""},
-		{[]string{"CLIENT", "REPLY", "ON"}, "+OK\r\n", back, ""},
+		// The mode marks later replies' slots silent or not.
+		{[]string{"CLIENT", "REPLY", "ON"}, "+OK\r\n", back, "loop"},
 		// From the proxy's table of its clients.
 		{[]string{"CLIENT", "LIST"}, "", back, "loop"},
 		{[]string{"CLIENT", "INFO"}, "", back, "loop"},

@@ -29,15 +29,18 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // client's connection of the shared pool (RESP2 or RESP3, in a database
 // whose connections are open) or on its connection of its own while the
 // loop serves that one too (a transaction's, WATCH's: not with TLS to
-// Redis), while nothing else holds the client elsewhere (replies on, no
-// tunnel, no tracking, no connection as another Redis user), PING and
+// Redis), while nothing else holds the client elsewhere (no tunnel, no
+// tracking, no connection as another Redis user; CLIENT REPLY OFF or SKIP
+// only marks replies silent), PING and
 // SELECT (which go on once the client's earlier replies are in:
 // protocol's AfterReplies), AUTH checked by fenceproxy's own users, the
-// lock family without WAIT and the clients' recognised lock recipes (both
-// handed to a lock worker: lockcmd's LeaseOnLoop, RecipesOnLoop), and
-// the few of the proxy's own that it answers at once from the
-// connection's own state (the table's onLoop: what client libraries send
-// when they connect, so that their clients stay on the loop). MULTI,
+// lock family and the clients' recognised lock recipes (started as
+// callbacks or handed to a lock worker: lockcmd's LeaseOnLoop,
+// RecipesOnLoop; on a tier node too, and a peer's TIER.RELAY of them:
+// tierLinkOnLoop), INFO (put together on a lock worker), and the proxy's
+// own that it answers from the connection's state or the proxy's (the
+// table's onLoop: what client libraries send when they connect, CLIENT
+// LIST, COMMAND...). MULTI,
 // WATCH, EXEC, DISCARD, UNWATCH, blocking commands and WAIT are the
 // loop's wherever they come: what pins a connection goes on once the
 // earlier replies are in, with the master's spare connection or one
@@ -53,10 +56,12 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // of a standalone master), MONITOR and SYNC are the loop's too: their
 // tunnel's connection is dialled off the loop (protocol's OffLoop), the
 // loop writes Redis's stream (protocol's outbox), and every later request
-// of the client goes through the tunnel on the loop. Everything else (the
-// other commands of the proxy's own, AUTH as another Redis user, CLIENT
-// TRACKING, pub/sub in front of a Redis Cluster, and in front of a Redis
-// Cluster broadcasts and SCAN) is served on a goroutine while the client
+// of the client goes through the tunnel on the loop. Everything else
+// (RESET, CLIENT TRACKING and a tracking client's requests, CLIENT KILL
+// USER that Redis checks, AUTH as another Redis user, a database whose
+// connections are not open, TIER.APPLIED and an operator's TIER.*, pub/sub
+// in front of a Redis Cluster, and in front of a Redis Cluster broadcasts
+// and SCAN) is served on a goroutine while the client
 // stays on the loop (protocol's goroutine detour): ServesOnLoop decides
 // only which thread serves a request, the loop's or a goroutine's.
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
@@ -69,7 +74,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return !h.locks.InTier() || !hasPrefixFold(args[0], "tier.")
 	}
 	if s.tx.pinned != nil && !s.tx.pinned.OnLoop() ||
-		s.replies.off || s.replies.skipNext || s.track.on || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
+		s.track.on || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
 		return false
 	}
 	var lower [32]byte
@@ -79,7 +84,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	}
 	lname := lowerInto(lower[:0], name)
 	if h.locks.InTier() && len(lname) >= 5 && string(lname[:5]) == "tier." {
-		return false // a peer's link (serveTierLink): TIER.RELAY runs a lock command
+		return h.tierLinkOnLoop(c, lname, args)
 	}
 	cmd := lookup(lname)
 	if s.tx.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {
@@ -93,6 +98,25 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	// In front of a Redis Cluster, whose routing the Forwarder knows: a
 	// request of one slot, by the client's view of the slots.
 	return h.opts.Backend.ServesOnLoop(&s.backend, args, c.BatchLen() == 0)
+}
+
+// tierLinkOnLoop: what of a tier peer's link (tierlink.go) the loop
+// serves: TIER.PEER (the link's own state), TIER.UNDO (handed to a lock
+// worker) and TIER.RELAY of a command the loop would serve had it come on
+// its own, which is how a follower's clients' lock commands reach the
+// leader. TIER.APPLIED (a report may start a leadership round) and an
+// operator's TIER.INFO, ADD and REMOVE take a goroutine detour.
+func (h *Handler) tierLinkOnLoop(c *protocol.Conn, lname []byte, args [][]byte) bool {
+	switch string(lname) {
+	case "tier.peer":
+		return true
+	case "tier.undo":
+		return h.locks.GoOnLoop()
+	case "tier.relay":
+		return sessionOf(c).lock.Peer != nil && len(args) >= 3 && !hasPrefixFold(args[2], "tier.") &&
+			h.ServesOnLoop(c, args[2:])
+	}
+	return false
 }
 
 // pingOnLoop: PING goes on once its earlier replies are in (inOrder, a

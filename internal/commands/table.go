@@ -186,7 +186,11 @@ func init() {
 		{name: "client", arity: -2, serve: (*Handler).client, onLoop: clientOnLoop},
 		{name: "select", arity: 2, serve: (*Handler).selectDB, onLoop: selectOnLoop},
 		{name: "auth", arity: -2, serve: (*Handler).auth, onLoop: authOnLoop},
-		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset}, // inside MULTI too: it discards it
+		// Inside MULTI too: it discards it. On the loop: what the client
+		// sent before goes first (AfterReplies), and its connections are
+		// given back without a wait (a tracking client's RESET takes a
+		// detour, as all its requests do).
+		{name: "reset", arity: 1, flags: flagImmediate, serve: (*Handler).reset, onLoop: always},
 		{name: "info", arity: -1, serve: (*Handler).info, onLoop: infoOnLoop},
 		{name: "command", arity: -1, serve: (*Handler).command, onLoop: always},
 		// In front of a Redis Cluster, a cluster of one node: the proxy

@@ -228,11 +228,13 @@ func receivedAt(c Conn) time.Time {
 // WAIT too: it ends its batch (MayBlock) and the loop watches the client
 // meanwhile, whose going away (ClientGone) takes it out of the line; its
 // worker is one of the unbounded waiters', which never makes the hand-over
-// wait. Not on a tier node (a follower relays it over a link), and not
-// while the bounded workers' backlog is filling (handing a request over
-// would wait for room: the client's goroutine may, the loop must not).
+// wait. On a tier node too: a follower hands the relay to the leader to a
+// lock worker (RelayLock), and the leader's store draws no token without
+// waiting, so its grants run on workers (AcquireNow declines). Not while
+// the bounded workers' backlog is filling (handing a request over would
+// wait for room: the client's goroutine may, the loop must not).
 func (fam *Family) LeaseOnLoop(args [][]byte) bool {
-	return fam.On() && !fam.InTier() && !fam.runner.Crowded()
+	return fam.On() && !fam.runner.Crowded()
 }
 
 func (fam *Family) Acquire(c Conn, args [][]byte, p *resp.Reply) {

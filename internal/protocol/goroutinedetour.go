@@ -53,6 +53,7 @@ type fence struct {
 // loop holds the connection; the connection is frozen until endGoroutineDetour.
 func (c *Conn) startGoroutineDetour(args [][]byte) {
 	lc := c.lp
+	c.server.detours.Add(1)
 	first := c.batch.n == 0
 	p := c.batch.next()
 	if first {

@@ -83,6 +83,9 @@ type Server struct {
 	nextID  atomic.Int64
 	// loopClients counts the connections the event loop holds now.
 	loopClients atomic.Int64
+	// detours counts the requests served on a goroutine detour
+	// (goroutinedetour.go) since the start.
+	detours atomic.Uint64
 	// fence keeps arrival order behind a goroutine detour (goroutinedetour.go); the loop's.
 	fence fence
 	// loopIdle lists the clients on Loop for the idle sweep (loopidle.go);
@@ -287,6 +290,12 @@ func (s *Server) Clients() int {
 // rest are on goroutines of their own (INFO's loop_clients, for an operator
 // to see which clients the loop's cheaper path serves).
 func (s *Server) LoopClients() int { return int(s.loopClients.Load()) }
+
+// GoroutineDetours is how many requests of clients on the loop were served
+// on a goroutine detour since the start: what the loop's thread does not
+// serve (LoopHandler.ServesOnLoop false). INFO's goroutine_detours, for an
+// operator to see how much of the traffic leaves the loop.
+func (s *Server) GoroutineDetours() uint64 { return s.detours.Load() }
 
 // Shutdown stops accepting, lets every connection finish the requests it has
 // already read and write their replies, then closes them. It returns when all
