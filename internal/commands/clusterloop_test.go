@@ -15,8 +15,8 @@ import (
 // moved to another master behind the proxy's back, the loop's GET is
 // redirected (MOVED) and answered with the value, never with MOVED, and
 // the loop goes on serving the client by the new view; a request whose
-// keys span slots (MGET) is served on a goroutine detour, and the
-// client's single-slot requests after it on the loop's thread again.
+// keys span slots (MGET) is split on the loop, and so are commands about
+// every master (KEYS, FLUSHALL, DBSIZE) and SCAN, pipelined behind others.
 func TestClusterServesOnLoop(t *testing.T) {
 	cl := testenv.StartCluster(t, testenv.ClusterOptions{ReplicasPerMaster: -1})
 	po := proxyOptions{seeds: []string{cl.Masters[0].Addr}}
@@ -112,6 +112,43 @@ func TestClusterServesOnLoop(t *testing.T) {
 	})
 	if got, want := w.take(), "MGET:loop GET:loop GET:loop GET:loop"; got != want {
 		t.Fatalf("MGET: ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+
+	// Commands about every master (a broadcast, DBSIZE) and SCAN, pipelined
+	// behind single-slot requests: on the loop too, each part on its
+	// master's connection, merged into one reply in its place.
+	reqs := [][]string{{"SET", "{a}k", "A3"}, {"DBSIZE"}, {"KEYS", "{*}k"}, {"GET", "{a}k"}, {"SCAN", "0", "MATCH", "{a}k"}, {"FLUSHALL"}, {"DBSIZE"}}
+	for _, r := range reqs {
+		c.Send(r...)
+	}
+	c.Flush()
+	replies := make([]string, len(reqs))
+	for i := range reqs {
+		got, err := c.ReadReply()
+		if err != nil {
+			t.Fatalf("broadcasts, reply %d (%q): %v", i, reqs[i], err)
+		}
+		replies[i] = string(got)
+	}
+	keysReply := replies[2]
+	for _, want := range []string{"{a}k", "{b}k", "{c}k"} {
+		if !strings.Contains(keysReply, want) {
+			t.Errorf("KEYS {*}k through the proxy = %q, want every master's keys (%s missing)", keysReply, want)
+		}
+	}
+	// DBSIZE before FLUSHALL counts every master's keys ({a,b,c}k and
+	// {a,b,c}p: 6), after it none; the SCAN of one master's keys ends at
+	// that master or moves on to the next (a cursor, then the key).
+	for i, want := range map[int]string{0: "+OK\r\n", 1: ":6\r\n", 3: "$2\r\nA3\r\n", 5: "+OK\r\n", 6: ":0\r\n"} {
+		if replies[i] != want {
+			t.Errorf("broadcasts, reply %d (%q) = %q, want %q", i, reqs[i], replies[i], want)
+		}
+	}
+	if !strings.HasPrefix(replies[4], "*2\r\n") {
+		t.Errorf("SCAN 0 MATCH {a}k = %q, want a cursor and keys", replies[4])
+	}
+	if got, want := w.take(), "SET:loop DBSIZE:loop KEYS:loop GET:loop SCAN:loop FLUSHALL:loop DBSIZE:loop"; got != want {
+		t.Fatalf("broadcasts: ServesOnLoop answered\n%s\nwant\n%s", got, want)
 	}
 }
 

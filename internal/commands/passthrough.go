@@ -60,8 +60,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // (RESET, CLIENT TRACKING and a tracking client's requests, CLIENT KILL
 // USER that Redis checks, AUTH as another Redis user, a database whose
 // connections are not open, TIER.APPLIED and an operator's TIER.*, pub/sub
-// in front of a Redis Cluster, and in front of a Redis Cluster broadcasts
-// and SCAN) is served on a goroutine while the client
+// in front of a Redis Cluster) is served on a goroutine while the client
 // stays on the loop (protocol's goroutine detour): ServesOnLoop decides
 // only which thread serves a request, the loop's or a goroutine's.
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {

@@ -26,10 +26,10 @@
 //     which merge their replies into one; SCAN walks the masters in turn;
 //     anything else that spans slots gets Redis Cluster's -CROSSSLOT.
 //     ServesOnLoop tells the serve loop which requests Forward sends
-//     without waiting: a standalone master's, any; a Redis Cluster's, a
-//     request of one slot (or keyless) from a client that does not track,
-//     while the client's view of the slots holds or when nothing of the
-//     client's is out.
+//     without waiting: a standalone master's, any; a Redis Cluster's, any
+//     from a client that does not track (a request routed by a view of the
+//     slots that changed since the client's last one goes on once the
+//     client's earlier replies are in: AfterReplies, a continuation).
 //   - Pin: a connection of the client's own (MULTI, WATCH, blocking
 //     commands: package pinned) to the master of the request's first key;
 //     on it, a MOVED or ASK becomes a -CROSSSLOT that says the key is on

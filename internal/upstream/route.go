@@ -145,11 +145,13 @@ func (c *Cluster) forwardAfterReplies(cl *Client, slot int, args [][]byte, p *re
 // change between the two costs no wait); after a view change, Forward goes
 // on once the client's earlier requests have their replies (the
 // connection's AfterReplies: on the loop, a continuation, never a wait).
-// Broadcasts and SCAN are served on a goroutine. Forward itself never
-// blocks on these paths otherwise: the masters' shared connections are
-// dialled with their Node, a broken one answers ErrUnavailable at once,
-// and redirects are resent from the reply's reader, or from a goroutine of
-// their own when they must pause.
+// A command about every master (a broadcast, DBSIZE), SCAN and a request
+// whose keys span slots are sent the same way, each part on its master's
+// shared connection, and merged where the last part's reply is read.
+// Forward itself never blocks on these paths otherwise: the masters'
+// shared connections are dialled with their Node, a broken one answers
+// ErrUnavailable at once, and redirects are resent from the reply's
+// reader, or from a goroutine of their own when they must pause.
 func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 	cl.loopView = nil
 	if cl.track != nil {
@@ -157,9 +159,6 @@ func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 	}
 	var lower [32]byte
 	name := keys.AppendLower(lower[:0], args[0])
-	if c.ownDBSize(name, args) || fanout.Broadcasts(name, args) || string(name) == "scan" {
-		return false
-	}
 	var buf [16]int
 	if _, _, single := c.slotOf(name, args, buf[:0]); single {
 		if v := c.view.Load(); v.epoch == cl.view {
