@@ -60,6 +60,25 @@ func watchLoop(po *proxyOptions) *loopWatcher {
 	return w
 }
 
+// TestLongUnknownCommandOnTheLoop: a command name longer than any of the
+// proxy's own is forwarded on the loop, and the client reads Redis's own
+// refusal. Mutation: refused by ServesOnLoop (as before), it took a
+// goroutine detour.
+func TestLongUnknownCommandOnTheLoop(t *testing.T) {
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, _ := startStandalone(t, po, false)
+	c := p.dial(t)
+	long := strings.Repeat("x", 40)
+	got := string(c.Do(long, "a"))
+	if !strings.HasPrefix(got, "-ERR unknown command '"+long+"'") {
+		t.Fatalf("%s a = %q, want Redis's unknown command", long, got)
+	}
+	if got, want := w.take(), strings.ToUpper(long)+":loop"; got != want {
+		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestClientReplyOnTheLoop: CLIENT REPLY OFF, SKIP and ON, pipelined
 // with other requests, are served on the loop (the mode only marks later
 // replies silent), and the client reads exactly what Redis would send:

@@ -79,7 +79,9 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	var lower [32]byte
 	name := args[0]
 	if len(name) > len(lower) {
-		return false
+		// No command of the table's is this long: forwarded (queued in a
+		// transaction), as any unknown command, for Redis to refuse.
+		return s.tx.inMulti || h.opts.Backend.ServesOnLoop(&s.backend, args, c.BatchLen() == 0)
 	}
 	lname := lowerInto(lower[:0], name)
 	if h.locks.InTier() && len(lname) >= 5 && string(lname[:5]) == "tier." {
