@@ -1,10 +1,30 @@
 package commands
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
 )
+
+// pipelineTokens is pipeline where a want of ":" stands for a fencing
+// token (a positive integer), and returns the replies.
+func pipelineTokens(t *testing.T, c *testenv.Conn, reqs [][]string, want []string) []string {
+	t.Helper()
+	for _, r := range reqs {
+		c.Send(r...)
+	}
+	c.Flush()
+	got := make([]string, len(want))
+	for i, w := range want {
+		r, err := c.ReadReply()
+		got[i] = string(r)
+		if err != nil || !strings.HasPrefix(got[i], w) || w == ":" && (got[i] == ":0\r\n" || strings.HasPrefix(got[i], ":-")) {
+			t.Fatalf("reply %d (%q): %q, %v; want %q", i, reqs[i], r, err, w)
+		}
+	}
+	return got
+}
 
 // pipeline sends reqs at once on c and checks the replies, in order.
 func pipeline(t *testing.T, c *testenv.Conn, reqs [][]string, want []string) {

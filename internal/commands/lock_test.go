@@ -285,16 +285,8 @@ func TestLockCyclesOnTheLoop(t *testing.T) {
 		{[]string{"LOCK.RENEW", "r", "o", "10000"}, first},
 		{[]string{"LOCK.RELEASE", "r", "o"}, ":1\r\n"},
 	})
-	reqs := [][]string{{"SET", "k", "v"}, {"LOCK.ACQUIRE", "r2", "o", "10000"}, {"GET", "k"}, {"LOCK.RELEASE", "r2", "o"}, {"LOCK.RELEASE", "r2", "o"}}
-	for _, r := range reqs {
-		c.Send(r...)
-	}
-	c.Flush()
-	for i, want := range []string{"+OK\r\n", ":", "$1\r\nv\r\n", ":1\r\n", ":0\r\n"} {
-		if got, err := c.ReadReply(); err != nil || !strings.HasPrefix(string(got), want) || (want == ":" && string(got) == ":0\r\n") {
-			t.Fatalf("reply %d (%q): %q, %v; want %q", i, reqs[i], got, err, want)
-		}
-	}
+	pipelineTokens(t, c, [][]string{{"SET", "k", "v"}, {"LOCK.ACQUIRE", "r2", "o", "10000"}, {"GET", "k"}, {"LOCK.RELEASE", "r2", "o"}, {"LOCK.RELEASE", "r2", "o"}},
+		[]string{"+OK\r\n", ":", "$1\r\nv\r\n", ":1\r\n", ":0\r\n"})
 	const want = "LOCK.ACQUIRE:loop LOCK.RENEW:loop LOCK.RELEASE:loop SET:loop LOCK.ACQUIRE:loop GET:loop LOCK.RELEASE:loop LOCK.RELEASE:loop"
 	if got := w.take(); got != want {
 		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
@@ -332,15 +324,10 @@ func TestFencingOnTheLoop(t *testing.T) {
 		t.Fatalf("LOCK.INFO: %q", info)
 	}
 	// Pipelined behind the grant of the same resource: checked after it.
-	reqs := [][]string{{"LOCK.ACQUIRE", "f", "o", "10000"}, {"FENCE.CHECK", "f", tok}, {"GET", "guarded"}, {"LOCK.RELEASE", "f", "o"}}
-	for _, r := range reqs {
-		c.Send(r...)
-	}
-	c.Flush()
-	for i, want := range []string{":", ":0\r\n", "$1\r\n1\r\n", ":1\r\n"} {
-		if got, err := c.ReadReply(); err != nil || !strings.HasPrefix(string(got), want) || i == 0 && string(got) == first {
-			t.Fatalf("reply %d (%q): %q, %v; want %q", i, reqs[i], got, err, want)
-		}
+	got := pipelineTokens(t, c, [][]string{{"LOCK.ACQUIRE", "f", "o", "10000"}, {"FENCE.CHECK", "f", tok}, {"GET", "guarded"}, {"LOCK.RELEASE", "f", "o"}},
+		[]string{":", ":0\r\n", "$1\r\n1\r\n", ":1\r\n"})
+	if got[0] == first {
+		t.Fatalf("the second grant's token %q is the first's", got[0])
 	}
 	const want = "LOCK.ACQUIRE:loop FENCE.CHECK:loop FENCE.CHECK:loop FENCE.EXEC:loop LOCK.TOKEN:loop LOCK.TOP:loop LOCK.SLOWLOG:loop LOCK.RELEASE:loop LOCK.INFO:loop " +
 		"LOCK.ACQUIRE:loop FENCE.CHECK:loop GET:loop LOCK.RELEASE:loop"

@@ -2,7 +2,6 @@ package commands
 
 import (
 	"bytes"
-	"math"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -126,16 +125,11 @@ func (h *Handler) tierLinkOnLoop(c *protocol.Conn, lname []byte, args [][]byte) 
 func pingOnLoop(*Handler, *protocol.Conn, [][]byte) bool { return true }
 
 // selectOnLoop: SELECT switches connections once its earlier replies are
-// in (a continuation on the loop, never a wait), and to a database already
-// open it dials nothing: the suite's clients (SELECT 9 first) and any
+// in (a continuation on the loop, never a wait), and a database whose
+// connections are not open yet has them dialled off the loop first
+// (switchDB's OffLoop): the suite's clients (SELECT 9 first) and any
 // application that moves between databases stay on the loop.
-func selectOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
-	if len(args) != 2 {
-		return false
-	}
-	db, ok := parseInt(args[1])
-	return !ok || db >= 0 && db <= math.MaxInt32 && h.opts.Backend.DBOpen(sessionOf(c).backend.RESP3, int(db))
-}
+func selectOnLoop(_ *Handler, _ *protocol.Conn, args [][]byte) bool { return len(args) == 2 }
 
 // authOnLoop: AUTH checked by fenceproxy's own users (--aclfile,
 // --requirepass) is answered from the ACL at once; checked by Redis

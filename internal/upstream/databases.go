@@ -122,19 +122,28 @@ func (d *databases) close() {
 // a database that cannot be opened because Redis is unreachable gets
 // the node's refusal or ErrUnavailable.
 func (s *standalone) Select(cl *Client, db int) error {
+	if err := s.OpenDB(cl.RESP3, db); err != nil {
+		return err
+	}
+	cl.DB = db
+	return nil
+}
+
+// OpenDB dials database db's pool for resp3 if it is not open (database
+// 0's connections are the master's own).
+func (s *standalone) OpenDB(resp3 bool, db int) error {
 	if db < 0 {
 		return errDBRange
 	}
 	if db != 0 {
 		n := s.master.Load()
-		if _, err := n.dbs.pool(cl.RESP3, db); err != nil {
+		if _, err := n.dbs.pool(resp3, db); err != nil {
 			if errors.Is(err, errDBRange) {
 				return err
 			}
 			return n.Unreachable()
 		}
 	}
-	cl.DB = db
 	return nil
 }
 
@@ -148,7 +157,11 @@ func (s *standalone) DBOpen(resp3 bool, db int) bool {
 func (c *Cluster) DBOpen(_ bool, db int) bool { return db == 0 }
 
 // Select accepts only database 0, as Redis Cluster does.
-func (c *Cluster) Select(cl *Client, db int) error {
+func (c *Cluster) Select(cl *Client, db int) error { return c.OpenDB(cl.RESP3, db) }
+
+// OpenDB: database 0's connections are each master's own; there is no
+// other.
+func (c *Cluster) OpenDB(_ bool, db int) error {
 	if db != 0 {
 		return errClusterSelect
 	}

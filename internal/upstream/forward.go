@@ -79,6 +79,11 @@ type Forwarder interface {
 	// client speaking RESP3 if resp3 are open, so that Select and Forward
 	// of it dial nothing (the serve loop's question: it must not wait).
 	DBOpen(resp3 bool, db int) bool
+	// OpenDB opens database db's shared connections for a client speaking
+	// RESP3 if resp3, dialling them if they are not open yet (a wait: off
+	// the serve loop), so that a Select of db then dials nothing. The
+	// error is Select's.
+	OpenDB(resp3 bool, db int) error
 	// ServesOnLoop reports whether Forward sends args for cl without
 	// waiting (the serve loop's question: it must not wait); first: none
 	// of cl's earlier requests awaits its reply. A standalone master: any
