@@ -35,8 +35,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // protocol's AfterReplies), AUTH checked by fenceproxy's own users, the
 // lock family and the clients' recognised lock recipes (started as
 // callbacks or handed to a lock worker: lockcmd's LeaseOnLoop,
-// RecipesOnLoop; on a tier node too, and a peer's TIER.RELAY of them:
-// tierLinkOnLoop), INFO (put together on a lock worker), and the proxy's
+// RecipesOnLoop; not on a tier node), INFO (put together on a lock worker), and the proxy's
 // own that it answers from the connection's state or the proxy's (the
 // table's onLoop: what client libraries send when they connect, CLIENT
 // LIST, COMMAND...). MULTI,
@@ -58,8 +57,8 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // of the client goes through the tunnel on the loop. Everything else
 // (RESET, CLIENT TRACKING and a tracking client's requests, CLIENT KILL
 // USER that Redis checks, AUTH as another Redis user, a database whose
-// connections are not open, TIER.APPLIED and an operator's TIER.*, pub/sub
-// in front of a Redis Cluster) is served on a goroutine while the client
+// connections are not open, a tier node's lock requests and its peers'
+// TIER.*, pub/sub in front of a Redis Cluster) is served on a goroutine while the client
 // stays on the loop (protocol's goroutine detour): ServesOnLoop decides
 // only which thread serves a request, the loop's or a goroutine's.
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
@@ -84,7 +83,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	}
 	lname := lowerInto(lower[:0], name)
 	if h.locks.InTier() && len(lname) >= 5 && string(lname[:5]) == "tier." {
-		return h.tierLinkOnLoop(c, lname, args)
+		return false // a peer's link (serveTierLink): TIER.RELAY runs a lock command (lockcmd's LeaseOnLoop)
 	}
 	cmd := lookup(lname)
 	if s.tx.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {
@@ -98,25 +97,6 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	// In front of a Redis Cluster, whose routing the Forwarder knows: a
 	// request of one slot, by the client's view of the slots.
 	return h.opts.Backend.ServesOnLoop(&s.backend, args, c.BatchLen() == 0)
-}
-
-// tierLinkOnLoop: what of a tier peer's link (tierlink.go) the loop
-// serves: TIER.PEER (the link's own state), TIER.UNDO (handed to a lock
-// worker) and TIER.RELAY of a command the loop would serve had it come on
-// its own, which is how a follower's clients' lock commands reach the
-// leader. TIER.APPLIED (a report may start a leadership round) and an
-// operator's TIER.INFO, ADD and REMOVE take a goroutine detour.
-func (h *Handler) tierLinkOnLoop(c *protocol.Conn, lname []byte, args [][]byte) bool {
-	switch string(lname) {
-	case "tier.peer":
-		return true
-	case "tier.undo":
-		return h.locks.GoOnLoop()
-	case "tier.relay":
-		return sessionOf(c).lock.Peer != nil && len(args) >= 3 && !hasPrefixFold(args[2], "tier.") &&
-			h.ServesOnLoop(c, args[2:])
-	}
-	return false
 }
 
 // pingOnLoop: PING goes on once its earlier replies are in (inOrder, a

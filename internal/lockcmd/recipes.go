@@ -202,13 +202,12 @@ func (fam *Family) EvalOnLoop(args [][]byte) bool {
 // recipe call (a Redisson script, a SET NX PX of a lock key...) as it serves
 // the lock family without WAIT (LeaseOnLoop): serving one only matches it
 // and starts its twin as callbacks (runNow) or hands it to a lock worker
-// (runLock), or forwards it; on a tier's follower, a lock worker relays it
-// to the leader (relayRecipe). Not while the workers' backlog is filling.
-// Served on a goroutine detour instead, a
+// (runLock), or forwards it. Not on a tier node (see LeaseOnLoop), and not
+// while the workers' backlog is filling. Served on a goroutine detour instead, a
 // lock request costs 1.75x the proxy's CPU of one served on the loop
 // (measured with the lock family: 66.8 against 117.2 µs per lock cycle).
 func (fam *Family) RecipesOnLoop() bool {
-	return !fam.runner.Crowded()
+	return !fam.InTier() && !fam.runner.Crowded()
 }
 
 // Eval serves EVAL and EVALSHA.
