@@ -443,7 +443,7 @@ func (fam *Family) FenceCheck(c Conn, args [][]byte, p *resp.Reply) {
 	// running (say, a pipelined ACQUIRE: checked after it, not before),
 	// the heartbeat round is on time, and the resource's newest token is
 	// in the store's cache. Else a lock worker answers it.
-	if !c.State().Requests.Busy(resource) && fam.opts.Manager.Admitted() {
+	if !c.State().Requests.Busy(resource) {
 		if current, known, err := fam.opts.Manager.FenceCheckNow(resource, uint64(token)); known {
 			reply, err := fam.fenceVerdict(token, current, err)
 			p.Buf, p.Err = append(p.Buf, reply...), err

@@ -48,11 +48,6 @@ func (m *Manager) admit() error {
 	return m.opts.Admit()
 }
 
-// Admitted reports whether a command that issues or judges tokens would be
-// admitted now (Options.Admit), without waiting: for the serve loop to
-// decide whether to answer at once or off the loop (AdmitWithin).
-func (m *Manager) Admitted() bool { return m.admit() == nil }
-
 // AdmitWithin is what a command off the serve loop asks before it issues or
 // judges tokens: Options.AdmitWithin (else Admit), which may wait for a
 // late heartbeat round within ctx.

@@ -726,12 +726,13 @@ func (m *Manager) FenceCheck(resource string, token uint64) (bool, error) {
 }
 
 // FenceCheckNow is FenceCheck for a caller that must not wait (the serve
-// loop): answered (known) only when the resource's newest token is in the
-// store's cache; else known is false, nothing was judged, and the caller
-// asks FenceCheck where it may wait.
+// loop): answered (known) only when this node is admitted now and the
+// resource's newest token is in the store's cache; else known is false,
+// nothing was judged, and the caller asks FenceCheck where it may wait
+// (for a late heartbeat round: AdmitWithin; for a read of the store).
 func (m *Manager) FenceCheckNow(resource string, token uint64) (current, known bool, err error) {
-	if err := m.admit(); err != nil {
-		return false, true, err
+	if m.admit() != nil {
+		return false, false, nil
 	}
 	newest, known, err := m.opts.Store.NewestCached(resource)
 	if err != nil || !known {

@@ -2,10 +2,12 @@ package operations
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // TestClientStaysOnTheServeLoop: a client that sends, between ordinary
@@ -88,4 +90,40 @@ func fdOf(t *testing.T, observer *testenv.Conn) string {
 		t.Fatalf("CLIENT LIST has no client named subject:\n%s", list)
 	}
 	return m[1] + m[2]
+}
+
+// TestGoroutineDetoursCounted: INFO fenceproxy's goroutine_detours counts
+// the requests served on a goroutine detour: a lock cycle with its fence
+// checks, LOCK.INFO and INFO itself (all served on the loop) leave it as it
+// was; CLIENT TRACKING ON over RESP3 (a detour) moves it.
+func TestGoroutineDetoursCounted(t *testing.T) {
+	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	proxy := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr})
+	c := testenv.Dial(t, proxy.Addr)
+	detours := func() string {
+		t.Helper()
+		n := upstream.InfoField(string(c.Do("INFO", "fenceproxy")), "goroutine_detours")
+		if n == "" {
+			t.Fatal("INFO fenceproxy has no goroutine_detours")
+		}
+		return n
+	}
+	before := detours()
+	tok, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", "d", "o", "10000"))
+	if !ok || tok <= 0 {
+		t.Fatal("LOCK.ACQUIRE: no token")
+	}
+	for _, args := range [][]string{{"FENCE.CHECK", "d", strconv.FormatInt(tok, 10)}, {"LOCK.INFO", "d"}, {"LOCK.RELEASE", "d", "o"}} {
+		if r := string(c.Do(args...)); strings.HasPrefix(r, "-") {
+			t.Fatalf("%s: %q", strings.Join(args, " "), r)
+		}
+	}
+	if after := detours(); after != before {
+		t.Fatalf("goroutine_detours went from %s to %s over a lock cycle served on the loop", before, after)
+	}
+	c.Do("HELLO", "3")
+	c.Do("CLIENT", "TRACKING", "ON")
+	if after := detours(); after == before {
+		t.Fatalf("goroutine_detours stayed %s after CLIENT TRACKING ON, a detour", before)
+	}
 }
