@@ -58,13 +58,9 @@ func TestSelectBehindOthersOnTheLoop(t *testing.T) {
 	pipeline(t, c, [][]string{{"SET", "a", "1"}, {"SELECT", "1"}, {"GET", "a"}, {"SELECT", "0"}, {"GET", "a"}},
 		[]string{"+OK\r\n", "+OK\r\n", "$-1\r\n", "+OK\r\n", "$1\r\n1\r\n"})
 	const want = "SET:loop SELECT:loop GET:loop SELECT:loop GET:loop"
-	if got := w.take(); got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, want)
 	pipeline(t, c, [][]string{{"PING"}, {"SET", "b", "2"}, {"PING"}}, []string{"+PONG\r\n", "+OK\r\n", "+PONG\r\n"})
-	if got, want := w.take(), "PING:loop SET:loop PING:loop"; got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, "PING:loop SET:loop PING:loop")
 }
 
 // TestAuthBehindOthersOnTheLoop: with fenceproxy's own users, AUTH between
@@ -78,9 +74,7 @@ func TestAuthBehindOthersOnTheLoop(t *testing.T) {
 	pipeline(t, c, [][]string{{"SET", "b", "1"}, {"AUTH", "alice", "pw"}, {"GET", "b"}, {"SET", "a", "2"}, {"AUTH", "default", "x"}, {"GET", "a"}},
 		[]string{"+OK\r\n", "+OK\r\n", "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n", "+OK\r\n", "+OK\r\n", "$1\r\n2\r\n"})
 	const want = "SET:loop AUTH:loop GET:loop SET:loop AUTH:loop GET:loop"
-	if got := w.take(); got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, want)
 }
 
 // TestClusterCrossSlotBehindOthersOnTheLoop: in front of a Redis Cluster,
@@ -95,7 +89,5 @@ func TestClusterCrossSlotBehindOthersOnTheLoop(t *testing.T) {
 	pipeline(t, c, [][]string{{"SET", "{a}k", "A"}, {"SET", "{b}k", "B"}, {"MGET", "{a}k", "{b}k", "{c}k"}, {"GET", "{a}k"}},
 		[]string{"+OK\r\n", "+OK\r\n", "*3\r\n$1\r\nA\r\n$1\r\nB\r\n$-1\r\n", "$1\r\nA\r\n"})
 	const want = "SET:loop SET:loop MGET:loop GET:loop"
-	if got := w.take(); got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, want)
 }

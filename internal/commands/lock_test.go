@@ -288,9 +288,7 @@ func TestLockCyclesOnTheLoop(t *testing.T) {
 	pipelineTokens(t, c, [][]string{{"SET", "k", "v"}, {"LOCK.ACQUIRE", "r2", "o", "10000"}, {"GET", "k"}, {"LOCK.RELEASE", "r2", "o"}, {"LOCK.RELEASE", "r2", "o"}},
 		[]string{"+OK\r\n", ":", "$1\r\nv\r\n", ":1\r\n", ":0\r\n"})
 	const want = "LOCK.ACQUIRE:loop LOCK.RENEW:loop LOCK.RELEASE:loop SET:loop LOCK.ACQUIRE:loop GET:loop LOCK.RELEASE:loop LOCK.RELEASE:loop"
-	if got := w.take(); got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, want)
 }
 
 // TestFencingOnTheLoop: the lock family's other commands (FENCE.CHECK,
@@ -331,9 +329,7 @@ func TestFencingOnTheLoop(t *testing.T) {
 	}
 	const want = "LOCK.ACQUIRE:loop FENCE.CHECK:loop FENCE.CHECK:loop FENCE.EXEC:loop LOCK.TOKEN:loop LOCK.TOP:loop LOCK.SLOWLOG:loop LOCK.RELEASE:loop LOCK.INFO:loop " +
 		"LOCK.ACQUIRE:loop FENCE.CHECK:loop GET:loop LOCK.RELEASE:loop"
-	if got := w.take(); got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, want)
 }
 
 // TestRecipesOnTheLoop: a recognised lock recipe (Redisson's RLock
@@ -369,9 +365,7 @@ func TestRecipesOnTheLoop(t *testing.T) {
 		}
 	}
 	const want = "EVALSHA:loop EVALSHA:loop SET:loop EVALSHA:loop GET:loop EVALSHA:loop EVAL:loop"
-	if got := w.take(); got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, want)
 	// Run as callbacks (locks/now.go), but the pipelined unlock, queued
 	// behind the acquire of its lock.
 	if got := courses(t, p); got != "callbacks=3 worker=1" {

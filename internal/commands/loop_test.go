@@ -40,6 +40,15 @@ func (w *loopWatcher) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	return ok
 }
 
+// expect fails t unless the requests since the last take were served as
+// want says ("NAME:loop NAME:detour ...").
+func (w *loopWatcher) expect(t *testing.T, want string) {
+	t.Helper()
+	if got := w.take(); got != want {
+		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
+	}
+}
+
 func (w *loopWatcher) take() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -74,9 +83,7 @@ func TestLongUnknownCommandOnTheLoop(t *testing.T) {
 	if !strings.HasPrefix(got, "-ERR unknown command '"+long+"'") {
 		t.Fatalf("%s a = %q, want Redis's unknown command", long, got)
 	}
-	if got, want := w.take(), strings.ToUpper(long)+":loop"; got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, strings.ToUpper(long)+":loop")
 }
 
 // TestClientReplyOnTheLoop: CLIENT REPLY OFF, SKIP and ON, pipelined
@@ -94,9 +101,7 @@ func TestClientReplyOnTheLoop(t *testing.T) {
 	pipeline(t, c, [][]string{{"SET", "a", "1"}, {"CLIENT", "REPLY", "OFF"}, {"INCR", "n"}, {"GET", "a"}, {"CLIENT", "REPLY", "ON"},
 		{"CLIENT", "REPLY", "SKIP"}, {"INCR", "n"}, {"GET", "n"}}, []string{"+OK\r\n", "+OK\r\n", "$1\r\n2\r\n"})
 	const want = "SET:loop CLIENT REPLY:loop INCR:loop GET:loop CLIENT REPLY:loop CLIENT REPLY:loop INCR:loop GET:loop"
-	if got := w.take(); got != want {
-		t.Fatalf("ServesOnLoop answered\n%s\nwant\n%s", got, want)
-	}
+	w.expect(t, want)
 }
 
 // TestServesOnLoop: with the serve loop, a client's forwarded requests and
