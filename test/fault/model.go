@@ -49,12 +49,6 @@ import (
 
 const unknownWindow = 10 * time.Second
 
-// copySeenWithin bounds how long after a delayed-write fault ends the
-// restarted proxy may adopt the bound its dead predecessor's held
-// heartbeat wrote: a heartbeat round (500 ms) and its Redis round trips,
-// with room for a loaded machine.
-const copySeenWithin = 3 * time.Second
-
 type lockInput struct {
 	op     *Op
 	wipe   bool
@@ -248,19 +242,14 @@ func (c *checker) modelOps(r string) []porcupine.Operation {
 		if f.Kind.LosesData() && f.Hits(r) {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{wipe: true}, Call: f.Start, Return: f.End})
 		}
+		// A delayed-write fault is not a loss of the fence store: the
+		// dead run's heartbeat that its hold let reach Redis after the
+		// restart is not taken for a live copy (sent before the restarted
+		// process began; TestKilledProxysLateHeartbeat), so the floor stays
+		// where it was and the grant made before the kill is still the
+		// newest token. The kill inside the fault is a ProxyKill of its own.
 		if f.Kind.LosesFenceStore() {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{forget: true}, Call: f.Start, Return: f.End})
-		} else if f.Kind == DelayedWrite {
-			// The hold keeps every connection of the killed proxy (or
-			// deposed leader) open at the time, its token authority's
-			// too: a heartbeat of the dead run that lands after the
-			// restart looks like a live copy of the fence store, whose
-			// bound the new run adopts as its floor (tokens below it are
-			// stale: the fence store's newest becomes a lower bound) while
-			// it refuses lock commands until that entry expires. Safe,
-			// and what "fence store lost" models; it is noticed at the
-			// next heartbeat round after the hold is released.
-			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{forget: true}, Call: f.Start, Return: f.End + int64(copySeenWithin)})
 		} else if c.lineCrash(r, f.Start, f.End) {
 			out = append(out, porcupine.Operation{ClientId: -1, Input: lockInput{lineCrash: true}, Call: f.Start, Return: f.End})
 		}
