@@ -65,10 +65,10 @@ type Options struct {
 	Gate *Gate
 	// OnPush, if set, gets every RESP3 push message (a '>' reply no
 	// request asked for: client-side caching's invalidations) read on the
-	// connection, on the reader's goroutine, in the order Redis sent it
-	// among the replies (each reply's p.Done runs before the pushes after
-	// it). Only for a connection of one client's own, where the only pushes
-	// are that client's.
+	// connection, on the reader's goroutine (or the Loop's: then it must
+	// not wait), in the order Redis sent it among the replies (each reply's
+	// p.Done runs before the pushes after it). Only for a connection of one
+	// client's own, where the only pushes are that client's.
 	OnPush func(frame []byte)
 	// DB, if not 0, is the database the connection SELECTs after it
 	// authenticates (each reconnection too): for the connections that carry
@@ -82,8 +82,9 @@ type Options struct {
 	// Loop, if set, serves the connection from that event loop instead of a
 	// writer and a reader goroutine of its own (loop.go): requests queued
 	// during one pass of the loop leave in one write at its end, and
-	// replies are read and completed on the loop. Not for a connection with
-	// TLS, ReplyTimeout or OnPush (those get goroutines). With
+	// replies are read and completed on the loop, and OnPush called there
+	// (it must not wait). Not for a connection with TLS or ReplyTimeout
+	// (those get goroutines). With
 	// NoReconnect (a client's connection of its own: MULTI, WATCH, a
 	// blocking command), its requests then leave at the end of the pass
 	// that queued them, as the shared connections' do.
@@ -129,7 +130,7 @@ type Conn struct {
 // Dial connects to Redis and starts the connection's goroutines.
 func Dial(opts Options) (*Conn, error) {
 	c := newConn(opts)
-	if opts.Loop != nil && opts.TLS == nil && opts.ReplyTimeout == 0 && opts.OnPush == nil {
+	if opts.Loop != nil && opts.TLS == nil && opts.ReplyTimeout == 0 {
 		c.loop = opts.Loop
 	}
 	nc, err := c.connect()

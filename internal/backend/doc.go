@@ -42,9 +42,10 @@
 //     with ErrLost on the loop, and the reconnection (a dial) runs on a
 //     goroutine, which puts the new socket on the loop.
 //
-// A NoReconnect connection (one client's own) is served by the loop too;
-// TLS, ReplyTimeout and OnPush connections keep their
-// goroutines.
+// A NoReconnect connection (one client's own) is served by the loop too,
+// with OnPush (a tracking client's, or one as another Redis user) called on
+// the loop in the pushes' place among the replies; TLS and ReplyTimeout
+// connections keep their goroutines.
 //
 // # A connection its user reads and writes
 //

@@ -27,7 +27,8 @@ import (
 // The socket is the loop's alone (netloop.Detach): the loop reads it
 // (until a read comes back short: the loop is edge-triggered) into a
 // bufio.Reader whose source never waits, and hands out every reply that
-// is whole in the buffer (resp.Frame) under one lock. A reply that does
+// is whole in the buffer (resp.Frame) under one lock, and with
+// Options.OnPush every RESP3 push message in its place among them. A reply that does
 // not fit the buffer, or is too large to relay, is read by a goroutine
 // that may wait (readLarge) with the same code as the goroutine reader,
 // and the loop takes the socket back after it. Writes the socket does not
@@ -60,10 +61,12 @@ type loopSock struct {
 	ready      []delivery
 }
 
-// delivery is a reply whole in the buffer and the request it answers.
+// delivery is a reply whole in the buffer and the request it answers,
+// or (push) a RESP3 push message for Options.OnPush.
 type delivery struct {
 	f       inflight
 	off, at int
+	push    bool
 }
 
 var (
@@ -226,11 +229,17 @@ func (s *loopSock) deliver() (int, bool) {
 		if n == 0 {
 			break
 		}
+		if b[off] == '>' && c.opts.OnPush != nil {
+			// Handed out in its place among the replies, below.
+			ready = append(ready, delivery{off: off, at: n, push: true})
+			off += n
+			continue
+		}
 		if c.head == len(c.queue) {
 			bad = errOutOfStep
 			break
 		}
-		ready = append(ready, delivery{c.queue[c.head], off, n})
+		ready = append(ready, delivery{f: c.queue[c.head], off: off, at: n})
 		c.queue[c.head] = inflight{}
 		c.head++
 		off += n
@@ -239,6 +248,13 @@ func (s *loopSock) deliver() (int, bool) {
 	c.mu.Unlock()
 	for i := range ready {
 		d := &ready[i]
+		if d.push {
+			// After the replies Redis sent before it are done, as the
+			// goroutine reader hands it (a copy: the buffer is reused).
+			c.opts.OnPush(append([]byte(nil), b[d.off:d.off+d.at]...))
+			*d = delivery{}
+			continue
+		}
 		p := d.f.p
 		p.Buf = append(p.Buf, b[d.off:d.off+d.at]...)
 		if c.opts.ObserveReply != nil {
@@ -308,6 +324,13 @@ func (s *loopSock) readLarge() {
 // rd, waiting for its bytes, and completes the request, as readReplies
 // does on a connection of goroutines.
 func (c *Conn) readOne(rd *bufio.Reader) error {
+	if c.opts.OnPush != nil {
+		if b, err := rd.Peek(1); err != nil {
+			return err
+		} else if b[0] == '>' {
+			return c.readPush(rd) // the loop goes on with what follows
+		}
+	}
 	c.mu.Lock()
 	if c.head == len(c.queue) {
 		c.mu.Unlock()

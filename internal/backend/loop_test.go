@@ -284,3 +284,93 @@ func waitBounded(t *testing.T, wg *sync.WaitGroup) {
 		t.Fatal("replies did not come")
 	}
 }
+
+// TestLoopConnPushes: a tracking connection (RESP3, OnPush) served by a
+// loop hands its invalidation pushes out in their place among the replies,
+// the same sequence a connection of goroutines hands out, a push longer
+// than its read buffer too (read by the goroutine the loop lends the
+// socket to).
+func TestLoopConnPushes(t *testing.T) {
+	r := testenv.StartRedis(t, testenv.RedisOptions{})
+	bigKey := "big:" + strings.Repeat("k", 6<<10)
+	run := func(loop *netloop.Loop) []string {
+		var mu sync.Mutex
+		var events []string
+		pushes := 0
+		note := func(e string) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		}
+		conn, err := backend.Dial(backend.Options{Addr: r.Addr, RESP3: true, Loop: loop, ReadBuffer: 4 << 10, NoReconnect: true,
+			OnPush: func(frame []byte) {
+				note("push " + string(frame))
+				mu.Lock()
+				pushes++
+				mu.Unlock()
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if conn.OnLoop() != (loop != nil) {
+			t.Fatalf("OnLoop() = %v with loop %v", conn.OnLoop(), loop != nil)
+		}
+		var wg sync.WaitGroup
+		send := func(args ...string) {
+			req := make([][]byte, len(args))
+			for i, a := range args {
+				req[i] = []byte(a)
+			}
+			wg.Add(1)
+			var p *resp.Reply
+			p = resp.NewReplyFunc(func() {
+				note(args[0] + " " + string(p.Buf))
+				wg.Done()
+			})
+			conn.Do(req, p)
+		}
+		send("CLIENT", "TRACKING", "ON")
+		send("GET", "small")
+		send("GET", bigKey)
+		waitBounded(t, &wg)
+		// Its own writes invalidate what it read (no NOLOOP).
+		send("SET", "small", "1")
+		send("SET", bigKey, "1")
+		send("PING")
+		waitBounded(t, &wg)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			n := pushes
+			mu.Unlock()
+			if n >= 2 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		send("DEL", "small", bigKey)
+		waitBounded(t, &wg)
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), events...)
+	}
+	want := run(nil)
+	got := run(newLoop(t))
+	pushes := 0
+	for _, e := range got {
+		if strings.HasPrefix(e, "push >") {
+			pushes++
+		}
+	}
+	if pushes < 2 || strings.Join(got, "|") != strings.Join(want, "|") {
+		short := func(es []string) []string {
+			out := make([]string, len(es))
+			for i, e := range es {
+				out[i] = fmt.Sprintf("%.60q", e)
+			}
+			return out
+		}
+		t.Fatalf("on the loop (%d pushes):\n%s\nwith goroutines:\n%s", pushes, strings.Join(short(got), "\n"), strings.Join(short(want), "\n"))
+	}
+}

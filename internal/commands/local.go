@@ -105,8 +105,26 @@ func (h *Handler) hello(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 func (h *Handler) helloReply(c *protocol.Conn, s *session, resp3, setName bool, name []byte, p *resp.Reply) {
 	if resp3 != s.backend.RESP3 {
 		// The client's later requests go on connections of the other
-		// protocol: its earlier ones reach Redis first.
-		h.after(c, s, p, func() { h.switchProtocol(c, s, resp3, setName, name, p) })
+		// protocol: its earlier ones reach Redis first. On the serve loop,
+		// that protocol's connections of the client's database are
+		// dialled off it first if they are not open (as SELECT's).
+		h.after(c, s, p, func() {
+			db := s.backend.DB
+			if !c.OnLoop() || h.opts.Backend.DBOpen(resp3, db) {
+				h.switchProtocol(c, s, resp3, setName, name, p)
+				return
+			}
+			c.OffLoop(p, func() func() {
+				err := h.opts.Backend.OpenDB(resp3, db)
+				return func() {
+					if err != nil {
+						replyErr(p, err)
+						return
+					}
+					h.switchProtocol(c, s, resp3, setName, name, p)
+				}
+			})
+		})
 		return
 	}
 	h.switchProtocol(c, s, resp3, setName, name, p)
@@ -257,6 +275,13 @@ func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
 	switch string(lowerInto(lower[:0], args[1])) {
 	case "id", "getname", "setname", "setinfo", "no-evict", "no-touch", "info", "list", "reply":
 		return true
+	case "tracking", "caching", "getredir", "trackinginfo":
+		// In front of a standalone master, a tracking client's connection
+		// of its own is dialled off the loop (tracking's OffLoop) and
+		// served there as a transaction's; in front of a Redis Cluster,
+		// its trackers' connections (package upstream/tracking) are not
+		// the loop's.
+		return !h.opts.Backend.RoutesByKey()
 	case "kill":
 		return h.opts.ACL != nil || !killsByUser(args)
 	}

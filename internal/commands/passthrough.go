@@ -1,7 +1,6 @@
 package commands
 
 import (
-	"bytes"
 
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
@@ -71,7 +70,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return !h.locks.InTier() || !hasPrefixFold(args[0], "tier.")
 	}
 	if s.tx.pinned != nil && !s.tx.pinned.OnLoop() ||
-		s.track.on || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
+		s.track.on && !s.track.conn || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
 		return false
 	}
 	var lower [32]byte
@@ -110,43 +109,6 @@ func pingOnLoop(*Handler, *protocol.Conn, [][]byte) bool { return true }
 // (switchDB's OffLoop): the suite's clients (SELECT 9 first) and any
 // application that moves between databases stay on the loop.
 func selectOnLoop(_ *Handler, _ *protocol.Conn, args [][]byte) bool { return len(args) == 2 }
-
-// authOnLoop: AUTH checked by fenceproxy's own users (--aclfile,
-// --requirepass) is answered from the ACL at once; checked by Redis
-// (checkAuth) its round trip is made off the loop (OffLoop), and the
-// client stays there as the proxy's own Redis user (or in front of a Redis
-// Cluster, where no connection changes). As another Redis user its
-// requests then go on a connection of that user's, which the loop's
-// thread does not serve: each takes a goroutine detour.
-func authOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
-	if h.opts.ACL != nil || h.opts.Backend.RoutesByKey() {
-		return true
-	}
-	user := "default"
-	if len(args) == 3 {
-		user = string(args[1])
-	}
-	return user == h.proxyUser() && !sessionOf(c).asUser
-}
-
-// helloOnLoop: HELLO switches the protocol on the loop (once the earlier
-// replies are in) where the other protocol's connections of the client's
-// database are open, and its AUTH is authOnLoop's.
-func helloOnLoop(h *Handler, c *protocol.Conn, args [][]byte) bool {
-	s := sessionOf(c)
-	if len(args) >= 2 {
-		if ver, ok := parseInt(args[1]); ok && (ver == 2 || ver == 3) &&
-			!h.opts.Backend.DBOpen(ver == 3, s.backend.DB) {
-			return false
-		}
-	}
-	for i := 2; i+2 < len(args); i++ {
-		if bytes.EqualFold(args[i], []byte("auth")) {
-			return authOnLoop(h, c, [][]byte{args[i], args[i+1], args[i+2]})
-		}
-	}
-	return true
-}
 
 // hasPrefixFold reports whether b begins with the lower-case prefix, in
 // any case.

@@ -182,10 +182,19 @@ func init() {
 		{name: "ping", arity: -1, serve: (*Handler).ping, onLoop: pingOnLoop},
 		{name: "echo", arity: 2, serve: (*Handler).echo, onLoop: always},
 		{name: "quit", arity: -1, flags: flagImmediate, serve: (*Handler).quit, onLoop: always},
-		{name: "hello", arity: -1, serve: (*Handler).hello, onLoop: helloOnLoop},
+		// AUTH and HELLO are the loop's: AUTH checked by fenceproxy's own
+		// users (--aclfile, --requirepass) is answered from the ACL at
+		// once; checked by Redis (checkAuth), its round trip is made off
+		// the loop (OffLoop), and so is the dial of a connection as
+		// another Redis user (switchUser), which the loop then serves as
+		// a transaction's. HELLO's switch of protocol dials that
+		// protocol's connections of the client's database off the loop
+		// if they are not open (helloReply), and a client's own
+		// connections switch there too (switchProtocol).
+		{name: "hello", arity: -1, serve: (*Handler).hello, onLoop: always},
 		{name: "client", arity: -2, serve: (*Handler).client, onLoop: clientOnLoop},
 		{name: "select", arity: 2, serve: (*Handler).selectDB, onLoop: selectOnLoop},
-		{name: "auth", arity: -2, serve: (*Handler).auth, onLoop: authOnLoop},
+		{name: "auth", arity: -2, serve: (*Handler).auth, onLoop: always},
 		// Inside MULTI too: it discards it. On the loop: what the client
 		// sent before goes first (AfterReplies), and its connections are
 		// given back without a wait (a tracking client's RESET takes a

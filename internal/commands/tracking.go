@@ -173,18 +173,26 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 			c.EnablePushes()
 			on(true)
 		case !s.track.on:
-			// What the client sent before runs before the switch.
+			// What the client sent before runs before the switch, and the
+			// connection is dialled off the serve loop (OffLoop). No push
+			// comes before EnablePushes: the connection tracks nothing
+			// until on sends CLIENT TRACKING ON on it.
 			h.after(c, s, p, func() {
-				own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
-				if err != nil {
-					replyErr(p, err)
-					return
-				}
-				c.EnablePushes()
-				if own != nil {
-					s.tx.pinned = own
-				}
-				on(own != nil)
+				c.OffLoop(p, func() func() {
+					own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
+					return func() {
+						defer h.publish(c, s)
+						if err != nil {
+							replyErr(p, err)
+							return
+						}
+						c.EnablePushes()
+						if own != nil {
+							s.tx.pinned = own
+						}
+						on(own != nil)
+					}
+				})
 			})
 		default:
 			on(s.track.conn)

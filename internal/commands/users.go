@@ -63,30 +63,39 @@ func (h *Handler) becomeUser(c *protocol.Conn, s *session, user, password string
 		return
 	}
 	// What the client sent before runs as the user it had.
-	h.after(c, s, p, func() { done(h.switchUser(c, s, user, password)) })
+	h.after(c, s, p, func() { h.switchUser(c, s, user, password, p, done) })
 }
 
 // switchUser is becomeUser once the client's earlier requests have their
-// replies.
-func (h *Handler) switchUser(c *protocol.Conn, s *session, user, password string) string {
+// replies: the connection as another user is dialled off the serve loop
+// (OffLoop), and done called once the client is on it.
+func (h *Handler) switchUser(c *protocol.Conn, s *session, user, password string, p *resp.Reply, done func(msg string)) {
 	if s.tx.pinned != nil {
 		s.tx.pinned.Release(false)
 		s.tx.pinned = nil
 	}
 	s.asUser, s.backend.User, s.backend.Password = false, "", ""
 	if user == h.proxyUser() {
-		return ""
+		done("")
+		return
 	}
 	s.backend.User, s.backend.Password = user, password
-	own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
-	if err != nil {
-		s.backend.User, s.backend.Password = "", ""
-		var re resp.Error
-		if errors.As(err, &re) {
-			return re.Error() // Redis's own refusal on that connection
+	c.OffLoop(p, func() func() {
+		own, err := h.opts.Backend.Track(&s.backend, h.pushHiding(c), c.EndPushes)
+		return func() {
+			defer h.publish(c, s)
+			if err != nil {
+				s.backend.User, s.backend.Password = "", ""
+				var re resp.Error
+				if errors.As(err, &re) {
+					done(re.Error()) // Redis's own refusal on that connection
+					return
+				}
+				done("TRYAGAIN fenceproxy: Redis is unreachable, retry shortly")
+				return
+			}
+			s.tx.pinned, s.asUser = own, true
+			done("")
 		}
-		return "TRYAGAIN fenceproxy: Redis is unreachable, retry shortly"
-	}
-	s.tx.pinned, s.asUser = own, true
-	return ""
+	})
 }

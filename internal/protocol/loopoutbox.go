@@ -69,10 +69,20 @@ func (c *Conn) outboxOnLoop() *loopOutbox {
 }
 
 // append queues b for the client and has the loop write it. It fails once
-// the client is gone or was closed for a limit.
-func (o *loopOutbox) append(b []byte) error {
+// the client is gone or was closed for a limit. A stream with no hard
+// limit waits for room (relayBackpressure): call it on a relaying
+// goroutine, never on the loop.
+func (o *loopOutbox) append(b []byte) error { return o.add(b, true) }
+
+// push is append for a push (Conn.Push), which never waits: it may come
+// from the loop's own thread (a backend connection on the loop reading
+// a tracking connection's invalidations), which alone drains the queue.
+// Pushes are small and rare; the limits still apply.
+func (o *loopOutbox) push(b []byte) error { return o.add(b, false) }
+
+func (o *loopOutbox) add(b []byte, mayWait bool) error {
 	o.mu.Lock()
-	for !o.closed && !o.draining && o.stream && o.limit().Hard == 0 &&
+	for mayWait && !o.closed && !o.draining && o.stream && o.limit().Hard == 0 &&
 		int64(len(o.queue))+o.rest.Load() > max(relayBackpressure, o.limit().Soft) {
 		o.cond.Wait()
 	}

@@ -51,8 +51,9 @@ func (c *Conn) EnablePushes() {
 }
 
 // Push writes b to the client after every reply completed so far (see
-// above). It may be called from any goroutine once EnablePushes was; a
-// failed write closes the client's connection.
+// above). It may be called from any goroutine once EnablePushes was, the
+// serve loop's too (it never waits); a failed write closes the client's
+// connection.
 func (c *Conn) Push(b []byte) {
 	ps := c.push
 	ps.mu.Lock()
@@ -65,7 +66,7 @@ func (c *Conn) Push(b []byte) {
 			s.pre = append(s.pre, b...)
 			return
 		}
-		if ps.loop.append(b) != nil {
+		if ps.loop.push(b) != nil {
 			return // closed, or being closed for a limit
 		}
 	case ps.open:

@@ -13,7 +13,8 @@ import (
 // TestClientStaysOnTheServeLoop: a client that sends, between ordinary
 // requests, what the serve loop's thread does not answer at once (the
 // proxy's INFO, put together on a worker; CLIENT LIST; CLIENT TRACKING ON
-// over RESP3 and AUTH as another Redis user, each on a goroutine detour)
+// over RESP3 and AUTH as another Redis user, each with a connection of its
+// own dialled off the loop)
 // stays on the loop for its whole life: the same
 // socket in CLIENT LIST (fd), counted in INFO fenceproxy's loop_clients,
 // with every reply in order. Another client (the observer) looks, so
@@ -93,11 +94,19 @@ func fdOf(t *testing.T, observer *testenv.Conn) string {
 }
 
 // TestGoroutineDetoursCounted: INFO fenceproxy's goroutine_detours counts
-// the requests served on a goroutine detour: a lock cycle with its fence
-// checks, LOCK.INFO and INFO itself (all served on the loop) leave it as it
-// was; CLIENT TRACKING ON over RESP3 (a detour) moves it.
+// the requests served on a goroutine detour. A lock cycle with its fence
+// checks, LOCK.INFO and INFO itself leave it as it was; so do a tracking
+// client (HELLO 3, CLIENT TRACKING ON, a read, another client's write of
+// what it read: its invalidation push, relayed from its connection of its
+// own, which the loop serves) and a client of another Redis user (AUTH,
+// its requests on its own connection as that user), all on the loop now.
+// CLIENT KILL USER, which Redis checks without --aclfile, still takes a
+// detour and moves it.
 func TestGoroutineDetoursCounted(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
+	admin := testenv.Dial(t, redis.Addr)
+	admin.Do("ACL", "SETUSER", "other", "on", ">otherpw", "~*", "&*", "+@all")
+	admin.Close()
 	proxy := testenv.StartProxy(t, testenv.ProxyOptions{Backend: redis.Addr})
 	c := testenv.Dial(t, proxy.Addr)
 	detours := func() string {
@@ -107,6 +116,12 @@ func TestGoroutineDetoursCounted(t *testing.T) {
 			t.Fatal("INFO fenceproxy has no goroutine_detours")
 		}
 		return n
+	}
+	unmoved := func(before, what string) {
+		t.Helper()
+		if after := detours(); after != before {
+			t.Fatalf("goroutine_detours went from %s to %s over %s, served on the loop", before, after, what)
+		}
 	}
 	before := detours()
 	tok, ok := testenv.ParseInt(c.Do("LOCK.ACQUIRE", "d", "o", "10000"))
@@ -118,12 +133,45 @@ func TestGoroutineDetoursCounted(t *testing.T) {
 			t.Fatalf("%s: %q", strings.Join(args, " "), r)
 		}
 	}
-	if after := detours(); after != before {
-		t.Fatalf("goroutine_detours went from %s to %s over a lock cycle served on the loop", before, after)
+	unmoved(before, "a lock cycle")
+
+	tracker := testenv.Dial(t, proxy.Addr)
+	defer tracker.Close()
+	for _, step := range [][]string{{"HELLO", "3"}, {"CLIENT", "TRACKING", "ON"}, {"SET", "cached", "1"}, {"GET", "cached"}} {
+		if r := string(tracker.Do(step...)); strings.HasPrefix(r, "-") {
+			t.Fatalf("tracking client: %s: %q", strings.Join(step, " "), r)
+		}
 	}
-	c.Do("HELLO", "3")
-	c.Do("CLIENT", "TRACKING", "ON")
+	if r := string(c.Do("SET", "cached", "2")); r != "+OK\r\n" {
+		t.Fatalf("SET cached 2 = %q", r)
+	}
+	// The invalidation comes as a push ahead of the reply to the
+	// tracker's next request.
+	tracker.Send("PING")
+	tracker.Flush()
+	push, err := tracker.ReadReply()
+	if err != nil || !strings.HasPrefix(string(push), ">2\r\n$10\r\ninvalidate\r\n") || !strings.Contains(string(push), "cached") {
+		t.Fatalf("tracking client: %q, %v; want the invalidation push of cached", push, err)
+	}
+	if r, err := tracker.ReadReply(); err != nil || string(r) != "+PONG\r\n" {
+		t.Fatalf("tracking client: PING = %q, %v", r, err)
+	}
+	unmoved(before, "a tracking client's requests and push")
+
+	user := testenv.Dial(t, proxy.Addr)
+	defer user.Close()
+	for _, step := range [][]string{{"AUTH", "other", "otherpw"}, {"ACL", "WHOAMI"}, {"GET", "cached"}} {
+		if r := string(user.Do(step...)); strings.HasPrefix(r, "-") {
+			t.Fatalf("client of another user: %s: %q", strings.Join(step, " "), r)
+		}
+	}
+	if r := string(user.Do("ACL", "WHOAMI")); r != "$5\r\nother\r\n" {
+		t.Fatalf("ACL WHOAMI as other = %q", r)
+	}
+	unmoved(before, "a client of another Redis user")
+
+	c.Do("CLIENT", "KILL", "USER", "nobody")
 	if after := detours(); after == before {
-		t.Fatalf("goroutine_detours stayed %s after CLIENT TRACKING ON, a detour", before)
+		t.Fatalf("goroutine_detours stayed %s after CLIENT KILL USER, a detour", before)
 	}
 }
