@@ -1,7 +1,6 @@
 package commands
 
 import (
-
 	"github.com/fenceproxy/fenceproxy/internal/protocol"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
 )
