@@ -25,40 +25,41 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // requests it may serve itself: those ServeCommand only forwards, on the
 // client's connection of the shared pool (RESP2 or RESP3, in a database
 // whose connections are open) or on its connection of its own while the
-// loop serves that one too (a transaction's, WATCH's: not with TLS to
-// Redis), while nothing else holds the client elsewhere (no tunnel, no
-// tracking, no connection as another Redis user; CLIENT REPLY OFF or SKIP
-// only marks replies silent), PING and
-// SELECT (which go on once the client's earlier replies are in:
-// protocol's AfterReplies), AUTH checked by fenceproxy's own users, the
-// lock family and the clients' recognised lock recipes (started as
-// callbacks or handed to a lock worker: lockcmd's LeaseOnLoop,
-// RecipesOnLoop; not on a tier node), INFO (put together on a lock worker), and the proxy's
-// own that it answers from the connection's state or the proxy's (the
-// table's onLoop: what client libraries send when they connect, CLIENT
-// LIST, COMMAND...). MULTI,
-// WATCH, EXEC, DISCARD, UNWATCH, blocking commands and WAIT are the
+// loop serves that one too (a transaction's, WATCH's, a tracking client's
+// in front of a standalone master, a client's as another Redis user: not
+// with TLS to Redis), while nothing else holds the client elsewhere (no
+// tunnel, no trackers in front of a Redis Cluster; CLIENT REPLY OFF or
+// SKIP only marks replies silent), PING and SELECT (which go on once the
+// client's earlier replies are in: protocol's AfterReplies), AUTH and
+// HELLO (a round trip to Redis, a connection as another user, a protocol's
+// connections: each dialled off the loop, protocol's OffLoop), CLIENT
+// TRACKING (its connection dialled so too), the lock family and the
+// clients' recognised lock recipes (started as callbacks or handed to a
+// lock worker: lockcmd's LeaseOnLoop, RecipesOnLoop; not on a tier node),
+// INFO (put together on a lock worker), and the proxy's own that it
+// answers from the connection's state or the proxy's (the table's onLoop:
+// what client libraries send when they connect, CLIENT LIST, COMMAND...).
+// MULTI, WATCH, EXEC, DISCARD, UNWATCH, blocking commands and WAIT are the
 // loop's wherever they come: what pins a connection goes on once the
 // earlier replies are in, with the master's spare connection or one
-// dialled on a goroutine (protocol's OffLoop), and inside MULTI every
-// command Redis queues is the loop's. A client of fenceproxy's own users
-// (--aclfile, --requirepass) is checked on the loop too (authorize only
-// reads the user's rules), and a tier node's clients are served there as
-// any other node's: what a tier does differently (relaying the lock
-// family, the TIER.* commands of peers' links) is never forwarded. In
-// front of a Redis Cluster, requests that span slots are split on the loop
-// too, and one behind others after the view of the slots changed goes on
-// once they are answered. (P|S)SUBSCRIBE and their UNSUBSCRIBEs (in front
-// of a standalone master), MONITOR and SYNC are the loop's too: their
-// tunnel's connection is dialled off the loop (protocol's OffLoop), the
-// loop writes Redis's stream (protocol's outbox), and every later request
-// of the client goes through the tunnel on the loop. Everything else
-// (RESET, CLIENT TRACKING and a tracking client's requests, CLIENT KILL
-// USER that Redis checks, AUTH as another Redis user, a database whose
-// connections are not open, a tier node's lock requests and its peers'
-// TIER.*, pub/sub in front of a Redis Cluster) is served on a goroutine while the client
-// stays on the loop (protocol's goroutine detour): ServesOnLoop decides
-// only which thread serves a request, the loop's or a goroutine's.
+// dialled on a goroutine (OffLoop), and inside MULTI every command Redis
+// queues is the loop's. A client of fenceproxy's own users (--aclfile,
+// --requirepass) is checked on the loop too (authorize only reads the
+// user's rules), and a tier node's clients are served there as any other
+// node's: what a tier does differently (relaying the lock family, the
+// TIER.* commands of peers' links) is never forwarded. In front of a Redis
+// Cluster, requests that span slots are split on the loop too, and one
+// behind others after the view of the slots changed goes on once they are
+// answered. (P|S)SUBSCRIBE and their UNSUBSCRIBEs (in front of a
+// standalone master), MONITOR and SYNC are the loop's too: their tunnel's
+// connection is dialled off the loop, the loop writes Redis's stream
+// (protocol's outbox), and every later request of the client goes through
+// the tunnel on the loop. Everything else (CLIENT KILL USER that Redis
+// checks, a database whose connections are not open, a tier node's lock
+// requests and its peers' TIER.*, tracking and pub/sub in front of a Redis
+// Cluster) is served on a goroutine while the client stays on the loop
+// (protocol's goroutine detour): ServesOnLoop decides only which thread
+// serves a request, the loop's or a goroutine's.
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	s := sessionOf(c)
 	if s.tunnel != nil {
