@@ -484,3 +484,79 @@ func TestShutdownEndsBlockedOnTheLoop(t *testing.T) {
 	}
 	waitFor(t, func() bool { return redisBlocked(t, r) == 0 })
 }
+
+// TestTrackingAndUsersOnTheLoop: in front of a standalone master, a
+// tracking client and a client of another Redis user are served on the
+// loop, request by request, with their connections of their own dialled
+// off it: CLIENT TRACKING ON, reads, an invalidation push ahead of the
+// reply Redis sent after it; AUTH as another user, that user's ACL
+// applied by Redis; HELLO 3 in a database whose RESP3 connections are not
+// open yet (dialled off the loop), and HELLO back to 2 of a client with a
+// connection of its own (its switch a round trip off the loop).
+func TestTrackingAndUsersOnTheLoop(t *testing.T) {
+	po := proxyOptions{}
+	w := watchLoop(&po)
+	p, master := startStandalone(t, po, false)
+	admin := testenv.Dial(t, master.Addr)
+	admin.Do("ACL", "SETUSER", "reader", "on", ">readerpw", "~*", "+@read", "+@connection", "+acl")
+	admin.Do("SET", "k", "v")
+
+	tracker := p.dial(t)
+	run(t, tracker, []exchange{
+		{[]string{"SELECT", "0"}, "+OK\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON"}, "+OK\r\n"},
+		{[]string{"GET", "k"}, "$1\r\nv\r\n"},
+	})
+	writer := p.dial(t)
+	run(t, writer, []exchange{{[]string{"SET", "k", "v2"}, "+OK\r\n"}})
+	hello(t, tracker, "3")
+	tracker.Send("ECHO", "e")
+	tracker.Send("GET", "k")
+	tracker.Flush()
+	// RESP2 tracking without REDIRECT sends no push; after HELLO 3 the
+	// next write of a key read since comes as a push.
+	for i, want := range []string{"$1\r\ne\r\n", "$2\r\nv2\r\n"} {
+		if got, err := tracker.ReadReply(); err != nil || string(got) != want {
+			t.Fatalf("tracking client: reply %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	run(t, writer, []exchange{{[]string{"SET", "k", "v3"}, "+OK\r\n"}})
+	tracker.Send("GET", "k")
+	tracker.Flush()
+	if got, err := tracker.ReadReply(); err != nil || !strings.HasPrefix(string(got), ">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n") {
+		t.Fatalf("tracking client: %q, %v; want the invalidation push of k", got, err)
+	}
+	if got, err := tracker.ReadReply(); err != nil || string(got) != "$2\r\nv3\r\n" {
+		t.Fatalf("tracking client: GET k = %q, %v", got, err)
+	}
+	w.expect(t, "SELECT:loop CLIENT TRACKING:loop GET:loop SET:loop HELLO:loop ECHO:loop GET:loop SET:loop GET:loop")
+
+	user := p.dial(t)
+	run(t, user, []exchange{
+		{[]string{"SELECT", "5"}, "+OK\r\n"},
+		{[]string{"AUTH", "reader", "readerpw"}, "+OK\r\n"},
+		{[]string{"ACL", "WHOAMI"}, "$6\r\nreader\r\n"},
+		{[]string{"GET", "k"}, "$-1\r\n"}, // database 5
+		{[]string{"SET", "k", "x"}, "-NOPERM this user has no permissions to run the 'set' command\r\n"},
+	})
+	hello(t, user, "3")
+	run(t, user, []exchange{{[]string{"GET", "k"}, "_\r\n"}})
+	hello(t, user, "2")
+	w.expect(t, "SELECT:loop AUTH:loop ACL:loop GET:loop SET:loop HELLO:loop GET:loop HELLO:loop")
+
+	// HELLO 3 in a database whose RESP3 connections are not open yet.
+	fresh := p.dial(t)
+	run(t, fresh, []exchange{{[]string{"SELECT", "7"}, "+OK\r\n"}})
+	hello(t, fresh, "3")
+	run(t, fresh, []exchange{{[]string{"GET", "k"}, "_\r\n"}})
+	w.expect(t, "SELECT:loop HELLO:loop GET:loop")
+}
+
+// hello sends HELLO ver and fails unless Redis's map (RESP3) or array
+// (RESP2) comes back.
+func hello(t *testing.T, c *testenv.Conn, ver string) {
+	t.Helper()
+	if got := string(c.Do("HELLO", ver)); !strings.HasPrefix(got, "%7\r\n") && !strings.HasPrefix(got, "*14\r\n") {
+		t.Fatalf("HELLO %s: %q", ver, got)
+	}
+}
