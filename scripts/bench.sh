@@ -101,7 +101,8 @@
 # with --compare on a quiet machine, 4 on a loaded one; else 400000, 2000000,
 # 50000: 5 minutes, 10 loaded) of `redis-benchmark -c 50
 # -t get` at -P 1 and -P 16 for each kind: plaintext RESP2, RESP3 (-3), an ACL
-# user (--user U -a PASS), TLS (--tls --cacert), and through the tier's leader
+# user (--user U -a PASS), a user of Redis's own ACL through the plaintext
+# fenceproxy (--user U -a PASS), TLS (--tls --cacert), and through the tier's leader
 # and a follower; twemproxy's plaintext in the same rounds (first in odd rounds,
 # last in even ones); and at one client (-c 1 -P 1) plaintext, TLS and
 # twemproxy. Prints each kind's better round: req/s, the user+sys CPU of its
@@ -1467,11 +1468,12 @@ main_compare() {
 
 # The --clients run's kinds of client, in the order of its tables, and
 # their names there.
-readonly CL_KINDS="plain resp3 acl tls leader follower"
+readonly CL_KINDS="plain resp3 acl redisuser tls leader follower"
 declare -A cl_title=(
 	[plain]="plaintext RESP2"
 	[resp3]="RESP3 (-3)"
 	[acl]="ACL user (--user -a)"
+	[redisuser]="Redis's user (--user -a)"
 	[tls]="TLS (--tls)"
 	[leader]="tier of 3, the leader"
 	[follower]="tier of 3, a follower"
@@ -1481,6 +1483,10 @@ declare -A cl_title=(
 readonly CL_ACL_USER=bench CL_ACL_PASS=benchpass
 # (Without -@scripting, fenceproxy warns that scripts reach beyond ~key:*.)
 readonly CL_ACL_RULES="on >$CL_ACL_PASS ~key:* &* +@all -@scripting"
+# The Redis user the redisuser kind authenticates as, through the plaintext
+# fenceproxy (no --aclfile): Redis checks it, and the client's requests go
+# on a connection of its own opened as that user.
+readonly CL_REDIS_USER=rbench CL_REDIS_PASS=rbenchpass
 # cl_addr[KIND/BUILD]: where that kind of client of that build connects;
 # cl_skip[KIND/BUILD]: why it could not be run (its warm-up failed).
 declare -A cl_addr=() cl_skip=()
@@ -1492,6 +1498,7 @@ cl_args() {
 	case $1 in
 	resp3) args=(-3) ;;
 	acl) args=(--user "$CL_ACL_USER" -a "$CL_ACL_PASS") ;;
+	redisuser) args=(--user "$CL_REDIS_USER" -a "$CL_REDIS_PASS") ;;
 	tls) args=(--tls --cacert "$tmp/tls/ca.crt") ;;
 	esac
 }
@@ -1524,6 +1531,8 @@ cl_start() {
 	launch_proxy "fenceproxy-$s" "$bin" "$tmp/fenceproxy-$s.log" "$tmp/data-$s" --key-prefix "cb-$s-plain:" \
 		--tls-listen "127.0.0.1:$tport" --tls-cert-file "$tmp/tls/server.crt" --tls-key-file "$tmp/tls/server.key"
 	cl_addr[plain/$s]=$launched_addr cl_addr[resp3/$s]=$launched_addr cl_addr[tls/$s]=127.0.0.1:$tport
+	cl_addr[redisuser/$s]=$launched_addr
+	redis-cli -h "${MASTER_ADDR%:*}" -p "${MASTER_ADDR##*:}" ACL SETUSER "$CL_REDIS_USER" on ">$CL_REDIS_PASS" '~*' '&*' +@all >/dev/null
 	middle_of[127.0.0.1:$tport]=$launched_pid
 	printf 'user default on nopass ~* &* +@all\nuser %s %s\n' "$CL_ACL_USER" "$CL_ACL_RULES" >"$tmp/users-$s.acl"
 	launch_proxy "fenceproxy-$s-acl" "$bin" "$tmp/fenceproxy-$s-acl.log" "$tmp/data-$s-acl" --key-prefix "cb-$s-acls:" \
@@ -1739,6 +1748,7 @@ cl_report() {
 	echo "   n=$N_P16 at -P 16), and at one client -c 1 -P 1 -n $N_C1; the kinds' ARGS and fenceproxy processes:"
 	echo "     plaintext RESP2: none (fenceproxy --listen)            RESP3: -3 (the same fenceproxy)"
 	echo "     ACL user: --user $CL_ACL_USER -a $CL_ACL_PASS (a fenceproxy with --aclfile: \"user $CL_ACL_USER $CL_ACL_RULES\")"
+	echo "     Redis's user: --user $CL_REDIS_USER -a $CL_REDIS_PASS (the first fenceproxy; a user of Redis's own ACL, checked by Redis)"
 	echo "     TLS: --tls --cacert ca.crt (the first fenceproxy's --tls-listen; a throwaway CA and ECDSA P-256 certificate)"
 	echo "     tier: none, at the leader's or a follower's --listen of a tier of three (--peers); its CPU is that node's"
 	echo "-- each figure is that of the better round (the higher rate; its CPU with it); CPU: us of user+sys CPU time of the"

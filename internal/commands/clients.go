@@ -341,6 +341,28 @@ func normalType(t string) string {
 // connection, and what it held in Redis with it (a blocked command's
 // connection, a tunnel); one that kills itself gets its reply first.
 func (h *Handler) clientKill(c *protocol.Conn, args [][]byte, p *resp.Reply) {
+	if h.opts.ACL == nil && killsByUser(args) {
+		// Redis knows its users: asked off the serve loop (OffLoop; args
+		// stay valid, nothing more of the client's is read meanwhile),
+		// then the kill goes on where it was, each USER filter judged in
+		// its place among the others, as Redis does.
+		c.OffLoop(p, func() func() {
+			known := map[string]bool{}
+			for i := 2; i+1 < len(args); i += 2 {
+				if strings.EqualFold(string(args[i]), "user") {
+					known[string(args[i+1])] = h.userExists(string(args[i+1]))
+				}
+			}
+			return func() { h.clientKillWith(c, args, p, func(name string) bool { return known[name] }) }
+		})
+		return
+	}
+	h.clientKillWith(c, args, p, h.userExists)
+}
+
+// clientKillWith is CLIENT KILL, with exists telling whether a USER
+// filter names a user there is.
+func (h *Handler) clientKillWith(c *protocol.Conn, args [][]byte, p *resp.Reply, exists func(string) bool) {
 	if len(args) == 3 { // CLIENT KILL addr:port
 		n := h.kill(c, func(o *protocol.Conn, _ *clientInfo) bool { return o.RemoteAddr == string(args[2]) }, false)
 		if n == 0 {
@@ -377,7 +399,7 @@ func (h *Handler) clientKill(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		case "laddr":
 			laddr = v
 		case "user":
-			if !h.userExists(v) {
+			if !exists(v) {
 				replyError(p, "ERR No such user '"+v+"'")
 				return
 			}

@@ -264,9 +264,10 @@ func (h *Handler) authenticated(c *protocol.Conn, user string) {
 // NO-TOUCH: what redis-py and Jedis send on every new connection, INFO,
 // and REPLY, whose mode marks each later reply's slot silent or not:
 // protocol.Conn.SetSilent), from the proxy's table of its clients (LIST),
-// and KILL, whose
-// kills the loop carries out after the reply (Conn.Kill posts them), but
-// for a USER filter that Redis must check (no --aclfile: userExists).
+// and KILL, whose kills the loop carries out after the reply (Conn.Kill
+// posts them; a USER filter that Redis must check, without --aclfile, is
+// asked off the loop first: clientKill), and the tracking subcommands in
+// front of a standalone master.
 func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
 	if len(args) < 2 || len(args[1]) > 8 {
 		return false
@@ -283,7 +284,7 @@ func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
 		// the loop's.
 		return !h.opts.Backend.RoutesByKey()
 	case "kill":
-		return h.opts.ACL != nil || !killsByUser(args)
+		return true
 	}
 	return false
 }

@@ -169,8 +169,11 @@ func TestServesOnLoop(t *testing.T) {
 		{[]string{"CLIENT", "INFO"}, "", back, "loop"},
 		// Kills carried out by the loop after the reply (none here).
 		{[]string{"CLIENT", "KILL", "ID", "999999"}, ":0\r\n", back, "loop"},
-		// A USER filter Redis checks (no --aclfile): a round trip.
-		{[]string{"CLIENT", "KILL", "ID", "999999", "USER", "default"}, ":0\r\n", back, ""},
+		// A USER filter Redis checks (no --aclfile): asked off the loop
+		// (OffLoop), the kill goes on on the loop; a user Redis does not
+		// have is refused as Redis refuses it.
+		{[]string{"CLIENT", "KILL", "ID", "999999", "USER", "default"}, ":0\r\n", back, "loop"},
+		{[]string{"CLIENT", "KILL", "USER", "nosuchuser", "ID", "1"}, "-ERR No such user 'nosuchuser'\r\n", back, "loop"},
 		// Handed to a waiter by the loop, which watches the client.
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000", "WAIT", "100"}, ":1\r\n", back, "loop"},
 		// Sent on the control connection once the earlier replies are in

@@ -54,12 +54,12 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // standalone master), MONITOR and SYNC are the loop's too: their tunnel's
 // connection is dialled off the loop, the loop writes Redis's stream
 // (protocol's outbox), and every later request of the client goes through
-// the tunnel on the loop. Everything else (CLIENT KILL USER that Redis
-// checks, a database whose connections are not open, a tier node's lock
-// requests and its peers' TIER.*, tracking and pub/sub in front of a Redis
-// Cluster) is served on a goroutine while the client stays on the loop
-// (protocol's goroutine detour): ServesOnLoop decides only which thread
-// serves a request, the loop's or a goroutine's.
+// the tunnel on the loop. Everything else (a database whose connections
+// are not open, a tier node's lock requests and its peers' TIER.*,
+// tracking and pub/sub in front of a Redis Cluster) is served on a
+// goroutine while the client stays on the loop (protocol's goroutine
+// detour): ServesOnLoop decides only which thread serves a request, the
+// loop's or a goroutine's.
 func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	s := sessionOf(c)
 	if s.tunnel != nil {

@@ -98,10 +98,10 @@ func fdOf(t *testing.T, observer *testenv.Conn) string {
 // checks, LOCK.INFO and INFO itself leave it as it was; so do a tracking
 // client (HELLO 3, CLIENT TRACKING ON, a read, another client's write of
 // what it read: its invalidation push, relayed from its connection of its
-// own, which the loop serves) and a client of another Redis user (AUTH,
-// its requests on its own connection as that user), all on the loop now.
-// CLIENT KILL USER, which Redis checks without --aclfile, still takes a
-// detour and moves it.
+// own, which the loop serves), a client of another Redis user (AUTH,
+// its requests on its own connection as that user) and CLIENT KILL USER
+// (Redis asked off the loop), all on the loop now. In front of a Redis
+// Cluster, SUBSCRIBE still takes a detour and moves it.
 func TestGoroutineDetoursCounted(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
 	admin := testenv.Dial(t, redis.Addr)
@@ -170,8 +170,29 @@ func TestGoroutineDetoursCounted(t *testing.T) {
 	}
 	unmoved(before, "a client of another Redis user")
 
-	c.Do("CLIENT", "KILL", "USER", "nobody")
-	if after := detours(); after == before {
-		t.Fatalf("goroutine_detours stayed %s after CLIENT KILL USER, a detour", before)
+	if r := string(c.Do("CLIENT", "KILL", "USER", "other")); r != ":1\r\n" {
+		t.Fatalf("CLIENT KILL USER other = %q, want :1 (the client of other)", r)
+	}
+	if r := string(c.Do("CLIENT", "KILL", "USER", "nobody")); r != "-ERR No such user 'nobody'\r\n" {
+		t.Fatalf("CLIENT KILL USER nobody = %q", r)
+	}
+	unmoved(before, "CLIENT KILL USER")
+
+	cluster := testenv.StartCluster(t, testenv.ClusterOptions{})
+	front := testenv.StartProxy(t, testenv.ProxyOptions{Backend: cluster.Masters[0].Addr})
+	sub, observer := testenv.Dial(t, front.Addr), testenv.Dial(t, front.Addr)
+	at := func() string {
+		n := upstream.InfoField(string(observer.Do("INFO", "fenceproxy")), "goroutine_detours")
+		if n == "" {
+			t.Fatal("INFO fenceproxy has no goroutine_detours")
+		}
+		return n
+	}
+	was := at()
+	if r := string(sub.Do("SUBSCRIBE", "ch")); !strings.HasPrefix(r, "*3\r\n$9\r\nsubscribe\r\n") {
+		t.Fatalf("SUBSCRIBE ch in front of a Redis Cluster = %q", r)
+	}
+	if now := at(); now == was {
+		t.Fatalf("goroutine_detours stayed %s after SUBSCRIBE in front of a Redis Cluster, a detour", was)
 	}
 }
