@@ -109,13 +109,13 @@ func (h *Handler) helloReply(c *protocol.Conn, s *session, resp3, setName bool, 
 		// that protocol's connections of the client's database are
 		// dialled off it first if they are not open (as SELECT's).
 		h.after(c, s, p, func() {
-			db := s.backend.DB
-			if !c.OnLoop() || h.opts.Backend.DBOpen(resp3, db) {
+			db, login := s.backend.DB, s.backend.Login()
+			if !c.OnLoop() || h.opts.Backend.DBOpen(login, resp3, db) {
 				h.switchProtocol(c, s, resp3, setName, name, p)
 				return
 			}
 			c.OffLoop(p, func() func() {
-				err := h.opts.Backend.OpenDB(resp3, db)
+				err := h.opts.Backend.OpenDB(login, resp3, db)
 				return func() {
 					if err != nil {
 						replyErr(p, err)
@@ -390,10 +390,10 @@ func (h *Handler) resetNow(c *protocol.Conn, s *session, p *resp.Reply) {
 		h.unblocked(c, s)
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state
 	}
-	s.tx = txState{}       // a MULTI not yet sent too
-	s.track = trackState{} // its connection went with s.tx.pinned
-	s.backend.Untrack()    // or, in front of a Redis Cluster, the Forwarder's
-	s.asUser, s.backend.User, s.backend.Password = false, "", ""
+	s.tx = txState{}                            // a MULTI not yet sent too
+	s.track = trackState{}                      // its connection went with s.tx.pinned
+	s.backend.Untrack()                         // or, in front of a Redis Cluster, the Forwarder's
+	s.backend.User, s.backend.Password = "", "" // back to the proxy's user's connections
 	h.selectZero(c, s, p)
 	s.backend.RESP3 = false
 	s.auth.user, s.auth.userSet = nil, false // back to the initial user, as Redis

@@ -70,7 +70,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return !h.locks.InTier() || !hasPrefixFold(args[0], "tier.")
 	}
 	if s.tx.pinned != nil && !s.tx.pinned.OnLoop() ||
-		s.track.on && !s.track.conn || !h.opts.Backend.DBOpen(s.backend.RESP3, s.backend.DB) {
+		s.track.on && !s.track.conn || !h.opts.Backend.DBOpen(s.backend.Login(), s.backend.RESP3, s.backend.DB) {
 		return false
 	}
 	var lower [32]byte

@@ -300,7 +300,7 @@ func (h *Handler) BatchDone(c *protocol.Conn) {
 	unblocked := h.unblocked(c, s)
 	s.adoptExecDB(c)
 	defer h.publish(c, s)
-	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.conn || s.asUser {
+	if s.tx.pinned == nil || s.tx.inMulti || s.tx.watching || s.track.conn {
 		return
 	}
 	s.tx.pinned.Release(!unblocked)

@@ -68,13 +68,13 @@ func (h *Handler) selectIn(c *protocol.Conn, s *session, db int, p *resp.Reply) 
 
 // switchDB puts the client in database db and answers SELECT.
 func (h *Handler) switchDB(c *protocol.Conn, s *session, db int, p *resp.Reply) {
-	if db != s.backend.DB && c.OnLoop() && !h.opts.Backend.DBOpen(s.backend.RESP3, db) {
+	if db != s.backend.DB && c.OnLoop() && !h.opts.Backend.DBOpen(s.backend.Login(), s.backend.RESP3, db) {
 		// Its connections are dialled off the loop first (the client
 		// reads and sends nothing meanwhile); then SELECT goes on, on the
 		// loop, dialling nothing.
-		resp3 := s.backend.RESP3
+		resp3, login := s.backend.RESP3, s.backend.Login()
 		c.OffLoop(p, func() func() {
-			err := h.opts.Backend.OpenDB(resp3, db)
+			err := h.opts.Backend.OpenDB(login, resp3, db)
 			return func() {
 				if err != nil {
 					replyErr(p, err) // Select's: an index out of range, Redis unreachable

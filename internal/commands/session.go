@@ -49,10 +49,6 @@ type session struct {
 	info       *clientInfo
 	tunnelKind tunnelKind
 	noEvict    bool
-	// asUser: tx.pinned is the client's connection as the Redis user it
-	// authenticated as (users.go), kept until RESET or AUTH as the
-	// proxy's user.
-	asUser bool
 	// execDB is the database a SELECT in the client's transaction made
 	// current when EXEC ran it, -1 if none: set by EXEC's reply on the
 	// backend's reader, taken on by adoptExecDB (select.go).

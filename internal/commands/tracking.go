@@ -168,10 +168,6 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 	// one, once what it sent before has its replies.
 	track := func() {
 		switch {
-		case s.asUser:
-			// Its connection as its user tracks: it relays pushes already.
-			c.EnablePushes()
-			on(true)
 		case !s.track.on:
 			// What the client sent before runs before the switch, and the
 			// connection is dialled off the serve loop (OffLoop). No push
@@ -198,7 +194,7 @@ func (h *Handler) tracking(c *protocol.Conn, s *session, args [][]byte, p *resp.
 			on(s.track.conn)
 		}
 	}
-	if s.tx.pinned != nil && !s.track.on && !s.asUser {
+	if s.tx.pinned != nil && !s.track.on {
 		h.after(c, s, p, func() {
 			if s.tx.watching {
 				replyError(p, "ERR fenceproxy: CLIENT TRACKING ON cannot be sent while WATCH is open; UNWATCH first")

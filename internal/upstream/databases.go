@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
@@ -24,6 +25,15 @@ import (
 // SELECTed to the client's database when it is handed out and back to 0
 // when it returns clean, and follows a SELECT sent on it (Pinned.Select,
 // Pinned.Selected).
+//
+// A client that authenticated as a Redis user other than the proxy's
+// (Login) gets that user's shared connections in the same way, one set per
+// user, database and protocol (database 0's too), opened as that user on
+// first use: Redis applies that user's ACL to what the client sends, while
+// the clients of one user share connections as the proxy's own clients do,
+// instead of a connection each. They are keyed by the password too: a
+// client reaches a user's connections only with the credentials Redis
+// accepted for it (Forwarder.OpenDB is called once Redis has checked them).
 //
 // A Redis Cluster has only database 0: SELECT of another answers Redis
 // Cluster's own error.
@@ -51,13 +61,22 @@ type databases struct {
 type dbKey struct {
 	resp3 bool
 	db    int
+	login Login
 }
 
-// pool returns the shared connections of database db for clients speaking
-// RESP3 if resp3, opening them on first use. The error is Redis's refusal
-// of the database (a resp.Error) or why it could not be reached.
-func (d *databases) pool(resp3 bool, db int) (*backend.Pool, error) {
-	key := dbKey{resp3, db}
+// Login is the Redis user a client's shared connections are opened as:
+// the zero Login for the proxy's own (Client.User).
+type Login struct{ User, Password string }
+
+// Login is the user cl's shared connections are opened as.
+func (cl *Client) Login() Login { return Login{cl.User, cl.Password} }
+
+// pool returns the shared connections of database db, as login, for
+// clients speaking RESP3 if resp3, opening them on first use. The error is
+// errDBRange for Redis's refusal of the database, Redis's refusal of the
+// login (a resp.Error), or why it could not be reached.
+func (d *databases) pool(resp3 bool, db int, login Login) (*backend.Pool, error) {
+	key := dbKey{resp3, db, login}
 	d.mu.Lock()
 	if p := d.pools[key]; p != nil {
 		d.mu.Unlock()
@@ -72,11 +91,15 @@ func (d *databases) pool(resp3 bool, db int) (*backend.Pool, error) {
 	// of databases already open.
 	opts := d.opts
 	opts.RESP3, opts.DB = resp3, db
+	opts.AsUser, opts.AsPassword = login.User, login.Password
 	p, err := backend.NewPool(opts, max(d.size/4, 1))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var re resp.Error
 	if errors.As(err, &re) {
+		if !strings.Contains(re.Msg, errDBRange.Msg) {
+			return nil, re // the user's AUTH refused (its password changed since)
+		}
 		if d.limit == 0 || db < d.limit {
 			d.limit = db
 		}
@@ -100,11 +123,11 @@ func (d *databases) pool(resp3 bool, db int) (*backend.Pool, error) {
 	return p, nil
 }
 
-// open reports whether database db's pools for resp3 are open.
-func (d *databases) open(resp3 bool, db int) bool {
+// open reports whether database db's pools for resp3, as login, are open.
+func (d *databases) open(resp3 bool, db int, login Login) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.pools[dbKey{resp3, db}] != nil
+	return d.pools[dbKey{resp3, db, login}] != nil
 }
 
 func (d *databases) close() {
@@ -122,23 +145,24 @@ func (d *databases) close() {
 // a database that cannot be opened because Redis is unreachable gets
 // the node's refusal or ErrUnavailable.
 func (s *standalone) Select(cl *Client, db int) error {
-	if err := s.OpenDB(cl.RESP3, db); err != nil {
+	if err := s.OpenDB(cl.Login(), cl.RESP3, db); err != nil {
 		return err
 	}
 	cl.DB = db
 	return nil
 }
 
-// OpenDB dials database db's pool for resp3 if it is not open (database
-// 0's connections are the master's own).
-func (s *standalone) OpenDB(resp3 bool, db int) error {
+// OpenDB dials database db's pool for resp3, as login, if it is not open
+// (database 0's connections of the proxy's own user are the master's own).
+func (s *standalone) OpenDB(login Login, resp3 bool, db int) error {
 	if db < 0 {
 		return errDBRange
 	}
-	if db != 0 {
+	if db != 0 || login != (Login{}) {
 		n := s.master.Load()
-		if _, err := n.dbs.pool(resp3, db); err != nil {
-			if errors.Is(err, errDBRange) {
+		if _, err := n.dbs.pool(resp3, db, login); err != nil {
+			var re resp.Error
+			if errors.Is(err, errDBRange) || errors.As(err, &re) {
 				return err
 			}
 			return n.Unreachable()
@@ -147,21 +171,23 @@ func (s *standalone) OpenDB(resp3 bool, db int) error {
 	return nil
 }
 
-// DBOpen: database 0's connections are the master's own; another's are
-// open once a client selected it on this master.
-func (s *standalone) DBOpen(resp3 bool, db int) bool {
-	return db == 0 || s.master.Load().dbs.open(resp3, db)
+// DBOpen: database 0's connections of the proxy's own user are the
+// master's own; another's are open once a client selected it (or
+// authenticated as its user) on this master.
+func (s *standalone) DBOpen(login Login, resp3 bool, db int) bool {
+	return db == 0 && login == (Login{}) || s.master.Load().dbs.open(resp3, db, login)
 }
 
-// DBOpen: a Redis Cluster has database 0 only.
-func (c *Cluster) DBOpen(_ bool, db int) bool { return db == 0 }
+// DBOpen: a Redis Cluster has database 0 only, and its clients keep the
+// proxy's connections whoever they authenticated as.
+func (c *Cluster) DBOpen(_ Login, _ bool, db int) bool { return db == 0 }
 
 // Select accepts only database 0, as Redis Cluster does.
-func (c *Cluster) Select(cl *Client, db int) error { return c.OpenDB(cl.RESP3, db) }
+func (c *Cluster) Select(cl *Client, db int) error { return c.OpenDB(Login{}, cl.RESP3, db) }
 
 // OpenDB: database 0's connections are each master's own; there is no
 // other.
-func (c *Cluster) OpenDB(_ bool, db int) error {
+func (c *Cluster) OpenDB(_ Login, _ bool, db int) error {
 	if db != 0 {
 		return errClusterSelect
 	}

@@ -76,14 +76,17 @@ type Forwarder interface {
 	// reached.
 	Select(cl *Client, db int) error
 	// DBOpen reports whether database db's shared connections for a
-	// client speaking RESP3 if resp3 are open, so that Select and Forward
-	// of it dial nothing (the serve loop's question: it must not wait).
-	DBOpen(resp3 bool, db int) bool
+	// client speaking RESP3 if resp3, as login (the zero Login: the
+	// proxy's own user), are open, so that Select and Forward of it dial
+	// nothing (the serve loop's question: it must not wait).
+	DBOpen(login Login, resp3 bool, db int) bool
 	// OpenDB opens database db's shared connections for a client speaking
-	// RESP3 if resp3, dialling them if they are not open yet (a wait: off
-	// the serve loop), so that a Select of db then dials nothing. The
-	// error is Select's.
-	OpenDB(resp3 bool, db int) error
+	// RESP3 if resp3, as login, dialling them if they are not open yet (a
+	// wait: off the serve loop), so that a Select of db then dials
+	// nothing. The error is Select's, or Redis's refusal of login (a
+	// resp.Error). Call it with a login only once Redis has accepted its
+	// credentials for the client.
+	OpenDB(login Login, resp3 bool, db int) error
 	// ServesOnLoop reports whether Forward sends args for cl without
 	// waiting (the serve loop's question: it must not wait); first: none
 	// of cl's earlier requests awaits its reply. A standalone master: any
@@ -118,9 +121,11 @@ type Client struct {
 	// connections in that database.
 	DB int
 	// User and Password are the Redis user the client authenticated as,
-	// when it is not the proxy's own (set by the caller): its connection
-	// of its own (Track) and its tunnel (Subscribe) are opened as that
-	// user, so that Redis applies that user's ACL to its requests.
+	// when it is not the proxy's own (set by the caller, once Redis has
+	// checked them): its shared connections (that user's, databases.go),
+	// its connections of its own (Pin, Track) and its tunnel (Subscribe)
+	// are opened as that user, so that Redis applies that user's ACL to its
+	// requests.
 	User, Password string
 	// Conn holds a request until the client's earlier requests have their
 	// replies (protocol.Conn): before a request takes another way to Redis
@@ -199,6 +204,9 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 	if node == nil {
 		return nil, backend.ErrUnavailable
 	}
+	if cl.User != "" {
+		return node.pinnedAs(cl, keyed)
+	}
 	conn, err := node.Pinned(cl.RESP3)
 	if err != nil {
 		return nil, node.Unreachable()
@@ -212,8 +220,8 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 
 // pinSpare is pin with node's idle connection, nil if it has none.
 func pinSpare(cl *Client, node *Node, keyed bool) *Pinned {
-	if node == nil {
-		return nil
+	if node == nil || cl.User != "" {
+		return nil // the spares are the proxy's user's
 	}
 	conn := node.idlePinned(cl.RESP3)
 	if conn == nil {

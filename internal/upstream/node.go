@@ -16,6 +16,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/pinned"
 )
 
 // Node is one Redis master.
@@ -101,6 +102,30 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 		return nil, ErrUnavailable
 	}
 	return c, nil
+}
+
+// pinnedAs is a connection of cl's own opened as cl's Redis user, in its
+// protocol and database: never a spare (those are the proxy's user's) and
+// closed when the client is done with it (Own), never handed to another.
+func (n *Node) pinnedAs(cl *Client, keyed bool) (*Pinned, error) {
+	if n.Refusal() != nil {
+		return nil, n.Refusal()
+	}
+	opts := n.pinOpts
+	opts.RESP3, opts.DB = cl.RESP3, cl.DB
+	asUser(&opts, cl)
+	c, err := backend.Dial(opts)
+	var refused resp.Error
+	switch {
+	case errors.As(err, &refused):
+		return nil, refused // Redis's answer to the client's user
+	case err != nil:
+		return nil, n.Unreachable()
+	}
+	if !n.Hand(c, c.Close) {
+		return nil, n.Unreachable()
+	}
+	return pinned.New(c, n, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Keyed: keyed, Own: true}), nil
 }
 
 // idlePinned is Pinned without a dial: an idle clean connection, nil if

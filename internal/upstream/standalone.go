@@ -152,11 +152,11 @@ func (s *standalone) RetryAfterRefresh([]byte, error) bool { return false }
 // pool, so its requests reach Redis in the order it sent them.
 func (s *standalone) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 	n := s.master.Load()
-	if cl.DB == 0 {
+	if cl.DB == 0 && cl.User == "" {
 		n.pool(cl.RESP3).Conn(cl.ID).Do(args, p)
 		return
 	}
-	pool, err := n.dbs.pool(cl.RESP3, cl.DB)
+	pool, err := n.dbs.pool(cl.RESP3, cl.DB, cl.Login())
 	if err != nil {
 		p.Err = n.Unreachable()
 		p.Done()

@@ -1,6 +1,7 @@
 package passthrough
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/internal/testenv"
@@ -58,5 +59,45 @@ func TestRedisUserThroughProxy(t *testing.T) {
 		t.Errorf("EXEC after a refused AUTH = %q", got)
 	}
 	same(t, proxy, direct, "ACL", "WHOAMI")
+	pr.alive(t)
+}
+
+// TestRedisUsersShareConnections: the clients of one Redis user share that
+// user's connections, as the proxy's own clients share the proxy's: many
+// clients authenticated as bob hold a few Redis connections as bob, not one
+// each, and each still gets exactly Redis's answers under bob's ACL, in a
+// transaction (its connection of its own opened as bob) and for a blocking
+// command bob may not run.
+func TestRedisUsersShareConnections(t *testing.T) {
+	pr := startPair(t)
+	for _, addr := range []string{pr.A.Addr, pr.B.Addr} {
+		admin := testenv.Dial(t, addr)
+		if got := admin.Do("ACL", "SETUSER", "bob", "on", ">123", "+@transaction", "+set", "+get", "+incr", "+acl|whoami", "+ping", "~x*"); string(got) != "+OK\r\n" {
+			t.Fatalf("ACL SETUSER on %s: %q", addr, got)
+		}
+	}
+	const clients = 24
+	for range clients { // every client stays connected (and authenticated) meanwhile
+		proxy, direct := pr.conns(t)
+		for _, cmd := range [][]string{
+			c("AUTH", "bob", "123"),
+			c("ACL", "WHOAMI"),
+			c("INCR", "xcount"),
+			c("SET", "y", "1"), // outside bob's keys
+			c("MULTI"),
+			c("INCR", "xcount"),
+			c("SET", "y", "1"),
+			c("EXEC"),
+			c("BLPOP", "xlist", "0.01"), // bob may not
+			c("GET", "xcount"),
+		} {
+			same(t, proxy, direct, cmd...)
+		}
+	}
+	list := string(testenv.Dial(t, pr.A.Addr).Do("CLIENT", "LIST"))
+	bobs := strings.Count(list, " user=bob ")
+	if bobs == 0 || bobs >= clients/2 {
+		t.Fatalf("%d clients of bob through the proxy hold %d Redis connections as bob; want a few shared ones:\n%s", clients, bobs, list)
+	}
 	pr.alive(t)
 }

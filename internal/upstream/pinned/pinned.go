@@ -189,7 +189,7 @@ func (pc *Conn) Release(clean bool) {
 		pc.lender.GiveBack(pc, clean)
 		return
 	}
-	if clean && pc.db != 0 && pc.conn.Up() {
+	if clean && !pc.own && pc.db != 0 && pc.conn.Up() {
 		// Back to database 0, where the next client's pinning starts.
 		pc.conn.Do(SelectRequest(0), Discard())
 	}
