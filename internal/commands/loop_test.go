@@ -181,6 +181,10 @@ func TestServesOnLoop(t *testing.T) {
 		{[]string{"FUNCTION", "STATS"}, "", back, "loop"},
 		// Put together on a lock worker, which the loop hands it to.
 		{[]string{"INFO", "server"}, "", back, "loop"},
+		// An operator's tier command, the same (here refused: no tier).
+		{[]string{"TIER.INFO"}, "-ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)\r\n", back, "loop"},
+		// A command the proxy never forwards: refused at once.
+		{[]string{"REPLCONF", "listening-port", "1"}, "-ERR fenceproxy: " + replicationRefused + "\r\n", back, "loop"},
 	} {
 		c := p.dial(t)
 		run(t, c, []exchange{{[]string{"GET", "k"}, "$1\r\nv\r\n"}})

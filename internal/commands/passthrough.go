@@ -81,10 +81,10 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		return s.tx.inMulti || h.opts.Backend.ServesOnLoop(&s.backend, args, c.BatchLen() == 0)
 	}
 	lname := lowerInto(lower[:0], name)
-	if h.locks.InTier() && len(lname) >= 5 && string(lname[:5]) == "tier." {
+	cmd := lookup(lname)
+	if cmd == nil && h.locks.InTier() && len(lname) >= 5 && string(lname[:5]) == "tier." {
 		return false // a peer's link (serveTierLink): TIER.RELAY runs a lock command (lockcmd's LeaseOnLoop)
 	}
-	cmd := lookup(lname)
 	if s.tx.inMulti && (cmd == nil || cmd.flags&flagImmediate == 0) {
 		// Queued on the transaction's connection (sendQueued), or
 		// refused at once (the lock family).

@@ -280,16 +280,17 @@ func init() {
 			syntax:  "GET|LEN|RESET|HELP [count]",
 			serve:   lockServe((*lockcmd.Family).Slowlog), onLoop: leaseOnLoop},
 
-		// A tier's membership and state (lockcmd's tier.go): an operator's.
+		// A tier's membership and state (lockcmd's tier.go): an operator's,
+		// each handed to a lock worker from the loop (as INFO is).
 		{name: "tier.info", arity: 1, flags: lockFlags | flagAdmin,
 			summary: "Show this tier node's role, term, leader, indexes and peers",
-			syntax:  "", serve: lockServe((*lockcmd.Family).TierInfo)},
+			syntax:  "", serve: lockServe((*lockcmd.Family).TierInfo), onLoop: infoOnLoop},
 		{name: "tier.add", arity: 3, flags: lockFlags | flagAdmin,
 			summary: "Add a node to the tier (on the leader); it catches up from the leader",
-			syntax:  "id raft-addr", serve: lockServe((*lockcmd.Family).TierAdd)},
+			syntax:  "id raft-addr", serve: lockServe((*lockcmd.Family).TierAdd), onLoop: infoOnLoop},
 		{name: "tier.remove", arity: 2, flags: lockFlags | flagAdmin,
 			summary: "Remove a node from the tier (on the leader)",
-			syntax:  "id", serve: lockServe((*lockcmd.Family).TierRemove)},
+			syntax:  "id", serve: lockServe((*lockcmd.Family).TierRemove), onLoop: infoOnLoop},
 
 		// Transactions: their state is kept on a connection of the
 		// client's own (pinned.go).
@@ -366,7 +367,7 @@ func index() {
 		e := &table[i]
 		switch {
 		case e.refusal != "":
-			e.serve = refuse(e.refusal)
+			e.serve, e.onLoop = refuse(e.refusal), always // answered at once
 		case e.serve != nil:
 		case e.flags&flagPubSub != 0:
 			e.serve = (*Handler).subscribe

@@ -49,13 +49,17 @@ func (fam *Family) TierInfo(c Conn, args [][]byte, p *resp.Reply) {
 		p.DoneError("ERR fenceproxy: this fenceproxy is a single node, not part of a tier (start it with --peers)")
 		return
 	}
-	p.Buf = append(p.Buf, '$')
-	info := fam.opts.Tier.Info()
-	p.Buf = strconv.AppendInt(p.Buf, int64(len(info)), 10)
-	p.Buf = append(p.Buf, "\r\n"...)
-	p.Buf = append(p.Buf, info...)
-	p.Buf = append(p.Buf, "\r\n"...)
-	p.Done()
+	// Put together on a lock worker: the Raft configuration it reads
+	// waits on Raft's own goroutine.
+	fam.runner.Go(func() {
+		p.Buf = append(p.Buf, '$')
+		info := fam.opts.Tier.Info()
+		p.Buf = strconv.AppendInt(p.Buf, int64(len(info)), 10)
+		p.Buf = append(p.Buf, "\r\n"...)
+		p.Buf = append(p.Buf, info...)
+		p.Buf = append(p.Buf, "\r\n"...)
+		p.Done()
+	})
 }
 
 // TierAdd is TIER.ADD id raft-addr: the node joins as a voter; it catches
