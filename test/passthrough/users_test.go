@@ -18,12 +18,7 @@ import (
 // have authenticated a connection the proxy gives other clients after).
 func TestRedisUserThroughProxy(t *testing.T) {
 	pr := startPair(t)
-	for _, addr := range []string{pr.A.Addr, pr.B.Addr} {
-		admin := testenv.Dial(t, addr)
-		if got := admin.Do("ACL", "SETUSER", "bob", "on", ">123", "+@scripting", "+set", "+get", "+acl|whoami", "+reset", "+ping", "~x*"); string(got) != "+OK\r\n" {
-			t.Fatalf("ACL SETUSER on %s: %q", addr, got)
-		}
-	}
+	pr.setUser(t, "bob", "on", ">123", "+@scripting", "+set", "+get", "+acl|whoami", "+reset", "+ping", "~x*")
 	proxy, direct := pr.conns(t)
 	other := testenv.Dial(t, pr.Proxy.Addr)
 	for _, cmd := range [][]string{
@@ -70,12 +65,7 @@ func TestRedisUserThroughProxy(t *testing.T) {
 // command bob may not run.
 func TestRedisUsersShareConnections(t *testing.T) {
 	pr := startPair(t)
-	for _, addr := range []string{pr.A.Addr, pr.B.Addr} {
-		admin := testenv.Dial(t, addr)
-		if got := admin.Do("ACL", "SETUSER", "bob", "on", ">123", "+@transaction", "+set", "+get", "+incr", "+acl|whoami", "+ping", "~x*"); string(got) != "+OK\r\n" {
-			t.Fatalf("ACL SETUSER on %s: %q", addr, got)
-		}
-	}
+	pr.setUser(t, "bob", "on", ">123", "+@transaction", "+set", "+get", "+incr", "+acl|whoami", "+ping", "~x*")
 	const clients = 24
 	for range clients { // every client stays connected (and authenticated) meanwhile
 		proxy, direct := pr.conns(t)
@@ -100,4 +90,15 @@ func TestRedisUsersShareConnections(t *testing.T) {
 		t.Fatalf("%d clients of bob through the proxy hold %d Redis connections as bob; want a few shared ones:\n%s", clients, bobs, list)
 	}
 	pr.alive(t)
+}
+
+// setUser makes the Redis user name with rules on both Redis servers (the
+// proxy's and the direct one).
+func (pr *pair) setUser(t *testing.T, name string, rules ...string) {
+	t.Helper()
+	for _, addr := range []string{pr.A.Addr, pr.B.Addr} {
+		if got := testenv.Dial(t, addr).Do(append([]string{"ACL", "SETUSER", name}, rules...)...); string(got) != "+OK\r\n" {
+			t.Fatalf("ACL SETUSER %s on %s: %q", name, addr, got)
+		}
+	}
 }
