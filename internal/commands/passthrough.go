@@ -23,8 +23,9 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 
 // ServesOnLoop tells the server's event loop (protocol.LoopHandler) which
 // requests it may serve itself: those ServeCommand only forwards, on the
-// client's connection of the shared pool (RESP2 or RESP3, in a database
-// whose connections are open) or on its connection of its own while the
+// client's connection of the shared pool (RESP2 or RESP3, its database's,
+// its Redis user's; where a failover left them not open on the new master,
+// dialled off the loop first: openThenServe) or on its connection of its own while the
 // loop serves that one too (a transaction's, WATCH's, a tracking client's
 // in front of a standalone master, a client's as another Redis user: not
 // with TLS to Redis), while nothing else holds the client elsewhere (no
@@ -54,8 +55,10 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // standalone master), MONITOR and SYNC are the loop's too: their tunnel's
 // connection is dialled off the loop, the loop writes Redis's stream
 // (protocol's outbox), and every later request of the client goes through
-// the tunnel on the loop. Everything else (a database whose connections
-// are not open, a tier node's lock requests and its peers' TIER.*,
+// the tunnel on the loop. (A client whose connections are not open on the
+// master, after a failover, has them dialled off the loop before its
+// request is served: ServeCommand's openThenServe.) Everything else (a
+// tier node's lock requests and its peers' TIER.*,
 // tracking and pub/sub in front of a Redis Cluster) is served on a
 // goroutine while the client stays on the loop (protocol's goroutine
 // detour): ServesOnLoop decides only which thread serves a request, the
@@ -69,8 +72,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		// tier peer's command (serveTierLink, before the tunnel) is not.
 		return !h.locks.InTier() || !hasPrefixFold(args[0], "tier.")
 	}
-	if s.tx.pinned != nil && !s.tx.pinned.OnLoop() ||
-		s.track.on && !s.track.conn || !h.opts.Backend.DBOpen(s.backend.Login(), s.backend.RESP3, s.backend.DB) {
+	if s.tx.pinned != nil && !s.tx.pinned.OnLoop() || s.track.on && !s.track.conn {
 		return false
 	}
 	var lower [32]byte

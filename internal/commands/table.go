@@ -387,6 +387,23 @@ func index() {
 // none. It does not allocate.
 func lookup(lower []byte) *command { return byName[string(lower)] }
 
+// mayForward reports whether serving args may forward it on the client's
+// shared connections: anything but the proxy's own commands (the lock
+// family and the tier's, on connections of their own) and QUIT.
+func mayForward(args [][]byte) bool {
+	cmd := lookupName(args[0])
+	return cmd == nil || cmd.flags&flagOwn == 0 && cmd.name != "quit"
+}
+
+// lookupName is lookup of a command name in any case.
+func lookupName(name []byte) *command {
+	var lower [32]byte
+	if len(name) > len(lower) {
+		return nil // no command of the table's is this long
+	}
+	return lookup(lowerInto(lower[:0], name))
+}
+
 // categoriesOf is the ACL categories (without '@') of a command of the
 // proxy's own with these flags, in the order Redis's COMMAND lists them.
 func categoriesOf(f flags) []string {
@@ -487,15 +504,41 @@ func refuse(why string) func(*Handler, *protocol.Conn, [][]byte, *resp.Reply) {
 
 // ServeCommand dispatches one request.
 func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
-	if s := sessionOf(c); s.tunnel == nil {
+	s := sessionOf(c)
+	if s.tunnel == nil {
 		// A subscribed client's CLIENT REPLY is Redis's own: its tunnel
 		// is a connection of its own.
 		s.replies.silence(c, p)
 		s.order.next()
 		s.pipelined = c.Pipelined()
 		s.onLoop = c.OnLoop()
+		if s.onLoop && s.tx.pinned == nil && !h.opts.Backend.DBOpen(s.backend.Login(), s.backend.RESP3, s.backend.DB) && mayForward(args) {
+			h.openThenServe(c, s, args, p)
+			return
+		}
 	}
 	h.serve(c, args, p)
+}
+
+// openThenServe serves a request that may be forwarded (mayForward), of a
+// client on the serve loop whose shared connections (its database's, its
+// Redis user's) are not open on the master: a failover replaced it, and
+// the new one has none yet. They are dialled off the loop (OffLoop; the
+// client's earlier replies come in meanwhile), then the request is served
+// on the loop as any other, or answered why they could not be opened (what
+// Forward's own dial would have answered).
+func (h *Handler) openThenServe(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) {
+	login, resp3, db := s.backend.Login(), s.backend.RESP3, s.backend.DB
+	c.OffLoop(p, func() func() {
+		err := h.opts.Backend.OpenDB(login, resp3, db)
+		return func() {
+			if err != nil {
+				replyErr(p, err)
+				return
+			}
+			h.serve(c, args, p)
+		}
+	})
 }
 
 // serve dispatches one request: ServeCommand's, or the client command a
