@@ -114,16 +114,7 @@ func (h *Handler) helloReply(c *protocol.Conn, s *session, resp3, setName bool, 
 				h.switchProtocol(c, s, resp3, setName, name, p)
 				return
 			}
-			c.OffLoop(p, func() func() {
-				err := h.opts.Backend.OpenDB(login, resp3, db)
-				return func() {
-					if err != nil {
-						replyErr(p, err)
-						return
-					}
-					h.switchProtocol(c, s, resp3, setName, name, p)
-				}
-			})
+			h.openOffLoop(c, p, login, resp3, db, func() { h.switchProtocol(c, s, resp3, setName, name, p) })
 		})
 		return
 	}

@@ -72,17 +72,8 @@ func (h *Handler) switchDB(c *protocol.Conn, s *session, db int, p *resp.Reply) 
 		// Its connections are dialled off the loop first (the client
 		// reads and sends nothing meanwhile); then SELECT goes on, on the
 		// loop, dialling nothing.
-		resp3, login := s.backend.RESP3, s.backend.Login()
-		c.OffLoop(p, func() func() {
-			err := h.opts.Backend.OpenDB(login, resp3, db)
-			return func() {
-				if err != nil {
-					replyErr(p, err) // Select's: an index out of range, Redis unreachable
-					return
-				}
-				h.selectOpen(c, s, db, p)
-			}
-		})
+		// Select's errors: an index out of range, Redis unreachable.
+		h.openOffLoop(c, p, s.backend.Login(), s.backend.RESP3, db, func() { h.selectOpen(c, s, db, p) })
 		return
 	}
 	h.selectOpen(c, s, db, p)

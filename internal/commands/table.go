@@ -528,7 +528,15 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // on the loop as any other, or answered why they could not be opened (what
 // Forward's own dial would have answered).
 func (h *Handler) openThenServe(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) {
-	login, resp3, db := s.backend.Login(), s.backend.RESP3, s.backend.DB
+	h.openOffLoop(c, p, s.backend.Login(), s.backend.RESP3, s.backend.DB, func() { h.serve(c, args, p) })
+}
+
+// openOffLoop opens the shared connections of database db for a client
+// speaking RESP3 if resp3, as login, off the serve loop (OffLoop: a dial,
+// for the request of p), then calls then, or answers p with why they could
+// not be opened (Redis's refusal of the database or the user, or that it
+// is unreachable).
+func (h *Handler) openOffLoop(c *protocol.Conn, p *resp.Reply, login upstream.Login, resp3 bool, db int, then func()) {
 	c.OffLoop(p, func() func() {
 		err := h.opts.Backend.OpenDB(login, resp3, db)
 		return func() {
@@ -536,7 +544,7 @@ func (h *Handler) openThenServe(c *protocol.Conn, s *session, args [][]byte, p *
 				replyErr(p, err)
 				return
 			}
-			h.serve(c, args, p)
+			then()
 		}
 	})
 }
