@@ -26,12 +26,19 @@ func relayTier(t *testing.T, args ...string) (*testenv.Tier, *testenv.Redis, int
 // ends a hang).
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	if !within(30*time.Second, cond) {
+		t.Fatalf("still not %s after 30s", what)
+	}
+}
+
+// within reports whether cond became true within d.
+func within(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if cond() {
-			return
+			return true
 		}
 	}
-	t.Fatalf("still not %s after 30s", what)
+	return false
 }
 
 func lockInfo(t *testing.T, addr, resource string) testenv.LockInfo {
@@ -243,19 +250,33 @@ func TestRelayedLostReplyIsNotRetryable(t *testing.T) {
 		{[]string{"LOCK.ACQUIRE", "s", "bob", "60000"},
 			func() bool { return string(lockInfo(t, leader, "s").Owner) == "bob" }},
 	} {
-		// A relay connection open before the drop carries it (a new one
-		// could not even be opened).
-		if r := c.Do("LOCK.INFO", "r"); !bytes.HasPrefix(r, []byte("*")) {
-			t.Fatalf("LOCK.INFO r via the follower = %s", testenv.ShowReply(r))
-		}
-		tr.RelayLinks[l].Drop(t, testenv.Downstream)
-		c.Send(step.args...)
-		c.Flush()
-		waitUntil(t, "run on the leader: "+testenv.ShowCommand(step.args), step.done)
-		tr.RelayLinks[l].Heal(t) // closes the link: the reply is lost
-		r, err := c.ReadReply()
-		if err != nil {
-			t.Fatalf("%s via the follower: %v", testenv.ShowCommand(step.args), err)
+		var r []byte
+		for try := 1; ; try++ {
+			// A relay connection open before the drop carries it (a new
+			// one could not even be opened).
+			if r := c.Do("LOCK.INFO", "r"); !bytes.HasPrefix(r, []byte("*")) {
+				t.Fatalf("LOCK.INFO r via the follower = %s", testenv.ShowReply(r))
+			}
+			tr.RelayLinks[l].Drop(t, testenv.Downstream)
+			c.Send(step.args...)
+			c.Flush()
+			ran := within(10*time.Second, step.done)
+			tr.RelayLinks[l].Heal(t) // closes the link: the reply is lost
+			var err error
+			if r, err = c.ReadReply(); err != nil {
+				t.Fatalf("%s via the follower: %v", testenv.ShowCommand(step.args), err)
+			}
+			if ran {
+				break
+			}
+			// Never sent: the pooled link that carried LOCK.INFO was one
+			// the previous Heal closed a moment later (its closes are
+			// asynchronous), and a new one cannot be opened through the
+			// drop. Not what this test is about: again.
+			if try == 3 || !bytes.HasPrefix(r, []byte("-TRYAGAIN")) {
+				t.Fatalf("still not run on the leader: %s (the follower answered %s)", testenv.ShowCommand(step.args), testenv.ShowReply(r))
+			}
+			t.Logf("try %d: %s never reached the leader (%s); again", try, testenv.ShowCommand(step.args), testenv.ShowReply(r))
 		}
 		if !bytes.HasPrefix(r, []byte("-ERR")) || !bytes.Contains(r, []byte("may or may not")) {
 			t.Fatalf("%s via a follower whose link lost the leader's reply = %s, want -ERR … may or may not … (never -TRYAGAIN: clients retry it by themselves)",
