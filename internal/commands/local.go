@@ -109,12 +109,7 @@ func (h *Handler) helloReply(c *protocol.Conn, s *session, resp3, setName bool, 
 		// that protocol's connections of the client's database are
 		// dialled off it first if they are not open (as SELECT's).
 		h.after(c, s, p, func() {
-			db, login := s.backend.DB, s.backend.Login()
-			if !c.OnLoop() || h.opts.Backend.DBOpen(login, resp3, db) {
-				h.switchProtocol(c, s, resp3, setName, name, p)
-				return
-			}
-			h.openOffLoop(c, p, login, resp3, db, func() { h.switchProtocol(c, s, resp3, setName, name, p) })
+			h.withOpen(c, p, s.backend.Login(), resp3, s.backend.DB, func() { h.switchProtocol(c, s, resp3, setName, name, p) })
 		})
 		return
 	}

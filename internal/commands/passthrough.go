@@ -25,7 +25,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // requests it may serve itself: those ServeCommand only forwards, on the
 // client's connection of the shared pool (RESP2 or RESP3, its database's,
 // its Redis user's; where a failover left them not open on the new master,
-// dialled off the loop first: openThenServe) or on its connection of its own while the
+// dialled off the loop first: ServeCommand, withOpen) or on its connection of its own while the
 // loop serves that one too (a transaction's, WATCH's, a tracking client's
 // in front of a standalone master, a client's as another Redis user: not
 // with TLS to Redis), while nothing else holds the client elsewhere (no
@@ -57,7 +57,7 @@ func (h *Handler) forward(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 // (protocol's outbox), and every later request of the client goes through
 // the tunnel on the loop. (A client whose connections are not open on the
 // master, after a failover, has them dialled off the loop before its
-// request is served: ServeCommand's openThenServe.) Everything else (a
+// request is served: ServeCommand, withOpen.) Everything else (a
 // tier node's lock requests and its peers' TIER.*,
 // tracking and pub/sub in front of a Redis Cluster) is served on a
 // goroutine while the client stays on the loop (protocol's goroutine

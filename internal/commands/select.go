@@ -68,15 +68,15 @@ func (h *Handler) selectIn(c *protocol.Conn, s *session, db int, p *resp.Reply) 
 
 // switchDB puts the client in database db and answers SELECT.
 func (h *Handler) switchDB(c *protocol.Conn, s *session, db int, p *resp.Reply) {
-	if db != s.backend.DB && c.OnLoop() && !h.opts.Backend.DBOpen(s.backend.Login(), s.backend.RESP3, db) {
-		// Its connections are dialled off the loop first (the client
-		// reads and sends nothing meanwhile); then SELECT goes on, on the
-		// loop, dialling nothing.
-		// Select's errors: an index out of range, Redis unreachable.
-		h.openOffLoop(c, p, s.backend.Login(), s.backend.RESP3, db, func() { h.selectOpen(c, s, db, p) })
+	if db == s.backend.DB {
+		h.selectOpen(c, s, db, p)
 		return
 	}
-	h.selectOpen(c, s, db, p)
+	// On the loop, its connections are dialled off it first if they are
+	// not open (the client reads and sends nothing meanwhile); then SELECT
+	// goes on, on the loop, dialling nothing. Select's errors: an index
+	// out of range, Redis unreachable.
+	h.withOpen(c, p, s.backend.Login(), s.backend.RESP3, db, func() { h.selectOpen(c, s, db, p) })
 }
 
 // selectOpen is switchDB once db's connections are open (or, off the

@@ -513,30 +513,28 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s.pipelined = c.Pipelined()
 		s.onLoop = c.OnLoop()
 		if s.onLoop && s.tx.pinned == nil && !h.opts.Backend.DBOpen(s.backend.Login(), s.backend.RESP3, s.backend.DB) && mayForward(args) {
-			h.openThenServe(c, s, args, p)
+			// A failover replaced the master, which has none of the
+			// client's shared connections (its database's, its Redis
+			// user's) open yet: they are dialled off the loop first.
+			h.withOpen(c, p, s.backend.Login(), s.backend.RESP3, s.backend.DB, func() { h.serve(c, args, p) })
 			return
 		}
 	}
 	h.serve(c, args, p)
 }
 
-// openThenServe serves a request that may be forwarded (mayForward), of a
-// client on the serve loop whose shared connections (its database's, its
-// Redis user's) are not open on the master: a failover replaced it, and
-// the new one has none yet. They are dialled off the loop (OffLoop; the
-// client's earlier replies come in meanwhile), then the request is served
-// on the loop as any other, or answered why they could not be opened (what
-// Forward's own dial would have answered).
-func (h *Handler) openThenServe(c *protocol.Conn, s *session, args [][]byte, p *resp.Reply) {
-	h.openOffLoop(c, p, s.backend.Login(), s.backend.RESP3, s.backend.DB, func() { h.serve(c, args, p) })
-}
-
-// openOffLoop opens the shared connections of database db for a client
-// speaking RESP3 if resp3, as login, off the serve loop (OffLoop: a dial,
-// for the request of p), then calls then, or answers p with why they could
-// not be opened (Redis's refusal of the database or the user, or that it
-// is unreachable).
-func (h *Handler) openOffLoop(c *protocol.Conn, p *resp.Reply, login upstream.Login, resp3 bool, db int, then func()) {
+// withOpen calls then once the shared connections of database db for a
+// client speaking RESP3 if resp3, as login, are open: at once if they are
+// (or off the serve loop, where Forward and Select dial what they need),
+// else once they are dialled off the loop (OffLoop, for the request of p;
+// the client's earlier replies come in meanwhile), or it answers p with
+// why they could not be opened (Redis's refusal of the database or the
+// user, or that it is unreachable).
+func (h *Handler) withOpen(c *protocol.Conn, p *resp.Reply, login upstream.Login, resp3 bool, db int, then func()) {
+	if !c.OnLoop() || h.opts.Backend.DBOpen(login, resp3, db) {
+		then()
+		return
+	}
 	c.OffLoop(p, func() func() {
 		err := h.opts.Backend.OpenDB(login, resp3, db)
 		return func() {

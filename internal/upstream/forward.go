@@ -205,7 +205,7 @@ func pin(cl *Client, node *Node, keyed bool) (*Pinned, error) {
 		return nil, backend.ErrUnavailable
 	}
 	if cl.User != "" {
-		return node.pinnedAs(cl, keyed)
+		return node.ownConn(cl, keyed, nil, nil)
 	}
 	conn, err := node.Pinned(cl.RESP3)
 	if err != nil {

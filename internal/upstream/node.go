@@ -104,25 +104,32 @@ func (n *Node) Pinned(resp3 bool) (*backend.Conn, error) {
 	return c, nil
 }
 
-// pinnedAs is a connection of cl's own opened as cl's Redis user, in its
-// protocol and database: never a spare (those are the proxy's user's) and
+// ownConn is a connection of cl's own, opened as cl's Redis user, in its
+// protocol and database: never a spare (those are the proxy's user's),
 // closed when the client is done with it (Own), never handed to another.
-func (n *Node) pinnedAs(cl *Client, keyed bool) (*Pinned, error) {
+// onPush and onLost (nil for none) are a tracking client's: its pushes,
+// and its connection lost or dropped by the node (a failover). keyed is
+// pinned.Options.Keyed.
+func (n *Node) ownConn(cl *Client, keyed bool, onPush func([]byte), onLost func()) (*Pinned, error) {
 	if n.Refusal() != nil {
 		return nil, n.Refusal()
 	}
 	opts := n.pinOpts
-	opts.RESP3, opts.DB = cl.RESP3, cl.DB
+	opts.RESP3, opts.DB, opts.OnPush, opts.OnBreak = cl.RESP3, cl.DB, onPush, onLost
 	asUser(&opts, cl)
 	c, err := backend.Dial(opts)
 	var refused resp.Error
 	switch {
 	case errors.As(err, &refused):
-		return nil, refused // Redis's answer to the client's user
+		return nil, refused // Redis's answer to the client's user (asUser)
 	case err != nil:
 		return nil, n.Unreachable()
 	}
-	if !n.Hand(c, c.Close) {
+	closed := c.Close
+	if onLost != nil {
+		closed = func() { c.Close(); onLost() }
+	}
+	if !n.Hand(c, closed) {
 		return nil, n.Unreachable()
 	}
 	return pinned.New(c, n, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Keyed: keyed, Own: true}), nil

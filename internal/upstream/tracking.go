@@ -2,12 +2,10 @@ package upstream
 
 import (
 	"bufio"
-	"errors"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
-	"github.com/fenceproxy/fenceproxy/internal/upstream/pinned"
 )
 
 // Client-side caching (CLIENT TRACKING) through the proxy.
@@ -41,25 +39,7 @@ import (
 // when it breaks or the node drops it (a failover). It is never reused by
 // another client.
 func (s *standalone) Track(cl *Client, onPush func([]byte), onLost func()) (*Pinned, error) {
-	n := s.master.Load()
-	if n.Refusal() != nil {
-		return nil, n.Refusal()
-	}
-	opts := n.pinOpts
-	opts.RESP3, opts.DB, opts.OnPush, opts.OnBreak = cl.RESP3, cl.DB, onPush, onLost
-	asUser(&opts, cl)
-	c, err := backend.Dial(opts)
-	var refused resp.Error
-	switch {
-	case errors.As(err, &refused):
-		return nil, refused // Redis's answer to the client's user (asUser)
-	case err != nil:
-		return nil, n.Unreachable()
-	}
-	if !n.Hand(c, func() { c.Close(); onLost() }) {
-		return nil, n.Unreachable()
-	}
-	return pinned.New(c, n, pinned.Options{RESP3: cl.RESP3, DB: cl.DB, Own: true}), nil
+	return s.master.Load().ownConn(cl, false, onPush, onLost)
 }
 
 // asUser has a client's connection run as the Redis user it authenticated
