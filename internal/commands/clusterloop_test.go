@@ -162,3 +162,68 @@ func containsOtherThan(answers, suffix string) bool {
 	}
 	return false
 }
+
+// TestClusterSubscriptionsOnTheLoop: in front of a Redis Cluster, a
+// subscription is the serve loop's, and so is everything it dials: the
+// home connection, a shard channel's master, a keyspace channel's mirrors
+// on every master, each off the loop's thread. While a shard master sleeps
+// (DEBUG SLEEP) under an SSUBSCRIBE's dial, another client's GET from
+// another master is answered: the loop did not wait for the dial.
+// Mutation: with MayDial false, the dial ran on the loop, and the GET was
+// answered only once the master woke (its DEBUG SLEEP reply was in).
+// Before, every first subscription took a goroutine detour.
+func TestClusterSubscriptionsOnTheLoop(t *testing.T) {
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{ReplicasPerMaster: -1})
+	po := proxyOptions{seeds: []string{cl.Masters[0].Addr}}
+	w := watchLoop(&po)
+	p := startProxy(t, po)
+	for _, m := range cl.Masters {
+		testenv.Dial(t, m.Addr).Do("CONFIG", "SET", "notify-keyspace-events", "KA")
+	}
+	sub := p.dial(t)
+	other := p.dial(t)
+	run(t, sub, []exchange{
+		{[]string{"SUBSCRIBE", "ch"}, "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"},
+		{[]string{"SUBSCRIBE", "__keyspace@0__:{k}x"}, "*3\r\n$9\r\nsubscribe\r\n$19\r\n__keyspace@0__:{k}x\r\n:2\r\n"},
+	})
+	run(t, other, []exchange{{[]string{"SET", "{k}x", "1"}, "+OK\r\n"}})
+	if got, err := sub.ReadReply(); err != nil || string(got) != "*3\r\n$7\r\nmessage\r\n$19\r\n__keyspace@0__:{k}x\r\n$3\r\nset\r\n" {
+		t.Fatalf("keyspace message of SET {k}x: %q, %v", got, err)
+	}
+	w.expect(t, "SUBSCRIBE:loop SUBSCRIBE:loop SET:loop")
+
+	// A shard channel whose master sleeps, and a key on another master.
+	channel := "{s}ch"
+	asleep := cl.MasterForSlot(t, testenv.KeySlot(channel))
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := "{o" + strconv.Itoa(i) + "}k"; cl.MasterForSlot(t, testenv.KeySlot(k)) != asleep {
+			key = k
+		}
+	}
+	run(t, other, []exchange{{[]string{"SET", key, "v"}, "+OK\r\n"}})
+	sleeper := testenv.Dial(t, asleep.Addr)
+	sleeper.Send("DEBUG", "SLEEP", "3")
+	sleeper.Flush()
+	time.Sleep(50 * time.Millisecond) // the master is asleep before the SSUBSCRIBE dials it
+	sub.Send("SSUBSCRIBE", channel)
+	sub.Flush()
+	run(t, other, []exchange{{[]string{"GET", key}, "$1\r\nv\r\n"}})
+	sleeper.SetTimeout(100 * time.Millisecond)
+	if got, err := sleeper.ReadReply(); err == nil {
+		t.Fatalf("the GET was answered only once the shard master woke (DEBUG SLEEP: %q): the loop waited for the SSUBSCRIBE's dial", got)
+	}
+	sleeper.SetTimeout(10 * time.Second)
+	if got, err := sleeper.ReadReply(); err != nil || string(got) != "+OK\r\n" {
+		t.Fatalf("DEBUG SLEEP: %q, %v", got, err)
+	}
+	if got, err := sub.ReadReply(); err != nil || string(got) != "*3\r\n$10\r\nssubscribe\r\n$5\r\n{s}ch\r\n:1\r\n" {
+		t.Fatalf("SSUBSCRIBE %s: %q, %v", channel, got, err)
+	}
+	run(t, other, []exchange{{[]string{"SPUBLISH", channel, "hi"}, ":1\r\n"}})
+	if got, err := sub.ReadReply(); err != nil || string(got) != "*3\r\n$8\r\nsmessage\r\n$5\r\n{s}ch\r\n$2\r\nhi\r\n" {
+		t.Fatalf("smessage: %q, %v", got, err)
+	}
+	run(t, sub, []exchange{{[]string{"SUNSUBSCRIBE", channel}, "*3\r\n$12\r\nsunsubscribe\r\n$5\r\n{s}ch\r\n:0\r\n"}})
+	w.expect(t, "SET:loop SSUBSCRIBE:loop GET:loop SPUBLISH:loop SUNSUBSCRIBE:loop")
+}

@@ -63,15 +63,12 @@ func (h *Handler) openTunnel(c *protocol.Conn, s *session, args [][]byte, p *res
 	})
 }
 
-// subscribeOnLoop: a subscription is the serve loop's in front of a
-// standalone master (or Sentinel's): its connection is dialled off the
-// loop (OffLoop) and the loop writes the stream (protocol's outbox).
-// In front of a Redis Cluster the client leaves for a goroutine: its
-// SSUBSCRIBE would dial a shard master's connection inside the tunnel's
-// Send.
-func subscribeOnLoop(h *Handler, _ *protocol.Conn, _ [][]byte) bool {
-	return !h.opts.Backend.RoutesByKey()
-}
+// subscribeOnLoop: a subscription is the serve loop's: its connection is
+// dialled off the loop (openTunnel's OffLoop), and so is any other a
+// request needs in front of a Redis Cluster (a shard channel's master, a
+// keyspace channel's mirrors: sendTunnel); the loop writes the stream
+// (protocol's outbox).
+func subscribeOnLoop(*Handler, *protocol.Conn, [][]byte) bool { return true }
 
 // refuseOwnSubscribed refuses one of the proxy's own commands (the lock
 // family) on a subscribed connection, where Redis writes every reply: sent
@@ -125,6 +122,17 @@ func (h *Handler) sendTunnel(s *session, args [][]byte, p *resp.Reply) {
 		args = clientIDByScript(s.backend.ID)
 	}
 	h.opts.Metrics.PassthroughCommands.Inc()
+	if s.tunnel.MayDial(args) {
+		// In front of a Redis Cluster: a shard channel's master or a
+		// mirror is dialled first, which the serve loop must not wait
+		// for (OffLoop; the client's later requests follow it).
+		tunnel := s.tunnel
+		s.backend.Conn.OffLoop(p, func() func() {
+			tunnel.Send(args)
+			return p.Done
+		})
+		return
+	}
 	s.tunnel.Send(args)
 	p.Done()
 }

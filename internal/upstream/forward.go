@@ -187,8 +187,13 @@ type Tunnel interface {
 	// client is closed too.
 	Start(client net.Conn)
 	// Send passes one request on; its reply reaches the client by the
-	// relay.
+	// relay. It may dial a connection first if MayDial says so.
 	Send(args [][]byte)
+	// MayDial reports, without waiting, whether Send(args) may open a
+	// connection (in front of a Redis Cluster: a shard channel's master,
+	// a keyspace channel's mirrors), which the serve loop must not wait
+	// for.
+	MayDial(args [][]byte) bool
 	// Close ends the tunnel.
 	Close()
 }

@@ -225,7 +225,13 @@ func (n *Node) tunnelFor(cl *Client) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &tunnel{Conn: nc, n: n, redisID: askClientID(nc)}
+	id, ok := askClientID(nc)
+	if !ok {
+		// Its reply may still come, and would reach the client.
+		nc.Close()
+		return nil, ErrUnavailable
+	}
+	t := &tunnel{Conn: nc, n: n, redisID: id}
 	if !n.Hand(t, func() { t.Conn.Close() }) {
 		return nil, ErrUnavailable
 	}

@@ -61,24 +61,29 @@ func (t rawTunnel) RedisID() int64 {
 var clientIDRequest = []byte("*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n")
 
 // askClientID reads the Redis client id of a fresh connection nc, before it
-// carries anything else (0 if Redis would not say).
+// carries anything else (0 if Redis would not say). ok is false if no
+// reply came (within 2 s, or the connection failed): the request may still
+// be answered later, so the connection must not carry anything else.
 func askClientID(nc interface {
 	Write([]byte) (int, error)
 	Read([]byte) (int, error)
 	SetDeadline(time.Time) error
-}) int64 {
+}) (id int64, ok bool) {
 	nc.SetDeadline(time.Now().Add(2 * time.Second))
 	defer nc.SetDeadline(time.Time{})
 	if _, err := nc.Write(clientIDRequest); err != nil {
-		return 0
+		return 0, false
 	}
 	// Only this reply is outstanding, so the reader takes nothing beyond it.
 	reply, err := resp.AppendReply(nil, bufio.NewReaderSize(nc, 64))
-	if err != nil || len(reply) < 3 || reply[0] != ':' {
-		return 0
+	if err != nil {
+		return 0, false
 	}
-	id, _ := resp.ParseInt(reply[1 : len(reply)-2])
-	return id
+	if len(reply) < 3 || reply[0] != ':' {
+		return 0, true // refused (an ACL user without CLIENT): unknown
+	}
+	id, _ = resp.ParseInt(reply[1 : len(reply)-2])
+	return id, true
 }
 
 // Track makes cl a tracking client in front of a Redis Cluster: from now

@@ -29,3 +29,6 @@ func (t rawTunnel) Send(args [][]byte) {
 }
 
 func (t rawTunnel) Close() { t.Conn.Close() }
+
+// MayDial: a standalone master's tunnel is its one connection.
+func (rawTunnel) MayDial([][]byte) bool { return false }

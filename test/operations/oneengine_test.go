@@ -100,8 +100,9 @@ func fdOf(t *testing.T, observer *testenv.Conn) string {
 // what it read: its invalidation push, relayed from its connection of its
 // own, which the loop serves), a client of another Redis user (AUTH,
 // its requests on its own connection as that user) and CLIENT KILL USER
-// (Redis asked off the loop), all on the loop now. In front of a Redis
-// Cluster, SUBSCRIBE still takes a detour and moves it.
+// (Redis asked off the loop), all on the loop now; so do SUBSCRIBE and
+// SSUBSCRIBE in front of a Redis Cluster (their connections dialled off
+// the loop). There a tracking client still takes a detour and moves it.
 func TestGoroutineDetoursCounted(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
 	admin := testenv.Dial(t, redis.Addr)
@@ -192,7 +193,16 @@ func TestGoroutineDetoursCounted(t *testing.T) {
 	if r := string(sub.Do("SUBSCRIBE", "ch")); !strings.HasPrefix(r, "*3\r\n$9\r\nsubscribe\r\n") {
 		t.Fatalf("SUBSCRIBE ch in front of a Redis Cluster = %q", r)
 	}
+	if r := string(sub.Do("SSUBSCRIBE", "{s}ch")); !strings.HasPrefix(r, "*3\r\n$10\r\nssubscribe\r\n") {
+		t.Fatalf("SSUBSCRIBE {s}ch in front of a Redis Cluster = %q", r)
+	}
+	if now := at(); now != was {
+		t.Fatalf("goroutine_detours went from %s to %s over SUBSCRIBE and SSUBSCRIBE in front of a Redis Cluster, served on the loop", was, now)
+	}
+	if r := string(testenv.Dial(t, front.Addr).Do("CLIENT", "TRACKING", "ON")); r != "+OK\r\n" {
+		t.Fatalf("CLIENT TRACKING ON in front of a Redis Cluster = %q", r)
+	}
 	if now := at(); now == was {
-		t.Fatalf("goroutine_detours stayed %s after SUBSCRIBE in front of a Redis Cluster, a detour", was)
+		t.Fatalf("goroutine_detours stayed %s after CLIENT TRACKING ON in front of a Redis Cluster, a detour", was)
 	}
 }

@@ -196,6 +196,49 @@ func (s *Subscriber[N]) Send(args [][]byte) {
 	s.write(conn, args)
 }
 
+// MayDial reports, without waiting, whether Send(args) may open a
+// connection: an SSUBSCRIBE or SUNSUBSCRIBE to a master the client has no
+// shard connection to yet, a (P)SUBSCRIBE of a keyspace channel while a
+// master has no mirror. The serve loop sends such a request off its
+// thread; any other Send only writes to connections already open.
+func (s *Subscriber[N]) MayDial(args [][]byte) bool {
+	if len(args) < 2 {
+		return false
+	}
+	switch name := keys.LowerName(args[0]); name {
+	case "ssubscribe", "sunsubscribe":
+		s.mu.Lock()
+		node := s.channels[string(args[1])]
+		s.mu.Unlock()
+		if name == "ssubscribe" || node == none[N]() {
+			node = s.opts.Topology.MasterForSlot(keys.SlotOf(args[1]))
+		}
+		if node == none[N]() {
+			return false // answered without a dial (shardConn)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.shards[node] == nil
+	case "subscribe", "psubscribe":
+		mirrored := false
+		for _, a := range args[1:] {
+			mirrored = mirrored || name == "subscribe" && fanout.Mirrored(a) || name == "psubscribe" && fanout.MirroredPattern(a)
+		}
+		if !mirrored {
+			return false
+		}
+		others := s.otherMasters()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, n := range others {
+			if s.mirrors[n] == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (s *Subscriber[N]) write(conn net.Conn, args [][]byte) {
 	if _, err := conn.Write(resp.AppendCommand(nil, args)); err != nil {
 		s.Close()
