@@ -252,16 +252,15 @@ func (h *Handler) authenticated(c *protocol.Conn, user string) {
 // protocol.Conn.SetSilent), from the proxy's table of its clients (LIST),
 // and KILL, whose kills the loop carries out after the reply (Conn.Kill
 // posts them; a USER filter that Redis must check, without --aclfile, is
-// asked off the loop first: clientKill), and the tracking subcommands in
-// front of a standalone master.
+// asked off the loop first: clientKill), UNBLOCK (sent on without a
+// wait), the tracking subcommands in front of a standalone master, and
+// any other, which the proxy refuses.
 func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
-	if len(args) < 2 || len(args[1]) > 8 {
-		return false
+	if len(args) < 2 || len(args[1]) > len("trackinginfo") {
+		return true // refused at once
 	}
-	var lower [8]byte
+	var lower [len("trackinginfo")]byte
 	switch string(lowerInto(lower[:0], args[1])) {
-	case "id", "getname", "setname", "setinfo", "no-evict", "no-touch", "info", "list", "reply":
-		return true
 	case "tracking", "caching", "getredir", "trackinginfo":
 		// In front of a standalone master, a tracking client's connection
 		// of its own is dialled off the loop (tracking's OffLoop) and
@@ -269,10 +268,11 @@ func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
 		// its trackers' connections (package upstream/tracking) are not
 		// the loop's.
 		return !h.opts.Backend.RoutesByKey()
-	case "kill":
-		return true
 	}
-	return false
+	// The rest is answered by the proxy (an unknown or unsupported
+	// subcommand refused), or sent on without a wait: UNBLOCK asks the
+	// master's CLIENT LIST, then CLIENT UNBLOCK, on its control connection.
+	return true
 }
 
 // killsByUser reports whether a CLIENT KILL names a USER filter.

@@ -174,6 +174,14 @@ func TestServesOnLoop(t *testing.T) {
 		// have is refused as Redis refuses it.
 		{[]string{"CLIENT", "KILL", "ID", "999999", "USER", "default"}, ":0\r\n", back, "loop"},
 		{[]string{"CLIENT", "KILL", "USER", "nosuchuser", "ID", "1"}, "-ERR No such user 'nosuchuser'\r\n", back, "loop"},
+		// No blocked client of that id: answered by the proxy; one that
+		// is blocked gets CLIENT LIST and UNBLOCK on the master's control
+		// connection, which wait for nothing (TestBlockingOnTheLoop).
+		{[]string{"CLIENT", "UNBLOCK", "999999"}, ":0\r\n", back, "loop"},
+		// Longer than the table's other subcommands (it took a detour).
+		{[]string{"CLIENT", "TRACKINGINFO"}, "", back, "loop"},
+		// Refused by the proxy.
+		{[]string{"CLIENT", "PAUSE", "10"}, "-ERR fenceproxy: CLIENT PAUSE is not supported by fenceproxy\r\n", back, "loop"},
 		// Handed to a waiter by the loop, which watches the client.
 		{[]string{"LOCK.ACQUIRE", "r", "o", "10000", "WAIT", "100"}, ":1\r\n", back, "loop"},
 		// Sent on the control connection once the earlier replies are in
@@ -428,8 +436,8 @@ func TestBlockingOnTheLoop(t *testing.T) {
 	if got, err := first.ReadReply(); err != nil || string(got) != "*-1\r\n" {
 		t.Fatalf("the unblocked client got %q, %v; want nil", got, err)
 	}
-	if got := w.take(); !strings.HasPrefix(got, "BLPOP:loop") {
-		t.Errorf("ServesOnLoop answered %q; want BLPOP on the loop", got)
+	if got, want := w.take(), "BLPOP:loop CLIENT UNBLOCK:loop"; got != want {
+		t.Errorf("ServesOnLoop answered %q; want %q", got, want)
 	}
 
 	// A client that hangs up while blocked: Redis's blocked client goes
