@@ -227,3 +227,88 @@ func TestClusterSubscriptionsOnTheLoop(t *testing.T) {
 	run(t, sub, []exchange{{[]string{"SUNSUBSCRIBE", channel}, "*3\r\n$12\r\nsunsubscribe\r\n$5\r\n{s}ch\r\n:0\r\n"}})
 	w.expect(t, "SET:loop SSUBSCRIBE:loop GET:loop SPUBLISH:loop SUNSUBSCRIBE:loop")
 }
+
+// TestClusterTrackingOnTheLoop: in front of a Redis Cluster, a tracking
+// client (whose requests go on connections of its own, one to each
+// master: package upstream/tracking) is the serve loop's: CLIENT TRACKING
+// ON's round trips and the opening of its connections to the other
+// masters run off the loop, and while one master sleeps (DEBUG SLEEP)
+// under them another client's GET from another master is answered. Then
+// its reads on every master, an invalidation push ahead of the reply Redis
+// sent after it, TRACKINGINFO, OFF, and RESET of a client that tracks (its
+// tracker turns tracking off on every master, off the loop). Mutation:
+// with Ready true for every tracker and a request's first try dialling (as
+// before), the dials ran on the loop and the GET waited for the master.
+// Before, every request of such a client took a goroutine detour.
+func TestClusterTrackingOnTheLoop(t *testing.T) {
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{ReplicasPerMaster: -1})
+	po := proxyOptions{seeds: []string{cl.Masters[0].Addr}}
+	w := watchLoop(&po)
+	p := startProxy(t, po)
+	writer := p.dial(t)
+	tracker := p.dial(t)
+	keys := []string{"{a}k", "{b}k", "{c}k"} // one on each master
+	for _, k := range keys {
+		run(t, writer, []exchange{{[]string{"SET", k, k}, "+OK\r\n"}})
+	}
+	hello(t, tracker, "3")
+	asleep := cl.MasterForSlot(t, testenv.KeySlot("{b}k"))
+	if asleep == cl.MasterForSlot(t, testenv.KeySlot("{a}k")) {
+		t.Fatal("{a}k and {b}k on one master")
+	}
+	w.take()
+
+	sleeper := testenv.Dial(t, asleep.Addr)
+	sleeper.Send("DEBUG", "SLEEP", "1")
+	sleeper.Flush()
+	time.Sleep(50 * time.Millisecond) // the master is asleep before the tracker dials it
+	tracker.Send("CLIENT", "TRACKING", "ON")
+	for _, k := range keys {
+		tracker.Send("GET", k)
+	}
+	tracker.Flush()
+	run(t, writer, []exchange{{[]string{"GET", "{a}k"}, "$4\r\n{a}k\r\n"}})
+	sleeper.SetTimeout(100 * time.Millisecond)
+	if got, err := sleeper.ReadReply(); err == nil {
+		t.Fatalf("the GET was answered only once the tracker's master woke (DEBUG SLEEP: %q): the loop waited for its dial", got)
+	}
+	sleeper.SetTimeout(10 * time.Second)
+	if got, err := sleeper.ReadReply(); err != nil || string(got) != "+OK\r\n" {
+		t.Fatalf("DEBUG SLEEP: %q, %v", got, err)
+	}
+	for i, want := range []string{"+OK\r\n", "$4\r\n{a}k\r\n", "$4\r\n{b}k\r\n", "$4\r\n{c}k\r\n"} {
+		if got, err := tracker.ReadReply(); err != nil || string(got) != want {
+			t.Fatalf("tracking client: reply %d: %q, %v; want %q", i, got, err, want)
+		}
+	}
+	w.expect(t, "CLIENT TRACKING:loop GET:loop GET:loop GET:loop GET:loop")
+
+	// Another client's write of what it read: the push comes ahead of the
+	// reply Redis sent after it on that master's connection.
+	run(t, writer, []exchange{{[]string{"SET", "{c}k", "v2"}, "+OK\r\n"}})
+	tracker.Send("GET", "{c}k")
+	tracker.Flush()
+	if got, err := tracker.ReadReply(); err != nil || string(got) != ">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\n{c}k\r\n" {
+		t.Fatalf("tracking client: %q, %v; want the invalidation push of {c}k", got, err)
+	}
+	if got, err := tracker.ReadReply(); err != nil || string(got) != "$2\r\nv2\r\n" {
+		t.Fatalf("tracking client: GET {c}k after the push: %q, %v", got, err)
+	}
+	run(t, tracker, []exchange{
+		{[]string{"MGET", "{a}k", "{b}k"}, "*2\r\n$4\r\n{a}k\r\n$4\r\n{b}k\r\n"},
+		{[]string{"CLIENT", "GETREDIR"}, ":0\r\n"}, // tracking, no redirect
+	})
+	if got := string(tracker.Do("CLIENT", "TRACKINGINFO")); !strings.Contains(got, "$5\r\nflags\r\n~1\r\n$2\r\non\r\n") {
+		t.Fatalf("CLIENT TRACKINGINFO = %q, want flags on", got)
+	}
+	run(t, tracker, []exchange{
+		{[]string{"CLIENT", "TRACKING", "OFF"}, "+OK\r\n"},
+		{[]string{"GET", "{b}k"}, "$4\r\n{b}k\r\n"},
+		{[]string{"CLIENT", "TRACKING", "ON"}, "+OK\r\n"},
+		{[]string{"GET", "{b}k"}, "$4\r\n{b}k\r\n"},
+		{[]string{"RESET"}, "+RESET\r\n"},
+		{[]string{"GET", "{b}k"}, "$4\r\n{b}k\r\n"}, // RESP2 again
+	})
+	w.expect(t, "SET:loop GET:loop MGET:loop CLIENT GETREDIR:loop CLIENT TRACKINGINFO:loop "+
+		"CLIENT TRACKING:loop GET:loop CLIENT TRACKING:loop GET:loop RESET:loop GET:loop")
+}

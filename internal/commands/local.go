@@ -253,25 +253,15 @@ func (h *Handler) authenticated(c *protocol.Conn, user string) {
 // and KILL, whose kills the loop carries out after the reply (Conn.Kill
 // posts them; a USER filter that Redis must check, without --aclfile, is
 // asked off the loop first: clientKill), UNBLOCK (sent on without a
-// wait), the tracking subcommands in front of a standalone master, and
-// any other, which the proxy refuses.
-func clientOnLoop(h *Handler, _ *protocol.Conn, args [][]byte) bool {
-	if len(args) < 2 || len(args[1]) > len("trackinginfo") {
-		return true // refused at once
-	}
-	var lower [len("trackinginfo")]byte
-	switch string(lowerInto(lower[:0], args[1])) {
-	case "tracking", "caching", "getredir", "trackinginfo":
-		// In front of a standalone master, a tracking client's connection
-		// of its own is dialled off the loop (tracking's OffLoop) and
-		// served there as a transaction's; in front of a Redis Cluster,
-		// its trackers' connections (package upstream/tracking) are not
-		// the loop's.
-		return !h.opts.Backend.RoutesByKey()
-	}
-	// The rest is answered by the proxy (an unknown or unsupported
-	// subcommand refused), or sent on without a wait: UNBLOCK asks the
-	// master's CLIENT LIST, then CLIENT UNBLOCK, on its control connection.
+// wait), the tracking subcommands, and any other, which the proxy
+// refuses.
+func clientOnLoop(*Handler, *protocol.Conn, [][]byte) bool {
+	// Every subcommand is answered by the proxy (an unknown or unsupported
+	// one refused), or sent on without a wait: UNBLOCK asks the master's
+	// CLIENT LIST, then CLIENT UNBLOCK, on its control connection; what
+	// CLIENT TRACKING waits for (a connection of the client's own, in front
+	// of a Redis Cluster a round trip to every master) is done off the
+	// loop (OffLoop).
 	return true
 }
 
@@ -372,6 +362,15 @@ func (h *Handler) reset(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 
 // resetNow is RESET once the client's earlier requests have their replies.
 func (h *Handler) resetNow(c *protocol.Conn, s *session, p *resp.Reply) {
+	if s.backend.HasTracker() {
+		// In front of a Redis Cluster its tracker turns tracking off on
+		// every master and waits for their answers: off the loop.
+		c.OffLoop(p, func() func() {
+			s.backend.Untrack()
+			return func() { h.resetNow(c, s, p) }
+		})
+		return
+	}
 	if s.tx.pinned != nil {
 		h.unblocked(c, s)
 		s.tx.pinned.Release(false) // it may hold MULTI or WATCH state

@@ -72,7 +72,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 		// tier peer's command (serveTierLink, before the tunnel) is not.
 		return !h.locks.InTier() || !hasPrefixFold(args[0], "tier.")
 	}
-	if s.tx.pinned != nil && !s.tx.pinned.OnLoop() || s.track.on && !s.track.conn {
+	if s.tx.pinned != nil && !s.tx.pinned.OnLoop() {
 		return false
 	}
 	var lower [32]byte

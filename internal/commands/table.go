@@ -512,11 +512,16 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 		s.order.next()
 		s.pipelined = c.Pipelined()
 		s.onLoop = c.OnLoop()
-		if s.onLoop && s.tx.pinned == nil && !h.opts.Backend.DBOpen(s.backend.Login(), s.backend.RESP3, s.backend.DB) && mayForward(args) {
-			// A failover replaced the master, which has none of the
+		if (s.onLoop || s.backend.HasTracker()) && s.tx.pinned == nil && !h.opts.Backend.Ready(&s.backend) && mayForward(args) {
+			// Some connection the request may go on is not open: a
+			// failover replaced the master, which has none of the
 			// client's shared connections (its database's, its Redis
-			// user's) open yet: they are dialled off the loop first.
-			h.withOpen(c, p, s.backend.Login(), s.backend.RESP3, s.backend.DB, func() { h.serve(c, args, p) })
+			// user's), or in front of a Redis Cluster a tracking client's
+			// connection to some master is not (its first request since
+			// CLIENT TRACKING ON, or one was lost). They are opened off
+			// the loop first (Open). (On a goroutine Forward dials the
+			// shared ones itself; a tracker's, only on a retry.)
+			h.whenOpen(c, s, p, func() { h.serve(c, args, p) })
 			return
 		}
 	}
@@ -537,6 +542,22 @@ func (h *Handler) withOpen(c *protocol.Conn, p *resp.Reply, login upstream.Login
 	}
 	c.OffLoop(p, func() func() {
 		err := h.opts.Backend.OpenDB(login, resp3, db)
+		return func() {
+			if err != nil {
+				replyErr(p, err)
+				return
+			}
+			then()
+		}
+	})
+}
+
+// whenOpen calls then once the client's connections are open
+// (Forwarder.Open, off the serve loop: OffLoop), or answers p with why
+// they could not be opened.
+func (h *Handler) whenOpen(c *protocol.Conn, s *session, p *resp.Reply, then func()) {
+	c.OffLoop(p, func() func() {
+		err := h.opts.Backend.Open(&s.backend)
 		return func() {
 			if err != nil {
 				replyErr(p, err)

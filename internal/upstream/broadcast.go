@@ -57,7 +57,7 @@ func (c *Cluster) broadcast(cl *Client, masters []*Node, args [][]byte, m fanout
 	if cl.track != nil {
 		r := newRequest(cl, -1, resp.AppendCommand(nil, args))
 		for i, n := range masters {
-			r.deliver(n, false, parts[i])
+			r.deliver(n, false, false, parts[i])
 		}
 		return
 	}
@@ -126,7 +126,7 @@ func (c *Cluster) scan(cl *Client, args [][]byte, p *resp.Reply) {
 	})
 	if cl.track != nil {
 		r := newRequest(cl, -1, resp.AppendCommand(nil, req))
-		r.deliver(masters[at], false, part)
+		r.deliver(masters[at], false, false, part)
 		return
 	}
 	masters[at].pool(cl.RESP3).Conn(cl.ID).Do(req, part)

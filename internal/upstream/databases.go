@@ -178,6 +178,30 @@ func (s *standalone) DBOpen(login Login, resp3 bool, db int) bool {
 	return db == 0 && login == (Login{}) || s.master.Load().dbs.open(resp3, db, login)
 }
 
+// Ready: the client's database's connections are open (DBOpen).
+func (s *standalone) Ready(cl *Client) bool { return s.DBOpen(cl.Login(), cl.RESP3, cl.DB) }
+
+// Open opens the client's database's connections (OpenDB).
+func (s *standalone) Open(cl *Client) error { return s.OpenDB(cl.Login(), cl.RESP3, cl.DB) }
+
+// Ready: database 0, and a tracking client's connections to every master
+// open (or just found unreachable: tracking.Tracker.Ready).
+func (c *Cluster) Ready(cl *Client) bool {
+	return cl.DB == 0 && (cl.track == nil || cl.track.Ready(c.Masters()))
+}
+
+// Open opens a tracking client's connections to every master that has
+// none (each with tracking on as the client set it).
+func (c *Cluster) Open(cl *Client) error {
+	if err := c.OpenDB(Login{}, cl.RESP3, cl.DB); err != nil {
+		return err
+	}
+	if cl.track != nil {
+		cl.track.Open(c.Masters())
+	}
+	return nil
+}
+
 // DBOpen: a Redis Cluster has database 0 only, and its clients keep the
 // proxy's connections whoever they authenticated as.
 func (c *Cluster) DBOpen(_ Login, _ bool, db int) bool { return db == 0 }

@@ -87,6 +87,15 @@ type Forwarder interface {
 	// resp.Error). Call it with a login only once Redis has accepted its
 	// credentials for the client.
 	OpenDB(login Login, resp3 bool, db int) error
+	// Ready reports, without waiting, whether the connections cl's
+	// requests go on are open, so that Forward dials nothing: its
+	// database's shared ones (DBOpen) and, in front of a Redis Cluster, a
+	// tracking client's own, one to each master (package tracking). Open
+	// opens those that are not (a wait: off the serve loop); its error is
+	// OpenDB's (a tracker notes a master it cannot reach, whose requests
+	// are then answered so).
+	Ready(cl *Client) bool
+	Open(cl *Client) error
 	// ServesOnLoop reports whether Forward sends args for cl without
 	// waiting (the serve loop's question: it must not wait); first: none
 	// of cl's earlier requests awaits its reply. A standalone master: any

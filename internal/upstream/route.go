@@ -140,7 +140,8 @@ func (c *Cluster) forwardAfterReplies(cl *Client, slot int, args [][]byte, p *re
 // ServesOnLoop reports whether Forward sends args for cl without
 // blocking, so that the serve loop may call it: a request of one slot (or
 // keyless), or one whose keys span slots (split per slot, split.go), from
-// a client that does not track. A request the loop admitted by the view
+// a tracking client too (its connections are open: Ready, which the
+// Handler asks first). A request the loop admitted by the view
 // the client's last request was routed by is routed by that view (so a
 // change between the two costs no wait); after a view change, Forward goes
 // on once the client's earlier requests have their replies (the
@@ -154,9 +155,6 @@ func (c *Cluster) forwardAfterReplies(cl *Client, slot int, args [][]byte, p *re
 // reader, or from a goroutine of their own when they must pause.
 func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
 	cl.loopView = nil
-	if cl.track != nil {
-		return false
-	}
 	var lower [32]byte
 	name := keys.AppendLower(lower[:0], args[0])
 	var buf [16]int
@@ -333,11 +331,11 @@ func newRequest(cl *Client, slot int, encoded []byte) request {
 }
 
 // deliver sends r to n, after ASKING if asking: on the client's connection
-// of n's shared pool, or its own connection there while it tracks.
-// uncached: see tracking.Tracker.Send.
-func (r *request) deliver(n *Node, asking bool, p *resp.Reply) (uncached bool) {
+// of n's shared pool, or its own connection there while it tracks (opened
+// only on a retry: see tracking.Tracker.Send). uncached: see there.
+func (r *request) deliver(n *Node, asking, retry bool, p *resp.Reply) (uncached bool) {
 	if r.track != nil {
-		return r.track.Send(n, r.caching, r.encoded, asking, p)
+		return r.track.Send(n, r.caching, r.encoded, asking, retry, p)
 	}
 	n.pool(r.resp3).Conn(r.connID).DoEncoded(r.encoded, asking, p)
 	return false
@@ -409,7 +407,7 @@ func (f *flight) send(n *Node, asking bool) {
 		f.replied()
 		return
 	}
-	if f.req.deliver(n, asking, f.sub) {
+	if f.req.deliver(n, asking, f.tries > 0, f.sub) {
 		f.uncached = true
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/internal/backend"
 	"github.com/fenceproxy/fenceproxy/internal/resp"
+	"github.com/fenceproxy/fenceproxy/internal/upstream/tracking"
 )
 
 // Client-side caching (CLIENT TRACKING) through the proxy.
@@ -101,15 +102,16 @@ func (c *Cluster) Track(cl *Client, onPush func([]byte), _ func()) (*Pinned, err
 // TRACKINGINFO (false for another request); once tracking is off, the
 // client's requests take the shared connections again.
 func (c *Cluster) serveTracking(cl *Client, args [][]byte, p *resp.Reply) bool {
-	var afterReplies func(*resp.Reply, func())
-	if cl.Conn != nil {
-		afterReplies = cl.Conn.AfterReplies
+	return cl.track.Serve(cl.waiter(), args, p, func() { cl.track = nil })
+}
+
+// waiter is how the Forwarder waits for the client's connection: its
+// Conn, or where there is none (a subscriber's request, tests) at once.
+func (cl *Client) waiter() tracking.Waiter {
+	if cl.Conn == nil {
+		return tracking.AtOnce{}
 	}
-	served, ended := cl.track.Serve(afterReplies, args, p)
-	if ended {
-		cl.track = nil
-	}
-	return served
+	return cl.Conn
 }
 
 // redirectID is the Redis id of proxy client id's pub/sub connection to n,
@@ -132,14 +134,19 @@ func (c *Cluster) invalidated(id int64, value []byte) {
 
 // Untrack ends cl's tracking in front of a Redis Cluster (RESET, the
 // client gone): its connections close, each once Redis has turned its
-// tracking off. Nothing to do for a standalone master's tracking client,
-// whose connection is its Pinned.
+// tracking off, so it waits on Redis (HasTracker): call it off the serve
+// loop. Nothing to do for a standalone master's tracking client, whose
+// connection is its Pinned.
 func (cl *Client) Untrack() {
 	if cl.track != nil {
 		cl.track.End()
 		cl.track = nil
 	}
 }
+
+// HasTracker reports whether cl tracks in front of a Redis Cluster: its
+// Untrack waits on Redis, and Open opens its connections to the masters.
+func (cl *Client) HasTracker() bool { return cl.track != nil }
 
 // Hello switches a tracking client's connections in front of a Redis
 // Cluster to the protocol HELLO asked for (tracking.Tracker.Hello). It

@@ -100,9 +100,10 @@ func fdOf(t *testing.T, observer *testenv.Conn) string {
 // what it read: its invalidation push, relayed from its connection of its
 // own, which the loop serves), a client of another Redis user (AUTH,
 // its requests on its own connection as that user) and CLIENT KILL USER
-// (Redis asked off the loop), all on the loop now; so do SUBSCRIBE and
-// SSUBSCRIBE in front of a Redis Cluster (their connections dialled off
-// the loop). There a tracking client still takes a detour and moves it.
+// (Redis asked off the loop), all on the loop now; so do SUBSCRIBE,
+// SSUBSCRIBE and a tracking client in front of a Redis Cluster (their
+// connections dialled off the loop). There a tracking client's
+// transaction still takes a detour and moves it.
 func TestGoroutineDetoursCounted(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
 	admin := testenv.Dial(t, redis.Addr)
@@ -199,10 +200,23 @@ func TestGoroutineDetoursCounted(t *testing.T) {
 	if now := at(); now != was {
 		t.Fatalf("goroutine_detours went from %s to %s over SUBSCRIBE and SSUBSCRIBE in front of a Redis Cluster, served on the loop", was, now)
 	}
-	if r := string(testenv.Dial(t, front.Addr).Do("CLIENT", "TRACKING", "ON")); r != "+OK\r\n" {
-		t.Fatalf("CLIENT TRACKING ON in front of a Redis Cluster = %q", r)
+	ctracker := testenv.Dial(t, front.Addr)
+	for _, step := range [][]string{{"CLIENT", "TRACKING", "ON"}, {"GET", "{a}k"}, {"CLIENT", "TRACKINGINFO"}} {
+		if r := string(ctracker.Do(step...)); strings.HasPrefix(r, "-") {
+			t.Fatalf("tracking client in front of a Redis Cluster: %s: %q", strings.Join(step, " "), r)
+		}
+	}
+	if now := at(); now != was {
+		t.Fatalf("goroutine_detours went from %s to %s over a tracking client in front of a Redis Cluster, served on the loop", was, now)
+	}
+	// Its transaction goes on a connection its tracker lends, which the
+	// loop does not serve: a detour.
+	for _, step := range [][]string{{"MULTI"}, {"SET", "{a}k", "1"}, {"EXEC"}} {
+		if r := string(ctracker.Do(step...)); strings.HasPrefix(r, "-") {
+			t.Fatalf("tracking client in front of a Redis Cluster: %s: %q", strings.Join(step, " "), r)
+		}
 	}
 	if now := at(); now == was {
-		t.Fatalf("goroutine_detours stayed %s after CLIENT TRACKING ON in front of a Redis Cluster, a detour", was)
+		t.Fatalf("goroutine_detours stayed %s over a tracking client's transaction in front of a Redis Cluster, a detour", was)
 	}
 }

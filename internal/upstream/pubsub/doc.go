@@ -14,6 +14,9 @@
 // a client's Subscriber by the proxy's client id, for CLIENT TRACKING's
 // REDIRECT (package upstream's tracker): RedisIDOn and Invalidated.
 //
+// The serve loop sends a subscriber's request only where Send opens no
+// connection (MayDial); one that does is sent off the loop's thread.
+//
 // Invariants:
 //   - The client reads whole messages, one at a time (wmu), from every
 //     connection's reader.

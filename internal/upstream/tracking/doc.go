@@ -56,6 +56,14 @@
 //     migrates to another master is deleted from the old one, which
 //     invalidates it.
 //
+// Nothing of the tracker waits where the serve loop serves the client:
+// upstream's Forward sends a request only once Ready says the client's
+// connection to every master is open (or was just found unreachable), the
+// Handler having had them opened off the loop (Open) first; a request's
+// first try never dials (Send), its retry does, from a goroutine; CLIENT
+// TRACKING ON and OFF, whose round trips to every master wait for Redis,
+// run in the client connection's OffLoop (Serve's Waiter).
+//
 // The package knows a cluster's master only through Master (upstream's
 // *Node) and the cluster through Options, so it needs no import of
 // upstream; a lent connection is a package pinned Conn.

@@ -52,6 +52,8 @@ type Tracker[N Master] struct {
 	merging int
 	held    [][]byte
 	closed  bool
+	// failed is when each master's connection last failed to open (Ready).
+	failed map[N]time.Time
 }
 
 // trackOptions is what a client's CLIENT TRACKING ON requests set.
@@ -64,11 +66,35 @@ type trackOptions struct {
 // by the tracker itself.
 const trackWait = 5 * time.Second
 
+// dialBackoff is how long a master whose connection failed to open counts
+// as ready (Ready): the client's requests to it are answered that it cannot
+// be reached, and their retries dial it again, off the serve loop.
+const dialBackoff = time.Second
+
+// Waiter is how the tracker waits for the client connection (upstream's
+// Waiter, protocol.Conn's): its earlier replies, and work that waits on
+// Redis, which the serve loop runs on a goroutine (OffLoop).
+type Waiter interface {
+	AfterReplies(current *resp.Reply, then func())
+	OffLoop(current *resp.Reply, work func() (then func()))
+}
+
+// AtOnce is the Waiter of a caller that may wait where it is.
+type AtOnce struct{}
+
+func (AtOnce) AfterReplies(_ *resp.Reply, then func()) { then() }
+
+func (AtOnce) OffLoop(_ *resp.Reply, work func() func()) {
+	if then := work(); then != nil {
+		then()
+	}
+}
+
 // Start makes a client a tracking client: from now on the caller carries
 // its requests on the tracker's connections (Send, Lend, Merged). resp3 is
 // the client's protocol, onPush where its pushes go (point 5).
 func (ts *Trackers[N]) Start(resp3 bool, onPush func([]byte)) *Tracker[N] {
-	t := &Tracker[N]{set: ts, resp3: resp3, onPush: onPush, conns: make(map[N]*backend.Conn)}
+	t := &Tracker[N]{set: ts, resp3: resp3, onPush: onPush, conns: make(map[N]*backend.Conn), failed: make(map[N]time.Time)}
 	ts.mu.Lock()
 	ts.live[t] = true
 	ts.mu.Unlock()
@@ -85,85 +111,106 @@ func (t *Tracker[N]) End() {
 }
 
 // Serve answers the tracking client's CLIENT TRACKING, CACHING and
-// TRACKINGINFO (served false for another request); ended: tracking is off
-// and the tracker closed, and the client's requests go on the shared
-// connections again. afterReplies is the client connection's (nil: none,
-// as upstream.Waiter's AfterReplies).
-func (t *Tracker[N]) Serve(afterReplies func(p *resp.Reply, then func()), args [][]byte, p *resp.Reply) (served, ended bool) {
+// TRACKINGINFO (false for another request). What waits on Redis (ON's and
+// OFF's round trips to every master) runs in w's OffLoop (p must be the
+// request's own reply), so the serve loop never waits for it; ended runs, where the
+// client's requests are served, once tracking is off and the tracker
+// closed: its requests go on the shared connections again.
+func (t *Tracker[N]) Serve(w Waiter, args [][]byte, p *resp.Reply, ended func()) (served bool) {
 	if len(args) < 2 {
-		return false, false
+		return false
 	}
 	switch keys.LowerName(args[1]) {
 	case "tracking":
 		if len(args) < 3 {
-			return false, false
+			return false
 		}
 		switch keys.LowerName(args[2]) {
 		case "on":
-			if afterReplies != nil {
-				// Its earlier requests first: one redirected meanwhile may
-				// open a connection (dialMu) on a reader that on would
-				// wait for.
-				afterReplies(p, func() { t.on(args, p) })
-				break
-			}
-			t.on(args, p)
+			// Its earlier requests first: one redirected meanwhile may
+			// open a connection (dialMu) on a reader that on would wait
+			// for.
+			w.AfterReplies(p, func() {
+				w.OffLoop(p, func() func() {
+					reply, err := t.on(args)
+					return func() { answer(p, reply, err) }
+				})
+			})
 		case "off":
-			ended = t.off(args, p)
+			w.OffLoop(p, func() func() {
+				reply, off, err := t.off(args)
+				return func() {
+					if off {
+						ended()
+					}
+					answer(p, reply, err)
+				}
+			})
 		default:
-			return false, false
+			return false
 		}
 	case "caching":
 		if len(args) < 3 {
-			return false, false // Redis's arity error, from the first master
+			return false // Redis's arity error, from the first master
 		}
 		t.setCaching(args[2], p)
 	case "trackinginfo":
 		if len(args) != 2 {
-			return false, false
+			return false
 		}
-		t.trackingInfo(args, p)
+		// From the first master's connection, open (Ready) unless it
+		// was just lost or could not be reached.
+		conn, err := t.firstConn()
+		if err != nil {
+			replyErrOf(p, err)
+			break
+		}
+		t.trackingInfo(conn, args, p)
 	default:
-		return false, false
+		return false
 	}
-	return true, ended
+	return true
+}
+
+// answer completes p with reply, or err.
+func answer(p *resp.Reply, reply []byte, err error) {
+	if err != nil {
+		replyErrOf(p, err)
+		return
+	}
+	p.Buf = append(p.Buf, reply...)
+	p.Done()
 }
 
 // on serves CLIENT TRACKING ON ...: the first master's answer; then the
 // same on every other connection, and with BCAST a connection to every
-// master.
-func (t *Tracker[N]) on(args [][]byte, p *resp.Reply) {
+// master. It waits on Redis.
+func (t *Tracker[N]) on(args [][]byte) ([]byte, error) {
 	t.dialMu.Lock()
 	masters := t.set.Masters()
 	if len(masters) == 0 {
 		t.dialMu.Unlock()
-		replyErrOf(p, backend.ErrUnavailable)
-		return
+		return nil, backend.ErrUnavailable
 	}
 	first := masters[0]
 	conn, err := t.connLocked(first)
 	if err != nil {
 		t.dialMu.Unlock()
-		replyErrOf(p, err)
-		return
+		return nil, err
 	}
 	req, err := t.forNode(args, first)
 	if err != nil {
 		t.dialMu.Unlock()
-		replyErrOf(p, err)
-		return
+		return nil, err
 	}
 	reply, err := t.do(conn, req)
 	if err != nil || reply[0] == '-' {
 		t.dialMu.Unlock()
 		if err != nil {
 			t.lost(first, conn)
-			replyErrOf(p, backend.ErrLost)
-			return
+			return nil, backend.ErrLost
 		}
-		p.Buf = append(p.Buf, reply...)
-		p.Done()
-		return
+		return reply, nil
 	}
 	kept := make([][]byte, len(args))
 	for i, a := range args {
@@ -201,38 +248,31 @@ func (t *Tracker[N]) on(args [][]byte, p *resp.Reply) {
 		}
 	}
 	t.dialMu.Unlock()
-	p.Buf = append(p.Buf, reply...)
-	p.Done()
+	return reply, nil
 }
 
 // off serves CLIENT TRACKING OFF ...: once the first master accepts it,
-// the tracker's connections close, after the client's earlier requests
-// have their replies (the client's next requests take the shared
-// connections and must not overtake them). It reports whether tracking
-// ended.
-func (t *Tracker[N]) off(args [][]byte, p *resp.Reply) bool {
+// the tracker's connections close (the caller's continuation runs after
+// the client's earlier requests have their replies: its next requests take
+// the shared connections and must not overtake them). It reports whether
+// tracking ended. It waits on Redis.
+func (t *Tracker[N]) off(args [][]byte) (reply []byte, ended bool, err error) {
 	masters := t.set.Masters()
 	if len(masters) == 0 {
-		replyErrOf(p, backend.ErrUnavailable)
-		return false
+		return nil, false, backend.ErrUnavailable
 	}
 	if _, err := t.conn(masters[0]); err != nil {
-		replyErrOf(p, err)
-		return false
+		return nil, false, err
 	}
-	reply, err := t.turnOff(args, masters[0])
+	reply, err = t.turnOff(args, masters[0])
 	if err != nil {
-		replyErrOf(p, err)
-		return false
+		return nil, false, err
 	}
-	p.Buf = append(p.Buf, reply...)
 	if reply[0] == '-' {
-		p.Done()
-		return false
+		return reply, false, nil
 	}
 	t.close()
-	p.Done()
-	return true
+	return reply, true, nil
 }
 
 // turnOff sends CLIENT TRACKING OFF (args) on every connection and waits
@@ -309,20 +349,23 @@ func (t *Tracker[N]) TakeCaching() []byte {
 	return f
 }
 
-// trackingInfo serves CLIENT TRACKINGINFO from the first master's
-// connection, with the CLIENT CACHING flag waiting here added to its
-// flags (caching-yes, caching-no) as Redis shows it.
-func (t *Tracker[N]) trackingInfo(args [][]byte, p *resp.Reply) {
+// firstConn is the client's connection to the first master if it is
+// open; it never dials.
+func (t *Tracker[N]) firstConn() (*backend.Conn, error) {
 	masters := t.set.Masters()
 	if len(masters) == 0 {
-		replyErrOf(p, backend.ErrUnavailable)
-		return
+		return nil, backend.ErrUnavailable
 	}
-	conn, err := t.conn(masters[0])
-	if err != nil {
-		replyErrOf(p, err)
-		return
+	if c := t.openConn(masters[0]); c != nil {
+		return c, nil
 	}
+	return nil, masters[0].Unreachable()
+}
+
+// trackingInfo serves CLIENT TRACKINGINFO from the first master's
+// connection (conn), with the CLIENT CACHING flag waiting here added to its
+// flags (caching-yes, caching-no) as Redis shows it.
+func (t *Tracker[N]) trackingInfo(conn *backend.Conn, args [][]byte, p *resp.Reply) {
 	t.mu.Lock()
 	flag := ""
 	if t.caching != nil {
@@ -450,6 +493,49 @@ func (t *Tracker[N]) do(conn *backend.Conn, args [][]byte) ([]byte, error) {
 	return conn.DoWithin(args, trackWait)
 }
 
+// Ready reports, without waiting, whether the client's requests may be
+// sent to masters now: the tracker has a connection up to each of them (or
+// failed to open it within dialBackoff: see there), or is closed. The
+// serve loop sends a request only when it is, and has the connections
+// opened off the loop (Open) first when it is not.
+func (t *Tracker[N]) Ready(masters []N) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return true
+	}
+	for _, n := range masters {
+		if c := t.conns[n]; c != nil && c.Up() {
+			continue
+		}
+		if at, ok := t.failed[n]; ok && time.Since(at) < dialBackoff {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// Open opens the client's connections to masters that are not open (with
+// tracking on as the client set it), and notes those that fail (Ready). It
+// waits on Redis: call it off the serve loop.
+func (t *Tracker[N]) Open(masters []N) {
+	for _, n := range masters {
+		t.conn(n)
+	}
+}
+
+// openConn is the client's connection to n if it is up, else nil: it
+// never dials.
+func (t *Tracker[N]) openConn(n N) *backend.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c := t.conns[n]; c != nil && c.Up() {
+		return c
+	}
+	return nil
+}
+
 // conn returns the client's connection to n, opening it (with tracking
 // on as the client set it) on first use or after it was lost.
 func (t *Tracker[N]) conn(n N) (*backend.Conn, error) {
@@ -468,8 +554,22 @@ func (t *Tracker[N]) conn(n N) (*backend.Conn, error) {
 	return t.connLocked(n)
 }
 
-// connLocked is conn with t.dialMu held.
+// connLocked is conn with t.dialMu held; a failure to open is noted for
+// Ready.
 func (t *Tracker[N]) connLocked(n N) (*backend.Conn, error) {
+	c, err := t.openLocked(n)
+	t.mu.Lock()
+	if err != nil {
+		t.failed[n] = time.Now()
+	} else {
+		delete(t.failed, n)
+	}
+	t.mu.Unlock()
+	return c, err
+}
+
+// openLocked is connLocked but for the note.
+func (t *Tracker[N]) openLocked(n N) (*backend.Conn, error) {
 	t.mu.Lock()
 	c := t.conns[n]
 	closed := t.closed
@@ -727,9 +827,16 @@ func (ts *Trackers[N]) Follow(masters []N) {
 // there, after ASKING if asking and after CLIENT CACHING caching if set,
 // in one step (point 2). uncached reports a read under CLIENT CACHING yes
 // that ASKING had to carry instead: call InvalidateRead after its reply.
-func (t *Tracker[N]) Send(n N, caching, encoded []byte, asking bool, p *resp.Reply) (uncached bool) {
-	conn, err := t.conn(n)
-	if err != nil {
+// With dial false (a request's first try, which may be the serve loop's)
+// a connection that is not up is not opened: p gets ErrUnavailable, and
+// the retry, from a goroutine, dials it.
+func (t *Tracker[N]) Send(n N, caching, encoded []byte, asking, dial bool, p *resp.Reply) (uncached bool) {
+	conn := t.openConn(n)
+	var err error
+	if conn == nil && dial {
+		conn, err = t.conn(n)
+	}
+	if conn == nil || err != nil {
 		p.Err = backend.ErrUnavailable // the retry path opens it again
 		p.Done()
 		return false
