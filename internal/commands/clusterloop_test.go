@@ -235,7 +235,8 @@ func TestClusterSubscriptionsOnTheLoop(t *testing.T) {
 // masters run off the loop, and while one master sleeps (DEBUG SLEEP)
 // under them another client's GET from another master is answered. Then
 // its reads on every master, an invalidation push ahead of the reply Redis
-// sent after it, TRACKINGINFO, OFF, and RESET of a client that tracks (its
+// sent after it, TRACKINGINFO, a transaction (on the connection its tracker
+// lends), OFF, and RESET of a client that tracks (its
 // tracker turns tracking off on every master, off the loop). Mutation:
 // with Ready true for every tracker and a request's first try dialling (as
 // before), the dials ran on the loop and the GET waited for the master.
@@ -301,7 +302,11 @@ func TestClusterTrackingOnTheLoop(t *testing.T) {
 	if got := string(tracker.Do("CLIENT", "TRACKINGINFO")); !strings.Contains(got, "$5\r\nflags\r\n~1\r\n$2\r\non\r\n") {
 		t.Fatalf("CLIENT TRACKINGINFO = %q, want flags on", got)
 	}
+	// A transaction, on the connection its tracker lends.
 	run(t, tracker, []exchange{
+		{[]string{"MULTI"}, "+OK\r\n"},
+		{[]string{"GET", "{a}k"}, "+QUEUED\r\n"},
+		{[]string{"EXEC"}, "*1\r\n$4\r\n{a}k\r\n"},
 		{[]string{"CLIENT", "TRACKING", "OFF"}, "+OK\r\n"},
 		{[]string{"GET", "{b}k"}, "$4\r\n{b}k\r\n"},
 		{[]string{"CLIENT", "TRACKING", "ON"}, "+OK\r\n"},
@@ -310,5 +315,5 @@ func TestClusterTrackingOnTheLoop(t *testing.T) {
 		{[]string{"GET", "{b}k"}, "$4\r\n{b}k\r\n"}, // RESP2 again
 	})
 	w.expect(t, "SET:loop GET:loop MGET:loop CLIENT GETREDIR:loop CLIENT TRACKINGINFO:loop "+
-		"CLIENT TRACKING:loop GET:loop CLIENT TRACKING:loop GET:loop RESET:loop GET:loop")
+		"MULTI:loop GET:loop EXEC:loop CLIENT TRACKING:loop GET:loop CLIENT TRACKING:loop GET:loop RESET:loop GET:loop")
 }

@@ -101,9 +101,9 @@ func fdOf(t *testing.T, observer *testenv.Conn) string {
 // own, which the loop serves), a client of another Redis user (AUTH,
 // its requests on its own connection as that user) and CLIENT KILL USER
 // (Redis asked off the loop), all on the loop now; so do SUBSCRIBE,
-// SSUBSCRIBE and a tracking client in front of a Redis Cluster (their
-// connections dialled off the loop). There a tracking client's
-// transaction still takes a detour and moves it.
+// SSUBSCRIBE and a tracking client (with its transaction) in front of a
+// Redis Cluster (their connections dialled off the loop). A tier node's
+// lock request still takes a detour and moves it.
 func TestGoroutineDetoursCounted(t *testing.T) {
 	redis := testenv.StartRedis(t, testenv.RedisOptions{})
 	admin := testenv.Dial(t, redis.Addr)
@@ -201,22 +201,25 @@ func TestGoroutineDetoursCounted(t *testing.T) {
 		t.Fatalf("goroutine_detours went from %s to %s over SUBSCRIBE and SSUBSCRIBE in front of a Redis Cluster, served on the loop", was, now)
 	}
 	ctracker := testenv.Dial(t, front.Addr)
-	for _, step := range [][]string{{"CLIENT", "TRACKING", "ON"}, {"GET", "{a}k"}, {"CLIENT", "TRACKINGINFO"}} {
+	for _, step := range [][]string{{"CLIENT", "TRACKING", "ON"}, {"GET", "{a}k"}, {"CLIENT", "TRACKINGINFO"}, {"MULTI"}, {"SET", "{a}k", "1"}, {"EXEC"}} {
 		if r := string(ctracker.Do(step...)); strings.HasPrefix(r, "-") {
 			t.Fatalf("tracking client in front of a Redis Cluster: %s: %q", strings.Join(step, " "), r)
 		}
 	}
 	if now := at(); now != was {
-		t.Fatalf("goroutine_detours went from %s to %s over a tracking client in front of a Redis Cluster, served on the loop", was, now)
+		t.Fatalf("goroutine_detours went from %s to %s over a tracking client in front of a Redis Cluster and its transaction, served on the loop", was, now)
 	}
-	// Its transaction goes on a connection its tracker lends, which the
-	// loop does not serve: a detour.
-	for _, step := range [][]string{{"MULTI"}, {"SET", "{a}k", "1"}, {"EXEC"}} {
-		if r := string(ctracker.Do(step...)); strings.HasPrefix(r, "-") {
-			t.Fatalf("tracking client in front of a Redis Cluster: %s: %q", strings.Join(step, " "), r)
-		}
+
+	// A tier node's lock request still takes a detour (lockcmd's
+	// LeaseOnLoop says why) and moves it.
+	tier := testenv.StartTier(t, testenv.TierOptions{Backend: testenv.StartRedis(t, testenv.RedisOptions{}).Addr})
+	node := testenv.Dial(t, tier.Nodes[tier.Leader(t)].Addr)
+	tierDetours := func() string { return upstream.InfoField(string(node.Do("INFO", "fenceproxy")), "goroutine_detours") }
+	was = tierDetours()
+	if r := node.Do("LOCK.ACQUIRE", "tiered", "o", "10000"); !strings.HasPrefix(string(r), ":") {
+		t.Fatalf("LOCK.ACQUIRE on the tier's leader = %q, want a token", r)
 	}
-	if now := at(); now == was {
-		t.Fatalf("goroutine_detours stayed %s over a tracking client's transaction in front of a Redis Cluster, a detour", was)
+	if now := tierDetours(); now == was {
+		t.Fatalf("goroutine_detours stayed %s over a tier node's LOCK.ACQUIRE, a detour", was)
 	}
 }

@@ -22,8 +22,9 @@ type Home interface {
 
 // Lender is who lent a connection it keeps for itself (a tracker).
 type Lender interface {
-	// DoLent sends a request on the lent connection c.
-	DoLent(c *Conn, args [][]byte, p *resp.Reply)
+	// DoLent sends a request on the lent connection c: written before it
+	// returns if now (backend.Conn.DoNow), else with what follows.
+	DoLent(c *Conn, args [][]byte, p *resp.Reply, now bool)
 	// GiveBack takes c back; clean as for Release.
 	GiveBack(c *Conn, clean bool)
 }
@@ -90,7 +91,7 @@ const replyOtherMaster = "-CROSSSLOT fenceproxy: this key is on another Redis Cl
 // Do sends a request on the connection; no MOVED or ASK reaches p.
 func (pc *Conn) Do(args [][]byte, p *resp.Reply) {
 	if pc.lender != nil {
-		pc.lender.DoLent(pc, args, noRedirects(p))
+		pc.lender.DoLent(pc, args, noRedirects(p), false)
 		return
 	}
 	if pc.keyed {
@@ -102,6 +103,10 @@ func (pc *Conn) Do(args [][]byte, p *resp.Reply) {
 // DoNow is Do, written before it returns (backend.Conn.DoNow): for the
 // last request the client has sent so far.
 func (pc *Conn) DoNow(args [][]byte, p *resp.Reply) {
+	if pc.lender != nil {
+		pc.lender.DoLent(pc, args, noRedirects(p), true) // CLIENT CACHING first
+		return
+	}
 	if pc.keyed {
 		p = noRedirects(p)
 	}
@@ -112,9 +117,10 @@ func (pc *Conn) DoNow(args [][]byte, p *resp.Reply) {
 func (pc *Conn) Up() bool { return pc.conn.Up() }
 
 // OnLoop reports whether the serve loop serves the connection (not with
-// TLS, nor a tracking client's): a request on it, from the loop, waits for
-// nothing and leaves at the end of the pass.
-func (pc *Conn) OnLoop() bool { return pc.lender == nil && pc.conn.OnLoop() }
+// TLS): a request on it, from the loop, waits for nothing and leaves at
+// the end of the pass. A lent one (a tracking client's in front of a Redis
+// Cluster) too: its lender's DoLent only puts CLIENT CACHING ahead.
+func (pc *Conn) OnLoop() bool { return pc.conn.OnLoop() }
 
 // Unblock ends the blocking command the connection waits on, as CLIENT
 // UNBLOCK id [TIMEOUT|ERROR] would (mode: nil, or that last argument): it

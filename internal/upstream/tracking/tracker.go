@@ -902,13 +902,18 @@ func (t *Tracker[N]) Lend(n N) (*pinned.Conn, error) {
 }
 
 // DoLent sends a request on a lent connection: the CLIENT CACHING flag
-// first, in one step with it.
-func (t *Tracker[N]) DoLent(pc *pinned.Conn, args [][]byte, p *resp.Reply) {
+// first, in one step with it; written at once if now (DoNow, which then
+// carries the flag too).
+func (t *Tracker[N]) DoLent(pc *pinned.Conn, args [][]byte, p *resp.Reply, now bool) {
 	t.sendMu.Lock()
 	if caching := pc.TakeCaching(); caching != nil {
 		pc.Backend().Do([][]byte{[]byte("CLIENT"), []byte("CACHING"), caching}, pinned.Discard())
 	}
-	pc.Backend().Do(args, p)
+	if now {
+		pc.Backend().DoNow(args, p)
+	} else {
+		pc.Backend().Do(args, p)
+	}
 	t.sendMu.Unlock()
 }
 
