@@ -317,3 +317,31 @@ func TestClusterTrackingOnTheLoop(t *testing.T) {
 	w.expect(t, "SET:loop GET:loop MGET:loop CLIENT GETREDIR:loop CLIENT TRACKINGINFO:loop "+
 		"MULTI:loop GET:loop EXEC:loop CLIENT TRACKING:loop GET:loop CLIENT TRACKING:loop GET:loop RESET:loop GET:loop")
 }
+
+// TestClusterTrackingCachingBeforeBlocking: in front of a Redis Cluster, a
+// tracking client in OPTIN mode that sends CLIENT CACHING yes and then a
+// blocking read (XREAD … BLOCK, on the connection its tracker lends) is
+// told when another client changes the stream: the flag goes ahead of the
+// read. On f9d3c4a's parent the last request of a batch (DoNow) skipped
+// the lender, the flag never reached Redis, and no invalidation came.
+func TestClusterTrackingCachingBeforeBlocking(t *testing.T) {
+	cl := testenv.StartCluster(t, testenv.ClusterOptions{ReplicasPerMaster: -1})
+	p := startProxy(t, proxyOptions{seeds: []string{cl.Masters[0].Addr}, loop: true})
+	writer := p.dial(t)
+	tracker := p.dial(t)
+	run(t, writer, []exchange{{[]string{"XADD", "{a}s", "1-1", "f", "v"}, "$3\r\n1-1\r\n"}})
+	hello(t, tracker, "3")
+	run(t, tracker, []exchange{
+		{[]string{"CLIENT", "TRACKING", "ON", "OPTIN"}, "+OK\r\n"},
+		{[]string{"CLIENT", "CACHING", "yes"}, "+OK\r\n"},
+	})
+	if got := string(tracker.Do("XREAD", "BLOCK", "100", "STREAMS", "{a}s", "0")); !strings.Contains(got, "1-1") {
+		t.Fatalf("XREAD BLOCK = %q, want the entry 1-1", got)
+	}
+	run(t, writer, []exchange{{[]string{"XADD", "{a}s", "1-2", "f", "v"}, "$3\r\n1-2\r\n"}})
+	tracker.Send("PING")
+	tracker.Flush()
+	if got, err := tracker.ReadReply(); err != nil || string(got) != ">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\n{a}s\r\n" {
+		t.Fatalf("tracking client: %q, %v; want the invalidation push of {a}s, read under CLIENT CACHING yes", got, err)
+	}
+}
