@@ -104,7 +104,7 @@ const (
 	maxBatch     = 1000 // renewals in one call (Redisson sends up to 100)
 )
 
-// The catalogue: Redisson 3.52.0, 4.0.0 and 4.7.0 send these same bodies
+// The catalogue: Redisson 3.52.0, 4.0.0, 4.7.0 and 4.8.0 send these same bodies
 // (docs/design/recipes.md, "Script catalogue").
 var catalogue = []Recipe{
 	{Name: "redisson lock.acquire", SHA: "149c5a8bf18676fd99e9e6e24923bd64d9b62f94", BodyLen: 234, Kind: Acquire, parse: parseAcquire},

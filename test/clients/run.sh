@@ -3,6 +3,8 @@
 #
 #   test/clients/run.sh                 every suite: python node go cli java failover
 #   SUITES="go cli" test/clients/run.sh only those
+#   REDISSON_VERSION=4.8.0 SUITES="java failover" test/clients/run.sh
+#                                       the Java suites against that Redisson
 #   FENCEPROXY_ADDR=host:port test/clients/run.sh   use a running proxy instead
 #   test/clients/run.sh --cluster       the same suites, the proxy fronting a Redis Cluster
 #   FENCEPROXY_BIN=/path test/clients/run.sh   that fenceproxy binary instead of building one
@@ -130,6 +132,11 @@ fi
 
 want() { [[ " $SUITES " == *" $1 "* ]]; }
 
+# The Java suite's build: pom.xml's Redisson, or REDISSON_VERSION's (another
+# build directory, so that both stay built).
+java_target=$here/java/target
+[[ -n ${REDISSON_VERSION:-} ]] && java_target=$here/java/target/redisson-$REDISSON_VERSION
+
 # The Go suite's test binary compiles while everything else is set up.
 if want go; then
 	(go test -c -o "$tmp/clients.test" ./test/clients/go >"$tmp/go-build.log" 2>&1; echo $? >"$tmp/go-build.rc") &
@@ -178,7 +185,7 @@ install_java() {
 		echo "clients: installing openjdk-17-jdk-headless and maven with apt-get"
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven >/dev/null 2>&1 || return 1
 	fi
-	local cp=$here/java/target/classpath.txt
+	local cp=$java_target/classpath.txt
 	# Rebuild unless the build is newer than its sources and every jar it lists is still in the cache.
 	local jar fresh=
 	if [[ -s $cp ]] && [[ -z $(find "$here/java/pom.xml" "$here/java/src" -newer "$cp" -print -quit) ]]; then
@@ -186,8 +193,8 @@ install_java() {
 		for jar in $(tr ':' ' ' <"$cp"); do [[ -f $jar ]] || fresh=; done
 	fi
 	[[ -n $fresh ]] && return 0
-	echo "clients: mvn package in test/clients/java"
-	(cd "$here/java" && mvn -q -B package -DskipTests) && [[ -s $cp ]]
+	echo "clients: mvn package in test/clients/java${REDISSON_VERSION:+ (Redisson $REDISSON_VERSION)}"
+	(cd "$here/java" && mvn -q -B package -DskipTests ${REDISSON_VERSION:+-Dredisson.version="$REDISSON_VERSION" -Dsuite.build="$java_target"}) && [[ -s $cp ]]
 }
 
 # ---- Redis and fenceproxy ----------------------------------------------------------
@@ -313,7 +320,7 @@ if want java; then
 		suite java 150 java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
 			-Dorg.slf4j.simpleLogger.showDateTime=true -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
 			-Dorg.slf4j.simpleLogger.log.org.redisson.client.handler.PingConnectionHandler=debug \
-			-cp "$here/java/target/classes:$(cat "$here/java/target/classpath.txt")" "$java_main"
+			-cp "$java_target/classes:$(cat "$java_target/classpath.txt")" "$java_main"
 	else setup_failed java; fi
 fi
 if want failover; then
@@ -329,7 +336,7 @@ if want failover; then
 			# Its own Redis, Sentinels and proxy; the proxy built above if there is one.
 			bin=${FENCEPROXY_BIN:-}
 			[[ -z $bin && -x $tmp/fenceproxy ]] && bin=$tmp/fenceproxy
-			suite failover 300 env FENCEPROXY_CLIENTS_DIR="$here" ${bin:+FENCEPROXY_BIN="$bin"} \
+			suite failover 300 env FENCEPROXY_CLIENTS_DIR="$here" FENCEPROXY_JAVA_TARGET="$java_target" ${bin:+FENCEPROXY_BIN="$bin"} \
 				"$tmp/failover.test" -test.count=1 -test.timeout=280s
 		else setup_failed failover; fi
 	fi

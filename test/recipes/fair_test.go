@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redisson's RFairLock scripts (the same in 3.52.0, 4.0.0 and 4.7.0).
+// Redisson's RFairLock scripts (the same in 3.52.0, 4.0.0, 4.7.0 and 4.8.0).
 const (
 	shaFairAcq   = "8f6ed299ffd259f0539c20f89253998c0777ea75" // lock(), tryLock(wait, …)
 	shaFairOnce  = "d20501c26a30adf6fb0fe9883bbbcc497e6157e2" // tryLock()

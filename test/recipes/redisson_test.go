@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// Redisson's scripts (3.52.0, 4.0.0 and 4.7.0 send the same bodies).
+// Redisson's scripts (3.52.0, 4.0.0, 4.7.0 and 4.8.0 send the same bodies).
 const (
 	shaAcquire = "149c5a8bf18676fd99e9e6e24923bd64d9b62f94"
 	shaRenew   = "6a3d31570dc6f4b0bd32bcdc8e75667747c6f635"

@@ -101,12 +101,16 @@ func clients(t *testing.T) []client {
 	dir, _ := filepath.Abs(os.Getenv("FENCEPROXY_CLIENTS_DIR"))
 	all := map[string]client{
 		"java": {name: "java", lib: "Redisson RLock.tryLock()", start: func(addr string) (prober, error) {
-			cp, err := os.ReadFile(filepath.Join(dir, "java/target/classpath.txt"))
+			target := os.Getenv("FENCEPROXY_JAVA_TARGET") // run.sh's build of the Java suite
+			if target == "" {
+				target = filepath.Join(dir, "java/target")
+			}
+			cp, err := os.ReadFile(filepath.Join(target, "classpath.txt"))
 			if err != nil {
 				return nil, fmt.Errorf("%v (build test/clients/java: mvn package, as run.sh does)", err)
 			}
 			return startProbe("java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-cp",
-				filepath.Join(dir, "java/target/classes")+":"+strings.TrimSpace(string(cp)), "fenceproxy.LockProbe", addr)
+				filepath.Join(target, "classes")+":"+strings.TrimSpace(string(cp)), "fenceproxy.LockProbe", addr)
 		}},
 		"python": {name: "python", lib: "redis-py Lock.acquire(blocking=False)", start: func(addr string) (prober, error) {
 			return startProbe(filepath.Join(dir, "python/.venv/bin/python"), "-W", "ignore",
