@@ -80,7 +80,7 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	if len(name) > len(lower) {
 		// No command of the table's is this long: forwarded (queued in a
 		// transaction), as any unknown command, for Redis to refuse.
-		return s.tx.inMulti || h.opts.Backend.ServesOnLoop(&s.backend, args, c.BatchLen() == 0)
+		return true
 	}
 	lname := lowerInto(lower[:0], name)
 	cmd := lookup(lname)
@@ -95,9 +95,9 @@ func (h *Handler) ServesOnLoop(c *protocol.Conn, args [][]byte) bool {
 	if cmd != nil && (cmd.onLoop == nil || !cmd.onLoop(h, c, args)) {
 		return false
 	}
-	// In front of a Redis Cluster, whose routing the Forwarder knows: a
-	// request of one slot, by the client's view of the slots.
-	return h.opts.Backend.ServesOnLoop(&s.backend, args, c.BatchLen() == 0)
+	// Forwarded: the Forwarder never waits on the loop (a Redis Cluster's
+	// request after a change of the slots' view goes on in a continuation).
+	return true
 }
 
 // pingOnLoop: PING goes on once its earlier replies are in (inOrder, a

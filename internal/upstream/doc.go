@@ -25,11 +25,10 @@
 //     whole keyspace runs on every master, by package fanout's tables,
 //     which merge their replies into one; SCAN walks the masters in turn;
 //     anything else that spans slots gets Redis Cluster's -CROSSSLOT.
-//     ServesOnLoop tells the serve loop which requests Forward sends
-//     without waiting: any (a Redis Cluster's request routed by a view of
-//     the slots that changed since the client's last one goes on once the
-//     client's earlier replies are in: AfterReplies, a continuation).
-//     Ready says whether the connections a client's requests go on are
+//     Forward never waits on the serve loop: a Redis Cluster's request
+//     routed by a view of the slots that changed since the client's last
+//     one goes on once the client's earlier replies are in (AfterReplies,
+//     a continuation there). Ready says whether the connections a client's requests go on are
 //     open (its database's; a tracking client's own to each master of a
 //     Redis Cluster), and Open, off the loop, opens them first.
 //   - Pin: a connection of the client's own (MULTI, WATCH, blocking

@@ -96,12 +96,6 @@ type Forwarder interface {
 	// are then answered so).
 	Ready(cl *Client) bool
 	Open(cl *Client) error
-	// ServesOnLoop reports whether Forward sends args for cl without
-	// waiting (the serve loop's question: it must not wait); first: none
-	// of cl's earlier requests awaits its reply. A standalone master: any
-	// (DBOpen tells about databases); a Redis Cluster: a request of one
-	// slot while the client's view of the slots holds (route.go).
-	ServesOnLoop(cl *Client, args [][]byte, first bool) bool
 	// Track returns a connection of cl's own for client-side caching
 	// (tracking.go): onPush gets Redis's push messages on it, onLost is
 	// called when it is lost. The error is the client's reply.
@@ -143,10 +137,7 @@ type Client struct {
 
 	// view is the epoch of the Redis Cluster's slot view this client's
 	// requests were last routed by (see Cluster.Epoch); 0 before the first.
-	// loopView is the view Cluster.ServesOnLoop admitted the request about
-	// to be forwarded by, which Forward routes it by (and clears).
-	view     uint64
-	loopView *view
+	view uint64
 	// track is, in front of a Redis Cluster, a tracking client's
 	// connections of its own (package tracking); caching is the CLIENT
 	// CACHING flag the request being forwarded takes with it.

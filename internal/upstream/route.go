@@ -36,9 +36,6 @@ const (
 // other to the master of its keys' slot (keyless: the first master),
 // through redirects.
 func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
-	// The view ServesOnLoop read, for this request alone.
-	loopView := cl.loopView
-	cl.loopView = nil
 	var lower [32]byte
 	name := keys.AppendLower(lower[:0], args[0])
 	if cl.track != nil {
@@ -57,18 +54,12 @@ func (c *Cluster) Forward(cl *Client, args [][]byte, p *resp.Reply) {
 	var buf [16]int
 	slot, _, _ := c.slotOf(name, args, buf[:0])
 	v := c.view.Load()
-	if loopView != nil && loopView.epoch == cl.view {
-		// The serve loop admitted the request by this view (the client's
-		// last): routed by it, the request queues behind the client's
-		// earlier ones on the same masters, and is redirected after them
-		// if its slot moved, with no wait, which the loop cannot afford.
-		v = loopView
-	}
 	node, epoch := v.target(slot), v.epoch
 	if epoch != cl.view {
 		// A slot changed master since this client's last request: the
 		// requests routed by the old view, and their redirects, finish
-		// first, so this one cannot overtake them.
+		// first, so this one cannot overtake them (on the serve loop a
+		// continuation: AfterReplies never waits there).
 		if cl.view != 0 && cl.Conn != nil {
 			c.forwardAfterReplies(cl, slot, args, p)
 			return
@@ -135,35 +126,6 @@ func (c *Cluster) forwardAfterReplies(cl *Client, slot int, args [][]byte, p *re
 		cl.view = v.epoch
 		c.forwardTo(v.target(slot), slot, cl, args, p)
 	})
-}
-
-// ServesOnLoop reports whether Forward sends args for cl without
-// blocking, so that the serve loop may call it: a request of one slot (or
-// keyless), or one whose keys span slots (split per slot, split.go), from
-// a tracking client too (its connections are open: Ready, which the
-// Handler asks first). A request the loop admitted by the view
-// the client's last request was routed by is routed by that view (so a
-// change between the two costs no wait); after a view change, Forward goes
-// on once the client's earlier requests have their replies (the
-// connection's AfterReplies: on the loop, a continuation, never a wait).
-// A command about every master (a broadcast, DBSIZE), SCAN and a request
-// whose keys span slots are sent the same way, each part on its master's
-// shared connection, and merged where the last part's reply is read.
-// Forward itself never blocks on these paths otherwise: the masters'
-// shared connections are dialled with their Node, a broken one answers
-// ErrUnavailable at once, and redirects are resent from the reply's
-// reader, or from a goroutine of their own when they must pause.
-func (c *Cluster) ServesOnLoop(cl *Client, args [][]byte, first bool) bool {
-	cl.loopView = nil
-	var lower [32]byte
-	name := keys.AppendLower(lower[:0], args[0])
-	var buf [16]int
-	if _, _, single := c.slotOf(name, args, buf[:0]); single {
-		if v := c.view.Load(); v.epoch == cl.view {
-			cl.loopView = v
-		}
-	}
-	return true
 }
 
 // ownDBSize: DBSIZE, which leaves the proxy's own keys out (ownkeys.go).

@@ -176,8 +176,6 @@ func (s *standalone) PinSpare(cl *Client, _ [][]byte) *Pinned {
 	return pinSpare(cl, s.master.Load(), false)
 }
 
-// ServesOnLoop: Forward sends every request to the master at once.
-func (s *standalone) ServesOnLoop(*Client, [][]byte, bool) bool { return true }
 
 // RoutesByKey is false: one master holds every key.
 func (s *standalone) RoutesByKey() bool { return false }
