@@ -176,7 +176,6 @@ func (s *standalone) PinSpare(cl *Client, _ [][]byte) *Pinned {
 	return pinSpare(cl, s.master.Load(), false)
 }
 
-
 // RoutesByKey is false: one master holds every key.
 func (s *standalone) RoutesByKey() bool { return false }
 
