@@ -118,7 +118,7 @@ func (h *Handler) helloReply(c *protocol.Conn, s *session, resp3, setName bool, 
 
 // switchProtocol is helloReply once the client's earlier replies are in.
 func (h *Handler) switchProtocol(c *protocol.Conn, s *session, resp3, setName bool, name []byte, p *resp.Reply) {
-	if resp3 != s.backend.RESP3 && (s.tx.pinned != nil || s.backend.SwitchesOnHello()) {
+	if resp3 != s.backend.RESP3 && (s.tx.pinned != nil || s.backend.HasTracker()) {
 		// Its own connections (WATCH, CLIENT TRACKING; in front of a
 		// Redis Cluster a tracking client's one per master) switch too,
 		// as the client's connection does in Redis: tracking goes on, its

@@ -121,11 +121,6 @@ func (c *Conn) MayBlock() { c.mayBlock = true }
 // a goroutine detour (goroutinedetour.go). Call it only from the Handler.
 func (c *Conn) OnLoop() bool { return !c.onGoroutine() }
 
-// BatchLen is how many requests the current batch holds: their replies
-// may still be on their way. From ServesOnLoop, args is not counted yet;
-// from ServeCommand, the request being served is.
-func (c *Conn) BatchLen() int { return c.batch.n }
-
 // ReadAt is when the bytes of the request being served were read from the
 // client (the monotonic clock, taken once per read of the socket, however
 // many requests that read brought): when it was received, for a Handler

@@ -145,7 +145,8 @@ func (cl *Client) Untrack() {
 }
 
 // HasTracker reports whether cl tracks in front of a Redis Cluster: its
-// Untrack waits on Redis, and Open opens its connections to the masters.
+// Untrack and Hello wait on Redis (Hello switches its connections, a round
+// trip), and Open opens its connections to the masters.
 func (cl *Client) HasTracker() bool { return cl.track != nil }
 
 // Hello switches a tracking client's connections in front of a Redis
@@ -157,6 +158,3 @@ func (cl *Client) Hello(resp3 bool) {
 	}
 }
 
-// SwitchesOnHello says whether the client has connections of its own that
-// HELLO must switch (Pinned.Hello, Hello): a round trip to Redis.
-func (cl *Client) SwitchesOnHello() bool { return cl.track != nil }
