@@ -202,21 +202,10 @@ func TestClusterSubscriptionsOnTheLoop(t *testing.T) {
 		}
 	}
 	run(t, other, []exchange{{[]string{"SET", key, "v"}, "+OK\r\n"}})
-	sleeper := testenv.Dial(t, asleep.Addr)
-	sleeper.Send("DEBUG", "SLEEP", "3")
-	sleeper.Flush()
-	time.Sleep(50 * time.Millisecond) // the master is asleep before the SSUBSCRIBE dials it
-	sub.Send("SSUBSCRIBE", channel)
-	sub.Flush()
-	run(t, other, []exchange{{[]string{"GET", key}, "$1\r\nv\r\n"}})
-	sleeper.SetTimeout(100 * time.Millisecond)
-	if got, err := sleeper.ReadReply(); err == nil {
-		t.Fatalf("the GET was answered only once the shard master woke (DEBUG SLEEP: %q): the loop waited for the SSUBSCRIBE's dial", got)
-	}
-	sleeper.SetTimeout(10 * time.Second)
-	if got, err := sleeper.ReadReply(); err != nil || string(got) != "+OK\r\n" {
-		t.Fatalf("DEBUG SLEEP: %q, %v", got, err)
-	}
+	whileAsleep(t, asleep.Addr, "3", func() {
+		sub.Send("SSUBSCRIBE", channel)
+		sub.Flush()
+	}, other, exchange{[]string{"GET", key}, "$1\r\nv\r\n"}, "the SSUBSCRIBE's dial")
 	if got, err := sub.ReadReply(); err != nil || string(got) != "*3\r\n$10\r\nssubscribe\r\n$5\r\n{s}ch\r\n:1\r\n" {
 		t.Fatalf("SSUBSCRIBE %s: %q, %v", channel, got, err)
 	}
@@ -259,24 +248,13 @@ func TestClusterTrackingOnTheLoop(t *testing.T) {
 	}
 	w.take()
 
-	sleeper := testenv.Dial(t, asleep.Addr)
-	sleeper.Send("DEBUG", "SLEEP", "1")
-	sleeper.Flush()
-	time.Sleep(50 * time.Millisecond) // the master is asleep before the tracker dials it
-	tracker.Send("CLIENT", "TRACKING", "ON")
-	for _, k := range keys {
-		tracker.Send("GET", k)
-	}
-	tracker.Flush()
-	run(t, writer, []exchange{{[]string{"GET", "{a}k"}, "$4\r\n{a}k\r\n"}})
-	sleeper.SetTimeout(100 * time.Millisecond)
-	if got, err := sleeper.ReadReply(); err == nil {
-		t.Fatalf("the GET was answered only once the tracker's master woke (DEBUG SLEEP: %q): the loop waited for its dial", got)
-	}
-	sleeper.SetTimeout(10 * time.Second)
-	if got, err := sleeper.ReadReply(); err != nil || string(got) != "+OK\r\n" {
-		t.Fatalf("DEBUG SLEEP: %q, %v", got, err)
-	}
+	whileAsleep(t, asleep.Addr, "1", func() {
+		tracker.Send("CLIENT", "TRACKING", "ON")
+		for _, k := range keys {
+			tracker.Send("GET", k)
+		}
+		tracker.Flush()
+	}, writer, exchange{[]string{"GET", "{a}k"}, "$4\r\n{a}k\r\n"}, "the tracker's dial")
 	for i, want := range []string{"+OK\r\n", "$4\r\n{a}k\r\n", "$4\r\n{b}k\r\n", "$4\r\n{c}k\r\n"} {
 		if got, err := tracker.ReadReply(); err != nil || string(got) != want {
 			t.Fatalf("tracking client: reply %d: %q, %v; want %q", i, got, err, want)
@@ -343,5 +321,28 @@ func TestClusterTrackingCachingBeforeBlocking(t *testing.T) {
 	tracker.Flush()
 	if got, err := tracker.ReadReply(); err != nil || string(got) != ">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\n{a}s\r\n" {
 		t.Fatalf("tracking client: %q, %v; want the invalidation push of {a}s, read under CLIENT CACHING yes", got, err)
+	}
+}
+
+// whileAsleep puts the master at addr to sleep (DEBUG SLEEP secs), then has
+// send start what dials it, and checks that other's exchange is answered
+// while the master still sleeps (its DEBUG SLEEP reply not in): the serve
+// loop did not wait for the dial (what names it). It returns once the
+// master woke.
+func whileAsleep(t *testing.T, addr, secs string, send func(), other *testenv.Conn, ex exchange, what string) {
+	t.Helper()
+	sleeper := testenv.Dial(t, addr)
+	sleeper.Send("DEBUG", "SLEEP", secs)
+	sleeper.Flush()
+	time.Sleep(50 * time.Millisecond) // asleep before the dial
+	send()
+	run(t, other, []exchange{ex})
+	sleeper.SetTimeout(100 * time.Millisecond)
+	if got, err := sleeper.ReadReply(); err == nil {
+		t.Fatalf("%s was answered only once the master woke (DEBUG SLEEP: %q): the loop waited for %s", ex.req, got, what)
+	}
+	sleeper.SetTimeout(10 * time.Second)
+	if got, err := sleeper.ReadReply(); err != nil || string(got) != "+OK\r\n" {
+		t.Fatalf("DEBUG SLEEP: %q, %v", got, err)
 	}
 }
