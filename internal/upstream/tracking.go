@@ -157,4 +157,3 @@ func (cl *Client) Hello(resp3 bool) {
 		cl.track.Hello(resp3)
 	}
 }
-
