@@ -521,7 +521,7 @@ func (h *Handler) ServeCommand(c *protocol.Conn, args [][]byte, p *resp.Reply) {
 			// CLIENT TRACKING ON, or one was lost). They are opened off
 			// the loop first (Open). (On a goroutine Forward dials the
 			// shared ones itself; a tracker's, only on a retry.)
-			h.whenOpen(c, s, p, func() { h.serve(c, args, p) })
+			openThen(c, p, func() error { return h.opts.Backend.Open(&s.backend) }, func() { h.serve(c, args, p) })
 			return
 		}
 	}
@@ -540,24 +540,15 @@ func (h *Handler) withOpen(c *protocol.Conn, p *resp.Reply, login upstream.Login
 		then()
 		return
 	}
-	c.OffLoop(p, func() func() {
-		err := h.opts.Backend.OpenDB(login, resp3, db)
-		return func() {
-			if err != nil {
-				replyErr(p, err)
-				return
-			}
-			then()
-		}
-	})
+	openThen(c, p, func() error { return h.opts.Backend.OpenDB(login, resp3, db) }, then)
 }
 
-// whenOpen calls then once the client's connections are open
-// (Forwarder.Open, off the serve loop: OffLoop), or answers p with why
-// they could not be opened.
-func (h *Handler) whenOpen(c *protocol.Conn, s *session, p *resp.Reply, then func()) {
+// openThen runs open (a dial) off the serve loop (OffLoop, for the request
+// of p), then calls then, or answers p with open's error: why the
+// connections could not be opened.
+func openThen(c *protocol.Conn, p *resp.Reply, open func() error, then func()) {
 	c.OffLoop(p, func() func() {
-		err := h.opts.Backend.Open(&s.backend)
+		err := open()
 		return func() {
 			if err != nil {
 				replyErr(p, err)

@@ -184,18 +184,15 @@ func (s *standalone) Ready(cl *Client) bool { return s.DBOpen(cl.Login(), cl.RES
 // Open opens the client's database's connections (OpenDB).
 func (s *standalone) Open(cl *Client) error { return s.OpenDB(cl.Login(), cl.RESP3, cl.DB) }
 
-// Ready: database 0, and a tracking client's connections to every master
-// open (or just found unreachable: tracking.Tracker.Ready).
-func (c *Cluster) Ready(cl *Client) bool {
-	return cl.DB == 0 && (cl.track == nil || cl.track.Ready(c.Masters()))
-}
+// Ready: a tracking client's connections to every master are open (or
+// just found unreachable: tracking.Tracker.Ready). A cluster client is in
+// database 0, whose connections are each master's own (Select refuses
+// another).
+func (c *Cluster) Ready(cl *Client) bool { return cl.track == nil || cl.track.Ready(c.Masters()) }
 
 // Open opens a tracking client's connections to every master that has
 // none (each with tracking on as the client set it).
 func (c *Cluster) Open(cl *Client) error {
-	if err := c.OpenDB(Login{}, cl.RESP3, cl.DB); err != nil {
-		return err
-	}
 	if cl.track != nil {
 		cl.track.Open(c.Masters())
 	}
